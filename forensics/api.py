@@ -1,0 +1,35 @@
+"""The public library API: one function per stage. The CLI and the tests call these.
+
+Each stage reads only the previous stage's output in the case folder (see forensics.case).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from forensics.config import CaseConfig, load_case_file
+
+# Stage functions, re-exported so callers need one import.
+from forensics.ingest import IngestResult, ingest  # noqa: F401
+
+# @@api@@
+
+
+def make_config(config: str | Path | None = None, **overrides: Any) -> CaseConfig:
+    """A case configuration from an optional case file, with CLI-style overrides applied.
+
+    ``None`` overrides are ignored; others are recorded as coming from an ``option``.
+    """
+    cfg = load_case_file(config) if config is not None else CaseConfig()
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "tokenizer":
+            value = Path(value)
+            cfg.tokenizer = value
+            cfg.sources[key] = "option"
+            continue
+        cfg.set(key, value, "option")
+    cfg.validate()
+    return cfg

@@ -1,0 +1,203 @@
+"""Command-line interface: parses options, calls the library, renders, maps errors to exit codes.
+
+Exit codes: 0 clean, 1 findings, 2 error. This is the only module that prints or exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from forensics import __version__
+from forensics.errors import ForensicsError
+
+app = typer.Typer(
+    name="forensics",
+    help="Blast-radius forensics for cross-tenant leaks in LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class _RichTask:
+    def __init__(self, progress: Progress, task_id: TaskID) -> None:
+        self._progress, self._id = progress, task_id
+
+    def advance(self, n: float = 1) -> None:
+        self._progress.advance(self._id, n)
+
+    def close(self) -> None:
+        self._progress.update(self._id, visible=False)
+        self._progress.remove_task(self._id)
+        if not self._progress.tasks:
+            self._progress.stop()
+
+
+class RichProgress:
+    """Progress bars on stderr for the library's long stages (see forensics.progress)."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+
+    def task(self, description: str, total: float | None = None) -> _RichTask:
+        if not self._progress.tasks:
+            self._progress.start()
+        return _RichTask(self._progress, self._progress.add_task(description, total=total))
+
+
+def _progress(quiet: bool) -> Any:
+    """A progress callback for long stages (rich on stderr), or None when quiet."""
+    return None if quiet else RichProgress(err)
+
+
+def _emit_json(data: Any) -> None:
+    out.print(json.dumps(data, indent=2, sort_keys=True, default=str), markup=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"forensics {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Blast-radius forensics for cross-tenant leaks in LLM serving."""
+
+
+# --------------------------------------------------------------------------------------------
+# ingest
+# --------------------------------------------------------------------------------------------
+
+
+@app.command()
+def ingest(
+    paths: list[Path] = typer.Argument(..., help="Log files or folders (.gz/.zst read transparently)."),
+    case: Path = typer.Option(..., "--case", help="Case folder to write (created if missing)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="litellm, openai-split or sglang; sniffed when omitted."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for timezone, tenant field, tokenizer."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, for exact counts."),
+    timezone: Optional[str] = typer.Option(None, "--timezone", help="Zone of timestamps that carry none (default UTC)."),
+    tenant_field: Optional[str] = typer.Option(None, "--tenant-field", help="Gateway field that names the customer."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Load gateway and engine logs into the case's Parquet tables and print the case summary."""
+    from forensics import api
+
+    cfg = api.make_config(config, tokenizer=tokenizer, timezone=timezone, tenant_field=tenant_field)
+    result = api.ingest(case, paths, fmt=fmt, config=cfg, progress=_progress(quiet))
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+    else:
+        _render_ingest(summary)
+    return EXIT_CLEAN
+
+
+def _render_ingest(summary: dict[str, Any]) -> None:
+    table = Table(title=f"case {summary['case']}", title_justify="left")
+    for col in ("file", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status"):
+        table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
+    for f in summary["files"]:
+        table.add_row(
+            f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
+            str(f["blank"]), str(f["duplicate"]), f["status"],
+        )
+    out.print(table)
+    t = summary["tables"]
+    out.print(
+        f"exchanges: {t['exchanges']}  engine_events: {t['engine_events']}  quarantine: {t['quarantine']}  "
+        f"(requests merged as duplicates: {summary['duplicate_requests']}, orphans: {summary['orphans']})"
+    )
+    if summary.get("time_range"):
+        out.print(f"time range: {summary['time_range'][0]} .. {summary['time_range'][1]}")
+    if summary.get("models"):
+        out.print("models: " + ", ".join(f"{m} ({n})" for m, n in summary["models"]))
+    tokens = summary.get("prompt_tokens_sources") or {}
+    if tokens:
+        out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(tokens.items())))
+    if summary.get("implausible_reported_counts"):
+        out.print(f"[bold]reported token counts not trusted (impossible for their text): {summary['implausible_reported_counts']}[/bold]")
+    for note in summary.get("notes", []):
+        out.print(f"note: {note}", markup=False)
+    out.print(f"case written to {summary['case']}", markup=False)
+
+
+# --------------------------------------------------------------------------------------------
+# simulate / evaluate (issue 3) -- commands go here
+# --------------------------------------------------------------------------------------------
+
+# @@simulate@@
+
+# --------------------------------------------------------------------------------------------
+# scan / query (issue 4) -- commands go here
+# --------------------------------------------------------------------------------------------
+
+# @@scan@@
+
+# --------------------------------------------------------------------------------------------
+# match (issue 5) -- commands go here
+# --------------------------------------------------------------------------------------------
+
+# @@match@@
+
+# --------------------------------------------------------------------------------------------
+# report / run / verify (issue 6) -- commands go here
+# --------------------------------------------------------------------------------------------
+
+# @@report@@
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``forensics`` console script."""
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = EXIT_ERROR
+    except click.exceptions.Abort:
+        err.print("aborted")
+        code = EXIT_ERROR
+    except ForensicsError as exc:
+        err.print(f"error: {exc}", markup=False)
+        code = EXIT_ERROR
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        code = EXIT_ERROR
+    except Exception as exc:  # a bug, not bad input: say so in one line; the traceback on request
+        if os.environ.get("FORENSICS_DEBUG"):
+            raise
+        err.print(
+            f"internal error: {type(exc).__name__}: {exc} (this is a bug in forensics; "
+            "re-run with FORENSICS_DEBUG=1 for the traceback and report it)",
+            markup=False,
+        )
+        code = EXIT_ERROR
+    sys.exit(code if isinstance(code, int) else EXIT_CLEAN)

@@ -1,0 +1,290 @@
+"""The case file (`spec/case-file.md`): what the team knows before a run.
+
+A case file is TOML. Unknown keys are an error naming the key (a typo must not silently change a
+notification list); a missing required key is an error that shows an example line. Every value
+remembers where it came from (``file``, ``option``, ``auto-detected`` or ``default``) so the
+manifest can record it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from forensics.errors import ConfigError
+
+#: Formats an ``[[inputs]]`` entry may name.
+INPUT_FORMATS = ("auto", "litellm", "openai-split", "sglang")
+
+#: Stage sections whose keys are checked by the stage that reads them.
+SECTIONS = ("scan", "match", "report")
+
+EXAMPLES = {
+    "name": 'name = "glm-5.3-kv-pool"',
+    "model": 'model = "glm-5.3"            # or models = ["glm-5.3", "glm-5.3-fast"]',
+    "window_start": 'window_start = "2026-08-27T00:00:00Z"',
+    "window_end": 'window_end = "2026-09-09T00:00:00Z"',
+    "real_ceiling_tokens": 'real_ceiling_tokens = 681280   # or "auto"',
+    "advertised_window_tokens": 'advertised_window_tokens = 1048576   # or "auto"',
+}
+
+TOP_KEYS = {
+    "name",
+    "model",
+    "models",
+    "window_start",
+    "window_end",
+    "real_ceiling_tokens",
+    "advertised_window_tokens",
+    "tenant_field",
+    "timezone",
+    "tokenizer",
+    "description",
+    "inputs",
+    *SECTIONS,
+}
+
+
+@dataclasses.dataclass
+class InputSpec:
+    """One ``[[inputs]]`` entry: a file or folder and its format."""
+
+    path: Path
+    format: str = "auto"
+
+
+@dataclasses.dataclass
+class CaseConfig:
+    """The resolved case configuration and where each value came from."""
+
+    name: str = "case"
+    models: list[str] = dataclasses.field(default_factory=list)
+    window_start: dt.datetime | None = None
+    window_end: dt.datetime | None = None
+    real_ceiling_tokens: int | str | None = None  # an int, or "auto" until resolved
+    advertised_window_tokens: int | str | None = "auto"
+    tenant_field: str = "auto"
+    timezone: str = "UTC"
+    tokenizer: Path | None = None
+    description: str = ""
+    inputs: list[InputSpec] = dataclasses.field(default_factory=list)
+    sections: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    file: Path | None = None
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def source(self, key: str) -> str:
+        """Where ``key``'s value came from."""
+        return self.sources.get(key, "default")
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        """Set a value and record its origin (``option``, ``auto-detected``...)."""
+        if key == "timezone":
+            value = _parse_zone(value, key)
+        elif key in ("window_start", "window_end"):
+            value = parse_utc(value, key)
+        elif key in ("real_ceiling_tokens", "advertised_window_tokens"):
+            value = _parse_tokens(value, key)
+        elif key == "models":
+            value = [value] if isinstance(value, str) else list(value)
+        setattr(self, key, value)
+        self.sources[key] = source
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The ``[name]`` table of the case file (empty when absent)."""
+        return self.sections.get(name, {})
+
+    def validate(self) -> None:
+        """Checks that need no data: window order, ceiling below the advertised window."""
+        if self.window_start and self.window_end and self.window_end <= self.window_start:
+            raise ConfigError(
+                f"window_end ({iso(self.window_end)}) is not after window_start ({iso(self.window_start)})",
+                file=self.file,
+                fix="window_end is exclusive and must come after window_start",
+            )
+        c, a = self.real_ceiling_tokens, self.advertised_window_tokens
+        if isinstance(c, int) and isinstance(a, int) and c > a:
+            raise ConfigError(
+                f"real_ceiling_tokens ({c}) is above advertised_window_tokens ({a})",
+                file=self.file,
+                fix="the real pool ceiling is the smaller figure; check the two values are not swapped",
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready record of every value and its origin (for config.json and manifests)."""
+        values = {
+            "name": self.name,
+            "models": self.models,
+            "window_start": iso(self.window_start) if self.window_start else None,
+            "window_end": iso(self.window_end) if self.window_end else None,
+            "real_ceiling_tokens": self.real_ceiling_tokens,
+            "advertised_window_tokens": self.advertised_window_tokens,
+            "tenant_field": self.tenant_field,
+            "timezone": self.timezone,
+            "tokenizer": str(self.tokenizer) if self.tokenizer else None,
+            "description": self.description,
+            "inputs": [{"path": str(i.path), "format": i.format} for i in self.inputs],
+            "sections": self.sections,
+        }
+        return {"values": values, "sources": {k: self.source(k) for k in values}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CaseConfig:
+        """Rebuild a configuration written by :meth:`to_json`."""
+        v = data["values"]
+        cfg = cls(
+            name=v["name"],
+            models=list(v["models"]),
+            window_start=parse_utc(v["window_start"], "window_start") if v["window_start"] else None,
+            window_end=parse_utc(v["window_end"], "window_end") if v["window_end"] else None,
+            real_ceiling_tokens=v["real_ceiling_tokens"],
+            advertised_window_tokens=v["advertised_window_tokens"],
+            tenant_field=v["tenant_field"],
+            timezone=v["timezone"],
+            tokenizer=Path(v["tokenizer"]) if v["tokenizer"] else None,
+            description=v.get("description", ""),
+            inputs=[InputSpec(Path(i["path"]), i["format"]) for i in v["inputs"]],
+            sections=v.get("sections", {}),
+        )
+        cfg.sources = dict(data.get("sources", {}))
+        return cfg
+
+
+def iso(t: dt.datetime) -> str:
+    """UTC ISO 8601 with ``Z`` (the only time format the outputs use)."""
+    t = t.astimezone(dt.timezone.utc)
+    text = t.strftime("%Y-%m-%dT%H:%M:%S")
+    if t.microsecond:
+        text += f".{t.microsecond:06d}"
+    return text + "Z"
+
+
+def parse_utc(value: Any, key: str) -> dt.datetime:
+    """Parse a case-file time; it must carry a zone (``Z`` or an offset)."""
+    if isinstance(value, dt.datetime):
+        t = value
+    elif isinstance(value, str):
+        try:
+            t = dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"{key} = {value!r} is not an ISO 8601 time", fix=f"write it like {EXAMPLES.get(key, key + ' = ...')}"
+            ) from None
+    else:
+        raise ConfigError(f"{key} must be a time string, got {type(value).__name__}", fix=EXAMPLES.get(key))
+    if t.tzinfo is None:
+        raise ConfigError(f"{key} = {value!r} has no zone", fix="end it with Z (UTC) or an offset such as +02:00")
+    return t.astimezone(dt.timezone.utc)
+
+
+def _parse_zone(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a zone name string", fix='timezone = "UTC"')
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{key} = {value!r} is not a known time zone", fix='use an IANA name such as "UTC" or "Europe/Berlin"') from None
+    return value
+
+
+def _parse_tokens(value: Any, key: str) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} = {value!r} is not a positive whole number or \"auto\"", fix=EXAMPLES.get(key))
+    return value
+
+
+def load_case_file(path: str | Path) -> CaseConfig:
+    """Read and check a case file; relative input and tokenizer paths become absolute."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("case file not found", file=path, fix="give the path of a CASE.toml (see spec/case-file.md)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("case file is not UTF-8", file=path, fix="save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"case file is not valid TOML ({exc})", file=path, fix="correct the TOML syntax") from None
+    return config_from_mapping(data, base=path.parent, file=path)
+
+
+def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = None) -> CaseConfig:
+    """Build a configuration from parsed case-file data (tests call this directly)."""
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r} in the case file",
+            file=file,
+            fix=f"known keys are: {', '.join(sorted(TOP_KEYS))} (a typo must not silently change the result)",
+        )
+    cfg = CaseConfig(file=file)
+    for key in ("name", "window_start", "window_end", "real_ceiling_tokens"):
+        if key not in data:
+            raise ConfigError(f"missing required key {key!r}", file=file, fix=f"add a line such as: {EXAMPLES[key]}")
+    if "model" not in data and "models" not in data:
+        raise ConfigError("missing required key 'model'", file=file, fix=f"add a line such as: {EXAMPLES['model']}")
+    if "model" in data and "models" in data:
+        raise ConfigError("both 'model' and 'models' are set", file=file, fix="keep one: models = [\"a\", \"b\"]")
+    for key, value in data.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"[{key}] must be a table", file=file, fix=f"write it as a [{key}] section")
+            cfg.sections[key] = dict(value)
+            continue
+        if key == "inputs":
+            cfg.inputs = _parse_inputs(value, base, file)
+            cfg.sources["inputs"] = "file"
+            continue
+        if key == "model":
+            key, value = "models", value
+        if key == "models":
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, list) or not items or not all(isinstance(m, str) and m for m in items):
+                raise ConfigError("model(s) must be a non-empty string or list of strings", file=file, fix=EXAMPLES["model"])
+        if key == "tokenizer":
+            value = (base / str(value)).resolve()
+        if key in ("name", "tenant_field", "description") and not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
+        try:
+            cfg.set(key, value, "file")
+        except ConfigError as exc:
+            exc.file = str(file) if file else None
+            raise
+    cfg.validate()
+    return cfg
+
+
+def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
+    if not isinstance(value, list):
+        raise ConfigError("inputs must be a list of [[inputs]] tables", file=file, fix='[[inputs]]\npath = "logs"\nformat = "auto"')
+    specs = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or "path" not in item:
+            raise ConfigError(f"inputs[{i}] has no path", file=file, fix='add path = "logs/gateway" to the [[inputs]] entry')
+        extra = sorted(set(item) - {"path", "format"})
+        if extra:
+            raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file, fix="an [[inputs]] entry takes path and format")
+        fmt = item.get("format", "auto")
+        if fmt not in INPUT_FORMATS:
+            raise ConfigError(f"inputs[{i}].format = {fmt!r} is not a known format", file=file, fix=f"use one of {', '.join(INPUT_FORMATS)}")
+        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt))
+    return specs
+
+
+def save(cfg: CaseConfig, path: Path) -> None:
+    """Write the resolved configuration as JSON (used as a case's config.json)."""
+    from forensics.case import write_json
+
+    write_json(path, cfg.to_json())
+
+
+def load_saved(path: Path) -> CaseConfig:
+    """Read a configuration written by :func:`save`."""
+    return CaseConfig.from_json(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,51 @@
+"""The toolkit's errors: every failure a user can cause is one of these.
+
+Each error carries what went wrong, where (file and line when there is one) and how to fix it,
+so the CLI can print one clear line and exit 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ForensicsError(Exception):
+    """A failure the user can act on: a message, an optional location and a fix."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | Path | None = None,
+        line: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.fix = fix
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file if self.line is None else f"{self.file}:{self.line}"
+            where += ": "
+        fix = f" Fix: {self.fix}" if self.fix else ""
+        return f"{where}{self.message}.{fix}" if not self.message.endswith(".") else f"{where}{self.message}{fix}"
+
+
+class ConfigError(ForensicsError):
+    """A case file or option is missing, unknown or inconsistent."""
+
+
+class InputError(ForensicsError):
+    """An input file cannot be read at all (not a single bad record: those are quarantined)."""
+
+
+class CaseError(ForensicsError):
+    """A case folder is missing a stage's output or is inconsistent."""
+
+
+class QueryError(ForensicsError):
+    """A query file is malformed, or a query failed."""

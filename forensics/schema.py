@@ -1,0 +1,259 @@
+"""The canonical tables of a case, one Arrow schema each.
+
+Every ingester yields record batches validated against these schemas; every later stage reads
+them. Columns may be added; never renamed or dropped (other stages and tools read them).
+
+How a chat ``messages`` array becomes one prompt text
+-----------------------------------------------------
+Later stages report character offsets into ``prompt_text``, so its construction is a contract:
+
+* Messages are taken in array order. Each becomes a block ``<|ROLE|>\\nTEXT`` where ``ROLE`` is the
+  message's ``role`` (``user`` when absent) and ``TEXT`` its content; blocks are joined with
+  ``\\n\\n`` (see :func:`render_messages`).
+* A string ``content`` is used as is (no normalisation: CRLF, accents and emoji are kept byte for
+  byte, so offsets point at what the customer sent).
+* A list ``content`` contributes its ``text`` parts (``{"type": "text", "text": ...}``, or a bare
+  string item) joined with ``\\n``; other parts (images, audio, files) carry no prompt text and are
+  counted in ``prompt_nontext_parts``.
+* ``null`` content (an assistant turn with only tool calls) contributes an empty ``TEXT``.
+* A legacy completions ``prompt`` (a string, or a list of strings) is used without role markers;
+  a list is joined with ``\\n\\n``.
+
+The response text is the assistant content of ``choices[0]`` (for streams: the ``delta.content``
+pieces of choice 0 concatenated in order). When a response has several choices, each becomes a
+block ``<|choice N|>\\nTEXT`` joined with ``\\n\\n`` (every choice may carry foreign content).
+
+Times are ``timestamp[us, tz=UTC]``. ``bootstrap_room`` is ``uint64`` (SGLang draws it from
+``[0, 2**63)`` but we do not rely on that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+TS = pa.timestamp("us", tz="UTC")
+
+#: Where a trusted ``prompt_tokens`` figure came from, best first.
+TOKEN_SOURCES = ("tokenizer", "engine", "reported", "estimate", "unknown")
+
+EXCHANGES = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string()),
+        pa.field("tenant_field", pa.string()),  # which input field named the tenant
+        pa.field("user_id", pa.string()),
+        pa.field("model", pa.string()),  # the name the customer asked for (model_group / body.model)
+        pa.field("model_routed", pa.string()),  # the deployment it was routed to, when logged
+        pa.field("received_at", TS),
+        pa.field("completed_at", TS),
+        pa.field("status", pa.string()),  # success | failure | incomplete (request never answered)
+        pa.field("status_code", pa.int32()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("stream", pa.bool_()),
+        pa.field("prompt_text", pa.large_string()),
+        pa.field("prompt_chars", pa.int64()),  # length of the original prompt (known even if truncated)
+        pa.field("prompt_truncated", pa.bool_()),  # the log kept only head and tail of the prompt
+        pa.field("prompt_nontext_parts", pa.int32()),
+        pa.field("response_text", pa.large_string()),
+        pa.field("response_truncated", pa.bool_()),
+        pa.field("reported_prompt_tokens", pa.int64()),  # the figure the log gave, untouched
+        pa.field("reported_completion_tokens", pa.int64()),
+        pa.field("reported_prompt_tokens_plausible", pa.bool_()),  # null when it cannot be judged
+        pa.field("prompt_tokens", pa.int64()),  # the trusted figure
+        pa.field("prompt_tokens_source", pa.string()),  # one of TOKEN_SOURCES
+        pa.field("prompt_tokens_low", pa.int64()),  # error band of prompt_tokens (equal when exact)
+        pa.field("prompt_tokens_high", pa.int64()),
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("rid", pa.string()),  # the engine's request id, when it differs from request_id
+        pa.field("bootstrap_room", pa.uint64()),
+        pa.field("prefill_node", pa.string()),
+        pa.field("decode_node", pa.string()),
+        pa.field("orphan", pa.string()),  # split logs: request_only | response_only; else null
+        pa.field("zone_assumed", pa.string()),  # zone used for zone-less times, null when all had one
+        pa.field("record_kind", pa.string()),  # spend_log | logging_payload | split | ...
+        pa.field("source_format", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_sha256", pa.string()),
+        pa.field("source_line", pa.int64()),
+        pa.field("response_source_file", pa.string()),  # split logs: where the response half was
+        pa.field("response_source_line", pa.int64()),
+        pa.field("record_sha256", pa.string()),  # hash of the record's content, for de-duplication
+    ]
+)
+
+#: Event kinds recognised in engine logs; anything else is ``unknown`` with its raw text.
+ENGINE_EVENT_KINDS = (
+    "startup",  # max_total_num_tokens / context_len line
+    "request_received",
+    "request_finished",
+    "over_limit",  # "Input length (N tokens) exceeds the maximum allowed length"
+    "exceeds_max_tokens",  # "Request X exceeds the maximum number of tokens: N > M"
+    "req_time_stats",
+    "context_corruption",
+    "bootstrap_failed",
+    "transfer_failed",
+    "kv_transfer_error",
+    "prefill_batch",
+    "decode_batch",
+    "unknown",
+)
+
+ENGINE_EVENTS = pa.schema(
+    [
+        pa.field("node", pa.string(), nullable=False),
+        pa.field("rank", pa.int32()),
+        pa.field("role", pa.string()),  # prefill | decode | null when the file does not tell
+        pa.field("time", TS),
+        pa.field("tp", pa.string()),  # TP rank label of a text line ("TP0")
+        pa.field("event", pa.string(), nullable=False),  # one of ENGINE_EVENT_KINDS
+        pa.field("rid", pa.string()),
+        pa.field("bootstrap_room", pa.uint64()),
+        pa.field("other_bootstrap_room", pa.uint64()),  # context corruption: the room it got
+        pa.field("input_len", pa.int64()),  # tokens of the real input (over-limit) or as processed
+        pa.field("output_len", pa.int64()),
+        pa.field("limit", pa.int64()),  # the limit an over-limit line names
+        pa.field("max_total_num_tokens", pa.int64()),
+        pa.field("context_len", pa.int64()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("prompt_tokens", pa.int64()),  # meta_info.prompt_tokens as the engine reported it
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("output_text", pa.large_string()),
+        pa.field("message", pa.large_string(), nullable=False),  # the raw line (JSON or text)
+        pa.field("zone_assumed", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_sha256", pa.string()),
+        pa.field("source_line", pa.int64()),
+    ]
+)
+
+QUARANTINE = pa.schema(
+    [
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_sha256", pa.string()),
+        pa.field("source_line", pa.int64()),  # null when the problem is the whole file
+        pa.field("source_format", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("excerpt", pa.string()),  # at most EXCERPT_CHARS characters of the line
+    ]
+)
+
+EXCERPT_CHARS = 200
+
+SUSPECTS = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("received_at", TS),
+        pa.field("completed_at", TS),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("prompt_tokens_source", pa.string()),
+        pa.field("prompt_tokens_low", pa.int64()),
+        pa.field("prompt_tokens_high", pa.int64()),
+        pa.field("reasons", pa.string()),  # sorted, ';'-joined query ids
+        pa.field("borderline", pa.bool_()),  # only an estimate straddling the ceiling says so
+        pa.field("engine_signature", pa.bool_()),
+        pa.field("prefill_node", pa.string()),
+        pa.field("decode_node", pa.string()),
+        pa.field("bootstrap_room", pa.uint64()),
+    ]
+)
+
+TIERS = ("confirmed", "probable", "possible")
+
+EVIDENCE = pa.schema(
+    [
+        pa.field("finding_id", pa.string(), nullable=False),
+        pa.field("recipient_request_id", pa.string(), nullable=False),
+        pa.field("recipient_tenant_id", pa.string()),
+        pa.field("source_request_id", pa.string(), nullable=False),
+        pa.field("source_tenant_id", pa.string()),
+        pa.field("source_kind", pa.string()),  # prompt | response
+        pa.field("relation", pa.string()),  # cross_tenant | same_tenant
+        pa.field("tier", pa.string()),  # one of TIERS
+        pa.field("tier_rule", pa.string()),  # the rule that set the tier
+        pa.field("score", pa.float64()),  # 0..100 alignment similarity
+        pa.field("matched_tokens", pa.int64()),
+        pa.field("longest_run", pa.int64()),
+        pa.field("recipient_start", pa.int64()),  # character offsets, end exclusive
+        pa.field("recipient_end", pa.int64()),
+        pa.field("source_start", pa.int64()),
+        pa.field("source_end", pa.int64()),
+        pa.field("rarity", pa.float64()),  # 1.0 = every matched k-gram unique to the source tenant
+    ]
+)
+
+TABLES: Mapping[str, pa.Schema] = {
+    "exchanges": EXCHANGES,
+    "engine_events": ENGINE_EVENTS,
+    "quarantine": QUARANTINE,
+    "suspects": SUSPECTS,
+    "evidence": EVIDENCE,
+}
+
+
+def _content_text(content: Any) -> tuple[str, int]:
+    """Text of one message ``content`` and how many non-text parts it had."""
+    if content is None:
+        return "", 0
+    if isinstance(content, str):
+        return content, 0
+    if isinstance(content, list):
+        texts: list[str] = []
+        nontext = 0
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                nontext += 1
+        return "\n".join(texts), nontext
+    raise TypeError(f"message content is a {type(content).__name__}, expected a string or a list of parts")
+
+
+def render_messages(messages: Sequence[Any]) -> tuple[str, int]:
+    """Render a chat ``messages`` array into the canonical prompt text.
+
+    Returns the text and the number of non-text content parts. Raises ``TypeError`` (with a
+    message fit for a quarantine row) when the array is not a list of message objects.
+    """
+    if not isinstance(messages, list):
+        raise TypeError(f"messages is a {type(messages).__name__}, expected a list")
+    blocks: list[str] = []
+    nontext = 0
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise TypeError(f"messages[{i}] is a {type(msg).__name__}, expected an object")
+        role = msg.get("role") or "user"
+        if not isinstance(role, str):
+            raise TypeError(f"messages[{i}].role is a {type(role).__name__}, expected a string")
+        text, n = _content_text(msg.get("content"))
+        nontext += n
+        blocks.append(f"<|{role}|>\n{text}")
+    return "\n\n".join(blocks), nontext
+
+
+def render_prompt(prompt: Any) -> str:
+    """Render a legacy completions ``prompt`` (string or list of strings)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return "\n\n".join(prompt)
+    raise TypeError(f"prompt is a {type(prompt).__name__}, expected a string or a list of strings")
+
+
+def render_choices(texts: Iterable[str]) -> str:
+    """Join the assistant texts of a response's choices (index order) into the response text."""
+    items = list(texts)
+    if len(items) == 1:
+        return items[0]
+    return "\n\n".join(f"<|choice {i}|>\n{t}" for i, t in enumerate(items))
+
+
+def empty_table(name: str) -> pa.Table:
+    """An empty table with the named canonical schema."""
+    return TABLES[name].empty_table()
