@@ -55,6 +55,8 @@ EXCHANGES = pa.schema(
         pa.field("stream", pa.bool_()),
         pa.field("prompt_text", pa.large_string()),
         pa.field("prompt_chars", pa.int64()),  # length of the original prompt (known even if truncated)
+        pa.field("prompt_bytes", pa.int64()),  # its UTF-8 size (reconstructed when truncated)
+        pa.field("prompt_messages", pa.int32()),  # messages in the chat request
         pa.field("prompt_truncated", pa.bool_()),  # the log kept only head and tail of the prompt
         pa.field("prompt_nontext_parts", pa.int32()),
         pa.field("response_text", pa.large_string()),

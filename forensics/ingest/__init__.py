@@ -1,13 +1,252 @@
-"""Ingest stage (work in progress)."""
+"""Ingest stage: log files into the case's Parquet tables, with nothing lost.
+
+Each input file is parsed line by line into staging Parquet files of its own (named by its
+SHA-256, so the same file given twice is read once). Then :mod:`forensics.ingest.finalize`
+rebuilds the case tables from every staged file: it joins split request/response halves,
+keeps one row per request across overlapping exports, attaches engine join keys and token counts,
+and reconciles the per-file counts in ``manifest.json``::
+
+    lines read = rows ingested + quarantined + blank + duplicate
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from forensics import __version__, schema
+from forensics.case import Case, ParquetSink, write_json
+from forensics.config import CaseConfig, save
+from forensics.errors import InputError
+from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
+from forensics.ingest.base import PARSERS, FileContext, Quarantined
+from forensics.ingest.reader import FileProblem, compression_of, peek_lines, read_lines, sha256_file
+from forensics.progress import Reporter, reporter
+from forensics.tokens import Counter
 
-class IngestResult:  # replaced by the real implementation
-    pass
+#: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
+BATCH_ROWS = 2000
+BATCH_BYTES = 32 << 20
 
 
-def ingest(*args: Any, **kwargs: Any) -> IngestResult:
-    raise NotImplementedError("ingest is being written")
+@dataclasses.dataclass
+class IngestResult:
+    """What an ingest run did: the case folder, its manifest and this run's file statuses."""
+
+    case: Path
+    manifest: dict[str, Any]
+    run_files: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary for the CLI (this run's files plus the case totals)."""
+        m = self.manifest
+        return {
+            "case": str(self.case),
+            "files": self.run_files,
+            "tables": m["tables"],
+            "duplicate_requests": m["duplicate_requests"],
+            "orphans": m["orphans"]["request_only"] + m["orphans"]["response_only"],
+            "time_range": m.get("time_range"),
+            "models": m.get("models", []),
+            "prompt_tokens_sources": m.get("prompt_tokens_sources", {}),
+            "implausible_reported_counts": m.get("implausible_reported_counts", 0),
+            "notes": m.get("notes", []),
+        }
+
+
+def display_path(path: Path) -> str:
+    """A path as recorded in outputs: relative to the working folder when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def expand_inputs(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
+    """Files to read, each with whether it was named explicitly (not found in a folder).
+
+    Folders are walked recursively in sorted order; hidden files and folders are skipped.
+    """
+    files: list[tuple[Path, bool]] = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    if not name.startswith("."):
+                        files.append((Path(root) / name, False))
+        elif path.is_file():
+            files.append((path, True))
+        elif path.exists():
+            raise InputError("not a regular file or folder", file=path, fix="give log files or folders of them")
+        else:
+            raise InputError("no such file or folder", file=path, fix="check the path (relative paths are from the current folder)")
+    return files
+
+
+def sniff(path: Path) -> str | None:
+    """The format of a file told from its first lines (and its name), or None."""
+    lines = peek_lines(path)
+    for name in ("litellm", "openai-split", "sglang"):
+        if PARSERS[name].sniff(lines, path.name):
+            return name
+    return None
+
+
+def ingest(
+    case: str | Path,
+    paths: Sequence[str | Path],
+    fmt: str | None = None,
+    config: CaseConfig | None = None,
+    progress: Reporter | None = None,
+) -> IngestResult:
+    """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
+
+    ``fmt`` forces a format for every file; otherwise each file's format is sniffed from its
+    content. A file named explicitly whose format cannot be told is an error (before anything is
+    written); one found in a folder becomes a whole-file quarantine row.
+    """
+    from forensics.ingest.finalize import finalize
+
+    cfg = config or CaseConfig()
+    if fmt is not None and fmt not in PARSERS:
+        raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(sorted(PARSERS))}, or omit --format to sniff")
+    c = Case(case)
+    c.root.mkdir(parents=True, exist_ok=True)
+    os.chmod(c.root, 0o700)
+    c.staging.mkdir(exist_ok=True)
+    counter = Counter(cfg.tokenizer)
+    manifest = c.read_manifest()
+    known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
+
+    # Decide every file's format before writing anything, so an error leaves the case unchanged.
+    plan: list[tuple[Path, str, str | None]] = []
+    for path, explicit in expand_inputs([Path(p) for p in paths]):
+        sha = sha256_file(path)
+        detected = fmt or sniff(path)
+        if detected is None and explicit:
+            raise InputError(
+                "cannot tell the format of this file from its content",
+                file=path,
+                fix=f"pass --format ({', '.join(sorted(PARSERS))}) if it is one of them",
+            )
+        plan.append((path, sha, detected))
+
+    run_files: list[dict[str, Any]] = []
+    seen_this_run: set[str] = set()
+    rep = reporter(progress)
+    task = rep.task("ingest", total=sum(p.stat().st_size for p, _, _ in plan) or None)
+    for path, sha, detected in plan:
+        shown = display_path(path)
+        if sha in known or sha in seen_this_run:
+            entry = known.get(sha) or next(f for f in run_files if f["sha256"] == sha)
+            if shown not in entry["paths"]:
+                entry["paths"] = sorted({*entry["paths"], shown})
+            run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
+                              "status": "already ingested (same SHA-256)"})
+            task.advance(path.stat().st_size)
+            continue
+        seen_this_run.add(sha)
+        entry = _stage_file(c, path, shown, sha, detected, cfg, counter)
+        known[sha] = entry
+        run_files.append({k: entry[k] for k in ("path", "sha256", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status")})
+        task.advance(path.stat().st_size)
+    task.close()
+
+    manifest = finalize(c, list(known.values()), cfg, progress)
+    manifest["tool"] = {"name": "forensics", "version": __version__}
+    write_json(c.manifest_path, manifest)
+    save(cfg, c.config_path)
+    by_sha = {f["sha256"]: f for f in manifest["files"]}
+    for f in run_files:
+        if f["status"] == "ingested" and f["sha256"] in by_sha:
+            final = by_sha[f["sha256"]]
+            f.update({k: final[k] for k in ("ingested", "duplicate")})
+    return IngestResult(c.root, manifest, run_files)
+
+
+def _zero_counts() -> dict[str, int]:
+    return {"lines": 0, "ingested": 0, "quarantined": 0, "blank": 0, "duplicate": 0}
+
+
+def _excerpt(text: str | None, raw: bytes) -> str:
+    if text is None:
+        text = raw[: schema.EXCERPT_CHARS * 4].decode("utf-8", errors="backslashreplace")
+    return text[: schema.EXCERPT_CHARS]
+
+
+def _stage_file(c: Case, path: Path, shown: str, sha: str, fmt: str | None, cfg: CaseConfig, counter: Counter) -> dict[str, Any]:
+    """Parse one file into its staging Parquet files; return its manifest entry."""
+    entry: dict[str, Any] = {
+        "path": shown, "paths": [shown], "sha256": sha, "size": path.stat().st_size, "format": fmt,
+        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
+        "status": "ingested",
+    }
+    sinks = {
+        name: ParquetSink(c.staging / f"{sha}.{name}.parquet", schema.TABLES[name])
+        for name in ("exchanges", "engine_events", "quarantine")
+    }
+    buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
+    sizes = dict.fromkeys(sinks, 0)
+
+    def add(table: str, row: dict[str, Any], nbytes: int) -> None:
+        buffers[table].append(row)
+        sizes[table] += nbytes
+        if len(buffers[table]) >= BATCH_ROWS or sizes[table] >= BATCH_BYTES:
+            sinks[table].write_rows(buffers[table])
+            buffers[table], sizes[table] = [], 0
+
+    def quarantine(line: int | None, reason: str, excerpt: str | None) -> None:
+        add("quarantine", {"source_file": shown, "source_sha256": sha, "source_line": line, "source_format": fmt,
+                           "reason": reason, "excerpt": excerpt}, 256)
+
+    try:
+        if fmt is None:
+            quarantine(None, "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
+            entry["status"] = "skipped: format not recognised"
+        else:
+            parser = PARSERS[fmt]
+            ctx = FileContext(shown, sha, fmt, cfg.timezone, cfg.tenant_field, counter, path.name)
+            problems: list[FileProblem] = []
+            for line in read_lines(path, problems):
+                entry["lines"] += 1
+                if line.text is None:
+                    entry["quarantined"] += 1
+                    quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
+                               _excerpt(None, line.raw))
+                    continue
+                if not line.text.strip():
+                    entry["blank"] += 1
+                    continue
+                try:
+                    result = parser.parse(line.text, line.number, ctx)
+                except Exception as exc:  # a parser bug must cost one line, not the run
+                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {exc}")
+                if isinstance(result, Quarantined):
+                    entry["quarantined"] += 1
+                    quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
+                elif result is None:
+                    entry["blank"] += 1
+                else:
+                    table, row = result
+                    entry["parsed"] += 1
+                    if row.get("zone_assumed"):
+                        entry["zone_assumed"] += 1
+                    add(table, row, len(line.raw))
+            for problem in problems:
+                entry["problems"].append(problem.reason)
+                quarantine(problem.after_line + 1, problem.reason, None)
+                entry["status"] = "ingested with problems"
+        for table, sink in sinks.items():
+            sink.write_rows(buffers[table])
+            sink.close()
+    except BaseException:
+        for sink in sinks.values():
+            sink.abort()
+        raise
+    return entry

@@ -1,0 +1,109 @@
+"""What every parser shares: the per-file context, the row builder and the parser registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from forensics import schema
+from forensics.ingest.fields import truncation
+from forensics.tokens import Counter
+
+
+@dataclasses.dataclass
+class FileContext:
+    """What a parser knows about the file it reads."""
+
+    display_path: str  # as recorded in outputs (relative where possible)
+    sha256: str
+    format: str
+    zone: str
+    tenant_field: str
+    counter: Counter
+    file_name: str = ""
+
+
+@dataclasses.dataclass
+class Quarantined:
+    """A line that could not be used."""
+
+    reason: str
+
+
+# What a parser yields for each input line: a row for a table, a quarantine reason, or None (blank).
+Output = tuple[str, dict[str, Any]] | Quarantined | None
+
+
+class Parser(Protocol):
+    """One input format: tells whether sample lines are its own, and turns lines into rows."""
+
+    name: str
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """Whether these first lines of a file look like this format."""
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """Turn one non-blank line into ``("exchanges"|"engine_events", row)`` or a Quarantined."""
+
+
+PARSERS: dict[str, Parser] = {}
+
+
+def register(parser_factory: Callable[[], Parser]) -> Callable[[], Parser]:
+    """Register a parser class under its ``name`` (plaso-style registry)."""
+    parser = parser_factory()
+    PARSERS[parser.name] = parser
+    return parser_factory
+
+
+def record_hash(text: str) -> str:
+    """Content hash of one input record (for telling identical duplicates from conflicting ones)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported: int | None, ctx: FileContext) -> dict[str, Any]:
+    """Prompt length, truncation and trusted token count for an exchange row."""
+    if prompt_text is None:
+        tc, ok = ctx.counter.count(None, None, reported, False, messages)
+        return {
+            "prompt_text": None, "prompt_chars": None, "prompt_bytes": None, "prompt_messages": messages,
+            "prompt_truncated": False,
+            "prompt_nontext_parts": nontext, "reported_prompt_tokens": reported,
+            "reported_prompt_tokens_plausible": ok, "prompt_tokens": tc.tokens,
+            "prompt_tokens_source": tc.source, "prompt_tokens_low": tc.low, "prompt_tokens_high": tc.high,
+        }
+    truncated, chars, nbytes = truncation(prompt_text)
+    tc, ok = ctx.counter.count(prompt_text, nbytes, reported, truncated, messages)
+    return {
+        "prompt_text": prompt_text,
+        "prompt_chars": chars,
+        "prompt_bytes": nbytes,
+        "prompt_messages": messages,
+        "prompt_truncated": truncated,
+        "prompt_nontext_parts": nontext,
+        "reported_prompt_tokens": reported,
+        "reported_prompt_tokens_plausible": ok,
+        "prompt_tokens": tc.tokens,
+        "prompt_tokens_source": tc.source,
+        "prompt_tokens_low": tc.low,
+        "prompt_tokens_high": tc.high,
+    }
+
+
+def provenance(ctx: FileContext, line_number: int, text: str, kind: str) -> dict[str, Any]:
+    """Provenance columns shared by every exchange row."""
+    return {
+        "record_kind": kind,
+        "source_format": ctx.format,
+        "source_file": ctx.display_path,
+        "source_sha256": ctx.sha256,
+        "source_line": line_number,
+        "record_sha256": record_hash(text),
+    }
+
+
+def iter_schema_names(table: str) -> Iterator[str]:
+    """Column names of a canonical table (for filling absent columns with null)."""
+    return iter(schema.TABLES[table].names)

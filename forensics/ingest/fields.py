@@ -1,0 +1,210 @@
+"""Field access shared by the JSON parsers: typed getters whose failures become quarantine rows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from forensics import schema
+from forensics.ingest.timeparse import TimeError, to_micros
+
+
+class RecordError(ValueError):
+    """A record that cannot be used; the message is the quarantine reason (with the fix)."""
+
+
+def loads(text: str) -> Any:
+    """Parse JSON; raise RecordError with the position on failure."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"invalid JSON ({exc}); fix: repair or re-export the line") from None
+
+
+def maybe_json(value: Any, field: str) -> Any:
+    """A field that exports give either as a JSON value or as a JSON-encoded string."""
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        if stripped[:1] in ("{", "["):
+            try:
+                return orjson.loads(value)
+            except orjson.JSONDecodeError:
+                raise RecordError(f"{field} is a string that is not valid JSON") from None
+    return value
+
+
+def get_path(obj: Mapping[str, Any], dotted: str) -> Any:
+    """Value at a dotted path (``metadata.user_api_key_org_id``), decoding JSON strings on the way."""
+    cur: Any = obj
+    for i, part in enumerate(dotted.split(".")):
+        if i:
+            cur = maybe_json(cur, dotted.rsplit(".", 1)[0])
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def req_str(obj: Mapping[str, Any], field: str) -> str:
+    """A required id-like field: a non-empty string (an integer is accepted as its digits)."""
+    value = obj.get(field)
+    if value is None or value == "":
+        raise RecordError(f"missing required field {field!r}")
+    return as_str(value, field)
+
+
+def as_str(value: Any, field: str) -> str:
+    """A string field; integers become their digits, anything else is a wrong type."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise RecordError(f"field {field!r} is a {type(value).__name__}, expected a string")
+
+
+def opt_str(obj: Mapping[str, Any], field: str) -> str | None:
+    """An optional string field; empty strings count as absent."""
+    value = obj.get(field)
+    if value is None or value == "":
+        return None
+    return as_str(value, field)
+
+
+def opt_int(value: Any, field: str) -> int | None:
+    """An optional whole number (numeric strings accepted)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise RecordError(f"field {field!r} is a bool, expected a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise RecordError(f"field {field!r} = {str(value)[:40]!r} is not a whole number")
+
+
+def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = True) -> tuple[int | None, bool]:
+    """A timestamp field as epoch microseconds and whether its zone was assumed."""
+    value = obj.get(field)
+    if value is None or value == "":
+        if required:
+            raise RecordError(f"missing required field {field!r}")
+        return None, False
+    try:
+        return to_micros(value, zone)
+    except TimeError as exc:
+        raise RecordError(f"field {field!r}: {exc}; fix: use ISO 8601 or epoch seconds/milliseconds") from None
+
+
+# LiteLLM keeps 35 % head and 65 % tail of strings over 2,048 characters and puts this marker
+# between them; the skipped count lets us reconstruct the original length.
+TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped (\d+) chars[^)]*\) \.\.\.")
+
+
+def truncation(text: str) -> tuple[bool, int, int]:
+    """Whether ``text`` carries LiteLLM truncation markers, and the original chars and UTF-8 bytes.
+
+    The bytes of the skipped part are unknown; they are taken as one byte per skipped character
+    scaled by the visible text's bytes-per-character ratio.
+    """
+    if "litellm_truncated" not in text:
+        n = len(text)
+        return False, n, len(text.encode("utf-8"))
+    skipped = 0
+    marker_chars = 0
+    for m in TRUNCATION_RE.finditer(text):
+        skipped += int(m.group(1))
+        marker_chars += len(m.group(0))
+    if not marker_chars:
+        n = len(text)
+        return False, n, len(text.encode("utf-8"))
+    visible = len(text) - marker_chars
+    visible_bytes = len(text.encode("utf-8")) - marker_chars
+    ratio = visible_bytes / visible if visible else 1.0
+    return True, visible + skipped, int(round(visible_bytes + skipped * ratio))
+
+
+def message_text(message: Any) -> str:
+    """The assistant text of a ChatCompletion ``message`` or chunk ``delta``."""
+    if not isinstance(message, Mapping):
+        return ""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return schema._content_text(content)[0]
+    raise RecordError(f"response content is a {type(content).__name__}, expected a string")
+
+
+def response_text(resp: Any, field: str = "response") -> tuple[str | None, str | None, dict[str, Any]]:
+    """Text, finish reason and usage of a ChatCompletion, a chunk list, or an error/empty body.
+
+    Returns ``(None, None, {})`` for an empty body (a failure). Raises RecordError on a shape that
+    is neither.
+    """
+    resp = maybe_json(resp, field)
+    if resp is None or resp == {} or resp == [] or resp == "":
+        return None, None, {}
+    if isinstance(resp, list):
+        return chunks_text(resp, field)
+    if not isinstance(resp, Mapping):
+        raise RecordError(f"{field} is a {type(resp).__name__}, expected a ChatCompletion object or chunk list")
+    if "error" in resp and "choices" not in resp:
+        return None, None, {}
+    choices = resp.get("choices")
+    usage = resp.get("usage") if isinstance(resp.get("usage"), Mapping) else {}
+    if choices is None:
+        return None, None, dict(usage)
+    if not isinstance(choices, list):
+        raise RecordError(f"{field}.choices is a {type(choices).__name__}, expected a list")
+    texts: dict[int, str] = {}
+    finish: str | None = None
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, Mapping):
+            raise RecordError(f"{field}.choices[{i}] is not an object")
+        idx = choice.get("index", i)
+        idx = idx if isinstance(idx, int) else i
+        if "message" in choice:
+            texts[idx] = message_text(choice.get("message"))
+        elif isinstance(choice.get("text"), str):  # legacy completions
+            texts[idx] = choice["text"]
+        else:
+            texts[idx] = ""
+        if finish is None and isinstance(choice.get("finish_reason"), str):
+            finish = choice["finish_reason"]
+    text = schema.render_choices(texts[k] for k in sorted(texts)) if texts else ""
+    return text, finish, dict(usage)
+
+
+def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | None, dict[str, Any]]:
+    """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order."""
+    pieces: dict[int, list[str]] = {}
+    finish: str | None = None
+    usage: dict[str, Any] = {}
+    for n, chunk in enumerate(chunks):
+        chunk = maybe_json(chunk, f"{field}[{n}]")
+        if not isinstance(chunk, Mapping):
+            raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
+        if isinstance(chunk.get("usage"), Mapping):
+            usage = dict(chunk["usage"])
+        for i, choice in enumerate(chunk.get("choices") or []):
+            if not isinstance(choice, Mapping):
+                raise RecordError(f"{field}[{n}].choices[{i}] is not an object")
+            idx = choice.get("index", 0)
+            idx = idx if isinstance(idx, int) else 0
+            delta = choice.get("delta")
+            if delta is None and "message" in choice:
+                delta = choice["message"]
+            pieces.setdefault(idx, []).append(message_text(delta))
+            if isinstance(choice.get("finish_reason"), str):
+                finish = choice["finish_reason"]
+    if not pieces:
+        return "", finish, usage
+    return schema.render_choices("".join(pieces[k]) for k in sorted(pieces)), finish, usage

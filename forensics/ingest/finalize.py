@@ -1,0 +1,369 @@
+"""Rebuild a case's tables from every staged input file.
+
+Decisions are made on key columns only (DuckDB reads just those from the staged Parquet); the
+big text columns are then streamed once, batch by batch, in a fixed order (input path, then
+line), so memory stays bounded by a batch and the output is byte-identical for the same inputs.
+
+* One row per request: rows with the same ``(request_id, tenant_id)`` are one request seen in
+  several exports. The row kept is the most complete: untruncated text over truncated, then a
+  logging payload over split logs over a spend-log row, then the first by path and line. The
+  others count as ``duplicate`` for their file.
+* Split logs: request and response halves are joined by ``request_id``; a half without its
+  partner is kept with ``orphan`` = ``request_only`` / ``response_only``.
+* Engine join keys: ``prefill_node``, ``decode_node`` and ``bootstrap_room`` come from the engine
+  events whose ``rid`` is the request id.
+* Token counts: the engine's own figure for the real input (over-limit line, or a plausible
+  prefill ``input_len``) outranks the gateway's reported figure; see forensics.tokens.
+* Engine events seen in two overlapping exports of a node's log count once: an event is the
+  same when node, raw text and its occurrence number within its file agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter as Tally
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from forensics import schema, tokens
+from forensics.case import Case, ParquetSink
+from forensics.config import CaseConfig, iso
+from forensics.progress import Reporter, reporter
+
+KIND_RANK = {"logging_payload": 0, "split": 1, "spend_log": 2}
+READ_BATCH = 256
+
+
+def _lit(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _staged(c: Case, files: list[dict[str, Any]], table: str) -> list[Path]:
+    return [p for f in files if (p := c.staging / f"{f['sha256']}.{table}.parquet").exists()]
+
+
+def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: str) -> None:
+    if paths:
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{', '.join(_lit(p) for p in paths)}])")
+    else:
+        con.register(f"_empty_{name}", schema.TABLES[table].empty_table())
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
+
+
+def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Reporter | None = None) -> dict[str, Any]:
+    """Rebuild exchanges, engine_events and quarantine from staging; return the case manifest."""
+    files = sorted(files, key=lambda f: (f["path"], f["sha256"]))
+    order = {f["sha256"]: i for i, f in enumerate(files)}
+    con = duckdb.connect(":memory:")
+    con.execute("SET preserve_insertion_order = true")
+    tmp = c.root / ".duckdb_tmp"
+    con.execute(f"SET temp_directory = {_lit(tmp)}")
+    ex_paths = sorted(_staged(c, files, "exchanges"), key=lambda p: order[p.name.split(".")[0]])
+    ev_paths = sorted(_staged(c, files, "engine_events"), key=lambda p: order[p.name.split(".")[0]])
+    q_paths = sorted(_staged(c, files, "quarantine"), key=lambda p: order[p.name.split(".")[0]])
+    _view(con, "staged", ex_paths, "exchanges")
+    _view(con, "staged_events", ev_paths, "engine_events")
+    con.register("file_order", pa.table({"sha": list(order), "ord": list(order.values())}))
+
+    rep = reporter(progress)
+    task = rep.task("finalise case tables", total=3)
+    duplicates: Tally[str] = Tally()
+    exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates)
+    task.advance()
+    events_rows = _engine_events(c, con, ev_paths, duplicates)
+    task.advance()
+    quarantine_rows = _concat(c, q_paths, "quarantine")
+    task.advance()
+    task.close()
+    con.close()
+    with contextlib.suppress(OSError):
+        tmp.rmdir()
+
+    for f in files:
+        f["duplicate"] = duplicates.get(f["sha256"], 0)
+        f["ingested"] = f.get("parsed", 0) - f["duplicate"]
+        f["reconciled"] = f["lines"] == f["ingested"] + f["quarantined"] + f["blank"] + f["duplicate"]
+    notes = list(exchanges_stats.pop("notes"))
+    assumed = sum(f.get("zone_assumed", 0) for f in files)
+    if assumed:
+        notes.append(f"{assumed} records had timestamps with no zone; they were read as {cfg.timezone}")
+    skipped = [f["path"] for f in files if f["status"].startswith("skipped")]
+    if skipped:
+        notes.append(f"{len(skipped)} files were not in a known format and were skipped (see quarantine): {', '.join(skipped[:5])}")
+    broken = [f["path"] for f in files if f["problems"]]
+    if broken:
+        notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}")
+    return {
+        "files": files,
+        "timezone": cfg.timezone,
+        "zone_assumed_rows": assumed,
+        "tenant_field": cfg.tenant_field,
+        "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None,
+        "tables": {"exchanges": exchanges_stats.pop("rows"), "engine_events": events_rows, "quarantine": quarantine_rows},
+        **exchanges_stats,
+        "reconciled": all(f["reconciled"] for f in files),
+        "notes": notes,
+    }
+
+
+WINNERS_SQL = """
+WITH keys AS (
+  SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
+         coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
+         prompt_text IS NULL AS no_prompt, response_text IS NULL AS no_response, record_sha256
+  FROM staged
+), ranked AS (
+  SELECT *,
+    row_number() OVER (
+      PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END
+      ORDER BY pt, rt, no_prompt, no_response,
+               CASE record_kind WHEN 'logging_payload' THEN 0 WHEN 'spend_log' THEN 2 ELSE 1 END,
+               source_file, source_line) AS rn,
+    count(DISTINCT record_sha256) OVER (
+      PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END) AS variants
+  FROM keys
+)
+SELECT source_sha256, source_line, record_kind, request_id, rn, variants FROM ranked
+"""
+
+
+def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str]) -> dict[str, Any]:
+    """Write exchanges.parquet; count losers per file; return stats for the manifest."""
+    con.execute(f"CREATE TEMP TABLE ranked AS {WINNERS_SQL}")
+    for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
+        duplicates[sha] += n
+    dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchone()[0]
+    superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchone()[0]
+    winners: dict[str, set[int]] = {}
+    for sha, line in con.execute("SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT LIKE 'split_%'").fetchall():
+        winners.setdefault(sha, set()).add(line)
+    engine = _engine_keys(con)
+
+    notes: list[str] = []
+    sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
+    try:
+        for path in paths:
+            keep = winners.get(path.name.split(".")[0], set())
+            if not keep:
+                continue
+            pf = pq.ParquetFile(path)
+            for batch in pf.iter_batches(batch_size=READ_BATCH):
+                mask = pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(keep), pa.int64()))
+                sink.write_batch(_enrich(batch.filter(mask), engine))
+        for batch in _split_joined(con):
+            sink.write_batch(_enrich(batch, engine))
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+
+    stats = con.execute(
+        f"""SELECT count(*), min(received_at), max(received_at),
+                   count(*) FILTER (WHERE orphan = 'request_only'), count(*) FILTER (WHERE orphan = 'response_only'),
+                   count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL),
+                   count(*) FILTER (WHERE reported_prompt_tokens_plausible = false)
+            FROM read_parquet({_lit(c.table_path('exchanges'))})"""
+    ).fetchone()
+    rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible = stats
+    models = con.execute(
+        f"SELECT coalesce(model, '(none)'), count(*) FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 ORDER BY 2 DESC, 1"
+    ).fetchall()
+    sources = dict(con.execute(
+        f"SELECT prompt_tokens_source, count(*) FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 ORDER BY 1"
+    ).fetchall())
+    collisions = con.execute(
+        f"SELECT count(*) FROM (SELECT request_id FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1)"
+    ).fetchone()[0]
+    if truncated:
+        notes.append(f"{truncated} prompts are truncated in the logs (LiteLLM keeps head and tail of long strings): "
+                     "their token counts are estimated from the truncation marker and matching sees only head and tail")
+    if no_tenant:
+        notes.append(f"{no_tenant} requests name no tenant (none of the tenant fields is set): set tenant_field")
+    if implausible:
+        notes.append(f"{implausible} reported prompt token counts are impossible for their text and were not trusted")
+    if collisions:
+        notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant")
+    if orphan_req or orphan_resp:
+        notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
+    return {
+        "rows": rows,
+        "duplicate_requests": dup_requests,
+        "superseded_variants": superseded,
+        "orphans": {"request_only": orphan_req, "response_only": orphan_resp},
+        "truncated_prompts": truncated,
+        "requests_without_tenant": no_tenant,
+        "implausible_reported_counts": implausible,
+        "request_id_collisions": collisions,
+        "time_range": [iso(tmin), iso(tmax)] if tmin is not None else None,
+        "models": [[m, n] for m, n in models],
+        "prompt_tokens_sources": sources,
+        "notes": notes,
+    }
+
+
+ENGINE_KEYS_SQL = """
+SELECT rid,
+  min(node) FILTER (WHERE role = 'prefill') AS prefill_node,
+  min(node) FILTER (WHERE role = 'decode') AS decode_node,
+  min(bootstrap_room) AS bootstrap_room,
+  max(input_len) FILTER (WHERE event IN ('over_limit', 'exceeds_max_tokens')) AS over_limit_len,
+  max(input_len) FILTER (WHERE event = 'req_time_stats' AND role = 'prefill') AS prefill_len
+FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
+"""
+
+
+def _engine_keys(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
+    """Per engine rid: prefill node, decode node, bootstrap room, real input lengths."""
+    return {row[0]: row[1:] for row in con.execute(ENGINE_KEYS_SQL).fetchall()}
+
+
+def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]) -> pa.Table:
+    """Attach engine keys and choose the trusted token count for each row of a batch."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    if table.num_rows == 0:
+        return table
+    cols = {name: table.column(name).to_pylist() for name in (
+        "request_id", "prompt_bytes", "prompt_messages", "reported_prompt_tokens", "prompt_tokens",
+        "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens_plausible",
+        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated")}
+    n = table.num_rows
+    for i in range(n):
+        if cols["prompt_tokens_source"][i] is None:
+            cols["prompt_tokens_source"][i] = "unknown"
+        nbytes, msgs, reported = cols["prompt_bytes"][i], cols["prompt_messages"][i] or 1, cols["reported_prompt_tokens"][i]
+        if reported is not None and nbytes is not None:
+            ok = tokens.plausible(reported, nbytes, msgs)
+            cols["reported_prompt_tokens_plausible"][i] = ok
+            if ok and cols["prompt_tokens_source"][i] in ("estimate", "unknown"):
+                _set_count(cols, i, reported, "reported")
+        elif reported is not None and cols["prompt_tokens_source"][i] == "unknown":
+            _set_count(cols, i, reported, "reported")
+        keys = engine.get(cols["request_id"][i])
+        if keys is None:
+            continue
+        prefill, decode, room, over_limit_len, prefill_len = keys
+        cols["rid"][i] = cols["request_id"][i]
+        cols["prefill_node"][i] = cols["prefill_node"][i] or prefill
+        cols["decode_node"][i] = cols["decode_node"][i] or decode
+        cols["bootstrap_room"][i] = cols["bootstrap_room"][i] if cols["bootstrap_room"][i] is not None else room
+        if cols["prompt_tokens_source"][i] == "tokenizer":
+            continue
+        if over_limit_len is not None:
+            _set_count(cols, i, over_limit_len, "engine")
+        elif prefill_len is not None and nbytes is not None and tokens.plausible(prefill_len, nbytes, msgs):
+            _set_count(cols, i, prefill_len, "engine")
+    for name in ("reported_prompt_tokens_plausible", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
+                 "prompt_tokens_high", "rid", "prefill_node", "decode_node", "bootstrap_room"):
+        idx = table.schema.get_field_index(name)
+        table = table.set_column(idx, table.schema.field(idx), pa.array(cols[name], table.schema.field(idx).type))
+    return table
+
+
+def _set_count(cols: dict[str, list[Any]], i: int, value: int, source: str) -> None:
+    cols["prompt_tokens"][i] = value
+    cols["prompt_tokens_low"][i] = value
+    cols["prompt_tokens_high"][i] = value
+    cols["prompt_tokens_source"][i] = source
+
+
+SPLIT_SQL = """
+WITH req AS (
+  SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
+  WHERE r.rn = 1 AND r.record_kind = 'split_request'
+), resp AS (
+  SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
+  WHERE r.rn = 1 AND r.record_kind = 'split_response'
+)
+SELECT
+  coalesce(q.request_id, a.request_id) AS request_id,
+  q.tenant_id, q.tenant_field, q.user_id, q.model, coalesce(a.model_routed, q.model_routed) AS model_routed,
+  q.received_at, a.completed_at,
+  CASE WHEN a.request_id IS NULL THEN 'incomplete' ELSE a.status END AS status,
+  a.status_code, a.finish_reason, coalesce(q.stream, a.stream) AS stream,
+  q.prompt_text, q.prompt_chars, q.prompt_bytes, q.prompt_messages, q.prompt_truncated, q.prompt_nontext_parts,
+  a.response_text, a.response_truncated,
+  a.reported_prompt_tokens, a.reported_completion_tokens, q.reported_prompt_tokens_plausible,
+  q.prompt_tokens, q.prompt_tokens_source, q.prompt_tokens_low, q.prompt_tokens_high, a.completion_tokens,
+  NULL::VARCHAR AS rid, NULL::UBIGINT AS bootstrap_room, NULL::VARCHAR AS prefill_node, NULL::VARCHAR AS decode_node,
+  CASE WHEN a.request_id IS NULL THEN 'request_only' WHEN q.request_id IS NULL THEN 'response_only' END AS orphan,
+  coalesce(q.zone_assumed, a.zone_assumed) AS zone_assumed,
+  'split' AS record_kind,
+  coalesce(q.source_format, a.source_format) AS source_format,
+  coalesce(q.source_file, a.source_file) AS source_file,
+  coalesce(q.source_sha256, a.source_sha256) AS source_sha256,
+  coalesce(q.source_line, a.source_line) AS source_line,
+  a.source_file AS response_source_file, a.source_line AS response_source_line,
+  coalesce(q.record_sha256, '') || ':' || coalesce(a.record_sha256, '') AS record_sha256,
+  coalesce(fq.ord, fa.ord) AS _file_ord
+FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
+LEFT JOIN file_order fq ON fq.sha = q.source_sha256
+LEFT JOIN file_order fa ON fa.sha = a.source_sha256
+ORDER BY _file_ord, source_line, request_id
+"""
+
+
+def _split_joined(con: duckdb.DuckDBPyConnection) -> Any:
+    """Joined split-log rows, in input order, as record batches of the exchanges schema."""
+    has_split = con.execute("SELECT count(*) FROM ranked WHERE record_kind LIKE 'split_%'").fetchone()[0]
+    if not has_split:
+        return
+    reader = con.sql(SPLIT_SQL).to_arrow_reader(READ_BATCH)
+    for batch in reader:
+        table = pa.Table.from_batches([batch]).drop(["_file_ord"])
+        yield table.select(schema.EXCHANGES.names).cast(schema.EXCHANGES)
+
+
+EVENT_DUPES_SQL = """
+WITH k AS (
+  SELECT source_sha256, source_line, node, md5(message) AS h,
+         row_number() OVER (PARTITION BY source_sha256, node, md5(message) ORDER BY source_line) AS occurrence
+  FROM staged_events
+), ranked AS (
+  SELECT source_sha256, source_line,
+         row_number() OVER (PARTITION BY node, h, occurrence ORDER BY f.ord, source_line) AS rn
+  FROM k JOIN file_order f ON f.sha = k.source_sha256
+)
+SELECT source_sha256, source_line FROM ranked WHERE rn > 1
+"""
+
+
+def _engine_events(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], duplicates: Tally[str]) -> int:
+    """Write engine_events.parquet without events repeated by overlapping exports."""
+    losers: dict[str, set[int]] = {}
+    for sha, line in con.execute(EVENT_DUPES_SQL).fetchall():
+        losers.setdefault(sha, set()).add(line)
+        duplicates[sha] += 1
+    sink = ParquetSink(c.table_path("engine_events"), schema.ENGINE_EVENTS)
+    try:
+        for path in paths:
+            drop = losers.get(path.name.split(".")[0])
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
+                if drop:
+                    batch = batch.filter(pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(drop), pa.int64()))))
+                sink.write_batch(batch)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.rows
+
+
+def _concat(c: Case, paths: list[Path], table: str) -> int:
+    """Concatenate staged files of a table into the case table."""
+    sink = ParquetSink(c.table_path(table), schema.TABLES[table])
+    try:
+        for path in paths:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
+                sink.write_batch(batch)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.rows

@@ -1,0 +1,172 @@
+"""LiteLLM proxy logs: spend-log rows and StandardLoggingPayload objects (log-formats.md §1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from forensics import schema
+from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
+from forensics.ingest.fields import (
+    RecordError,
+    as_str,
+    get_path,
+    loads,
+    maybe_json,
+    opt_int,
+    opt_str,
+    req_str,
+    response_text,
+    time_field,
+)
+
+#: The default tenant rule: the first non-empty of these fields names the customer.
+TENANT_CHAIN = (
+    "organization_id",
+    "team_id",
+    "metadata.user_api_key_org_id",
+    "metadata.user_api_key_team_id",
+    "metadata.user_api_key_user_id",
+    "api_key",
+    "metadata.user_api_key_hash",
+)
+
+SPEND_LOG_KEYS = {"request_id", "startTime", "call_type", "spend", "proxy_server_request", "api_key"}
+PAYLOAD_KEYS = {"id", "trace_id", "call_type", "startTime", "messages", "response", "model_group"}
+
+
+def resolve_tenant(record: Mapping[str, Any], tenant_field: str) -> tuple[str | None, str | None]:
+    """The tenant id and the field that gave it (``auto`` walks TENANT_CHAIN)."""
+    chain = TENANT_CHAIN if tenant_field in ("auto", "") else (tenant_field,)
+    for field in chain:
+        value = get_path(record, field)
+        if value is None or value == "":
+            continue
+        return as_str(value, field), field
+    return None, None
+
+
+class LiteLLMParser:
+    """Spend-log rows (``request_id``) and logging payloads (``id``, bare or wrapped)."""
+
+    name = "litellm"
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """Spend-log or payload keys on the first JSON objects."""
+        for text in lines[:5]:
+            try:
+                obj = loads(text)
+            except RecordError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if "standard_logging_object" in obj:
+                return True
+            keys = set(obj)
+            if len(keys & SPEND_LOG_KEYS) >= 3 or ("id" in keys and len(keys & PAYLOAD_KEYS) >= 4):
+                return True
+        return False
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """One log record into an exchange row, or a quarantine reason."""
+        try:
+            obj = loads(text)
+            if not isinstance(obj, dict):
+                raise RecordError(f"line is a JSON {type(obj).__name__}, expected an object")
+            event = None
+            if "standard_logging_object" in obj:
+                event = obj.get("event")
+                obj = maybe_json(obj["standard_logging_object"], "standard_logging_object")
+                if not isinstance(obj, dict):
+                    raise RecordError("standard_logging_object is not an object")
+            if "request_id" in obj:
+                row = self._spend_log(obj, ctx)
+                kind = "spend_log"
+            elif "id" in obj:
+                row = self._payload(obj, ctx, event)
+                kind = "logging_payload"
+            else:
+                raise RecordError("missing required field 'request_id' (spend log) or 'id' (logging payload)")
+        except RecordError as exc:
+            return Quarantined(str(exc))
+        row.update(provenance(ctx, line_number, text, kind))
+        return "exchanges", row
+
+    def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any) -> dict[str, Any]:
+        received, assumed1 = time_field(obj, "startTime", ctx.zone)
+        completed, assumed2 = time_field(obj, "endTime", ctx.zone, required=False)
+        tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
+        metadata = maybe_json(obj.get("metadata"), "metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise RecordError(f"metadata is a {type(metadata).__name__}, expected an object")
+        prompt, nontext, n_messages = self._prompt(messages)
+        text, finish, usage = response_text(obj.get("response"))
+        reported = opt_int(obj.get("prompt_tokens"), "prompt_tokens")
+        if reported is None:
+            reported = opt_int(usage.get("prompt_tokens"), "response.usage.prompt_tokens")
+        completion = opt_int(obj.get("completion_tokens"), "completion_tokens")
+        if completion is None:
+            completion = opt_int(usage.get("completion_tokens"), "response.usage.completion_tokens")
+        model_group = opt_str(obj, "model_group")
+        model = opt_str(obj, "model")
+        status = opt_str(obj, "status") or "success"
+        row: dict[str, Any] = {
+            "request_id": request_id,
+            "tenant_id": tenant,
+            "tenant_field": tenant_field,
+            "user_id": opt_str(obj, "end_user") or opt_str(obj, "user"),
+            "model": model_group or model,
+            "model_routed": model,
+            "received_at": received,
+            "completed_at": completed,
+            "status": "failure" if status in ("failure", "error") else "success",
+            "finish_reason": finish,
+            "stream": obj.get("stream") if isinstance(obj.get("stream"), bool) else None,
+            "response_text": text,
+            "response_truncated": bool(text and "litellm_truncated" in text and "chars" in text),
+            "reported_completion_tokens": completion,
+            "completion_tokens": completion,
+            "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
+        }
+        row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        return row
+
+    @staticmethod
+    def _prompt(messages: Any) -> tuple[str | None, int, int]:
+        if messages is None or messages == {} or messages == "":
+            return None, 0, 0
+        try:
+            if isinstance(messages, list):
+                text, nontext = schema.render_messages(messages)
+                return text, nontext, len(messages)
+            if isinstance(messages, str):
+                return schema.render_prompt(messages), 0, 1
+        except TypeError as exc:
+            raise RecordError(str(exc)) from None
+        raise RecordError(f"messages is a {type(messages).__name__}, expected a list of messages")
+
+    def _spend_log(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
+        request_id = req_str(obj, "request_id")
+        psr = maybe_json(obj.get("proxy_server_request"), "proxy_server_request")
+        messages: Any = None
+        if isinstance(psr, dict):
+            messages = maybe_json(psr.get("messages"), "proxy_server_request.messages")
+            if messages is None and "prompt" in psr:
+                messages = psr["prompt"]
+        if messages in (None, {}, []):
+            messages = maybe_json(obj.get("messages"), "messages")
+        row = self._common(obj, ctx, request_id, messages)
+        if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
+            row["stream"] = psr["stream"]
+        return row
+
+    def _payload(self, obj: dict[str, Any], ctx: FileContext, event: Any) -> dict[str, Any]:
+        request_id = req_str(obj, "id")
+        messages = maybe_json(obj.get("messages"), "messages")
+        row = self._common(obj, ctx, request_id, messages)
+        if event == "failure":
+            row["status"] = "failure"
+        return row
+
+
+register(LiteLLMParser)

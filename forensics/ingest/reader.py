@@ -1,0 +1,123 @@
+"""Reading input files line by line: compression, encodings and damaged files.
+
+A file is read as bytes, one line at a time, so a 20 MB line costs 20 MB and no more. ``.gz`` and
+``.zst`` are decompressed as a stream (told by their magic bytes, not only their suffix). What
+can go wrong with a whole file (truncated stream, unreadable file) is reported as a
+:class:`FileProblem` after the lines that could be read, so nothing already read is lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+BOM = b"\xef\xbb\xbf"
+CHUNK = 1 << 20
+
+
+@dataclasses.dataclass
+class Line:
+    """One physical line: its 1-based number and its text (None when it is not valid UTF-8)."""
+
+    number: int
+    text: str | None
+    raw: bytes
+
+
+@dataclasses.dataclass
+class FileProblem:
+    """A problem with the file as a whole, found after ``after_line`` lines were read."""
+
+    after_line: int
+    reason: str
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file's bytes as stored (compressed files are hashed compressed)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def compression_of(path: Path) -> str | None:
+    """``gzip``, ``zstd`` or None, told by the file's first bytes."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def _open(path: Path) -> BinaryIO:
+    kind = compression_of(path)
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if kind == "zstd":
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        return io.BufferedReader(reader, buffer_size=CHUNK)  # type: ignore[arg-type]
+    return raw
+
+
+def read_lines(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
+    """Yield the file's lines (without line endings); append whole-file problems to ``problems``.
+
+    A UTF-8 BOM on the first line is dropped; CRLF and LF endings are both accepted. A line that
+    is not valid UTF-8 is yielded with ``text=None`` so the caller can quarantine it.
+    """
+    number = 0
+    kind = compression_of(path)
+    try:
+        with _open(path) as fh:
+            for raw in fh:
+                number += 1
+                if number == 1 and raw.startswith(BOM):
+                    raw = raw[len(BOM):]
+                if raw.endswith(b"\n"):
+                    raw = raw[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                try:
+                    text: str | None = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = None
+                yield Line(number, text, raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
+        what = {"gzip": "gzip", "zstd": "zstd"}.get(kind or "", "compressed")
+        problems.append(
+            FileProblem(
+                number,
+                f"{what} stream is truncated or corrupt after line {number} ({type(exc).__name__}: {exc}); "
+                f"the lines before were read. Fix: copy or export the file again and re-ingest it",
+            )
+        )
+    except OSError as exc:
+        problems.append(FileProblem(number, f"file could not be read after line {number} ({exc})"))
+
+
+def peek_lines(path: Path, limit: int = 20, max_bytes: int = 8 << 20) -> list[str]:
+    """Up to ``limit`` non-blank decodable lines from the start of a file, for format sniffing."""
+    lines: list[str] = []
+    seen = 0
+    problems: list[FileProblem] = []
+    for line in read_lines(path, problems):
+        seen += len(line.raw)
+        if line.text is not None and line.text.strip():
+            lines.append(line.text)
+        if len(lines) >= limit or seen > max_bytes:
+            break
+    return lines

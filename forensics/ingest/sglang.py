@@ -1,0 +1,231 @@
+"""SGLang engine logs, one file per node (log-formats.md §3).
+
+A file mixes JSON request-log lines and the scheduler's text lines. Every line becomes an engine
+event: recognised messages get their fields, anything else is kept as ``unknown`` with its raw
+text. The node is the file name's hostname (``{hostname}_{rank}.log``); the role comes from the
+line's ``type=`` field, else from the hostname.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from forensics.ingest.base import FileContext, Output, register
+from forensics.ingest.fields import RecordError, loads
+from forensics.ingest.timeparse import TimeError, to_micros
+
+TEXT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ?(.*)$", re.S)
+FILE_NAME = re.compile(r"^(?P<host>.+?)_(?P<rank>\d+)\.log$")
+
+STARTUP_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
+STARTUP_CONTEXT = re.compile(r"context_len=(\d+)")
+OVER_LIMIT = re.compile(
+    r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\).*?rid='([^']*)'", re.S
+)
+OVER_LIMIT_NO_RID = re.compile(r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)")
+EXCEEDS = re.compile(r"Request (\S+) exceeds the maximum number of tokens: (\d+) > (\d+)")
+REQ_TIME_STATS = re.compile(r"ReqTimeStats\(([^)]*)\)")
+CORRUPTION = re.compile(
+    r"Context corruption detected: Request (\S+) \(bootstrap_room=(\d+)\) received metadata from bootstrap_room=(\d+)"
+)
+RID_FIELD = re.compile(r"rid='([^']*)'")
+ROOM_FIELD = re.compile(r"bootstrap_room=(\d+)")
+KV_ERROR = re.compile(r"KVTransferError\(bootstrap_room=(\d+)\)")
+
+MAX_ROOM = 2**64 - 1
+
+
+def node_of(file_name: str) -> tuple[str, int | None]:
+    """Hostname and rank from ``{hostname}_{rank}.log`` (compression suffixes ignored)."""
+    name = file_name
+    for suffix in (".gz", ".zst"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    m = FILE_NAME.match(name)
+    if m:
+        return m.group("host"), int(m.group("rank"))
+    return (name[:-4] if name.endswith(".log") else name), None
+
+
+def role_of(host: str) -> str | None:
+    """``prefill`` or ``decode`` when the hostname says so."""
+    low = host.lower()
+    if "prefill" in low:
+        return "prefill"
+    if "decode" in low:
+        return "decode"
+    return None
+
+
+def _room(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        room = int(value)
+    except (TypeError, ValueError):
+        return None
+    return room if 0 <= room <= MAX_ROOM else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _kv_pairs(text: str) -> dict[str, str]:
+    pairs = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if sep:
+            pairs[key.strip()] = value.strip().strip("'\"")
+    return pairs
+
+
+class SGLangParser:
+    """Per-node SGLang logs: JSON request-log lines and scheduler text lines."""
+
+    name = "sglang"
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """Scheduler text lines or request.* JSON events."""
+        for text in lines[:10]:
+            if TEXT_LINE.match(text):
+                return True
+            if text.startswith("{"):
+                try:
+                    obj = loads(text)
+                except RecordError:
+                    continue
+                if isinstance(obj, dict) and str(obj.get("event", "")).startswith("request.") and "rid" in obj:
+                    return True
+        return False
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """Every line is an event; never quarantined for its content."""
+        host, rank = node_of(ctx.file_name)
+        row: dict[str, Any] = {
+            "node": host,
+            "rank": rank,
+            "role": role_of(host),
+            "event": "unknown",
+            "message": text,
+            "source_file": ctx.display_path,
+            "source_sha256": ctx.sha256,
+            "source_line": line_number,
+        }
+        if text.lstrip().startswith("{"):
+            self._json_line(text, row, ctx)
+        else:
+            self._text_line(text, row, ctx)
+        return "engine_events", row
+
+    def _time(self, value: Any, row: dict[str, Any], ctx: FileContext) -> None:
+        try:
+            micros, assumed = to_micros(value, ctx.zone)
+        except TimeError:
+            return
+        row["time"] = micros
+        if assumed:
+            row["zone_assumed"] = ctx.zone
+
+    def _json_line(self, text: str, row: dict[str, Any], ctx: FileContext) -> None:
+        try:
+            obj = loads(text)
+        except RecordError:
+            return  # kept as an unknown event with its raw text
+        if not isinstance(obj, dict):
+            return
+        self._time(obj.get("timestamp"), row, ctx)
+        event = obj.get("event")
+        if event == "request.received":
+            row["event"] = "request_received"
+        elif event == "request.finished":
+            row["event"] = "request_finished"
+        else:
+            return
+        rid = obj.get("rid")
+        req = obj.get("obj") if isinstance(obj.get("obj"), Mapping) else {}
+        out = obj.get("out") if isinstance(obj.get("out"), Mapping) else {}
+        meta = out.get("meta_info") if isinstance(out.get("meta_info"), Mapping) else {}
+        row["rid"] = rid if isinstance(rid, str) else (req.get("rid") if isinstance(req.get("rid"), str) else None)
+        row["bootstrap_room"] = _room(req.get("bootstrap_room"))
+        finish = meta.get("finish_reason")
+        if isinstance(finish, Mapping):
+            row["finish_reason"] = finish.get("type") if isinstance(finish.get("type"), str) else None
+        elif isinstance(finish, str):
+            row["finish_reason"] = finish
+        row["prompt_tokens"] = _int(meta.get("prompt_tokens"))
+        row["completion_tokens"] = _int(meta.get("completion_tokens"))
+        row["output_len"] = row["completion_tokens"]
+        if isinstance(out.get("text"), str):
+            row["output_text"] = out["text"]
+
+    def _text_line(self, text: str, row: dict[str, Any], ctx: FileContext) -> None:
+        m = TEXT_LINE.match(text)
+        if not m:
+            return
+        self._time(m.group(1), row, ctx)
+        row["tp"] = m.group(2)
+        msg = m.group(3)
+        if "max_total_num_tokens=" in msg:
+            total = STARTUP_TOTAL.search(msg)
+            context = STARTUP_CONTEXT.search(msg)
+            row["event"] = "startup"
+            row["max_total_num_tokens"] = int(total.group(1)) if total else None
+            row["context_len"] = int(context.group(1)) if context else None
+        elif "exceeds the maximum allowed length" in msg:
+            row["event"] = "over_limit"
+            m2 = OVER_LIMIT.search(msg) or OVER_LIMIT_NO_RID.search(msg)
+            if m2:
+                row["input_len"], row["limit"] = int(m2.group(1)), int(m2.group(2))
+                if m2.re is OVER_LIMIT:
+                    row["rid"] = m2.group(3)
+        elif (m2 := EXCEEDS.search(msg)) is not None:
+            row["event"] = "exceeds_max_tokens"
+            row["rid"], row["input_len"], row["limit"] = m2.group(1), int(m2.group(2)), int(m2.group(3))
+        elif (m2 := REQ_TIME_STATS.search(msg)) is not None:
+            kv = _kv_pairs(m2.group(1))
+            row["event"] = "req_time_stats"
+            row["rid"] = kv.get("rid")
+            row["bootstrap_room"] = _room(kv.get("bootstrap_room"))
+            row["input_len"] = _int(kv.get("input_len"))
+            row["output_len"] = _int(kv.get("output_len"))
+            if kv.get("type") in ("prefill", "decode"):
+                row["role"] = kv["type"]
+        elif (m2 := CORRUPTION.search(msg)) is not None:
+            row["event"] = "context_corruption"
+            row["rid"], row["bootstrap_room"], row["other_bootstrap_room"] = m2.group(1), _room(m2.group(2)), _room(m2.group(3))
+        elif "bootstrap failed" in msg:
+            row["event"] = "bootstrap_failed"
+            self._rid_room(msg, row)
+        elif "transfer failed" in msg:
+            row["event"] = "transfer_failed"
+            self._rid_room(msg, row)
+        elif (m2 := KV_ERROR.search(msg)) is not None:
+            row["event"] = "kv_transfer_error"
+            row["bootstrap_room"] = _room(m2.group(1))
+        elif msg.startswith("Prefill batch"):
+            row["event"] = "prefill_batch"
+            row["role"] = row["role"] or "prefill"
+        elif msg.startswith("Decode batch"):
+            row["event"] = "decode_batch"
+            row["role"] = row["role"] or "decode"
+
+    @staticmethod
+    def _rid_room(msg: str, row: dict[str, Any]) -> None:
+        rid = RID_FIELD.search(msg)
+        room = ROOM_FIELD.search(msg)
+        row["rid"] = rid.group(1) if rid else None
+        row["bootstrap_room"] = _room(room.group(1)) if room else None
+
+
+register(SGLangParser)

@@ -1,0 +1,142 @@
+"""Split request/response logs joined by ``request_id`` (log-formats.md §2).
+
+Each line becomes a half row (``split_request`` or ``split_response``); the case's finalise step
+joins the halves across files and flags the orphans on either side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from forensics import schema
+from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
+from forensics.ingest.fields import (
+    RecordError,
+    as_str,
+    chunks_text,
+    loads,
+    maybe_json,
+    opt_int,
+    opt_str,
+    req_str,
+    response_text,
+    time_field,
+)
+
+
+def _is_request(obj: Mapping[str, Any]) -> bool:
+    body = obj.get("body")
+    return "tenant_id" in obj or (isinstance(body, Mapping) and ("messages" in body or "prompt" in body))
+
+
+def _is_response(obj: Mapping[str, Any]) -> bool:
+    body = obj.get("body")
+    return "status_code" in obj or "chunks" in obj or (isinstance(body, Mapping) and ("choices" in body or "error" in body))
+
+
+class OpenAISplitParser:
+    """Request lines (tenant, body with messages) and response lines (status, body or chunks)."""
+
+    name = "openai-split"
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """request_id + timestamp with a request body or a response status/chunks."""
+        for text in lines[:5]:
+            try:
+                obj = loads(text)
+            except RecordError:
+                continue
+            if isinstance(obj, dict) and "request_id" in obj and "timestamp" in obj and (_is_request(obj) or _is_response(obj)):
+                return True
+        return False
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """One request or response line into a half row."""
+        try:
+            obj = loads(text)
+            if not isinstance(obj, dict):
+                raise RecordError(f"line is a JSON {type(obj).__name__}, expected an object")
+            if _is_request(obj):
+                row = self._request(obj, ctx)
+                kind = "split_request"
+            elif _is_response(obj):
+                row = self._response(obj, ctx)
+                kind = "split_response"
+            else:
+                raise RecordError("neither a request (tenant_id, body.messages) nor a response (status_code, body, chunks)")
+        except RecordError as exc:
+            return Quarantined(str(exc))
+        row.update(provenance(ctx, line_number, text, kind))
+        return "exchanges", row
+
+    def _request(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
+        request_id = req_str(obj, "request_id")
+        received, assumed = time_field(obj, "timestamp", ctx.zone)
+        field = "tenant_id" if ctx.tenant_field in ("auto", "", "tenant_id") else ctx.tenant_field
+        tenant_value = obj.get(field)
+        if tenant_value is None or tenant_value == "":
+            raise RecordError(f"missing required field {field!r}")
+        tenant = as_str(tenant_value, field)
+        body = maybe_json(obj.get("body"), "body")
+        if not isinstance(body, dict):
+            raise RecordError("missing required field 'body' (the chat request)")
+        nontext, n_messages = 0, 0
+        try:
+            if "messages" in body:
+                messages = maybe_json(body["messages"], "body.messages")
+                prompt, nontext = schema.render_messages(messages)
+                n_messages = len(messages)
+            elif "prompt" in body:
+                prompt, n_messages = schema.render_prompt(body["prompt"]), 1
+            else:
+                raise RecordError("body has neither 'messages' nor 'prompt'")
+        except TypeError as exc:
+            raise RecordError(f"body.{exc}") from None
+        row: dict[str, Any] = {
+            "request_id": request_id,
+            "tenant_id": tenant,
+            "tenant_field": field,
+            "user_id": opt_str(obj, "user_id"),
+            "model": opt_str(body, "model"),
+            "received_at": received,
+            "stream": body.get("stream") if isinstance(body.get("stream"), bool) else None,
+            "zone_assumed": ctx.zone if assumed else None,
+        }
+        row.update(prompt_fields(prompt, nontext, n_messages, None, ctx))
+        return row
+
+    def _response(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
+        request_id = req_str(obj, "request_id")
+        completed, assumed = time_field(obj, "timestamp", ctx.zone)
+        status_code = opt_int(obj.get("status_code"), "status_code")
+        if "chunks" in obj:
+            chunks = maybe_json(obj["chunks"], "chunks")
+            if not isinstance(chunks, list):
+                raise RecordError(f"chunks is a {type(chunks).__name__}, expected a list")
+            text, finish, usage = chunks_text(chunks)
+            stream = True
+        else:
+            text, finish, usage = response_text(obj.get("body"), "body")
+            stream = None
+        body = maybe_json(obj.get("body"), "body")
+        model = body.get("model") if isinstance(body, Mapping) and isinstance(body.get("model"), str) else None
+        failed = (status_code is not None and status_code >= 400) or (isinstance(body, Mapping) and "error" in body)
+        return {
+            "request_id": request_id,
+            "model_routed": model,
+            "completed_at": completed,
+            "status": "failure" if failed else "success",
+            "status_code": status_code,
+            "finish_reason": finish,
+            "stream": stream,
+            "response_text": text,
+            "response_truncated": False,
+            "reported_prompt_tokens": opt_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+            "reported_completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens"),
+            "completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens"),
+            "zone_assumed": ctx.zone if assumed else None,
+        }
+
+
+register(OpenAISplitParser)
