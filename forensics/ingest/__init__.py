@@ -66,17 +66,19 @@ def display_path(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
-def expand_inputs(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
+def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> list[tuple[Path, bool]]:
     """Files to read, each with whether it was named explicitly (not found in a folder).
 
-    Folders are walked recursively in sorted order; hidden files and folders are skipped.
+    Folders are walked recursively in sorted order; hidden files and folders are skipped, and so
+    is ``exclude`` (the case folder itself, when it lies inside an input folder).
     """
     files: list[tuple[Path, bool]] = []
+    skip = exclude.resolve() if exclude is not None else None
     for path in paths:
         path = Path(path)
         if path.is_dir():
             for root, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (Path(root) / d).resolve() != skip)
                 for name in sorted(names):
                     if not name.startswith("."):
                         files.append((Path(root) / name, False))
@@ -126,7 +128,7 @@ def ingest(
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None]] = []
-    for path, explicit in expand_inputs([Path(p) for p in paths]):
+    for path, explicit in expand_inputs([Path(p) for p in paths], exclude=c.root):
         sha = sha256_file(path)
         detected = fmt or sniff(path)
         if detected is None and explicit:

@@ -139,8 +139,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     con.execute(f"CREATE TEMP TABLE ranked AS {WINNERS_SQL}")
     for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
         duplicates[sha] += n
-    dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchone()[0]
-    superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchone()[0]
+    dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
+    superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
     winners: dict[str, set[int]] = {}
     for sha, line in con.execute("SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT LIKE 'split_%'").fetchall():
         winners.setdefault(sha, set()).add(line)
@@ -170,7 +170,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
                    count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL),
                    count(*) FILTER (WHERE reported_prompt_tokens_plausible = false)
             FROM read_parquet({_lit(c.table_path('exchanges'))})"""
-    ).fetchone()
+    ).fetchall()[0]
     rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible = stats
     models = con.execute(
         f"SELECT coalesce(model, '(none)'), count(*) FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 ORDER BY 2 DESC, 1"
@@ -180,7 +180,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     ).fetchall())
     collisions = con.execute(
         f"SELECT count(*) FROM (SELECT request_id FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1)"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if truncated:
         notes.append(f"{truncated} prompts are truncated in the logs (LiteLLM keeps head and tail of long strings): "
                      "their token counts are estimated from the truncation marker and matching sees only head and tail")
@@ -311,7 +311,7 @@ ORDER BY _file_ord, source_line, request_id
 
 def _split_joined(con: duckdb.DuckDBPyConnection) -> Any:
     """Joined split-log rows, in input order, as record batches of the exchanges schema."""
-    has_split = con.execute("SELECT count(*) FROM ranked WHERE record_kind LIKE 'split_%'").fetchone()[0]
+    has_split = con.execute("SELECT count(*) FROM ranked WHERE record_kind LIKE 'split_%'").fetchall()[0][0]
     if not has_split:
         return
     reader = con.sql(SPLIT_SQL).to_arrow_reader(READ_BATCH)

@@ -1,0 +1,50 @@
+"""Shared fixtures and the ``--update-golden`` switch.
+
+Golden files are regenerated with ``python -m pytest tests --update-golden`` (then review the
+diff before committing: a golden file is a claim about correct behaviour).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPORA = REPO.parent / "shared" / "corpora"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return value
+
+
+def table_rows(path: Path) -> list[dict[str, Any]]:
+    """A Parquet table as JSON-ready row dicts."""
+    return [{k: _plain(v) for k, v in row.items()} for row in pq.read_table(path).to_pylist()]
+
+
+def check_golden(actual: Any, golden: Path, update: bool) -> None:
+    """Compare ``actual`` with a golden JSON file, or rewrite it with --update-golden."""
+    text = json.dumps(actual, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    if update or not golden.exists():
+        golden.write_text(text, encoding="utf-8")
+        if not update:
+            pytest.fail(f"golden file {golden} was missing and has been written; review and commit it")
+        return
+    expected = json.loads(golden.read_text(encoding="utf-8"))
+    assert json.loads(text) == expected, f"output differs from {golden} (regenerate with --update-golden and review)"
