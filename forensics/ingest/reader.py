@@ -15,7 +15,7 @@ import io
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -62,14 +62,55 @@ def compression_of(path: Path) -> str | None:
     return None
 
 
+class _ZstdRaw(io.RawIOBase):
+    """A zstd stream over several frames that, unlike zstandard's stream_reader, notices when
+    the input ends inside a frame (a truncated file) and raises instead of ending quietly."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._pending = b""
+        self._offset = 0
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._offset >= len(self._pending):
+            self._pending, self._offset = b"", 0
+            chunk = self._raw.read(CHUNK)
+            if not chunk:
+                if self._in_frame:
+                    raise zstandard.ZstdError("input ended inside a zstd frame")
+                return 0
+            while chunk:
+                self._in_frame = True
+                self._pending += self._obj.decompress(chunk)
+                if self._obj.eof:
+                    self._in_frame = False
+                    chunk = self._obj.unused_data
+                    self._obj = self._dctx.decompressobj()
+                else:
+                    chunk = b""
+        n = min(len(buffer), len(self._pending) - self._offset)
+        buffer[:n] = memoryview(self._pending)[self._offset:self._offset + n]
+        self._offset += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def _open(path: Path) -> BinaryIO:
     kind = compression_of(path)
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
     if kind == "gzip":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if kind == "zstd":
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(reader, buffer_size=CHUNK)  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdRaw(raw), buffer_size=CHUNK)  # type: ignore[return-value]
     return raw
 
 

@@ -1,0 +1,185 @@
+"""Bad input of every kind: a quarantine row or one clear error, never a traceback or a lost line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from forensics import api
+from forensics.errors import InputError
+
+GOOD = {
+    "request_id": "r-1", "timestamp": "2026-08-30T03:12:09Z", "tenant_id": "acct-1",
+    "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello there"}]},
+}
+
+
+def good(i: int, **changes: object) -> str:
+    rec = {**GOOD, "request_id": f"r-{i}", **changes}
+    return json.dumps(rec)
+
+
+def ingest_lines(tmp_path: Path, lines: list[str] | bytes, name: str = "requests.jsonl", **kw: object) -> tuple[dict, list[dict]]:
+    path = tmp_path / name
+    data = lines if isinstance(lines, bytes) else ("\n".join(lines) + "\n").encode()
+    path.write_bytes(data)
+    result = api.ingest(tmp_path / "case", [path], fmt=kw.get("fmt", "openai-split"))  # type: ignore[arg-type]
+    entry = result.manifest["files"][0]
+    quarantine = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    return entry, quarantine
+
+
+def reconciles(entry: dict) -> bool:
+    return entry["lines"] == entry["ingested"] + entry["quarantined"] + entry["blank"] + entry["duplicate"]
+
+
+def test_invalid_json_is_quarantined_with_line(tmp_path: Path) -> None:
+    entry, q = ingest_lines(tmp_path, [good(1), '{"request_id": "r-2", ', good(3)])
+    assert (entry["ingested"], entry["quarantined"]) == (2, 1)
+    assert q[0]["source_line"] == 2 and "invalid JSON" in q[0]["reason"] and q[0]["source_file"].endswith("requests.jsonl")
+    assert q[0]["excerpt"].startswith('{"request_id": "r-2"')
+    assert reconciles(entry)
+
+
+def test_truncated_gzip_keeps_lines_before_and_reports_file(tmp_path: Path) -> None:
+    blob = gzip.compress(("\n".join(good(i) for i in range(200)) + "\n").encode())
+    path = tmp_path / "requests.jsonl.gz"
+    path.write_bytes(blob[: len(blob) // 2])
+    result = api.ingest(tmp_path / "case", [path], fmt="openai-split")
+    entry = result.manifest["files"][0]
+    assert 0 < entry["ingested"] < 200
+    assert entry["problems"] and "truncated" in entry["problems"][0]
+    q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert any("gzip stream is truncated" in r["reason"] for r in q)
+    assert reconciles(entry)
+    assert any("damaged" in n for n in result.manifest["notes"])
+
+
+def test_truncated_zstd(tmp_path: Path) -> None:
+    blob = zstandard.ZstdCompressor().compress(("\n".join(good(i) for i in range(500)) + "\n").encode())
+    path = tmp_path / "requests.jsonl.zst"
+    path.write_bytes(blob[: len(blob) - 40])
+    result = api.ingest(tmp_path / "case", [path], fmt="openai-split")
+    entry = result.manifest["files"][0]
+    assert entry["problems"] and "zstd" in entry["problems"][0]
+    assert reconciles(entry)
+
+
+def test_compressed_files_read_transparently_and_sniffed(tmp_path: Path) -> None:
+    text = ("\n".join(good(i) for i in range(5)) + "\n").encode()
+    (tmp_path / "a.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "b.zst").write_bytes(zstandard.ZstdCompressor().compress(text.replace(b'"r-', b'"z-')))
+    result = api.ingest(tmp_path / "case", [tmp_path / "a.gz", tmp_path / "b.zst"])
+    assert [f["format"] for f in result.manifest["files"]] == ["openai-split", "openai-split"]
+    assert result.manifest["tables"]["exchanges"] == 10
+
+
+def test_invalid_utf8_line(tmp_path: Path) -> None:
+    data = (good(1) + "\n").encode() + b'{"request_id": "r-\xff\xfe"}\n' + (good(3) + "\n").encode()
+    entry, q = ingest_lines(tmp_path, data)
+    assert entry["quarantined"] == 1 and q[0]["source_line"] == 2 and "UTF-8" in q[0]["reason"]
+    assert "\\xff" in q[0]["excerpt"]
+
+
+def test_bom_and_crlf(tmp_path: Path) -> None:
+    data = b"\xef\xbb\xbf" + (good(1) + "\r\n" + good(2) + "\r\n").encode()
+    entry, q = ingest_lines(tmp_path, data)
+    assert (entry["ingested"], entry["quarantined"]) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (json.dumps({k: v for k, v in GOOD.items() if k != "request_id"}), "missing required field 'request_id'"),
+        (json.dumps({**GOOD, "tenant_id": ""}), "missing required field 'tenant_id'"),
+        (json.dumps({**GOOD, "request_id": {"a": 1}}), "expected a string"),
+        (json.dumps({**GOOD, "timestamp": "yesterday at noon"}), "timestamp"),
+        (json.dumps({**GOOD, "body": {"model": "m", "messages": "not a list"}}), "messages"),
+        (json.dumps({**GOOD, "body": {"model": "m", "messages": [{"role": "user", "content": 42}]}}), "content is a int"),
+        ("[1, 2, 3]", "expected an object"),
+    ],
+    ids=["missing-id", "empty-tenant", "wrong-type-id", "bad-time", "messages-not-list", "content-int", "array"],
+)
+def test_bad_records_are_quarantined(tmp_path: Path, line: str, reason: str) -> None:
+    entry, q = ingest_lines(tmp_path, [good(1), line])
+    assert entry["quarantined"] == 1 and entry["ingested"] == 1
+    assert reason in q[0]["reason"] and q[0]["source_line"] == 2
+    assert reconciles(entry)
+
+
+def test_wrong_type_token_count_in_litellm(tmp_path: Path) -> None:
+    rec = {"request_id": "x", "startTime": "2026-08-29T10:00:00Z", "team_id": "t", "call_type": "acompletion",
+           "api_key": "k", "prompt_tokens": "many", "messages": [{"role": "user", "content": "hi"}]}
+    entry, q = ingest_lines(tmp_path, [json.dumps(rec)], name="spend.jsonl", fmt="litellm")
+    assert entry["quarantined"] == 1 and "prompt_tokens" in q[0]["reason"]
+
+
+def test_huge_single_line_is_ingested(tmp_path: Path) -> None:
+    big = "lorem ipsum dolor sit amet " * 800_000  # ~21 MB of prompt on one line
+    entry, q = ingest_lines(tmp_path, [good(1, body={"model": "glm-5.3", "messages": [{"role": "user", "content": big}]})])
+    assert entry["ingested"] == 1 and not q
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["prompt_chars", "prompt_tokens"]).to_pylist()
+    assert rows[0]["prompt_chars"] > 20_000_000
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    result = api.ingest(tmp_path / "case", [path], fmt="litellm")
+    assert result.manifest["files"][0]["lines"] == 0 and result.manifest["tables"]["exchanges"] == 0
+
+
+def test_folder_with_unrelated_files(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(good(1) + "\n")
+    (logs / "notes.txt").write_text("shopping list: milk, eggs\n")
+    (logs / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (logs / ".DS_Store").write_bytes(b"\x00\x01")
+    result = api.ingest(tmp_path / "case", [logs])
+    statuses = {Path(f["path"]).name: f["status"] for f in result.manifest["files"]}
+    assert statuses == {"requests.jsonl": "ingested", "notes.txt": "skipped: format not recognised",
+                        "image.png": "skipped: format not recognised"}
+    q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert sorted(Path(r["source_file"]).name for r in q) == ["image.png", "notes.txt"]
+    assert result.manifest["tables"]["exchanges"] == 1
+
+
+def test_explicit_file_of_unknown_format_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(InputError) as exc:
+        api.ingest(tmp_path / "case", [path])
+    assert "notes.txt" in str(exc.value) and "--format" in str(exc.value)
+    assert not (tmp_path / "case" / "exchanges.parquet").exists()
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    for args in (["ingest", "--case", str(tmp_path / "c"), str(path)],
+                 ["ingest", "--case", str(tmp_path / "c"), str(tmp_path / "missing.jsonl")],
+                 ["ingest", "--case", str(tmp_path / "c"), "--format", "nope", str(path)]):
+        proc = subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stderr.startswith("error: "), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_zone_less_times_read_in_configured_zone(tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_text(good(1, timestamp="2026-08-30T12:00:00") + "\n")
+    cfg = api.make_config(timezone="Europe/Berlin")
+    result = api.ingest(tmp_path / "case", [path], config=cfg)
+    row = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()[0]
+    assert row["received_at"].isoformat() == "2026-08-30T10:00:00+00:00"
+    assert row["zone_assumed"] == "Europe/Berlin"
+    assert result.manifest["zone_assumed_rows"] == 1
+    assert any("Europe/Berlin" in n for n in result.manifest["notes"])

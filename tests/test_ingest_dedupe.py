@@ -1,0 +1,140 @@
+"""Nothing counted twice, nothing lost: re-ingest, overlapping exports, and reconciliation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics import api
+
+
+def spend(i: int, tenant: str = "team-a", prompt: str = "hello world", **extra: object) -> str:
+    rec = {
+        "request_id": f"chatcmpl-{i}", "call_type": "acompletion", "api_key": "k", "spend": 0.0,
+        "startTime": f"2026-08-29T10:{i % 60:02d}:00Z", "endTime": f"2026-08-29T10:{i % 60:02d}:05Z",
+        "model": "openai/glm-5.3", "model_group": "glm-5.3", "team_id": tenant, "status": "success",
+        "proxy_server_request": {"messages": [{"role": "user", "content": prompt}]},
+        "response": {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}]},
+        **extra,
+    }
+    return json.dumps(rec)
+
+
+def rows(case: Path) -> list[dict]:
+    return pq.read_table(case / "exchanges.parquet").to_pylist()
+
+
+def test_same_file_twice_is_read_once(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(spend(i) for i in range(10)) + "\n")
+    case = tmp_path / "case"
+    first = api.ingest(case, [path])
+    before = (case / "exchanges.parquet").read_bytes()
+    second = api.ingest(case, [path, path])
+    assert [f["status"] for f in second.run_files] == ["already ingested (same SHA-256)"] * 2
+    assert (case / "exchanges.parquet").read_bytes() == before
+    assert second.manifest["tables"] == first.manifest["tables"]
+
+
+def test_overlapping_exports_count_each_request_once(tmp_path: Path) -> None:
+    a, b = tmp_path / "week1.jsonl", tmp_path / "week1-2.jsonl"
+    a.write_text("\n".join(spend(i) for i in range(0, 10)) + "\n")
+    b.write_text("\n".join(spend(i) for i in range(5, 15)) + "\n")
+    result = api.ingest(tmp_path / "case", [a, b])
+    assert len(rows(tmp_path / "case")) == 15
+    by_name = {Path(f["path"]).name: f for f in result.manifest["files"]}
+    assert by_name["week1.jsonl"]["duplicate"] + by_name["week1-2.jsonl"]["duplicate"] == 5
+    assert result.manifest["reconciled"]
+
+
+def test_ingest_order_does_not_change_output(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(spend(i) for i in range(0, 6)) + "\n")
+    b.write_text("\n".join(spend(i) for i in range(3, 9)) + "\n")
+    api.ingest(tmp_path / "c1", [a, b])
+    api.ingest(tmp_path / "c2", [b])
+    api.ingest(tmp_path / "c2", [a])
+    assert (tmp_path / "c1" / "exchanges.parquet").read_bytes() == (tmp_path / "c2" / "exchanges.parquet").read_bytes()
+
+
+def test_full_text_wins_over_truncated_spend_log(tmp_path: Path) -> None:
+    long_text = "clause " * 3000
+    truncated = long_text[:716] + "... (litellm_truncated skipped 17952 chars. Truncation is a DB storage safeguard.) ..." + long_text[-1332:]
+    spend_log = tmp_path / "spend.jsonl"
+    spend_log.write_text(spend(1, prompt=truncated) + "\n")
+    payload = tmp_path / "callbacks.jsonl"
+    payload.write_text(json.dumps({
+        "id": "chatcmpl-1", "call_type": "acompletion", "startTime": 1787997000.0, "endTime": 1787997005.0,
+        "model": "glm-5.3", "model_group": "glm-5.3", "messages": [{"role": "user", "content": long_text}],
+        "response": {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+        "metadata": {"user_api_key_team_id": "team-a"},
+    }) + "\n")
+    result = api.ingest(tmp_path / "case", [spend_log, payload])
+    (row,) = rows(tmp_path / "case")
+    assert row["prompt_truncated"] is False and row["prompt_text"].endswith(long_text)
+    assert result.manifest["superseded_variants"] == 1
+
+
+def test_truncated_prompt_length_is_reconstructed(tmp_path: Path) -> None:
+    long_text = "x" * 20000
+    truncated = long_text[:716] + "... (litellm_truncated skipped 17952 chars. Truncation is a DB storage safeguard.) ..." + long_text[-1332:]
+    path = tmp_path / "spend.jsonl"
+    path.write_text(spend(1, prompt=truncated) + "\n")
+    api.ingest(tmp_path / "case", [path])
+    (row,) = rows(tmp_path / "case")
+    assert row["prompt_truncated"] is True
+    assert row["prompt_chars"] == len("<|user|>\n") + 20000
+
+
+def test_same_request_id_from_two_tenants_is_kept_apart(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text(spend(1, tenant="team-a") + "\n" + spend(1, tenant="team-b") + "\n")
+    result = api.ingest(tmp_path / "case", [path])
+    assert sorted(r["tenant_id"] for r in rows(tmp_path / "case")) == ["team-a", "team-b"]
+    assert result.manifest["request_id_collisions"] == 1
+
+
+def test_overlapping_engine_logs_count_events_once(tmp_path: Path) -> None:
+    lines = [
+        "[2026-08-29 10:00:00 TP0] Decode batch, #running-req: 1",
+        "[2026-08-29 10:00:00 TP0] Decode batch, #running-req: 1",  # a genuine repeat in one file
+        "[2026-08-29 10:00:01 TP0] Decode batch, #running-req: 2",
+    ]
+    d1, d2 = tmp_path / "x" / "decode-1_0.log", tmp_path / "y" / "decode-1_0.log"
+    for d in (d1, d2):
+        d.parent.mkdir()
+    d1.write_text("\n".join(lines[:2]) + "\n")
+    d2.write_text("\n".join(lines) + "\n")
+    result = api.ingest(tmp_path / "case", [d1, d2])
+    assert result.manifest["tables"]["engine_events"] == 3
+    assert result.manifest["reconciled"]
+
+
+LINE = st.one_of(
+    st.integers(0, 40).map(lambda i: ("good", spend(i))),
+    st.sampled_from(["", "   ", "\t"]).map(lambda s: ("blank", s)),
+    st.text(max_size=30).filter(lambda s: s.strip() and "\n" not in s and "\r" not in s).map(lambda s: ("bad", "{" + s)),
+    st.sampled_from(['{"request_id": 5}', '{"id": null}', "[]", "null", '"text"']).map(lambda s: ("bad", s)),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(LINE, max_size=40))
+def test_any_mix_of_lines_reconciles(tmp_path_factory, lines) -> None:  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("mix")
+    path = tmp / "spend.jsonl"
+    path.write_text("".join(text + "\n" for _, text in lines), encoding="utf-8")
+    result = api.ingest(tmp / "case", [path], fmt="litellm")
+    (entry,) = result.manifest["files"]
+    goods = [text for kind, text in lines if kind == "good"]
+    assert entry["lines"] == len(lines)
+    assert entry["blank"] == sum(kind == "blank" for kind, _ in lines)
+    assert entry["ingested"] == len(set(goods))
+    assert entry["duplicate"] == len(goods) - len(set(goods))
+    assert entry["quarantined"] == sum(kind == "bad" for kind, _ in lines)
+    assert entry["lines"] == entry["ingested"] + entry["quarantined"] + entry["blank"] + entry["duplicate"]
+    assert result.manifest["tables"]["exchanges"] == len(set(goods))
