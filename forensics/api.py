@@ -12,6 +12,8 @@ from forensics.config import CaseConfig, load_case_file
 
 # Stage functions, re-exported so callers need one import.
 from forensics.ingest import IngestResult, ingest  # noqa: F401
+from forensics.report import ReportResult, VerifyResult, report, verify  # noqa: F401
+from forensics.run import RunResult, run  # noqa: F401
 
 # @@api@@
 

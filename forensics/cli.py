@@ -173,6 +173,85 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 # @@report@@
 
 
+@app.command()
+def report(
+    case: Path = typer.Option(..., "--case", help="Case folder that has been scanned and matched."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Write the notification list, packets, summary and manifest; exit 1 when anyone must be told."""
+    from forensics import api
+
+    cfg = api.make_config(config) if config is not None else None
+    result = api.report(case, cfg, out_dir, progress=_progress(quiet))
+    if as_json:
+        _emit_json(result.summary())
+    else:
+        _render_report(result.summary())
+    return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None = None) -> None:
+    if stages:
+        table = Table(title="stages", title_justify="left")
+        for col in ("stage", "rows", "what", "seconds"):
+            table.add_column(col, justify="left" if col in ("stage", "what") else "right")
+        for s in stages:
+            table.add_row(s["stage"], "-" if s["rows"] is None else str(s["rows"]), s["note"], f"{s['seconds']:.2f}")
+        out.print(table)
+    table = Table(title="customers to notify", title_justify="left")
+    for col in ("role", "confirmed", "probable", "possible"):
+        table.add_column(col, justify="left" if col == "role" else "right")
+    for role in ("exposed", "recipient"):
+        tiers = summary["by_role_and_tier"].get(role, {})
+        table.add_row(role, *(str(tiers.get(t, 0)) for t in ("confirmed", "probable", "possible")))
+    out.print(table)
+    out.print(
+        f"suspect responses: {summary['suspects']}  cross-tenant findings: {summary['cross_tenant_findings']}  "
+        f"packets: {summary['packets']}"
+    )
+    out.print(f"report written to {summary['report']}", markup=False)
+
+
+@app.command()
+def run(
+    config_or_log_dir: Path = typer.Argument(..., help="A case file (TOML), or a log folder that holds one."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Ingest, scan, match and report in one command; exit 0 when nothing was found, 1 when something was."""
+    from forensics import api
+
+    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet))
+    if as_json:
+        _emit_json(result.summary())
+    else:
+        _render_report(result.report.summary(), result.stages)
+    return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+@app.command()
+def verify(
+    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="Folder the input paths are relative to, if moved."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> int:
+    """Re-hash a report's inputs and outputs against its manifest; exit 1 on any drift."""
+    from forensics import api
+
+    result = api.verify(report_dir, inputs)
+    if as_json:
+        _emit_json(result.summary())
+    else:
+        for d in result.drift:
+            out.print(f"drift: {d}", markup=False)
+        out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} files checked, {len(result.drift)} differ", markup=False)
+    return EXIT_CLEAN if result.ok else EXIT_FINDINGS
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:

@@ -1,0 +1,245 @@
+"""Report stage: notification list, per-customer packets, incident summary, audit manifest.
+
+``report(case, config, out)`` reads the case folder (exchanges, quarantine, suspects, evidence,
+scan.json, match.json, the ingest manifest) and writes ``OUT/<case name>/`` as in
+spec/outputs.md. Every file is private (0600, folders 0700) and byte-identical for the same
+inputs and parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from forensics.case import Case
+from forensics.config import CaseConfig, load_saved
+from forensics.errors import CaseError
+from forensics.progress import Reporter, reporter
+from forensics.report import data as case_data
+from forensics.report import manifest, notices, safe, summary
+from forensics.report.manifest import VerifyResult, verify
+from forensics.report.severity import default_classifier, patterns_text
+
+__all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "verify"]
+
+SUSPECT_COLUMNS = ("request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons")
+EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
+                    "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end",
+                    "source_start", "source_end", "rarity")
+#: Sub-folders of the report folder that this stage owns and rebuilds on every run.
+OWNED_DIRS = ("packets", "plots")
+#: Top-level entries of the report folder that are not report outputs (the run's case folder).
+NOT_OUTPUTS = {"case"}
+
+
+@dataclasses.dataclass
+class ReportResult:
+    """What the report stage wrote."""
+
+    report_dir: Path
+    notices: list[notices.Notice]
+    suspects: int
+    findings: int
+    cross_tenant_findings: int
+    packets: list[str]
+    outputs: list[dict[str, Any]]
+
+    @property
+    def has_findings(self) -> bool:
+        """Whether anyone must be notified (any suspect response or finding)."""
+        return bool(self.notices)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary for the CLI."""
+        tiers: dict[str, dict[str, int]] = {}
+        for n in self.notices:
+            tiers.setdefault(n.role, {}).setdefault(n.tier, 0)
+            tiers[n.role][n.tier] += 1
+        return {
+            "report": str(self.report_dir), "suspects": self.suspects, "findings": self.findings,
+            "cross_tenant_findings": self.cross_tenant_findings,
+            "customers_exposed": sum(1 for n in self.notices if n.role == "exposed"),
+            "customers_recipient": sum(1 for n in self.notices if n.role == "recipient"),
+            "by_role_and_tier": tiers, "packets": len(self.packets), "outputs": len(self.outputs),
+        }
+
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
+
+
+def report_dir_for(out: Path, case_name: str) -> Path:
+    """``OUT/<case name>``; a name unfit for a folder gets a sanitised, hashed form."""
+    name = case_name if _PLAIN_NAME.match(case_name) and ".." not in case_name else safe.safe_name(case_name)
+    return Path(out) / name
+
+
+def _queries_root() -> Path | None:
+    pkg = Path(__file__).resolve().parent.parent
+    for cand in (pkg / "_queries", pkg.parent / "queries"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def _query_hashes() -> list[dict[str, str]]:
+    root = _queries_root()
+    if root is None:
+        return []
+    return [{"path": p.relative_to(root).as_posix(), "sha256": safe.sha256_file(p)} for p in sorted(root.rglob("*.sql"))]
+
+
+def _table_csv(case_dir: Path, name: str, columns: tuple[str, ...], order: str) -> bytes:
+    """A stage CSV rebuilt from its Parquet table when the stage left none."""
+    con = Case(case_dir).connect()
+    try:
+        rows = con.execute(f"SELECT {', '.join(columns)} FROM {name} ORDER BY {order}").fetchall()
+    finally:
+        con.close()
+    return safe.csv_bytes(columns, [[case_data.iso(v) if hasattr(v, "astimezone") else v for v in r] for r in rows])
+
+
+def _copy_stage_csv(case_dir: Path, report_dir: Path, name: str, columns: tuple[str, ...], order: str) -> bytes:
+    src = case_dir / f"{name}.csv"
+    if src.is_file():
+        safe.copy_file(src, report_dir / f"{name}.csv")
+        return src.read_bytes()
+    data = _table_csv(case_dir, name, columns, order)
+    safe.write_bytes(report_dir / f"{name}.csv", data)
+    return data
+
+
+def _inputs_root(cfg: CaseConfig, files: list[dict[str, Any]]) -> Path:
+    if cfg.file is not None:
+        return Path(cfg.file).resolve().parent
+    paths = [Path(f.get("path") or f.get("file")).resolve().parent for f in files if f.get("path") or f.get("file")]
+    paths += [Path(i.path).resolve() if Path(i.path).is_dir() else Path(i.path).resolve().parent for i in cfg.inputs]
+    if not paths:
+        return Path.cwd()
+    return Path(os.path.commonpath([str(p) for p in paths]))
+
+
+def _ingest_files(man: dict[str, Any]) -> list[dict[str, Any]]:
+    for key in ("files", "inputs"):
+        v = man.get(key)
+        if isinstance(v, list):
+            return [f for f in v if isinstance(f, dict)]
+        if isinstance(v, dict):  # keyed by path
+            return [dict(f, path=f.get("path", k)) for k, f in v.items() if isinstance(f, dict)]
+    return []
+
+
+def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
+    con = Case(case_dir).connect()
+    try:
+        rows = con.execute(
+            "SELECT source_file, min(t), max(t) FROM ("
+            " SELECT source_file, received_at AS t FROM exchanges UNION ALL"
+            " SELECT response_source_file, completed_at FROM exchanges WHERE response_source_file IS NOT NULL UNION ALL"
+            " SELECT source_file, time FROM engine_events) WHERE source_file IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        span = [case_data.iso(r[1]), case_data.iso(r[2])]
+        out[str(r[0])] = out[str(Path(r[0]).resolve())] = span
+    return out
+
+
+def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None) -> ReportResult:
+    """Write the report folder ``OUT/<case name>/`` for a case that has been scanned and matched."""
+    case = Path(case)
+    if config is None:
+        if not (case / "config.json").is_file():
+            raise CaseError("the case has no config.json", file=case, fix="run `forensics ingest` first or give --config")
+        config = load_saved(case / "config.json")
+    task = reporter(progress).task("report", total=6)
+    classifier = default_classifier()
+    data = case_data.load(case, classifier, config.models)
+    task.advance()
+
+    report_dir = report_dir_for(out, config.name)
+    safe.private_dir(Path(out))
+    safe.private_dir(report_dir)
+    for sub in OWNED_DIRS:  # a tenant notified last run but not now must not keep a stale packet
+        if (report_dir / sub).is_dir():
+            shutil.rmtree(report_dir / sub)
+
+    _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at, request_id")
+    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS, "recipient_request_id, source_request_id")
+
+    rows = notices.build_notices(data, classifier)
+    safe.write_bytes(report_dir / "notifications.csv", safe.csv_bytes(notices.NOTIFICATION_COLUMNS, [n.csv_row() for n in rows]))
+    # The reference key is the evidence itself: stable for the same evidence, unknown to customers.
+    refs = notices.references(data.findings, hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest())
+    safe.write_bytes(report_dir / "references.csv", safe.csv_bytes(
+        ("reference", "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"),
+        [[refs[f.finding_id], f.finding_id, f.row["recipient_request_id"], f.recipient_tenant, f.row["source_request_id"],
+          f.source_tenant] for f in data.findings],
+    ))
+    task.advance()
+    packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier)
+    task.advance()
+
+    svgs = summary.build_plots(config, data, rows)
+    plots_dir = safe.private_dir(report_dir / "plots")
+    for pid, svg in svgs.items():
+        safe.write_text(plots_dir / f"{pid}.svg", svg)
+    secs = summary.sections(config, data, rows)
+    title = f"Incident summary: {config.name}"
+    safe.write_text(report_dir / "summary.md", summary.render_md(title, secs))
+    safe.write_text(report_dir / "summary.html", summary.render_html(title, secs, svgs))
+    task.advance()
+
+    files = _ingest_files(data.ingest_manifest)
+    root = _inputs_root(config, files)
+    inputs = manifest.input_entries(files, root, _time_ranges(case))
+    cfg_json = config.to_json()
+    # Absolute input paths would differ per clone: record them relative to the inputs root.
+    cfg_json["values"]["inputs"] = [
+        {"path": Path(_rel_or_self(i.path, root)).as_posix(), "format": i.format} for i in config.inputs
+    ]
+    if cfg_json["values"].get("tokenizer"):
+        cfg_json["values"]["tokenizer"] = _rel_or_self(Path(cfg_json["values"]["tokenizer"]), root)
+    body: dict[str, Any] = {
+        "case": config.name,
+        "inputs_root": Path(_rel(root, report_dir)).as_posix(),
+        "inputs": inputs,
+        "reconciliation": {k: v for k, v in data.ingest_manifest.items() if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer")},
+        "parameters": {"case": cfg_json, "scan": data.scan_info.get("parameters", {}),
+                       "match": data.match_info.get("parameters", {}), "report": config.section("report")},
+        "stage_records": {"scan": data.scan_info, "match": data.match_info},
+        "queries": _query_hashes(),
+        "severity_patterns": {"path": "forensics/report/patterns/severity.toml",
+                              "sha256": safe.sha256_bytes(patterns_text().encode("utf-8"))},
+        "versions": manifest.versions(),
+        "counts": data.counts | {"suspects": len(data.suspects), "findings": len(data.findings),
+                                 "notifications": len(rows), "packets": len(packets)},
+    }
+    if config.file is not None and Path(config.file).is_file():
+        body["case_file"] = {"path": _rel_or_self(Path(config.file), root), "sha256": safe.sha256_file(Path(config.file))}
+    written = manifest.write(report_dir, body, NOT_OUTPUTS)
+    task.advance()
+    task.close()
+    cross = sum(1 for f in data.findings if f.cross_tenant)
+    return ReportResult(report_dir, rows, len(data.suspects), len(data.findings), cross, packets, written["outputs"])
+
+
+def _rel(path: Path, start: Path) -> str:
+    return os.path.relpath(Path(path).resolve(), Path(start).resolve())
+
+
+def _rel_or_self(path: Path, root: Path) -> str:
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(_rel(p, root)).as_posix()
+

@@ -1,0 +1,233 @@
+"""What the report reads from a case folder, gathered once: suspects, findings and their text.
+
+Only the text of the evidence spans is pulled out of the (possibly huge) exchanges table, by
+DuckDB ``substring`` on code points, which matches the character offsets of schema.EVIDENCE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from forensics import schema
+from forensics.case import Case
+from forensics.errors import CaseError
+from forensics.report.severity import Classifier, Hit
+
+TIER_RANK = {t: i for i, t in enumerate(schema.TIERS)}
+
+
+def best_tier(tiers: Iterable[str | None]) -> str:
+    """The highest of ``tiers`` (confirmed > probable > possible); ``possible`` when empty."""
+    known = [t for t in tiers if t in TIER_RANK]
+    return min(known, key=TIER_RANK.__getitem__, default="possible")
+
+
+def iso(t: dt.datetime | None) -> str:
+    """UTC ISO 8601 with ``Z`` ("" for unknown)."""
+    if t is None:
+        return ""
+    t = t.astimezone(dt.timezone.utc)
+    text = t.strftime("%Y-%m-%dT%H:%M:%S")
+    if t.microsecond:
+        text += f".{t.microsecond:06d}"
+    return text + "Z"
+
+
+@dataclasses.dataclass
+class Suspect:
+    """One suspect response as the scan stage wrote it."""
+
+    request_id: str
+    tenant_id: str
+    model: str
+    received_at: dt.datetime | None
+    completed_at: dt.datetime | None
+    prompt_tokens: int | None
+    prompt_tokens_source: str
+    reasons: list[str]
+    borderline: bool
+    engine_signature: bool
+
+
+@dataclasses.dataclass
+class Finding:
+    """One evidence row with the text of both spans and their severity hits."""
+
+    row: dict[str, Any]
+    recipient_span: str
+    source_span: str
+    recipient_hits: list[Hit]
+    source_hits: list[Hit]
+    recipient_received_at: dt.datetime | None
+    source_received_at: dt.datetime | None
+    source_is_suspect: bool
+
+    @property
+    def finding_id(self) -> str:
+        return str(self.row["finding_id"])
+
+    @property
+    def cross_tenant(self) -> bool:
+        """Only cross-tenant findings expose anyone (same-tenant overlap is no leak)."""
+        return self.row.get("relation") in (None, "cross_tenant") and self.recipient_tenant != self.source_tenant
+
+    @property
+    def recipient_tenant(self) -> str:
+        return self.row.get("recipient_tenant_id") or ""
+
+    @property
+    def source_tenant(self) -> str:
+        return self.row.get("source_tenant_id") or ""
+
+    @property
+    def tier(self) -> str:
+        return self.row.get("tier") or "possible"
+
+
+@dataclasses.dataclass
+class CaseData:
+    """Everything the report needs from the case folder."""
+
+    root: Path
+    suspects: list[Suspect]
+    findings: list[Finding]
+    counts: dict[str, Any]
+    scan_info: dict[str, Any]
+    match_info: dict[str, Any]
+    ingest_manifest: dict[str, Any]
+    daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
+    prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
+    quarantine_reasons: list[tuple[str, int]]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CaseError(f"cannot read {path.name} ({exc})", file=path, fix="re-run the stage that writes it") from None
+    return data if isinstance(data, dict) else {}
+
+
+def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
+    """Read the case folder's stage outputs (scan and match must have run)."""
+    case = Case(case_dir)
+    if not case_dir.is_dir():
+        raise CaseError("case folder not found", file=case_dir, fix="give the folder that `forensics ingest --case` wrote")
+    case.require("suspects", "scan")
+    case.require("evidence", "match")
+    con = case.connect()
+    try:
+        suspects = [
+            Suspect(
+                request_id=r[0], tenant_id=r[1] or "", model=r[2] or "", received_at=r[3], completed_at=r[4],
+                prompt_tokens=r[5], prompt_tokens_source=r[6] or "unknown",
+                reasons=sorted(x for x in (r[7] or "").split(";") if x), borderline=bool(r[8]), engine_signature=bool(r[9]),
+            )
+            for r in con.execute(
+                "SELECT request_id, tenant_id, model, received_at, completed_at, prompt_tokens, prompt_tokens_source,"
+                " reasons, borderline, engine_signature FROM suspects ORDER BY received_at NULLS LAST, request_id"
+            ).fetchall()
+        ]
+        suspect_ids = {s.request_id for s in suspects}
+        cols = schema.EVIDENCE.names
+        sql = f"""
+            SELECT {', '.join('e.' + c for c in cols)},
+              substring(r.response_text, e.recipient_start + 1, e.recipient_end - e.recipient_start) AS recipient_span,
+              substring(CASE WHEN e.source_kind = 'response' THEN s.response_text ELSE s.prompt_text END,
+                        e.source_start + 1, e.source_end - e.source_start) AS source_span,
+              r.received_at AS recipient_received_at, s.received_at AS source_received_at
+            FROM evidence e
+            LEFT JOIN exchanges r ON r.request_id = e.recipient_request_id
+              AND r.tenant_id IS NOT DISTINCT FROM e.recipient_tenant_id
+            LEFT JOIN exchanges s ON s.request_id = e.source_request_id
+              AND s.tenant_id IS NOT DISTINCT FROM e.source_tenant_id
+            QUALIFY row_number() OVER (PARTITION BY e.finding_id ORDER BY r.received_at, s.received_at) = 1
+            ORDER BY e.recipient_request_id, e.source_request_id, e.finding_id
+        """
+        findings = []
+        for rec in con.execute(sql).fetchall():
+            row = dict(zip(cols, rec[: len(cols)], strict=True))
+            rspan, sspan = rec[len(cols)] or "", rec[len(cols) + 1] or ""
+            findings.append(
+                Finding(
+                    row=row, recipient_span=rspan, source_span=sspan,
+                    recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
+                    recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
+                    source_is_suspect=row["source_request_id"] in suspect_ids,
+                )
+            )
+        counts = _counts(con)
+        model_filter = ""
+        params: list[Any] = []
+        if models:
+            model_filter = " AND (model IN (SELECT unnest($1)) OR model_routed IN (SELECT unnest($1)))"
+            params = [models]
+        prompt_tokens = [
+            r[0] for r in con.execute(
+                "SELECT prompt_tokens FROM exchanges WHERE prompt_tokens IS NOT NULL" + model_filter + " ORDER BY 1", params
+            ).fetchall()
+        ]
+        quarantine_reasons = [
+            (r[0], r[1]) for r in con.execute(
+                "SELECT reason, count(*) FROM quarantine GROUP BY 1 ORDER BY 2 DESC, 1"
+            ).fetchall()
+        ]
+    finally:
+        con.close()
+    daily = _daily(suspects, findings)
+    return CaseData(
+        root=case_dir, suspects=suspects, findings=findings, counts=counts,
+        scan_info=_read_json(case_dir / "scan.json"), match_info=_read_json(case_dir / "match.json"),
+        ingest_manifest=_read_json(case_dir / "manifest.json"), daily=daily, prompt_tokens=prompt_tokens,
+        quarantine_reasons=quarantine_reasons,
+    )
+
+
+def _counts(con: Any) -> dict[str, Any]:
+    """Data-gap and volume figures for the summary (all from the case tables)."""
+    one = lambda sql: con.execute(sql).fetchone()[0] or 0  # noqa: E731
+    return {
+        "exchanges": one("SELECT count(*) FROM exchanges"),
+        "tenants": one("SELECT count(DISTINCT tenant_id) FROM exchanges"),
+        "engine_events": one("SELECT count(*) FROM engine_events"),
+        "quarantined": one("SELECT count(*) FROM quarantine"),
+        "orphans": one("SELECT count(*) FROM exchanges WHERE orphan IS NOT NULL"),
+        "estimated_tokens": one("SELECT count(*) FROM exchanges WHERE prompt_tokens_source = 'estimate'"),
+        "unknown_tokens": one("SELECT count(*) FROM exchanges WHERE prompt_tokens IS NULL OR prompt_tokens_source = 'unknown'"),
+        "implausible_reported": one("SELECT count(*) FROM exchanges WHERE reported_prompt_tokens_plausible = false"),
+        "truncated_prompts": one("SELECT count(*) FROM exchanges WHERE prompt_truncated"),
+        "truncated_responses": one("SELECT count(*) FROM exchanges WHERE response_truncated"),
+        "zone_assumed": one("SELECT count(*) FROM exchanges WHERE zone_assumed IS NOT NULL"),
+        "first_received": iso(con.execute("SELECT min(received_at) FROM exchanges").fetchone()[0]),
+        "last_received": iso(con.execute("SELECT max(received_at) FROM exchanges").fetchone()[0]),
+    }
+
+
+def _daily(suspects: list[Suspect], findings: list[Finding]) -> list[tuple[str, int, int]]:
+    """Suspects and confirmed cross-tenant findings per UTC day, every day between first and last."""
+    per_s: dict[dt.date, int] = {}
+    per_c: dict[dt.date, int] = {}
+    for s in suspects:
+        if s.received_at is not None:
+            d = s.received_at.astimezone(dt.timezone.utc).date()
+            per_s[d] = per_s.get(d, 0) + 1
+    for f in findings:
+        if f.cross_tenant and f.tier == "confirmed" and f.recipient_received_at is not None:
+            d = f.recipient_received_at.astimezone(dt.timezone.utc).date()
+            per_c[d] = per_c.get(d, 0) + 1
+    days = sorted(set(per_s) | set(per_c))
+    if not days:
+        return []
+    out = []
+    d = days[0]
+    while d <= days[-1]:
+        out.append((d.isoformat(), per_s.get(d, 0), per_c.get(d, 0)))
+        d += dt.timedelta(days=1)
+    return out

@@ -1,0 +1,160 @@
+"""manifest.json of a report folder, and ``verify``: re-hash inputs and outputs, report drift.
+
+Input paths are stored relative to an ``inputs_root`` (the case file's folder), which is itself
+stored relative to the report folder, so a report keeps verifying when the whole tree is moved or
+cloned elsewhere. Nothing in the manifest depends on the wall clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import CaseError
+from forensics.report import safe
+
+MANIFEST = "manifest.json"
+FORMAT = "forensics-report/1"
+#: Distributions whose versions can change a result.
+PACKAGES = ("forensics", "duckdb", "pyarrow", "polars", "rapidfuzz", "xxhash", "tokenizers", "python-stdnum", "phonenumbers")
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages that shape the results (and Python's)."""
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _rel(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
+
+
+def output_hashes(report_dir: Path, exclude: set[str]) -> list[dict[str, Any]]:
+    """SHA-256 and size of every file under the report folder except ``exclude`` (top-level names)."""
+    rows = []
+    for p in sorted(report_dir.rglob("*")):
+        rel = p.relative_to(report_dir).as_posix()
+        if not p.is_file() or rel.split("/")[0] in exclude or p.name.startswith("."):
+            continue
+        rows.append({"path": rel, "size": p.stat().st_size, "sha256": safe.sha256_file(p)})
+    return rows
+
+
+def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+    """The ingest manifest's per-file rows, with paths made relative to ``root``.
+
+    The ingest manifest is read defensively: any of path/file, sha256, size, format, lines,
+    ingested/rows, quarantined, blank, duplicate that it has is kept.
+    """
+    out = []
+    for f in files:
+        raw = f.get("path") or f.get("file")
+        if not raw:
+            continue
+        # The ingest stage records paths relative to the working folder it ran in (or absolute).
+        p = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
+        entry: dict[str, Any] = {"path": _rel(p, root)}
+        for key in ("sha256", "size", "format", "lines", "ingested", "rows", "quarantined", "blank", "duplicate",
+                    "compression", "status", "time_range"):
+            if key in f:
+                entry[key] = f[key]
+        if "size" not in entry and p.is_file():
+            entry["size"] = p.stat().st_size
+        if "sha256" not in entry and p.is_file():
+            entry["sha256"] = safe.sha256_file(p)
+        if "time_range" not in entry and ranges:
+            for key in (str(p), str(p.resolve()), str(raw)):
+                if key in ranges:
+                    entry["time_range"] = ranges[key]
+                    break
+        out.append(entry)
+    return sorted(out, key=lambda e: e["path"])
+
+
+def write(report_dir: Path, body: dict[str, Any], exclude: set[str]) -> dict[str, Any]:
+    """Add output hashes to ``body`` and write manifest.json (sorted keys, stable bytes)."""
+    body = dict(body)
+    body["format"] = FORMAT
+    body["outputs"] = output_hashes(report_dir, exclude | {MANIFEST})
+    body["outputs_excluded"] = sorted(exclude)
+    safe.write_text(report_dir / MANIFEST, json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return body
+
+
+@dataclasses.dataclass
+class Drift:
+    """One difference between the manifest and the files as they are now."""
+
+    kind: str  # input | output | case_file | query
+    path: str
+    problem: str  # changed | missing | unexpected
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.path}: {self.problem}"
+
+
+@dataclasses.dataclass
+class VerifyResult:
+    """What ``verify`` found: checked counts and every drift."""
+
+    report_dir: Path
+    checked: int
+    drift: list[Drift]
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {"report": str(self.report_dir), "checked": self.checked, "ok": self.ok,
+                "drift": [dataclasses.asdict(d) for d in self.drift]}
+
+
+def verify(report_dir: Path, inputs_root: Path | None = None) -> VerifyResult:
+    """Re-hash a report's inputs and outputs against its manifest.json."""
+    report_dir = Path(report_dir)
+    path = report_dir / MANIFEST
+    if not path.is_file():
+        raise CaseError("no manifest.json in the report folder", file=report_dir, fix="give the folder `forensics report` wrote")
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+        if man.get("format") != FORMAT:
+            raise ValueError(f"format is {man.get('format')!r}, expected {FORMAT!r}")
+    except (ValueError, AttributeError) as exc:
+        raise CaseError(f"manifest.json is not a report manifest ({exc})", file=path, fix="re-run `forensics report`") from None
+    root = inputs_root if inputs_root is not None else (report_dir / man.get("inputs_root", ".")).resolve()
+    drift: list[Drift] = []
+    checked = 0
+    files = [("input", root / e["path"], e) for e in man.get("inputs", [])]
+    if man.get("case_file"):
+        files.append(("case_file", root / man["case_file"]["path"], man["case_file"]))
+    for kind, p, e in files:
+        checked += 1
+        if not p.is_file():
+            drift.append(Drift(kind, e["path"], "missing"))
+        elif "sha256" in e and safe.sha256_file(p) != e["sha256"]:
+            drift.append(Drift(kind, e["path"], "changed"))
+    recorded = {o["path"]: o for o in man.get("outputs", [])}
+    for rel, o in sorted(recorded.items()):
+        checked += 1
+        p = report_dir / rel
+        if not p.is_file():
+            drift.append(Drift("output", rel, "missing"))
+        elif safe.sha256_file(p) != o["sha256"]:
+            drift.append(Drift("output", rel, "changed"))
+    exclude = set(man.get("outputs_excluded", [])) | {MANIFEST}
+    for o in output_hashes(report_dir, exclude):
+        if o["path"] not in recorded:
+            drift.append(Drift("output", o["path"], "unexpected"))
+    return VerifyResult(report_dir, checked, drift)

@@ -1,0 +1,278 @@
+"""Who must be told what: the notification list and each customer's packet.
+
+A packet holds only its customer's own data. The other side of a finding is an opaque reference
+(an HMAC of the finding id keyed by the evidence itself, so a customer cannot guess it back to a
+request id) that the team resolves with ``references.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+from forensics.report import safe
+from forensics.report.data import CaseData, Finding, Suspect, best_tier, iso
+from forensics.report.severity import NONE, Classifier, Hit
+
+NOTIFICATION_COLUMNS = (
+    "tenant_id", "role", "tier", "n_requests", "request_ids", "first_seen", "last_seen",
+    "highest_severity", "packet", "n_findings", "severity_kinds",
+)
+PREVIEW_CHARS = 300
+
+
+@dataclasses.dataclass
+class Notice:
+    """One (customer, role) row of notifications.csv and what its packet says about that role."""
+
+    tenant_id: str
+    role: str  # exposed | recipient
+    tier: str
+    request_ids: list[str]
+    first_seen: str
+    last_seen: str
+    highest_severity: str
+    packet: str
+    n_findings: int
+    severity_kinds: list[str]
+
+    def csv_row(self) -> list[Any]:
+        """The row in NOTIFICATION_COLUMNS order."""
+        # Control characters (terminal escapes in a hostile id) are shown escaped, never raw.
+        return [safe.clean_text(self.tenant_id), self.role, self.tier, len(self.request_ids),
+                safe.clean_text(";".join(self.request_ids)),
+                self.first_seen, self.last_seen, self.highest_severity, self.packet, self.n_findings,
+                ";".join(self.severity_kinds)]
+
+
+def references(findings: list[Finding], key: bytes) -> dict[str, str]:
+    """Opaque reference per finding id: stable for the same evidence, unguessable without it."""
+    return {
+        f.finding_id: "ref-" + hmac.new(key, f.finding_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
+        for f in findings
+    }
+
+
+def packet_path(tenant_id: str) -> str:
+    """The packet folder of a customer, relative to the report folder."""
+    return f"packets/{safe.safe_name(tenant_id)}"
+
+
+def _times(values: list[Any]) -> tuple[str, str]:
+    known = sorted(v for v in values if v is not None)
+    return (iso(known[0]), iso(known[-1])) if known else ("", "")
+
+
+def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
+    """Every (customer, role) row, sorted by tenant_id then role.
+
+    ``recipient``: a customer that received a suspect response; its tier is the best of its
+    suspects' cross-tenant findings, and ``possible`` for a suspect with none. ``exposed``: a
+    customer whose content a cross-tenant finding located in someone else's response.
+    ``first_seen``/``last_seen`` are when the leaking requests were received.
+    """
+    cross = [f for f in data.findings if f.cross_tenant]
+    by_recipient_request: dict[str, list[Finding]] = {}
+    for f in cross:
+        by_recipient_request.setdefault(str(f.row["recipient_request_id"]), []).append(f)
+    recipients: dict[str, dict[str, Any]] = {}
+    for s in data.suspects:
+        entry = recipients.setdefault(s.tenant_id, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
+        entry["ids"].add(s.request_id)
+        entry["times"].append(s.received_at)
+        fs = by_recipient_request.get(s.request_id, [])
+        entry["tiers"].append(best_tier(f.tier for f in fs))
+    for f in cross:  # findings whose recipient the scan did not list still reach their recipient
+        entry = recipients.setdefault(f.recipient_tenant, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
+        entry["ids"].add(str(f.row["recipient_request_id"]))
+        entry["times"].append(f.recipient_received_at)
+        entry["tiers"].append(f.tier)
+        entry["hits"].extend(f.recipient_hits)
+        entry["n"] += 1
+    exposed: dict[str, dict[str, Any]] = {}
+    for f in cross:
+        entry = exposed.setdefault(f.source_tenant, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
+        entry["ids"].add(str(f.row["source_request_id"]))
+        entry["times"].append(f.recipient_received_at)
+        entry["tiers"].append(f.tier)
+        entry["hits"].extend(f.source_hits)
+        entry["n"] += 1
+    notices = []
+    for role, table in (("exposed", exposed), ("recipient", recipients)):
+        for tenant, e in table.items():
+            first, last = _times(e["times"])
+            hits: list[Hit] = e["hits"]
+            notices.append(Notice(
+                tenant_id=tenant, role=role, tier=best_tier(e["tiers"]), request_ids=sorted(e["ids"]),
+                first_seen=first, last_seen=last,
+                highest_severity=classifier.highest([h.cls for h in hits]),
+                packet=packet_path(tenant), n_findings=e["n"], severity_kinds=sorted({h.kind for h in hits}),
+            ))
+    notices.sort(key=lambda n: (n.tenant_id, n.role))
+    return notices
+
+
+def _masked_preview(text: str, hits: list[Hit]) -> str:
+    """The span with every secret replaced by its masked form, on one line, shortened."""
+    parts, pos = [], 0
+    for h in hits:
+        parts.append(text[pos:h.start])
+        parts.append(h.masked)
+        pos = h.end
+    parts.append(text[pos:])
+    return safe.clean_text("".join(parts), PREVIEW_CHARS)
+
+
+def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
+    acts = []
+    if "exposed" in roles:
+        if "credential" in classes:
+            acts.append("Rotate or revoke every credential listed under 'secrets' now (the SHA-256 lets you confirm "
+                        "which one without it being shown here), and review its use since the first exposure.")
+        if classes & {"payment_card", "iban", "national_id"}:
+            acts.append("Treat the listed card, bank or identity numbers as disclosed: follow your breach procedure "
+                        "for personal and financial data (card re-issue, account monitoring, notices to data subjects).")
+        acts.append("Review the listed passages of your own requests: assume one other customer received them in "
+                    "a model answer. Decide with counsel whether your own customers must be notified.")
+    if "recipient" in roles:
+        acts.append("Discard the answers to the listed requests and anything derived from them: they were generated "
+                    "from corrupted context and may contain another customer's data, which must not be kept or used. "
+                    "Re-send the requests if you still need an answer.")
+    return acts
+
+
+def build_packet(
+    tenant: str, roles: dict[str, Notice], data: CaseData, refs: dict[str, str], case_name: str, classifier: Classifier
+) -> dict[str, Any]:
+    """The JSON notice of one customer: only its own requests, spans and masked secrets."""
+    suspects = {s.request_id: s for s in data.suspects if s.tenant_id == tenant}
+    cross = [f for f in data.findings if f.cross_tenant]
+    out: dict[str, Any] = {
+        "case": case_name,
+        "tenant_id": tenant,
+        "packet": packet_path(tenant),
+        "roles": sorted(roles),
+        "tier": best_tier(n.tier for n in roles.values()),
+        "highest_severity": classifier.highest([n.highest_severity for n in roles.values()]),
+    }
+    classes: set[str] = set()
+    if "recipient" in roles:
+        requests = []
+        mine = [f for f in cross if f.recipient_tenant == tenant]
+        ids = sorted(set(suspects) | {str(f.row["recipient_request_id"]) for f in mine})
+        for rid in ids:
+            s: Suspect | None = suspects.get(rid)
+            fs = [f for f in mine if f.row["recipient_request_id"] == rid]
+            tier = best_tier(f.tier for f in fs)
+            requests.append({
+                "request_id": rid,
+                "received_at": iso(s.received_at) if s else iso(fs[0].recipient_received_at),
+                "completed_at": iso(s.completed_at) if s else "",
+                "why_suspect": s.reasons if s else [],
+                "prompt_tokens": s.prompt_tokens if s else None,
+                "prompt_tokens_source": s.prompt_tokens_source if s else None,
+                "tier": tier,
+                "tier_reason": sorted({str(f.row.get("tier_rule") or "") for f in fs} - {""})
+                or ["no verified foreign passage was found; the answer was still generated from corrupted context"],
+                "foreign_passages": [
+                    {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
+                     "response_end": f.row["recipient_end"], "tier": f.tier,
+                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE]}
+                    for f in fs
+                ],
+            })
+        out["recipient"] = {"requests": requests}
+    if "exposed" in roles:
+        mine = [f for f in cross if f.source_tenant == tenant]
+        requests = []
+        for rid in sorted({str(f.row["source_request_id"]) for f in mine}):
+            fs = [f for f in mine if f.row["source_request_id"] == rid]
+            spans = []
+            for f in fs:
+                classes.update(h.cls for h in f.source_hits)
+                withheld = f.source_is_suspect and f.row.get("source_kind") == "response"
+                spans.append({
+                    "reference": refs[f.finding_id],
+                    "part": f.row.get("source_kind") or "prompt",
+                    "start": f.row["source_start"], "end": f.row["source_end"],
+                    "exposed_at": iso(f.recipient_received_at),
+                    "tier": f.tier, "tier_reason": f.row.get("tier_rule") or "",
+                    "score": f.row.get("score"), "matched_tokens": f.row.get("matched_tokens"),
+                    # A suspect response of yours may itself hold someone else's text: not shown.
+                    "preview": None if withheld else _masked_preview(f.source_span, f.source_hits),
+                    "secrets": [h.to_json() | {"start": f.row["source_start"] + h.start, "end": f.row["source_start"] + h.end}
+                                for h in f.source_hits],
+                })
+            requests.append({
+                "request_id": rid,
+                "received_at": iso(min((f.source_received_at for f in fs if f.source_received_at), default=None)),
+                "spans": spans,
+            })
+        out["exposed"] = {"requests": requests}
+    out["actions"] = _actions(roles, classes)
+    return out
+
+
+def render_packet_md(p: dict[str, Any]) -> str:
+    """The Markdown notice for counsel and the customer (same content as notice.json)."""
+    e = safe.md_escape
+    lines = [
+        f"# Notice to customer {e(p['tenant_id'])}",
+        "",
+        f"Case: {e(p['case'])}. Your role: {', '.join(p['roles'])}. Tier: **{p['tier']}**. "
+        f"Highest severity of the data involved: **{p['highest_severity']}**.",
+        "",
+        "## What happened",
+        "",
+        "A fault in the model-serving engine replaced some very long prompts with a one-token placeholder; "
+        "the engine then generated the answer from memory left by another customer's request. Such an answer "
+        "can contain text of that other customer's prompt. Each passage below is named by an opaque reference; "
+        "the incident team can resolve it, this notice never names the other customer.",
+        "",
+    ]
+    if "recipient" in p:
+        lines += ["## Answers you received that were generated from corrupted context", "",
+                  "| request | received | tier | why suspect | foreign passages (characters of the answer) |",
+                  "|---|---|---|---|---|"]
+        for r in p["recipient"]["requests"]:
+            spans = "; ".join(f"{x['reference']} [{x['response_start']}, {x['response_end']})" for x in r["foreign_passages"]) or "none verified"
+            lines.append(f"| {e(r['request_id'])} | {r['received_at']} | {r['tier']} | {e(', '.join(r['why_suspect']))} | {spans} |")
+        lines += ["", "Why these tiers: " + e("; ".join(sorted({t for r in p["recipient"]["requests"] for t in r["tier_reason"]}))), ""]
+    if "exposed" in p:
+        lines += ["## Your content that appeared in another customer's answer", ""]
+        for r in p["exposed"]["requests"]:
+            lines += [f"### Request {e(r['request_id'])} (received {r['received_at']})", ""]
+            for s in r["spans"]:
+                lines.append(f"- {s['reference']}: {s['part']} characters [{s['start']}, {s['end']}), exposed "
+                             f"{s['exposed_at']}, tier {s['tier']} ({e(s['tier_reason'])})")
+                if s["preview"] is not None:
+                    lines.append(f"  - passage (secrets masked): `{s['preview'].replace('`', chr(0x2032))}`")
+                else:
+                    lines.append("  - passage not shown: it lies in an answer of yours that was itself suspect")
+                for h in s["secrets"]:
+                    lines.append(f"  - secret: {h['class']} ({h['kind']}) `{h['masked']}` sha256 {h['sha256']}")
+            lines.append("")
+    lines += ["## What you should do", ""] + [f"{i}. {a}" for i, a in enumerate(p["actions"], 1)] + [""]
+    return "\n".join(lines)
+
+
+def write_packets(
+    report_dir: Path, notices: list[Notice], data: CaseData, refs: dict[str, str], case_name: str, classifier: Classifier
+) -> list[str]:
+    """Write packets/<tenant>/notice.json and notice.md for every notified customer."""
+    by_tenant: dict[str, dict[str, Notice]] = {}
+    for n in notices:
+        by_tenant.setdefault(n.tenant_id, {})[n.role] = n
+    written = []
+    packets = safe.private_dir(report_dir / "packets")
+    for tenant in sorted(by_tenant):
+        folder = safe.private_dir(packets / safe.safe_name(tenant))
+        packet = build_packet(tenant, by_tenant[tenant], data, refs, case_name, classifier)
+        safe.write_text(folder / "notice.json", json.dumps(packet, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        safe.write_text(folder / "notice.md", render_packet_md(packet))
+        written.append(packet_path(tenant))
+    return written

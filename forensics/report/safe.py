@@ -1,0 +1,119 @@
+"""Writing report files safely: private permissions, safe names, spreadsheet-proof CSV cells.
+
+The report folder holds customers' secrets (masked, but still sensitive) and the incident's full
+evidence, so every folder is created 0700 and every file 0600. Tenant and request ids come from
+logs an attacker may have shaped, so nothing taken from them reaches a file name unsanitised.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from forensics.case import atomic_open, atomic_path
+
+#: Characters kept in a folder name; everything else becomes ``_``.
+_SAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+#: Longest readable prefix kept from an id (the hash suffix keeps names unique).
+NAME_PREFIX_CHARS = 40
+#: Cell starts that spreadsheets read as formulas (OWASP CSV injection list, plus tab/CR).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it 0700, even when it already existed."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def safe_name(identifier: str) -> str:
+    """A file-name-safe, collision-free folder name for an id from a log.
+
+    A readable ASCII prefix (no separators, no leading dots, so no traversal) plus 10 hex digits of
+    the SHA-256 of the exact id: two ids that sanitise to the same prefix still get different
+    names, and the same id always gets the same name.
+    """
+    digest = hashlib.sha256(identifier.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    ascii_text = unicodedata.normalize("NFKD", identifier).encode("ascii", "ignore").decode("ascii")
+    prefix = _SAFE_CHARS.sub("_", ascii_text).strip("._-")[:NAME_PREFIX_CHARS].strip("._-")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def clean_text(value: str, limit: int | None = None) -> str:
+    """One-line display text: control characters shown as escapes, optionally shortened."""
+    out = []
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    text = "".join(out)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def neutralise_cell(value: Any) -> str:
+    """A CSV cell that spreadsheets will not evaluate: formula-like starts get a leading ``'``."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    if text.startswith(_FORMULA_START):
+        return "'" + text
+    return text
+
+
+def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
+    """RFC 4180 CSV (CRLF line ends, minimal quoting) with every cell neutralised."""
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(list(header))
+    for row in rows:
+        writer.writerow([neutralise_cell(v) for v in row])
+    return buf.getvalue().encode("utf-8")
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write a private (0600) file atomically."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a private (0600) UTF-8 text file atomically (``\\n`` line ends on every platform)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy a file byte for byte into a private (0600) file."""
+    with atomic_path(dst) as tmp, open(src, "rb") as fin, open(tmp, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            fout.write(chunk)
+
+
+def md_escape(value: str, limit: int | None = 200) -> str:
+    """Text safe inside a Markdown table cell or paragraph (no markup, no line breaks)."""
+    text = clean_text(value, limit)
+    return re.sub(r"([\\`*_{}\[\]()#+!|<>~])", r"\\\1", text)
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,223 @@
+"""The incident summary for the team: summary.md, summary.html and the plots they show.
+
+Both documents are rendered from one list of sections so they say the same thing. The HTML is
+self-contained: inline CSS and inline SVG, no script, no external reference of any kind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html import escape
+from typing import Any
+
+from forensics.config import CaseConfig
+from forensics.report import plots, safe
+from forensics.report.data import CaseData, iso
+from forensics.report.notices import Notice
+
+Section = tuple[str, list[Any]]  # (title, blocks); a block is str (paragraph), ("table", head, rows), ("plot", id)
+
+
+def _window_days(cfg: CaseConfig, daily: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Per-day counts over the whole window (days with nothing are shown as zero)."""
+    known = {d: (s, c) for d, s, c in daily}
+    days = [dt.date.fromisoformat(d) for d in known]
+    if cfg.window_start is not None:
+        days.append(cfg.window_start.date())
+    if cfg.window_end is not None:
+        days.append((cfg.window_end - dt.timedelta(microseconds=1)).date())
+    if not days:
+        return []
+    out, d = [], min(days)
+    while d <= max(days) and len(out) < 400:
+        s, c = known.get(d.isoformat(), (0, 0))
+        out.append((d.isoformat(), s, c))
+        d += dt.timedelta(days=1)
+    return out
+
+
+def build_plots(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> dict[str, str]:
+    """The plots as SVG texts, by id."""
+    days = _window_days(cfg, data.daily)
+    per_day = plots.grouped_bars(
+        "Suspect responses and confirmed findings per day (UTC)", "count", [d for d, _, _ in days],
+        [("suspect responses", [s for _, s, _ in days]), ("confirmed findings", [c for _, _, c in days])],
+        "plot-per-day",
+    )
+    markers = []
+    if isinstance(cfg.real_ceiling_tokens, int):
+        markers.append(("real ceiling", cfg.real_ceiling_tokens))
+    if isinstance(cfg.advertised_window_tokens, int):
+        markers.append(("advertised window", cfg.advertised_window_tokens))
+    lengths = plots.length_histogram("Prompt length of the case's requests", data.prompt_tokens, markers, "plot-prompt-length")
+    tiers = ("confirmed", "probable", "possible")
+    by_tier = plots.grouped_bars(
+        "Customers to notify by tier", "customers", list(tiers),
+        [(role, [sum(1 for n in notices if n.role == role and n.tier == t) for t in tiers]) for role in ("exposed", "recipient")],
+        "plot-tiers",
+    )
+    return {"plot-per-day": per_day, "plot-prompt-length": lengths, "plot-tiers": by_tier}
+
+
+def _params_rows(info: dict[str, Any]) -> list[list[str]]:
+    params = info.get("parameters", info)
+    rows = []
+    if isinstance(params, dict):
+        for k in sorted(params):
+            v = params[k]
+            if isinstance(v, (dict, list)):
+                continue
+            rows.append([str(k), str(v)])
+    return rows
+
+
+def _find_number(info: Any, names: tuple[str, ...]) -> Any:
+    """A value under any of ``names`` anywhere in a stage's JSON (stages name things their way)."""
+    if isinstance(info, dict):
+        for k in sorted(info):
+            if k in names and not isinstance(info[k], (dict, list)):
+                return info[k]
+        for k in sorted(info):
+            found = _find_number(info[k], names)
+            if found is not None:
+                return found
+    return None
+
+
+def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Section]:
+    """The summary's content, in order."""
+    c = data.counts
+    cross = [f for f in data.findings if f.cross_tenant]
+    same = len(data.findings) - len(cross)
+    tier_counts = {t: sum(1 for f in cross if f.tier == t) for t in ("confirmed", "probable", "possible")}
+    no_evidence = sum(1 for s in data.suspects if not any(f.row["recipient_request_id"] == s.request_id for f in cross))
+    scope = [
+        ["case", cfg.name],
+        ["models", ", ".join(cfg.models) or "(all)"],
+        ["window", f"{iso(cfg.window_start) or '(open)'} to {iso(cfg.window_end) or '(open)'} (end exclusive)"],
+        ["real ceiling (tokens)", f"{cfg.real_ceiling_tokens} ({cfg.source('real_ceiling_tokens')})"],
+        ["advertised window (tokens)", f"{cfg.advertised_window_tokens} ({cfg.source('advertised_window_tokens')})"],
+        ["logs cover", f"{c['first_received'] or '?'} to {c['last_received'] or '?'}"],
+    ]
+    if cfg.description:
+        scope.append(["description", safe.clean_text(cfg.description, 500)])
+    counts = [
+        ["requests ingested", c["exchanges"]], ["customers in the logs", c["tenants"]],
+        ["engine log events", c["engine_events"]],
+        ["suspect responses", len(data.suspects)],
+        ["suspects with the engine's bug signature", sum(1 for s in data.suspects if s.engine_signature)],
+        ["cross-tenant findings", len(cross)],
+        ["  confirmed / probable / possible", f"{tier_counts['confirmed']} / {tier_counts['probable']} / {tier_counts['possible']}"],
+        ["same-tenant overlaps (not exposure)", same],
+        ["suspects with no verified foreign passage (possible)", no_evidence],
+        ["customers exposed", sum(1 for n in notices if n.role == "exposed")],
+        ["customers that received a suspect response", sum(1 for n in notices if n.role == "recipient")],
+    ]
+    sev: dict[str, int] = {}
+    for n in notices:
+        if n.role == "exposed":
+            sev[n.highest_severity] = sev.get(n.highest_severity, 0) + 1
+    fp = _find_number(data.match_info, ("false_positive_rate", "fp_rate", "control_false_positive_rate"))
+    control_n = _find_number(data.match_info, ("control_sample_size", "control_size", "sampled", "control_responses"))
+    control_f = _find_number(data.match_info, ("control_findings", "findings_in_control"))
+    method = [
+        "Suspect responses come from the scan stage's query files (prompt above the real ceiling inside the window "
+        "on the case's models, or the engine's own signature of the bug). Each suspect response is then compared "
+        "with every other customer's earlier prompts and responses: shared k-grams are found by a hash join, "
+        "verified by alignment, and discounted when many customers sent the same text.",
+    ]
+    method_tables: list[Any] = []
+    for stage, info in (("scan", data.scan_info), ("match", data.match_info)):
+        rows = _params_rows(info)
+        if rows:
+            method_tables.append(("table", [f"{stage} parameter", "value"], rows))
+    control = [
+        f"Control sample: the same matcher run over {control_n if control_n is not None else 'an unknown number of'} "
+        f"non-suspect responses made {control_f if control_f is not None else 'an unrecorded number of'} findings; "
+        f"empirical false-positive rate: {fp if fp is not None else 'not recorded by the match stage'}."
+    ]
+    gaps = [
+        ["quarantined input lines", c["quarantined"]],
+        ["orphan records (request or response half missing)", c["orphans"]],
+        ["prompt token counts only estimated", c["estimated_tokens"]],
+        ["prompt token counts unknown", c["unknown_tokens"]],
+        ["reported token counts not trusted (impossible for their text)", c["implausible_reported"]],
+        ["prompts the log kept truncated (head and tail only)", c["truncated_prompts"]],
+        ["borderline suspects (estimate straddles the ceiling)", sum(1 for s in data.suspects if s.borderline)],
+        ["records whose time zone was assumed", c["zone_assumed"]],
+    ]
+    limitations = [
+        "Only text that was logged can be matched: truncated prompts are matched on their head and tail only, and a "
+        "leak of text that no log kept cannot be found. A suspect response with no verified passage is still "
+        "reported (tier possible): its answer was generated from corrupted context.",
+        "Token counts that are estimates carry an error band; suspects whose band straddles the ceiling are "
+        "marked borderline and should be reviewed by hand.",
+    ]
+    out: list[Section] = [
+        ("Scope and parameters", [("table", ["item", "value"], scope)]),
+        ("Counts", [("table", ["what", "count"], counts), ("plot", "plot-per-day"), ("plot", "plot-tiers")]),
+        ("Severity of exposed content", [("table", ["highest severity", "customers"], [[k, v] for k, v in sorted(sev.items())])
+                                         if sev else "No exposed customer."]),
+        ("Method and thresholds", method + method_tables + [("plot", "plot-prompt-length")]),
+        ("Control sample", control),
+        ("Data gaps", [("table", ["gap", "count"], gaps)]
+         + ([("table", ["quarantine reason", "lines"], [[safe.clean_text(r, 120), n] for r, n in data.quarantine_reasons])]
+            if data.quarantine_reasons else [])),
+        ("Limitations", limitations),
+        ("Customers to notify", [("table", ["customer", "role", "tier", "requests", "highest severity", "packet"],
+                                  [[safe.clean_text(n.tenant_id, 80), n.role, n.tier, len(n.request_ids), n.highest_severity, n.packet]
+                                   for n in notices]) if notices else "Nobody: no suspect response was found."]),
+    ]
+    return out
+
+
+def render_md(title: str, secs: list[Section]) -> str:
+    """Markdown with tables; plots are linked SVG files in plots/."""
+    lines = [f"# {safe.md_escape(title)}", ""]
+    for name, blocks in secs:
+        lines += [f"## {name}", ""]
+        for b in blocks:
+            if isinstance(b, str):
+                lines += [safe.md_escape(b, None), ""]
+            elif b[0] == "table":
+                lines.append("| " + " | ".join(b[1]) + " |")
+                lines.append("|" + "---|" * len(b[1]))
+                for row in b[2]:
+                    lines.append("| " + " | ".join(safe.md_escape(str(v)) for v in row) + " |")
+                lines.append("")
+            elif b[0] == "plot":
+                lines += [f"![{b[1]}](plots/{b[1]}.svg)", ""]
+    return "\n".join(lines)
+
+
+CSS = """
+body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222;line-height:1.4}
+table{border-collapse:collapse;margin:0.5em 0 1em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}figure{margin:1em 0}svg.plot{max-width:100%;height:auto;border:1px solid #eee}
+"""
+
+
+def render_html(title: str, secs: list[Section], svgs: dict[str, str]) -> str:
+    """One self-contained HTML page: inline CSS and SVG, nothing fetched when it is opened."""
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        # No network even if a later edit adds a reference: the page forbids every fetch.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">",
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+    ]
+    for name, blocks in secs:
+        out.append(f"<h2>{escape(name)}</h2>")
+        for b in blocks:
+            if isinstance(b, str):
+                out.append(f"<p>{escape(b)}</p>")
+            elif b[0] == "table":
+                out.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in b[1]) + "</tr>")
+                for row in b[2]:
+                    out.append("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>")
+                out.append("</table>")
+            elif b[0] == "plot":
+                out.append(f"<figure>{svgs[b[1]]}</figure>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

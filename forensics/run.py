@@ -1,0 +1,113 @@
+"""``forensics run``: ingest -> scan -> match -> report in one call, from a case file or a log folder.
+
+The case folder of a run lives inside the report folder (``OUT/<name>/case/``) so a report and
+the tables it came from travel together; it is rebuilt from scratch on every run (a stale
+staged file must never leak into a new run) and is not among the hashed report outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from forensics.config import CaseConfig, load_case_file
+from forensics.errors import ConfigError
+from forensics.progress import Reporter
+
+CASE_SUBDIR = "case"
+
+
+@dataclasses.dataclass
+class RunResult:
+    """The outcome of every stage of one run."""
+
+    case_dir: Path
+    config: CaseConfig
+    report: Any  # forensics.report.ReportResult
+    stages: list[dict[str, Any]]  # stage, seconds, what it produced (timings are never written to the report)
+
+    @property
+    def has_findings(self) -> bool:
+        """Whether anyone must be notified."""
+        return bool(self.report.has_findings)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary for the CLI."""
+        return {"case": self.config.name, "case_dir": str(self.case_dir), "stages": self.stages} | self.report.summary()
+
+
+def find_case_file(path: Path) -> Path:
+    """The case file named by ``path``: the file itself, or the one ``*.toml`` in a log folder."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise ConfigError("no such case file or log folder", file=path, fix="give a CASE.toml or a folder that holds one")
+    tomls = sorted(p for p in path.glob("*.toml") if p.is_file())
+    if len(tomls) == 1:
+        return tomls[0]
+    named = [p for p in tomls if p.name == "case.toml"]
+    if named:
+        return named[0]
+    if not tomls:
+        raise ConfigError("the log folder holds no case file (*.toml)", file=path,
+                          fix="add a case.toml (see spec/case-file.md) or give its path")
+    raise ConfigError(f"the log folder holds {len(tomls)} case files ({', '.join(p.name for p in tomls)})", file=path,
+                      fix="name one of them, or call the one to use case.toml")
+
+
+def _count(result: Any, *names: str) -> Any:
+    for n in names:
+        v = getattr(result, n, None)
+        if isinstance(v, (int, float)):
+            return v
+        if isinstance(v, (list, tuple)):
+            return len(v)
+    return None
+
+
+def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) -> RunResult:
+    """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``."""
+    from forensics import api
+    from forensics.report import report, report_dir_for
+
+    cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
+    if not cfg.inputs:
+        raise ConfigError("the case file has no [[inputs]]", file=cfg.file, fix='add [[inputs]]\npath = "logs"\nformat = "auto"')
+    for spec in cfg.inputs:
+        if not spec.path.exists():
+            raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
+    case_dir = report_dir_for(Path(out), cfg.name) / CASE_SUBDIR
+    if case_dir.exists():
+        shutil.rmtree(case_dir)
+    stages: list[dict[str, Any]] = []
+
+    t0 = time.monotonic()
+    by_format: dict[str, list[Path]] = {}
+    for spec in cfg.inputs:
+        by_format.setdefault(spec.format, []).append(spec.path)
+    ingested = None
+    for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
+        ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+    tables = (getattr(ingested, "manifest", None) or {}).get("tables", {})
+    stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
+                   "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
+
+    t0 = time.monotonic()
+    scanned = api.scan(case_dir, cfg, progress=progress)
+    stages.append({"stage": "scan", "seconds": round(time.monotonic() - t0, 3),
+                   "rows": _count(scanned, "suspects", "n_suspects", "rows"), "note": "suspect responses"})
+
+    t0 = time.monotonic()
+    matched = api.match(case_dir, cfg, progress=progress)
+    stages.append({"stage": "match", "seconds": round(time.monotonic() - t0, 3),
+                   "rows": _count(matched, "findings", "n_findings", "evidence", "rows"), "note": "evidence rows"})
+
+    t0 = time.monotonic()
+    reported = report(case_dir, cfg, Path(out), progress=progress)
+    stages.append({"stage": "report", "seconds": round(time.monotonic() - t0, 3),
+                   "rows": len(reported.notices), "note": "notifications"})
+    return RunResult(case_dir, cfg, reported, stages)
