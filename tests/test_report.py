@@ -1,0 +1,245 @@
+"""The report stage on a fixture case: notification list, packets, privacy, determinism, verify."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from test_report_case import AWS_KEY, CARD, HOSTILE, PROMPTS, make_case
+
+from forensics.cli import main
+from forensics.errors import CaseError
+from forensics.report import report, verify
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _notifications(report_dir: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((report_dir / "notifications.csv").read_text(encoding="utf-8"))))
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Path, Path]:
+    case, cfg, _ = make_case(tmp_path)
+    result = report(case, cfg, tmp_path / "out")
+    return case, result.report_dir
+
+
+def test_output_files_of_the_contract(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    for name in ("notifications.csv", "suspects.csv", "evidence.csv", "summary.md", "summary.html", "manifest.json"):
+        assert (rd / name).is_file(), name
+    header = (rd / "notifications.csv").read_text().splitlines()[0]
+    assert header.startswith("tenant_id,role,tier,n_requests,request_ids,first_seen,last_seen,highest_severity,packet")
+
+
+def test_notification_rows(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    rows = {(r["tenant_id"], r["role"]): r for r in _notifications(rd)}
+    acme = rows[("acme", "exposed")]
+    assert acme["tier"] == "confirmed" and acme["request_ids"] == "r-acme-1"
+    assert acme["highest_severity"] == "credential"
+    assert acme["first_seen"] == "2026-08-28T11:00:00Z" and acme["last_seen"] == "2026-08-31T10:00:00Z"
+    assert rows[("globex", "recipient")]["tier"] == "confirmed"
+    assert rows[("initech", "recipient")]["tier"] == "possible"  # a suspect with no evidence is still told
+    assert rows[("initech", "recipient")]["highest_severity"] == "none"
+    # Same-tenant overlap is not exposure: umbrella is only a recipient, with tier possible.
+    assert ("umbrella", "exposed") not in rows
+    assert rows[("umbrella", "recipient")]["tier"] == "possible"
+    assert not any(k[0] == "acme" and k[1] == "recipient" for k in rows)
+    # Sorted by the ids as logged (before the CSV neutralising quote was added).
+    keys = [(r["tenant_id"].removeprefix("'"), r["role"]) for r in _notifications(rd)]
+    assert keys == sorted(keys)
+    for r in rows.values():
+        assert (rd / r["packet"] / "notice.json").is_file()
+
+
+def test_no_packet_holds_another_tenants_id_or_text(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    tenants = {r["tenant_id"]: r["packet"] for r in _notifications(rd)}
+    # Unique phrases of each tenant's prompt (a few words each, from all over the prompt).
+    phrases = {}
+    for tenant, prompt in PROMPTS.items():
+        words = prompt.split()
+        phrases[tenant] = [" ".join(words[i:i + 3]) for i in range(1, len(words) - 2, 3)]
+    raw_ids = {t.replace("\\x1b", "\x1b"): p for t, p in tenants.items()}
+    for tenant, packet in raw_ids.items():
+        for name in ("notice.md", "notice.json"):
+            text = (rd / packet / name).read_text(encoding="utf-8")
+            if name == "notice.json":
+                text = json.dumps(json.loads(text), ensure_ascii=False)
+            for other, other_phrases in phrases.items():
+                if other == tenant:
+                    continue
+                assert other not in text or other in tenant, (packet, other)
+                for ph in other_phrases:
+                    assert ph not in text, (packet, other, ph)
+            assert AWS_KEY not in text and CARD not in text  # even the owner sees only masked secrets
+
+
+def test_exposed_packet_shows_own_spans_masked_with_actions(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    packet = json.loads((rd / "packets").glob("acme-*").__next__().joinpath("notice.json").read_text())
+    (req,) = packet["exposed"]["requests"]
+    assert req["request_id"] == "r-acme-1"
+    span = req["spans"][0]
+    assert PROMPTS["acme"][span["start"]:span["end"]].startswith("Project Bluefin")
+    kinds = {s["kind"] for s in span["secrets"]}
+    assert kinds == {"aws_access_key_id", "card_number"}
+    for s in span["secrets"]:
+        assert s["masked"] in span["preview"]
+        assert PROMPTS["acme"][s["start"]:s["end"]] in (AWS_KEY, CARD)
+    assert any("Rotate" in a for a in packet["actions"])
+    assert all(s["reference"].startswith("ref-") and "globex" not in s["reference"] for s in req["spans"])
+
+
+def test_references_resolve_for_the_team(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    refs = {r["reference"]: r for r in csv.DictReader(io.StringIO((rd / "references.csv").read_text()))}
+    packet = json.loads(next((rd / "packets").glob("globex-*")).joinpath("notice.json").read_text())
+    (passage,) = packet["recipient"]["requests"][0]["foreign_passages"]
+    assert refs[passage["reference"]]["source_tenant_id"] == "acme"
+
+
+def test_two_runs_are_byte_identical(tmp_path: Path) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    a = report(case, cfg, tmp_path / "a").report_dir
+    b = report(case, cfg, tmp_path / "b").report_dir
+    assert _files(a) == _files(b)
+    again = report(case, cfg, tmp_path / "a").report_dir  # rerun into the same folder
+    assert _files(again) == _files(b)
+
+
+def test_files_and_folders_are_private(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    for p in [rd, *rd.rglob("*")]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))
+
+
+def test_csv_cells_are_neutralised_and_hostile_ids_are_safe(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    text = (rd / "notifications.csv").read_text(encoding="utf-8")
+    assert "\x1b" not in text
+    rows = _notifications(rd)
+    for r in rows:
+        for v in r.values():
+            assert not v.startswith(("=", "+", "-", "@")), v
+    formula = next(r for r in rows if "SUM(A1)" in r["tenant_id"])
+    assert formula["tenant_id"] == "'=SUM(A1)" and formula["request_ids"] == "'=r-formula"
+    packets = sorted(p.name for p in (rd / "packets").iterdir())
+    assert len(packets) == len({r["tenant_id"] for r in rows})
+    for name in packets:
+        assert "/" not in name and not name.startswith(".") and len(name) <= 60 and name.isascii()
+        assert (rd / "packets" / name).resolve().parent == (rd / "packets").resolve()
+    hostile = next(r for r in rows if r["tenant_id"].startswith("../"))
+    assert hostile["tenant_id"] == HOSTILE.replace("\x1b", "\\x1b")
+
+
+def test_safe_names_do_not_collide() -> None:
+    from forensics.report.safe import safe_name
+
+    ids = ["a/b", "a_b", "a b", "A/B", "..", ".", "", "a" * 500, "a" * 501, "é", "e"]
+    names = [safe_name(i) for i in ids]
+    assert len(set(names)) == len(ids)
+    assert safe_name("a/b") == safe_name("a/b")
+
+
+def test_verify_detects_changed_input_and_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, logs = make_case(tmp_path)
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    assert verify(rd).ok
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(rd)])
+    assert exc.value.code == 0
+    (logs / "gateway.jsonl").write_text('{"request_id": "tampered"}\n')
+    (rd / "packets").joinpath(next((rd / "packets").iterdir()).name, "notice.md").write_text("edited")
+    drift = {(d.kind, d.path, d.problem) for d in verify(rd).drift}
+    assert ("input", "logs/gateway.jsonl", "changed") in drift
+    assert any(k == "output" and p.endswith("notice.md") and pr == "changed" for k, p, pr in drift)
+    (rd / "summary.md").unlink()
+    assert ("output", "summary.md", "missing") in {(d.kind, d.path, d.problem) for d in verify(rd).drift}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(rd)])
+    assert exc.value.code == 1
+    assert "drift: input logs/gateway.jsonl: changed" in capsys.readouterr().out
+
+
+def test_verify_still_works_after_moving_the_whole_tree(tmp_path: Path) -> None:
+    case, cfg, _ = make_case(tmp_path / "here")
+    report(case, cfg, tmp_path / "here" / "out")
+    os.rename(tmp_path / "here", tmp_path / "there")
+    assert verify(tmp_path / "there" / "out" / "test-case").ok
+
+
+def test_manifest_records_inputs_parameters_versions_and_outputs(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    man = json.loads((rd / "manifest.json").read_text())
+    assert [i["path"] for i in man["inputs"]] == ["logs/decode-1_0.log", "logs/gateway.jsonl"]
+    assert all(len(i["sha256"]) == 64 and i["size"] > 0 for i in man["inputs"])
+    assert man["case_file"]["path"] == "case.toml"
+    assert man["parameters"]["case"]["sources"]["real_ceiling_tokens"] == "file"
+    assert man["parameters"]["match"]["k"] == 8
+    assert "duckdb" in man["versions"] and "python" in man["versions"]
+    outputs = {o["path"] for o in man["outputs"]}
+    assert {"notifications.csv", "summary.html", "summary.md", "evidence.csv", "suspects.csv"} <= outputs
+    assert "manifest.json" not in outputs
+    text = (rd / "manifest.json").read_text()
+    assert str(rd.parent.parent) not in text  # no machine-specific absolute path
+
+
+def test_summary_states_gaps_and_control_rate(built: tuple[Path, Path]) -> None:
+    _, rd = built
+    md = (rd / "summary.md").read_text()
+    assert "false-positive rate: 0.005" in md
+    assert "| quarantined input lines | 1 |" in md
+    assert "| orphan records \\(request or response half missing\\) | 1 |" in md
+    for plot in ("plot-per-day", "plot-prompt-length", "plot-tiers"):
+        assert f"(plots/{plot}.svg)" in md
+        assert (rd / "plots" / f"{plot}.svg").read_text().startswith("<svg")
+    html = (rd / "summary.html").read_text()
+    assert html.count("<svg") == 3 and "<script" not in html
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html
+
+
+def test_no_findings_means_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, _ = make_case(tmp_path, no_findings=True)
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--case", str(case), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 0
+    rd = tmp_path / "out" / "test-case"
+    assert _notifications(rd) == [] and not any((rd / "packets").iterdir())
+    assert "report written to" in capsys.readouterr().out
+
+
+def test_findings_mean_exit_one(tmp_path: Path) -> None:
+    case, _, _ = make_case(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--case", str(case), "--out", str(tmp_path / "out"), "--quiet", "--json"])
+    assert exc.value.code == 1
+
+
+def test_missing_stage_output_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    (case / "evidence.parquet").unlink()
+    with pytest.raises(CaseError, match="forensics match"):
+        report(case, cfg, tmp_path / "out")
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--case", str(case), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "evidence" in err and "Traceback" not in err
+
+
+def test_hostile_case_name_stays_inside_out(tmp_path: Path) -> None:
+    case, cfg, _ = make_case(tmp_path, name="../../escape")
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    assert rd.resolve().parent == (tmp_path / "out").resolve()
