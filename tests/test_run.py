@@ -1,0 +1,131 @@
+"""``forensics run``: finding the case file, clear errors, and the whole pipeline end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forensics import api
+from forensics.cli import main
+from forensics.errors import ConfigError
+from forensics.run import find_case_file
+
+CASE_TOML = """name = "e2e"
+model = "glm-5.3"
+window_start = "2026-08-27T00:00:00Z"
+window_end = "2026-09-09T00:00:00Z"
+real_ceiling_tokens = 2000
+advertised_window_tokens = 8192
+
+[[inputs]]
+format = "litellm"
+path = "gateway"
+"""
+
+SECRET = ("Project Nightjar acquisition terms: the buyer pays forty one million euros in three tranches, "
+          "escrow held by Banque Lumiere, closing on the ninth of September, deploy key AKIAZ7QW3ERT5YUI8OPL.")
+
+
+def _row(rid: str, tenant: str, t: str, prompt: str, answer: str, prompt_tokens: int) -> str:
+    return json.dumps({
+        "request_id": rid, "call_type": "acompletion", "api_key": "k-" + tenant, "startTime": t, "endTime": t,
+        "model": "openai/glm-5.3", "model_group": "glm-5.3", "organization_id": tenant, "team_id": "",
+        "end_user": "", "status": "success", "messages": {}, "prompt_tokens": prompt_tokens,
+        "completion_tokens": 50, "total_tokens": prompt_tokens + 50,
+        "proxy_server_request": {"model": "glm-5.3", "messages": [{"role": "user", "content": prompt}]},
+        "response": {"id": rid, "object": "chat.completion", "model": "glm-5.3",
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+        "metadata": {},
+    })
+
+
+def write_logs(root: Path, leak: bool = True, oversize: bool = True) -> Path:
+    (root / "gateway").mkdir(parents=True)
+    filler = " ".join(f"row {i} of the shipping ledger for the northern depot" for i in range(900 if oversize else 5))
+    rows = [
+        _row("r-1", "acme", "2026-08-28T09:00:00Z", "Please review: " + SECRET, "Reviewed, looks fine.", 60),
+        _row("r-2", "globex", "2026-08-28T10:00:00Z", "Short question about invoices?", "Here is the answer.", 8),
+        # An over-ceiling prompt with the placeholder's impossible count; its answer carries acme's text.
+        _row("r-3", "globex", "2026-08-28T11:00:00Z", filler,
+             ("Summary: " + SECRET) if leak else "A short summary of the ledger.", 1),
+    ]
+    (root / "gateway" / "spend.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "case.toml").write_text(CASE_TOML, encoding="utf-8")
+    return root
+
+
+def test_find_case_file(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text("x")
+    assert find_case_file(tmp_path) == tmp_path / "a.toml"
+    assert find_case_file(tmp_path / "a.toml") == tmp_path / "a.toml"
+    (tmp_path / "b.toml").write_text("x")
+    with pytest.raises(ConfigError, match="2 case files"):
+        find_case_file(tmp_path)
+    (tmp_path / "case.toml").write_text("x")
+    assert find_case_file(tmp_path) == tmp_path / "case.toml"
+    with pytest.raises(ConfigError, match="no such"):
+        find_case_file(tmp_path / "missing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no case file"):
+        find_case_file(empty)
+
+
+def test_run_with_a_missing_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "case.toml").write_text(CASE_TOML)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(tmp_path), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "gateway" in err and "Traceback" not in err
+
+
+needs_stages = pytest.mark.skipif(
+    not (hasattr(api, "scan") and hasattr(api, "match")), reason="the scan and match stages are not in this checkout yet"
+)
+
+
+@needs_stages
+def test_run_end_to_end_finds_the_leak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "logs")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 1
+    printed = capsys.readouterr().out
+    assert "report written to" in printed and "stages" in printed
+    rd = tmp_path / "out" / "e2e"
+    notes = (rd / "notifications.csv").read_text()
+    assert "acme,exposed" in notes and "globex,recipient" in notes
+    assert api.verify(rd).ok
+
+
+@needs_stages
+def test_run_twice_gives_identical_reports(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    a = api.run(logs, tmp_path / "a").report.report_dir
+    b = api.run(logs / "case.toml", tmp_path / "b").report.report_dir
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file() and not p.relative_to(root).as_posix().startswith("case/")}
+
+    assert files(a) == files(b)
+
+
+@needs_stages
+def test_run_without_a_leak_exposes_nobody(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs", leak=False)
+    result = api.run(logs, tmp_path / "out")
+    # The over-ceiling request is still suspect: its recipient is told (tier possible), nobody is exposed.
+    assert [(n.tenant_id, n.role, n.tier) for n in result.report.notices] == [("globex", "recipient", "possible")]
+
+
+@needs_stages
+def test_run_with_nothing_found_exits_zero(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs", leak=False, oversize=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs / "case.toml"), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 0
+    assert (tmp_path / "out" / "e2e" / "notifications.csv").read_text().count("\n") == 1  # header only
