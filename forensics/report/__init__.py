@@ -158,6 +158,12 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
         if not (case / "config.json").is_file():
             raise CaseError("the case has no config.json", file=case, fix="run `forensics ingest` first or give --config")
         config = load_saved(case / "config.json")
+    elif (case / "config.json").is_file():
+        # A case file may say "auto"; the earlier stages recorded what they detected.
+        saved = load_saved(case / "config.json")
+        for key in ("real_ceiling_tokens", "advertised_window_tokens"):
+            if getattr(config, key) == "auto" and isinstance(getattr(saved, key), int):
+                config.set(key, getattr(saved, key), saved.source(key) if saved.source(key) != "default" else "auto-detected")
     task = reporter(progress).task("report", total=6)
     classifier = default_classifier()
     data = case_data.load(case, classifier, config.models)
