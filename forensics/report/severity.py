@@ -164,7 +164,8 @@ def mask(value: str, cls: str) -> str:
     if m and len(m.group(0)) <= 12:
         head = max(head, len(m.group(0)))
     tail = 4 if n >= 20 else 2
-    return value[:head] + "*" * (n - head - tail) + value[n - tail:]
+    # At most 16 stars: a 100-character key needs no 90-star preview to be recognised.
+    return value[:head] + "*" * min(n - head - tail, 16) + value[n - tail:]
 
 
 def load_patterns(text: str, origin: str = "patterns") -> Classifier:
