@@ -82,7 +82,7 @@ EXCHANGES = pa.schema(
         pa.field("source_line", pa.int64()),
         pa.field("response_source_file", pa.string()),  # split logs: where the response half was
         pa.field("response_source_line", pa.int64()),
-        pa.field("record_sha256", pa.string()),  # hash of the record's content, for de-duplication
+        pa.field("record_hash", pa.string()),  # xxh3-128 of the record's line, for de-duplication
     ]
 )
 
@@ -185,6 +185,8 @@ EVIDENCE = pa.schema(
         pa.field("source_start", pa.int64()),
         pa.field("source_end", pa.int64()),
         pa.field("rarity", pa.float64()),  # 1.0 = every matched k-gram unique to the source tenant
+        pa.field("informative_tokens", pa.int64()),  # matched tokens neither own context nor common text
+        pa.field("regions", pa.int64()),  # separate matching regions of this pair (the row shows the best)
     ]
 )
 

@@ -138,3 +138,19 @@ def test_any_mix_of_lines_reconciles(tmp_path_factory, lines) -> None:  # type: 
     assert entry["quarantined"] == sum(kind == "bad" for kind, _ in lines)
     assert entry["lines"] == entry["ingested"] + entry["quarantined"] + entry["blank"] + entry["duplicate"]
     assert result.manifest["tables"]["exchanges"] == len(set(goods))
+
+
+def test_parallel_spans_give_the_same_tables(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import forensics.ingest as ingest_mod
+
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(spend(i, prompt="lorem ipsum " * (i % 50 + 1)) for i in range(300)) + "\n{bad\n\n")
+    api.ingest(tmp_path / "one", [path])
+    monkeypatch.setattr(ingest_mod, "SPLIT_BYTES", 20_000)  # many spans
+    monkeypatch.setattr(ingest_mod, "PARALLEL_BYTES", 0)  # force the process pool
+    result = api.ingest(tmp_path / "many", [path])
+    assert len(list((tmp_path / "many" / "staging").glob("*.exchanges.parquet"))) > 3
+    for table in ("exchanges.parquet", "quarantine.parquet"):
+        assert (tmp_path / "one" / table).read_bytes() == (tmp_path / "many" / table).read_bytes()
+    (entry,) = result.manifest["files"]
+    assert (entry["lines"], entry["ingested"], entry["quarantined"], entry["blank"]) == (302, 300, 1, 1)

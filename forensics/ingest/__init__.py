@@ -11,25 +11,32 @@ and reconciles the per-file counts in ``manifest.json``::
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from forensics import __version__, schema
-from forensics.case import Case, ParquetSink, write_json
+from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
 from forensics.errors import InputError
 from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
-from forensics.ingest.base import PARSERS, FileContext, Quarantined
-from forensics.ingest.reader import FileProblem, compression_of, peek_lines, read_lines, sha256_file
+from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
+from forensics.ingest.reader import FileProblem, Span, compression_of, peek_lines, read_lines, scan_file
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
 
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
 BATCH_ROWS = 2000
 BATCH_BYTES = 32 << 20
+#: Big plain files are parsed in line-aligned spans of this size, side by side.
+SPLIT_BYTES = 64 << 20
+#: Below this much input, one process is faster than starting a pool.
+PARALLEL_BYTES = 96 << 20
+MAX_WORKERS = 2
 
 
 @dataclasses.dataclass
@@ -122,14 +129,15 @@ def ingest(
     c.root.mkdir(parents=True, exist_ok=True)
     os.chmod(c.root, 0o700)
     c.staging.mkdir(exist_ok=True)
-    counter = Counter(cfg.tokenizer)
+    if cfg.tokenizer:
+        Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span]]] = []
     for path, explicit in expand_inputs([Path(p) for p in paths], exclude=c.root):
-        sha = sha256_file(path)
+        sha, spans = scan_file(path, SPLIT_BYTES)
         detected = fmt or sniff(path)
         if detected is None and explicit:
             raise InputError(
@@ -137,28 +145,42 @@ def ingest(
                 file=path,
                 fix=f"pass --format ({', '.join(sorted(PARSERS))}) if it is one of them",
             )
-        plan.append((path, sha, detected))
+        plan.append((path, sha, detected, spans))
 
     run_files: list[dict[str, Any]] = []
-    seen_this_run: set[str] = set()
-    rep = reporter(progress)
-    task = rep.task("ingest", total=sum(p.stat().st_size for p, _, _ in plan) or None)
-    for path, sha, detected in plan:
+    units: list[Unit] = []
+    for path, sha, detected, spans in plan:
         shown = display_path(path)
-        if sha in known or sha in seen_this_run:
-            entry = known.get(sha) or next(f for f in run_files if f["sha256"] == sha)
+        if sha in known:
+            entry = known[sha]
             if shown not in entry["paths"]:
                 entry["paths"] = sorted({*entry["paths"], shown})
             run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                               "status": "already ingested (same SHA-256)"})
-            task.advance(path.stat().st_size)
             continue
-        seen_this_run.add(sha)
-        entry = _stage_file(c, path, shown, sha, detected, cfg, counter)
-        known[sha] = entry
-        run_files.append({k: entry[k] for k in ("path", "sha256", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status")})
-        task.advance(path.stat().st_size)
+        known[sha] = _new_entry(path, shown, sha, detected)
+        run_files.append(known[sha])
+        for part, span in enumerate(spans):
+            units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
+                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging)))
+
+    rep = reporter(progress)
+    task = rep.task("ingest", total=sum(u.size() for u in units) or None)
+    for unit, counts in _run_units(units):
+        entry = known[unit.sha]
+        for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed"):
+            entry[key] += counts[key]
+        entry["problems"].extend(counts["problems"])
+        if counts["status"] != "ingested":
+            entry["status"] = counts["status"]
+        task.advance(unit.size())
     task.close()
+    for entry in known.values():
+        entry["ingested"] = entry["parsed"]
+    run_files = [
+        {k: f[k] for k in ("path", "sha256", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status")}
+        for f in run_files
+    ]
 
     manifest = finalize(c, list(known.values()), cfg, progress)
     manifest["tool"] = {"name": "forensics", "version": __version__}
@@ -182,15 +204,54 @@ def _excerpt(text: str | None, raw: bytes) -> str:
     return text[: schema.EXCERPT_CHARS]
 
 
-def _stage_file(c: Case, path: Path, shown: str, sha: str, fmt: str | None, cfg: CaseConfig, counter: Counter) -> dict[str, Any]:
-    """Parse one file into its staging Parquet files; return its manifest entry."""
-    entry: dict[str, Any] = {
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One piece of parsing work: a whole file, or a line-aligned byte span of a big plain file."""
+
+    path: str
+    shown: str
+    sha: str
+    fmt: str | None
+    part: int
+    span: Span
+    zone: str
+    tenant_field: str
+    tokenizer: str | None
+    staging: str
+
+    def size(self) -> int:
+        """Bytes this unit reads (for progress)."""
+        end = self.span.end if self.span.end is not None else Path(self.path).stat().st_size
+        return max(0, end - self.span.start)
+
+
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None) -> dict[str, Any]:
+    return {
         "path": shown, "paths": [shown], "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
-        "status": "ingested",
+        "status": "ingested" if fmt else "skipped: format not recognised",
     }
+
+
+def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
+    """Stage every unit; big inputs on a process pool (both cores), small ones in this process."""
+    total = sum(u.size() for u in units)
+    workers = min(os.cpu_count() or 1, MAX_WORKERS, len(units))
+    if workers <= 1 or total < PARALLEL_BYTES:
+        for unit in units:
+            yield unit, stage_unit(unit)
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        yield from zip(units, pool.map(stage_unit, units))
+
+
+def stage_unit(unit: Unit) -> dict[str, Any]:
+    """Parse one unit into its staging Parquet files; return its line counts."""
+    counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "problems": [], "status": "ingested"}
+    stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
-        name: ParquetSink(c.staging / f"{sha}.{name}.parquet", schema.TABLES[name])
+        name: ParquetSink(Path(f"{stem}.{name}.parquet"), schema.TABLES[name], STAGING_OPTIONS)
         for name in ("exchanges", "engine_events", "quarantine")
     }
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
@@ -204,46 +265,49 @@ def _stage_file(c: Case, path: Path, shown: str, sha: str, fmt: str | None, cfg:
             buffers[table], sizes[table] = [], 0
 
     def quarantine(line: int | None, reason: str, excerpt: str | None) -> None:
-        add("quarantine", {"source_file": shown, "source_sha256": sha, "source_line": line, "source_format": fmt,
-                           "reason": reason, "excerpt": excerpt}, 256)
+        add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
+                           "source_format": unit.fmt, "reason": reason, "excerpt": excerpt}, 256)
 
     try:
-        if fmt is None:
+        if unit.fmt is None:
             quarantine(None, "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            entry["status"] = "skipped: format not recognised"
+            counts["status"] = "skipped: format not recognised"
         else:
-            parser = PARSERS[fmt]
-            ctx = FileContext(shown, sha, fmt, cfg.timezone, cfg.tenant_field, counter, path.name)
+            parser = PARSERS[unit.fmt]
+            counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
+            ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name)
             problems: list[FileProblem] = []
-            for line in read_lines(path, problems):
-                entry["lines"] += 1
+            for line in read_lines(Path(unit.path), problems, unit.span):
+                counts["lines"] += 1
                 if line.text is None:
-                    entry["quarantined"] += 1
+                    counts["quarantined"] += 1
                     quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
                                _excerpt(None, line.raw))
                     continue
                 if not line.text.strip():
-                    entry["blank"] += 1
+                    counts["blank"] += 1
                     continue
                 try:
                     result = parser.parse(line.text, line.number, ctx)
                 except Exception as exc:  # a parser bug must cost one line, not the run
                     result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {exc}")
                 if isinstance(result, Quarantined):
-                    entry["quarantined"] += 1
+                    counts["quarantined"] += 1
                     quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
                 elif result is None:
-                    entry["blank"] += 1
+                    counts["blank"] += 1
                 else:
                     table, row = result
-                    entry["parsed"] += 1
+                    counts["parsed"] += 1
                     if row.get("zone_assumed"):
-                        entry["zone_assumed"] += 1
+                        counts["zone_assumed"] += 1
+                    if table == "exchanges":
+                        row["record_hash"] = record_hash(line.raw)
                     add(table, row, len(line.raw))
             for problem in problems:
-                entry["problems"].append(problem.reason)
+                counts["problems"].append(problem.reason)
                 quarantine(problem.after_line + 1, problem.reason, None)
-                entry["status"] = "ingested with problems"
+                counts["status"] = "ingested with problems"
         for table, sink in sinks.items():
             sink.write_rows(buffers[table])
             sink.close()
@@ -251,4 +315,4 @@ def _stage_file(c: Case, path: Path, shown: str, sha: str, fmt: str | None, cfg:
         for sink in sinks.values():
             sink.abort()
         raise
-    return entry
+    return counts

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
+
+import xxhash
 
 from forensics import schema
 from forensics.ingest.fields import truncation
@@ -58,9 +59,12 @@ def register(parser_factory: Callable[[], Parser]) -> Callable[[], Parser]:
     return parser_factory
 
 
-def record_hash(text: str) -> str:
-    """Content hash of one input record (for telling identical duplicates from conflicting ones)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def record_hash(line: bytes) -> str:
+    """Content hash of one input record (for telling identical duplicates from conflicting ones).
+
+    xxh3-128 with a fixed seed: stable across processes and versions, and fast on MB lines.
+    """
+    return xxhash.xxh3_128_hexdigest(line, seed=0)
 
 
 def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported: int | None, ctx: FileContext) -> dict[str, Any]:
@@ -100,7 +104,6 @@ def provenance(ctx: FileContext, line_number: int, text: str, kind: str) -> dict
         "source_file": ctx.display_path,
         "source_sha256": ctx.sha256,
         "source_line": line_number,
-        "record_sha256": record_hash(text),
     }
 
 

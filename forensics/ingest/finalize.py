@@ -44,7 +44,8 @@ def _lit(path: Path) -> str:
 
 
 def _staged(c: Case, files: list[dict[str, Any]], table: str) -> list[Path]:
-    return [p for f in files if (p := c.staging / f"{f['sha256']}.{table}.parquet").exists()]
+    """Staging files of a table in input order (file order, then part)."""
+    return [p for f in files for p in sorted(c.staging.glob(f"{f['sha256']}.*.{table}.parquet"))]
 
 
 def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: str) -> None:
@@ -63,9 +64,9 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     con.execute("SET preserve_insertion_order = true")
     tmp = c.root / ".duckdb_tmp"
     con.execute(f"SET temp_directory = {_lit(tmp)}")
-    ex_paths = sorted(_staged(c, files, "exchanges"), key=lambda p: order[p.name.split(".")[0]])
-    ev_paths = sorted(_staged(c, files, "engine_events"), key=lambda p: order[p.name.split(".")[0]])
-    q_paths = sorted(_staged(c, files, "quarantine"), key=lambda p: order[p.name.split(".")[0]])
+    ex_paths = _staged(c, files, "exchanges")
+    ev_paths = _staged(c, files, "engine_events")
+    q_paths = _staged(c, files, "quarantine")
     _view(con, "staged", ex_paths, "exchanges")
     _view(con, "staged_events", ev_paths, "engine_events")
     con.register("file_order", pa.table({"sha": list(order), "ord": list(order.values())}))
@@ -115,7 +116,7 @@ WINNERS_SQL = """
 WITH keys AS (
   SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
          coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
-         prompt_text IS NULL AS no_prompt, response_text IS NULL AS no_response, record_sha256
+         prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash
   FROM staged
 ), ranked AS (
   SELECT *,
@@ -125,7 +126,7 @@ WITH keys AS (
       ORDER BY pt, rt, no_prompt, no_response,
                CASE record_kind WHEN 'logging_payload' THEN 0 WHEN 'spend_log' THEN 2 ELSE 1 END,
                source_file, source_line) AS rn,
-    count(DISTINCT record_sha256) OVER (
+    count(DISTINCT record_hash) OVER (
       PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END) AS variants
   FROM keys
@@ -300,7 +301,7 @@ SELECT
   coalesce(q.source_sha256, a.source_sha256) AS source_sha256,
   coalesce(q.source_line, a.source_line) AS source_line,
   a.source_file AS response_source_file, a.source_line AS response_source_line,
-  coalesce(q.record_sha256, '') || ':' || coalesce(a.record_sha256, '') AS record_sha256,
+  coalesce(q.record_hash, '') || ':' || coalesce(a.record_hash, '') AS record_hash,
   coalesce(fq.ord, fa.ord) AS _file_ord
 FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
 LEFT JOIN file_order fq ON fq.sha = q.source_sha256

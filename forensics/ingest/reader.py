@@ -114,17 +114,59 @@ def _open(path: Path) -> BinaryIO:
     return raw
 
 
-def read_lines(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A byte range of an uncompressed file that starts at a line start, and that line's number."""
+
+    start: int
+    end: int | None  # None: to the end of the file
+    first_line: int
+
+
+def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
+    """SHA-256 of the file and, for an uncompressed file, line-aligned spans of ~``split_bytes``.
+
+    One pass over the bytes: the spans let several processes parse one big file side by side
+    while line numbers stay those of the whole file.
+    """
+    h = hashlib.sha256()
+    compressed = compression_of(path) is not None
+    spans: list[Span] = []
+    start, first_line, lines_before, pos = 0, 1, 0, 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+            while not compressed and pos + len(chunk) - start >= split_bytes:
+                cut = chunk.find(b"\n", max(0, start + split_bytes - pos))
+                if cut < 0:
+                    break
+                end = pos + cut + 1
+                spans.append(Span(start, end, first_line))
+                first_line = lines_before + chunk.count(b"\n", 0, cut + 1) + 1
+                start = end
+            lines_before += chunk.count(b"\n")
+            pos += len(chunk)
+    spans.append(Span(start, None, first_line))
+    return h.hexdigest(), spans
+
+
+def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
     """Yield the file's lines (without line endings); append whole-file problems to ``problems``.
 
     A UTF-8 BOM on the first line is dropped; CRLF and LF endings are both accepted. A line that
-    is not valid UTF-8 is yielded with ``text=None`` so the caller can quarantine it.
+    is not valid UTF-8 is yielded with ``text=None`` so the caller can quarantine it. ``span``
+    limits reading to a byte range of an uncompressed file (see :func:`scan_file`).
     """
     number = 0
     kind = compression_of(path)
     try:
         with _open(path) as fh:
-            for raw in fh:
+            lines: Iterator[bytes] = fh
+            if span is not None and (span.start or span.end is not None):
+                fh.seek(span.start)
+                number = span.first_line - 1
+                lines = _bounded(fh, span.end)
+            for raw in lines:
                 number += 1
                 if number == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
@@ -148,6 +190,15 @@ def read_lines(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
         )
     except OSError as exc:
         problems.append(FileProblem(number, f"file could not be read after line {number} ({exc})"))
+
+
+def _bounded(fh: BinaryIO, end: int | None) -> Iterator[bytes]:
+    pos = fh.tell()
+    for raw in fh:
+        if end is not None and pos >= end:
+            return
+        pos += len(raw)
+        yield raw
 
 
 def peek_lines(path: Path, limit: int = 20, max_bytes: int = 8 << 20) -> list[str]:
