@@ -1,0 +1,21 @@
+-- id: above_ceiling
+-- kind: suspect
+-- title: Prompts above the real KV-pool ceiling, on the case's models, inside the window
+-- returns: one response whose prompt, by its trusted token count (never the placeholder's reported 1), did not fit in the real pool: the low end of its count's band is at or above the ceiling. Requests that failed with no response text are left out (nothing was delivered).
+-- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
+-- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
+-- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
+-- param: ceiling BIGINT the real pool ceiling in tokens
+-- A prompt of exactly `ceiling` tokens already does not fit: SGLang's own limit is ceiling - 1
+-- ("exceeds the maximum allowed length (681279 tokens)" for a 681280-token pool).
+SELECT
+  x.request_id, x.tenant_id, x.model, x.received_at,
+  x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high,
+  x.reported_prompt_tokens
+FROM exchanges x
+WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
+  AND coalesce(x.received_at, x.completed_at) >= $window_start
+  AND coalesce(x.received_at, x.completed_at) < $window_end
+  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) >= $ceiling
+  AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0)
+ORDER BY x.request_id, x.tenant_id

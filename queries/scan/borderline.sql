@@ -1,0 +1,19 @@
+-- id: borderline
+-- kind: suspect
+-- title: Borderline prompts: the token count's error band straddles the ceiling
+-- returns: one response on the case's models inside the window whose prompt count is only known within a band (an estimate, typically from the text's length) that reaches the ceiling from below: it may or may not have overflowed the pool. Reported as a suspect with borderline = true; a tokenizer file or engine logs settle it.
+-- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
+-- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
+-- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
+-- param: ceiling BIGINT the real pool ceiling in tokens
+SELECT
+  x.request_id, x.tenant_id, x.model, x.received_at,
+  x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high
+FROM exchanges x
+WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
+  AND coalesce(x.received_at, x.completed_at) >= $window_start
+  AND coalesce(x.received_at, x.completed_at) < $window_end
+  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) < $ceiling
+  AND coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling
+  AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0)
+ORDER BY x.request_id, x.tenant_id

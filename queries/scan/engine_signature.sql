@@ -1,0 +1,37 @@
+-- id: engine_signature
+-- kind: suspect
+-- title: The engine's own signature of the bug: over-limit on prefill, yet output was generated
+-- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included).
+-- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
+-- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
+-- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
+WITH over AS (
+  SELECT rid, max(input_len) AS engine_input_len, max("limit") AS engine_limit,
+         string_agg(DISTINCT node, ';' ORDER BY node) AS over_limit_nodes
+  FROM engine_events
+  WHERE event IN ('over_limit', 'exceeds_max_tokens') AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'
+  GROUP BY rid
+),
+linked AS (  -- two equi-joins rather than one OR join: DuckDB turns an OR join into a nested loop
+  SELECT k.request_id, k.tenant_id, d.node, d.output_len
+  FROM exchange_keys k JOIN decode_output d ON d.rid = k.engine_rid
+  UNION ALL
+  SELECT k.request_id, k.tenant_id, d.node, d.output_len
+  FROM exchange_keys k JOIN decode_output d ON d.bootstrap_room = k.bootstrap_room
+),
+decoded AS (
+  SELECT request_id, tenant_id, string_agg(DISTINCT node, ';' ORDER BY node) AS decode_nodes, max(output_len) AS decode_output_len
+  FROM linked GROUP BY request_id, tenant_id
+)
+SELECT
+  x.request_id, x.tenant_id, x.model, x.received_at, x.reported_prompt_tokens,
+  o.engine_input_len, o.engine_limit, o.over_limit_nodes, d.decode_nodes, d.decode_output_len,
+  length(coalesce(x.response_text, '')) > 0 AS gateway_answer
+FROM exchanges x
+JOIN over o ON o.rid = coalesce(x.rid, x.request_id)
+LEFT JOIN decoded d ON d.request_id = x.request_id AND d.tenant_id IS NOT DISTINCT FROM x.tenant_id
+WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
+  AND coalesce(x.received_at, x.completed_at) >= $window_start
+  AND coalesce(x.received_at, x.completed_at) < $window_end
+  AND (d.request_id IS NOT NULL OR length(coalesce(x.response_text, '')) > 0 OR coalesce(x.completion_tokens, 0) > 0)
+ORDER BY x.request_id, x.tenant_id

@@ -1,0 +1,35 @@
+-- id: transfer_fault_output
+-- kind: suspect
+-- title: Context corruption or a failed KV transfer, yet output was generated
+-- returns: one response (on the case's models, inside the window) whose request the engine logged with a context-corruption line (its decode side received another bootstrap room's metadata), a failed prefill bootstrap, a failed decode transfer or a KVTransferError, and for which a decode node or the gateway nevertheless shows generated output. Without its own KV pages the answer can only have come from whatever pages were there: the same mechanism as the incident.
+-- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
+-- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
+-- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
+WITH faults AS (
+  SELECT k.request_id, k.tenant_id, e.event
+  FROM exchange_keys k JOIN engine_events e ON e.rid = k.engine_rid
+  WHERE e.event IN ('context_corruption', 'bootstrap_failed', 'transfer_failed', 'kv_transfer_error')
+  UNION ALL
+  SELECT k.request_id, k.tenant_id, e.event
+  FROM exchange_keys k JOIN engine_events e ON e.bootstrap_room = k.bootstrap_room
+  WHERE e.event IN ('context_corruption', 'bootstrap_failed', 'transfer_failed', 'kv_transfer_error')
+),
+fault_kinds AS (
+  SELECT request_id, tenant_id, string_agg(DISTINCT event, ';' ORDER BY event) AS fault_events
+  FROM faults GROUP BY request_id, tenant_id
+),
+linked AS (
+  SELECT k.request_id, k.tenant_id FROM exchange_keys k JOIN decode_output d ON d.rid = k.engine_rid
+  UNION
+  SELECT k.request_id, k.tenant_id FROM exchange_keys k JOIN decode_output d ON d.bootstrap_room = k.bootstrap_room
+)
+SELECT x.request_id, x.tenant_id, x.model, x.received_at, f.fault_events,
+       l.request_id IS NOT NULL AS decode_output, length(coalesce(x.response_text, '')) > 0 AS gateway_answer
+FROM exchanges x
+JOIN fault_kinds f ON f.request_id = x.request_id AND f.tenant_id IS NOT DISTINCT FROM x.tenant_id
+LEFT JOIN linked l ON l.request_id = x.request_id AND l.tenant_id IS NOT DISTINCT FROM x.tenant_id
+WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
+  AND coalesce(x.received_at, x.completed_at) >= $window_start
+  AND coalesce(x.received_at, x.completed_at) < $window_end
+  AND (l.request_id IS NOT NULL OR length(coalesce(x.response_text, '')) > 0)
+ORDER BY x.request_id, x.tenant_id
