@@ -1,0 +1,370 @@
+"""Match stage: which other customer's content is in each suspect response, where, how sure.
+
+``match(case, config)`` reads ``CASE/suspects.parquet`` and ``CASE/exchanges.parquet`` and writes
+``CASE/evidence.parquet`` (schema.EVIDENCE), ``CASE/evidence.csv`` and ``CASE/match.json``.
+
+1. Targets: the suspect responses and a seeded random control sample of non-suspect responses.
+   Every k-gram of every target is hashed into a small in-memory index (``index.py``).
+2. One streaming pass over every record's prompt and response (``stream.py``, both cores):
+   hash, probe, count which tenants held each target k-gram and when, and verify hit clusters
+   with rapidfuzz on token slices (``align.py``).
+3. Rarity and own context, per finding: a matched k-gram the recipient's tenant already held
+   when it sent the request explains itself; one held by more than ``max_tenants`` tenants is
+   common text; the rest weigh 1 / (tenants holding it). Tiers follow ``tiers.py``.
+4. Findings of control responses are counted, never written: they give the empirical
+   false-positive rate that the report quotes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import heapq
+import io
+import multiprocessing
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import rapidfuzz
+import xxhash
+
+from forensics import schema
+from forensics.case import Case, atomic_open, write_json, write_table
+from forensics.config import CaseConfig
+from forensics.errors import CaseError
+from forensics.match.fingerprint import SEED, unicode_version
+from forensics.match.index import NO_TIME, Target, TargetIndex
+from forensics.match.stream import BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code
+from forensics.match.tiers import MatchParams, assign_tier, params_from
+from forensics.progress import Reporter, reporter
+
+#: Columns of evidence.csv, in order: the contract of spec/outputs.md, then ours.
+CSV_COLUMNS = (
+    "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
+    "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
+    "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
+)
+
+#: Below this many exchanges the pass runs in-process (pool start-up costs more than it saves).
+INLINE_ROWS = 2000
+
+_TIER_RANK = {"confirmed": 0, "probable": 1}
+
+
+@dataclasses.dataclass
+class MatchResult:
+    """What the match stage found and searched (``summary()`` is what the CLI prints)."""
+
+    case: Path
+    params: MatchParams
+    findings: list[dict[str, Any]]
+    report: dict[str, Any]
+
+    @property
+    def cross_tenant(self) -> list[dict[str, Any]]:
+        """Findings that are cross-tenant exposure."""
+        return [f for f in self.findings if f["relation"] == "cross_tenant"]
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary: counts, control sample, and where the outputs are."""
+        return {
+            "case": str(self.case),
+            "findings": self.report["findings"],
+            "searched": self.report["searched"],
+            "control": self.report["control"],
+            "outputs": ["evidence.parquet", "evidence.csv", "match.json"],
+        }
+
+
+def _to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
+    return col.cast(pa.int64()).to_pylist()
+
+
+def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    pf = pq.ParquetFile(path)
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
+                        fix="re-run `forensics ingest` with this version of forensics")
+    yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
+
+
+def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, Any]]:
+    """Suspect responses (from the suspects table) and the control sample, with their texts."""
+    sus_path = case.require("suspects", "scan")
+    ex_path = case.require("exchanges", "ingest")
+    sus = pq.read_table(sus_path, columns=["request_id", "engine_signature", "decode_node"]).to_pylist()
+    suspects = {r["request_id"]: r for r in sus}
+    found: dict[str, Target] = {}
+    heap: list[tuple[int, str, Target]] = []  # max-heap (negated keys) of the control sample
+    cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
+    for batch in _iter_exchanges(ex_path, cols, 1024):
+        rids = batch.column("request_id").to_pylist()
+        rec, done = _to_us(batch.column("received_at")), _to_us(batch.column("completed_at"))
+        tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
+        texts = batch.column("response_text").to_pylist()
+        for i, rid in enumerate(rids):
+            s = suspects.get(rid)
+            if s is None and (not texts[i] or p.control_size == 0):
+                continue
+            received = rec[i] if rec[i] is not None else NO_TIME
+            deadline = done[i] if done[i] is not None else received
+            if s is not None:
+                if rid not in found:
+                    found[rid] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
+                                        bool(s["engine_signature"]), False, texts[i] or "")
+                continue
+            key = xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed)
+            item = (-key, rid, Target(rid, tenants[i], received, deadline, nodes[i], False, True, texts[i]))
+            if len(heap) < p.control_size:
+                heapq.heappush(heap, item)
+            elif -key > heap[0][0]:
+                heapq.heapreplace(heap, item)
+    missing = sorted(set(suspects) - set(found))
+    controls = sorted((t for _, _, t in heap), key=lambda t: t.request_id)
+    targets = [found[r] for r in sorted(found)] + controls
+    info = {
+        "suspects": len(suspects),
+        "suspects_missing_from_exchanges": missing,
+        "suspects_with_empty_response": sum(1 for t in found.values() if not t.text),
+        "suspects_without_completed_at": sum(1 for t in found.values() if t.deadline_us == t.received_us),
+    }
+    return targets, info
+
+
+def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, list[Any]]]:
+    cols = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
+    for b in _iter_exchanges(path, cols, batch_rows):
+        yield {
+            "request_id": b.column("request_id").to_pylist(),
+            "tenant_id": b.column("tenant_id").to_pylist(),
+            "received_us": _to_us(b.column("received_at")),
+            "decode_node": b.column("decode_node").to_pylist(),
+            "prompt_text": b.column("prompt_text").to_pylist(),
+            "response_text": b.column("response_text").to_pylist(),
+        }
+
+
+def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter | None) -> Iterator[BatchResult]:
+    """Scan every batch, in this process or on a pool; at most 2 batches per worker in flight."""
+    rows = pq.ParquetFile(path).metadata.num_rows
+    workers = p.workers or (os.cpu_count() or 1)
+    task = reporter(progress).task("match: streaming prompts and responses", rows)
+    try:
+        if workers <= 1 or rows < INLINE_ROWS:
+            for batch in _batches(path, p.batch_rows):
+                yield scanner.scan_batch(batch)
+                task.advance(len(batch["request_id"]))
+            return
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
+            pending: list[Any] = []
+            for batch in _batches(path, p.batch_rows):
+                pending.append((pool.apply_async(scan_in_worker, (batch,)), len(batch["request_id"])))
+                while len(pending) >= 2 * workers:
+                    res, n = pending.pop(0)
+                    yield res.get()
+                    task.advance(n)
+            for res, n in pending:
+                yield res.get()
+                task.advance(n)
+    finally:
+        task.close()
+
+
+class _Holders:
+    """Which tenant held each target k-gram, first seen when: unique (gid, tenant), min time."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending = 0
+
+    def add(self, g: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+        if len(g):
+            self.parts.append((g, t, w))
+            self.pending += len(g)
+            if self.pending > 4_000_000:
+                self._compact()
+
+    def _compact(self) -> None:
+        g = np.concatenate([x[0] for x in self.parts])
+        t = np.concatenate([x[1] for x in self.parts])
+        w = np.concatenate([x[2] for x in self.parts])
+        order = np.lexsort((w, t, g))
+        g, t, w = g[order], t[order], w[order]
+        first = np.ones(len(g), dtype=bool)
+        first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+        self.parts = [(g[first], t[first], w[first])]
+        self.pending = int(first.sum())
+
+    def finish(self, n_gids: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CSR start per gid, tenant codes and first times, sorted by (gid, tenant)."""
+        if self.parts:
+            self._compact()
+            g, t, w = self.parts[0]
+        else:
+            g = t = w = np.zeros(0, np.int64)
+        start = np.searchsorted(g, np.arange(n_gids + 1))
+        return start, t, w
+
+
+def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      p: MatchParams) -> list[dict[str, Any]]:
+    """Rarity, own context and tier of every candidate; the best finding per (target, source, kind)."""
+    start, h_tenant, h_time = holders
+    k = p.k
+    best: dict[tuple[int, str, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    regions: dict[tuple[int, str, str], int] = {}
+    for c in cands:
+        tgt = targets[c.target]
+        kp = np.unique(c.kgram_positions)
+        g = tgt.gids[kp]
+        n = start[g + 1] - start[g]
+        seg = np.repeat(np.arange(len(g)), n)
+        first = np.cumsum(n) - n
+        flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+        ten, when = h_tenant[flat], h_time[flat]
+        holders_then = np.bincount(seg, weights=(when < tgt.deadline_us), minlength=len(g))
+        own = np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
+                          minlength=len(g)) > 0
+        common = holders_then > p.max_tenants
+        informative = ~own & ~common
+        weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
+        rarity = float(weight.mean()) if len(weight) else 0.0
+        covered = np.zeros(c.tok_end - c.tok_start, dtype=bool)
+        for q in kp[informative].tolist():
+            covered[q - c.tok_start : q - c.tok_start + k] = True
+        info_tokens = int(covered.sum())
+        tier = assign_tier(c.score, info_tokens, rarity, tgt.engine_signature, p)
+        if tier is None:
+            continue
+        key = (c.target, c.source_request_id, c.source_kind)
+        regions[key] = regions.get(key, 0) + 1
+        rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, c.recipient_start, c.source_start)
+        if key in best and best[key][0] <= rank:
+            continue
+        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+        fid_key = "\x1f".join(map(str, (tgt.request_id, c.source_request_id, c.source_kind, c.recipient_start,
+                                         c.recipient_end, c.source_start, c.source_end)))
+        best[key] = (rank, {
+            "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
+            "recipient_request_id": tgt.request_id,
+            "recipient_tenant_id": tgt.tenant_id,
+            "source_request_id": c.source_request_id,
+            "source_tenant_id": c.source_tenant_id,
+            "source_kind": c.source_kind,
+            "relation": relation,
+            "tier": tier[0],
+            "tier_rule": tier[1],
+            "score": round(c.score, 2),
+            "matched_tokens": c.matched,
+            "longest_run": c.longest_run,
+            "recipient_start": c.recipient_start,
+            "recipient_end": c.recipient_end,
+            "source_start": c.source_start,
+            "source_end": c.source_end,
+            "rarity": round(rarity, 4),
+            "informative_tokens": info_tokens,
+            "control": tgt.control,
+        })
+    rows = []
+    for key, (_, row) in best.items():
+        row["regions"] = regions[key]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["recipient_request_id"], r["source_request_id"], r["source_kind"], r["recipient_start"]))
+    return rows
+
+
+def _csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        w.writerow(["" if r[c] is None else (f"{r[c]:.2f}" if c == "score" else f"{r[c]:.4f}" if c == "rarity" else r[c])
+                    for c in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
+          overrides: dict[str, Any] | None = None) -> MatchResult:
+    """Find other tenants' content in the case's suspect responses; write the evidence files.
+
+    Parameters come from ``config.section("match")`` with ``overrides`` (CLI options) on top.
+    Raises ForensicsError subclasses for a missing table or a bad parameter.
+    """
+    c = Case(case)
+    p = params_from(config.section("match"), overrides, file=config.file)
+    targets, info = _load_targets(c, p)
+    index = TargetIndex(targets, p.k)
+    scanner = Scanner(index, p)
+    holders = _Holders()
+    cands: list[Candidate] = []
+    stats: dict[str, int] = {}
+    for res in _run_pass(scanner, c.table_path("exchanges"), p, progress):
+        holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
+        cands.extend(res.candidates)
+        for key, v in res.stats.items():
+            stats[key] = stats.get(key, 0) + v
+    rows = _score_candidates(cands, targets, holders.finish(index.kgram_count), p)
+    evidence = [r for r in rows if not r["control"]]
+    control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant"]
+    n_control = sum(1 for t in targets if t.control)
+    flagged = sorted({r["recipient_request_id"] for r in control_rows})
+    cross = [r for r in evidence if r["relation"] == "cross_tenant"]
+    report = {
+        "parameters": p.record(),
+        "versions": {"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
+                     "hash_seed": SEED},
+        "searched": {
+            "suspects": info["suspects"],
+            "suspects_searched": sum(1 for t in targets if not t.control),
+            "suspects_missing_from_exchanges": info["suspects_missing_from_exchanges"],
+            "suspects_with_empty_response": info["suspects_with_empty_response"],
+            "suspects_without_completed_at": info["suspects_without_completed_at"],
+            "target_kgrams": index.kgram_count,
+            "records": stats.get("records", 0),
+            "records_without_received_at": stats.get("records_without_time", 0),
+            "texts": stats.get("texts", 0),
+            "chars": stats.get("chars", 0),
+            "tokens": stats.get("tokens", 0),
+            "prompt_tokens": stats.get("prompt_tokens", 0),
+            "response_tokens": stats.get("response_tokens", 0),
+            "sources": "every other record's prompt and every non-suspect response received before the "
+                       "suspect response completed (completed_at, else received_at)",
+            "lookback": f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
+            "same_decode_node": p.same_decode_node,
+        },
+        "findings": {
+            "total": len(evidence),
+            "cross_tenant": len(cross),
+            "same_tenant": len(evidence) - len(cross),
+            "cross_tenant_confirmed": sum(1 for r in cross if r["tier"] == "confirmed"),
+            "cross_tenant_probable": sum(1 for r in cross if r["tier"] == "probable"),
+            "suspects_with_cross_tenant_evidence": len({r["recipient_request_id"] for r in cross}),
+            "exposed_tenants": len({r["source_tenant_id"] for r in cross}),
+        },
+        "control": {
+            "requested": p.control_size,
+            "size": n_control,
+            "sample": "non-suspect responses with text, the control_size smallest xxh64(request_id, seed)",
+            "findings": len(control_rows),
+            "responses_with_findings": len(flagged),
+            "request_ids_with_findings": flagged,
+            "false_positive_rate": round(len(flagged) / n_control, 6) if n_control else None,
+        },
+    }
+    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "control"} for r in evidence],
+                                 schema=schema.EVIDENCE)
+    write_table(c.table_path("evidence"), table, schema.EVIDENCE)
+    with atomic_open(c.root / "evidence.csv", newline="") as fh:
+        fh.write(_csv_text(evidence))
+    write_json(c.root / "match.json", report)
+    return MatchResult(case=c.root, params=p, findings=evidence, report=report)
+
+
+__all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]

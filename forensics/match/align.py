@@ -1,0 +1,64 @@
+"""Verification: align two token slices with rapidfuzz and keep the span that really matches.
+
+The aligner works on token hashes (not on characters, and never ``partial_ratio`` over whole
+long texts): rapidfuzz's LCS opcodes give the matching blocks of the two slices in
+O(n * m / 64). Isolated one-token blocks at the edges of the alignment ("the", ",") are trimmed
+off when a gap separates them from the rest, so a span starts and ends on real shared text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from rapidfuzz.distance import LCSseq
+
+
+@dataclasses.dataclass(frozen=True)
+class Alignment:
+    """Where two token slices agree. Token indices are relative to the slices, end exclusive."""
+
+    a_start: int
+    a_end: int
+    b_start: int
+    b_end: int
+    matched: int  # tokens in matching blocks
+    longest_run: int  # longest block of identical consecutive tokens
+    score: float  # 0..100: 2 * matched / (a span + b span)
+    blocks: tuple[tuple[int, int, int], ...]  # (a index, b index, size), size > 0
+
+
+def _as_ints(x: np.ndarray | list[int]) -> list[int]:
+    # rapidfuzz hashes Python ints; int64 view keeps them in its native range.
+    if isinstance(x, np.ndarray):
+        return x.view(np.int64).tolist() if x.dtype == np.uint64 else x.astype(np.int64).tolist()
+    return list(x)
+
+
+def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 2) -> Alignment | None:
+    """Align token-hash sequences ``a`` and ``b``; None when they share no token.
+
+    ``edge_gap``: a one-token block at either edge is dropped when at least this many
+    unmatched tokens separate it from the next block (in either text).
+    """
+    la, lb = _as_ints(a), _as_ints(b)
+    if not la or not lb:
+        return None
+    blocks = [(m.a, m.b, m.size) for m in LCSseq.opcodes(la, lb).as_matching_blocks() if m.size > 0]
+    if not blocks:
+        return None
+
+    def isolated(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
+        # x and y are neighbouring blocks; is the gap between them wide enough to call x stray?
+        lo, hi = (x, y) if x[0] < y[0] else (y, x)
+        return max(hi[0] - (lo[0] + lo[2]), hi[1] - (lo[1] + lo[2])) >= edge_gap
+
+    while len(blocks) > 1 and blocks[0][2] == 1 and isolated(blocks[0], blocks[1]):
+        blocks.pop(0)
+    while len(blocks) > 1 and blocks[-1][2] == 1 and isolated(blocks[-1], blocks[-2]):
+        blocks.pop()
+    a0, b0 = blocks[0][0], blocks[0][1]
+    a1, b1 = blocks[-1][0] + blocks[-1][2], blocks[-1][1] + blocks[-1][2]
+    matched = sum(s for _, _, s in blocks)
+    score = 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0))
+    return Alignment(a0, a1, b0, b1, matched, max(s for _, _, s in blocks), score, tuple(blocks))

@@ -1,0 +1,220 @@
+"""Stable text fingerprints: a model-independent tokenizer and seeded k-gram hashes.
+
+Tokens
+    Text is compared under Unicode compatibility equivalence and case folding (what NFKC +
+    case-fold identify), with format characters (zero-width space, ZWJ, soft hyphen, BOM) and
+    variation selectors ignored and every run of white space (CRLF included) a separator. A
+    token is a run of letters, digits, marks and ``_``; each punctuation mark or symbol (emoji
+    included) is a token on its own, and so is each Han, Hiragana or Katakana character (those
+    scripts put no spaces between words). Every token keeps the character offsets (Python ``str``
+    indices, end exclusive) of the original text it came from.
+
+How it stays vectorised
+    Each code point is mapped once, lazily, through ``NFKD(casefold(NFKD(c)))`` (the Unicode
+    compatibility-caseless match; NFKD and NFKC identify the same strings, and the per-character
+    decomposed form lets a precomposed ``é`` and ``e`` + combining acute give the same sequence).
+    The mapping lives in code-point-indexed numpy tables; a text becomes a ``uint32`` array
+    (``utf-32``), is expanded through the tables, classified and cut into tokens with array
+    operations only: no Python loop per token or per character.
+
+Hashes
+    Every normalised code point gets a fixed-seed xxhash64 value; a token's hash is a polynomial
+    of those values over its code points (mod 2**64, position-normalised so equal tokens hash
+    equal wherever they occur), finalised with the splitmix64 mixer; a k-gram hash is the same
+    construction over k consecutive token hashes. All arithmetic is numpy ``uint64`` (wrapping), so
+    hashes are identical across processes, machines and Python versions (never ``hash()``). The
+    Unicode database version is recorded in ``match.json`` because the mapping depends on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import unicodedata
+
+import numpy as np
+import xxhash
+
+#: Seed of every hash the matcher computes; changing it changes every fingerprint.
+SEED = 0x5EED_F0E1_5C1C
+
+_SIZE = 0x110000
+_P = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible mod 2**64
+_P_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 2**64))
+_Q = np.uint64(0xC2B2AE3D27D4EB4F)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+# Character classes of normalised code points.
+SPACE, WORD, PUNCT, IDEO = 0, 1, 2, 3
+
+_lock = threading.Lock()
+_known = np.zeros(_SIZE, dtype=bool)  # original code point already mapped
+_explen = np.zeros(_SIZE, dtype=np.int64)  # how many normalised code points it becomes
+_expoff = np.zeros(_SIZE, dtype=np.int64)  # where they start in _pool
+_pool_list: list[int] = []
+_pool = np.zeros(0, dtype=np.uint32)
+_cls = np.zeros(_SIZE, dtype=np.uint8)  # class of a normalised code point
+_val = np.zeros(_SIZE, dtype=np.uint64)  # xxhash of a normalised code point
+_pow: list[np.ndarray] = [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)]
+
+_IDEO_RANGES = (
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),
+    (0x20000, 0x3FFFF),
+)
+
+
+def _is_ignorable(ch: str) -> bool:
+    cp = ord(ch)
+    # Format characters and variation selectors carry no text: "foo\u200bbar" is "foobar".
+    return unicodedata.category(ch) == "Cf" or 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF
+
+
+def _class_of(ch: str) -> int:
+    cp = ord(ch)
+    cat = unicodedata.category(ch)
+    if cat[0] == "Z" or cat == "Cc":
+        return SPACE
+    if any(lo <= cp <= hi for lo, hi in _IDEO_RANGES):
+        return IDEO
+    if cat[0] in "LNM" or cat == "Pc":
+        return WORD
+    return PUNCT
+
+
+def _normalise_char(cp: int) -> list[int]:
+    try:
+        ch = chr(cp)
+        ch.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from badly decoded input: keep it as itself
+        return [cp]
+    if _is_ignorable(ch):
+        return []
+    mapped = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", ch).casefold())
+    return [ord(c) for c in mapped if not _is_ignorable(c)]
+
+
+def _fill(cps: np.ndarray) -> None:
+    """Map the (unique) code points ``cps`` that the tables do not know yet."""
+    global _pool
+    with _lock:
+        for cp in cps.tolist():
+            if _known[cp]:
+                continue
+            seq = _normalise_char(cp)
+            _expoff[cp] = len(_pool_list)
+            _explen[cp] = len(seq)
+            for m in seq:
+                _pool_list.append(m)
+                if _val[m] == 0:
+                    ch = chr(m)
+                    _cls[m] = _class_of(ch) if not 0xD800 <= m <= 0xDFFF else PUNCT
+                    _val[m] = np.uint64(xxhash.xxh64_intdigest(ch.encode("utf-8", "surrogatepass"), seed=SEED) | 1)
+            _known[cp] = True
+        _pool = np.array(_pool_list, dtype=np.uint32)
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``P**i`` and ``P**-i`` mod 2**64 for ``i < n`` (cached, grown by doubling)."""
+    if len(_pow[0]) < n:
+        size = max(n, 2 * len(_pow[0]), 1024)
+        with np.errstate(over="ignore"):
+            fwd = np.full(size, _P, dtype=np.uint64)
+            fwd[0] = 1
+            inv = np.full(size, _P_INV, dtype=np.uint64)
+            inv[0] = 1
+            _pow[0] = np.cumprod(fwd, dtype=np.uint64)
+            _pow[1] = np.cumprod(inv, dtype=np.uint64)
+    return _pow[0], _pow[1]
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, element-wise (spreads every input bit over the output)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """The tokens of one text: character offsets into the original text and a hash each."""
+
+    start: np.ndarray  # int64, character offset of the token's first character
+    end: np.ndarray  # int64, end exclusive
+    hash: np.ndarray  # uint64
+
+    def __len__(self) -> int:
+        return len(self.hash)
+
+
+_EMPTY = Tokens(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+
+
+def tokenize(text: str | None) -> Tokens:
+    """Tokens of ``text`` with their original character offsets and stable hashes."""
+    if not text:
+        return _EMPTY
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
+    unknown = ~_known[cps]
+    if unknown.any():
+        _fill(np.unique(cps[unknown]))
+    lens = _explen[cps]
+    offs = _expoff[cps]
+    pool = _pool
+    if (lens == 1).all():
+        mapped = pool[offs]
+        back = None
+    else:
+        # Expand characters that normalise to several code points (or to none).
+        n = len(cps)
+        back = np.repeat(np.arange(n, dtype=np.int64), lens)
+        first = np.cumsum(lens) - lens
+        within = np.arange(len(back), dtype=np.int64) - first[back]
+        mapped = pool[offs[back] + within]
+    if len(mapped) == 0:
+        return _EMPTY
+    cls = _cls[mapped]
+    word = cls == WORD
+    single = cls >= PUNCT
+    prev_word = np.zeros_like(word)
+    prev_word[1:] = word[:-1]
+    next_word = np.zeros_like(word)
+    next_word[:-1] = word[1:]
+    ts = np.flatnonzero(single | (word & ~prev_word))
+    if len(ts) == 0:
+        return _EMPTY
+    te = np.flatnonzero(single | (word & ~next_word)) + 1
+    fwd, inv = _powers(len(mapped))
+    with np.errstate(over="ignore"):
+        w = _val[mapped] * fwd[: len(mapped)]
+        w[cls == SPACE] = 0  # white space between tokens falls inside reduceat's segments
+        h = np.add.reduceat(w, ts) * inv[ts]
+    hashes = mix64(h)
+    if back is None:
+        start, end = ts.astype(np.int64), te.astype(np.int64)
+    else:
+        start, end = back[ts], back[te - 1] + 1
+    return Tokens(start, end, hashes)
+
+
+def kgrams(token_hashes: np.ndarray, k: int) -> np.ndarray:
+    """Hash of every k consecutive tokens (position i covers tokens i .. i+k-1)."""
+    m = len(token_hashes) - k + 1
+    if m <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    g = np.zeros(m, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(k):
+            g = g * _Q + token_hashes[j : j + m]
+    return mix64(g ^ np.uint64(k))
+
+
+def unicode_version() -> str:
+    """The Unicode database the normalisation tables come from (recorded with the results)."""
+    return unicodedata.unidata_version

@@ -1,0 +1,100 @@
+"""The matcher's parameters (the case file's ``[match]`` section) and the tier rules.
+
+Tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
+
+``confirmed``  R1: score >= confirm_score, informative tokens >= confirm_tokens, rarity >= confirm_rarity.
+``probable``   R2: score >= probable_score and informative tokens >= min_tokens;
+               R3: the suspect carries the engine's own signature of the bug, score >= probable_score
+               and informative tokens >= k (one whole rare k-gram).
+               Anything weaker is not a finding.
+
+*Informative* tokens are matched tokens covered by a matched k-gram that is neither own context
+(held by the recipient's tenant when it sent the request) nor common (held by more than
+``max_tenants`` tenants when the suspect response was produced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from forensics.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchParams:
+    """Every knob of the matcher. Defaults are justified in the README (benchmarks/match.py)."""
+
+    k: int = 5  # tokens per k-gram
+    min_tokens: int = 8  # informative matched tokens for a probable finding
+    confirm_tokens: int = 12  # informative matched tokens for a confirmed finding
+    confirm_score: float = 90.0
+    probable_score: float = 70.0
+    confirm_rarity: float = 0.5
+    max_tenants: int = 3  # a k-gram held by more tenants than this is common text
+    lookback_minutes: float = 0.0  # 0 = off: every earlier record is searched
+    same_decode_node: bool = False  # search only records decoded on the suspect's decode node
+    control_size: int = 200  # non-suspect responses matched as a false-positive control
+    seed: int = 0  # chooses the control sample
+    margin: int = 8  # tokens added on each side of a hit cluster before alignment
+    gap: int = 16  # hits further apart than this (tokens) start a new cluster
+    workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
+    batch_rows: int = 64  # rows per streamed batch (prompts can be megabytes each)
+
+    def record(self) -> dict[str, Any]:
+        """The parameters that determine results (for match.json and manifests)."""
+        d = dataclasses.asdict(self)
+        del d["workers"], d["batch_rows"]
+        return d
+
+
+_INT_KEYS = {"k": 2, "min_tokens": 1, "confirm_tokens": 1, "max_tenants": 1, "control_size": 0, "seed": 0,
+             "margin": 0, "gap": 1, "workers": 0, "batch_rows": 1}
+_FLOAT_KEYS = {"confirm_score": (0, 100), "probable_score": (0, 100), "confirm_rarity": (0, 1), "lookback_minutes": (0, None)}
+_BOOL_KEYS = {"same_decode_node"}
+KEYS = tuple(f.name for f in dataclasses.fields(MatchParams))
+
+
+def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None, file: Any = None) -> MatchParams:
+    """Parameters from a ``[match]`` section plus CLI overrides (``None`` values ignored)."""
+    values: dict[str, Any] = {}
+    for origin, data in (("[match]", section), ("option", overrides or {})):
+        for key, value in data.items():
+            if value is None:
+                continue
+            if key not in KEYS:
+                raise ConfigError(
+                    f"unknown key {key!r} in {origin}", file=file if origin == "[match]" else None,
+                    fix=f"known [match] keys are: {', '.join(KEYS)} (a typo must not silently change the result)",
+                )
+            values[key] = _check(key, value, file)
+    return MatchParams(**values)
+
+
+def _check(key: str, value: Any, file: Any) -> Any:
+    if key in _BOOL_KEYS:
+        if not isinstance(value, bool):
+            raise ConfigError(f"[match] {key} = {value!r} is not true or false", file=file, fix=f"{key} = false")
+        return value
+    if key in _INT_KEYS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < _INT_KEYS[key]:
+            raise ConfigError(f"[match] {key} = {value!r} is not a whole number >= {_INT_KEYS[key]}", file=file,
+                              fix=f"{key} = {getattr(MatchParams, key)}")
+        return value
+    lo, hi = _FLOAT_KEYS[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < lo or (hi is not None and value > hi):
+        rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise ConfigError(f"[match] {key} = {value!r} is not a number {rng}", file=file, fix=f"{key} = {getattr(MatchParams, key)}")
+    return float(value)
+
+
+def assign_tier(score: float, informative: int, rarity: float, engine_signature: bool, p: MatchParams) -> tuple[str, str] | None:
+    """The tier of a finding and the rule that set it, or None when it is not a finding."""
+    if score >= p.confirm_score and informative >= p.confirm_tokens and rarity >= p.confirm_rarity:
+        return "confirmed", (f"R1: score>={p.confirm_score:g}, informative_tokens>={p.confirm_tokens}, "
+                             f"rarity>={p.confirm_rarity:g}")
+    if score >= p.probable_score and informative >= p.min_tokens:
+        return "probable", f"R2: score>={p.probable_score:g}, informative_tokens>={p.min_tokens}"
+    if engine_signature and score >= p.probable_score and informative >= p.k:
+        return "probable", f"R3: engine signature, score>={p.probable_score:g}, informative_tokens>={p.k}"
+    return None
