@@ -7,6 +7,7 @@ DuckDB ``substring`` on code points, which matches the character offsets of sche
 from __future__ import annotations
 
 import dataclasses
+import functools
 import datetime as dt
 import json
 from collections.abc import Iterable
@@ -71,7 +72,7 @@ class Finding:
     def finding_id(self) -> str:
         return str(self.row["finding_id"])
 
-    @property
+    @functools.cached_property
     def cross_tenant(self) -> bool:
         """Only cross-tenant findings expose anyone (same-tenant overlap is no leak)."""
         return self.row.get("relation") in (None, "cross_tenant") and self.recipient_tenant != self.source_tenant

@@ -146,11 +146,20 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
 
 
 def build_packet(
-    tenant: str, roles: dict[str, Notice], data: CaseData, refs: dict[str, str], case_name: str, classifier: Classifier
+    tenant: str,
+    roles: dict[str, Notice],
+    suspects: list[Suspect],
+    received: list[Finding],
+    exposed: list[Finding],
+    refs: dict[str, str],
+    case_name: str,
+    classifier: Classifier,
 ) -> dict[str, Any]:
-    """The JSON notice of one customer: only its own requests, spans and masked secrets."""
-    suspects = {s.request_id: s for s in data.suspects if s.tenant_id == tenant}
-    cross = [f for f in data.findings if f.cross_tenant]
+    """The JSON notice of one customer: only its own requests, spans and masked secrets.
+
+    ``suspects`` are the customer's suspect responses, ``received`` the cross-tenant findings in
+    its answers and ``exposed`` the cross-tenant findings of its own content.
+    """
     out: dict[str, Any] = {
         "case": case_name,
         "tenant_id": tenant,
@@ -161,13 +170,14 @@ def build_packet(
     }
     classes: set[str] = set()
     if "recipient" in roles:
+        by_suspect = {s.request_id: s for s in suspects}
+        by_request: dict[str, list[Finding]] = {}
+        for f in received:
+            by_request.setdefault(str(f.row["recipient_request_id"]), []).append(f)
         requests = []
-        mine = [f for f in cross if f.recipient_tenant == tenant]
-        ids = sorted(set(suspects) | {str(f.row["recipient_request_id"]) for f in mine})
-        for rid in ids:
-            s: Suspect | None = suspects.get(rid)
-            fs = [f for f in mine if f.row["recipient_request_id"] == rid]
-            tier = best_tier(f.tier for f in fs)
+        for rid in sorted(set(by_suspect) | set(by_request)):
+            s: Suspect | None = by_suspect.get(rid)
+            fs = by_request.get(rid, [])
             requests.append({
                 "request_id": rid,
                 "received_at": iso(s.received_at) if s else iso(fs[0].recipient_received_at),
@@ -175,7 +185,7 @@ def build_packet(
                 "why_suspect": s.reasons if s else [],
                 "prompt_tokens": s.prompt_tokens if s else None,
                 "prompt_tokens_source": s.prompt_tokens_source if s else None,
-                "tier": tier,
+                "tier": best_tier(f.tier for f in fs),
                 "tier_reason": sorted({str(f.row.get("tier_rule") or "") for f in fs} - {""})
                 or ["no verified foreign passage was found; the answer was still generated from corrupted context"],
                 "foreign_passages": [
@@ -187,10 +197,12 @@ def build_packet(
             })
         out["recipient"] = {"requests": requests}
     if "exposed" in roles:
-        mine = [f for f in cross if f.source_tenant == tenant]
+        by_source: dict[str, list[Finding]] = {}
+        for f in exposed:
+            by_source.setdefault(str(f.row["source_request_id"]), []).append(f)
         requests = []
-        for rid in sorted({str(f.row["source_request_id"]) for f in mine}):
-            fs = [f for f in mine if f.row["source_request_id"] == rid]
+        for rid in sorted(by_source):
+            fs = by_source[rid]
             spans = []
             for f in fs:
                 classes.update(h.cls for h in f.source_hits)
@@ -267,11 +279,21 @@ def write_packets(
     by_tenant: dict[str, dict[str, Notice]] = {}
     for n in notices:
         by_tenant.setdefault(n.tenant_id, {})[n.role] = n
+    suspects: dict[str, list[Suspect]] = {}
+    for s in data.suspects:
+        suspects.setdefault(s.tenant_id, []).append(s)
+    received: dict[str, list[Finding]] = {}
+    exposed: dict[str, list[Finding]] = {}
+    for f in data.findings:
+        if f.cross_tenant:
+            received.setdefault(f.recipient_tenant, []).append(f)
+            exposed.setdefault(f.source_tenant, []).append(f)
     written = []
     packets = safe.private_dir(report_dir / "packets")
     for tenant in sorted(by_tenant):
         folder = safe.private_dir(packets / safe.safe_name(tenant))
-        packet = build_packet(tenant, by_tenant[tenant], data, refs, case_name, classifier)
+        packet = build_packet(tenant, by_tenant[tenant], suspects.get(tenant, []), received.get(tenant, []),
+                              exposed.get(tenant, []), refs, case_name, classifier)
         safe.write_text(folder / "notice.json", json.dumps(packet, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         safe.write_text(folder / "notice.md", render_packet_md(packet))
         written.append(packet_path(tenant))
