@@ -116,7 +116,8 @@ def make_case(tmp: Path, *, name: str = "test-case", no_findings: bool = False) 
     write_table(case / "evidence.parquet", pa.Table.from_pylist(evidence, schema=schema.EVIDENCE), schema.EVIDENCE)
     write_json(case / "scan.json", {"parameters": {"real_ceiling_tokens": 681280, "borderline_band": 0.1}})
     write_json(case / "match.json", {"parameters": {"k": 8, "rarity_cap": 3, "control_sample_size": 200},
-                                     "control": {"control_sample_size": 200, "control_findings": 1, "false_positive_rate": 0.005}})
+                                     "control": {"size": 200, "findings": 1, "responses_with_findings": 1, "false_positive_rate": 0.005},
+                                     "searched": {"records": 7, "lookback": "off"}})
     files = [{"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "size": p.stat().st_size,
               "format": f, "lines": 1, "ingested": 1, "quarantined": 0, "blank": 0, "duplicate": 0}
              for p, f in ((gateway, "litellm"), (engine, "sglang"))]

@@ -117,9 +117,10 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     for n in notices:
         if n.role == "exposed":
             sev[n.highest_severity] = sev.get(n.highest_severity, 0) + 1
-    fp = _find_number(data.match_info, ("false_positive_rate", "fp_rate", "control_false_positive_rate"))
-    control_n = _find_number(data.match_info, ("control_sample_size", "control_size", "sampled", "control_responses"))
-    control_f = _find_number(data.match_info, ("control_findings", "findings_in_control"))
+    ctl = data.match_info.get("control") if isinstance(data.match_info.get("control"), dict) else {}
+    fp = ctl.get("false_positive_rate", _find_number(data.match_info, ("false_positive_rate",)))
+    control_n = ctl.get("size", ctl.get("requested"))
+    control_f = ctl.get("responses_with_findings", ctl.get("findings"))
     method = [
         "Suspect responses come from the scan stage's query files (prompt above the real ceiling inside the window "
         "on the case's models, or the engine's own signature of the bug). Each suspect response is then compared "
@@ -131,9 +132,15 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         rows = _params_rows(info)
         if rows:
             method_tables.append(("table", [f"{stage} parameter", "value"], rows))
+    searched = data.match_info.get("searched")
+    if isinstance(searched, dict):
+        method_tables.append(("table", ["what the matcher searched", "value"],
+                              [[k, safe.clean_text(str(v), 300)] for k, v in sorted(searched.items())
+                               if not isinstance(v, (dict, list))]))
     control = [
         f"Control sample: the same matcher run over {control_n if control_n is not None else 'an unknown number of'} "
-        f"non-suspect responses made {control_f if control_f is not None else 'an unrecorded number of'} findings; "
+        f"non-suspect responses found cross-tenant passages in "
+        f"{control_f if control_f is not None else 'an unrecorded number'} of them; "
         f"empirical false-positive rate: {fp if fp is not None else 'not recorded by the match stage'}."
     ]
     gaps = [
