@@ -14,6 +14,7 @@ from forensics.config import CaseConfig, load_case_file
 from forensics.ingest import IngestResult, ingest  # noqa: F401
 from forensics.report import ReportResult, VerifyResult, report, verify  # noqa: F401
 from forensics.run import RunResult, run  # noqa: F401
+from forensics.match import MatchParams, MatchResult, match  # noqa: F401
 
 # @@api@@
 

@@ -166,6 +166,65 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 
 # @@match@@
 
+
+@app.command("match")
+def match_cmd(
+    case: Path = typer.Option(..., "--case", help="Case folder that has been ingested and scanned."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for [match]; default: the case's config.json."),
+    k: Optional[int] = typer.Option(None, "--k", help="Tokens per k-gram (default 5)."),
+    min_tokens: Optional[int] = typer.Option(None, "--min-tokens", help="Informative matched tokens for a probable finding."),
+    confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", help="Informative matched tokens for confirmed."),
+    confirm_score: Optional[float] = typer.Option(None, "--confirm-score", help="Alignment score (0-100) for confirmed."),
+    probable_score: Optional[float] = typer.Option(None, "--probable-score", help="Alignment score (0-100) for probable."),
+    confirm_rarity: Optional[float] = typer.Option(None, "--confirm-rarity", help="Rarity (0-1) for confirmed."),
+    max_tenants: Optional[int] = typer.Option(None, "--max-tenants", help="Text held by more tenants than this is common."),
+    lookback_minutes: Optional[float] = typer.Option(None, "--lookback-minutes", help="Search only this far back (0 = all)."),
+    same_decode_node: Optional[bool] = typer.Option(None, "--same-decode-node/--any-decode-node", help="Restrict sources to the suspect's decode node."),
+    control_size: Optional[int] = typer.Option(None, "--control-size", help="Non-suspect responses in the false-positive control."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the control sample."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the streaming pass (0 = one per core)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Find other tenants' content in suspect responses; exit 1 when there are cross-tenant findings."""
+    from forensics import api
+    from forensics.config import CaseConfig, load_saved
+
+    if config is not None:
+        cfg = api.make_config(config)
+    elif (case / "config.json").is_file():
+        cfg = load_saved(case / "config.json")
+    else:
+        cfg = CaseConfig()
+    overrides = {
+        "k": k, "min_tokens": min_tokens, "confirm_tokens": confirm_tokens, "confirm_score": confirm_score,
+        "probable_score": probable_score, "confirm_rarity": confirm_rarity, "max_tenants": max_tenants,
+        "lookback_minutes": lookback_minutes, "same_decode_node": same_decode_node, "control_size": control_size,
+        "seed": seed, "workers": workers,
+    }
+    result = api.match(case, cfg, progress=_progress(quiet), overrides=overrides)
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+    else:
+        f, c, s = summary["findings"], summary["control"], summary["searched"]
+        out.print(
+            f"searched {s['suspects_searched']} suspect responses against {s['records']} records "
+            f"({s['tokens']} tokens; lookback {s['lookback']}, same decode node: {s['same_decode_node']})",
+            markup=False,
+        )
+        out.print(
+            f"cross-tenant findings: {f['cross_tenant']} (confirmed {f['cross_tenant_confirmed']}, probable "
+            f"{f['cross_tenant_probable']}) in {f['suspects_with_cross_tenant_evidence']} suspect responses, "
+            f"{f['exposed_tenants']} exposed tenants; same-tenant overlaps: {f['same_tenant']}",
+            markup=False,
+        )
+        rate = "n/a" if c["false_positive_rate"] is None else f"{c['false_positive_rate']:.4f}"
+        out.print(f"control sample: {c['size']} responses, {c['responses_with_findings']} with findings "
+                  f"(false-positive rate {rate})", markup=False)
+        out.print(f"evidence written to {case / 'evidence.csv'}", markup=False)
+    return EXIT_FINDINGS if result.cross_tenant else EXIT_CLEAN
+
 # --------------------------------------------------------------------------------------------
 # report / run / verify (issue 6) -- commands go here
 # --------------------------------------------------------------------------------------------

@@ -318,6 +318,9 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     cross = [r for r in evidence if r["relation"] == "cross_tenant"]
     report = {
         "parameters": p.record(),
+        "parameter_sources": {key: ("option" if (overrides or {}).get(key) is not None else
+                                    "file" if key in config.section("match") else "default")
+                              for key in p.record()},
         "versions": {"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
                      "hash_seed": SEED},
         "searched": {
