@@ -184,7 +184,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     ).fetchall()[0][0]
     if truncated:
         notes.append(f"{truncated} prompts are truncated in the logs (LiteLLM keeps head and tail of long strings): "
-                     "their token counts are estimated from the truncation marker and matching sees only head and tail")
+                     "their length is rebuilt from the truncation marker, and matching sees only head and tail")
     if no_tenant:
         notes.append(f"{no_tenant} requests name no tenant (none of the tenant fields is set): set tenant_field")
     if implausible:

@@ -1,0 +1,50 @@
+"""The ingest command as a user runs it: exit codes, summary, JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+GOLDEN = Path(__file__).parent / "golden" / "ingest"
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def logs_folder(tmp_path: Path) -> Path:
+    """The golden inputs of every format, without their expected.json files."""
+    logs = tmp_path / "logs"
+    shutil.copytree(GOLDEN, logs, ignore=shutil.ignore_patterns("expected.json"))
+    return logs
+
+
+def test_ingest_folder_prints_summary_and_json(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    proc = run("ingest", "--quiet", "--case", str(tmp_path / "case"), str(logs))
+    assert proc.returncode == 0, proc.stderr
+    assert "exchanges: 11" in proc.stdout and "engine_events: 15" in proc.stdout
+    proc = run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case"), str(logs))
+    data = json.loads(proc.stdout)
+    assert data["tables"] == {"exchanges": 11, "engine_events": 15, "quarantine": 0}
+    assert all(f["status"].startswith("already ingested") for f in data["files"] if f["path"].endswith(".log"))
+    manifest = json.loads((tmp_path / "case" / "manifest.json").read_text())
+    assert manifest["reconciled"] is True
+    assert {f["format"] for f in manifest["files"] if f["path"].endswith(".jsonl")} == {"litellm", "openai-split"}
+    for f in manifest["files"]:
+        assert len(f["sha256"]) == 64 and f["size"] > 0
+        assert f["lines"] == f["ingested"] + f["quarantined"] + f["blank"] + f["duplicate"]
+
+
+def test_case_files_are_private(tmp_path: Path) -> None:
+    assert run("ingest", "-q", "--case", str(tmp_path / "case"), str(GOLDEN / "sglang")).returncode == 0
+    assert (tmp_path / "case").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "case" / "engine_events.parquet").stat().st_mode & 0o777 == 0o600
+
+
+def test_python_dash_m_and_version() -> None:
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("forensics ")
