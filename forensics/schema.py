@@ -155,6 +155,7 @@ SUSPECTS = pa.schema(
         pa.field("prompt_tokens_source", pa.string()),
         pa.field("prompt_tokens_low", pa.int64()),
         pa.field("prompt_tokens_high", pa.int64()),
+        pa.field("reported_prompt_tokens", pa.int64()),  # the log's own figure (the placeholder's 1 during the bug)
         pa.field("reasons", pa.string()),  # sorted, ';'-joined query ids
         pa.field("borderline", pa.bool_()),  # only an estimate straddling the ceiling says so
         pa.field("engine_signature", pa.bool_()),

@@ -1,0 +1,361 @@
+"""The scan stage: which responses could carry someone else's data?
+
+``scan(case, config)`` runs the query files of ``queries/scan/`` over the case's tables:
+
+* ``suspect`` queries each return the (request_id, tenant_id) of responses they flag; a response
+  flagged by several is one suspect whose ``reasons`` lists every query id (sorted, ``;``-joined).
+* ``anomaly`` queries list what deserves a look but makes nobody a suspect on its own.
+* ``summary`` queries (the exposure band by day) describe the incident's surface.
+
+It writes ``CASE/suspects.parquet`` (schema.SUSPECTS), ``CASE/suspects.csv`` (spec/outputs.md),
+``CASE/scan.json`` (the resolved ceiling and advertised window with their sources and per-node
+values, per-query row counts, the exposure band, the anomalies, query file hashes) and saves the
+resolved configuration to ``CASE/config.json`` so later stages see the same values.
+
+``real_ceiling_tokens = "auto"`` is read from the engine's startup lines
+(``max_total_num_tokens``; ``context_len`` for the advertised window). When nodes disagree the
+smallest pool is used for the ceiling (a request is suspect if any node could not hold it) and the
+largest ``context_len`` for the advertised window (the widest band); the disagreement is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from forensics import queries as q
+from forensics import schema
+from forensics.case import Case, atomic_open, write_json, write_table
+from forensics.config import CaseConfig, iso, save
+from forensics.errors import ConfigError, QueryError
+from forensics.progress import Reporter, reporter
+
+#: Columns of suspects.csv: the contract's first (spec/outputs.md), then the rest of the table.
+CSV_COLUMNS = (
+    "request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons",
+    "completed_at", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens", "borderline",
+    "engine_signature", "prefill_node", "decode_node", "bootstrap_room",
+)
+#: Rows of each anomaly kept in scan.json (the count is always complete; the SQL file lists all).
+ANOMALY_ROWS_KEPT = 200
+ENGINE_SIGNATURE_REASON = "engine_signature"
+BORDERLINE_REASON = "borderline"
+
+
+@dataclasses.dataclass
+class ScanResult:
+    """What the scan found and wrote."""
+
+    case_dir: Path
+    suspects: int
+    borderline: int
+    engine_signature: int
+    by_reason: dict[str, int]
+    anomalies: dict[str, int]
+    record: dict[str, Any]  # the content of scan.json
+
+    @property
+    def has_findings(self) -> bool:
+        """Whether any response is suspect."""
+        return self.suspects > 0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary for the CLI."""
+        rec = self.record
+        return {
+            "case": str(self.case_dir),
+            "suspects": self.suspects,
+            "borderline": self.borderline,
+            "engine_signature": self.engine_signature,
+            "reported_count_below_ceiling": rec["suspect_counts"]["reported_count_below_ceiling"],
+            "by_reason": self.by_reason,
+            "anomalies": self.anomalies,
+            "parameters": rec["parameters"],
+            "limits": rec["limits"],
+            "warnings": rec["warnings"],
+            "exposure_band_requests": sum(r["requests"] for r in rec["exposure_band"]),
+        }
+
+
+# ------------------------------------------------------------------------------------------
+# Configuration: check it against the data, resolve "auto"
+# ------------------------------------------------------------------------------------------
+
+
+def _startup_nodes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Per node: its role and the distinct pool sizes and context lengths its startup lines gave."""
+    rows = con.execute(
+        """
+        SELECT node, any_value(role ORDER BY role NULLS LAST) AS role,
+               list(DISTINCT max_total_num_tokens ORDER BY max_total_num_tokens)
+                 FILTER (WHERE max_total_num_tokens IS NOT NULL) AS pools,
+               list(DISTINCT context_len ORDER BY context_len) FILTER (WHERE context_len IS NOT NULL) AS contexts,
+               count(*) AS lines
+        FROM engine_events WHERE event = 'startup'
+        GROUP BY node ORDER BY node
+        """
+    ).fetchall()
+    return [{"node": r[0], "role": r[1], "max_total_num_tokens": r[2] or [], "context_len": r[3] or [], "startup_lines": r[4]}
+            for r in rows]
+
+
+def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | None, dict[str, Any]]:
+    """The value of ``field`` across nodes (prefill nodes when the logs tell roles) and its record."""
+    prefill = [n for n in nodes if n["role"] == "prefill" and n[field]]
+    # The over-limit check that swapped in the placeholder runs on the prefill side: its pool is the
+    # ceiling that matters. Without roles (a single server), every node counts.
+    used = prefill or [n for n in nodes if n[field]]
+    values = sorted({v for n in used for v in n[field]})
+    record = {
+        "nodes_used": "prefill" if prefill else "all",
+        "prefill_nodes": [n["node"] for n in prefill],
+        "per_node": {n["node"]: n[field] for n in nodes if n[field]},
+        "values_of_nodes_used": values,
+        "values_of_all_nodes": sorted({v for n in nodes for v in n[field]}),
+        # Decode nodes may well run another pool size; only the nodes that decide count here.
+        "nodes_disagree": len(values) > 1,
+    }
+    return (pick(values) if values else None), record
+
+
+def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Any]:
+    """Resolve ``auto`` ceiling/advertised window from the engine logs; record sources and per-node values.
+
+    Sets the resolved values on ``cfg`` (source ``auto-detected``). Raises ConfigError for
+    ``auto`` with no engine startup lines, a missing ceiling, or a ceiling above the advertised window.
+    """
+    nodes = _startup_nodes(con)
+    out: dict[str, Any] = {}
+    for key, field, pick, what in (
+        ("real_ceiling_tokens", "max_total_num_tokens", min, "the smallest pool"),
+        ("advertised_window_tokens", "context_len", max, "the largest context_len"),
+    ):
+        detected, record = _resolve(nodes, field, pick)
+        value = getattr(cfg, key)
+        explicit = cfg.source(key) != "default"
+        if value is None and key == "real_ceiling_tokens":
+            raise ConfigError(
+                "real_ceiling_tokens is not set", file=cfg.file,
+                fix='add real_ceiling_tokens = 681280 (or "auto" to read it from the engine logs) to the case file, '
+                    "or pass --ceiling",
+            )
+        if value == "auto":
+            if detected is None:
+                if key == "advertised_window_tokens" and not explicit:
+                    value = None  # optional and left at its default: the band simply has no upper bound
+                else:
+                    raise ConfigError(
+                        f'{key} = "auto" but the case has no engine startup line giving {field}', file=cfg.file,
+                        fix=f"ingest the engine logs (sglang) that hold the startup line, or give {key} as a number",
+                    )
+            else:
+                cfg.set(key, detected, "auto-detected")
+                value = detected
+                if record["nodes_disagree"]:
+                    record["note"] = f"nodes disagree; used {what} of the {record['nodes_used']} nodes"
+        record["value"] = value
+        record["source"] = cfg.source(key)
+        record["detected"] = detected
+        out[key] = record
+    cfg.validate()
+    return out
+
+
+def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
+    """The models and window must be set, and every model must appear in the exchanges."""
+    if not cfg.models:
+        raise ConfigError("model is not set", file=cfg.file,
+                          fix='add model = "glm-5.3" (or models = [...]) to the case file, or pass --model')
+    for key, option in (("window_start", "--window-start"), ("window_end", "--window-end")):
+        if getattr(cfg, key) is None:
+            raise ConfigError(f"{key} is not set", file=cfg.file,
+                              fix=f'add {key} = "2026-08-27T00:00:00Z" to the case file, or pass {option}')
+    cfg.validate()
+    seen = con.execute(
+        "SELECT m, count(*) FROM (SELECT model AS m FROM exchanges UNION ALL SELECT model_routed FROM exchanges) "
+        "WHERE m IS NOT NULL GROUP BY m ORDER BY count(*) DESC, m"
+    ).fetchall()
+    names = {r[0] for r in seen}
+    for model in cfg.models:
+        if model not in names:
+            listed = ", ".join(r[0] for r in seen[:8]) or "none (the case has no exchanges: ingest the gateway logs)"
+            raise ConfigError(
+                f"model {model!r} never appears in the exchanges", file=cfg.file,
+                fix=f"check the model setting (a typo would hide every suspect); models seen: {listed}",
+            )
+
+
+def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
+    """The limits the engine's own over-limit lines name (a cross-check of the ceiling)."""
+    rows = con.execute(
+        "SELECT event, list(DISTINCT \"limit\" ORDER BY \"limit\") FROM engine_events "
+        "WHERE event IN ('over_limit', 'exceeds_max_tokens') AND \"limit\" IS NOT NULL GROUP BY event ORDER BY event"
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: dict[str, Any]) -> list[str]:
+    warnings = []
+    # SGLang names ceiling - 1 as the "maximum allowed length" and the pool itself in "N > M".
+    implied = sorted({v + 1 for v in engine_limits.get("over_limit", [])} | set(engine_limits.get("exceeds_max_tokens", [])))
+    if implied and implied != [ceiling]:
+        warnings.append(
+            f"the engine's over-limit lines imply a ceiling of {', '.join(map(str, implied))} tokens, "
+            f"the scan used {ceiling}: check real_ceiling_tokens"
+        )
+    for key in ("real_ceiling_tokens", "advertised_window_tokens"):
+        rec = limits[key]
+        if rec["nodes_disagree"]:
+            warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
+                f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec["per_node"].items())
+                if rec["nodes_used"] == "all" or node in rec["prefill_nodes"]))
+    return warnings
+
+
+# ------------------------------------------------------------------------------------------
+# The stage
+# ------------------------------------------------------------------------------------------
+
+
+def _params(cfg: CaseConfig) -> dict[str, Any]:
+    adv = cfg.advertised_window_tokens
+    return {
+        "models": list(cfg.models),
+        "window_start": cfg.window_start,
+        "window_end": cfg.window_end,
+        "ceiling": cfg.real_ceiling_tokens,
+        "advertised_window": adv if isinstance(adv, int) else None,
+    }
+
+
+def query_params(cfg: CaseConfig) -> dict[str, Any]:
+    """The values the shipped queries' ``$parameters`` take for a case configuration."""
+    return _params(cfg)
+
+
+def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> ScanResult:
+    """Find the suspect responses of a case; write suspects.parquet, suspects.csv and scan.json."""
+    case_obj = Case(case)
+    case_obj.require("exchanges", "ingest")
+    all_queries = q.load_queries()
+    scan_queries = [x for x in all_queries if x.area == "scan"]
+    task = reporter(progress).task("scan", total=len(scan_queries) + 2)
+    con = case_obj.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        q.install_views(con, all_queries)
+        _check_scope(con, config)
+        limits = resolve_limits(con, config)
+        engine_limits = _engine_limits(con)
+        params = _params(config)
+        task.advance()
+
+        reasons: dict[tuple[str, str | None], set[str]] = {}
+        counts: dict[str, int] = {}
+        anomalies: dict[str, dict[str, Any]] = {}
+        exposure: list[dict[str, Any]] = []
+        for query in scan_queries:
+            table = q.run_query(con, query, params)
+            counts[query.id] = table.num_rows
+            if query.kind == "suspect":
+                for col in ("request_id", "tenant_id"):
+                    if col not in table.column_names:
+                        raise QueryError(f"suspect query {query.id} returns no {col} column", file=query.path,
+                                         fix="a suspect query must return request_id and tenant_id")
+                for rid, tenant in zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist(),
+                                       strict=True):
+                    reasons.setdefault((rid, tenant), set()).add(query.id)
+            elif query.kind == "anomaly":
+                anomalies[query.id] = {
+                    "title": query.title,
+                    "rows": table.num_rows,
+                    "listed": q.rows_of(table.slice(0, ANOMALY_ROWS_KEPT)),
+                }
+            elif query.kind == "summary" and query.id == "exposure_band":
+                exposure = q.rows_of(table)
+            task.advance()
+
+        suspects = _suspect_table(con, reasons)
+        task.advance()
+    finally:
+        con.close()
+
+    write_table(case_obj.table_path("suspects"), suspects, schema.SUSPECTS)
+    with atomic_open(case_obj.root / "suspects.csv", newline="") as fh:
+        fh.write(q.csv_text(suspects, list(CSV_COLUMNS)))
+
+    by_reason = {x.id: counts.get(x.id, 0) for x in scan_queries if x.kind == "suspect"}
+    borderline = sum(1 for v in suspects.column("borderline").to_pylist() if v)
+    signature = sum(1 for v in suspects.column("engine_signature").to_pylist() if v)
+    # Suspects a gateway's own count would have missed (the placeholder's 1, or any figure below the ceiling).
+    ceiling = int(config.real_ceiling_tokens)  # type: ignore[arg-type]
+    below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist() if rep is not None and rep < ceiling)
+    warnings = _limit_warnings(ceiling, engine_limits, limits)
+    outside = anomalies.get("signature_outside_scope", {}).get("rows", 0)
+    if outside:
+        warnings.append(f"{outside} request(s) carry the engine's bug signature outside the case's window or models "
+                        "(see anomalies.signature_outside_scope): check the window and the model list")
+    record = {
+        "stage": "scan",
+        "parameters": {
+            "models": ", ".join(config.models),
+            "window_start": iso(config.window_start) if config.window_start else None,
+            "window_end": iso(config.window_end) if config.window_end else None,
+            "real_ceiling_tokens": config.real_ceiling_tokens,
+            "real_ceiling_tokens_source": config.source("real_ceiling_tokens"),
+            "advertised_window_tokens": config.advertised_window_tokens,
+            "advertised_window_tokens_source": config.source("advertised_window_tokens"),
+            "window_compared_with": "received_at (completed_at when the request time is missing)",
+        },
+        "limits": limits | {"engine_over_limit_lines": engine_limits},
+        "queries": [x.describe() | {"rows": counts[x.id]} if x.id in counts else x.describe() for x in all_queries],
+        "suspect_counts": {
+            "total": suspects.num_rows,
+            "borderline": borderline,
+            "engine_signature": signature,
+            "reported_count_below_ceiling": below,
+            "by_reason": by_reason,
+        },
+        "exposure_band": exposure,
+        "anomalies": anomalies,
+        "warnings": warnings,
+    }
+    write_json(case_obj.root / "scan.json", record)
+    save(config, case_obj.config_path)
+    task.close()
+    return ScanResult(
+        case_dir=case_obj.root, suspects=suspects.num_rows, borderline=borderline, engine_signature=signature,
+        by_reason=by_reason, anomalies={k: v["rows"] for k, v in anomalies.items()}, record=record,
+    )
+
+
+def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[tuple[str, str | None], set[str]]) -> pa.Table:
+    """One row per suspect (request_id, tenant_id), with every reason, in the contract's order."""
+    keys = sorted(reasons, key=lambda k: (k[0], k[1] is None, k[1] or ""))
+    flagged = pa.table({
+        "request_id": pa.array([k[0] for k in keys], pa.string()),
+        "tenant_id": pa.array([k[1] for k in keys], pa.string()),
+        "reasons": pa.array([";".join(sorted(reasons[k])) for k in keys], pa.string()),
+        "borderline": pa.array([BORDERLINE_REASON in reasons[k] for k in keys], pa.bool_()),
+        "engine_signature": pa.array([ENGINE_SIGNATURE_REASON in reasons[k] for k in keys], pa.bool_()),
+    })
+    con.register("_flagged", flagged)
+    table = con.sql(
+        """
+        SELECT x.request_id, x.tenant_id, x.model, x.received_at, x.completed_at,
+               x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high,
+               x.reported_prompt_tokens, f.reasons, f.borderline, f.engine_signature,
+               x.prefill_node, x.decode_node, x.bootstrap_room
+        FROM _flagged f
+        JOIN exchanges x ON x.request_id = f.request_id AND x.tenant_id IS NOT DISTINCT FROM f.tenant_id
+        -- one row per suspect even if the exchanges held a request twice
+        QUALIFY row_number() OVER (PARTITION BY x.request_id, x.tenant_id ORDER BY x.received_at NULLS LAST) = 1
+        ORDER BY x.received_at NULLS LAST, x.request_id, x.tenant_id NULLS LAST
+        """
+    ).to_arrow_table()
+    con.unregister("_flagged")
+    return table.select(schema.SUSPECTS.names).cast(schema.SUSPECTS)
