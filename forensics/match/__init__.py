@@ -8,9 +8,11 @@
 2. One streaming pass over every record's prompt and response (``stream.py``, both cores):
    hash, probe, count which tenants held each target k-gram and when, and verify hit clusters
    with rapidfuzz on token slices (``align.py``).
-3. Rarity and own context, per finding: a matched k-gram the recipient's tenant already held
-   when it sent the request explains itself; one held by more than ``max_tenants`` tenants is
-   common text; the rest weigh 1 / (tenants holding it). Tiers follow ``tiers.py``.
+3. Rarity and own context, per finding: a matched k-gram in the suspect's own prompt explains
+   itself, and for a cross-tenant source so does one the recipient's tenant already held when
+   it sent the request (same-tenant overlap is kept, as relation ``same_tenant``); one held by
+   more than ``max_tenants`` tenants when the response was produced is common text; the rest
+   weigh 1 / (tenants holding it). Tiers follow ``tiers.py``.
 4. Findings of control responses are counted, never written: they give the empirical
    false-positive rate that the report quotes.
 """
@@ -229,9 +231,13 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tu
         first = np.cumsum(n) - n
         flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
         ten, when = h_tenant[flat], h_time[flat]
-        holders_then = np.bincount(seg, weights=(when < tgt.deadline_us), minlength=len(g))
-        own = np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
-                          minlength=len(g)) > 0
+        holders_then = np.bincount(seg, weights=(ten >= 0) & (when < tgt.deadline_us), minlength=len(g))
+        own = np.bincount(seg, weights=ten == -(c.target + 1), minlength=len(g)) > 0
+        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+        if relation == "cross_tenant":
+            # Text the recipient's tenant already held when it sent the request is not news to it.
+            own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
+                               minlength=len(g)) > 0
         common = holders_then > p.max_tenants
         informative = ~own & ~common
         weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
@@ -248,7 +254,6 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tu
         rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, c.recipient_start, c.source_start)
         if key in best and best[key][0] <= rank:
             continue
-        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
         fid_key = "\x1f".join(map(str, (tgt.request_id, c.source_request_id, c.source_kind, c.recipient_start,
                                          c.recipient_end, c.source_start, c.source_end)))
         best[key] = (rank, {

@@ -5,7 +5,8 @@ batches can run in any process in any order (the parent sorts and merges). For e
 
 * counts, for every target k-gram it contains, the tenant that held it and when (``holders``:
   the rarity and own-context evidence). A target's own response never counts (it is the text
-  under suspicion); its prompt does (own context);
+  under suspicion); its prompt does, and is also marked as that target's own prompt (a holder
+  entry with the negative code ``-(target + 1)``);
 * when the record may be a *source* for a target (received before the target finished, not the
   target itself, inside the optional lookback / same decode node), clusters the hits per target
   along the alignment diagonal and verifies each cluster with :func:`align.align`.
@@ -109,6 +110,11 @@ class Scanner:
                     gids.append(g)
                     tenants.append(np.full(len(g), code, dtype=np.int64))
                     times.append(np.full(len(g), when, dtype=np.int64))
+                    if kind == "prompt" and is_target:
+                        # The target's own prompt: marked with the negative code -(target + 1).
+                        gids.append(g)
+                        tenants.append(np.full(len(g), -(own_target + 1), dtype=np.int64))
+                        times.append(np.full(len(g), when, dtype=np.int64))
                 if kind == "response" and is_suspect:
                     continue  # leaked text is not anyone's source
                 cands.extend(self._verify(rid, tenant, when, node, kind, tk, pos, gid, own_target))

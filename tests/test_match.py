@@ -1,0 +1,299 @@
+"""Match stage: fragments found at the right offsets, and what must never count as exposure."""
+
+from __future__ import annotations
+
+import csv
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import forensics.match as match_mod
+from forensics.cli import main
+from forensics.errors import CaseError, ConfigError
+from forensics.match import match
+from match_helpers import config, exchange, make_case
+
+_SYLL = ["ka", "ro", "mi", "ten", "val", "dor", "shi", "qua", "lex", "bru", "po", "zan", "fe", "gil", "mur", "sta", "ny", "orb"]
+
+
+def vocab(seed: int, n: int = 4000) -> list[str]:
+    """A made-up vocabulary: no two tests share phrases by accident of the language."""
+    rng = np.random.default_rng(seed)
+    words = {"".join(rng.choice(_SYLL, size=int(rng.integers(2, 4)))) for _ in range(n)}
+    return sorted(words)
+
+
+VOCAB = vocab(1)
+
+
+def words(rng: np.random.Generator, n: int) -> list[str]:
+    return [VOCAB[i] for i in rng.integers(0, len(VOCAB), size=n)]
+
+
+def cross(findings: list[dict]) -> list[dict]:
+    return [f for f in findings if f["relation"] == "cross_tenant"]
+
+
+def only(findings: list[dict], recipient: str, source: str) -> dict:
+    rows = [f for f in findings if f["recipient_request_id"] == recipient and f["source_request_id"] == source]
+    assert len(rows) == 1, findings
+    return rows[0]
+
+
+@pytest.mark.parametrize("length", [8, 12, 16, 32, 64])
+def test_exact_fragment_found_with_offsets_in_both_texts(tmp_path: Path, length: int) -> None:
+    rng = np.random.default_rng(length)
+    doc = words(rng, 400)
+    frag = " ".join(doc[150 : 150 + length])
+    prompt = "<|user|>\n" + " ".join(doc)
+    head, tail = " ".join(words(rng, 30)), " ".join(words(rng, 30))
+    response = f"{head}. {frag}. {tail}"
+    rows = [
+        exchange("a1", "acme", 0, prompt=prompt, response="ok"),
+        exchange("b1", "bolt", 5, prompt="a short question", response=response),
+        exchange("c1", "cato", 2, prompt=" ".join(words(rng, 200)), response=" ".join(words(rng, 50))),
+    ]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    f = only(result.findings, "b1", "a1")
+    assert f["relation"] == "cross_tenant" and f["source_kind"] == "prompt"
+    assert response[f["recipient_start"] : f["recipient_end"]] == frag
+    assert prompt[f["source_start"] : f["source_end"]] == frag
+    assert f["matched_tokens"] == length and f["score"] == 100.0 and f["rarity"] == 1.0
+    assert f["tier"] == ("confirmed" if length >= 12 else "probable")
+    assert f["tier_rule"].startswith("R1" if length >= 12 else "R2")
+
+
+@pytest.mark.parametrize("length", [16, 32, 64])
+def test_damaged_fragment_found(tmp_path: Path, length: int) -> None:
+    rng = np.random.default_rng(100 + length)
+    doc = words(rng, 300)
+    frag = doc[100 : 100 + length]
+    damaged = list(frag)
+    for i in range(4, length - 2, 10):  # 10 % of the tokens replaced, none at the edges
+        damaged[i] = "XX" + damaged[i]
+    response = " ".join(words(rng, 20)) + " " + " ".join(damaged) + " " + " ".join(words(rng, 20))
+    prompt = " ".join(doc)
+    rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("b1", "bolt", 5, prompt="hi", response=response)]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    f = only(result.findings, "b1", "a1")
+    want = " ".join(damaged)
+    start = response.index(want)
+    assert (f["recipient_start"], f["recipient_end"]) == (start, start + len(want))
+    src = " ".join(frag)
+    assert (f["source_start"], f["source_end"]) == (prompt.index(src), prompt.index(src) + len(src))
+    assert f["matched_tokens"] == length - len(range(4, length - 2, 10))
+    assert 85 <= f["score"] < 100
+    assert f["tier"] in ("confirmed", "probable")
+
+
+def test_response_of_another_tenant_is_a_source(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    answer = " ".join(words(rng, 120))
+    frag = " ".join(answer.split()[40:70])
+    rows = [exchange("a1", "acme", 0, prompt="write it", response=answer),
+            exchange("b1", "bolt", 3, prompt="hello", response="Here: " + frag)]
+    f = only(match(make_case(tmp_path / "case", rows, ["b1"]), config()).findings, "b1", "a1")
+    assert f["source_kind"] == "response" and answer[f["source_start"] : f["source_end"]] == frag
+
+
+def test_boilerplate_of_many_tenants_is_not_exposure_but_a_rare_passage_is(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    licence = " ".join(words(rng, 60))
+    secret = " ".join(words(rng, 40))
+    rows = [exchange(f"t{i}", f"tenant{i}", i, prompt=f"{' '.join(words(rng, 20))} {licence}") for i in range(6)]
+    rows.append(exchange("a1", "acme", 7, prompt=f"{' '.join(words(rng, 30))} {secret}"))
+    rows.append(exchange("b1", "bolt", 10, prompt="hi", response=f"{licence} and then {secret}"))
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_request_id"] for f in cross(result.findings)} == {"a1"}
+    assert match(make_case(tmp_path / "c2", rows, ["b1"]), config(max_tenants=6)).findings  # cap is a parameter
+    with_cap = {f["source_request_id"] for f in match(tmp_path / "c2", config(max_tenants=6)).findings}
+    assert with_cap == {"a1"} | {f"t{i}" for i in range(6)}
+
+
+def test_text_in_recipients_own_prompt_explains_itself(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    passage = " ".join(words(rng, 50))
+    rows = [
+        exchange("a1", "acme", 0, prompt=f"please review: {passage}"),
+        exchange("b1", "bolt", 5, prompt=f"translate this: {passage}", response=f"Sure. {passage}"),
+    ]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert cross(result.findings) == []
+
+
+def test_recipient_tenant_earlier_text_is_same_tenant_not_exposure(tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    passage = " ".join(words(rng, 50))
+    rows = [
+        exchange("b0", "bolt", 0, prompt=f"keep this: {passage}"),
+        exchange("a1", "acme", 1, prompt=f"and this: {passage}"),
+        exchange("b1", "bolt", 5, prompt="anything new?", response=f"Sure. {passage}"),
+    ]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert cross(result.findings) == []
+    f = only(result.findings, "b1", "b0")
+    assert f["relation"] == "same_tenant" and f["tier"] == "confirmed"
+    code = _cli(["match", "--case", str(tmp_path / "case"), "--quiet"])
+    assert code == 0  # same-tenant overlap alone is not cross-tenant exposure
+
+
+def test_text_only_in_later_prompts_is_no_finding(tmp_path: Path) -> None:
+    rng = np.random.default_rng(14)
+    passage = " ".join(words(rng, 50))
+    rows = [
+        exchange("b1", "bolt", 0, prompt="hello", response=passage, duration=2),
+        exchange("a1", "acme", 2.5, prompt=f"what about: {passage}"),  # after the response finished
+        exchange("c1", "cato", 1, prompt=f"meanwhile: {passage}"),  # while it was being generated: a source
+    ]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_request_id"] for f in result.findings} == {"c1"}
+
+
+def test_lookback_and_same_decode_node_narrow_the_search(tmp_path: Path) -> None:
+    rng = np.random.default_rng(15)
+    p1, p2 = " ".join(words(rng, 40)), " ".join(words(rng, 40))
+    rows = [
+        exchange("a1", "acme", 0, prompt=p1, decode_node="d0"),
+        exchange("a2", "acme", 50, prompt=p2, decode_node="d1"),
+        exchange("b1", "bolt", 60, prompt="hi", response=f"{p1} {p2}", decode_node="d1"),
+    ]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    assert {f["source_request_id"] for f in match(case, config()).findings} == {"a1", "a2"}
+    assert {f["source_request_id"] for f in match(case, config(lookback_minutes=30)).findings} == {"a2"}
+    r = match(case, config(same_decode_node=True))
+    assert {f["source_request_id"] for f in r.findings} == {"a2"}
+    assert r.report["searched"]["same_decode_node"] is True
+
+
+@pytest.mark.parametrize("variant", ["nfd", "crlf", "cjk_emoji", "fullwidth_case"])
+def test_offsets_survive_unicode_normalisation(tmp_path: Path, variant: str) -> None:
+    rng = np.random.default_rng(16)
+    base = ("Crème brûlée für Zoë at Café Müller, naïve façade; "
+            "東京タワーの夜景はとても綺麗でした 🎉🎉 party 👩🏽‍💻 done.\nSecond line: "
+            + " ".join(words(rng, 12)))
+    if variant == "nfd":
+        src, leaked = unicodedata.normalize("NFC", base), unicodedata.normalize("NFD", base)
+    elif variant == "crlf":
+        src, leaked = base.replace("\n", "\r\n").replace(", ", ",\r\n"), base
+    elif variant == "cjk_emoji":
+        src, leaked = base, base.replace("🎉🎉", "🎉\ufe0f🎉").replace("ワー", "ワ\u200bー")
+    else:
+        src, leaked = base, "".join(chr(ord(c) + 0xFEE0) if "a" <= c <= "z" else c for c in base.upper())
+    prompt = "<|user|>\n" + " ".join(words(rng, 40)) + "\r\n" + src + "\n" + " ".join(words(rng, 30))
+    response = "Answer: 😀 " + leaked + " ... " + " ".join(words(rng, 10))
+    rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("b1", "bolt", 5, prompt="hi", response=response)]
+    f = only(match(make_case(tmp_path / "case", rows, ["b1"]), config()).findings, "b1", "a1")
+    assert prompt[f["source_start"] : f["source_end"]] == src
+    assert response[f["recipient_start"] : f["recipient_end"]] == leaked
+    assert f["tier"] == "confirmed"
+
+
+def test_engine_signature_lifts_a_short_rare_match_to_probable(tmp_path: Path) -> None:
+    rng = np.random.default_rng(17)
+    doc = words(rng, 100)
+    frag = " ".join(doc[30:36])  # 6 tokens: one more than k, less than min_tokens
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
+            exchange("b1", "bolt", 5, prompt="x", response=" ".join(words(rng, 10)) + f" {frag} " + " ".join(words(rng, 10))),
+            exchange("b2", "bolt", 6, prompt="y", response=" ".join(words(rng, 10)) + f" {frag} " + " ".join(words(rng, 10)))]
+    result = match(make_case(tmp_path / "case", rows, ["b1", "b2"], engine_signature=("b2",)), config())
+    assert [(f["recipient_request_id"], f["tier"], f["tier_rule"][:2]) for f in result.findings] == [("b2", "probable", "R3")]
+
+
+def test_control_sample_counts_false_positives_and_never_writes_them(tmp_path: Path) -> None:
+    rng = np.random.default_rng(18)
+    secret = " ".join(words(rng, 40))
+    rows = [exchange("a1", "acme", 0, prompt=secret)]
+    rows += [exchange(f"n{i}", f"tenant{i}", 1 + i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 30)))
+             for i in range(9)]
+    rows.append(exchange("n9", "tenant9", 20, prompt="q", response="quoting: " + secret))  # not a suspect
+    rows.append(exchange("b1", "bolt", 30, prompt="q", response=" ".join(words(rng, 30))))
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config(control_size=50))
+    c = result.report["control"]
+    assert c["size"] == 10 and c["responses_with_findings"] == 1 and c["request_ids_with_findings"] == ["n9"]
+    assert c["false_positive_rate"] == pytest.approx(1 / 10, abs=1e-6)
+    assert result.findings == []
+    small = match(tmp_path / "case", config(control_size=3)).report["control"]
+    assert small["size"] == 3
+
+
+def _outputs(case: Path) -> dict[str, bytes]:
+    return {n: (case / n).read_bytes() for n in ("evidence.parquet", "evidence.csv", "match.json")}
+
+
+def _mixed_case(root: Path, n: int = 60) -> Path:
+    rng = np.random.default_rng(19)
+    rows, sus = [], []
+    docs = [" ".join(words(rng, 150)) for _ in range(n)]
+    for i in range(n):
+        rows.append(exchange(f"r{i:03d}", f"tenant{i % 7}", i, prompt=docs[i], response=" ".join(words(rng, 40))))
+    for j in range(5):
+        src = docs[int(rng.integers(0, n // 2))].split()
+        resp = " ".join(words(rng, 20) + src[40 : 40 + 12 + 8 * j] + words(rng, 20))
+        rows.append(exchange(f"s{j}", f"tenant{(j + 3) % 7}", n + j, prompt="p", response=resp))
+        sus.append(f"s{j}")
+    return make_case(root, rows, sus)
+
+
+def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = _mixed_case(tmp_path / "case")
+    first = match(case, config(workers=1))
+    a = _outputs(case)
+    match(case, config(workers=1))
+    assert _outputs(case) == a
+    monkeypatch.setattr(match_mod, "INLINE_ROWS", 0)
+    match(case, config(workers=2, batch_rows=8))
+    assert _outputs(case) == a
+    assert len(cross(first.findings)) >= 5
+
+
+def test_evidence_files_follow_the_contract(tmp_path: Path) -> None:
+    case = _mixed_case(tmp_path / "case")
+    result = match(case, config())
+    table = pq.read_table(case / "evidence.parquet")
+    assert table.num_rows == len(result.findings) > 0
+    with open(case / "evidence.csv", newline="", encoding="utf-8") as fh:
+        raw = fh.read()
+    assert "\r\n" in raw
+    rows = list(csv.DictReader(raw.splitlines()))
+    assert list(rows[0])[:14] == list(match_mod.CSV_COLUMNS[:14])
+    keys = [(r["recipient_request_id"], r["source_request_id"]) for r in rows]
+    assert keys == sorted(keys)
+    assert len({r["finding_id"] for r in rows}) == len(rows)
+    report = json.loads((case / "match.json").read_text())
+    assert report["parameters"]["k"] == 5 and report["searched"]["records"] == 65
+    assert report["searched"]["tokens"] > 0 and report["parameter_sources"]["k"] == "default"
+
+
+def test_unknown_or_bad_match_keys_are_config_errors(tmp_path: Path) -> None:
+    case = _mixed_case(tmp_path / "case", n=5)
+    with pytest.raises(ConfigError, match="max_tenant"):
+        match(case, config(max_tenant=3))
+    with pytest.raises(ConfigError, match="confirm_score"):
+        match(case, config(confirm_score=140))
+    with pytest.raises(ConfigError, match="same_decode_node"):
+        match(case, config(same_decode_node="yes"))
+
+
+def _cli(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return int(exc.value.code)
+
+
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = _mixed_case(tmp_path / "case", n=20)
+    assert _cli(["match", "--case", str(case), "--quiet", "--json"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["findings"]["cross_tenant"] >= 1
+    assert _cli(["match", "--case", str(case), "--quiet", "--k", "1"]) == 2
+    assert "k = 1" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _cli(["match", "--case", str(empty), "--quiet"]) == 2
+    assert "no suspects table" in capsys.readouterr().err
+    with pytest.raises(CaseError):
+        match(empty, config())
