@@ -1,0 +1,120 @@
+"""Fingerprints and the aligner: stable hashes, offsets into the original text, alignment properties."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics.match.align import align
+from forensics.match.fingerprint import kgrams, tokenize
+
+
+def pieces(text: str) -> list[str]:
+    tk = tokenize(text)
+    return [text[s:e] for s, e in zip(tk.start.tolist(), tk.end.tolist())]
+
+
+def test_tokens_are_words_and_single_punctuation_with_original_offsets() -> None:
+    text = "Hello,  world!\r\nIt's 3.14 — naïve_café 日本語 👍🏽"
+    assert pieces(text) == ["Hello", ",", "world", "!", "It", "'", "s", "3", ".", "14", "—", "naïve_café",
+                            "日", "本", "語", "👍", "🏽"]
+
+
+def test_equivalent_texts_hash_equal() -> None:
+    a = "Crème Brûlée at ZOË's ﬁne café\r\n東京 🎉"
+    variants = [
+        unicodedata.normalize("NFD", a),
+        a.lower().replace("\r\n", "\n"),
+        "CRÈME   brûlée AT zoë'S fine CAFÉ 東京 🎉\ufe0f",
+        "Crème Brû\u200blée at ＺＯË's ﬁne café 東京 🎉",  # zero-width space, full-width letters
+    ]
+    base = tokenize(a).hash
+    for v in variants:
+        assert np.array_equal(tokenize(v).hash, base), v
+    # Accents are not folded away: compatibility and case are, a different letter is not.
+    assert tokenize("Creme").hash[0] != tokenize("Crème").hash[0]
+
+
+def test_different_words_hash_differently() -> None:
+    h = tokenize("alpha beta gamma alpha").hash
+    assert h[0] == h[3] and len(set(h[:3].tolist())) == 3
+    assert tokenize("ab").hash[0] != tokenize("ba").hash[0]
+
+
+def test_hashes_are_stable_across_processes() -> None:
+    # Python's hash() is salted per process; ours must not be: compute in a fresh interpreter.
+    text = "The quick brown fox jumps over the lazy dog, 東京 🎉"
+    code = ("from forensics.match.fingerprint import tokenize, kgrams; "
+            f"print(kgrams(tokenize({text!r}).hash, 3).tolist())")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": "12345", "PATH": ""}, cwd=Path(__file__).resolve().parent.parent)
+    assert other.stdout.strip() == str(kgrams(tokenize(text).hash, 3).tolist())
+
+
+def test_kgrams_cover_every_position() -> None:
+    h = tokenize("a b c d e f g").hash
+    g = kgrams(h, 3)
+    assert len(g) == 5 and len(set(g.tolist())) == 5
+    assert len(kgrams(h[:2], 3)) == 0
+    assert kgrams(tokenize("x a b c y").hash, 3)[1] == g[0]
+
+
+def test_empty_and_space_only_texts() -> None:
+    assert len(tokenize("")) == 0 and len(tokenize(None)) == 0 and len(tokenize(" \r\n\t\u200b ")) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_token_offsets_lie_inside_the_text_in_order(text: str) -> None:
+    tk = tokenize(text)
+    s, e = tk.start, tk.end
+    assert np.all(s < e) and np.all(s >= 0) and np.all(e <= len(text))
+    # In order; two tokens share characters only when one character expands into several
+    # tokens under compatibility mapping ("¼" is "1", "⁄", "4").
+    assert np.all(s[1:] >= s[:-1]) and np.all(e[1:] >= e[:-1])
+    assert np.all((s[1:] >= e[:-1]) | (s[1:] == e[:-1] - 1))
+    for a, b in zip(s.tolist(), e.tolist()):
+        assert text[a:b].strip() != ""
+
+
+tokens = st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens)
+def test_identical_sequences_align_fully_with_score_100(a: list[int]) -> None:
+    al = align(a, a)
+    assert al is not None
+    assert (al.a_start, al.a_end, al.b_start, al.b_end) == (0, len(a), 0, len(a))
+    assert al.score == 100.0 and al.matched == len(a) == al.longest_run
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens, tokens)
+def test_alignment_spans_lie_inside_and_blocks_really_match(a: list[int], b: list[int]) -> None:
+    al = align(a, b)
+    if al is None:
+        assert not set(a) & set(b)
+        return
+    assert 0 <= al.a_start < al.a_end <= len(a) and 0 <= al.b_start < al.b_end <= len(b)
+    assert 0 < al.score <= 100 and al.longest_run <= al.matched <= min(al.a_end - al.a_start, al.b_end - al.b_start)
+    for i, j, n in al.blocks:
+        assert a[i : i + n] == b[j : j + n]
+        assert al.a_start <= i and i + n <= al.a_end and al.b_start <= j and j + n <= al.b_end
+
+
+def test_alignment_finds_an_embedded_damaged_run() -> None:
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 10**9, size=200).tolist()
+    frag = src[50:90]
+    frag[20] = -1
+    al = align([7, 8, 9] + frag + [10, 11], src)
+    assert al is not None
+    assert (al.a_start, al.a_end, al.b_start, al.b_end) == (3, 43, 50, 90)
+    assert al.matched == 39 and al.longest_run == 20
