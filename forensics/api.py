@@ -16,6 +16,8 @@ from forensics.report import ReportResult, VerifyResult, report, verify  # noqa:
 from forensics.run import RunResult, run  # noqa: F401
 from forensics.match import MatchParams, MatchResult, match  # noqa: F401
 
+from forensics.scan import ScanResult, config_for_case, query_defaults, scan  # noqa: F401
+from forensics.queries import Query, load_queries, query_case  # noqa: F401
 # @@api@@
 
 

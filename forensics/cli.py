@@ -160,6 +160,111 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 
 # @@scan@@
 
+
+@app.command()
+def scan(
+    case: Path = typer.Option(..., "--case", help="Case folder written by `forensics ingest`."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="Affected model (repeat for several)."),
+    window_start: Optional[str] = typer.Option(None, "--window-start", help="Incident window start, UTC ISO 8601 (inclusive)."),
+    window_end: Optional[str] = typer.Option(None, "--window-end", help="Incident window end, UTC ISO 8601 (exclusive)."),
+    ceiling: Optional[str] = typer.Option(None, "--ceiling", help='Real KV-pool ceiling in tokens, or "auto" (engine startup lines).'),
+    advertised_window: Optional[str] = typer.Option(None, "--advertised-window", help='Advertised context window in tokens, or "auto".'),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Find the suspect responses (suspects.csv, scan.json); exit 1 when there are any, 0 when none."""
+    from forensics import api
+
+    cfg = api.config_for_case(
+        case, config, models=model or None, window_start=window_start, window_end=window_end,
+        real_ceiling_tokens=ceiling, advertised_window_tokens=advertised_window,
+    )
+    result = api.scan(case, cfg, progress=_progress(quiet))
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+    else:
+        _render_scan(summary)
+    return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+def _render_scan(summary: dict[str, Any]) -> None:
+    p = summary["parameters"]
+    out.print(f"models: {p['models']}  window: {p['window_start']} .. {p['window_end']} (end exclusive)", markup=False)
+    out.print(
+        f"real ceiling: {p['real_ceiling_tokens']} tokens ({p['real_ceiling_tokens_source']})  "
+        f"advertised window: {p['advertised_window_tokens']} ({p['advertised_window_tokens_source']})",
+        markup=False,
+    )
+    table = Table(title="suspect queries", title_justify="left")
+    table.add_column("query")
+    table.add_column("responses", justify="right")
+    for qid, n in sorted(summary["by_reason"].items()):
+        table.add_row(qid, str(n))
+    out.print(table)
+    out.print(
+        f"[bold]suspect responses: {summary['suspects']}[/bold]  (borderline: {summary['borderline']}, "
+        f"engine signature: {summary['engine_signature']}, gateway count below the ceiling: "
+        f"{summary['reported_count_below_ceiling']})"
+    )
+    looks = {k: v for k, v in sorted(summary["anomalies"].items()) if v}
+    if looks:
+        out.print("worth a look (scan.json): " + ", ".join(f"{k}={v}" for k, v in looks.items()), markup=False)
+    out.print(f"requests in the exposure band (ceiling..advertised window, any model/day): {summary['exposure_band_requests']}",
+              markup=False)
+    for w in summary["warnings"]:
+        out.print(f"warning: {w}", markup=False)
+    out.print(f"suspects written to {Path(summary['case']) / 'suspects.csv'}", markup=False)
+
+
+@app.command()
+def query(
+    name_or_sql: Optional[str] = typer.Argument(None, help="A shipped query id (see --list), a SELECT, or a .sql file."),
+    case: Optional[Path] = typer.Option(None, "--case", help="Case folder to query (read-only)."),
+    param: Optional[list[str]] = typer.Option(None, "--param", help="name=value for a $name in the SQL (repeatable)."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    list_queries: bool = typer.Option(False, "--list", help="List the shipped queries and their parameters."),
+) -> int:
+    """Run a shipped query or your own SELECT against a case, read-only."""
+    from forensics import api
+    from forensics.queries import csv_text, plain, rows_of
+
+    if list_queries:
+        table = Table(title="shipped queries", title_justify="left")
+        for col in ("id", "kind", "parameters", "title"):
+            table.add_column(col)
+        for qd in api.load_queries():
+            table.add_row(qd.id, qd.kind, ", ".join(f"{p.name} {p.type}" for p in qd.params) or "-", qd.title)
+        out.print(table)
+        return EXIT_CLEAN
+    if name_or_sql is None or case is None:
+        raise ForensicsError("give a case and a query", fix="forensics query --case DIR NAME_OR_SQL (or --list)")
+    if fmt not in ("table", "csv", "json"):
+        raise ForensicsError(f"--format {fmt!r} is not table, csv or json", fix="use --format table|csv|json")
+    from forensics.queries import parse_param_options
+
+    params = parse_param_options(param or [])
+    rows, _ = api.query_case(case, name_or_sql, params, api.query_defaults(case))
+    if fmt == "csv":
+        sys.stdout.write(csv_text(rows))
+    elif fmt == "json":
+        _emit_json(rows_of(rows))
+    else:
+        table = Table(show_lines=False)
+        for col in rows.column_names:
+            table.add_column(col, overflow="fold")
+        for rec in rows.to_pylist():
+            cells = []
+            for v in rec.values():
+                v = plain(v)
+                text = "" if v is None else str(v)
+                cells.append(text if len(text) <= 120 else text[:117] + "...")
+            table.add_row(*cells)
+        out.print(table, markup=False)
+        err.print(f"{rows.num_rows} row(s)")
+    return EXIT_CLEAN
+
 # --------------------------------------------------------------------------------------------
 # match (issue 5) -- commands go here
 # --------------------------------------------------------------------------------------------

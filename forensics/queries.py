@@ -217,7 +217,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: Query, params: Mapping[str,
                          fix=f"pass --param {missing[0]}=... ({_param(query, missing[0]).type})")
     bound = {p.name: params[p.name] for p in query.params}
     try:
-        return con.execute(query.sql, bound).fetch_arrow_table() if bound else con.execute(query.sql).fetch_arrow_table()
+        return con.sql(query.sql, params=bound or None).to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(f"query {query.id} failed: {_first_line(exc)}", file=query.path) from None
 
@@ -330,7 +330,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any])
         raise QueryError(f"the SQL uses ${missing[0]} but no value was given", fix=f"pass --param {missing[0]}=...")
     bound = {k: v for k, v in params.items() if k in used}
     try:
-        return con.execute(sql, bound).fetch_arrow_table() if bound else con.execute(sql).fetch_arrow_table()
+        return con.sql(sql, params=bound or None).to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(f"the query failed: {_first_line(exc)}") from None
 
@@ -392,3 +392,47 @@ def csv_text(table: pa.Table, columns: list[str] | None = None) -> str:
     for row in table.select(columns).to_pylist():
         writer.writerow([cell(row[c]) for c in columns])
     return buf.getvalue()
+
+
+def query_case(
+    case_dir: Path, name_or_sql: str, params: Mapping[str, str], defaults: Mapping[str, Any] | None = None
+) -> tuple[pa.Table, Query | None]:
+    """Run a shipped query (by id) or the analyst's own SELECT (text, or a ``.sql`` file) read-only.
+
+    ``params`` are ``--param`` strings, converted to the types a shipped query declares;
+    ``defaults`` (the case's resolved configuration) fill a shipped query's parameters not given.
+    Returns the rows and the shipped query that produced them (None for the analyst's SQL).
+    """
+    shipped = load_queries()
+    query = find_query(name_or_sql, shipped)
+    con = read_only_connection(case_dir, shipped)
+    try:
+        if query is not None:
+            if query.kind == "view":
+                return run_sql(con, f'SELECT * FROM "{query.id}"', {}), query
+            unknown = sorted(set(params) - set(query.param_names))
+            if unknown:
+                raise QueryError(f"query {query.id} takes no parameter {unknown[0]}", file=query.path,
+                                 fix=f"its parameters: {', '.join(query.param_names) or 'none'}")
+            values = {k: v for k, v in (defaults or {}).items() if k in query.param_names}
+            for p in query.params:
+                if p.name in params:
+                    values[p.name] = convert_param(p.name, params[p.name], p.type)
+            return run_query(con, query, values), query
+        sql = name_or_sql
+        if name_or_sql.strip().endswith(".sql") and "\n" not in name_or_sql:
+            path = Path(name_or_sql.strip())
+            if not path.is_file():
+                raise QueryError(f"no shipped query named {path.stem!r} and no such file", file=path,
+                                 fix="`forensics query --list` shows the shipped queries")
+            try:
+                sql = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise QueryError(f"cannot read the SQL file ({exc})", file=path) from None
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_/]*", name_or_sql.strip()):
+            raise QueryError(f"no shipped query named {name_or_sql!r}",
+                             fix="`forensics query --list` shows the shipped queries; or give SQL text")
+        values = {k: convert_param(k, v, None) for k, v in params.items()}
+        return run_sql(con, sql, values), None
+    finally:
+        con.close()

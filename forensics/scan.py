@@ -359,3 +359,72 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[tuple[str, str 
     ).to_arrow_table()
     con.unregister("_flagged")
     return table.select(schema.SUSPECTS.names).cast(schema.SUSPECTS)
+
+
+# ------------------------------------------------------------------------------------------
+# Configuration for `forensics scan --case DIR` and `forensics query`
+# ------------------------------------------------------------------------------------------
+
+#: CLI option names of the overridable settings (for messages).
+OPTION_KEYS = {
+    "models": "--model",
+    "window_start": "--window-start",
+    "window_end": "--window-end",
+    "real_ceiling_tokens": "--ceiling",
+    "advertised_window_tokens": "--advertised-window",
+}
+
+
+def config_for_case(case: Path, config_file: Path | None = None, **overrides: Any) -> CaseConfig:
+    """The configuration a scan of ``case`` uses: the case file if given, else the case's saved
+    config.json (values a previous scan auto-detected are detected again), then CLI overrides.
+
+    ``overrides`` use the configuration's names (models, window_start, window_end,
+    real_ceiling_tokens, advertised_window_tokens); ``None`` means "not given".
+    """
+    from forensics.config import load_case_file, load_saved
+
+    saved = Case(case).config_path
+    if config_file is not None:
+        cfg = load_case_file(config_file)
+    elif saved.is_file():
+        try:
+            cfg = load_saved(saved)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"cannot read the case's saved configuration ({exc})", file=saved,
+                              fix="re-run ingest, or give the case file with --config") from None
+        for key in ("real_ceiling_tokens", "advertised_window_tokens"):
+            if cfg.source(key) == "auto-detected":
+                setattr(cfg, key, "auto")
+                # The ceiling is required, so it was asked for; the advertised window may be a default.
+                if key == "real_ceiling_tokens":
+                    cfg.sources[key] = "file"
+                else:
+                    cfg.sources.pop(key, None)
+    else:
+        cfg = CaseConfig()
+    for key, value in overrides.items():
+        if key not in OPTION_KEYS:
+            raise TypeError(f"unknown override {key}")
+        if value is None or value == []:
+            continue
+        cfg.set(key, value, "option")
+    return cfg
+
+
+def query_defaults(case: Path) -> dict[str, Any]:
+    """Parameter values for running a shipped query by name on a case: the case's saved
+    configuration (as a scan resolved it); values it does not have are left out."""
+    saved = Case(case).config_path
+    if not saved.is_file():
+        return {}
+    from forensics.config import load_saved
+
+    try:
+        cfg = load_saved(saved)
+    except (ValueError, KeyError):
+        return {}
+    params = _params(cfg)
+    if not isinstance(params["ceiling"], int):
+        params["ceiling"] = None
+    return {k: v for k, v in params.items() if v is not None and v != []}
