@@ -31,6 +31,8 @@ SUSPECT_COLUMNS = ("request_id", "tenant_id", "model", "received_at", "prompt_to
 EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
                     "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end",
                     "source_start", "source_end", "rarity")
+#: Stage records copied into the report folder (and hashed with the other outputs).
+STAGE_RECORDS = ("scan.json", "match.json")
 #: Sub-folders of the report folder that this stage owns and rebuilds on every run.
 OWNED_DIRS = ("packets", "plots")
 #: Top-level entries of the report folder that are not report outputs (the run's case folder).
@@ -176,6 +178,9 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
         if (report_dir / sub).is_dir():
             shutil.rmtree(report_dir / sub)
 
+    for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
+        if (case / record).is_file():
+            safe.copy_file(case / record, report_dir / record)
     _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at, request_id")
     evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS, "recipient_request_id, source_request_id")
 
@@ -219,7 +224,7 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
         "reconciliation": {k: v for k, v in data.ingest_manifest.items() if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer")},
         "parameters": {"case": cfg_json, "scan": data.scan_info.get("parameters", {}),
                        "match": data.match_info.get("parameters", {}), "report": config.section("report")},
-        "stage_records": {"scan": data.scan_info, "match": data.match_info},
+        "stage_records": {r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
         "queries": _query_hashes(),
         "severity_patterns": {"path": "forensics/report/patterns/severity.toml",
                               "sha256": safe.sha256_bytes(patterns_text().encode("utf-8"))},

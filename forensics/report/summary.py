@@ -153,6 +153,11 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["borderline suspects (estimate straddles the ceiling)", sum(1 for s in data.suspects if s.borderline)],
         ["records whose time zone was assumed", c["zone_assumed"]],
     ]
+    anomalies = data.scan_info.get("anomalies")
+    anomaly_rows = ([[safe.clean_text(str(v.get("title", k)), 200), v.get("rows", "")] for k, v in sorted(anomalies.items())
+                     if isinstance(v, dict)] if isinstance(anomalies, dict) else [])
+    warnings = [safe.clean_text(str(w), 500) for w in data.scan_info.get("warnings", []) or []]
+    notes = [safe.clean_text(str(n), 500) for n in data.ingest_manifest.get("notes", []) or []]
     limitations = [
         "Only text that was logged can be matched: truncated prompts are matched on their head and tail only, and a "
         "leak of text that no log kept cannot be found. A suspect response with no verified passage is still "
@@ -170,7 +175,9 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ("Data gaps", [("table", ["gap", "count"], gaps)]
          + ([("table", ["quarantine reason", "lines"], [[safe.clean_text(r, 120), n] for r, n in data.quarantine_reasons])]
             if data.quarantine_reasons else [])),
-        ("Limitations", limitations),
+        ("Engine anomalies", [("table", ["anomaly (scan stage)", "rows"], anomaly_rows)] if anomaly_rows
+         else ["The scan stage recorded no engine anomaly counts."]),
+        ("Limitations", limitations + [f"Scan warning: {w}" for w in warnings] + [f"Ingest note: {n}" for n in notes]),
         ("Customers to notify", [("table", ["customer", "role", "tier", "requests", "highest severity", "packet"],
                                   [[safe.clean_text(n.tenant_id, 80), n.role, n.tier, len(n.request_ids), n.highest_severity, n.packet]
                                    for n in notices]) if notices else "Nobody: no suspect response was found."]),
