@@ -1,0 +1,270 @@
+"""Incident simulator: realistic gateway and engine logs of a KV-pool leak, with the known answer.
+
+``simulate(out, seed=..., scale=..., fmt=..., corpus=...)`` writes into ``out``::
+
+    case.toml             the case file (spec/case-file.md); inputs point at the folders below
+    gateway/              litellm-callbacks-DAY.jsonl[.gz|.zst] (+ spend-logs-DAY.jsonl for some
+                          days, overlapping the callbacks), or requests-/responses-DAY.jsonl
+    engine/               {hostname}_0.log per prefill and decode node (SGLang, JSON + text lines)
+    truth.json            what really happened (schema below)
+    README.md             how the folder was made and the command that regenerates it
+
+Same seed, scale, format, corpus and Faker version: byte-identical files.
+
+truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every time UTC ``Z``:
+
+* ``generator``: forensics and Faker versions, seed, scale, format, corpus folder name, command.
+* ``case``: name, model (the affected one), all models, window_start/window_end, real_ceiling_tokens,
+  advertised_window_tokens, timezone, tenant_field -- the values written to case.toml.
+* ``tenants``: tenant_id, name, document kinds, whether its system prompt is a shared template.
+* ``suspects``: one per response generated from stale pages: request_id, tenant_id, model,
+  received_at, completed_at, prompt_tokens (the real count), reported_prompt_tokens (1: the
+  placeholder), length_class (big | near_above), reasons, prefill_node, decode_node,
+  bootstrap_room, slot, outcome (leak | two_sources | no_fragment | empty_slot) and fragment_ids.
+* ``fragments``: each passage of stale content woven into a suspect response: fragment_id,
+  recipient_request_id/tenant_id, recipient_start/end (character offsets into the response text),
+  source_request_id/tenant_id, source_kind (prompt | response | shared), source_start/end
+  (offsets into the source's canonical prompt text -- ``forensics.schema.render_messages`` -- or
+  response text), tokens, chars, damage (kinds: whitespace, case, punctuation, substitute,
+  delete, truncate), damage_fraction (share of words touched), label (leak | self_tenant |
+  shared_boilerplate) and is_leak (only ``leak`` is a cross-tenant exposure).
+* ``hard_negatives``: traps, by kind: ``shared_boilerplate`` (a suspect quotes text many tenants
+  send), ``self_tenant`` (stale pages of the recipient's own earlier request),
+  ``later_prompt_only`` (a suspect response passage that only a *later* prompt of another tenant
+  contains: recipient and later request, offsets in both), ``own_prompt_quote`` (an ordinary
+  response quoting its own prompt: request_id, response and prompt offsets).
+* ``scan_negatives``: prompts above (or just below) the ceiling that are not suspects:
+  ``over_ceiling_outside_window`` (rejected by the engine), ``over_ceiling_other_model``,
+  ``near_ceiling_below``.
+* ``engine_anomalies``: other engine signatures (context corruption) on ordinary requests; they
+  are neither suspects nor false positives (evaluate reports them apart).
+* ``exposed`` / ``recipients``: sorted tenant ids (sources of leak fragments / owners of suspects),
+  and ``exposed_requests``: the source request ids of leak fragments.
+* ``quarantine``: ``expected`` count and ``lines`` (file, line, reason) of deliberately bad lines;
+  ``blank_lines``; ``spend_log_rows`` (all of them duplicate a callback record); ``orphans``.
+* ``files``: path, bytes, lines and SHA-256 of every log file written; ``counts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import faker
+
+from forensics import __version__
+from forensics.errors import ConfigError, InputError
+from forensics.progress import Reporter, reporter
+from forensics.simulate import text as tx
+from forensics.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
+from forensics.simulate.writers import EngineWriter, GatewayWriter, Outputs, day_of
+
+FORMATS = ("litellm", "openai-split")
+TRUTH_SCHEMA = "forensics-sim-truth/1"
+
+
+@dataclasses.dataclass
+class SimulateResult:
+    """What a simulation wrote."""
+
+    out: Path
+    files: list[dict[str, Any]]
+    counts: dict[str, int]
+    truth: Path
+    case_file: Path
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary for the CLI."""
+        return {
+            "out": str(self.out),
+            "case_file": str(self.case_file),
+            "truth": str(self.truth),
+            "files": self.files,
+            "bytes": sum(f["bytes"] for f in self.files),
+            "counts": self.counts,
+        }
+
+
+def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str) -> str:
+    """The CLI command that regenerates a run (recorded in README.md and truth.json)."""
+    cmd = f"forensics simulate --out {out} --seed {seed} --scale {scale} --format {fmt}"
+    if corpus is not None:
+        cmd += f" --corpus {corpus.name}"
+    return cmd + " --force"
+
+
+def simulate(
+    out: Path,
+    seed: int = 7,
+    scale: str = "small",
+    fmt: str = "litellm",
+    corpus: Path | None = None,
+    force: bool = False,
+    progress: Reporter | None = None,
+) -> SimulateResult:
+    """Simulate one incident into ``out`` (see the module docstring for what is written)."""
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("output path exists and is not a folder", file=out, fix="give --out a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise InputError("output folder is not empty", file=out, fix="choose an empty folder or add --force to replace a simulation")
+        if not (out / "truth.json").is_file():
+            raise InputError("refusing to clear a folder that holds no simulation (no truth.json)", file=out,
+                             fix="choose an empty folder")
+        for name in ("gateway", "engine"):
+            shutil.rmtree(out / name, ignore_errors=True)
+        for name in ("case.toml", "truth.json", "README.md"):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus_data = tx.load_corpus(corpus) if corpus is not None else None
+    spec = SCALES[scale]
+    sim = Simulation(seed, spec, corpus_data)
+
+    days = []
+    t = sim.t0
+    while t < sim.t1:
+        days.append(day_of(t))
+        t += 86400
+    # One plain day to read with a pager; the others compressed, as rotated logs usually are.
+    compression = {d: "" if k == spec.days_before else (".gz", ".zst")[k % 2] for k, d in enumerate(days)}
+    spend_days = {days[spec.days_before - 1], days[spec.days_before + 1]}
+    rng = random.Random(f"{seed}:defects")
+    broken: dict[int, str] = {}
+    for defect, n in (("partial", 3), ("bad_time", 1), ("blank", 2)):
+        for _ in range(n):
+            broken[rng.randrange(10, int(spec.requests * 0.8))] = defect
+
+    outputs = Outputs(out)
+    gateway = GatewayWriter(outputs, fmt, seed, compression, spend_days, broken)
+    engine = EngineWriter(outputs)
+    task = reporter(progress).task(f"simulate {scale}", total=spec.requests)
+
+    def tick(now: float) -> None:
+        gateway.tick(now)
+        engine.tick(now)
+        task.advance(1)
+
+    sim.run(gateway.exchange, engine.line, tick)
+    task.close()
+    files = outputs.close_all()
+
+    case_name = f"sim-{scale}-seed{seed}"
+    case_values = {
+        "name": case_name,
+        "model": AFFECTED_MODEL,
+        "models_all": [m for m, _, _ in MODELS],
+        "window_start": iso_z(sim.window_start).replace(".000000Z", "Z"),
+        "window_end": iso_z(sim.window_end).replace(".000000Z", "Z"),
+        "real_ceiling_tokens": spec.ceiling,
+        "advertised_window_tokens": spec.advertised,
+        "timezone": "UTC",
+        "tenant_field": "auto",
+    }
+    cmd = command_line(seed, scale, fmt, corpus, out.name)
+    case_file = out / "case.toml"
+    case_file.write_text(_case_toml(case_values, fmt, cmd), encoding="utf-8")
+    truth = _truth(sim, spec.name, seed, fmt, corpus, cmd, case_values, gateway, files)
+    truth_path = out / "truth.json"
+    truth_path.write_text(json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(_readme(cmd, truth), encoding="utf-8")
+    return SimulateResult(out, files, truth["counts"], truth_path, case_file)
+
+
+def _case_toml(v: dict[str, Any], fmt: str, cmd: str) -> str:
+    return (
+        f"# Generated by the forensics simulator: {cmd}\n"
+        f"name = \"{v['name']}\"\n"
+        f"model = \"{v['model']}\"\n"
+        f"window_start = \"{v['window_start']}\"\n"
+        f"window_end = \"{v['window_end']}\"\n"
+        f"real_ceiling_tokens = {v['real_ceiling_tokens']}          # max_total_num_tokens in the engine startup lines\n"
+        f"advertised_window_tokens = {v['advertised_window_tokens']}    # context_len in the engine startup lines\n"
+        f"tenant_field = \"{v['tenant_field']}\"\n"
+        f"timezone = \"{v['timezone']}\"\n"
+        f"description = \"Simulated KV-pool placeholder incident (ground truth in truth.json).\"\n"
+        "\n[[inputs]]\n"
+        f"format = \"{fmt}\"\n"
+        "path = \"gateway\"\n"
+        "\n[[inputs]]\n"
+        "format = \"sglang\"\n"
+        "path = \"engine\"\n"
+    )
+
+
+def _truth(sim: Simulation, scale: str, seed: int, fmt: str, corpus: Path | None, cmd: str, case: dict[str, Any],
+           gateway: GatewayWriter, files: list[dict[str, Any]]) -> dict[str, Any]:
+    t = sim.truth
+    leaks = [f for f in t["fragments"] if f["is_leak"]]
+    counts = dict(sorted(sim.counts.items()))
+    counts.update(
+        fragments=len(t["fragments"]),
+        leak_fragments=len(leaks),
+        finding_pairs=len({(f["recipient_request_id"], f["source_tenant_id"]) for f in leaks}),
+        hard_negatives=len(t["hard_negatives"]),
+        scan_negatives=len(t["scan_negatives"]),
+        tenants=len(sim.tenants),
+        files=len(files),
+        bytes=sum(f["bytes"] for f in files),
+    )
+    return {
+        "schema": TRUTH_SCHEMA,
+        "generator": {
+            "forensics_version": __version__,
+            "faker_version": faker.VERSION,
+            "faker_locale": tx.LOCALE,
+            "seed": seed,
+            "scale": scale,
+            "format": fmt,
+            "corpus": corpus.name if corpus is not None else None,
+            "command": cmd,
+        },
+        "case": case,
+        "tenants": sorted(({"tenant_id": tn.tenant_id, "name": tn.name, "kinds": list(tn.kinds), "shared_system_prompt": tn.system_shared}
+                           for tn in sim.tenants), key=lambda d: d["tenant_id"]),
+        "suspects": sorted(t["suspects"], key=lambda d: (d["received_at"], d["request_id"])),
+        "fragments": t["fragments"],
+        "hard_negatives": sorted(t["hard_negatives"], key=lambda d: (d["kind"], json.dumps(d, sort_keys=True))),
+        "scan_negatives": sorted(t["scan_negatives"], key=lambda d: (d["received_at"], d["request_id"])),
+        "engine_anomalies": t["engine_anomalies"],
+        "exposed": sorted({f["source_tenant_id"] for f in leaks}),
+        "exposed_requests": sorted({f["source_request_id"] for f in leaks}),
+        "recipients": sorted({s["tenant_id"] for s in t["suspects"]}),
+        "quarantine": {"expected": len(gateway.quarantine), "lines": sorted(gateway.quarantine, key=lambda d: (d["file"], d["line"]))},
+        "blank_lines": gateway.blank,
+        "spend_log_rows": gateway.spend_rows,
+        "orphans": gateway.orphans,
+        "files": files,
+        "counts": counts,
+    }
+
+
+def _readme(cmd: str, truth: dict[str, Any]) -> str:
+    c, g = truth["counts"], truth["generator"]
+    case = truth["case"]
+    return (
+        "# Simulated incident logs\n\n"
+        "Generated by the forensics simulator; nothing here is real customer data (names, companies,\n"
+        "addresses, IBANs and keys are Faker output or visibly simulated).\n\n"
+        "Regenerate byte-identically (from the folder that holds this one; Faker "
+        f"{g['faker_version']}):\n\n"
+        f"```\n{cmd}\n```\n\n"
+        f"- model `{case['model']}`, window {case['window_start']} .. {case['window_end']}, real ceiling "
+        f"{case['real_ceiling_tokens']} tokens, advertised window {case['advertised_window_tokens']} (a scaled-down pool)\n"
+        f"- {c['requests']} requests from {c['tenants']} tenants; {c['suspects']} suspect responses; "
+        f"{c['leak_fragments']} leaked fragments in {c['finding_pairs']} (recipient, source tenant) pairs; "
+        f"{c['hard_negatives']} labelled hard negatives\n"
+        f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/simulate/__init__.py`);\n"
+        "  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
+        "  `engine/` the SGLang logs of each prefill and decode node.\n\n"
+        "Score a report against the truth: `forensics evaluate --truth truth.json --report REPORT_DIR`.\n"
+    )

@@ -1,0 +1,292 @@
+"""Text for simulated customers: documents, answers, shared boilerplate, damage.
+
+Every customer (tenant) gets a fixed pool of private paragraphs of its own document kinds
+(contracts, code, support chats, medical notes, tables), built once with Faker from a seed, or
+drawn from a folder of real text (``--corpus``) partitioned so that no two tenants share a
+document. A prompt is a pure function of (tenant pool, request seed, target length), so the
+simulator can rebuild any earlier prompt when it becomes a leak source instead of keeping it in
+memory (prompts can be megabytes).
+
+Faker date providers are avoided on purpose: they are relative to today and would break
+byte-identical output; dates come from the seeded ``random.Random`` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import string
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from faker import Faker
+
+LOCALE = "en_US"
+
+#: The MIT licence: text that many customers paste, secret to none of them.
+MIT_LICENSE = """Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated documentation files (the "Software"), to deal in the Software without restriction, including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE."""
+
+#: System prompts copied from the same popular template by many customers.
+POPULAR_SYSTEM_PROMPTS = (
+    "You are a helpful, respectful and honest assistant. Always answer as helpfully as possible, while being "
+    "safe. Your answers should not include any harmful, unethical, racist, sexist, toxic, dangerous, or illegal "
+    "content. Please ensure that your responses are socially unbiased and positive in nature. If a question does "
+    "not make any sense, or is not factually coherent, explain why instead of answering something not correct. If "
+    "you don't know the answer to a question, please don't share false information.",
+    "You are an expert document analyst. Read the entire document provided by the user before answering. Quote "
+    "the relevant passages exactly, cite section numbers where they exist, and keep your answer under five "
+    "hundred words unless the user asks for more detail. When the document is ambiguous, list the possible "
+    "readings and say which one you consider most likely and why. Never invent clauses, figures or names that "
+    "do not appear in the document.",
+)
+
+DOC_KINDS = ("contract", "code", "support_chat", "medical_note", "table")
+
+INSTRUCTIONS = {
+    "contract": ("Review the following agreement and list every obligation of the supplier.",
+                 "Summarise the payment terms and termination clauses below.",
+                 "Flag any unusual liability language in this contract."),
+    "code": ("Find the bug in the following code and propose a fix.",
+             "Explain what this module does and write unit tests for it.",
+             "Refactor the code below for readability; keep behaviour identical."),
+    "support_chat": ("Summarise these support conversations and classify each by urgency.",
+                     "Draft replies for the open tickets in the transcript below.",
+                     "Extract every customer complaint from these chats."),
+    "medical_note": ("Write a discharge summary from the clinical notes below.",
+                     "List the medications and dosages mentioned in these notes.",
+                     "Summarise the patient history for a referral letter."),
+    "table": ("Compute totals per city from the table below.",
+              "Find duplicate customers in this export and explain how you matched them.",
+              "Convert the following table to JSON records."),
+}
+
+
+def secret(rng: random.Random) -> str:
+    """An API-key-shaped secret, visibly simulated so no scanner mistakes it for a real one."""
+    alnum = string.ascii_letters + string.digits
+    kind = rng.randrange(4)
+    if kind == 0:
+        return "sk-sim-" + "".join(rng.choice(alnum) for _ in range(40))
+    if kind == 1:
+        return "AKSIM" + "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(15))
+    if kind == 2:
+        return "simtok_" + "".join(rng.choice(alnum) for _ in range(32))
+    return "key-sim-" + "".join(rng.choice("0123456789abcdef") for _ in range(32))
+
+
+def a_date(rng: random.Random, lo: int = 1940, hi: int = 2026) -> str:
+    """A date string drawn from ``rng`` (Faker's date providers depend on today's date)."""
+    return f"{rng.randint(lo, hi):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+
+
+def paragraph(kind: str, fk: Faker, rng: random.Random) -> str:
+    """One private paragraph of a document ``kind``, with personal data sprinkled in."""
+    if kind == "contract":
+        n = rng.randint(1, 40)
+        return (
+            f"{n}. {fk.catch_phrase().title()}. {fk.company()} (the \"Supplier\"), of {fk.address().replace(chr(10), ', ')}, "
+            f"shall {fk.bs()} for {fk.company()} under order {rng.randint(10000, 99999)}. {fk.paragraph(nb_sentences=3)} "
+            f"Payment of EUR {rng.randint(1000, 900000):,}.{rng.randint(0, 99):02d} is due to IBAN {fk.iban()} within "
+            f"{rng.choice((14, 30, 45, 60))} days of invoice. Notices go to {fk.name()} <{fk.email()}>, tel. {fk.phone_number()}. "
+            f"{fk.paragraph(nb_sentences=2)}"
+        )
+    if kind == "code":
+        words = [w.lower() for w in fk.words(nb=4)]
+        return (
+            f"def {words[0]}_{words[1]}(client, {words[2]}_id: int) -> dict:\n"
+            f"    \"\"\"{fk.sentence()}\"\"\"\n"
+            f"    api_key = \"{secret(rng)}\"  # {fk.user_name()}: rotate before {a_date(rng, 2026, 2027)}\n"
+            f"    url = \"https://{fk.domain_name()}/v{rng.randint(1, 3)}/{words[3]}/\" + str({words[2]}_id)\n"
+            f"    resp = client.post(url, headers={{\"Authorization\": \"Bearer \" + api_key}}, timeout={rng.randint(5, 60)})\n"
+            f"    # {fk.sentence()}\n"
+            f"    if resp.status_code != 200:\n"
+            f"        raise RuntimeError(\"{fk.sentence().rstrip('.')}\")\n"
+            f"    return resp.json()[\"{words[1]}\"]\n"
+        )
+    if kind == "support_chat":
+        cust, agent = fk.name(), fk.first_name()
+        return (
+            f"Ticket #{rng.randint(100000, 999999)} - {cust} <{fk.email()}>, {fk.phone_number()}\n"
+            f"Customer: {fk.paragraph(nb_sentences=2)}\n"
+            f"Agent {agent}: {fk.paragraph(nb_sentences=2)}\n"
+            f"Customer: My account number is {fk.bban()} and I live at {fk.street_address()}, {fk.city()}. {fk.sentence()}\n"
+            f"Agent {agent}: {fk.paragraph(nb_sentences=1)}"
+        )
+    if kind == "medical_note":
+        return (
+            f"Patient: {fk.name()}, DOB {a_date(rng)}, MRN {rng.randint(1000000, 9999999)}, insurer {fk.company()}. "
+            f"Presenting complaint: {fk.paragraph(nb_sentences=2)} Vitals: BP {rng.randint(95, 170)}/{rng.randint(55, 105)}, "
+            f"HR {rng.randint(48, 130)}, SpO2 {rng.randint(88, 100)}%. Assessment: {fk.paragraph(nb_sentences=2)} "
+            f"Plan: {fk.sentence()} Contact next of kin {fk.name()} on {fk.phone_number()}."
+        )
+    if kind == "table":
+        rows = ["| name | email | phone | city | balance |", "|---|---|---|---|---|"]
+        for _ in range(rng.randint(4, 9)):
+            rows.append(
+                f"| {fk.name()} | {fk.email()} | {fk.phone_number()} | {fk.city()} | {rng.randint(0, 250000)}.{rng.randint(0, 99):02d} |"
+            )
+        return "\n".join(rows)
+    raise ValueError(f"unknown document kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus
+# ---------------------------------------------------------------------------------------------
+
+#: At most this much corpus text is read (keeps memory flat whatever the folder holds).
+CORPUS_BUDGET_CHARS = 12_000_000
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Real text read from a folder: long documents and short answers, in a stable order."""
+
+    name: str
+    documents: list[str]
+    answers: list[str]
+
+
+def _strings(value: Any) -> Iterator[tuple[str, str]]:
+    """Every (key, string) leaf of a JSON value."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        key, v = stack.pop()
+        if isinstance(v, str):
+            yield key, v
+        elif isinstance(v, dict):
+            stack.extend(reversed([(str(k), x) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(key, x) for x in v]))
+
+
+ANSWER_KEYS = {"output", "response", "answer", "completion", "reference"}
+
+
+def load_corpus(folder: Path) -> Corpus:
+    """Read ``.json``, ``.jsonl`` and ``.txt`` files under ``folder`` (sorted, bounded).
+
+    Strings of 400 characters or more become documents; strings under keys that name an answer
+    (``output``, ``response``...) of 80 characters or more become answers.
+    """
+    from forensics.errors import InputError
+
+    if not folder.is_dir():
+        raise InputError("corpus folder not found", file=folder, fix="give --corpus a folder of .json/.jsonl/.txt files")
+    docs: list[str] = []
+    answers: list[str] = []
+    budget = CORPUS_BUDGET_CHARS
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".txt")):
+        if budget <= 0:
+            break
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        values: list[Any] = []
+        if path.suffix == ".txt":
+            values = [line for line in raw.splitlines() if line.strip()]
+        elif path.suffix == ".jsonl":
+            for line in raw.splitlines():
+                try:
+                    values.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        else:
+            try:
+                values = [json.loads(raw)]
+            except json.JSONDecodeError:
+                continue
+        for v in values:
+            for key, s in _strings(v):
+                s = s.strip()
+                if key.lower() in ANSWER_KEYS and len(s) >= 80:
+                    answers.append(s)
+                    budget -= len(s)
+                elif len(s) >= 400:
+                    docs.append(s)
+                    budget -= len(s)
+    if not docs:
+        raise InputError("the corpus folder holds no usable text", file=folder, fix="it needs .json/.jsonl/.txt files with long strings")
+    return Corpus(folder.name, docs, answers)
+
+
+def split_paragraphs(text: str, max_chars: int = 1500) -> list[str]:
+    """Cut a document into paragraphs of at most ``max_chars`` characters (at spaces)."""
+    out: list[str] = []
+    for para in text.split("\n\n"):
+        para = para.strip()
+        while len(para) > max_chars:
+            cut = para.rfind(" ", 0, max_chars)
+            cut = cut if cut > max_chars // 2 else max_chars
+            out.append(para[:cut].strip())
+            para = para[cut:].strip()
+        if para:
+            out.append(para)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# damage
+# ---------------------------------------------------------------------------------------------
+
+DAMAGE_KINDS = ("whitespace", "case", "punctuation", "substitute", "delete", "truncate")
+
+
+def damage(text: str, kinds: Sequence[str], rate: float, rng: random.Random, fk: Faker) -> tuple[str, float]:
+    """Apply damage ``kinds`` to ``text`` (truncation is done by the caller on the source span).
+
+    Returns the damaged text and the fraction of words touched.
+    """
+    words = text.split(" ")
+    touched: set[int] = set()
+    n = len(words)
+    if "substitute" in kinds:
+        for i in range(n):
+            if rng.random() < rate and words[i]:
+                words[i] = fk.word()
+                touched.add(i)
+    if "delete" in kinds and n > 3:
+        keep = []
+        for i, w in enumerate(words):
+            if rng.random() < rate and 0 < i < n - 1:
+                touched.add(i)
+                continue
+            keep.append(w)
+        words = keep
+    if "case" in kinds:
+        mode = rng.randrange(3)
+        for i in range(len(words)):
+            if mode == 0:
+                new = words[i].lower()
+            elif mode == 1:
+                new = words[i].upper() if rng.random() < rate else words[i]
+            else:
+                new = words[i].capitalize() if rng.random() < rate else words[i]
+            if new != words[i]:
+                touched.add(i)
+                words[i] = new
+    if "punctuation" in kinds:
+        table = str.maketrans("", "", ".,;:!?\"()")
+        for i in range(len(words)):
+            new = words[i].translate(table)
+            if new != words[i]:
+                touched.add(i)
+                words[i] = new if new else words[i]
+    out = " ".join(words)
+    if "whitespace" in kinds:
+        pieces = out.split()
+        seps = []
+        for _ in range(max(len(pieces) - 1, 0)):
+            r = rng.random()
+            seps.append("\n" if r < rate / 2 else "  " if r < rate else " ")
+        out = pieces[0] if pieces else ""
+        for sep, p in zip(seps, pieces[1:]):
+            out += sep + p
+        touched.update(i for i, s in enumerate(seps) if s != " ")
+    return out, (min(len(touched), n) / n if n else 0.0)
