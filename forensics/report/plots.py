@@ -10,7 +10,7 @@ import math
 from html import escape
 
 WIDTH, HEIGHT = 720, 300
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 34, 64
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 46, 64
 COLORS = ("#4c78a8", "#e45756", "#f58518", "#72b7b2", "#54a24b")
 
 
@@ -20,13 +20,14 @@ def _n(x: float) -> str:
 
 
 def _nice_max(v: float) -> float:
-    if v <= 0:
-        return 1.0
-    exp = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * exp:
-            return m * exp
-    return 10 * exp
+    """Top of a 4-tick axis for counts: four equal whole steps of 1, 2 or 5 times a power of ten."""
+    need = max(v, 1) / 4
+    step = 1.0
+    while True:
+        for m in (1, 2, 5):
+            if m * step >= need:
+                return 4 * m * step
+        step *= 10
 
 
 def _frame(title: str, ylabel: str, ymax: float, plot_id: str) -> list[str]:
@@ -43,7 +44,7 @@ def _frame(title: str, ylabel: str, ymax: float, plot_id: str) -> list[str]:
         v = ymax * i / 4
         y = TOP + h - h * i / 4
         parts.append(f'<line x1="{LEFT}" y1="{_n(y)}" x2="{WIDTH - RIGHT}" y2="{_n(y)}" stroke="#dddddd"/>')
-        label = f"{v:.0f}" if ymax >= 4 else f"{v:.2f}"
+        label = f"{v:,.0f}"
         parts.append(f'<text x="{LEFT - 6}" y="{_n(y + 4)}" text-anchor="end">{label}</text>')
     parts.append(f'<text x="14" y="{_n(TOP + h / 2)}" transform="rotate(-90 14 {_n(TOP + h / 2)})" '
                  f'text-anchor="middle">{escape(ylabel)}</text>')
@@ -76,8 +77,8 @@ def grouped_bars(title: str, ylabel: str, labels: list[str], series: list[tuple[
     parts.append(f'<line x1="{LEFT}" y1="{TOP + h}" x2="{WIDTH - RIGHT}" y2="{TOP + h}" stroke="#333333"/>')
     for j, (name, _) in enumerate(series):
         lx = WIDTH - RIGHT - 150 * (len(series) - j)
-        parts.append(f'<rect x="{lx}" y="8" width="10" height="10" fill="{COLORS[j % len(COLORS)]}"/>')
-        parts.append(f'<text x="{lx + 14}" y="17">{escape(name)}</text>')
+        parts.append(f'<rect x="{lx}" y="24" width="10" height="10" fill="{COLORS[j % len(COLORS)]}"/>')
+        parts.append(f'<text x="{lx + 14}" y="33">{escape(name)}</text>')
     if not labels:
         parts.append(f'<text x="{_n(LEFT + w / 2)}" y="{_n(TOP + h / 2)}" text-anchor="middle">no data</text>')
     parts.append("</svg>")
@@ -111,7 +112,8 @@ def length_histogram(title: str, values: list[int], markers: list[tuple[str, int
         )
     for e in range(lo, hi + 1):
         x = LEFT + w * (e - lo) / (hi - lo)
-        parts.append(f'<text x="{_n(x)}" y="{_n(TOP + h + 14)}" text-anchor="middle">{10 ** e:,}</text>')
+        anchor = "end" if e == hi else "start" if e == lo else "middle"  # keep the end labels inside the frame
+        parts.append(f'<text x="{_n(x)}" y="{_n(TOP + h + 14)}" text-anchor="{anchor}">{10 ** e:,}</text>')
     parts.append(f'<text x="{_n(LEFT + w / 2)}" y="{_n(HEIGHT - 24)}" text-anchor="middle">prompt tokens (log scale)</text>')
     for j, (name, m) in enumerate(marks):
         x = LEFT + w * (math.log10(m) - lo) / (hi - lo)
