@@ -22,13 +22,13 @@ signature AS (
 SELECT s.rid, s.first_seen, s.engine_input_len, x.request_id, x.tenant_id, x.model, x.model_routed, x.received_at,
        CASE
          WHEN x.request_id IS NULL THEN 'no gateway record'
-         WHEN NOT (list_contains($models, x.model) OR list_contains($models, x.model_routed)) THEN 'other model'
+         WHEN NOT coalesce(list_contains($models, x.model) OR list_contains($models, x.model_routed), false) THEN 'other model'
          ELSE 'outside window'
        END AS why
 FROM signature s
 LEFT JOIN exchanges x ON coalesce(x.rid, x.request_id) = s.rid
 WHERE x.request_id IS NULL
-   OR NOT (list_contains($models, x.model) OR list_contains($models, x.model_routed))
+   OR NOT coalesce(list_contains($models, x.model) OR list_contains($models, x.model_routed), false)
    OR NOT (coalesce(x.received_at, x.completed_at) >= $window_start AND coalesce(x.received_at, x.completed_at) < $window_end)
    OR coalesce(x.received_at, x.completed_at) IS NULL
 ORDER BY s.first_seen NULLS LAST, s.rid, x.request_id
