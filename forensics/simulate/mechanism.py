@@ -67,7 +67,7 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     # Scaled-down deployment (pool of 8,192 tokens) so dozens of suspects fit in a few MB.
-    "small": Scale("small", 8192, 16384, 12, 440, 1, 3, 1, 2, 2, 6, 40, 0.2, 0.01, 0.035, 450, 450),
+    "small": Scale("small", 8192, 16384, 12, 440, 1, 3, 1, 2, 2, 6, 60, 0.2, 0.01, 0.035, 450, 450),
     # The real deployment of the reference incident: 681,280-token pool, 1,048,576 advertised.
     "medium": Scale("medium", 681280, 1048576, 24, 2500, 2, 5, 2, 3, 3, 12, 160, 0.012, 0.002, 0.004, 1800, 900),
     "large": Scale("large", 681280, 1048576, 40, 9000, 3, 8, 3, 4, 4, 16, 240, 0.02, 0.003, 0.004, 3500, 1200),
@@ -321,8 +321,12 @@ class Simulation:
             blocks.append((extra, "injected", "later_prompt"))
         need = spec.target_chars - len(prefix)
         have = sum(len(b[0]) for b in blocks) + 2 * (len(blocks) - 1)
+        order: list[int] = []
         while have < need:
-            p = tenant.pool[rng.randrange(len(tenant.pool))]
+            if not order:  # each pool paragraph once before any repeats, as a real document reads
+                order = list(range(len(tenant.pool)))
+                rng.shuffle(order)
+            p = tenant.pool[order.pop()]
             blocks.append((p, "private", "document"))
             have += len(p) + 2
         body_parts: list[str] = []
@@ -365,7 +369,7 @@ class Simulation:
                 span = _pick_span(prompt.regions, rng, rng.randint(30, 120) * 4, prompt.text)
                 if span:
                     a, b = span
-                    start = sum(len(p) + 1 for p in pieces) + 2
+                    start = sum(len(p) + 1 for p in pieces) + 3  # after the joining space and the quote mark
                     pieces.append('> "' + prompt.text[a:b] + '"')
                     q = {"response_start": start, "response_end": start + (b - a), "prompt_start": a, "prompt_end": b}
                     continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import string
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -241,52 +242,48 @@ DAMAGE_KINDS = ("whitespace", "case", "punctuation", "substitute", "delete", "tr
 def damage(text: str, kinds: Sequence[str], rate: float, rng: random.Random, fk: Faker) -> tuple[str, float]:
     """Apply damage ``kinds`` to ``text`` (truncation is done by the caller on the source span).
 
-    Returns the damaged text and the fraction of words touched.
+    Works on whitespace-separated words (their separators kept). Returns the damaged text and
+    the fraction of the source's words touched.
     """
-    words = text.split(" ")
-    touched: set[int] = set()
-    n = len(words)
+    parts = re.split(r"(\s+)", text)
+    words, seps = parts[0::2], parts[1::2] + [""]
+    n = sum(1 for w in words if w)
+    touched = 0
+    items = list(zip(words, seps))
     if "substitute" in kinds:
-        for i in range(n):
-            if rng.random() < rate and words[i]:
-                words[i] = fk.word()
-                touched.add(i)
-    if "delete" in kinds and n > 3:
-        keep = []
-        for i, w in enumerate(words):
-            if rng.random() < rate and 0 < i < n - 1:
-                touched.add(i)
+        for i, (w, sep) in enumerate(items):
+            if w and rng.random() < rate:
+                items[i] = (fk.word(), sep)
+                touched += 1
+    if "delete" in kinds and len(items) > 3:
+        keep = [items[0]]
+        for w, sep in items[1:-1]:
+            if w and rng.random() < rate:
+                touched += 1
                 continue
-            keep.append(w)
-        words = keep
+            keep.append((w, sep))
+        items = keep + [items[-1]]
     if "case" in kinds:
         mode = rng.randrange(3)
-        for i in range(len(words)):
-            if mode == 0:
-                new = words[i].lower()
-            elif mode == 1:
-                new = words[i].upper() if rng.random() < rate else words[i]
-            else:
-                new = words[i].capitalize() if rng.random() < rate else words[i]
-            if new != words[i]:
-                touched.add(i)
-                words[i] = new
+        for i, (w, sep) in enumerate(items):
+            new = w.lower() if mode == 0 else (w.upper() if mode == 1 else w.capitalize()) if rng.random() < rate else w
+            if new != w:
+                touched += 1
+                items[i] = (new, sep)
     if "punctuation" in kinds:
         table = str.maketrans("", "", ".,;:!?\"()")
-        for i in range(len(words)):
-            new = words[i].translate(table)
-            if new != words[i]:
-                touched.add(i)
-                words[i] = new if new else words[i]
-    out = " ".join(words)
+        for i, (w, sep) in enumerate(items):
+            new = w.translate(table)
+            if new and new != w:
+                touched += 1
+                items[i] = (new, sep)
     if "whitespace" in kinds:
-        pieces = out.split()
-        seps = []
-        for _ in range(max(len(pieces) - 1, 0)):
+        # Reflow: line breaks become spaces, and some spaces become line breaks or double spaces.
+        for i, (w, sep) in enumerate(items[:-1]):
             r = rng.random()
-            seps.append("\n" if r < rate / 2 else "  " if r < rate else " ")
-        out = pieces[0] if pieces else ""
-        for sep, p in zip(seps, pieces[1:]):
-            out += sep + p
-        touched.update(i for i, s in enumerate(seps) if s != " ")
-    return out, (min(len(touched), n) / n if n else 0.0)
+            new = "\n" if r < rate / 2 else "  " if r < rate else " "
+            if new != sep:
+                items[i] = (w, new)
+                touched += 1 if new != " " else 0
+    out = "".join(w + sep for w, sep in items)
+    return out, (min(touched, n) / n if n else 0.0)

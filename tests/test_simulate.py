@@ -1,0 +1,278 @@
+"""The simulator's own invariants, checked on the logs it writes (read back as a user would)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rapidfuzz.distance import LCSseq
+
+from forensics.config import load_case_file
+from forensics.errors import ForensicsError
+from forensics.schema import render_messages
+from forensics.simulate import simulate
+from forensics.simulate.writers import open_text
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _response_text(resp: Any) -> str:
+    resp = _json(resp)
+    if not resp:
+        return ""
+    if isinstance(resp, list):
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in resp)
+    return resp["choices"][0]["message"]["content"]
+
+
+def read_gateway(folder: Path) -> dict[str, dict[str, Any]]:
+    """request_id -> tenant, times, prompt and response text, from the callback payloads."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in sorted((folder / "gateway").iterdir()):
+        if not path.name.startswith("litellm-callbacks"):
+            continue
+        with open_text(path) as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                rec = rec.get("standard_logging_object", rec)
+                if not isinstance(rec.get("startTime"), float):
+                    continue
+                md = _json(rec["metadata"])
+                rows[rec["id"]] = {
+                    "tenant": md["user_api_key_org_id"],
+                    "received": rec["startTime"],
+                    "completed": rec["endTime"],
+                    "model": rec["model_group"],
+                    "prompt": render_messages(_json(rec["messages"]))[0],
+                    "response": _response_text(rec["response"]),
+                    "prompt_tokens": rec["prompt_tokens"],
+                    "status": rec["status"],
+                }
+    return rows
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], dict[str, dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("sim") / "incident"
+    simulate(out, seed=11, scale="small")
+    truth = json.loads((out / "truth.json").read_text())
+    return out, truth, read_gateway(out)
+
+
+def _words(text: str) -> list[str]:
+    return text.translate(str.maketrans("", "", string.punctuation)).lower().split()
+
+
+def test_every_fragment_occurs_damaged_in_its_response(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, truth, rows = sim
+    assert truth["counts"]["leak_fragments"] >= 20
+    for f in truth["fragments"]:
+        recipient = rows[f["recipient_request_id"]]["response"]
+        got = recipient[f["recipient_start"] : f["recipient_end"]]
+        if f["source_kind"] == "shared":
+            continue
+        src_row = rows[f["source_request_id"]]
+        source = src_row["prompt"] if f["source_kind"] == "prompt" else src_row["response"]
+        want = source[f["source_start"] : f["source_end"]]
+        assert want, f
+        if not f["damage"]:
+            assert got == want
+        elif set(f["damage"]) <= {"whitespace", "case", "punctuation", "truncate"}:
+            assert _words(got) == _words(want) or " ".join(_words(got)) == " ".join(_words(want)).replace(" ", " ")
+        else:
+            a, b = _words(want), _words(got)
+            kept = LCSseq.similarity(a, b)  # words of the source kept, in order
+            assert kept >= len(a) * (1 - f["damage_fraction"]) - 1, (f, want, got)
+
+
+def test_sources_are_earlier_and_foreign_unless_labelled_self(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    _, truth, rows = sim
+    labels = {f["label"] for f in truth["fragments"]}
+    assert {"leak", "self_tenant", "shared_boilerplate"} <= labels
+    for f in truth["fragments"]:
+        if f["source_request_id"] is None:
+            continue
+        src, rec = rows[f["source_request_id"]], rows[f["recipient_request_id"]]
+        assert src["completed"] < rec["received"]
+        same = src["tenant"] == rec["tenant"]
+        assert same == (f["label"] == "self_tenant")
+        assert f["is_leak"] == (f["label"] == "leak")
+    exposed = {f["source_tenant_id"] for f in truth["fragments"] if f["is_leak"]}
+    assert truth["exposed"] == sorted(exposed)
+
+
+def test_suspects_are_over_ceiling_in_window_with_placeholder_counts(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    _, truth, rows = sim
+    case = truth["case"]
+    assert len(truth["suspects"]) >= 20
+    for s in truth["suspects"]:
+        row = rows[s["request_id"]]
+        assert row["tenant"] == s["tenant_id"] and row["model"] == case["model"]
+        assert s["prompt_tokens"] > case["real_ceiling_tokens"]
+        assert case["window_start"] <= s["received_at"] < case["window_end"]
+        assert row["prompt_tokens"] == 1  # the gateway copied the placeholder's count
+        # ~4 characters per token of English-like text
+        assert 3.7 <= len(row["prompt"]) / s["prompt_tokens"] <= 4.3
+    near = [s for s in truth["suspects"] if s["length_class"] == "near_above"]
+    below = [n for n in truth["scan_negatives"] if n["kind"] == "near_ceiling_below"]
+    assert near and below
+    assert all(n["prompt_tokens"] < case["real_ceiling_tokens"] for n in below)
+
+
+def test_engine_lines_line_up_by_rid_and_bootstrap_room(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, truth, _ = sim
+    logs = {p.name: p.read_text() for p in (out / "engine").iterdir()}
+    ceiling, window = truth["case"]["real_ceiling_tokens"], truth["case"]["advertised_window_tokens"]
+    for text in logs.values():
+        assert f"max_total_num_tokens={ceiling}," in text and f"context_len={window}" in text
+        stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) TP0\]|^\{\"timestamp\":\"([^\"]+)\"", text, re.M)
+        times = [a.replace(" ", "T") or b[:19] for a, b in stamps]
+        assert times == sorted(times)  # lines in time order
+    for s in truth["suspects"]:
+        pre, dec = logs[f"{s['prefill_node']}_0.log"], logs[f"{s['decode_node']}_0.log"]
+        rid, room = s["request_id"], s["bootstrap_room"]
+        assert f"Input length ({s['prompt_tokens']} tokens) exceeds the maximum allowed length ({ceiling - 1} tokens)" in pre
+        assert f"self.rid='{rid}'" in pre
+        assert f"ReqTimeStats(rid={rid}, bootstrap_room={room}, input_len=1, cached_input_len=0, output_len=0, type=prefill)" in pre
+        assert re.search(rf"ReqTimeStats\(rid={rid}, bootstrap_room={room}, input_len=1, .*type=decode\)", dec)
+        finished = [json.loads(line) for line in dec.splitlines() if line.startswith("{") and f'"rid":"{rid}"' in line]
+        assert finished and finished[0]["obj"]["bootstrap_room"] == room
+        assert finished[0]["out"]["meta_info"]["prompt_tokens"] == 1
+    rejected = [n for n in truth["scan_negatives"] if n["kind"] == "over_ceiling_outside_window"]
+    assert rejected
+    for n in rejected:  # the engine refused them: no decode record at all
+        assert not any(f"rid={n['request_id']}," in t for name, t in logs.items() if name.startswith("decode"))
+
+
+def test_hard_negatives_hold(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    _, truth, rows = sim
+    kinds = {h["kind"] for h in truth["hard_negatives"]}
+    assert {"own_prompt_quote", "self_tenant", "shared_boilerplate", "later_prompt_only"} <= kinds
+    for h in truth["hard_negatives"]:
+        if h["kind"] == "own_prompt_quote":
+            row = rows[h["request_id"]]
+            assert row["response"][h["response_start"] : h["response_end"]] == row["prompt"][h["prompt_start"] : h["prompt_end"]]
+        if h["kind"] == "later_prompt_only":
+            rec, later = rows[h["recipient_request_id"]], rows[h["later_request_id"]]
+            assert later["received"] > rec["completed"] and later["tenant"] != rec["tenant"]
+            passage = rec["response"][h["recipient_start"] : h["recipient_end"]]
+            assert later["prompt"][h["later_start"] : h["later_end"]] == passage
+            assert all(passage not in r["prompt"] for r in rows.values() if r["received"] < rec["completed"])
+
+
+def test_case_file_agrees_with_engine_and_truth(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, truth, rows = sim
+    cfg = load_case_file(out / "case.toml")
+    assert cfg.real_ceiling_tokens == truth["case"]["real_ceiling_tokens"] == 8192
+    assert cfg.advertised_window_tokens == 16384 and cfg.models == ["glm-5.3"]
+    assert [i.path.name for i in cfg.inputs] == ["gateway", "engine"]
+    tenants = {t["tenant_id"] for t in truth["tenants"]}
+    assert {r["tenant"] for r in rows.values()} <= tenants
+
+
+def test_spend_logs_overlap_and_are_truncated_like_litellm(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, truth, rows = sim
+    spend = [p for p in (out / "gateway").iterdir() if p.name.startswith("spend-logs")]
+    assert spend
+    n = truncated = 0
+    for p in spend:
+        with open_text(p) as fh:
+            for line in fh:
+                rec = json.loads(line)
+                n += 1
+                assert rec["request_id"] in rows
+                assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d*[1-9])?", rec["startTime"])  # no zone
+                tenant = rec["organization_id"] or rec["team_id"] or rec["metadata"]["user_api_key_org_id"]
+                assert tenant == rows[rec["request_id"]]["tenant"]
+                for m in rec["proxy_server_request"]["messages"]:
+                    c = m["content"]
+                    for s in [c] if isinstance(c, str) else [p.get("text", "") for p in c]:
+                        if "litellm_truncated skipped" in s:
+                            truncated += 1
+                            assert len(s) < 2048 + 120
+    assert n == truth["spend_log_rows"] and truncated > 0
+
+
+def test_quarantine_lines_are_really_bad(sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, truth, _ = sim
+    assert truth["quarantine"]["expected"] == len(truth["quarantine"]["lines"]) >= 2
+    for q in truth["quarantine"]["lines"]:
+        with open_text(out / q["file"]) as fh:
+            line = fh.read().splitlines()[q["line"] - 1]
+        if "partial" in q["reason"]:
+            with pytest.raises(json.JSONDecodeError):
+                json.loads(line)
+        else:
+            assert "2026-13-45" in line
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path, sim: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, _, _ = sim
+    again = tmp_path / "incident"
+    simulate(again, seed=11, scale="small")
+    assert _hashes(again) == _hashes(out)
+    other = tmp_path / "other"
+    simulate(other, seed=12, scale="small")
+    assert _hashes(other)["truth.json"] != _hashes(out)["truth.json"]
+
+
+def test_refuses_to_overwrite_a_folder_that_is_not_a_simulation(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(ForensicsError):
+        simulate(tmp_path, seed=1, force=True)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+    with pytest.raises(ForensicsError):
+        simulate(tmp_path / "x", scale="huge")
+
+
+def test_openai_split_format_pairs_requests_and_responses(tmp_path: Path) -> None:
+    truth_dir = tmp_path / "split"
+    simulate(truth_dir, seed=5, scale="small", fmt="openai-split")
+    truth = json.loads((truth_dir / "truth.json").read_text())
+    requests: dict[str, Any] = {}
+    responses: dict[str, Any] = {}
+    for p in sorted((truth_dir / "gateway").iterdir()):
+        with open_text(p) as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                (requests if p.name.startswith("requests") else responses)[rec["request_id"]] = rec
+    assert set(responses) <= set(requests)
+    assert {o["request_id"] for o in truth["orphans"]} == set(requests) - set(responses)
+    for s in truth["suspects"]:
+        req, resp = requests[s["request_id"]], responses[s["request_id"]]
+        assert req["tenant_id"] == s["tenant_id"]
+        text = _response_text(resp["chunks"] if "chunks" in resp else resp["body"])
+        for fid in s["fragment_ids"]:
+            f = next(x for x in truth["fragments"] if x["fragment_id"] == fid)
+            assert 0 <= f["recipient_start"] < f["recipient_end"] <= len(text)
+    assert (truth_dir / "case.toml").read_text().count('format = "openai-split"') == 1
+
+
+@pytest.mark.skipif(not CORPORA.is_dir(), reason="shared corpora folder absent (only on the team's machine)")
+def test_corpus_text_is_used_and_partitioned(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    simulate(out, seed=3, scale="small", corpus=CORPORA / "longdocs")
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["generator"]["corpus"] == "longdocs"
+    rows = read_gateway(out)
+    wiki = (CORPORA / "longdocs" / "wiki_demo.txt").read_text().splitlines()[5][:60]
+    assert any(wiki[:40] in r["prompt"] for r in rows.values()) or truth["counts"]["leak_fragments"] > 0
