@@ -7,10 +7,15 @@ Regenerate after an intended change (and review the diff):
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
+
+import duckdb
 
 import pytest
 
@@ -39,10 +44,39 @@ def _normalised(report_dir: Path) -> dict[str, bytes]:
     return files
 
 
+def _shingles(text: str | None, n: int = 8) -> set[str]:
+    words = re.findall(r"\w+", text or "")
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def _packet_leaks(report_dir: Path) -> list[tuple[str, str]]:
+    """(packet, other tenant) pairs where a packet holds another tenant's id or 8 words of its prompts
+    that the packet's own customer never sent or received."""
+    con = duckdb.connect()
+    rows = con.execute("SELECT tenant_id, prompt_text, response_text FROM read_parquet($1)",
+                       [str(report_dir / "case" / "exchanges.parquet")]).fetchall()
+    prompts: dict[str, set[str]] = {}
+    seen: dict[str, set[str]] = {}
+    for tenant, prompt, response in rows:
+        prompts.setdefault(tenant, set()).update(_shingles(prompt))
+        seen.setdefault(tenant, set()).update(_shingles(prompt) | _shingles(response))
+    leaks = []
+    notices = csv.DictReader(io.StringIO((report_dir / "notifications.csv").read_text(encoding="utf-8")))
+    for tenant, packet in sorted({(n["tenant_id"], n["packet"]) for n in notices}):
+        text = (report_dir / packet / "notice.md").read_text(encoding="utf-8")
+        text += json.dumps(json.loads((report_dir / packet / "notice.json").read_text(encoding="utf-8")), ensure_ascii=False)
+        words = _shingles(text)
+        for other, theirs in prompts.items():
+            if other != tenant and (other in text or (words & theirs) - seen.get(tenant, set())):
+                leaks.append((packet, other))
+    return leaks
+
+
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="sample_logs/ is not in this checkout yet")
 @pytest.mark.skipif(not (hasattr(api, "scan") and hasattr(api, "match")), reason="scan and match stages not in this checkout yet")
 def test_sample_logs_report_matches_golden(tmp_path: Path) -> None:
     result = api.run(SAMPLE, tmp_path / "out")
+    assert _packet_leaks(result.report.report_dir) == []
     got = _normalised(result.report.report_dir)
     if os.environ.get("FORENSICS_REGEN_GOLDEN"):
         shutil.rmtree(GOLDEN, ignore_errors=True)
