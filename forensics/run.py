@@ -80,7 +80,13 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) ->
     for spec in cfg.inputs:
         if not spec.path.exists():
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
-    case_dir = report_dir_for(Path(out), cfg.name) / CASE_SUBDIR
+    report_dir = report_dir_for(Path(out), cfg.name).resolve()
+    for spec in cfg.inputs:
+        # A report inside an input folder would be ingested by the next run and change its result.
+        if spec.path.is_dir() and report_dir.is_relative_to(spec.path.resolve()):
+            raise ConfigError(f"the report folder {report_dir} lies inside the input folder {spec.path}",
+                              file=cfg.file, fix="choose an --out outside the input folders")
+    case_dir = report_dir / CASE_SUBDIR
     if case_dir.exists():
         shutil.rmtree(case_dir)
     stages: list[dict[str, Any]] = []

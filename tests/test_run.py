@@ -82,6 +82,14 @@ def test_run_with_a_missing_input_is_a_clear_error(tmp_path: Path, capsys: pytes
     assert "gateway" in err and "Traceback" not in err
 
 
+def test_run_refuses_a_report_inside_an_input_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "logs")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(logs / "gateway" / "reports"), "--quiet"])
+    assert exc.value.code == 2
+    assert "outside the input folders" in capsys.readouterr().err
+
+
 needs_stages = pytest.mark.skipif(
     not (hasattr(api, "scan") and hasattr(api, "match")), reason="the scan and match stages are not in this checkout yet"
 )
