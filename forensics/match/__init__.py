@@ -41,7 +41,10 @@ from forensics.config import CaseConfig
 from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.stream import BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code
+from forensics.match.fingerprint import tokenize
+from forensics.match.stream import (
+    KINDS, BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code, verify,
+)
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
 
@@ -139,10 +142,13 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     return targets, info
 
 
-def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, list[Any]]]:
+def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
     cols = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
+    row0 = 0
     for b in _iter_exchanges(path, cols, batch_rows):
+        row0 += b.num_rows
         yield {
+            "row0": row0 - b.num_rows,
             "request_id": b.column("request_id").to_pylist(),
             "tenant_id": b.column("tenant_id").to_pylist(),
             "received_us": _to_us(b.column("received_at")),
@@ -215,6 +221,80 @@ class _Holders:
         return start, t, w
 
 
+def _pair_evidence(index: TargetIndex, holders: tuple[np.ndarray, np.ndarray, np.ndarray], t: np.ndarray,
+                   g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
+
+    "Then" is before the target response completed; "held by its tenant" is before it was sent.
+    """
+    start, h_tenant, h_time = holders
+    n = start[g + 1] - start[g]
+    seg = np.repeat(np.arange(len(g)), n)
+    first = np.cumsum(n) - n
+    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    ten, when = h_tenant[flat], h_time[flat]
+    tt = t[seg]
+    deadline = np.array([x.deadline_us for x in index.targets], dtype=np.int64)
+    received = np.array([x.received_us for x in index.targets], dtype=np.int64)
+    codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
+    then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g))
+    own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
+    tenant_held = np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0
+    return then, own_prompt, tenant_held
+
+
+def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None]],
+                 holders: tuple[np.ndarray, np.ndarray, np.ndarray], path: Path,
+                 progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
+    """Drop hits on common or own-context k-grams, then align what is left, reading only those texts."""
+    if len(hits) == 0:
+        return [], {"hits": 0, "informative_hits": 0, "texts_verified": 0}
+    g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
+    pairs, inverse = np.unique(np.stack([hits[:, 0], g], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    then, own_prompt, tenant_held = _pair_evidence(index, holders, pairs[:, 0], pairs[:, 1])
+    codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
+    same = hits[:, 5] == codes[hits[:, 0]]
+    keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
+    kept = hits[keep]
+    kept = kept[np.lexsort((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
+    rows = np.unique(kept[:, 2])
+    cands: list[Candidate] = []
+    task = reporter(progress).task("match: verifying candidate regions", len(rows))
+    try:
+        for row, texts in _fetch_rows(path, rows.tolist()):
+            sel = kept[kept[:, 2] == row]
+            rid, tenant = sources[row]
+            for kind_no in np.unique(sel[:, 3]).tolist():
+                ks = sel[sel[:, 3] == kind_no]
+                tk = tokenize(texts[kind_no])
+                for t in np.unique(ks[:, 0]).tolist():
+                    ts = ks[ks[:, 0] == t]
+                    cands.extend(verify(index, p, t, rid, tenant, KINDS[kind_no], tk, ts[:, 1], ts[:, 4]))
+            task.advance(1)
+    finally:
+        task.close()
+    return cands, {"hits": int(len(hits)), "informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+
+
+def _fetch_rows(path: Path, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
+    """(row, (prompt, response)) for the given sorted global row numbers, reading only their row groups."""
+    pf = pq.ParquetFile(path)
+    bounds = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+    wanted = np.asarray(rows, dtype=np.int64)
+    for rg in range(pf.num_row_groups):
+        lo, hi = int(bounds[rg]), int(bounds[rg + 1])
+        inside = wanted[(wanted >= lo) & (wanted < hi)]
+        if len(inside) == 0:
+            continue
+        pos = lo
+        for b in pf.iter_batches(batch_size=256, row_groups=[rg], columns=["prompt_text", "response_text"]):
+            end = pos + b.num_rows
+            for r in inside[(inside >= pos) & (inside < end)].tolist():
+                yield r, (b.column(0)[r - pos].as_py() or "", b.column(1)[r - pos].as_py() or "")
+            pos = end
+
+
 def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tuple[np.ndarray, np.ndarray, np.ndarray],
                       p: MatchParams) -> list[dict[str, Any]]:
     """Rarity, own context and tier of every candidate; the best finding per (target, source, kind)."""
@@ -242,10 +322,16 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tu
         informative = ~own & ~common
         weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
         rarity = float(weight.mean()) if len(weight) else 0.0
-        covered = np.zeros(c.tok_end - c.tok_start, dtype=bool)
-        for q in kp[informative].tolist():
-            covered[q - c.tok_start : q - c.tok_start + k] = True
-        info_tokens = int(covered.sum())
+        if not informative.any():
+            continue
+        # Informative tokens: matched tokens not explained by an own-context or common k-gram
+        # (a damaged fragment's short blocks between rare k-grams still count).
+        matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
+        for a, size in c.blocks:
+            matched[a - c.tok_start : a - c.tok_start + size] = True
+        for q in kp[~informative].tolist():
+            matched[q - c.tok_start : q - c.tok_start + k] = False
+        info_tokens = int(matched.sum())
         tier = assign_tier(c.score, info_tokens, rarity, tgt.engine_signature, p)
         if tier is None:
             continue
@@ -308,14 +394,20 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     index = TargetIndex(targets, p.k)
     scanner = Scanner(index, p)
     holders = _Holders()
-    cands: list[Candidate] = []
+    hits: list[np.ndarray] = []
+    sources: dict[int, tuple[str, str | None]] = {}
     stats: dict[str, int] = {}
     for res in _run_pass(scanner, c.table_path("exchanges"), p, progress):
         holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
-        cands.extend(res.candidates)
+        hits.append(res.hits)
+        sources.update(res.sources)
         for key, v in res.stats.items():
             stats[key] = stats.get(key, 0) + v
-    rows = _score_candidates(cands, targets, holders.finish(index.kgram_count), p)
+    held = holders.finish(index.kgram_count)
+    all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), np.int64)
+    cands, vstats = _verify_hits(index, p, all_hits, sources, held, c.table_path("exchanges"), progress)
+    stats.update(vstats)
+    rows = _score_candidates(cands, targets, held, p)
     evidence = [r for r in rows if not r["control"]]
     control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant"]
     n_control = sum(1 for t in targets if t.control)
@@ -342,6 +434,9 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
             "tokens": stats.get("tokens", 0),
             "prompt_tokens": stats.get("prompt_tokens", 0),
             "response_tokens": stats.get("response_tokens", 0),
+            "kgram_hits": stats.get("hits", 0),
+            "kgram_hits_kept_after_rarity_and_own_context": stats.get("informative_hits", 0),
+            "source_texts_verified": stats.get("texts_verified", 0),
             "sources": "every other record's prompt and every non-suspect response received before the "
                        "suspect response completed (completed_at, else received_at)",
             "lookback": f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",

@@ -60,9 +60,13 @@ class TargetIndex:
         gids = np.empty(len(h), dtype=np.int64)
         gids[order] = gid_sorted
         offset = 0
+        offsets = []
         for t, kg in zip(targets, hashes):
             t.gids = gids[offset : offset + len(kg)]
+            offsets.append(offset)
             offset += len(kg)
+        self.gid_flat = gids  # k-gram id of every target position, targets one after another
+        self.gid_offset = np.array(offsets, dtype=np.int64)
         # Presence table: ~16 slots per target k-gram keeps the false-pass rate near 6 %.
         bits = int(np.clip(np.ceil(np.log2(max(len(self.unique), 1) * 16)), 12, 26))
         self.shift = np.uint64(64 - bits)

@@ -8,8 +8,11 @@ batches can run in any process in any order (the parent sorts and merges). For e
   under suspicion); its prompt does, and is also marked as that target's own prompt (a holder
   entry with the negative code ``-(target + 1)``);
 * when the record may be a *source* for a target (received before the target finished, not the
-  target itself, inside the optional lookback / same decode node), clusters the hits per target
-  along the alignment diagonal and verifies each cluster with :func:`align.align`.
+  target itself, inside the optional lookback / same decode node), keeps its hits.
+
+After the pass, hits on k-grams that turn out common or own context are dropped and the rest are
+clustered per (target, source text) along the alignment diagonal and verified with
+:func:`verify` (rapidfuzz on token slices).
 """
 
 from __future__ import annotations
@@ -50,17 +53,22 @@ class Candidate:
     matched: int
     longest_run: int
     kgram_positions: np.ndarray  # target k-gram positions lying inside matching blocks
+    blocks: tuple[tuple[int, int], ...] = ()  # matching blocks as (target token index, size)
 
 
 @dataclasses.dataclass
 class BatchResult:
-    """What one batch contributes: holder triples, candidates and what was scanned."""
+    """What one batch contributes: holder triples, source hits and what was scanned."""
 
     holder_gid: np.ndarray
     holder_tenant: np.ndarray
     holder_time: np.ndarray
-    candidates: list[Candidate]
+    hits: np.ndarray  # int64 rows (target, target position, source row, kind, source position, source tenant code)
+    sources: dict[int, tuple[str, str | None]]  # source row -> (request id, tenant id), rows with hits only
     stats: dict[str, int]
+
+
+KINDS = ("prompt", "response")
 
 
 class Scanner:
@@ -77,15 +85,20 @@ class Scanner:
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
 
-    def scan_batch(self, batch: dict[str, list[Any]]) -> BatchResult:
-        """Hash, probe and verify every text of one batch of exchanges."""
-        gids, tenants, times, cands = [], [], [], []
+    def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
+        """Hash and probe every text of one batch of exchanges; keep holders and source hits.
+
+        Verification waits until the pass is over: only then is it known which k-grams are
+        common, so hits on common text (most hits, in real traffic) are never aligned at all.
+        """
+        gids, tenants, times, hits = [], [], [], []
+        sources: dict[int, tuple[str, str | None]] = {}
         stats = {"records": 0, "texts": 0, "chars": 0, "tokens": 0, "prompt_tokens": 0, "response_tokens": 0,
                  "records_without_time": 0}
-        for rid, tenant, when, node, prompt, response in zip(
+        for row, (rid, tenant, when, node, prompt, response) in enumerate(zip(
             batch["request_id"], batch["tenant_id"], batch["received_us"], batch["decode_node"],
             batch["prompt_text"], batch["response_text"],
-        ):
+        ), start=batch["row0"]):
             stats["records"] += 1
             if when is None:
                 stats["records_without_time"] += 1
@@ -93,36 +106,42 @@ class Scanner:
             is_target = own_target is not None
             is_suspect = is_target and not self.index.targets[own_target].control
             code = tenant_code(tenant)
-            for kind, text in (("prompt", prompt), ("response", response)):
+            for kind_no, text in enumerate((prompt, response)):
                 if not text:
                     continue
                 tk = tokenize(text)
                 stats["texts"] += 1
                 stats["chars"] += len(text)
                 stats["tokens"] += len(tk)
-                stats[f"{kind}_tokens"] += len(tk)
+                stats[f"{KINDS[kind_no]}_tokens"] += len(tk)
                 pos, gid = self.index.probe(kgrams(tk.hash, self.p.k))
                 if len(pos) == 0 or when is None:
                     continue
                 # A target's own response is the text under suspicion: it proves nothing about who held it.
-                if kind == "prompt" or not is_target:
+                if kind_no == 0 or not is_target:
                     g = np.unique(gid)
                     gids.append(g)
                     tenants.append(np.full(len(g), code, dtype=np.int64))
                     times.append(np.full(len(g), when, dtype=np.int64))
-                    if kind == "prompt" and is_target:
+                    if kind_no == 0 and is_target:
                         # The target's own prompt: marked with the negative code -(target + 1).
                         gids.append(g)
                         tenants.append(np.full(len(g), -(own_target + 1), dtype=np.int64))
                         times.append(np.full(len(g), when, dtype=np.int64))
-                if kind == "response" and is_suspect:
+                if kind_no == 1 and is_suspect:
                     continue  # leaked text is not anyone's source
-                cands.extend(self._verify(rid, tenant, when, node, kind, tk, pos, gid, own_target))
+                h = self._eligible(when, node, pos, gid, own_target)
+                if len(h):
+                    h[:, 2], h[:, 3], h[:, 5] = row, kind_no, code
+                    hits.append(h)
+                    sources[row] = (rid, tenant)
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-        return BatchResult(cat(gids), cat(tenants), cat(times), cands, stats)
+        all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), np.int64)
+        return BatchResult(cat(gids), cat(tenants), cat(times), all_hits, sources, stats)
 
-    def _verify(self, rid: str, tenant: str | None, when: int, node: str | None, kind: str, tk: Any,
-                pos: np.ndarray, gid: np.ndarray, own_target: int | None) -> list[Candidate]:
+    def _eligible(self, when: int, node: str | None, pos: np.ndarray, gid: np.ndarray,
+                  own_target: int | None) -> np.ndarray:
+        """Hits of one source text on targets it may be a source for, as (t, q, ., ., s, .) rows."""
         which, tgt, tpos = self.index.occurrences(gid)
         ok = when < self.deadline[tgt]
         if own_target is not None:
@@ -131,42 +150,39 @@ class Scanner:
             ok &= when >= self.received[tgt] - self.lookback_us
         if self.p.same_decode_node:
             ok &= self.t_node[tgt] == self.node_code.get(node, -3) if node else np.zeros_like(ok)
-        if not ok.any():
-            return []
-        tgt, tpos, spos = tgt[ok], tpos[ok], pos[which[ok]]
-        order = np.lexsort((tpos, spos - tpos, tgt))
-        tgt, tpos, spos = tgt[order], tpos[order], spos[order]
-        out: list[Candidate] = []
-        seen: set[tuple[int, int, int, int, int]] = set()
-        k, gap, margin = self.p.k, self.p.gap, self.p.margin
-        for t in np.unique(tgt).tolist():
-            sel = tgt == t
-            q, s = tpos[sel], spos[sel]
-            for cq, cs in _clusters(q, s, gap):
-                target = self.index.targets[t]
-                ttok = target.tokens
-                qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
-                sa, sb = max(int(cs.min()) - margin, 0), min(int(cs.max()) + k + margin, len(tk))
-                al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
-                if al is None:
-                    continue
-                kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
-                if not kpos:
-                    continue
-                a0, a1, b0, b1 = qa + al.a_start, qa + al.a_end, sa + al.b_start, sa + al.b_end
-                key = (t, a0, a1, b0, b1)
-                if key in seen:
-                    continue
-                seen.add(key)
-                out.append(Candidate(
-                    target=t, source_request_id=rid, source_tenant_id=tenant, source_kind=kind,
-                    tok_start=a0, tok_end=a1,
-                    recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
-                    source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),
-                    score=al.score, matched=al.matched, longest_run=al.longest_run,
-                    kgram_positions=np.concatenate(kpos),
-                ))
+        out = np.zeros((int(ok.sum()), 6), dtype=np.int64)
+        out[:, 0], out[:, 1], out[:, 4] = tgt[ok], tpos[ok], pos[which[ok]]
         return out
+
+
+def verify(index: TargetIndex, p: MatchParams, t: int, source_request_id: str, source_tenant: str | None,
+           kind: str, tk: Any, q: np.ndarray, s: np.ndarray) -> list[Candidate]:
+    """Cluster the hits of one source text on target ``t`` and align each cluster."""
+    out: list[Candidate] = []
+    seen: set[tuple[int, int, int, int]] = set()
+    k, margin = p.k, p.margin
+    ttok = index.targets[t].tokens
+    for cq, cs in _clusters(q, s, p.gap):
+        qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
+        sa, sb = max(int(cs.min()) - margin, 0), min(int(cs.max()) + k + margin, len(tk))
+        al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
+        if al is None:
+            continue
+        a0, a1, b0, b1 = qa + al.a_start, qa + al.a_end, sa + al.b_start, sa + al.b_end
+        if (a0, a1, b0, b1) in seen:
+            continue
+        seen.add((a0, a1, b0, b1))
+        kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
+        out.append(Candidate(
+            target=t, source_request_id=source_request_id, source_tenant_id=source_tenant, source_kind=kind,
+            tok_start=a0, tok_end=a1,
+            recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
+            source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),
+            score=al.score, matched=al.matched, longest_run=al.longest_run,
+            kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
+            blocks=tuple((qa + a, size) for a, _, size in al.blocks),
+        ))
+    return out
 
 
 def _clusters(q: np.ndarray, s: np.ndarray, gap: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -199,10 +215,10 @@ def init_worker(scanner: Scanner) -> None:
     _WORKER = scanner
 
 
-def scan_in_worker(batch: dict[str, list[Any]]) -> BatchResult:
+def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     """Pool task: scan one batch with this process's scanner."""
     assert _WORKER is not None
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code"]
+__all__ = ["KINDS", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
