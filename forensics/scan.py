@@ -307,7 +307,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             "window_end": iso(config.window_end) if config.window_end else None,
             "real_ceiling_tokens": config.real_ceiling_tokens,
             "real_ceiling_tokens_source": config.source("real_ceiling_tokens"),
-            "advertised_window_tokens": config.advertised_window_tokens,
+            "advertised_window_tokens": limits["advertised_window_tokens"]["value"],
             "advertised_window_tokens_source": config.source("advertised_window_tokens"),
             "window_compared_with": "received_at (completed_at when the request time is missing)",
         },

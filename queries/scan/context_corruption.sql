@@ -1,7 +1,7 @@
 -- id: context_corruption
 -- kind: anomaly
 -- title: Context-corruption lines (bootstrap room mismatch), with both requests named
--- returns: one engine line where a decode node saw a request (rid, bootstrap_room) receive metadata from another bootstrap room: the victim request and the request that owned the other room (the side whose data may have crossed), when the gateway logs know them, and whether the victim still produced output. Listed for a look; a victim that produced output is also a suspect (transfer_fault_output).
+-- returns: one engine line where a decode node saw a request (rid, bootstrap_room) receive metadata from another bootstrap room: the victim request and the request that owned the other room (the side whose data may have crossed), when the gateway logs know them, and whether the victim still produced output. Listed for a look: SGLang aborts the victim request when it detects the mismatch, so this is the guard working, not a leak; a victim that still shows output is listed again in transfer_fault_output.
 -- params: none
 WITH victim AS (
   SELECT e.node, e.time, e.source_file, e.source_line, e.rid, e.bootstrap_room, e.other_bootstrap_room,

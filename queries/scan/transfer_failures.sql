@@ -1,7 +1,7 @@
 -- id: transfer_failures
 -- kind: anomaly
 -- title: Failed KV transfers: prefill bootstrap failures, decode transfer failures, KVTransferError lines
--- returns: one engine line reporting a failed transfer between prefill and decode, with the request it names (when the gateway logs know it) and whether that request still produced output. Normally the engine aborts such a request and the customer gets an error, so these are listed for a look; one that produced output anyway is also a suspect (transfer_fault_output).
+-- returns: one engine line reporting a failed transfer between prefill and decode, with the request it names (when the gateway logs know it) and whether that request still produced output. The engine aborts such a request and the customer gets an error, so these are listed for a look; one that still shows output is listed again in transfer_fault_output.
 -- params: none
 SELECT e.node, e.role, e.time, e.event, e.rid, e.bootstrap_room,
        (SELECT min(k.request_id) FROM exchange_keys k WHERE k.engine_rid = e.rid OR k.bootstrap_room = e.bootstrap_room) AS request_id,

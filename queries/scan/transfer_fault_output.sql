@@ -1,7 +1,10 @@
 -- id: transfer_fault_output
--- kind: suspect
+-- kind: anomaly
 -- title: Context corruption or a failed KV transfer, yet output was generated
--- returns: one response (on the case's models, inside the window) whose request the engine logged with a context-corruption line (its decode side received another bootstrap room's metadata), a failed prefill bootstrap, a failed decode transfer or a KVTransferError, and for which a decode node or the gateway nevertheless shows generated output. Without its own KV pages the answer can only have come from whatever pages were there: the same mechanism as the incident.
+-- returns: one response (on the case's models, inside the window) whose request the engine logged with a context-corruption line (its decode side received another bootstrap room's metadata), a failed prefill bootstrap, a failed decode transfer or a KVTransferError, and for which a decode node or the gateway nevertheless shows generated output. The first rows to look at among the engine anomalies.
+-- Not a suspect by itself: SGLang aborts the request on each of these (prepare_abort before the transfer is
+-- committed), so the guard fired and nothing was generated from the wrong pages; output seen afterwards is
+-- normally a retry. The incident's bug is the opposite case -- no guard fired (see engine_signature).
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)

@@ -1,0 +1,278 @@
+"""The scan stage on hand-made cases and on simulated logs: who is suspect, why, and what is written."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from query_cases.build import ADVERTISED, CEILING, MODEL, WINDOW, event, exchange, signature_events, startup, write_case
+
+from forensics import schema
+from forensics.cli import main
+from forensics.config import CaseConfig, config_from_mapping, load_saved
+from forensics.errors import ConfigError
+from forensics.scan import config_for_case, scan
+
+
+def _config(**values: Any) -> CaseConfig:
+    data = {"name": "t", "model": MODEL, "window_start": WINDOW[0], "window_end": WINDOW[1], "real_ceiling_tokens": CEILING,
+            "advertised_window_tokens": ADVERTISED} | values
+    return config_from_mapping({k: v for k, v in data.items() if v is not None}, base=Path("."))
+
+
+def _incident(root: Path) -> Path:
+    """Three tenants; every way of being (or not being) a suspect, once."""
+    ex = [
+        # exact count above the ceiling; the gateway logged the placeholder's 1
+        exchange("r-above", tenant_id="acme", prompt_tokens=812345, prompt_tokens_source="engine", reported_prompt_tokens=1,
+                 received_at="2026-08-29T10:00:00Z"),
+        # the gateway's count is the placeholder and nothing corrected it: only the engine trace tells
+        exchange("r-sig", tenant_id="globex", prompt_tokens=1, prompt_tokens_source="reported", reported_prompt_tokens=1,
+                 received_at="2026-08-28T09:00:00Z"),
+        # an estimate whose band straddles the ceiling
+        exchange("r-border", tenant_id="initech", prompt_tokens=650000, prompt_tokens_source="estimate",
+                 prompt_tokens_low=433000, prompt_tokens_high=1040000, received_at="2026-08-30T08:00:00Z"),
+        # not suspects
+        exchange("r-small", tenant_id="acme", prompt_tokens=2000, received_at="2026-08-29T11:00:00Z"),
+        exchange("r-below", tenant_id="globex", prompt_tokens=CEILING - 1, received_at="2026-08-29T12:00:00Z"),
+        exchange("r-before", tenant_id="acme", prompt_tokens=900000, received_at="2026-08-26T23:59:59Z"),
+        exchange("r-end", tenant_id="acme", prompt_tokens=900000, received_at=WINDOW[1]),
+        exchange("r-other-model", tenant_id="initech", model="other-model", prompt_tokens=900000),
+        exchange("r-rejected", tenant_id="globex", prompt_tokens=900000, status="failure", response_text=""),
+    ]
+    ev = [startup("prefill-0"), startup("decode-0", pool=2 * CEILING)]
+    ev += signature_events("r-above", 101) + signature_events("r-sig", 102)
+    ev += [event("decode-0", "context_corruption", rid="r-small", bootstrap_room=103, other_bootstrap_room=101)]
+    return write_case(root, ex, ev)
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_suspects_are_found_for_every_reason_and_nothing_else(tmp_path: Path) -> None:
+    root = _incident(tmp_path / "case")
+    result = scan(root, _config())
+    rows = _csv(root / "suspects.csv")
+    assert [(r["request_id"], r["tenant_id"], r["reasons"], r["borderline"], r["engine_signature"]) for r in rows] == [
+        ("r-sig", "globex", "engine_signature", "false", "true"),
+        ("r-above", "acme", "above_ceiling;engine_signature", "false", "true"),
+        ("r-border", "initech", "borderline", "true", "false"),
+    ]
+    assert (result.suspects, result.borderline, result.engine_signature) == (3, 1, 2)
+    assert result.has_findings
+    # the placeholder's 1 did not hide either request whose gateway logged it
+    assert {r["request_id"] for r in rows if r["reported_prompt_tokens"] == "1"} == {"r-above", "r-sig"}
+    assert result.record["suspect_counts"]["reported_count_below_ceiling"] == 2
+
+
+def test_suspects_csv_follows_the_contract(tmp_path: Path) -> None:
+    root = _incident(tmp_path / "case")
+    scan(root, _config())
+    raw = (root / "suspects.csv").read_bytes()
+    header = raw.split(b"\r\n", 1)[0].decode()
+    assert header.split(",")[:7] == ["request_id", "tenant_id", "model", "received_at", "prompt_tokens",
+                                     "prompt_tokens_source", "reasons"]
+    assert raw.endswith(b"\r\n") and b"\n" not in raw.replace(b"\r\n", b"")
+    rows = _csv(root / "suspects.csv")
+    assert rows[0]["received_at"] == "2026-08-28T09:00:00Z"
+    assert [(r["received_at"], r["request_id"]) for r in rows] == sorted((r["received_at"], r["request_id"]) for r in rows)
+    table = pq.read_table(root / "suspects.parquet")
+    assert table.schema.equals(schema.SUSPECTS, check_metadata=False)
+    assert table.column("request_id").to_pylist() == [r["request_id"] for r in rows]
+
+
+def test_scan_json_records_limits_queries_band_and_anomalies(tmp_path: Path) -> None:
+    root = _incident(tmp_path / "case")
+    scan(root, _config())
+    rec = json.loads((root / "scan.json").read_text(encoding="utf-8"))
+    assert rec["parameters"]["real_ceiling_tokens"] == CEILING
+    assert rec["parameters"]["real_ceiling_tokens_source"] == "file"
+    assert rec["limits"]["real_ceiling_tokens"]["per_node"] == {"decode-0": [2 * CEILING], "prefill-0": [CEILING]}
+    assert rec["limits"]["engine_over_limit_lines"] == {"exceeds_max_tokens": [CEILING], "over_limit": [CEILING - 1]}
+    by_id = {x["id"]: x for x in rec["queries"]}
+    assert by_id["above_ceiling"]["rows"] == 1 and len(by_id["above_ceiling"]["sha256"]) == 64
+    assert rec["anomalies"]["context_corruption"]["rows"] == 1
+    listed = rec["anomalies"]["context_corruption"]["listed"][0]
+    assert (listed["request_id"], listed["other_request_id"]) == ("r-small", "r-above")
+    # exposure band: every day and model with prompts at/above the ceiling and within the advertised window
+    band = {(r["day"], r["model"]): (r["requests"], r["in_window"]) for r in rec["exposure_band"]}
+    assert band[("2026-08-26", MODEL)] == (1, 0)
+    assert band[("2026-08-29", "other-model")] == (1, 1)
+    assert band[("2026-09-09", MODEL)] == (1, 0)
+    assert rec["warnings"] == []  # the over-limit lines agree with the configured ceiling
+
+
+def test_same_inputs_give_byte_identical_outputs(tmp_path: Path) -> None:
+    outputs = []
+    for name in ("a", "b"):
+        root = _incident(tmp_path / name)
+        scan(root, _config())
+        outputs.append({f: (root / f).read_bytes() for f in ("suspects.csv", "suspects.parquet", "scan.json")})
+    assert outputs[0] == outputs[1]
+
+
+def test_auto_limits_come_from_the_prefill_startup_lines_and_are_saved(tmp_path: Path) -> None:
+    root = write_case(tmp_path / "case", [exchange("r-1", prompt_tokens=700000)],
+                      [startup("prefill-0", pool=700001), startup("prefill-1", pool=681280), startup("decode-0", pool=900000),
+                       event("prefill-0", "exceeds_max_tokens", rid="x", input_len=800000, limit=700001)])
+    cfg = _config(real_ceiling_tokens="auto", advertised_window_tokens="auto")
+    result = scan(root, cfg)
+    lim = result.record["limits"]["real_ceiling_tokens"]
+    assert (lim["value"], lim["source"], lim["nodes_used"], lim["nodes_disagree"]) == (681280, "auto-detected", "prefill", True)
+    assert result.suspects == 1  # 700,000 tokens do not fit in the smaller prefill pool
+    warnings = " ".join(result.record["warnings"])
+    assert "prefill-0=700001" in warnings and "prefill-1=681280" in warnings and "decode-0" not in warnings
+    assert "imply a ceiling of 700001" in warnings
+    saved = load_saved(root / "config.json")
+    assert (saved.real_ceiling_tokens, saved.source("real_ceiling_tokens")) == (681280, "auto-detected")
+    # a later scan from the saved configuration detects again rather than trusting the old figure
+    again = config_for_case(root)
+    assert again.real_ceiling_tokens == "auto"
+
+
+def test_no_suspects_means_clean(tmp_path: Path) -> None:
+    root = write_case(tmp_path / "case", [exchange("r-1")])
+    result = scan(root, _config())
+    assert (result.suspects, result.has_findings) == (0, False)
+    assert (root / "suspects.csv").read_bytes().count(b"\r\n") == 1  # header only
+    assert pq.read_table(root / "suspects.parquet").num_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("values", "events", "setting"),
+    [
+        ({"window_start": "2026-09-09T00:00:00Z", "window_end": "2026-08-27T00:00:00Z"}, True, "window_end"),
+        ({"model": "glm-5.4"}, True, "model 'glm-5.4' never appears"),
+        ({"real_ceiling_tokens": 2000000}, True, "real_ceiling_tokens (2000000) is above advertised_window_tokens"),
+        ({"real_ceiling_tokens": 2000000, "advertised_window_tokens": "auto"}, True, "real_ceiling_tokens (2000000) is above"),
+        ({"real_ceiling_tokens": "auto"}, False, 'real_ceiling_tokens = "auto" but the case has no engine startup line'),
+        ({"advertised_window_tokens": "auto"}, False, 'advertised_window_tokens = "auto"'),
+    ],
+)
+def test_bad_configuration_is_one_error_naming_the_setting(tmp_path: Path, values: dict[str, Any], events: bool,
+                                                           setting: str) -> None:
+    root = write_case(tmp_path / "case", [exchange("r-1")], [startup("prefill-0")] if events else None)
+    with pytest.raises(ConfigError) as info:
+        scan(root, _config(**values)) if "window_end" not in values else _config(**values)
+    assert setting in str(info.value)
+    assert not (root / "suspects.csv").exists()
+
+
+@pytest.mark.parametrize(("key", "message"), [("models", "model is not set"), ("window_start", "window_start is not set"),
+                                              ("real_ceiling_tokens", "real_ceiling_tokens is not set")])
+def test_missing_settings_name_the_option(tmp_path: Path, key: str, message: str) -> None:
+    root = write_case(tmp_path / "case", [exchange("r-1")])
+    cfg = CaseConfig(models=[MODEL], real_ceiling_tokens=CEILING)
+    cfg.window_start, cfg.window_end = _config().window_start, _config().window_end
+    setattr(cfg, key, [] if key == "models" else None)
+    with pytest.raises(ConfigError, match=message):
+        scan(root, cfg)
+
+
+def test_an_unset_advertised_window_without_engine_logs_leaves_the_band_open(tmp_path: Path) -> None:
+    root = write_case(tmp_path / "case", [exchange("r-1", prompt_tokens=5_000_000)])
+    cfg = _config(advertised_window_tokens=None)
+    result = scan(root, cfg)
+    assert result.record["parameters"]["advertised_window_tokens"] is None
+    assert result.suspects == 1 and result.record["exposure_band"][0]["requests"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the commands
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return int(info.value.code), captured.out, captured.err
+
+
+def test_scan_command_exit_codes_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _incident(tmp_path / "case")
+    base = ["scan", "--case", str(root), "-q", "--model", MODEL, "--window-start", WINDOW[0], "--window-end", WINDOW[1]]
+    code, out, _ = _cli(base + ["--ceiling", "auto", "--json"], capsys)
+    assert code == 1
+    summary = json.loads(out)
+    assert summary["suspects"] == 3 and summary["parameters"]["real_ceiling_tokens_source"] == "auto-detected"
+    # the saved configuration is reused by a bare `scan --case`, and options still override it
+    code, out, _ = _cli(["scan", "--case", str(root), "-q", "--window-start", "2026-09-01T00:00:00Z"], capsys)
+    assert code == 0 and "suspect responses: 0" in out
+    code, out, err = _cli(base + ["--ceiling", "2000000", "--advertised-window", "1048576"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "real_ceiling_tokens" in err
+
+
+def test_query_command_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _incident(tmp_path / "case")
+    scan(root, _config())
+    before = {p.name: p.read_bytes() for p in root.iterdir()}
+    code, out, _ = _cli(["query", "--case", str(root), "above_ceiling", "--format", "csv"], capsys)
+    assert code == 0 and out.splitlines()[1].startswith("r-above,acme,")
+    code, out, _ = _cli(["query", "--case", str(root), "above_ceiling", "--param", "ceiling=2000", "--format", "json"], capsys)
+    assert code == 0 and [r["request_id"] for r in json.loads(out)] == ["r-above", "r-below", "r-border", "r-small"]
+    code, out, _ = _cli(["query", "--case", str(root), "SELECT count(*) AS n FROM suspects WHERE borderline"], capsys)
+    assert code == 0 and "1" in out
+    for sql in ("DELETE FROM exchanges", f"COPY exchanges TO '{root / 'exchanges.parquet'}'",
+                f"SELECT * FROM read_csv('{root / 'suspects.csv'}')"):
+        code, _, err = _cli(["query", "--case", str(root), sql], capsys)
+        assert code == 2 and err.startswith("error:")
+    assert {p.name: p.read_bytes() for p in root.iterdir()} == before
+
+
+# ---------------------------------------------------------------------------------------------
+# simulated incident (issue 3's simulator): ground truth to compare against
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    simulate = pytest.importorskip("forensics.simulate").simulate
+    out = tmp_path_factory.mktemp("sim")
+    result = simulate(out / "logs", seed=11, scale="small")
+    return result.case_file, json.loads(result.truth.read_text(encoding="utf-8"))
+
+
+def _ingest_and_scan(case_file: Path, folder: Path, inputs: list[str]) -> tuple[list[dict[str, str]], Any]:
+    from forensics.api import ingest
+    from forensics.config import load_case_file
+
+    cfg = load_case_file(case_file)
+    ingest(folder, [case_file.parent / i for i in inputs], config=cfg)
+    result = scan(folder, cfg)
+    return _csv(folder / "suspects.csv"), result
+
+
+def test_simulated_incident_every_suspect_found_none_out_of_scope(simulated: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    case_file, truth = simulated
+    rows, result = _ingest_and_scan(case_file, tmp_path / "case", ["gateway", "engine"])
+    expected = {s["request_id"] for s in truth["suspects"]}
+    got = {r["request_id"] for r in rows}
+    assert expected and got == expected
+    placeholder = {s["request_id"] for s in truth["suspects"] if s["reported_prompt_tokens"] == 1}
+    assert placeholder and placeholder <= {r["request_id"] for r in rows if "engine_signature" in r["reasons"]}
+    case = truth["case"]
+    assert all(case["window_start"] <= r["received_at"] < case["window_end"] for r in rows)
+    assert {r["model"] for r in rows} == {case["model"]}
+    negatives = {n["request_id"] for n in truth["scan_negatives"]}
+    assert negatives and not (negatives & got)
+    # the engine's other anomalies are reported for a look, not made suspects
+    corrupted = {a["request_id"] for a in truth["engine_anomalies"]}
+    assert not (corrupted & got)
+    assert result.anomalies["context_corruption"] == len([a for a in truth["engine_anomalies"]
+                                                          if a["kind"] == "context_corruption"])
+
+
+def test_simulated_gateway_only_suspects_are_borderline(simulated: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """Without engine logs the placeholder counts are not trusted; the text's estimate band makes them borderline."""
+    case_file, truth = simulated
+    rows, result = _ingest_and_scan(case_file, tmp_path / "case", ["gateway"])
+    expected = {s["request_id"] for s in truth["suspects"]}
+    assert expected <= {r["request_id"] for r in rows}
+    flagged_borderline = {r["request_id"] for r in rows if r["borderline"] == "true"}
+    assert flagged_borderline == {r["request_id"] for r in rows if "borderline" in r["reasons"].split(";")}
+    assert result.engine_signature == 0
