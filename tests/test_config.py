@@ -1,0 +1,130 @@
+"""The case file (spec/case-file.md): what is accepted, what is refused and how, where values came from."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from forensics.api import make_config
+from forensics.config import CaseConfig, load_case_file, load_saved, save
+from forensics.errors import ConfigError
+from forensics.scan import config_for_case
+
+GOOD = """\
+name = "glm-5.3-kv-pool"
+model = "glm-5.3"
+window_start = "2026-08-27T00:00:00Z"
+window_end = "2026-09-09T02:00:00+02:00"
+real_ceiling_tokens = 681280
+advertised_window_tokens = "auto"
+timezone = "Europe/Berlin"
+
+[[inputs]]
+format = "litellm"
+path = "logs/gateway"
+
+[[inputs]]
+path = "logs/engine"
+
+[match]
+k = 12
+"""
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "case.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_good_case_file(tmp_path: Path) -> None:
+    cfg = load_case_file(_file(tmp_path, GOOD))
+    assert cfg.name == "glm-5.3-kv-pool" and cfg.models == ["glm-5.3"]
+    assert cfg.window_start == dt.datetime(2026, 8, 27, tzinfo=dt.timezone.utc)
+    assert cfg.window_end == dt.datetime(2026, 9, 9, tzinfo=dt.timezone.utc)  # offsets become UTC
+    assert (cfg.real_ceiling_tokens, cfg.advertised_window_tokens) == (681280, "auto")
+    assert [(i.path, i.format) for i in cfg.inputs] == [((tmp_path / "logs/gateway").resolve(), "litellm"),
+                                                        ((tmp_path / "logs/engine").resolve(), "auto")]
+    assert cfg.section("match") == {"k": 12} and cfg.section("scan") == {}
+    assert cfg.source("real_ceiling_tokens") == "file" and cfg.source("tenant_field") == "default"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("model = ", "modle = "), "unknown key 'modle'"),
+        (('real_ceiling_tokens = 681280\n', ""), "missing required key 'real_ceiling_tokens'"),
+        (('model = "glm-5.3"\n', ""), "missing required key 'model'"),
+        (('model = "glm-5.3"\n', 'model = "a"\nmodels = ["b"]\n'), "both 'model' and 'models'"),
+        (("681280", "-5"), "real_ceiling_tokens = -5 is not a positive whole number"),
+        (("681280", '"lots"'), "is not a positive whole number"),
+        (('"2026-08-27T00:00:00Z"', '"2026-08-27 00:00:00"'), "has no zone"),
+        (('"2026-08-27T00:00:00Z"', '"yesterday"'), "is not an ISO 8601 time"),
+        (('"2026-08-27T00:00:00Z"', '"2026-09-10T00:00:00Z"'), "window_end (2026-09-09T00:00:00Z) is not after window_start"),
+        (("681280", "2000000"), "real_ceiling_tokens (2000000) is above advertised_window_tokens"),
+        (('"Europe/Berlin"', '"Mars/Olympus"'), "not a known time zone"),
+        (('format = "litellm"', 'format = "syslog"'), "is not a known format"),
+        (("path = \"logs/engine\"", "paht = \"logs/engine\""), "inputs[1] has no path"),
+        (("[match]", "match = 3\n[scan]"), "unknown key 'match' in inputs[1]"),
+        (("name = ", "scan = 3\nname = "), "[scan] must be a table"),
+        (("k = 12", "k = 12\n[[broken"), "not valid TOML"),
+    ],
+)
+def test_bad_case_files_name_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    text = GOOD.replace(*edit, 1)
+    if "2000000" in edit[1]:
+        text = text.replace('advertised_window_tokens = "auto"', "advertised_window_tokens = 1048576")
+    path = _file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_case_file(path)
+    assert message in str(info.value)
+    assert info.value.file == str(path)
+
+
+def test_a_missing_key_error_shows_an_example_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_case_file(_file(tmp_path, GOOD.replace('window_end = "2026-09-09T02:00:00+02:00"\n', "")))
+    assert info.value.fix is not None and 'window_end = "2026-09-09T00:00:00Z"' in info.value.fix
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="case file not found"):
+        load_case_file(tmp_path / "nope.toml")
+
+
+def test_saved_configuration_round_trips(tmp_path: Path) -> None:
+    cfg = load_case_file(_file(tmp_path, GOOD))
+    cfg.set("advertised_window_tokens", 1048576, "auto-detected")
+    save(cfg, tmp_path / "config.json")
+    back = load_saved(tmp_path / "config.json")
+    assert back.to_json() == cfg.to_json()
+    assert back.source("advertised_window_tokens") == "auto-detected"
+
+
+def test_options_override_the_file_and_are_recorded(tmp_path: Path) -> None:
+    cfg = make_config(_file(tmp_path, GOOD), real_ceiling_tokens="600000", models=["a", "b"], window_start=None)
+    assert cfg.real_ceiling_tokens == 600000 and cfg.source("real_ceiling_tokens") == "option"
+    assert cfg.models == ["a", "b"] and cfg.source("window_start") == "file"
+    with pytest.raises(ConfigError, match="window_end"):
+        make_config(_file(tmp_path, GOOD), window_end="2026-08-01T00:00:00Z")
+
+
+def test_scan_configuration_for_a_case(tmp_path: Path) -> None:
+    case = tmp_path / "case"
+    case.mkdir()
+    # nothing saved and no file: only options
+    cfg = config_for_case(case, None, models=["glm-5.3"], real_ceiling_tokens="auto", window_start=None)
+    assert cfg.models == ["glm-5.3"] and cfg.real_ceiling_tokens == "auto" and cfg.window_start is None
+    # a saved configuration is the base; an auto-detected figure is detected again
+    saved = CaseConfig(name="x", models=["glm-5.3"], real_ceiling_tokens=681280, advertised_window_tokens=1048576)
+    saved.sources = {"real_ceiling_tokens": "auto-detected", "advertised_window_tokens": "auto-detected"}
+    save(saved, case / "config.json")
+    again = config_for_case(case)
+    assert (again.real_ceiling_tokens, again.advertised_window_tokens) == ("auto", "auto")
+    assert again.source("real_ceiling_tokens") == "file" and again.source("advertised_window_tokens") == "default"
+    # a case file given explicitly wins over the saved one
+    assert config_for_case(case, _file(tmp_path, GOOD)).name == "glm-5.3-kv-pool"
+    with pytest.raises(ConfigError, match="real_ceiling_tokens"):
+        config_for_case(case, None, real_ceiling_tokens="0")
