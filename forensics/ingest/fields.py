@@ -24,6 +24,19 @@ def loads(text: str) -> Any:
         raise RecordError(f"invalid JSON ({exc}); fix: repair or re-export the line") from None
 
 
+def first_objects(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
+    """The JSON objects among the first ``limit`` lines (for format sniffing)."""
+    objects = []
+    for text in lines[:limit]:
+        try:
+            obj = loads(text)
+        except RecordError:
+            continue
+        if isinstance(obj, dict):
+            objects.append(obj)
+    return objects
+
+
 def maybe_json(value: Any, field: str) -> Any:
     """A field that exports give either as a JSON value or as a JSON-encoded string."""
     if isinstance(value, str):

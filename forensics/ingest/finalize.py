@@ -341,30 +341,20 @@ def _engine_events(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], d
     for sha, line in con.execute(EVENT_DUPES_SQL).fetchall():
         losers.setdefault(sha, set()).add(line)
         duplicates[sha] += 1
-    sink = ParquetSink(c.table_path("engine_events"), schema.ENGINE_EVENTS)
-    try:
-        for path in paths:
-            drop = losers.get(path.name.split(".")[0])
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
-                if drop:
-                    batch = batch.filter(pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(drop), pa.int64()))))
-                sink.write_batch(batch)
-        sink.close()
-    except BaseException:
-        sink.abort()
-        raise
-    return sink.rows
+    return _concat(c, paths, "engine_events", losers)
 
 
-def _concat(c: Case, paths: list[Path], table: str) -> int:
-    """Concatenate staged files of a table into the case table."""
-    sink = ParquetSink(c.table_path(table), schema.TABLES[table])
-    try:
+def _concat(c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None) -> int:
+    """Concatenate staged files of a table into the case table, leaving out ``drop`` lines.
+
+    ``drop`` maps an input file's SHA-256 to the line numbers to leave out.
+    """
+    with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
+            lines = (drop or {}).get(path.name.split(".")[0])
             for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
+                if lines:
+                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(lines), pa.int64())))
+                    batch = batch.filter(keep)
                 sink.write_batch(batch)
-        sink.close()
-    except BaseException:
-        sink.abort()
-        raise
     return sink.rows

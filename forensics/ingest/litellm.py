@@ -10,6 +10,7 @@ from forensics.ingest.base import FileContext, Output, Quarantined, prompt_field
 from forensics.ingest.fields import (
     RecordError,
     as_str,
+    first_objects,
     get_path,
     loads,
     maybe_json,
@@ -53,13 +54,7 @@ class LiteLLMParser:
 
     def sniff(self, lines: list[str], file_name: str) -> bool:
         """Spend-log or payload keys on the first JSON objects."""
-        for text in lines[:5]:
-            try:
-                obj = loads(text)
-            except RecordError:
-                continue
-            if not isinstance(obj, dict):
-                continue
+        for obj in first_objects(lines):
             if "standard_logging_object" in obj:
                 return True
             keys = set(obj)

@@ -15,6 +15,7 @@ from forensics.ingest.fields import (
     RecordError,
     as_str,
     chunks_text,
+    first_objects,
     loads,
     maybe_json,
     opt_int,
@@ -42,12 +43,8 @@ class OpenAISplitParser:
 
     def sniff(self, lines: list[str], file_name: str) -> bool:
         """request_id + timestamp with a request body or a response status/chunks."""
-        for text in lines[:5]:
-            try:
-                obj = loads(text)
-            except RecordError:
-                continue
-            if isinstance(obj, dict) and "request_id" in obj and "timestamp" in obj and (_is_request(obj) or _is_response(obj)):
+        for obj in first_objects(lines):
+            if "request_id" in obj and "timestamp" in obj and (_is_request(obj) or _is_response(obj)):
                 return True
         return False
 
