@@ -154,3 +154,14 @@ def test_parallel_spans_give_the_same_tables(tmp_path: Path, monkeypatch) -> Non
         assert (tmp_path / "one" / table).read_bytes() == (tmp_path / "many" / table).read_bytes()
     (entry,) = result.manifest["files"]
     assert (entry["lines"], entry["ingested"], entry["quarantined"], entry["blank"]) == (302, 300, 1, 1)
+
+
+def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Path) -> None:
+    log = tmp_path / "gpu-node-7_0.log"
+    log.write_text(
+        "[2026-08-29 10:01:55 TP0] Request chatcmpl-1 exceeds the maximum number of tokens: 9000 > 8192\n"
+        "[2026-08-29 10:01:56 TP0] ReqTimeStats(rid=chatcmpl-1, bootstrap_room=7, input_len=1, cached_input_len=0, output_len=0, type=prefill): x\n"
+    )
+    api.ingest(tmp_path / "case", [log])
+    events = pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
+    assert [e["role"] for e in events] == ["prefill", "prefill"]

@@ -68,7 +68,14 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     ev_paths = _staged(c, files, "engine_events")
     q_paths = _staged(c, files, "quarantine")
     _view(con, "staged", ex_paths, "exchanges")
-    _view(con, "staged_events", ev_paths, "engine_events")
+    _view(con, "staged_events_raw", ev_paths, "engine_events")
+    # A node whose file name does not say prefill/decode takes the role its own type= lines show.
+    con.execute("""
+        CREATE VIEW node_roles AS SELECT node, min(role) AS node_role FROM staged_events_raw
+        WHERE role IS NOT NULL GROUP BY node HAVING count(DISTINCT role) = 1""")
+    con.execute("""
+        CREATE VIEW staged_events AS SELECT e.* REPLACE (coalesce(e.role, r.node_role) AS role)
+        FROM staged_events_raw e LEFT JOIN node_roles r USING (node)""")
     con.register("file_order", pa.table({"sha": list(order), "ord": list(order.values())}))
 
     rep = reporter(progress)
@@ -341,13 +348,17 @@ def _engine_events(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], d
     for sha, line in con.execute(EVENT_DUPES_SQL).fetchall():
         losers.setdefault(sha, set()).add(line)
         duplicates[sha] += 1
-    return _concat(c, paths, "engine_events", losers)
+    roles = dict(con.execute("SELECT node, node_role FROM node_roles").fetchall())
+    return _concat(c, paths, "engine_events", losers, roles)
 
 
-def _concat(c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None) -> int:
+def _concat(
+    c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None, roles: dict[str, str] | None = None
+) -> int:
     """Concatenate staged files of a table into the case table, leaving out ``drop`` lines.
 
-    ``drop`` maps an input file's SHA-256 to the line numbers to leave out.
+    ``drop`` maps an input file's SHA-256 to the line numbers to leave out; ``roles`` fills the
+    engine events' missing ``role`` per node.
     """
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
@@ -356,5 +367,16 @@ def _concat(c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | 
                 if lines:
                     keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(lines), pa.int64())))
                     batch = batch.filter(keep)
+                if roles:
+                    batch = _fill_roles(batch, roles)
                 sink.write_batch(batch)
     return sink.rows
+
+
+def _fill_roles(batch: pa.RecordBatch, roles: dict[str, str]) -> pa.RecordBatch:
+    """Fill null ``role`` values from the node's known role."""
+    nodes = batch.column("node").to_pylist()
+    current = batch.column("role").to_pylist()
+    filled = [r if r is not None else roles.get(n) for r, n in zip(current, nodes)]
+    idx = batch.schema.get_field_index("role")
+    return batch.set_column(idx, batch.schema.field(idx), pa.array(filled, pa.string()))
