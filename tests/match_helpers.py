@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from forensics import schema
 from forensics.case import write_table
@@ -31,10 +32,15 @@ def exchange(rid: str, tenant: str, minute: float, prompt: str = "", response: s
 
 
 def make_case(root: Path, rows: list[dict[str, Any]], suspect_ids: list[str],
-              engine_signature: tuple[str, ...] = ()) -> Path:
-    """Write exchanges.parquet and suspects.parquet for ``rows``; ``suspect_ids`` are suspects."""
+              engine_signature: tuple[str, ...] = (), row_group_rows: int | None = None) -> Path:
+    """Write exchanges.parquet and suspects.parquet for ``rows``; ``suspect_ids`` are suspects.
+
+    ``row_group_rows`` splits the exchanges file into row groups of that many rows (the unit
+    the matcher's worker processes read).
+    """
     root.mkdir(parents=True, exist_ok=True)
-    write_table(root / "exchanges.parquet", pa.Table.from_pylist(rows, schema=schema.EXCHANGES), schema.EXCHANGES)
+    table = pa.Table.from_pylist(rows, schema=schema.EXCHANGES)
+    pq.write_table(table, root / "exchanges.parquet", row_group_size=row_group_rows or max(len(rows), 1))
     by_id = {r["request_id"]: r for r in rows}
     sus = [{"request_id": r, "tenant_id": by_id[r]["tenant_id"], "model": "glm-5.3",
             "received_at": by_id[r]["received_at"], "completed_at": by_id[r]["completed_at"],

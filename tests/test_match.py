@@ -224,7 +224,7 @@ def _outputs(case: Path) -> dict[str, bytes]:
     return {n: (case / n).read_bytes() for n in ("evidence.parquet", "evidence.csv", "match.json")}
 
 
-def _mixed_case(root: Path, n: int = 60) -> Path:
+def _mixed_case(root: Path, n: int = 60, row_group_rows: int | None = None) -> Path:
     rng = np.random.default_rng(19)
     rows, sus = [], []
     docs = [" ".join(words(rng, 150)) for _ in range(n)]
@@ -235,11 +235,12 @@ def _mixed_case(root: Path, n: int = 60) -> Path:
         resp = " ".join(words(rng, 20) + src[40 : 40 + 12 + 8 * j] + words(rng, 20))
         rows.append(exchange(f"s{j}", f"tenant{(j + 3) % 7}", n + j, prompt="p", response=resp))
         sus.append(f"s{j}")
-    return make_case(root, rows, sus)
+    return make_case(root, rows, sus, row_group_rows=row_group_rows)
 
 
 def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    case = _mixed_case(tmp_path / "case")
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    assert pq.ParquetFile(case / "exchanges.parquet").num_row_groups == 5
     first = match(case, config(workers=1))
     a = _outputs(case)
     match(case, config(workers=1))

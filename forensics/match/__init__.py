@@ -142,43 +142,74 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     return targets, info
 
 
+def _batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
+    return {
+        "row0": row0,
+        "request_id": b.column("request_id").to_pylist(),
+        "tenant_id": b.column("tenant_id").to_pylist(),
+        "received_us": _to_us(b.column("received_at")),
+        "decode_node": b.column("decode_node").to_pylist(),
+        "prompt_text": b.column("prompt_text").to_pylist(),
+        "response_text": b.column("response_text").to_pylist(),
+    }
+
+
+_PASS_COLUMNS = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
+
+
 def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
-    cols = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
     row0 = 0
-    for b in _iter_exchanges(path, cols, batch_rows):
+    for b in _iter_exchanges(path, _PASS_COLUMNS, batch_rows):
+        yield _batch_dict(b, row0)
         row0 += b.num_rows
-        yield {
-            "row0": row0 - b.num_rows,
-            "request_id": b.column("request_id").to_pylist(),
-            "tenant_id": b.column("tenant_id").to_pylist(),
-            "received_us": _to_us(b.column("received_at")),
-            "decode_node": b.column("decode_node").to_pylist(),
-            "prompt_text": b.column("prompt_text").to_pylist(),
-            "response_text": b.column("response_text").to_pylist(),
-        }
+
+
+def scan_row_group(path: str, rg: int, row0: int, batch_rows: int) -> BatchResult:
+    """Pool task: read one row group of the exchanges file in this process and scan it.
+
+    Workers read the Parquet themselves so megabyte prompts never travel between processes.
+    """
+    from forensics.match import stream
+
+    assert stream._WORKER is not None
+    parts = []
+    for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, row_groups=[rg], columns=_PASS_COLUMNS):
+        parts.append(stream._WORKER.scan_batch(_batch_dict(b, row0)))
+        row0 += b.num_rows
+    return _merge(parts)
+
+
+def _merge(parts: list[BatchResult]) -> BatchResult:
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
+    stats: dict[str, int] = {}
+    sources: dict[int, tuple[str, str | None]] = {}
+    for r in parts:
+        sources.update(r.sources)
+        for key, v in r.stats.items():
+            stats[key] = stats.get(key, 0) + v
+    hits = np.concatenate([r.hits for r in parts]) if parts else np.zeros((0, 6), np.int64)
+    return BatchResult(cat([r.holder_gid for r in parts]), cat([r.holder_tenant for r in parts]),
+                       cat([r.holder_time for r in parts]), hits, sources, stats)
 
 
 def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter | None) -> Iterator[BatchResult]:
-    """Scan every batch, in this process or on a pool; at most 2 batches per worker in flight."""
-    rows = pq.ParquetFile(path).metadata.num_rows
+    """Scan every record, in this process or on a pool of workers that each read whole row groups."""
+    meta = pq.ParquetFile(path).metadata
+    rows = meta.num_rows
     workers = p.workers or (os.cpu_count() or 1)
     task = reporter(progress).task("match: streaming prompts and responses", rows)
     try:
-        if workers <= 1 or rows < INLINE_ROWS:
+        if workers <= 1 or rows < INLINE_ROWS or meta.num_row_groups < 2:
             for batch in _batches(path, p.batch_rows):
                 yield scanner.scan_batch(batch)
                 task.advance(len(batch["request_id"]))
             return
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
-            pending: list[Any] = []
-            for batch in _batches(path, p.batch_rows):
-                pending.append((pool.apply_async(scan_in_worker, (batch,)), len(batch["request_id"])))
-                while len(pending) >= 2 * workers:
-                    res, n = pending.pop(0)
-                    yield res.get()
-                    task.advance(n)
-            for res, n in pending:
+        starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        with ctx.Pool(min(workers, meta.num_row_groups), initializer=init_worker, initargs=(scanner,)) as pool:
+            jobs = [(pool.apply_async(scan_row_group, (str(path), rg, int(starts[rg]), p.batch_rows)),
+                     int(starts[rg + 1] - starts[rg])) for rg in range(meta.num_row_groups)]
+            for res, n in jobs:
                 yield res.get()
                 task.advance(n)
     finally:
@@ -250,9 +281,10 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
     if len(hits) == 0:
         return [], {"hits": 0, "informative_hits": 0, "texts_verified": 0}
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
-    pairs, inverse = np.unique(np.stack([hits[:, 0], g], axis=1), axis=0, return_inverse=True)
+    n_gids = max(index.kgram_count, 1)
+    pairs, inverse = np.unique(hits[:, 0] * n_gids + g, return_inverse=True)
     inverse = inverse.reshape(-1)
-    then, own_prompt, tenant_held = _pair_evidence(index, holders, pairs[:, 0], pairs[:, 1])
+    then, own_prompt, tenant_held = _pair_evidence(index, holders, pairs // n_gids, pairs % n_gids)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
     same = hits[:, 5] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
@@ -262,8 +294,11 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
     cands: list[Candidate] = []
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
+        lo = np.searchsorted(kept[:, 2], rows, side="left")
+        hi = np.searchsorted(kept[:, 2], rows, side="right")
+        bounds = {int(r): (int(a), int(b)) for r, a, b in zip(rows, lo, hi)}
         for row, texts in _fetch_rows(path, rows.tolist()):
-            sel = kept[kept[:, 2] == row]
+            sel = kept[bounds[row][0] : bounds[row][1]]
             rid, tenant = sources[row]
             for kind_no in np.unique(sel[:, 3]).tolist():
                 ks = sel[sel[:, 3] == kind_no]

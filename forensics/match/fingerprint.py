@@ -218,3 +218,53 @@ def kgrams(token_hashes: np.ndarray, k: int) -> np.ndarray:
 def unicode_version() -> str:
     """The Unicode database the normalisation tables come from (recorded with the results)."""
     return unicodedata.unidata_version
+
+
+#: Texts are tokenized together in groups of about this many characters (one array pass per group).
+GROUP_CHARS = 4_000_000
+
+
+def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
+    """Tokenize many texts in few array passes.
+
+    Returns the tokens of all texts one after another (offsets relative to their own text),
+    the text number of every token, and the index of each text's first token (length
+    ``len(texts) + 1``). Texts are joined with a line feed, which is white space, so no token
+    spans two texts; groups are capped at ``GROUP_CHARS`` so memory stays bounded.
+    """
+    starts, ends, hashes, owners = [], [], [], []
+    first = np.zeros(len(texts) + 1, dtype=np.int64)
+    i = 0
+    total = 0
+    while i < len(texts):
+        j, size = i, 0
+        while j < len(texts) and (j == i or size + len(texts[j]) + 1 <= GROUP_CHARS):
+            size += len(texts[j]) + 1
+            j += 1
+        group = texts[i:j]
+        joined = "\n".join(group)
+        tk = tokenize(joined)
+        text_start = np.zeros(len(group), dtype=np.int64)
+        if len(group) > 1:
+            text_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
+        owner = np.searchsorted(text_start, tk.start, side="right") - 1
+        starts.append(tk.start - text_start[owner])
+        ends.append(tk.end - text_start[owner])
+        hashes.append(tk.hash)
+        owners.append(owner + i)
+        counts = np.bincount(owner, minlength=len(group))
+        first[i + 1 : j + 1] = total + np.cumsum(counts)
+        total += len(tk)
+        i = j
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
+    toks = Tokens(cat(starts, np.int64), cat(ends, np.int64), cat(hashes, np.uint64))
+    return toks, cat(owners, np.int64), first
+
+
+def kgrams_many(token_hashes: np.ndarray, token_text: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """k-gram hashes over concatenated texts and the global positions where a k-gram lies in one text."""
+    g = kgrams(token_hashes, k)
+    if len(g) == 0:
+        return g, np.zeros(0, np.int64)
+    valid = np.flatnonzero(token_text[: len(g)] == token_text[k - 1 :])
+    return g[valid], valid

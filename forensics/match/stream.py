@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from forensics.match.align import align
-from forensics.match.fingerprint import SEED, kgrams, tokenize
+from forensics.match.fingerprint import SEED, kgrams_many, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
 
@@ -88,71 +88,65 @@ class Scanner:
     def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
         """Hash and probe every text of one batch of exchanges; keep holders and source hits.
 
+        The batch's texts are tokenized together (a few array passes, whatever their number).
         Verification waits until the pass is over: only then is it known which k-grams are
         common, so hits on common text (most hits, in real traffic) are never aligned at all.
         """
-        gids, tenants, times, hits = [], [], [], []
-        sources: dict[int, tuple[str, str | None]] = {}
-        stats = {"records": 0, "texts": 0, "chars": 0, "tokens": 0, "prompt_tokens": 0, "response_tokens": 0,
-                 "records_without_time": 0}
-        for row, (rid, tenant, when, node, prompt, response) in enumerate(zip(
-            batch["request_id"], batch["tenant_id"], batch["received_us"], batch["decode_node"],
-            batch["prompt_text"], batch["response_text"],
-        ), start=batch["row0"]):
-            stats["records"] += 1
-            if when is None:
-                stats["records_without_time"] += 1
-            own_target = self.index.by_request.get(rid)
-            is_target = own_target is not None
-            is_suspect = is_target and not self.index.targets[own_target].control
-            code = tenant_code(tenant)
-            for kind_no, text in enumerate((prompt, response)):
-                if not text:
-                    continue
-                tk = tokenize(text)
-                stats["texts"] += 1
-                stats["chars"] += len(text)
-                stats["tokens"] += len(tk)
-                stats[f"{KINDS[kind_no]}_tokens"] += len(tk)
-                pos, gid = self.index.probe(kgrams(tk.hash, self.p.k))
-                if len(pos) == 0 or when is None:
-                    continue
-                # A target's own response is the text under suspicion: it proves nothing about who held it.
-                if kind_no == 0 or not is_target:
-                    g = np.unique(gid)
-                    gids.append(g)
-                    tenants.append(np.full(len(g), code, dtype=np.int64))
-                    times.append(np.full(len(g), when, dtype=np.int64))
-                    if kind_no == 0 and is_target:
-                        # The target's own prompt: marked with the negative code -(target + 1).
-                        gids.append(g)
-                        tenants.append(np.full(len(g), -(own_target + 1), dtype=np.int64))
-                        times.append(np.full(len(g), when, dtype=np.int64))
-                if kind_no == 1 and is_suspect:
-                    continue  # leaked text is not anyone's source
-                h = self._eligible(when, node, pos, gid, own_target)
-                if len(h):
-                    h[:, 2], h[:, 3], h[:, 5] = row, kind_no, code
-                    hits.append(h)
-                    sources[row] = (rid, tenant)
-        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-        all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), np.int64)
-        return BatchResult(cat(gids), cat(tenants), cat(times), all_hits, sources, stats)
-
-    def _eligible(self, when: int, node: str | None, pos: np.ndarray, gid: np.ndarray,
-                  own_target: int | None) -> np.ndarray:
-        """Hits of one source text on targets it may be a source for, as (t, q, ., ., s, .) rows."""
-        which, tgt, tpos = self.index.occurrences(gid)
-        ok = when < self.deadline[tgt]
-        if own_target is not None:
-            ok &= tgt != own_target
-        if self.lookback_us:
-            ok &= when >= self.received[tgt] - self.lookback_us
-        if self.p.same_decode_node:
-            ok &= self.t_node[tgt] == self.node_code.get(node, -3) if node else np.zeros_like(ok)
-        out = np.zeros((int(ok.sum()), 6), dtype=np.int64)
-        out[:, 0], out[:, 1], out[:, 4] = tgt[ok], tpos[ok], pos[which[ok]]
-        return out
+        rids, tenants = batch["request_id"], batch["tenant_id"]
+        n = len(rids)
+        texts: list[str] = []
+        for prompt, response in zip(batch["prompt_text"], batch["response_text"]):
+            texts.append(prompt or "")
+            texts.append(response or "")
+        tk, owner, first = tokenize_many(texts)
+        counts = np.diff(first)
+        lengths = np.array([len(t) for t in texts], dtype=np.int64)
+        stats = {"records": n, "texts": int((lengths > 0).sum()), "chars": int(lengths.sum()),
+                 "tokens": int(counts.sum()), "prompt_tokens": int(counts[0::2].sum()),
+                 "response_tokens": int(counts[1::2].sum()),
+                 "records_without_time": sum(1 for w in batch["received_us"] if w is None)}
+        # Per-text attributes (text 2i is row i's prompt, 2i+1 its response).
+        when = np.repeat(np.array([NO_TIME if w is None else w for w in batch["received_us"]], dtype=np.int64), 2)
+        code = np.repeat(np.array([tenant_code(t) for t in tenants], dtype=np.int64), 2)
+        own = np.repeat(np.array([self.index.by_request.get(r, -1) for r in rids], dtype=np.int64), 2)
+        node = np.repeat(np.array([self.node_code.get(x, -3) if x else -3 for x in batch["decode_node"]],
+                                  dtype=np.int64), 2)
+        kind = np.tile(np.array([0, 1], dtype=np.int64), n)
+        control = np.array([t.control for t in self.index.targets] + [False], dtype=bool)
+        is_target = own >= 0
+        is_suspect = is_target & ~control[own]
+        empty = np.zeros(0, np.int64)
+        kg, kpos = kgrams_many(tk.hash, owner, self.p.k)
+        pos, gid = self.index.probe(kg)
+        gpos = kpos[pos]
+        text = owner[gpos]
+        timed = when[text] != NO_TIME
+        pos, gid, text = gpos[timed] - first[text[timed]], gid[timed], text[timed]
+        # Holders: a target's own response is the text under suspicion and proves nothing.
+        hold = (kind[text] == 0) | ~is_target[text]
+        pairs = np.unique(np.stack([text[hold], gid[hold]], axis=1), axis=0) if hold.any() else np.zeros((0, 2), np.int64)
+        ht, hg = pairs[:, 0], pairs[:, 1]
+        mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
+        h_gid = np.concatenate([hg, hg[mine]])
+        h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
+        h_time = np.concatenate([when[ht], when[ht][mine]])
+        # Sources: everything but a suspect's own (leaked) response.
+        src = ~((kind[text] == 1) & is_suspect[text])
+        pos, gid, text = pos[src], gid[src], text[src]
+        hits = np.zeros((0, 6), np.int64)
+        if len(gid):
+            which, tgt, tpos = self.index.occurrences(gid)
+            st = text[which]
+            ok = (when[st] < self.deadline[tgt]) & (tgt != own[st])
+            if self.lookback_us:
+                ok &= when[st] >= self.received[tgt] - self.lookback_us
+            if self.p.same_decode_node:
+                ok &= self.t_node[tgt] == node[st]
+            hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]],
+                             code[st[ok]]], axis=1) if ok.any() else hits
+        sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]]) for r in np.unique(hits[:, 2])}
+        return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
+                           h_time if len(h_time) else empty, hits, sources, stats)
 
 
 def verify(index: TargetIndex, p: MatchParams, t: int, source_request_id: str, source_tenant: str | None,
