@@ -18,6 +18,8 @@ from forensics.match import MatchParams, MatchResult, match  # noqa: F401
 
 from forensics.scan import ScanResult, config_for_case, query_defaults, scan  # noqa: F401
 from forensics.queries import Query, load_queries, query_case  # noqa: F401
+from forensics.simulate import SimulateResult, simulate  # noqa: F401
+from forensics.evaluate import Evaluation, evaluate  # noqa: F401
 # @@api@@
 
 

@@ -152,6 +152,78 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 # simulate / evaluate (issue 3) -- commands go here
 # --------------------------------------------------------------------------------------------
 
+@app.command()
+def simulate(
+    out_dir: Path = typer.Option(..., "--out", help="Folder to write the simulated incident into."),
+    seed: int = typer.Option(7, "--seed", help="Seed: same seed, same bytes."),
+    scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB) or large (~1 GB)."),
+    fmt: str = typer.Option("litellm", "--format", help="Gateway log format: litellm or openai-split."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> int:
+    """Write a simulated leak incident: gateway and engine logs, case.toml and truth.json."""
+    from forensics import api
+
+    result = api.simulate(out_dir, seed=seed, scale=scale, fmt=fmt, corpus=corpus, force=force, progress=_progress(quiet))
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+        return EXIT_CLEAN
+    c = summary["counts"]
+    out.print(f"wrote {len(summary['files'])} log files, {summary['bytes']:,} bytes, to {summary['out']}", markup=False)
+    out.print(
+        f"{c['requests']} requests from {c['tenants']} tenants; {c['suspects']} suspects; {c['leak_fragments']} leaked fragments "
+        f"in {c['finding_pairs']} (recipient, source tenant) pairs; {c['hard_negatives']} hard negatives",
+        markup=False,
+    )
+    out.print(f"case file: {summary['case_file']}  truth: {summary['truth']}", markup=False)
+    return EXIT_CLEAN
+
+
+def _ratio(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+@app.command()
+def evaluate(
+    truth: Path = typer.Option(..., "--truth", help="The truth.json the simulator wrote."),
+    report_dir: Path = typer.Option(..., "--report", help="Report folder (suspects.csv, evidence.csv, notifications.csv, manifest.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
+) -> int:
+    """Score a report against a simulated incident's truth: precision and recall per stage."""
+    from forensics import api
+
+    data = api.evaluate(truth, report_dir).to_json()
+    if as_json:
+        _emit_json(data)
+        return EXIT_CLEAN
+    if data["missing"]:
+        out.print("missing report files (scored as empty): " + ", ".join(data["missing"]), markup=False)
+    table = Table(title=f"evaluation of {data['report']}", title_justify="left")
+    for col in ("what", "truth", "reported", "correct", "precision", "recall"):
+        table.add_column(col, justify="left" if col == "what" else "right")
+    rows = [("suspects", data["suspects"]), ("finding pairs", data["findings"]),
+            ("exposed customers", data["customers"]["exposed"]), ("recipient customers", data["customers"]["recipient"])]
+    for name, r in rows:
+        table.add_row(name, str(r["truth"]), str(r["predicted"]), str(r["true_positives"]), _ratio(r["precision"]), _ratio(r["recall"]))
+    out.print(table)
+    f = data["findings"]
+    for title, key in (("fragment recall by length", "fragment_recall_by_length"), ("fragment recall by damage", "fragment_recall_by_damage")):
+        out.print(title + ": " + ", ".join(f"{k} {v['found']}/{v['fragments']} ({v['recall']:.2f})" for k, v in f[key].items()), markup=False)
+    loc = f["fragments_located"]
+    out.print(f"fragments located (reported span overlaps): {loc['located']}/{loc['fragments']}", markup=False)
+    if f["row_precision_by_tier"]:
+        out.print("evidence row precision by tier: " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in f["row_precision_by_tier"].items()), markup=False)
+    out.print("false positive suspects by kind: " + (", ".join(f"{k} {v}" for k, v in data["suspects"]["false_positives_by_kind"].items()) or "none"), markup=False)
+    out.print("false positive findings by kind: " + (", ".join(f"{k} {v}" for k, v in f["false_positives_by_kind"].items()) or "none"), markup=False)
+    out.print(f"engine anomalies flagged as suspects (not scored): {data['suspects']['engine_anomalies_flagged']}", markup=False)
+    q = data["quarantine"]
+    out.print(f"quarantine: expected {q['expected']}, reported {q['reported'] if q['reported'] is not None else 'missing'} ({q['note']})", markup=False)
+    return EXIT_CLEAN
+
+
 # @@simulate@@
 
 # --------------------------------------------------------------------------------------------
