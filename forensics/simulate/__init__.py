@@ -264,7 +264,9 @@ def _readme(cmd: str, truth: dict[str, Any]) -> str:
         f"{c['leak_fragments']} leaked fragments in {c['finding_pairs']} (recipient, source tenant) pairs; "
         f"{c['hard_negatives']} labelled hard negatives\n"
         f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/simulate/__init__.py`);\n"
-        "  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
+        + ("  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
+           if g["format"] == "litellm" else "  `gateway/` the split request and response logs (joined by request_id);\n")
+        +
         "  `engine/` the SGLang logs of each prefill and decode node.\n\n"
         "Score a report against the truth: `forensics evaluate --truth truth.json --report REPORT_DIR`.\n"
     )
