@@ -173,6 +173,15 @@ def test_verify_detects_changed_input_and_output(tmp_path: Path, capsys: pytest.
     assert "drift: input logs/gateway.jsonl: changed" in capsys.readouterr().out
 
 
+def test_verify_with_a_relative_case_file_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    cfg.file = Path(tmp_path.name) / "case.toml"  # as `forensics run DIR/case.toml` gives it
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    assert json.loads((rd / "manifest.json").read_text())["case_file"]["path"] == "case.toml"
+    assert verify(rd).ok
+
+
 def test_verify_still_works_after_moving_the_whole_tree(tmp_path: Path) -> None:
     case, cfg, _ = make_case(tmp_path / "here")
     report(case, cfg, tmp_path / "here" / "out")

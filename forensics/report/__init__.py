@@ -246,9 +246,8 @@ def _rel(path: Path, start: Path) -> str:
 
 
 def _rel_or_self(path: Path, root: Path) -> str:
-    p = Path(path)
-    if not p.is_absolute():
-        return p.as_posix()
+    """``path`` relative to ``root`` (a relative ``path`` is taken from the working folder)."""
+    p = Path(path).resolve()
     try:
         return p.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
