@@ -353,6 +353,7 @@ def match_cmd(
     confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", help="Informative matched tokens for confirmed."),
     confirm_score: Optional[float] = typer.Option(None, "--confirm-score", help="Alignment score (0-100) for confirmed."),
     probable_score: Optional[float] = typer.Option(None, "--probable-score", help="Alignment score (0-100) for probable."),
+    min_run: Optional[int] = typer.Option(None, "--min-run", help="Identical consecutive tokens a short finding needs."),
     confirm_rarity: Optional[float] = typer.Option(None, "--confirm-rarity", help="Rarity (0-1) for confirmed."),
     max_tenants: Optional[int] = typer.Option(None, "--max-tenants", help="Text held by more tenants than this is common."),
     lookback_minutes: Optional[float] = typer.Option(None, "--lookback-minutes", help="Search only this far back (0 = all)."),
@@ -375,7 +376,7 @@ def match_cmd(
         cfg = CaseConfig()
     overrides = {
         "k": k, "min_tokens": min_tokens, "confirm_tokens": confirm_tokens, "confirm_score": confirm_score,
-        "probable_score": probable_score, "confirm_rarity": confirm_rarity, "max_tenants": max_tenants,
+        "probable_score": probable_score, "min_run": min_run, "confirm_rarity": confirm_rarity, "max_tenants": max_tenants,
         "lookback_minutes": lookback_minutes, "same_decode_node": same_decode_node, "control_size": control_size,
         "seed": seed, "workers": workers,
     }

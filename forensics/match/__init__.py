@@ -69,6 +69,7 @@ class MatchResult:
     params: MatchParams
     findings: list[dict[str, Any]]
     report: dict[str, Any]
+    control_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # never written
 
     @property
     def cross_tenant(self) -> list[dict[str, Any]]:
@@ -367,7 +368,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tu
         for q in kp[~informative].tolist():
             matched[q - c.tok_start : q - c.tok_start + k] = False
         info_tokens = int(matched.sum())
-        tier = assign_tier(c.score, info_tokens, rarity, tgt.engine_signature, p)
+        tier = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p)
         if tier is None:
             continue
         key = (c.target, c.source_request_id, c.source_kind)
@@ -502,7 +503,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     with atomic_open(c.root / "evidence.csv", newline="") as fh:
         fh.write(_csv_text(evidence))
     write_json(c.root / "match.json", report)
-    return MatchResult(case=c.root, params=p, findings=evidence, report=report)
+    return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows)
 
 
 __all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]
