@@ -29,11 +29,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--format", default="litellm")
     ap.add_argument("--corpus", type=Path, default=None)
+    ap.add_argument("--compress", action="store_true", help="compress gateway files as the sample does (slower)")
     args = ap.parse_args()
     if args.out.exists():
         shutil.rmtree(args.out)
     start = time.perf_counter()
-    result = simulate(args.out, seed=args.seed, scale=args.scale, fmt=args.format, corpus=args.corpus)
+    result = simulate(args.out, seed=args.seed, scale=args.scale, fmt=args.format, corpus=args.corpus, compress=args.compress)
     elapsed = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     written = sum(f["bytes"] for f in result.files)

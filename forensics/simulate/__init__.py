@@ -106,8 +106,12 @@ def simulate(
     corpus: Path | None = None,
     force: bool = False,
     progress: Reporter | None = None,
+    compress: bool = True,
 ) -> SimulateResult:
-    """Simulate one incident into ``out`` (see the module docstring for what is written)."""
+    """Simulate one incident into ``out`` (see the module docstring for what is written).
+
+    ``compress=False`` writes every gateway file plain (benchmarks measure generation, not gzip).
+    """
     if scale not in SCALES:
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
     if fmt not in FORMATS:
@@ -136,7 +140,7 @@ def simulate(
         days.append(day_of(t))
         t += 86400
     # One plain day to read with a pager; the others compressed, as rotated logs usually are.
-    compression = {d: "" if k == spec.days_before else (".gz", ".zst")[k % 2] for k, d in enumerate(days)}
+    compression = {d: "" if k == spec.days_before or not compress else (".gz", ".zst")[k % 2] for k, d in enumerate(days)}
     spend_days = {days[spec.days_before - 1], days[spec.days_before + 1]}
     rng = random.Random(f"{seed}:defects")
     broken: dict[int, str] = {}
