@@ -3,10 +3,18 @@
 -- title: Failed KV transfers: prefill bootstrap failures, decode transfer failures, KVTransferError lines
 -- returns: one engine line reporting a failed transfer between prefill and decode, with the request it names (when the gateway logs know it) and whether that request still produced output. The engine aborts such a request and the customer gets an error, so these are listed for a look; one that still shows output is listed again in transfer_fault_output.
 -- params: none
+WITH by_rid AS (SELECT engine_rid, min(request_id) AS request_id FROM exchange_keys GROUP BY engine_rid),
+by_room AS (
+  SELECT bootstrap_room, min(request_id) AS request_id FROM exchange_keys WHERE bootstrap_room IS NOT NULL GROUP BY bootstrap_room
+)
 SELECT e.node, e.role, e.time, e.event, e.rid, e.bootstrap_room,
-       (SELECT min(k.request_id) FROM exchange_keys k WHERE k.engine_rid = e.rid OR k.bootstrap_room = e.bootstrap_room) AS request_id,
-       EXISTS (SELECT 1 FROM decode_output d WHERE d.rid = e.rid OR d.bootstrap_room = e.bootstrap_room) AS output_produced,
+       coalesce(r1.request_id, r2.request_id) AS request_id,
+       coalesce(e.rid IN (SELECT rid FROM decode_output WHERE rid IS NOT NULL), false)
+         OR coalesce(e.bootstrap_room IN (SELECT bootstrap_room FROM decode_output WHERE bootstrap_room IS NOT NULL), false)
+         AS output_produced,
        e.source_file, e.source_line
 FROM engine_events e
+LEFT JOIN by_rid r1 ON r1.engine_rid = e.rid
+LEFT JOIN by_room r2 ON r2.bootstrap_room = e.bootstrap_room
 WHERE e.event IN ('bootstrap_failed', 'transfer_failed', 'kv_transfer_error')
 ORDER BY e.time NULLS LAST, e.node, e.source_file, e.source_line
