@@ -148,7 +148,7 @@ def parse_query(path: Path, area: str | None = None) -> Query:
     for key in ("id", "kind", "title", "returns"):
         if not fields.get(key):
             raise QueryError(f"the header has no {key!r} line", file=path, line=1,
-                             fix=f"start the file with comment lines such as '-- {key}: ...' (see queries/README)")
+                             fix=f"start the file with comment lines such as '-- {key}: ...' (see queries/README.md)")
     qid = fields["id"]
     if qid != path.stem:
         raise QueryError(f"header id {qid!r} differs from the file name {path.stem!r}", file=path, line=1,

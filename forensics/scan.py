@@ -4,7 +4,10 @@
 
 * ``suspect`` queries each return the (request_id, tenant_id) of responses they flag; a response
   flagged by several is one suspect whose ``reasons`` lists every query id (sorted, ``;``-joined).
-* ``anomaly`` queries list what deserves a look but makes nobody a suspect on its own.
+* ``anomaly`` queries list what deserves a look but makes nobody a suspect on its own: context
+  corruption and failed KV transfers (SGLang aborts those requests, so the guard fired and no
+  answer was generated from the wrong pages), decode output with no prefill record (a gap in the
+  prefill logs), the bug's signature outside the window or models, unknown prompt sizes.
 * ``summary`` queries (the exposure band by day) describe the incident's surface.
 
 It writes ``CASE/suspects.parquet`` (schema.SUSPECTS), ``CASE/suspects.csv`` (spec/outputs.md),
