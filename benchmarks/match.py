@@ -9,7 +9,7 @@ articles) and receive corpus answers. Suspect responses are corpus answers with 
 earlier record of another tenant inserted (8-15 or 16-64 tokens, 0/5/10 % of the words replaced).
 Hard negatives: fragments from the suspect's own prompt, from a later record, from a shared
 system prompt, from the same tenant, and clean responses. The 2x/4x corpora add records whose
-words are shuffled (same token statistics, no shared passages) so only the corpus grows.
+tokens are shuffled (same token statistics, no shared passages) so only the corpus grows.
 
 Printed: (a) exhaustive rapidfuzz ``partial_ratio_alignment`` of every suspect against every
 earlier other-tenant text on a sub-corpus, its top-1 recall and time against ours on the same
@@ -196,9 +196,8 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
     # The larger corpora: shuffled-word records (no shared passages) at random times.
     for c in range(1, scale):
         for i in range(n_records):
-            words = docs[i].split()
+            words, resp = _tokens(docs[i]), _tokens(responses[i])
             rng.shuffle(words)
-            resp = responses[i].split()
             rng.shuffle(resp)
             rows.append(_row(f"x{c}{i:06d}", f"tenant{rng.randrange(n_tenants):02d}", rng.uniform(0, minute),
                              " ".join(words), " ".join(resp)))
@@ -212,6 +211,14 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
     write_table(out / "suspects.parquet", pa.Table.from_pylist(sus, schema=schema.SUSPECTS), schema.SUSPECTS)
     (out / "truth.json").write_text(json.dumps(dataclasses.asdict(truth), indent=1, sort_keys=True))
     return truth, {"records": len(rows), "chars": sum(len(r["prompt_text"]) + len(r["response_text"]) for r in rows)}
+
+
+def _tokens(text: str) -> list[str]:
+    """The matcher's own tokens of ``text`` (shuffling these leaves no shared run of two tokens)."""
+    from forensics.match.fingerprint import tokenize
+
+    tk = tokenize(text)
+    return [text[a:b] for a, b in zip(tk.start.tolist(), tk.end.tolist())]
 
 
 def _exclusive(rng: random.Random, overlap: Overlap, text: Any, length: int, tries: int = 50) -> list[str]:

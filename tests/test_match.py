@@ -245,10 +245,35 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     a = _outputs(case)
     match(case, config(workers=1))
     assert _outputs(case) == a
-    monkeypatch.setattr(match_mod, "INLINE_ROWS", 0)
+    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
     match(case, config(workers=2, batch_rows=8))
     assert _outputs(case) == a
     assert len(cross(first.findings)) >= 5
+
+
+def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(20)
+    licence = " ".join(words(rng, 60))
+    rows = [exchange(f"t{i}", f"tenant{i}", i, prompt=f"{' '.join(words(rng, 40))} {licence}") for i in range(8)]
+    rows += _mixed_rows(rng, 30)
+    rows.append(exchange("b1", "bolt", 100, prompt="hi", response=f"{licence} {' '.join(words(rng, 10))}"))
+    case = make_case(tmp_path / "case", rows, ["b1", "s0", "s1"], row_group_rows=8)
+    match(case, config(batch_rows=4))
+    expected = _outputs(case)
+    monkeypatch.setattr(match_mod, "COMPACT_ENTRIES", 1)
+    monkeypatch.setattr(match_mod, "PRUNE_HITS", 1)
+    result = match(case, config(batch_rows=4))
+    assert _outputs(case) == expected
+    assert result.report["searched"]["kgram_hits_kept_after_rarity_and_own_context"] > 0
+
+
+def _mixed_rows(rng: np.random.Generator, n: int) -> list[dict]:
+    docs = [" ".join(words(rng, 80)) for _ in range(n)]
+    rows = [exchange(f"r{i:03d}", f"tenant{i % 5}", 10 + i, prompt=docs[i]) for i in range(n)]
+    for j in range(2):
+        rows.append(exchange(f"s{j}", "zeta", 60 + j, prompt="p",
+                             response=" ".join(words(rng, 10) + docs[3 + j].split()[10:40] + words(rng, 10))))
+    return rows
 
 
 def test_evidence_files_follow_the_contract(tmp_path: Path) -> None:

@@ -55,8 +55,13 @@ CSV_COLUMNS = (
     "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
 )
 
-#: Below this many exchanges the pass runs in-process (pool start-up costs more than it saves).
-INLINE_ROWS = 2000
+#: Below this much (uncompressed) exchanges data the pass runs in-process: starting worker
+#: processes costs about half a second, the time one core needs to scan some 30 MB of text.
+INLINE_BYTES = 32 << 20
+
+#: Holder entries and hits buffered before common k-grams are retired (bounds memory, not results).
+COMPACT_ENTRIES = 4_000_000
+PRUNE_HITS = 2_000_000
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
 
@@ -197,15 +202,19 @@ def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter |
     """Scan every record, in this process or on a pool of workers that each read whole row groups."""
     meta = pq.ParquetFile(path).metadata
     rows = meta.num_rows
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     workers = p.workers or (os.cpu_count() or 1)
     task = reporter(progress).task("match: streaming prompts and responses", rows)
     try:
-        if workers <= 1 or rows < INLINE_ROWS or meta.num_row_groups < 2:
+        if workers <= 1 or size < INLINE_BYTES or meta.num_row_groups < 2:
             for batch in _batches(path, p.batch_rows):
                 yield scanner.scan_batch(batch)
                 task.advance(len(batch["request_id"]))
             return
-        ctx = multiprocessing.get_context("spawn")
+        # forkserver: workers fork from a clean server that has imported the matcher once
+        # (no fork of this possibly threaded process, no re-import per worker).
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["forensics.match"])
         starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
         with ctx.Pool(min(workers, meta.num_row_groups), initializer=init_worker, initargs=(scanner,)) as pool:
             jobs = [(pool.apply_async(scan_row_group, (str(path), rg, int(starts[rg]), p.batch_rows)),
@@ -217,21 +226,42 @@ def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter |
         task.close()
 
 
-class _Holders:
-    """Which tenant held each target k-gram, first seen when: unique (gid, tenant), min time."""
+Holders = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
-    def __init__(self) -> None:
+
+class _Holders:
+    """Which tenant held each target k-gram, first seen when: unique (gid, tenant), min time.
+
+    Memory stays bounded as the corpus grows: at each compaction, a k-gram already held by more
+    than ``max_tenants`` tenants before the earliest deadline of the targets containing it is
+    common for every one of them; it is marked in ``common`` and its entries (and, in
+    :func:`match`, its hits) are dropped.
+    """
+
+    def __init__(self, index: TargetIndex, p: MatchParams) -> None:
+        n = index.kgram_count
+        self.n = n
+        self.cap = p.max_tenants
+        self.common = np.zeros(n, dtype=bool)
+        deadline = np.array([t.deadline_us for t in index.targets], dtype=np.int64)
+        self.min_deadline = (np.minimum.reduceat(deadline[index.occ_target], index.occ_start[:-1])
+                             if n else np.zeros(0, np.int64))
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending = 0
+        self.compacted = 0
 
     def add(self, g: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+        """Record that tenant ``t`` held k-gram ``g`` at time ``w`` (element-wise)."""
         if len(g):
             self.parts.append((g, t, w))
             self.pending += len(g)
-            if self.pending > 4_000_000:
-                self._compact()
+            if self.pending > max(COMPACT_ENTRIES, 2 * self.compacted):
+                self.compact()
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
+        """Keep one entry per (k-gram, tenant) with its first time; retire common k-grams."""
+        if not self.parts:
+            return
         g = np.concatenate([x[0] for x in self.parts])
         t = np.concatenate([x[1] for x in self.parts])
         w = np.concatenate([x[2] for x in self.parts])
@@ -239,27 +269,28 @@ class _Holders:
         g, t, w = g[order], t[order], w[order]
         first = np.ones(len(g), dtype=bool)
         first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
-        self.parts = [(g[first], t[first], w[first])]
-        self.pending = int(first.sum())
+        g, t, w = g[first], t[first], w[first]
+        early = (t >= 0) & (w < self.min_deadline[g])
+        self.common |= np.bincount(g[early], minlength=self.n) > self.cap
+        keep = ~self.common[g]
+        self.parts = [(g[keep], t[keep], w[keep])]
+        self.pending = self.compacted = int(keep.sum())
 
-    def finish(self, n_gids: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """CSR start per gid, tenant codes and first times, sorted by (gid, tenant)."""
-        if self.parts:
-            self._compact()
-            g, t, w = self.parts[0]
-        else:
-            g = t = w = np.zeros(0, np.int64)
-        start = np.searchsorted(g, np.arange(n_gids + 1))
-        return start, t, w
+    def finish(self) -> Holders:
+        """CSR start per gid, tenant codes and first times sorted by (gid, tenant), and the common mask."""
+        self.compact()
+        g, t, w = self.parts[0] if self.parts else (np.zeros(0, np.int64),) * 3
+        start = np.searchsorted(g, np.arange(self.n + 1))
+        return start, t, w, self.common
 
 
-def _pair_evidence(index: TargetIndex, holders: tuple[np.ndarray, np.ndarray, np.ndarray], t: np.ndarray,
+def _pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
                    g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
 
     "Then" is before the target response completed; "held by its tenant" is before it was sent.
     """
-    start, h_tenant, h_time = holders
+    start, h_tenant, h_time, common = holders
     n = start[g + 1] - start[g]
     seg = np.repeat(np.arange(len(g)), n)
     first = np.cumsum(n) - n
@@ -269,18 +300,19 @@ def _pair_evidence(index: TargetIndex, holders: tuple[np.ndarray, np.ndarray, np
     deadline = np.array([x.deadline_us for x in index.targets], dtype=np.int64)
     received = np.array([x.received_us for x in index.targets], dtype=np.int64)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
-    then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g))
+    then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g)).astype(np.float64)
+    then[common[g]] = np.inf
     own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
     tenant_held = np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0
     return then, own_prompt, tenant_held
 
 
 def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None]],
-                 holders: tuple[np.ndarray, np.ndarray, np.ndarray], path: Path,
+                 holders: Holders, path: Path,
                  progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
     """Drop hits on common or own-context k-grams, then align what is left, reading only those texts."""
     if len(hits) == 0:
-        return [], {"hits": 0, "informative_hits": 0, "texts_verified": 0}
+        return [], {"informative_hits": 0, "texts_verified": 0}
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
     n_gids = max(index.kgram_count, 1)
     pairs, inverse = np.unique(hits[:, 0] * n_gids + g, return_inverse=True)
@@ -310,7 +342,7 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
             task.advance(1)
     finally:
         task.close()
-    return cands, {"hits": int(len(hits)), "informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+    return cands, {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
 
 
 def _fetch_rows(path: Path, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
@@ -331,10 +363,10 @@ def _fetch_rows(path: Path, rows: list[int]) -> Iterator[tuple[int, tuple[str, s
             pos = end
 
 
-def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tuple[np.ndarray, np.ndarray, np.ndarray],
+def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
                       p: MatchParams) -> list[dict[str, Any]]:
     """Rarity, own context and tier of every candidate; the best finding per (target, source, kind)."""
-    start, h_tenant, h_time = holders
+    start, h_tenant, h_time, common_mask = holders
     k = p.k
     best: dict[tuple[int, str, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
     regions: dict[tuple[int, str, str], int] = {}
@@ -354,7 +386,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: tu
             # Text the recipient's tenant already held when it sent the request is not news to it.
             own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
                                minlength=len(g)) > 0
-        common = holders_then > p.max_tenants
+        common = (holders_then > p.max_tenants) | common_mask[g]
         informative = ~own & ~common
         weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
         rarity = float(weight.mean()) if len(weight) else 0.0
@@ -429,18 +461,28 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     targets, info = _load_targets(c, p)
     index = TargetIndex(targets, p.k)
     scanner = Scanner(index, p)
-    holders = _Holders()
+    holders = _Holders(index, p)
     hits: list[np.ndarray] = []
+    n_hits = pending = 0
     sources: dict[int, tuple[str, str | None]] = {}
     stats: dict[str, int] = {}
     for res in _run_pass(scanner, c.table_path("exchanges"), p, progress):
         holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
         hits.append(res.hits)
+        n_hits += len(res.hits)
+        pending += len(res.hits)
         sources.update(res.sources)
         for key, v in res.stats.items():
             stats[key] = stats.get(key, 0) + v
-    held = holders.finish(index.kgram_count)
+        if pending > max(PRUNE_HITS, sum(len(h) for h in hits) // 2):
+            # Hits on k-grams that are already common can never become evidence: drop them now.
+            holders.compact()
+            h = np.concatenate(hits)
+            hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]]]
+            pending = 0
+    held = holders.finish()
     all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), np.int64)
+    stats["hits"] = n_hits
     cands, vstats = _verify_hits(index, p, all_hits, sources, held, c.table_path("exchanges"), progress)
     stats.update(vstats)
     rows = _score_candidates(cands, targets, held, p)
