@@ -188,6 +188,7 @@ EVIDENCE = pa.schema(
         pa.field("rarity", pa.float64()),  # 1.0 = every matched k-gram unique to the source tenant
         pa.field("informative_tokens", pa.int64()),  # matched tokens neither own context nor common text
         pa.field("regions", pa.int64()),  # separate matching regions of this pair (the row shows the best)
+        pa.field("other_source_requests", pa.int64()),  # more requests of the source tenant holding this passage
     ]
 )
 

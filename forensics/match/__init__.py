@@ -53,6 +53,7 @@ CSV_COLUMNS = (
     "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
     "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
     "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
+    "other_source_requests",
 )
 
 #: Below this much (uncompressed) exchanges data the pass runs in-process: starting worker
@@ -188,7 +189,7 @@ def scan_row_group(path: str, rg: int, row0: int, batch_rows: int) -> BatchResul
 def _merge(parts: list[BatchResult]) -> BatchResult:
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
     stats: dict[str, int] = {}
-    sources: dict[int, tuple[str, str | None]] = {}
+    sources: dict[int, tuple[str, str | None, int]] = {}
     for r in parts:
         sources.update(r.sources)
         for key, v in r.stats.items():
@@ -307,7 +308,7 @@ def _pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
     return then, own_prompt, tenant_held
 
 
-def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None]],
+def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                  holders: Holders, path: Path,
                  progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
     """Drop hits on common or own-context k-grams, then align what is left, reading only those texts."""
@@ -332,13 +333,12 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
         bounds = {int(r): (int(a), int(b)) for r, a, b in zip(rows, lo, hi)}
         for row, texts in _fetch_rows(path, rows.tolist()):
             sel = kept[bounds[row][0] : bounds[row][1]]
-            rid, tenant = sources[row]
             for kind_no in np.unique(sel[:, 3]).tolist():
                 ks = sel[sel[:, 3] == kind_no]
                 tk = tokenize(texts[kind_no])
                 for t in np.unique(ks[:, 0]).tolist():
                     ts = ks[ks[:, 0] == t]
-                    cands.extend(verify(index, p, t, rid, tenant, KINDS[kind_no], tk, ts[:, 1], ts[:, 4]))
+                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], tk, ts[:, 1], ts[:, 4]))
             task.advance(1)
     finally:
         task.close()
@@ -406,6 +406,8 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         key = (c.target, c.source_request_id, c.source_kind)
         regions[key] = regions.get(key, 0) + 1
         rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, c.recipient_start, c.source_start)
+        pair_rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, -c.source_received_us, c.source_request_id,
+                     c.source_kind)
         if key in best and best[key][0] <= rank:
             continue
         fid_key = "\x1f".join(map(str, (tgt.request_id, c.source_request_id, c.source_kind, c.recipient_start,
@@ -430,13 +432,46 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
             "rarity": round(rarity, 4),
             "informative_tokens": info_tokens,
             "control": tgt.control,
+            "_rank": pair_rank,
         })
     rows = []
     for key, (_, row) in best.items():
         row["regions"] = regions[key]
         rows.append(row)
+    rows = _collapse_same_tenant_copies(rows)
     rows.sort(key=lambda r: (r["recipient_request_id"], r["source_request_id"], r["source_kind"], r["recipient_start"]))
     return rows
+
+
+def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per passage and source tenant: a tenant that sent the same text in several requests
+    (every turn of a conversation resends it) exposed it once.
+
+    Among rows of one recipient and one source tenant whose recipient spans overlap by at least
+    half of the shorter span, the best is kept (tier, informative tokens, score, then the most
+    recent source: stale pages are the latest occupant's); ``other_source_requests`` counts the rest.
+    """
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["recipient_request_id"], r["source_tenant_id"]), []).append(r)
+    out = []
+    for group in groups.values():
+        kept: list[dict[str, Any]] = []
+        for r in sorted(group, key=lambda r: r["_rank"]):
+            for k in kept:
+                overlap = min(r["recipient_end"], k["recipient_end"]) - max(r["recipient_start"], k["recipient_start"])
+                shorter = min(r["recipient_end"] - r["recipient_start"], k["recipient_end"] - k["recipient_start"])
+                if overlap * 2 >= shorter:
+                    k["other_source_requests"] += 1
+                    break
+            else:
+                r["other_source_requests"] = 0
+                kept.append(r)
+        out.extend(kept)
+    for r in out:
+        del r["_rank"]
+    out.sort(key=lambda r: (r["recipient_request_id"], r["source_request_id"], r["source_kind"], r["recipient_start"]))
+    return out
 
 
 def _csv_text(rows: list[dict[str, Any]]) -> str:
@@ -464,7 +499,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     holders = _Holders(index, p)
     hits: list[np.ndarray] = []
     n_hits = pending = 0
-    sources: dict[int, tuple[str, str | None]] = {}
+    sources: dict[int, tuple[str, str | None, int]] = {}
     stats: dict[str, int] = {}
     for res in _run_pass(scanner, c.table_path("exchanges"), p, progress):
         holders.add(res.holder_gid, res.holder_tenant, res.holder_time)

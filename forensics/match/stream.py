@@ -43,6 +43,7 @@ class Candidate:
     source_request_id: str
     source_tenant_id: str | None
     source_kind: str
+    source_received_us: int
     tok_start: int  # target token span, end exclusive
     tok_end: int
     recipient_start: int  # character offsets
@@ -64,7 +65,7 @@ class BatchResult:
     holder_tenant: np.ndarray
     holder_time: np.ndarray
     hits: np.ndarray  # int64 rows (target, target position, source row, kind, source position, source tenant code)
-    sources: dict[int, tuple[str, str | None]]  # source row -> (request id, tenant id), rows with hits only
+    sources: dict[int, tuple[str, str | None, int]]  # source row -> (request id, tenant id, received), rows with hits
     stats: dict[str, int]
 
 
@@ -144,12 +145,13 @@ class Scanner:
                 ok &= self.t_node[tgt] == node[st]
             hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]],
                              code[st[ok]]], axis=1) if ok.any() else hits
-        sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]]) for r in np.unique(hits[:, 2])}
+        sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]],
+                            int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
                            h_time if len(h_time) else empty, hits, sources, stats)
 
 
-def verify(index: TargetIndex, p: MatchParams, t: int, source_request_id: str, source_tenant: str | None,
+def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
            kind: str, tk: Any, q: np.ndarray, s: np.ndarray) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster."""
     out: list[Candidate] = []
@@ -168,7 +170,8 @@ def verify(index: TargetIndex, p: MatchParams, t: int, source_request_id: str, s
         seen.add((a0, a1, b0, b1))
         kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
-            target=t, source_request_id=source_request_id, source_tenant_id=source_tenant, source_kind=kind,
+            target=t, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
+            source_kind=kind,
             tok_start=a0, tok_end=a1,
             recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
             source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),

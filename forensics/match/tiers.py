@@ -3,11 +3,14 @@
 Tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
 
 ``confirmed``  R1: score >= confirm_score, informative tokens >= confirm_tokens, rarity >= confirm_rarity.
-``probable``   R2: score >= probable_score, informative tokens >= min_tokens and an exact run of
+``probable``   (all need rarity >= probable_rarity: a match that is mostly common text is none)
+               R2: score >= probable_score, informative tokens >= min_tokens and an exact run of
                >= min_run tokens (short matches of ordinary phrases rarely hold 8 identical tokens);
-               R2b: a damaged passage: score >= damaged_score and informative tokens >= confirm_tokens;
-               R3: the suspect carries the engine's own signature of the bug, score >= probable_score
-               and informative tokens >= k (one whole rare k-gram).
+               R2b: a damaged passage: score >= damaged_score, informative tokens >= confirm_tokens
+               and rarity >= confirm_rarity;
+               R3: the suspect carries the engine's own signature of the bug (its response was built
+               from another request's pages), so a short match is enough: score >= probable_score,
+               informative tokens >= k (one whole k-gram) and rarity >= signature_rarity.
                Anything weaker is not a finding.
 
 *Informative* tokens are matched tokens not covered by a matched k-gram that is own context (in
@@ -33,8 +36,10 @@ class MatchParams:
     confirm_tokens: int = 12  # informative matched tokens for a confirmed finding
     confirm_score: float = 90.0
     probable_score: float = 70.0
-    min_run: int = 8  # identical consecutive tokens a short (R2) finding must contain
-    damaged_score: float = 80.0  # score for a long finding with no long exact run (R2b)
+    min_run: int = 8  # identical consecutive tokens a short (R2, R3) finding must contain
+    probable_rarity: float = 0.25  # a probable finding must not be mostly common text
+    damaged_score: float = 85.0  # score for a long finding with no long exact run (R2b)
+    signature_rarity: float = 0.75  # rarity for a short finding on an engine-signature suspect (R3)
     confirm_rarity: float = 0.5
     max_tenants: int = 3  # a k-gram held by more tenants than this is common text
     lookback_minutes: float = 0.0  # 0 = off: every earlier record is searched
@@ -55,7 +60,8 @@ class MatchParams:
 
 _INT_KEYS = {"k": 2, "min_tokens": 1, "min_run": 1, "confirm_tokens": 1, "max_tenants": 1, "control_size": 0, "seed": 0,
              "margin": 0, "gap": 1, "workers": 0, "batch_rows": 1}
-_FLOAT_KEYS = {"confirm_score": (0, 100), "probable_score": (0, 100), "damaged_score": (0, 100), "confirm_rarity": (0, 1), "lookback_minutes": (0, None)}
+_FLOAT_KEYS = {"confirm_score": (0, 100), "probable_score": (0, 100), "damaged_score": (0, 100), "confirm_rarity": (0, 1),
+               "probable_rarity": (0, 1), "signature_rarity": (0, 1), "lookback_minutes": (0, None)}
 _BOOL_KEYS = {"same_decode_node"}
 KEYS = tuple(f.name for f in dataclasses.fields(MatchParams))
 
@@ -99,11 +105,15 @@ def assign_tier(score: float, informative: int, rarity: float, longest_run: int,
     if score >= p.confirm_score and informative >= p.confirm_tokens and rarity >= p.confirm_rarity:
         return "confirmed", (f"R1: score>={p.confirm_score:g}, informative_tokens>={p.confirm_tokens}, "
                              f"rarity>={p.confirm_rarity:g}")
+    if rarity < p.probable_rarity:
+        return None
     if score >= p.probable_score and informative >= p.min_tokens and longest_run >= p.min_run:
         return "probable", (f"R2: score>={p.probable_score:g}, informative_tokens>={p.min_tokens}, "
-                            f"longest_run>={p.min_run}")
-    if score >= p.damaged_score and informative >= p.confirm_tokens:
-        return "probable", f"R2b: damaged passage, score>={p.damaged_score:g}, informative_tokens>={p.confirm_tokens}"
-    if engine_signature and score >= p.probable_score and informative >= p.k:
-        return "probable", f"R3: engine signature, score>={p.probable_score:g}, informative_tokens>={p.k}"
+                            f"longest_run>={p.min_run}, rarity>={p.probable_rarity:g}")
+    if score >= p.damaged_score and informative >= p.confirm_tokens and rarity >= p.confirm_rarity:
+        return "probable", (f"R2b: damaged passage, score>={p.damaged_score:g}, informative_tokens>={p.confirm_tokens}, "
+                            f"rarity>={p.confirm_rarity:g}")
+    if engine_signature and score >= p.probable_score and informative >= p.k and rarity >= p.signature_rarity:
+        return "probable", (f"R3: engine signature, score>={p.probable_score:g}, informative_tokens>={p.k}, "
+                            f"rarity>={p.signature_rarity:g}")
     return None
