@@ -109,9 +109,12 @@ def test_boilerplate_of_many_tenants_is_not_exposure_but_a_rare_passage_is(tmp_p
     rows.append(exchange("b1", "bolt", 10, prompt="hi", response=f"{licence} and then {secret}"))
     result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
     assert {f["source_request_id"] for f in cross(result.findings)} == {"a1"}
-    assert match(make_case(tmp_path / "c2", rows, ["b1"]), config(max_tenants=6)).findings  # cap is a parameter
-    with_cap = {f["source_request_id"] for f in match(tmp_path / "c2", config(max_tenants=6)).findings}
-    assert with_cap == {"a1"} | {f"t{i}" for i in range(6)}
+    # The cap is a parameter; even under it, text six tenants held is too common for a probable finding...
+    assert {f["source_request_id"] for f in match(tmp_path / "case", config(max_tenants=6)).findings} == {"a1"}
+    # ...unless the rarity floor is lowered too: then every holder is a (low-rarity) source.
+    low = match(tmp_path / "case", config(max_tenants=6, probable_rarity=0.1)).findings
+    assert {f["source_request_id"] for f in low} == {"a1"} | {f"t{i}" for i in range(6)}
+    assert all(f["rarity"] == pytest.approx(1 / 6, abs=1e-3) for f in low if f["source_request_id"] != "a1")
 
 
 def test_text_in_recipients_own_prompt_explains_itself(tmp_path: Path) -> None:
@@ -201,6 +204,26 @@ def test_engine_signature_lifts_a_short_rare_match_to_probable(tmp_path: Path) -
             exchange("b2", "bolt", 6, prompt="y", response=" ".join(words(rng, 10)) + f" {frag} " + " ".join(words(rng, 10)))]
     result = match(make_case(tmp_path / "case", rows, ["b1", "b2"], engine_signature=("b2",)), config())
     assert [(f["recipient_request_id"], f["tier"], f["tier_rule"][:2]) for f in result.findings] == [("b2", "probable", "R3")]
+
+
+def test_engine_signature_does_not_lift_a_short_phrase_two_tenants_sent(tmp_path: Path) -> None:
+    rng = np.random.default_rng(21)
+    phrase = " ".join(words(rng, 6))
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
+            exchange("c1", "cato", 1, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
+            exchange("b2", "bolt", 6, prompt="y", response=" ".join(words(rng, 10)) + f" {phrase} " + " ".join(words(rng, 10)))]
+    result = match(make_case(tmp_path / "case", rows, ["b2"], engine_signature=("b2",)), config())
+    assert result.findings == []
+
+
+def test_a_passage_resent_in_several_requests_is_one_finding(tmp_path: Path) -> None:
+    rng = np.random.default_rng(22)
+    passage = " ".join(words(rng, 40))
+    turns = [exchange(f"a{i}", "acme", i, prompt=f"{' '.join(words(rng, 10 * (i + 1)))} {passage}") for i in range(3)]
+    rows = turns + [exchange("b1", "bolt", 10, prompt="hi", response=f"Well: {passage}")]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    f = only(result.findings, "b1", "a2")  # the most recent request that held it
+    assert f["other_source_requests"] == 2 and len(result.findings) == 1
 
 
 def test_control_sample_counts_false_positives_and_never_writes_them(tmp_path: Path) -> None:
