@@ -41,7 +41,7 @@ class MatchParams:
     damaged_score: float = 85.0  # score for a long finding with no long exact run (R2b)
     signature_rarity: float = 0.75  # rarity for a short finding on an engine-signature suspect (R3)
     confirm_rarity: float = 0.5
-    max_tenants: int = 3  # a k-gram held by more tenants than this is common text
+    max_tenants: int = 2  # a k-gram held by more tenants than this is common text
     lookback_minutes: float = 0.0  # 0 = off: every earlier record is searched
     same_decode_node: bool = False  # search only records decoded on the suspect's decode node
     control_size: int = 200  # non-suspect responses matched as a false-positive control
