@@ -22,11 +22,11 @@ tokens/s (both cores and per core) and peak RSS of the main process and of a wor
 from __future__ import annotations
 
 import argparse
+import os
 import dataclasses
 import datetime as dt
 import json
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -260,19 +260,58 @@ def _damage(rng: random.Random, words: list[str], rate: float, answers: list[str
     return out
 
 
-def run_child(case: Path, workers: int) -> dict[str, Any]:
-    """Run the match stage in a fresh process; its time and peak RSS (main and workers)."""
+def run_child(case: Path, workers: int, repeat: int = 2) -> dict[str, Any]:
+    """Run the match stage in a fresh process (best of ``repeat``): time and peak RSS of main and workers.
+
+    With ``workers`` > 1 the worker pool is used even below the in-process size threshold, so
+    the figures are those of the parallel pass.
+    """
     code = (
-        "import json, resource, sys, time; sys.path.insert(0, %r)\n"
-        "from forensics.match import match; from forensics.config import CaseConfig\n"
-        "t = time.perf_counter(); r = match(__import__('pathlib').Path(%r), CaseConfig(sections={'match': {'workers': %d}}))\n"
-        "s = time.perf_counter() - t\n"
+        "import json, sys, threading, time; sys.path.insert(0, %r)\n"
+        "import psutil\n"
+        "import forensics.match as m; from forensics.config import CaseConfig\n"
+        "m.INLINE_BYTES = 0 if %d > 1 else m.INLINE_BYTES\n"
+        "me = psutil.Process(); peak = {'main': 0, 'worker': 0}; done = threading.Event()\n"
+        "def watch():\n"
+        "    while not done.is_set():\n"
+        "        try:\n"
+        "            peak['main'] = max(peak['main'], me.memory_info().rss)\n"
+        "            for c in me.children(recursive=True):\n"
+        "                peak['worker'] = max(peak['worker'], c.memory_info().rss)\n"
+        "        except psutil.Error:\n"
+        "            pass\n"
+        "        time.sleep(0.02)\n"
+        "threading.Thread(target=watch, daemon=True).start()\n"
+        "t = time.perf_counter(); r = m.match(__import__('pathlib').Path(%r), CaseConfig(sections={'match': {'workers': %d}}))\n"
+        "s = time.perf_counter() - t; done.set()\n"
         "print(json.dumps({'seconds': s, 'tokens': r.report['searched']['tokens'],"
-        " 'rss_main_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,"
-        " 'rss_worker_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n"
-    ) % (str(REPO), str(case), workers)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+        " 'rss_main_mb': peak['main'] / 2**20, 'rss_worker_mb': peak['worker'] / 2**20}))\n"
+    ) % (str(REPO), workers, str(case), workers)
+    best: dict[str, Any] = {}
+    for _ in range(repeat):
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        run = json.loads(res.stdout.strip().splitlines()[-1])
+        if not best or run["seconds"] < best["seconds"]:
+            best = run
+    return best
+
+
+def simulated(corpus: Path, work: Path, seed: int) -> dict[str, Any]:
+    """The whole pipeline on a simulated incident (forensics.simulate), scored by forensics.evaluate."""
+    from forensics.evaluate import evaluate
+    from forensics.run import run
+    from forensics.simulate import simulate
+
+    sim = work / f"sim{seed}"
+    simulate(sim, seed=seed, scale="medium", corpus=corpus)
+    result = run(sim / "case.toml", work / f"sim{seed}-report")
+    report_dir = next(p for p in (work / f"sim{seed}-report").iterdir() if p.is_dir())
+    ev = evaluate(sim / "truth.json", report_dir).to_json()
+    match_json = json.loads((result.case_dir / "match.json").read_text())
+    runs = {w: run_child(result.case_dir, w) for w in (1, 2)}
+    return {"seed": seed, "findings": ev["findings"], "control": match_json["control"],
+            "tokens": match_json["searched"]["tokens"], "runs": runs,
+            "records": match_json["searched"]["records"]}
 
 
 def score(case: Path, truth: Truth) -> dict[str, Any]:
@@ -376,6 +415,8 @@ def main() -> int:
     ap.add_argument("--sub-suspects", type=int, default=20)
     ap.add_argument("--sub-records", type=int, default=150)
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated cases in this folder.")
+    ap.add_argument("--sim-seeds", type=lambda v: [int(x) for x in v.split(",") if x], default=[7, 11],
+                    help="Simulator seeds for the end-to-end check (medium scale); empty to skip.")
     args = ap.parse_args()
     if not args.corpus.is_dir():
         print(f"skipped: no corpus folder at {args.corpus} (pass --corpus)")
@@ -398,10 +439,12 @@ def main() -> int:
         ours_sub_score = score(sub, Truth({s["request_id"]: truth1.positives[s["request_id"]] for s in sus}, {}, {}))
         ex_recall, ex_time = exhaustive(base, sus, truth1)
         lsh_recall, lsh_time, lsh_build = minhash_lsh(base, sus, truth1)
+        sims = [simulated(args.corpus, work, seed) for seed in args.sim_seeds] if args.sim_seeds else []
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end (shared machine)")
     sub_tokens = ours_sub["tokens"]
     print(f"\n(a,b) sub-corpus: {len(sus)} suspects x {len(base)} records ({sub_tokens:,} tokens)")
     print(f"{'method':<44}{'recall':>8}{'seconds':>10}{'ours faster':>13}")
@@ -419,6 +462,11 @@ def main() -> int:
             tps = r["tokens"] / r["seconds"]
             print(f"{sc:>4}x{size['records']:>9}{r['tokens']:>12,}{w:>8}{r['seconds']:>9.2f}{tps:>12,.0f}{tps / w:>12,.0f}"
                   f"{r['rss_main_mb']:>12.0f}{r['rss_worker_mb']:>14.0f}")
+    for sim in sims:
+        for w, r in sim["runs"].items():
+            tps = r["tokens"] / r["seconds"]
+            print(f"{'sim' + str(sim['seed']):>5}{sim['records']:>9}{r['tokens']:>12,}{w:>8}{r['seconds']:>9.2f}{tps:>12,.0f}"
+                  f"{tps / w:>12,.0f}{r['rss_main_mb']:>12.0f}{r['rss_worker_mb']:>14.0f}")
     print("\naccuracy (each scale)")
     for sc, _, _, s in results:
         print(f"  {sc}x: recall 8-15 tokens {s['recall_8_15']:.3f} (n={s['n_8_15']}), 16-64 tokens {s['recall_16_64']:.3f} "
@@ -426,6 +474,15 @@ def main() -> int:
               f"tiers {s['tiers']}), hard-negative findings {s['hard_negative_findings']}/{s['hard_negatives']} "
               f"{s['hard_negative_kinds_hit']}, same-tenant rows {s['same_tenant_rows_found']}, "
               f"control FP rate {s['control_fp_rate']} (n={s['control_size']})")
+    for sim in sims:
+        f = sim["findings"]
+        pairs = f.get("pairs", f)
+        print(f"\n(d) simulator, medium scale, seed {sim['seed']} ({sim['tokens']:,} tokens), whole pipeline, forensics evaluate:")
+        print("  " + json.dumps({k: v for k, v in pairs.items() if not isinstance(v, dict)}, sort_keys=True))
+        for key in ("fragment_recall_by_length", "fragment_recall_by_damage"):
+            print(f"  {key}: " + ", ".join(f"{k} {v['found']}/{v['fragments']}" for k, v in sorted(f.get(key, {}).items())))
+        print(f"  false_positives_by_kind: {json.dumps(f.get('false_positives_by_kind', {}), sort_keys=True)}")
+        print(f"  control: {sim['control']['responses_with_findings']}/{sim['control']['size']} responses with findings")
     return 0
 
 

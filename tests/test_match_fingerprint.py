@@ -118,3 +118,20 @@ def test_alignment_finds_an_embedded_damaged_run() -> None:
     assert al is not None
     assert (al.a_start, al.a_end, al.b_start, al.b_end) == (3, 43, 50, 90)
     assert al.matched == 39 and al.longest_run == 20
+
+
+def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch) -> None:
+    import forensics.match.fingerprint as fp
+
+    texts = ["Crème brûlée at Zoë's café 東京 🎉 " * 5, "", "alpha beta\r\ngamma " * 9, "x", "naïve façade, déjà vu! " * 4]
+    monkeypatch.setattr(fp, "GROUP_CHARS", 23)  # forces groups of pieces and pieces of texts
+    tk, owner, first = fp.tokenize_many(texts)
+    assert len(first) == len(texts) + 1
+    for t, text in enumerate(texts):
+        one = tokenize(text)
+        a, b = first[t], first[t + 1]
+        assert np.array_equal(owner[a:b], np.full(b - a, t))
+        assert np.array_equal(tk.hash[a:b], one.hash)
+        assert np.array_equal(tk.start[a:b], one.start) and np.array_equal(tk.end[a:b], one.end)
+    g, pos = fp.kgrams_many(tk.hash, owner, 3)
+    assert all(owner[p] == owner[p + 2] for p in pos.tolist())

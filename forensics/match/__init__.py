@@ -43,7 +43,7 @@ from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.fingerprint import tokenize
 from forensics.match.stream import (
-    KINDS, BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code, verify,
+    HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code, verify,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -62,7 +62,7 @@ INLINE_BYTES = 32 << 20
 
 #: Holder entries and hits buffered before common k-grams are retired (bounds memory, not results).
 COMPACT_ENTRIES = 4_000_000
-PRUNE_HITS = 2_000_000
+PRUNE_HITS = 500_000
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
 
@@ -194,7 +194,7 @@ def _merge(parts: list[BatchResult]) -> BatchResult:
         sources.update(r.sources)
         for key, v in r.stats.items():
             stats[key] = stats.get(key, 0) + v
-    hits = np.concatenate([r.hits for r in parts]) if parts else np.zeros((0, 6), np.int64)
+    hits = np.concatenate([r.hits for r in parts]) if parts else np.zeros((0, 5), HIT_DTYPE)
     return BatchResult(cat([r.holder_gid for r in parts]), cat([r.holder_tenant for r in parts]),
                        cat([r.holder_time for r in parts]), hits, sources, stats)
 
@@ -316,11 +316,13 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
         return [], {"informative_hits": 0, "texts_verified": 0}
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
     n_gids = max(index.kgram_count, 1)
-    pairs, inverse = np.unique(hits[:, 0] * n_gids + g, return_inverse=True)
+    pairs, inverse = np.unique(hits[:, 0].astype(np.int64) * n_gids + g, return_inverse=True)
     inverse = inverse.reshape(-1)
     then, own_prompt, tenant_held = _pair_evidence(index, holders, pairs // n_gids, pairs % n_gids)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
-    same = hits[:, 5] == codes[hits[:, 0]]
+    rows_all = np.unique(hits[:, 2])
+    row_code = np.array([tenant_code(sources[int(r)][1]) for r in rows_all], dtype=np.int64)
+    same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
     kept = hits[keep]
     kept = kept[np.lexsort((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
@@ -356,7 +358,7 @@ def _fetch_rows(path: Path, rows: list[int]) -> Iterator[tuple[int, tuple[str, s
         if len(inside) == 0:
             continue
         pos = lo
-        for b in pf.iter_batches(batch_size=256, row_groups=[rg], columns=["prompt_text", "response_text"]):
+        for b in pf.iter_batches(batch_size=16, row_groups=[rg], columns=["prompt_text", "response_text"]):
             end = pos + b.num_rows
             for r in inside[(inside >= pos) & (inside < end)].tolist():
                 yield r, (b.column(0)[r - pos].as_py() or "", b.column(1)[r - pos].as_py() or "")
@@ -516,7 +518,8 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
             hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]]]
             pending = 0
     held = holders.finish()
-    all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), np.int64)
+    pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
+    all_hits = np.concatenate(hits) if hits else np.zeros((0, 5), HIT_DTYPE)
     stats["hits"] = n_hits
     cands, vstats = _verify_hits(index, p, all_hits, sources, held, c.table_path("exchanges"), progress)
     stats.update(vstats)

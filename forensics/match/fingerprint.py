@@ -50,8 +50,8 @@ SPACE, WORD, PUNCT, IDEO = 0, 1, 2, 3
 
 _lock = threading.Lock()
 _known = np.zeros(_SIZE, dtype=bool)  # original code point already mapped
-_explen = np.zeros(_SIZE, dtype=np.int64)  # how many normalised code points it becomes
-_expoff = np.zeros(_SIZE, dtype=np.int64)  # where they start in _pool
+_explen = np.zeros(_SIZE, dtype=np.uint8)  # how many normalised code points it becomes
+_expoff = np.zeros(_SIZE, dtype=np.uint32)  # where they start in _pool
 _pool_list: list[int] = []
 _pool = np.zeros(0, dtype=np.uint32)
 _cls = np.zeros(_SIZE, dtype=np.uint8)  # class of a normalised code point
@@ -160,7 +160,8 @@ def tokenize(text: str | None) -> Tokens:
     """Tokens of ``text`` with their original character offsets and stable hashes."""
     if not text:
         return _EMPTY
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.int64)
+    # Small dtypes throughout: a megabyte prompt costs tens of bytes per character, not hundreds.
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     unknown = ~_known[cps]
     if unknown.any():
         _fill(np.unique(cps[unknown]))
@@ -174,9 +175,9 @@ def tokenize(text: str | None) -> Tokens:
         # Expand characters that normalise to several code points (or to none).
         n = len(cps)
         back = np.repeat(np.arange(n, dtype=np.int64), lens)
-        first = np.cumsum(lens) - lens
+        first = np.cumsum(lens, dtype=np.int64) - lens
         within = np.arange(len(back), dtype=np.int64) - first[back]
-        mapped = pool[offs[back] + within]
+        mapped = pool[offs[back].astype(np.int64) + within]
     if len(mapped) == 0:
         return _EMPTY
     cls = _cls[mapped]
@@ -220,8 +221,21 @@ def unicode_version() -> str:
     return unicodedata.unidata_version
 
 
-#: Texts are tokenized together in groups of about this many characters (one array pass per group).
-GROUP_CHARS = 4_000_000
+#: Texts are tokenized together in groups of about this many characters (one array pass per
+#: group); longer texts are cut at white space into pieces of this size (about 40 MB of arrays).
+GROUP_CHARS = 1_000_000
+
+
+def _pieces(text: str, size: int) -> list[tuple[int, str]]:
+    """``text`` cut into pieces of at most ``size`` characters, each cut just after white space."""
+    out, start = [], 0
+    while len(text) - start > size:
+        cut = max(text.rfind(" ", start, start + size), text.rfind("\n", start, start + size))
+        cut = start + size if cut <= start else cut + 1  # no space in a whole piece: cut anyway
+        out.append((start, text[start:cut]))
+        start = cut
+    out.append((start, text[start:]))
+    return out
 
 
 def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
@@ -232,33 +246,43 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
     ``len(texts) + 1``). Texts are joined with a line feed, which is white space, so no token
     spans two texts; groups are capped at ``GROUP_CHARS`` so memory stays bounded.
     """
+    # Long texts become several pieces (cut at white space, so no token is cut); pieces keep
+    # their text number and offset.
+    pieces: list[str] = []
+    piece_text: list[int] = []
+    piece_offset: list[int] = []
+    for t, text in enumerate(texts):
+        for off, piece in (_pieces(text, GROUP_CHARS) if len(text) > GROUP_CHARS else [(0, text)]):
+            pieces.append(piece)
+            piece_text.append(t)
+            piece_offset.append(off)
+    p_text = np.array(piece_text, dtype=np.int64)
+    p_off = np.array(piece_offset, dtype=np.int64)
     starts, ends, hashes, owners = [], [], [], []
-    first = np.zeros(len(texts) + 1, dtype=np.int64)
     i = 0
-    total = 0
-    while i < len(texts):
+    while i < len(pieces):
         j, size = i, 0
-        while j < len(texts) and (j == i or size + len(texts[j]) + 1 <= GROUP_CHARS):
-            size += len(texts[j]) + 1
+        while j < len(pieces) and (j == i or size + len(pieces[j]) + 1 <= GROUP_CHARS):
+            size += len(pieces[j]) + 1
             j += 1
-        group = texts[i:j]
-        joined = "\n".join(group)
-        tk = tokenize(joined)
-        text_start = np.zeros(len(group), dtype=np.int64)
+        group = pieces[i:j]
+        tk = tokenize("\n".join(group))
+        piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
-            text_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
-        owner = np.searchsorted(text_start, tk.start, side="right") - 1
-        starts.append(tk.start - text_start[owner])
-        ends.append(tk.end - text_start[owner])
+            piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
+        owner = np.searchsorted(piece_start, tk.start, side="right") - 1
+        shift = p_off[owner + i] - piece_start[owner]
+        starts.append(tk.start + shift)
+        ends.append(tk.end + shift)
         hashes.append(tk.hash)
-        owners.append(owner + i)
-        counts = np.bincount(owner, minlength=len(group))
-        first[i + 1 : j + 1] = total + np.cumsum(counts)
-        total += len(tk)
+        owners.append(p_text[owner + i])
         i = j
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
     toks = Tokens(cat(starts, np.int64), cat(ends, np.int64), cat(hashes, np.uint64))
-    return toks, cat(owners, np.int64), first
+    owner_all = cat(owners, np.int64)
+    first = np.zeros(len(texts) + 1, dtype=np.int64)
+    first[1:] = np.cumsum(np.bincount(owner_all, minlength=len(texts)))
+    return toks, owner_all, first
 
 
 def kgrams_many(token_hashes: np.ndarray, token_text: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -64,12 +64,16 @@ class BatchResult:
     holder_gid: np.ndarray
     holder_tenant: np.ndarray
     holder_time: np.ndarray
-    hits: np.ndarray  # int64 rows (target, target position, source row, kind, source position, source tenant code)
+    hits: np.ndarray  # HIT_DTYPE rows (target, target position, source row, kind, source position)
     sources: dict[int, tuple[str, str | None, int]]  # source row -> (request id, tenant id, received), rows with hits
     stats: dict[str, int]
 
 
 KINDS = ("prompt", "response")
+
+#: Hits are the one structure that grows with the corpus (until common k-grams are retired):
+#: 20 bytes each. Positions, rows and target numbers stay far below 2**31.
+HIT_DTYPE = np.int32
 
 
 class Scanner:
@@ -134,7 +138,7 @@ class Scanner:
         # Sources: everything but a suspect's own (leaked) response.
         src = ~((kind[text] == 1) & is_suspect[text])
         pos, gid, text = pos[src], gid[src], text[src]
-        hits = np.zeros((0, 6), np.int64)
+        hits = np.zeros((0, 5), HIT_DTYPE)
         if len(gid):
             which, tgt, tpos = self.index.occurrences(gid)
             st = text[which]
@@ -143,8 +147,9 @@ class Scanner:
                 ok &= when[st] >= self.received[tgt] - self.lookback_us
             if self.p.same_decode_node:
                 ok &= self.t_node[tgt] == node[st]
-            hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]],
-                             code[st[ok]]], axis=1) if ok.any() else hits
+            if ok.any():
+                hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]]],
+                                axis=1).astype(HIT_DTYPE)
         sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]],
                             int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
@@ -218,4 +223,4 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["KINDS", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
+__all__ = ["HIT_DTYPE", "KINDS", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
