@@ -67,6 +67,24 @@ def test_exact_fragment_found_with_offsets_in_both_texts(tmp_path: Path, length:
     assert f["tier_rule"].startswith("R1" if length >= 12 else "R2")
 
 
+def test_fragment_of_a_very_long_prompt_is_verified_in_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(23)
+    doc = words(rng, 30_000)  # ~250,000 characters: verified through a window, not re-tokenized whole
+    frag = " ".join(doc[20_000:20_030])
+    prompt = "<|user|>\n" + "\r\n".join(" ".join(doc[i : i + 50]) for i in range(0, len(doc), 50))
+    response = " ".join(words(rng, 20)) + " " + frag.replace(" ", "  ") + " " + " ".join(words(rng, 20))
+    rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("b1", "bolt", 5, prompt="hi", response=response)]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    f = only(match(case, config()).findings, "b1", "a1")
+    assert len(prompt) > match_mod.WINDOW_MIN_CHARS
+    assert prompt[f["source_start"] : f["source_end"]].split() == frag.split()
+    assert response[f["recipient_start"] : f["recipient_end"]] == frag.replace(" ", "  ")
+    windowed = _outputs(case)
+    monkeypatch.setattr(match_mod, "WINDOW_MIN_CHARS", 10**9)  # whole-text verification gives the same
+    match(case, config())
+    assert _outputs(case) == windowed
+
+
 @pytest.mark.parametrize("length", [16, 32, 64])
 def test_damaged_fragment_found(tmp_path: Path, length: int) -> None:
     rng = np.random.default_rng(100 + length)

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import heapq
@@ -41,9 +42,9 @@ from forensics.config import CaseConfig
 from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.fingerprint import tokenize
+from forensics.match.fingerprint import tokenize_many
 from forensics.match.stream import (
-    HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, scan_in_worker, tenant_code, verify,
+    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, scan_in_worker, tenant_code, verify,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -171,43 +172,43 @@ def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
         row0 += b.num_rows
 
 
-def scan_row_group(path: str, rg: int, row0: int, batch_rows: int) -> BatchResult:
-    """Pool task: read one row group of the exchanges file in this process and scan it.
+def _tasks(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
+    """Consecutive batches grouped into tasks of about ``CHUNK_CHARS`` characters of text."""
+    group: list[dict[str, Any]] = []
+    chars = 0
+    for batch in _batches(path, batch_rows):
+        group.append(batch)
+        chars += sum(len(t or "") for t in batch["prompt_text"]) + sum(len(t or "") for t in batch["response_text"])
+        if chars >= CHUNK_CHARS:
+            yield _join(group)
+            group, chars = [], 0
+    if group:
+        yield _join(group)
 
-    Workers read the Parquet themselves so megabyte prompts never travel between processes.
-    """
-    from forensics.match import stream
 
-    assert stream._WORKER is not None
-    parts = []
-    for b in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, row_groups=[rg], columns=_PASS_COLUMNS):
-        parts.append(stream._WORKER.scan_batch(_batch_dict(b, row0)))
-        row0 += b.num_rows
-    return _merge(parts)
-
-
-def _merge(parts: list[BatchResult]) -> BatchResult:
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    stats: dict[str, int] = {}
-    sources: dict[int, tuple[str, str | None, int]] = {}
-    for r in parts:
-        sources.update(r.sources)
-        for key, v in r.stats.items():
-            stats[key] = stats.get(key, 0) + v
-    hits = np.concatenate([r.hits for r in parts]) if parts else np.zeros((0, 5), HIT_DTYPE)
-    return BatchResult(cat([r.holder_gid for r in parts]), cat([r.holder_tenant for r in parts]),
-                       cat([r.holder_time for r in parts]), hits, sources, stats)
+def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"row0": batches[0]["row0"]}
+    for key in batches[0]:
+        if key != "row0":
+            out[key] = [v for b in batches for v in b[key]]
+    return out
 
 
 def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter | None) -> Iterator[BatchResult]:
-    """Scan every record, in this process or on a pool of workers that each read whole row groups."""
+    """Scan every record, in this process or on a pool of workers.
+
+    This process reads the Parquet and hands each worker a task of about ``CHUNK_CHARS``
+    characters (at most two per worker in flight, so memory stays bounded); decoding is a few
+    per cent of the work, and tasks of equal text size keep both cores busy whatever the row
+    groups look like.
+    """
     meta = pq.ParquetFile(path).metadata
     rows = meta.num_rows
     size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     workers = p.workers or (os.cpu_count() or 1)
     task = reporter(progress).task("match: streaming prompts and responses", rows)
     try:
-        if workers <= 1 or size < INLINE_BYTES or meta.num_row_groups < 2:
+        if workers <= 1 or size < INLINE_BYTES:
             for batch in _batches(path, p.batch_rows):
                 yield scanner.scan_batch(batch)
                 task.advance(len(batch["request_id"]))
@@ -216,11 +217,16 @@ def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter |
         # (no fork of this possibly threaded process, no re-import per worker).
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["forensics.match"])
-        starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        with ctx.Pool(min(workers, meta.num_row_groups), initializer=init_worker, initargs=(scanner,)) as pool:
-            jobs = [(pool.apply_async(scan_row_group, (str(path), rg, int(starts[rg]), p.batch_rows)),
-                     int(starts[rg + 1] - starts[rg])) for rg in range(meta.num_row_groups)]
-            for res, n in jobs:
+        with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
+            pending: collections.deque[tuple[Any, int]] = collections.deque()
+            for job in _tasks(path, p.batch_rows):
+                pending.append((pool.apply_async(scan_in_worker, (job,)), len(job["request_id"])))
+                while len(pending) >= 2 * workers:
+                    res, n = pending.popleft()
+                    yield res.get()
+                    task.advance(n)
+            while pending:
+                res, n = pending.popleft()
                 yield res.get()
                 task.advance(n)
     finally:
@@ -337,10 +343,12 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
             sel = kept[bounds[row][0] : bounds[row][1]]
             for kind_no in np.unique(sel[:, 3]).tolist():
                 ks = sel[sel[:, 3] == kind_no]
-                tk = tokenize(texts[kind_no])
+                text = texts[kind_no]
+                whole = tokenize_many([text])[0] if len(text) <= WINDOW_MIN_CHARS else None
                 for t in np.unique(ks[:, 0]).tolist():
                     ts = ks[ks[:, 0] == t]
-                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], tk, ts[:, 1], ts[:, 4]))
+                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], text, ts[:, 1], ts[:, 4],
+                                        ts[:, 5], whole))
             task.advance(1)
     finally:
         task.close()
@@ -519,7 +527,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
             pending = 0
     held = holders.finish()
     pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
-    all_hits = np.concatenate(hits) if hits else np.zeros((0, 5), HIT_DTYPE)
+    all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
     stats["hits"] = n_hits
     cands, vstats = _verify_hits(index, p, all_hits, sources, held, c.table_path("exchanges"), progress)
     stats.update(vstats)

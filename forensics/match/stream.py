@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from forensics.match.align import align
-from forensics.match.fingerprint import SEED, kgrams_many, tokenize_many
+from forensics.match.fingerprint import SEED, Tokens, kgrams_many, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
 
@@ -64,7 +64,7 @@ class BatchResult:
     holder_gid: np.ndarray
     holder_tenant: np.ndarray
     holder_time: np.ndarray
-    hits: np.ndarray  # HIT_DTYPE rows (target, target position, source row, kind, source position)
+    hits: np.ndarray  # HIT_DTYPE rows (target, target position, source row, kind, source position, source char)
     sources: dict[int, tuple[str, str | None, int]]  # source row -> (request id, tenant id, received), rows with hits
     stats: dict[str, int]
 
@@ -72,8 +72,11 @@ class BatchResult:
 KINDS = ("prompt", "response")
 
 #: Hits are the one structure that grows with the corpus (until common k-grams are retired):
-#: 20 bytes each. Positions, rows and target numbers stay far below 2**31.
+#: 24 bytes each. Positions, rows and target numbers stay far below 2**31.
 HIT_DTYPE = np.int32
+
+#: Characters of text tokenized at once by the streaming pass (bounds its memory).
+CHUNK_CHARS = 4_000_000
 
 
 class Scanner:
@@ -91,7 +94,26 @@ class Scanner:
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
 
     def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
-        """Hash and probe every text of one batch of exchanges; keep holders and source hits.
+        """Scan one batch of exchanges in chunks of at most ``CHUNK_CHARS`` characters of text.
+
+        A chunk's token arrays cost about 40 bytes per token, so a batch of megabyte prompts is
+        cut into chunks (a single longer record is a chunk of its own).
+        """
+        sizes = [len(a or "") + len(b or "") for a, b in zip(batch["prompt_text"], batch["response_text"])]
+        parts, lo = [], 0
+        while lo < len(sizes):
+            hi, total = lo, 0
+            while hi < len(sizes) and (hi == lo or total + sizes[hi] <= CHUNK_CHARS):
+                total += sizes[hi]
+                hi += 1
+            chunk = {key: (v[lo:hi] if isinstance(v, list) else v) for key, v in batch.items()}
+            chunk["row0"] = batch["row0"] + lo
+            parts.append(self._scan_chunk(chunk))
+            lo = hi
+        return merge(parts)
+
+    def _scan_chunk(self, batch: dict[str, Any]) -> BatchResult:
+        """Hash and probe every text of one chunk of exchanges; keep holders and source hits.
 
         The batch's texts are tokenized together (a few array passes, whatever their number).
         Verification waits until the pass is over: only then is it known which k-grams are
@@ -126,6 +148,7 @@ class Scanner:
         gpos = kpos[pos]
         text = owner[gpos]
         timed = when[text] != NO_TIME
+        chars = tk.start[gpos][timed]  # where each hit k-gram starts in its text (for verification windows)
         pos, gid, text = gpos[timed] - first[text[timed]], gid[timed], text[timed]
         # Holders: a target's own response is the text under suspicion and proves nothing.
         hold = (kind[text] == 0) | ~is_target[text]
@@ -137,8 +160,8 @@ class Scanner:
         h_time = np.concatenate([when[ht], when[ht][mine]])
         # Sources: everything but a suspect's own (leaked) response.
         src = ~((kind[text] == 1) & is_suspect[text])
-        pos, gid, text = pos[src], gid[src], text[src]
-        hits = np.zeros((0, 5), HIT_DTYPE)
+        pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
+        hits = np.zeros((0, 6), HIT_DTYPE)
         if len(gid):
             which, tgt, tpos = self.index.occurrences(gid)
             st = text[which]
@@ -148,31 +171,73 @@ class Scanner:
             if self.p.same_decode_node:
                 ok &= self.t_node[tgt] == node[st]
             if ok.any():
-                hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]]],
-                                axis=1).astype(HIT_DTYPE)
+                hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]],
+                                 chars[which[ok]]], axis=1).astype(HIT_DTYPE)
         sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]],
                             int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
                            h_time if len(h_time) else empty, hits, sources, stats)
 
 
+def merge(parts: list[BatchResult]) -> BatchResult:
+    """One result for several batches (arrays concatenated, statistics summed)."""
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
+    stats: dict[str, int] = {}
+    sources: dict[int, tuple[str, str | None, int]] = {}
+    for r in parts:
+        sources.update(r.sources)
+        for key, v in r.stats.items():
+            stats[key] = stats.get(key, 0) + v
+    hits = np.concatenate([r.hits for r in parts]) if parts else np.zeros((0, 6), HIT_DTYPE)
+    return BatchResult(cat([r.holder_gid for r in parts]), cat([r.holder_tenant for r in parts]),
+                       cat([r.holder_time for r in parts]), hits, sources, stats)
+
+
+#: Source texts longer than this are verified through windows around each hit cluster
+#: instead of being tokenized whole again (a megabyte prompt with one leaked line).
+WINDOW_MIN_CHARS = 65_536
+#: Characters read on each side of a cluster (enough for ``margin`` tokens of ordinary text).
+WINDOW_PAD_CHARS = 4_096
+
+
+def _window(text: str, lo: int, hi: int) -> tuple[Tokens, int]:
+    """Tokens of ``text[lo:hi]`` widened to white space (no token cut), offsets into ``text``."""
+    lo = max(text.rfind(" ", 0, lo), text.rfind("\n", 0, lo)) + 1 if lo > 0 else 0
+    ends = [i for i in (text.find(" ", hi), text.find("\n", hi)) if i >= 0]
+    hi = min(ends) if ends and hi < len(text) else len(text)
+    tk = tokenize_many([text[lo:hi]])[0]
+    return Tokens(tk.start + lo, tk.end + lo, tk.hash), lo
+
+
 def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
-           kind: str, tk: Any, q: np.ndarray, s: np.ndarray) -> list[Candidate]:
-    """Cluster the hits of one source text on target ``t`` and align each cluster."""
+           kind: str, text: str, q: np.ndarray, s: np.ndarray, c: np.ndarray,
+           whole: Tokens | None = None) -> list[Candidate]:
+    """Cluster the hits of one source text on target ``t`` and align each cluster.
+
+    ``q``/``s`` are the hits' token positions in the target and the source, ``c`` the source
+    character offsets; ``whole`` is the source's tokens when it was tokenized whole (short texts),
+    otherwise each cluster is verified on a window of the text around it.
+    """
     out: list[Candidate] = []
     seen: set[tuple[int, int, int, int]] = set()
     k, margin = p.k, p.margin
     ttok = index.targets[t].tokens
-    for cq, cs in _clusters(q, s, p.gap):
+    for cq, cs, cc in _clusters(q, s, c, p.gap):
+        if whole is not None:
+            tk, local = whole, cs
+        else:
+            tk, _ = _window(text, max(int(cc.min()) - WINDOW_PAD_CHARS, 0), int(cc.max()) + WINDOW_PAD_CHARS)
+            local = np.searchsorted(tk.start, cc)
         qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
-        sa, sb = max(int(cs.min()) - margin, 0), min(int(cs.max()) + k + margin, len(tk))
+        sa, sb = max(int(local.min()) - margin, 0), min(int(local.max()) + k + margin, len(tk))
         al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
         if al is None:
             continue
         a0, a1, b0, b1 = qa + al.a_start, qa + al.a_end, sa + al.b_start, sa + al.b_end
-        if (a0, a1, b0, b1) in seen:
+        key = (a0, a1, int(tk.start[b0]), int(tk.end[b1 - 1]))
+        if key in seen:
             continue
-        seen.add((a0, a1, b0, b1))
+        seen.add(key)
         kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
             target=t, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
@@ -187,23 +252,24 @@ def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | 
     return out
 
 
-def _clusters(q: np.ndarray, s: np.ndarray, gap: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Group hits (target position q, source position s) into regions along a diagonal.
+def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Group hits (target position q, source position s, source char c) into regions along a diagonal.
 
     Hits are linked when their diagonals (s - q) differ by at most ``gap`` (insertions and
     deletions shift the diagonal a little) and, within that, their target positions are at
     most ``gap`` apart; a passage repeated elsewhere in the source lands on another diagonal.
     """
+    q, s, c = q.astype(np.int64), s.astype(np.int64), c.astype(np.int64)
     diag = s - q
     order = np.lexsort((q, diag))
-    q, s, diag = q[order], s[order], diag[order]
+    q, s, c, diag = q[order], s[order], c[order], diag[order]
     out = []
     for dgrp in np.split(np.arange(len(q)), np.flatnonzero(np.diff(diag) > gap) + 1):
-        qq, ss = q[dgrp], s[dgrp]
+        qq, ss, cc = q[dgrp], s[dgrp], c[dgrp]
         o = np.argsort(qq, kind="stable")
-        qq, ss = qq[o], ss[o]
+        qq, ss, cc = qq[o], ss[o], cc[o]
         for part in np.split(np.arange(len(qq)), np.flatnonzero(np.diff(qq) > gap) + 1):
-            out.append((qq[part], ss[part]))
+            out.append((qq[part], ss[part], cc[part]))
     return out
 
 
@@ -223,4 +289,4 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["HIT_DTYPE", "KINDS", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
+__all__ = ["WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
