@@ -44,7 +44,7 @@ from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.fingerprint import tokenize_many
 from forensics.match.stream import (
-    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, scan_in_worker, tenant_code, verify,
+    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, regions, scan_in_worker, tenant_code, verify,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -344,11 +344,15 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
             for kind_no in np.unique(sel[:, 3]).tolist():
                 ks = sel[sel[:, 3] == kind_no]
                 text = texts[kind_no]
-                whole = tokenize_many([text])[0] if len(text) <= WINDOW_MIN_CHARS else None
+                if len(text) <= WINDOW_MIN_CHARS:
+                    tk = tokenize_many([text])[0]
+                    spans = np.array([0, len(tk)], dtype=np.int64)
+                else:  # a long text: tokenize only the regions around its hits
+                    tk, spans = regions(text, ks[:, 5])
                 for t in np.unique(ks[:, 0]).tolist():
                     ts = ks[ks[:, 0] == t]
-                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], text, ts[:, 1], ts[:, 4],
-                                        ts[:, 5], whole))
+                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
+                                        ts[:, 5]))
             task.advance(1)
     finally:
         task.close()

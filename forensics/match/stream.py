@@ -152,8 +152,9 @@ class Scanner:
         pos, gid, text = gpos[timed] - first[text[timed]], gid[timed], text[timed]
         # Holders: a target's own response is the text under suspicion and proves nothing.
         hold = (kind[text] == 0) | ~is_target[text]
-        pairs = np.unique(np.stack([text[hold], gid[hold]], axis=1), axis=0) if hold.any() else np.zeros((0, 2), np.int64)
-        ht, hg = pairs[:, 0], pairs[:, 1]
+        n_gids = max(self.index.kgram_count, 1)
+        pairs = np.unique(text[hold] * n_gids + gid[hold])
+        ht, hg = pairs // n_gids, pairs % n_gids
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
@@ -200,36 +201,48 @@ WINDOW_MIN_CHARS = 65_536
 WINDOW_PAD_CHARS = 4_096
 
 
-def _window(text: str, lo: int, hi: int) -> tuple[Tokens, int]:
-    """Tokens of ``text[lo:hi]`` widened to white space (no token cut), offsets into ``text``."""
-    lo = max(text.rfind(" ", 0, lo), text.rfind("\n", 0, lo)) + 1 if lo > 0 else 0
-    ends = [i for i in (text.find(" ", hi), text.find("\n", hi)) if i >= 0]
-    hi = min(ends) if ends and hi < len(text) else len(text)
-    tk = tokenize_many([text[lo:hi]])[0]
-    return Tokens(tk.start + lo, tk.end + lo, tk.hash), lo
+def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
+    """Tokens of the parts of a long ``text`` around the hit offsets ``chars``, tokenized once.
+
+    Hits closer than two pads share a region; each region is widened to white space (no token
+    is cut). Returns the regions' tokens one after another (offsets into ``text``) and the
+    index of each region's first token (plus the total), so a cluster never reaches into a
+    neighbouring region.
+    """
+    c = np.unique(chars.astype(np.int64))
+    cuts = np.flatnonzero(np.diff(c) > 2 * WINDOW_PAD_CHARS) + 1
+    parts, bounds = [], [0]
+    for grp in np.split(c, cuts):
+        lo, hi = max(int(grp[0]) - WINDOW_PAD_CHARS, 0), int(grp[-1]) + WINDOW_PAD_CHARS
+        lo = max(text.rfind(" ", 0, lo), text.rfind("\n", 0, lo)) + 1 if lo > 0 else 0
+        ends = [i for i in (text.find(" ", hi), text.find("\n", hi)) if i >= 0]
+        hi = min(ends) if ends and hi < len(text) else len(text)
+        tk = tokenize_many([text[lo:hi]])[0]
+        parts.append(Tokens(tk.start + lo, tk.end + lo, tk.hash))
+        bounds.append(bounds[-1] + len(tk))
+    return (Tokens(np.concatenate([t.start for t in parts]), np.concatenate([t.end for t in parts]),
+                   np.concatenate([t.hash for t in parts])), np.array(bounds, dtype=np.int64))
 
 
 def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
-           kind: str, text: str, q: np.ndarray, s: np.ndarray, c: np.ndarray,
-           whole: Tokens | None = None) -> list[Candidate]:
+           kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
+           c: np.ndarray) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster.
 
-    ``q``/``s`` are the hits' token positions in the target and the source, ``c`` the source
-    character offsets; ``whole`` is the source's tokens when it was tokenized whole (short texts),
-    otherwise each cluster is verified on a window of the text around it.
+    ``q``/``s`` are the hits' token positions in the target and the source, ``c`` their source
+    character offsets; ``tk`` holds the source's tokens (the whole text, or the regions around
+    its hits, see :func:`regions`) and ``bounds`` the first token of each region.
     """
     out: list[Candidate] = []
     seen: set[tuple[int, int, int, int]] = set()
     k, margin = p.k, p.margin
     ttok = index.targets[t].tokens
     for cq, cs, cc in _clusters(q, s, c, p.gap):
-        if whole is not None:
-            tk, local = whole, cs
-        else:
-            tk, _ = _window(text, max(int(cc.min()) - WINDOW_PAD_CHARS, 0), int(cc.max()) + WINDOW_PAD_CHARS)
-            local = np.searchsorted(tk.start, cc)
+        local = np.searchsorted(tk.start, cc)
+        region = int(np.searchsorted(bounds, local.min(), side="right")) - 1
         qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
-        sa, sb = max(int(local.min()) - margin, 0), min(int(local.max()) + k + margin, len(tk))
+        sa = max(int(local.min()) - margin, int(bounds[region]))
+        sb = min(int(local.max()) + k + margin, int(bounds[region + 1]))
         al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
         if al is None:
             continue
@@ -289,4 +302,4 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
+__all__ = ["WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
