@@ -68,8 +68,11 @@ class RichProgress:
 
 
 def _progress(quiet: bool) -> Any:
-    """A progress callback for long stages (rich on stderr), or None when quiet."""
-    return None if quiet else RichProgress(err)
+    """Progress bars for long stages (rich on stderr), or None when quiet or stderr is no terminal.
+
+    Bars redrawn into a log file or pipe only leave blank lines behind.
+    """
+    return None if quiet or not err.is_terminal else RichProgress(err)
 
 
 def _emit_json(data: Any) -> None:
