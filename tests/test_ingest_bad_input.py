@@ -183,3 +183,11 @@ def test_zone_less_times_read_in_configured_zone(tmp_path: Path) -> None:
     assert row["zone_assumed"] == "Europe/Berlin"
     assert result.manifest["zone_assumed_rows"] == 1
     assert any("Europe/Berlin" in n for n in result.manifest["notes"])
+
+
+def test_utf16_file_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes((good(1) + "\n").encode("utf-16"))
+    with pytest.raises(InputError) as exc:
+        api.ingest(tmp_path / "case", [path])
+    assert "UTF-16" in str(exc.value) and "iconv" in str(exc.value)

@@ -25,7 +25,7 @@ from forensics.config import CaseConfig, save
 from forensics.errors import InputError
 from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
 from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
-from forensics.ingest.reader import FileProblem, Span, compression_of, peek_lines, read_lines, scan_file
+from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
 
@@ -138,6 +138,13 @@ def ingest(
     plan: list[tuple[Path, str, str | None, list[Span]]] = []
     for path, explicit in expand_inputs([Path(p) for p in paths], exclude=c.root):
         sha, spans = scan_file(path, SPLIT_BYTES)
+        encoding = foreign_encoding(path)
+        if encoding is not None:
+            raise InputError(
+                f"the file is {encoding} text, not UTF-8",
+                file=path,
+                fix=f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl",
+            )
         detected = fmt or sniff(path)
         if detected is None and explicit:
             raise InputError(

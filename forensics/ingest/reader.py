@@ -213,3 +213,19 @@ def peek_lines(path: Path, limit: int = 20, max_bytes: int = 8 << 20) -> list[st
         if len(lines) >= limit or seen > max_bytes:
             break
     return lines
+
+
+def foreign_encoding(path: Path) -> str | None:
+    """The name of a non-UTF-8 text encoding the file's first bytes betray (UTF-16/32), or None."""
+    try:
+        with _open(path) as fh:
+            head = fh.read(4096)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError):
+        return None
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    if head and head.count(b"\x00") > len(head) // 4:
+        return "UTF-16"
+    return None
