@@ -191,3 +191,15 @@ def test_utf16_file_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         api.ingest(tmp_path / "case", [path])
     assert "UTF-16" in str(exc.value) and "iconv" in str(exc.value)
+
+
+def test_utf16_file_in_a_folder_is_skipped_with_the_fix(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text(good(1) + "\n")
+    (logs / "b.jsonl").write_bytes((good(2) + "\n").encode("utf-16"))
+    result = api.ingest(tmp_path / "case", [logs])
+    statuses = {Path(f["path"]).name: f["status"] for f in result.manifest["files"]}
+    assert statuses == {"a.jsonl": "ingested", "b.jsonl": "skipped: not UTF-8"}
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_file"].endswith("b.jsonl") and "iconv -f UTF-16" in q["reason"]

@@ -135,28 +135,30 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span]]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
     for path, explicit in expand_inputs([Path(p) for p in paths], exclude=c.root):
         sha, spans = scan_file(path, SPLIT_BYTES)
         encoding = foreign_encoding(path)
+        skip = None
         if encoding is not None:
-            raise InputError(
-                f"the file is {encoding} text, not UTF-8",
-                file=path,
-                fix=f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl",
-            )
-        detected = fmt or sniff(path)
-        if detected is None and explicit:
-            raise InputError(
-                "cannot tell the format of this file from its content",
-                file=path,
-                fix=f"pass --format ({', '.join(sorted(PARSERS))}) if it is one of them",
-            )
-        plan.append((path, sha, detected, spans))
+            problem = f"the file is {encoding} text, not UTF-8"
+            fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
+            if explicit:
+                raise InputError(problem, file=path, fix=fix)
+            skip, detected = f"{problem}; file skipped. Fix: {fix}", None
+        else:
+            detected = fmt or sniff(path)
+            if detected is None and explicit:
+                raise InputError(
+                    "cannot tell the format of this file from its content",
+                    file=path,
+                    fix=f"pass --format ({', '.join(sorted(PARSERS))}) if it is one of them",
+                )
+        plan.append((path, sha, detected, spans, skip))
 
     run_files: list[dict[str, Any]] = []
     units: list[Unit] = []
-    for path, sha, detected, spans in plan:
+    for path, sha, detected, spans, skip in plan:
         shown = display_path(path)
         if sha in known:
             entry = known[sha]
@@ -165,11 +167,11 @@ def ingest(
             run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                               "status": "already ingested (same SHA-256)"})
             continue
-        known[sha] = _new_entry(path, shown, sha, detected)
+        known[sha] = _new_entry(path, shown, sha, detected, skip)
         run_files.append(known[sha])
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
-                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging)))
+                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip))
 
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
@@ -225,6 +227,7 @@ class Unit:
     tenant_field: str
     tokenizer: str | None
     staging: str
+    skip: str | None = None  # why the file is not read (its format or encoding), else None
 
     def size(self) -> int:
         """Bytes this unit reads (for progress)."""
@@ -232,11 +235,11 @@ class Unit:
         return max(0, end - self.span.start)
 
 
-def _new_entry(path: Path, shown: str, sha: str, fmt: str | None) -> dict[str, Any]:
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
-        "status": "ingested" if fmt else "skipped: format not recognised",
+        "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
     }
 
 
@@ -277,8 +280,8 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
 
     try:
         if unit.fmt is None:
-            quarantine(None, "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            counts["status"] = "skipped: format not recognised"
+            quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
+            counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
         else:
             parser = PARSERS[unit.fmt]
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
