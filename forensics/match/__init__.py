@@ -44,7 +44,7 @@ from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.fingerprint import tokenize_many
 from forensics.match.stream import (
-    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, regions, scan_in_worker, tenant_code, verify,
+    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, regions, scan_in_worker, text_sizes, tenant_code, verify,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -157,8 +157,10 @@ def _batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
         "tenant_id": b.column("tenant_id").to_pylist(),
         "received_us": _to_us(b.column("received_at")),
         "decode_node": b.column("decode_node").to_pylist(),
-        "prompt_text": b.column("prompt_text").to_pylist(),
-        "response_text": b.column("response_text").to_pylist(),
+        # Texts stay Arrow arrays until their chunk is scanned: a Python str of a 4-million-character
+        # prompt with one emoji in it takes 16 MB.
+        "prompt_text": b.column("prompt_text"),
+        "response_text": b.column("response_text"),
     }
 
 
@@ -178,7 +180,7 @@ def _tasks(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
     chars = 0
     for batch in _batches(path, batch_rows):
         group.append(batch)
-        chars += sum(len(t or "") for t in batch["prompt_text"]) + sum(len(t or "") for t in batch["response_text"])
+        chars += int(text_sizes(batch).sum())
         if chars >= CHUNK_CHARS:
             yield _join(group)
             group, chars = [], 0
@@ -189,7 +191,9 @@ def _tasks(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
 def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"row0": batches[0]["row0"]}
     for key in batches[0]:
-        if key != "row0":
+        if key in ("prompt_text", "response_text"):
+            out[key] = pa.concat_arrays([b[key] for b in batches])
+        elif key != "row0":
             out[key] = [v for b in batches for v in b[key]]
     return out
 

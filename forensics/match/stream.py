@@ -21,10 +21,11 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 import xxhash
 
 from forensics.match.align import align
-from forensics.match.fingerprint import SEED, Tokens, kgrams_many, tokenize_many
+from forensics.match.fingerprint import SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
 
@@ -92,6 +93,32 @@ class Scanner:
         self.node_code = {n: i for i, n in enumerate(nodes)}
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
+        # What this process has seen of who holds each k-gram: a k-gram more than max_tenants
+        # tenants held before the earliest deadline of the targets containing it is common for
+        # every one of them, so its hits need not even be produced (exact, whatever the order:
+        # one process's view is a subset of the whole). This keeps boilerplate from flooding
+        # the hit lists.
+        n = index.kgram_count
+        self.min_deadline = (np.minimum.reduceat(self.deadline[index.occ_target], index.occ_start[:-1])
+                             if n else np.zeros(0, np.int64))
+        self.common = np.zeros(n, dtype=bool)
+        self._count = np.zeros(n, dtype=np.int32)
+        self._seen = np.zeros(0, dtype=np.uint64)  # hashed (k-gram, tenant) pairs already counted
+
+    def _learn(self, gid: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> None:
+        early = (tenant >= 0) & (when < self.min_deadline[gid]) & ~self.common[gid]
+        if not early.any():
+            return
+        g = gid[early]
+        keys = mix64(g.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tenant[early].astype(np.uint64))
+        keys, first = np.unique(keys, return_index=True)
+        if len(self._seen):
+            idx = np.clip(np.searchsorted(self._seen, keys), 0, len(self._seen) - 1)
+            new = self._seen[idx] != keys
+            keys, first = keys[new], first[new]
+        np.add.at(self._count, g[first], 1)
+        self.common |= self._count > self.p.max_tenants
+        self._seen = np.union1d(self._seen, keys)
 
     def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
         """Scan one batch of exchanges in chunks of at most ``CHUNK_CHARS`` characters of text.
@@ -99,7 +126,7 @@ class Scanner:
         A chunk's token arrays cost about 40 bytes per token, so a batch of megabyte prompts is
         cut into chunks (a single longer record is a chunk of its own).
         """
-        sizes = [len(a or "") + len(b or "") for a, b in zip(batch["prompt_text"], batch["response_text"])]
+        sizes = text_sizes(batch).tolist()
         parts, lo = [], 0
         while lo < len(sizes):
             hi, total = lo, 0
@@ -107,6 +134,8 @@ class Scanner:
                 total += sizes[hi]
                 hi += 1
             chunk = {key: (v[lo:hi] if isinstance(v, list) else v) for key, v in batch.items()}
+            for key in ("prompt_text", "response_text"):
+                chunk[key] = _pylist(batch[key], lo, hi)
             chunk["row0"] = batch["row0"] + lo
             parts.append(self._scan_chunk(chunk))
             lo = hi
@@ -159,8 +188,9 @@ class Scanner:
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
         h_time = np.concatenate([when[ht], when[ht][mine]])
-        # Sources: everything but a suspect's own (leaked) response.
-        src = ~((kind[text] == 1) & is_suspect[text])
+        self._learn(hg, code[ht], when[ht])
+        # Sources: everything but a suspect's own (leaked) response; never hits on common text.
+        src = ~((kind[text] == 1) & is_suspect[text]) & ~self.common[gid]
         pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
         hits = np.zeros((0, 6), HIT_DTYPE)
         if len(gid):
@@ -178,6 +208,22 @@ class Scanner:
                             int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
                            h_time if len(h_time) else empty, hits, sources, stats)
+
+
+def text_sizes(batch: dict[str, Any]) -> np.ndarray:
+    """UTF-8 bytes of each row's prompt plus response (a bound on its characters)."""
+    total = np.zeros(len(batch["request_id"]), dtype=np.int64)
+    for key in ("prompt_text", "response_text"):
+        col = batch[key]
+        if isinstance(col, list):
+            total += np.array([len(t or "") for t in col], dtype=np.int64)
+        else:
+            total += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return total
+
+
+def _pylist(col: Any, lo: int, hi: int) -> list[str | None]:
+    return col[lo:hi] if isinstance(col, list) else col.slice(lo, hi - lo).to_pylist()
 
 
 def merge(parts: list[BatchResult]) -> BatchResult:
@@ -302,4 +348,4 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
