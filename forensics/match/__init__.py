@@ -175,23 +175,36 @@ def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
 
 
 def _tasks(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
-    """Consecutive batches grouped into tasks of about ``CHUNK_CHARS`` characters of text."""
+    """Rows regrouped into tasks of about ``CHUNK_CHARS`` characters of text (a longer row alone)."""
     group: list[dict[str, Any]] = []
     chars = 0
     for batch in _batches(path, batch_rows):
-        group.append(batch)
-        chars += int(text_sizes(batch).sum())
-        if chars >= CHUNK_CHARS:
-            yield _join(group)
-            group, chars = [], 0
+        sizes = text_sizes(batch).tolist()
+        lo = 0
+        for i, size in enumerate(sizes):
+            if chars and chars + size > CHUNK_CHARS:  # flush the group and this batch's rows before i
+                if i > lo:
+                    group.append(_slice(batch, lo, i))
+                yield _join(group)
+                group, chars, lo = [], 0, i
+            chars += size
+        if lo < len(sizes):
+            group.append(_slice(batch, lo, len(sizes)))
     if group:
         yield _join(group)
+
+
+def _slice(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    out = {key: (v[lo:hi] if isinstance(v, list) else v.slice(lo, hi - lo)) for key, v in batch.items() if key != "row0"}
+    out["row0"] = batch["row0"] + lo
+    return out
 
 
 def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"row0": batches[0]["row0"]}
     for key in batches[0]:
         if key in ("prompt_text", "response_text"):
+            # concat_arrays copies: a task owns compact buffers (a slice would pickle its parent's).
             out[key] = pa.concat_arrays([b[key] for b in batches])
         elif key != "row0":
             out[key] = [v for b in batches for v in b[key]]
