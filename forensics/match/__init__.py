@@ -77,6 +77,9 @@ class MatchResult:
     findings: list[dict[str, Any]]
     report: dict[str, Any]
     control_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # never written
+    #: Figures of this run that depend on how it ran (e.g. raw k-gram hits before each process
+    #: retired common text): useful to tune, never written, as outputs must be byte-identical.
+    run_stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def cross_tenant(self) -> list[dict[str, Any]]:
@@ -579,7 +582,6 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
             "tokens": stats.get("tokens", 0),
             "prompt_tokens": stats.get("prompt_tokens", 0),
             "response_tokens": stats.get("response_tokens", 0),
-            "kgram_hits": stats.get("hits", 0),
             "kgram_hits_kept_after_rarity_and_own_context": stats.get("informative_hits", 0),
             "source_texts_verified": stats.get("texts_verified", 0),
             "sources": "every other record's prompt and every non-suspect response received before the "
@@ -612,7 +614,8 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     with atomic_open(c.root / "evidence.csv", newline="") as fh:
         fh.write(_csv_text(evidence))
     write_json(c.root / "match.json", report)
-    return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows)
+    return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
+                       run_stats={"kgram_hits": stats.get("hits", 0)})
 
 
 __all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]
