@@ -135,3 +135,13 @@ def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch) -> None:
         assert np.array_equal(tk.start[a:b], one.start) and np.array_equal(tk.end[a:b], one.end)
     g, pos = fp.kgrams_many(tk.hash, owner, 3)
     assert all(owner[p] == owner[p + 2] for p in pos.tolist())
+
+
+def test_alignment_keeps_the_passage_not_stray_matches_far_from_it() -> None:
+    passage = list(range(100, 140))
+    a = [1, 2] + [50 + i for i in range(20)] + passage + [7]
+    b = [1, 2] + [900 + i for i in range(30)] + passage + [8]
+    al = align(a, b)
+    assert al is not None
+    assert (al.a_start, al.a_end, al.b_start, al.b_end) == (22, 62, 32, 72)
+    assert al.score == 100.0 and al.matched == 40

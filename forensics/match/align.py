@@ -2,8 +2,9 @@
 
 The aligner works on token hashes (not on characters, and never ``partial_ratio`` over whole
 long texts): rapidfuzz's LCS opcodes give the matching blocks of the two slices in
-O(n * m / 64). Isolated one-token blocks at the edges of the alignment ("the", ",") are trimmed
-off when a gap separates them from the rest, so a span starts and ends on real shared text.
+O(n * m / 64). The densest run of blocks is kept (a long gap ends a passage) and isolated
+one-token blocks at its edges ("the", ",") are trimmed off, so a span starts and ends on real
+shared text and its score measures that passage, not the slack around it.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ def _as_ints(x: np.ndarray | list[int]) -> list[int]:
     return list(x)
 
 
-def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 2) -> Alignment | None:
+def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 2, max_gap: int = 8) -> Alignment | None:
     """Align token-hash sequences ``a`` and ``b``; None when they share no token.
 
-    ``edge_gap``: a one-token block at either edge is dropped when at least this many
-    unmatched tokens separate it from the next block (in either text).
+    The LCS may string a real passage together with stray matches far from it; the blocks are
+    cut wherever more than ``max_gap`` unmatched tokens separate two of them (in either text)
+    and the part with the most matched tokens is kept. ``edge_gap``: a one-token block at
+    either edge is then dropped when at least this many unmatched tokens separate it from the
+    next block.
     """
     la, lb = _as_ints(a), _as_ints(b)
     if not la or not lb:
@@ -47,6 +51,12 @@ def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 
     blocks = [(m.a, m.b, m.size) for m in LCSseq.opcodes(la, lb).as_matching_blocks() if m.size > 0]
     if not blocks:
         return None
+    parts: list[list[tuple[int, int, int]]] = [[blocks[0]]]
+    for prev, cur in zip(blocks, blocks[1:]):
+        if max(cur[0] - (prev[0] + prev[2]), cur[1] - (prev[1] + prev[2])) > max_gap:
+            parts.append([])
+        parts[-1].append(cur)
+    blocks = max(parts, key=lambda part: sum(size for _, _, size in part))  # first of equals: deterministic
 
     def isolated(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
         # x and y are neighbouring blocks; is the gap between them wide enough to call x stray?
