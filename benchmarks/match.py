@@ -311,7 +311,7 @@ def simulated(corpus: Path, work: Path, seed: int) -> dict[str, Any]:
     runs = {w: run_child(result.case_dir, w) for w in (1, 2)}
     return {"seed": seed, "findings": ev["findings"], "control": match_json["control"],
             "tokens": match_json["searched"]["tokens"], "runs": runs,
-            "records": match_json["searched"]["records"]}
+            "records": match_json["searched"]["records"], "case_dir": result.case_dir}
 
 
 def score(case: Path, truth: Truth) -> dict[str, Any]:
@@ -407,6 +407,50 @@ def minhash_lsh(base: list[dict[str, Any]], sus: list[dict[str, Any]], truth: Tr
     return hits / max(len(sus), 1), time.perf_counter() - t, build
 
 
+SWEEP = {
+    "k": [4, 5, 6],
+    "min_run": [6, 7, 8, 10],
+    "min_tokens": [6, 8, 10],
+    "max_tenants": [1, 2, 3, 5],
+    "probable_rarity": [0.0, 0.25, 0.5],
+    "signature_rarity": [0.5, 0.75, 1.0],
+    "damaged_score": [80.0, 85.0, 90.0],
+}
+
+
+def sim_scores(case: Path, truth_path: Path) -> dict[str, Any]:
+    """(recipient, source tenant) pair precision and recall of the evidence against simulator truth."""
+    truth = json.loads(truth_path.read_text())
+    leaks = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["label"] == "leak"}
+    cross = {(e["recipient_request_id"], e["source_tenant_id"]) for e in pq.read_table(case / "evidence.parquet").to_pylist()
+             if e["relation"] == "cross_tenant"}
+    return {"precision": len(cross & leaks) / max(len(cross), 1), "recall": len(cross & leaks) / max(len(leaks), 1)}
+
+
+def sweep(bench_case: Path, truth: Truth, sims: list[tuple[Path, Path]]) -> None:
+    """One parameter at a time around the defaults: the measurement behind each default."""
+    from forensics.match import match
+    from forensics.match.tiers import MatchParams
+
+    print("\n(e) parameter sweep, one at a time (benchmark 1x | simulator pairs)")
+    print(f"{'parameter':<18}{'value':>7}{'rec 8-15':>10}{'rec 16+':>9}{'precision':>11}{'control FP':>12}"
+          + "".join(f"{'sim' + str(i) + ' P/R':>14}" for i in range(len(sims))))
+    for key, values in SWEEP.items():
+        for v in values:
+            cfg = CaseConfig(sections={"match": {"workers": 1, key: v}})
+            match(bench_case, cfg)
+            sc = score(bench_case, truth)
+            cols = ""
+            for case, truth_path in sims:
+                match(case, cfg)
+                r = sim_scores(case, truth_path)
+                cols += f"{r['precision']:>8.2f}/{r['recall']:.2f}"
+            mark = "*" if getattr(MatchParams, key) == v else " "
+            print(f"{key:<18}{v:>6}{mark}{sc['recall_8_15']:>10.3f}{sc['recall_16_64']:>9.3f}{sc['pair_precision']:>11.4f}"
+                  f"{sc['control_fp_rate']:>12.3f}{cols}")
+    print("    (* = default)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
@@ -417,6 +461,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated cases in this folder.")
     ap.add_argument("--sim-seeds", type=lambda v: [int(x) for x in v.split(",") if x], default=[7, 11],
                     help="Simulator seeds for the end-to-end check (medium scale); empty to skip.")
+    ap.add_argument("--sweep", action="store_true", help="Also sweep each threshold around its default (+2 min).")
     args = ap.parse_args()
     if not args.corpus.is_dir():
         print(f"skipped: no corpus folder at {args.corpus} (pass --corpus)")
@@ -440,6 +485,9 @@ def main() -> int:
         ex_recall, ex_time = exhaustive(base, sus, truth1)
         lsh_recall, lsh_time, lsh_build = minhash_lsh(base, sus, truth1)
         sims = [simulated(args.corpus, work, seed) for seed in args.sim_seeds] if args.sim_seeds else []
+        if args.sweep:
+            sweep(work / f"x{scales[0]}", truth1,
+                  [(s["case_dir"], work / f"sim{s['seed']}" / "truth.json") for s in sims])
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

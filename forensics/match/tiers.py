@@ -29,14 +29,19 @@ from forensics.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class MatchParams:
-    """Every knob of the matcher. Defaults are justified in the README (benchmarks/match.py)."""
+    """Every knob of the matcher.
+
+    Defaults were chosen by measurement: ``python benchmarks/match.py --sweep`` varies each
+    threshold around its default on corpus-built cases and simulated incidents (recall by
+    fragment length, pair precision, control false-positive rate); see the README.
+    """
 
     k: int = 5  # tokens per k-gram
     min_tokens: int = 8  # informative matched tokens for a probable finding
     confirm_tokens: int = 12  # informative matched tokens for a confirmed finding
     confirm_score: float = 90.0
     probable_score: float = 70.0
-    min_run: int = 8  # identical consecutive tokens a short (R2, R3) finding must contain
+    min_run: int = 8  # identical consecutive tokens a short (R2) finding must contain
     probable_rarity: float = 0.25  # a probable finding must not be mostly common text
     damaged_score: float = 85.0  # score for a long finding with no long exact run (R2b)
     signature_rarity: float = 0.75  # rarity for a short finding on an engine-signature suspect (R3)
