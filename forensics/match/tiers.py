@@ -42,7 +42,7 @@ class MatchParams:
     confirm_score: float = 90.0
     probable_score: float = 70.0
     min_run: int = 8  # identical consecutive tokens a short (R2) finding must contain
-    probable_rarity: float = 0.25  # a probable finding must not be mostly common text
+    probable_rarity: float = 0.5  # a probable finding must not be mostly common text
     damaged_score: float = 85.0  # score for a long finding with no long exact run (R2b)
     signature_rarity: float = 0.75  # rarity for a short finding on an engine-signature suspect (R3)
     confirm_rarity: float = 0.5
