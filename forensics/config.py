@@ -21,8 +21,10 @@ from forensics.errors import ConfigError
 #: Formats an ``[[inputs]]`` entry may name.
 INPUT_FORMATS = ("auto", "litellm", "openai-split", "sglang")
 
-#: Stage sections whose keys are checked by the stage that reads them.
+#: Stage sections of the case file. [match] keys are checked by the match stage (its parameters);
+#: [scan] and [report] take no keys yet, so any key there is a typo and refused here.
 SECTIONS = ("scan", "match", "report")
+SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": set()}
 
 EXAMPLES = {
     "name": 'name = "glm-5.3-kv-pool"',
@@ -236,6 +238,10 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
         if key in SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"[{key}] must be a table", file=file, fix=f"write it as a [{key}] section")
+            if key in SECTION_KEYS and set(value) - SECTION_KEYS[key]:
+                bad = sorted(set(value) - SECTION_KEYS[key])[0]
+                known = ", ".join(sorted(SECTION_KEYS[key])) or "none yet"
+                raise ConfigError(f"unknown key {bad!r} in [{key}]", file=file, fix=f"keys [{key}] takes: {known}")
             cfg.sections[key] = dict(value)
             continue
         if key == "inputs":

@@ -82,6 +82,7 @@ EXCHANGES = pa.schema(
         pa.field("source_line", pa.int64()),
         pa.field("response_source_file", pa.string()),  # split logs: where the response half was
         pa.field("response_source_line", pa.int64()),
+        pa.field("problems", pa.string()),  # fields that could not be used and were left null
         pa.field("record_hash", pa.string()),  # xxh3-128 of the record's line, for de-duplication
     ]
 )

@@ -128,3 +128,15 @@ def test_scan_configuration_for_a_case(tmp_path: Path) -> None:
     assert config_for_case(case, _file(tmp_path, GOOD)).name == "glm-5.3-kv-pool"
     with pytest.raises(ConfigError, match="real_ceiling_tokens"):
         config_for_case(case, None, real_ceiling_tokens="0")
+
+
+@pytest.mark.parametrize("section", ["scan", "report"])
+def test_unknown_key_in_stage_section_is_refused(tmp_path: Path, section: str) -> None:
+    from forensics.config import load_case_file
+    from forensics.errors import ConfigError
+
+    path = tmp_path / "case.toml"
+    path.write_text('name = "c"\nmodel = "m"\nwindow_start = "2026-01-01T00:00:00Z"\n'
+                    f'window_end = "2026-02-01T00:00:00Z"\nreal_ceiling_tokens = 10\n[{section}]\nthreshhold = 3\n')
+    with pytest.raises(ConfigError, match=f"unknown key 'threshhold' in \\[{section}\\]"):
+        load_case_file(path)

@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 from forensics import api
-from forensics.errors import InputError
+from forensics.errors import ConfigError, InputError
 
 GOOD = {
     "request_id": "r-1", "timestamp": "2026-08-30T03:12:09Z", "tenant_id": "acct-1",
@@ -58,6 +58,7 @@ def test_truncated_gzip_keeps_lines_before_and_reports_file(tmp_path: Path) -> N
     assert entry["problems"] and "truncated" in entry["problems"][0]
     q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
     assert any("gzip stream is truncated" in r["reason"] for r in q)
+    assert entry["quarantined"] == 1  # the unreadable rest of the file
     assert reconciles(entry)
     assert any("damaged" in n for n in result.manifest["notes"])
 
@@ -98,7 +99,7 @@ def test_bom_and_crlf(tmp_path: Path) -> None:
     "line, reason",
     [
         (json.dumps({k: v for k, v in GOOD.items() if k != "request_id"}), "missing required field 'request_id'"),
-        (json.dumps({**GOOD, "tenant_id": ""}), "missing required field 'tenant_id'"),
+        (json.dumps({**GOOD, "tenant_id": ""}), "no tenant: none of tenant_id is set"),
         (json.dumps({**GOOD, "request_id": {"a": 1}}), "expected a string"),
         (json.dumps({**GOOD, "timestamp": "yesterday at noon"}), "timestamp"),
         (json.dumps({**GOOD, "body": {"model": "m", "messages": "not a list"}}), "messages"),
@@ -114,11 +115,63 @@ def test_bad_records_are_quarantined(tmp_path: Path, line: str, reason: str) -> 
     assert reconciles(entry)
 
 
-def test_wrong_type_token_count_in_litellm(tmp_path: Path) -> None:
+def spend_log(**changes: object) -> str:
     rec = {"request_id": "x", "startTime": "2026-08-29T10:00:00Z", "team_id": "t", "call_type": "acompletion",
-           "api_key": "k", "prompt_tokens": "many", "messages": [{"role": "user", "content": "hi"}]}
-    entry, q = ingest_lines(tmp_path, [json.dumps(rec)], name="spend.jsonl", fmt="litellm")
-    assert entry["quarantined"] == 1 and "prompt_tokens" in q[0]["reason"]
+           "api_key": "k", "messages": [{"role": "user", "content": "hello there, general kenobi"}], **changes}
+    return json.dumps(rec)
+
+
+@pytest.mark.parametrize("value", ["many", 10**20, True], ids=["word", "overflow", "bool"])
+def test_bad_token_count_keeps_the_record_and_says_why(tmp_path: Path, value: object) -> None:
+    entry, q = ingest_lines(tmp_path, [spend_log(prompt_tokens=value)], name="spend.jsonl", fmt="litellm")
+    assert entry["ingested"] == 1 and not q  # the text is still scanned and matched
+    row = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()[0]
+    assert "prompt_tokens" in row["problems"] and row["reported_prompt_tokens"] is None
+    assert row["prompt_tokens_source"] == "estimate"
+
+
+def test_out_of_range_engine_figure_keeps_the_line(tmp_path: Path) -> None:
+    log = tmp_path / "prefill-0_0.log"
+    log.write_text("[2026-08-27 00:00:05 TP0] max_total_num_tokens=99999999999999999999999, context_len=1048576\n")
+    api.ingest(tmp_path / "case", [log])
+    (event,) = pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
+    assert event["event"] == "startup" and event["max_total_num_tokens"] is None and event["context_len"] == 1048576
+    assert "99999999999999999999999" in event["message"]
+
+
+def test_tenant_field_that_names_no_customer_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "spend.jsonl"
+    path.write_text(spend_log() + "\n" + spend_log(request_id="y") + "\n")
+    with pytest.raises(ConfigError) as exc:
+        api.ingest(tmp_path / "case", [path], config=api.make_config(tenant_field="organisation_id"))
+    assert "organisation_id" in str(exc.value) and "spend.jsonl" in str(exc.value)
+
+
+def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None:
+    entry, q = ingest_lines(tmp_path, [spend_log(), spend_log(request_id="y", team_id="", api_key="")], name="spend.jsonl", fmt="litellm")
+    assert (entry["ingested"], entry["quarantined"]) == (1, 1)
+    assert q[0]["reason"].startswith("no tenant") and "tenant_field" in q[0]["reason"]
+
+
+def test_every_quarantine_reason_names_a_fix(tmp_path: Path) -> None:
+    lines = ["{bad", "[1]", json.dumps({**GOOD, "timestamp": "noon"}), json.dumps({**GOOD, "request_id": ""}),
+             json.dumps({**GOOD, "body": {"messages": 3}})]
+    _, q = ingest_lines(tmp_path, lines)
+    assert len(q) == 5 and all("Fix:" in r["reason"] for r in q), [r["reason"] for r in q]
+
+
+def test_paths_are_recorded_relative_to_the_case_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "requests.jsonl").write_text(good(1) + "\n")
+    case_file = tmp_path / "case.toml"
+    case_file.write_text('name = "c"\nmodel = "m"\nwindow_start = "2026-01-01T00:00:00Z"\n'
+                         'window_end = "2026-12-01T00:00:00Z"\nreal_ceiling_tokens = 10\n')
+    outputs = []
+    for cwd in (tmp_path, tmp_path / "logs"):
+        monkeypatch.chdir(cwd)
+        api.ingest(tmp_path / f"case-{cwd.name}", [tmp_path / "logs"], config=api.make_config(case_file))
+        outputs.append(pq.read_table(tmp_path / f"case-{cwd.name}" / "exchanges.parquet").to_pylist()[0]["source_file"])
+    assert outputs == ["logs/requests.jsonl", "logs/requests.jsonl"]
 
 
 def test_huge_single_line_is_ingested(tmp_path: Path) -> None:

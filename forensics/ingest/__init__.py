@@ -22,7 +22,7 @@ from typing import Any
 from forensics import __version__, schema
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
-from forensics.errors import InputError
+from forensics.errors import ConfigError, InputError
 from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
 from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
@@ -64,10 +64,11 @@ class IngestResult:
         }
 
 
-def display_path(path: Path) -> str:
-    """A path as recorded in outputs: relative to the working folder when inside it."""
+def display_path(path: Path, base: Path | None = None) -> str:
+    """A path as recorded in outputs: relative to ``base`` (the case file's folder when there is
+    one, else the working folder) when inside it, so tables do not depend on where a run started."""
     try:
-        rel = os.path.relpath(path)
+        rel = os.path.relpath(path.resolve(), (base or Path.cwd()).resolve())
     except ValueError:  # another drive (Windows)
         return str(path)
     return str(path) if rel.startswith("..") else rel
@@ -159,7 +160,7 @@ def ingest(
     run_files: list[dict[str, Any]] = []
     units: list[Unit] = []
     for path, sha, detected, spans, skip in plan:
-        shown = display_path(path)
+        shown = display_path(path, cfg.file.parent if cfg.file else None)
         if sha in known:
             entry = known[sha]
             if shown not in entry["paths"]:
@@ -177,7 +178,7 @@ def ingest(
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
     for unit, counts in _run_units(units):
         entry = known[unit.sha]
-        for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed"):
+        for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
         entry["problems"].extend(counts["problems"])
         if counts["status"] != "ingested":
@@ -186,6 +187,7 @@ def ingest(
     task.close()
     for entry in known.values():
         entry["ingested"] = entry["parsed"]
+    _check_tenants(known.values(), cfg)
     run_files = [
         {k: f[k] for k in ("path", "sha256", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status")}
         for f in run_files
@@ -201,6 +203,19 @@ def ingest(
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
     return IngestResult(c.root, manifest, run_files)
+
+
+def _check_tenants(entries: Any, cfg: CaseConfig) -> None:
+    """Refuse a tenant rule that names no customer in a whole file: every record would be lost to
+    quarantine and the notification list would silently come out empty."""
+    for entry in entries:
+        if entry.get("no_tenant") and entry["parsed"] == 0 and entry["no_tenant"] == entry["quarantined"]:
+            raise ConfigError(
+                f"tenant_field {cfg.tenant_field!r} names no customer in any of the {entry['no_tenant']} records of this file",
+                file=entry["path"],
+                fix="set tenant_field (case file or --tenant-field) to the field that names the customer, e.g. "
+                "organization_id, team_id or metadata.user_api_key_team_id",
+            )
 
 
 def _zero_counts() -> dict[str, int]:
@@ -239,6 +254,7 @@ def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | No
     return {
         "path": shown, "paths": [shown], "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
+        "no_tenant": 0,
         "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
     }
 
@@ -258,7 +274,8 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
 
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
-    counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "problems": [], "status": "ingested"}
+    counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
+                              "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
         name: ParquetSink(Path(f"{stem}.{name}.parquet"), schema.TABLES[name], STAGING_OPTIONS)
@@ -303,6 +320,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                     result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {exc}")
                 if isinstance(result, Quarantined):
                     counts["quarantined"] += 1
+                    counts["no_tenant"] += result.no_tenant
                     quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
                 elif result is None:
                     counts["blank"] += 1
@@ -315,7 +333,10 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                         row["record_hash"] = record_hash(line.raw)
                     add(table, row, len(line.raw))
             for problem in problems:
+                # The unreadable rest of the file is accounted as one quarantined line.
                 counts["problems"].append(problem.reason)
+                counts["lines"] += 1
+                counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
                 counts["status"] = "ingested with problems"
         for table, sink in sinks.items():

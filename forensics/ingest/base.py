@@ -31,6 +31,7 @@ class Quarantined:
     """A line that could not be used."""
 
     reason: str
+    no_tenant: bool = False  # the record names no customer (see the tenant_field check)
 
 
 # What a parser yields for each input line: a row for a table, a quarantine reason, or None (blank).

@@ -15,13 +15,28 @@ from forensics.ingest.timeparse import TimeError, to_micros
 class RecordError(ValueError):
     """A record that cannot be used; the message is the quarantine reason (with the fix)."""
 
+    def __init__(self, reason: str, fix: str | None = None) -> None:
+        if fix is None and "fix:" not in reason.lower():
+            fix = "correct or re-export this record and ingest the file again (the rest of the file was ingested)"
+        super().__init__(f"{reason}. Fix: {fix}" if fix else reason)
+
+
+class NoTenant(RecordError):
+    """A record that names no customer: it cannot be put on any list, so it is quarantined."""
+
+    def __init__(self, fields: str) -> None:
+        super().__init__(
+            f"no tenant: none of {fields} is set in this record",
+            fix="set tenant_field (case file or --tenant-field) to the field that names the customer",
+        )
+
 
 def loads(text: str) -> Any:
     """Parse JSON; raise RecordError with the position on failure."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise RecordError(f"invalid JSON ({exc}); fix: repair or re-export the line") from None
+        raise RecordError(f"invalid JSON ({exc})", fix="repair or re-export the line (a partial write or a cut copy)") from None
 
 
 def first_objects(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
@@ -65,7 +80,7 @@ def req_str(obj: Mapping[str, Any], field: str) -> str:
     """A required id-like field: a non-empty string (an integer is accepted as its digits)."""
     value = obj.get(field)
     if value is None or value == "":
-        raise RecordError(f"missing required field {field!r}")
+        raise RecordError(f"missing required field {field!r}", fix=f"re-export the log with {field!r} (it identifies the request)")
     return as_str(value, field)
 
 
@@ -86,19 +101,33 @@ def opt_str(obj: Mapping[str, Any], field: str) -> str | None:
     return as_str(value, field)
 
 
-def opt_int(value: Any, field: str) -> int | None:
-    """An optional whole number (numeric strings accepted)."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def opt_int(value: Any, field: str, problems: list[str]) -> int | None:
+    """An optional whole number (numeric strings accepted).
+
+    A figure that is not a whole number, or does not fit in 64 bits, must not cost the record its
+    text: it becomes null and a problem is noted on the row (the ``problems`` column).
+    """
     if value is None or value == "":
         return None
+    number: int | None = None
     if isinstance(value, bool):
-        raise RecordError(f"field {field!r} is a bool, expected a whole number")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    raise RecordError(f"field {field!r} = {str(value)[:40]!r} is not a whole number")
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    if number is None:
+        problems.append(f"{field} = {str(value)[:40]!r} is not a whole number; ignored")
+        return None
+    if not INT64_MIN <= number <= INT64_MAX:
+        problems.append(f"{field} = {str(value)[:40]} is out of range; ignored")
+        return None
+    return number
 
 
 def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = True) -> tuple[int | None, bool]:
@@ -111,7 +140,7 @@ def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = T
     try:
         return to_micros(value, zone)
     except TimeError as exc:
-        raise RecordError(f"field {field!r}: {exc}; fix: use ISO 8601 or epoch seconds/milliseconds") from None
+        raise RecordError(f"field {field!r}: {exc}", fix="times must be ISO 8601 or epoch seconds/milliseconds") from None
 
 
 # LiteLLM keeps 35 % head and 65 % tail of strings over 2,048 characters and puts this marker

@@ -176,10 +176,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         f"""SELECT count(*), min(received_at), max(received_at),
                    count(*) FILTER (WHERE orphan = 'request_only'), count(*) FILTER (WHERE orphan = 'response_only'),
                    count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL),
-                   count(*) FILTER (WHERE reported_prompt_tokens_plausible = false)
+                   count(*) FILTER (WHERE reported_prompt_tokens_plausible = false),
+                   count(*) FILTER (WHERE problems IS NOT NULL)
             FROM read_parquet({_lit(c.table_path('exchanges'))})"""
     ).fetchall()[0]
-    rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible = stats
+    rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible, with_problems = stats
     models = con.execute(
         f"SELECT coalesce(model, '(none)'), count(*) FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 ORDER BY 2 DESC, 1"
     ).fetchall()
@@ -196,6 +197,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         notes.append(f"{no_tenant} requests name no tenant (none of the tenant fields is set): set tenant_field")
     if implausible:
         notes.append(f"{implausible} reported prompt token counts are impossible for their text and were not trusted")
+    if with_problems:
+        notes.append(f"{with_problems} records had fields that could not be used (a count that is not a number, ...); "
+                     "they were kept with those fields empty (see exchanges.problems)")
     if collisions:
         notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant")
     if orphan_req or orphan_resp:
@@ -208,6 +212,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         "truncated_prompts": truncated,
         "requests_without_tenant": no_tenant,
         "implausible_reported_counts": implausible,
+        "records_with_problems": with_problems,
         "request_id_collisions": collisions,
         "time_range": [iso(tmin), iso(tmax)] if tmin is not None else None,
         "models": [[m, n] for m, n in models],
@@ -308,6 +313,7 @@ SELECT
   coalesce(q.source_sha256, a.source_sha256) AS source_sha256,
   coalesce(q.source_line, a.source_line) AS source_line,
   a.source_file AS response_source_file, a.source_line AS response_source_line,
+  nullif(concat_ws('; ', q.problems, a.problems), '') AS problems,
   coalesce(q.record_hash, '') || ':' || coalesce(a.record_hash, '') AS record_hash,
   coalesce(fq.ord, fa.ord) AS _file_ord
 FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id

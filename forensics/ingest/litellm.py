@@ -8,6 +8,7 @@ from typing import Any
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
 from forensics.ingest.fields import (
+    NoTenant,
     RecordError,
     as_str,
     first_objects,
@@ -83,7 +84,7 @@ class LiteLLMParser:
             else:
                 raise RecordError("missing required field 'request_id' (spend log) or 'id' (logging payload)")
         except RecordError as exc:
-            return Quarantined(str(exc))
+            return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenant))
         row.update(provenance(ctx, line_number, text, kind))
         return "exchanges", row
 
@@ -91,17 +92,20 @@ class LiteLLMParser:
         received, assumed1 = time_field(obj, "startTime", ctx.zone)
         completed, assumed2 = time_field(obj, "endTime", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
+        if tenant is None:
+            raise NoTenant(", ".join(TENANT_CHAIN) if ctx.tenant_field in ("auto", "") else ctx.tenant_field)
         metadata = maybe_json(obj.get("metadata"), "metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise RecordError(f"metadata is a {type(metadata).__name__}, expected an object")
         prompt, nontext, n_messages = self._prompt(messages)
         text, finish, usage = response_text(obj.get("response"))
-        reported = opt_int(obj.get("prompt_tokens"), "prompt_tokens")
+        problems: list[str] = []
+        reported = opt_int(obj.get("prompt_tokens"), "prompt_tokens", problems)
         if reported is None:
-            reported = opt_int(usage.get("prompt_tokens"), "response.usage.prompt_tokens")
-        completion = opt_int(obj.get("completion_tokens"), "completion_tokens")
+            reported = opt_int(usage.get("prompt_tokens"), "response.usage.prompt_tokens", problems)
+        completion = opt_int(obj.get("completion_tokens"), "completion_tokens", problems)
         if completion is None:
-            completion = opt_int(usage.get("completion_tokens"), "response.usage.completion_tokens")
+            completion = opt_int(usage.get("completion_tokens"), "response.usage.completion_tokens", problems)
         model_group = opt_str(obj, "model_group")
         model = opt_str(obj, "model")
         status = opt_str(obj, "status") or "success"
@@ -122,6 +126,7 @@ class LiteLLMParser:
             "reported_completion_tokens": completion,
             "completion_tokens": completion,
             "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
+            "problems": "; ".join(problems) or None,
         }
         row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
         return row

@@ -70,15 +70,17 @@ def _room(value: Any) -> int | None:
 
 
 def _int(value: Any) -> int | None:
+    """A whole number that fits in 64 bits, else None (the raw line is kept in ``message``)."""
+    number: int | None = None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    return number if number is not None and -(2**63) <= number < 2**63 else None
 
 
 def _kv_pairs(text: str) -> dict[str, str]:
@@ -180,18 +182,18 @@ class SGLangParser:
             total = STARTUP_TOTAL.search(msg)
             context = STARTUP_CONTEXT.search(msg)
             row["event"] = "startup"
-            row["max_total_num_tokens"] = int(total.group(1)) if total else None
-            row["context_len"] = int(context.group(1)) if context else None
+            row["max_total_num_tokens"] = _int(total.group(1)) if total else None
+            row["context_len"] = _int(context.group(1)) if context else None
         elif "exceeds the maximum allowed length" in msg:
             row["event"] = "over_limit"
             m2 = OVER_LIMIT.search(msg) or OVER_LIMIT_NO_RID.search(msg)
             if m2:
-                row["input_len"], row["limit"] = int(m2.group(1)), int(m2.group(2))
+                row["input_len"], row["limit"] = _int(m2.group(1)), _int(m2.group(2))
                 if m2.re is OVER_LIMIT:
                     row["rid"] = m2.group(3)
         elif (m2 := EXCEEDS.search(msg)) is not None:
             row["event"] = "exceeds_max_tokens"
-            row["rid"], row["input_len"], row["limit"] = m2.group(1), int(m2.group(2)), int(m2.group(3))
+            row["rid"], row["input_len"], row["limit"] = m2.group(1), _int(m2.group(2)), _int(m2.group(3))
         elif (m2 := REQ_TIME_STATS.search(msg)) is not None:
             kv = _kv_pairs(m2.group(1))
             row["event"] = "req_time_stats"

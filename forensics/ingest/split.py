@@ -12,6 +12,7 @@ from typing import Any
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
 from forensics.ingest.fields import (
+    NoTenant,
     RecordError,
     as_str,
     chunks_text,
@@ -63,7 +64,7 @@ class OpenAISplitParser:
             else:
                 raise RecordError("neither a request (tenant_id, body.messages) nor a response (status_code, body, chunks)")
         except RecordError as exc:
-            return Quarantined(str(exc))
+            return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenant))
         row.update(provenance(ctx, line_number, text, kind))
         return "exchanges", row
 
@@ -73,7 +74,7 @@ class OpenAISplitParser:
         field = "tenant_id" if ctx.tenant_field in ("auto", "", "tenant_id") else ctx.tenant_field
         tenant_value = obj.get(field)
         if tenant_value is None or tenant_value == "":
-            raise RecordError(f"missing required field {field!r}")
+            raise NoTenant(field)
         tenant = as_str(tenant_value, field)
         body = maybe_json(obj.get("body"), "body")
         if not isinstance(body, dict):
@@ -106,7 +107,8 @@ class OpenAISplitParser:
     def _response(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
         request_id = req_str(obj, "request_id")
         completed, assumed = time_field(obj, "timestamp", ctx.zone)
-        status_code = opt_int(obj.get("status_code"), "status_code")
+        problems: list[str] = []
+        status_code = opt_int(obj.get("status_code"), "status_code", problems)
         if "chunks" in obj:
             chunks = maybe_json(obj["chunks"], "chunks")
             if not isinstance(chunks, list):
@@ -129,10 +131,11 @@ class OpenAISplitParser:
             "stream": stream,
             "response_text": text,
             "response_truncated": False,
-            "reported_prompt_tokens": opt_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
-            "reported_completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens"),
-            "completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens"),
+            "reported_prompt_tokens": opt_int(usage.get("prompt_tokens"), "usage.prompt_tokens", problems),
+            "reported_completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens", []),
+            "completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens", problems),
             "zone_assumed": ctx.zone if assumed else None,
+            "problems": "; ".join(problems) or None,
         }
 
 
