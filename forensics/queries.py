@@ -18,11 +18,9 @@ text: they are bound as DuckDB named parameters.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import datetime as dt
 import hashlib
-import io
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +30,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from forensics import schema
+from forensics import csvfile, schema
 from forensics.case import Case
 from forensics.config import iso, parse_utc
 from forensics.errors import ConfigError, QueryError
@@ -362,36 +360,10 @@ def rows_of(table: pa.Table) -> list[dict[str, Any]]:
     return [{k: plain(v) for k, v in row.items()} for row in table.to_pylist()]
 
 
-#: Text cells starting like a spreadsheet formula get a leading ' (ids come from untrusted logs).
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def cell(value: Any) -> str:
-    """One CSV cell: empty for null, true/false for booleans, ISO times, ';'-joined lists.
-
-    Text that a spreadsheet would evaluate as a formula is prefixed with ``'``; numbers are not.
-    """
-    if isinstance(value, str):
-        return "'" + value if value.startswith(FORMULA_START) else value
-    value = plain(value)
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ";".join(cell(v) for v in value)
-    return str(value)
-
-
 def csv_text(table: pa.Table, columns: list[str] | None = None) -> str:
     """RFC 4180 CSV (CRLF line ends, a header row) of the table's columns."""
     columns = columns or table.column_names
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\r\n")
-    writer.writerow(columns)
-    for row in table.select(columns).to_pylist():
-        writer.writerow([cell(row[c]) for c in columns])
-    return buf.getvalue()
+    return csvfile.csv_text(columns, ([plain(row[c]) for c in columns] for row in table.select(columns).to_pylist()))
 
 
 def query_case(

@@ -61,8 +61,9 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
         raw = f.get("path") or f.get("file")
         if not raw:
             continue
-        # The ingest stage records paths relative to the working folder it ran in (or absolute).
-        p = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
+        # The ingest stage records a display path (relative to the case file's folder or the
+        # working folder it ran in) and the absolute path it read.
+        p = Path(f["abs_path"]) if f.get("abs_path") else Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
         entry: dict[str, Any] = {"path": _rel(p, root)}
         for key in ("sha256", "size", "format", "lines", "ingested", "rows", "quarantined", "blank", "duplicate",
                     "compression", "status", "time_range"):

@@ -42,9 +42,8 @@ class Notice:
 
     def csv_row(self) -> list[Any]:
         """The row in NOTIFICATION_COLUMNS order."""
-        # Control characters (terminal escapes in a hostile id) are shown escaped, never raw.
-        return [safe.clean_text(self.tenant_id), self.role, self.tier, len(self.request_ids),
-                safe.clean_text(";".join(self.request_ids)),
+        # forensics.csvfile escapes control characters the same way in every CSV.
+        return [self.tenant_id, self.role, self.tier, len(self.request_ids), ";".join(self.request_ids),
                 self.first_seen, self.last_seen, self.highest_severity, self.packet, self.n_findings,
                 ";".join(self.severity_kinds)]
 

@@ -7,9 +7,7 @@ logs an attacker may have shaped, so nothing taken from them reaches a file name
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 import re
 import unicodedata
@@ -17,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from forensics import csvfile
 from forensics.case import atomic_open, atomic_path
 
 #: Characters kept in a folder name; everything else becomes ``_``.
@@ -24,7 +23,6 @@ _SAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 #: Longest readable prefix kept from an id (the hash suffix keeps names unique).
 NAME_PREFIX_CHARS = 40
 #: Cell starts that spreadsheets read as formulas (OWASP CSV injection list, plus tab/CR).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def private_dir(path: Path) -> Path:
@@ -49,36 +47,15 @@ def safe_name(identifier: str) -> str:
 
 def clean_text(value: str, limit: int | None = None) -> str:
     """One-line display text: control characters shown as escapes, optionally shortened."""
-    out = []
-    for ch in value:
-        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-        else:
-            out.append(ch)
-    text = "".join(out)
+    text = csvfile.escape_controls(value)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
 
 
-def neutralise_cell(value: Any) -> str:
-    """A CSV cell that spreadsheets will not evaluate: formula-like starts get a leading ``'``."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else str(value)
-    if text.startswith(_FORMULA_START):
-        return "'" + text
-    return text
-
-
 def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
-    """RFC 4180 CSV (CRLF line ends, minimal quoting) with every cell neutralised."""
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\r\n")
-    writer.writerow(list(header))
-    for row in rows:
-        writer.writerow([neutralise_cell(v) for v in row])
-    return buf.getvalue().encode("utf-8")
+    """RFC 4180 CSV (CRLF line ends, minimal quoting) with every cell neutralised (forensics.csvfile)."""
+    return csvfile.csv_text(header, rows).encode("utf-8")
 
 
 def write_bytes(path: Path, data: bytes) -> None:

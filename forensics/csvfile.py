@@ -1,0 +1,56 @@
+"""The one way every output CSV is written: RFC 4180, UTF-8, CRLF, cells safe for spreadsheets.
+
+Ids and text come from untrusted logs. A cell that a spreadsheet would evaluate as a formula
+(starting with ``=``, ``+``, ``-``, ``@``, TAB or CR) gets a leading ``'``; numbers are written as
+numbers. Control and format characters (a terminal escape, a newline, a right-to-left override
+inside a hostile id) are written as ``\\xNN``/``\\uNNNN`` escapes, never raw; every CSV applies the
+same rule, so an id reads the same in every file. The Parquet tables keep the exact values.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from forensics.config import iso
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control and format characters shown as escapes (one line, nothing hidden)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+        for ch in text
+    )
+
+
+def cell(value: Any) -> str:
+    """One CSV cell: empty for null, true/false for booleans, UTC ISO times, ';'-joined lists."""
+    if isinstance(value, str):
+        return "'" + escape_controls(value) if value.startswith(FORMULA_START) else escape_controls(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return iso(value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc))
+    if isinstance(value, (list, tuple)):
+        return ";".join(cell(v) for v in value)
+    return str(value)
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """The whole CSV document: a header row, then one line per row."""
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(list(header))
+    for row in rows:
+        writer.writerow([cell(v) for v in row])
+    return buf.getvalue()
