@@ -457,7 +457,7 @@ def main() -> int:
     ap.add_argument("--suspects", type=int, default=300)
     ap.add_argument("--scale", default="1,2,4")
     ap.add_argument("--sub-suspects", type=int, default=20)
-    ap.add_argument("--sub-records", type=int, default=150)
+    ap.add_argument("--sub-records", type=int, default=300)
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated cases in this folder.")
     ap.add_argument("--sim-seeds", type=lambda v: [int(x) for x in v.split(",") if x], default=[7, 11],
                     help="Simulator seeds for the end-to-end check (medium scale); empty to skip.")
