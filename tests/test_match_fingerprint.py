@@ -8,6 +8,7 @@ import unicodedata
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,7 +121,7 @@ def test_alignment_finds_an_embedded_damaged_run() -> None:
     assert al.matched == 39 and al.longest_run == 20
 
 
-def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch) -> None:
+def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import forensics.match.fingerprint as fp
 
     texts = ["Crème brûlée at Zoë's café 東京 🎉 " * 5, "", "alpha beta\r\ngamma " * 9, "x", "naïve façade, déjà vu! " * 4]
