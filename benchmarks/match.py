@@ -115,6 +115,7 @@ class Overlap:
         self.keys, self.counts = np.unique(np.concatenate(per), return_counts=True)
 
     def held(self, words: list[str]) -> "Any":
+        """How many base records hold each 8-gram of ``words``."""
         np = self._np
         g = self._kg(self._tok(" ".join(words)).hash, 8)
         idx = np.clip(np.searchsorted(self.keys, g), 0, len(self.keys) - 1)
@@ -315,6 +316,7 @@ def simulated(corpus: Path, work: Path, seed: int) -> dict[str, Any]:
 
 
 def score(case: Path, truth: Truth) -> dict[str, Any]:
+    """Recall by fragment length, pair precision, hard negatives and control rate of one case."""
     ev = pq.read_table(case / "evidence.parquet").to_pylist()
     cross = [e for e in ev if e["relation"] == "cross_tenant"]
     found = {(e["recipient_request_id"], e["source_request_id"]) for e in cross}
@@ -452,6 +454,7 @@ def sweep(bench_case: Path, truth: Truth, sims: list[tuple[Path, Path]]) -> None
 
 
 def main() -> int:
+    """Build the cases, run every method, print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
     ap.add_argument("--suspects", type=int, default=300)
