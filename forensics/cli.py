@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
@@ -32,6 +31,27 @@ out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _click_outcome(exc: BaseException) -> int | None:
+    """The exit code for a click/typer control-flow or usage exception, or None for anything else.
+
+    Recent typer releases vendor their own copy of click, so these exceptions may come from
+    either package: they are told apart by their click-defined shape, not their class.
+    """
+    module = type(exc).__module__
+    if not (module.startswith("click") or module.startswith("typer")):
+        return None
+    name = type(exc).__name__
+    if name == "Exit":
+        return int(getattr(exc, "exit_code", 0) or 0)
+    if name == "Abort":
+        err.print("aborted")
+        return EXIT_ERROR
+    if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+        exc.show()  # usage errors: click's own message naming the option and the fix (--help)
+        return EXIT_ERROR
+    return None
 
 
 class _RichTask:
@@ -496,14 +516,6 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:
         code = app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        code = EXIT_ERROR
-    except click.exceptions.Abort:
-        err.print("aborted")
-        code = EXIT_ERROR
     except ForensicsError as exc:
         err.print(f"error: {exc}", markup=False)
         code = EXIT_ERROR
@@ -511,6 +523,9 @@ def main(argv: list[str] | None = None) -> None:
         err.print("interrupted")
         code = EXIT_ERROR
     except Exception as exc:  # a bug, not bad input: say so in one line; the traceback on request
+        outcome = _click_outcome(exc)
+        if outcome is not None:
+            sys.exit(outcome)
         if os.environ.get("FORENSICS_DEBUG"):
             raise
         err.print(

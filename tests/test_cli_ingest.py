@@ -48,3 +48,10 @@ def test_case_files_are_private(tmp_path: Path) -> None:
 def test_python_dash_m_and_version() -> None:
     proc = run("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("forensics ")
+
+
+def test_usage_errors_are_click_messages_exit_2() -> None:
+    for args in (["ingest", "--case"], ["nosuch"], ["evaluate"]):
+        proc = run(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Error:" in proc.stderr and "internal error" not in proc.stderr and "Traceback" not in proc.stderr

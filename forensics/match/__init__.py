@@ -20,10 +20,8 @@
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import heapq
-import io
 import multiprocessing
 import os
 from collections.abc import Iterator
@@ -36,7 +34,7 @@ import pyarrow.parquet as pq
 import rapidfuzz
 import xxhash
 
-from forensics import schema
+from forensics import csvfile, schema
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.errors import CaseError
@@ -509,13 +507,12 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def _csv_text(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
-    w.writerow(CSV_COLUMNS)
-    for r in rows:
-        w.writerow(["" if r[c] is None else (f"{r[c]:.2f}" if c == "score" else f"{r[c]:.4f}" if c == "rarity" else r[c])
-                    for c in CSV_COLUMNS])
-    return buf.getvalue()
+    def shown(r: dict[str, Any], c: str) -> Any:
+        if r[c] is None:
+            return None
+        return f"{r[c]:.2f}" if c == "score" else f"{r[c]:.4f}" if c == "rarity" else r[c]
+
+    return csvfile.csv_text(CSV_COLUMNS, ([shown(r, c) for c in CSV_COLUMNS] for r in rows))
 
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
