@@ -10,17 +10,15 @@ from typing import Any
 
 from forensics.config import CaseConfig, load_case_file
 
-# Stage functions, re-exported so callers need one import.
+# Stage functions, re-exported so callers need one import (in data-flow order).
 from forensics.ingest import IngestResult, ingest  # noqa: F401
-from forensics.report import ReportResult, VerifyResult, report, verify  # noqa: F401
-from forensics.run import RunResult, run  # noqa: F401
-from forensics.match import MatchParams, MatchResult, match  # noqa: F401
-
 from forensics.scan import ScanResult, config_for_case, query_defaults, scan  # noqa: F401
 from forensics.queries import Query, load_queries, query_case  # noqa: F401
+from forensics.match import MatchParams, MatchResult, match  # noqa: F401
+from forensics.report import ReportResult, VerifyResult, report, verify  # noqa: F401
+from forensics.run import RunResult, run  # noqa: F401
 from forensics.simulate import SimulateResult, simulate  # noqa: F401
 from forensics.evaluate import Evaluation, evaluate  # noqa: F401
-# @@api@@
 
 
 def make_config(config: str | Path | None = None, **overrides: Any) -> CaseConfig:
