@@ -39,6 +39,14 @@ def loads(text: str) -> Any:
         raise RecordError(f"invalid JSON ({exc})", fix="repair or re-export the line (a partial write or a cut copy)") from None
 
 
+def loads_object(text: str) -> dict[str, Any]:
+    """Parse a line that must hold one JSON object."""
+    obj = loads(text)
+    if not isinstance(obj, dict):
+        raise RecordError(f"line is a JSON {type(obj).__name__}, expected an object")
+    return obj
+
+
 def first_objects(lines: list[str], limit: int = 5) -> list[dict[str, Any]]:
     """The JSON objects among the first ``limit`` lines (for format sniffing)."""
     objects = []

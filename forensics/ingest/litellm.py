@@ -13,7 +13,7 @@ from forensics.ingest.fields import (
     as_str,
     first_objects,
     get_path,
-    loads,
+    loads_object,
     maybe_json,
     opt_int,
     opt_str,
@@ -66,9 +66,7 @@ class LiteLLMParser:
     def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
         """One log record into an exchange row, or a quarantine reason."""
         try:
-            obj = loads(text)
-            if not isinstance(obj, dict):
-                raise RecordError(f"line is a JSON {type(obj).__name__}, expected an object")
+            obj = loads_object(text)
             event = None
             if "standard_logging_object" in obj:
                 event = obj.get("event")

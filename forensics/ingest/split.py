@@ -17,7 +17,7 @@ from forensics.ingest.fields import (
     as_str,
     chunks_text,
     first_objects,
-    loads,
+    loads_object,
     maybe_json,
     opt_int,
     opt_str,
@@ -52,9 +52,7 @@ class OpenAISplitParser:
     def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
         """One request or response line into a half row."""
         try:
-            obj = loads(text)
-            if not isinstance(obj, dict):
-                raise RecordError(f"line is a JSON {type(obj).__name__}, expected an object")
+            obj = loads_object(text)
             if _is_request(obj):
                 row = self._request(obj, ctx)
                 kind = "split_request"
