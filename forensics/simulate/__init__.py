@@ -28,8 +28,8 @@ truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every tim
   response text), tokens, chars, damage (kinds: whitespace, case, punctuation, substitute,
   delete, truncate), damage_fraction (share of words touched), label (leak | self_tenant |
   shared_boilerplate) and is_leak (only ``leak`` is a cross-tenant exposure).
-* ``hard_negatives``: traps, by kind: ``shared_boilerplate`` (a suspect quotes text many tenants
-  send), ``self_tenant`` (stale pages of the recipient's own earlier request),
+* ``hard_negatives``: traps, by kind: ``shared_boilerplate`` (a suspect quotes text that at least
+  ``COMMON_TENANTS`` (3) tenants other than the recipient sent before it), ``self_tenant`` (stale pages of the recipient's own earlier request),
   ``later_prompt_only`` (a suspect response passage that only a *later* prompt of another tenant
   contains: recipient and later request, offsets in both), ``own_prompt_quote`` (an ordinary
   response quoting its own prompt: request_id, response and prompt offsets).
@@ -41,7 +41,9 @@ truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every tim
 * ``exposed`` / ``recipients``: sorted tenant ids (sources of leak fragments / owners of suspects),
   and ``exposed_requests``: the source request ids of leak fragments.
 * ``quarantine``: ``expected`` count and ``lines`` (file, line, reason) of deliberately bad lines;
-  ``blank_lines``; ``spend_log_rows`` (all of them duplicate a callback record); ``orphans``.
+  ``blank_lines``; ``spend_log_rows`` (all of them duplicate a callback record); ``orphans`` (split
+  logs: ``request_only``, never answered, and ``response_only``, request line rotated away; by kind
+  and request_id).
 * ``files``: path, bytes, lines and SHA-256 of every log file written; ``counts``.
 """
 
@@ -246,7 +248,7 @@ def _truth(sim: Simulation, scale: str, seed: int, fmt: str, corpus: Path | None
         "quarantine": {"expected": len(gateway.quarantine), "lines": sorted(gateway.quarantine, key=lambda d: (d["file"], d["line"]))},
         "blank_lines": gateway.blank,
         "spend_log_rows": gateway.spend_rows,
-        "orphans": gateway.orphans,
+        "orphans": sorted(gateway.orphans, key=lambda d: (d["kind"], d["request_id"])),
         "files": files,
         "counts": counts,
     }

@@ -40,6 +40,9 @@ MODELS = (
 )
 
 WINDOW_START = dt.datetime(2026, 8, 27, tzinfo=dt.timezone.utc)
+#: A shared-boilerplate hard negative quotes text at least this many tenants besides the recipient
+#: sent before it (the matcher holds text of more than 2 tenants to be common, not anyone's secret).
+COMMON_TENANTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +167,7 @@ class Exchange:
     error: str | None
     error_class: str | None
     incomplete: bool = False  # split logs: the request was never answered
+    request_lost: bool = False  # split logs: the request line was rotated away, only the response is left
 
 
 class Simulation:
@@ -189,6 +193,10 @@ class Simulation:
             d: [collections.deque(maxlen=2) for _ in range(scale.slots)] for d in self.decode
         }
         self.pending_later: list[dict[str, Any]] = []
+        # shared text name -> tenants that have sent it so far: a suspect may only quote boilerplate
+        # that is really common by then, or the "hard negative" would be a private leak in the logs.
+        self.shared_senders: dict[str, set[int]] = collections.defaultdict(set)
+        self.lost_requests = 0  # marked request_lost (only the split-log writer drops their request lines)
         self.truth: dict[str, Any] = {
             "suspects": [],
             "fragments": [],
@@ -245,6 +253,9 @@ class Simulation:
             slug = "-".join(p for p in slug.split("-") if p)[:24]
             if i % 3 == 2:
                 tid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            elif i == 3:
+                # An org id typed by a human: spaces, a slash, accents (reports must make safe names).
+                tid = f"{company} / Équipe Zürich"
             else:
                 tid = f"org-{slug}-{rng.getrandbits(16):04x}"
             while tid in used:
@@ -254,9 +265,12 @@ class Simulation:
             # Long-document customers chose the affected model for its advertised window.
             heavy = i % 3 == 0  # a fixed share, so the suspect count varies little between seeds
             mw = (0.75, 0.1, 0.15) if heavy else (rng.uniform(0.15, 0.5), rng.uniform(0.2, 0.5), rng.uniform(0.1, 0.4))
-            shared = rng.random() < 0.35
-            if shared:
-                system = tx.POPULAR_SYSTEM_PROMPTS[rng.randrange(len(tx.POPULAR_SYSTEM_PROMPTS))]
+            # A fixed share of customers copied a popular template (the first, the most copied, by a
+            # third of them), so that every run has boilerplate many tenants really send.
+            popular = 0 if i % 3 == 1 else 1 if i % 6 == 5 else None
+            shared = popular is not None
+            if popular is not None:
+                system = tx.POPULAR_SYSTEM_PROMPTS[popular]
             else:
                 system = (
                     f"You are the internal assistant of {company}. {fk.catch_phrase()}. Escalate anything about "
@@ -282,7 +296,7 @@ class Simulation:
                     system_shared=shared,
                     p_stream=rng.choice((0.0, 0.5, 0.9)),
                     p_parts=rng.choice((0.0, 0.0, 0.3, 0.8)),
-                    p_boilerplate=rng.choice((0.0, 0.1, 0.3)),
+                    p_boilerplate=rng.choice((0.05, 0.1, 0.3)),
                     p_quote=rng.choice((0.02, 0.08)),
                     users=tuple(f"u-{rng.randint(100, 9999)}" for _ in range(rng.randint(1, 6))),
                     team_id=f"team-{rng.getrandbits(32):08x}",
@@ -459,6 +473,14 @@ class Simulation:
                 break
         prompt = self.build_prompt(spec)
         real_tokens = round(len(prompt.text) / cpt)
+        shared_names = self._shared_names(tenant, spec)
+        # Ordinary requests of the unaffected models (never stale pages, never sources) without
+        # boilerplate may lose their request line to log rotation on the first day (split logs).
+        lost = (not affected and not shared_names and t < self.t0 + 86400 and klass == "normal"
+                and self.lost_requests < 8 and self._rng(f"rotated:{i}").random() < 0.25)
+        self.lost_requests += lost
+        for name in shared_names:
+            self.shared_senders[name].add(ti)
         request_id = f"chatcmpl-{rng.getrandbits(96):024x}"
         if later is not None:
             start = next(a for a, b, k, lab in prompt.regions if k == "injected")
@@ -479,6 +501,8 @@ class Simulation:
         queue = rng.uniform(0.02, 0.4)
         base = dict(index=i, request_id=request_id, tenant=tenant, user_id=user, model=model, model_routed=routed,
                     received=t, messages=prompt.messages, prompt_text=prompt.text, stream=stream, max_tokens=max_tokens)
+        if lost:
+            base["request_lost"] = True
 
         if klass in ("big", "near_above", "near_below") and not (affected and in_window and over):
             why = {"near_below": "near_ceiling_below"}.get(klass, "over_ceiling_other_model" if not affected else "over_ceiling_outside_window")
@@ -547,7 +571,7 @@ class Simulation:
         first = base["received"] + latency + (0 if base["model"] == AFFECTED_MODEL else real_tokens / 20000)
         done = first + completion / rng.uniform(30, 90)
         reported: int | None = real_tokens
-        incomplete = base["model"] != AFFECTED_MODEL and rng.random() < 0.004
+        incomplete = base["model"] != AFFECTED_MODEL and rng.random() < 0.004 and not base.get("request_lost")
         ex = Exchange(**base, first_token=first, completed=done, status="success", status_code=200, response_text=answer,
                       finish_reason="length" if completion >= base["max_tokens"] else "stop", reported_prompt_tokens=reported,
                       completion_tokens=completion, error=None, error_class=None, incomplete=incomplete)
@@ -669,10 +693,12 @@ class Simulation:
                     is_leak=label == "leak",
                 )
                 segments.append((frag.pop("text"), frag))
-        if rng.random() < 0.25:
-            shared_text, name = rng.choice(((tx.MIT_LICENSE, "mit_license"), (self.article, "article"),
-                                            (tx.POPULAR_SYSTEM_PROMPTS[0], "popular_system_prompt")))
-            span = _pick_span([(0, len(shared_text), "private", name)], rng, round(rng.randint(20, 120) * cpt), shared_text)
+        # Only text at least COMMON_TENANTS other tenants have already sent is common knowledge.
+        common = [(text, name) for text, name in self.shared_texts()
+                  if len(self.shared_senders[name] - {ti}) >= COMMON_TENANTS]
+        if common and rng.random() < 0.25:
+            shared_text, name = rng.choice(common)
+            span = _pick_span([(0, len(shared_text), "private", name)], rng, round(rng.randint(20, 120) * cpt), shared_text, own=False)
             if span:
                 frag = self._fragment(rng, fk, shared_text, span[0], span[1], cpt, light=True)
                 frag.update(source_request_id=None, source_tenant_id=None, source_kind="shared", shared_text=name,
@@ -744,6 +770,17 @@ class Simulation:
         })
         self.counts["suspects"] += 1
 
+    def shared_texts(self) -> list[tuple[str, str]]:
+        """The boilerplate suspects may quote: (text, name), names as in ``shared_text`` of the truth."""
+        return [(tx.MIT_LICENSE, "mit_license"), (self.article, "article"), (tx.POPULAR_SYSTEM_PROMPTS[0], "popular_system_prompt")]
+
+    def _shared_names(self, tenant: Tenant, spec: PromptSpec) -> list[str]:
+        """Names of the shared texts a prompt carries whole."""
+        names = [spec.boilerplate] if spec.boilerplate else []
+        if tenant.system_prompt == tx.POPULAR_SYSTEM_PROMPTS[0]:
+            names.append("popular_system_prompt")
+        return names
+
     def _fragment(self, rng: random.Random, fk: Faker, src: str, a: int, b: int, cpt: float, light: bool = False) -> dict[str, Any]:
         """Cut ``src[a:b]``, damage it, and describe it (the caller adds where it came from)."""
         kinds: list[str] = []
@@ -767,12 +804,26 @@ def _fragment_tokens(rng: random.Random) -> int:
     return rng.randint(lo, hi)
 
 
-def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, chars: int, text: str) -> tuple[int, int] | None:
-    """A word-aligned span of about ``chars`` characters inside one private region."""
+def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, chars: int, text: str,
+               own: bool = True) -> tuple[int, int] | None:
+    """A word-aligned span of about ``chars`` characters inside one private region.
+
+    With ``own`` (the default) the span must carry at least ``tx.MIN_OWN_CHARS`` characters that are
+    not document template (every tenant's tables share a header): text that every tenant sends is
+    nobody's leak, so a fragment of it would be wrongly labelled.
+    """
     cands = [(a, b) for a, b, k, _ in regions if k == "private" and b - a >= 16]
     if not cands:
         return None
     weights = [b - a for a, b in cands]
+    for _ in range(4):
+        span = _one_span(cands, weights, rng, chars, text)
+        if span is not None and (not own or tx.own_chars(text[span[0] : span[1]]) >= tx.MIN_OWN_CHARS):
+            return span
+    return None
+
+
+def _one_span(cands: list[tuple[int, int]], weights: list[int], rng: random.Random, chars: int, text: str) -> tuple[int, int] | None:
     a, b = rng.choices(cands, weights)[0]
     chars = min(chars, b - a)
     start = rng.randint(a, b - chars)

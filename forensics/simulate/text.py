@@ -68,6 +68,38 @@ INSTRUCTIONS = {
 }
 
 
+#: The fixed wording of the generated documents and private system prompts: every tenant sends it.
+TEMPLATE_PHRASES = tuple(sorted((
+    "You are the internal assistant of ", ". Escalate anything about ",
+    " (the \"Supplier\"), of ", "shall ", " for ", " under order ", "Payment of EUR ", " is due to IBAN ", " within ",
+    " days of invoice. Notices go to ", ", tel. ",
+    "def ", "(client, ", "_id: int) -> dict:\n    \"\"\"", "\"\"\"\n    api_key = \"", "\"  # ", ": rotate before ",
+    "\n    url = \"https://", "/\" + str(", "_id)\n    resp = client.post(url, headers={\"Authorization\": \"Bearer \" + api_key}, timeout=",
+    ")\n    # ", "\n    if resp.status_code != 200:\n        raise RuntimeError(\"", "\")\n    return resp.json()[\"", "\"]\n",
+    "Ticket #", "\nCustomer: ", "\nAgent ", "\nCustomer: My account number is ", " and I live at ",
+    "Patient: ", ", DOB ", ", MRN ", ", insurer ", ". Presenting complaint: ", " Vitals: BP ", ", HR ", ", SpO2 ",
+    "%. Assessment: ", " Plan: ", " Contact next of kin ", " on ",
+    "| name | email | phone | city | balance |\n|---|---|---|---|---|\n",
+    "sk-sim-", "AKSIM", "simtok_", "key-sim-",
+), key=lambda p: (-len(p), p)))
+
+#: A passage with fewer characters of its own (letters and digits outside the template) is common text.
+MIN_OWN_CHARS = 12
+
+
+def own_chars(passage: str) -> int:
+    """Letters and digits of ``passage`` outside the template wording (a piece of a phrase counts as template)."""
+    text = passage
+    for phrase in TEMPLATE_PHRASES:
+        text = text.replace(phrase, "\0")
+    # A passage cut inside a phrase starts or ends with a piece of it (or lies wholly inside one).
+    head = next((k for k in range(min(len(text), 120), 3, -1) if any(text[:k] in p for p in TEMPLATE_PHRASES)), 0)
+    text = text[head:]
+    tail = next((k for k in range(min(len(text), 120), 3, -1) if any(text[-k:] in p for p in TEMPLATE_PHRASES)), 0)
+    text = text[: len(text) - tail]
+    return sum(c.isalnum() for c in text)
+
+
 def secret(rng: random.Random) -> str:
     """An API-key-shaped secret, visibly simulated so no scanner mistakes it for a real one."""
     alnum = string.ascii_letters + string.digits

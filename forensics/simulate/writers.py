@@ -241,6 +241,11 @@ class GatewayWriter:
                 self._write(self._series("spend-logs", day_of(ex.received)), self.spend_log(ex), ex)
                 self.spend_rows += 1
         else:
+            if ex.request_lost:
+                # The request log of that hour was rotated away: only the response line is left.
+                self.orphans.append({"request_id": ex.request_id, "kind": "response_only"})
+                self.callbacks.push(ex.completed, ex)
+                return
             f = self._series("requests", day_of(ex.received))
             self._write(f, self.split_request(ex), ex)
             if ex.incomplete:
