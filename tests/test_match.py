@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import forensics.match as match_mod
+import forensics.match.stream as stream_mod
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
 from forensics.match import match
@@ -76,11 +77,11 @@ def test_fragment_of_a_very_long_prompt_is_verified_in_a_window(tmp_path: Path, 
     rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("b1", "bolt", 5, prompt="hi", response=response)]
     case = make_case(tmp_path / "case", rows, ["b1"])
     f = only(match(case, config()).findings, "b1", "a1")
-    assert len(prompt) > match_mod.WINDOW_MIN_CHARS
+    assert len(prompt) > stream_mod.WINDOW_MIN_CHARS
     assert prompt[f["source_start"] : f["source_end"]].split() == frag.split()
     assert response[f["recipient_start"] : f["recipient_end"]] == frag.replace(" ", "  ")
     windowed = _outputs(case)
-    monkeypatch.setattr(match_mod, "WINDOW_MIN_CHARS", 10**9)  # whole-text verification gives the same
+    monkeypatch.setattr(stream_mod, "WINDOW_MIN_CHARS", 10**9)  # whole-text verification gives the same
     match(case, config())
     assert _outputs(case) == windowed
 
@@ -289,6 +290,19 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
     match(case, config(workers=2, batch_rows=8))
     assert _outputs(case) == a
+    assert len(cross(first.findings)) >= 5
+
+
+def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = _mixed_case(tmp_path / "case", row_group_rows=None)
+    assert pq.ParquetFile(case / "exchanges.parquet").num_row_groups == 1
+    first = match(case, config(workers=1))
+    expected = _outputs(case)
+    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    second = match(case, config(workers=2))
+    assert _outputs(case) == expected
+    assert second.report["searched"]["source_texts_verified"] > 1  # several tasks share the one row group
     assert len(cross(first.findings)) >= 5
 
 

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import heapq
 import multiprocessing
@@ -40,9 +41,9 @@ from forensics.config import CaseConfig
 from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.fingerprint import tokenize_many
 from forensics.match.stream import (
-    CHUNK_CHARS, HIT_DTYPE, KINDS, BatchResult, Candidate, Scanner, init_worker, WINDOW_MIN_CHARS, merge, regions, scan_in_worker, text_sizes, tenant_code, verify,
+    CHUNK_CHARS, HIT_DTYPE, BatchResult, Candidate, Scanner, VerifyTask, init_worker, scan_in_worker, text_sizes,
+    tenant_code, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -212,41 +213,62 @@ def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _run_pass(scanner: Scanner, path: Path, p: MatchParams, progress: Reporter | None) -> Iterator[BatchResult]:
-    """Scan every record, in this process or on a pool of workers.
+def _pool_size(path: Path, p: MatchParams) -> int:
+    """Worker processes for this case: 0 (run in this process) below ``INLINE_BYTES`` of text."""
+    meta = pq.ParquetFile(path).metadata
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    workers = p.workers or (os.cpu_count() or 1)
+    return 0 if workers <= 1 or size < INLINE_BYTES else workers
+
+
+@contextlib.contextmanager
+def _worker_pool(scanner: Scanner, workers: int) -> Iterator[Any]:
+    """A pool of ``workers`` processes holding the scanner (None when ``workers`` is 0).
+
+    One pool serves both the streaming pass and verification, so the targets are sent once.
+    """
+    if workers == 0:
+        yield None
+        return
+    # forkserver: workers fork from a clean server that has imported the matcher once
+    # (no fork of this possibly threaded process, no re-import per worker).
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["forensics.match"])
+    with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
+        yield pool
+
+
+def _ordered(pool: Any, fn: Any, jobs: Iterator[Any], in_flight: int) -> Iterator[Any]:
+    """Results of ``fn(job)`` on the pool, in job order, with at most ``in_flight`` jobs queued."""
+    pending: collections.deque[Any] = collections.deque()
+    for job in jobs:
+        pending.append(pool.apply_async(fn, (job,)))
+        while len(pending) >= in_flight:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _run_pass(scanner: Scanner, path: Path, p: MatchParams, pool: Any, workers: int,
+              progress: Reporter | None) -> Iterator[BatchResult]:
+    """Scan every record, in this process (``pool`` None) or on the pool.
 
     This process reads the Parquet and hands each worker a task of about ``CHUNK_CHARS``
     characters (at most two per worker in flight, so memory stays bounded); decoding is a few
     per cent of the work, and tasks of equal text size keep both cores busy whatever the row
     groups look like.
     """
-    meta = pq.ParquetFile(path).metadata
-    rows = meta.num_rows
-    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    workers = p.workers or (os.cpu_count() or 1)
+    rows = pq.ParquetFile(path).metadata.num_rows
     task = reporter(progress).task("match: streaming prompts and responses", rows)
     try:
-        if workers <= 1 or size < INLINE_BYTES:
+        if pool is None:
             for batch in _batches(path, p.batch_rows):
                 yield scanner.scan_batch(batch)
                 task.advance(len(batch["request_id"]))
             return
-        # forkserver: workers fork from a clean server that has imported the matcher once
-        # (no fork of this possibly threaded process, no re-import per worker).
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["forensics.match"])
-        with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
-            pending: collections.deque[tuple[Any, int]] = collections.deque()
-            for job in _tasks(path, p.batch_rows):
-                pending.append((pool.apply_async(scan_in_worker, (job,)), len(job["request_id"])))
-                while len(pending) >= 2 * workers:
-                    res, n = pending.popleft()
-                    yield res.get()
-                    task.advance(n)
-            while pending:
-                res, n = pending.popleft()
-                yield res.get()
-                task.advance(n)
+        for res in _ordered(pool, scan_in_worker, _tasks(path, p.batch_rows), 2 * workers):
+            yield res
+            task.advance(res.stats.get("records", 0))
     finally:
         task.close()
 
@@ -333,9 +355,13 @@ def _pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
 
 
 def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
-                 holders: Holders, path: Path,
+                 holders: Holders, path: Path, pool: Any, workers: int,
                  progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
-    """Drop hits on common or own-context k-grams, then align what is left, reading only those texts."""
+    """Drop hits on common or own-context k-grams, then align what is left, reading only those texts.
+
+    The alignment runs on the pool when there is one (tasks of source rows, see
+    :func:`_verify_tasks`); candidates are gathered in row order either way.
+    """
     if len(hits) == 0:
         return [], {"informative_hits": 0, "texts_verified": 0}
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
@@ -354,45 +380,39 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
     cands: list[Candidate] = []
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
-        lo = np.searchsorted(kept[:, 2], rows, side="left")
-        hi = np.searchsorted(kept[:, 2], rows, side="right")
-        bounds = {int(r): (int(a), int(b)) for r, a, b in zip(rows, lo, hi)}
-        for row, texts in _fetch_rows(path, rows.tolist()):
-            sel = kept[bounds[row][0] : bounds[row][1]]
-            for kind_no in np.unique(sel[:, 3]).tolist():
-                ks = sel[sel[:, 3] == kind_no]
-                text = texts[kind_no]
-                if len(text) <= WINDOW_MIN_CHARS:
-                    tk = tokenize_many([text])[0]
-                    spans = np.array([0, len(tk)], dtype=np.int64)
-                else:  # a long text: tokenize only the regions around its hits
-                    tk, spans = regions(text, ks[:, 5])
-                for t in np.unique(ks[:, 0]).tolist():
-                    ts = ks[ks[:, 0] == t]
-                    cands.extend(verify(index, p, t, sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
-                                        ts[:, 5]))
-            task.advance(1)
+        jobs = _verify_tasks(path, kept, rows, sources, 4 * workers if pool is not None else 0)
+        if pool is None:
+            for job in jobs:
+                cands.extend(verify_task(index, p, job))
+                task.advance(len(job.rows))
+        else:
+            for found, n in _ordered(pool, verify_in_worker, jobs, 2 * workers):
+                cands.extend(found)
+                task.advance(n)
     finally:
         task.close()
     return cands, {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
 
 
-def _fetch_rows(path: Path, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
-    """(row, (prompt, response)) for the given sorted global row numbers, reading only their row groups."""
-    pf = pq.ParquetFile(path)
-    bounds = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
-    wanted = np.asarray(rows, dtype=np.int64)
-    for rg in range(pf.num_row_groups):
+def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+                  pieces: int) -> Iterator[VerifyTask]:
+    """Verification tasks in row order: one per row group, or about ``pieces`` in all when > 0.
+
+    A task never spans two row groups (a worker reads only its own); splitting a row group
+    between tasks costs a second read of it, cheap beside tokenizing and aligning its texts,
+    and lets both cores share a case whose suspects' sources sit in one big row group.
+    """
+    meta = pq.ParquetFile(path).metadata
+    bounds = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+    per = max(-(-len(rows) // pieces), 1) if pieces else len(rows) or 1
+    for rg in range(meta.num_row_groups):
         lo, hi = int(bounds[rg]), int(bounds[rg + 1])
-        inside = wanted[(wanted >= lo) & (wanted < hi)]
-        if len(inside) == 0:
-            continue
-        pos = lo
-        for b in pf.iter_batches(batch_size=16, row_groups=[rg], columns=["prompt_text", "response_text"]):
-            end = pos + b.num_rows
-            for r in inside[(inside >= pos) & (inside < end)].tolist():
-                yield r, (b.column(0)[r - pos].as_py() or "", b.column(1)[r - pos].as_py() or "")
-            pos = end
+        inside = rows[(rows >= lo) & (rows < hi)]
+        for i in range(0, len(inside), per):
+            part = inside[i : i + per]
+            a = int(np.searchsorted(kept[:, 2], part[0], side="left"))
+            b = int(np.searchsorted(kept[:, 2], part[-1], side="right"))
+            yield VerifyTask(str(path), rg, lo, part.tolist(), kept[a:b], {int(r): sources[int(r)] for r in part})
 
 
 def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
@@ -532,25 +552,29 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     n_hits = pending = 0
     sources: dict[int, tuple[str, str | None, int]] = {}
     stats: dict[str, int] = {}
-    for res in _run_pass(scanner, c.table_path("exchanges"), p, progress):
-        holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
-        hits.append(res.hits)
-        n_hits += len(res.hits)
-        pending += len(res.hits)
-        sources.update(res.sources)
-        for key, v in res.stats.items():
-            stats[key] = stats.get(key, 0) + v
-        if pending > max(PRUNE_HITS, sum(len(h) for h in hits) // 2):
-            # Hits on k-grams that are already common can never become evidence: drop them now.
-            holders.compact()
-            h = np.concatenate(hits)
-            hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]]]
-            pending = 0
-    held = holders.finish()
-    pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
-    all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
-    stats["hits"] = n_hits
-    cands, vstats = _verify_hits(index, p, all_hits, sources, held, c.table_path("exchanges"), progress)
+    path = c.table_path("exchanges")
+    workers = _pool_size(path, p)
+    with _worker_pool(scanner, workers) as pool:
+        for res in _run_pass(scanner, path, p, pool, workers, progress):
+            holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
+            hits.append(res.hits)
+            n_hits += len(res.hits)
+            pending += len(res.hits)
+            sources.update(res.sources)
+            for key, v in res.stats.items():
+                stats[key] = stats.get(key, 0) + v
+            if pending > max(PRUNE_HITS, sum(len(h) for h in hits) // 2):
+                # Hits on k-grams that are already common can never become evidence: drop them now.
+                holders.compact()
+                h = np.concatenate(hits)
+                hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]]]
+                pending = 0
+        held = holders.finish()
+        pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
+        all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
+        del hits
+        stats["hits"] = n_hits
+        cands, vstats = _verify_hits(index, p, all_hits, sources, held, path, pool, workers, progress)
     stats.update(vstats)
     rows = _score_candidates(cands, targets, held, p)
     evidence = [r for r in rows if not r["control"]]

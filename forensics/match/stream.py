@@ -18,10 +18,12 @@ clustered per (target, source text) along the alignment diagonal and verified wi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import xxhash
 
 from forensics.match.align import align
@@ -332,6 +334,69 @@ def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tup
     return out
 
 
+def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
+    """(row, (prompt, response)) for the sorted global ``rows`` of one row group starting at ``first_row``.
+
+    Reads 16 rows at a time and stops after the last wanted row (prompts can be megabytes each).
+    """
+    if not rows:
+        return
+    pf = pq.ParquetFile(path)
+    wanted = iter(rows)
+    want = next(wanted)
+    pos = first_row
+    for b in pf.iter_batches(batch_size=16, row_groups=[row_group], columns=["prompt_text", "response_text"]):
+        end = pos + b.num_rows
+        while want < end:
+            yield want, (b.column(0)[want - pos].as_py() or "", b.column(1)[want - pos].as_py() or "")
+            nxt = next(wanted, None)
+            if nxt is None:
+                return
+            want = nxt
+        pos = end
+
+
+@dataclasses.dataclass
+class VerifyTask:
+    """Source rows of one row group and their informative hits (sorted by row, kind, target, ...)."""
+
+    path: str
+    row_group: int
+    first_row: int  # global number of the row group's first row
+    rows: list[int]
+    hits: np.ndarray  # HIT_DTYPE rows, as in BatchResult, only for ``rows``
+    sources: dict[int, tuple[str, str | None, int]]
+
+
+def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Candidate]:
+    """Read the task's source texts and align each (target, source text) group of hits.
+
+    Candidates come out in row, kind, target order, whichever process runs the task, so the
+    results do not depend on how verification was split.
+    """
+    kept = task.hits
+    rows = np.asarray(task.rows, dtype=np.int64)
+    lo = np.searchsorted(kept[:, 2], rows, side="left")
+    hi = np.searchsorted(kept[:, 2], rows, side="right")
+    bounds = {int(r): (int(a), int(b)) for r, a, b in zip(rows, lo, hi)}
+    cands: list[Candidate] = []
+    for row, texts in read_rows(task.path, task.row_group, task.first_row, task.rows):
+        sel = kept[bounds[row][0] : bounds[row][1]]
+        for kind_no in np.unique(sel[:, 3]).tolist():
+            ks = sel[sel[:, 3] == kind_no]
+            text = texts[kind_no]
+            if len(text) <= WINDOW_MIN_CHARS:
+                tk = tokenize_many([text])[0]
+                spans = np.array([0, len(tk)], dtype=np.int64)
+            else:  # a long text: tokenize only the regions around its hits
+                tk, spans = regions(text, ks[:, 5])
+            for t in np.unique(ks[:, 0]).tolist():
+                ts = ks[ks[:, 0] == t]
+                cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
+                                    ts[:, 5]))
+    return cands
+
+
 # Process-pool plumbing: the scanner is sent once to each worker by the pool initializer.
 _WORKER: Scanner | None = None
 
@@ -348,4 +413,10 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify"]
+def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
+    """Pool task: verify one row group's share of source rows; returns the candidates and the row count."""
+    assert _WORKER is not None
+    return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
+
+
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows"]
