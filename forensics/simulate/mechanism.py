@@ -235,15 +235,17 @@ class Simulation:
         corpus_docs: list[list[str]] = [[] for _ in range(s.tenants)]
         corpus_answers: list[list[str]] = [[] for _ in range(s.tenants)]
         if self.corpus is not None:
-            # Each document belongs to one tenant only: a leaked passage must be rare.
-            order = list(range(1, len(self.corpus.documents)))
-            rng.shuffle(order)
-            for j, d in enumerate(order):
-                corpus_docs[j % s.tenants].append(self.corpus.documents[d])
-            order = list(range(len(self.corpus.answers)))
-            rng.shuffle(order)
-            for j, d in enumerate(order):
-                corpus_answers[j % s.tenants].append(self.corpus.answers[d])
+            # Each document (with its duplicates and the answers it quotes) belongs to one tenant
+            # only: a leaked passage must be rare. Document 0 is the article everyone sends.
+            n_docs = len(self.corpus.documents)
+            groups = [g for g in tx.owner_groups(self.corpus) if 0 not in g]
+            rng.shuffle(groups)
+            for j, group in enumerate(groups):
+                for k in group:
+                    if k < n_docs:
+                        corpus_docs[j % s.tenants].append(self.corpus.documents[k])
+                    else:
+                        corpus_answers[j % s.tenants].append(self.corpus.answers[k - n_docs])
         tenants = []
         used: set[str] = set()
         for i in range(s.tenants):

@@ -14,6 +14,7 @@ byte-identical output; dates come from the seeded ``random.Random`` instead.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 import re
@@ -166,6 +167,46 @@ def paragraph(kind: str, fk: Faker, rng: random.Random) -> str:
             )
         return "\n".join(rows)
     raise ValueError(f"unknown document kind {kind!r}")
+
+
+_SENTENCE_CUT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def owner_groups(corpus: "Corpus", max_holders: int = 8) -> list[list[int]]:
+    """Groups of corpus items that must belong to one tenant, items numbered documents then answers.
+
+    Real corpora repeat themselves (the same conversation exported twice, an answer quoted in a
+    document): two items sharing a sentence go to the same tenant, or a "leaked" passage would
+    be in two tenants' own text. Sentences in more than ``max_holders`` items are boilerplate
+    that no one owns and join nothing. Groups come sorted by their first item.
+    """
+    items = corpus.documents + corpus.answers
+    parent = list(range(len(items)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    holders: dict[bytes, list[int]] = {}
+    for k, text in enumerate(items):
+        for sentence in _SENTENCE_CUT.split(text):
+            norm = " ".join(sentence.lower().split())
+            if len(norm) >= 40:
+                h = holders.setdefault(hashlib.blake2b(norm.encode(), digest_size=12).digest(), [])
+                if not h or h[-1] != k:
+                    h.append(k)
+    for h in holders.values():
+        if 1 < len(h) <= max_holders:
+            for k in h[1:]:
+                a, b = find(h[0]), find(k)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for k in range(len(items)):
+        groups.setdefault(find(k), []).append(k)
+    return [groups[r] for r in sorted(groups)]
 
 
 # ---------------------------------------------------------------------------------------------
