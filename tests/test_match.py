@@ -306,6 +306,31 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     assert len(cross(first.findings)) >= 5
 
 
+def test_workers_reading_row_ranges_that_cut_batches_change_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = _mixed_case(tmp_path / "case", row_group_rows=40)
+    match(case, config(workers=1))
+    expected = _outputs(case)
+    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(match_mod, "TASK_BYTES", 1)  # one row per task: ranges cut every batch
+    result = match(case, config(workers=2, batch_rows=3))
+    assert _outputs(case) == expected
+    assert result.report["searched"]["records"] == pq.ParquetFile(case / "exchanges.parquet").metadata.num_rows
+
+
+def test_row_reader_gives_each_range_once_in_order(tmp_path: Path) -> None:
+    rows = [exchange(f"r{i:02d}", "t", i, prompt=f"p{i}") for i in range(23)]
+    case = make_case(tmp_path / "case", rows, [], row_group_rows=10)
+    reader = stream_mod.RowReader(batch_rows=4)
+    path = str(case / "exchanges.parquet")
+    seen = []
+    for rg, lo, hi in [(0, 0, 3), (0, 5, 9), (0, 9, 10), (1, 2, 7), (1, 0, 2), (2, 0, 3)]:  # gaps, a step back
+        got = [b.column("request_id").to_pylist() for _, b in reader.read(path, rg, lo, hi)]
+        seen.append([r for part in got for r in part])
+    assert seen == [[f"r{i:02d}" for i in range(10 * rg + lo, 10 * rg + hi)]
+                    for rg, lo, hi in [(0, 0, 3), (0, 5, 9), (0, 9, 10), (1, 2, 7), (1, 0, 2), (2, 0, 3)]]
+
+
 def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(20)
     licence = " ".join(words(rng, 60))

@@ -42,8 +42,8 @@ from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
-    CHUNK_CHARS, HIT_DTYPE, BatchResult, Candidate, Scanner, VerifyTask, init_worker, scan_in_worker, text_sizes,
-    tenant_code, verify_in_worker, verify_task,
+    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, Scanner, ScanTask, VerifyTask, batch_dict, init_worker,
+    scan_rows_in_worker, tenant_code, to_us, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -59,6 +59,10 @@ CSV_COLUMNS = (
 #: Below this much (uncompressed) exchanges data the pass runs in-process: starting worker
 #: processes costs about half a second, the time one core needs to scan some 30 MB of text.
 INLINE_BYTES = 32 << 20
+
+#: Uncompressed Parquet bytes per pass task on the pool: big enough that a task's fixed costs
+#: (a message each way, a Parquet footer) vanish, small enough that two workers finish together.
+TASK_BYTES = 8 << 20
 
 #: Holder entries and hits buffered before common k-grams are retired (bounds memory, not results).
 COMPACT_ENTRIES = 4_000_000
@@ -96,8 +100,7 @@ class MatchResult:
         }
 
 
-def _to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
-    return col.cast(pa.int64()).to_pylist()
+_to_us = to_us
 
 
 def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -152,65 +155,34 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     return targets, info
 
 
-def _batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
-    return {
-        "row0": row0,
-        "request_id": b.column("request_id").to_pylist(),
-        "tenant_id": b.column("tenant_id").to_pylist(),
-        "received_us": _to_us(b.column("received_at")),
-        "decode_node": b.column("decode_node").to_pylist(),
-        # Texts stay Arrow arrays until their chunk is scanned: a Python str of a 4-million-character
-        # prompt with one emoji in it takes 16 MB.
-        "prompt_text": b.column("prompt_text"),
-        "response_text": b.column("response_text"),
-    }
-
-
-_PASS_COLUMNS = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
-
-
 def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
     row0 = 0
-    for b in _iter_exchanges(path, _PASS_COLUMNS, batch_rows):
-        yield _batch_dict(b, row0)
+    for b in _iter_exchanges(path, PASS_COLUMNS, batch_rows):
+        yield batch_dict(b, row0)
         row0 += b.num_rows
 
 
-def _tasks(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
-    """Rows regrouped into tasks of about ``CHUNK_CHARS`` characters of text (a longer row alone)."""
-    group: list[dict[str, Any]] = []
-    chars = 0
-    for batch in _batches(path, batch_rows):
-        sizes = text_sizes(batch).tolist()
-        lo = 0
-        for i, size in enumerate(sizes):
-            if chars and chars + size > CHUNK_CHARS:  # flush the group and this batch's rows before i
-                if i > lo:
-                    group.append(_slice(batch, lo, i))
-                yield _join(group)
-                group, chars, lo = [], 0, i
-            chars += size
-        if lo < len(sizes):
-            group.append(_slice(batch, lo, len(sizes)))
-    if group:
-        yield _join(group)
+def _scan_tasks(path: Path) -> Iterator[ScanTask]:
+    """Row ranges of about ``TASK_BYTES`` of (uncompressed) data each, in file order, for the workers.
 
-
-def _slice(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
-    out = {key: (v[lo:hi] if isinstance(v, list) else v.slice(lo, hi - lo)) for key, v in batch.items() if key != "row0"}
-    out["row0"] = batch["row0"] + lo
-    return out
-
-
-def _join(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"row0": batches[0]["row0"]}
-    for key in batches[0]:
-        if key in ("prompt_text", "response_text"):
-            # concat_arrays copies: a task owns compact buffers (a slice would pickle its parent's).
-            out[key] = pa.concat_arrays([b[key] for b in batches])
-        elif key != "row0":
-            out[key] = [v for b in batches for v in b[key]]
-    return out
+    Sizes come from the row groups' metadata, so this process reads no text: the workers read
+    their own rows (a row group's ranges go out in order, so each worker decompresses it at most
+    once, see :class:`RowReader`). A range is never empty and never spans two row groups.
+    """
+    pf = pq.ParquetFile(path)
+    missing = [c for c in PASS_COLUMNS if c not in pf.schema_arrow.names]
+    if missing:
+        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
+                        fix="re-run `forensics ingest` with this version of forensics")
+    row0 = 0
+    for rg in range(pf.num_row_groups):
+        meta = pf.metadata.row_group(rg)
+        rows = meta.num_rows
+        pieces = max(1, min(rows, -(-meta.total_byte_size // TASK_BYTES)))
+        cuts = [rows * i // pieces for i in range(pieces + 1)]
+        for lo, hi in zip(cuts, cuts[1:]):
+            yield ScanTask(str(path), rg, row0, lo, hi)
+        row0 += rows
 
 
 def _pool_size(path: Path, p: MatchParams) -> int:
@@ -253,10 +225,9 @@ def _run_pass(scanner: Scanner, path: Path, p: MatchParams, pool: Any, workers: 
               progress: Reporter | None) -> Iterator[BatchResult]:
     """Scan every record, in this process (``pool`` None) or on the pool.
 
-    This process reads the Parquet and hands each worker a task of about ``CHUNK_CHARS``
-    characters (at most two per worker in flight, so memory stays bounded); decoding is a few
-    per cent of the work, and tasks of equal text size keep both cores busy whatever the row
-    groups look like.
+    On the pool, each worker reads and scans its own ranges of rows (:func:`_scan_tasks`; at
+    most two per worker in flight, so memory stays bounded): no text passes through this
+    process, which only gathers the results in file order.
     """
     rows = pq.ParquetFile(path).metadata.num_rows
     task = reporter(progress).task("match: streaming prompts and responses", rows)
@@ -266,7 +237,7 @@ def _run_pass(scanner: Scanner, path: Path, p: MatchParams, pool: Any, workers: 
                 yield scanner.scan_batch(batch)
                 task.advance(len(batch["request_id"]))
             return
-        for res in _ordered(pool, scan_in_worker, _tasks(path, p.batch_rows), 2 * workers):
+        for res in _ordered(pool, scan_rows_in_worker, _scan_tasks(path), 2 * workers):
             yield res
             task.advance(res.stats.get("records", 0))
     finally:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
@@ -334,6 +335,76 @@ def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tup
     return out
 
 
+def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
+    """Timestamps as integer microseconds (None stays None)."""
+    return col.cast(pa.int64()).to_pylist()
+
+
+#: Columns the streaming pass reads.
+PASS_COLUMNS = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
+
+
+def batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
+    """One record batch as :meth:`Scanner.scan_batch` takes it (``row0``: global number of its first row)."""
+    return {
+        "row0": row0,
+        "request_id": b.column("request_id").to_pylist(),
+        "tenant_id": b.column("tenant_id").to_pylist(),
+        "received_us": to_us(b.column("received_at")),
+        "decode_node": b.column("decode_node").to_pylist(),
+        # Texts stay Arrow arrays until their chunk is scanned: a Python str of a 4-million-character
+        # prompt with one emoji in it takes 16 MB.
+        "prompt_text": b.column("prompt_text"),
+        "response_text": b.column("response_text"),
+    }
+
+
+class RowReader:
+    """Reads row ranges of one row group in increasing order, continuing where the last range ended.
+
+    A worker handed ranges of a row group in order reads (decompresses) that row group once,
+    whichever ranges the other workers take, and holds one batch of ``batch_rows`` rows at a time.
+    """
+
+    def __init__(self, batch_rows: int) -> None:
+        self.batch_rows = batch_rows
+        self._key: tuple[str, int] | None = None
+        self._it: Iterator[pa.RecordBatch] = iter(())
+        self._pos = 0  # row (within the row group) of the next row the iterator or held batch gives
+        self._held: pa.RecordBatch | None = None
+
+    def read(self, path: str, row_group: int, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(first row within the row group, batch) for rows ``lo`` to ``hi`` (exclusive) of ``row_group``."""
+        if self._key != (path, row_group) or self._pos > lo:
+            self._it = pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows, row_groups=[row_group],
+                                                         columns=PASS_COLUMNS)
+            self._key, self._pos, self._held = (path, row_group), 0, None
+        while self._pos < hi:
+            b = self._held if self._held is not None else next(self._it, None)
+            self._held = None
+            if b is None:
+                break
+            start, end = self._pos, self._pos + b.num_rows
+            self._pos = end
+            if end <= lo:
+                continue
+            a, z = max(lo, start), min(hi, end)
+            yield a, b.slice(a - start, z - a)
+            if z < end:  # the rest of this batch starts the next range
+                self._held, self._pos = b.slice(z - start), z
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanTask:
+    """Rows ``lo`` to ``hi`` (exclusive) of one row group, whose first row is global row ``row0``."""
+
+    path: str
+    row_group: int
+    row0: int
+    lo: int
+    hi: int
+
+
 def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
     """(row, (prompt, response)) for the sorted global ``rows`` of one row group starting at ``first_row``.
 
@@ -413,10 +484,24 @@ def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
     return _WORKER.scan_batch(batch)
 
 
+_READER: RowReader | None = None
+
+
+def scan_rows_in_worker(task: ScanTask) -> BatchResult:
+    """Pool task: read a range of rows from the Parquet file and scan it (no texts pass through the parent)."""
+    global _READER
+    assert _WORKER is not None
+    if _READER is None:
+        _READER = RowReader(_WORKER.p.batch_rows)
+    parts = [_WORKER.scan_batch(batch_dict(b, task.row0 + a))
+             for a, b in _READER.read(task.path, task.row_group, task.lo, task.hi)]
+    return merge(parts)
+
+
 def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     """Pool task: verify one row group's share of source rows; returns the candidates and the row count."""
     assert _WORKER is not None
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "ScanTask", "scan_rows_in_worker", "batch_dict", "to_us", "PASS_COLUMNS"]
