@@ -42,7 +42,7 @@ from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
-    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, Scanner, ScanTask, VerifyTask, batch_dict, init_worker,
+    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, Scanner, ScanTask, VerifyTask, batch_dict, init_worker, iter_row_group,
     scan_rows_in_worker, tenant_code, to_us, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
@@ -156,10 +156,16 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
 
 
 def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
+    pf = pq.ParquetFile(path)
+    missing = [c for c in PASS_COLUMNS if c not in pf.schema_arrow.names]
+    if missing:
+        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
+                        fix="re-run `forensics ingest` with this version of forensics")
     row0 = 0
-    for b in _iter_exchanges(path, PASS_COLUMNS, batch_rows):
-        yield batch_dict(b, row0)
-        row0 += b.num_rows
+    for rg in range(pf.num_row_groups):
+        for b in iter_row_group(pf, rg, batch_rows):
+            yield batch_dict(b, row0)
+            row0 += b.num_rows
 
 
 def _scan_tasks(path: Path) -> Iterator[ScanTask]:

@@ -359,11 +359,34 @@ def batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
     }
 
 
+#: Average uncompressed bytes per batch read (see :func:`rows_per_batch`); larger batches (1 MB)
+#: measured no faster and cost 100 MB more peak RSS (token arrays take ~40 bytes per character).
+BATCH_BYTES = 1 << 18
+
+
+def rows_per_batch(rows: int, nbytes: int, minimum: int) -> int:
+    """Rows to read at once from a row group of ``rows`` rows and ``nbytes`` bytes (uncompressed).
+
+    About ``BATCH_BYTES`` of data on average and at least ``minimum`` rows: a row group of short
+    chats is read in batches of hundreds of rows (each batch costs a fixed ~1 ms), one of
+    megabyte prompts ``minimum`` rows at a time. A batch never exceeds its row group, whose size
+    ingest caps.
+    """
+    return max(minimum, min(rows, BATCH_BYTES * rows // max(nbytes, 1)))
+
+
+def iter_row_group(pf: pq.ParquetFile, row_group: int, minimum_rows: int) -> Iterator[pa.RecordBatch]:
+    """The pass's columns of one row group, in batches sized by :func:`rows_per_batch`."""
+    meta = pf.metadata.row_group(row_group)
+    size = rows_per_batch(meta.num_rows, meta.total_byte_size, minimum_rows)
+    return pf.iter_batches(batch_size=size, row_groups=[row_group], columns=PASS_COLUMNS)
+
+
 class RowReader:
     """Reads row ranges of one row group in increasing order, continuing where the last range ended.
 
     A worker handed ranges of a row group in order reads (decompresses) that row group once,
-    whichever ranges the other workers take, and holds one batch of ``batch_rows`` rows at a time.
+    whichever ranges the other workers take, and holds one batch (see :func:`rows_per_batch`) at a time.
     """
 
     def __init__(self, batch_rows: int) -> None:
@@ -376,8 +399,7 @@ class RowReader:
     def read(self, path: str, row_group: int, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(first row within the row group, batch) for rows ``lo`` to ``hi`` (exclusive) of ``row_group``."""
         if self._key != (path, row_group) or self._pos > lo:
-            self._it = pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows, row_groups=[row_group],
-                                                         columns=PASS_COLUMNS)
+            self._it = iter_row_group(pq.ParquetFile(path), row_group, self.batch_rows)
             self._key, self._pos, self._held = (path, row_group), 0, None
         while self._pos < hi:
             b = self._held if self._held is not None else next(self._it, None)
