@@ -54,7 +54,7 @@ class MatchParams:
     margin: int = 8  # tokens added on each side of a hit cluster before alignment
     gap: int = 16  # hits further apart than this (tokens) start a new cluster
     workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
-    batch_rows: int = 16  # rows per streamed batch (prompts can be megabytes each)
+    batch_rows: int = 16  # at least this many rows per streamed batch (more when rows are short)
 
     def record(self) -> dict[str, Any]:
         """The parameters that determine results (for match.json and manifests)."""
