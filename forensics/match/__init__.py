@@ -5,9 +5,12 @@
 
 1. Targets: the suspect responses and a seeded random control sample of non-suspect responses.
    Every k-gram of every target is hashed into a small in-memory index (``index.py``).
-2. One streaming pass over every record's prompt and response (``stream.py``, both cores):
-   hash, probe, count which tenants held each target k-gram and when, and verify hit clusters
-   with rapidfuzz on token slices (``align.py``).
+2. One streaming pass over every record's prompt and response (``stream.py``, both cores:
+   each worker reads its own row ranges, no text passes through the parent): hash, probe,
+   count which tenants held each target k-gram and when. Then the hits that survive rarity and
+   own context are verified with rapidfuzz on token slices (``align.py``), on the same workers,
+   each reading only the source rows of its task; candidates are gathered in row order, so the
+   outputs are the same whatever the number of processes.
 3. Rarity and own context, per finding: a matched k-gram in the suspect's own prompt explains
    itself, and for a cross-tenant source so does one the recipient's tenant already held when
    it sent the request (same-tenant overlap is kept, as relation ``same_tenant``); one held by

@@ -500,12 +500,6 @@ def init_worker(scanner: Scanner) -> None:
     _WORKER = scanner
 
 
-def scan_in_worker(batch: dict[str, Any]) -> BatchResult:
-    """Pool task: scan one batch with this process's scanner."""
-    assert _WORKER is not None
-    return _WORKER.scan_batch(batch)
-
-
 _READER: RowReader | None = None
 
 
@@ -526,4 +520,4 @@ def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "scan_in_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "ScanTask", "scan_rows_in_worker", "batch_dict", "to_us", "PASS_COLUMNS"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "batch_dict", "to_us", "PASS_COLUMNS"]
