@@ -1,7 +1,7 @@
 """Benchmark of the match stage against two baselines, in one run (about 5 minutes on 2 cores).
 
     python benchmarks/match.py [--corpus ../shared/corpora] [--suspects 300] [--scale 1,2,4]
-                               [--sub-suspects 40] [--sub-records 2400]
+                               [--sub-suspects 30] [--sub-records 2400]
 
 Data: a case built from real public text (the ``--corpus`` folder, read at run time; the
 benchmark exits cleanly when it is absent). Tenants send corpus documents (some prefixed with one
@@ -484,7 +484,7 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
     ap.add_argument("--suspects", type=int, default=300)
     ap.add_argument("--scale", default="1,2,4")
-    ap.add_argument("--sub-suspects", type=int, default=40)
+    ap.add_argument("--sub-suspects", type=int, default=30)
     ap.add_argument("--sub-records", type=int, default=2400)
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated cases in this folder.")
     ap.add_argument("--sim-seeds", type=lambda v: [int(x) for x in v.split(",") if x], default=[7, 11],
