@@ -1,6 +1,6 @@
 """How the scan stage scales: a synthetic case of N exchanges and ~3N engine events.
 
-    python benchmarks/scan.py --exchanges 1000000 --out /tmp/scan-bench
+    python benchmarks/scan.py --exchanges 1000000 --out bench-out/scan
 
 Builds the case tables directly (key columns realistic, text columns short: the scan reads only
 key columns, so prompt size does not matter to it), plants a known number of suspects of every
