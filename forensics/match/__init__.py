@@ -158,12 +158,18 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     return targets, info
 
 
-def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
+def _exchanges_file(path: Path) -> pq.ParquetFile:
+    """The exchanges table, checked to have every column the pass reads."""
     pf = pq.ParquetFile(path)
     missing = [c for c in PASS_COLUMNS if c not in pf.schema_arrow.names]
     if missing:
         raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
                         fix="re-run `forensics ingest` with this version of forensics")
+    return pf
+
+
+def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
+    pf = _exchanges_file(path)
     row0 = 0
     for rg in range(pf.num_row_groups):
         for b in iter_row_group(pf, rg, batch_rows):
@@ -178,11 +184,7 @@ def _scan_tasks(path: Path) -> Iterator[ScanTask]:
     their own rows (a row group's ranges go out in order, so each worker decompresses it at most
     once, see :class:`RowReader`). A range is never empty and never spans two row groups.
     """
-    pf = pq.ParquetFile(path)
-    missing = [c for c in PASS_COLUMNS if c not in pf.schema_arrow.names]
-    if missing:
-        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
-                        fix="re-run `forensics ingest` with this version of forensics")
+    pf = _exchanges_file(path)
     row0 = 0
     for rg in range(pf.num_row_groups):
         meta = pf.metadata.row_group(rg)
