@@ -66,6 +66,16 @@ def _times(values: list[Any]) -> tuple[str, str]:
     return (iso(known[0]), iso(known[-1])) if known else ("", "")
 
 
+def _add_finding(table: dict[str, dict[str, Any]], tenant: str, request_id: str, f: Finding, hits: list[Any]) -> None:
+    """Count one finding towards a customer's row of one role."""
+    entry = table.setdefault(tenant, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
+    entry["ids"].add(request_id)
+    entry["times"].append(f.recipient_received_at)
+    entry["tiers"].append(f.tier)
+    entry["hits"].extend(hits)
+    entry["n"] += 1
+
+
 def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     """Every (customer, role) row, sorted by tenant_id then role.
 
@@ -85,21 +95,10 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
         entry["times"].append(s.received_at)
         fs = by_recipient_request.get(s.request_id, [])
         entry["tiers"].append(best_tier(f.tier for f in fs))
-    for f in cross:  # findings whose recipient the scan did not list still reach their recipient
-        entry = recipients.setdefault(f.recipient_tenant, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
-        entry["ids"].add(str(f.row["recipient_request_id"]))
-        entry["times"].append(f.recipient_received_at)
-        entry["tiers"].append(f.tier)
-        entry["hits"].extend(f.recipient_hits)
-        entry["n"] += 1
     exposed: dict[str, dict[str, Any]] = {}
-    for f in cross:
-        entry = exposed.setdefault(f.source_tenant, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
-        entry["ids"].add(str(f.row["source_request_id"]))
-        entry["times"].append(f.recipient_received_at)
-        entry["tiers"].append(f.tier)
-        entry["hits"].extend(f.source_hits)
-        entry["n"] += 1
+    for f in cross:  # findings whose recipient the scan did not list still reach their recipient
+        _add_finding(recipients, f.recipient_tenant, str(f.row["recipient_request_id"]), f, f.recipient_hits)
+        _add_finding(exposed, f.source_tenant, str(f.row["source_request_id"]), f, f.source_hits)
     notices = []
     for role, table in (("exposed", exposed), ("recipient", recipients)):
         for tenant, e in table.items():
