@@ -146,3 +146,29 @@ def test_alignment_keeps_the_passage_not_stray_matches_far_from_it() -> None:
     assert al is not None
     assert (al.a_start, al.a_end, al.b_start, al.b_end) == (22, 62, 32, 72)
     assert al.score == 100.0 and al.matched == 40
+
+
+# The fast path (one element per original character) must give exactly the tokens of the
+# reference path (every character expanded first), whatever the characters and their neighbours.
+_AWKWARD = list("aZ9_ é\u0301\u200b\u200d\ufe0f\u00ad…¼½⑴㈱ﬁ¨™\u3000\r\n\t,.日本👍🏽ＺǄß\U0001d400")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_AWKWARD) | st.characters(), max_size=120))
+def test_fast_path_equals_reference_path(text: str) -> None:
+    from forensics.match.fingerprint import _tokenize_reference
+
+    fast, ref = tokenize(text), _tokenize_reference(text)
+    assert fast.start.tolist() == ref.start.tolist() and fast.end.tolist() == ref.end.tolist()
+    assert fast.hash.tolist() == ref.hash.tolist()
+
+
+def test_fast_path_equals_reference_path_for_every_bmp_character() -> None:
+    from forensics.match.fingerprint import _tokenize_reference
+
+    # Each character alone, inside a word, doubled and next to punctuation.
+    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
+    text = "".join(f"x{c}y {c}{c} ({c} " for c in chars)
+    fast, ref = tokenize(text), _tokenize_reference(text)
+    assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
+    assert np.array_equal(fast.hash, ref.hash)

@@ -14,8 +14,12 @@ How it stays vectorised
     compatibility-caseless match; NFKD and NFKC identify the same strings, and the per-character
     decomposed form lets a precomposed ``é`` and ``e`` + combining acute give the same sequence).
     The mapping lives in code-point-indexed numpy tables; a text becomes a ``uint32`` array
-    (``utf-32``), is expanded through the tables, classified and cut into tokens with array
-    operations only: no Python loop per token or per character.
+    (``utf-32``), is classified and cut into tokens with array operations only: no Python loop
+    per token or per character. The reference path expands every character into its normalised
+    code points first; the fast path (what :func:`tokenize` runs) keeps one element per original
+    character, with each character's normalised form precomputed as a polynomial and a length,
+    and hands only the rare characters that could join a neighbour oddly to the reference path.
+    A property test over every BMP character holds the two paths equal.
 
 Hashes
     Every normalised code point gets a fixed-seed xxhash64 value; a token's hash is a polynomial
@@ -57,6 +61,19 @@ _pool = np.zeros(0, dtype=np.uint32)
 _cls = np.zeros(_SIZE, dtype=np.uint8)  # class of a normalised code point
 _val = np.zeros(_SIZE, dtype=np.uint64)  # xxhash of a normalised code point
 _pow: list[np.ndarray] = [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)]
+
+# The fast path works on original code points, one array element each, through three tables
+# filled with the ones above: what a character is (``_info``), the polynomial of its
+# normalised form (``_sval``: a letter that decomposes, "é" -> "e" + accent, stays one element)
+# and that form's length (only lengths inside words move positions within a token).
+_UNKNOWN, _F_SPACE, _F_WORD, _F_PUNCT, _F_IDEO, _F_WIDE, _F_MULTI, _F_IGNORE, _F_COMPLEX = range(9)
+_info = np.zeros(_SIZE, dtype=np.uint8)
+_sval = np.zeros(_SIZE, dtype=np.uint64)
+_slen = np.ones(_SIZE, dtype=np.uint8)
+# The class each ``_info`` value has on the fast path (a wide word is a word; a character that
+# becomes several stand-alone tokens, "…" -> ". . .", is one punctuation token until expanded).
+_INFO_CLASS = np.array([SPACE, SPACE, WORD, PUNCT, IDEO, WORD, PUNCT, SPACE, PUNCT], dtype=np.uint8)
+_multi: dict[int, np.ndarray] = {}  # code point -> hashes of the tokens its normalised form is
 
 _IDEO_RANGES = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -116,6 +133,42 @@ def _fill(cps: np.ndarray) -> None:
                     _val[m] = np.uint64(xxhash.xxh64_intdigest(ch.encode("utf-8", "surrogatepass"), seed=SEED) | 1)
             _known[cp] = True
         _pool = np.array(_pool_list, dtype=np.uint32)
+        for cp in cps.tolist():
+            if not _info[cp]:
+                _classify(cp)
+
+
+def _classify(cp: int) -> None:
+    """Fill the fast-path tables for original code point ``cp`` (its normalised form is known)."""
+    seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
+    classes = [int(_cls[m]) for m in seq]
+    if not seq:
+        _info[cp] = _F_IGNORE
+    elif all(c == SPACE for c in classes):
+        _info[cp] = _F_SPACE
+    elif len(seq) == 1:
+        _info[cp] = {WORD: _F_WORD, PUNCT: _F_PUNCT, IDEO: _F_IDEO}[classes[0]]
+    elif all(c == WORD for c in classes):
+        _info[cp] = _F_WIDE
+        _slen[cp] = min(len(seq), 255)
+    elif classes[0] != WORD and classes[-1] != WORD and len(seq) < 255:
+        # It cannot join a neighbouring word, so its tokens are its own: computed once here.
+        _info[cp] = _F_MULTI
+        _multi[cp] = _tokenize_reference(chr(cp)).hash
+    else:  # e.g. "¼" -> "1", "⁄", "4": its first or last token may join a neighbour
+        _info[cp] = _F_COMPLEX
+    if len(seq) <= 255 and classes and all(c == WORD for c in classes):
+        with np.errstate(over="ignore"):
+            v = np.uint64(0)
+            for j, m in enumerate(seq):
+                v = v + _val[m] * _pow_scalar(j)
+        _sval[cp] = v
+    elif len(seq) == 1 and classes[0] != SPACE:  # white space adds nothing to a token
+        _sval[cp] = _val[seq[0]]
+
+
+def _pow_scalar(j: int) -> np.uint64:
+    return np.uint64(pow(int(_P), j, 2**64))
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,11 +210,130 @@ _EMPTY = Tokens(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uin
 
 
 def tokenize(text: str | None) -> Tokens:
-    """Tokens of ``text`` with their original character offsets and stable hashes."""
+    """Tokens of ``text`` with their original character offsets and stable hashes.
+
+    The fast path keeps one array element per original character. The few characters whose
+    normalised form may join a neighbouring word in an unusual way ("¼" is "1", "⁄", "4"; two
+    format characters in a row) are handled by tokenizing just the run of text between white
+    space around them through the reference path, which expands every character first. Both
+    give the same tokens (a property test holds them equal).
+    """
+    if not text:
+        return _EMPTY
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    info = _info[cps]
+    if not info.all():
+        _fill(np.unique(cps[info == _UNKNOWN]))
+        info = _info[cps]
+    cls = _INFO_CLASS[info]
+    wide, ignore = False, _NONE
+    multi = hard = _NONE
+    special = np.flatnonzero(info >= _F_WIDE)
+    if len(special):
+        kinds = info[special]
+        hard = special[kinds == _F_COMPLEX]
+        ignore = special[kinds == _F_IGNORE]
+        if len(ignore):
+            run = np.diff(ignore) == 1
+            if run.any():  # format characters in a row: left to the reference path
+                hard = np.union1d(hard, ignore[np.flatnonzero(run)])
+            # A format character inside a word is nothing ("foo\u200bbar" is "foobar"); anywhere
+            # else it is as good as white space.
+            inner = (ignore > 0) & (ignore < len(cps) - 1)
+            left = np.where(inner, ignore - 1, 0)
+            right = np.where(inner, ignore + 1, 0)
+            ignore = ignore[inner & (cls[left] == WORD) & (cls[right] == WORD)]
+            cls[ignore] = WORD
+        wide = bool((kinds == _F_WIDE).any()) or len(ignore) > 0
+        multi = special[kinds == _F_MULTI]
+    word = cls == WORD
+    single = cls >= PUNCT
+    prev_word = np.zeros_like(word)
+    prev_word[1:] = word[:-1]
+    next_word = np.zeros_like(word)
+    next_word[:-1] = word[1:]
+    ts = np.flatnonzero(single | (word & ~prev_word))
+    if len(ts) == 0:
+        return _EMPTY
+    te = np.flatnonzero(single | (word & ~next_word)) + 1
+    with np.errstate(over="ignore"):
+        if wide:
+            # Positions in the normalised text: a decomposed letter takes several, a format
+            # character inside a word none.
+            lens = _slen[cps].astype(np.int64)
+            lens[ignore] = 0
+            npos = np.cumsum(lens) - lens
+            fwd, inv = _powers(int(npos[-1]) + 1)
+            w = _sval[cps] * fwd[npos]
+            w[ignore] = 0
+            h = np.add.reduceat(w, ts) * inv[npos[ts]]
+        else:
+            fwd, inv = _powers(len(cps))
+            h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+    hashes = mix64(h)
+    start, end = ts.astype(np.int64), te.astype(np.int64)
+    if len(multi):
+        start, end, hashes = _expand_multi(cps, multi, start, end, hashes)
+    if len(hard):
+        start, end, hashes = _splice_reference(text, info, hard, start, end, hashes)
+    return Tokens(start, end, hashes)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.ndarray, end: np.ndarray,
+                      hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Re-tokenize the white-space-delimited runs around the ``hard`` characters by the reference path.
+
+    No token crosses white space, so the fast path's tokens outside those runs stand as they are.
+    """
+    runs: list[tuple[int, int]] = []
+    for at in hard.tolist():
+        if runs and at < runs[-1][1]:
+            continue
+        lo = at
+        while lo > 0 and info[lo - 1] != _F_SPACE:
+            lo -= 1
+        hi = at + 1
+        while hi < len(info) and info[hi] != _F_SPACE:
+            hi += 1
+        runs.append((lo, hi))
+    keep = np.ones(len(start), dtype=bool)
+    parts = []
+    for lo, hi in runs:
+        keep[np.searchsorted(start, lo) : np.searchsorted(start, hi)] = False
+        parts.append(_tokenize_reference(text[lo:hi]))
+        parts[-1] = Tokens(parts[-1].start + lo, parts[-1].end + lo, parts[-1].hash)
+    start = np.concatenate([start[keep]] + [p.start for p in parts])
+    end = np.concatenate([end[keep]] + [p.end for p in parts])
+    hashes = np.concatenate([hashes[keep]] + [p.hash for p in parts])
+    order = np.argsort(start, kind="stable")  # several tokens of one character keep their order
+    return start[order], end[order], hashes[order]
+
+
+def _expand_multi(cps: np.ndarray, multi: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replace the one token of each character that stands for several ("…") by its tokens."""
+    at = np.searchsorted(start, multi)  # each such character is a token of its own
+    pieces = [_multi[int(c)] for c in cps[multi].tolist()]
+    counts = np.ones(len(start), dtype=np.int64)
+    counts[at] = [len(p) for p in pieces]
+    start, end, hashes = np.repeat(start, counts), np.repeat(end, counts), np.repeat(hashes, counts)
+    first = np.cumsum(counts) - counts
+    slots = np.repeat(first[at], counts[at]) + (np.arange(int(counts[at].sum())) -
+                                                  np.repeat(np.cumsum(counts[at]) - counts[at], counts[at]))
+    hashes[slots] = np.concatenate(pieces)
+    return start, end, hashes
+
+
+def _tokenize_reference(text: str, cps: np.ndarray | None = None) -> Tokens:
+    """Tokens of ``text`` through the full expansion of every character (the definition)."""
     if not text:
         return _EMPTY
     # Small dtypes throughout: a megabyte prompt costs tens of bytes per character, not hundreds.
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    if cps is None:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     unknown = ~_known[cps]
     if unknown.any():
         _fill(np.unique(cps[unknown]))
