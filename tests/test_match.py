@@ -288,6 +288,11 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     match(case, config(workers=1))
     assert _outputs(case) == a
     monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    shared = match(case, config(workers=2, batch_rows=8))
+    assert _outputs(case) == a
+    assert shared.run_stats["jobs_on_workers"] > 0 and shared.run_stats["jobs_here"] > 0
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", False)  # this process starts alone
     match(case, config(workers=2, batch_rows=8))
     assert _outputs(case) == a
     assert len(cross(first.findings)) >= 5
@@ -300,8 +305,10 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     first = match(case, config(workers=1))
     expected = _outputs(case)
     monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
     second = match(case, config(workers=2))
     assert _outputs(case) == expected
+    assert second.run_stats["jobs_on_workers"] > 0
     assert second.report["searched"]["source_texts_verified"] > 1  # several tasks share the one row group
     assert len(cross(first.findings)) >= 5
 
@@ -313,7 +320,8 @@ def test_workers_reading_row_ranges_that_cut_batches_change_nothing(
     expected = _outputs(case)
     monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
     monkeypatch.setattr(match_mod, "TASK_BYTES", 1)  # one row per task: ranges cut every batch
-    result = match(case, config(workers=2, batch_rows=3))
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    result = match(case, config(workers=3, batch_rows=3))
     assert _outputs(case) == expected
     assert result.report["searched"]["records"] == pq.ParquetFile(case / "exchanges.parquet").metadata.num_rows
 

@@ -27,7 +27,9 @@ import contextlib
 import dataclasses
 import heapq
 import multiprocessing
+from multiprocessing import forkserver
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,11 @@ from forensics import csvfile, schema
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.errors import CaseError
+from forensics.memory import reusing_freed_memory
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
-    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, Scanner, ScanTask, VerifyTask, batch_dict, init_worker, iter_row_group,
+    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, RowReader, Scanner, ScanTask, VerifyTask, init_worker, scan_rows,
     scan_rows_in_worker, tenant_code, to_us, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
@@ -62,6 +65,9 @@ CSV_COLUMNS = (
 #: Below this much (uncompressed) exchanges data the pass runs in-process: starting worker
 #: processes costs about half a second, the time one core needs to scan some 30 MB of text.
 INLINE_BYTES = 32 << 20
+
+#: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
+WAIT_FOR_WORKERS = False
 
 #: Uncompressed Parquet bytes per pass task on the pool: big enough that a task's fixed costs
 #: (a message each way, a Parquet footer) vanish, small enough that two workers finish together.
@@ -168,15 +174,6 @@ def _exchanges_file(path: Path) -> pq.ParquetFile:
     return pf
 
 
-def _batches(path: Path, batch_rows: int) -> Iterator[dict[str, Any]]:
-    pf = _exchanges_file(path)
-    row0 = 0
-    for rg in range(pf.num_row_groups):
-        for b in iter_row_group(pf, rg, batch_rows):
-            yield batch_dict(b, row0)
-            row0 += b.num_rows
-
-
 def _scan_tasks(path: Path) -> Iterator[ScanTask]:
     """Row ranges of about ``TASK_BYTES`` of (uncompressed) data each, in file order, for the workers.
 
@@ -196,59 +193,125 @@ def _scan_tasks(path: Path) -> Iterator[ScanTask]:
         row0 += rows
 
 
-def _pool_size(path: Path, p: MatchParams) -> int:
-    """Worker processes for this case: 0 (run in this process) below ``INLINE_BYTES`` of text."""
+def _helpers(path: Path, p: MatchParams) -> int:
+    """Worker processes to start beside this one: none below ``INLINE_BYTES`` of text.
+
+    ``p.workers`` counts this process too (0: one per core), since it scans its share.
+    """
     meta = pq.ParquetFile(path).metadata
     size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     workers = p.workers or (os.cpu_count() or 1)
-    return 0 if workers <= 1 or size < INLINE_BYTES else workers
+    return 0 if workers <= 1 or size < INLINE_BYTES else workers - 1
+
+
+class _Helpers:
+    """Worker processes holding the scanner, started in the background.
+
+    Starting them takes about 0.2 s of CPU (a fork server imports the matcher once; workers
+    fork from it, never from this possibly threaded process). The server starts first, while
+    this process loads the targets; the workers start once the targets are ready (they are sent
+    to each worker once); until they are up this process works alone, and then it keeps doing
+    its share. One pool serves the pass and verification.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._pool: Any = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
+        self._ctx = multiprocessing.get_context("forkserver")
+        if n:
+            self._ctx.set_forkserver_preload(["forensics.match"])
+            forkserver.ensure_running()
+
+    def start(self, scanner: Scanner) -> None:
+        """Start the workers (in a thread: this process goes on meanwhile)."""
+        if self.n:
+            self._thread = threading.Thread(target=self._start, args=(scanner,), daemon=True)
+            self._thread.start()
+            if WAIT_FOR_WORKERS:
+                self._thread.join()
+
+    def _start(self, scanner: Scanner) -> None:
+        try:
+            self._pool = self._ctx.Pool(self.n, initializer=init_worker, initargs=(scanner,))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in this process's thread by ``pool``
+            self._error = exc
+
+    @property
+    def pool(self) -> Any:
+        """The pool once its workers are up, else None (this process then does the job itself)."""
+        if self._error is not None:
+            raise self._error
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the workers (waiting for a start still in progress)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
 
 
 @contextlib.contextmanager
-def _worker_pool(scanner: Scanner, workers: int) -> Iterator[Any]:
-    """A pool of ``workers`` processes holding the scanner (None when ``workers`` is 0).
+def _helpers_running(n: int) -> Iterator[_Helpers]:
+    helpers = _Helpers(n)
+    try:
+        yield helpers
+    finally:
+        helpers.close()
 
-    One pool serves both the streaming pass and verification, so the targets are sent once.
+
+class _Done:
+    """A job this process ran itself (its place in the ordered results)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def ready(self) -> bool:
+        return True
+
+    def get(self) -> Any:
+        return self.value
+
+
+def _ordered(helpers: _Helpers, remote: Any, local: Any, jobs: Iterator[Any]) -> Iterator[Any]:
+    """Results of every job in job order, whoever ran it.
+
+    A job goes to the workers while fewer than two per worker are waiting there; otherwise
+    (workers busy or not started yet) this process runs it with ``local``. Which process ran a
+    job never changes its result, so outputs do not depend on the split.
     """
-    if workers == 0:
-        yield None
-        return
-    # forkserver: workers fork from a clean server that has imported the matcher once
-    # (no fork of this possibly threaded process, no re-import per worker).
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["forensics.match"])
-    with ctx.Pool(workers, initializer=init_worker, initargs=(scanner,)) as pool:
-        yield pool
-
-
-def _ordered(pool: Any, fn: Any, jobs: Iterator[Any], in_flight: int) -> Iterator[Any]:
-    """Results of ``fn(job)`` on the pool, in job order, with at most ``in_flight`` jobs queued."""
     pending: collections.deque[Any] = collections.deque()
+    in_flight = 2 * helpers.n
     for job in jobs:
-        pending.append(pool.apply_async(fn, (job,)))
-        while len(pending) >= in_flight:
+        pool = helpers.pool
+        if pool is not None and sum(1 for x in pending if not x.ready()) < in_flight:
+            pending.append(pool.apply_async(remote, (job,)))
+            helpers.jobs["workers"] += 1
+        else:
+            pending.append(_Done(local(job)))
+            helpers.jobs["here"] += 1
+        while pending and pending[0].ready():
             yield pending.popleft().get()
     while pending:
         yield pending.popleft().get()
 
 
-def _run_pass(scanner: Scanner, path: Path, p: MatchParams, pool: Any, workers: int,
-              progress: Reporter | None) -> Iterator[BatchResult]:
-    """Scan every record, in this process (``pool`` None) or on the pool.
+def _run_pass(scanner: Scanner, path: Path, helpers: _Helpers, progress: Reporter | None) -> Iterator[BatchResult]:
+    """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers.
 
-    On the pool, each worker reads and scans its own ranges of rows (:func:`_scan_tasks`; at
-    most two per worker in flight, so memory stays bounded): no text passes through this
-    process, which only gathers the results in file order.
+    Each worker reads its own rows (no text passes through this process) and at most two ranges
+    per worker are in flight, so memory stays bounded; results are gathered in file order.
     """
     rows = pq.ParquetFile(path).metadata.num_rows
     task = reporter(progress).task("match: streaming prompts and responses", rows)
+    reader = RowReader(scanner.p.batch_rows)
     try:
-        if pool is None:
-            for batch in _batches(path, p.batch_rows):
-                yield scanner.scan_batch(batch)
-                task.advance(len(batch["request_id"]))
-            return
-        for res in _ordered(pool, scan_rows_in_worker, _scan_tasks(path), 2 * workers):
+        for res in _ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
+                            _scan_tasks(path)):
             yield res
             task.advance(res.stats.get("records", 0))
     finally:
@@ -337,11 +400,11 @@ def _pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
 
 
 def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
-                 holders: Holders, path: Path, pool: Any, workers: int,
+                 holders: Holders, path: Path, helpers: _Helpers,
                  progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
     """Drop hits on common or own-context k-grams, then align what is left, reading only those texts.
 
-    The alignment runs on the pool when there is one (tasks of source rows, see
+    The alignment is shared by this process and the workers (tasks of source rows, see
     :func:`_verify_tasks`); candidates are gathered in row order either way.
     """
     if len(hits) == 0:
@@ -362,15 +425,11 @@ def _verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: 
     cands: list[Candidate] = []
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
-        jobs = _verify_tasks(path, kept, rows, sources, 4 * workers if pool is not None else 0)
-        if pool is None:
-            for job in jobs:
-                cands.extend(verify_task(index, p, job))
-                task.advance(len(job.rows))
-        else:
-            for found, n in _ordered(pool, verify_in_worker, jobs, 2 * workers):
-                cands.extend(found)
-                task.advance(n)
+        jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
+        for found, n in _ordered(helpers, verify_in_worker, lambda job: (verify_task(index, p, job), len(job.rows)),
+                                 jobs):
+            cands.extend(found)
+            task.advance(n)
     finally:
         task.close()
     return cands, {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
@@ -524,20 +583,25 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     Parameters come from ``config.section("match")`` with ``overrides`` (CLI options) on top.
     Raises ForensicsError subclasses for a missing table or a bad parameter.
     """
-    c = Case(case)
-    p = params_from(config.section("match"), overrides, file=config.file)
-    targets, info = _load_targets(c, p)
-    index = TargetIndex(targets, p.k)
-    scanner = Scanner(index, p)
-    holders = _Holders(index, p)
-    hits: list[np.ndarray] = []
-    n_hits = pending = 0
-    sources: dict[int, tuple[str, str | None, int]] = {}
-    stats: dict[str, int] = {}
+    with reusing_freed_memory():
+        return _match(Case(case), params_from(config.section("match"), overrides, file=config.file), config,
+                      progress, overrides)
+
+
+def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | None,
+           overrides: dict[str, Any] | None) -> MatchResult:
     path = c.table_path("exchanges")
-    workers = _pool_size(path, p)
-    with _worker_pool(scanner, workers) as pool:
-        for res in _run_pass(scanner, path, p, pool, workers, progress):
+    with _helpers_running(_helpers(path, p) if path.is_file() else 0) as helpers:
+        targets, info = _load_targets(c, p)
+        index = TargetIndex(targets, p.k)
+        scanner = Scanner(index, p)
+        helpers.start(scanner)
+        holders = _Holders(index, p)
+        hits: list[np.ndarray] = []
+        n_hits = pending = 0
+        sources: dict[int, tuple[str, str | None, int]] = {}
+        stats: dict[str, int] = {}
+        for res in _run_pass(scanner, path, helpers, progress):
             holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
             hits.append(res.hits)
             n_hits += len(res.hits)
@@ -556,7 +620,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
         all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
         del hits
         stats["hits"] = n_hits
-        cands, vstats = _verify_hits(index, p, all_hits, sources, held, path, pool, workers, progress)
+        cands, vstats = _verify_hits(index, p, all_hits, sources, held, path, helpers, progress)
     stats.update(vstats)
     rows = _score_candidates(cands, targets, held, p)
     evidence = [r for r in rows if not r["control"]]
@@ -618,7 +682,8 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
         fh.write(_csv_text(evidence))
     write_json(c.root / "match.json", report)
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
-                       run_stats={"kgram_hits": stats.get("hits", 0)})
+                       run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
+                                  "jobs_on_workers": helpers.jobs["workers"]})
 
 
 __all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]

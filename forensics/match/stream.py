@@ -31,6 +31,7 @@ from forensics.match.align import align
 from forensics.match.fingerprint import SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
+from forensics.memory import keep_freed_memory
 
 
 def tenant_code(tenant: str | None) -> int:
@@ -498,20 +499,25 @@ def init_worker(scanner: Scanner) -> None:
     """Pool initializer: keep the broadcast targets in this process."""
     global _WORKER
     _WORKER = scanner
+    keep_freed_memory()
 
 
 _READER: RowReader | None = None
 
 
+def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
+    """Read a range of rows from the Parquet file with ``reader`` and scan it."""
+    return merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
+                  for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)])
+
+
 def scan_rows_in_worker(task: ScanTask) -> BatchResult:
-    """Pool task: read a range of rows from the Parquet file and scan it (no texts pass through the parent)."""
+    """Pool task: :func:`scan_rows` with this worker's scanner (no texts pass through the parent)."""
     global _READER
     assert _WORKER is not None
     if _READER is None:
         _READER = RowReader(_WORKER.p.batch_rows)
-    parts = [_WORKER.scan_batch(batch_dict(b, task.row0 + a))
-             for a, b in _READER.read(task.path, task.row_group, task.lo, task.hi)]
-    return merge(parts)
+    return scan_rows(_WORKER, _READER, task)
 
 
 def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
@@ -520,4 +526,4 @@ def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "batch_dict", "to_us", "PASS_COLUMNS"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "PASS_COLUMNS"]
