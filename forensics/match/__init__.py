@@ -62,9 +62,11 @@ CSV_COLUMNS = (
     "other_source_requests",
 )
 
-#: Below this much (uncompressed) exchanges data the pass runs in-process: starting worker
-#: processes costs about half a second, the time one core needs to scan some 30 MB of text.
-INLINE_BYTES = 32 << 20
+#: Below this much (uncompressed) exchanges data no worker is started: this process works alone
+#: during the workers' start-up (0.2-0.4 s), so a worker pays off from about 12 MB (the
+#: benchmarks/match.py corpora, alone / with one worker: 6 MB 0.50 / 0.71 s, 10 MB 0.62 / 0.67 s,
+#: 18 MB 0.93 / 0.78 s).
+INLINE_BYTES = 12 << 20
 
 #: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
 WAIT_FOR_WORKERS = False
