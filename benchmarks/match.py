@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from forensics import schema  # noqa: E402
 from forensics.case import write_table  # noqa: E402
 from forensics.config import CaseConfig  # noqa: E402
+from forensics.match import INLINE_BYTES  # noqa: E402
 
 T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -217,7 +218,9 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
            for r in rows if r["request_id"] in sus_ids]
     write_table(out / "suspects.parquet", pa.Table.from_pylist(sus, schema=schema.SUSPECTS), schema.SUSPECTS)
     (out / "truth.json").write_text(json.dumps(dataclasses.asdict(truth), indent=1, sort_keys=True))
-    return truth, {"records": len(rows), "chars": sum(len(r["prompt_text"]) + len(r["response_text"]) for r in rows)}
+    meta = pq.ParquetFile(out / "exchanges.parquet").metadata
+    return truth, {"records": len(rows), "chars": sum(len(r["prompt_text"]) + len(r["response_text"]) for r in rows),
+                   "text_bytes": sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))}
 
 
 def _tokens(text: str) -> list[str]:
@@ -535,10 +538,13 @@ def main() -> int:
     hdr = (f"{'scale':>5}{'records':>9}{'tokens':>12}{'workers':>8}{'seconds':>9}{'tok/s':>12}{'tok/s/core':>12}"
            f"{'CPU s':>7}{'tok/CPU-s':>11}{'RSS main MB':>12}{'RSS worker MB':>14}")
     print(hdr)
+    forced = False
     for sc, size, runs, _ in results:
         for w, r in runs.items():
             tps = r["tokens"] / r["seconds"]
-            print(f"{sc:>4}x{size['records']:>9}{r['tokens']:>12,}{w:>8}{r['seconds']:>9.2f}{tps:>12,.0f}{tps / w:>12,.0f}"
+            mark = "*" if w > 1 and size["text_bytes"] < INLINE_BYTES else " "
+            forced |= mark == "*"
+            print(f"{sc:>4}x{size['records']:>9}{r['tokens']:>12,}{w:>7}{mark}{r['seconds']:>9.2f}{tps:>12,.0f}{tps / w:>12,.0f}"
                   f"{r['cpu_seconds']:>7.2f}{r['tokens'] / r['cpu_seconds']:>11,.0f}"
                   f"{r['rss_main_mb']:>12.0f}{r['rss_worker_mb']:>14.0f}")
     for sim in sims:
@@ -547,6 +553,9 @@ def main() -> int:
             print(f"{'sim' + str(sim['seed']):>5}{sim['records']:>9}{r['tokens']:>12,}{w:>8}{r['seconds']:>9.2f}{tps:>12,.0f}"
                   f"{tps / w:>12,.0f}{r['cpu_seconds']:>7.2f}{r['tokens'] / r['cpu_seconds']:>11,.0f}"
                   f"{r['rss_main_mb']:>12.0f}{r['rss_worker_mb']:>14.0f}")
+    if forced:
+        print(f"    * a worker forced on a case below {INLINE_BYTES >> 20} MB of text, which by default runs in one "
+              "process (the workers' start-up outweighs their help there)")
     print("\naccuracy (each scale)")
     for sc, _, _, s in results:
         print(f"  {sc}x: recall 8-15 tokens {s['recall_8_15']:.3f} (n={s['n_8_15']}), 16-64 tokens {s['recall_16_64']:.3f} "

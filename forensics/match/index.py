@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from forensics.match.fingerprint import Tokens, kgrams, tokenize
+from forensics.match.fingerprint import Tokens, kgrams, tokenize_many
 
 NO_TIME = np.iinfo(np.int64).min
 
@@ -42,8 +42,10 @@ class TargetIndex:
         self.k = k
         self.by_request = {t.request_id: i for i, t in enumerate(targets)}
         hashes, owner, pos = [], [], []
+        tk, _, first = tokenize_many([t.text or "" for t in targets])  # one array pass for all targets
         for i, t in enumerate(targets):
-            t.tokens = tokenize(t.text)
+            a, b = int(first[i]), int(first[i + 1])
+            t.tokens = Tokens(tk.start[a:b], tk.end[a:b], tk.hash[a:b])
             kg = kgrams(t.tokens.hash, k)
             hashes.append(kg)
             owner.append(np.full(len(kg), i, dtype=np.int64))

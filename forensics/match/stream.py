@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics.match.align import align
-from forensics.match.fingerprint import SEED, Tokens, kgrams_many, mix64, tokenize_many
+from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
 from forensics.memory import keep_freed_memory
@@ -431,15 +431,18 @@ class ScanTask:
 def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
     """(row, (prompt, response)) for the sorted global ``rows`` of one row group starting at ``first_row``.
 
-    Reads 16 rows at a time and stops after the last wanted row (prompts can be megabytes each).
+    Reads batches sized like the pass's (:func:`rows_per_batch`: hundreds of short chats, a few
+    megabyte prompts) and stops after the last wanted row.
     """
     if not rows:
         return
     pf = pq.ParquetFile(path)
+    meta = pf.metadata.row_group(row_group)
+    size = rows_per_batch(meta.num_rows, meta.total_byte_size, 16)
     wanted = iter(rows)
     want = next(wanted)
     pos = first_row
-    for b in pf.iter_batches(batch_size=16, row_groups=[row_group], columns=["prompt_text", "response_text"]):
+    for b in pf.iter_batches(batch_size=size, row_groups=[row_group], columns=["prompt_text", "response_text"]):
         end = pos + b.num_rows
         while want < end:
             yield want, (b.column(0)[want - pos].as_py() or "", b.column(1)[want - pos].as_py() or "")
@@ -465,8 +468,10 @@ class VerifyTask:
 def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Candidate]:
     """Read the task's source texts and align each (target, source text) group of hits.
 
-    Candidates come out in row, kind, target order, whichever process runs the task, so the
-    results do not depend on how verification was split.
+    Short texts are tokenized together, up to ``GROUP_CHARS`` at a time (one array pass for
+    hundreds of chats); a long text only around its hits (:func:`regions`). Candidates come out
+    in row, kind, target order, whichever process runs the task, so the results do not depend
+    on how verification was split.
     """
     kept = task.hits
     rows = np.asarray(task.rows, dtype=np.int64)
@@ -474,20 +479,41 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
     hi = np.searchsorted(kept[:, 2], rows, side="right")
     bounds = {int(r): (int(a), int(b)) for r, a, b in zip(rows, lo, hi)}
     cands: list[Candidate] = []
+    short: list[tuple[int, int, np.ndarray, str]] = []  # (row, kind, hits, text) waiting to be tokenized
+
+    def align_text(row: int, kind_no: int, ks: np.ndarray, tk: Tokens, spans: np.ndarray) -> None:
+        for t in np.unique(ks[:, 0]).tolist():
+            ts = ks[ks[:, 0] == t]
+            cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
+                                ts[:, 5]))
+
+    def flush() -> None:
+        if not short:
+            return
+        tk, _, first = tokenize_many([x[3] for x in short])
+        for i, (row, kind_no, ks, _) in enumerate(short):
+            a, b = int(first[i]), int(first[i + 1])
+            align_text(row, kind_no, ks, Tokens(tk.start[a:b], tk.end[a:b], tk.hash[a:b]),
+                       np.array([0, b - a], dtype=np.int64))
+        short.clear()
+
+    waiting = 0
     for row, texts in read_rows(task.path, task.row_group, task.first_row, task.rows):
         sel = kept[bounds[row][0] : bounds[row][1]]
         for kind_no in np.unique(sel[:, 3]).tolist():
             ks = sel[sel[:, 3] == kind_no]
             text = texts[kind_no]
             if len(text) <= WINDOW_MIN_CHARS:
-                tk = tokenize_many([text])[0]
-                spans = np.array([0, len(tk)], dtype=np.int64)
-            else:  # a long text: tokenize only the regions around its hits
-                tk, spans = regions(text, ks[:, 5])
-            for t in np.unique(ks[:, 0]).tolist():
-                ts = ks[ks[:, 0] == t]
-                cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
-                                    ts[:, 5]))
+                short.append((row, kind_no, ks, text))
+                waiting += len(text)
+                if waiting >= GROUP_CHARS:
+                    flush()
+                    waiting = 0
+                continue
+            flush()  # keep candidates in row order
+            waiting = 0
+            align_text(row, kind_no, ks, *regions(text, ks[:, 5]))  # a long text: only around its hits
+    flush()
     return cands
 
 
