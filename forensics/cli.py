@@ -420,6 +420,8 @@ def match_cmd(
         rate = "n/a" if c["false_positive_rate"] is None else f"{c['false_positive_rate']:.4f}"
         out.print(f"control sample: {c['size']} responses, {c['responses_with_findings']} with findings "
                   f"(false-positive rate {rate})", markup=False)
+        for w in summary["warnings"]:
+            out.print(f"warning: {w}", markup=False)
         out.print(f"evidence written to {case / 'evidence.csv'}", markup=False)
     return EXIT_FINDINGS if result.cross_tenant else EXIT_CLEAN
 

@@ -326,6 +326,23 @@ def test_workers_reading_row_ranges_that_cut_batches_change_nothing(
     assert result.report["searched"]["records"] == pq.ParquetFile(case / "exchanges.parquet").metadata.num_rows
 
 
+def test_workers_that_cannot_start_leave_the_match_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = _mixed_case(tmp_path / "case", row_group_rows=40)
+    match(case, config(workers=1))
+    expected = _outputs(case)
+
+    def no_server() -> None:
+        raise OSError("no shared memory here")
+
+    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(match_mod.forkserver, "ensure_running", no_server)
+    result = match(case, config(workers=2))
+    assert _outputs(case) == expected
+    assert result.run_stats["jobs_on_workers"] == 0
+    assert "could not start (OSError: no shared memory here)" in result.summary()["warnings"][0]
+
+
 def test_row_reader_gives_each_range_once_in_order(tmp_path: Path) -> None:
     rows = [exchange(f"r{i:02d}", "t", i, prompt=f"p{i}") for i in range(23)]
     case = make_case(tmp_path / "case", rows, [], row_group_rows=10)

@@ -93,7 +93,7 @@ class MatchResult:
     control_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # never written
     #: Figures of this run that depend on how it ran (e.g. raw k-gram hits before each process
     #: retired common text): useful to tune, never written, as outputs must be byte-identical.
-    run_stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    run_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def cross_tenant(self) -> list[dict[str, Any]]:
@@ -108,6 +108,8 @@ class MatchResult:
             "searched": self.report["searched"],
             "control": self.report["control"],
             "outputs": ["evidence.parquet", "evidence.csv", "match.json"],
+            "warnings": ([f"worker processes could not start ({self.run_stats['workers_failed']}); the match ran "
+                          "in one process, with the same results"] if self.run_stats.get("workers_failed") else []),
         }
 
 
@@ -219,13 +221,16 @@ class _Helpers:
     def __init__(self, n: int) -> None:
         self.n = n
         self._pool: Any = None
-        self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
+        self.failed: str | None = None  # why no worker could start (this process then does everything)
         self._ctx = multiprocessing.get_context("forkserver")
         if n:
-            self._ctx.set_forkserver_preload(["forensics.match"])
-            forkserver.ensure_running()
+            try:
+                self._ctx.set_forkserver_preload(["forensics.match"])
+                forkserver.ensure_running()
+            except OSError as exc:
+                self.n, self.failed = 0, f"{type(exc).__name__}: {exc}"
 
     def start(self, scanner: Scanner) -> None:
         """Start the workers (in a thread: this process goes on meanwhile)."""
@@ -238,14 +243,12 @@ class _Helpers:
     def _start(self, scanner: Scanner) -> None:
         try:
             self._pool = self._ctx.Pool(self.n, initializer=init_worker, initargs=(scanner,))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in this process's thread by ``pool``
-            self._error = exc
+        except Exception as exc:  # noqa: BLE001 - workers only add speed: go on without them
+            self.failed = f"{type(exc).__name__}: {exc}"
 
     @property
     def pool(self) -> Any:
         """The pool once its workers are up, else None (this process then does the job itself)."""
-        if self._error is not None:
-            raise self._error
         return self._pool
 
     def close(self) -> None:
@@ -685,7 +688,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     write_json(c.root / "match.json", report)
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
-                                  "jobs_on_workers": helpers.jobs["workers"]})
+                                  "jobs_on_workers": helpers.jobs["workers"], "workers_failed": helpers.failed})
 
 
 __all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]
