@@ -246,16 +246,9 @@ def tokenize(text: str | None) -> Tokens:
             cls[ignore] = WORD
         wide = bool((kinds == _F_WIDE).any()) or len(ignore) > 0
         multi = special[kinds == _F_MULTI]
-    word = cls == WORD
-    single = cls >= PUNCT
-    prev_word = np.zeros_like(word)
-    prev_word[1:] = word[:-1]
-    next_word = np.zeros_like(word)
-    next_word[:-1] = word[1:]
-    ts = np.flatnonzero(single | (word & ~prev_word))
+    ts, te = _bounds(cls)
     if len(ts) == 0:
         return _EMPTY
-    te = np.flatnonzero(single | (word & ~next_word)) + 1
     with np.errstate(over="ignore"):
         if wide:
             # Positions in the normalised text: a decomposed letter takes several, a format
@@ -280,6 +273,20 @@ def tokenize(text: str | None) -> Tokens:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def _bounds(cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive) of every token, given each element's class.
+
+    A token is a run of word elements, or one punctuation or ideographic element.
+    """
+    word = cls == WORD
+    single = cls >= PUNCT
+    prev_word = np.zeros_like(word)
+    prev_word[1:] = word[:-1]
+    next_word = np.zeros_like(word)
+    next_word[:-1] = word[1:]
+    return np.flatnonzero(single | (word & ~prev_word)), np.flatnonzero(single | (word & ~next_word)) + 1
 
 
 def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -353,16 +360,9 @@ def _tokenize_reference(text: str, cps: np.ndarray | None = None) -> Tokens:
     if len(mapped) == 0:
         return _EMPTY
     cls = _cls[mapped]
-    word = cls == WORD
-    single = cls >= PUNCT
-    prev_word = np.zeros_like(word)
-    prev_word[1:] = word[:-1]
-    next_word = np.zeros_like(word)
-    next_word[:-1] = word[1:]
-    ts = np.flatnonzero(single | (word & ~prev_word))
+    ts, te = _bounds(cls)
     if len(ts) == 0:
         return _EMPTY
-    te = np.flatnonzero(single | (word & ~next_word)) + 1
     fwd, inv = _powers(len(mapped))
     with np.errstate(over="ignore"):
         w = _val[mapped] * fwd[: len(mapped)]
