@@ -270,7 +270,7 @@ def _damage(rng: random.Random, words: list[str], rate: float, answers: list[str
     return out
 
 
-def run_child(case: Path, workers: int, repeat: int = 2) -> dict[str, Any]:
+def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
     """Run the match stage in a fresh process (best of ``repeat``): time and peak RSS of main and workers.
 
     With ``workers`` > 1 the worker pool is used even below the in-process size threshold, so

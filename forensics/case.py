@@ -24,14 +24,16 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forensics import schema
 from forensics.errors import CaseError
+
+if TYPE_CHECKING:
+    import duckdb
 
 TABLE_FILES = {name: f"{name}.parquet" for name in schema.TABLES}
 
@@ -214,6 +216,8 @@ class Case:
         Tables the case does not have yet appear as empty views of their schema, so a query over
         a gateway-only case (no engine logs) still runs.
         """
+        import duckdb  # here: the match stage's worker processes never query, so never load it
+
         con = duckdb.connect(":memory:")
         for name, table_schema in schema.TABLES.items():
             path = self.table_path(name)

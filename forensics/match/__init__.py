@@ -129,7 +129,7 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     """Suspect responses (from the suspects table) and the control sample, with their texts."""
     sus_path = case.require("suspects", "scan")
     ex_path = case.require("exchanges", "ingest")
-    sus = pq.read_table(sus_path, columns=["request_id", "engine_signature", "decode_node"]).to_pylist()
+    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "engine_signature", "decode_node"]).to_pylist()
     suspects = {r["request_id"]: r for r in sus}
     found: dict[str, Target] = {}
     heap: list[tuple[int, str, Target]] = []  # max-heap (negated keys) of the control sample

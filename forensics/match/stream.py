@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
@@ -222,8 +221,21 @@ def text_sizes(batch: dict[str, Any]) -> np.ndarray:
         if isinstance(col, list):
             total += np.array([len(t or "") for t in col], dtype=np.int64)
         else:
-            total += pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            total += _value_bytes(col)
     return total
+
+
+def _value_bytes(col: pa.Array) -> np.ndarray:
+    """Bytes of each value of a string array, read from its offsets.
+
+    (No compute kernel, so worker processes never import ``pyarrow.compute``. A null slot
+    usually spans no bytes; if a writer gave it some, only chunk sizes grow, never results.)
+    """
+    if len(col) == 0 or col.buffers()[1] is None:
+        return np.zeros(len(col), dtype=np.int64)
+    width = np.int64 if pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type) else np.int32
+    offsets = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col) + 1]
+    return np.diff(offsets.astype(np.int64))
 
 
 def _pylist(col: Any, lo: int, hi: int) -> list[str | None]:
@@ -337,8 +349,10 @@ def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tup
 
 
 def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
-    """Timestamps as integer microseconds (None stays None)."""
-    return col.cast(pa.int64()).to_pylist()
+    """Timestamps (microsecond unit) as integer microseconds (None stays None)."""
+    if isinstance(col, pa.ChunkedArray):
+        return [v for chunk in col.chunks for v in to_us(chunk)]
+    return col.view(pa.int64()).to_pylist()  # zero-copy: no cast kernel
 
 
 #: Columns the streaming pass reads.
