@@ -287,7 +287,8 @@ def _ordered(helpers: _Helpers, remote: Any, local: Any, jobs: Iterator[Any]) ->
 
     A job goes to the workers while fewer than two per worker are waiting there; otherwise
     (workers busy or not started yet) this process runs it with ``local``. Which process ran a
-    job never changes its result, so outputs do not depend on the split.
+    job never changes its result, so outputs do not depend on the split. Results are yielded
+    in job order as soon as they are ready.
     """
     pending: collections.deque[Any] = collections.deque()
     in_flight = 2 * helpers.n
@@ -299,7 +300,9 @@ def _ordered(helpers: _Helpers, remote: Any, local: Any, jobs: Iterator[Any]) ->
         else:
             pending.append(_Done(local(job)))
             helpers.jobs["here"] += 1
-        while pending and pending[0].ready():
+        # Results wait for the oldest job still running; a slow one may hold back only a few,
+        # so memory stays bounded.
+        while pending and (pending[0].ready() or len(pending) > 2 * in_flight + 2):
             yield pending.popleft().get()
     while pending:
         yield pending.popleft().get()
