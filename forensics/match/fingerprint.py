@@ -249,20 +249,12 @@ def tokenize(text: str | None) -> Tokens:
     ts, te = _bounds(cls)
     if len(ts) == 0:
         return _EMPTY
+    fwd, inv = _powers(len(cps))
     with np.errstate(over="ignore"):
-        if wide:
-            # Positions in the normalised text: a decomposed letter takes several, a format
-            # character inside a word none.
-            lens = _slen[cps].astype(np.int64)
-            lens[ignore] = 0
-            npos = np.cumsum(lens) - lens
-            fwd, inv = _powers(int(npos[-1]) + 1)
-            w = _sval[cps] * fwd[npos]
-            w[ignore] = 0
-            h = np.add.reduceat(w, ts) * inv[npos[ts]]
-        else:
-            fwd, inv = _powers(len(cps))
-            h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+        h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+    if wide:
+        odd = np.unique(np.searchsorted(ts, np.concatenate([special[kinds == _F_WIDE], ignore]), side="right") - 1)
+        h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
     hashes = mix64(h)
     start, end = ts.astype(np.int64), te.astype(np.int64)
     if len(multi):
@@ -273,6 +265,24 @@ def tokenize(text: str | None) -> Tokens:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+
+def _word_hashes(cps: np.ndarray, ts: np.ndarray, te: np.ndarray, ignore: np.ndarray) -> np.ndarray:
+    """Token hashes (before mixing) of the words ``ts``..``te`` that hold a decomposed letter or a
+    format character, by their positions in the normalised text: a decomposed letter takes
+    several, a format character inside a word none. (Other words are one position a character.)
+    """
+    n = te - ts
+    first = np.cumsum(n) - n
+    idx = np.repeat(ts, n) + (np.arange(int(n.sum())) - np.repeat(first, n))
+    lens = _slen[cps[idx]].astype(np.int64)
+    lens[np.isin(idx, ignore)] = 0
+    npos = np.cumsum(lens) - lens
+    rel = npos - np.repeat(npos[first], n)
+    fwd, _ = _powers(int(rel.max()) + 1)
+    with np.errstate(over="ignore"):
+        w = _sval[cps[idx]] * fwd[rel]
+        return np.add.reduceat(w, first)
 
 
 def _bounds(cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
