@@ -49,7 +49,7 @@ from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
     HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, RowReader, Scanner, ScanTask, VerifyTask, init_worker, scan_rows,
-    scan_rows_in_worker, tenant_code, to_us, verify_in_worker, verify_task,
+    scan_rows_in_worker, tenant_code, to_us, value_bytes, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.progress import Reporter, reporter
@@ -138,23 +138,30 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
         rids = batch.column("request_id").to_pylist()
         rec, done = _to_us(batch.column("received_at")), _to_us(batch.column("completed_at"))
         tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
-        texts = batch.column("response_text").to_pylist()
+        # Texts become Python strings only for the rows kept (suspects, the control sample so far).
+        texts = batch.column("response_text")
+        sizes = value_bytes(texts).tolist()
         for i, rid in enumerate(rids):
             s = suspects.get(rid)
-            if s is None and (not texts[i] or p.control_size == 0):
+            if s is None and (not sizes[i] or p.control_size == 0):
                 continue
             received = rec[i] if rec[i] is not None else NO_TIME
             deadline = done[i] if done[i] is not None else received
             if s is not None:
                 if rid not in found:
                     found[rid] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
-                                        bool(s["engine_signature"]), False, texts[i] or "")
+                                        bool(s["engine_signature"]), False, texts[i].as_py() or "")
                 continue
             key = xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed)
-            item = (-key, rid, Target(rid, tenants[i], received, deadline, nodes[i], False, True, texts[i]))
+            if len(heap) >= p.control_size and -key <= heap[0][0]:
+                continue
+            text = texts[i].as_py()
+            if not text:
+                continue
+            item = (-key, rid, Target(rid, tenants[i], received, deadline, nodes[i], False, True, text))
             if len(heap) < p.control_size:
                 heapq.heappush(heap, item)
-            elif -key > heap[0][0]:
+            else:
                 heapq.heapreplace(heap, item)
     missing = sorted(set(suspects) - set(found))
     controls = sorted((t for _, _, t in heap), key=lambda t: t.request_id)

@@ -221,12 +221,12 @@ def text_sizes(batch: dict[str, Any]) -> np.ndarray:
         if isinstance(col, list):
             total += np.array([len(t or "") for t in col], dtype=np.int64)
         else:
-            total += _value_bytes(col)
+            total += value_bytes(col)
     return total
 
 
-def _value_bytes(col: pa.Array) -> np.ndarray:
-    """Bytes of each value of a string array, read from its offsets.
+def value_bytes(col: pa.Array) -> np.ndarray:
+    """Bytes of each value of a string array (0 for a null), read from its offsets.
 
     (No compute kernel, so worker processes never import ``pyarrow.compute``. A null slot
     usually spans no bytes; if a writer gave it some, only chunk sizes grow, never results.)
@@ -410,11 +410,14 @@ class RowReader:
         self._it: Iterator[pa.RecordBatch] = iter(())
         self._pos = 0  # row (within the row group) of the next row the iterator or held batch gives
         self._held: pa.RecordBatch | None = None
+        self._file: tuple[str, pq.ParquetFile] | None = None
 
     def read(self, path: str, row_group: int, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(first row within the row group, batch) for rows ``lo`` to ``hi`` (exclusive) of ``row_group``."""
         if self._key != (path, row_group) or self._pos > lo:
-            self._it = iter_row_group(pq.ParquetFile(path), row_group, self.batch_rows)
+            if self._file is None or self._file[0] != path:  # one footer read per file, not per row group
+                self._file = (path, pq.ParquetFile(path))
+            self._it = iter_row_group(self._file[1], row_group, self.batch_rows)
             self._key, self._pos, self._held = (path, row_group), 0, None
         while self._pos < hi:
             b = self._held if self._held is not None else next(self._it, None)
@@ -566,4 +569,4 @@ def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "PASS_COLUMNS"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "value_bytes", "PASS_COLUMNS"]
