@@ -452,12 +452,14 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
         piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
             piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
-        owner = np.searchsorted(piece_start, tk.start, side="right") - 1
-        shift = p_off[owner + i] - piece_start[owner]
+        # Tokens come in text order, so each piece's tokens are one run: cut the token list at
+        # the pieces' starts (a search per piece, not per token).
+        counts = np.diff(np.append(np.searchsorted(tk.start, piece_start), len(tk)))
+        shift = np.repeat(p_off[i:j] - piece_start, counts)
         starts.append(tk.start + shift)
         ends.append(tk.end + shift)
         hashes.append(tk.hash)
-        owners.append(p_text[owner + i])
+        owners.append(np.repeat(p_text[i:j], counts))
         i = j
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))  # noqa: E731
     toks = Tokens(cat(starts, np.int64), cat(ends, np.int64), cat(hashes, np.uint64))
