@@ -62,11 +62,12 @@ CSV_COLUMNS = (
     "other_source_requests",
 )
 
-#: Below this much (uncompressed) exchanges data no worker is started: this process works alone
-#: during the workers' start-up (0.2-0.4 s), so a worker pays off from about 12 MB (the
-#: benchmarks/match.py corpora, alone / with one worker: 6 MB 0.50 / 0.71 s, 10 MB 0.62 / 0.67 s,
-#: 18 MB 0.93 / 0.78 s).
-INLINE_BYTES = 12 << 20
+#: Below this much (uncompressed) exchanges data no worker is started. This process works alone
+#: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
+#: importing the matcher, fresh processes faulting their memory in: about 0.6 CPU-seconds).
+#: Measured with benchmarks/match.py on a shared 2-core machine, alone / with one worker: 18 MB
+#: 0.93-1.14 s / 0.74-1.13 s (up to 20% sooner for 50% more CPU), 66 MB 2.45 s / 1.71 s.
+INLINE_BYTES = 32 << 20
 
 #: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
 WAIT_FOR_WORKERS = False
