@@ -556,7 +556,7 @@ def main() -> int:
                   f"{r['rss_main_mb']:>12.0f}{r['rss_worker_mb']:>14.0f}")
     if forced:
         print(f"    * a worker forced on a case below {INLINE_BYTES >> 20} MB of text, which by default runs in one "
-              "process (the workers' start-up outweighs their help there)")
+              "process (there a worker costs more CPU than the time it saves is worth)")
     print("\naccuracy (each scale)")
     for sc, _, _, s in results:
         print(f"  {sc}x: recall 8-15 tokens {s['recall_8_15']:.3f} (n={s['n_8_15']}), 16-64 tokens {s['recall_16_64']:.3f} "
