@@ -6,11 +6,11 @@
 1. Targets: the suspect responses and a seeded random control sample of non-suspect responses.
    Every k-gram of every target is hashed into a small in-memory index (``index.py``).
 2. One streaming pass over every record's prompt and response (``stream.py``, both cores:
-   each worker reads its own row ranges, no text passes through the parent): hash, probe,
-   count which tenants held each target k-gram and when. Then the hits that survive rarity and
-   own context are verified with rapidfuzz on token slices (``align.py``), on the same workers,
-   each reading only the source rows of its task; candidates are gathered in row order, so the
-   outputs are the same whatever the number of processes.
+   this process and the workers each read their own row ranges, no text passes between them):
+   hash, probe, count which tenants held each target k-gram and when. Then the hits that
+   survive rarity and own context are verified with rapidfuzz on token slices (``align.py``),
+   shared the same way, each task reading only its own source rows; results are gathered in
+   row order, so the outputs are the same whatever the number of processes.
 3. Rarity and own context, per finding: a matched k-gram in the suspect's own prompt explains
    itself, and for a cross-tenant source so does one the recipient's tenant already held when
    it sent the request (same-tenant overlap is kept, as relation ``same_tenant``); one held by
@@ -27,10 +27,10 @@ import contextlib
 import dataclasses
 import heapq
 import multiprocessing
-from multiprocessing import forkserver
 import os
 import threading
 from collections.abc import Iterator
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,6 @@ from forensics import csvfile, schema
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.errors import CaseError
-from forensics.memory import reusing_freed_memory
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
@@ -52,6 +51,7 @@ from forensics.match.stream import (
     scan_rows_in_worker, tenant_code, to_us, value_bytes, verify_in_worker, verify_task,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
+from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter, reporter
 
 #: Columns of evidence.csv, in order: the contract of spec/outputs.md, then ours.
@@ -205,7 +205,7 @@ def _scan_tasks(path: Path) -> Iterator[ScanTask]:
         row0 += rows
 
 
-def _helpers(path: Path, p: MatchParams) -> int:
+def _workers_to_start(path: Path, p: MatchParams) -> int:
     """Worker processes to start beside this one: none below ``INLINE_BYTES`` of text.
 
     ``p.workers`` counts this process too (0: one per core), since it scans its share.
@@ -607,7 +607,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
 def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | None,
            overrides: dict[str, Any] | None) -> MatchResult:
     path = c.table_path("exchanges")
-    with _helpers_running(_helpers(path, p) if path.is_file() else 0) as helpers:
+    with _helpers_running(_workers_to_start(path, p) if path.is_file() else 0) as helpers:
         targets, info = _load_targets(c, p)
         index = TargetIndex(targets, p.k)
         scanner = Scanner(index, p)
