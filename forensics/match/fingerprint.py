@@ -146,25 +146,25 @@ def _classify(cp: int) -> None:
         _info[cp] = _F_IGNORE
     elif all(c == SPACE for c in classes):
         _info[cp] = _F_SPACE
-    elif len(seq) == 1:
-        _info[cp] = {WORD: _F_WORD, PUNCT: _F_PUNCT, IDEO: _F_IDEO}[classes[0]]
-    elif all(c == WORD for c in classes):
-        _info[cp] = _F_WIDE
-        _slen[cp] = min(len(seq), 255)
-    elif classes[0] != WORD and classes[-1] != WORD and len(seq) < 255:
-        # It cannot join a neighbouring word, so its tokens are its own: computed once here.
-        _info[cp] = _F_MULTI
-        _multi[cp] = _tokenize_reference(chr(cp)).hash
-    else:  # e.g. "¼" -> "1", "⁄", "4": its first or last token may join a neighbour
+    elif len(seq) > 255:  # longer than any form Unicode has; the length would not fit its table
         _info[cp] = _F_COMPLEX
-    if len(seq) <= 255 and classes and all(c == WORD for c in classes):
+    elif all(c == WORD for c in classes):
+        _info[cp] = _F_WORD if len(seq) == 1 else _F_WIDE
+        _slen[cp] = len(seq)
         with np.errstate(over="ignore"):
             v = np.uint64(0)
             for j, m in enumerate(seq):
                 v = v + _val[m] * _pow_scalar(j)
         _sval[cp] = v
-    elif len(seq) == 1 and classes[0] != SPACE:  # white space adds nothing to a token
+    elif len(seq) == 1:
+        _info[cp] = _F_PUNCT if classes[0] == PUNCT else _F_IDEO
         _sval[cp] = _val[seq[0]]
+    elif classes[0] != WORD and classes[-1] != WORD:
+        # It cannot join a neighbouring word, so its tokens are its own: computed once here.
+        _info[cp] = _F_MULTI
+        _multi[cp] = _tokenize_reference(chr(cp)).hash
+    else:  # e.g. "¼" -> "1", "⁄", "4": its first or last token may join a neighbour
+        _info[cp] = _F_COMPLEX
 
 
 def _pow_scalar(j: int) -> np.uint64:
