@@ -66,7 +66,7 @@ CSV_COLUMNS = (
 #: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
 #: importing the matcher, fresh processes faulting their memory in: about 0.6 CPU-seconds).
 #: Measured with benchmarks/match.py on a shared 2-core machine, alone / with one worker: 18 MB
-#: 0.93-1.14 s / 0.74-1.13 s (up to 20% sooner for 50% more CPU), 66 MB 2.45 s / 1.71 s.
+#: 0.77-1.14 s / 0.74-1.13 s (at most a fifth sooner, for 50% more CPU); 66 MB 2.28-2.45 s / 1.53-1.71 s.
 INLINE_BYTES = 32 << 20
 
 #: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
