@@ -6,8 +6,10 @@ import csv
 import json
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -428,3 +430,13 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "no suspects table" in capsys.readouterr().err
     with pytest.raises(CaseError):
         match(empty, config())
+
+
+@pytest.mark.parametrize("arrow_type", [pa.string(), pa.large_string(), "dictionary"])
+def test_text_bytes_come_from_offsets_for_slices_nulls_and_other_encodings(arrow_type: Any) -> None:
+    values = ["ab", None, "", "héllo", "ab", "日本"]
+    arr = pa.array(values).dictionary_encode() if arrow_type == "dictionary" else pa.array(values, type=arrow_type)
+    want = [len((v or "").encode("utf-8")) for v in values]
+    assert stream_mod.value_bytes(arr).tolist() == want
+    assert stream_mod.value_bytes(arr.slice(2, 3)).tolist() == want[2:5]
+    assert stream_mod.value_bytes(arr.slice(0, 0)).tolist() == []

@@ -231,9 +231,13 @@ def value_bytes(col: pa.Array) -> np.ndarray:
     (No compute kernel, so worker processes never import ``pyarrow.compute``. A null slot
     usually spans no bytes; if a writer gave it some, only chunk sizes grow, never results.)
     """
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)):  # e.g. dictionary-encoded by another writer
+        return np.array([len((v or "").encode("utf-8", "surrogatepass")) for v in col.to_pylist()], dtype=np.int64)
     if len(col) == 0 or col.buffers()[1] is None:
         return np.zeros(len(col), dtype=np.int64)
-    width = np.int64 if pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type) else np.int32
+    width = np.int64 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else np.int32
     offsets = np.frombuffer(col.buffers()[1], dtype=width)[col.offset : col.offset + len(col) + 1]
     return np.diff(offsets.astype(np.int64))
 
