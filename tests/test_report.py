@@ -252,3 +252,21 @@ def test_hostile_case_name_stays_inside_out(tmp_path: Path) -> None:
     case, cfg, _ = make_case(tmp_path, name="../../escape")
     rd = report(case, cfg, tmp_path / "out").report_dir
     assert rd.resolve().parent == (tmp_path / "out").resolve()
+
+
+def test_a_request_id_holding_the_separator_is_flagged_and_kept_whole(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    case, cfg, _ = make_case(tmp_path)
+    odd = "r;hostile;1"
+    for table in ("exchanges", "suspects", "evidence"):
+        path = case / f"{table}.parquet"
+        t = pq.read_table(path)
+        rows = [{k: (odd if v == "r-hostile-1" else v) for k, v in r.items()} for r in t.to_pylist()]
+        pq.write_table(type(t).from_pylist(rows, schema=t.schema), path)
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    row = next(r for r in _notifications(rd) if r["role"] == "recipient" and r["request_ids"] == odd)
+    notice = json.loads((rd / row["packet"] / "notice.json").read_text(encoding="utf-8"))
+    assert [r["request_id"] for r in notice["recipient"]["requests"]] == [odd]
+    summary = (rd / "summary.md").read_text(encoding="utf-8").replace("\\", "")  # Markdown escapes
+    assert "contains ';'" in summary and row["packet"] in summary

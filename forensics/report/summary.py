@@ -165,6 +165,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         "Token counts that are estimates carry an error band; suspects whose band straddles the ceiling are "
         "marked borderline and should be reviewed by hand.",
     ]
+    # notifications.csv joins a row's request ids with ";": an id that holds one cannot be told apart there.
+    split = sorted({n.packet for n in notices if any(";" in r for r in n.request_ids)})
+    if split:
+        limitations.append(
+            f"{len(split)} notification row(s) list a request id that contains ';', the separator of the request_ids "
+            "cell of notifications.csv, so that cell is ambiguous for them; their packets' notice.json lists the ids "
+            "one by one: " + ", ".join(safe.clean_text(p, 120) for p in split) + ".")
     out: list[Section] = [
         ("Scope and parameters", [("table", ["item", "value"], scope)]),
         ("Counts", [("table", ["what", "count"], counts), ("plot", "plot-per-day"), ("plot", "plot-tiers")]),
