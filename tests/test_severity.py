@@ -24,6 +24,8 @@ POSITIVE = [
     ("iban", "iban", "pay to GB82 WEST 1234 5698 7654 32 please"),
     ("iban", "iban", "DE89370400440532013000"),
     ("national_id", "us_ssn", "SSN 536-90-4399"),
+    ("national_id", "br_cpf", "CPF 111.444.777-35 do titular"),
+    ("national_id", "it_codice_fiscale", "codice fiscale RCCMNL83S18D969H, nato a"),
     ("email", "email", "write to jane.doe+tag@example.co.uk now"),
     ("phone", "phone_number", "call +1 415-555-2671 tomorrow"),
 ]
@@ -34,6 +36,8 @@ LOOK_ALIKES = [
     "pay to GB82 WEST 1234 5698 7654 33 (wrong checksum)",
     "DE89370400440532013001",
     "SSN 000-12-3456 and 666-12-3456 are never issued",
+    "CPF 111.444.777-36 has a wrong check digit; 111.444.777.35 is a version string",
+    "RCCMNL83S18D969X has a wrong check letter; ABCDEF12G34H567 is one character short",
     "AKIA in prose is not a key, nor AKIAIOSFODNN7EXAMPL (too short)",
     "sk-ant is the prefix; sk-ant-api03-short is too short",
     "ghp_tooshort",

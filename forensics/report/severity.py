@@ -21,8 +21,10 @@ from typing import Any
 import phonenumbers
 from stdnum import iban as _iban
 from stdnum import luhn as _luhn
+from stdnum.br import cpf as _br_cpf
 from stdnum.es import dni as _es_dni
 from stdnum.in_ import aadhaar as _aadhaar
+from stdnum.it import codicefiscale as _it_cf
 from stdnum.us import ssn as _us_ssn
 
 from forensics.errors import ConfigError
@@ -44,6 +46,8 @@ VALIDATORS: dict[str, Callable[[str], bool]] = {
     "us_ssn": lambda v: _us_ssn.is_valid(v),
     "in_aadhaar": lambda v: _aadhaar.is_valid(_digits(v)),
     "es_dni": lambda v: _es_dni.is_valid(_digits(v)),
+    "br_cpf": lambda v: _br_cpf.is_valid(_digits(v)),
+    "it_codice_fiscale": lambda v: _it_cf.is_valid(v),
 }
 
 
