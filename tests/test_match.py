@@ -227,6 +227,21 @@ def test_engine_signature_lifts_a_short_rare_match_to_probable(tmp_path: Path) -
     assert [(f["recipient_request_id"], f["tier"], f["tier_rule"][:2]) for f in result.findings] == [("b2", "probable", "R3")]
 
 
+@pytest.mark.parametrize(("phrase", "found"), [
+    ("quagga quagga quagga quagga quagga quagga", False),  # six tokens, one word: says nothing
+    ("quagga zither quagga zither quagga zither", False),  # two words
+    ("quagga zither marimba okapi tuatara", True),  # five different words: one whole k-gram
+])
+def test_engine_signature_short_match_needs_k_different_words(tmp_path: Path, phrase: str, found: bool) -> None:
+    rng = np.random.default_rng(23)
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
+            exchange("b1", "bolt", 5, prompt="x", response=" ".join(words(rng, 10)) + f" {phrase} " + " ".join(words(rng, 10)))]
+    result = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
+    assert bool(result.cross_tenant) is found
+    if found:
+        assert "distinct_tokens>=5" in result.findings[0]["tier_rule"]
+
+
 def test_engine_signature_does_not_lift_a_short_phrase_two_tenants_sent(tmp_path: Path) -> None:
     rng = np.random.default_rng(21)
     phrase = " ".join(words(rng, 6))

@@ -506,10 +506,12 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
         for a, size in c.blocks:
             matched[a - c.tok_start : a - c.tok_start + size] = True
+        # Different words among the matched tokens: a run of one repeated word is no passage.
+        distinct = len(np.unique(tgt.tokens.hash[c.tok_start : c.tok_end][matched]))
         for q in kp[~informative].tolist():
             matched[q - c.tok_start : q - c.tok_start + k] = False
         info_tokens = int(matched.sum())
-        tier = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p)
+        tier = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
         if tier is None:
             continue
         key = (c.target, c.source_request_id, c.source_kind)

@@ -10,7 +10,9 @@ Tiers on findings (``possible`` belongs to suspects with no finding and is the r
                and rarity >= confirm_rarity;
                R3: the suspect carries the engine's own signature of the bug (its response was built
                from another request's pages), so a short match is enough: score >= probable_score,
-               informative tokens >= k (one whole k-gram) and rarity >= signature_rarity.
+               informative tokens >= k (one whole k-gram), at least k different words among the
+               matched tokens ("yet yet yet yet yet" or "from the rest of the" says nothing) and
+               rarity >= signature_rarity.
                Anything weaker is not a finding.
 
 *Informative* tokens are matched tokens not covered by a matched k-gram that is own context (in
@@ -105,8 +107,12 @@ def _check(key: str, value: Any, file: Any) -> Any:
 
 
 def assign_tier(score: float, informative: int, rarity: float, longest_run: int, engine_signature: bool,
-                p: MatchParams) -> tuple[str, str] | None:
-    """The tier of a finding and the rule that set it, or None when it is not a finding."""
+                p: MatchParams, distinct: int | None = None) -> tuple[str, str] | None:
+    """The tier of a finding and the rule that set it, or None when it is not a finding.
+
+    ``distinct``: how many different tokens the matched ones are (default: as many as informative).
+    """
+    distinct = informative if distinct is None else distinct
     if score >= p.confirm_score and informative >= p.confirm_tokens and rarity >= p.confirm_rarity:
         return "confirmed", (f"R1: score>={p.confirm_score:g}, informative_tokens>={p.confirm_tokens}, "
                              f"rarity>={p.confirm_rarity:g}")
@@ -118,7 +124,8 @@ def assign_tier(score: float, informative: int, rarity: float, longest_run: int,
     if score >= p.damaged_score and informative >= p.confirm_tokens and rarity >= p.confirm_rarity:
         return "probable", (f"R2b: damaged passage, score>={p.damaged_score:g}, informative_tokens>={p.confirm_tokens}, "
                             f"rarity>={p.confirm_rarity:g}")
-    if engine_signature and score >= p.probable_score and informative >= p.k and rarity >= p.signature_rarity:
+    if (engine_signature and score >= p.probable_score and informative >= p.k and distinct >= p.k
+            and rarity >= p.signature_rarity):
         return "probable", (f"R3: engine signature, score>={p.probable_score:g}, informative_tokens>={p.k}, "
-                            f"rarity>={p.signature_rarity:g}")
+                            f"distinct_tokens>={p.k}, rarity>={p.signature_rarity:g}")
     return None
