@@ -212,11 +212,11 @@ _EMPTY = Tokens(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uin
 def tokenize(text: str | None) -> Tokens:
     """Tokens of ``text`` with their original character offsets and stable hashes.
 
-    The fast path keeps one array element per original character. The few characters whose
-    normalised form may join a neighbouring word in an unusual way ("¼" is "1", "⁄", "4"; two
-    format characters in a row) are handled by tokenizing just the run of text between white
-    space around them through the reference path, which expands every character first. Both
-    give the same tokens (a property test holds them equal).
+    The fast path keeps one array element per original character. The rare characters whose
+    normalised form may join a neighbouring word in an unusual way ("¼" is "1", "⁄", "4") are
+    handled by tokenizing just the run of text between white space around them through the
+    reference path, which expands every character first (the whole text, when there are many).
+    Both give the same tokens (a property test holds them equal).
     """
     if not text:
         return _EMPTY
@@ -232,29 +232,48 @@ def tokenize(text: str | None) -> Tokens:
     if len(special):
         kinds = info[special]
         hard = special[kinds == _F_COMPLEX]
+        if len(hard) > _MAX_SPLICES:
+            return _tokenize_reference(text, cps)
         ignore = special[kinds == _F_IGNORE]
         if len(ignore):
-            run = np.diff(ignore) == 1
-            if run.any():  # format characters in a row: left to the reference path
-                hard = np.union1d(hard, ignore[np.flatnonzero(run)])
-            # A format character inside a word is nothing ("foo\u200bbar" is "foobar"); anywhere
-            # else it is as good as white space.
-            inner = (ignore > 0) & (ignore < len(cps) - 1)
-            left = np.where(inner, ignore - 1, 0)
-            right = np.where(inner, ignore + 1, 0)
-            ignore = ignore[inner & (cls[left] == WORD) & (cls[right] == WORD)]
+            # A run of format characters inside a word is nothing ("foo\u200bbar" is "foobar");
+            # anywhere else it is as good as white space.
+            cut = np.flatnonzero(np.diff(ignore) != 1) + 1
+            first = ignore[np.concatenate([[0], cut])]
+            last = ignore[np.concatenate([cut - 1, [len(ignore) - 1]])]
+            inner = (first > 0) & (last < len(cps) - 1)
+            left = np.where(inner, first - 1, 0)
+            right = np.where(inner, last + 1, 0)
+            joined = inner & (cls[left] == WORD) & (cls[right] == WORD)
+            ignore = ignore[np.repeat(joined, last - first + 1)]
             cls[ignore] = WORD
         wide = bool((kinds == _F_WIDE).any()) or len(ignore) > 0
         multi = special[kinds == _F_MULTI]
     ts, te = _bounds(cls)
     if len(ts) == 0:
         return _EMPTY
-    fwd, inv = _powers(len(cps))
-    with np.errstate(over="ignore"):
-        h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+    odd = _NONE
     if wide:
-        odd = np.unique(np.searchsorted(ts, np.concatenate([special[kinds == _F_WIDE], ignore]), side="right") - 1)
-        h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
+        mark = np.zeros(len(ts), dtype=bool)  # the words holding a decomposed letter or a format character
+        mark[np.searchsorted(ts, special[kinds == _F_WIDE], side="right") - 1] = True
+        mark[np.searchsorted(ts, ignore, side="right") - 1] = True
+        odd = np.flatnonzero(mark)
+    with np.errstate(over="ignore"):
+        if len(odd) * 4 > len(ts):
+            # Most words hold one (accented prose): number every character by its place in the
+            # normalised text, where a decomposed letter takes several and a format character none.
+            lens = _slen[cps].astype(np.int64)
+            lens[ignore] = 0
+            npos = np.cumsum(lens) - lens
+            fwd, inv = _powers(int(npos[-1]) + 1)
+            w = _sval[cps] * fwd[npos]
+            w[ignore] = 0
+            h = np.add.reduceat(w, ts) * inv[npos[ts]]
+        else:
+            fwd, inv = _powers(len(cps))
+            h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+            if len(odd):
+                h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
     hashes = mix64(h)
     start, end = ts.astype(np.int64), te.astype(np.int64)
     if len(multi):
@@ -265,6 +284,11 @@ def tokenize(text: str | None) -> Tokens:
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+
+#: Characters that may join a neighbour oddly ("¼") are re-tokenized in their run of text by the
+#: reference path; beyond this many in one text, the whole text goes through it (its cost is
+#: then about the same, and a crafted text cannot make each run a separate call).
+_MAX_SPLICES = 32
 
 
 def _word_hashes(cps: np.ndarray, ts: np.ndarray, te: np.ndarray, ignore: np.ndarray) -> np.ndarray:
@@ -305,17 +329,12 @@ def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.n
 
     No token crosses white space, so the fast path's tokens outside those runs stand as they are.
     """
-    runs: list[tuple[int, int]] = []
-    for at in hard.tolist():
-        if runs and at < runs[-1][1]:
-            continue
-        lo = at
-        while lo > 0 and info[lo - 1] != _F_SPACE:
-            lo -= 1
-        hi = at + 1
-        while hi < len(info) and info[hi] != _F_SPACE:
-            hi += 1
-        runs.append((lo, hi))
+    spaces = np.flatnonzero(info == _F_SPACE)
+    i = np.searchsorted(spaces, hard)
+    lo = np.where(i > 0, spaces[np.maximum(i - 1, 0)] + 1, 0) if len(spaces) else np.zeros_like(hard)
+    hi = np.where(i < len(spaces), spaces[np.minimum(i, len(spaces) - 1)], len(info)) if len(spaces) \
+        else np.full_like(hard, len(info))
+    runs = sorted(set(zip(lo.tolist(), hi.tolist())))  # at most _MAX_SPLICES, disjoint
     keep = np.ones(len(start), dtype=bool)
     parts = []
     for lo, hi in runs:
