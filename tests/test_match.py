@@ -357,7 +357,36 @@ def test_workers_that_cannot_start_leave_the_match_to_this_process(
     result = match(case, config(workers=2))
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
-    assert "could not start (OSError: no shared memory here)" in result.summary()["warnings"][0]
+    assert "failed (OSError: no shared memory here)" in result.summary()["warnings"][0]
+
+
+def test_workers_that_fail_to_initialise_leave_the_match_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = _mixed_case(tmp_path / "case", row_group_rows=40)
+    match(case, config(workers=1))
+    expected = _outputs(case)
+    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(match_mod, "_worker_payload", lambda scanner: b"not a pickle")
+    result = match(case, config(workers=2))  # must neither hang nor fail
+    assert _outputs(case) == expected
+    assert result.run_stats["jobs_on_workers"] == 0
+    assert "worker processes failed" in result.summary()["warnings"][0]
+
+
+def test_a_worker_that_dies_leaves_its_jobs_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import pickle
+
+    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(match_mod, "_worker_payload", lambda scanner: pickle.dumps("a scanner"))
+    with match_mod._helpers_running(1) as helpers:
+        helpers.start(None)  # type: ignore[arg-type]
+        assert helpers.pool is not None
+        # The remote job kills its worker (as an out-of-memory kill would): its result comes from here.
+        results = list(match_mod._ordered(helpers, os._exit, lambda job: job * 10, iter([1, 2, 3, 4])))
+    assert results == [10, 20, 30, 40]
+    assert helpers.failed is not None and "BrokenProcessPool" in helpers.failed
 
 
 def test_row_reader_gives_each_range_once_in_order(tmp_path: Path) -> None:
@@ -455,3 +484,11 @@ def test_text_bytes_come_from_offsets_for_slices_nulls_and_other_encodings(arrow
     assert stream_mod.value_bytes(arr).tolist() == want
     assert stream_mod.value_bytes(arr.slice(2, 3)).tolist() == want[2:5]
     assert stream_mod.value_bytes(arr.slice(0, 0)).tolist() == []
+
+
+def test_times_in_microseconds_whatever_the_column_holds() -> None:
+    us = pa.timestamp("us", tz="UTC")
+    assert stream_mod.to_us(pa.array([5, None, 7], type=us).slice(1)) == [None, 7]
+    assert stream_mod.to_us(pa.array([1, None], type=pa.timestamp("ms", tz="UTC"))) == [1000, None]
+    assert stream_mod.to_us(pa.nulls(2)) == [None, None]  # a column with no time at all
+    assert stream_mod.to_us(pa.chunked_array([pa.array([3], type=us), pa.array([4], type=us)])) == [3, 4]

@@ -23,11 +23,13 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import heapq
 import multiprocessing
 import os
+import pickle
 import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver
@@ -47,8 +49,8 @@ from forensics.errors import CaseError
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
-    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, RowReader, Scanner, ScanTask, VerifyTask, init_worker, scan_rows,
-    scan_rows_in_worker, tenant_code, to_us, value_bytes, verify_in_worker, verify_task,
+    HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, RowReader, Scanner, ScanTask, VerifyTask, init_worker_from, scan_rows,
+    scan_rows_in_worker, tenant_code, to_us, value_bytes, verify_in_worker, verify_task, worker_ready,
 )
 from forensics.match.tiers import MatchParams, assign_tier, params_from
 from forensics.memory import reusing_freed_memory
@@ -109,8 +111,8 @@ class MatchResult:
             "searched": self.report["searched"],
             "control": self.report["control"],
             "outputs": ["evidence.parquet", "evidence.csv", "match.json"],
-            "warnings": ([f"worker processes could not start ({self.run_stats['workers_failed']}); the match ran "
-                          "in one process, with the same results"] if self.run_stats.get("workers_failed") else []),
+            "warnings": ([f"worker processes failed ({self.run_stats['workers_failed']}); this process did their "
+                          "share, with the same results"] if self.run_stats.get("workers_failed") else []),
         }
 
 
@@ -223,15 +225,16 @@ class _Helpers:
     fork from it, never from this possibly threaded process). The server starts first, while
     this process loads the targets; the workers start once the targets are ready (they are sent
     to each worker once); until they are up this process works alone, and then it keeps doing
-    its share. One pool serves the pass and verification.
+    its share. One pool serves the pass and verification. Workers only add speed: if they
+    cannot start, or one dies (killed for memory, say), this process does the rest itself.
     """
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self._pool: Any = None
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
-        self.failed: str | None = None  # why no worker could start (this process then does everything)
+        self.failed: str | None = None  # why the workers stopped helping (this process then does everything)
         self._ctx = multiprocessing.get_context("forkserver")
         if n:
             try:
@@ -243,29 +246,51 @@ class _Helpers:
     def start(self, scanner: Scanner) -> None:
         """Start the workers (in a thread: this process goes on meanwhile)."""
         if self.n:
-            self._thread = threading.Thread(target=self._start, args=(scanner,), daemon=True)
+            # Pickled here, before the pass changes what the scanner has learnt: one consistent copy.
+            payload = _worker_payload(scanner)
+            self._thread = threading.Thread(target=self._start, args=(payload,), daemon=True)
             self._thread.start()
             if WAIT_FOR_WORKERS:
                 self._thread.join()
 
-    def _start(self, scanner: Scanner) -> None:
+    def _start(self, payload: bytes) -> None:
+        pool = None
         try:
-            self._pool = self._ctx.Pool(self.n, initializer=init_worker, initargs=(scanner,))
+            pool = concurrent.futures.ProcessPoolExecutor(self.n, mp_context=self._ctx, initializer=init_worker_from,
+                                                          initargs=(payload,))
+            # Workers start on demand: have them all start (and report) before they take jobs.
+            for f in [pool.submit(worker_ready) for _ in range(self.n)]:
+                f.result()
+            self._pool = pool
         except Exception as exc:  # noqa: BLE001 - workers only add speed: go on without them
             self.failed = f"{type(exc).__name__}: {exc}"
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     @property
-    def pool(self) -> Any:
+    def pool(self) -> concurrent.futures.ProcessPoolExecutor | None:
         """The pool once its workers are up, else None (this process then does the job itself)."""
         return self._pool
 
+    def broke(self, exc: BaseException) -> None:
+        """A worker died: stop using the pool (jobs it held are run again here)."""
+        if self._pool is not None:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
     def close(self) -> None:
-        """Stop the workers (waiting for a start still in progress)."""
+        """Stop the workers (waiting for a start still in progress, and for jobs they are running)."""
         if self._thread is not None:
             self._thread.join()
         if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _worker_payload(scanner: Scanner) -> bytes:
+    """What each worker receives once: the scanner, pickled."""
+    return pickle.dumps(scanner, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @contextlib.contextmanager
@@ -283,10 +308,10 @@ class _Done:
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    def ready(self) -> bool:
+    def done(self) -> bool:
         return True
 
-    def get(self) -> Any:
+    def result(self) -> Any:
         return self.value
 
 
@@ -296,24 +321,41 @@ def _ordered(helpers: _Helpers, remote: Any, local: Any, jobs: Iterator[Any]) ->
     A job goes to the workers while fewer than two per worker are waiting there; otherwise
     (workers busy or not started yet) this process runs it with ``local``. Which process ran a
     job never changes its result, so outputs do not depend on the split. Results are yielded
-    in job order as soon as they are ready.
+    in job order as soon as they are ready. If a worker dies, the pool is dropped and the jobs
+    it held are run here.
     """
-    pending: collections.deque[Any] = collections.deque()
+    pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
     in_flight = 2 * helpers.n
+
+    def take() -> Any:
+        job, fut = pending.popleft()
+        try:
+            return fut.result()
+        except concurrent.futures.process.BrokenProcessPool as exc:
+            helpers.broke(exc)
+            helpers.jobs["workers"] -= 1
+            helpers.jobs["here"] += 1
+            return local(job)
+
     for job in jobs:
         pool = helpers.pool
-        if pool is not None and sum(1 for x in pending if not x.ready()) < in_flight:
-            pending.append(pool.apply_async(remote, (job,)))
-            helpers.jobs["workers"] += 1
+        if pool is not None and sum(1 for _, x in pending if not x.done()) < in_flight:
+            try:
+                pending.append((job, pool.submit(remote, job)))
+                helpers.jobs["workers"] += 1
+            except concurrent.futures.process.BrokenProcessPool as exc:
+                helpers.broke(exc)
+                pending.append((job, _Done(local(job))))
+                helpers.jobs["here"] += 1
         else:
-            pending.append(_Done(local(job)))
+            pending.append((job, _Done(local(job))))
             helpers.jobs["here"] += 1
         # Results wait for the oldest job still running; a slow one may hold back only a few,
         # so memory stays bounded.
-        while pending and (pending[0].ready() or len(pending) > 2 * in_flight + 2):
-            yield pending.popleft().get()
+        while pending and (pending[0][1].done() or len(pending) > 2 * in_flight + 2):
+            yield take()
     while pending:
-        yield pending.popleft().get()
+        yield take()
 
 
 def _run_pass(scanner: Scanner, path: Path, helpers: _Helpers, progress: Reporter | None) -> Iterator[BatchResult]:

@@ -18,6 +18,8 @@ clustered per (target, source text) along the alignment diagonal and verified wi
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -356,7 +358,9 @@ def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
     """Timestamps (microsecond unit) as integer microseconds (None stays None)."""
     if isinstance(col, pa.ChunkedArray):
         return [v for chunk in col.chunks for v in to_us(chunk)]
-    return col.view(pa.int64()).to_pylist()  # zero-copy: no cast kernel
+    if col.type == pa.int64() or (pa.types.is_timestamp(col.type) and col.type.unit == "us"):
+        return col.view(pa.int64()).to_pylist()  # zero-copy: no cast kernel
+    return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist() if len(col) else []
 
 
 #: Columns the streaming pass reads.
@@ -543,10 +547,21 @@ _WORKER: Scanner | None = None
 
 
 def init_worker(scanner: Scanner) -> None:
-    """Pool initializer: keep the broadcast targets in this process."""
+    """Keep the broadcast targets in this (worker) process."""
     global _WORKER
     _WORKER = scanner
     keep_freed_memory()
+
+
+def init_worker_from(payload: bytes) -> None:
+    """Pool initializer: the scanner, pickled once by the parent."""
+    init_worker(pickle.loads(payload))
+
+
+def worker_ready() -> int:
+    """Pool task that only shows the worker is up (its process id)."""
+    assert _WORKER is not None
+    return os.getpid()
 
 
 _READER: RowReader | None = None
@@ -573,4 +588,4 @@ def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "value_bytes", "PASS_COLUMNS"]
+__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "init_worker_from", "worker_ready", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "value_bytes", "PASS_COLUMNS"]

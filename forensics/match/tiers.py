@@ -10,8 +10,8 @@ Tiers on findings (``possible`` belongs to suspects with no finding and is the r
                and rarity >= confirm_rarity;
                R3: the suspect carries the engine's own signature of the bug (its response was built
                from another request's pages), so a short match is enough: score >= probable_score,
-               informative tokens >= k (one whole k-gram), at least k different words among the
-               matched tokens ("yet yet yet yet yet" or "from the rest of the" says nothing) and
+               informative tokens >= k (one whole k-gram), at least k different tokens among the
+               matched ones ("yet yet yet yet yet" or "from the rest of the" says nothing) and
                rarity >= signature_rarity.
                Anything weaker is not a finding.
 
