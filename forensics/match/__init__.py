@@ -116,16 +116,8 @@ class MatchResult:
         }
 
 
-_to_us = to_us
-
-
 def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    pf = pq.ParquetFile(path)
-    missing = [c for c in columns if c not in pf.schema_arrow.names]
-    if missing:
-        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
-                        fix="re-run `forensics ingest` with this version of forensics")
-    yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
+    yield from _exchanges_file(path, columns).iter_batches(batch_size=batch_rows, columns=columns)
 
 
 def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, Any]]:
@@ -139,7 +131,7 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
     for batch in _iter_exchanges(ex_path, cols, 1024):
         rids = batch.column("request_id").to_pylist()
-        rec, done = _to_us(batch.column("received_at")), _to_us(batch.column("completed_at"))
+        rec, done = to_us(batch.column("received_at")), to_us(batch.column("completed_at"))
         tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
         # Texts become Python strings only for the rows kept (suspects, the control sample so far).
         texts = batch.column("response_text")
@@ -178,10 +170,10 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
     return targets, info
 
 
-def _exchanges_file(path: Path) -> pq.ParquetFile:
-    """The exchanges table, checked to have every column the pass reads."""
+def _exchanges_file(path: Path, columns: list[str] = PASS_COLUMNS) -> pq.ParquetFile:
+    """The exchanges table, checked to have ``columns`` (by default every column the pass reads)."""
     pf = pq.ParquetFile(path)
-    missing = [c for c in PASS_COLUMNS if c not in pf.schema_arrow.names]
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
     if missing:
         raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
                         fix="re-run `forensics ingest` with this version of forensics")
