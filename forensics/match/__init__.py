@@ -120,15 +120,32 @@ def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator
     yield from _exchanges_file(path, columns).iter_batches(batch_size=batch_rows, columns=columns)
 
 
+def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]:
+    """A request's identity, (request id, tenant), as a sort key (no tenant sorts last).
+
+    Two customers may send the same request id (client-supplied ids, two gateways): every table
+    of this stage keys requests by both.
+    """
+    return (request_id, tenant_id is None, tenant_id or "")
+
+
 def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, Any]]:
-    """Suspect responses (from the suspects table) and the control sample, with their texts."""
+    """Suspect responses (from the suspects table) and the control sample, with their texts.
+
+    Suspects are (request id, tenant) pairs. The control sample is the ``control_size``
+    non-suspect responses with the smallest xxh64(request id); responses sharing a request id
+    are ordered by their tenant's code, so the choice never depends on the order of the rows.
+    """
     sus_path = case.require("suspects", "scan")
     ex_path = case.require("exchanges", "ingest")
-    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "engine_signature", "decode_node"]).to_pylist()
-    suspects = {r["request_id"]: r for r in sus}
-    found: dict[str, Target] = {}
-    heap: list[tuple[int, str, Target]] = []  # max-heap (negated keys) of the control sample
+    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "tenant_id", "engine_signature", "decode_node"]).to_pylist()
+    suspects = {(r["request_id"], r["tenant_id"]): r for r in sus}
+    found: dict[tuple[str, str | None], Target] = {}
+    # Max-heap (negated keys) of the control sample: (-xxh64(request id), -tenant code, row, Target).
+    # The row number is unique, so two entries never get as far as comparing their Targets.
+    heap: list[tuple[int, int, int, Target]] = []
     cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
+    row0 = 0
     for batch in _iter_exchanges(ex_path, cols, 1024):
         rids = batch.column("request_id").to_pylist()
         rec, done = to_us(batch.column("received_at")), to_us(batch.column("completed_at"))
@@ -137,30 +154,31 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
         texts = batch.column("response_text")
         sizes = value_bytes(texts).tolist()
         for i, rid in enumerate(rids):
-            s = suspects.get(rid)
+            s = suspects.get((rid, tenants[i]))
             if s is None and (not sizes[i] or p.control_size == 0):
                 continue
             received = rec[i] if rec[i] is not None else NO_TIME
             deadline = done[i] if done[i] is not None else received
             if s is not None:
-                if rid not in found:
-                    found[rid] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
-                                        bool(s["engine_signature"]), False, texts[i].as_py() or "")
+                if (rid, tenants[i]) not in found:
+                    found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
+                                                      bool(s["engine_signature"]), False, texts[i].as_py() or "")
                 continue
-            key = xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed)
-            if len(heap) >= p.control_size and -key <= heap[0][0]:
+            key = (-xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed), -tenant_code(tenants[i]))
+            if len(heap) >= p.control_size and key <= heap[0][:2]:
                 continue
             text = texts[i].as_py()
             if not text:
                 continue
-            item = (-key, rid, Target(rid, tenants[i], received, deadline, nodes[i], False, True, text))
+            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, text))
             if len(heap) < p.control_size:
                 heapq.heappush(heap, item)
             else:
                 heapq.heapreplace(heap, item)
-    missing = sorted(set(suspects) - set(found))
-    controls = sorted((t for _, _, t in heap), key=lambda t: t.request_id)
-    targets = [found[r] for r in sorted(found)] + controls
+        row0 += len(rids)
+    missing = [{"request_id": k[0], "tenant_id": k[1]} for k in sorted(set(suspects) - set(found), key=lambda k: request_key(*k))]
+    controls = sorted((x[-1] for x in heap), key=lambda t: request_key(t.request_id, t.tenant_id))
+    targets = [found[k] for k in sorted(found, key=lambda k: request_key(*k))] + controls
     info = {
         "suspects": len(suspects),
         "suspects_missing_from_exchanges": missing,
@@ -511,8 +529,8 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
     """Rarity, own context and tier of every candidate; the best finding per (target, source, kind)."""
     start, h_tenant, h_time, common_mask = holders
     k = p.k
-    best: dict[tuple[int, str, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
-    regions: dict[tuple[int, str, str], int] = {}
+    best: dict[tuple[int, str, str | None, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    regions: dict[tuple[int, str, str | None, str], int] = {}
     for c in cands:
         tgt = targets[c.target]
         kp = np.unique(c.kgram_positions)
@@ -548,14 +566,15 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         tier = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
         if tier is None:
             continue
-        key = (c.target, c.source_request_id, c.source_kind)
+        key = (c.target, c.source_request_id, c.source_tenant_id, c.source_kind)
         regions[key] = regions.get(key, 0) + 1
         rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, c.recipient_start, c.source_start)
         pair_rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, -c.source_received_us, c.source_request_id,
                      c.source_kind)
         if key in best and best[key][0] <= rank:
             continue
-        fid_key = "\x1f".join(map(str, (tgt.request_id, c.source_request_id, c.source_kind, c.recipient_start,
+        fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
+                                         _tenant_part(c.source_tenant_id), c.source_kind, c.recipient_start,
                                          c.recipient_end, c.source_start, c.source_end)))
         best[key] = (rank, {
             "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
@@ -584,7 +603,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         row["regions"] = regions[key]
         rows.append(row)
     rows = _collapse_same_tenant_copies(rows)
-    rows.sort(key=lambda r: (r["recipient_request_id"], r["source_request_id"], r["source_kind"], r["recipient_start"]))
+    rows.sort(key=_row_order)
     return rows
 
 
@@ -598,7 +617,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     """
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["recipient_request_id"], r["source_tenant_id"]), []).append(r)
+        groups.setdefault((r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]), []).append(r)
     out = []
     for group in groups.values():
         kept: list[dict[str, Any]] = []
@@ -615,8 +634,19 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
         out.extend(kept)
     for r in out:
         del r["_rank"]
-    out.sort(key=lambda r: (r["recipient_request_id"], r["source_request_id"], r["source_kind"], r["recipient_start"]))
+    out.sort(key=_row_order)
     return out
+
+
+def _row_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    """Evidence rows by recipient request, source request (each with its tenant), kind, start."""
+    return (request_key(r["recipient_request_id"], r["recipient_tenant_id"]),
+            request_key(r["source_request_id"], r["source_tenant_id"]), r["source_kind"], r["recipient_start"])
+
+
+def _tenant_part(tenant: str | None) -> str:
+    """A tenant id as part of a finding id's key (no tenant is a value no tenant id can be)."""
+    return "\x00" if tenant is None else tenant
 
 
 def _csv_text(rows: list[dict[str, Any]]) -> str:
@@ -678,7 +708,9 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     evidence = [r for r in rows if not r["control"]]
     control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant"]
     n_control = sum(1 for t in targets if t.control)
-    flagged = sorted({r["recipient_request_id"] for r in control_rows})
+    flagged_keys = sorted({(r["recipient_request_id"], r["recipient_tenant_id"]) for r in control_rows},
+                          key=lambda k: request_key(*k))
+    flagged = [rid for rid, _ in flagged_keys]
     cross = [r for r in evidence if r["relation"] == "cross_tenant"]
     report = {
         "parameters": p.record(),
@@ -714,7 +746,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             "same_tenant": len(evidence) - len(cross),
             "cross_tenant_confirmed": sum(1 for r in cross if r["tier"] == "confirmed"),
             "cross_tenant_probable": sum(1 for r in cross if r["tier"] == "probable"),
-            "suspects_with_cross_tenant_evidence": len({r["recipient_request_id"] for r in cross}),
+            "suspects_with_cross_tenant_evidence": len({(r["recipient_request_id"], r["recipient_tenant_id"])
+                                                        for r in cross}),
             "exposed_tenants": len({r["source_tenant_id"] for r in cross}),
         },
         "control": {

@@ -40,7 +40,8 @@ class TargetIndex:
     def __init__(self, targets: list[Target], k: int) -> None:
         self.targets = targets
         self.k = k
-        self.by_request = {t.request_id: i for i, t in enumerate(targets)}
+        # Targets by (request id, tenant): two customers may send the same request id.
+        self.by_request = {(t.request_id, t.tenant_id): i for i, t in enumerate(targets)}
         hashes, owner, pos = [], [], []
         tk, _, first = tokenize_many([t.text or "" for t in targets])  # one array pass for all targets
         for i, t in enumerate(targets):

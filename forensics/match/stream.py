@@ -169,7 +169,8 @@ class Scanner:
         # Per-text attributes (text 2i is row i's prompt, 2i+1 its response).
         when = np.repeat(np.array([NO_TIME if w is None else w for w in batch["received_us"]], dtype=np.int64), 2)
         code = np.repeat(np.array([tenant_code(t) for t in tenants], dtype=np.int64), 2)
-        own = np.repeat(np.array([self.index.by_request.get(r, -1) for r in rids], dtype=np.int64), 2)
+        own = np.repeat(np.array([self.index.by_request.get((r, t), -1) for r, t in zip(rids, tenants)],
+                                 dtype=np.int64), 2)
         node = np.repeat(np.array([self.node_code.get(x, -3) if x else -3 for x in batch["decode_node"]],
                                   dtype=np.int64), 2)
         kind = np.tile(np.array([0, 1], dtype=np.int64), n)
