@@ -10,6 +10,11 @@
   prefill logs), the bug's signature outside the window or models, unknown prompt sizes.
 * ``summary`` queries (the exposure band by day) describe the incident's surface.
 
+A request is (request_id, tenant_id) throughout: two customers may send the same request id. The
+engine logs name a request only by its rid (or bootstrap room), so an id that several exchanges in
+the window carry cannot be attributed: its engine records make none of them a suspect (each is
+still judged by its own prompt size), and scan.json warns and lists them (``engine_rid_shared``).
+
 It writes ``CASE/suspects.parquet`` (schema.SUSPECTS), ``CASE/suspects.csv`` (spec/outputs.md),
 ``CASE/scan.json`` (the resolved ceiling and advertised window with their sources and per-node
 values, per-query row counts, the exposure band, the anomalies, query file hashes) and saves the
@@ -47,6 +52,8 @@ CSV_COLUMNS = (
 ANOMALY_ROWS_KEPT = 200
 ENGINE_SIGNATURE_REASON = "engine_signature"
 BORDERLINE_REASON = "borderline"
+#: The anomaly listing exchanges whose engine request id another exchange in the window shares.
+SHARED_ENGINE_ID_QUERY = "engine_rid_shared"
 
 
 @dataclasses.dataclass
@@ -261,6 +268,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         counts: dict[str, int] = {}
         anomalies: dict[str, dict[str, Any]] = {}
         exposure: list[dict[str, Any]] = []
+        shared_ids: dict[str, int] = {}
         for query in scan_queries:
             table = q.run_query(con, query, params)
             counts[query.id] = table.num_rows
@@ -273,6 +281,11 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
                                        strict=True):
                     reasons.setdefault((rid, tenant), set()).add(query.id)
             elif query.kind == "anomaly":
+                if query.id == SHARED_ENGINE_ID_QUERY and table.num_rows:
+                    ids = table.column("engine_rid").to_pylist()
+                    sig = table.column("engine_signature").to_pylist()
+                    shared_ids = {"exchanges": table.num_rows, "ids": len(set(ids)),
+                                  "signature": len({i for i, s in zip(ids, sig, strict=True) if s})}
                 anomalies[query.id] = {
                     "title": query.title,
                     "rows": table.num_rows,
@@ -302,6 +315,13 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if outside:
         warnings.append(f"{outside} request(s) carry the engine's bug signature outside the case's window or models "
                         "(see anomalies.signature_outside_scope): check the window and the model list")
+    if shared_ids:
+        warnings.append(
+            f"{shared_ids['ids']} engine request id(s) are each carried by several exchanges in the window "
+            f"({shared_ids['exchanges']} exchanges: two customers sending the same id, or two gateways): the engine "
+            "logs cannot tell those exchanges apart, so no engine record was attributed to any of them and each was "
+            f"judged by its own prompt size alone; {shared_ids['signature']} of those ids carry the engine's bug "
+            "signature (see anomalies.engine_rid_shared): check them by hand")
     record = {
         "stage": "scan",
         "parameters": {

@@ -125,3 +125,40 @@ def test_match_control_sample_with_a_shared_id_does_not_crash_and_keeps_both(tmp
     _make_shared_case(tmp_path / "rev", rows[::-1], [("req-1", "bolt")])
     two = match(tmp_path / "rev", config(control_size=2)).report["control"]
     assert one == two and one["size"] == 2
+
+
+# ------------------------------------------------------------------------------------------
+# scan
+# ------------------------------------------------------------------------------------------
+
+
+def test_scan_flags_the_right_tenant_and_attributes_a_shared_engine_id_to_neither(tmp_path: Path) -> None:
+    from query_cases.build import CEILING, MODEL, WINDOW, exchange as qx, signature_events, startup, write_case
+
+    from forensics.config import config_from_mapping
+    from forensics.scan import scan
+
+    root = write_case(tmp_path / "case", [
+        # Two customers sent the id "client-7": acme's prompt overflowed the pool, bolt's was small.
+        qx("client-7", tenant_id="acme", prompt_tokens=812345, prompt_tokens_source="engine", reported_prompt_tokens=1),
+        qx("client-7", tenant_id="bolt", prompt_tokens=900, received_at="2026-08-29T10:00:02Z"),
+        # An id only one exchange carries: its engine signature still counts.
+        qx("r-sig", tenant_id="globex", prompt_tokens=1, prompt_tokens_source="reported", reported_prompt_tokens=1),
+    ], [startup("prefill-0"), startup("decode-0")] + signature_events("client-7", 101) + signature_events("r-sig", 102))
+    cfg = config_from_mapping({"name": "t", "model": MODEL, "window_start": WINDOW[0], "window_end": WINDOW[1],
+                               "real_ceiling_tokens": CEILING}, base=Path("."))
+    result = scan(root, cfg)
+    rows = list(csv.DictReader(io.StringIO((root / "suspects.csv").read_text(encoding="utf-8"))))
+    assert [(r["request_id"], r["tenant_id"], r["reasons"], r["engine_signature"]) for r in rows] == [
+        ("client-7", "acme", "above_ceiling", "false"),  # by its own prompt size; the engine's trace is anybody's
+        ("r-sig", "globex", "engine_signature", "true"),
+    ]
+    record = json.loads((root / "scan.json").read_text(encoding="utf-8"))
+    shared = record["anomalies"]["engine_rid_shared"]
+    assert shared["rows"] == 2
+    assert [(r["request_id"], r["tenant_id"], r["engine_signature"]) for r in shared["listed"]] == [
+        ("client-7", "acme", True), ("client-7", "bolt", True)]
+    (warning,) = [w for w in record["warnings"] if "engine_rid_shared" in w]
+    assert warning.startswith("1 engine request id(s) are each carried by several exchanges in the window (2 exchanges")
+    assert "1 of those ids carry the engine's bug signature" in warning
+    assert result.engine_signature == 1

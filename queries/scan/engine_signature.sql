@@ -1,7 +1,7 @@
 -- id: engine_signature
 -- kind: suspect
 -- title: The engine's own signature of the bug: over-limit on prefill, yet output was generated
--- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included).
+-- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges in the window carry (two customers sending the same client-supplied id) cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size).
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -11,6 +11,13 @@ WITH over AS (
   FROM engine_events
   WHERE event IN ('over_limit', 'exceeds_max_tokens') AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'
   GROUP BY rid
+),
+attributable AS (  -- engine ids that name exactly one exchange in the window
+  SELECT coalesce(rid, request_id) AS engine_rid
+  FROM exchanges
+  WHERE coalesce(received_at, completed_at) >= $window_start AND coalesce(received_at, completed_at) < $window_end
+  GROUP BY 1
+  HAVING count(DISTINCT (request_id, tenant_id)) = 1
 ),
 linked AS (  -- two equi-joins rather than one OR join: DuckDB turns an OR join into a nested loop
   SELECT k.request_id, k.tenant_id, d.node, d.output_len
@@ -29,6 +36,7 @@ SELECT
   length(coalesce(x.response_text, '')) > 0 AS gateway_answer
 FROM exchanges x
 JOIN over o ON o.rid = coalesce(x.rid, x.request_id)
+JOIN attributable a ON a.engine_rid = o.rid
 LEFT JOIN decoded d ON d.request_id = x.request_id AND d.tenant_id IS NOT DISTINCT FROM x.tenant_id
 WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
   AND coalesce(x.received_at, x.completed_at) >= $window_start

@@ -3,12 +3,27 @@
 -- title: Failed KV transfers: prefill bootstrap failures, decode transfer failures, KVTransferError lines
 -- returns: one engine line reporting a failed transfer between prefill and decode, with the request it names (when the gateway logs know it) and whether that request still produced output. The engine aborts such a request and the customer gets an error, so these are listed for a look; one that still shows output is listed again in transfer_fault_output.
 -- params: none
-WITH by_rid AS (SELECT engine_rid, min(request_id) AS request_id FROM exchange_keys GROUP BY engine_rid),
+-- A rid (or room) that several exchanges carry (two customers sending the same client-supplied id) names no
+-- tenant: `tenant_id` is NULL and `exchanges_named` says how many exchanges it could be (the request id is
+-- given when they all share it). The engine logs cannot tell them apart; picking one would be a guess.
+WITH by_rid AS (  -- the exchange an engine rid names: its tenant only when one exchange carries the id
+  SELECT engine_rid,
+         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
+         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
+         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
+  FROM exchange_keys GROUP BY engine_rid
+),
 by_room AS (
-  SELECT bootstrap_room, min(request_id) AS request_id FROM exchange_keys WHERE bootstrap_room IS NOT NULL GROUP BY bootstrap_room
+  SELECT bootstrap_room,
+         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
+         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
+         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
+  FROM exchange_keys WHERE bootstrap_room IS NOT NULL GROUP BY bootstrap_room
 )
 SELECT e.node, e.role, e.time, e.event, e.rid, e.bootstrap_room,
-       coalesce(r1.request_id, r2.request_id) AS request_id,
+       CASE WHEN r1.engine_rid IS NOT NULL THEN r1.request_id ELSE r2.request_id END AS request_id,
+       CASE WHEN r1.engine_rid IS NOT NULL THEN r1.tenant_id ELSE r2.tenant_id END AS tenant_id,
+       coalesce(r1.exchanges_named, r2.exchanges_named, 0) AS exchanges_named,
        coalesce(e.rid IN (SELECT rid FROM decode_output WHERE rid IS NOT NULL), false)
          OR coalesce(e.bootstrap_room IN (SELECT bootstrap_room FROM decode_output WHERE bootstrap_room IS NOT NULL), false)
          AS output_produced,

@@ -5,6 +5,9 @@
 -- Not a suspect by itself: SGLang aborts the request on each of these (prepare_abort before the transfer is
 -- committed), so the guard fired and nothing was generated from the wrong pages; output seen afterwards is
 -- normally a retry. The incident's bug is the opposite case -- no guard fired (see engine_signature).
+-- The engine names a request only by its rid (or bootstrap room): when another exchange in the window carries
+-- the same id (two customers sending the same client-supplied id), the engine line may be either's, and
+-- `engine_id_shared` is true (see engine_rid_shared).
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -21,13 +24,21 @@ fault_kinds AS (
   SELECT request_id, tenant_id, string_agg(DISTINCT event, ';' ORDER BY event) AS fault_events
   FROM faults GROUP BY request_id, tenant_id
 ),
+shared AS (  -- engine ids that several exchanges in the window carry
+  SELECT coalesce(rid, request_id) AS engine_rid
+  FROM exchanges
+  WHERE coalesce(received_at, completed_at) >= $window_start AND coalesce(received_at, completed_at) < $window_end
+  GROUP BY 1
+  HAVING count(DISTINCT (request_id, tenant_id)) > 1
+),
 linked AS (
   SELECT k.request_id, k.tenant_id FROM exchange_keys k JOIN decode_output d ON d.rid = k.engine_rid
   UNION
   SELECT k.request_id, k.tenant_id FROM exchange_keys k JOIN decode_output d ON d.bootstrap_room = k.bootstrap_room
 )
 SELECT x.request_id, x.tenant_id, x.model, x.received_at, f.fault_events,
-       l.request_id IS NOT NULL AS decode_output, length(coalesce(x.response_text, '')) > 0 AS gateway_answer
+       l.request_id IS NOT NULL AS decode_output, length(coalesce(x.response_text, '')) > 0 AS gateway_answer,
+       coalesce(x.rid, x.request_id) IN (SELECT engine_rid FROM shared) AS engine_id_shared
 FROM exchanges x
 JOIN fault_kinds f ON f.request_id = x.request_id AND f.tenant_id IS NOT DISTINCT FROM x.tenant_id
 LEFT JOIN linked l ON l.request_id = x.request_id AND l.tenant_id IS NOT DISTINCT FROM x.tenant_id
