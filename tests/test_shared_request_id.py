@@ -162,3 +162,94 @@ def test_scan_flags_the_right_tenant_and_attributes_a_shared_engine_id_to_neithe
     assert warning.startswith("1 engine request id(s) are each carried by several exchanges in the window (2 exchanges")
     assert "1 of those ids carry the engine's bug signature" in warning
     assert result.engine_signature == 1
+
+
+# ------------------------------------------------------------------------------------------
+# report
+# ------------------------------------------------------------------------------------------
+
+ACME_PROMPT = "<|user|>\nAcme asks about the quarterly ledger of the northern depot, nothing secret."
+INITECH_SECRET = "Initech payroll run for October: transfer ninety thousand to the Lisbon escrow account"
+UMBRELLA_ANSWER = "Umbrella compound batch seven sits in freezer unit nine behind the blue door"
+GLOBEX_ANSWER = f"Here is your summary. {INITECH_SECRET}. Also: {UMBRELLA_ANSWER}."
+
+
+def _report_case(tmp: Path) -> tuple[Path, Any]:
+    """Four customers all sent request id "r-1": acme's and globex's are suspects; globex's answer
+    holds initech's prompt and umbrella's answer; acme's holds nothing found."""
+    import pyarrow as pa
+    from test_report_case import exchange as rx, make_case as report_case, ts
+
+    from forensics import schema
+    from forensics.case import write_table
+
+    case, cfg, _ = report_case(tmp)
+    initech_prompt = f"<|user|>\nPlease check: {INITECH_SECRET} before Friday."
+    rows = [
+        rx("r-1", "initech", initech_prompt, "Checked.", ts(28, 8), 900),
+        rx("r-1", "umbrella", "<|user|>\nWhere is batch seven?", UMBRELLA_ANSWER, ts(28, 9), 900),
+        rx("r-1", "acme", ACME_PROMPT, "The ledger shows nothing unusual.", ts(28, 10), 700_001),
+        rx("r-1", "globex", "<|user|>\n" + "ship " * 50, GLOBEX_ANSWER, ts(28, 11), 812_345),
+    ]
+    write_table(case / "exchanges.parquet", pa.Table.from_pylist(rows, schema=schema.EXCHANGES), schema.EXCHANGES)
+    suspects = [{"request_id": r["request_id"], "tenant_id": r["tenant_id"], "model": "glm-5.3",
+                 "received_at": r["received_at"], "completed_at": r["completed_at"], "prompt_tokens": r["prompt_tokens"],
+                 "prompt_tokens_source": "engine", "reasons": "above_ceiling", "borderline": False,
+                 "engine_signature": False} for r in rows if r["prompt_tokens"] > 681_280]
+    write_table(case / "suspects.parquet", pa.Table.from_pylist(suspects, schema=schema.SUSPECTS), schema.SUSPECTS)
+    common = {"recipient_request_id": "r-1", "recipient_tenant_id": "globex", "source_request_id": "r-1",
+              "relation": "cross_tenant", "tier": "confirmed", "tier_rule": "R1", "score": 100.0, "matched_tokens": 14,
+              "longest_run": 14, "rarity": 1.0, "informative_tokens": 14, "regions": 1, "other_source_requests": 0}
+    g0, u0 = GLOBEX_ANSWER.index(INITECH_SECRET), GLOBEX_ANSWER.index(UMBRELLA_ANSWER)
+    evidence = [
+        common | {"finding_id": "f-initech", "source_tenant_id": "initech", "source_kind": "prompt",
+                  "recipient_start": g0, "recipient_end": g0 + len(INITECH_SECRET),
+                  "source_start": initech_prompt.index(INITECH_SECRET),
+                  "source_end": initech_prompt.index(INITECH_SECRET) + len(INITECH_SECRET)},
+        common | {"finding_id": "f-umbrella", "source_tenant_id": "umbrella", "source_kind": "response",
+                  "recipient_start": u0, "recipient_end": u0 + len(UMBRELLA_ANSWER),
+                  "source_start": 0, "source_end": len(UMBRELLA_ANSWER)},
+    ]
+    write_table(case / "evidence.parquet", pa.Table.from_pylist(evidence, schema=schema.EVIDENCE), schema.EVIDENCE)
+    for name in ("suspects.csv", "evidence.csv"):
+        (case / name).unlink(missing_ok=True)
+    return case, cfg
+
+
+def _packet(rd: Path, tenant: str) -> dict[str, Any]:
+    (folder,) = [p for p in (rd / "packets").iterdir() if p.name.startswith(tenant + "-")]
+    return json.loads((folder / "notice.json").read_text(encoding="utf-8"))
+
+
+def test_report_tells_each_customer_only_about_its_own_request_with_that_id(tmp_path: Path) -> None:
+    from forensics.report import report
+
+    case, cfg = _report_case(tmp_path)
+    result = report(case, cfg, tmp_path / "out")
+    rd = result.report_dir
+    rows = {(r["tenant_id"], r["role"]): r for r in
+            csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8")))}
+    assert sorted(rows) == [("acme", "recipient"), ("globex", "recipient"), ("initech", "exposed"),
+                            ("umbrella", "exposed")]
+    # acme's r-1 has no finding: globex's findings on its own r-1 must not make acme "confirmed".
+    assert (rows[("acme", "recipient")]["tier"], rows[("acme", "recipient")]["n_findings"]) == ("possible", "0")
+    assert (rows[("globex", "recipient")]["tier"], rows[("globex", "recipient")]["n_findings"]) == ("confirmed", "2")
+    assert all(r["request_ids"] == "r-1" for r in rows.values())
+    acme = _packet(rd, "acme")["recipient"]["requests"]
+    assert [(r["request_id"], r["tier"], r["foreign_passages"]) for r in acme] == [("r-1", "possible", [])]
+    globex = _packet(rd, "globex")["recipient"]["requests"]
+    assert [(r["request_id"], r["tier"], len(r["foreign_passages"])) for r in globex] == [("r-1", "confirmed", 2)]
+    # umbrella's r-1 answer is no suspect (acme's and globex's r-1 are): its passage is shown to it, masked.
+    (spans,) = [r["spans"] for r in _packet(rd, "umbrella")["exposed"]["requests"]]
+    assert spans[0]["part"] == "response" and spans[0]["preview"] == UMBRELLA_ANSWER
+    summary = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "| suspects with no verified foreign passage \\(possible\\) | 1 |" in summary
+    # Every recipient row rests on a suspect or a finding of that very customer.
+    suspects = {(r["request_id"], r["tenant_id"]) for r in
+                csv.DictReader(io.StringIO((rd / "suspects.csv").read_text(encoding="utf-8")))}
+    evidence = list(csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8"))))
+    for (tenant, role), r in rows.items():
+        if role == "recipient":
+            assert all((rid, tenant) in suspects or any(
+                (e["recipient_request_id"], e["recipient_tenant_id"]) == (rid, tenant) for e in evidence)
+                for rid in r["request_ids"].split(";"))

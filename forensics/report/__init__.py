@@ -181,8 +181,10 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
         if (case / record).is_file():
             safe.copy_file(case / record, report_dir / record)
-    _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at, request_id")
-    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS, "recipient_request_id, source_request_id")
+    _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at NULLS LAST, request_id, tenant_id NULLS LAST")
+    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS,
+                                     "recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, "
+                                     "source_tenant_id NULLS LAST, source_kind, recipient_start, finding_id")
 
     rows = notices.build_notices(data, classifier)
     safe.write_bytes(report_dir / "notifications.csv", safe.csv_bytes(notices.NOTIFICATION_COLUMNS, [n.csv_row() for n in rows]))

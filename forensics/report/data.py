@@ -54,6 +54,11 @@ class Suspect:
     borderline: bool
     engine_signature: bool
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """The request's identity: (request id, tenant). Two customers may send the same request id."""
+        return (self.request_id, self.tenant_id)
+
 
 @dataclasses.dataclass
 class Finding:
@@ -88,6 +93,16 @@ class Finding:
     @property
     def tier(self) -> str:
         return self.row.get("tier") or "possible"
+
+    @property
+    def recipient_key(self) -> tuple[str, str]:
+        """The recipient request's identity: (request id, tenant), as :attr:`Suspect.key`."""
+        return (str(self.row["recipient_request_id"]), self.recipient_tenant)
+
+    @property
+    def source_key(self) -> tuple[str, str]:
+        """The source request's identity: (request id, tenant)."""
+        return (str(self.row["source_request_id"]), self.source_tenant)
 
 
 @dataclasses.dataclass
@@ -133,10 +148,11 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             )
             for r in con.execute(
                 "SELECT request_id, tenant_id, model, received_at, completed_at, prompt_tokens, prompt_tokens_source,"
-                " reasons, borderline, engine_signature FROM suspects ORDER BY received_at NULLS LAST, request_id"
+                " reasons, borderline, engine_signature FROM suspects"
+                " ORDER BY received_at NULLS LAST, request_id, tenant_id NULLS LAST"
             ).fetchall()
         ]
-        suspect_ids = {s.request_id for s in suspects}
+        suspect_keys = {s.key for s in suspects}
         cols = schema.EVIDENCE.names
         sql = f"""
             SELECT {', '.join('e.' + c for c in cols)},
@@ -150,7 +166,8 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             LEFT JOIN exchanges s ON s.request_id = e.source_request_id
               AND s.tenant_id IS NOT DISTINCT FROM e.source_tenant_id
             QUALIFY row_number() OVER (PARTITION BY e.finding_id ORDER BY r.received_at, s.received_at) = 1
-            ORDER BY e.recipient_request_id, e.source_request_id, e.finding_id
+            ORDER BY e.recipient_request_id, e.recipient_tenant_id NULLS LAST, e.source_request_id,
+                     e.source_tenant_id NULLS LAST, e.finding_id
         """
         findings = []
         for rec in con.execute(sql).fetchall():
@@ -161,7 +178,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
                     row=row, recipient_span=rspan, source_span=sspan,
                     recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
                     recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
-                    source_is_suspect=row["source_request_id"] in suspect_ids,
+                    source_is_suspect=(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
                 )
             )
         counts = _counts(con)

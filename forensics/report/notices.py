@@ -85,15 +85,16 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     ``first_seen``/``last_seen`` are when the leaking requests were received.
     """
     cross = [f for f in data.findings if f.cross_tenant]
-    by_recipient_request: dict[str, list[Finding]] = {}
+    # Requests are (request id, tenant): two customers may send the same request id.
+    by_recipient_request: dict[tuple[str, str], list[Finding]] = {}
     for f in cross:
-        by_recipient_request.setdefault(str(f.row["recipient_request_id"]), []).append(f)
+        by_recipient_request.setdefault(f.recipient_key, []).append(f)
     recipients: dict[str, dict[str, Any]] = {}
     for s in data.suspects:
         entry = recipients.setdefault(s.tenant_id, {"ids": set(), "times": [], "tiers": [], "hits": [], "n": 0})
         entry["ids"].add(s.request_id)
         entry["times"].append(s.received_at)
-        fs = by_recipient_request.get(s.request_id, [])
+        fs = by_recipient_request.get(s.key, [])
         entry["tiers"].append(best_tier(f.tier for f in fs))
     exposed: dict[str, dict[str, Any]] = {}
     for f in cross:  # findings whose recipient the scan did not list still reach their recipient

@@ -90,7 +90,8 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     cross = [f for f in data.findings if f.cross_tenant]
     same = len(data.findings) - len(cross)
     tier_counts = {t: sum(1 for f in cross if f.tier == t) for t in ("confirmed", "probable", "possible")}
-    no_evidence = sum(1 for s in data.suspects if not any(f.row["recipient_request_id"] == s.request_id for f in cross))
+    with_evidence = {f.recipient_key for f in cross}
+    no_evidence = sum(1 for s in data.suspects if s.key not in with_evidence)
     scope = [
         ["case", cfg.name],
         ["models", ", ".join(cfg.models) or "(all)"],
