@@ -3,7 +3,9 @@
 Reads the report files of spec/outputs.md (suspects.csv, evidence.csv, notifications.csv,
 manifest.json); any may be missing, which is reported, and what is there is scored:
 
-* suspects: the suspect request ids. Requests the truth lists as engine anomalies (context
+Requests are (request_id, tenant_id) throughout: two customers may send the same request id.
+
+* suspects: the suspect requests. Requests the truth lists as engine anomalies (context
   corruption on an ordinary request) are counted apart, neither right nor wrong; false
   positives are broken down by the truth's scan-negative kind (over the ceiling outside the
   window, on another model, just below the ceiling).
@@ -112,12 +114,13 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
     }
 
     # ---- suspects ----------------------------------------------------------------------------
-    true_suspects = {s["request_id"] for s in truth["suspects"]}
-    anomalies = {a["request_id"] for a in truth.get("engine_anomalies", [])}
-    scan_kind = {n["request_id"]: n["kind"] for n in truth.get("scan_negatives", [])}
-    predicted_suspects: set[str] = set()
+    true_suspects = {(s["request_id"], s["tenant_id"]) for s in truth["suspects"]}
+    anomalies = {(a["request_id"], a["tenant_id"]) for a in truth.get("engine_anomalies", [])}
+    scan_kind = {(n["request_id"], n["tenant_id"]): n["kind"] for n in truth.get("scan_negatives", [])}
+    predicted_suspects: set[tuple[str, str]] = set()
     if present["suspects.csv"]:
-        predicted_suspects = {r["request_id"] for r in _read_csv(report / "suspects.csv", ("request_id",))}
+        predicted_suspects = {(r["request_id"], r["tenant_id"])
+                              for r in _read_csv(report / "suspects.csv", ("request_id", "tenant_id"))}
     flagged_anomalies = predicted_suspects & anomalies
     scored = predicted_suspects - anomalies
     sus = _pr(scored, true_suspects)
@@ -128,25 +131,25 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
 
     # ---- findings ----------------------------------------------------------------------------
     leaks = [f for f in truth["fragments"] if f["is_leak"]]
-    true_pairs = {(f["recipient_request_id"], f["source_tenant_id"]) for f in leaks}
+    true_pairs = {(f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"]) for f in leaks}
     rows: list[dict[str, str]] = []
     if present["evidence.csv"]:
         rows = _read_csv(report / "evidence.csv", ("recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"))
     cross = [r for r in rows if r["source_tenant_id"] != r["recipient_tenant_id"] and r.get("relation", "cross_tenant") != "same_tenant"]
-    predicted_pairs = {(r["recipient_request_id"], r["source_tenant_id"]) for r in cross}
+    predicted_pairs = {(r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]) for r in cross}
     fnd = _pr(predicted_pairs, true_pairs)
     fnd["scored"] = present["evidence.csv"]
     fnd["same_tenant_rows"] = len(rows) - len(cross)
-    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    spans: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
     for r in cross:
         a, b = _int(r.get("recipient_start")), _int(r.get("recipient_end"))
         if a is not None and b is not None:
-            spans.setdefault((r["recipient_request_id"], r["source_tenant_id"]), []).append((a, b))
+            spans.setdefault((r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]), []).append((a, b))
     by_len: dict[str, list[int]] = {}
     by_damage: dict[str, list[int]] = {}
     located = 0
     for f in leaks:
-        key = (f["recipient_request_id"], f["source_tenant_id"])
+        key = (f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"])
         hit = int(key in predicted_pairs)
         if any(a < f["recipient_end"] and f["recipient_start"] < b for a, b in spans.get(key, [])):
             located += 1
@@ -168,7 +171,7 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
     for r in cross:
         t = r.get("tier") or "unknown"
         tiers.setdefault(t, [0, 0])
-        tiers[t][0] += int((r["recipient_request_id"], r["source_tenant_id"]) in true_pairs)
+        tiers[t][0] += int((r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]) in true_pairs)
         tiers[t][1] += 1
     fnd["row_precision_by_tier"] = {k: {"correct": v[0], "rows": v[1], "precision": round(v[0] / v[1], 4)} for k, v in sorted(tiers.items())}
     fnd["false_positives_by_kind"] = dict(sorted(Counter(_explain(p, truth, true_suspects) for p in predicted_pairs - true_pairs).items()))
@@ -205,19 +208,21 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
     return Evaluation(result)
 
 
-def _explain(pair: tuple[str, str], truth: dict[str, Any], suspects: set[str]) -> str:
-    """Which hard negative explains a wrong (recipient request, source tenant) pair."""
-    rec, src = pair
+def _explain(pair: tuple[str, str, str], truth: dict[str, Any], suspects: set[tuple[str, str]]) -> str:
+    """Which hard negative explains a wrong (recipient request, recipient tenant, source tenant) pair."""
+    rid, tenant, src = pair
+    rec = (rid, tenant)
     for h in truth["hard_negatives"]:
         kind = h["kind"]
-        if kind == "later_prompt_only" and h["recipient_request_id"] == rec and h.get("later_tenant_id") == src:
+        recipient = (h.get("recipient_request_id"), h.get("recipient_tenant_id"))
+        if kind == "later_prompt_only" and recipient == rec and h.get("later_tenant_id") == src:
             return kind
-        if kind == "self_tenant" and h["recipient_request_id"] == rec and h.get("source_tenant_id") == src:
+        if kind == "self_tenant" and recipient == rec and h.get("source_tenant_id") == src:
             return kind
     for h in truth["hard_negatives"]:
-        if h["kind"] == "shared_boilerplate" and h["recipient_request_id"] == rec:
+        if h["kind"] == "shared_boilerplate" and (h.get("recipient_request_id"), h.get("recipient_tenant_id")) == rec:
             return "shared_boilerplate"
-        if h["kind"] == "own_prompt_quote" and h["request_id"] == rec:
+        if h["kind"] == "own_prompt_quote" and (h.get("request_id"), h.get("tenant_id")) == rec:
             return "own_prompt_quote"
     return "not_a_suspect" if rec not in suspects else "unexplained"
 

@@ -253,3 +253,54 @@ def test_report_tells_each_customer_only_about_its_own_request_with_that_id(tmp_
             assert all((rid, tenant) in suspects or any(
                 (e["recipient_request_id"], e["recipient_tenant_id"]) == (rid, tenant) for e in evidence)
                 for rid in r["request_ids"].split(";"))
+
+
+# ------------------------------------------------------------------------------------------
+# evaluate
+# ------------------------------------------------------------------------------------------
+
+
+def _truth(path: Path) -> Path:
+    """A minimal truth: acme's "r-1" received cato's text; bolt sent an "r-1" of its own."""
+    truth = {
+        "schema": "forensics-sim-truth/1",
+        "suspects": [{"request_id": "r-1", "tenant_id": "acme"}],
+        "scan_negatives": [{"request_id": "r-1", "tenant_id": "bolt", "kind": "just_below_ceiling"}],
+        "fragments": [{"is_leak": True, "fragment_id": "F1", "recipient_request_id": "r-1", "recipient_tenant_id": "acme",
+                       "source_request_id": "s-1", "source_tenant_id": "cato", "source_kind": "prompt", "tokens": 20,
+                       "damage": [], "damage_fraction": 0.0, "recipient_start": 0, "recipient_end": 50,
+                       "source_start": 0, "source_end": 50}],
+        "hard_negatives": [],
+        "exposed": ["cato"],
+        "recipients": ["acme"],
+        "quarantine": {"expected": 0},
+    }
+    path.write_text(json.dumps(truth), encoding="utf-8")
+    return path
+
+
+def _write_report(folder: Path, suspect_tenant: str, recipient_tenant: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "suspects.csv").write_text(
+        "request_id,tenant_id,model,received_at,prompt_tokens,prompt_tokens_source,reasons\r\n"
+        f"r-1,{suspect_tenant},glm-5.3,2026-08-29T10:00:00Z,9000,engine,above_ceiling\r\n", encoding="utf-8")
+    (folder / "evidence.csv").write_text(
+        "finding_id,recipient_request_id,recipient_tenant_id,source_request_id,source_tenant_id,source_kind,tier,score,"
+        "matched_tokens,recipient_start,recipient_end,source_start,source_end,rarity\r\n"
+        f"f-1,r-1,{recipient_tenant},s-1,cato,prompt,confirmed,100.00,20,0,50,0,50,1.0000\r\n", encoding="utf-8")
+    return folder
+
+
+def test_evaluate_scores_the_request_of_the_right_customer(tmp_path: Path) -> None:
+    from forensics.evaluate import evaluate
+
+    truth = _truth(tmp_path / "truth.json")
+    right = evaluate(truth, _write_report(tmp_path / "right", "acme", "acme")).to_json()
+    assert (right["suspects"]["precision"], right["findings"]["precision"], right["findings"]["recall"]) == (1.0, 1.0, 1.0)
+    # bolt's "r-1" is not the suspect and did not receive cato's text: wrong, though the id matches.
+    wrong = evaluate(truth, _write_report(tmp_path / "wrong", "bolt", "bolt")).to_json()
+    assert (wrong["suspects"]["precision"], wrong["suspects"]["recall"]) == (0.0, 0.0)
+    assert wrong["suspects"]["false_positives_by_kind"] == {"just_below_ceiling": 1}
+    assert (wrong["findings"]["precision"], wrong["findings"]["recall"]) == (0.0, 0.0)
+    assert wrong["findings"]["fragments_located"]["located"] == 0
+    assert wrong["findings"]["false_positives_by_kind"] == {"not_a_suspect": 1}
