@@ -304,3 +304,43 @@ def test_evaluate_scores_the_request_of_the_right_customer(tmp_path: Path) -> No
     assert (wrong["findings"]["precision"], wrong["findings"]["recall"]) == (0.0, 0.0)
     assert wrong["findings"]["fragments_located"]["located"] == 0
     assert wrong["findings"]["false_positives_by_kind"] == {"not_a_suspect": 1}
+
+
+# ------------------------------------------------------------------------------------------
+# the whole pipeline
+# ------------------------------------------------------------------------------------------
+
+
+def test_pipeline_keeps_two_customers_with_one_request_id_apart(tmp_path: Path) -> None:
+    """acme and globex both sent "r-1": acme's was an ordinary request holding a secret, globex's an
+    over-ceiling prompt whose answer leaked acme's secret. Ingest keeps both rows, the scan flags
+    globex's, the matcher finds acme's prompt in globex's answer, the report tells each its part."""
+    import pyarrow.parquet as pq
+    from test_run import SECRET, write_logs
+
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    lines = spend.read_text(encoding="utf-8").splitlines()
+    # The leaking request (globex's r-3) now carries acme's request id, as a client-supplied id might.
+    spend.write_text("\n".join(line.replace('"r-3"', '"r-1"') for line in lines) + "\n", encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    case = result.report.report_dir / "case"
+    rows = pq.read_table(case / "exchanges.parquet", columns=["request_id", "tenant_id"]).to_pylist()
+    assert sorted((r["request_id"], r["tenant_id"]) for r in rows) == [("r-1", "acme"), ("r-1", "globex"),
+                                                                       ("r-2", "globex")]
+    rd = result.report.report_dir
+    suspects = list(csv.DictReader(io.StringIO((rd / "suspects.csv").read_text(encoding="utf-8"))))
+    assert [(r["request_id"], r["tenant_id"]) for r in suspects] == [("r-1", "globex")]
+    evidence = [r for r in csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8")))
+                if r["source_tenant_id"] != r["recipient_tenant_id"]]
+    assert [(r["recipient_request_id"], r["recipient_tenant_id"], r["source_request_id"], r["source_tenant_id"],
+             r["source_kind"], r["tier"]) for r in evidence] == [("r-1", "globex", "r-1", "acme", "prompt", "confirmed")]
+    notices = list(csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8"))))
+    assert [(n["tenant_id"], n["role"], n["tier"], n["request_ids"]) for n in notices] == [
+        ("acme", "exposed", "confirmed", "r-1"), ("globex", "recipient", "confirmed", "r-1")]
+    (exposed,) = _packet(rd, "acme")["exposed"]["requests"]
+    assert exposed["request_id"] == "r-1" and SECRET[:40] in exposed["spans"][0]["preview"]
+    assert "recipient" not in _packet(rd, "acme")
+    assert api.verify(rd).ok
