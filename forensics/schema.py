@@ -190,8 +190,20 @@ EVIDENCE = pa.schema(
         pa.field("informative_tokens", pa.int64()),  # matched tokens neither own context nor common text
         pa.field("regions", pa.int64()),  # separate matching regions of this pair (the row shows the best)
         pa.field("other_source_requests", pa.int64()),  # more requests of the source tenant holding this passage
+        pa.field("expected_by_chance", pa.float64()),  # E-value: matches this strong expected among unrelated texts
+        pa.field("strength_bits", pa.float64()),  # information in the informative matched tokens (match/chance.py)
+        pa.field("same_decode_node", pa.bool_()),  # null when either decode node is unknown
+        pa.field("recipient_decode_node", pa.string()),
+        pa.field("source_decode_node", pa.string()),
+        pa.field("seconds_before", pa.float64()),  # source received this long before the suspect request
+        pa.field("recipient_damage", pa.string()),  # exchanges.damage of the suspect record (null: clean)
+        pa.field("source_damage", pa.string()),  # exchanges.damage of the source record (null: clean)
+        pa.field("passages", pa.string()),  # every passage: recipient_start:end=source_start:end, ';'-joined
     ]
 )
+
+#: Candidates that put nobody on the list (review.csv): the evidence columns and why.
+REVIEW = pa.schema(list(EVIDENCE) + [pa.field("why_not_notified", pa.string())])
 
 TABLES: Mapping[str, pa.Schema] = {
     "exchanges": EXCHANGES,
@@ -199,6 +211,7 @@ TABLES: Mapping[str, pa.Schema] = {
     "quarantine": QUARANTINE,
     "suspects": SUSPECTS,
     "evidence": EVIDENCE,
+    "review": REVIEW,
 }
 
 

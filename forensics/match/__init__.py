@@ -52,7 +52,8 @@ from forensics.match.stream import (
     HIT_DTYPE, PASS_COLUMNS, BatchResult, Candidate, RowReader, Scanner, ScanTask, VerifyTask, init_worker_from, scan_rows,
     scan_rows_in_worker, tenant_code, to_us, value_bytes, verify_in_worker, verify_task, worker_ready,
 )
-from forensics.match.tiers import MatchParams, assign_tier, params_from
+from forensics.match import chance
+from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier, params_from
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter, reporter
 
@@ -61,8 +62,11 @@ CSV_COLUMNS = (
     "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
     "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
     "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
-    "other_source_requests",
+    "other_source_requests", "expected_by_chance", "strength_bits", "same_decode_node", "recipient_decode_node",
+    "source_decode_node", "seconds_before", "recipient_damage", "source_damage", "passages",
 )
+#: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
+REVIEW_COLUMNS = CSV_COLUMNS + ("why_not_notified",)
 
 #: Below this much (uncompressed) exchanges data no worker is started. This process works alone
 #: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
@@ -110,7 +114,7 @@ class MatchResult:
             "findings": self.report["findings"],
             "searched": self.report["searched"],
             "control": self.report["control"],
-            "outputs": ["evidence.parquet", "evidence.csv", "match.json"],
+            "outputs": ["evidence.parquet", "evidence.csv", "review.parquet", "review.csv", "match.json"],
             "warnings": ([f"worker processes failed ({self.run_stats['workers_failed']}); this process did their "
                           "share, with the same results"] if self.run_stats.get("workers_failed") else []),
         }
@@ -526,11 +530,19 @@ def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[
 
 def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
                       p: MatchParams) -> list[dict[str, Any]]:
-    """Rarity, own context and tier of every candidate; the best finding per (target, source, kind)."""
+    """Every admissible candidate pair (target, source request, kind), with its evidence.
+
+    Per region: rarity, own context, informative tokens and strength (bits, see ``chance.py``);
+    a region that is not admissible (:func:`tiers.admissible`) is dropped. Per pair: every
+    admissible region not overlapping a stronger one is kept as a passage (adjacent passages
+    merged into one span); the pair's strength and informative tokens are their sums, and its
+    score, spans and rarity those of the strongest passage.
+    """
     start, h_tenant, h_time, common_mask = holders
     k = p.k
-    best: dict[tuple[int, str, str | None, str], tuple[tuple[Any, ...], dict[str, Any]]] = {}
-    regions: dict[tuple[int, str, str | None, str], int] = {}
+    vocab, df = chance.token_weights([t.tokens.hash for t in targets])
+    bits: dict[int, np.ndarray] = {}
+    per_pair: dict[tuple[int, str, str | None, str], list[dict[str, Any]]] = {}
     for c in cands:
         tgt = targets[c.target]
         kp = np.unique(c.kgram_positions)
@@ -563,48 +575,231 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         for q in kp[~informative].tolist():
             matched[q - c.tok_start : q - c.tok_start + k] = False
         info_tokens = int(matched.sum())
-        tier = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
-        if tier is None:
+        if not admissible(c.score, info_tokens, distinct, p):
             continue
-        key = (c.target, c.source_request_id, c.source_tenant_id, c.source_kind)
-        regions[key] = regions.get(key, 0) + 1
-        rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, c.recipient_start, c.source_start)
-        pair_rank = (_TIER_RANK[tier[0]], -info_tokens, -c.score, -c.source_received_us, c.source_request_id,
-                     c.source_kind)
-        if key in best and best[key][0] <= rank:
-            continue
+        if c.target not in bits:
+            bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
+        strength = float(bits[c.target][c.tok_start : c.tok_end][matched].sum())
+        rule = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
+        # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
+        rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
+                     if tgt.control else None)
+        per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind), []).append({
+            "c": c, "relation": relation, "rarity": rarity, "informative": info_tokens, "strength": strength,
+            "rule": rule, "rule_null": rule_null,
+        })
+    rows = []
+    for (t, _, _, _), regs in per_pair.items():
+        tgt = targets[t]
+        regs.sort(key=lambda r: (-r["strength"], -r["c"].score, r["c"].recipient_start, r["c"].source_start))
+        kept: list[dict[str, Any]] = []
+        for r in regs:
+            c = r["c"]
+            if all(c.recipient_end <= x["c"].recipient_start or c.recipient_start >= x["c"].recipient_end for x in kept):
+                kept.append(r)
+        best, c = kept[0], kept[0]["c"]
+        passages = _merge_passages([(x["c"].recipient_start, x["c"].recipient_end, x["c"].source_start,
+                                     x["c"].source_end) for x in kept])
+        main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
+        rule_rank = min((_TIER_RANK[x["rule"][0]], x["rule"]) for x in kept if x["rule"]) if any(
+            x["rule"] for x in kept) else None
+        null_rules = sorted({x["rule_null"][1].split(":")[0] for x in kept if x["rule_null"]})
         fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
-                                         _tenant_part(c.source_tenant_id), c.source_kind, c.recipient_start,
-                                         c.recipient_end, c.source_start, c.source_end)))
-        best[key] = (rank, {
+                                         _tenant_part(c.source_tenant_id), c.source_kind, *main)))
+        rows.append({
             "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
             "recipient_request_id": tgt.request_id,
             "recipient_tenant_id": tgt.tenant_id,
             "source_request_id": c.source_request_id,
             "source_tenant_id": c.source_tenant_id,
             "source_kind": c.source_kind,
-            "relation": relation,
-            "tier": tier[0],
-            "tier_rule": tier[1],
+            "relation": best["relation"],
+            "tier": None,
+            "tier_rule": None,
             "score": round(c.score, 2),
             "matched_tokens": c.matched,
             "longest_run": c.longest_run,
-            "recipient_start": c.recipient_start,
-            "recipient_end": c.recipient_end,
-            "source_start": c.source_start,
-            "source_end": c.source_end,
-            "rarity": round(rarity, 4),
-            "informative_tokens": info_tokens,
+            "recipient_start": main[0],
+            "recipient_end": main[1],
+            "source_start": main[2],
+            "source_end": main[3],
+            "rarity": round(best["rarity"], 4),
+            "informative_tokens": sum(x["informative"] for x in kept),
+            "regions": len(regs),
+            "strength_bits": round(sum(x["strength"] for x in kept), 3),
+            "passages": passages,
             "control": tgt.control,
-            "_rank": pair_rank,
+            "_target": t,
+            "_source_received_us": c.source_received_us,
+            "_rule": rule_rank[1] if rule_rank else None,
+            "_null_rules": null_rules,
         })
-    rows = []
-    for key, (_, row) in best.items():
-        row["regions"] = regions[key]
-        rows.append(row)
-    rows = _collapse_same_tenant_copies(rows)
-    rows.sort(key=_row_order)
     return rows
+
+
+#: Passages of one pair closer than this (characters, in both texts, in the same order) are one span.
+ADJACENT_CHARS = 24
+
+
+def _merge_passages(spans: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Adjacent (recipient, source) spans merged: each gap at most ``ADJACENT_CHARS`` in both texts."""
+    out: list[list[int]] = []
+    for rs, re_, ss, se in sorted(spans):
+        if out and 0 <= rs - out[-1][1] <= ADJACENT_CHARS and 0 <= ss - out[-1][3] <= ADJACENT_CHARS:
+            out[-1][1], out[-1][3] = max(out[-1][1], re_), max(out[-1][3], se)
+        else:
+            out.append([rs, re_, ss, se])
+    return [(a, b, c, d) for a, b, c, d in out]
+
+
+@dataclasses.dataclass
+class _RecordFacts:
+    """What the engine and the ingest recorded about the requests of the findings (no text)."""
+
+    node: dict[tuple[str, str | None], str | None]
+    damage: dict[tuple[str, str | None], str | None]
+    times: np.ndarray  # every record's received time, sorted (records without one left out)
+    node_share: dict[str, float]  # share of records with a known decode node that ran on each
+    has_damage_column: bool
+
+    def records_before(self, when_us: int) -> int:
+        """Records received before ``when_us`` (the corpus a target's search covered)."""
+        return int(np.searchsorted(self.times, when_us, side="left"))
+
+
+def _record_facts(path: Path, keys: set[tuple[str, str | None]]) -> _RecordFacts:
+    """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times."""
+    import pyarrow.compute as pc  # here, not at import: worker processes never load it
+
+    pf = pq.ParquetFile(path)
+    has_damage = "damage" in pf.schema_arrow.names
+    cols = ["request_id", "tenant_id", "received_at", "decode_node"] + (["damage"] if has_damage else [])
+    wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
+    node: dict[tuple[str, str | None], str | None] = {}
+    damage: dict[tuple[str, str | None], str | None] = {}
+    times: list[np.ndarray] = []
+    counts: collections.Counter[str] = collections.Counter()
+    for batch in pf.iter_batches(batch_size=65536, columns=cols):
+        rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        times.append(rec.drop_null().to_numpy())
+        for item in pc.value_counts(batch.column("decode_node").drop_null()).to_pylist():
+            counts[item["values"]] += item["counts"]
+        if len(wanted):
+            sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
+            dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
+            for rid, ten, nd, dm in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                        sel.column("decode_node").to_pylist(), dmg):
+                if (rid, ten) in keys:
+                    node[(rid, ten)] = nd
+                    damage[(rid, ten)] = dm
+    total = sum(counts.values())
+    return _RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
+                        {n: v / total for n, v in counts.items()} if total else {}, has_damage)
+
+
+def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
+            facts: _RecordFacts) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
+
+    Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
+    ``null`` section.
+    """
+    for r in rows:
+        tgt = targets[r["_target"]]
+        src_node = facts.node.get((r["source_request_id"], r["source_tenant_id"]))
+        r["recipient_decode_node"] = tgt.decode_node
+        r["source_decode_node"] = src_node
+        r["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
+                                 else tgt.decode_node == src_node)
+        known = tgt.received_us != NO_TIME and r["_source_received_us"] != NO_TIME
+        r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
+        r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
+        r["source_damage"] = facts.damage.get((r["source_request_id"], r["source_tenant_id"]))
+        r["search_size"] = float(max(len(tgt.tokens.hash) - p.k + 1, 0) * facts.records_before(tgt.deadline_us))
+    rows = _collapse_same_tenant_copies(rows)
+    _explain_away(rows)
+    # The null: every cross-tenant pair a control response got is a chance match (the same
+    # steps as for the suspects: a pair explained by a stronger one is no finding there either).
+    controls = [i for i, t in enumerate(targets) if t.control]
+    size_of = {i: float(max(len(targets[i].tokens.hash) - p.k + 1, 0) * facts.records_before(targets[i].deadline_us))
+               for i in controls}
+    null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]
+    model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()), len(controls))
+    for r in rows:
+        e = model.expected(r["strength_bits"], r["search_size"])
+        share = facts.node_share.get(r["recipient_decode_node"] or "", 0.0)
+        if r["same_decode_node"] is not None and 0.0 < share < 1.0:
+            # Stale pages come from the same decode node: a source there is what the mechanism predicts
+            # (chance alone would put it there only a share of the time); one elsewhere is not.
+            e = e * share if r["same_decode_node"] else e / share
+        r["expected_by_chance"] = float(f"{e:.4g}")
+        if r["_explained_by"] and p.tiering == "evalue":
+            decision = (f"the same response text matches another customer's text more strongly (finding "
+                        f"{r['_explained_by']}): this weaker likeness is what similar texts share")
+        elif p.tiering == "rules":
+            decision: tuple[str, str] | str = (r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds")
+        else:
+            decision = evalue_tier(r["expected_by_chance"], r["rarity"], p)
+        if isinstance(decision, tuple):
+            r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
+        else:
+            r["tier"], r["tier_rule"], r["why_not_notified"] = None, None, decision
+    points = [(i, r["strength_bits"], size_of[r["_target"]]) for i in controls for r in null_rows if r["_target"] == i]
+    seen = {c for c, _, _ in points}
+    points += [(i, float("nan"), size_of[i]) for i in controls if i not in seen]
+    notified = [r for r in null_rows if r["tier"]]
+    rules: dict[str, Any] = {}
+    for name in ("R1", "R2", "R2b", "R3"):
+        hit = {r["_target"] for r in null_rows if name in r["_null_rules"]}
+        rules[name] = {"control_responses_with_match": len(hit),
+                       "false_positive_rate": round(len(hit) / len(controls), 6) if controls else None}
+    for name, limit in (("E1", p.confirm_evalue), ("E2", p.probable_evalue)):
+        hit = {r["_target"] for r in null_rows if r["expected_by_chance"] <= limit}
+        rules[name] = {"control_responses_with_match": len(hit),
+                       "false_positive_rate": round(len(hit) / len(controls), 6) if controls else None,
+                       "expected_false_positives": round(limit * len(controls), 4),
+                       "observed_false_positives": len(hit)}
+    null = {
+        **model.record(),
+        "strength": "sum over informative matched tokens of log2(N / (1 + df)), df = other target responses "
+                    "holding the token, N = target responses",
+        "search_size": "response k-gram positions x records received before the response completed",
+        "decode_node_evidence": ("present: E multiplied by the decode node's share of records when the source ran on "
+                                 "the suspect's decode node, divided by it when it ran on another"
+                                 if facts.node_share else "absent: no decode node in the exchanges (gateway logs only)"),
+        "chance_matches_notified_in_control": len(notified),
+        "rules": rules,
+        "calibration": chance.calibration(points),
+    }
+    return rows, null
+
+
+def _explain_away(rows: list[dict[str, Any]]) -> None:
+    """Mark each cross-tenant pair whose passages lie mostly inside a stronger pair's passages
+    with another source tenant (``_explained_by``: that pair's finding id, else None).
+
+    Stale pages leak one customer's text; another customer's similar text (the same form filled
+    with other values, another article on the same subject) then matches the leaked passage
+    too, more weakly. The response text is explained by the stronger source; the weaker likeness
+    is what similar texts share. Pairs of equal strength (the same passage sent by both) stay.
+    """
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        r["_explained_by"] = None
+        if r["relation"] == "cross_tenant":
+            by_target.setdefault(r["_target"], []).append(r)
+    for group in by_target.values():
+        group.sort(key=lambda r: (-r["strength_bits"], r["finding_id"]))
+        for i, r in enumerate(group):
+            own = sum(b - a for a, b, _, _ in r["passages"])
+            for s in group[:i]:
+                if s["strength_bits"] <= r["strength_bits"] or s["source_tenant_id"] == r["source_tenant_id"]:
+                    continue
+                shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
+                             for c, d, _, _ in s["passages"])
+                if own and shared * 2 >= own:
+                    r["_explained_by"] = s["finding_id"]
+                    break
 
 
 def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -612,16 +807,21 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     (every turn of a conversation resends it) exposed it once.
 
     Among rows of one recipient and one source tenant whose recipient spans overlap by at least
-    half of the shorter span, the best is kept (tier, informative tokens, score, then the most
-    recent source: stale pages are the latest occupant's); ``other_source_requests`` counts the rest.
+    half of the shorter span, the strongest is kept (strength, then a source on the recipient's
+    decode node, then the most recent: stale pages are the latest occupant's);
+    ``other_source_requests`` counts the rest.
     """
-    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    def rank(r: dict[str, Any]) -> tuple[Any, ...]:
+        node = {True: 0, None: 1, False: 2}[r["same_decode_node"]]
+        return (-r["strength_bits"], node, -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+
+    groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]), []).append(r)
+        groups.setdefault((r["_target"], r["source_tenant_id"]), []).append(r)
     out = []
     for group in groups.values():
         kept: list[dict[str, Any]] = []
-        for r in sorted(group, key=lambda r: r["_rank"]):
+        for r in sorted(group, key=rank):
             for k in kept:
                 overlap = min(r["recipient_end"], k["recipient_end"]) - max(r["recipient_start"], k["recipient_start"])
                 shorter = min(r["recipient_end"] - r["recipient_start"], k["recipient_end"] - k["recipient_start"])
@@ -632,8 +832,6 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
                 r["other_source_requests"] = 0
                 kept.append(r)
         out.extend(kept)
-    for r in out:
-        del r["_rank"]
     out.sort(key=_row_order)
     return out
 
@@ -649,13 +847,22 @@ def _tenant_part(tenant: str | None) -> str:
     return "\x00" if tenant is None else tenant
 
 
-def _csv_text(rows: list[dict[str, Any]]) -> str:
-    def shown(r: dict[str, Any], c: str) -> Any:
-        if r[c] is None:
-            return None
-        return f"{r[c]:.2f}" if c == "score" else f"{r[c]:.4f}" if c == "rarity" else r[c]
+def _passages_text(passages: list[tuple[int, int, int, int]]) -> str:
+    """``recipient_start:recipient_end=source_start:source_end`` per passage, ``;``-joined."""
+    return ";".join(f"{a}:{b}={c}:{d}" for a, b, c, d in passages)
 
-    return csvfile.csv_text(CSV_COLUMNS, ([shown(r, c) for c in CSV_COLUMNS] for r in rows))
+
+def _csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    def shown(r: dict[str, Any], c: str) -> Any:
+        v = r.get(c)
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return (f"{v:.2f}" if c == "score" else f"{v:.4f}" if c == "rarity" else f"{v:.3g}"
+                if c == "expected_by_chance" else v)
+
+    return csvfile.csv_text(columns, ([shown(r, c) for c in columns] for r in rows))
 
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
@@ -705,13 +912,21 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         cands, vstats = _verify_hits(index, p, all_hits, sources, held, path, helpers, progress)
     stats.update(vstats)
     rows = _score_candidates(cands, targets, held, p)
-    evidence = [r for r in rows if not r["control"]]
-    control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant"]
+    keys = {(r["source_request_id"], r["source_tenant_id"]) for r in rows}
+    keys |= {(t.request_id, t.tenant_id) for t in targets if not t.control}
+    facts = _record_facts(path, keys)
+    rows, null = _decide(rows, targets, p, facts)
+    for r in rows:
+        r["passages"] = _passages_text(r["passages"])
+    evidence = [r for r in rows if not r["control"] and r["tier"]]
+    review = [r for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
+    control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]
     n_control = sum(1 for t in targets if t.control)
     flagged_keys = sorted({(r["recipient_request_id"], r["recipient_tenant_id"]) for r in control_rows},
                           key=lambda k: request_key(*k))
     flagged = [rid for rid, _ in flagged_keys]
     cross = [r for r in evidence if r["relation"] == "cross_tenant"]
+    damaged = [r for r in evidence + review if r["recipient_damage"] or r["source_damage"]]
     report = {
         "parameters": p.record(),
         "parameter_sources": {key: ("option" if (overrides or {}).get(key) is not None else
@@ -749,6 +964,15 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             "suspects_with_cross_tenant_evidence": len({(r["recipient_request_id"], r["recipient_tenant_id"])
                                                         for r in cross}),
             "exposed_tenants": len({r["source_tenant_id"] for r in cross}),
+            "review": len(review),
+            "on_damaged_data": len(damaged),
+        },
+        "tiering": p.tiering,
+        "null": null,
+        "damage": {
+            "column_in_exchanges": facts.has_damage_column,
+            "findings_on_damaged_data": sorted(r["finding_id"] for r in damaged if r["tier"]),
+            "review_on_damaged_data": sorted(r["finding_id"] for r in damaged if not r["tier"]),
         },
         "control": {
             "requested": p.control_size,
@@ -760,11 +984,11 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             "false_positive_rate": round(len(flagged) / n_control, 6) if n_control else None,
         },
     }
-    table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != "control"} for r in evidence],
-                                 schema=schema.EVIDENCE)
-    write_table(c.table_path("evidence"), table, schema.EVIDENCE)
-    with atomic_open(c.root / "evidence.csv", newline="") as fh:
-        fh.write(_csv_text(evidence))
+    for name, part, table_schema in (("evidence", evidence, schema.EVIDENCE), ("review", review, schema.REVIEW)):
+        table = pa.Table.from_pylist([{f: r.get(f) for f in table_schema.names} for r in part], schema=table_schema)
+        write_table(c.table_path(name), table, table_schema)
+        with atomic_open(c.root / f"{name}.csv", newline="") as fh:
+            fh.write(_csv_text(part, REVIEW_COLUMNS if name == "review" else CSV_COLUMNS))
     write_json(c.root / "match.json", report)
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],

@@ -1,6 +1,11 @@
 """The matcher's parameters (the case file's ``[match]`` section) and the tier rules.
 
-Tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
+By default (``tiering = "evalue"``) a finding's tier follows from how likely it is by chance
+(``expected_by_chance``, see ``chance.py``): ``confirmed`` E1: E <= confirm_evalue (0.001);
+``probable`` E2: E <= probable_evalue (0.05); every other admissible candidate goes to review.
+``tiering = "rules"`` keeps the fixed rules below, for comparison (benchmarks/quality.py).
+
+Fixed-rule tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
 
 ``confirmed``  R1: score >= confirm_score, informative tokens >= confirm_tokens, rarity >= confirm_rarity.
 ``probable``   (all need rarity >= probable_rarity: a match that is mostly common text is none)
@@ -55,6 +60,9 @@ class MatchParams:
     seed: int = 0  # chooses the control sample
     margin: int = 8  # tokens added on each side of a hit cluster before alignment
     gap: int = 16  # hits further apart than this (tokens) start a new cluster
+    tiering: str = "evalue"  # "evalue": tiers from expected_by_chance; "rules": the fixed R1-R3 rules (comparison)
+    confirm_evalue: float = 0.001  # a finding expected by chance at most this often is confirmed
+    probable_evalue: float = 0.05  # ... probable; weaker candidates go to review
     workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
     batch_rows: int = 16  # at least this many rows per streamed batch (more when rows are short)
 
@@ -68,8 +76,10 @@ class MatchParams:
 _INT_KEYS = {"k": 2, "min_tokens": 1, "min_run": 1, "confirm_tokens": 1, "max_tenants": 1, "control_size": 0, "seed": 0,
              "margin": 0, "gap": 1, "workers": 0, "batch_rows": 1}
 _FLOAT_KEYS = {"confirm_score": (0, 100), "probable_score": (0, 100), "damaged_score": (0, 100), "confirm_rarity": (0, 1),
-               "probable_rarity": (0, 1), "signature_rarity": (0, 1), "lookback_minutes": (0, None)}
+               "probable_rarity": (0, 1), "signature_rarity": (0, 1), "lookback_minutes": (0, None),
+               "confirm_evalue": (0, 1000), "probable_evalue": (0, 1000)}
 _BOOL_KEYS = {"same_decode_node"}
+_CHOICE_KEYS = {"tiering": ("evalue", "rules")}
 KEYS = tuple(f.name for f in dataclasses.fields(MatchParams))
 
 
@@ -90,6 +100,11 @@ def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None
 
 
 def _check(key: str, value: Any, file: Any) -> Any:
+    if key in _CHOICE_KEYS:
+        if value not in _CHOICE_KEYS[key]:
+            raise ConfigError(f"[match] {key} = {value!r} is not one of {', '.join(_CHOICE_KEYS[key])}", file=file,
+                              fix=f'{key} = "{getattr(MatchParams, key)}"')
+        return value
     if key in _BOOL_KEYS:
         if not isinstance(value, bool):
             raise ConfigError(f"[match] {key} = {value!r} is not true or false", file=file, fix=f"{key} = false")
@@ -100,7 +115,8 @@ def _check(key: str, value: Any, file: Any) -> Any:
                               fix=f"{key} = {getattr(MatchParams, key)}")
         return value
     lo, hi = _FLOAT_KEYS[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < lo or (hi is not None and value > hi):
+    if (isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < lo
+            or (hi is not None and value > hi) or (hi is None and value == float("inf"))):
         rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise ConfigError(f"[match] {key} = {value!r} is not a number {rng}", file=file, fix=f"{key} = {getattr(MatchParams, key)}")
     return float(value)
@@ -129,3 +145,24 @@ def assign_tier(score: float, informative: int, rarity: float, longest_run: int,
         return "probable", (f"R3: engine signature, score>={p.probable_score:g}, informative_tokens>={p.k}, "
                             f"distinct_tokens>={p.k}, rarity>={p.signature_rarity:g}")
     return None
+
+
+def admissible(score: float, informative: int, distinct: int, p: MatchParams) -> bool:
+    """Whether a verified region is a candidate at all (a finding or a review row): a close
+    alignment (score >= probable_score) holding at least one whole informative k-gram of at
+    least k different tokens. The same gate applies to the suspects and to the null."""
+    return score >= p.probable_score and informative >= p.k and distinct >= p.k
+
+
+def evalue_tier(expected_by_chance: float, rarity: float, p: MatchParams) -> tuple[str, str] | str:
+    """The tier of an admissible candidate from its E-value and the rule that set it, or why it
+    goes to review instead (a string)."""
+    if rarity < p.probable_rarity:
+        return (f"mostly text other tenants also held (rarity {rarity:.2f} < {p.probable_rarity:g}): "
+                "the passage does not single out the source customer")
+    if expected_by_chance <= p.confirm_evalue:
+        return "confirmed", f"E1: expected_by_chance<={p.confirm_evalue:g}"
+    if expected_by_chance <= p.probable_evalue:
+        return "probable", f"E2: expected_by_chance<={p.probable_evalue:g}"
+    return (f"expected_by_chance {expected_by_chance:.3g} > {p.probable_evalue:g}: a match this strong is "
+            "expected among unrelated texts of a search this size")
