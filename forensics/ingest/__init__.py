@@ -181,6 +181,7 @@ def ingest(
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
         entry["problems"].extend(counts["problems"])
+        entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
         if counts["status"] != "ingested":
             entry["status"] = counts["status"]
         task.advance(unit.size())
@@ -253,8 +254,8 @@ class Unit:
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(path.resolve()), "sha256": sha, "size": path.stat().st_size, "format": fmt,
-        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
-        "no_tenant": 0,
+        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
+        "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
     }
 
@@ -275,7 +276,7 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "status": "ingested"}
+                              "stream_damage": [], "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
         name: ParquetSink(Path(f"{stem}.{name}.parquet"), schema.TABLES[name], STAGING_OPTIONS)
@@ -335,6 +336,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             for problem in problems:
                 # The unreadable rest of the file is accounted as one quarantined line.
                 counts["problems"].append(problem.reason)
+                counts["stream_damage"].append({"kind": problem.kind, "after_line": problem.after_line})
                 counts["lines"] += 1
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
