@@ -166,6 +166,10 @@ def _render_ingest(summary: dict[str, Any]) -> None:
         out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(tokens.items())))
     if summary.get("implausible_reported_counts"):
         out.print(f"[bold]reported token counts not trusted (impossible for their text): {summary['implausible_reported_counts']}[/bold]")
+    damaged = summary.get("records_from_damaged_input") or {}
+    if damaged.get("total"):
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(damaged.get("by_reason", {}).items()) if v)
+        out.print(f"records from damaged input (see exchanges.damage): {damaged['total']} ({reasons})", markup=False)
     for note in summary.get("notes", []):
         out.print(f"note: {note}", markup=False)
     out.print(f"case written to {summary['case']}", markup=False)

@@ -23,6 +23,30 @@ The response text is the assistant content of ``choices[0]`` (for streams: the `
 pieces of choice 0 concatenated in order). When a response has several choices, each becomes a
 block ``<|choice N|>\\nTEXT`` joined with ``\\n\\n`` (every choice may carry foreign content).
 
+Damaged input: the ``damage`` column
+------------------------------------
+``exchanges.damage`` says whether the record a row was built from can be trusted: null when it is
+clean, else the reasons among :data:`DAMAGE_REASONS`, each once, joined with ``;`` in that
+(alphabetical) order, e.g. ``quarantined_neighbour;truncated_file``:
+
+* ``truncated_file``: the record comes from a file whose compressed stream is damaged. When the
+  stream is cut short (or the file could not be read on), only the last record read before the cut
+  is marked: everything before it decoded exactly as written, and what is missing after it is a
+  gap of the case (the file entry's ``stream_damage`` in ``manifest.json``), not a defect of these
+  rows. When the stream is corrupt (bad data, checksum mismatch), every record of the file is
+  marked: garbage may have been decoded before the damage was noticed.
+* ``quarantined_neighbour``: a line within :data:`DAMAGE_NEIGHBOUR_LINES` physical lines of the
+  record, in the same file, was quarantined (bad JSON, bad UTF-8, a field that could not be read):
+  the file is partly garbled next to it. The quarantine row that stands for a damaged stream's
+  unreadable rest does not count (that is ``truncated_file``).
+* ``truncated_copy_only``: the kept copy of the request holds LiteLLM's truncated spend-log string
+  (``prompt_truncated`` or ``response_truncated``): no copy with the whole text was ingested.
+
+A request seen in several exports is one row; among equally complete copies a clean one wins
+(see forensics.ingest.finalize), so a record with a clean copy elsewhere is not marked, and the
+row's reasons are those of the copy that was kept. For split logs a row has the reasons of both
+its request and its response half. :func:`damage_reasons` reads the column back.
+
 Times are ``timestamp[us, tz=UTC]``. ``bootstrap_room`` is ``uint64`` (SGLang draws it from
 ``[0, 2**63)`` but we do not rely on that).
 """
@@ -35,6 +59,11 @@ from typing import Any
 import pyarrow as pa
 
 TS = pa.timestamp("us", tz="UTC")
+
+#: Why a row's record cannot be fully trusted (``exchanges.damage``), in the order they are joined.
+DAMAGE_REASONS = ("quarantined_neighbour", "truncated_copy_only", "truncated_file")
+#: A quarantined line this many lines (or fewer) before or after a record marks it quarantined_neighbour.
+DAMAGE_NEIGHBOUR_LINES = 1
 
 #: Where a trusted ``prompt_tokens`` figure came from, best first.
 TOKEN_SOURCES = ("tokenizer", "engine", "reported", "estimate", "unknown")
@@ -84,8 +113,15 @@ EXCHANGES = pa.schema(
         pa.field("response_source_line", pa.int64()),
         pa.field("problems", pa.string()),  # fields that could not be used and were left null
         pa.field("record_hash", pa.string()),  # xxh3-128 of the record's line, for de-duplication
+        pa.field("damage", pa.string()),  # null when clean, else ';'-joined DAMAGE_REASONS (see above)
     ]
 )
+
+#: Columns of the exchanges table that only the finaliser can decide (they depend on other lines
+#: and other files), absent from the per-file staging Parquet.
+FINALIZED_EXCHANGE_COLUMNS = ("damage",)
+#: The exchanges schema of the per-file staging Parquet.
+EXCHANGES_STAGED = pa.schema([f for f in EXCHANGES if f.name not in FINALIZED_EXCHANGE_COLUMNS])
 
 #: Event kinds recognised in engine logs; anything else is ``unknown`` with its raw text.
 ENGINE_EVENT_KINDS = (
@@ -272,6 +308,24 @@ def render_choices(texts: Iterable[str]) -> str:
     if len(items) == 1:
         return items[0]
     return "\n\n".join(f"<|choice {i}|>\n{t}" for i, t in enumerate(items))
+
+
+def join_damage(reasons: Iterable[str | None]) -> str | None:
+    """The ``damage`` value for a set of reasons (or ``;``-joined reason lists): each reason once,
+    in :data:`DAMAGE_REASONS` order; None when there is none."""
+    found: set[str] = set()
+    for item in reasons:
+        if item:
+            found.update(r for r in item.split(";") if r)
+    unknown = found.difference(DAMAGE_REASONS)
+    if unknown:
+        raise ValueError(f"unknown damage reasons {sorted(unknown)}; expected some of {DAMAGE_REASONS}")
+    return ";".join(r for r in DAMAGE_REASONS if r in found) or None
+
+
+def damage_reasons(value: str | None) -> tuple[str, ...]:
+    """The reasons of one ``damage`` value (empty when the record is clean)."""
+    return tuple(r for r in value.split(";") if r) if value else ()
 
 
 def empty_table(name: str) -> pa.Table:

@@ -15,14 +15,16 @@ import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from forensics import __version__, schema
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
-from forensics.errors import ConfigError, InputError
+from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
 from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
@@ -37,6 +39,8 @@ SPLIT_BYTES = 64 << 20
 #: Below this much input, one process is faster than starting a pool.
 PARALLEL_BYTES = 96 << 20
 MAX_WORKERS = 2
+#: Staging tables whose schema differs from the case table's (columns only the finaliser decides).
+STAGED_SCHEMAS = {"exchanges": schema.EXCHANGES_STAGED}
 
 
 @dataclasses.dataclass
@@ -60,6 +64,7 @@ class IngestResult:
             "models": m.get("models", []),
             "prompt_tokens_sources": m.get("prompt_tokens_sources", {}),
             "implausible_reported_counts": m.get("implausible_reported_counts", 0),
+            "records_from_damaged_input": m.get("records_from_damaged_input", {}),
             "notes": m.get("notes", []),
         }
 
@@ -181,6 +186,7 @@ def ingest(
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
         entry["problems"].extend(counts["problems"])
+        entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
         if counts["status"] != "ingested":
             entry["status"] = counts["status"]
         task.advance(unit.size())
@@ -203,6 +209,29 @@ def ingest(
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
     return IngestResult(c.root, manifest, run_files)
+
+
+def read_damage(case: str | Path, request_ids: Iterable[str] | None = None) -> dict[tuple[str, str | None], str | None]:
+    """``exchanges.damage`` of the rows of ``request_ids`` (every row when None), keyed by
+    ``(request_id, tenant_id)`` (a request id may be used by several tenants).
+
+    A value is None for a clean record, else ``;``-joined reasons (``schema.damage_reasons``
+    splits it; the rules are in forensics.schema). Requests the case does not hold are absent.
+    """
+    c = Case(case)
+    path = c.require("exchanges", "ingest")
+    if "damage" not in pq.read_schema(path).names:
+        raise CaseError("the exchanges table was written before the damage column existed", file=path,
+                        fix="ingest the logs again into a new case folder (forensics ingest --case NEW_CASE ...)")
+    filters = None
+    if request_ids is not None:
+        ids = sorted(set(request_ids))
+        if not ids:
+            return {}
+        filters = [("request_id", "in", ids)]
+    table = pq.read_table(path, columns=["request_id", "tenant_id", "damage"], filters=filters)
+    rows = zip(*(table.column(n).to_pylist() for n in ("request_id", "tenant_id", "damage")))
+    return {(rid, tenant): damage for rid, tenant, damage in rows}
 
 
 def _check_tenants(entries: Any, cfg: CaseConfig) -> None:
@@ -253,8 +282,8 @@ class Unit:
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(path.resolve()), "sha256": sha, "size": path.stat().st_size, "format": fmt,
-        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "zone_assumed": 0,
-        "no_tenant": 0,
+        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
+        "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
     }
 
@@ -275,10 +304,10 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "status": "ingested"}
+                              "stream_damage": [], "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
-        name: ParquetSink(Path(f"{stem}.{name}.parquet"), schema.TABLES[name], STAGING_OPTIONS)
+        name: ParquetSink(Path(f"{stem}.{name}.parquet"), STAGED_SCHEMAS.get(name, schema.TABLES[name]), STAGING_OPTIONS)
         for name in ("exchanges", "engine_events", "quarantine")
     }
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
@@ -335,6 +364,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             for problem in problems:
                 # The unreadable rest of the file is accounted as one quarantined line.
                 counts["problems"].append(problem.reason)
+                counts["stream_damage"].append({"kind": problem.kind, "after_line": problem.after_line})
                 counts["lines"] += 1
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)

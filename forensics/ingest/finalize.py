@@ -5,9 +5,9 @@ big text columns are then streamed once, batch by batch, in a fixed order (input
 line), so memory stays bounded by a batch and the output is byte-identical for the same inputs.
 
 * One row per request: rows with the same ``(request_id, tenant_id)`` are one request seen in
-  several exports. The row kept is the most complete: untruncated text over truncated, then a
-  logging payload over split logs over a spend-log row, then the first by path and line. The
-  others count as ``duplicate`` for their file.
+  several exports. The row kept is the most complete: untruncated text over truncated, then an
+  undamaged record over a damaged one, then a logging payload over split logs over a spend-log
+  row, then the first by path and line. The others count as ``duplicate`` for their file.
 * Split logs: request and response halves are joined by ``request_id``; a half without its
   partner is kept with ``orphan`` = ``request_only`` / ``response_only``.
 * Engine join keys: ``prefill_node``, ``decode_node`` and ``bootstrap_room`` come from the engine
@@ -16,6 +16,10 @@ line), so memory stays bounded by a batch and the output is byte-identical for t
   prefill ``input_len``) outranks the gateway's reported figure; see forensics.tokens.
 * Engine events seen in two overlapping exports of a node's log count once: an event is the
   same when node, raw text and its occurrence number within its file agree.
+* Damage (``exchanges.damage``, rules in forensics.schema): decided per staged record from the
+  quarantine rows next to it and the damaged streams listed in the file entries
+  (``stream_damage``), before the copies of a request are ranked, so that among equally complete
+  copies a clean one wins; the row keeps the reasons of the copy that won.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: s
     if paths:
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{', '.join(_lit(p) for p in paths)}])")
     else:
-        con.register(f"_empty_{name}", schema.TABLES[table].empty_table())
+        empty = schema.EXCHANGES_STAGED if table == "exchanges" else schema.TABLES[table]
+        con.register(f"_empty_{name}", empty.empty_table())
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
 
 
@@ -69,6 +74,7 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     q_paths = _staged(c, files, "quarantine")
     _view(con, "staged", ex_paths, "exchanges")
     _view(con, "staged_events_raw", ev_paths, "engine_events")
+    _view(con, "staged_quarantine", q_paths, "quarantine")
     # A node whose file name does not say prefill/decode takes the role its own type= lines show.
     con.execute("""
         CREATE VIEW node_roles AS SELECT node, min(role) AS node_role FROM staged_events_raw
@@ -77,6 +83,7 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
         CREATE VIEW staged_events AS SELECT e.* REPLACE (coalesce(e.role, r.node_role) AS role)
         FROM staged_events_raw e LEFT JOIN node_roles r USING (node)""")
     con.register("file_order", pa.table({"sha": list(order), "ord": list(order.values())}))
+    _line_damage(con, files)
 
     rep = reporter(progress)
     task = rep.task("finalise case tables", total=3)
@@ -105,7 +112,10 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
         notes.append(f"{len(skipped)} files were not in a known format and were skipped (see quarantine): {', '.join(skipped[:5])}")
     broken = [f["path"] for f in files if f["problems"]]
     if broken:
-        notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}")
+        marked = exchanges_stats["records_from_damaged_input"]["by_reason"]["truncated_file"]
+        notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}. "
+                     f"Whatever followed the damage in each file is missing from the case; {marked} records the damage may have "
+                     "garbled are marked truncated_file in exchanges.damage (a record with a clean copy elsewhere is not)")
     return {
         "files": files,
         "timezone": cfg.timezone,
@@ -119,18 +129,82 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     }
 
 
+LINE_DAMAGE_SQL = """
+WITH problem_rows AS (
+  -- the quarantine row that stands for a damaged stream's unreadable rest
+  SELECT sha AS source_sha256, after_line + 1 AS source_line FROM file_damage WHERE after_line IS NOT NULL
+), near AS (
+  SELECT q.source_sha256, q.source_line + d.range AS source_line
+  FROM staged_quarantine q CROSS JOIN range(-$n, $n + 1) d
+  WHERE d.range <> 0 AND q.source_line IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM problem_rows p WHERE p.source_sha256 = q.source_sha256 AND p.source_line = q.source_line)
+), last_read AS (
+  SELECT f.sha AS source_sha256, max(s.source_line) AS source_line
+  FROM file_damage f JOIN staged s ON s.source_sha256 = f.sha AND s.source_line <= f.after_line
+  WHERE f.kind <> 'corrupt' GROUP BY f.sha, f.after_line
+), whole_file AS (
+  SELECT s.source_sha256, s.source_line FROM staged s JOIN file_damage f ON f.sha = s.source_sha256 AND f.kind = 'corrupt'
+), reasons AS (
+  SELECT source_sha256, source_line, 'quarantined_neighbour' AS reason FROM near
+  UNION SELECT source_sha256, source_line, 'truncated_file' FROM last_read
+  UNION SELECT source_sha256, source_line, 'truncated_file' FROM whole_file
+)
+SELECT source_sha256, source_line, string_agg(DISTINCT reason, ';' ORDER BY reason) AS damage
+FROM reasons GROUP BY 1, 2
+"""
+
+
+def _line_damage(con: duckdb.DuckDBPyConnection, files: list[dict[str, Any]]) -> None:
+    """Create ``line_damage``: the damage reasons of every damaged line of an input file (lines that
+    hold no exchange record are harmless: nothing looks them up). ``truncated_copy_only`` is added
+    per row later, from the row's own columns."""
+    shas: list[str] = []
+    kinds: list[str] = []
+    after: list[int | None] = []
+    for f in files:
+        points = f.get("stream_damage")
+        if points is None and f.get("problems"):
+            points = [{"kind": "corrupt", "after_line": None}]  # a manifest from before stream_damage: assume the worst
+        for point in points or []:
+            shas.append(f["sha256"])
+            kinds.append(point["kind"])
+            after.append(point["after_line"])
+    con.register("file_damage", pa.table({"sha": pa.array(shas, pa.string()), "kind": pa.array(kinds, pa.string()),
+                                          "after_line": pa.array(after, pa.int64())}))
+    con.execute(f"CREATE TEMP TABLE line_damage AS {LINE_DAMAGE_SQL}", {"n": schema.DAMAGE_NEIGHBOUR_LINES})
+
+
+def _with_damage(table: pa.Table, line_damage: dict[int, str] | None = None) -> pa.Table:
+    """Set the ``damage`` column: the reasons of the record's line(s) (from ``line_damage`` by
+    ``source_line``, or a ``damage`` column already there) plus ``truncated_copy_only``."""
+    if line_damage is not None:
+        lines = [line_damage.get(n) for n in table.column("source_line").to_pylist()]
+    elif "damage" in table.column_names:
+        lines = table.column("damage").to_pylist()
+    else:
+        lines = [None] * table.num_rows
+    pt = table.column("prompt_truncated").to_pylist()
+    rt = table.column("response_truncated").to_pylist()
+    values = [schema.join_damage((d, "truncated_copy_only" if p or r else None)) for d, p, r in zip(lines, pt, rt)]
+    column = pa.array(values, pa.string())
+    if "damage" in table.column_names:
+        return table.set_column(table.schema.get_field_index("damage"), pa.field("damage", pa.string()), column)
+    return table.append_column(pa.field("damage", pa.string()), column)
+
+
 WINNERS_SQL = """
 WITH keys AS (
   SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
          coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
-         prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash
-  FROM staged
+         prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash,
+         d.damage IS NOT NULL AS damaged
+  FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
     row_number() OVER (
       PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END
-      ORDER BY pt, rt, no_prompt, no_response,
+      ORDER BY pt, rt, no_prompt, no_response, damaged,
                CASE record_kind WHEN 'logging_payload' THEN 0 WHEN 'spend_log' THEN 2 ELSE 1 END,
                source_file, source_line) AS rn,
     count(DISTINCT record_hash) OVER (
@@ -157,16 +231,21 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     try:
+        damage_sha, damage = None, {}
         for path in paths:
-            keep = winners.get(path.name.split(".")[0], set())
+            sha = path.name.split(".")[0]
+            keep = winners.get(sha, set())
             if not keep:
                 continue
+            if sha != damage_sha:  # one file's damaged lines at a time
+                damage_sha = sha
+                damage = dict(con.execute("SELECT source_line, damage FROM line_damage WHERE source_sha256 = $1", [sha]).fetchall())
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
                 mask = pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(keep), pa.int64()))
-                sink.write_batch(_enrich(batch.filter(mask), engine))
+                sink.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine))
         for batch in _split_joined(con):
-            sink.write_batch(_enrich(batch, engine))
+            sink.write_batch(_enrich(_with_damage(batch), engine))
         sink.close()
     except BaseException:
         sink.abort()
@@ -177,10 +256,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
                    count(*) FILTER (WHERE orphan = 'request_only'), count(*) FILTER (WHERE orphan = 'response_only'),
                    count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL),
                    count(*) FILTER (WHERE reported_prompt_tokens_plausible = false),
-                   count(*) FILTER (WHERE problems IS NOT NULL)
+                   count(*) FILTER (WHERE problems IS NOT NULL),
+                   count(*) FILTER (WHERE damage IS NOT NULL)
             FROM read_parquet({_lit(c.table_path('exchanges'))})"""
     ).fetchall()[0]
-    rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible, with_problems = stats
+    rows, tmin, tmax, orphan_req, orphan_resp, truncated, no_tenant, implausible, with_problems, damaged = stats
+    by_reason = dict.fromkeys(schema.DAMAGE_REASONS, 0)
+    by_reason.update(con.execute(
+        f"""SELECT reason, count(*) FROM (SELECT unnest(string_split(damage, ';')) AS reason
+            FROM read_parquet({_lit(c.table_path('exchanges'))}) WHERE damage IS NOT NULL) GROUP BY 1 ORDER BY 1"""
+    ).fetchall())
     models = con.execute(
         f"SELECT coalesce(model, '(none)'), count(*) FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 ORDER BY 2 DESC, 1"
     ).fetchall()
@@ -213,6 +298,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         "requests_without_tenant": no_tenant,
         "implausible_reported_counts": implausible,
         "records_with_problems": with_problems,
+        "records_from_damaged_input": {"total": damaged, "by_reason": by_reason},
         "request_id_collisions": collisions,
         "time_range": [iso(tmin), iso(tmax)] if tmin is not None else None,
         "models": [[m, n] for m, n in models],
@@ -315,10 +401,13 @@ SELECT
   a.source_file AS response_source_file, a.source_line AS response_source_line,
   nullif(concat_ws('; ', q.problems, a.problems), '') AS problems,
   coalesce(q.record_hash, '') || ':' || coalesce(a.record_hash, '') AS record_hash,
+  nullif(concat_ws(';', dq.damage, da.damage), '') AS damage,
   coalesce(fq.ord, fa.ord) AS _file_ord
 FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
 LEFT JOIN file_order fq ON fq.sha = q.source_sha256
 LEFT JOIN file_order fa ON fa.sha = a.source_sha256
+LEFT JOIN line_damage dq ON dq.source_sha256 = q.source_sha256 AND dq.source_line = q.source_line
+LEFT JOIN line_damage da ON da.source_sha256 = a.source_sha256 AND da.source_line = a.source_line
 ORDER BY _file_ord, source_line, request_id
 """
 

@@ -34,12 +34,22 @@ class Line:
     raw: bytes
 
 
+#: What went wrong with a file as a whole (``FileProblem.kind``):
+#: ``truncated``: a compressed stream ends early. What was read before is exactly what was written
+#: (gzip and zstd decode front to back), only the rest is missing.
+#: ``corrupt``: a compressed stream is damaged (bad data, checksum mismatch): garbage may have been
+#: decoded before the damage was noticed, so no line of the file is beyond doubt.
+#: ``unreadable``: the operating system could not read on (an I/O error): like ``truncated``.
+PROBLEM_KINDS = ("truncated", "corrupt", "unreadable")
+
+
 @dataclasses.dataclass
 class FileProblem:
     """A problem with the file as a whole, found after ``after_line`` lines were read."""
 
     after_line: int
     reason: str
+    kind: str = "corrupt"  # one of PROBLEM_KINDS
 
 
 def sha256_file(path: Path) -> str:
@@ -60,6 +70,10 @@ def compression_of(path: Path) -> str | None:
     if head.startswith(ZSTD_MAGIC):
         return "zstd"
     return None
+
+
+class ZstdTruncatedError(zstandard.ZstdError):
+    """The input ended inside a zstd frame: the file is cut short."""
 
 
 class _ZstdRaw(io.RawIOBase):
@@ -83,7 +97,7 @@ class _ZstdRaw(io.RawIOBase):
             chunk = self._raw.read(CHUNK)
             if not chunk:
                 if self._in_frame:
-                    raise zstandard.ZstdError("input ended inside a zstd frame")
+                    raise ZstdTruncatedError("input ended inside a zstd frame")
                 return 0
             while chunk:
                 self._in_frame = True
@@ -186,10 +200,11 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                 number,
                 f"{what} stream is truncated or corrupt after line {number} ({type(exc).__name__}: {exc}); "
                 f"the lines before were read. Fix: copy or export the file again and re-ingest it",
+                "truncated" if isinstance(exc, (EOFError, ZstdTruncatedError)) else "corrupt",
             )
         )
     except OSError as exc:
-        problems.append(FileProblem(number, f"file could not be read after line {number} ({exc})"))
+        problems.append(FileProblem(number, f"file could not be read after line {number} ({exc})", "unreadable"))
 
 
 def _bounded(fh: BinaryIO, end: int | None) -> Iterator[bytes]:
