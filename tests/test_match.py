@@ -66,8 +66,13 @@ def test_exact_fragment_found_with_offsets_in_both_texts(tmp_path: Path, length:
     assert response[f["recipient_start"] : f["recipient_end"]] == frag
     assert prompt[f["source_start"] : f["source_end"]] == frag
     assert f["matched_tokens"] == length and f["score"] == 100.0 and f["rarity"] == 1.0
-    assert f["tier"] == ("confirmed" if length >= 12 else "probable")
-    assert f["tier_rule"].startswith("R1" if length >= 12 else "R2")
+    # Tiers follow from how likely such a match is by chance (a case this small uses the theoretical null).
+    assert f["tier_rule"].startswith("E") and f["expected_by_chance"] <= 0.05
+    assert f["tier"] == ("confirmed" if f["expected_by_chance"] <= 0.001 else "probable")
+    # The fixed rules, kept for comparison, still tier it as before.
+    old = only(match(tmp_path / "case", config(tiering="rules")).findings, "b1", "a1")
+    assert old["tier"] == ("confirmed" if length >= 12 else "probable")
+    assert old["tier_rule"].startswith("R1" if length >= 12 else "R2")
 
 
 def test_fragment_of_a_very_long_prompt_is_verified_in_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -223,7 +228,7 @@ def test_engine_signature_lifts_a_short_rare_match_to_probable(tmp_path: Path) -
     rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
             exchange("b1", "bolt", 5, prompt="x", response=" ".join(words(rng, 10)) + f" {frag} " + " ".join(words(rng, 10))),
             exchange("b2", "bolt", 6, prompt="y", response=" ".join(words(rng, 10)) + f" {frag} " + " ".join(words(rng, 10)))]
-    result = match(make_case(tmp_path / "case", rows, ["b1", "b2"], engine_signature=("b2",)), config())
+    result = match(make_case(tmp_path / "case", rows, ["b1", "b2"], engine_signature=("b2",)), config(tiering="rules"))
     assert [(f["recipient_request_id"], f["tier"], f["tier_rule"][:2]) for f in result.findings] == [("b2", "probable", "R3")]
 
 
@@ -236,7 +241,9 @@ def test_engine_signature_short_match_needs_k_different_words(tmp_path: Path, ph
     rng = np.random.default_rng(23)
     rows = [exchange("a1", "acme", 0, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
             exchange("b1", "bolt", 5, prompt="x", response=" ".join(words(rng, 10)) + f" {phrase} " + " ".join(words(rng, 10)))]
-    result = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
+    case = make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",))
+    assert bool(match(case, config()).cross_tenant) is found
+    result = match(case, config(tiering="rules"))
     assert bool(result.cross_tenant) is found
     if found:
         assert "distinct_tokens>=5" in result.findings[0]["tier_rule"]
@@ -248,7 +255,7 @@ def test_engine_signature_does_not_lift_a_short_phrase_two_tenants_sent(tmp_path
     rows = [exchange("a1", "acme", 0, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
             exchange("c1", "cato", 1, prompt=" ".join(words(rng, 30)) + f" {phrase} " + " ".join(words(rng, 30))),
             exchange("b2", "bolt", 6, prompt="y", response=" ".join(words(rng, 10)) + f" {phrase} " + " ".join(words(rng, 10)))]
-    result = match(make_case(tmp_path / "case", rows, ["b2"], engine_signature=("b2",)), config())
+    result = match(make_case(tmp_path / "case", rows, ["b2"], engine_signature=("b2",)), config(tiering="rules"))
     assert result.findings == []
 
 

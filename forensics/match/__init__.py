@@ -761,7 +761,7 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                        "observed_false_positives": len(hit)}
     null = {
         **model.record(),
-        "strength": "sum over informative matched tokens of log2(N / (1 + df)), df = other target responses "
+        "strength": "sum over informative matched tokens of log2((N + 16) / (1 + df)), df = other target responses "
                     "holding the token, N = target responses",
         "search_size": "response k-gram positions x records received before the response completed",
         "decode_node_evidence": ("present: E multiplied by the decode node's share of records when the source ran on "

@@ -1,8 +1,8 @@
 """How likely a finding is by chance: an empirical null built from the case itself.
 
 A finding's *strength* is the information its informative matched tokens carry: the sum, over
-those tokens, of ``log2(N / (1 + df))`` where ``df`` is how many other target responses (the
-suspects and the control sample, N in all) hold the token. "Would you like me to" carries a
+those tokens, of ``log2((N + 16) / (1 + df))`` where ``df`` is how many other target responses
+(the suspects and the control sample, N in all) hold the token (16: see :data:`PRIOR_TEXTS`). "Would you like me to" carries a
 few bits; a patient's name, an order number or a rare term carries many. A match of ordinary
 words is weak evidence however few tenants happened to send it.
 
@@ -51,14 +51,21 @@ def token_weights(token_hashes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nd
     return vocab, df.astype(np.int64)
 
 
+#: Texts assumed beside the targets when weighing tokens: in a case of a handful of responses
+#: nothing says which words are common: a token held by no other target weighs log2(N + 16) bits
+#: (at least 4); with hundreds of targets the 16 hardly matters.
+PRIOR_TEXTS = 16
+
+
 def weights_for(hashes: np.ndarray, vocab: np.ndarray, df: np.ndarray, n_texts: int) -> np.ndarray:
-    """Bits per token of one target text: ``log2(N / (1 + df_other))``, df_other excluding this text."""
+    """Bits per token of one target text: ``log2((N + PRIOR_TEXTS) / (1 + df_other))``, df_other
+    excluding this text."""
     if len(hashes) == 0:
         return np.zeros(0, np.float64)
     idx = np.clip(np.searchsorted(vocab, hashes), 0, max(len(vocab) - 1, 0))
     known = vocab[idx] == hashes if len(vocab) else np.zeros(len(hashes), bool)
     other = np.where(known, df[idx] - 1, 0)
-    return np.log2(max(n_texts, 1) / (1.0 + other))
+    return np.log2((max(n_texts, 1) + PRIOR_TEXTS) / (1.0 + other))
 
 
 @dataclasses.dataclass

@@ -182,6 +182,8 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
         if (case / record).is_file():
             safe.copy_file(case / record, report_dir / record)
     _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at NULLS LAST, request_id, tenant_id NULLS LAST")
+    if (case / "review.csv").is_file():  # candidates that put nobody on the list, for an analyst to look at
+        safe.copy_file(case / "review.csv", report_dir / "review.csv")
     evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS,
                                      "recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, "
                                      "source_tenant_id NULLS LAST, source_kind, recipient_start, finding_id")

@@ -76,6 +76,21 @@ def _add_finding(table: dict[str, dict[str, Any]], tenant: str, request_id: str,
     entry["n"] += 1
 
 
+def passages(row: dict[str, Any]) -> list[tuple[int, int, int, int]]:
+    """Every passage of a finding as (response start, end, source start, end): evidence's
+    ``passages`` column, or its one span when the column is absent (evidence of an older version)."""
+    text = row.get("passages")
+    if not text:
+        return [(row["recipient_start"], row["recipient_end"], row["source_start"], row["source_end"])]
+    out = []
+    for part in str(text).split(";"):
+        left, right = part.split("=")
+        a, b = left.split(":")
+        c, d = right.split(":")
+        out.append((int(a), int(b), int(c), int(d)))
+    return out
+
+
 def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     """Every (customer, role) row, sorted by tenant_id then role.
 
@@ -190,6 +205,7 @@ def build_packet(
                 "foreign_passages": [
                     {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
                      "response_end": f.row["recipient_end"], "tier": f.tier,
+                     "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages(f.row)],
                      "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE]}
                     for f in fs
                 ],
@@ -210,6 +226,8 @@ def build_packet(
                     "reference": refs[f.finding_id],
                     "part": f.row.get("source_kind") or "prompt",
                     "start": f.row["source_start"], "end": f.row["source_end"],
+                    # Every passage of this text found in the response (the preview shows the strongest).
+                    "all_passages": [{"start": c, "end": d} for _, _, c, d in passages(f.row)],
                     "exposed_at": iso(f.recipient_received_at),
                     "tier": f.tier, "tier_reason": f.row.get("tier_rule") or "",
                     "score": f.row.get("score"), "matched_tokens": f.row.get("matched_tokens"),

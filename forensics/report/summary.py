@@ -144,6 +144,33 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         f"{control_f if control_f is not None else 'an unrecorded number'} of them; "
         f"empirical false-positive rate: {fp if fp is not None else 'not recorded by the match stage'}."
     ]
+    null = data.match_info.get("null") if isinstance(data.match_info.get("null"), dict) else {}
+    damage = data.match_info.get("damage") if isinstance(data.match_info.get("damage"), dict) else {}
+    found = data.match_info.get("findings") if isinstance(data.match_info.get("findings"), dict) else {}
+    evidence_model: list[Any] = []
+    if null:
+        evidence_model.append(
+            f"Each finding carries expected_by_chance (E): how many matches at least as strong a search of its size "
+            f"would produce among unrelated texts, estimated from this case's own null ({null.get('control_responses')} "
+            f"control responses searched the same way, {null.get('chance_matches')} chance matches). "
+            f"Tiers: {data.match_info.get('tiering', 'evalue')} (see match.json null)."
+            + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
+        evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
+        calib = null.get("calibration") if isinstance(null.get("calibration"), dict) else {}
+        crow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed")] for p in calib.get("points", [])
+                if isinstance(p, dict)]
+        if crow:
+            evidence_model.append(("table", ["E at most", "chance matches expected on the null", "observed"], crow))
+        evidence_model.append(
+            f"Candidates that put nobody on the list are in review.csv ({found.get('review', 0)}), each with why.")
+    on_damaged = sorted(damage.get("findings_on_damaged_data") or [])
+    if on_damaged:
+        limitations_damage = [
+            f"{len(on_damaged)} finding(s) rest on a record from damaged input (a truncated file, a quarantined "
+            "neighbouring line, or only a truncated spend-log copy; evidence.csv recipient_damage / source_damage): "
+            + ", ".join(safe.clean_text(f, 40) for f in on_damaged) + "."]
+    else:
+        limitations_damage = []
     gaps = [
         ["quarantined input lines", c["quarantined"]],
         ["orphan records (request or response half missing)", c["orphans"]],
@@ -165,7 +192,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         "reported (tier possible): its answer was generated from corrupted context.",
         "Token counts that are estimates carry an error band; suspects whose band straddles the ceiling are "
         "marked borderline and should be reviewed by hand.",
-    ]
+    ] + limitations_damage
     # notifications.csv joins a row's request ids with ";": an id that holds one cannot be told apart there.
     split = sorted({n.packet for n in notices if any(";" in r for r in n.request_ids)})
     if split:
@@ -180,6 +207,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
                                          if sev else "No exposed customer."]),
         ("Method and thresholds", method + method_tables + [("plot", "plot-prompt-length")]),
         ("Control sample", control),
+        ("Evidence model", evidence_model or ["The match stage recorded no null model (an older version)."]),
         ("Data gaps", [("table", ["gap", "count"], gaps)]
          + ([("table", ["quarantine reason", "lines"], [[safe.clean_text(r, 120), n] for r, n in data.quarantine_reasons])]
             if data.quarantine_reasons else [])),
