@@ -1,0 +1,161 @@
+"""The evidence model: E-values from the case's own null, explain-away, decode-node evidence,
+every passage of a pair, the review queue and findings on damaged data (issue: the notification
+list must be right on realistic traffic)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forensics.errors import ConfigError
+from forensics.match import match
+from forensics.match.chance import MIN_NULL, NullModel, calibration
+from match_helpers import config, exchange, make_case
+
+VOCAB = [f"w{i:04d}x" for i in range(5000)]
+
+
+def words(rng: np.random.Generator, n: int) -> list[str]:
+    return [VOCAB[i] for i in rng.integers(0, len(VOCAB), size=n)]
+
+
+def test_null_model_follows_the_null_and_falls_back_when_sparse() -> None:
+    rng = np.random.default_rng(1)
+    strengths = 10 + rng.exponential(5.0, size=400)  # chance matches: exponential excess above 10 bits
+    model = NullModel.fit(strengths, search=1e6, size=200)
+    assert model.fallback is None
+    # Empirical below the threshold: the share of the null at least that strong, per unit of search.
+    assert model.rate(10.0) == pytest.approx(400 / 1e6)
+    # The fitted tail: slope near 1/5 per bit, and E falls as strength grows.
+    assert model.slope == pytest.approx(0.2, rel=0.2)
+    es = [model.expected(s, 1e4) for s in (12, 20, 30, 60)]
+    assert es == sorted(es, reverse=True) and es[-1] < 1e-3
+    sparse = NullModel.fit([3.0] * (MIN_NULL - 1), search=1e6, size=200)
+    assert sparse.fallback and sparse.rate(10.0) == pytest.approx(2.0 ** -10)
+
+
+def test_calibration_on_a_null_with_an_exponential_tail_is_within_a_factor_two() -> None:
+    rng = np.random.default_rng(2)
+    points = []
+    for c in range(1000):  # 1000 control responses, each searched with size 1e4
+        for _ in range(rng.poisson(0.5)):
+            points.append((c, float(8 + rng.exponential(4.0)), 1e4))
+        points.append((c, math.nan, 1e4))
+    calib = calibration(points)
+    for row in calib["points"]:
+        if 0.01 <= row["evalue_at_most"] <= 0.5:
+            assert 0.5 <= row["ratio"] <= 2.0, row
+
+
+def _template(name: str, bp: str, hr: str, extra: list[str]) -> str:
+    return (f"Patient {name} seen today. Vitals: BP {bp}, HR {hr}, SpO2 97%. Assessment: stable, "
+            f"continue the plan and review in two weeks. {' '.join(extra)}")
+
+
+def test_a_weaker_likeness_of_another_customer_is_explained_by_the_leaked_source(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    leaked = _template("Zorblax Quintrell", "139/64", "119", words(rng, 12))
+    similar = _template("Mirela Vantongeren", "99/64", "119", words(rng, 12))  # same form, other values
+    rows = [
+        exchange("a1", "acme", 0, prompt=words_text(rng, 40) + " " + leaked),
+        exchange("c1", "cato", 1, prompt=words_text(rng, 40) + " " + similar),
+        exchange("b1", "bolt", 5, prompt="q", response=words_text(rng, 20) + " " + leaked + " " + words_text(rng, 20)),
+    ]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    result = match(case, config())
+    assert {f["source_tenant_id"] for f in result.cross_tenant} == {"acme"}
+    review = list(csv.DictReader((case / "review.csv").open()))
+    cato = [r for r in review if r["source_tenant_id"] == "cato"]
+    assert cato and "more strongly" in cato[0]["why_not_notified"]
+    # The fixed rules name both customers: the defect this guards against.
+    old = match(case, config(tiering="rules"))
+    assert {f["source_tenant_id"] for f in old.cross_tenant} == {"acme", "cato"}
+
+
+def words_text(rng: np.random.Generator, n: int) -> str:
+    return " ".join(words(rng, n))
+
+
+def test_every_passage_of_a_pair_is_listed_and_adjacent_ones_merge(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    doc = words(rng, 300)
+    p1, p2 = " ".join(doc[20:40]), " ".join(doc[200:230])
+    response = f"{words_text(rng, 15)} {p1} {words_text(rng, 25)} {p2} {words_text(rng, 15)}"
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)), exchange("b1", "bolt", 5, prompt="q", response=response)]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    (f,) = result.cross_tenant
+    spans = [tuple(int(x) for x in part.replace("=", ":").split(":")) for part in f["passages"].split(";")]
+    assert len(spans) == 2
+    prompt = " ".join(doc)
+    assert {response[a:b] for a, b, _, _ in spans} == {p1, p2}
+    assert {prompt[c:d] for _, _, c, d in spans} == {p1, p2}
+    # Two passages separated by one damaged word are one span.
+    near = f"{words_text(rng, 15)} {' '.join(doc[20:40])} qqqq {' '.join(doc[41:60])} {words_text(rng, 15)}"
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)), exchange("b1", "bolt", 5, prompt="q", response=near)]
+    (g,) = match(make_case(tmp_path / "case2", rows, ["b1"]), config()).cross_tenant
+    assert ";" not in g["passages"]
+
+
+def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    doc = words(rng, 200)
+    frag = " ".join(doc[50:60])
+    others = [exchange(f"o{i}", f"t{i}", 0.5 + i / 10, prompt=words_text(rng, 50), response=words_text(rng, 30),
+                       decode_node=f"decode-{i % 4}") for i in range(12)]
+
+    def run(src_node: str | None, name: str) -> dict:
+        rows = others + [
+            exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node),
+            exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}",
+                     decode_node="decode-1"),
+        ]
+        res = match(make_case(tmp_path / name, rows, ["b1"]), config())
+        found = [f for f in res.findings + _review(tmp_path / name) if f["source_request_id"] == "a1"]
+        return {"row": found[0], "report": res.report}
+
+    same, other, unknown = run("decode-1", "same"), run("decode-2", "other"), run(None, "unknown")
+    assert same["row"]["same_decode_node"] in (True, "true") and same["row"]["source_decode_node"] == "decode-1"
+    assert other["row"]["same_decode_node"] in (False, "false")
+    assert unknown["row"]["same_decode_node"] in (None, "")
+    e = [float(x["row"]["expected_by_chance"]) for x in (same, unknown, other)]
+    assert e[0] < e[1] < e[2]
+    assert same["report"]["null"]["decode_node_evidence"].startswith("present")
+
+
+def test_gateway_only_case_says_the_mechanism_evidence_is_absent(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    doc = words(rng, 100)
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
+            exchange("b1", "bolt", 5, prompt="q", response=" ".join(doc[10:40]))]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert res.report["null"]["decode_node_evidence"].startswith("absent")
+    assert res.cross_tenant and res.cross_tenant[0]["same_decode_node"] is None
+
+
+def _review(case: Path) -> list[dict]:
+    return list(csv.DictReader((case / "review.csv").open()))
+
+
+def test_a_finding_on_damaged_input_says_so(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    doc = words(rng, 100)
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc), damage="truncated_file"),
+            exchange("b1", "bolt", 5, prompt="q", response=" ".join(doc[10:40]))]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    res = match(case, config())
+    (f,) = res.cross_tenant
+    assert f["source_damage"] == "truncated_file" and f["recipient_damage"] is None
+    assert json.loads((case / "match.json").read_text())["damage"]["findings_on_damaged_data"] == [f["finding_id"]]
+
+
+@pytest.mark.parametrize(("key", "value"), [("tiering", "loose"), ("probable_evalue", float("nan")),
+                                            ("confirm_evalue", -1.0)])
+def test_evidence_settings_are_validated(tmp_path: Path, key: str, value: object) -> None:
+    rows = [exchange("a1", "acme", 0, prompt="x"), exchange("b1", "bolt", 5, prompt="q", response="y")]
+    with pytest.raises(ConfigError):
+        match(make_case(tmp_path / "case", rows, ["b1"]), config(**{key: value}))
