@@ -118,6 +118,9 @@ def simulate(
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
+    if SCALES[scale].realistic and corpus is None:
+        raise ConfigError(f"scale {scale!r} draws its prompts and answers from real text and needs a corpus",
+                          fix="add --corpus with a folder of .json/.jsonl/.txt text (the team's is ../shared/corpora)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("output path exists and is not a folder", file=out, fix="give --out a folder")
