@@ -17,6 +17,7 @@ from forensics.errors import ForensicsError
 from forensics.schema import render_messages
 from forensics.simulate import simulate
 from forensics.simulate.mechanism import SCALES, Exchange, Simulation
+from forensics.simulate import text as tx
 from forensics.simulate.text import load_corpus
 from forensics.simulate.writers import open_text
 
@@ -368,3 +369,27 @@ def test_corpus_duplicates_stay_with_one_tenant() -> None:
     """Real corpora repeat passages across documents: the truth still holds on what the logs show."""
     sim, rows = _run_in_memory(3, CORPORA)
     check_truth_against_logs(sim, rows, 3)
+
+
+
+def _own_chars_plain(passage: str, phrases: tuple[str, ...]) -> int:
+    """own_chars by its definition: every k from 120 down, every phrase (what the bisection must equal)."""
+    text = passage
+    for phrase in phrases:
+        text = text.replace(phrase, "\0")
+    head = next((k for k in range(min(len(text), 120), 3, -1) if any(text[:k] in p for p in phrases)), 0)
+    text = text[head:]
+    tail = next((k for k in range(min(len(text), 120), 3, -1) if any(text[-k:] in p for p in phrases)), 0)
+    return sum(c.isalnum() for c in text[: len(text) - tail])
+
+
+def test_own_chars_bisection_equals_the_plain_definition() -> None:
+    import random
+
+    rng = random.Random(0)
+    phrases = tx.TEMPLATE_PHRASES
+    source = " ".join(phrases) + " Payment of EUR 12,000.00 is due \x01 odd " + " ".join(reversed(phrases))
+    for _ in range(3000):
+        a = rng.randrange(len(source))
+        passage = source[a : a + rng.randint(1, 300)]
+        assert tx.own_chars(passage) == _own_chars_plain(passage, phrases), passage

@@ -88,17 +88,44 @@ TEMPLATE_PHRASES = tuple(sorted((
 MIN_OWN_CHARS = 12
 
 
-def own_chars(passage: str) -> int:
-    """Letters and digits of ``passage`` outside the template wording (a piece of a phrase counts as template)."""
+def own_chars(passage: str, phrases: Sequence[str] = TEMPLATE_PHRASES) -> int:
+    """Letters and digits of ``passage`` outside the template wording (a piece of a phrase counts as template).
+
+    ``phrases``: the template wording, longest first.
+    """
     text = passage
-    for phrase in TEMPLATE_PHRASES:
+    for phrase in phrases:
         text = text.replace(phrase, "\0")
     # A passage cut inside a phrase starts or ends with a piece of it (or lies wholly inside one).
-    head = next((k for k in range(min(len(text), 120), 3, -1) if any(text[:k] in p for p in TEMPLATE_PHRASES)), 0)
-    text = text[head:]
-    tail = next((k for k in range(min(len(text), 120), 3, -1) if any(text[-k:] in p for p in TEMPLATE_PHRASES)), 0)
-    text = text[: len(text) - tail]
+    text = text[_longest_piece(text, phrases, head=True):]
+    text = text[: len(text) - _longest_piece(text, phrases, head=False)]
     return sum(c.isalnum() for c in text)
+
+
+_JOINED: dict[tuple[str, ...], str] = {}
+
+
+def _longest_piece(text: str, phrases: Sequence[str], head: bool) -> int:
+    """The longest k in 4..120 such that the first (or last) k characters of ``text`` lie inside a phrase; 0 if none.
+
+    A piece of a piece of a phrase is one too, so the answer is found by bisection, each probe one
+    search in the phrases joined by a character no text holds.
+    """
+    key = tuple(phrases)
+    joined = _JOINED.get(key)
+    if joined is None:
+        joined = _JOINED.setdefault(key, "\x01".join(phrases))
+    if "\x01" in text:  # (a control character no real text holds) the plain definition
+        return next((k for k in range(min(len(text), 120), 3, -1)
+                     if any((text[:k] if head else text[-k:]) in p for p in phrases)), 0)
+    lo, hi = 3, min(len(text), 120)  # the piece of length lo is inside (or lo is 3: none yet)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if (text[:mid] if head else text[-mid:]) in joined:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo if lo >= 4 else 0
 
 
 def secret(rng: random.Random) -> str:
