@@ -179,7 +179,7 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 def simulate(
     out_dir: Path = typer.Option(..., "--out", help="Folder to write the simulated incident into."),
     seed: int = typer.Option(7, "--seed", help="Seed: same seed, same bytes."),
-    scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB) or large (~1 GB)."),
+    scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
     fmt: str = typer.Option("litellm", "--format", help="Gateway log format: litellm or openai-split."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),

@@ -9,7 +9,10 @@
     truth.json            what really happened (schema below)
     README.md             how the folder was made and the command that regenerates it
 
-Same seed, scale, format, corpus and Faker version: byte-identical files.
+Same seed, scale, format, corpus and Faker version: byte-identical files. Scales: ``small``
+(scaled-down pool), ``medium`` and ``large`` (the real pool), ``realistic`` (scaled-down pool, 220
+tenants, some 15,000 requests of real text with shared templates and popular passages; needs
+``corpus``).
 
 truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every time UTC ``Z``:
 
@@ -118,6 +121,9 @@ def simulate(
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
+    if SCALES[scale].realistic and corpus is None:
+        raise ConfigError(f"scale {scale!r} draws its prompts and answers from real text and needs a corpus",
+                          fix="add --corpus with a folder of .json/.jsonl/.txt text (the team's is ../shared/corpora)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("output path exists and is not a folder", file=out, fix="give --out a folder")

@@ -10,6 +10,14 @@ limit, replaced by a one-token placeholder, "transferred", and the decode node g
 whatever stale pages the slot holds, so the answer weaves in (damaged) fragments of the previous
 occupants' prompts or responses. Outside the window the same engine rejects such prompts.
 
+The ``realistic`` scale (which needs a corpus) makes the traffic harder to read: real text in
+prompts and answers, system prompts copied whole by groups of tenants or filled in from shared
+templates, forms many tenants fill in with their own values, popular passages and code that
+groups of tenants paste, answers that often quote their own prompt, and garbage decoding that
+emits natural sentences no tenant sent, which overlap the tenants' text where natural language
+does (common phrases), never by a copied run of 12 tokens or more. Those chance overlaps are
+unlabelled on purpose: they are what a matcher must not take for leaks.
+
 Everything a later stage should find, and every trap it should not fall into, is recorded in
 the truth (see :mod:`forensics.simulate`).
 """
@@ -66,6 +74,11 @@ class Scale:
     p_near: float  # chance of a prompt just below, and again just above, the ceiling
     median_tokens: int
     max_answer_tokens: int
+    #: Realistic traffic (needs a corpus): prompts and answers of real text, templates and popular passages
+    #: that groups of tenants share, garbage decoding of natural sentences. Off for the original scales.
+    realistic: bool = False
+    #: Fragment lengths as (lowest, highest tokens, weight) buckets; None: the original mix.
+    fragment_mix: tuple[tuple[int, int, float], ...] | None = None
 
 
 SCALES: dict[str, Scale] = {
@@ -74,6 +87,10 @@ SCALES: dict[str, Scale] = {
     # The real deployment of the reference incident: 681,280-token pool, 1,048,576 advertised.
     "medium": Scale("medium", 681280, 1048576, 24, 2500, 2, 5, 2, 3, 3, 12, 160, 0.012, 0.002, 0.004, 1800, 900),
     "large": Scale("large", 681280, 1048576, 40, 13500, 3, 8, 3, 4, 4, 16, 240, 0.02, 0.003, 0.004, 3500, 1200),
+    # Realistic traffic at the scaled-down pool: 220 tenants, some 15,000 requests of corpus text (needs --corpus),
+    # many short fragments (a third of them 8-15 tokens) so recall by length is measurable.
+    "realistic": Scale("realistic", 8192, 16384, 220, 23000, 2, 4, 1, 3, 3, 12, 60, 0.045, 0.004, 0.004, 400, 600,
+                       realistic=True, fragment_mix=((4, 7, 0.06), (8, 15, 0.34), (16, 63, 0.3), (64, 255, 0.2), (256, 400, 0.1))),
 }
 
 
@@ -104,6 +121,9 @@ class Tenant:
     key_alias: str
     pool: list[str]
     answers: list[str]
+    form: int | None = None  # realistic: the shared form (tx.FORMS) this tenant fills in
+    popular: tuple[int, ...] = ()  # realistic: the popular passages (Simulation.popular) this tenant pastes
+    p_popular: float = 0.0
 
 
 @dataclasses.dataclass
@@ -116,6 +136,7 @@ class PromptSpec:
     parts: bool
     boilerplate: str | None  # "mit_license" | "article" | None
     injected: list[str] = dataclasses.field(default_factory=list)
+    popular: int | None = None  # realistic: index of a popular passage (Simulation.popular) the prompt carries
 
 
 @dataclasses.dataclass
@@ -184,6 +205,16 @@ class Simulation:
         self.window_end = self.window_start + scale.window_days * 86400
         self.t0 = self.window_start - scale.days_before * 86400
         self.t1 = self.window_end + scale.days_after * 86400
+        if scale.realistic and corpus is None:
+            raise ValueError(f"scale {scale.name!r} needs a corpus")
+        #: Template wording every tenant sends (not a tenant's own text); the realistic scale has more.
+        self.phrases = tx.REALISTIC_PHRASES if scale.realistic else tx.TEMPLATE_PHRASES
+        self.own_share = 0.5 if scale.realistic else 0.0
+        self.reserve: tx.Reserve | None = None  # realistic: corpus text no tenant owns
+        self.popular: list[tuple[str, str]] = []  # realistic: (text, name) of passages groups of tenants paste
+        self._sentences: list[str] = []
+        self._stock: Any = None  # realistic: token runs the texts of two or more owners hold (tx.stock_runs)
+        self._sentence_at = 0
         self.article = self._article()
         self.tenants = self._tenants()
         self.prefill = [f"prefill-{i}" for i in range(scale.prefill_nodes)]
@@ -240,6 +271,22 @@ class Simulation:
             n_docs = len(self.corpus.documents)
             groups = [g for g in tx.owner_groups(self.corpus) if 0 not in g]
             rng.shuffle(groups)
+            if s.realistic:
+                # Every eighth group belongs to no tenant: passages groups of tenants paste, and the natural
+                # sentences a model emits when it decodes from garbage.
+                reserved = [self._corpus_item(k) for j, g in enumerate(groups) if j % 8 == 7 for k in g]
+                groups = [g for j, g in enumerate(groups) if j % 8 != 7]
+                # (owner, token hashes) of the text tenants send: their own items, the article all of them may
+                # send (-1), the popular passages of groups of them (-2, -3, ...).
+                owned = [(-1, tx.token_hashes(self.article))] + [(j % s.tenants, tx.token_hashes(self._corpus_item(k)))
+                                                                 for j, g in enumerate(groups) for k in g]
+                self.reserve = tx.reserve_material(reserved, owned=tx.token_runs([], hashes=[h for _, h in owned]))
+                self.popular = ([(q, f"popular_quote_{k}") for k, q in enumerate(self.reserve.quotes)]
+                                + [(c, f"popular_code_{k}") for k, c in enumerate(self.reserve.code)])
+                owned += [(-2 - k, tx.token_hashes(text)) for k, (text, _) in enumerate(self.popular)]
+                self._stock = tx.stock_runs(owned)
+                self._sentences = list(self.reserve.sentences)
+                self._rng("sentences").shuffle(self._sentences)
             for j, group in enumerate(groups):
                 for k in group:
                     if k < n_docs:
@@ -271,7 +318,9 @@ class Simulation:
             # third of them), so that every run has boilerplate many tenants really send.
             popular = 0 if i % 3 == 1 else 1 if i % 6 == 5 else None
             shared = popular is not None
-            if popular is not None:
+            if s.realistic:
+                system, shared = self._realistic_system(i, company, fk)
+            elif popular is not None:
                 system = tx.POPULAR_SYSTEM_PROMPTS[popular]
             else:
                 system = (
@@ -283,7 +332,7 @@ class Simulation:
                 pool.extend(tx.split_paragraphs(d))
                 if len(pool) >= s.pool_paragraphs:
                     break
-            pool = pool[: s.pool_paragraphs // 2] if corpus_docs[i] else pool
+            pool = pool[: (s.pool_paragraphs * 3 // 4 if s.realistic else s.pool_paragraphs // 2)] if corpus_docs[i] else pool
             while len(pool) < s.pool_paragraphs:
                 pool.append(tx.paragraph(kinds[len(pool) % len(kinds)], fk, rng))
             tenants.append(
@@ -308,7 +357,45 @@ class Simulation:
                     answers=corpus_answers[i][:200],
                 )
             )
+        if s.realistic:
+            self._realistic_habits(tenants)
         return tenants
+
+    def _corpus_item(self, k: int) -> str:
+        """Corpus item ``k``: documents first, then answers (as numbered by tx.owner_groups)."""
+        assert self.corpus is not None
+        n = len(self.corpus.documents)
+        return self.corpus.documents[k] if k < n else self.corpus.answers[k - n]
+
+    def _realistic_system(self, i: int, company: str, fk: Faker) -> tuple[str, bool]:
+        """A realistic tenant's system prompt: a popular one copied whole (shared) or a template filled in (private)."""
+        rng = self._rng(f"system:{i}")
+        whole = tx.POPULAR_SYSTEM_PROMPTS + tx.REALISTIC_SYSTEM_PROMPTS
+        if rng.random() < 0.35:
+            # A few are copied by many tenants, the others by a handful (Zipf-like).
+            return whole[min(int(rng.paretovariate(1.2)) - 1, len(whole) - 1)], True
+        k = rng.randrange(len(tx.SYSTEM_TEMPLATES) + 1)
+        if k == len(tx.SYSTEM_TEMPLATES):
+            return (f"You are the internal assistant of {company}. {fk.catch_phrase()}. Escalate anything about "
+                    f"{fk.bs()} to {fk.name()} ({fk.email()}). {fk.paragraph(nb_sentences=2)}"), False
+        return tx.system_template(k, company, fk, rng), False
+
+    def _realistic_habits(self, tenants: list[Tenant]) -> None:
+        """Forms, popular passages and own-prompt quoting of the realistic scale's tenants."""
+        rng = self._rng("realistic:habits")
+        for t in tenants:
+            if rng.random() < 0.6:
+                t.form = min(int(rng.paretovariate(1.0)) - 1, len(tx.FORMS) - 1)
+            t.p_popular = rng.choice((0.0, 0.05, 0.15, 0.3))
+            t.p_quote = rng.choice((0.03, 0.1, 0.25))
+        members: list[list[int]] = [[] for _ in tenants]
+        for k in range(len(self.popular)):
+            # Popularity from a pair of tenants to a quarter of them.
+            size = rng.choice((2, 2, 3, 4, 5, 8, 12, 20, 35, 55))
+            for ti in rng.sample(range(len(tenants)), min(size, len(tenants))):
+                members[ti].append(k)
+        for t, ks in zip(tenants, members):
+            t.popular = tuple(ks)
 
     # -----------------------------------------------------------------------------------------
     # text
@@ -328,11 +415,24 @@ class Simulation:
             (len("<|system|>\n"), len("<|system|>\n") + len(system), "shared" if tenant.system_shared else "private", "system_prompt"),
             (len(prefix) - len(sep) - len(instr), len(prefix) - len(sep), "shared", "instruction"),
         ]
-        blocks: list[tuple[str, str, str]] = [(tx.paragraph(kind, fk, rng), "private", "document")]
+        if self.scale.realistic:
+            # A freshly filled form, a fresh document of the tenant's kind, or one of its own texts.
+            r = rng.random()
+            if tenant.form is not None and r < 0.35:
+                first = (tx.form(tenant.form, fk, rng), "private", "form")
+            elif 0.35 <= r < 0.5:
+                first = (tx.paragraph(kind, fk, rng), "private", "document")
+            else:
+                first = (tenant.pool[rng.randrange(len(tenant.pool))], "private", "document")
+            blocks: list[tuple[str, str, str]] = [first]
+        else:
+            blocks = [(tx.paragraph(kind, fk, rng), "private", "document")]
         if spec.boilerplate == "mit_license":
             blocks.append((tx.MIT_LICENSE, "shared", "mit_license"))
         elif spec.boilerplate == "article":
             blocks.append((self.article, "shared", "article"))
+        if spec.popular is not None:
+            blocks.append((self.popular[spec.popular][0], "shared", self.popular[spec.popular][1]))
         for extra in spec.injected:
             blocks.append((extra, "injected", "later_prompt"))
         need = spec.target_chars - len(prefix)
@@ -357,8 +457,9 @@ class Simulation:
         body = "".join(body_parts)
         if len(body) > need > 0:
             # Cut the last (private) paragraph so the prompt has exactly the planned length.
-            fixed = sum(len(b[0]) for b in blocks[: 1 + (spec.boilerplate is not None) + len(spec.injected)])
-            if need >= fixed + 2 * (1 + (spec.boilerplate is not None) + len(spec.injected)):
+            n_fixed = 1 + (spec.boilerplate is not None) + (spec.popular is not None) + len(spec.injected)
+            fixed = sum(len(b[0]) for b in blocks[:n_fixed])
+            if need >= fixed + 2 * n_fixed:
                 body = body[:need]
                 end = len(prefix) + need
                 regions = [(a, min(b, end), k, lab) for a, b, k, lab in regions if a < end]
@@ -375,6 +476,8 @@ class Simulation:
     def ordinary_answer(self, ex_index: int, tenant: Tenant, prompt: Prompt, target_chars: int, quote: bool) -> tuple[str, dict[str, Any] | None]:
         """An honest answer; sometimes it quotes its own prompt (a labelled hard negative)."""
         rng = self._rng(f"answer:{ex_index}")
+        if self.scale.realistic:
+            return self._realistic_answer(rng, tenant, prompt, target_chars, quote)
         fk = self._faker(f"answer:{ex_index}")
         pieces = [rng.choice(("Here is what I found.", "Sure.", "Summary:", "Based on the document you provided:", "Certainly."))]
         if tenant.answers and rng.random() < 0.7:
@@ -392,9 +495,53 @@ class Simulation:
             pieces.append(fk.paragraph(nb_sentences=rng.randint(2, 5)) if rng.random() < 0.8 else f"- {fk.name()}: {fk.sentence()}")
         return " ".join(pieces), q
 
+    def _realistic_answer(self, rng: random.Random, tenant: Tenant, prompt: Prompt, target_chars: int,
+                          quote: bool) -> tuple[str, dict[str, Any] | None]:
+        """An honest answer of real text: the tenant's own corpus answers (or its own documents), cut to length."""
+        pieces = [rng.choice(("Here is what I found.", "Sure.", "Summary:", "Based on the document you provided:", "Certainly.",
+                              "Great question!", "Here's a summary of the main points:"))]
+        source = tenant.answers or tenant.pool
+        q: dict[str, Any] | None = None
+        quote_at = rng.randint(1, 3)
+        while (have := sum(len(p) + 1 for p in pieces)) < target_chars:
+            if quote and q is None and len(pieces) >= quote_at:
+                span = _pick_span(prompt.regions, rng, rng.randint(15, 120) * 4, prompt.text, phrases=self.phrases,
+                                  own_share=self.own_share, also=_not_stock(self._stock))
+                if span:
+                    a, b = span
+                    opener = rng.choice(('> "', 'As the document says, "', 'You wrote: "', '"'))
+                    pieces.append(opener + prompt.text[a:b] + '"')
+                    q = {"response_start": have + len(opener), "response_end": have + len(opener) + (b - a),
+                         "prompt_start": a, "prompt_end": b}
+                    continue
+                quote = False
+            text = source[rng.randrange(len(source))]
+            room = max(target_chars - have, 160)
+            if len(text) > room:  # an answer cut at max_tokens, or the part of a document the answer draws on
+                start = 0 if rng.random() < 0.7 else rng.randrange(len(text) - room)
+                cut = text.rfind(" ", start, start + room)
+                text = text[start : cut if cut > start + room // 2 else start + room].strip()
+            if text:
+                pieces.append(text)
+        return " ".join(pieces), q
+
     def babble(self, rng: random.Random, fk: Faker, n_chars: int) -> str:
         """What a model emits when it decodes from garbage: fluent-ish, unrelated words."""
         out: list[str] = []
+        if self._sentences:
+            # Realistic: fluent natural sentences that no tenant sent, each used once (until they run out),
+            # overlapping the tenants' text only where natural language does, and now and then a stuck loop.
+            while sum(len(p) + 1 for p in out) < n_chars:
+                if rng.random() < 0.04:
+                    w = fk.word()
+                    out.append(" ".join([w] * rng.randint(3, 8)))
+                    continue
+                if self._sentence_at >= len(self._sentences):
+                    self._sentence_at = 0
+                    rng.shuffle(self._sentences)
+                out.append(self._sentences[self._sentence_at])
+                self._sentence_at += 1
+            return " ".join(out)
         while sum(len(p) + 1 for p in out) < n_chars:
             r = rng.random()
             if r < 0.1:
@@ -466,6 +613,10 @@ class Simulation:
         if rng.random() < tenant.p_boilerplate:
             boiler = "mit_license" if rng.random() < 0.6 else "article"
         spec = PromptSpec(ti, rng.getrandbits(48), round(tokens * cpt), rng.random() < tenant.p_parts, boiler)
+        if tenant.popular:
+            prng = self._rng(f"popular:{i}")
+            if prng.random() < tenant.p_popular:
+                spec.popular = prng.choice(tenant.popular)
         # A passage an earlier suspect response carried turns up in this later prompt.
         later = None
         for k, p in enumerate(self.pending_later):
@@ -682,8 +833,9 @@ class Simulation:
                 else:
                     src_text = occ.response_text
                     regions = [(min(40, len(src_text)), len(src_text), "private", "response")]
-                want = _fragment_tokens(rng)
-                span = _pick_span(regions, rng, round(want * cpt), src_text)
+                want = _fragment_tokens(rng, self.scale.fragment_mix)
+                span = _pick_span(regions, rng, round(want * cpt), src_text, phrases=self.phrases, own_share=self.own_share,
+                                  also=_not_stock(self._stock))
                 if span is None:
                     continue
                 a, b = span
@@ -774,13 +926,22 @@ class Simulation:
 
     def shared_texts(self) -> list[tuple[str, str]]:
         """The boilerplate suspects may quote: (text, name), names as in ``shared_text`` of the truth."""
-        return [(tx.MIT_LICENSE, "mit_license"), (self.article, "article"), (tx.POPULAR_SYSTEM_PROMPTS[0], "popular_system_prompt")]
+        texts = [(tx.MIT_LICENSE, "mit_license"), (self.article, "article"), (tx.POPULAR_SYSTEM_PROMPTS[0], "popular_system_prompt")]
+        if self.scale.realistic:
+            texts.append((tx.POPULAR_SYSTEM_PROMPTS[1], "popular_system_prompt_1"))
+            texts.extend((p, f"popular_system_prompt_{k + 2}") for k, p in enumerate(tx.REALISTIC_SYSTEM_PROMPTS))
+            texts.extend(self.popular)
+        return texts
 
     def _shared_names(self, tenant: Tenant, spec: PromptSpec) -> list[str]:
         """Names of the shared texts a prompt carries whole."""
         names = [spec.boilerplate] if spec.boilerplate else []
         if tenant.system_prompt == tx.POPULAR_SYSTEM_PROMPTS[0]:
             names.append("popular_system_prompt")
+        elif self.scale.realistic and tenant.system_shared:
+            names.extend(name for text, name in self.shared_texts() if text == tenant.system_prompt)
+        if spec.popular is not None:
+            names.append(self.popular[spec.popular][1])
         return names
 
     def _fragment(self, rng: random.Random, fk: Faker, src: str, a: int, b: int, cpt: float, light: bool = False) -> dict[str, Any]:
@@ -799,20 +960,28 @@ class Simulation:
                 "damage": kinds, "damage_fraction": round(fraction, 4), "damage_rate": round(rate if kinds else 0.0, 4)}
 
 
-def _fragment_tokens(rng: random.Random) -> int:
-    """A fragment length: a handful of tokens to a few hundred."""
+def _fragment_tokens(rng: random.Random, mix: tuple[tuple[int, int, float], ...] | None = None) -> int:
+    """A fragment length: a handful of tokens to a few hundred (``mix``: the scale's buckets, if it has its own)."""
+    if mix is not None:
+        lo, hi, _ = rng.choices(mix, [w for _, _, w in mix])[0]
+        return rng.randint(lo, hi)
     bucket = rng.choices((0, 1, 2, 3), (0.3, 0.35, 0.23, 0.12))[0]
     lo, hi = ((4, 15), (16, 63), (64, 255), (256, 400))[bucket]
     return rng.randint(lo, hi)
 
 
 def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, chars: int, text: str,
-               own: bool = True) -> tuple[int, int] | None:
+               own: bool = True, phrases: tuple[str, ...] = tx.TEMPLATE_PHRASES, own_share: float = 0.0,
+               also: Callable[[str], bool] | None = None) -> tuple[int, int] | None:
     """A word-aligned span of about ``chars`` characters inside one private region.
 
     With ``own`` (the default) the span must carry at least ``tx.MIN_OWN_CHARS`` characters that are
-    not document template (every tenant's tables share a header): text that every tenant sends is
-    nobody's leak, so a fragment of it would be wrongly labelled.
+    not document template (every tenant's tables share a header; ``phrases`` is the template wording):
+    text that every tenant sends is nobody's leak, so a fragment of it would be wrongly labelled.
+    ``own_share``: the least share of the passage's letters and digits that must be its own (the
+    realistic scale fills its templates with words other tenants' values share, so a little own
+    text at the edge of a template is not enough). ``also``: a further check the passage must pass
+    (the realistic scale's: not wholly stock wording that other tenants' real text also holds).
     """
     cands = [(a, b) for a, b, k, _ in regions if k == "private" and b - a >= 16]
     if not cands:
@@ -820,9 +989,22 @@ def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, cha
     weights = [b - a for a, b in cands]
     for _ in range(4):
         span = _one_span(cands, weights, rng, chars, text)
-        if span is not None and (not own or tx.own_chars(text[span[0] : span[1]]) >= tx.MIN_OWN_CHARS):
+        if span is not None and (not own or (_own_enough(text[span[0] : span[1]], phrases, own_share)
+                                             and (also is None or also(text[span[0] : span[1]])))):
             return span
     return None
+
+
+def _own_enough(passage: str, phrases: tuple[str, ...], share: float) -> bool:
+    if not share:
+        return tx.own_chars(passage, phrases) >= tx.MIN_OWN_CHARS
+    own = tx.own_chars(passage, phrases, edges_first=True)
+    return own >= tx.MIN_OWN_CHARS and own >= share * sum(c.isalnum() for c in passage)
+
+
+def _not_stock(stock: Any) -> Callable[[str], bool] | None:
+    """A check that a passage is not stock wording other owners also hold (realistic scale), or None."""
+    return None if stock is None else (lambda passage: not tx.all_stock(passage, stock))
 
 
 def _one_span(cands: list[tuple[int, int]], weights: list[int], rng: random.Random, chars: int, text: str) -> tuple[int, int] | None:
