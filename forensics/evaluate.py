@@ -290,9 +290,10 @@ def _where(row: dict[str, str], truth: dict[str, Any]) -> tuple[str, str | None]
     """Where a wrong finding's recipient span lies: in which labelled passage of the response, if any.
 
     Returns (location, fragment or hard-negative id): ``leak_of_another_tenant`` (a real leak whose
-    text the named tenant also holds), ``self_tenant`` / ``shared_boilerplate`` /
-    ``later_prompt_only`` (a labelled hard negative), ``not_a_suspect``, or ``outside_fragments``
-    (the garbage text around the fragments: a chance overlap).
+    text the named tenant also holds), ``self_tenant`` / ``shared_boilerplate`` (a labelled hard
+    negative), ``later_prompt_only`` (the finding names the tenant whose later prompt holds the
+    passage), ``not_a_suspect``, or ``outside_fragments`` (the garbage text around the fragments,
+    a later-prompt passage included when another tenant is named: a chance overlap).
     """
     rec = row["recipient_request_id"]
     a, b = _int(row.get("recipient_start")), _int(row.get("recipient_end"))
@@ -300,7 +301,7 @@ def _where(row: dict[str, str], truth: dict[str, Any]) -> tuple[str, str | None]
         if f["recipient_request_id"] == rec and _overlaps(a, b, f["recipient_start"], f["recipient_end"]):
             return ("leak_of_another_tenant" if f["is_leak"] else f["label"]), f["fragment_id"]
     for h in truth["hard_negatives"]:
-        if h["kind"] == "later_prompt_only" and h["recipient_request_id"] == rec and _overlaps(a, b, h["recipient_start"], h["recipient_end"]):
+        if (h["kind"] == "later_prompt_only" and h["recipient_request_id"] == rec and row["source_tenant_id"] == h.get("later_tenant_id")):
             return "later_prompt_only", h.get("later_request_id")
     if rec not in {s["request_id"] for s in truth["suspects"]}:
         return "not_a_suspect", None
