@@ -474,9 +474,9 @@ def test_garbage_and_popular_passages_share_no_long_run_with_owned_text() -> Non
     assert "Nobody expected the river to freeze that early in October." in r.sentences
     assert not any("committee approved" in s for s in r.sentences)  # a 12-token run of owned text: copied, left out
     assert "It rained all day, and the gardens were grateful for it." in r.sentences
-    # stock wording: every 8-token run also held by another owner
+    # stock wording: 8-token runs another owner also holds (here the first 80 characters)
     stock = tx.stock_runs([(0, tx.token_hashes(owned_text)), (1, tx.token_hashes("x " + owned_text[:80]))])
-    assert tx.all_stock(owned_text[:60], stock) and not tx.all_stock(owned_text, stock)
+    assert tx.mostly_stock(owned_text[:60], stock) and not tx.mostly_stock(owned_text, stock)
 
 
 def _own_chars_plain(passage: str, phrases: tuple[str, ...]) -> int:
