@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -239,12 +240,26 @@ def evaluate(
     f = data["findings"]
     for title, key in (("fragment recall by length", "fragment_recall_by_length"), ("fragment recall by damage", "fragment_recall_by_damage")):
         out.print(title + ": " + ", ".join(f"{k} {v['found']}/{v['fragments']} ({v['recall']:.2f})" for k, v in f[key].items()), markup=False)
+    out.print("pair recall by longest fragment: " + ", ".join(
+        f"{k} {v['found']}/{v['pairs']}" + (f" ({v['recall']:.2f})" if v["recall"] is not None else "")
+        for k, v in f["pair_recall_by_length"].items()), markup=False)
     loc = f["fragments_located"]
     out.print(f"fragments located (reported span overlaps): {loc['located']}/{loc['fragments']}", markup=False)
     if f["row_precision_by_tier"]:
         out.print("evidence row precision by tier: " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in f["row_precision_by_tier"].items()), markup=False)
     out.print("false positive suspects by kind: " + (", ".join(f"{k} {v}" for k, v in data["suspects"]["false_positives_by_kind"].items()) or "none"), markup=False)
     out.print("false positive findings by kind: " + (", ".join(f"{k} {v}" for k, v in f["false_positives_by_kind"].items()) or "none"), markup=False)
+    out.print("false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in f["false_pairs_by_location"].items()) or "none"),
+              markup=False)
+    hn = f["hard_negative_findings"]
+    out.print(f"labelled hard negatives with a wrong finding: {hn['total']['with_findings']} of {hn['total']['labelled']}"
+              + "".join(f"; {k} {v['with_findings']}/{v['labelled']}" for k, v in hn["by_kind"].items()), markup=False)
+    for w in data["customers"]["exposed_wrong"]:
+        reasons = Counter(f"{x['where']} ({x['tier_rule'] or x['tier']})" for x in w["findings"])
+        out.print(f"wrongly exposed {w['tenant_id']}: " + ", ".join(f"{k} x{n}" for k, n in sorted(reasons.items())), markup=False)
+    for m in data["customers"]["exposed_missed"]:
+        out.print(f"missed exposed {m['tenant_id']}: fragments of " + ", ".join(str(x["tokens"]) for x in m["fragments"]) + " tokens",
+                  markup=False)
     out.print(f"engine anomalies flagged as suspects (not scored): {data['suspects']['engine_anomalies_flagged']}", markup=False)
     q = data["quarantine"]
     out.print(f"quarantine: expected {q['expected']}, reported {q['reported'] if q['reported'] is not None else 'missing'} ({q['note']})", markup=False)

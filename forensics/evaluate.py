@@ -12,8 +12,11 @@ Requests are (request_id, tenant_id) throughout: two customers may send the same
 * findings: (recipient request, source tenant) pairs of cross-tenant evidence rows against the
   truth's leak fragments; recall broken down by fragment length and damage, how many fragments
   were also located (a reported span overlaps the truth's), precision per tier, and false
-  positives attributed to the hard negative that explains them.
-* customers: the exposed and recipient sets of notifications.csv.
+  positives attributed to the hard negative that explains them. Also pair recall by the length of
+  the pair's longest fragment (4-7, 8-15, 16+ tokens: the targets' buckets), the labelled hard
+  negatives that drew a wrong cross-tenant finding, and where each wrong pair's span lies.
+* customers: the exposed and recipient sets of notifications.csv; each wrong exposed customer
+  with the findings that named it and why, each missed one with its fragments.
 * quarantine: records the manifest says were quarantined against the bad lines the simulator wrote.
 """
 
@@ -30,6 +33,8 @@ from forensics.errors import InputError
 
 REPORT_FILES = ("suspects.csv", "evidence.csv", "notifications.csv", "manifest.json")
 LENGTH_BUCKETS = ((0, 16, "4-15 tokens"), (16, 64, "16-63 tokens"), (64, 256, "64-255 tokens"), (256, 10**12, "256+ tokens"))
+#: Buckets of pair recall, by the pair's longest fragment (the recall targets are set per bucket).
+PAIR_BUCKETS = ((0, 8, "4-7 tokens"), (8, 16, "8-15 tokens"), (16, 10**12, "16+ tokens"))
 
 
 @dataclasses.dataclass
@@ -175,6 +180,22 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
         tiers[t][1] += 1
     fnd["row_precision_by_tier"] = {k: {"correct": v[0], "rows": v[1], "precision": round(v[0] / v[1], 4)} for k, v in sorted(tiers.items())}
     fnd["false_positives_by_kind"] = dict(sorted(Counter(_explain(p, truth, true_suspects) for p in predicted_pairs - true_pairs).items()))
+    longest: dict[tuple[str, str, str], int] = {}
+    for f in leaks:
+        key = (f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"])
+        longest[key] = max(longest.get(key, 0), f["tokens"])
+    by_pair: dict[str, list[int]] = {name: [0, 0] for _, _, name in PAIR_BUCKETS}
+    for key, tokens in longest.items():
+        name = next(n for lo, hi, n in PAIR_BUCKETS if lo <= tokens < hi)
+        by_pair[name][0] += int(key in predicted_pairs)
+        by_pair[name][1] += 1
+    fnd["pair_recall_by_length"] = {k: {"found": v[0], "pairs": v[1], "recall": round(v[0] / v[1], 4) if v[1] else None}
+                                    for k, v in by_pair.items()}
+    wrong_rows = [r for r in cross
+                  if (r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]) not in true_pairs]
+    fnd["hard_negative_findings"] = _hard_negative_findings(truth, wrong_rows)
+    fnd["false_pairs_by_location"] = dict(sorted(Counter(
+        _where(r, truth)[0] for r in {(r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"]): r for r in wrong_rows}.values()).items()))
     result["findings"] = fnd
 
     # ---- customers ---------------------------------------------------------------------------
@@ -186,6 +207,15 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
         "exposed": {**_pr(roles["exposed"], set(truth["exposed"])), "scored": present["notifications.csv"]},
         "recipient": {**_pr(roles["recipient"], set(truth["recipients"])), "scored": present["notifications.csv"]},
     }
+    result["customers"]["exposed_wrong"] = [
+        {"tenant_id": t, "findings": [_why(r, truth, true_suspects) for r in cross if r["source_tenant_id"] == t]}
+        for t in sorted(roles["exposed"] - set(truth["exposed"]))
+    ]
+    result["customers"]["exposed_missed"] = [
+        {"tenant_id": t, "fragments": [{"fragment_id": f["fragment_id"], "recipient_request_id": f["recipient_request_id"],
+                                        "tokens": f["tokens"], "damage": f["damage"]} for f in leaks if f["source_tenant_id"] == t]}
+        for t in sorted(set(truth["exposed"]) - roles["exposed"])
+    ]
 
     # ---- quarantine --------------------------------------------------------------------------
     expected = truth.get("quarantine", {}).get("expected")
@@ -225,6 +255,74 @@ def _explain(pair: tuple[str, str, str], truth: dict[str, Any], suspects: set[tu
         if h["kind"] == "own_prompt_quote" and (h.get("request_id"), h.get("tenant_id")) == rec:
             return "own_prompt_quote"
     return "not_a_suspect" if rec not in suspects else "unexplained"
+
+
+def _overlaps(a: int | None, b: int | None, start: int, end: int) -> bool:
+    """Whether the reported span [a, b) overlaps [start, end); a row without a span overlaps everything."""
+    return a is None or b is None or (a < end and start < b)
+
+
+def _hard_negative_findings(truth: dict[str, Any], wrong_rows: list[dict[str, str]]) -> dict[str, Any]:
+    """Per kind of labelled hard negative: how many drew a wrong cross-tenant finding on their own text.
+
+    A finding is on a hard negative when its recipient request is the negative's and its reported
+    response span overlaps the negative's (rows without spans count wherever they are); on a
+    later-prompt-only negative, when it names the tenant of the later request (the trap: text only
+    a later prompt holds; other overlaps of that garbage text are chance, counted as such).
+    """
+    by_recipient: dict[str, list[dict[str, str]]] = {}
+    for r in wrong_rows:
+        by_recipient.setdefault(r["recipient_request_id"], []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for h in truth["hard_negatives"]:
+        kind = h["kind"]
+        if kind == "own_prompt_quote":
+            rec, start, end = h["request_id"], h["response_start"], h["response_end"]
+        else:
+            rec, start, end = h["recipient_request_id"], h["recipient_start"], h["recipient_end"]
+        hits = [r for r in by_recipient.get(rec, [])
+                if (r["source_tenant_id"] == h.get("later_tenant_id") if kind == "later_prompt_only"
+                    else _overlaps(_int(r.get("recipient_start")), _int(r.get("recipient_end")), start, end))]
+        entry = out.setdefault(kind, {"labelled": 0, "with_findings": 0, "findings": 0})
+        entry["labelled"] += 1
+        entry["with_findings"] += int(bool(hits))
+        entry["findings"] += len(hits)
+    total = {"labelled": sum(v["labelled"] for v in out.values()), "with_findings": sum(v["with_findings"] for v in out.values()),
+             "findings": sum(v["findings"] for v in out.values())}
+    return {"by_kind": dict(sorted(out.items())), "total": total}
+
+
+def _where(row: dict[str, str], truth: dict[str, Any]) -> tuple[str, str | None]:
+    """Where a wrong finding's recipient span lies: in which labelled passage of the response, if any.
+
+    Returns (location, fragment or hard-negative id): ``leak_of_another_tenant`` (a real leak whose
+    text the named tenant also holds), ``self_tenant`` / ``shared_boilerplate`` (a labelled hard
+    negative), ``later_prompt_only`` (the finding names the tenant whose later prompt holds the
+    passage), ``not_a_suspect``, or ``outside_fragments`` (the garbage text around the fragments,
+    a later-prompt passage included when another tenant is named: a chance overlap).
+    """
+    rec = row["recipient_request_id"]
+    a, b = _int(row.get("recipient_start")), _int(row.get("recipient_end"))
+    for f in truth["fragments"]:
+        if f["recipient_request_id"] == rec and _overlaps(a, b, f["recipient_start"], f["recipient_end"]):
+            return ("leak_of_another_tenant" if f["is_leak"] else f["label"]), f["fragment_id"]
+    for h in truth["hard_negatives"]:
+        if (h["kind"] == "later_prompt_only" and h["recipient_request_id"] == rec and row["source_tenant_id"] == h.get("later_tenant_id")):
+            return "later_prompt_only", h.get("later_request_id")
+    if rec not in {s["request_id"] for s in truth["suspects"]}:
+        return "not_a_suspect", None
+    return "outside_fragments", None
+
+
+def _why(row: dict[str, str], truth: dict[str, Any], suspects: set[str]) -> dict[str, Any]:
+    """One finding that named a wrongly exposed customer, and why it is wrong."""
+    where, ref = _where(row, truth)
+    return {"recipient_request_id": row["recipient_request_id"], "source_request_id": row.get("source_request_id"),
+            "tier": row.get("tier") or None, "tier_rule": (row.get("tier_rule") or "").split(":")[0] or None,
+            "matched_tokens": _int(row.get("matched_tokens")), "recipient_start": _int(row.get("recipient_start")),
+            "recipient_end": _int(row.get("recipient_end")),
+            "explained_as": _explain((row["recipient_request_id"], row["recipient_tenant_id"], row["source_tenant_id"]), truth, suspects),
+            "where": where, "ref": ref}
 
 
 def build_report_from_truth(truth: dict[str, Any], folder: Path) -> None:

@@ -92,3 +92,58 @@ def test_cli_evaluate_and_simulate_exit_codes(truth_file: Path, tmp_path: Path, 
     assert exc.value.code == 2
     assert "not empty" in capsys.readouterr().err
     assert app is not None
+
+
+def test_pair_recall_by_length_hard_negative_hits_and_wrong_customers(truth_file: Path, tmp_path: Path) -> None:
+    truth = json.loads(truth_file.read_text())
+    build_report_from_truth(truth, tmp_path)
+    perfect = evaluate(truth_file, tmp_path).to_json()
+    f = perfect["findings"]
+    assert set(f["pair_recall_by_length"]) == {"4-7 tokens", "8-15 tokens", "16+ tokens"}
+    assert all(v["recall"] in (1.0, None) for v in f["pair_recall_by_length"].values())
+    assert sum(v["pairs"] for v in f["pair_recall_by_length"].values()) == f["truth"]
+    assert f["hard_negative_findings"]["total"]["with_findings"] == 0
+    assert f["hard_negative_findings"]["total"]["labelled"] == len(truth["hard_negatives"])
+    assert f["false_pairs_by_location"] == {}
+    assert perfect["customers"]["exposed_wrong"] == perfect["customers"]["exposed_missed"] == []
+
+    # Drop the evidence of every pair whose longest fragment is 16 tokens or more: only that bucket's recall falls.
+    leaks = [x for x in truth["fragments"] if x["is_leak"]]
+    longest: dict[tuple[str, str], int] = {}
+    for x in leaks:
+        key = (x["recipient_request_id"], x["source_tenant_id"])
+        longest[key] = max(longest.get(key, 0), x["tokens"])
+    with open(tmp_path / "evidence.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    kept = [rows[0]] + [r for r in rows[1:] if longest[(r[1], r[4])] < 16]
+    # Wrong findings: one on a shared-boilerplate quote, one naming a later prompt's tenant, one in the garbage text.
+    boiler = next(h for h in truth["hard_negatives"] if h["kind"] == "shared_boilerplate")
+    later = next(h for h in truth["hard_negatives"] if h["kind"] == "later_prompt_only")
+    kept.append(["W1", boiler["recipient_request_id"], boiler["recipient_tenant_id"], "r-x", "tenant-common", "prompt", "probable",
+                 80, 9, boiler["recipient_start"], boiler["recipient_start"] + 30, 0, 30, 0.8])
+    kept.append(["W2", later["recipient_request_id"], later["recipient_tenant_id"], later["later_request_id"], later["later_tenant_id"],
+                 "prompt", "probable", 90, 20, 0, 5, 0, 5, 1.0])
+    with open(tmp_path / "evidence.csv", "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(kept)
+    gone = sorted({src for (_, src), n in longest.items() if n >= 16} - {src for (_, src), n in longest.items() if n < 16})
+    assert gone
+    with open(tmp_path / "notifications.csv", "w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["tenant_id", "role"])
+        for t in sorted(set(truth["exposed"]) - set(gone)) + ["tenant-common"]:
+            w.writerow([t, "exposed"])
+    data = evaluate(truth_file, tmp_path).to_json()
+    by_len = data["findings"]["pair_recall_by_length"]
+    assert by_len["16+ tokens"]["found"] == 0 and by_len["16+ tokens"]["pairs"] > 0
+    assert all(v["recall"] in (1.0, None) for k, v in by_len.items() if k != "16+ tokens")
+    hn = data["findings"]["hard_negative_findings"]["by_kind"]
+    assert hn["shared_boilerplate"]["with_findings"] == 1 and hn["later_prompt_only"]["with_findings"] == 1
+    assert data["findings"]["hard_negative_findings"]["total"]["with_findings"] == 2
+    # W2 names the tenant whose later prompt holds the passage: that trap, wherever its span is
+    assert data["findings"]["false_pairs_by_location"] == {"later_prompt_only": 1, "shared_boilerplate": 1}
+    wrong = data["customers"]["exposed_wrong"]
+    assert [w["tenant_id"] for w in wrong] == ["tenant-common"]
+    assert wrong[0]["findings"][0]["where"] == "shared_boilerplate" and wrong[0]["findings"][0]["tier"] == "probable"
+    assert [m["tenant_id"] for m in data["customers"]["exposed_missed"]] == gone
+    assert all(max(x["tokens"] for x in m["fragments"]) >= 16 for m in data["customers"]["exposed_missed"])
+    assert data["customers"]["exposed"]["precision"] < 1.0

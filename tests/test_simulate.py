@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import json
 import re
@@ -16,7 +18,8 @@ from forensics.config import load_case_file
 from forensics.errors import ForensicsError
 from forensics.schema import render_messages
 from forensics.simulate import simulate
-from forensics.simulate.mechanism import SCALES, Exchange, Simulation
+from forensics.simulate.mechanism import SCALES, Exchange, Scale, Simulation
+from forensics.simulate import text as tx
 from forensics.simulate.text import load_corpus
 from forensics.simulate.writers import open_text
 
@@ -289,9 +292,9 @@ def test_corpus_text_is_used_and_partitioned(tmp_path: Path) -> None:
     assert any(wiki[:40] in r["prompt"] for r in rows.values()) or truth["counts"]["leak_fragments"] > 0
 
 
-def _run_in_memory(seed: int, corpus: Path | None = None) -> tuple[Simulation, dict[str, dict[str, Any]]]:
-    """A small simulation without files: the exchanges as the gateway logs them (lost request lines left out)."""
-    sim = Simulation(seed, SCALES["small"], load_corpus(corpus) if corpus else None)
+def _run_in_memory(seed: int, corpus: Path | None = None, scale: Scale = SCALES["small"]) -> tuple[Simulation, dict[str, dict[str, Any]]]:
+    """A simulation without files: the exchanges as the gateway logs them (lost request lines left out)."""
+    sim = Simulation(seed, scale, load_corpus(corpus) if corpus else None)
     rows: dict[str, dict[str, Any]] = {}
 
     def keep(ex: Exchange) -> None:
@@ -368,3 +371,132 @@ def test_corpus_duplicates_stay_with_one_tenant() -> None:
     """Real corpora repeat passages across documents: the truth still holds on what the logs show."""
     sim, rows = _run_in_memory(3, CORPORA)
     check_truth_against_logs(sim, rows, 3)
+
+
+# ---- the realistic scale -----------------------------------------------------------------------
+
+def test_realistic_scale_is_big_varied_and_scaled_down() -> None:
+    spec = SCALES["realistic"]
+    assert spec.realistic and spec.tenants >= 200
+    # The arrival process yields about two thirds of ``requests`` (quiet night hours): 15,000 or more.
+    assert spec.requests * 0.66 >= 15000
+    assert (spec.ceiling, spec.advertised) == (8192, 16384)  # the small scale's pool: prompts stay small
+    mix = spec.fragment_mix
+    assert mix is not None and min(lo for lo, _, _ in mix) == 4 and max(hi for _, hi, _ in mix) == 400
+    assert dict(((lo, hi), w) for lo, hi, w in mix)[(8, 15)] >= 0.3  # many short fragments: recall by length is measurable
+    for name in ("small", "medium", "large"):
+        assert not SCALES[name].realistic and SCALES[name].fragment_mix is None
+
+
+def test_realistic_scale_needs_a_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ForensicsError, match="needs a corpus") as exc:
+        simulate(tmp_path / "r", scale="realistic")
+    assert "--corpus" in str(exc.value)
+    assert not (tmp_path / "r").exists()
+    from forensics.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["simulate", "--out", str(tmp_path / "r"), "--scale", "realistic", "--quiet"])
+    assert stop.value.code == 2 and "--corpus" in capsys.readouterr().err
+
+
+#: The realistic scale's code on fewer tenants and requests (the full scale takes ~25 s to generate).
+REDUCED_REALISTIC = dataclasses.replace(SCALES["realistic"], tenants=40, requests=2500)
+
+
+@pytest.fixture(scope="module")
+def realistic() -> tuple[Simulation, dict[str, dict[str, Any]]]:
+    if not CORPORA.is_dir():
+        pytest.skip("shared corpora folder absent (only on the team's machine)")
+    return _run_in_memory(2, CORPORA, REDUCED_REALISTIC)
+
+
+def test_realistic_truth_holds_in_the_logs(realistic: tuple[Simulation, dict[str, dict[str, Any]]]) -> None:
+    sim, rows = realistic
+    kinds = collections.Counter(h["kind"] for h in sim.truth["hard_negatives"])
+    assert {"shared_boilerplate", "self_tenant", "own_prompt_quote", "later_prompt_only"} <= set(kinds), kinds
+    check_truth_against_logs(sim, rows, 2)
+
+
+def test_realistic_fragments_span_short_to_long(realistic: tuple[Simulation, dict[str, dict[str, Any]]]) -> None:
+    sim, _ = realistic
+    tokens = [f["tokens"] for f in sim.truth["fragments"] if f["is_leak"]]
+    assert 4 <= min(tokens) and max(tokens) <= 400 and max(tokens) >= 64
+    assert sum(8 <= t <= 15 for t in tokens) >= 0.2 * len(tokens)
+    assert sum(t >= 16 for t in tokens) >= 0.4 * len(tokens)
+
+
+def test_realistic_traffic_shares_templates_and_popular_passages(realistic: tuple[Simulation, dict[str, dict[str, Any]]]) -> None:
+    sim, rows = realistic
+    tenants = sim.tenants
+    # The same system prompt copied whole by several tenants; templates filled in with different values.
+    copied = collections.Counter(t.system_prompt for t in tenants if t.system_shared)
+    assert copied and copied.most_common(1)[0][1] >= 3
+    filled = [t.system_prompt for t in tenants if not t.system_shared]
+    assert len(set(filled)) == len(filled) >= 10
+    # Forms: one template, many tenants, different values.
+    forms = collections.Counter(t.form for t in tenants if t.form is not None)
+    assert forms.most_common(1)[0][1] >= 3
+    title = tx.FORMS[forms.most_common(1)[0][0]][0] + "\n"
+    senders = {r["tenant"] for r in rows.values() if title in r["prompt"]}
+    assert len(senders) >= 3
+    # Popular quotes and code, each pasted by a group of tenants.
+    assert any(n.startswith("popular_code_") for _, n in sim.popular) and any(n.startswith("popular_quote_") for _, n in sim.popular)
+    holders = {n: {r["tenant"] for r in rows.values() if text in r["prompt"]} for text, n in sim.popular}
+    assert max(len(h) for h in holders.values()) >= 5
+    assert any("popular_" in f.get("shared_text", "") for f in sim.truth["fragments"] if f["label"] == "shared_boilerplate")
+
+
+def test_realistic_text_is_real_and_garbage_is_fresh(realistic: tuple[Simulation, dict[str, dict[str, Any]]]) -> None:
+    sim, rows = realistic
+    suspect_ids = {s["request_id"] for s in sim.truth["suspects"]}
+    answers = {a[:60] for t in sim.tenants for a in t.answers}
+    ordinary = [r["response"] for rid, r in rows.items() if rid not in suspect_ids and r["response"]][:300]
+    assert sum(any(a in resp for a in answers) for resp in ordinary) >= 30  # answers are the tenants' corpus answers
+    # Garbage decoding emits natural sentences no tenant owns, each once.
+    assert sim.reserve is not None
+    used = sim.reserve.sentences[: sim._sentence_at] if sim._sentence_at else []
+    suspects = [rows[rid]["response"] for rid in suspect_ids]
+    assert len(used) >= 50 and all(sum(s in resp for resp in suspects) <= 1 for s in used[:200])
+
+
+def test_garbage_and_popular_passages_share_no_long_run_with_owned_text() -> None:
+    owned_text = ("The committee approved the budget for the new library on the corner of Elm Street after a long debate "
+                  "about parking spaces and opening hours.")
+    owned = tx.token_runs([owned_text])
+    reserved = [
+        "Nobody expected the river to freeze that early in October. " + owned_text + " Then everyone went home.",
+        "```python\n" + "\n".join(f"def step_{i}(x):\n    return x + {i}" for i in range(8)) + "\n```",
+        "A short remark about the weather. It rained all day, and the gardens were grateful for it.",
+    ]
+    r = tx.reserve_material(reserved, n_quotes=0, n_code=1, owned=owned)
+    assert len(r.code) == 1 and r.quotes == []
+    assert "Nobody expected the river to freeze that early in October." in r.sentences
+    assert not any("committee approved" in s for s in r.sentences)  # a 12-token run of owned text: copied, left out
+    assert "It rained all day, and the gardens were grateful for it." in r.sentences
+    # stock wording: 8-token runs another owner also holds (here the first 80 characters)
+    stock = tx.stock_runs([(0, tx.token_hashes(owned_text)), (1, tx.token_hashes("x " + owned_text[:80]))])
+    assert tx.mostly_stock(owned_text[:60], stock) and not tx.mostly_stock(owned_text, stock)
+
+
+def _own_chars_plain(passage: str, phrases: tuple[str, ...]) -> int:
+    """own_chars by its definition: every k from 120 down, every phrase (what the bisection must equal)."""
+    text = passage
+    for phrase in phrases:
+        text = text.replace(phrase, "\0")
+    head = next((k for k in range(min(len(text), 120), 3, -1) if any(text[:k] in p for p in phrases)), 0)
+    text = text[head:]
+    tail = next((k for k in range(min(len(text), 120), 3, -1) if any(text[-k:] in p for p in phrases)), 0)
+    return sum(c.isalnum() for c in text[: len(text) - tail])
+
+
+def test_own_chars_bisection_equals_the_plain_definition() -> None:
+    import random
+
+    rng = random.Random(0)
+    phrases = tx.TEMPLATE_PHRASES
+    source = " ".join(phrases) + " Payment of EUR 12,000.00 is due \x01 odd " + " ".join(reversed(phrases))
+    for _ in range(3000):
+        a = rng.randrange(len(source))
+        passage = source[a : a + rng.randint(1, 300)]
+        assert tx.own_chars(passage) == _own_chars_plain(passage, phrases), passage

@@ -9,7 +9,10 @@
     truth.json            what really happened (schema below)
     README.md             how the folder was made and the command that regenerates it
 
-Same seed, scale, format, corpus and Faker version: byte-identical files.
+Same seed, scale, format, corpus and Faker version: byte-identical files. Scales: ``small``
+(scaled-down pool), ``medium`` and ``large`` (the real pool), ``realistic`` (scaled-down pool, 220
+tenants, some 15,000 requests of real text with shared templates and popular passages; needs
+``corpus``).
 
 truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every time UTC ``Z``:
 

@@ -10,6 +10,14 @@ limit, replaced by a one-token placeholder, "transferred", and the decode node g
 whatever stale pages the slot holds, so the answer weaves in (damaged) fragments of the previous
 occupants' prompts or responses. Outside the window the same engine rejects such prompts.
 
+The ``realistic`` scale (which needs a corpus) makes the traffic harder to read: real text in
+prompts and answers, system prompts copied whole by groups of tenants or filled in from shared
+templates, forms many tenants fill in with their own values, popular passages and code that
+groups of tenants paste, answers that often quote their own prompt, and garbage decoding that
+emits natural sentences no tenant sent, which overlap the tenants' text where natural language
+does (common phrases), never by a copied run of 12 tokens or more. Those chance overlaps are
+unlabelled on purpose: they are what a matcher must not take for leaks.
+
 Everything a later stage should find, and every trap it should not fall into, is recorded in
 the truth (see :mod:`forensics.simulate`).
 """
@@ -69,7 +77,7 @@ class Scale:
     #: Realistic traffic (needs a corpus): prompts and answers of real text, templates and popular passages
     #: that groups of tenants share, garbage decoding of natural sentences. Off for the original scales.
     realistic: bool = False
-    #: Fragment lengths as ((lowest, highest tokens), weight) buckets; None: the original mix.
+    #: Fragment lengths as (lowest, highest tokens, weight) buckets; None: the original mix.
     fragment_mix: tuple[tuple[int, int, float], ...] | None = None
 
 
@@ -84,9 +92,6 @@ SCALES: dict[str, Scale] = {
     "realistic": Scale("realistic", 8192, 16384, 220, 23000, 2, 4, 1, 3, 3, 12, 60, 0.045, 0.004, 0.004, 400, 600,
                        realistic=True, fragment_mix=((4, 7, 0.06), (8, 15, 0.34), (16, 63, 0.3), (64, 255, 0.2), (256, 400, 0.1))),
 }
-
-#: Scales whose text comes from a corpus (``--corpus``): they refuse to run without one.
-CORPUS_SCALES = tuple(name for name, sc in SCALES.items() if sc.realistic)
 
 
 def iso_z(t: float) -> str:
@@ -208,6 +213,7 @@ class Simulation:
         self.reserve: tx.Reserve | None = None  # realistic: corpus text no tenant owns
         self.popular: list[tuple[str, str]] = []  # realistic: (text, name) of passages groups of tenants paste
         self._sentences: list[str] = []
+        self._stock: Any = None  # realistic: token runs the texts of two or more owners hold (tx.stock_runs)
         self._sentence_at = 0
         self.article = self._article()
         self.tenants = self._tenants()
@@ -270,10 +276,15 @@ class Simulation:
                 # sentences a model emits when it decodes from garbage.
                 reserved = [self._corpus_item(k) for j, g in enumerate(groups) if j % 8 == 7 for k in g]
                 groups = [g for j, g in enumerate(groups) if j % 8 != 7]
-                owned = tx.token_runs([self.article] + [self._corpus_item(k) for g in groups for k in g])
-                self.reserve = tx.reserve_material(reserved, owned=owned)
+                # (owner, token hashes) of the text tenants send: their own items, the article all of them may
+                # send (-1), the popular passages of groups of them (-2, -3, ...).
+                owned = [(-1, tx.token_hashes(self.article))] + [(j % s.tenants, tx.token_hashes(self._corpus_item(k)))
+                                                                 for j, g in enumerate(groups) for k in g]
+                self.reserve = tx.reserve_material(reserved, owned=tx.token_runs([], hashes=[h for _, h in owned]))
                 self.popular = ([(q, f"popular_quote_{k}") for k, q in enumerate(self.reserve.quotes)]
                                 + [(c, f"popular_code_{k}") for k, c in enumerate(self.reserve.code)])
+                owned += [(-2 - k, tx.token_hashes(text)) for k, (text, _) in enumerate(self.popular)]
+                self._stock = tx.stock_runs(owned)
                 self._sentences = list(self.reserve.sentences)
                 self._rng("sentences").shuffle(self._sentences)
             for j, group in enumerate(groups):
@@ -474,7 +485,7 @@ class Simulation:
         q: dict[str, Any] | None = None
         while sum(len(p) + 1 for p in pieces) < target_chars:
             if quote and q is None and len(pieces) >= 2:
-                span = _pick_span(prompt.regions, rng, rng.randint(30, 120) * 4, prompt.text, phrases=self.phrases, own_share=self.own_share)
+                span = _pick_span(prompt.regions, rng, rng.randint(30, 120) * 4, prompt.text)
                 if span:
                     a, b = span
                     start = sum(len(p) + 1 for p in pieces) + 3  # after the joining space and the quote mark
@@ -494,7 +505,8 @@ class Simulation:
         quote_at = rng.randint(1, 3)
         while (have := sum(len(p) + 1 for p in pieces)) < target_chars:
             if quote and q is None and len(pieces) >= quote_at:
-                span = _pick_span(prompt.regions, rng, rng.randint(15, 120) * 4, prompt.text, phrases=self.phrases, own_share=self.own_share)
+                span = _pick_span(prompt.regions, rng, rng.randint(15, 120) * 4, prompt.text, phrases=self.phrases,
+                                  own_share=self.own_share, also=_not_stock(self._stock))
                 if span:
                     a, b = span
                     opener = rng.choice(('> "', 'As the document says, "', 'You wrote: "', '"'))
@@ -822,7 +834,8 @@ class Simulation:
                     src_text = occ.response_text
                     regions = [(min(40, len(src_text)), len(src_text), "private", "response")]
                 want = _fragment_tokens(rng, self.scale.fragment_mix)
-                span = _pick_span(regions, rng, round(want * cpt), src_text, phrases=self.phrases, own_share=self.own_share)
+                span = _pick_span(regions, rng, round(want * cpt), src_text, phrases=self.phrases, own_share=self.own_share,
+                                  also=_not_stock(self._stock))
                 if span is None:
                     continue
                 a, b = span
@@ -958,7 +971,8 @@ def _fragment_tokens(rng: random.Random, mix: tuple[tuple[int, int, float], ...]
 
 
 def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, chars: int, text: str,
-               own: bool = True, phrases: tuple[str, ...] = tx.TEMPLATE_PHRASES, own_share: float = 0.0) -> tuple[int, int] | None:
+               own: bool = True, phrases: tuple[str, ...] = tx.TEMPLATE_PHRASES, own_share: float = 0.0,
+               also: Callable[[str], bool] | None = None) -> tuple[int, int] | None:
     """A word-aligned span of about ``chars`` characters inside one private region.
 
     With ``own`` (the default) the span must carry at least ``tx.MIN_OWN_CHARS`` characters that are
@@ -966,7 +980,8 @@ def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, cha
     text that every tenant sends is nobody's leak, so a fragment of it would be wrongly labelled.
     ``own_share``: the least share of the passage's letters and digits that must be its own (the
     realistic scale fills its templates with words other tenants' values share, so a little own
-    text at the edge of a template is not enough).
+    text at the edge of a template is not enough). ``also``: a further check the passage must pass
+    (the realistic scale's: not mostly wording that other tenants' real text also holds).
     """
     cands = [(a, b) for a, b, k, _ in regions if k == "private" and b - a >= 16]
     if not cands:
@@ -974,7 +989,8 @@ def _pick_span(regions: list[tuple[int, int, str, str]], rng: random.Random, cha
     weights = [b - a for a, b in cands]
     for _ in range(4):
         span = _one_span(cands, weights, rng, chars, text)
-        if span is not None and (not own or _own_enough(text[span[0] : span[1]], phrases, own_share)):
+        if span is not None and (not own or (_own_enough(text[span[0] : span[1]], phrases, own_share)
+                                             and (also is None or also(text[span[0] : span[1]])))):
             return span
     return None
 
@@ -984,6 +1000,15 @@ def _own_enough(passage: str, phrases: tuple[str, ...], share: float) -> bool:
         return tx.own_chars(passage, phrases) >= tx.MIN_OWN_CHARS
     own = tx.own_chars(passage, phrases, edges_first=True)
     return own >= tx.MIN_OWN_CHARS and own >= share * sum(c.isalnum() for c in passage)
+
+
+def _not_stock(stock: Any) -> Callable[[str], bool] | None:
+    """A check that a passage is not mostly wording other owners also hold (realistic scale), or None.
+
+    Such a passage is common text (the same benchmark answer in several tenants' documents): no
+    one could say whose it is, so it is not made a leak (nor a self-tenant fragment or an own quote).
+    """
+    return None if stock is None else (lambda passage: not tx.mostly_stock(passage, stock))
 
 
 def _one_span(cands: list[tuple[int, int]], weights: list[int], rng: random.Random, chars: int, text: str) -> tuple[int, int] | None:

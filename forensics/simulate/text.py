@@ -7,6 +7,10 @@ document. A prompt is a pure function of (tenant pool, request seed, target leng
 simulator can rebuild any earlier prompt when it becomes a leak source instead of keeping it in
 memory (prompts can be megabytes).
 
+The realistic scale adds templates several customers share (system prompts, forms) and cuts the
+corpus text no tenant owns into popular passages and the sentences of garbage decoding
+(``reserve_material``).
+
 Faker date providers are avoided on purpose: they are relative to today and would break
 byte-identical output; dates come from the seeded ``random.Random`` instead.
 """
@@ -121,7 +125,7 @@ def _longest_piece(text: str, phrases: Sequence[str], head: bool) -> int:
     joined = _JOINED.get(key)
     if joined is None:
         joined = _JOINED.setdefault(key, "\x01".join(phrases))
-    if "\x01" in text:  # cannot happen with real text; keep the plain definition for it
+    if "\x01" in text:  # (a control character no real text holds) the plain definition
         return next((k for k in range(min(len(text), 120), 3, -1)
                      if any((text[:k] if head else text[-k:]) in p for p in phrases)), 0)
     lo, hi = 3, min(len(text), 120)  # the piece of length lo is inside (or lo is 3: none yet)
@@ -533,27 +537,67 @@ _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\n(.*?)```", re.S)
 COPIED_RUN = 12
 
 
-def token_runs(items: Sequence[str], k: int = COPIED_RUN) -> Any:
-    """Sorted hashes of every ``k``-token run of ``items`` (words as the matcher reads them: NFKC, case-folded)."""
+#: A passage half of whose runs of this many tokens other owners' text also holds is mostly stock
+#: wording, not anyone's own text (the tests' ATTRIBUTABLE_WORDS: the matcher needs 8 informative tokens).
+STOCK_RUN = 8
+
+
+def token_hashes(text: str) -> Any:
+    """Token hashes of ``text``, words as the matcher reads them (NFKC, case-folded, forensics.match.fingerprint)."""
+    from forensics.match.fingerprint import tokenize
+
+    return tokenize(text).hash
+
+
+def token_runs(items: Sequence[str], k: int = COPIED_RUN, hashes: Sequence[Any] | None = None) -> Any:
+    """Sorted hashes of every ``k``-token run of ``items`` (or of the precomputed ``hashes``)."""
     import numpy as np
 
-    from forensics.match.fingerprint import kgrams, tokenize
+    from forensics.match.fingerprint import kgrams
 
-    parts = [kgrams(tokenize(t).hash, k) for t in items]
+    parts = [kgrams(h, k) for h in (hashes if hashes is not None else [token_hashes(t) for t in items])]
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.uint64)
+
+
+def stock_runs(owned: Sequence[tuple[int, Any]], k: int = STOCK_RUN) -> Any:
+    """Sorted hashes of the ``k``-token runs that texts of two or more owners hold (``owned``: (owner, token hashes))."""
+    import numpy as np
+
+    from forensics.match.fingerprint import kgrams
+
+    grams, owners = [], []
+    for owner, h in owned:
+        g = np.unique(kgrams(h, k))
+        grams.append(g)
+        owners.append(np.full(len(g), owner, np.int64))
+    if not grams:
+        return np.zeros(0, np.uint64)
+    pairs = np.unique(np.stack([np.concatenate(grams).view(np.int64), np.concatenate(owners)], axis=1), axis=0)
+    keys, counts = np.unique(pairs[:, 0], return_counts=True)
+    return np.sort(keys[counts > 1].view(np.uint64))
+
+
+def _in_runs(text: str, runs: Any, k: int) -> Any:
+    import numpy as np
+
+    from forensics.match.fingerprint import kgrams
+
+    grams = kgrams(token_hashes(text), k)
+    if not len(grams) or not len(runs):
+        return np.zeros(len(grams), bool)
+    at = np.clip(np.searchsorted(runs, grams), 0, len(runs) - 1)
+    return runs[at] == grams
 
 
 def shares_run(text: str, runs: Any, k: int = COPIED_RUN) -> bool:
     """Whether ``text`` has a ``k``-token run whose hash is in ``runs`` (from ``token_runs``)."""
-    import numpy as np
+    return bool(_in_runs(text, runs, k).any())
 
-    from forensics.match.fingerprint import kgrams, tokenize
 
-    grams = kgrams(tokenize(text).hash, k)
-    if not len(grams) or not len(runs):
-        return False
-    at = np.clip(np.searchsorted(runs, grams), 0, len(runs) - 1)
-    return bool((runs[at] == grams).any())
+def mostly_stock(text: str, runs: Any, k: int = STOCK_RUN, share: float = 0.5) -> bool:
+    """Whether ``text`` has ``k``-token runs and at least ``share`` of them are in ``runs`` (from ``stock_runs``)."""
+    found = _in_runs(text, runs, k)
+    return bool(len(found)) and float(found.mean()) >= share
 
 
 def reserve_material(items: Sequence[str], n_quotes: int = 16, n_code: int = 10, owned: Any = None) -> Reserve:

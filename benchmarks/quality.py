@@ -1,0 +1,404 @@
+"""Benchmark: is the notification list right on realistic traffic? (about a minute per case on 2 cores)
+
+    python benchmarks/quality.py [--seeds 1,2,3] [--formats litellm,openai-split] [--corpus ../shared/corpora]
+                                 [--show-wrong 20] [--keep DIR] [--json]
+
+For every seed and gateway format: simulate the realistic incident (``forensics simulate --scale
+realistic``: 220 tenants, ~15,000 requests of real text with shared templates and popular
+passages, chance overlaps left in), run the whole pipeline on it in this process
+(``forensics.run.run``), and score the report against the simulator's truth
+(``forensics.evaluate.evaluate``). Then match the same case again with the old fixed rules
+(``[match] tiering = "rules"``, given as a match override) and report it beside the default; when
+the matcher does not know the ``tiering`` key, that row is marked unavailable.
+
+Printed per case and pooled over all cases (counts summed, then divided): suspects, exposed and
+recipient customers, (recipient request, source tenant) pairs, pair recall by the length of the
+pair's longest fragment, findings on labelled hard negatives by kind, the control sample's
+false-positive rate, the E-value calibration when match.json has a ``null`` section (observed vs
+expected false positives per rule; evidence.csv's ``expected_by_chance`` summed against the rows
+that are wrong), each wrongly exposed customer with why, and the time of each step. The targets
+are printed next to the figures.
+
+The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
+the benchmark says so and exits 0. Nothing is written outside a temporary folder (``--keep DIR``
+keeps the simulated incidents and reports there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from forensics.errors import ConfigError  # noqa: E402
+
+#: (what, threshold, higher is better); the issue's targets for the notification list.
+TARGETS = {
+    "exposed_precision": 0.98,
+    "exposed_recall": 0.98,
+    "pair_precision": 0.98,
+    "pair_recall_16+": 0.98,
+    "pair_recall_8-15": 0.90,
+    "hard_negative_findings": 0,
+}
+BUCKETS = (("4-7", "4-7 tokens"), ("8-15", "8-15 tokens"), ("16+", "16+ tokens"))
+OLD_RULES = {"tiering": "rules"}
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _fmt(v: float | None, width: int = 5) -> str:
+    return f"{'n/a':>{width}}" if v is None else f"{v:>{width}.3f}"
+
+
+def _null_section(match_json: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Observed vs expected false positives per rule from match.json's ``null`` section, or None when absent.
+
+    The section's layout is the sibling work's: any object in it (at any depth) holding both
+    ``observed_false_positives`` and ``expected_false_positives`` is one rule, named by its path.
+    """
+    null = match_json.get("null")
+    if not isinstance(null, dict):
+        return None
+    rules: list[dict[str, Any]] = []
+
+    def walk(obj: Any, path: list[str]) -> None:
+        if isinstance(obj, dict):
+            if "observed_false_positives" in obj and "expected_false_positives" in obj:
+                rules.append({"rule": "/".join(path) or "all", "observed": obj["observed_false_positives"],
+                              "expected": obj["expected_false_positives"]})
+                return
+            for k, v in sorted(obj.items()):
+                walk(v, path + [str(k)])
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                name = v.get("rule") or v.get("name") if isinstance(v, dict) else None
+                walk(v, path + [str(name if name is not None else i)])
+
+    walk(null, [])
+    return rules
+
+
+def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
+    """evidence.csv's ``expected_by_chance`` summed over the cross-tenant rows, against the rows that are wrong."""
+    path = report_dir / "evidence.csv"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "expected_by_chance" not in (reader.fieldnames or []):
+            return None
+        rows = [r for r in reader if r.get("relation", "cross_tenant") == "cross_tenant"
+                and r["source_tenant_id"] != r["recipient_tenant_id"]]
+    true_pairs = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
+    expected = 0.0
+    for r in rows:
+        try:
+            expected += float(r["expected_by_chance"] or 0)
+        except ValueError:
+            pass
+    wrong = sum((r["recipient_request_id"], r["source_tenant_id"]) not in true_pairs for r in rows)
+    return {"rows": len(rows), "expected_by_chance": round(expected, 4), "wrong_rows": wrong}
+
+
+def score(ev: dict[str, Any], truth: dict[str, Any], report_dir: Path, seconds: float) -> dict[str, Any]:
+    """The figures of one scored report (counts kept, so that cases can be pooled)."""
+    f, c = ev["findings"], ev["customers"]
+    match_json = json.loads((report_dir / "match.json").read_text(encoding="utf-8"))
+    hn = f["hard_negative_findings"]
+    return {
+        "seconds": round(seconds, 1),
+        "tiering": match_json.get("parameters", {}).get("tiering"),
+        "suspects": {k: ev["suspects"][k] for k in ("truth", "predicted", "true_positives", "precision", "recall")},
+        "exposed": {k: c["exposed"][k] for k in ("truth", "predicted", "true_positives", "precision", "recall")},
+        "recipients": {k: c["recipient"][k] for k in ("truth", "predicted", "true_positives", "precision", "recall")},
+        "pairs": {k: f[k] for k in ("truth", "predicted", "true_positives", "precision", "recall")},
+        "pair_recall_by_length": {short: f["pair_recall_by_length"][name] for short, name in BUCKETS},
+        "fragment_recall_by_length": f["fragment_recall_by_length"],
+        "fragments_located": f["fragments_located"],
+        "row_precision_by_tier": f["row_precision_by_tier"],
+        "hard_negative_findings": {k: v["with_findings"] for k, v in hn["by_kind"].items()},
+        "hard_negatives_labelled": {k: v["labelled"] for k, v in hn["by_kind"].items()},
+        "false_pairs_by_location": f["false_pairs_by_location"],
+        "false_positives_by_kind": f["false_positives_by_kind"],
+        "control": {k: match_json.get("control", {}).get(k) for k in ("size", "responses_with_findings", "false_positive_rate")},
+        "null": _null_section(match_json),
+        "expected_by_chance": _expected_by_chance(report_dir, truth),
+        "exposed_wrong": [{"tenant_id": w["tenant_id"], "why": _why_line(w["findings"])} for w in c["exposed_wrong"]],
+        "exposed_missed": [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]]}
+                           for m in c["exposed_missed"]],
+    }
+
+
+WHERE = {"outside_fragments": "chance overlap in garbage text", "leak_of_another_tenant": "inside another tenant's leak",
+         "not_a_suspect": "on a non-suspect", "shared_boilerplate": "on a labelled shared-boilerplate quote",
+         "self_tenant": "on a labelled own-tenant fragment", "later_prompt_only": "names the tenant of a later prompt"}
+
+
+def _why_line(findings: list[dict[str, Any]]) -> str:
+    """One line on why a customer was wrongly named exposed: where the findings' spans lie, by rule and size."""
+    by_where: dict[str, dict[str, list[int]]] = {}
+    for x in findings:
+        rules = by_where.setdefault(WHERE.get(x["where"], x["where"]), {})
+        rules.setdefault(x["tier_rule"] or x["tier"] or "?", []).append(x["matched_tokens"] or 0)
+    parts = []
+    for where, rules in sorted(by_where.items()):
+        n = sum(len(v) for v in rules.values())
+        detail = ", ".join(f"{rule} x{len(t)} ({min(t)}-{max(t)} tokens)" if min(t) != max(t) else f"{rule} x{len(t)} ({t[0]} tokens)"
+                           for rule, t in sorted(rules.items()))
+        parts.append(f"{where}: {n} finding{'s' if n > 1 else ''} [{detail}]")
+    return "; ".join(parts) or "no evidence row names it"
+
+
+def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
+    """Simulate, run, evaluate; then match again with the old rules and evaluate that."""
+    from forensics import api
+    from forensics.evaluate import evaluate
+    from forensics.report import report
+    from forensics.run import run
+    from forensics.simulate import simulate
+
+    sim = work / "sim"
+    t0 = time.perf_counter()
+    simulated = simulate(sim, seed=seed, scale="realistic", fmt=fmt, corpus=corpus, force=True)
+    t_sim = time.perf_counter() - t0
+    truth = json.loads((sim / "truth.json").read_text(encoding="utf-8"))
+    out: dict[str, Any] = {"seed": seed, "format": fmt, "simulate_seconds": round(t_sim, 1),
+                           "counts": {k: simulated.counts.get(k) for k in ("tenants", "requests", "suspects", "leak_fragments",
+                                                                           "finding_pairs", "hard_negatives", "bytes")}}
+    t0 = time.perf_counter()
+    result = run(sim / "case.toml", work / "report")
+    t_run = time.perf_counter() - t0
+    report_dir = Path(result.report.report_dir)
+    t0 = time.perf_counter()
+    ev = evaluate(sim / "truth.json", report_dir).to_json()
+    t_eval = time.perf_counter() - t0
+    out["stages"] = {s["stage"]: s["seconds"] for s in result.stages}
+    out["evaluate_seconds"] = round(t_eval, 1)
+    out["default"] = score(ev, truth, report_dir, t_run)
+    try:
+        t0 = time.perf_counter()
+        api.match(result.case_dir, result.config, overrides=dict(OLD_RULES))
+        rules_report = report(result.case_dir, result.config, work / "report-rules")
+        rules_dir = Path(rules_report.report_dir)
+        ev_rules = evaluate(sim / "truth.json", rules_dir).to_json()
+        out["rules"] = score(ev_rules, truth, rules_dir, time.perf_counter() - t0)
+    except ConfigError as exc:
+        if "unknown key" not in str(exc):
+            raise
+        out["rules"] = None
+        out["rules_unavailable"] = f"the matcher refused [match] tiering = \"rules\" ({exc.message})"
+    return out
+
+
+def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
+    """Counts summed over the cases, ratios recomputed."""
+    rows = [c[row] for c in cases if c.get(row)]
+    if not rows:
+        return None
+    pooled: dict[str, Any] = {"cases": len(rows)}
+    for key in ("suspects", "exposed", "recipients", "pairs"):
+        tp = sum(r[key]["true_positives"] for r in rows)
+        pred = sum(r[key]["predicted"] for r in rows)
+        tru = sum(r[key]["truth"] for r in rows)
+        pooled[key] = {"truth": tru, "predicted": pred, "true_positives": tp, "precision": _ratio(tp, pred), "recall": _ratio(tp, tru)}
+    pooled["pair_recall_by_length"] = {}
+    for short, _ in BUCKETS:
+        found = sum(r["pair_recall_by_length"][short]["found"] for r in rows)
+        pairs = sum(r["pair_recall_by_length"][short]["pairs"] for r in rows)
+        pooled["pair_recall_by_length"][short] = {"found": found, "pairs": pairs, "recall": _ratio(found, pairs)}
+    for key in ("hard_negative_findings", "hard_negatives_labelled", "false_pairs_by_location"):
+        acc: dict[str, int] = {}
+        for r in rows:
+            for k, v in r[key].items():
+                acc[k] = acc.get(k, 0) + v
+        pooled[key] = dict(sorted(acc.items()))
+    nulls = [r["null"] for r in rows if r["null"] is not None]
+    if nulls:
+        acc2: dict[str, list[float]] = {}
+        for rules in nulls:
+            for rule in rules:
+                a = acc2.setdefault(rule["rule"], [0.0, 0.0])
+                a[0] += float(rule["observed"] or 0)
+                a[1] += float(rule["expected"] or 0)
+        pooled["null"] = [{"rule": k, "observed": v[0], "expected": round(v[1], 4)} for k, v in sorted(acc2.items())]
+    else:
+        pooled["null"] = None
+    chance = [r["expected_by_chance"] for r in rows if r["expected_by_chance"]]
+    pooled["expected_by_chance"] = ({"rows": sum(x["rows"] for x in chance), "wrong_rows": sum(x["wrong_rows"] for x in chance),
+                                     "expected_by_chance": round(sum(x["expected_by_chance"] for x in chance), 4)} if chance else None)
+    pooled["seconds"] = round(sum(r["seconds"] for r in rows), 1)
+    return pooled
+
+
+def checks(p: dict[str, Any]) -> dict[str, bool | None]:
+    """Which targets a (pooled) row meets."""
+    hn = sum(p["hard_negative_findings"].values())
+    return {
+        "exposed_precision": None if p["exposed"]["precision"] is None else p["exposed"]["precision"] >= TARGETS["exposed_precision"],
+        "exposed_recall": None if p["exposed"]["recall"] is None else p["exposed"]["recall"] >= TARGETS["exposed_recall"],
+        "pair_precision": None if p["pairs"]["precision"] is None else p["pairs"]["precision"] >= TARGETS["pair_precision"],
+        "pair_recall_16+": (None if p["pair_recall_by_length"]["16+"]["recall"] is None
+                            else p["pair_recall_by_length"]["16+"]["recall"] >= TARGETS["pair_recall_16+"]),
+        "pair_recall_8-15": (None if p["pair_recall_by_length"]["8-15"]["recall"] is None
+                             else p["pair_recall_by_length"]["8-15"]["recall"] >= TARGETS["pair_recall_8-15"]),
+        "hard_negative_findings": hn <= TARGETS["hard_negative_findings"],
+    }
+
+
+HEADER = (f"{'case':<22}{'matcher':<9}{'suspects P/R':>14}{'exposed P/R':>14}{'recipients P/R':>16}{'pairs P/R':>14}"
+          f"{'pairs':>11}{'rec 4-7':>9}{'rec 8-15':>10}{'rec 16+':>9}{'hard neg':>10}{'control FP':>12}{'seconds':>9}")
+
+
+def _row(name: str, label: str, r: dict[str, Any]) -> str:
+    pr = lambda d: f"{_fmt(d['precision'])}/{_fmt(d['recall'])}"  # noqa: E731
+    hn = sum(r["hard_negative_findings"].values())
+    control = r.get("control", {}).get("false_positive_rate") if r.get("control") else None
+    return (f"{name:<22}{label:<9}{pr(r['suspects']):>14}{pr(r['exposed']):>14}{pr(r['recipients']):>16}{pr(r['pairs']):>14}"
+            f"{str(r['pairs']['true_positives']) + '/' + str(r['pairs']['predicted']):>11}"
+            f"{_fmt(r['pair_recall_by_length']['4-7']['recall']):>9}{_fmt(r['pair_recall_by_length']['8-15']['recall']):>10}"
+            f"{_fmt(r['pair_recall_by_length']['16+']['recall']):>9}{hn:>10}{_fmt(control, 12) if control is not None else '':>12}"
+            f"{r['seconds']:>9.1f}")
+
+
+def _target_row() -> str:
+    t = TARGETS
+    return (f"{'target':<22}{'':<9}{'':>14}{'>=' + str(t['exposed_precision']) + '/>=' + str(t['exposed_recall']):>14}{'':>16}"
+            f"{'>=' + str(t['pair_precision']) + '/    ':>14}{'':>11}{'':>9}{'>=' + str(t['pair_recall_8-15']):>10}"
+            f"{'>=' + str(t['pair_recall_16+']):>9}{'0':>10}{'':>12}{'':>9}")
+
+
+def _calibration_lines(r: dict[str, Any]) -> list[str]:
+    lines = []
+    if r["null"] is None:
+        lines.append("    E-value calibration: n/a (match.json has no null section)")
+    else:
+        lines.append("    E-value calibration (observed vs expected false positives): "
+                     + ", ".join(f"{x['rule']} {x['observed']} vs {float(x['expected'] or 0):.2f}" for x in r["null"]))
+    ebc = r["expected_by_chance"]
+    if ebc is None:
+        lines.append("    expected_by_chance: n/a (evidence.csv has no expected_by_chance column)")
+    else:
+        lines.append(f"    expected_by_chance summed over {ebc['rows']} cross-tenant rows: {ebc['expected_by_chance']:.2f}; "
+                     f"rows wrong per truth: {ebc['wrong_rows']}")
+    return lines
+
+
+def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong: int) -> None:
+    """The human-readable tables (the command line was printed when the run began)."""
+    print("\nrealistic scale: " + "; ".join(
+        f"seed {c['seed']} {c['format']}: {c['counts']['tenants']} tenants, {c['counts']['requests']:,} requests, "
+        f"{c['counts']['suspects']} suspects, {c['counts']['leak_fragments']} leak fragments in {c['counts']['finding_pairs']} pairs, "
+        f"{c['counts']['hard_negatives']} labelled hard negatives" for c in cases))
+    print("\npairs = (recipient request, source tenant); rec 4-7/8-15/16+ = pair recall by the pair's longest fragment;")
+    print("hard neg = labelled hard negatives that drew a wrong cross-tenant finding; P/R = precision/recall\n")
+    print(HEADER)
+    for c in cases:
+        name = f"seed {c['seed']} {c['format']}"
+        print(_row(name, "default", c["default"]))
+        if c.get("rules"):
+            print(_row("", "rules", c["rules"]))
+        else:
+            print(f"{'':<22}{'rules':<9}  unavailable: {c.get('rules_unavailable', 'not run')}")
+    for label in ("default", "rules"):
+        if pooled.get(label):
+            print(_row("pooled", label, pooled[label]))
+        elif label == "rules":
+            print(f"{'pooled':<22}{'rules':<9}  unavailable (no case could run the old rules)")
+    print(_target_row())
+    for label in ("default", "rules"):
+        p = pooled.get(label)
+        if not p:
+            continue
+        ok = checks(p)
+        print(f"\npooled {label}: targets " + ", ".join(f"{k} {'met' if v else 'MISSED' if v is not None else 'n/a'}" for k, v in ok.items()))
+        print(f"    hard-negative findings by kind: " + ", ".join(
+            f"{k} {p['hard_negative_findings'].get(k, 0)}/{n}" for k, n in p["hard_negatives_labelled"].items()))
+        print(f"    false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in p["false_pairs_by_location"].items()) or "none"))
+        for line in _calibration_lines(p):
+            print(line)
+    for c in cases:
+        print(f"\nseed {c['seed']} {c['format']}: simulate {c['simulate_seconds']:.1f} s, run {c['default']['seconds']:.1f} s ("
+              + ", ".join(f"{k} {v:.1f}" for k, v in c["stages"].items()) + f"), evaluate {c['evaluate_seconds']:.1f} s"
+              + (f", old rules (match + report + evaluate) {c['rules']['seconds']:.1f} s" if c.get("rules") else ""))
+        for label in ("default", "rules"):
+            r = c.get(label)
+            if not r:
+                continue
+            frag = r["fragment_recall_by_length"]
+            print(f"  {label}: fragment recall by length " + ", ".join(f"{k} {v['found']}/{v['fragments']}" for k, v in frag.items())
+                  + f"; tiers (rows correct/rows) " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in r["row_precision_by_tier"].items()))
+            print(f"    hard-negative findings by kind: " + ", ".join(
+                f"{k} {r['hard_negative_findings'].get(k, 0)}/{n}" for k, n in r["hard_negatives_labelled"].items()))
+            for line in _calibration_lines(r):
+                print(line)
+            wrong = r["exposed_wrong"]
+            print(f"    wrongly exposed customers: {len(wrong)}" + (":" if wrong else ""))
+            for w in wrong[:show_wrong]:
+                print(f"      {w['tenant_id']}: {w['why']}")
+            if len(wrong) > show_wrong:
+                print(f"      ... and {len(wrong) - show_wrong} more (--show-wrong N, or --json)")
+            if r["exposed_missed"]:
+                print(f"    missed exposed customers: {len(r['exposed_missed'])}: " + "; ".join(
+                    f"{m['tenant_id']} (fragments of {', '.join(map(str, m['fragment_tokens']))} tokens)" for m in r["exposed_missed"]))
+
+
+def main() -> int:
+    """Run every case and print (or emit as JSON) the figures."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",") if x], default=[1, 2, 3])
+    ap.add_argument("--formats", type=lambda v: [x for x in v.split(",") if x], default=["litellm", "openai-split"])
+    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
+    ap.add_argument("--show-wrong", type=int, default=20, help="wrongly exposed customers listed per case and matcher")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the simulated incidents and reports in this folder")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    args = ap.parse_args()
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    if not args.corpus.is_dir():
+        print(f"$ {command}\ncorpus folder {args.corpus} not found: the realistic scale needs real text (--corpus DIR); nothing measured")
+        return 0
+    from forensics.simulate import FORMATS
+
+    bad = [f for f in args.formats if f not in FORMATS]
+    if bad:
+        ap.error(f"unknown format {bad[0]!r}: use {', '.join(FORMATS)}")
+    if not args.json:
+        print(f"$ {command}", flush=True)
+    cases = []
+    for seed in args.seeds:
+        for fmt in args.formats:
+            print(f"[seed {seed} {fmt}] simulate, run, evaluate, old rules ...", file=sys.stderr, flush=True)
+            work = Path(tempfile.mkdtemp(prefix=f"quality-{seed}-{fmt}-"))
+            try:
+                cases.append(run_case(seed, fmt, args.corpus, work))
+            finally:
+                if args.keep is not None:
+                    dest = args.keep / f"seed{seed}-{fmt}"
+                    shutil.rmtree(dest, ignore_errors=True)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(work), dest)
+                else:
+                    shutil.rmtree(work, ignore_errors=True)
+    pooled = {"default": pool(cases, "default"), "rules": pool(cases, "rules")}
+    if args.json:
+        print(json.dumps({"command": command, "targets": TARGETS, "cases": cases, "pooled": pooled,
+                          "targets_met": {k: checks(v) for k, v in pooled.items() if v}}, indent=1, sort_keys=True))
+    else:
+        print_report(cases, pooled, args.show_wrong)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

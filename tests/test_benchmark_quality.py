@@ -1,0 +1,78 @@
+"""benchmarks/quality.py's scoring and printing, on a perfect report of a small simulated incident (no pipeline run)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics.evaluate import build_report_from_truth, evaluate
+from forensics.simulate import simulate
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "quality.py"
+
+
+@pytest.fixture(scope="module")
+def quality() -> Any:
+    spec = importlib.util.spec_from_file_location("quality_bench", BENCH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def perfect(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("q")
+    simulate(root / "sim", seed=7, scale="small")
+    truth = json.loads((root / "sim" / "truth.json").read_text())
+    build_report_from_truth(truth, root / "report")
+    return root / "sim" / "truth.json", root / "report"
+
+
+def _case(quality: Any, truth_path: Path, report: Path, label: str = "default") -> dict[str, Any]:
+    truth = json.loads(truth_path.read_text())
+    row = quality.score(evaluate(truth_path, report).to_json(), truth, report, 1.0)
+    return {"seed": 7, "format": "litellm", "simulate_seconds": 1.0, "evaluate_seconds": 0.1, "stages": {"match": 0.5},
+            "counts": {k: 1 for k in ("tenants", "requests", "suspects", "leak_fragments", "finding_pairs", "hard_negatives")},
+            label: row, "rules": None, "rules_unavailable": "the matcher refused [match] tiering"}
+
+
+def test_without_null_section_calibration_is_na(quality: Any, perfect: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    truth_path, report = perfect
+    (report / "match.json").write_text(json.dumps({"control": {"size": 200, "responses_with_findings": 1, "false_positive_rate": 0.005},
+                                                   "parameters": {}}))
+    case = _case(quality, truth_path, report)
+    pooled = {"default": quality.pool([case], "default"), "rules": quality.pool([case], "rules")}
+    assert pooled["rules"] is None and pooled["default"]["null"] is None
+    assert all(quality.checks(pooled["default"]).values())  # a perfect report meets every target
+    quality.print_report([case], pooled, 5)
+    out = capsys.readouterr().out
+    assert "n/a (match.json has no null section)" in out and "unavailable" in out
+    assert "exposed_precision met" in out and "MISSED" not in out
+
+
+def test_null_section_and_expected_by_chance_are_read(quality: Any, perfect: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    truth_path, report = perfect
+    null = {"rules": {"R1": {"observed_false_positives": 1, "expected_false_positives": 0.8},
+                      "R2": {"observed_false_positives": 0, "expected_false_positives": 0.25}}}
+    (report / "match.json").write_text(json.dumps({"control": {}, "parameters": {"tiering": "evalue"}, "null": null}))
+    with open(report / "evidence.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    with open(report / "evidence.csv", "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([rows[0] + ["expected_by_chance"]] + [r + ["0.01"] for r in rows[1:]])
+    case = _case(quality, truth_path, report)
+    assert case["default"]["tiering"] == "evalue"
+    assert case["default"]["null"] == [{"rule": "rules/R1", "observed": 1, "expected": 0.8},
+                                       {"rule": "rules/R2", "observed": 0, "expected": 0.25}]
+    ebc = case["default"]["expected_by_chance"]
+    assert ebc["rows"] == len(rows) - 1 and ebc["wrong_rows"] == 0 and ebc["expected_by_chance"] == pytest.approx(0.01 * (len(rows) - 1))
+    pooled = {"default": quality.pool([case, case], "default"), "rules": None}
+    assert pooled["default"]["null"][0] == {"rule": "rules/R1", "observed": 2.0, "expected": 1.6}
+    assert pooled["default"]["pairs"]["truth"] == 2 * case["default"]["pairs"]["truth"]
+    quality.print_report([case], pooled, 5)
+    assert "rules/R1 2.0 vs 1.60" in capsys.readouterr().out
