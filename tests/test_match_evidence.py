@@ -33,8 +33,11 @@ def test_null_model_follows_the_null_and_falls_back_when_sparse() -> None:
     assert model.rate(10.0) == pytest.approx(400 / 1e6)
     # The fitted tail: slope near 1/5 per bit, and E falls as strength grows.
     assert model.slope == pytest.approx(0.2, rel=0.2)
-    es = [model.expected(s, 1e4) for s in (12, 20, 30, 60)]
+    es = [model.expected(s, 1e4) for s in (12, 20, 30, 60, 120)]
     assert es == sorted(es, reverse=True) and es[-1] < 1e-3
+    # Up to the strongest chance match the null is counted, beyond it the fitted tail takes over.
+    assert model.threshold == pytest.approx(max(strengths))
+    assert model.rate(model.threshold) == pytest.approx(1 / 1e6)
     sparse = NullModel.fit([3.0] * (MIN_NULL - 1), search=1e6, size=200)
     assert sparse.fallback and sparse.rate(10.0) == pytest.approx(2.0 ** -10)
 
@@ -105,25 +108,34 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     rng = np.random.default_rng(5)
     doc = words(rng, 200)
     frag = " ".join(doc[50:60])
-    others = [exchange(f"o{i}", f"t{i}", 0.5 + i / 10, prompt=words_text(rng, 50), response=words_text(rng, 30),
-                       decode_node=f"decode-{i % 4}") for i in range(12)]
+    # Traffic on every node before the source, so a source just before the suspect is a recent one.
+    others = [exchange(f"o{i}", f"t{i}", -60 + i, prompt=words_text(rng, 50), response=words_text(rng, 30),
+                       decode_node=f"decode-{i % 4}") for i in range(40)]
+
+    response = f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}"
 
     def run(src_node: str | None, name: str) -> dict:
         rows = others + [
             exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node),
-            exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}",
-                     decode_node="decode-1"),
+            exchange("b1", "bolt", 5, prompt="q", response=response, decode_node="decode-1"),
         ]
         res = match(make_case(tmp_path / name, rows, ["b1"]), config())
         found = [f for f in res.findings + _review(tmp_path / name) if f["source_request_id"] == "a1"]
         return {"row": found[0], "report": res.report}
 
-    same, other, unknown = run("decode-1", "same"), run("decode-2", "other"), run(None, "unknown")
+    same, other, none = run("decode-1", "same"), run("decode-2", "other"), run(None, "none")
     assert same["row"]["same_decode_node"] in (True, "true") and same["row"]["source_decode_node"] == "decode-1"
     assert other["row"]["same_decode_node"] in (False, "false")
-    assert unknown["row"]["same_decode_node"] in (None, "")
-    e = [float(x["row"]["expected_by_chance"]) for x in (same, unknown, other)]
-    assert e[0] < e[1] < e[2]
+    assert none["row"]["same_decode_node"] in (None, "")
+    # The text evidence is the same; the mechanism moves the combined figure: a recent source on the
+    # suspect's node lowers it, one elsewhere (or on no node) raises it by 1 / the node's share.
+    text = {float(x["row"]["expected_by_chance"]) for x in (same, other, none)}
+    assert len(text) == 1
+    e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in
+         (("same", same), ("other", other), ("none", none))}
+    assert e["same"] < text.pop() < e["other"]
+    assert e["none"] == pytest.approx(e["other"], rel=0.05)  # shares differ by the one record
+    assert int(same["row"]["records_since_source_on_node"]) >= 1
     assert same["report"]["null"]["decode_node_evidence"].startswith("present")
 
 
@@ -134,7 +146,9 @@ def test_gateway_only_case_says_the_mechanism_evidence_is_absent(tmp_path: Path)
             exchange("b1", "bolt", 5, prompt="q", response=" ".join(doc[10:40]))]
     res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
     assert res.report["null"]["decode_node_evidence"].startswith("absent")
-    assert res.cross_tenant and res.cross_tenant[0]["same_decode_node"] is None
+    (f,) = res.cross_tenant
+    assert f["same_decode_node"] is None and f["mechanism_factor"] == 1.0
+    assert f["expected_by_chance_with_mechanism"] == f["expected_by_chance"]
 
 
 def _review(case: Path) -> list[dict]:
@@ -159,3 +173,39 @@ def test_evidence_settings_are_validated(tmp_path: Path, key: str, value: object
     rows = [exchange("a1", "acme", 0, prompt="x"), exchange("b1", "bolt", 5, prompt="q", response="y")]
     with pytest.raises(ConfigError):
         match(make_case(tmp_path / "case", rows, ["b1"]), config(**{key: value}))
+
+
+def test_later_texts_feed_the_null_but_copies_of_the_suspect_do_not(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    doc = words(rng, 100)
+    tail = words(rng, 60)
+    response = " ".join(doc[10:40]) + " " + " ".join(tail)
+    rows = [
+        exchange("a1", "acme", 0, prompt=" ".join(doc)),
+        exchange("b1", "bolt", 5, prompt="q", response=response),
+        # After the suspect: a likeness of 10 of its words with gaps (chance, for the null) ...
+        exchange("c2", "cato", 30, prompt=" ".join(tail[5:10] + ["zz"] + tail[10:15] + words(rng, 20))),
+        # ... and a paste of the whole answer (a copy of it, the reverse of a leak: left out).
+        exchange("d2", "dino", 40, prompt="see this: " + response),
+    ]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    searches = res.report["null"]["searches"]
+    assert searches["suspects_against_later_texts"] == 1
+    assert searches["later_texts_copying_the_suspect_left_out"] == 1
+    assert searches["chance_matches_from_later_texts"] == 1
+    # Later texts are never findings.
+    assert {f["source_request_id"] for f in res.findings} == {"a1"}
+
+
+def test_a_passage_sent_twice_is_attributed_to_the_copy_on_the_suspects_decode_node(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    passage = words_text(rng, 30)
+    rows = [
+        exchange("a1", "acme", 0, prompt=f"{words_text(rng, 20)} {passage}", decode_node="decode-1"),
+        # The same customer's later request on another model (no decode node), holding a little more of it.
+        exchange("a2", "acme", 2, prompt=f"{words_text(rng, 20)} {passage} and more", decode_node=None),
+        exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} and more", decode_node="decode-1"),
+    ]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    (f,) = res.cross_tenant
+    assert f["source_request_id"] == "a1" and f["other_source_requests"] == 1

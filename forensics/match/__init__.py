@@ -63,7 +63,8 @@ CSV_COLUMNS = (
     "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
     "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
     "other_source_requests", "expected_by_chance", "strength_bits", "same_decode_node", "recipient_decode_node",
-    "source_decode_node", "seconds_before", "recipient_damage", "source_damage", "passages",
+    "source_decode_node", "seconds_before", "records_since_source_on_node", "mechanism_factor", "expected_by_chance_with_mechanism", "recipient_damage",
+    "source_damage", "passages",
 )
 #: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
 REVIEW_COLUMNS = CSV_COLUMNS + ("why_not_notified",)
@@ -560,6 +561,9 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
             own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
                                minlength=len(g)) > 0
         common = (holders_then > p.max_tenants) | common_mask[g]
+        if c.later:
+            # A later text is searched over all time: text many tenants held by then is common for it.
+            common |= np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants
         informative = ~own & ~common
         weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
         rarity = float(weight.mean()) if len(weight) else 0.0
@@ -584,12 +588,12 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
         rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
                      if tgt.control else None)
-        per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind), []).append({
+        per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append({
             "c": c, "relation": relation, "rarity": rarity, "informative": info_tokens, "strength": strength,
             "rule": rule, "rule_null": rule_null,
         })
     rows = []
-    for (t, _, _, _), regs in per_pair.items():
+    for (t, _, _, _, later), regs in per_pair.items():
         tgt = targets[t]
         regs.sort(key=lambda r: (-r["strength"], -r["c"].score, r["c"].recipient_start, r["c"].source_start))
         kept: list[dict[str, Any]] = []
@@ -632,6 +636,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
             "_target": t,
             "_source_received_us": c.source_received_us,
             "_rule": rule_rank[1] if rule_rank else None,
+            "_later": later,
             "_null_rules": null_rules,
         })
     return rows
@@ -661,6 +666,14 @@ class _RecordFacts:
     times: np.ndarray  # every record's received time, sorted (records without one left out)
     node_share: dict[str, float]  # share of records with a known decode node that ran on each
     has_damage_column: bool
+    node_times: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # received times per decode node
+
+    def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
+        """Records decoded on ``node`` received in [since, until): the source and every later one."""
+        t = self.node_times.get(node)
+        if t is None:
+            return 0
+        return int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
 
     def records_before(self, when_us: int) -> int:
         """Records received before ``when_us`` (the corpus a target's search covered)."""
@@ -678,12 +691,13 @@ def _record_facts(path: Path, keys: set[tuple[str, str | None]]) -> _RecordFacts
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
-    counts: collections.Counter[str] = collections.Counter()
+    per_node: dict[str, list[np.ndarray]] = {}
     for batch in pf.iter_batches(batch_size=65536, columns=cols):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
-        for item in pc.value_counts(batch.column("decode_node").drop_null()).to_pylist():
-            counts[item["values"]] += item["counts"]
+        nodes = batch.column("decode_node")
+        for nd in pc.unique(nodes.drop_null()).to_pylist():
+            per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
@@ -692,9 +706,10 @@ def _record_facts(path: Path, keys: set[tuple[str, str | None]]) -> _RecordFacts
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
-    total = sum(counts.values())
+    node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
+    total = sum(len(v) for v in node_times.values())
     return _RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
-                        {n: v / total for n, v in counts.items()} if total else {}, has_damage)
+                        {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times)
 
 
 def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -716,58 +731,105 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
         r["source_damage"] = facts.damage.get((r["source_request_id"], r["source_tenant_id"]))
         r["search_size"] = float(max(len(tgt.tokens.hash) - p.k + 1, 0) * facts.records_before(tgt.deadline_us))
+    # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
+    # same customer also sent that text earlier (a conversation resends itself): those are left out.
+    # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
+    # the answer): the reverse of a leak, not a chance likeness; those are left out too.
+    earlier = {(r["_target"], r["source_tenant_id"]) for r in rows if not r["_later"]}
+    later = [r for r in rows if r["_later"] and r["relation"] == "cross_tenant"
+             and (r["_target"], r["source_tenant_id"]) not in earlier]
+    copies = [r for r in later if r["longest_run"] >= 2 * p.min_run]
+    later = [r for r in later if r["longest_run"] < 2 * p.min_run]
+    rows = [r for r in rows if not r["_later"]]
     rows = _collapse_same_tenant_copies(rows)
+    later = _collapse_same_tenant_copies(later)
     _explain_away(rows)
-    # The null: every cross-tenant pair a control response got is a chance match (the same
-    # steps as for the suspects: a pair explained by a stronger one is no finding there either).
+    _explain_away(later)
+    # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
+    # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
+    # is no finding there either). Search sizes: response k-gram positions x records searched.
     controls = [i for i, t in enumerate(targets) if t.control]
+    suspects = [i for i, t in enumerate(targets) if not t.control]
+    total = len(facts.times)
     size_of = {i: float(max(len(targets[i].tokens.hash) - p.k + 1, 0) * facts.records_before(targets[i].deadline_us))
                for i in controls}
+    size_of |= {i: float(max(len(targets[i].tokens.hash) - p.k + 1, 0)
+                         * (total - facts.records_before(targets[i].deadline_us))) for i in suspects}
     null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]
-    model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()), len(controls))
+    null_rows += [r for r in later if not r["_explained_by"]]
+    model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()),
+                                 len(controls) + len(suspects))
     for r in rows:
-        e = model.expected(r["strength_bits"], r["search_size"])
-        share = facts.node_share.get(r["recipient_decode_node"] or "", 0.0)
-        if r["same_decode_node"] is not None and 0.0 < share < 1.0:
-            # Stale pages come from the same decode node: a source there is what the mechanism predicts
-            # (chance alone would put it there only a share of the time); one elsewhere is not.
-            e = e * share if r["same_decode_node"] else e / share
-        r["expected_by_chance"] = float(f"{e:.4g}")
-        if r["_explained_by"] and p.tiering == "evalue":
-            decision = (f"the same response text matches another customer's text more strongly (finding "
-                        f"{r['_explained_by']}): this weaker likeness is what similar texts share")
-        elif p.tiering == "rules":
-            decision: tuple[str, str] | str = (r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds")
+        r["expected_by_chance"] = float(f"{model.expected(r['strength_bits'], r['search_size']):.4g}")
+        tgt = targets[r["_target"]]
+        r["records_since_source_on_node"] = (
+            facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
+            if r["same_decode_node"] and r["seconds_before"] is not None else None)
+    mechanism_known = bool(facts.node_share)
+    for r in rows:
+        tgt = targets[r["_target"]]
+        k = r["records_since_source_on_node"]
+        share = facts.node_share.get(tgt.decode_node or "", 0.0)
+        if k is not None:
+            # Chance puts a source on the suspect's node, at least this recent, k times in the n records that
+            # node served before the suspect: the E-value of the joint event (this strong, there, this recent).
+            before = facts.records_on_node_since(tgt.decode_node or "", NO_TIME, tgt.received_us)
+            factor = max(k, 1) / max(before, 1)
+        elif tgt.decode_node is not None and 0.0 < share < 1.0:
+            # The engine logs put the source elsewhere (another node, or none): not where stale pages come
+            # from, so the text must carry what the mechanism does not: E grows by 1 / the node's share.
+            factor = 1.0 / share
         else:
-            decision = evalue_tier(r["expected_by_chance"], r["rarity"], p)
+            factor = 1.0  # the engine logs say nothing about this suspect
+        r["mechanism_factor"] = float(f"{factor:.4g}")
+        r["expected_by_chance_with_mechanism"] = float(f"{r['expected_by_chance'] * factor:.4g}")
+        if r["_explained_by"] and p.tiering == "evalue":
+            decision: tuple[str, str] | str = (
+                f"the same response text matches another customer's text more strongly (finding "
+                f"{r['_explained_by']}): this weaker likeness is what similar texts share")
+        elif p.tiering == "rules":
+            decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
+        else:
+            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p)
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
             r["tier"], r["tier_rule"], r["why_not_notified"] = None, None, decision
-    points = [(i, r["strength_bits"], size_of[r["_target"]]) for i in controls for r in null_rows if r["_target"] == i]
+    points = [(r["_target"], r["strength_bits"], size_of[r["_target"]]) for r in null_rows]
     seen = {c for c, _, _ in points}
-    points += [(i, float("nan"), size_of[i]) for i in controls if i not in seen]
-    notified = [r for r in null_rows if r["tier"]]
+    points += [(i, float("nan"), size_of[i]) for i in size_of if i not in seen]
+    null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
+    searches = len(size_of)
     rules: dict[str, Any] = {}
+    control_null = [r for r in null_rows if r["control"]]
     for name in ("R1", "R2", "R2b", "R3"):
-        hit = {r["_target"] for r in null_rows if name in r["_null_rules"]}
+        hit = {r["_target"] for r in control_null if name in r["_null_rules"]}
         rules[name] = {"control_responses_with_match": len(hit),
                        "false_positive_rate": round(len(hit) / len(controls), 6) if controls else None}
     for name, limit in (("E1", p.confirm_evalue), ("E2", p.probable_evalue)):
-        hit = {r["_target"] for r in null_rows if r["expected_by_chance"] <= limit}
-        rules[name] = {"control_responses_with_match": len(hit),
-                       "false_positive_rate": round(len(hit) / len(controls), 6) if controls else None,
-                       "expected_false_positives": round(limit * len(controls), 4),
-                       "observed_false_positives": len(hit)}
+        hit = {r["_target"] for r, e in null_e if e <= limit}
+        rules[name] = {"null_searches_with_match": len(hit),
+                       "false_positive_rate": round(len(hit) / searches, 6) if searches else None,
+                       "expected_false_positives": round(limit * searches, 4),
+                       "observed_false_positives": sum(1 for _, e in null_e if e <= limit)}
     null = {
         **model.record(),
         "strength": "sum over informative matched tokens of log2((N + 16) / (1 + df)), df = other target responses "
                     "holding the token, N = target responses",
-        "search_size": "response k-gram positions x records received before the response completed",
-        "decode_node_evidence": ("present: E multiplied by the decode node's share of records when the source ran on "
-                                 "the suspect's decode node, divided by it when it ran on another"
-                                 if facts.node_share else "absent: no decode node in the exchanges (gateway logs only)"),
-        "chance_matches_notified_in_control": len(notified),
+        "search_size": "response k-gram positions x records searched (before the response completed; for the "
+                       "later-text null, after it)",
+        "searches": {"control_responses": len(controls), "suspects_against_later_texts": len(suspects),
+                     "chance_matches_from_controls": len(control_null),
+                     "chance_matches_from_later_texts": len(null_rows) - len(control_null),
+                     "later_texts_copying_the_suspect_left_out": len(copies)},
+        "decode_node_evidence": ("present: expected_by_chance_with_mechanism = expected_by_chance x "
+                                 "mechanism_factor; mechanism_factor = records the suspect's decode node served since "
+                                 "the source / records it served before the suspect when the source ran there, "
+                                 "1 / that node's share of records when it ran elsewhere or on none, 1 when the "
+                                 "suspect's node is unknown" if mechanism_known else
+                                 "absent: no decode node in the exchanges (gateway logs only); findings rest on "
+                                 "the text alone (mechanism_factor 1)"),
+
         "rules": rules,
         "calibration": chance.calibration(points),
     }
@@ -807,13 +869,13 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     (every turn of a conversation resends it) exposed it once.
 
     Among rows of one recipient and one source tenant whose recipient spans overlap by at least
-    half of the shorter span, the strongest is kept (strength, then a source on the recipient's
-    decode node, then the most recent: stale pages are the latest occupant's);
+    half of the shorter span, one is kept: a source on the recipient's decode node first (where
+    stale pages come from), then the strongest, then the most recent (the latest occupant's);
     ``other_source_requests`` counts the rest.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
         node = {True: 0, None: 1, False: 2}[r["same_decode_node"]]
-        return (-r["strength_bits"], node, -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+        return (node, -r["strength_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:

@@ -39,6 +39,9 @@ MIN_NULL = 10
 #: One halving per bit: the slope of the theoretical model, and the steepest one fitted.
 BIT = math.log(2.0)
 
+#: The upper share of the null whose excess strengths set the tail's slope.
+TAIL_QUANTILE = 0.8
+
 #: E-value thresholds whose observed and expected chance counts are compared (calibration).
 CALIBRATION_POINTS = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0)
 
@@ -75,7 +78,7 @@ class NullModel:
     size: int  # control responses searched
     search: float  # their total search size (k-gram positions x records searched)
     strengths: np.ndarray  # sorted strengths of the chance matches found among them
-    threshold: float  # where the fitted tail starts
+    threshold: float  # where the fitted tail starts (the strongest chance match)
     slope: float  # of the tail, per bit
     fallback: str | None = None
 
@@ -87,24 +90,24 @@ class NullModel:
             return cls(size, max(float(search), 1.0), s, 0.0, BIT,
                        f"{len(s)} chance matches in the null (< {MIN_NULL}): theoretical model, "
                        "one chance match per unit of search at 0 bits, halving with each bit")
-        u = float(np.median(s))
+        # The slope comes from the upper fifth of the null (peaks over a threshold): the tail is what
+        # matters for the findings, and the bulk of weak chance matches must not set it.
+        u = float(np.quantile(s, TAIL_QUANTILE))
         excess = s[s >= u] - u
         mean = float(excess.mean()) if len(excess) else 0.0
         # Capped at one halving per bit: a steeper fall (many chance matches of one strength) would
         # promise fewer chance matches than the bits themselves justify.
         slope = min(1.0 / mean, BIT) if mean > 1e-9 else BIT
-        return cls(size, max(float(search), 1.0), s, u, slope, None)
+        return cls(size, max(float(search), 1.0), s, float(s[-1]), slope, None)
 
     def rate(self, s: float) -> float:
         """Chance matches with strength >= ``s`` per unit of search."""
         if self.fallback is not None:
             return math.exp(-self.slope * max(s, 0.0))
-        n = len(self.strengths)
-        if s < self.threshold:
-            count = n - int(np.searchsorted(self.strengths, s, side="left"))
+        if s <= self.threshold:  # counted: the null's own survival function
+            count = len(self.strengths) - int(np.searchsorted(self.strengths, s, side="left"))
             return count / self.search
-        at_u = n - int(np.searchsorted(self.strengths, self.threshold, side="left"))
-        return at_u / self.search * math.exp(-self.slope * (s - self.threshold))
+        return 1.0 / self.search * math.exp(-self.slope * (s - self.threshold))
 
     def expected(self, s: float, search: float) -> float:
         """E-value: chance matches at least as strong as ``s`` expected in a search of size ``search``."""
@@ -116,8 +119,9 @@ class NullModel:
             "control_responses": self.size,
             "search_size": round(self.search, 1),
             "chance_matches": int(len(self.strengths)),
-            "model": "empirical survival below the threshold; exponential tail above it "
-                     "(rate(s) = rate(threshold) * exp(-slope * (s - threshold)))",
+            "model": "the null's own survival function up to its strongest chance match (the threshold); beyond it "
+                     "an exponential tail, rate(s) = exp(-slope * (s - threshold)) / search, the slope fitted by "
+                     "maximum likelihood on the excess strengths of the null's upper fifth (capped at ln 2 per bit)",
             "threshold_bits": round(self.threshold, 4),
             "slope_per_bit": round(self.slope, 6),
             "rate_at_threshold": float(f"{self.rate(self.threshold):.6g}"),

@@ -61,6 +61,7 @@ class Candidate:
     longest_run: int
     kgram_positions: np.ndarray  # target k-gram positions lying inside matching blocks
     blocks: tuple[tuple[int, int], ...] = ()  # matching blocks as (target token index, size)
+    later: bool = False  # the source arrived after the target completed: it cannot be the cause (null)
 
 
 @dataclasses.dataclass
@@ -81,6 +82,8 @@ KINDS = ("prompt", "response")
 #: 24 bytes each. Positions, rows and target numbers stay far below 2**31.
 HIT_DTYPE = np.int32
 
+NO_TIME_MAX = np.iinfo(np.int64).max
+
 #: Characters of text tokenized at once by the streaming pass (bounds its memory).
 CHUNK_CHARS = 4_000_000
 
@@ -98,6 +101,15 @@ class Scanner:
         self.node_code = {n: i for i, n in enumerate(nodes)}
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
+        self.control_t = np.array([x.control for x in t], dtype=bool)
+        self.t_code = np.array([tenant_code(x.tenant_id) for x in t], dtype=np.int64)
+        # When each tenant first received a suspect response: its texts after that may carry leaked text on
+        # (a conversation resends its answers), so they are no chance source for the later-text null.
+        self.first_suspect: dict[int, int] = {}
+        for x in t:
+            if not x.control and x.received_us != NO_TIME:
+                code_ = tenant_code(x.tenant_id)
+                self.first_suspect[code_] = min(self.first_suspect.get(code_, x.received_us), x.received_us)
         # What this process has seen of who holds each k-gram: a k-gram more than max_tenants
         # tenants held before the earliest deadline of the targets containing it is common for
         # every one of them, so its hits need not even be produced (exact, whatever the order:
@@ -207,9 +219,15 @@ class Scanner:
                 ok &= when[st] >= self.received[tgt] - self.lookback_us
             if self.p.same_decode_node:
                 ok &= self.t_node[tgt] == node[st]
+            # The suspects against texts that arrived after them (they cannot be the cause): the null of
+            # chance matches for exactly these responses. Their own tenant's later texts resend them.
+            tainted = when > np.array([self.first_suspect.get(int(x), NO_TIME_MAX) for x in code], dtype=np.int64)
+            later = ((when[st] >= self.deadline[tgt]) & ~self.control_t[tgt] & (tgt != own[st])
+                     & (code[st] != self.t_code[tgt]) & ~tainted[st])
+            ok |= later
             if ok.any():
-                hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]], pos[which[ok]],
-                                 chars[which[ok]]], axis=1).astype(HIT_DTYPE)
+                hits = np.stack([tgt[ok], tpos[ok], batch["row0"] + st[ok] // 2, kind[st[ok]] + 2 * later[ok],
+                                 pos[which[ok]], chars[which[ok]]], axis=1).astype(HIT_DTYPE)
         sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]],
                             int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
@@ -295,7 +313,7 @@ def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
 
 def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
            kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
-           c: np.ndarray) -> list[Candidate]:
+           c: np.ndarray, later: bool = False) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster.
 
     ``q``/``s`` are the hits' token positions in the target and the source, ``c`` their source
@@ -329,7 +347,7 @@ def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | 
             source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),
             score=al.score, matched=al.matched, longest_run=al.longest_run,
             kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
-            blocks=tuple((qa + a, size) for a, _, size in al.blocks),
+            blocks=tuple((qa + a, size) for a, _, size in al.blocks), later=later,
         ))
     return out
 
@@ -510,8 +528,8 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
     def align_text(row: int, kind_no: int, ks: np.ndarray, tk: Tokens, spans: np.ndarray) -> None:
         for t in np.unique(ks[:, 0]).tolist():
             ts = ks[ks[:, 0] == t]
-            cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no], tk, spans, ts[:, 1], ts[:, 4],
-                                ts[:, 5]))
+            cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no % 2], tk, spans, ts[:, 1], ts[:, 4],
+                                ts[:, 5], later=kind_no >= 2))
 
     def flush() -> None:
         if not short:
@@ -528,7 +546,7 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
         sel = kept[bounds[row][0] : bounds[row][1]]
         for kind_no in np.unique(sel[:, 3]).tolist():
             ks = sel[sel[:, 3] == kind_no]
-            text = texts[kind_no]
+            text = texts[kind_no % 2]
             if len(text) <= WINDOW_MIN_CHARS:
                 short.append((row, kind_no, ks, text))
                 waiting += len(text)

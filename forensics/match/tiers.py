@@ -1,8 +1,9 @@
 """The matcher's parameters (the case file's ``[match]`` section) and the tier rules.
 
 By default (``tiering = "evalue"``) a finding's tier follows from how likely it is by chance
-(``expected_by_chance``, see ``chance.py``): ``confirmed`` E1: E <= confirm_evalue (0.001);
-``probable`` E2: E <= probable_evalue (0.05); every other admissible candidate goes to review.
+(``expected_by_chance_with_mechanism``: the text's E-value, see ``chance.py``, times the decode-node
+evidence's factor): ``confirmed`` E1: at most confirm_evalue (0.0001); ``probable`` E2: at most
+probable_evalue (0.001); every other admissible candidate goes to review.
 ``tiering = "rules"`` keeps the fixed rules below, for comparison (benchmarks/quality.py).
 
 Fixed-rule tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
@@ -61,8 +62,8 @@ class MatchParams:
     margin: int = 8  # tokens added on each side of a hit cluster before alignment
     gap: int = 16  # hits further apart than this (tokens) start a new cluster
     tiering: str = "evalue"  # "evalue": tiers from expected_by_chance; "rules": the fixed R1-R3 rules (comparison)
-    confirm_evalue: float = 0.001  # a finding expected by chance at most this often is confirmed
-    probable_evalue: float = 0.05  # ... probable; weaker candidates go to review
+    confirm_evalue: float = 0.0001  # a finding expected by chance at most this often is confirmed
+    probable_evalue: float = 0.001  # ... probable; weaker candidates go to review
     workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
     batch_rows: int = 16  # at least this many rows per streamed batch (more when rows are short)
 
@@ -154,15 +155,15 @@ def admissible(score: float, informative: int, distinct: int, p: MatchParams) ->
     return score >= p.probable_score and informative >= p.k and distinct >= p.k
 
 
-def evalue_tier(expected_by_chance: float, rarity: float, p: MatchParams) -> tuple[str, str] | str:
-    """The tier of an admissible candidate from its E-value and the rule that set it, or why it
-    goes to review instead (a string)."""
+def evalue_tier(expected: float, rarity: float, p: MatchParams) -> tuple[str, str] | str:
+    """The tier of an admissible candidate from its E-value with the mechanism evidence
+    (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review."""
     if rarity < p.probable_rarity:
         return (f"mostly text other tenants also held (rarity {rarity:.2f} < {p.probable_rarity:g}): "
                 "the passage does not single out the source customer")
-    if expected_by_chance <= p.confirm_evalue:
-        return "confirmed", f"E1: expected_by_chance<={p.confirm_evalue:g}"
-    if expected_by_chance <= p.probable_evalue:
-        return "probable", f"E2: expected_by_chance<={p.probable_evalue:g}"
-    return (f"expected_by_chance {expected_by_chance:.3g} > {p.probable_evalue:g}: a match this strong is "
-            "expected among unrelated texts of a search this size")
+    if expected <= p.confirm_evalue:
+        return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
+    if expected <= p.probable_evalue:
+        return "probable", f"E2: expected_by_chance_with_mechanism<={p.probable_evalue:g}"
+    return (f"expected_by_chance_with_mechanism {expected:.3g} > {p.probable_evalue:g}: a match this strong, with "
+            "its source where the engine logs put it, is expected among unrelated texts of a search this size")
