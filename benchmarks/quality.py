@@ -76,6 +76,10 @@ def _null_section(match_json: dict[str, Any]) -> list[dict[str, Any]] | None:
 
     def walk(obj: Any, path: list[str]) -> None:
         if isinstance(obj, dict):
+            if "evalue_at_most" in obj and "observed" in obj:  # the two-fold calibration table
+                rules.append({"rule": f"held-out E<={obj['evalue_at_most']:g}", "observed": obj["observed"],
+                              "expected": obj["expected"]})
+                return
             if "observed_false_positives" in obj and "expected_false_positives" in obj:
                 rules.append({"rule": "/".join(path) or "all", "observed": obj["observed_false_positives"],
                               "expected": obj["expected_false_positives"]})
@@ -98,15 +102,18 @@ def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, An
         return None
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh)
-        if "expected_by_chance" not in (reader.fieldnames or []):
+        fields = reader.fieldnames or []
+        if "expected_by_chance" not in fields:
             return None
+        # The figure the tiers use: the text's E-value times the decode-node evidence's factor.
+        column = "expected_by_chance_with_mechanism" if "expected_by_chance_with_mechanism" in fields else "expected_by_chance"
         rows = [r for r in reader if r.get("relation", "cross_tenant") == "cross_tenant"
                 and r["source_tenant_id"] != r["recipient_tenant_id"]]
     true_pairs = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
     expected = 0.0
     for r in rows:
         try:
-            expected += float(r["expected_by_chance"] or 0)
+            expected += float(r[column] or 0)
         except ValueError:
             pass
     wrong = sum((r["recipient_request_id"], r["source_tenant_id"]) not in true_pairs for r in rows)

@@ -116,7 +116,7 @@ class NullModel:
     def record(self) -> dict[str, Any]:
         """The fitted model for match.json."""
         return {
-            "control_responses": self.size,
+            "null_searches": self.size,
             "search_size": round(self.search, 1),
             "chance_matches": int(len(self.strengths)),
             "model": "the null's own survival function up to its strongest chance match (the threshold); beyond it "

@@ -148,12 +148,16 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     damage = data.match_info.get("damage") if isinstance(data.match_info.get("damage"), dict) else {}
     found = data.match_info.get("findings") if isinstance(data.match_info.get("findings"), dict) else {}
     evidence_model: list[Any] = []
+    searches = null.get("searches") if isinstance(null.get("searches"), dict) else {}
     if null:
         evidence_model.append(
             f"Each finding carries expected_by_chance (E): how many matches at least as strong a search of its size "
-            f"would produce among unrelated texts, estimated from this case's own null ({null.get('control_responses')} "
-            f"control responses searched the same way, {null.get('chance_matches')} chance matches). "
-            f"Tiers: {data.match_info.get('tiering', 'evalue')} (see match.json null)."
+            f"would produce among unrelated texts, estimated from this case's own null ("
+            f"{searches.get('control_responses', null.get('control_responses'))} control responses, and "
+            f"{searches.get('suspects_against_later_texts', 0)} suspect responses against texts that arrived after "
+            f"them, searched the same way: {null.get('chance_matches')} chance matches). Tiers come from "
+            f"expected_by_chance_with_mechanism, E times the decode-node evidence's factor "
+            f"({data.match_info.get('tiering', 'evalue')}; see match.json null)."
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
         calib = null.get("calibration") if isinstance(null.get("calibration"), dict) else {}
