@@ -76,7 +76,7 @@ class NullModel:
     """Rate of chance matches at least as strong as ``s`` per unit of search."""
 
     size: int  # control responses searched
-    search: float  # their total search size (k-gram positions x records searched)
+    search: float  # their total search size (see match: sqrt(k-gram positions x records searched))
     strengths: np.ndarray  # sorted strengths of the chance matches found among them
     threshold: float  # where the fitted tail starts (the strongest chance match)
     slope: float  # of the tail, per bit
