@@ -16,8 +16,11 @@
    it sent the request (same-tenant overlap is kept, as relation ``same_tenant``); one held by
    more than ``max_tenants`` tenants when the response was produced is common text; the rest
    weigh 1 / (tenants holding it). Tiers follow ``tiers.py``.
-4. Findings of control responses are counted, never written: they give the empirical
-   false-positive rate that the report quotes.
+4. The evidence model (``chance.py``, :func:`_decide`): every candidate's strength in bits, its
+   E-value from the case's own null (control responses against earlier texts, suspects against
+   later ones: never written, they are chance matches), the decode-node evidence's factor, and the
+   tier from their product; a likeness explained by a stronger source goes to review. Findings go
+   to evidence.*, every other candidate to review.* with why.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ The *null* is what the same search finds where no leak can be: the control respo
 (non-suspect, length-matched to the suspects) run through exactly the same steps as the
 suspects. Every cross-tenant match a control response gets is a chance match. From their
 strengths and the size of the search that produced them, :class:`NullModel` gives the rate of
-chance matches at least as strong as ``s`` per unit of search (response k-gram positions times
-records searched), empirically where the null has data and by an exponential tail fitted to its
-upper half beyond (peaks over a threshold: the excess strengths above the null's median are
-taken as exponential, slope by maximum likelihood). A finding's ``expected_by_chance`` (an
+chance matches at least as strong as ``s`` per unit of search (the square root of response k-gram
+positions times records searched, see ``match.SIZE_EXPONENT``), counted up to the null's strongest
+chance match and by an exponential tail beyond it (peaks over a threshold: the excess strengths
+of the null's upper fifth are taken as exponential, slope by maximum likelihood). A finding's ``expected_by_chance`` (an
 E-value in the BLAST sense) is that rate times its own search size: how many matches at least
 this strong a search of this size is expected to produce among unrelated texts.
 
