@@ -209,3 +209,16 @@ def test_a_passage_sent_twice_is_attributed_to_the_copy_on_the_suspects_decode_n
     res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
     (f,) = res.cross_tenant
     assert f["source_request_id"] == "a1" and f["other_source_requests"] == 1
+
+
+def test_the_control_sample_is_length_matched_to_the_suspects(tmp_path: Path) -> None:
+    rng = np.random.default_rng(10)
+    rows = [exchange(f"s{i}", f"t{i % 5}", i, prompt="p", response=words_text(rng, 300)) for i in range(4)]
+    rows += [exchange(f"short{i}", f"u{i % 7}", 10 + i, prompt="p", response=words_text(rng, 5)) for i in range(60)]
+    rows += [exchange(f"long{i}", f"v{i % 7}", 80 + i, prompt="p", response=words_text(rng, 300)) for i in range(12)]
+    res = match(make_case(tmp_path / "case", rows, [f"s{i}" for i in range(4)]), config(control_size=10))
+    control = res.report["control"]
+    assert control["size"] == 10
+    # The suspects are all long: so are the controls, though short responses are five times as many.
+    (cls,) = control["length_classes"]["suspects"]
+    assert control["length_classes"]["control"] == {cls: 10}

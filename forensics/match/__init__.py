@@ -137,28 +137,38 @@ def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]
     return (request_id, tenant_id is None, tenant_id or "")
 
 
+def _size_class(nbytes: int) -> int:
+    """Length class of a response for matching the control sample to the suspects: log2 of its bytes."""
+    return int(nbytes).bit_length()
+
+
 def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, Any]]:
     """Suspect responses (from the suspects table) and the control sample, with their texts.
 
-    Suspects are (request id, tenant) pairs. The control sample is the ``control_size``
-    non-suspect responses with the smallest xxh64(request id); responses sharing a request id
-    are ordered by their tenant's code, so the choice never depends on the order of the rows.
+    Suspects are (request id, tenant) pairs. The control sample is length-matched to the suspects:
+    the ``control_size`` places are shared among length classes (log2 of the response's bytes) as the
+    suspects are, largest remainder first, and each class takes its non-suspect responses with the
+    smallest xxh64(request id) (ties: the tenant's code); places a class cannot fill go to the
+    smallest keys left in any class. The choice never depends on the order of the rows. Candidates
+    are kept without their text (at most ``control_size`` per class); a second read fetches the
+    texts of the chosen ones.
     """
     sus_path = case.require("suspects", "scan")
     ex_path = case.require("exchanges", "ingest")
     sus = pq.ParquetFile(sus_path).read(columns=["request_id", "tenant_id", "engine_signature", "decode_node"]).to_pylist()
     suspects = {(r["request_id"], r["tenant_id"]): r for r in sus}
     found: dict[tuple[str, str | None], Target] = {}
-    # Max-heap (negated keys) of the control sample: (-xxh64(request id), -tenant code, row, Target).
+    suspect_classes: collections.Counter[int] = collections.Counter()
+    # Per length class, a max-heap (negated keys) of candidates: (-xxh64(request id), -tenant code, row, Target).
     # The row number is unique, so two entries never get as far as comparing their Targets.
-    heap: list[tuple[int, int, int, Target]] = []
+    heaps: dict[int, list[tuple[int, int, int, Target]]] = {}
     cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
     row0 = 0
     for batch in _iter_exchanges(ex_path, cols, 1024):
         rids = batch.column("request_id").to_pylist()
         rec, done = to_us(batch.column("received_at")), to_us(batch.column("completed_at"))
         tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
-        # Texts become Python strings only for the rows kept (suspects, the control sample so far).
+        # Texts become Python strings only for the suspects here (the controls' in a second read).
         texts = batch.column("response_text")
         sizes = value_bytes(texts).tolist()
         for i, rid in enumerate(rids):
@@ -171,29 +181,71 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
                 if (rid, tenants[i]) not in found:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
                                                       bool(s["engine_signature"]), False, texts[i].as_py() or "")
+                    suspect_classes[_size_class(sizes[i])] += 1
                 continue
+            heap = heaps.setdefault(_size_class(sizes[i]), [])
             key = (-xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed), -tenant_code(tenants[i]))
             if len(heap) >= p.control_size and key <= heap[0][:2]:
                 continue
-            text = texts[i].as_py()
-            if not text:
-                continue
-            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, text))
+            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, ""))
             if len(heap) < p.control_size:
                 heapq.heappush(heap, item)
             else:
                 heapq.heapreplace(heap, item)
         row0 += len(rids)
+    chosen = _length_matched(heaps, suspect_classes, p.control_size)
+    _fill_texts(ex_path, chosen)
     missing = [{"request_id": k[0], "tenant_id": k[1]} for k in sorted(set(suspects) - set(found), key=lambda k: request_key(*k))]
-    controls = sorted((x[-1] for x in heap), key=lambda t: request_key(t.request_id, t.tenant_id))
+    controls = sorted(chosen.values(), key=lambda t: request_key(t.request_id, t.tenant_id))
     targets = [found[k] for k in sorted(found, key=lambda k: request_key(*k))] + controls
     info = {
         "suspects": len(suspects),
         "suspects_missing_from_exchanges": missing,
         "suspects_with_empty_response": sum(1 for t in found.values() if not t.text),
         "suspects_without_completed_at": sum(1 for t in found.values() if t.deadline_us == t.received_us),
+        "control_length_classes": {f"{1 << (c - 1) if c else 0}+ bytes": n for c, n in sorted(
+            collections.Counter(_size_class(len(t.text.encode("utf-8", "surrogatepass"))) for t in controls).items())},
+        "suspect_length_classes": {f"{1 << (c - 1) if c else 0}+ bytes": n for c, n in sorted(suspect_classes.items())},
     }
     return targets, info
+
+
+def _length_matched(heaps: dict[int, list[tuple[int, int, int, Target]]], suspect_classes: collections.Counter[int],
+                    size: int) -> dict[int, Target]:
+    """The control sample by row: places shared among length classes as the suspects are."""
+    ordered = {c: sorted(h, reverse=True) for c, h in heaps.items()}  # smallest keys first
+    total = sum(suspect_classes.values())
+    quota: dict[int, int] = {}
+    if total:
+        exact = {c: size * n / total for c, n in suspect_classes.items()}
+        quota = {c: int(v) for c, v in exact.items()}
+        for c in sorted(exact, key=lambda c: (-(exact[c] - quota[c]), c))[: size - sum(quota.values())]:
+            quota[c] += 1
+    chosen: dict[int, Target] = {}
+    for c, n in quota.items():
+        for item in ordered.get(c, [])[:n]:
+            chosen[item[2]] = item[3]
+    rest = sorted((item for h in ordered.values() for item in h if item[2] not in chosen), reverse=True)
+    for item in rest[: max(size - len(chosen), 0)]:
+        chosen[item[2]] = item[3]
+    return chosen
+
+
+def _fill_texts(path: Path, chosen: dict[int, Target]) -> None:
+    """Read the response texts of the rows ``chosen`` (a second pass over that one column)."""
+    if not chosen:
+        return
+    rows = sorted(chosen)
+    row0, j = 0, 0
+    for batch in _iter_exchanges(path, ["response_text"], 4096):
+        n = batch.num_rows
+        col = batch.column("response_text")
+        while j < len(rows) and rows[j] < row0 + n:
+            chosen[rows[j]].text = col[rows[j] - row0].as_py() or ""
+            j += 1
+        row0 += n
+        if j == len(rows):
+            break
 
 
 def _exchanges_file(path: Path, columns: list[str] = PASS_COLUMNS) -> pq.ParquetFile:
@@ -1054,7 +1106,10 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         "control": {
             "requested": p.control_size,
             "size": n_control,
-            "sample": "non-suspect responses with text, the control_size smallest xxh64(request_id, seed)",
+            "sample": "non-suspect responses with text, length-matched to the suspects (places shared among "
+                      "log2-of-bytes classes as the suspects are), in each class the smallest xxh64(request_id, "
+                      "seed), ties by tenant",
+            "length_classes": {"suspects": info["suspect_length_classes"], "control": info["control_length_classes"]},
             "findings": len(control_rows),
             "responses_with_findings": len(flagged),
             "request_ids_with_findings": flagged,
