@@ -222,3 +222,24 @@ def test_the_control_sample_is_length_matched_to_the_suspects(tmp_path: Path) ->
     # The suspects are all long: so are the controls, though short responses are five times as many.
     (cls,) = control["length_classes"]["suspects"]
     assert control["length_classes"]["control"] == {cls: 10}
+
+
+def test_a_truncated_gateway_file_names_no_wrong_customer_and_says_which_findings_rest_on_it(tmp_path: Path) -> None:
+    import shutil
+
+    from forensics import api
+    from forensics.evaluate import evaluate
+
+    sample = Path(__file__).resolve().parent.parent / "sample_logs"
+    logs = tmp_path / "logs"
+    shutil.copytree(sample, logs)
+    damaged = logs / "gateway" / "litellm-callbacks-2026-08-28.jsonl.gz"
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2])  # cut short, as a copy interrupted mid-way
+    report = api.run(logs / "case.toml", tmp_path / "out").report.report_dir
+    scored = evaluate(logs / "truth.json", report).to_json()
+    assert scored["customers"]["exposed_wrong"] == []
+    on_damaged = json.loads((report / "match.json").read_text())["damage"]["findings_on_damaged_data"]
+    assert on_damaged
+    summary = (report / "summary.md").read_text()
+    assert "rest on a record from damaged input" in summary and all(f in summary for f in on_damaged)
