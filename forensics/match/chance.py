@@ -8,14 +8,15 @@ words is weak evidence however few tenants happened to send it.
 
 The *null* is what the same search finds where no leak can be: the control responses
 (non-suspect, length-matched to the suspects) run through exactly the same steps as the
-suspects. Every cross-tenant match a control response gets is a chance match. From their
+suspects, and the suspects against later texts. Every cross-tenant match there is a chance match. From their
 strengths and the size of the search that produced them, :class:`NullModel` gives the rate of
 chance matches at least as strong as ``s`` per unit of search (the square root of response k-gram
-positions times records searched, see ``match.SIZE_EXPONENT``), counted up to the null's strongest
-chance match and by an exponential tail beyond it (peaks over a threshold: the excess strengths
-of the null's upper fifth are taken as exponential, slope by maximum likelihood). A finding's ``expected_by_chance`` (an
-E-value in the BLAST sense) is that rate times its own search size: how many matches at least
-this strong a search of this size is expected to produce among unrelated texts.
+positions times records searched, see ``match.SIZE_EXPONENT``), counted up to where ten chance
+matches are left and by an exponential tail beyond (peaks over a threshold: the excess strengths
+of the null's upper fifth are taken as exponential, the slope from their median). A finding's
+``expected_by_chance`` (an E-value in the BLAST sense) is that rate times its own search size: how
+many matches at least this strong a search of this size is expected to produce among unrelated
+texts. A null also sees the suspects against texts that arrived after them (see ``match``).
 
 The fitted slope is capped at one halving per bit. With fewer than :data:`MIN_NULL` chance
 matches (a small case) nothing can be fitted; the model is then the theoretical one of local
@@ -41,6 +42,9 @@ BIT = math.log(2.0)
 
 #: The upper share of the null whose excess strengths set the tail's slope.
 TAIL_QUANTILE = 0.8
+
+#: Chance matches left above the threshold where counting gives way to the fitted tail.
+TAIL_COUNT = 10
 
 #: E-value thresholds whose observed and expected chance counts are compared (calibration).
 CALIBRATION_POINTS = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0)
@@ -91,23 +95,26 @@ class NullModel:
                        f"{len(s)} chance matches in the null (< {MIN_NULL}): theoretical model, "
                        "one chance match per unit of search at 0 bits, halving with each bit")
         # The slope comes from the upper fifth of the null (peaks over a threshold): the tail is what
-        # matters for the findings, and the bulk of weak chance matches must not set it.
+        # matters for the findings, and the bulk of weak chance matches must not set it. The median
+        # excess (ln 2 / slope for an exponential) keeps one freak match from flattening it.
         u = float(np.quantile(s, TAIL_QUANTILE))
         excess = s[s >= u] - u
-        mean = float(excess.mean()) if len(excess) else 0.0
+        median = float(np.median(excess)) if len(excess) else 0.0
         # Capped at one halving per bit: a steeper fall (many chance matches of one strength) would
         # promise fewer chance matches than the bits themselves justify.
-        slope = min(1.0 / mean, BIT) if mean > 1e-9 else BIT
-        return cls(size, max(float(search), 1.0), s, float(s[-1]), slope, None)
+        slope = min(BIT / median, BIT) if median > 1e-9 else BIT
+        # Counted up to where TAIL_COUNT chance matches are left; beyond, the fitted tail, so a single
+        # strongest match does not set a floor under every finding's E.
+        return cls(size, max(float(search), 1.0), s, float(s[-min(TAIL_COUNT, len(s))]), slope, None)
 
     def rate(self, s: float) -> float:
         """Chance matches with strength >= ``s`` per unit of search."""
         if self.fallback is not None:
             return math.exp(-self.slope * max(s, 0.0))
+        at = len(self.strengths) - int(np.searchsorted(self.strengths, min(s, self.threshold), side="left"))
         if s <= self.threshold:  # counted: the null's own survival function
-            count = len(self.strengths) - int(np.searchsorted(self.strengths, s, side="left"))
-            return count / self.search
-        return 1.0 / self.search * math.exp(-self.slope * (s - self.threshold))
+            return at / self.search
+        return at / self.search * math.exp(-self.slope * (s - self.threshold))
 
     def expected(self, s: float, search: float) -> float:
         """E-value: chance matches at least as strong as ``s`` expected in a search of size ``search``."""
@@ -119,9 +126,10 @@ class NullModel:
             "null_searches": self.size,
             "search_size": round(self.search, 1),
             "chance_matches": int(len(self.strengths)),
-            "model": "the null's own survival function up to its strongest chance match (the threshold); beyond it "
-                     "an exponential tail, rate(s) = exp(-slope * (s - threshold)) / search, the slope fitted by "
-                     "maximum likelihood on the excess strengths of the null's upper fifth (capped at ln 2 per bit)",
+            "model": f"the null's own survival function up to where {TAIL_COUNT} chance matches are left (the "
+                     "threshold); beyond it an exponential tail, rate(s) = rate(threshold) * exp(-slope * (s - "
+                     "threshold)), the slope ln 2 / the median excess strength of the null's upper fifth (capped at "
+                     "ln 2 per bit)",
             "threshold_bits": round(self.threshold, 4),
             "slope_per_bit": round(self.slope, 6),
             "rate_at_threshold": float(f"{self.rate(self.threshold):.6g}"),
