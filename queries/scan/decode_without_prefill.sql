@@ -12,20 +12,6 @@ WITH prefill_rids AS (
 ),
 prefill_rooms AS (
   SELECT DISTINCT bootstrap_room FROM engine_events WHERE role = 'prefill' AND bootstrap_room IS NOT NULL
-),
-by_rid AS (  -- the exchange an engine rid names: its tenant only when one exchange carries the id
-  SELECT engine_rid,
-         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
-         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
-         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
-  FROM exchange_keys GROUP BY engine_rid
-),
-by_room AS (
-  SELECT bootstrap_room,
-         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
-         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
-         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
-  FROM exchange_keys WHERE bootstrap_room IS NOT NULL GROUP BY bootstrap_room
 )
 -- Anti-joins (NOT IN over NULL-free sets) rather than NOT EXISTS with an OR: the OR form is a
 -- nested loop, minutes on a few hundred thousand requests.
@@ -34,8 +20,8 @@ SELECT d.node, d.time, d.event, d.rid, d.bootstrap_room, d.output_len,
        CASE WHEN r1.engine_rid IS NOT NULL THEN r1.tenant_id ELSE r2.tenant_id END AS tenant_id,
        coalesce(r1.exchanges_named, r2.exchanges_named, 0) AS exchanges_named
 FROM decode_output d
-LEFT JOIN by_rid r1 ON r1.engine_rid = d.rid
-LEFT JOIN by_room r2 ON r2.bootstrap_room = d.bootstrap_room
+LEFT JOIN rid_owners r1 ON r1.engine_rid = d.rid
+LEFT JOIN room_owners r2 ON r2.bootstrap_room = d.bootstrap_room
 WHERE EXISTS (SELECT 1 FROM engine_events WHERE role = 'prefill')
   AND d.node IN (SELECT node FROM engine_events WHERE role = 'decode')
   AND (d.rid IS NULL OR d.rid NOT IN (SELECT rid FROM prefill_rids))

@@ -6,20 +6,6 @@
 -- A rid (or room) that several exchanges carry (two customers sending the same client-supplied id) names no
 -- tenant: `tenant_id` is NULL and `exchanges_named` says how many exchanges it could be (the request id is
 -- given when they all share it). The engine logs cannot tell them apart; picking one would be a guess.
-WITH by_rid AS (  -- the exchange an engine rid names: its tenant only when one exchange carries the id
-  SELECT engine_rid,
-         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
-         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
-         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
-  FROM exchange_keys GROUP BY engine_rid
-),
-by_room AS (
-  SELECT bootstrap_room,
-         CASE WHEN count(DISTINCT request_id) = 1 THEN min(request_id) END AS request_id,
-         CASE WHEN count(DISTINCT (request_id, tenant_id)) = 1 THEN min(tenant_id) END AS tenant_id,
-         count(DISTINCT (request_id, tenant_id)) AS exchanges_named
-  FROM exchange_keys WHERE bootstrap_room IS NOT NULL GROUP BY bootstrap_room
-)
 SELECT e.node, e.role, e.time, e.event, e.rid, e.bootstrap_room,
        CASE WHEN r1.engine_rid IS NOT NULL THEN r1.request_id ELSE r2.request_id END AS request_id,
        CASE WHEN r1.engine_rid IS NOT NULL THEN r1.tenant_id ELSE r2.tenant_id END AS tenant_id,
@@ -29,7 +15,7 @@ SELECT e.node, e.role, e.time, e.event, e.rid, e.bootstrap_room,
          AS output_produced,
        e.source_file, e.source_line
 FROM engine_events e
-LEFT JOIN by_rid r1 ON r1.engine_rid = e.rid
-LEFT JOIN by_room r2 ON r2.bootstrap_room = e.bootstrap_room
+LEFT JOIN rid_owners r1 ON r1.engine_rid = e.rid
+LEFT JOIN room_owners r2 ON r2.bootstrap_room = e.bootstrap_room
 WHERE e.event IN ('bootstrap_failed', 'transfer_failed', 'kv_transfer_error')
 ORDER BY e.time NULLS LAST, e.node, e.source_file, e.source_line
