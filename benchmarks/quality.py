@@ -331,9 +331,9 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
             continue
         ok = checks(p)
         print(f"\npooled {label}: targets " + ", ".join(f"{k} {'met' if v else 'MISSED' if v is not None else 'n/a'}" for k, v in ok.items()))
-        print(f"    hard-negative findings by kind: " + ", ".join(
+        print("    hard-negative findings by kind: " + ", ".join(
             f"{k} {p['hard_negative_findings'].get(k, 0)}/{n}" for k, n in p["hard_negatives_labelled"].items()))
-        print(f"    false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in p["false_pairs_by_location"].items()) or "none"))
+        print("    false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in p["false_pairs_by_location"].items()) or "none"))
         for line in _calibration_lines(p):
             print(line)
     for c in cases:
@@ -346,8 +346,8 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
                 continue
             frag = r["fragment_recall_by_length"]
             print(f"  {label}: fragment recall by length " + ", ".join(f"{k} {v['found']}/{v['fragments']}" for k, v in frag.items())
-                  + f"; tiers (rows correct/rows) " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in r["row_precision_by_tier"].items()))
-            print(f"    hard-negative findings by kind: " + ", ".join(
+                  + "; tiers (rows correct/rows) " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in r["row_precision_by_tier"].items()))
+            print("    hard-negative findings by kind: " + ", ".join(
                 f"{k} {r['hard_negative_findings'].get(k, 0)}/{n}" for k, n in r["hard_negatives_labelled"].items()))
             for line in _calibration_lines(r):
                 print(line)
