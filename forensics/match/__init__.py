@@ -774,6 +774,9 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
     ``null`` section.
     """
+    # A search's size, per target, over the texts received before it completed (see SIZE_EXPONENT).
+    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, facts.records_before(t.deadline_us))
+                     for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
         src_node = facts.node.get((r["source_request_id"], r["source_tenant_id"]))
@@ -785,7 +788,7 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
         r["source_damage"] = facts.damage.get((r["source_request_id"], r["source_tenant_id"]))
-        r["search_size"] = _search_size(len(tgt.tokens.hash) - p.k + 1, facts.records_before(tgt.deadline_us))
+        r["search_size"] = search_before[r["_target"]]
     # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
     # same customer also sent that text earlier (a conversation resends itself): those are left out.
     # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
@@ -806,8 +809,7 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     controls = [i for i, t in enumerate(targets) if t.control]
     suspects = [i for i, t in enumerate(targets) if not t.control]
     total = len(facts.times)
-    size_of = {i: _search_size(len(targets[i].tokens.hash) - p.k + 1, facts.records_before(targets[i].deadline_us))
-               for i in controls}
+    size_of = {i: search_before[i] for i in controls}
     size_of |= {i: _search_size(len(targets[i].tokens.hash) - p.k + 1,
                                 total - facts.records_before(targets[i].deadline_us)) for i in suspects}
     null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]

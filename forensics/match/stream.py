@@ -221,7 +221,9 @@ class Scanner:
                 ok &= self.t_node[tgt] == node[st]
             # The suspects against texts that arrived after them (they cannot be the cause): the null of
             # chance matches for exactly these responses. Their own tenant's later texts resend them.
-            tainted = when > np.array([self.first_suspect.get(int(x), NO_TIME_MAX) for x in code], dtype=np.int64)
+            # One look-up per row (code holds each row's tenant twice: prompt, response).
+            first = np.array([self.first_suspect.get(int(x), NO_TIME_MAX) for x in code[0::2]], dtype=np.int64)
+            tainted = when > np.repeat(first, 2)
             later = ((when[st] >= self.deadline[tgt]) & ~self.control_t[tgt] & (tgt != own[st])
                      & (code[st] != self.t_code[tgt]) & ~tainted[st])
             ok |= later
