@@ -234,7 +234,7 @@ EVIDENCE = pa.schema(
         pa.field("seconds_before", pa.float64()),  # source received this long before the suspect request
         pa.field("records_since_source_on_node", pa.int64()),  # records that decode node served since the source
         pa.field("mechanism_factor", pa.float64()),  # chance of a source this recent on that node (null: not on it)
-        pa.field("expected_by_chance_with_mechanism", pa.float64()),  # expected_by_chance x mechanism_factor
+        pa.field("expected_by_chance_with_mechanism", pa.float64()),  # E-value of expected_by_chance x mechanism_factor
         pa.field("recipient_damage", pa.string()),  # exchanges.damage of the suspect record (null: clean)
         pa.field("source_damage", pa.string()),  # exchanges.damage of the source record (null: clean)
         pa.field("passages", pa.string()),  # every passage: recipient_start:end=source_start:end, ';'-joined

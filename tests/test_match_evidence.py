@@ -14,7 +14,7 @@ import pytest
 
 from forensics.errors import ConfigError
 from forensics.match import match
-from forensics.match.chance import MIN_NULL, NullModel, calibration
+from forensics.match.chance import MIN_NULL, NullModel, calibration, with_mechanism
 from match_helpers import config, exchange, make_case
 
 VOCAB = [f"w{i:04d}x" for i in range(5000)]
@@ -57,6 +57,47 @@ def test_calibration_on_a_null_with_an_exponential_tail_is_within_a_factor_two()
     for row in calib["points"]:
         if 0.01 <= row["evalue_at_most"] <= 0.5:
             assert 0.5 <= row["ratio"] <= 2.0, row
+
+
+def test_the_mechanism_evalue_counts_the_chance_candidates_a_product_lets_through() -> None:
+    # Chance candidates of many searches: C per search on average, E-values even on [0, C]; a share s
+    # ran on the suspect's node (factor k / n, k uniform on 1..n), the rest elsewhere (factor 1 / s).
+    rng = np.random.default_rng(3)
+    searches, c, s, n = 400_000, 4.0, 0.25, 300
+    total = rng.poisson(c * searches)
+    e = rng.uniform(0.0, c, size=total)
+    same = rng.random(total) < s
+    factor = np.where(same, rng.integers(1, n + 1, size=total) / n, 1.0 / s)
+    product = e * factor
+    for t in (0.0005, 0.002, 0.01, 0.05):
+        observed = float((product <= t).sum()) / searches
+        assert with_mechanism(t, s, c, n) == pytest.approx(observed, rel=0.15), t
+        # Taking the product itself for the E-value would promise fewer than there are.
+        assert observed > 1.3 * t
+    # A source just before the suspect on its node lowers the text's E-value; one elsewhere raises it;
+    # without decode-node evidence (share 0) the text's E-value stands.
+    text_e = 1e-3
+    assert with_mechanism(text_e * 1 / n, s, c, n) < text_e < with_mechanism(text_e / s, s, c, n)
+    assert with_mechanism(text_e, 0.0, c, n) == text_e
+
+
+def test_a_rare_passage_between_two_common_phrases_is_evidence(tmp_path: Path) -> None:
+    # "EUR 756,595.48 is due to IBAN": the amount is the customer's; ". 48 is due to" and "48 is due to
+    # IBAN" are common (three other customers wrote amounts ending in 48). The k-grams holding the
+    # amount are the source's alone, so their tokens count even where a common k-gram overlaps them.
+    rng = np.random.default_rng(8)
+    others = [exchange(f"o{i}", f"t{i}", -30 + i,
+                       prompt=f"{words_text(rng, 20)} Payment of EUR {100 + i},{200 + i}.48 is due to IBAN GB{i}X "
+                              f"{words_text(rng, 20)}") for i in range(3)]
+    source = exchange("a1", "acme", 0, prompt=f"{words_text(rng, 30)} Payment of EUR 756,595.48 is due to IBAN "
+                                              f"GB85SLKK {words_text(rng, 30)}")
+    suspect = exchange("b1", "bolt", 5, prompt="q",
+                       response=f"{words_text(rng, 12)} EUR 756,595.48 is due to IBAN {words_text(rng, 12)}")
+    case = make_case(tmp_path / "case", others + [source, suspect], ["b1"])
+    res = match(case, config())
+    found = [f for f in res.findings + _review(case) if f["source_tenant_id"] == "acme"]
+    assert found, "the amount shared only with acme is no candidate"
+    assert int(found[0]["informative_tokens"]) >= 8
 
 
 def _template(name: str, bp: str, hr: str, extra: list[str]) -> str:
@@ -113,8 +154,8 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     doc = words(rng, 200)
     frag = " ".join(doc[50:60])
     # Traffic on every node before the source, so a source just before the suspect is a recent one.
-    others = [exchange(f"o{i}", f"t{i}", -60 + i, prompt=words_text(rng, 50), response=words_text(rng, 30),
-                       decode_node=f"decode-{i % 4}") for i in range(40)]
+    others = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                       decode_node=f"decode-{i % 4}") for i in range(400)]
 
     response = f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}"
 
@@ -132,7 +173,7 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     assert other["row"]["same_decode_node"] in (False, "false")
     assert none["row"]["same_decode_node"] in (None, "")
     # The text evidence is the same; the mechanism moves the combined figure: a recent source on the
-    # suspect's node lowers it, one elsewhere (or on no node) raises it by 1 / the node's share.
+    # suspect's node (1 of its 100 records before) lowers it, one elsewhere (or on no node) raises it.
     text = {float(x["row"]["expected_by_chance"]) for x in (same, other, none)}
     assert len(text) == 1
     e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in

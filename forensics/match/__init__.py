@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import heapq
+import math
 import multiprocessing
 import os
 import pickle
@@ -631,8 +632,15 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
             matched[a - c.tok_start : a - c.tok_start + size] = True
         # Different words among the matched tokens: a run of one repeated word is no passage.
         distinct = len(np.unique(tgt.tokens.hash[c.tok_start : c.tok_end][matched]))
+        # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
+        # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
+        # own-context k-grams alone cover are explained away.
+        explained = np.zeros_like(matched)
         for q in kp[~informative].tolist():
-            matched[q - c.tok_start : q - c.tok_start + k] = False
+            explained[q - c.tok_start : q - c.tok_start + k] = True
+        for q in kp[informative].tolist():
+            explained[q - c.tok_start : q - c.tok_start + k] = False
+        matched &= ~explained
         info_tokens = int(matched.sum())
         if not admissible(c.score, info_tokens, distinct, p):
             continue
@@ -827,19 +835,27 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
         share = facts.node_share.get(tgt.decode_node or "", 0.0)
+        before = facts.records_on_node_since(tgt.decode_node or "", NO_TIME, tgt.received_us) if tgt.decode_node else 0
         if k is not None:
             # Chance puts a source on the suspect's node, at least this recent, k times in the n records that
-            # node served before the suspect: the E-value of the joint event (this strong, there, this recent).
-            before = facts.records_on_node_since(tgt.decode_node or "", NO_TIME, tgt.received_us)
+            # node served before the suspect.
             factor = max(k, 1) / max(before, 1)
+            factor_known = True
         elif tgt.decode_node is not None and 0.0 < share < 1.0:
             # The engine logs put the source elsewhere (another node, or none): not where stale pages come
             # from, so the text must carry what the mechanism does not: E grows by 1 / the node's share.
             factor = 1.0 / share
+            factor_known = True
         else:
             factor = 1.0  # the engine logs say nothing about this suspect
+            factor_known = False
         r["mechanism_factor"] = float(f"{factor:.4g}")
-        r["expected_by_chance_with_mechanism"] = float(f"{r['expected_by_chance'] * factor:.4g}")
+        # The product ranks the candidates; its E-value counts the chance candidates of this search that a
+        # product this small would let through (chance.with_mechanism), not the product itself.
+        r["_mechanism"] = (share if factor_known else 0.0, before)
+        combined = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
+                                         model.expected(-math.inf, r["search_size"]), before)
+        r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
         if r["_explained_by"] and p.tiering == "evalue":
             decision: tuple[str, str] | str = (
                 f"the same response text matches another customer's text more strongly (finding "
@@ -855,6 +871,12 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     points = [(r["_target"], r["strength_bits"], size_of[r["_target"]]) for r in null_rows]
     seen = {c for c, _, _ in points}
     points += [(i, float("nan"), size_of[i]) for i in size_of if i not in seen]
+    # The controls again, each chance match with its decode-node evidence: the figure the tiers use,
+    # checked where every match is known to be chance.
+    control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
+                       *r["_mechanism"]) for r in null_rows if r["control"]]
+    seen_controls = {c for c, *_ in control_points}
+    control_points += [(i, float("nan"), size_of[i], 1.0, 0.0, 0) for i in controls if i not in seen_controls]
     null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
     searches = len(size_of)
     rules: dict[str, Any] = {}
@@ -879,8 +901,9 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                      "chance_matches_from_controls": len(control_null),
                      "chance_matches_from_later_texts": len(null_rows) - len(control_null),
                      "later_texts_copying_the_suspect_left_out": len(copies)},
-        "decode_node_evidence": ("present: expected_by_chance_with_mechanism = expected_by_chance x "
-                                 "mechanism_factor; mechanism_factor = records the suspect's decode node served since "
+        "decode_node_evidence": ("present: expected_by_chance_with_mechanism = the chance candidates a search "
+                                 "expects with expected_by_chance x mechanism_factor at most this one's "
+                                 "(chance.with_mechanism); mechanism_factor = records the suspect's decode node served since "
                                  "the source / records it served before the suspect when the source ran there, "
                                  "1 / that node's share of records when it ran elsewhere or on none, 1 when the "
                                  "suspect's node is unknown" if mechanism_known else
@@ -889,6 +912,7 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
 
         "rules": rules,
         "calibration": chance.calibration(points),
+        "calibration_of_controls_with_mechanism": chance.calibration(control_points),
     }
     return rows, null
 

@@ -137,7 +137,33 @@ class NullModel:
         }
 
 
-def calibration(points: list[tuple[int, float, float]]) -> dict[str, Any]:
+def with_mechanism(product: float, share: float, chance_candidates: float, node_records: int) -> float:
+    """E-value of a candidate ranked by ``product`` = expected_by_chance x mechanism_factor.
+
+    A product of two chances is not itself a chance: among many weak chance candidates, some land on
+    the suspect's decode node just before it by luck, and their small factor pulls their product down
+    (the reason Fisher's method does not multiply p-values). This counts what the search expects:
+    chance candidates arrive with E-values spread evenly over [0, C] (C = ``chance_candidates``, the
+    admissible chance candidates expected in the search); one ran on the suspect's node with
+    probability s = ``share``, and there its factor (records since it on that node / the n =
+    ``node_records`` records the node served before the suspect) is uniform on [1/n, 1]; elsewhere its
+    factor is 1 / s. The expected number with a product at most t is
+
+        s * (min(t, C) + t * ln(max(1, min(C / t, n)))) + (1 - s) * min(t * s, C)
+
+    For a source just before the suspect on its node this is far below the text's own E-value; for
+    a source elsewhere, several times above it. With ``share`` 0 the engine logs say nothing about
+    the suspect and the text's E-value stands.
+    """
+    t = max(product, 0.0)
+    if not 0.0 < share <= 1.0:
+        return t
+    c = max(chance_candidates, 0.0)
+    spread = math.log(max(1.0, min(c / t, float(max(node_records, 1))))) if t > 0.0 else 0.0
+    return share * (min(t, c) + t * spread) + (1.0 - share) * min(t * share, c)
+
+
+def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, float, float, float, int]]) -> dict[str, Any]:
     """Observed against expected chance findings on the null, fitted on one half and scored on the other.
 
     ``points``: (control response number, strength, search size) of every chance match, and of
@@ -145,27 +171,43 @@ def calibration(points: list[tuple[int, float, float]]) -> dict[str, Any]:
     halves are the even and odd control numbers; each half's matches get E-values from the model
     fitted on the other half. A calibrated E-value gives, over n responses, about n x t matches
     with E <= t.
+
+    Points may carry three more figures, the match's mechanism factor, its node's share and the
+    records that node served before (see
+    :func:`with_mechanism`; share 0: no decode-node evidence); then each row also counts the chance
+    matches whose E-value with the mechanism is at most t (``observed_with_mechanism``): the figure
+    the tiers use, checked on matches known to be chance.
     """
-    halves: list[tuple[list[float], float, int, list[tuple[float, float]]]] = []
+    halves: list[tuple[list[float], float, int, list[tuple[float, float, float, float, int]]]] = []
     for parity in (0, 1):
         mine = [p for p in points if p[0] % 2 == parity]
         sizes: dict[int, float] = {}
-        for c, _, m in mine:
-            sizes[c] = m
-        strengths = [s for _, s, _ in mine if not math.isnan(s)]
-        halves.append((strengths, sum(sizes.values()), len(sizes), [(s, sizes[c]) for c, s, _ in mine if not math.isnan(s)]))
+        for pt in mine:
+            sizes[pt[0]] = pt[2]
+        strengths = [pt[1] for pt in mine if not math.isnan(pt[1])]
+        matches = [(pt[1], sizes[pt[0]], *(pt[3:6] if len(pt) == 6 else (1.0, 0.0, 0)))  # type: ignore[misc]
+                   for pt in mine if not math.isnan(pt[1])]
+        halves.append((strengths, sum(sizes.values()), len(sizes), matches))
     rows = []
     evalues: list[float] = []
+    combined: list[float] = []
     responses = 0
     for me, other in ((0, 1), (1, 0)):
-        strengths, search, size, matches = halves[other]
+        strengths, search, size, _ = halves[other]
         model = NullModel.fit(strengths, search, size)
         responses += halves[me][2]
-        evalues.extend(model.expected(s, m) for s, m in halves[me][3])
+        for s, m, factor, share, node_records in halves[me][3]:
+            e = model.expected(s, m)
+            evalues.append(e)
+            combined.append(with_mechanism(e * factor, share, model.expected(-math.inf, m), node_records))
+    mechanism = any(len(pt) == 6 and pt[4] > 0 for pt in points)
     for t in CALIBRATION_POINTS:
         observed = sum(1 for e in evalues if e <= t)
         expected = t * responses
-        rows.append({"evalue_at_most": t, "expected": round(expected, 3), "observed": observed,
-                     "ratio": round(observed / expected, 3) if expected else None})
+        row: dict[str, Any] = {"evalue_at_most": t, "expected": round(expected, 3), "observed": observed,
+                               "ratio": round(observed / expected, 3) if expected else None}
+        if mechanism:
+            row["observed_with_mechanism"] = sum(1 for e in combined if e <= t)
+        rows.append(row)
     return {"method": "two-fold: the null split by control response, each half scored by the model fitted "
                       "on the other", "responses": responses, "points": rows}

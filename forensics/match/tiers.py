@@ -1,9 +1,10 @@
 """The matcher's parameters (the case file's ``[match]`` section) and the tier rules.
 
 By default (``tiering = "evalue"``) a finding's tier follows from how likely it is by chance
-(``expected_by_chance_with_mechanism``: the text's E-value, see ``chance.py``, times the decode-node
-evidence's factor): ``confirmed`` E1: at most confirm_evalue (0.0001); ``probable`` E2: at most
-probable_evalue (0.001); every other admissible candidate goes to review.
+(``expected_by_chance_with_mechanism``: the E-value of the text's E-value, see ``chance.py``, times
+the decode-node evidence's factor, see ``chance.with_mechanism``): ``confirmed`` E1: at most
+confirm_evalue (0.0001); ``probable`` E2: at most probable_evalue (0.001); every other admissible
+candidate goes to review.
 ``tiering = "rules"`` keeps the fixed rules below, for comparison (benchmarks/quality.py).
 
 Fixed-rule tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
@@ -21,7 +22,7 @@ Fixed-rule tiers on findings (``possible`` belongs to suspects with no finding a
                rarity >= signature_rarity.
                Anything weaker is not a finding.
 
-*Informative* tokens are matched tokens not covered by a matched k-gram that is own context (in
+*Informative* tokens are matched tokens not covered only by matched k-grams that are own context (in
 the suspect's own prompt or, for another tenant's source, held by the recipient's tenant when it
 sent the request) or common (held by more than ``max_tenants`` tenants when the suspect response
 was produced).

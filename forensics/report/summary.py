@@ -156,7 +156,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             f"{searches.get('control_responses', null.get('control_responses'))} control responses, and "
             f"{searches.get('suspects_against_later_texts', 0)} suspect responses against texts that arrived after "
             f"them, searched the same way: {null.get('chance_matches')} chance matches). Tiers come from "
-            f"expected_by_chance_with_mechanism, E times the decode-node evidence's factor "
+            f"expected_by_chance_with_mechanism, the E-value of E times the decode-node evidence's factor "
             f"({data.match_info.get('tiering', 'evalue')}; see match.json null)."
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
@@ -165,6 +165,16 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
                 if isinstance(p, dict)]
         if crow:
             evidence_model.append(("table", ["E at most", "chance matches expected on the null", "observed"], crow))
+        mcal = (null.get("calibration_of_controls_with_mechanism")
+                if isinstance(null.get("calibration_of_controls_with_mechanism"), dict) else {})
+        mrow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed"), p.get("observed_with_mechanism")]
+                for p in mcal.get("points", []) if isinstance(p, dict) and "observed_with_mechanism" in p]
+        if mrow:
+            evidence_model.append(
+                f"The control responses alone ({mcal.get('responses')}), each chance match scored with its own "
+                "decode-node evidence as a finding would be:")
+            evidence_model.append(("table", ["E at most", "chance matches expected", "observed (E)",
+                                             "observed (E with mechanism)"], mrow))
         evidence_model.append(
             f"Candidates that put nobody on the list are in review.csv ({found.get('review', 0)}), each with why.")
     on_damaged = sorted(damage.get("findings_on_damaged_data") or [])
