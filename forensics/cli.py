@@ -477,19 +477,30 @@ def report(
     case: Path = typer.Option(..., "--case", help="Case folder that has been scanned and matched."),
     config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
     """Write the notification list, packets, summary and manifest; exit 1 when anyone must be told."""
     from forensics import api
+    from forensics.verify import seal
 
     cfg = api.make_config(config) if config is not None else None
     result = api.report(case, cfg, out_dir, progress=_progress(quiet))
+    sealed = seal(result.report_dir, sign)
     if as_json:
-        _emit_json(result.summary())
+        _emit_json(result.summary() | sealed.summary())
     else:
         _render_report(result.summary())
+        _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+def _render_seal(sealed: dict[str, Any]) -> None:
+    out.print(f"manifest.json SHA-256: {sealed['manifest_sha256']} (record it outside the report; "
+              "`forensics verify` prints it again)", markup=False)
+    if sealed["signature"]:
+        out.print(f"signed: {sealed['signature']}", markup=False)
 
 
 def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None = None) -> None:
@@ -518,17 +529,25 @@ def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None 
 def run(
     config_or_log_dir: Path = typer.Argument(..., help="A case file (TOML), or a log folder that holds one."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
     """Ingest, scan, match and report in one command; exit 0 when nothing was found, 1 when something was."""
     from forensics import api
+    from forensics.verify import seal
 
+    if sign is not None:  # a bad key must fail before the run, not after it
+        from forensics.verify import check_private_key
+
+        check_private_key(sign)
     result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet))
+    sealed = seal(result.report.report_dir, sign)
     if as_json:
-        _emit_json(result.summary())
+        _emit_json(result.summary() | sealed.summary())
     else:
         _render_report(result.report.summary(), result.stages)
+        _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
@@ -536,19 +555,44 @@ def run(
 def verify(
     report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="Folder the input paths are relative to, if moved."),
+    key: Optional[Path] = typer.Option(None, "--key", help="Ed25519 public key (PEM) to check manifest.json.sig with."),
+    rerun: bool = typer.Option(False, "--rerun", help="Re-run the pipeline from the recorded inputs and parameters and compare byte for byte."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
-    """Re-hash a report's inputs and outputs against its manifest; exit 1 on any drift."""
+    """Check a report: signature, inputs and outputs against its manifest, internal consistency
+    (notifications from evidence, packets from notifications, summary counts from the tables) and,
+    with --rerun, a fresh run compared byte for byte; exit 1 on any drift."""
     from forensics import api
 
-    result = api.verify(report_dir, inputs)
+    result = api.verify(report_dir, inputs, key=key, rerun=rerun, progress=_progress(quiet))
     if as_json:
         _emit_json(result.summary())
     else:
         for d in result.drift:
             out.print(f"drift: {d}", markup=False)
-        out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} files checked, {len(result.drift)} differ", markup=False)
+        out.print(f"manifest.json SHA-256: {result.manifest_sha256} (compare with the value recorded at the run)", markup=False)
+        out.print(f"signature: {result.signature}", markup=False)
+        done = "files checked, tables cross-checked" + (", re-run compared byte for byte" if result.rerun else "")
+        out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} {done}; {len(result.drift)} problem(s)", markup=False)
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
+
+
+@app.command()
+def keygen(
+    key_file: Path = typer.Argument(..., help="Where to write the private key (PEM); the public key goes to KEY_FILE.pub."),
+    as_json: bool = typer.Option(False, "--json", help="Print the paths as JSON."),
+) -> int:
+    """Make an Ed25519 key pair for signing reports (run/report --sign KEY_FILE, verify --key KEY_FILE.pub)."""
+    from forensics.verify import keygen as make_key
+
+    private, public = make_key(key_file)
+    if as_json:
+        _emit_json({"private_key": str(private), "public_key": str(public)})
+    else:
+        out.print(f"private key (keep it secret, sign with --sign): {private}", markup=False)
+        out.print(f"public key (give it to whoever verifies, with verify --key): {public}", markup=False)
+    return EXIT_CLEAN
 
 
 def main(argv: list[str] | None = None) -> None:
