@@ -23,7 +23,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import tempfile
 from html import unescape
 from pathlib import Path
@@ -395,13 +394,13 @@ def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
 # --------------------------------------------------------------------------------------------
 
 
-def _rerun_config(man: dict[str, Any], root: Path) -> CaseConfig:
-    """The case configuration and match options recorded in a report, with paths made absolute."""
+def _rerun_config(man: dict[str, Any], root: Path, manifest_path: Path) -> CaseConfig:
+    """The case configuration recorded in a report's manifest, with paths made absolute."""
     try:
         cfg = CaseConfig.from_json(man["parameters"]["case"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CaseError(f"manifest.json records no usable case parameters ({type(exc).__name__}: {exc})",
-                        file=MANIFEST, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
+                        file=manifest_path, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
     cfg.inputs = [InputSpec((root / i.path).resolve(), i.format) for i in cfg.inputs]
     if cfg.tokenizer is not None:
         cfg.tokenizer = (root / cfg.tokenizer).resolve()
@@ -481,12 +480,12 @@ def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter 
     from forensics.report import NOT_OUTPUTS, report_dir_for
 
     report_dir = Path(report_dir)
-    cfg = _rerun_config(man, root)
+    cfg = _rerun_config(man, root, report_dir / MANIFEST)
     by_format = _inputs_by_format(cfg, man, root)
     if not by_format:
         raise CaseError("the report records no inputs to re-run from", file=report_dir / MANIFEST,
                         fix="--rerun needs a report whose manifest lists its inputs")
-    missing = sorted(str(p) for paths in by_format.values() for p in paths if not p.exists())
+    missing = sorted(Path(os.path.relpath(p, root)).as_posix() for paths in by_format.values() for p in paths if not p.exists())
     if missing:  # the hash check has already named it; say why nothing was compared
         return [Drift("rerun", MANIFEST, f"not re-run: the recorded input {missing[0]} is missing "
                       "(give --inputs FOLDER when the inputs moved)")]
@@ -500,6 +499,4 @@ def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter 
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
         exclude = set(man.get("outputs_excluded", [])) | set(NOT_OUTPUTS)
-        drift = _compare(report_dir, again, exclude)
-        shutil.rmtree(out, ignore_errors=True)
-    return drift
+        return _compare(report_dir, again, exclude)

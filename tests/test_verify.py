@@ -212,3 +212,21 @@ def test_a_packet_holding_another_customers_notice_is_named(built: Path) -> None
     problems = _problems(built)
     assert (f"consistency packets/{acme.name}/notice.json: is the notice of tenant 'globex' (packet packets/{globex.name}), "
             "not of 'acme' as notifications.csv says") in problems
+
+
+def test_rerun_of_a_report_built_stage_by_stage_with_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "incident")
+    case = str(tmp_path / "case")
+    _call(["ingest", str(logs / "gateway"), "--case", case, "-q"], capsys)
+    _call(["scan", "--case", case, "--model", "glm-5.3", "--window-start", "2026-08-27T00:00:00Z",
+           "--window-end", "2026-09-09T00:00:00Z", "--ceiling", "2000", "-q"], capsys)
+    _call(["match", "--case", case, "--k", "6", "--control-size", "3", "-q"], capsys)
+    code, out, _ = _call(["report", "--case", case, "--out", str(tmp_path / "out"), "--json", "-q"], capsys)
+    assert code == 1  # the leak is found
+    report_dir = Path(json.loads(out)["report"])
+    assert json.loads((report_dir / "match.json").read_text())["parameters"]["k"] == 6
+    assert verify(report_dir, rerun=True).ok
+    (logs / "gateway" / "spend.jsonl").unlink()
+    problems = _problems(report_dir, rerun=True)
+    assert "input spend.jsonl: missing" in problems  # inputs are recorded relative to their common folder
+    assert "rerun manifest.json: not re-run: the recorded input spend.jsonl is missing (give --inputs FOLDER when the inputs moved)" in problems
