@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from forensics import __version__
 from forensics.errors import ForensicsError
@@ -26,10 +27,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help text is shown as written: rich markup mode would eat "[match]" and turn ":x:" into an emoji.
+    rich_markup_mode=None,
 )
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Values shown come from logs and file names an attacker may have shaped: no emoji codes, no
+# highlighting, and every table cell is a Text (never parsed as markup), see _cells.
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -97,7 +102,24 @@ def _progress(quiet: bool) -> Any:
 
 
 def _emit_json(data: Any) -> None:
-    out.print(json.dumps(data, indent=2, sort_keys=True, default=str), markup=False)
+    """JSON on stdout exactly as serialised (never through rich: no markup, emoji or wrapping)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _text(value: Any) -> Text:
+    """A value as literal text: "[b]" and ":x:" in a tenant id or file name stay as they are."""
+    return Text("" if value is None else str(value))
+
+
+def _table(title: Any = None, **kwargs: Any) -> Table:
+    """A table whose title (which may hold a path) is literal text."""
+    return Table(title=None if title is None else _text(title), title_justify="left", **kwargs)
+
+
+def _add_row(table: Table, *cells: Any) -> None:
+    """Add a row of literal cells (see _text)."""
+    table.add_row(*(_text(c) for c in cells))
 
 
 def _version(value: bool) -> None:
@@ -144,12 +166,12 @@ def ingest(
 
 
 def _render_ingest(summary: dict[str, Any]) -> None:
-    table = Table(title=f"case {summary['case']}", title_justify="left")
+    table = _table(f"case {summary['case']}")
     for col in ("file", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status"):
         table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
     for f in summary["files"]:
-        table.add_row(
-            f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
+        _add_row(
+            table, f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
             str(f["blank"]), str(f["duplicate"]), f["status"],
         )
     out.print(table)
@@ -159,12 +181,12 @@ def _render_ingest(summary: dict[str, Any]) -> None:
         f"(requests merged as duplicates: {summary['duplicate_requests']}, orphans: {summary['orphans']})"
     )
     if summary.get("time_range"):
-        out.print(f"time range: {summary['time_range'][0]} .. {summary['time_range'][1]}")
+        out.print(f"time range: {summary['time_range'][0]} .. {summary['time_range'][1]}", markup=False)
     if summary.get("models"):
-        out.print("models: " + ", ".join(f"{m} ({n})" for m, n in summary["models"]))
+        out.print("models: " + ", ".join(f"{m} ({n})" for m, n in summary["models"]), markup=False)
     tokens = summary.get("prompt_tokens_sources") or {}
     if tokens:
-        out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(tokens.items())))
+        out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(tokens.items())), markup=False)
     if summary.get("implausible_reported_counts"):
         out.print(f"[bold]reported token counts not trusted (impossible for their text): {summary['implausible_reported_counts']}[/bold]")
     damaged = summary.get("records_from_damaged_input") or {}
@@ -229,13 +251,13 @@ def evaluate(
         return EXIT_CLEAN
     if data["missing"]:
         out.print("missing report files (scored as empty): " + ", ".join(data["missing"]), markup=False)
-    table = Table(title=f"evaluation of {data['report']}", title_justify="left")
+    table = _table(f"evaluation of {data['report']}")
     for col in ("what", "truth", "reported", "correct", "precision", "recall"):
         table.add_column(col, justify="left" if col == "what" else "right")
     rows = [("suspects", data["suspects"]), ("finding pairs", data["findings"]),
             ("exposed customers", data["customers"]["exposed"]), ("recipient customers", data["customers"]["recipient"])]
     for name, r in rows:
-        table.add_row(name, str(r["truth"]), str(r["predicted"]), str(r["true_positives"]), _ratio(r["precision"]), _ratio(r["recall"]))
+        _add_row(table, name, str(r["truth"]), str(r["predicted"]), str(r["true_positives"]), _ratio(r["precision"]), _ratio(r["recall"]))
     out.print(table)
     f = data["findings"]
     for title, key in (("fragment recall by length", "fragment_recall_by_length"), ("fragment recall by damage", "fragment_recall_by_damage")):
@@ -309,11 +331,11 @@ def _render_scan(summary: dict[str, Any]) -> None:
         f"advertised window: {p['advertised_window_tokens']} ({p['advertised_window_tokens_source']})",
         markup=False,
     )
-    table = Table(title="suspect queries", title_justify="left")
+    table = _table("suspect queries")
     table.add_column("query")
     table.add_column("responses", justify="right")
     for qid, n in sorted(summary["by_reason"].items()):
-        table.add_row(qid, str(n))
+        _add_row(table, qid, str(n))
     out.print(table)
     out.print(
         f"[bold]suspect responses: {summary['suspects']}[/bold]  (borderline: {summary['borderline']}, "
@@ -343,11 +365,11 @@ def query(
     from forensics.queries import csv_text, plain, rows_of
 
     if list_queries:
-        table = Table(title="shipped queries", title_justify="left")
+        table = _table("shipped queries")
         for col in ("id", "kind", "parameters", "title"):
             table.add_column(col)
         for qd in api.load_queries():
-            table.add_row(qd.id, qd.kind, ", ".join(f"{p.name} {p.type}" for p in qd.params) or "-", qd.title)
+            _add_row(table, qd.id, qd.kind, ", ".join(f"{p.name} {p.type}" for p in qd.params) or "-", qd.title)
         out.print(table)
         return EXIT_CLEAN
     if name_or_sql is None or case is None:
@@ -363,17 +385,17 @@ def query(
     elif fmt == "json":
         _emit_json(rows_of(rows))
     else:
-        table = Table(show_lines=False)
+        table = _table(show_lines=False)
         for col in rows.column_names:
-            table.add_column(col, overflow="fold")
+            table.add_column(_text(col), overflow="fold")
         for rec in rows.to_pylist():
             cells = []
             for v in rec.values():
                 v = plain(v)
                 text = "" if v is None else str(v)
                 cells.append(text if len(text) <= 120 else text[:117] + "...")
-            table.add_row(*cells)
-        out.print(table, markup=False)
+            _add_row(table, *cells)
+        out.print(table)
         err.print(f"{rows.num_rows} row(s)")
     return EXIT_CLEAN
 
@@ -455,35 +477,46 @@ def report(
     case: Path = typer.Option(..., "--case", help="Case folder that has been scanned and matched."),
     config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
     """Write the notification list, packets, summary and manifest; exit 1 when anyone must be told."""
     from forensics import api
+    from forensics.verify import seal
 
     cfg = api.make_config(config) if config is not None else None
     result = api.report(case, cfg, out_dir, progress=_progress(quiet))
+    sealed = seal(result.report_dir, sign)
     if as_json:
-        _emit_json(result.summary())
+        _emit_json(result.summary() | sealed.summary())
     else:
         _render_report(result.summary())
+        _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+def _render_seal(sealed: dict[str, Any]) -> None:
+    out.print(f"manifest.json SHA-256: {sealed['manifest_sha256']} (record it outside the report; "
+              "`forensics verify` prints it again)", markup=False)
+    if sealed["signature"]:
+        out.print(f"signed: {sealed['signature']}", markup=False)
 
 
 def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None = None) -> None:
     if stages:
-        table = Table(title="stages", title_justify="left")
+        table = _table("stages")
         for col in ("stage", "rows", "what", "seconds"):
             table.add_column(col, justify="left" if col in ("stage", "what") else "right")
         for s in stages:
-            table.add_row(s["stage"], "-" if s["rows"] is None else str(s["rows"]), s["note"], f"{s['seconds']:.2f}")
+            _add_row(table, s["stage"], "-" if s["rows"] is None else str(s["rows"]), s["note"], f"{s['seconds']:.2f}")
         out.print(table)
-    table = Table(title="customers to notify", title_justify="left")
+    table = _table("customers to notify")
     for col in ("role", "confirmed", "probable", "possible"):
         table.add_column(col, justify="left" if col == "role" else "right")
     for role in ("exposed", "recipient"):
         tiers = summary["by_role_and_tier"].get(role, {})
-        table.add_row(role, *(str(tiers.get(t, 0)) for t in ("confirmed", "probable", "possible")))
+        _add_row(table, role, *(str(tiers.get(t, 0)) for t in ("confirmed", "probable", "possible")))
     out.print(table)
     out.print(
         f"suspect responses: {summary['suspects']}  cross-tenant findings: {summary['cross_tenant_findings']}  "
@@ -496,17 +529,25 @@ def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None 
 def run(
     config_or_log_dir: Path = typer.Argument(..., help="A case file (TOML), or a log folder that holds one."),
     out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
     """Ingest, scan, match and report in one command; exit 0 when nothing was found, 1 when something was."""
     from forensics import api
+    from forensics.verify import seal
 
+    if sign is not None:  # a bad key must fail before the run, not after it
+        from forensics.verify import check_private_key
+
+        check_private_key(sign)
     result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet))
+    sealed = seal(result.report.report_dir, sign)
     if as_json:
-        _emit_json(result.summary())
+        _emit_json(result.summary() | sealed.summary())
     else:
         _render_report(result.report.summary(), result.stages)
+        _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
@@ -514,19 +555,44 @@ def run(
 def verify(
     report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="Folder the input paths are relative to, if moved."),
+    key: Optional[Path] = typer.Option(None, "--key", help="Ed25519 public key (PEM) to check manifest.json.sig with."),
+    rerun: bool = typer.Option(False, "--rerun", help="Re-run the pipeline from the recorded inputs and parameters and compare byte for byte."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> int:
-    """Re-hash a report's inputs and outputs against its manifest; exit 1 on any drift."""
+    """Check a report: signature, inputs and outputs against its manifest, internal consistency
+    (notifications from evidence, packets from notifications, summary counts from the tables) and,
+    with --rerun, a fresh run compared byte for byte; exit 1 on any drift."""
     from forensics import api
 
-    result = api.verify(report_dir, inputs)
+    result = api.verify(report_dir, inputs, key=key, rerun=rerun, progress=_progress(quiet))
     if as_json:
         _emit_json(result.summary())
     else:
         for d in result.drift:
             out.print(f"drift: {d}", markup=False)
-        out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} files checked, {len(result.drift)} differ", markup=False)
+        out.print(f"manifest.json SHA-256: {result.manifest_sha256} (compare with the value recorded at the run)", markup=False)
+        out.print(f"signature: {result.signature}", markup=False)
+        done = "files checked, tables cross-checked" + (", re-run compared byte for byte" if result.rerun else "")
+        out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} {done}; {len(result.drift)} problem(s)", markup=False)
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
+
+
+@app.command()
+def keygen(
+    key_file: Path = typer.Argument(..., help="Where to write the private key (PEM); the public key goes to KEY_FILE.pub."),
+    as_json: bool = typer.Option(False, "--json", help="Print the paths as JSON."),
+) -> int:
+    """Make an Ed25519 key pair for signing reports (run/report --sign KEY_FILE, verify --key KEY_FILE.pub)."""
+    from forensics.verify import keygen as make_key
+
+    private, public = make_key(key_file)
+    if as_json:
+        _emit_json({"private_key": str(private), "public_key": str(public)})
+    else:
+        out.print(f"private key (keep it secret, sign with --sign): {private}", markup=False)
+        out.print(f"public key (give it to whoever verifies, with verify --key): {public}", markup=False)
+    return EXIT_CLEAN
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -193,13 +193,23 @@ def _parse_zone(value: Any, key: str) -> str:
     return value
 
 
+#: Allowed range (inclusive) of the token-count settings: far above any model's window, but a
+#: typo of a few extra digits (or a value past 64 bits) is refused instead of silently making
+#: every request fit under the ceiling.
+TOKEN_BOUNDS = (1, 1_000_000_000)
+#: The numeric top-level keys of the case file (the [match] ones are in forensics.match.tiers).
+NUMERIC_KEYS = ("real_ceiling_tokens", "advertised_window_tokens")
+
+
 def _parse_tokens(value: Any, key: str) -> int | str:
     if value == "auto":
         return "auto"
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{key} = {value!r} is not a positive whole number or \"auto\"", fix=EXAMPLES.get(key))
+    lo, hi = TOKEN_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{key} = {value!r} is not a positive whole number from {lo} to {hi} or \"auto\"",
+                          fix=EXAMPLES.get(key))
     return value
 
 
@@ -242,6 +252,11 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
                 bad = sorted(set(value) - SECTION_KEYS[key])[0]
                 known = ", ".join(sorted(SECTION_KEYS[key])) or "none yet"
                 raise ConfigError(f"unknown key {bad!r} in [{key}]", file=file, fix=f"keys [{key}] takes: {known}")
+            if key == "match":
+                # Checked here, before any stage runs, so a bad value fails in seconds, not after ingest.
+                from forensics.match.tiers import params_from
+
+                params_from(value, file=file)
             cfg.sections[key] = dict(value)
             continue
         if key == "inputs":

@@ -75,18 +75,42 @@ class MatchParams:
         return d
 
 
-_INT_KEYS = {"k": 2, "min_tokens": 1, "min_run": 1, "confirm_tokens": 1, "max_tenants": 1, "control_size": 0, "seed": 0,
-             "margin": 0, "gap": 1, "workers": 0, "batch_rows": 1}
-_FLOAT_KEYS = {"confirm_score": (0, 100), "probable_score": (0, 100), "damaged_score": (0, 100), "confirm_rarity": (0, 1),
-               "probable_rarity": (0, 1), "signature_rarity": (0, 1), "lookback_minutes": (0, None),
-               "confirm_evalue": (0, 1000), "probable_evalue": (0, 1000)}
+#: Type and allowed range (inclusive) of every numeric key. The upper bounds lie far above any
+#: sensible value; they exist because a typo such as ``k = 1e20`` or ``confirm_score = nan`` used to
+#: be accepted and silently empty the notification list.
+NUMERIC_BOUNDS: dict[str, tuple[type, int | float, int | float]] = {
+    "k": (int, 2, 64),
+    "min_tokens": (int, 1, 1_000_000),
+    "confirm_tokens": (int, 1, 1_000_000),
+    "min_run": (int, 1, 1_000_000),
+    "max_tenants": (int, 1, 1_000_000),
+    "control_size": (int, 0, 1_000_000),
+    "seed": (int, 0, 2**64 - 1),  # the sample is drawn with a 64-bit xxhash seed
+    "margin": (int, 0, 100_000),
+    "gap": (int, 1, 100_000),
+    "workers": (int, 0, 4096),
+    "batch_rows": (int, 1, 1_000_000),
+    "confirm_score": (float, 0, 100),
+    "probable_score": (float, 0, 100),
+    "damaged_score": (float, 0, 100),
+    "confirm_rarity": (float, 0, 1),
+    "probable_rarity": (float, 0, 1),
+    "signature_rarity": (float, 0, 1),
+    "lookback_minutes": (float, 0, 5_256_000),  # ten years
+    "confirm_evalue": (float, 0, 1000),
+    "probable_evalue": (float, 0, 1000),
+}
 _BOOL_KEYS = {"same_decode_node"}
 _CHOICE_KEYS = {"tiering": ("evalue", "rules")}
 KEYS = tuple(f.name for f in dataclasses.fields(MatchParams))
 
 
 def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None, file: Any = None) -> MatchParams:
-    """Parameters from a ``[match]`` section plus CLI overrides (``None`` values ignored)."""
+    """Parameters from a ``[match]`` section plus CLI overrides (``None`` values ignored).
+
+    Every value is checked against its type and range; a bad one is a :class:`ConfigError`
+    naming the key (or option), the value and what is allowed.
+    """
     values: dict[str, Any] = {}
     for origin, data in (("[match]", section), ("option", overrides or {})):
         for key, value in data.items():
@@ -97,31 +121,37 @@ def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None
                     f"unknown key {key!r} in {origin}", file=file if origin == "[match]" else None,
                     fix=f"known [match] keys are: {', '.join(KEYS)} (a typo must not silently change the result)",
                 )
-            values[key] = _check(key, value, file)
+            where = f"[match] {key}" if origin == "[match]" else "--" + key.replace("_", "-")
+            values[key] = _check(key, value, where, file if origin == "[match]" else None)
     return MatchParams(**values)
 
 
-def _check(key: str, value: Any, file: Any) -> Any:
+def allowed_range(key: str) -> str:
+    """The allowed values of a numeric [match] key, in words (for error messages and docs)."""
+    kind, lo, hi = NUMERIC_BOUNDS[key]
+    if kind is int:
+        return f"a whole number from {lo} to {hi}"
+    return f"a number from {lo:g} to {hi:g} (not NaN or infinity)"
+
+
+def _check(key: str, value: Any, where: str, file: Any) -> Any:
+    default = getattr(MatchParams, key)
     if key in _CHOICE_KEYS:
         if value not in _CHOICE_KEYS[key]:
-            raise ConfigError(f"[match] {key} = {value!r} is not one of {', '.join(_CHOICE_KEYS[key])}", file=file,
-                              fix=f'{key} = "{getattr(MatchParams, key)}"')
+            raise ConfigError(f"{where} = {value!r} is not one of {', '.join(_CHOICE_KEYS[key])}", file=file,
+                              fix=f'{key} = "{default}"')
         return value
     if key in _BOOL_KEYS:
         if not isinstance(value, bool):
-            raise ConfigError(f"[match] {key} = {value!r} is not true or false", file=file, fix=f"{key} = false")
+            raise ConfigError(f"{where} = {value!r} is not true or false", file=file, fix=f"{key} = false")
         return value
-    if key in _INT_KEYS:
-        if isinstance(value, bool) or not isinstance(value, int) or value < _INT_KEYS[key]:
-            raise ConfigError(f"[match] {key} = {value!r} is not a whole number >= {_INT_KEYS[key]}", file=file,
-                              fix=f"{key} = {getattr(MatchParams, key)}")
-        return value
-    lo, hi = _FLOAT_KEYS[key]
-    if (isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < lo
-            or (hi is not None and value > hi) or (hi is None and value == float("inf"))):
-        rng = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        raise ConfigError(f"[match] {key} = {value!r} is not a number {rng}", file=file, fix=f"{key} = {getattr(MatchParams, key)}")
-    return float(value)
+    kind, lo, hi = NUMERIC_BOUNDS[key]
+    types = int if kind is int else int | float
+    # NaN compares false with everything, so the range test refuses it as well as the infinities.
+    if isinstance(value, bool) or not isinstance(value, types) or not lo <= value <= hi:
+        raise ConfigError(f"{where} = {value!r} is not allowed: it must be {allowed_range(key)}", file=file,
+                          fix=f"{key} = {default} (the default), or a value in that range")
+    return float(value) if kind is float else value
 
 
 def assign_tier(score: float, informative: int, rarity: float, longest_run: int, engine_signature: bool,

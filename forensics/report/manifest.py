@@ -19,6 +19,9 @@ from forensics.errors import CaseError
 from forensics.report import safe
 
 MANIFEST = "manifest.json"
+#: The detached Ed25519 signature of manifest.json (forensics.verify): made after the manifest,
+#: so never among the outputs it lists.
+SIGNATURE = "manifest.json.sig"
 FORMAT = "forensics-report/1"
 #: Distributions whose versions can change a result.
 PACKAGES = ("forensics", "duckdb", "pyarrow", "polars", "rapidfuzz", "xxhash", "tokenizers", "python-stdnum", "phonenumbers")
@@ -86,7 +89,7 @@ def write(report_dir: Path, body: dict[str, Any], exclude: set[str]) -> dict[str
     """Add output hashes to ``body`` and write manifest.json (sorted keys, stable bytes)."""
     body = dict(body)
     body["format"] = FORMAT
-    body["outputs"] = output_hashes(report_dir, exclude | {MANIFEST})
+    body["outputs"] = output_hashes(report_dir, exclude | {MANIFEST, SIGNATURE})
     body["outputs_excluded"] = sorted(exclude)
     safe.write_text(report_dir / MANIFEST, json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     return body
@@ -96,9 +99,9 @@ def write(report_dir: Path, body: dict[str, Any], exclude: set[str]) -> dict[str
 class Drift:
     """One difference between the manifest and the files as they are now."""
 
-    kind: str  # input | output | case_file | query
+    kind: str  # input | output | case_file | consistency | rerun | signature
     path: str
-    problem: str  # changed | missing | unexpected
+    problem: str  # changed | missing | unexpected, or a sentence saying what disagrees with what
 
     def __str__(self) -> str:
         return f"{self.kind} {self.path}: {self.problem}"
@@ -111,19 +114,29 @@ class VerifyResult:
     report_dir: Path
     checked: int
     drift: list[Drift]
+    manifest_sha256: str = ""
+    signature: str = "none"  # valid | invalid | missing | none | present, not checked (give --key)
+    rerun: bool = False  # whether the pipeline was re-run and compared byte for byte
 
     @property
     def ok(self) -> bool:
+        """Whether nothing drifted."""
         return not self.drift
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary."""
         return {"report": str(self.report_dir), "checked": self.checked, "ok": self.ok,
-                "drift": [dataclasses.asdict(d) for d in self.drift]}
+                "drift": [dataclasses.asdict(d) for d in self.drift], "manifest_sha256": self.manifest_sha256,
+                "signature": self.signature, "rerun": self.rerun}
 
 
-def verify(report_dir: Path, inputs_root: Path | None = None) -> VerifyResult:
-    """Re-hash a report's inputs and outputs against its manifest.json."""
+def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | None = None, rerun: bool = False,
+           progress: Any = None) -> VerifyResult:
+    """Check a report: its signature (with ``key``, an Ed25519 public key), its inputs and outputs
+    re-hashed against manifest.json, its internal consistency (forensics.verify.consistency) and,
+    with ``rerun``, a fresh run from the recorded inputs and parameters compared byte for byte."""
+    from forensics import verify as checks
+
     report_dir = Path(report_dir)
     path = report_dir / MANIFEST
     if not path.is_file():
@@ -135,7 +148,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None) -> VerifyResult:
     except (ValueError, AttributeError) as exc:
         raise CaseError(f"manifest.json is not a report manifest ({exc})", file=path, fix="re-run `forensics report`") from None
     root = inputs_root if inputs_root is not None else (report_dir / man.get("inputs_root", ".")).resolve()
-    drift: list[Drift] = []
+    signature, drift = checks.check_signature(report_dir, key)
     checked = 0
     files = [("input", root / e["path"], e) for e in man.get("inputs", [])]
     if man.get("case_file"):
@@ -154,8 +167,11 @@ def verify(report_dir: Path, inputs_root: Path | None = None) -> VerifyResult:
             drift.append(Drift("output", rel, "missing"))
         elif safe.sha256_file(p) != o["sha256"]:
             drift.append(Drift("output", rel, "changed"))
-    exclude = set(man.get("outputs_excluded", [])) | {MANIFEST}
+    exclude = set(man.get("outputs_excluded", [])) | {MANIFEST, SIGNATURE}
     for o in output_hashes(report_dir, exclude):
         if o["path"] not in recorded:
             drift.append(Drift("output", o["path"], "unexpected"))
-    return VerifyResult(report_dir, checked, drift)
+    drift += checks.consistency(report_dir, man)
+    if rerun:
+        drift += checks.rerun(report_dir, man, root, progress)
+    return VerifyResult(report_dir, checked, drift, checks.manifest_sha256(report_dir), signature, rerun)

@@ -1,0 +1,502 @@
+"""Checks an auditor can trust, beyond re-hashing a report against its own manifest.
+
+A manifest only proves that files are the ones it lists; whoever can edit a file can edit the
+manifest too. So ``forensics verify`` also:
+
+- recomputes what the report's tables imply and compares (:func:`consistency`): the notification
+  list from ``suspects.csv`` and ``evidence.csv``, the packets from the notification list, the
+  summary's and the manifest's counts from the tables;
+- optionally re-runs the whole pipeline from the recorded inputs and parameters into a temporary
+  folder and compares every output byte for byte (:func:`rerun`);
+- optionally checks an Ed25519 signature of manifest.json (:func:`check_signature`), made by
+  ``--sign`` with a key whose public half the team keeps outside the report.
+
+The manifest's SHA-256 (:func:`manifest_sha256`) is printed by every run so the team can record it
+somewhere the report's writer cannot reach.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+from forensics import csvfile
+from forensics.config import CaseConfig, InputSpec
+from forensics.errors import CaseError, ConfigError
+from forensics.progress import Reporter
+from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
+from forensics.report.notices import packet_path
+from forensics.report.safe import sha256_file, write_bytes
+from forensics.schema import TIERS
+
+#: Files of a report folder that are not outputs hashed by the manifest (the run's case folder
+#: is listed by the manifest itself as excluded).
+NOT_COMPARED = {MANIFEST, SIGNATURE}
+
+
+# --------------------------------------------------------------------------------------------
+# manifest hash, keys and signatures
+# --------------------------------------------------------------------------------------------
+
+
+def manifest_sha256(report_dir: Path) -> str:
+    """SHA-256 of the report's manifest.json, to be recorded outside the report."""
+    path = Path(report_dir) / MANIFEST
+    if not path.is_file():
+        raise CaseError("no manifest.json in the report folder", file=report_dir, fix="give the folder `forensics report` wrote")
+    return sha256_file(path)
+
+
+def keygen(path: Path) -> tuple[Path, Path]:
+    """Write a new Ed25519 private key (PEM, 0600) to ``path`` and its public key to ``path.pub``.
+
+    The private key signs reports (``--sign``); the public key, kept by the team or auditor
+    outside the report, checks them (``verify --key``). An existing file is never overwritten.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    path = Path(path)
+    public = path.with_name(path.name + ".pub")
+    for p in (path, public):
+        if p.exists() or p.is_symlink():
+            raise ConfigError("the key file already exists", file=p, fix="choose a new name; an existing key is never overwritten")
+    if not path.parent.is_dir():
+        raise ConfigError("the key's folder does not exist", file=path.parent, fix="create the folder first")
+    key = Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    # O_EXCL: a file appearing between the check above and here is not overwritten either.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(private_pem)
+    fd = os.open(public, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(public_pem)
+    return path, public
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the key file ({exc.strerror})", file=path, fix="give the PEM file `forensics keygen` wrote") from None
+
+
+def _private_key(path: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(_read_key(path), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"not an unencrypted PEM private key ({exc})", file=path,
+                          fix="make one with `forensics keygen KEYFILE` or `openssl genpkey -algorithm ed25519 -out KEYFILE`") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"the key is {type(key).__name__}, not Ed25519", file=path,
+                          fix="make one with `forensics keygen KEYFILE` or `openssl genpkey -algorithm ed25519 -out KEYFILE`")
+    return key
+
+
+def check_private_key(path: Path) -> None:
+    """Raise ConfigError unless ``path`` holds an unencrypted Ed25519 private key (PEM)."""
+    _private_key(path)
+
+
+def _public_key(path: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    data = _read_key(path)
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError):
+        # The private key also holds the public one; accept it, but only as a fallback.
+        key = _private_key(path).public_key()
+    if not isinstance(key, Ed25519PublicKey):
+        raise ConfigError(f"the key is {type(key).__name__}, not Ed25519", file=path,
+                          fix="give the public key written by `forensics keygen` (KEYFILE.pub)")
+    return key
+
+
+@dataclasses.dataclass
+class Seal:
+    """What was recorded about a finished report: its manifest's hash and signature file, if any."""
+
+    manifest_sha256: str
+    signature: Path | None
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready form for the CLI."""
+        return {"manifest_sha256": self.manifest_sha256, "signature": str(self.signature) if self.signature else None}
+
+
+def seal(report_dir: Path, key: Path | None = None) -> Seal:
+    """Sign manifest.json with the Ed25519 private key ``key`` (a detached manifest.json.sig), or,
+    without a key, remove a signature left by an earlier run (it would no longer match)."""
+    report_dir = Path(report_dir)
+    digest = manifest_sha256(report_dir)
+    sig_path = report_dir / SIGNATURE
+    if key is None:
+        if sig_path.is_file() or sig_path.is_symlink():
+            sig_path.unlink()
+        return Seal(digest, None)
+    signature = _private_key(key).sign((report_dir / MANIFEST).read_bytes())
+    write_bytes(sig_path, base64.b64encode(signature) + b"\n")
+    return Seal(digest, sig_path)
+
+
+def check_signature(report_dir: Path, key: Path | None) -> tuple[str, list[Drift]]:
+    """The signature's state (``valid``, ``invalid``, ``missing``, ``present, not checked`` or
+    ``none``) and the drift it means when a public key was given."""
+    from cryptography.exceptions import InvalidSignature
+
+    sig_path = Path(report_dir) / SIGNATURE
+    if key is None:
+        return ("present, not checked (give --key)" if sig_path.is_file() else "none"), []
+    public = _public_key(key)
+    if not sig_path.is_file():
+        return "missing", [Drift("signature", SIGNATURE, "missing: the report is not signed, but --key was given")]
+    try:
+        signature = base64.b64decode(sig_path.read_bytes().strip(), validate=True)
+        public.verify(signature, (Path(report_dir) / MANIFEST).read_bytes())
+    except (InvalidSignature, ValueError):
+        return "invalid", [Drift("signature", SIGNATURE, "does not match manifest.json with this key: the manifest changed "
+                                 "after signing, or it was signed with another key")]
+    return "valid", []
+
+
+# --------------------------------------------------------------------------------------------
+# internal consistency
+# --------------------------------------------------------------------------------------------
+
+
+def _read_csv(path: Path) -> list[dict[str, str]] | None:
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _unneutralised(text: str) -> str:
+    """A CSV cell without the ``'`` that forensics.csvfile puts before a formula-like value (so
+    single ids can be joined and compared with the joined ``request_ids`` cell)."""
+    if text.startswith("'") and (text[1:2] in ("=", "+", "-", "@") or text[1:].startswith(("\\t", "\\r"))):
+        return text[1:]
+    return text
+
+
+def _id_list(cell: str) -> list[str]:
+    """The ids of a ``request_ids`` cell (or the ids joined for one), as a sorted list.
+
+    Split on ``;`` on both sides of a comparison, so an id that itself holds ``;`` splits the same
+    way in the expected and the written cell; sorted, because the report sorts the raw ids and
+    the cells hold them escaped (forensics.csvfile), which may sort differently.
+    """
+    return sorted(_unneutralised(cell).split(";")) if cell else []
+
+
+def _best_tier(tiers: list[str]) -> str:
+    known = [t for t in tiers if t in TIERS]
+    return min(known, key=TIERS.index, default="possible")
+
+
+def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The notification rows that ``suspects.csv`` and ``evidence.csv`` call for, keyed by
+    (tenant cell, role): the same rule as the report stage (forensics.report.notices), applied to
+    the report's own tables."""
+    cross = [e for e in evidence if e.get("relation", "") in ("", "cross_tenant")
+             and e["recipient_tenant_id"] != e["source_tenant_id"]]
+    by_recipient: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for e in cross:
+        by_recipient.setdefault((e["recipient_request_id"], e["recipient_tenant_id"]), []).append(e)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(tenant: str, role: str) -> dict[str, Any]:
+        return rows.setdefault((tenant, role), {"ids": set(), "tiers": [], "n_findings": 0})
+
+    for s in suspects:
+        e = entry(s["tenant_id"], "recipient")
+        e["ids"].add(s["request_id"])
+        e["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get((s["request_id"], s["tenant_id"]), [])]))
+    for f in cross:
+        tier = f.get("tier") or "possible"
+        for tenant, rid, role in ((f["recipient_tenant_id"], f["recipient_request_id"], "recipient"),
+                                  (f["source_tenant_id"], f["source_request_id"], "exposed")):
+            e = entry(tenant, role)
+            e["ids"].add(rid)
+            e["tiers"].append(tier)
+            e["n_findings"] += 1
+    return {
+        key: {"tier": _best_tier(e["tiers"]), "n_requests": str(len(e["ids"])), "request_ids": sorted(";".join(_unneutralised(i) for i in e["ids"]).split(";")),
+              "n_findings": str(e["n_findings"])}
+        for key, e in rows.items()
+    }
+
+
+def _shown(value: Any) -> str:
+    return repr(";".join(value)) if isinstance(value, list) else repr(value)
+
+
+def _check_notifications(suspects: list[dict[str, str]], evidence: list[dict[str, str]],
+                         notifications: list[dict[str, str]]) -> list[Drift]:
+    drift: list[Drift] = []
+    expected = expected_notifications(suspects, evidence)
+    actual: dict[tuple[str, str], dict[str, str]] = {}
+    for i, row in enumerate(notifications, start=2):
+        key = (row.get("tenant_id", ""), row.get("role", ""))
+        if key in actual:
+            drift.append(Drift("consistency", "notifications.csv", f"line {i}: a second row for tenant {key[0]!r} role {key[1]}"))
+        actual[key] = row
+    for key in sorted(set(expected) - set(actual)):
+        drift.append(Drift("consistency", "notifications.csv",
+                           f"no row for tenant {key[0]!r} role {key[1]}, which suspects.csv and evidence.csv call for"))
+    for key in sorted(set(actual) - set(expected)):
+        drift.append(Drift("consistency", "notifications.csv",
+                           f"row for tenant {key[0]!r} role {key[1]} follows from no suspect or finding"))
+    for key in sorted(set(expected) & set(actual)):
+        for column, want in expected[key].items():
+            if column not in actual[key]:
+                continue
+            have: Any = _id_list(actual[key][column]) if column == "request_ids" else actual[key][column]
+            if have != want:
+                drift.append(Drift("consistency", "notifications.csv",
+                                   f"tenant {key[0]!r} role {key[1]}: {column} is {_shown(have)}, the evidence gives {_shown(want)}"))
+    return drift
+
+
+def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> list[Drift]:
+    drift: list[Drift] = []
+    roles: dict[str, set[str]] = {}
+    packet_of: dict[str, str] = {}
+    for row in notifications:
+        roles.setdefault(row.get("packet", ""), set()).add(row.get("role", ""))
+        packet_of[row.get("packet", "")] = row.get("tenant_id", "")
+    folder = report_dir / "packets"
+    present = {f"packets/{p.name}" for p in folder.iterdir()} if folder.is_dir() else set()
+    for extra in sorted(present - set(roles)):
+        drift.append(Drift("consistency", extra, "packet for no row of notifications.csv"))
+    for packet in sorted(roles):
+        if packet not in present:
+            drift.append(Drift("consistency", packet or "packets/", f"no packet for tenant {packet_of[packet]!r} of notifications.csv"))
+            continue
+        notice_path = report_dir / packet / "notice.json"
+        if not (report_dir / packet / "notice.md").is_file():
+            drift.append(Drift("consistency", f"{packet}/notice.md", "missing"))
+        try:
+            notice = json.loads(notice_path.read_text(encoding="utf-8"))
+            tenant = str(notice["tenant_id"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            drift.append(Drift("consistency", f"{packet}/notice.json", f"unreadable ({type(exc).__name__})"))
+            continue
+        if packet_path(tenant) != packet or csvfile.cell(tenant) != packet_of[packet]:
+            drift.append(Drift("consistency", f"{packet}/notice.json",
+                               f"is the notice of tenant {csvfile.cell(tenant)!r} (packet {packet_path(tenant)}), "
+                               f"not of {packet_of[packet]!r} as notifications.csv says"))
+        if sorted(notice.get("roles", [])) != sorted(roles[packet]):
+            drift.append(Drift("consistency", f"{packet}/notice.json",
+                               f"roles {sorted(notice.get('roles', []))} differ from notifications.csv's {sorted(roles[packet])}"))
+    return drift
+
+
+_MD_ROW = re.compile(r"^\| (.+?) \| (.+?) \|$")
+_HTML_ROW = re.compile(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>")
+
+
+def _summary_rows(report_dir: Path) -> dict[str, dict[str, str]]:
+    """The two-column table rows of summary.md and summary.html, label -> value, per file."""
+    out: dict[str, dict[str, str]] = {}
+    md = report_dir / "summary.md"
+    if md.is_file():
+        rows = {}
+        for line in md.read_text(encoding="utf-8").splitlines():
+            m = _MD_ROW.match(line)
+            if m:
+                rows.setdefault(re.sub(r"\\(.)", r"\1", m.group(1)), m.group(2))
+        out["summary.md"] = rows
+    html = report_dir / "summary.html"
+    if html.is_file():
+        rows = {}
+        for m in _HTML_ROW.finditer(html.read_text(encoding="utf-8")):
+            rows.setdefault(unescape(m.group(1)), unescape(m.group(2)))
+        out["summary.html"] = rows
+    return out
+
+
+def _check_counts(report_dir: Path, man: dict[str, Any], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
+                  notifications: list[dict[str, str]]) -> list[Drift]:
+    drift: list[Drift] = []
+    cross = [e for e in evidence if e.get("relation", "") in ("", "cross_tenant") and e["recipient_tenant_id"] != e["source_tenant_id"]]
+    tiers = {t: sum(1 for e in cross if (e.get("tier") or "possible") == t) for t in TIERS}
+    with_evidence = {(e["recipient_request_id"], e["recipient_tenant_id"]) for e in cross}
+    packets = report_dir / "packets"
+    n_packets = sum(1 for p in packets.iterdir() if p.is_dir()) if packets.is_dir() else 0
+    counts = man.get("counts", {})
+    from_tables = {"suspects": len(suspects), "findings": len(evidence), "notifications": len(notifications), "packets": n_packets}
+    for key, n in from_tables.items():
+        if key in counts and counts[key] != n:
+            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {counts[key]}, the tables give {n}"))
+    want = {
+        "suspect responses": len(suspects),
+        "suspects with the engine's bug signature": sum(1 for s in suspects if s.get("engine_signature") == "true"),
+        "cross-tenant findings": len(cross),
+        "confirmed / probable / possible": " / ".join(str(tiers[t]) for t in TIERS),
+        "same-tenant overlaps (not exposure)": len(evidence) - len(cross),
+        "suspects with no verified foreign passage (possible)": sum(
+            1 for s in suspects if (s["request_id"], s["tenant_id"]) not in with_evidence),
+        "customers exposed": sum(1 for n in notifications if n.get("role") == "exposed"),
+        "customers that received a suspect response": sum(1 for n in notifications if n.get("role") == "recipient"),
+        # These come from the ingested tables, recorded in the manifest's counts.
+        "requests ingested": counts.get("exchanges"),
+        "customers in the logs": counts.get("tenants"),
+        "engine log events": counts.get("engine_events"),
+    }
+    if suspects and "engine_signature" not in suspects[0]:  # a suspects.csv of an older version
+        del want["suspects with the engine's bug signature"]
+    for name, rows in _summary_rows(report_dir).items():
+        for label, value in want.items():
+            shown = rows.get(label, rows.get("  " + label))
+            if value is not None and shown is not None and shown.strip() != str(value):
+                drift.append(Drift("consistency", name, f"'{label}' says {shown.strip()}, the tables give {value}"))
+    return drift
+
+
+def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
+    """Everything the report's own tables imply, compared with what it says: the notification
+    list, the packets, and the counts in the summary and the manifest."""
+    report_dir = Path(report_dir)
+    tables = {name: _read_csv(report_dir / name) for name in ("suspects.csv", "evidence.csv", "notifications.csv")}
+    missing = [name for name, rows in tables.items() if rows is None]
+    if missing:
+        return [Drift("consistency", name, "missing: the notification list cannot be checked without it") for name in missing]
+    suspects, evidence, notifications = (tables[n] or [] for n in ("suspects.csv", "evidence.csv", "notifications.csv"))
+    for name, rows, columns in (("suspects.csv", suspects, ("request_id", "tenant_id")),
+                                ("evidence.csv", evidence, ("recipient_request_id", "recipient_tenant_id", "source_request_id",
+                                                            "source_tenant_id", "tier")),
+                                ("notifications.csv", notifications, ("tenant_id", "role", "tier", "packet"))):
+        absent = [c for c in columns if rows and c not in rows[0]]
+        if absent:
+            return [Drift("consistency", name, f"has no column {absent[0]!r}")]
+    return (_check_notifications(suspects, evidence, notifications) + _check_packets(report_dir, notifications)
+            + _check_counts(report_dir, man, suspects, evidence, notifications))
+
+
+# --------------------------------------------------------------------------------------------
+# re-run
+# --------------------------------------------------------------------------------------------
+
+
+def _rerun_config(man: dict[str, Any], root: Path, manifest_path: Path) -> CaseConfig:
+    """The case configuration recorded in a report's manifest, with paths made absolute."""
+    try:
+        cfg = CaseConfig.from_json(man["parameters"]["case"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CaseError(f"manifest.json records no usable case parameters ({type(exc).__name__}: {exc})",
+                        file=manifest_path, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
+    cfg.inputs = [InputSpec((root / i.path).resolve(), i.format) for i in cfg.inputs]
+    if cfg.tokenizer is not None:
+        cfg.tokenizer = (root / cfg.tokenizer).resolve()
+    if man.get("case_file"):
+        cfg.file = (root / man["case_file"]["path"]).resolve()
+    for key in ("real_ceiling_tokens", "advertised_window_tokens"):
+        # Detected values are detected again from the inputs, as the original run did.
+        if cfg.source(key) == "auto-detected":
+            setattr(cfg, key, "auto")
+    return cfg
+
+
+def _match_options(report_dir: Path) -> dict[str, Any]:
+    """Match parameters that were given as command-line options (match.json records each origin)."""
+    path = report_dir / "match.json"
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+    sources, params = info.get("parameter_sources", {}), info.get("parameters", {})
+    return {k: params[k] for k, src in sources.items() if src == "option" and k in params}
+
+
+def _inputs_by_format(cfg: CaseConfig, man: dict[str, Any], root: Path) -> dict[str, list[Path]]:
+    by_format: dict[str, list[Path]] = {}
+    if cfg.inputs:
+        for spec in cfg.inputs:
+            by_format.setdefault(spec.format, []).append(spec.path)
+    else:  # stages run one by one on files named on the command line: the manifest lists each
+        for e in man.get("inputs", []):
+            by_format.setdefault(e.get("format") or "auto", []).append((root / e["path"]).resolve())
+    return by_format
+
+
+def _compare(original: Path, again: Path, exclude: set[str]) -> list[Drift]:
+    def files(root: Path) -> set[str]:
+        out = set()
+        for p in root.rglob("*"):
+            rel = p.relative_to(root).as_posix()
+            if p.is_file() and rel.split("/")[0] not in exclude and not p.name.startswith(".") and rel not in NOT_COMPARED:
+                out.add(rel)
+        return out
+
+    drift: list[Drift] = []
+    a, b = files(original), files(again)
+    for rel in sorted(a | b):
+        if rel not in b:
+            drift.append(Drift("rerun", rel, "not written by the re-run"))
+        elif rel not in a:
+            drift.append(Drift("rerun", rel, "written by the re-run but absent from the report"))
+        elif (original / rel).read_bytes() != (again / rel).read_bytes():
+            drift.append(Drift("rerun", rel, "differs from the re-run's bytes"))
+
+    def manifest_body(root: Path) -> Any:
+        body = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        # The only field that depends on where the report lies (the re-run writes elsewhere).
+        body.pop("inputs_root", None)
+        return body
+
+    try:
+        mine, theirs = manifest_body(original), manifest_body(again)
+    except (OSError, ValueError):
+        drift.append(Drift("rerun", MANIFEST, "unreadable"))
+        return drift
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            drift.append(Drift("rerun", MANIFEST, f"'{key}' differs from the re-run's"))
+    return drift
+
+
+def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter | None = None) -> list[Drift]:
+    """Re-run ingest, scan, match and report from the inputs and parameters the report records,
+    into a temporary folder, and list every output that is not byte-identical."""
+    from forensics import api
+    from forensics.report import NOT_OUTPUTS, report_dir_for
+
+    report_dir = Path(report_dir)
+    cfg = _rerun_config(man, root, report_dir / MANIFEST)
+    by_format = _inputs_by_format(cfg, man, root)
+    if not by_format:
+        raise CaseError("the report records no inputs to re-run from", file=report_dir / MANIFEST,
+                        fix="--rerun needs a report whose manifest lists its inputs")
+    missing = sorted(Path(os.path.relpath(p, root)).as_posix() for paths in by_format.values() for p in paths if not p.exists())
+    if missing:  # the hash check has already named it; say why nothing was compared
+        return [Drift("rerun", MANIFEST, f"not re-run: the recorded input {missing[0]} is missing "
+                      "(give --inputs FOLDER when the inputs moved)")]
+    options = _match_options(report_dir)
+    with tempfile.TemporaryDirectory(prefix="forensics-rerun-") as tmp:
+        out = Path(tmp) / "out"
+        case_dir = report_dir_for(out, cfg.name) / "case"
+        for fmt in sorted(by_format):  # one call per format, as `forensics run` does
+            api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+        api.scan(case_dir, cfg, progress=progress)
+        api.match(case_dir, cfg, progress=progress, overrides=options or None)
+        again = api.report(case_dir, cfg, out, progress=progress).report_dir
+        exclude = set(man.get("outputs_excluded", [])) | set(NOT_OUTPUTS)
+        return _compare(report_dir, again, exclude)

@@ -1,0 +1,232 @@
+"""A verify an auditor can trust (issue 11, item 7): internal consistency, --rerun, the manifest's
+SHA-256 and Ed25519 signatures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_report_case import make_case
+from test_run import write_logs
+
+from forensics.cli import main
+from forensics.report import report, verify
+
+
+def _call(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out, captured.err
+
+
+def _rehash(report_dir: Path, *changed: str) -> None:
+    """What a careful tamperer does: make manifest.json list the edited files' new hashes."""
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    present = {p.relative_to(report_dir).as_posix() for p in report_dir.rglob("*") if p.is_file()}
+    man["outputs"] = [o for o in man["outputs"] if o["path"] in present]
+    listed = {o["path"] for o in man["outputs"]}
+    for rel in changed:
+        data = (report_dir / rel).read_bytes()
+        entry = {"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if rel in listed:
+            man["outputs"] = [entry if o["path"] == rel else o for o in man["outputs"]]
+        else:
+            man["outputs"] = sorted(man["outputs"] + [entry], key=lambda o: o["path"])
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _problems(report_dir: Path, **kwargs: object) -> list[str]:
+    return [str(d) for d in verify(report_dir, **kwargs).drift]  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Path:
+    case, cfg, _ = make_case(tmp_path)
+    report_dir = report(case, cfg, tmp_path / "out").report_dir
+    assert verify(report_dir).ok  # the fixture holds hostile and formula-like tenant ids
+    return report_dir
+
+
+def _notification_lines(report_dir: Path) -> list[bytes]:
+    return (report_dir / "notifications.csv").read_bytes().split(b"\r\n")
+
+
+def test_a_deleted_notification_row_fails_verify_even_with_the_hash_fixed(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _notification_lines(built)
+    removed = next(line for line in lines if b",exposed," in line)
+    tenant = removed.split(b",")[0].decode()
+    (built / "notifications.csv").write_bytes(b"\r\n".join(line for line in lines if line != removed))
+    _rehash(built, "notifications.csv")
+    problems = _problems(built)
+    assert f"consistency notifications.csv: no row for tenant {tenant!r} role exposed, which suspects.csv and evidence.csv call for" in problems
+    assert any(p.startswith("consistency manifest.json: counts.notifications is") for p in problems)
+    assert any(p.startswith("consistency summary.md: 'customers exposed' says") for p in problems)
+    code, out, _ = _call(["verify", str(built)], capsys)
+    assert code == 1 and "DRIFT" in out and "no row for tenant" in out
+
+
+def test_an_edited_tier_or_request_list_is_named(built: Path) -> None:
+    lines = _notification_lines(built)
+    i = next(i for i, line in enumerate(lines) if b",recipient,confirmed," in line)
+    lines[i] = lines[i].replace(b",recipient,confirmed,", b",recipient,possible,")
+    (built / "notifications.csv").write_bytes(b"\r\n".join(lines))
+    _rehash(built, "notifications.csv")
+    assert any("tier is 'possible', the evidence gives 'confirmed'" in p for p in _problems(built))
+    lines[i] = lines[i].replace(b",recipient,possible,1,r-globex-1,", b",recipient,confirmed,2,r-globex-1;r-invented,")
+    (built / "notifications.csv").write_bytes(b"\r\n".join(lines))
+    _rehash(built, "notifications.csv")
+    problems = _problems(built)
+    assert "consistency notifications.csv: tenant 'globex' role recipient: n_requests is '2', the evidence gives '1'" in problems
+    assert ("consistency notifications.csv: tenant 'globex' role recipient: request_ids is 'r-globex-1;r-invented', "
+            "the evidence gives 'r-globex-1'") in problems
+
+
+def test_an_invented_row_is_named(built: Path) -> None:
+    lines = _notification_lines(built)
+    header, rows = lines[0], [line for line in lines[1:] if line]
+    fake = rows[0].split(b",")
+    fake[0] = b"innocent-bystander"
+    (built / "notifications.csv").write_bytes(b"\r\n".join([header, *rows, b",".join(fake), b""]))
+    _rehash(built, "notifications.csv")
+    problems = _problems(built)
+    assert any("row for tenant 'innocent-bystander'" in p and "follows from no suspect or finding" in p for p in problems)
+
+
+def test_packets_follow_from_the_notifications(built: Path) -> None:
+    packets = sorted((built / "packets").iterdir())
+    shutil.rmtree(packets[0])
+    extra = built / "packets" / "someone-else"
+    shutil.copytree(packets[1], extra)
+    _rehash(built, "packets/someone-else/notice.json", "packets/someone-else/notice.md")
+    problems = _problems(built)
+    assert any(p.startswith(f"consistency packets/{packets[0].name}: no packet for tenant") for p in problems)
+    assert "consistency packets/someone-else: packet for no row of notifications.csv" in problems
+
+
+def test_summary_counts_follow_from_the_tables(built: Path) -> None:
+    md = (built / "summary.md").read_text(encoding="utf-8")
+    assert "| suspect responses | " in md
+    edited = "\n".join(line.replace(line.split("|")[2], " 0 ") if line.startswith("| suspect responses |") else line
+                       for line in md.splitlines()) + "\n"
+    (built / "summary.md").write_text(edited, encoding="utf-8")
+    _rehash(built, "summary.md")
+    assert any(p.startswith("consistency summary.md: 'suspect responses' says 0, the tables give") for p in _problems(built))
+
+
+@pytest.fixture
+def run_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
+    write_logs(tmp_path / "incident")
+    (tmp_path / "keys").mkdir()
+    code, _, _ = _call(["keygen", str(tmp_path / "keys" / "team.pem")], capsys)
+    assert code == 0
+    code, out, _ = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out"), "--json", "-q",
+                          "--sign", str(tmp_path / "keys" / "team.pem")], capsys)
+    assert code == 1
+    summary = json.loads(out)
+    report_dir = Path(summary["report"])
+    assert summary["manifest_sha256"] == hashlib.sha256((report_dir / "manifest.json").read_bytes()).hexdigest()
+    return report_dir, summary["manifest_sha256"]
+
+
+def test_the_run_prints_the_manifest_hash_and_verify_repeats_it(run_report: tuple[Path, str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, digest = run_report
+    code, out, _ = _call(["verify", str(report_dir)], capsys)
+    assert code == 0 and f"manifest.json SHA-256: {digest}" in out
+
+
+def test_a_signed_report_verifies_with_its_public_key_only(run_report: tuple[Path, str], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, _ = run_report
+    public = tmp_path / "keys" / "team.pem.pub"
+    assert (report_dir / "manifest.json.sig").is_file()
+    code, out, _ = _call(["verify", str(report_dir), "--key", str(public)], capsys)
+    assert code == 0 and "signature: valid" in out
+
+    code, _, _ = _call(["keygen", str(tmp_path / "keys" / "other.pem")], capsys)
+    code, out, _ = _call(["verify", str(report_dir), "--key", str(tmp_path / "keys" / "other.pem.pub")], capsys)
+    assert code == 1 and "signature: invalid" in out and "manifest.json.sig: does not match manifest.json" in out
+
+    # Tampering that re-hashes everything still breaks the signature.
+    (report_dir / "summary.md").write_text("nothing happened\n", encoding="utf-8")
+    _rehash(report_dir, "summary.md")
+    code, out, _ = _call(["verify", str(report_dir), "--key", str(public), "--json"], capsys)
+    assert code == 1 and json.loads(out)["signature"] == "invalid"
+
+
+def test_signing_problems_are_clear_errors(run_report: tuple[Path, str], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, _ = run_report
+    code, _, err = _call(["verify", str(report_dir), "--key", str(tmp_path / "missing.pub")], capsys)
+    assert code == 2 and "cannot read the key file" in err and "Traceback" not in err
+    code, _, err = _call(["keygen", str(tmp_path / "keys" / "team.pem")], capsys)
+    assert code == 2 and "already exists" in err
+    (tmp_path / "not-a-key.pem").write_text("hello\n")
+    code, _, err = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out2"), "--sign",
+                          str(tmp_path / "not-a-key.pem")], capsys)
+    assert code == 2 and "not an unencrypted PEM private key" in err and not (tmp_path / "out2").exists()
+    # A later unsigned run into the same place leaves no stale signature behind; --key then says so.
+    code, _, _ = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out"), "-q"], capsys)
+    assert not (report_dir / "manifest.json.sig").exists()
+    assert verify(report_dir).ok  # the signature is never one of the outputs the manifest lists
+    code, out, _ = _call(["verify", str(report_dir), "--key", str(tmp_path / "keys" / "team.pem.pub")], capsys)
+    assert code == 1 and "signature: missing" in out
+
+
+def test_signing_again_over_a_signed_report(run_report: tuple[Path, str], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, _ = run_report
+    code, _, _ = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out"), "-q",
+                        "--sign", str(tmp_path / "keys" / "team.pem")], capsys)
+    code, out, _ = _call(["verify", str(report_dir), "--key", str(tmp_path / "keys" / "team.pem.pub")], capsys)
+    assert code == 0 and "signature: valid" in out and "drift" not in out
+
+
+def test_rerun_passes_untouched_and_names_a_changed_file(run_report: tuple[Path, str],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, _ = run_report
+    code, out, _ = _call(["verify", str(report_dir), "--rerun", "-q"], capsys)
+    assert code == 0 and "re-run compared byte for byte" in out, out
+    # An edit consistent with the tables and the manifest: only a re-run can see it.
+    md = (report_dir / "summary.md").read_text(encoding="utf-8")
+    (report_dir / "summary.md").write_text(md.replace("Incident summary", "Incident summary (reviewed)"), encoding="utf-8")
+    _rehash(report_dir, "summary.md")
+    assert verify(report_dir).ok
+    code, out, _ = _call(["verify", str(report_dir), "--rerun", "-q"], capsys)
+    assert code == 1
+    assert "drift: rerun summary.md: differs from the re-run's bytes" in out
+    assert "drift: rerun manifest.json: 'outputs' differs from the re-run's" in out
+
+
+def test_a_packet_holding_another_customers_notice_is_named(built: Path) -> None:
+    acme = next(p for p in (built / "packets").iterdir() if p.name.startswith("acme-"))
+    globex = next(p for p in (built / "packets").iterdir() if p.name.startswith("globex-"))
+    shutil.copyfile(globex / "notice.json", acme / "notice.json")
+    _rehash(built, f"packets/{acme.name}/notice.json")
+    problems = _problems(built)
+    assert (f"consistency packets/{acme.name}/notice.json: is the notice of tenant 'globex' (packet packets/{globex.name}), "
+            "not of 'acme' as notifications.csv says") in problems
+
+
+def test_rerun_of_a_report_built_stage_by_stage_with_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "incident")
+    case = str(tmp_path / "case")
+    _call(["ingest", str(logs / "gateway"), "--case", case, "-q"], capsys)
+    _call(["scan", "--case", case, "--model", "glm-5.3", "--window-start", "2026-08-27T00:00:00Z",
+           "--window-end", "2026-09-09T00:00:00Z", "--ceiling", "2000", "-q"], capsys)
+    _call(["match", "--case", case, "--k", "6", "--control-size", "3", "-q"], capsys)
+    code, out, _ = _call(["report", "--case", case, "--out", str(tmp_path / "out"), "--json", "-q"], capsys)
+    assert code == 1  # the leak is found
+    report_dir = Path(json.loads(out)["report"])
+    assert json.loads((report_dir / "match.json").read_text())["parameters"]["k"] == 6
+    assert verify(report_dir, rerun=True).ok
+    (logs / "gateway" / "spend.jsonl").unlink()
+    problems = _problems(report_dir, rerun=True)
+    assert "input spend.jsonl: missing" in problems  # inputs are recorded relative to their common folder
+    assert "rerun manifest.json: not re-run: the recorded input spend.jsonl is missing (give --inputs FOLDER when the inputs moved)" in problems
