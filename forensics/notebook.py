@@ -1,0 +1,97 @@
+"""The analyst's notebook API: a case's tables and a report's files as polars LazyFrames.
+
+    >>> import forensics, polars as pl
+    >>> c = forensics.open_case("reports/sim-small-seed7")        # a report folder or a case folder
+    >>> c.evidence.filter(pl.col("tier") == "confirmed").group_by("source_tenant_id").len().collect()
+    >>> c.exchanges.join(c.suspects, on=["request_id", "tenant_id"]).select("tenant_id", "prompt_tokens").collect()
+
+Nothing is read until a frame is collected, and nothing is ever written: the case stays evidence.
+Parquet tables keep their schema (``forensics/schema.py``); the report's CSV files are read as text
+(ids such as ``007`` stay ids) except their counts, exactly as written (a cell the report guarded
+against spreadsheet formulas keeps its leading apostrophe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+
+from forensics.errors import CaseError
+
+#: Case tables (Parquet in the case folder) and the stage that writes each.
+CASE_TABLES = {
+    "exchanges": "ingest",
+    "engine_events": "ingest",
+    "quarantine": "ingest",
+    "suspects": "scan",
+    "evidence": "match",
+    "review": "match",
+}
+
+#: Report files (CSV in the report folder), with their integer columns.
+REPORT_TABLES = {
+    "notifications": ("n_requests", "n_findings"),
+    "references": (),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenCase:
+    """A case folder (and, when known, the report folder built from it), table by table.
+
+    Each attribute named in ``CASE_TABLES`` or ``REPORT_TABLES`` is a fresh ``pl.LazyFrame``;
+    :meth:`tables` lists those present.
+    """
+
+    case: Path
+    report: Path | None
+
+    def tables(self) -> list[str]:
+        """Names of the tables present, case tables first, in data-flow order."""
+        names = [n for n in CASE_TABLES if (self.case / f"{n}.parquet").is_file()]
+        if self.report is not None:
+            names += [n for n in REPORT_TABLES if (self.report / f"{n}.csv").is_file()]
+        return names
+
+    def frame(self, name: str) -> pl.LazyFrame:
+        """The table ``name`` as a LazyFrame; an error naming the stage that writes it when absent."""
+        if name in CASE_TABLES:
+            path = self.case / f"{name}.parquet"
+            if not path.is_file():
+                raise CaseError(f"{path} does not exist",
+                                     fix=f"run `forensics {CASE_TABLES[name]}` on this case first")
+            return pl.scan_parquet(path)
+        if name in REPORT_TABLES:
+            if self.report is None:
+                raise CaseError(f"{name} is a report file and {self.case} is a case folder with no report",
+                                     fix="open the report folder instead (forensics report --case ... --out ...)")
+            path = self.report / f"{name}.csv"
+            if not path.is_file():
+                raise CaseError(f"{path} does not exist", fix="run `forensics report` for this case first")
+            ints = REPORT_TABLES[name]
+            frame = pl.scan_csv(path, infer_schema=False)
+            return frame.with_columns([pl.col(c).cast(pl.Int64) for c in ints]) if ints else frame
+        raise CaseError(f"no table named {name!r}",
+                             fix=f"known tables: {', '.join([*CASE_TABLES, *REPORT_TABLES])}")
+
+    def __getattr__(self, name: str) -> pl.LazyFrame:
+        if name.startswith("_") or (name not in CASE_TABLES and name not in REPORT_TABLES):
+            raise AttributeError(name)
+        return self.frame(name)
+
+
+def open_case(path: str | Path) -> OpenCase:
+    """Open a case folder, or a report folder (its ``case/`` inside), for reading with polars.
+
+    Raises CaseError when ``path`` holds neither a case nor a report.
+    """
+    root = Path(path)
+    if (root / "exchanges.parquet").is_file():
+        parent = root.parent
+        return OpenCase(root, parent if (parent / "notifications.csv").is_file() else None)
+    if (root / "case" / "exchanges.parquet").is_file():
+        return OpenCase(root / "case", root)
+    raise CaseError(f"{root} is neither a case folder (exchanges.parquet) nor a report folder (case/)",
+                         fix="give the folder `forensics ingest --case` wrote, or one `forensics run` printed")
