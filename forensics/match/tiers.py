@@ -188,12 +188,17 @@ def admissible(score: float, informative: int, distinct: int, p: MatchParams) ->
 
 def evalue_tier(expected: float, rarity: float, p: MatchParams) -> tuple[str, str] | str:
     """The tier of an admissible candidate from its E-value with the mechanism evidence
-    (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review."""
+    (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review.
+
+    The rarity gate (most of the passage's k-grams also held by other tenants) applies to ``probable``
+    only: E counts only the tokens no common k-gram explains, so at ``confirm_evalue`` that part
+    singles out the source by itself, however much common text surrounds it.
+    """
+    if expected <= p.confirm_evalue:
+        return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
     if rarity < p.probable_rarity:
         return (f"mostly text other tenants also held (rarity {rarity:.2f} < {p.probable_rarity:g}): "
                 "the passage does not single out the source customer")
-    if expected <= p.confirm_evalue:
-        return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
     if expected <= p.probable_evalue:
         return "probable", f"E2: expected_by_chance_with_mechanism<={p.probable_evalue:g}"
     return (f"expected_by_chance_with_mechanism {expected:.3g} > {p.probable_evalue:g}: a match this strong, with "
