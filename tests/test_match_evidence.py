@@ -106,8 +106,12 @@ def test_the_rarity_gate_holds_back_probable_findings_only() -> None:
     # source by itself, however much common text surrounds it (a 133-token leak with half its k-grams
     # also held by one other customer was sent to review on the realistic scenario).
     p = MatchParams()
-    assert evalue_tier(1e-20, 0.3, p) == ("confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}")
-    held_back = evalue_tier(5e-4, 0.3, p)
+    # Half the k-grams common, the rest held by the source alone: confirmed.
+    assert evalue_tier(1e-20, 0.45, p, singles_out=0.9) == (
+        "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}")
+    # Text six tenants held (max_tenants raised to 6) names no source, however strong.
+    assert isinstance(evalue_tier(1e-20, 1 / 6, p, singles_out=1 / 6), str)
+    held_back = evalue_tier(5e-4, 0.45, p, singles_out=0.9)
     assert isinstance(held_back, str) and held_back.startswith("mostly text other tenants also held")
     assert evalue_tier(5e-4, 0.6, p)[0] == "probable"
 

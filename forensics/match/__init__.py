@@ -623,6 +623,8 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         informative = ~own & ~common
         weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
         rarity = float(weight.mean()) if len(weight) else 0.0
+        # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
+        singles_out = float(weight[informative].mean()) if informative.any() else 0.0
         if not informative.any():
             continue
         # Informative tokens: matched tokens not explained by an own-context or common k-gram
@@ -652,7 +654,8 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
         rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
                      if tgt.control else None)
         per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append({
-            "c": c, "relation": relation, "rarity": rarity, "informative": info_tokens, "strength": strength,
+            "c": c, "relation": relation, "rarity": rarity, "singles_out": singles_out, "informative": info_tokens,
+            "strength": strength,
             "rule": rule, "rule_null": rule_null,
         })
     rows = []
@@ -691,6 +694,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
             "source_start": main[2],
             "source_end": main[3],
             "rarity": round(best["rarity"], 4),
+            "_singles_out": best["singles_out"],
             "informative_tokens": sum(x["informative"] for x in kept),
             "regions": len(regs),
             "strength_bits": round(sum(x["strength"] for x in kept), 3),
@@ -863,7 +867,7 @@ def _decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         elif p.tiering == "rules":
             decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
         else:
-            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p)
+            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"])
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:

@@ -186,17 +186,21 @@ def admissible(score: float, informative: int, distinct: int, p: MatchParams) ->
     return score >= p.probable_score and informative >= p.k and distinct >= p.k
 
 
-def evalue_tier(expected: float, rarity: float, p: MatchParams) -> tuple[str, str] | str:
+def evalue_tier(expected: float, rarity: float, p: MatchParams,
+                singles_out: float | None = None) -> tuple[str, str] | str:
     """The tier of an admissible candidate from its E-value with the mechanism evidence
     (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review.
 
-    The rarity gate (most of the passage's k-grams also held by other tenants) applies to ``probable``
-    only: E counts only the tokens no common k-gram explains, so at ``confirm_evalue`` that part
-    singles out the source by itself, however much common text surrounds it.
+    ``rarity`` weighs every matched k-gram (1 / the tenants holding it, 0 for common or own-context
+    text); ``singles_out`` weighs only the informative ones, the part E counts (default: ``rarity``).
+    Both must reach ``probable_rarity`` for ``probable``; for ``confirmed`` only ``singles_out``
+    must: E counts only tokens no common k-gram explains, so at ``confirm_evalue`` that part names
+    the source by itself, however much common text surrounds it, as long as few tenants held it.
     """
-    if expected <= p.confirm_evalue:
+    singles_out = rarity if singles_out is None else singles_out
+    if expected <= p.confirm_evalue and singles_out >= p.probable_rarity:
         return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
-    if rarity < p.probable_rarity:
+    if rarity < p.probable_rarity:  # (singles_out >= rarity: a mean over the nonzero weights)
         return (f"mostly text other tenants also held (rarity {rarity:.2f} < {p.probable_rarity:g}): "
                 "the passage does not single out the source customer")
     if expected <= p.probable_evalue:
