@@ -76,9 +76,15 @@ def _null_section(match_json: dict[str, Any]) -> list[dict[str, Any]] | None:
 
     def walk(obj: Any, path: list[str]) -> None:
         if isinstance(obj, dict):
-            if "evalue_at_most" in obj and "observed" in obj:  # the two-fold calibration table
-                rules.append({"rule": f"held-out E<={obj['evalue_at_most']:g}", "observed": obj["observed"],
+            if "evalue_at_most" in obj and "observed" in obj:  # a two-fold calibration table
+                # calibration: the text's E over the whole null; calibration_of_controls_with_mechanism: the
+                # control responses, also scored with their decode-node evidence (the figure the tiers use).
+                table = "controls" if any("controls" in x for x in path) else "held-out"
+                rules.append({"rule": f"{table} E<={obj['evalue_at_most']:g}", "observed": obj["observed"],
                               "expected": obj["expected"]})
+                if "observed_with_mechanism" in obj:
+                    rules.append({"rule": f"{table} with mechanism E<={obj['evalue_at_most']:g}",
+                                  "observed": obj["observed_with_mechanism"], "expected": obj["expected"]})
                 return
             if "observed_false_positives" in obj and "expected_false_positives" in obj:
                 rules.append({"rule": "/".join(path) or "all", "observed": obj["observed_false_positives"],
