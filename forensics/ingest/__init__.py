@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forensics import __version__, schema
@@ -288,6 +289,16 @@ def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | No
     }
 
 
+def _misfit(row: dict[str, Any], table_schema: pa.Schema) -> str | None:
+    """Why one row does not convert to ``table_schema`` (the first column that fails), or None."""
+    for field in table_schema:
+        try:
+            pa.array([row.get(field.name)], field.type)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+            return f"column {field.name}: {type(exc).__name__}: {str(exc)[:120]}"
+    return None
+
+
 def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
     """Stage every unit; big inputs on a process pool (both cores), small ones in this process."""
     total = sum(u.size() for u in units)
@@ -311,14 +322,39 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
         for name in ("exchanges", "engine_events", "quarantine")
     }
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
+    # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
+    excerpts: dict[str, list[str | None]] = {name: [] for name in sinks}
     sizes = dict.fromkeys(sinks, 0)
 
-    def add(table: str, row: dict[str, Any], nbytes: int) -> None:
+    def flush(table: str) -> None:
+        rows, shown = buffers[table], excerpts[table]
+        buffers[table], excerpts[table], sizes[table] = [], [], 0
+        try:
+            sinks[table].write_rows(rows)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            # The parsers check every value, so this is a safety net for a value they let through:
+            # it costs the rows that do not fit the table, never the run. A failed conversion
+            # writes nothing, so the batch is retried row by row.
+            kept = []
+            for row, excerpt in zip(rows, shown):
+                problem = _misfit(row, sinks[table].schema)
+                if problem is None:
+                    kept.append(row)
+                    continue
+                counts["parsed"] -= 1
+                counts["zone_assumed"] -= bool(row.get("zone_assumed"))
+                counts["quarantined"] += 1
+                quarantine(row.get("source_line"), f"a value does not fit the {table} table ({problem}). "
+                           "Fix: correct the field in this record and ingest the file again (the rest of the file was ingested)",
+                           excerpt)
+            sinks[table].write_rows(kept)
+
+    def add(table: str, row: dict[str, Any], nbytes: int, excerpt: str | None = None) -> None:
         buffers[table].append(row)
+        excerpts[table].append(excerpt)
         sizes[table] += nbytes
         if len(buffers[table]) >= BATCH_ROWS or sizes[table] >= BATCH_BYTES:
-            sinks[table].write_rows(buffers[table])
-            buffers[table], sizes[table] = [], 0
+            flush(table)
 
     def quarantine(line: int | None, reason: str, excerpt: str | None) -> None:
         add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
@@ -346,7 +382,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 try:
                     result = parser.parse(line.text, line.number, ctx)
                 except Exception as exc:  # a parser bug must cost one line, not the run
-                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {exc}")
+                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or "
+                                         "re-export this record and ingest the file again; please report the excerpt "
+                                         "to the forensics maintainers (the rest of the file was ingested)")
                 if isinstance(result, Quarantined):
                     counts["quarantined"] += 1
                     counts["no_tenant"] += result.no_tenant
@@ -360,7 +398,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                         counts["zone_assumed"] += 1
                     if table == "exchanges":
                         row["record_hash"] = record_hash(line.raw)
-                    add(table, row, len(line.raw))
+                    add(table, row, len(line.raw), _excerpt(line.text, line.raw))
             for problem in problems:
                 # The unreadable rest of the file is accounted as one quarantined line.
                 counts["problems"].append(problem.reason)
@@ -369,8 +407,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
                 counts["status"] = "ingested with problems"
-        for table, sink in sinks.items():
-            sink.write_rows(buffers[table])
+        for table in ("exchanges", "engine_events", "quarantine"):  # quarantine last: a flush may add to it
+            flush(table)
+        for sink in sinks.values():
             sink.close()
     except BaseException:
         for sink in sinks.values():
