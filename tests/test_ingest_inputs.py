@@ -239,3 +239,45 @@ def test_unreadable_file_in_a_folder_is_a_row(tmp_path: Path, monkeypatch: pytes
     result = api.ingest(tmp_path / "case", [logs])
     assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("locked.jsonl", "unreadable")]
     assert "Permission denied" in result.manifest["skipped_inputs"][0]["reason"]
+
+
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from forensics.ingest import reader
+
+    fifo = tmp_path / "swapped.jsonl"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    raised: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            reader.scan_file(fifo, 1 << 20)  # the first open of every input file
+        except OSError as exc:
+            raised.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    if not done.wait(120):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the reader opened a FIFO and waited on it")
+    assert raised and isinstance(raised[0], reader.NotRegularFile)
+
+
+def test_a_file_that_becomes_unreadable_after_the_walk_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    (logs / "swapped.jsonl").write_text(request(3) + "\n")
+    found = ingest_mod.expand_inputs
+
+    def walk_then_swap(paths: Any, exclude: Any = None) -> Any:
+        out = found(paths, exclude)
+        (logs / "swapped.jsonl").unlink()
+        os.mkfifo(logs / "swapped.jsonl")  # replaced between the walk and the first read
+        return out
+
+    monkeypatch.setattr(ingest_mod, "expand_inputs", walk_then_swap)
+    result = ingest_guarded(tmp_path / "case", [logs], [logs / "swapped.jsonl"])
+    assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("swapped.jsonl", "unreadable")]
+    assert result.manifest["tables"]["exchanges"] == 2

@@ -222,6 +222,16 @@ def test_a_value_no_parser_check_caught_costs_its_row_only(tmp_path: Path, monke
     assert q["source_line"] == 2 and "prompt_chars" in q["reason"] and "Fix:" in q["reason"] and q["excerpt"].startswith("{")
 
 
+@pytest.mark.parametrize("depth", [200, 5000])
+def test_deeply_nested_value_is_ingested_or_quarantined(tmp_path: Path, depth: int) -> None:
+    nested = "[" * depth + "]" * depth  # beyond the JSON parser's depth limit at 5000: invalid JSON
+    line = spend_line("deep").replace('"session_id": "s-77"', f'"session_id": {nested}')
+    assert nested in line
+    entry = ingest_text(tmp_path, "spend.jsonl", [spend_line("ok"), line], "litellm")
+    assert_reconciles(entry, 2)
+    assert (entry["ingested"], entry["quarantined"]) == ((2, 0) if depth == 200 else (1, 1))
+
+
 # --- the time rules --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", [

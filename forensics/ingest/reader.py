@@ -9,10 +9,13 @@ can go wrong with a whole file (truncated stream, unreadable file) is reported a
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import hashlib
 import io
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +56,31 @@ class FileProblem:
     kind: str = "corrupt"  # one of PROBLEM_KINDS
 
 
+class NotRegularFile(OSError):
+    """The path is not (or is no longer) a regular file: a FIFO, socket, device or folder."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for reading, refusing anything else without waiting on it.
+
+    The folder walk already skips FIFOs and devices; this closes the gap of an entry replaced
+    after it was examined. Opening a FIFO for reading blocks until a writer comes, unless
+    O_NONBLOCK is given; on a regular file O_NONBLOCK changes nothing.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def sha256_file(path: Path) -> str:
     """SHA-256 of a file's bytes as stored (compressed files are hashed compressed)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -64,7 +88,7 @@ def sha256_file(path: Path) -> str:
 
 def compression_of(path: Path) -> str | None:
     """``gzip``, ``zstd`` or None, told by the file's first bytes."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         head = fh.read(4)
     if head.startswith(GZIP_MAGIC):
         return "gzip"
@@ -121,7 +145,7 @@ class _ZstdRaw(io.RawIOBase):
 
 def _open(path: Path) -> BinaryIO:
     kind = compression_of(path)
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
+    raw = open_regular(path)  # closed by the caller through the wrapper
     if kind == "gzip":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if kind == "zstd":
@@ -194,7 +218,7 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     compressed = compression_of(path) is not None or cr_line_endings(path)
     spans: list[Span] = []
     start, first_line, lines_before, pos = 0, 1, 0, 0
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
             while not compressed and pos + len(chunk) - start >= split_bytes:
