@@ -75,6 +75,10 @@ SGLANG_FINISHED = {
     "out": {"text": "Clause 4 is fine.", "meta_info": {"id": "chatcmpl-1", "finish_reason": {"type": "length", "length": 256},
                                                         "prompt_tokens": 1, "completion_tokens": 256, "cached_tokens": 0, "e2e_latency": 9.41}},
 }
+SGLANG_RECEIVED = {
+    "timestamp": "2026-08-29T10:01:54.000001", "event": "request.received", "rid": "chatcmpl-1",
+    "obj": {"rid": "chatcmpl-1", "bootstrap_host": "10.0.4.12", "bootstrap_port": 8998, "bootstrap_room": 4410378323519190018, "stream": True},
+}
 SGLANG_TEXT = [
     "[2026-08-27 00:00:05 TP0] max_total_num_tokens={n}, chunked_prefill_size=8192, max_prefill_tokens=16384, context_len={m}",
     "[2026-08-29 10:01:55 TP0] Input length ({n} tokens) exceeds the maximum allowed length ({m} tokens). Use a shorter input., self.rid='{s}'",
@@ -267,7 +271,7 @@ def test_range_ends_are_accepted() -> None:
 # --- property tests: any value in any field of every format ----------------------------------
 
 PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-JSON_BASES = {"litellm": [SPEND, PAYLOAD], "openai-split": [SPLIT_REQUEST, SPLIT_RESPONSE, SPLIT_RESPONSE_BODY], "sglang": [SGLANG_FINISHED]}
+JSON_BASES = {"litellm": [SPEND, PAYLOAD, PAYLOAD["standard_logging_object"]], "openai-split": [SPLIT_REQUEST, SPLIT_RESPONSE, SPLIT_RESPONSE_BODY], "sglang": [SGLANG_FINISHED, SGLANG_RECEIVED]}
 EXAMPLES = itertools.count()
 NAMES = {"litellm": "spend.jsonl", "openai-split": "split.jsonl", "sglang": "decode-1_0.log"}
 

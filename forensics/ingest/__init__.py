@@ -398,7 +398,8 @@ class Unit:
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
-        "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))], "sha256": sha, "size": path.stat().st_size, "format": fmt,
+        "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
+        "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
