@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -155,9 +156,15 @@ def test_fifo_and_socket_are_skipped_never_opened(tmp_path: Path) -> None:
 
 def test_device_in_a_folder_is_skipped(tmp_path: Path) -> None:
     logs = logs_folder(tmp_path)
-    (logs / "null.jsonl").symlink_to("/dev/null")  # a device, and outside the folder: either way not read
-    result = api.ingest(tmp_path / "case", [logs])
-    assert [e["kind"] for e in result.manifest["skipped_inputs"]] == ["symlink_outside_root"]
+    try:
+        os.mknod(logs / "null.jsonl", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # a copy of /dev/null
+    except (OSError, AttributeError):
+        pytest.skip("this system does not let the tests make a device node")
+    (logs / "dev-null.jsonl").symlink_to("/dev/null")  # a device, and outside the folder
+    result = ingest_guarded(tmp_path / "case", [logs], [])
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds == {"null.jsonl": "device", "dev-null.jsonl": "symlink_outside_root"}
+    assert result.manifest["tables"]["exchanges"] == 2
 
 
 def test_explicit_fifo_or_escaping_link_is_one_clear_error(tmp_path: Path) -> None:
