@@ -29,7 +29,7 @@ FILLER = " ".join(f"row {i} of the shipping ledger for the northern depot" for i
 # Tenant ids a hostile or broken export can carry: path traversal, a newline, bidi controls, Windows
 # reserved names, spreadsheet formulas. The leak runs from EXPOSED to RECIPIENT, so both get packets.
 EXPOSED = '=HYPERLINK("http://evil.example/x","open me")'
-RECIPIENT = "../../../../tmp/CON\n\u202eexe.txt"
+RECIPIENT = "../../../../outside/CON\n\u202eexe.txt"
 HOSTILE_TENANTS = ["NUL", "aux.txt", "..\\..\\windows\\system32", "@SUM(1+1)*cmd|' /C calc'!A0", "\u2067right-to-left\u2069", "nul\u0000byte"]
 
 CASE_TOML = """name = "corpus"
