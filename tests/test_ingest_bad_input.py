@@ -256,3 +256,44 @@ def test_utf16_file_in_a_folder_is_skipped_with_the_fix(tmp_path: Path) -> None:
     assert statuses == {"a.jsonl": "ingested", "b.jsonl": "skipped: not UTF-8"}
     (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
     assert q["source_file"].endswith("b.jsonl") and "iconv -f UTF-16" in q["reason"]
+
+
+@pytest.mark.parametrize("compress", [None, "gzip"])
+def test_cr_only_line_endings_are_read_as_lines(tmp_path: Path, compress: str | None) -> None:
+    # Classic Mac OS files end lines with a bare CR: each record is its own line, blank lines count.
+    data = "\r".join([good(1), good(2), "", good(3), "{broken"]).encode() + b"\r"
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(gzip.compress(data) if compress else data)
+    result = api.ingest(tmp_path / "case", [path])  # sniffed: the first line is a record on its own
+    (entry,) = result.manifest["files"]
+    assert (entry["lines"], entry["ingested"], entry["blank"], entry["quarantined"]) == (5, 3, 1, 1)
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_line"] == 5 and q["excerpt"] == "{broken"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7])
+def test_line_ends_split_between_read_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    from forensics.ingest import reader
+
+    monkeypatch.setattr(reader, "CHUNK", chunk)  # a CRLF or CR can fall on any chunk boundary
+    path = tmp_path / "mixed.txt"
+    path.write_bytes(b"a\rbb\r\nccc\n\rdd\r\r")
+    assert [line.raw for line in reader.read_lines(path, [])] == [b"a", b"bb", b"ccc", b"", b"dd", b""]
+    path.write_bytes(b"a\r\nb\rc\n")  # the first line ends CRLF: LF file, a CR inside a line is content
+    assert [line.raw for line in reader.read_lines(path, [])] == [b"a", b"b\rc"]
+
+
+def test_cr_file_is_not_cut_at_a_stray_lf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.ingest as ingest_mod
+
+    monkeypatch.setattr(ingest_mod, "SPLIT_BYTES", 2_000)  # big files are parsed in spans cut at LFs
+    lines = [good(i) for i in range(60)]
+    lines[30] += "\r"  # one CRLF among CRs: a span cut there would number the lines after it wrongly
+    lines[50] = "{broken"
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(("\r".join(lines) + "\r").encode().replace(b"\r\r", b"\r\n"))
+    result = api.ingest(tmp_path / "case", [path])
+    (entry,) = result.manifest["files"]
+    assert (entry["lines"], entry["ingested"], entry["quarantined"]) == (60, 59, 1)
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_line"] == 51

@@ -15,10 +15,12 @@ import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forensics import __version__, schema
@@ -69,39 +71,139 @@ class IngestResult:
         }
 
 
+def named_path(path: Path) -> Path:
+    """The absolute name a file was found under: its folders resolved, its own name kept, so a
+    symlink is recorded as the link (the name the evidence was given under), not its target."""
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 def display_path(path: Path, base: Path | None = None) -> str:
     """A path as recorded in outputs: relative to ``base`` (the case file's folder when there is
     one, else the working folder) when inside it, so tables do not depend on where a run started."""
     try:
-        rel = os.path.relpath(path.resolve(), (base or Path.cwd()).resolve())
+        rel = os.path.relpath(named_path(path), (base or Path.cwd()).resolve())
     except ValueError:  # another drive (Windows)
         return str(path)
     return str(path) if rel.startswith("..") else rel
 
 
-def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> list[tuple[Path, bool]]:
-    """Files to read, each with whether it was named explicitly (not found in a folder).
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A folder entry that is not read: not a regular file, or a link leading out of its folder."""
 
-    Folders are walked recursively in sorted order; hidden files and folders are skipped, and so
-    is ``exclude`` (the case folder itself, when it lies inside an input folder).
+    path: Path  # the name found in the folder (a link itself, never its target)
+    kind: str  # one of SKIP_KINDS
+    reason: str  # the quarantine reason, with the fix
+
+
+#: Why a folder entry is skipped (``skipped_inputs[].kind`` in the manifest).
+SKIP_KINDS = ("symlink_outside_root", "dangling_symlink", "symlink_to_folder", "fifo", "socket", "device", "unreadable")
+_NOT_OPENED = {
+    "fifo": "a named pipe (FIFO), not a regular file; not opened (reading it could wait forever)",
+    "socket": "a socket, not a regular file; not opened",
+    "device": "a device, not a regular file; not opened",
+}
+_COPY_FIX = "Fix: copy the log into a regular file inside the input folder and ingest again"
+
+
+def _special_kind(mode: int) -> str | None:
+    """``fifo``, ``socket`` or ``device`` for those file modes, None for anything else."""
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or os.path.commonpath([path, root]) == root
+
+
+def _check_entry(path: Path, root: str) -> Skipped | None:
+    """None when ``path`` (found in the input folder whose real path is ``root``) is a regular
+    file to read, else why it is skipped. Never opens the entry: a FIFO would block forever."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return Skipped(path, "unreadable", f"could not be examined ({exc.strerror}); not read. {_COPY_FIX}")
+    if stat.S_ISLNK(mode):
+        # Where a link points is not recorded: a path leading out of the input folder must never
+        # appear in the case's records, and the link's name is what the auditor needs.
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            return Skipped(path, "dangling_symlink", f"symlink that cannot be followed ({exc.strerror}); nothing was read. "
+                           "Fix: restore the file it points to, or remove the link")
+        if not _inside(os.path.realpath(path), root):
+            return Skipped(path, "symlink_outside_root", "symlink leading outside the input folder; not followed. "
+                           "Fix: if the file it points to is evidence of this case, copy it into the input folder and ingest again")
+        if stat.S_ISDIR(mode):
+            return Skipped(path, "symlink_to_folder", "symlink to a folder; not followed (its files would be read twice, or "
+                           "forever in a loop). Fix: give that folder itself as an input")
+        kind = _special_kind(mode)
+        if kind is not None:
+            return Skipped(path, kind, f"symlink to {_NOT_OPENED[kind]}. {_COPY_FIX}")
+        return None
+    kind = _special_kind(mode)
+    if kind is not None:
+        return Skipped(path, kind, f"{_NOT_OPENED[kind]}. {_COPY_FIX}")
+    return None
+
+
+def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
+    """Files to read, each with whether it was named explicitly (not found in a folder), and the
+    folder entries skipped.
+
+    Folders are walked recursively in sorted order; hidden files and folders are left out, and so
+    is ``exclude`` (the case folder itself, when it lies inside an input folder). Only regular
+    files are read: a symlink is followed only when its target is a regular file inside the folder
+    given (the input root); other links, FIFOs, sockets and devices are skipped with a reason. A
+    file named explicitly that is none of these is an error.
     """
     files: list[tuple[Path, bool]] = []
+    skipped: list[Skipped] = []
     skip = exclude.resolve() if exclude is not None else None
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            for root, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (Path(root) / d).resolve() != skip)
+            root = os.path.realpath(path)
+            for folder, dirs, names in os.walk(path):
+                kept = []
+                for d in sorted(dirs):
+                    sub = Path(folder) / d
+                    if d.startswith(".") or sub.resolve() == skip:
+                        continue
+                    if sub.is_symlink():  # os.walk lists links to folders as folders but never enters them
+                        problem = _check_entry(sub, root)
+                        if problem is not None:
+                            skipped.append(problem)
+                        continue
+                    kept.append(d)
+                dirs[:] = kept
                 for name in sorted(names):
-                    if not name.startswith("."):
-                        files.append((Path(root) / name, False))
+                    if name.startswith("."):
+                        continue
+                    problem = _check_entry(Path(folder) / name, root)
+                    if problem is None:
+                        files.append((Path(folder) / name, False))
+                    else:
+                        skipped.append(problem)
         elif path.is_file():
+            # A file named explicitly: its own folder is its input root.
+            problem = _check_entry(path, os.path.realpath(path.parent))
+            if problem is not None:
+                raise InputError(problem.reason.split(". Fix: ")[0], file=path,
+                                 fix="give the path of the file itself (not a link leading out of its folder)")
             files.append((path, True))
         elif path.exists():
-            raise InputError("not a regular file or folder", file=path, fix="give log files or folders of them")
+            kind = _special_kind(os.stat(path).st_mode)
+            raise InputError(_NOT_OPENED[kind] if kind else "not a regular file or folder", file=path,
+                             fix="give log files or folders of them")
         else:
             raise InputError("no such file or folder", file=path, fix="check the path (relative paths are from the current folder)")
-    return files
+    return files, skipped
 
 
 def sniff(path: Path) -> str | None:
@@ -142,8 +244,15 @@ def ingest(
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
-    for path, explicit in expand_inputs([Path(p) for p in paths], exclude=c.root):
-        sha, spans = scan_file(path, SPLIT_BYTES)
+    found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
+    for path, explicit in found:
+        try:
+            sha, spans = scan_file(path, SPLIT_BYTES)
+        except OSError as exc:  # permissions, or the file vanished since the folder was listed
+            if explicit:
+                raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
+            skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
+            continue
         encoding = foreign_encoding(path)
         skip = None
         if encoding is not None:
@@ -162,14 +271,16 @@ def ingest(
                 )
         plan.append((path, sha, detected, spans, skip))
 
+    base = cfg.file.parent if cfg.file else None
     run_files: list[dict[str, Any]] = []
     units: list[Unit] = []
     for path, sha, detected, spans, skip in plan:
-        shown = display_path(path, cfg.file.parent if cfg.file else None)
+        shown = display_path(path, base)
         if sha in known:
+            # Every name of identical content is recorded: each is evidence that must not change.
             entry = known[sha]
-            if shown not in entry["paths"]:
-                entry["paths"] = sorted({*entry["paths"], shown})
+            entry["paths"] = sorted({*entry["paths"], shown})
+            entry["abs_paths"] = sorted({*entry.get("abs_paths", [entry.get("abs_path")]), str(named_path(path))} - {None})
             run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                               "status": "already ingested (same SHA-256)"})
             continue
@@ -178,6 +289,12 @@ def ingest(
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
                               str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip))
+
+    skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
+    for item in skipped:
+        shown = display_path(item.path, base)
+        skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
+        run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
 
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
@@ -199,7 +316,7 @@ def ingest(
         for f in run_files
     ]
 
-    manifest = finalize(c, list(known.values()), cfg, progress)
+    manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
     manifest["tool"] = {"name": "forensics", "version": __version__}
     write_json(c.manifest_path, manifest)
     save(cfg, c.config_path)
@@ -281,11 +398,22 @@ class Unit:
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
-        "path": shown, "paths": [shown], "abs_path": str(path.resolve()), "sha256": sha, "size": path.stat().st_size, "format": fmt,
+        "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
+        "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
     }
+
+
+def _misfit(row: dict[str, Any], table_schema: pa.Schema) -> str | None:
+    """Why one row does not convert to ``table_schema`` (the first column that fails), or None."""
+    for field in table_schema:
+        try:
+            pa.array([row.get(field.name)], field.type)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+            return f"column {field.name}: {type(exc).__name__}: {str(exc)[:120]}"
+    return None
 
 
 def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
@@ -311,14 +439,39 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
         for name in ("exchanges", "engine_events", "quarantine")
     }
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
+    # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
+    excerpts: dict[str, list[str | None]] = {name: [] for name in sinks}
     sizes = dict.fromkeys(sinks, 0)
 
-    def add(table: str, row: dict[str, Any], nbytes: int) -> None:
+    def flush(table: str) -> None:
+        rows, shown = buffers[table], excerpts[table]
+        buffers[table], excerpts[table], sizes[table] = [], [], 0
+        try:
+            sinks[table].write_rows(rows)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            # The parsers check every value, so this is a safety net for a value they let through:
+            # it costs the rows that do not fit the table, never the run. A failed conversion
+            # writes nothing, so the batch is retried row by row.
+            kept = []
+            for row, excerpt in zip(rows, shown):
+                problem = _misfit(row, sinks[table].schema)
+                if problem is None:
+                    kept.append(row)
+                    continue
+                counts["parsed"] -= 1
+                counts["zone_assumed"] -= bool(row.get("zone_assumed"))
+                counts["quarantined"] += 1
+                quarantine(row.get("source_line"), f"a value does not fit the {table} table ({problem}). "
+                           "Fix: correct the field in this record and ingest the file again (the rest of the file was ingested)",
+                           excerpt)
+            sinks[table].write_rows(kept)
+
+    def add(table: str, row: dict[str, Any], nbytes: int, excerpt: str | None = None) -> None:
         buffers[table].append(row)
+        excerpts[table].append(excerpt)
         sizes[table] += nbytes
         if len(buffers[table]) >= BATCH_ROWS or sizes[table] >= BATCH_BYTES:
-            sinks[table].write_rows(buffers[table])
-            buffers[table], sizes[table] = [], 0
+            flush(table)
 
     def quarantine(line: int | None, reason: str, excerpt: str | None) -> None:
         add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
@@ -346,7 +499,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 try:
                     result = parser.parse(line.text, line.number, ctx)
                 except Exception as exc:  # a parser bug must cost one line, not the run
-                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {exc}")
+                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or "
+                                         "re-export this record and ingest the file again; please report the excerpt "
+                                         "to the forensics maintainers (the rest of the file was ingested)")
                 if isinstance(result, Quarantined):
                     counts["quarantined"] += 1
                     counts["no_tenant"] += result.no_tenant
@@ -360,7 +515,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                         counts["zone_assumed"] += 1
                     if table == "exchanges":
                         row["record_hash"] = record_hash(line.raw)
-                    add(table, row, len(line.raw))
+                    add(table, row, len(line.raw), _excerpt(line.text, line.raw))
             for problem in problems:
                 # The unreadable rest of the file is accounted as one quarantined line.
                 counts["problems"].append(problem.reason)
@@ -369,8 +524,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
                 counts["status"] = "ingested with problems"
-        for table, sink in sinks.items():
-            sink.write_rows(buffers[table])
+        for table in ("exchanges", "engine_events", "quarantine"):  # quarantine last: a flush may add to it
+            flush(table)
+        for sink in sinks.values():
             sink.close()
     except BaseException:
         for sink in sinks.values():

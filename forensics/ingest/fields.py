@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from forensics import schema
-from forensics.ingest.timeparse import TimeError, to_micros
+from forensics.ingest.timeparse import RANGE_HINT, TimeError, to_micros
 
 
 class RecordError(ValueError):
@@ -110,32 +110,52 @@ def opt_str(obj: Mapping[str, Any], field: str) -> str | None:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# A whole number as exports write it: ASCII digits (int() would also take "²" or "1_000").
+WHOLE = re.compile(r"[+-]?[0-9]+")
 
 
-def opt_int(value: Any, field: str, problems: list[str]) -> int | None:
-    """An optional whole number (numeric strings accepted).
+def whole_number(value: Any) -> int | None:
+    """The whole number a JSON value holds (an int, an integral float or a digit string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():  # never NaN or an infinity
+        return int(value)
+    if isinstance(value, str) and len(value) <= 40 and WHOLE.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
 
-    A figure that is not a whole number, or does not fit in 64 bits, must not cost the record its
-    text: it becomes null and a problem is noted on the row (the ``problems`` column).
+
+def opt_int(value: Any, field: str, problems: list[str], low: int = INT64_MIN, high: int = INT64_MAX) -> int | None:
+    """An optional whole number (numeric strings accepted) in ``low`` .. ``high``.
+
+    A figure that is not a whole number, or is out of range (by default: does not fit in 64 bits),
+    must not cost the record its text: it becomes null and a problem is noted on the row (the
+    ``problems`` column).
     """
     if value is None or value == "":
         return None
-    number: int | None = None
-    if isinstance(value, bool):
-        number = None
-    elif isinstance(value, int):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        number = int(value.strip())
+    number = whole_number(value)
     if number is None:
-        problems.append(f"{field} = {str(value)[:40]!r} is not a whole number; ignored")
+        problems.append(f"{field} = {_short(value)} is not a whole number; ignored")
         return None
-    if not INT64_MIN <= number <= INT64_MAX:
-        problems.append(f"{field} = {str(value)[:40]} is out of range; ignored")
+    if not low <= number <= high:
+        problems.append(f"{field} = {_short(value)} is out of range ({low} to {high}); ignored")
         return None
     return number
+
+
+def opt_count(value: Any, field: str, problems: list[str]) -> int | None:
+    """An optional token count: a whole number from 0 that fits in 64 bits (see :func:`opt_int`)."""
+    return opt_int(value, field, problems, 0, INT64_MAX)
+
+
+def _short(value: Any) -> str:
+    """A value as shown in a problem note: its JSON-ish repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = True) -> tuple[int | None, bool]:
@@ -148,12 +168,13 @@ def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = T
     try:
         return to_micros(value, zone)
     except TimeError as exc:
-        raise RecordError(f"field {field!r}: {exc}", fix="times must be ISO 8601 or epoch seconds/milliseconds") from None
+        raise RecordError(f"field {field!r}: {exc}", fix=f"times must be ISO 8601 or epoch s/ms/µs/ns; {RANGE_HINT}") from None
 
 
 # LiteLLM keeps 35 % head and 65 % tail of strings over 2,048 characters and puts this marker
-# between them; the skipped count lets us reconstruct the original length.
-TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped (\d+) chars[^)]*\) \.\.\.")
+# between them; the skipped count lets us reconstruct the original length. A count of more than
+# twelve digits (a terabyte string) is not LiteLLM's and would overflow the length columns.
+TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars[^)]*\) \.\.\.")
 
 
 def truncation(text: str) -> tuple[bool, int, int]:

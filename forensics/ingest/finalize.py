@@ -61,8 +61,16 @@ def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: s
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")
 
 
-def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Reporter | None = None) -> dict[str, Any]:
-    """Rebuild exchanges, engine_events and quarantine from staging; return the case manifest."""
+def finalize(
+    c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Reporter | None = None,
+    skipped_inputs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Rebuild exchanges, engine_events and quarantine from staging; return the case manifest.
+
+    ``skipped_inputs`` lists the input folder entries that were not read (``path``, ``kind``, ``reason``):
+    each becomes a quarantine row after those of the files read.
+    """
+    skipped_inputs = skipped_inputs or []
     files = sorted(files, key=lambda f: (f["path"], f["sha256"]))
     order = {f["sha256"]: i for i, f in enumerate(files)}
     con = duckdb.connect(":memory:")
@@ -92,7 +100,8 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     task.advance()
     events_rows = _engine_events(c, con, ev_paths, duplicates)
     task.advance()
-    quarantine_rows = _concat(c, q_paths, "quarantine")
+    skipped_rows = [{"source_file": e["path"], "reason": e["reason"]} for e in skipped_inputs]
+    quarantine_rows = _concat(c, q_paths, "quarantine", extra=skipped_rows)
     task.advance()
     task.close()
     con.close()
@@ -110,6 +119,9 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
     skipped = [f["path"] for f in files if f["status"].startswith("skipped")]
     if skipped:
         notes.append(f"{len(skipped)} files were not in a known format and were skipped (see quarantine): {', '.join(skipped[:5])}")
+    if skipped_inputs:
+        notes.append(f"{len(skipped_inputs)} entries of the input folders are not regular files inside them and were not read "
+                     f"(see skipped_inputs and quarantine): {', '.join(e['path'] for e in skipped_inputs[:5])}")
     broken = [f["path"] for f in files if f["problems"]]
     if broken:
         marked = exchanges_stats["records_from_damaged_input"]["by_reason"]["truncated_file"]
@@ -124,6 +136,7 @@ def finalize(c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Re
         "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None,
         "tables": {"exchanges": exchanges_stats.pop("rows"), "engine_events": events_rows, "quarantine": quarantine_rows},
         **exchanges_stats,
+        "skipped_inputs": skipped_inputs,
         "reconciled": all(f["reconciled"] for f in files),
         "notes": notes,
     }
@@ -448,12 +461,13 @@ def _engine_events(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], d
 
 
 def _concat(
-    c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None, roles: dict[str, str] | None = None
+    c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None, roles: dict[str, str] | None = None,
+    extra: list[dict[str, Any]] | None = None,
 ) -> int:
     """Concatenate staged files of a table into the case table, leaving out ``drop`` lines.
 
     ``drop`` maps an input file's SHA-256 to the line numbers to leave out; ``roles`` fills the
-    engine events' missing ``role`` per node.
+    engine events' missing ``role`` per node; ``extra`` rows are appended at the end.
     """
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
@@ -465,6 +479,7 @@ def _concat(
                 if roles:
                     batch = _fill_roles(batch, roles)
                 sink.write_batch(batch)
+        sink.write_rows(extra or [])
     return sink.rows
 
 

@@ -15,7 +15,7 @@ from forensics.ingest.fields import (
     get_path,
     loads_object,
     maybe_json,
-    opt_int,
+    opt_count,
     opt_str,
     req_str,
     response_text,
@@ -98,12 +98,12 @@ class LiteLLMParser:
         prompt, nontext, n_messages = self._prompt(messages)
         text, finish, usage = response_text(obj.get("response"))
         problems: list[str] = []
-        reported = opt_int(obj.get("prompt_tokens"), "prompt_tokens", problems)
+        reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
         if reported is None:
-            reported = opt_int(usage.get("prompt_tokens"), "response.usage.prompt_tokens", problems)
-        completion = opt_int(obj.get("completion_tokens"), "completion_tokens", problems)
+            reported = opt_count(usage.get("prompt_tokens"), "response.usage.prompt_tokens", problems)
+        completion = opt_count(obj.get("completion_tokens"), "completion_tokens", problems)
         if completion is None:
-            completion = opt_int(usage.get("completion_tokens"), "response.usage.completion_tokens", problems)
+            completion = opt_count(usage.get("completion_tokens"), "response.usage.completion_tokens", problems)
         model_group = opt_str(obj, "model_group")
         model = opt_str(obj, "model")
         status = opt_str(obj, "status") or "success"

@@ -9,9 +9,13 @@ can go wrong with a whole file (truncated stream, unreadable file) is reported a
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import hashlib
 import io
+import os
+import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,10 +56,31 @@ class FileProblem:
     kind: str = "corrupt"  # one of PROBLEM_KINDS
 
 
+class NotRegularFile(OSError):
+    """The path is not (or is no longer) a regular file: a FIFO, socket, device or folder."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for reading, refusing anything else without waiting on it.
+
+    The folder walk already skips FIFOs and devices; this closes the gap of an entry replaced
+    after it was examined. Opening a FIFO for reading blocks until a writer comes, unless
+    O_NONBLOCK is given; on a regular file O_NONBLOCK changes nothing.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def sha256_file(path: Path) -> str:
     """SHA-256 of a file's bytes as stored (compressed files are hashed compressed)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -63,7 +88,7 @@ def sha256_file(path: Path) -> str:
 
 def compression_of(path: Path) -> str | None:
     """``gzip``, ``zstd`` or None, told by the file's first bytes."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         head = fh.read(4)
     if head.startswith(GZIP_MAGIC):
         return "gzip"
@@ -120,12 +145,57 @@ class _ZstdRaw(io.RawIOBase):
 
 def _open(path: Path) -> BinaryIO:
     kind = compression_of(path)
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through the wrapper
+    raw = open_regular(path)  # closed by the caller through the wrapper
     if kind == "gzip":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if kind == "zstd":
         return io.BufferedReader(_ZstdRaw(raw), buffer_size=CHUNK)  # type: ignore[return-value]
     return raw
+
+
+NEWLINE = re.compile(rb"\r\n|\r|\n")
+
+
+def cr_line_endings(path: Path) -> bool:
+    """Whether the file's first line ends with a bare CR (classic Mac OS line endings).
+
+    Such a file is read with CR, CRLF and LF all ending a line. Any other file is read by LF (a
+    CR before it is dropped), because a CR inside a JSON line is whitespace, not a line end.
+    """
+    try:
+        with _open(path) as fh:
+            last = b""
+            while chunk := fh.read(CHUNK):
+                data = last + chunk
+                m = NEWLINE.search(data)
+                if m is None:
+                    last = data[-1:]
+                    continue
+                if m.group() == b"\r" and m.end() == len(data):
+                    last = data[-1:]  # a CR at the end of a chunk: an LF may follow in the next
+                    continue
+                return m.group() == b"\r"
+            return last == b"\r"
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError):
+        return False  # read_lines reports what is wrong with the file
+
+
+def _universal_lines(fh: BinaryIO) -> Iterator[bytes]:
+    """Lines ended by CR, CRLF or LF (without their ending), read a chunk at a time."""
+    pending = bytearray()
+    while chunk := fh.read(CHUNK):
+        # Only the new bytes (and a CR left at the end of the last chunk) can hold a line end.
+        scan = max(0, len(pending) - 1)
+        pending += chunk
+        start = 0
+        for m in NEWLINE.finditer(pending, scan):
+            if m.group() == b"\r" and m.end() == len(pending):
+                break  # maybe the first half of a CRLF split between chunks
+            yield bytes(pending[start:m.start()])
+            start = m.end()
+        del pending[:start]
+    if pending:  # the last line, or an empty one after a final CR
+        yield bytes(pending[:-1] if pending.endswith(b"\r") else pending)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,10 +214,11 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     while line numbers stay those of the whole file.
     """
     h = hashlib.sha256()
-    compressed = compression_of(path) is not None
+    # Spans are cut at LFs: a compressed file, or one whose lines end with CR, is read whole.
+    compressed = compression_of(path) is not None or cr_line_endings(path)
     spans: list[Span] = []
     start, first_line, lines_before, pos = 0, 1, 0, 0
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
             while not compressed and pos + len(chunk) - start >= split_bytes:
@@ -167,15 +238,17 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
 def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
     """Yield the file's lines (without line endings); append whole-file problems to ``problems``.
 
-    A UTF-8 BOM on the first line is dropped; CRLF and LF endings are both accepted. A line that
-    is not valid UTF-8 is yielded with ``text=None`` so the caller can quarantine it. ``span``
-    limits reading to a byte range of an uncompressed file (see :func:`scan_file`).
+    A UTF-8 BOM on the first line is dropped; LF, CRLF and (in a file whose first line ends so)
+    bare CR endings are accepted. A line that is not valid UTF-8 is yielded with ``text=None`` so
+    the caller can quarantine it. ``span`` limits reading to a byte range of an uncompressed file
+    (see :func:`scan_file`).
     """
     number = 0
     kind = compression_of(path)
+    cr = cr_line_endings(path)
     try:
         with _open(path) as fh:
-            lines: Iterator[bytes] = fh
+            lines: Iterator[bytes] = _universal_lines(fh) if cr else fh
             if span is not None and (span.start or span.end is not None):
                 fh.seek(span.start)
                 number = span.first_line - 1

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forensics.ingest.base import FileContext, Output, register
-from forensics.ingest.fields import RecordError, loads
+from forensics.ingest.fields import INT32_MAX, INT64_MAX, INT64_MIN, RecordError, loads, whole_number
 from forensics.ingest.timeparse import TimeError, to_micros
 
 TEXT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ?(.*)$", re.S)
@@ -45,7 +45,8 @@ def node_of(file_name: str) -> tuple[str, int | None]:
             name = name[: -len(suffix)]
     m = FILE_NAME.match(name)
     if m:
-        return m.group("host"), int(m.group("rank"))
+        rank = int(m.group("rank"))
+        return m.group("host"), rank if rank <= INT32_MAX else None
     return (name[:-4] if name.endswith(".log") else name), None
 
 
@@ -60,27 +61,15 @@ def role_of(host: str) -> str | None:
 
 
 def _room(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        room = int(value)
-    except (TypeError, ValueError):
-        return None
-    return room if 0 <= room <= MAX_ROOM else None
+    """A bootstrap room (an unsigned 64-bit number), else None (the raw line is kept in ``message``)."""
+    room = whole_number(value)
+    return room if room is not None and 0 <= room <= MAX_ROOM else None
 
 
 def _int(value: Any) -> int | None:
     """A whole number that fits in 64 bits, else None (the raw line is kept in ``message``)."""
-    number: int | None = None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    return number if number is not None and -(2**63) <= number < 2**63 else None
+    number = whole_number(value)
+    return number if number is not None and INT64_MIN <= number <= INT64_MAX else None
 
 
 def _kv_pairs(text: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from forensics.ingest.fields import (
     first_objects,
     loads_object,
     maybe_json,
+    opt_count,
     opt_int,
     opt_str,
     req_str,
@@ -106,7 +107,7 @@ class OpenAISplitParser:
         request_id = req_str(obj, "request_id")
         completed, assumed = time_field(obj, "timestamp", ctx.zone)
         problems: list[str] = []
-        status_code = opt_int(obj.get("status_code"), "status_code", problems)
+        status_code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)  # HTTP: three digits
         if "chunks" in obj:
             chunks = maybe_json(obj["chunks"], "chunks")
             if not isinstance(chunks, list):
@@ -129,9 +130,9 @@ class OpenAISplitParser:
             "stream": stream,
             "response_text": text,
             "response_truncated": False,
-            "reported_prompt_tokens": opt_int(usage.get("prompt_tokens"), "usage.prompt_tokens", problems),
-            "reported_completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens", []),
-            "completion_tokens": opt_int(usage.get("completion_tokens"), "usage.completion_tokens", problems),
+            "reported_prompt_tokens": opt_count(usage.get("prompt_tokens"), "usage.prompt_tokens", problems),
+            "reported_completion_tokens": opt_count(usage.get("completion_tokens"), "usage.completion_tokens", []),
+            "completion_tokens": opt_count(usage.get("completion_tokens"), "usage.completion_tokens", problems),
             "zone_assumed": ctx.zone if assumed else None,
             "problems": "; ".join(problems) or None,
         }

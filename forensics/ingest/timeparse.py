@@ -1,19 +1,44 @@
 """Timestamps of every input format, to microseconds since the epoch in UTC.
 
 Accepted: ISO 8601 with ``Z`` or an offset; ISO 8601 or ``YYYY-MM-DD HH:MM:SS[.f]`` with no zone
-(read in the case's zone, and the assumption reported); epoch seconds (int or float) and epoch
-milliseconds (told apart by magnitude), as numbers or numeric strings.
+(read in the case's zone, and the assumption reported); epoch numbers (JSON numbers or numeric
+strings) in seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude:
+
+=================  ===========================  ==========================
+unit               absolute value               present-day example
+=================  ===========================  ==========================
+seconds            below 1e11                   ``1787790732.6``
+milliseconds       1e11 up to 1e14              ``1787790732626``
+microseconds       1e14 up to 1e17              ``1787790732626112``
+nanoseconds        1e17 up to 1e20              ``1787790732626112000``
+=================  ===========================  ==========================
+
+Each band is three decades wide, so a present-day time in any unit lands in the middle of its
+own band. Anything larger, and any time outside :data:`MIN_YEAR` .. :data:`MAX_YEAR`, is refused
+with a :class:`TimeError` (the record is quarantined): such a value is damage or a placeholder,
+and a year the outputs cannot write must never reach a table.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-#: Epoch values above this are milliseconds (1e11 seconds is the year 5138).
-MS_THRESHOLD = 100_000_000_000
+#: Upper bounds (exclusive) of the magnitude bands, with the microseconds one unit is worth.
+EPOCH_BANDS = ((10**11, 1_000_000), (10**14, 1_000), (10**17, 1), (10**20, None))
+#: Times outside these years are refused: no log of an LLM service predates the Unix epoch, and
+#: Python's datetime (hence every report) ends with the year 9999.
+MIN_YEAR = 1970
+MAX_YEAR = 9999
+MIN_MICROS = 0
+MAX_MICROS = (dt.datetime.max.replace(tzinfo=dt.timezone.utc) - EPOCH) // dt.timedelta(microseconds=1)  # 9999-12-31T23:59:59.999999Z
+# A plain decimal number (no underscores, no "nan"/"inf" words: those are not times).
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+RANGE_HINT = f"times must lie in the years {MIN_YEAR} to {MAX_YEAR}"
 
 
 class TimeError(ValueError):
@@ -25,37 +50,77 @@ def _zone(name: str) -> dt.tzinfo:
     return dt.timezone.utc if name == "UTC" else ZoneInfo(name)
 
 
-def _from_epoch(value: float) -> int:
-    if value != value or value in (float("inf"), float("-inf")):
-        raise TimeError(f"{value!r} is not a time")
-    if abs(value) >= MS_THRESHOLD:
-        return int(round(value * 1000))
-    return int(round(value * 1_000_000))
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _from_epoch(value: int | float, shown: object) -> int:
+    """Microseconds of an epoch number in the unit its magnitude tells."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TimeError(f"{_shown(shown)} is not a time")
+    magnitude = abs(value)
+    for bound, micros_per_unit in EPOCH_BANDS:
+        if magnitude < bound:
+            break
+    else:
+        raise TimeError(f"{_shown(shown)} is too large for an epoch time in any unit (s, ms, µs, ns)")
+    if micros_per_unit is None:  # nanoseconds: integer arithmetic keeps every digit
+        micros = value // 1000 if isinstance(value, int) else round(value / 1000)
+    elif isinstance(value, int):
+        micros = value * micros_per_unit
+    else:
+        micros = round(value * micros_per_unit)
+    return _in_range(micros, shown)
+
+
+def _in_range(micros: int, shown: object) -> int:
+    if not MIN_MICROS <= micros <= MAX_MICROS:
+        raise TimeError(f"{_shown(shown)} is outside the years {MIN_YEAR} to {MAX_YEAR}")
+    return micros
+
+
+def _number(text: str) -> int | float | None:
+    """The epoch number a string spells, or None when it is not a plain number."""
+    if not NUMBER.fullmatch(text):
+        return None
+    if re.fullmatch(r"[+-]?\d+", text):
+        if len(text.lstrip("+-")) > 30:  # far beyond every band; int() of it would be wasted work
+            return float("inf")
+        return int(text)
+    return float(text)
 
 
 def to_micros(value: object, zone: str = "UTC") -> tuple[int, bool]:
-    """Microseconds since the epoch (UTC) and whether the zone had to be assumed."""
+    """Microseconds since the epoch (UTC) and whether the zone had to be assumed.
+
+    Raises :class:`TimeError` for anything that is not a time in :data:`MIN_YEAR` ..
+    :data:`MAX_YEAR` (its message is fit for a quarantine reason).
+    """
     if isinstance(value, bool) or value is None:
         raise TimeError(f"{value!r} is not a time")
     if isinstance(value, (int, float)):
-        return _from_epoch(float(value)), False
+        return _from_epoch(value, value), False
     if not isinstance(value, str):
         raise TimeError(f"a {type(value).__name__} is not a time")
     text = value.strip()
     if not text:
         raise TimeError("empty time")
-    try:
-        return _from_epoch(float(text)), False
-    except ValueError:
-        pass
+    number = _number(text)
+    if number is not None:
+        return _from_epoch(number, value), False
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
         t = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise TimeError(f"{value!r} is not an ISO 8601 time or epoch number") from None
+        raise TimeError(f"{_shown(value)} is not an ISO 8601 time or epoch number") from None
     assumed = t.tzinfo is None
     if assumed:
-        t = t.replace(tzinfo=_zone(zone))
+        try:
+            t = t.replace(tzinfo=_zone(zone))
+        except (OverflowError, ValueError):
+            raise TimeError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
+    # Subtraction of aware datetimes never overflows, even for year 1 or 9999 with an offset.
     delta = t - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, assumed
+    return _in_range(delta // dt.timedelta(microseconds=1), value), assumed

@@ -57,17 +57,27 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
     """The ingest manifest's per-file rows, with paths made relative to ``root``.
 
     The ingest manifest is read defensively: any of path/file, sha256, size, format, lines,
-    ingested/rows, quarantined, blank, duplicate that it has is kept.
+    ingested/rows, quarantined, blank, duplicate that it has is kept. A file ingested under several
+    names (the same SHA-256 saved twice, or a symlink inside the input folder) gets one row per
+    name, so ``verify`` re-hashes each: the first name carries the counts, every other one names
+    it in ``same_content_as``. A path is the name the file was found under, never a symlink's
+    target.
     """
+
+    def rel(p: Path) -> str:
+        # The folders are resolved (as ``root`` is) but not the file's own name: a link stays a link.
+        named = Path(os.path.realpath(p.parent)) / p.name
+        return Path(os.path.relpath(named, root.resolve())).as_posix()
+
     out = []
     for f in files:
         raw = f.get("path") or f.get("file")
         if not raw:
             continue
         # The ingest stage records a display path (relative to the case file's folder or the
-        # working folder it ran in) and the absolute path it read.
+        # working folder it ran in) and the absolute path(s) it read.
         p = Path(f["abs_path"]) if f.get("abs_path") else Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
-        entry: dict[str, Any] = {"path": _rel(p, root)}
+        entry: dict[str, Any] = {"path": rel(p)}
         for key in ("sha256", "size", "format", "lines", "ingested", "rows", "quarantined", "blank", "duplicate",
                     "compression", "status", "time_range"):
             if key in f:
@@ -82,6 +92,9 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
                     entry["time_range"] = ranges[key]
                     break
         out.append(entry)
+        for other in sorted({rel(Path(a)) for a in f.get("abs_paths", [])} - {entry["path"]}):
+            out.append({"path": other, "same_content_as": entry["path"],
+                        **{k: entry[k] for k in ("sha256", "size") if k in entry}})
     return sorted(out, key=lambda e: e["path"])
 
 

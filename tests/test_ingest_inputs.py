@@ -1,0 +1,290 @@
+"""Inputs are evidence: only regular files inside the folder given are read, every name of a file
+is recorded, and nothing in the input tree is ever written."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import socket
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import api
+from forensics.errors import InputError
+from forensics.report import manifest as report_manifest
+
+CASE_TOML = """name = "inputs"
+model = "glm-5.3"
+window_start = "2026-08-27T00:00:00Z"
+window_end = "2026-09-09T00:00:00Z"
+real_ceiling_tokens = 2000
+
+[[inputs]]
+format = "auto"
+path = "logs"
+"""
+
+
+def request(i: int) -> str:
+    return json.dumps({"request_id": f"r-{i}", "timestamp": "2026-08-30T03:12:09Z", "tenant_id": f"acct-{i}",
+                       "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": f"question {i}"}]}})
+
+
+def logs_folder(tmp_path: Path) -> Path:
+    logs = tmp_path / "logs"
+    (logs / "gateway").mkdir(parents=True)
+    (logs / "gateway" / "requests.jsonl").write_text(request(1) + "\n" + request(2) + "\n")
+    return logs
+
+
+def quarantine(case: Path) -> list[dict[str, Any]]:
+    return pq.read_table(case / "quarantine.parquet").to_pylist()
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under ``root``: mode, mtime and content hash (links by their text)."""
+    out = {}
+    for folder, dirs, names in os.walk(root):
+        for name in [*dirs, *names]:
+            p = Path(folder) / name
+            st = os.lstat(p)
+            if p.is_symlink():
+                digest = "link:" + os.readlink(p)
+            elif p.is_file():
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                digest = ""
+            out[str(p.relative_to(root))] = (st.st_mode, st.st_mtime_ns, digest)
+    return out
+
+
+def test_symlink_to_a_file_outside_the_folder_is_not_read(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    secret = tmp_path / "elsewhere" / "passwd"
+    secret.parent.mkdir()
+    secret.write_text(request(9) + "\n")  # readable as a log: it must still not be ingested
+    (logs / "gateway" / "passwd").symlink_to(os.path.relpath(secret, logs / "gateway"))
+    (logs / "gateway" / "etc-passwd").symlink_to("/etc/passwd")
+    result = api.ingest(tmp_path / "case", [logs])
+    assert [Path(f["path"]).name for f in result.manifest["files"]] == ["requests.jsonl"]
+    assert result.manifest["tables"]["exchanges"] == 2
+    skipped = {Path(e["path"]).name: e for e in result.manifest["skipped_inputs"]}
+    assert {k: e["kind"] for k, e in skipped.items()} == {"etc-passwd": "symlink_outside_root", "passwd": "symlink_outside_root"}
+    rows = {Path(r["source_file"]).name: r for r in quarantine(tmp_path / "case")}
+    assert "outside the input folder" in rows["etc-passwd"]["reason"] and "Fix:" in rows["etc-passwd"]["reason"]
+    assert rows["passwd"]["source_line"] is None and rows["passwd"]["excerpt"] is None
+    for name in ("manifest.json", "quarantine.parquet"):  # no path leading out of the folder is recorded
+        data = (tmp_path / "case" / name).read_bytes()
+        assert b"elsewhere" not in data and b"../" not in data and b"/etc/" not in data
+
+
+def test_symlink_inside_the_folder_is_read_and_both_names_recorded(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    (logs / "latest.jsonl").symlink_to("gateway/requests.jsonl")
+    result = api.ingest(tmp_path / "case", [logs])
+    (entry,) = result.manifest["files"]
+    assert sorted(Path(p).as_posix().split("logs/")[-1] for p in entry["paths"]) == ["gateway/requests.jsonl", "latest.jsonl"]
+    assert (entry["ingested"], entry["duplicate"]) == (2, 0)
+    assert result.manifest["skipped_inputs"] == []
+
+
+def test_dangling_and_folder_symlinks_are_rows_not_errors(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    (logs / "gone.jsonl").symlink_to("rotated-away.jsonl")
+    (logs / "loop").symlink_to(".")  # followed, a walk would never end
+    (logs / "self.jsonl").symlink_to("self.jsonl")
+    result = api.ingest(tmp_path / "case", [logs])
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds == {"gone.jsonl": "dangling_symlink", "loop": "symlink_to_folder", "self.jsonl": "dangling_symlink"}
+    assert result.manifest["tables"]["exchanges"] == 2
+    assert sorted(Path(r["source_file"]).name for r in quarantine(tmp_path / "case")) == ["gone.jsonl", "loop", "self.jsonl"]
+    assert any("not regular files" in n for n in result.manifest["notes"])
+
+
+def ingest_guarded(case: Path, paths: list[Path], fifos: list[Path]) -> Any:
+    """api.ingest with a hang guard: if it opens one of ``fifos`` and waits on it, the FIFOs are
+    fed EOF so the test fails with a message instead of hanging forever."""
+    done = threading.Event()
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            out["result"] = api.ingest(case, paths)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            out["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    if not done.wait(120):
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("ingest opened a FIFO and waited on it")
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
+
+
+def test_fifo_and_socket_are_skipped_never_opened(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    os.mkfifo(logs / "pipe.jsonl")
+    (logs / "to-pipe.jsonl").symlink_to("pipe.jsonl")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(logs / "s.sock"))
+        has_socket = True
+    except OSError:  # a path too long for AF_UNIX: the FIFO still proves the point
+        has_socket = False
+    try:
+        result = ingest_guarded(tmp_path / "case", [logs], [logs / "pipe.jsonl"])
+    finally:
+        sock.close()
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds == {"pipe.jsonl": "fifo", "to-pipe.jsonl": "fifo"} | ({"s.sock": "socket"} if has_socket else {})
+    assert result.manifest["tables"]["exchanges"] == 2
+    assert all("not opened" in r["reason"] and "Fix:" in r["reason"] for r in quarantine(tmp_path / "case"))
+
+
+def test_device_in_a_folder_is_skipped(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    try:
+        os.mknod(logs / "null.jsonl", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # a copy of /dev/null
+    except (OSError, AttributeError):
+        pytest.skip("this system does not let the tests make a device node")
+    (logs / "dev-null.jsonl").symlink_to("/dev/null")  # a device, and outside the folder
+    result = ingest_guarded(tmp_path / "case", [logs], [])
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds == {"null.jsonl": "device", "dev-null.jsonl": "symlink_outside_root"}
+    assert result.manifest["tables"]["exchanges"] == 2
+
+
+def test_explicit_fifo_or_escaping_link_is_one_clear_error(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "link.jsonl").symlink_to("/etc/passwd")
+    for path, words in ((tmp_path / "pipe.jsonl", "named pipe"), (tmp_path / "sub" / "link.jsonl", "outside")):
+        with pytest.raises(InputError) as exc:
+            ingest_guarded(tmp_path / "case", [path], [tmp_path / "pipe.jsonl"])
+        assert words in str(exc.value) and "Fix:" in str(exc.value)
+    assert not (tmp_path / "case" / "exchanges.parquet").exists()
+
+
+def test_the_same_file_under_two_names_records_both_in_the_report_manifest(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    (logs / "copy").mkdir()
+    (logs / "copy" / "requests-2026-08-30.jsonl").write_bytes((logs / "gateway" / "requests.jsonl").read_bytes())
+    result = api.ingest(tmp_path / "case", [logs])
+    (entry,) = result.manifest["files"]
+    root = tmp_path
+    inputs = report_manifest.input_entries(result.manifest["files"], root)
+    assert [e["path"] for e in inputs] == ["logs/copy/requests-2026-08-30.jsonl", "logs/gateway/requests.jsonl"]
+    assert len({e["sha256"] for e in inputs}) == 1 and all(e["size"] == entry["size"] for e in inputs)
+    counted = [e for e in inputs if "lines" in e]
+    assert len(counted) == 1 and counted[0]["lines"] == 2  # the counts are the file's, once
+    (other,) = [e for e in inputs if "lines" not in e]
+    assert other["same_content_as"] == counted[0]["path"]
+
+
+def test_report_manifest_names_the_link_not_its_target(tmp_path: Path) -> None:
+    logs = logs_folder(tmp_path)
+    (logs / "latest.jsonl").symlink_to("gateway/requests.jsonl")
+    result = api.ingest(tmp_path / "case", [logs / "latest.jsonl"])  # named explicitly, target in its folder tree
+    inputs = report_manifest.input_entries(result.manifest["files"], tmp_path)
+    assert [e["path"] for e in inputs] == ["logs/latest.jsonl"]
+
+
+def test_verify_notices_a_change_under_either_name(tmp_path: Path) -> None:
+    root = tmp_path / "incident"
+    logs = logs_folder(root)
+    (logs / "copy.jsonl").write_bytes((logs / "gateway" / "requests.jsonl").read_bytes())
+    (root / "case.toml").write_text(CASE_TOML)
+    result = api.run(root, tmp_path / "out")
+    report = result.report.report_dir
+    assert api.verify(report).ok
+    for name in ("logs/copy.jsonl", "logs/gateway/requests.jsonl"):
+        original = (root / name).read_bytes()
+        (root / name).write_text(request(1) + "\n" + request(3) + "\n")
+        drift = api.verify(report).drift
+        assert [(d.kind, d.path, d.problem) for d in drift] == [("input", name, "changed")]
+        (root / name).write_bytes(original)
+
+
+def test_a_run_never_writes_the_input_tree(tmp_path: Path) -> None:
+    root = tmp_path / "incident"
+    logs = logs_folder(root)
+    (logs / "gateway" / "old.jsonl.gz").write_bytes(gzip.compress((request(5) + "\n").encode()))
+    (logs / "notes.txt").write_text("not a log\n")
+    (logs / "dangling.jsonl").symlink_to("nowhere")
+    (root / "case.toml").write_text(CASE_TOML)
+    before = snapshot(root)
+    api.run(root, tmp_path / "out")
+    assert snapshot(root) == before
+
+
+def test_unreadable_file_in_a_folder_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    (logs / "locked.jsonl").write_text(request(3) + "\n")
+    real = ingest_mod.scan_file
+
+    def scan(path: Path, split: int) -> Any:
+        if path.name == "locked.jsonl":  # tests run as root, so a real EACCES cannot be made
+            raise PermissionError(13, "Permission denied")
+        return real(path, split)
+
+    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    result = api.ingest(tmp_path / "case", [logs])
+    assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("locked.jsonl", "unreadable")]
+    assert "Permission denied" in result.manifest["skipped_inputs"][0]["reason"]
+
+
+def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from forensics.ingest import reader
+
+    fifo = tmp_path / "swapped.jsonl"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    raised: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            reader.scan_file(fifo, 1 << 20)  # the first open of every input file
+        except OSError as exc:
+            raised.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    if not done.wait(120):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("the reader opened a FIFO and waited on it")
+    assert raised and isinstance(raised[0], reader.NotRegularFile)
+
+
+def test_a_file_that_becomes_unreadable_after_the_walk_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    (logs / "swapped.jsonl").write_text(request(3) + "\n")
+    found = ingest_mod.expand_inputs
+
+    def walk_then_swap(paths: Any, exclude: Any = None) -> Any:
+        out = found(paths, exclude)
+        (logs / "swapped.jsonl").unlink()
+        os.mkfifo(logs / "swapped.jsonl")  # replaced between the walk and the first read
+        return out
+
+    monkeypatch.setattr(ingest_mod, "expand_inputs", walk_then_swap)
+    result = ingest_guarded(tmp_path / "case", [logs], [logs / "swapped.jsonl"])
+    assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("swapped.jsonl", "unreadable")]
+    assert result.manifest["tables"]["exchanges"] == 2
