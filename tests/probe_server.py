@@ -30,8 +30,9 @@ import json
 import math
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 MARKER = re.compile(r"zq[a-z0-9]{10}")
 TEMPLATE_TOKENS = 12  # "<|user|> ... <|assistant|>" and friends
@@ -106,7 +107,7 @@ class FakeEngine:
 
 def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _json(self, status: int, extra: dict[str, str], data: dict[str, Any]) -> None:
@@ -119,7 +120,7 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(raw)
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             if not self.path.endswith("/chat/completions"):
                 self._json(404, {}, {"error": {"message": "not found"}})
                 return
@@ -166,7 +167,7 @@ class ProbeServer:
         """The API root to give the probe."""
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def __enter__(self) -> "ProbeServer":
+    def __enter__(self) -> ProbeServer:
         self.thread.start()
         return self
 

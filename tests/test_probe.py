@@ -21,7 +21,13 @@ from probe_server import MARKER, FakeEngine, ProbeServer
 
 from forensics.cli import main
 from forensics.errors import ProbeError
-from forensics.probe import ClientSettings, ProbeResult, ProbeSettings, plan_tokens, probe
+from forensics.probe import (
+    ClientSettings,
+    ProbeResult,
+    ProbeSettings,
+    plan_tokens,
+    probe,
+)
 from forensics.probe.prompts import MarkerIndex, MarkerSource, build_prompt
 
 ADVERTISED, POOL = 20_000, 13_000
@@ -272,6 +278,7 @@ def test_api_key_comes_from_the_environment_and_is_never_output(serve: Serve, tm
     assert code == 1
     assert {r["headers"].get("Authorization") for r in srv.engine.received} == {f"Bearer {KEY}"}
     code2, stdout2, err2 = _cli(_args(srv, "--api-key-env", "PROBE_TEST_KEY", "--json"), capsys)
+    assert code2 == 1
     assert json.loads(stdout2)["endpoint"] == {"api_key_env": "PROBE_TEST_KEY", "api_key_sent": True,
                                                "base_url": srv.base_url, "model": "leaky-model", "stream": False}
     # A server that echoes the Authorization header in its error body.

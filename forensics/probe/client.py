@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
-import socket
 import time
 import urllib.parse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from forensics.errors import ProbeError
 
@@ -130,7 +130,7 @@ class ChatClient:
             if s.stream:
                 return self._read_stream(resp, attempt, deadline), None
             return self._read_json(resp.read(), attempt), None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return Reply(None, None, None, None, attempt, f"timeout after {s.timeout:g} s"), None
         except ConnectionRefusedError:
             return Reply(None, None, None, None, attempt, "connection refused"), None

@@ -30,8 +30,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from forensics.errors import ProbeError
 from forensics.probe.client import ChatClient, ClientSettings, Reply
@@ -89,11 +90,11 @@ class Calibration:
 
     def tokens(self, nbytes: int) -> int:
         """Expected prompt tokens of a prompt of ``nbytes`` bytes."""
-        return int(round(self.intercept + self.tokens_per_byte * nbytes))
+        return round(self.intercept + self.tokens_per_byte * nbytes)
 
     def bytes_for(self, tokens: int) -> int:
         """Bytes a prompt needs to reach ``tokens`` tokens."""
-        return max(0, int(math.floor((tokens - self.intercept) / self.tokens_per_byte)))
+        return max(0, math.floor((tokens - self.intercept) / self.tokens_per_byte))
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -360,7 +361,7 @@ def _calibrate_with_endpoint(run: _Run) -> Calibration:
             f"the endpoint's usage.prompt_tokens ({t1} for {b1} bytes, {t2} for {b2} bytes) gives {slope:.4f} tokens "
             "per byte, which no tokenizer produces", fix="pass the model's tokenizer.json with --tokenizer")
     for rec in run.records:  # the planned size of a calibration prompt is now known properly
-        rec.planned_tokens = int(round(t1 + slope * (rec.prompt_bytes - b1)))
+        rec.planned_tokens = round(t1 + slope * (rec.prompt_bytes - b1))
     return Calibration("endpoint usage", t1 - slope * b1, slope, tuple(samples))
 
 
@@ -513,8 +514,8 @@ def summary_markdown(data: dict[str, Any]) -> str:
     lines = [
         "# forensics probe", "",
         f"- endpoint: {e['base_url']} model {e['model']} (stream: {e['stream']})",
-        f"- advertised maximum input: {p['max_input_tokens']} tokens; levels {', '.join(f'{x:g}' for x in p['levels'])}; "
-        f"pairs {p['pairs']}; seed {p['seed']}",
+        (f"- advertised maximum input: {p['max_input_tokens']} tokens; levels {', '.join(f'{x:g}' for x in p['levels'])}; "
+         f"pairs {p['pairs']}; seed {p['seed']}"),
         f"- calibration ({cal['source']}): {cal['bytes_per_token']} bytes per token, {cal['intercept_tokens']} fixed tokens",
         f"- budget: {data['budget']['spent_tokens']} of {p['max_total_tokens']} tokens spent",
         f"- verdict: **{data['verdict']}**", "",
