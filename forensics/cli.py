@@ -599,6 +599,8 @@ def keygen(
 # probe
 # --------------------------------------------------------------------------------------------
 
+from forensics.probe.core import DEFAULT_MAX_TOTAL_TOKENS  # noqa: E402 - the option's default, shown in --help
+
 
 @app.command()
 def probe(
@@ -610,7 +612,7 @@ def probe(
     levels: str = typer.Option("0.5,0.9,0.99", "--levels", help="Prompt sizes as fractions of --max-input-tokens."),
     stream: bool = typer.Option(False, "--stream", help="Use streaming responses (server-sent events)."),
     find_ceiling: bool = typer.Option(False, "--find-ceiling", help="Also bisect for the largest size that answers correctly (within 2%)."),
-    max_total_tokens: int = typer.Option(5_000_000, "--max-total-tokens", help="Token budget: a plan that could exceed it is refused before sending."),
+    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", help="Token budget: a plan that could exceed it is refused before sending."),
     max_tokens: int = typer.Option(64, "--max-tokens", help="max_tokens of each answer."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for each request."),
     retries: int = typer.Option(3, "--retries", help="Retries of a request answered 429 or 5xx (exponential backoff)."),

@@ -13,6 +13,7 @@ import re
 import socket
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +367,11 @@ def test_tokenizer_sizes_prompts_without_calibration_requests(serve: Serve, tmp_
     for rec in result.requests:
         assert 0 <= rec.prompt_tokens - rec.planned_tokens <= 13
     assert os.path.basename(str(path)) == result.to_json()["parameters"]["tokenizer"]
+
+
+def test_the_default_budget_covers_the_default_plan_for_a_1m_window() -> None:
+    from forensics.probe import DEFAULT_MAX_TOTAL_TOKENS
+
+    settings = ProbeSettings(ClientSettings("http://127.0.0.1:9/v1", "m"), 1_048_576)
+    assert plan_tokens(settings) <= DEFAULT_MAX_TOTAL_TOKENS
+    assert plan_tokens(dataclasses_replace(settings, find_ceiling=True)) > DEFAULT_MAX_TOTAL_TOKENS  # README: raise it

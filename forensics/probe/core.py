@@ -45,7 +45,8 @@ CEILING_TOLERANCE = 0.02
 CEILING_MAX_REQUESTS = 20
 MIN_TOKENS_PER_BYTE, MAX_TOKENS_PER_BYTE = 1 / 16, 1.0
 DEFAULT_LEVELS = (0.5, 0.9, 0.99)
-DEFAULT_MAX_TOTAL_TOKENS = 5_000_000
+# Covers the default plan (levels 0.5, 0.9, 0.99, one pair) for a 1,048,576-token window.
+DEFAULT_MAX_TOTAL_TOKENS = 6_000_000
 FINDING_FLAGS = ("leak", "placeholder_usage", "incoherent")
 
 
