@@ -671,7 +671,7 @@ def _render_probe(data: dict[str, Any], written: list[Path]) -> None:
     c = data["ceiling"]
     if c is not None:
         if c["first_failing_tokens"] is None:
-            out.print(f"ceiling: the advertised maximum answers correctly ({c['ceiling_tokens']} tokens)", markup=False)
+            out.print(f"ceiling: answers correctly up to the advertised maximum (largest size tested: {c['ceiling_tokens']} tokens)", markup=False)
         else:
             out.print(f"ceiling: {c['ceiling_tokens']} tokens answer correctly, {c['first_failing_tokens']} do not "
                       f"({c['requests']} requests)" + (f"; stopped: {c['stopped']}" if c["stopped"] else ""), markup=False)

@@ -20,7 +20,7 @@ see in its context, loosely formatted (the first one upper-cased, in backticks),
 model might; with no marker in its context it says so.
 
 Options for the safety tests: ``fail_first`` answers that many requests with ``fail_status``
-(429 with ``Retry-After: 0`` by default) before serving; ``echo_auth`` answers 401 quoting the
+(429 with ``Retry-After: retry_after``, 0 by default) before serving; ``echo_auth`` answers 401 quoting the
 Authorization header; ``usage=False`` leaves usage out.
 """
 
@@ -54,6 +54,7 @@ class FakeEngine:
         self.count = count
         self.fail_first = 0
         self.fail_status = 429
+        self.retry_after = "0"
         self.echo_auth = False
         self.usage = True
         self.release = threading.Event()
@@ -74,7 +75,7 @@ class FakeEngine:
         with self.lock:
             self.received.append({"body": body, "headers": headers})
             if len(self.received) <= self.fail_first:
-                extra = {"Retry-After": "0"} if self.fail_status == 429 else {}
+                extra = {"Retry-After": self.retry_after} if self.fail_status == 429 else {}
                 return self.fail_status, extra, {"error": {"message": "try again later"}}
         if self.echo_auth:
             return 401, {}, {"error": {"message": f"invalid key in header {headers.get('Authorization')}"}}

@@ -208,10 +208,14 @@ def test_ceiling_is_found_within_2_percent_in_at_most_20_requests(serve: Serve, 
 
 
 def test_ceiling_of_a_healthy_server_is_the_advertised_maximum(serve: Serve) -> None:
-    result = probe(_settings(serve("healthy"), find_ceiling=True))
+    result = probe(_settings(serve("healthy"), levels=(0.5, 0.9), find_ceiling=True))
     c = result.ceiling
     assert c is not None and c.failing_tokens is None and c.requests == 1
     assert c.healthy_tokens >= 0.98 * ADVERTISED
+    # The default levels already answered at 0.99 of the maximum: within 2%, no request needed.
+    result = probe(_settings(serve("healthy"), find_ceiling=True))
+    assert result.ceiling is not None and result.ceiling.requests == 0 and result.ceiling.failing_tokens is None
+    assert result.ceiling.healthy_tokens == max(r.planned_tokens for r in result.requests) >= 0.98 * ADVERTISED
 
 
 # --- safety -------------------------------------------------------------------------------------
@@ -245,6 +249,13 @@ def test_429_is_retried_honouring_retry_after(serve: Serve) -> None:
     assert result.verdict == "clean"
     assert result.requests[0].attempts == 3 and result.requests[0].status == 200
     assert len(srv.engine.received) == len(result.requests) + 2
+
+
+def test_a_long_retry_after_is_not_waited_for(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy", fail_first=1000, retry_after="3600")
+    code, _, err = _cli(_args(srv), capsys)
+    assert code == 2 and "Retry-After 3600 s is above the backoff cap" in " ".join(err.split())
+    assert len(srv.engine.received) == 1
 
 
 def test_server_errors_beyond_the_retries_mean_could_not_test(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
@@ -298,11 +309,18 @@ def test_a_missing_key_variable_is_named(serve: Serve, monkeypatch: pytest.Monke
     assert code == 2 and "PROBE_NO_SUCH_KEY" in err and srv.engine.received == []
 
 
-def test_bad_levels_are_an_error_not_a_traceback(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_are_an_error_not_a_traceback(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
     srv = serve("healthy")
     for bad in ("0.5,abc", "0,0.5", "1.5"):
         code, _, err = _cli(_args(srv, "--levels", bad), capsys)
         assert code == 2 and "--levels" in err and "Traceback" not in err
+    for option, value in (("--pairs", "0"), ("--timeout", "0"), ("--max-tokens", "1")):
+        code, _, err = _cli(_args(srv, option, value), capsys)
+        assert code == 2 and option in err and "Traceback" not in err
+    code, _, err = _cli(["--base-url", "ftp://host/v1", "--model", "m", "--max-input-tokens", "20000"], capsys)
+    assert code == 2 and "is not an http(s) URL" in err
+    code, _, err = _cli(["--base-url", srv.base_url, "--model", "m", "--max-input-tokens", "1000"], capsys)
+    assert code == 2 and "--max-input-tokens 1000 is too small" in err
     assert srv.engine.received == []
 
 

@@ -40,6 +40,8 @@ from forensics.probe.prompts import MarkerIndex, MarkerSource, Prompt, build_pro
 from forensics.tokens import plausible
 
 CALIBRATION_BYTES = (1024, 4096)
+# The larger calibration prompt must fit even at 2.5 bytes per token (code-like text).
+MIN_INPUT_TOKENS = 2048
 PLACEHOLDER_RATIO = 0.5
 CEILING_TOLERANCE = 0.02
 CEILING_MAX_REQUESTS = 20
@@ -66,9 +68,9 @@ class ProbeSettings:
 
     def validate(self) -> None:
         """Raise ProbeError for an option out of range, naming it and the fix."""
-        if self.max_input_tokens < 2 * max(CALIBRATION_BYTES):
+        if self.max_input_tokens < MIN_INPUT_TOKENS:
             raise ProbeError(f"--max-input-tokens {self.max_input_tokens} is too small to probe",
-                             fix=f"give the advertised maximum input, at least {2 * max(CALIBRATION_BYTES)} tokens")
+                             fix=f"give the advertised maximum input, at least {MIN_INPUT_TOKENS} tokens")
         if not self.levels or any(not 0 < lv <= 1 for lv in self.levels):
             raise ProbeError(f"--levels {','.join(f'{lv:g}' for lv in self.levels)} must be fractions in (0, 1]",
                              fix="e.g. --levels 0.5,0.9,0.99")
@@ -164,7 +166,7 @@ class CeilingResult:
     """The largest prompt size that answered correctly, bracketed by the smallest that did not."""
 
     healthy_tokens: int  # largest size seen answering correctly
-    failing_tokens: int | None  # smallest size seen failing (None: the advertised maximum is healthy)
+    failing_tokens: int | None  # smallest size seen failing (None: healthy to within 2% of the advertised maximum)
     requests: int
     steps: tuple[str, ...]  # labels of the search's requests, in order
     stopped: str | None  # why the search stopped early, if it did
@@ -457,6 +459,8 @@ def _find_ceiling(run: _Run, cal: Calibration, on_request: Callable[[RequestReco
                 on_request(rec)
         return rec
 
+    if hi is None and n - lo <= CEILING_TOLERANCE * n:  # a level already answered within 2% of the maximum
+        return CeilingResult(lo, None, 0, (), None)
     if hi is None:  # nothing failed yet: try the advertised maximum itself first
         rec = step(n)
         if rec is None or not (rec.good or rec.answered or rec.rejected):
@@ -532,7 +536,7 @@ def summary_markdown(data: dict[str, Any]) -> str:
     if c is not None:
         lines += ["## Ceiling", ""]
         if c["first_failing_tokens"] is None:
-            lines.append(f"- the advertised maximum answered correctly ({c['ceiling_tokens']} tokens)")
+            lines.append(f"- answers correctly up to the advertised maximum (largest size tested: {c['ceiling_tokens']} tokens)")
         else:
             lines.append(f"- largest size answering correctly: {c['ceiling_tokens']} tokens; first failing: "
                          f"{c['first_failing_tokens']} ({c['requests']} requests)")
