@@ -393,3 +393,20 @@ def test_the_default_budget_covers_the_default_plan_for_a_1m_window() -> None:
     settings = ProbeSettings(ClientSettings("http://127.0.0.1:9/v1", "m"), 1_048_576)
     assert plan_tokens(settings) <= DEFAULT_MAX_TOTAL_TOKENS
     assert plan_tokens(dataclasses_replace(settings, find_ceiling=True)) > DEFAULT_MAX_TOTAL_TOKENS  # README: raise it
+
+
+def test_a_leak_is_found_from_the_markers_alone_when_usage_is_missing(serve: Serve, tmp_path: Path) -> None:
+    srv = serve("buggy", usage=False, count=lambda text: len(text.split()))
+    result = probe(_settings(srv, stream=True, tokenizer=_word_tokenizer(tmp_path)))
+    recs = _by_label(result)
+    assert recs["L0.5-p1b"].good
+    assert recs["L0.9-p1b"].flags == ["leak", "incoherent"]  # no usage: no placeholder check, the markers still tell
+    assert recs["L0.9-p1b"].prompt_tokens is None and list(recs["L0.9-p1b"].foreign) == ["L0.5-p1b"]
+    assert result.verdict == "findings"
+
+
+def test_the_table_shows_names_literally(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    code, out, _ = _cli(["--base-url", srv.base_url, "--model", ":x:[b]m[/b]", "--max-input-tokens", str(ADVERTISED),
+                         "--levels", "0.5"], capsys)
+    assert code == 0 and ":x:[b]m[/b]" in out and "\u274c" not in out
