@@ -21,7 +21,7 @@ model might; with no marker in its context it says so.
 
 Options for the safety tests: ``fail_first`` answers that many requests with ``fail_status``
 (429 with ``Retry-After: retry_after``, 0 by default) before serving; ``echo_auth`` answers 401 quoting the
-Authorization header; ``usage=False`` leaves usage out.
+Authorization header; ``usage=False`` leaves usage out; ``chunk_delay`` trickles a stream.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class FakeEngine:
         self.retry_after = "0"
         self.echo_auth = False
         self.usage = True
+        self.chunk_delay = 0.0  # seconds between streamed chunks (a trickling server)
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.reset()
@@ -143,6 +144,8 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             pieces = [answer[i:i + 7] for i in range(0, len(answer), 7)]
             for piece in pieces:
+                engine.release.wait(engine.chunk_delay)
+                self.wfile.flush()
                 chunk = {"object": "chat.completion.chunk", "model": model,
                          "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())

@@ -272,6 +272,13 @@ def test_a_request_slower_than_the_timeout_is_reported(serve: Serve, capsys: pyt
     assert code == 2 and "timeout after 0.3 s" in err
 
 
+def test_a_stream_trickling_past_the_timeout_is_cut_off(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each chunk arrives well within the socket timeout; the whole answer does not.
+    srv = serve("healthy", chunk_delay=0.15)
+    code, _, err = _cli(_args(srv, "--stream", "--timeout", "0.5", "--retries", "0"), capsys)
+    assert code == 2 and "timeout after 0.5 s (stream)" in err
+
+
 def test_connection_refused_means_could_not_test(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
