@@ -595,6 +595,96 @@ def keygen(
     return EXIT_CLEAN
 
 
+# --------------------------------------------------------------------------------------------
+# probe
+# --------------------------------------------------------------------------------------------
+
+from forensics.probe.core import DEFAULT_MAX_TOTAL_TOKENS  # noqa: E402 - the option's default, shown in --help
+
+
+@app.command()
+def probe(
+    base_url: str = typer.Option(..., "--base-url", help="API root of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
+    model: str = typer.Option(..., "--model", help="Model name to send."),
+    max_input_tokens: int = typer.Option(..., "--max-input-tokens", help="The advertised maximum input (prompt) tokens."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (never printed or written)."),
+    pairs: int = typer.Option(1, "--pairs", help="Pairs of distinct prompts sent back to back per level."),
+    levels: str = typer.Option("0.5,0.9,0.99", "--levels", help="Prompt sizes as fractions of --max-input-tokens."),
+    stream: bool = typer.Option(False, "--stream", help="Use streaming responses (server-sent events)."),
+    find_ceiling: bool = typer.Option(False, "--find-ceiling", help="Also bisect for the largest size that answers correctly (within 2%)."),
+    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", help="Token budget: a plan that could exceed it is refused before sending."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="max_tokens of each answer."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for each request."),
+    retries: int = typer.Option(3, "--retries", help="Retries of a request answered 429 or 5xx (exponential backoff)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the generated markers: same seed, same prompts."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, to size prompts without calibration requests."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to write probe.json and probe.md into."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-request lines on stderr."),
+) -> int:
+    """Canary check of a chat endpoint near its advertised maximum: exit 0 clean, 1 leak or
+    incoherent answer found, 2 could not test."""
+    from forensics import probe as lib
+
+    settings = lib.ProbeSettings(
+        client=lib.ClientSettings(base_url=base_url, model=model, api_key=lib.api_key_from_env(api_key_env),
+                                  timeout=timeout, retries=retries, max_tokens=max_tokens, stream=stream),
+        max_input_tokens=max_input_tokens, levels=lib.parse_levels(levels), pairs=pairs, find_ceiling=find_ceiling,
+        max_total_tokens=max_total_tokens, seed=seed, tokenizer=tokenizer, api_key_env=api_key_env,
+    )
+    show = None if quiet or not err.is_terminal else _probe_progress
+    result = lib.probe(settings, on_request=show)
+    data = result.to_json()
+    written = lib.write_report(result, out_dir) if out_dir is not None else []
+    if as_json:
+        _emit_json(data | {"report_files": [str(p) for p in written]})
+    else:
+        _render_probe(data, written)
+    return {"findings": EXIT_FINDINGS, "untested": EXIT_ERROR}.get(result.verdict, EXIT_CLEAN)
+
+
+def _probe_progress(rec: Any) -> None:
+    err.print(f"{rec.label}: {rec.planned_tokens} tokens planned, status {rec.status or rec.error}"
+              + (f", {', '.join(rec.flags)}" if rec.flags else ""), markup=False)
+
+
+def _render_probe(data: dict[str, Any], written: list[Path]) -> None:
+    from forensics import probe as lib
+
+    cal = data["calibration"]
+    out.print(f"calibration ({cal['source']}): {cal['bytes_per_token']} bytes per token, "
+              f"{cal['intercept_tokens']} fixed tokens per request", markup=False)
+    table = _table(f"probe of {data['endpoint']['base_url']} ({data['endpoint']['model']})")
+    for col in ("request", "planned tokens", "status", "usage prompt_tokens", "own markers", "foreign markers from", "flags"):
+        table.add_column(col, justify="right" if col in ("planned tokens", "usage prompt_tokens", "own markers") else "left")
+    for r in data["requests"]:
+        foreign = ", ".join(f"{f['from_prompt']} ({f['count']})" for f in r["foreign_markers"]) or "-"
+        prompt_tokens = r["usage"]["prompt_tokens"]
+        _add_row(table, r["label"], r["planned_tokens"], r["status"] if r["status"] is not None else "-",
+                 "-" if prompt_tokens is None else prompt_tokens, r["own_markers_found"] if r["status"] == 200 else "-",
+                 foreign, ", ".join(r["flags"]) or "ok")
+    out.print(table)
+    for f in data["findings"]:
+        out.print(f"finding: {f['request']}: {lib.finding_text(f)}", markup=False)
+    for w in data["warnings"]:
+        out.print(f"warning: {w}", markup=False)
+    c = data["ceiling"]
+    if c is not None:
+        if c["first_failing_tokens"] is None:
+            out.print(f"ceiling: answers correctly up to the advertised maximum (largest size tested: {c['ceiling_tokens']} tokens)", markup=False)
+        else:
+            out.print(f"ceiling: {c['ceiling_tokens']} tokens answer correctly, {c['first_failing_tokens']} do not "
+                      f"({c['requests']} requests)" + (f"; stopped: {c['stopped']}" if c["stopped"] else ""), markup=False)
+    b = data["budget"]
+    out.print(f"tokens spent (upper bound): {b['spent_tokens']} of {data['parameters']['max_total_tokens']}", markup=False)
+    verdicts = {"clean": "CLEAN: no leak, every answer addressed its own prompt",
+                "findings": "FINDINGS: a leak or an incoherent answer (evidence above and in probe.json)",
+                "untested": "UNTESTED: part of the plan could not be tested (see warnings)"}
+    out.print(verdicts[data["verdict"]], markup=False)
+    for p in written:
+        out.print(f"written: {p}", markup=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:

@@ -49,3 +49,7 @@ class CaseError(ForensicsError):
 
 class QueryError(ForensicsError):
     """A query file is malformed, or a query failed."""
+
+
+class ProbeError(ForensicsError):
+    """An endpoint cannot be probed: bad options, budget too small, unreachable or unusable."""

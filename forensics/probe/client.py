@@ -1,0 +1,191 @@
+"""A minimal OpenAI-compatible chat completions client on the standard library.
+
+``http.client`` talks only to the host in the base URL: no proxy from the environment, no
+redirects followed, nothing else contacted. One request at a time; 429 and 5xx are retried with
+exponential backoff (``Retry-After`` honoured when it is no longer than the backoff cap), every
+other failure is returned as it is, so the caller can record it as evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from forensics.errors import ProbeError
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+ERROR_EXCERPT = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What one chat request got back (after retries)."""
+
+    status: int | None  # HTTP status of the last attempt; None when no response arrived
+    content: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    attempts: int
+    error: str | None  # "timeout", "connection refused", "HTTP 400: ...", ...
+
+    @property
+    def answered(self) -> bool:
+        """Whether the endpoint produced an answer (HTTP 200 with content, possibly empty)."""
+        return self.status == 200 and self.content is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSettings:
+    """How to talk to the endpoint."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout: float = 120.0
+    retries: int = 3
+    backoff: float = 1.0
+    backoff_cap: float = 30.0
+    max_tokens: int = 64
+    stream: bool = False
+
+
+class ChatClient:
+    """Sends one user message at a time to ``{base_url}/chat/completions``."""
+
+    def __init__(self, settings: ClientSettings, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        parsed = urllib.parse.urlsplit(settings.base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ProbeError(
+                f"--base-url {settings.base_url!r} is not an http(s) URL",
+                fix="give the API root, e.g. http://127.0.0.1:8000/v1",
+            )
+        self._scheme = parsed.scheme
+        self._host = parsed.hostname
+        try:
+            self._port = parsed.port
+        except ValueError:
+            raise ProbeError(f"--base-url {settings.base_url!r} has a bad port", fix="e.g. http://127.0.0.1:8000/v1") from None
+        self._path = parsed.path.rstrip("/") + "/chat/completions"
+
+    def _redact(self, text: str) -> str:
+        # A misbehaving server may echo the Authorization header back in an error body.
+        key = self.settings.api_key
+        return text.replace(key, "[redacted]") if key else text
+
+    def complete(self, text: str, max_attempts: int | None = None) -> Reply:
+        """Send ``text`` as the single user message; retry 429/5xx; never raise for the endpoint's failures.
+
+        ``max_attempts`` (default ``retries + 1``) lets the caller keep retries inside a token budget.
+        """
+        s = self.settings
+        limit = s.retries + 1 if max_attempts is None else max(1, max_attempts)
+        body: dict[str, Any] = {
+            "model": s.model,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": s.max_tokens,
+            "temperature": 0,
+            "stream": s.stream,
+        }
+        if s.stream:
+            body["stream_options"] = {"include_usage": True}
+        payload = json.dumps(body).encode("utf-8")
+        attempt = 0
+        while True:
+            attempt += 1
+            reply, retry_after = self._once(payload, attempt)
+            if reply.status not in RETRY_STATUSES or attempt >= limit:
+                return reply
+            delay = min(s.backoff * (2 ** (attempt - 1)), s.backoff_cap)
+            if retry_after is not None:
+                if retry_after > s.backoff_cap:  # the endpoint asks for a long pause: stop here, say so
+                    return dataclasses.replace(reply, error=f"{reply.error} (Retry-After {retry_after:g} s is above the backoff cap)")
+                delay = retry_after
+            self._sleep(delay)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=self.settings.timeout)
+
+    def _once(self, payload: bytes, attempt: int) -> tuple[Reply, float | None]:
+        s = self.settings
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if s.stream else "application/json"}
+        if s.api_key:
+            headers["Authorization"] = f"Bearer {s.api_key}"
+        deadline = time.monotonic() + s.timeout
+        conn = self._connection()
+        try:
+            conn.request("POST", self._path, body=payload, headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                excerpt = self._redact(resp.read(ERROR_EXCERPT * 4).decode("utf-8", "replace"))[:ERROR_EXCERPT]
+                return (Reply(resp.status, None, None, None, attempt, f"HTTP {resp.status}: {' '.join(excerpt.split())}"),
+                        _retry_after(resp.getheader("Retry-After")))
+            if s.stream:
+                return self._read_stream(resp, attempt, deadline), None
+            return self._read_json(resp.read(), attempt), None
+        except TimeoutError:
+            return Reply(None, None, None, None, attempt, f"timeout after {s.timeout:g} s"), None
+        except ConnectionRefusedError:
+            return Reply(None, None, None, None, attempt, "connection refused"), None
+        except (OSError, http.client.HTTPException) as exc:
+            return Reply(None, None, None, None, attempt, self._redact(f"{type(exc).__name__}: {exc}")), None
+        finally:
+            conn.close()
+
+    def _read_json(self, raw: bytes, attempt: int) -> Reply:
+        try:
+            data = json.loads(raw)
+            content = data["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return Reply(200, None, None, None, attempt, "HTTP 200 without choices[0].message.content")
+        prompt_tokens, completion_tokens = _usage(data)
+        return Reply(200, content or "", prompt_tokens, completion_tokens, attempt, None)
+
+    def _read_stream(self, resp: http.client.HTTPResponse, attempt: int, deadline: float) -> Reply:
+        parts: list[str] = []
+        prompt_tokens = completion_tokens = None
+        done = False
+        for raw in resp:
+            if time.monotonic() > deadline:  # a server trickling bytes must not hold the probe forever
+                return Reply(200, None, None, None, attempt, f"timeout after {self.settings.timeout:g} s (stream)")
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue  # blank separators, comments (": keep-alive"), event: lines
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                return Reply(200, None, None, None, attempt, "stream chunk is not JSON")
+            for choice in chunk.get("choices") or []:
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    parts.append(piece)
+            if chunk.get("usage"):
+                prompt_tokens, completion_tokens = _usage(chunk)
+        if not done:
+            return Reply(200, None, None, None, attempt, "stream ended without data: [DONE]")
+        return Reply(200, "".join(parts), prompt_tokens, completion_tokens, attempt, None)
+
+
+def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
+    usage = data.get("usage") or {}
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (p if isinstance(p, int) else None, c if isinstance(c, int) else None)
+
+
+def _retry_after(value: str | None) -> float | None:
+    # Only the delta-seconds form; an HTTP date is treated as absent (the backoff applies).
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,419 @@
+"""forensics probe (issue 16) against a loopback OpenAI-compatible server that reproduces the bug.
+
+The fake engine (tests/probe_server.py) advertises 20,000 tokens and really holds 13,000: in
+``buggy`` mode a larger prompt is answered from the stale pages of the last prompt that fitted,
+with ``prompt_tokens = 1``; ``fixed`` rejects it with HTTP 400; ``healthy`` holds all 20,000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import replace as dataclasses_replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from probe_server import MARKER, FakeEngine, ProbeServer
+
+from forensics.cli import main
+from forensics.errors import ProbeError
+from forensics.probe import (
+    ClientSettings,
+    ProbeResult,
+    ProbeSettings,
+    plan_tokens,
+    probe,
+)
+from forensics.probe.prompts import MarkerIndex, MarkerSource, build_prompt
+
+ADVERTISED, POOL = 20_000, 13_000
+KEY = "sk-test-4f1c9e0b7a2d"
+
+Serve = Callable[..., ProbeServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    servers: list[ProbeServer] = []
+
+    def start(mode: str = "buggy", **engine_attrs: Any) -> ProbeServer:
+        engine = FakeEngine(mode, POOL, ADVERTISED, **({"count": engine_attrs.pop("count")} if "count" in engine_attrs else {}))
+        for k, v in engine_attrs.items():
+            setattr(engine, k, v)
+        srv = ProbeServer(engine).__enter__()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.__exit__(None, None, None)
+
+
+def _settings(srv: ProbeServer, stream: bool = False, timeout: float = 10.0, retries: int = 3,
+              api_key: str | None = None, **kw: Any) -> ProbeSettings:
+    client = ClientSettings(srv.base_url, "leaky-model", api_key=api_key, timeout=timeout, retries=retries,
+                            backoff=0.01, stream=stream)
+    return ProbeSettings(client, ADVERTISED, **kw)
+
+
+def _by_label(result: ProbeResult) -> dict[str, Any]:
+    return {r.label: r for r in result.requests}
+
+
+def _sent_texts(srv: ProbeServer) -> list[str]:
+    return [r["body"]["messages"][-1]["content"] for r in srv.engine.received]
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(["probe", *argv])
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out, captured.err
+
+
+def _args(srv: ProbeServer, *extra: str) -> list[str]:
+    return ["--base-url", srv.base_url, "--model", "leaky-model", "--max-input-tokens", str(ADVERTISED), *extra]
+
+
+# --- detection ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_buggy_server_answers_from_an_earlier_prompt_and_the_probe_says_whose(serve: Serve, stream: bool) -> None:
+    srv = serve("buggy")
+    result = probe(_settings(srv, stream=stream))
+    assert result.verdict == "findings"
+    recs = _by_label(result)
+    # At half the advertised window the prompt fits the pool: answered from its own text.
+    for label in ("L0.5-p1a", "L0.5-p1b"):
+        assert recs[label].good and recs[label].own_markers_found >= 1
+    texts = dict(zip([r.label for r in result.requests], _sent_texts(srv)))
+    for label in ("L0.9-p1a", "L0.9-p1b", "L0.99-p1a", "L0.99-p1b"):
+        rec = recs[label]
+        assert set(rec.flags) == {"leak", "placeholder_usage", "incoherent"}
+        assert rec.prompt_tokens == 1 and rec.planned_tokens > POOL
+        # The evidence names the last prompt that fitted, and its markers really were in that prompt.
+        assert list(rec.foreign) == ["L0.5-p1b"]
+        for marker, position in rec.foreign["L0.5-p1b"]:
+            assert marker in texts["L0.5-p1b"] and marker not in texts[label]
+            assert MARKER.findall(texts["L0.5-p1b"])[position] == marker
+    assert {f["request"] for f in result.findings} == {"L0.9-p1a", "L0.9-p1b", "L0.99-p1a", "L0.99-p1b"}
+    if stream:
+        assert all(r["body"]["stream"] and r["body"]["stream_options"] == {"include_usage": True} for r in srv.engine.received)
+
+
+def test_cli_buggy_exits_1_with_the_evidence_in_a_private_report(serve: Serve, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("buggy")
+    out = tmp_path / "probe-report"
+    code, stdout, _ = _cli(_args(srv, "--out", str(out)), capsys)
+    assert code == 1
+    assert "finding: L0.9-p1a: leak (markers of L0.5-p1b)" in stdout and "FINDINGS" in stdout
+    data = json.loads((out / "probe.json").read_text())
+    assert data["verdict"] == "findings"
+    leak = next(r for r in data["requests"] if r["label"] == "L0.9-p1a")
+    assert leak["usage"]["prompt_tokens"] == 1 and leak["planned_tokens"] == 18_000
+    assert leak["foreign_markers"][0]["from_prompt"] == "L0.5-p1b" and leak["foreign_markers"][0]["count"] >= 1
+    assert "leak (markers of L0.5-p1b)" in (out / "probe.md").read_text()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    for name in ("probe.json", "probe.md"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600
+    # The answer text is never stored: only its hash and the markers found.
+    assert "The first marker is" not in (out / "probe.json").read_text()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_healthy_server_is_clean(serve: Serve, stream: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    result = probe(_settings(srv, stream=stream))
+    assert result.verdict == "clean" and result.findings == [] and result.warnings == []
+    for rec in result.requests:
+        assert rec.good and rec.own_markers_found == 2  # first and last, upper-cased and quoted by the model
+        assert abs(rec.prompt_tokens - rec.planned_tokens) <= 1  # calibration sizes prompts in the engine's tokens
+    srv.engine.reset()
+    code, stdout, _ = _cli(_args(srv, *(["--stream"] if stream else [])), capsys)
+    assert code == 0 and "CLEAN" in stdout
+
+
+def test_fixed_server_rejects_honestly_and_is_no_false_alarm(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("fixed")
+    result = probe(_settings(srv))
+    assert result.verdict == "clean" and result.findings == []
+    recs = _by_label(result)
+    assert recs["L0.5-p1a"].good
+    for label in ("L0.9-p1a", "L0.9-p1b", "L0.99-p1a", "L0.99-p1b"):
+        assert recs[label].status == 400 and recs[label].flags == ["rejected_below_advertised"]
+    assert any("rejected at 18000 planned tokens, below the advertised 20000" in w for w in result.warnings)
+    srv.engine.reset()
+    code, stdout, _ = _cli(_args(srv), capsys)
+    assert code == 0 and "warning: L0.9-p1a: rejected" in stdout
+
+
+def _word_tokenizer(tmp_path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_an_answer_about_nothing_is_incoherent_even_without_a_leak(serve: Serve, tmp_path: Path) -> None:
+    # A freshly started buggy engine, and no calibration requests (--tokenizer): the pool is empty,
+    # so the over-pool answer quotes no marker at all, neither its own nor another prompt's.
+    srv = serve("buggy", count=lambda text: len(text.split()))
+    result = probe(_settings(srv, levels=(0.9,), tokenizer=_word_tokenizer(tmp_path)))
+    rec = _by_label(result)["L0.9-p1a"]
+    assert rec.flags == ["placeholder_usage", "incoherent"] and rec.foreign == {}
+    assert result.verdict == "findings"
+
+
+def test_calibration_refuses_an_impossible_usage_count(serve: Serve) -> None:
+    srv = serve("buggy")
+    srv.engine.pool_tokens = 0  # every prompt gets the placeholder, calibration ones too
+    with pytest.raises(ProbeError, match="impossible for its size"):
+        probe(_settings(srv))
+
+
+def test_no_usage_in_the_answers_asks_for_a_tokenizer(serve: Serve) -> None:
+    with pytest.raises(ProbeError, match="--tokenizer"):
+        probe(_settings(serve("healthy", usage=False)))
+
+
+# --- ceiling ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["buggy", "fixed"])
+def test_ceiling_is_found_within_2_percent_in_at_most_20_requests(serve: Serve, mode: str) -> None:
+    srv = serve(mode)
+    result = probe(_settings(srv, find_ceiling=True))
+    c = result.ceiling
+    assert c is not None and c.stopped is None
+    assert c.healthy_tokens <= POOL < c.failing_tokens
+    assert c.failing_tokens - c.healthy_tokens <= 0.02 * ADVERTISED
+    assert 1 <= c.requests <= 20 and len(c.steps) == c.requests
+    recs = _by_label(result)
+    engine = srv.engine
+    texts = dict(zip([r.label for r in result.requests], _sent_texts(srv)))
+    for label in c.steps:  # every step is evidence: its size in the engine's own count decides
+        fits = engine.prompt_tokens(texts[label]) <= POOL
+        assert recs[label].good == fits
+    assert result.to_json()["ceiling"]["ceiling_tokens"] == c.healthy_tokens
+
+
+def test_ceiling_of_a_healthy_server_is_the_advertised_maximum(serve: Serve) -> None:
+    result = probe(_settings(serve("healthy"), levels=(0.5, 0.9), find_ceiling=True))
+    c = result.ceiling
+    assert c is not None and c.failing_tokens is None and c.requests == 1
+    assert c.healthy_tokens >= 0.98 * ADVERTISED
+    # The default levels already answered at 0.99 of the maximum: within 2%, no request needed.
+    result = probe(_settings(serve("healthy"), find_ceiling=True))
+    assert result.ceiling is not None and result.ceiling.requests == 0 and result.ceiling.failing_tokens is None
+    assert result.ceiling.healthy_tokens == max(r.planned_tokens for r in result.requests) >= 0.98 * ADVERTISED
+
+
+# --- safety -------------------------------------------------------------------------------------
+
+
+def test_a_plan_above_the_budget_is_refused_before_anything_is_sent(serve: Serve,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    settings = _settings(srv, max_total_tokens=50_000)
+    with pytest.raises(ProbeError, match="nothing was sent"):
+        probe(settings)
+    code, _, err = _cli(_args(srv, "--max-total-tokens", "50000"), capsys)
+    assert code == 2 and f"raise --max-total-tokens to {plan_tokens(settings)}" in " ".join(err.split())
+    assert srv.engine.received == []
+
+
+def test_the_budget_stops_the_run_when_retries_use_it_up(serve: Serve) -> None:
+    srv = serve("healthy", fail_first=2)  # two 429s: the first request costs three attempts
+    base = _settings(srv)
+    settings = _settings(srv, max_total_tokens=plan_tokens(base))
+    result = probe(settings)
+    assert result.spent_tokens <= settings.max_total_tokens
+    assert result.stopped is not None and "token budget" in result.stopped
+    assert result.verdict == "untested"
+    assert result.requests[0].attempts == 3
+
+
+def test_429_is_retried_honouring_retry_after(serve: Serve) -> None:
+    srv = serve("healthy", fail_first=2)
+    result = probe(_settings(srv, levels=(0.5,)))
+    assert result.verdict == "clean"
+    assert result.requests[0].attempts == 3 and result.requests[0].status == 200
+    assert len(srv.engine.received) == len(result.requests) + 2
+
+
+def test_a_long_retry_after_is_not_waited_for(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy", fail_first=1000, retry_after="3600")
+    code, _, err = _cli(_args(srv), capsys)
+    assert code == 2 and "Retry-After 3600 s is above the backoff cap" in " ".join(err.split())
+    assert len(srv.engine.received) == 1
+
+
+def test_server_errors_beyond_the_retries_mean_could_not_test(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy", fail_first=1000, fail_status=503)
+    code, _, err = _cli(_args(srv, "--retries", "1"), capsys)
+    assert code == 2 and "HTTP 503" in err
+    assert len(srv.engine.received) == 2  # one try and one retry, then no more
+    assert "Traceback" not in err
+
+
+def test_a_request_slower_than_the_timeout_is_reported(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("slow")
+    code, _, err = _cli(_args(srv, "--timeout", "0.3", "--retries", "0"), capsys)
+    assert code == 2 and "timeout after 0.3 s" in err
+
+
+def test_a_stream_trickling_past_the_timeout_is_cut_off(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each chunk arrives well within the socket timeout; the whole answer does not.
+    srv = serve("healthy", chunk_delay=0.15)
+    code, _, err = _cli(_args(srv, "--stream", "--timeout", "0.5", "--retries", "0"), capsys)
+    assert code == 2 and "timeout after 0.5 s (stream)" in err
+
+
+def test_connection_refused_means_could_not_test(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, _, err = _cli(["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--max-input-tokens", "20000"], capsys)
+    assert code == 2 and "connection refused" in err
+
+
+def test_api_key_comes_from_the_environment_and_is_never_output(serve: Serve, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PROBE_TEST_KEY", KEY)
+    srv = serve("buggy")
+    out = tmp_path / "r"
+    code, stdout, err = _cli(_args(srv, "--api-key-env", "PROBE_TEST_KEY", "--out", str(out), "--find-ceiling"), capsys)
+    assert code == 1
+    assert {r["headers"].get("Authorization") for r in srv.engine.received} == {f"Bearer {KEY}"}
+    code2, stdout2, err2 = _cli(_args(srv, "--api-key-env", "PROBE_TEST_KEY", "--json"), capsys)
+    assert code2 == 1
+    assert json.loads(stdout2)["endpoint"] == {"api_key_env": "PROBE_TEST_KEY", "api_key_sent": True,
+                                               "base_url": srv.base_url, "model": "leaky-model", "stream": False}
+    # A server that echoes the Authorization header in its error body.
+    srv.engine.echo_auth = True
+    code3, stdout3, err3 = _cli(_args(srv, "--api-key-env", "PROBE_TEST_KEY"), capsys)
+    assert code3 == 2 and "[redacted]" in err3
+    for text in (stdout, err, stdout2, err2, stdout3, err3, *(p.read_text() for p in out.iterdir())):
+        assert KEY not in text
+
+
+def test_a_missing_key_variable_is_named(serve: Serve, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("PROBE_NO_SUCH_KEY", raising=False)
+    srv = serve("healthy")
+    code, _, err = _cli(_args(srv, "--api-key-env", "PROBE_NO_SUCH_KEY"), capsys)
+    assert code == 2 and "PROBE_NO_SUCH_KEY" in err and srv.engine.received == []
+
+
+def test_bad_options_are_an_error_not_a_traceback(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    for bad in ("0.5,abc", "0,0.5", "1.5"):
+        code, _, err = _cli(_args(srv, "--levels", bad), capsys)
+        assert code == 2 and "--levels" in err and "Traceback" not in err
+    for option, value in (("--pairs", "0"), ("--timeout", "0"), ("--max-tokens", "1")):
+        code, _, err = _cli(_args(srv, option, value), capsys)
+        assert code == 2 and option in err and "Traceback" not in err
+    code, _, err = _cli(["--base-url", "ftp://host/v1", "--model", "m", "--max-input-tokens", "20000"], capsys)
+    assert code == 2 and "is not an http(s) URL" in err
+    code, _, err = _cli(["--base-url", srv.base_url, "--model", "m", "--max-input-tokens", "1000"], capsys)
+    assert code == 2 and "--max-input-tokens 1000 is too small" in err
+    assert srv.engine.received == []
+
+
+# --- prompts and repeatability ------------------------------------------------------------------
+
+
+def test_prompts_hold_only_generated_markers_and_never_repeat_one(serve: Serve) -> None:
+    srv = serve("healthy")
+    probe(_settings(srv, pairs=2, find_ceiling=True))
+    seen: set[str] = set()
+    for text in _sent_texts(srv):
+        head, rest = text.split("\n\n", 1)
+        body, tail = rest.rsplit("\n\n", 1)
+        assert re.fullmatch(r'Canary check [A-Za-z0-9.-]+\. Below is a list of generated markers: words that start with "zq"\. '
+                            r"Reply with only the first marker and the last marker of the list, exactly as written, "
+                            r"separated by a space\.", head)
+        assert tail == "End of the list. Reply with only the first and the last marker of the list above."
+        words = body.split()
+        assert all(MARKER.fullmatch(w) for w in words)
+        assert not seen & set(words)
+        seen |= set(words)
+
+
+def test_same_seed_same_prompts_and_byte_identical_report(serve: Serve, tmp_path: Path) -> None:
+    from forensics.probe import write_report
+
+    srv = serve("buggy")
+    reports, sent = [], []
+    for run in range(2):
+        srv.engine.reset()
+        result = probe(_settings(srv, find_ceiling=True, seed=11))
+        write_report(result, tmp_path / f"r{run}")
+        reports.append((tmp_path / f"r{run}" / "probe.json").read_bytes())
+        sent.append(_sent_texts(srv))
+    assert sent[0] == sent[1] and reports[0] == reports[1]
+    srv.engine.reset()
+    probe(_settings(srv, levels=(0.5,), seed=12))
+    assert _sent_texts(srv)[0] != sent[0][0]
+
+
+def test_marker_search_tolerates_what_a_real_model_does_to_a_marker() -> None:
+    source = MarkerSource(3)
+    own, other = build_prompt("A", 400, source), build_prompt("B", 400, source)
+    index = MarkerIndex()
+    index.add(own)
+    index.add(other)
+    m = own.markers[0]
+    for answer in (m, m.upper(), f"**`{m}`**", f"{m[:6]} {m[6:]}", f"{m[:7]}-{m[7:]}", f'"{m[2:]}"'):
+        assert index.find(answer) == {"A": [(m, 0)]}, answer
+    assert index.find(f"first {m}, and also {other.markers[-1]}") == {"A": [(m, 0)], "B": [(other.markers[-1], len(other.markers) - 1)]}
+    assert index.find("The first marker is zq and the last one is unclear.") == {}
+
+
+def test_tokenizer_sizes_prompts_without_calibration_requests(serve: Serve, tmp_path: Path) -> None:
+    path = _word_tokenizer(tmp_path)
+    srv = serve("healthy", count=lambda text: len(text.split()))
+    result = probe(_settings(srv, tokenizer=path))
+    assert result.calibration.source == "tokenizer"
+    assert [r.phase for r in result.requests] == ["level"] * 6  # nothing sent to calibrate
+    assert result.verdict == "clean"
+    # The engine counts words plus its template: the tokenizer plan is that, less the template.
+    for rec in result.requests:
+        assert 0 <= rec.prompt_tokens - rec.planned_tokens <= 13
+    assert os.path.basename(str(path)) == result.to_json()["parameters"]["tokenizer"]
+
+
+def test_the_default_budget_covers_the_default_plan_for_a_1m_window() -> None:
+    from forensics.probe import DEFAULT_MAX_TOTAL_TOKENS
+
+    settings = ProbeSettings(ClientSettings("http://127.0.0.1:9/v1", "m"), 1_048_576)
+    assert plan_tokens(settings) <= DEFAULT_MAX_TOTAL_TOKENS
+    assert plan_tokens(dataclasses_replace(settings, find_ceiling=True)) > DEFAULT_MAX_TOTAL_TOKENS  # README: raise it
+
+
+def test_a_leak_is_found_from_the_markers_alone_when_usage_is_missing(serve: Serve, tmp_path: Path) -> None:
+    srv = serve("buggy", usage=False, count=lambda text: len(text.split()))
+    result = probe(_settings(srv, stream=True, tokenizer=_word_tokenizer(tmp_path)))
+    recs = _by_label(result)
+    assert recs["L0.5-p1b"].good
+    assert recs["L0.9-p1b"].flags == ["leak", "incoherent"]  # no usage: no placeholder check, the markers still tell
+    assert recs["L0.9-p1b"].prompt_tokens is None and list(recs["L0.9-p1b"].foreign) == ["L0.5-p1b"]
+    assert result.verdict == "findings"
+
+
+def test_the_table_shows_names_literally(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    code, out, _ = _cli(["--base-url", srv.base_url, "--model", ":x:[b]m[/b]", "--max-input-tokens", str(ADVERTISED),
+                         "--levels", "0.5"], capsys)
+    assert code == 0 and ":x:[b]m[/b]" in out and "\u274c" not in out
