@@ -224,17 +224,17 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
         return rows.setdefault((tenant, role), {"ids": set(), "tiers": [], "n_findings": 0})
 
     for s in suspects:
-        e = entry(s["tenant_id"], "recipient")
-        e["ids"].add(s["request_id"])
-        e["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get((s["request_id"], s["tenant_id"]), [])]))
+        acc = entry(s["tenant_id"], "recipient")
+        acc["ids"].add(s["request_id"])
+        acc["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get((s["request_id"], s["tenant_id"]), [])]))
     for f in cross:
         tier = f.get("tier") or "possible"
         for tenant, rid, role in ((f["recipient_tenant_id"], f["recipient_request_id"], "recipient"),
                                   (f["source_tenant_id"], f["source_request_id"], "exposed")):
-            e = entry(tenant, role)
-            e["ids"].add(rid)
-            e["tiers"].append(tier)
-            e["n_findings"] += 1
+            acc = entry(tenant, role)
+            acc["ids"].add(rid)
+            acc["tiers"].append(tier)
+            acc["n_findings"] += 1
     return {
         key: {"tier": _best_tier(e["tiers"]), "n_requests": str(len(e["ids"])), "request_ids": sorted(";".join(_unneutralised(i) for i in e["ids"]).split(";")),
               "n_findings": str(e["n_findings"])}
@@ -316,7 +316,7 @@ def _summary_rows(report_dir: Path) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     md = report_dir / "summary.md"
     if md.is_file():
-        rows = {}
+        rows: dict[str, str] = {}
         for line in md.read_text(encoding="utf-8").splitlines():
             m = _MD_ROW.match(line)
             if m:

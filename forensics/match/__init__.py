@@ -176,8 +176,9 @@ def _load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, A
             s = suspects.get((rid, tenants[i]))
             if s is None and (not sizes[i] or p.control_size == 0):
                 continue
-            received = rec[i] if rec[i] is not None else NO_TIME
-            deadline = done[i] if done[i] is not None else received
+            r_i, d_i = rec[i], done[i]
+            received: int = r_i if r_i is not None else NO_TIME
+            deadline: int = d_i if d_i is not None else received
             if s is not None:
                 if (rid, tenants[i]) not in found:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
@@ -599,7 +600,7 @@ def _score_candidates(cands: list[Candidate], targets: list[Target], holders: Ho
     k = p.k
     vocab, df = chance.token_weights([t.tokens.hash for t in targets])
     bits: dict[int, np.ndarray] = {}
-    per_pair: dict[tuple[int, str, str | None, str], list[dict[str, Any]]] = {}
+    per_pair: dict[tuple[int, str, str | None, str, bool], list[dict[str, Any]]] = {}
     for c in cands:
         tgt = targets[c.target]
         kp = np.unique(c.kgram_positions)

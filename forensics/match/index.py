@@ -30,8 +30,8 @@ class Target:
     engine_signature: bool
     control: bool
     text: str
-    tokens: Tokens = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]
-    gids: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]
+    tokens: Tokens = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]  # filled after loading
+    gids: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[arg-type]  # filled after indexing
 
 
 class TargetIndex:

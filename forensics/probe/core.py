@@ -412,8 +412,8 @@ def probe(settings: ProbeSettings, client: ChatClient | None = None,
         calibration = _calibrate_with_endpoint(run)
     run.calibration = calibration
     if on_request:
-        for rec in run.records:
-            on_request(rec)
+        for earlier in run.records:
+            on_request(earlier)
 
     n = settings.max_input_tokens
     for level in sorted(settings.levels):
