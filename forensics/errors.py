@@ -49,3 +49,12 @@ class CaseError(ForensicsError):
 
 class QueryError(ForensicsError):
     """A query file is malformed, or a query failed."""
+
+
+class OutputError(ForensicsError):
+    """A folder the tool must write is unsafe (a symbolic link, a file, foreign content) or locked."""
+
+
+class LockError(OutputError):
+    """Another run is writing the same case or report folder."""
+

@@ -132,9 +132,7 @@ def ingest(
     if fmt is not None and fmt not in PARSERS:
         raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(sorted(PARSERS))}, or omit --format to sniff")
     c = Case(case)
-    c.root.mkdir(parents=True, exist_ok=True)
-    os.chmod(c.root, 0o700)
-    c.staging.mkdir(exist_ok=True)
+    c.create()
     if cfg.tokenizer:
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
