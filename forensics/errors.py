@@ -58,3 +58,14 @@ class OutputError(ForensicsError):
 class LockError(OutputError):
     """Another run is writing the same case or report folder."""
 
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run unwinds (workers killed, temporary folders removed).
+
+    Not an Exception, so no ``except Exception`` on the way swallows it; not a KeyboardInterrupt,
+    so click does not turn it into its own "Aborted!".
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

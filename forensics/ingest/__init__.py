@@ -11,7 +11,6 @@ and reconciles the per-file counts in ``manifest.json``::
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
@@ -30,6 +29,7 @@ from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
+from forensics.workers import pool_running
 
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
 BATCH_ROWS = 2000
@@ -295,7 +295,7 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
             yield unit, stage_unit(unit)
         return
     ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    with pool_running(workers, ctx) as pool:  # workers die with this process, and are killed on a signal
         yield from zip(units, pool.map(stage_unit, units))
 
 
