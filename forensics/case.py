@@ -232,8 +232,13 @@ def replace_folder(new: Path, final: Path, aside: Path) -> None:
     if _exchange(new, final):
         shutil.rmtree(new)  # now the old folder
         return
-    os.rename(final, aside)
-    os.rename(new, final)
+    try:
+        os.rename(final, aside)
+        os.rename(new, final)
+    except BaseException:  # a signal or an error between the renames: put the old folder back
+        if not os.path.lexists(final) and os.path.isdir(aside):
+            os.rename(aside, final)
+        raise
     shutil.rmtree(aside)
 
 

@@ -181,3 +181,58 @@ def test_everything_created_is_private_whatever_the_umask(tmp_path: Path, capsys
     assert modes and {m for p, m in modes.items() if (shared / p).is_dir()} == {"0o700"}
     assert {m for p, m in modes.items() if not (shared / p).is_dir()} == {"0o600"}
     assert "cases/c1/staging" in modes and "new/reports/e2e/case/staging" in modes
+
+
+def test_where_paths_cannot_be_swapped_in_one_step_the_report_is_still_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.case
+
+    monkeypatch.setattr(forensics.case, "_exchange", lambda a, b: False)  # no renameat2 (not Linux, or an old kernel)
+    out = tmp_path / "out"
+    api.run(write_logs(tmp_path / "leak"), out)
+    rd = api.run(write_logs(tmp_path / "noleak", leak=False), out).report.report_dir
+    assert "acme" not in (rd / "notifications.csv").read_text() and api.verify(rd).ok
+    assert sorted(p.name for p in out.iterdir()) == [f".{NAME}+lock", NAME]
+
+
+def test_a_lock_file_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "logs")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".{NAME}+lock").symlink_to(tmp_path / "victim")
+    code, err = _cli(["run", str(logs), "--out", str(out)], capsys)
+    assert code == 2 and "symbolic link" in err and "internal error" not in err
+    assert not (tmp_path / "victim").exists() and not (out / NAME).exists()
+
+
+def test_report_on_a_runs_own_case_keeps_that_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rd = api.run(write_logs(tmp_path / "logs"), out).report.report_dir
+    before = _files(rd)
+    code, _ = _cli(["report", "--case", str(rd / "case"), "--out", str(out)], capsys)
+    assert code == 1
+    assert {k: v for k, v in _files(rd).items() if k.startswith("case/")} == {k: v for k, v in before.items() if k.startswith("case/")}
+    assert api.verify(rd).ok
+
+
+def test_a_signal_between_the_two_renames_puts_the_old_report_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.case
+    from forensics.errors import Interrupted
+
+    monkeypatch.setattr(forensics.case, "_exchange", lambda a, b: False)
+    final, new = tmp_path / "report", tmp_path / "new"
+    for folder, text in ((final, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / "notifications.csv").write_text(text)
+    real_rename, calls = os.rename, []
+
+    def rename(src: object, dst: object) -> None:
+        calls.append(src)
+        if len(calls) == 2:  # the old report is aside, the new one not yet in
+            raise Interrupted(signal.SIGTERM)
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(Interrupted):
+        forensics.case.replace_folder(new, final, tmp_path / "aside")
+    assert (final / "notifications.csv").read_text() == "old" and not (tmp_path / "aside").exists()

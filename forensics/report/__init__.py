@@ -222,14 +222,18 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
             if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
                 shutil.rmtree(stale)
         building = Path(tempfile.mkdtemp(prefix=f".{final.name}+new-", dir=out))
+        carried: str | None = None
         try:
             os.chmod(building, 0o700)
             yield building
             if keep is not None and keep.resolve().is_relative_to(final.resolve()) and keep.resolve() != final.resolve():
-                top = keep.resolve().relative_to(final.resolve()).parts[0]
-                os.rename(final / top, building / top)
+                carried = keep.resolve().relative_to(final.resolve()).parts[0]
+                os.rename(final / carried, building / carried)
             replace_folder(building, final, out / f".{final.name}+old-{os.getpid()}")
         except BaseException:
+            # Stopped before the swap: the case folder carried over goes back to the old report.
+            if carried and os.path.isdir(building / carried) and not os.path.lexists(final / carried):
+                os.rename(building / carried, final / carried)
             shutil.rmtree(building, ignore_errors=True)
             raise
 
