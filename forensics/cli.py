@@ -538,8 +538,16 @@ def verify(
 INTERRUPT_GRACE_SECONDS = 5.0
 
 
-#: Set once main() has printed why it stops (the watchdog must not print it twice).
+#: Set once the reason to stop is printed: main() and the watchdog may both get there.
 _TOLD: list[bool] = []
+_TELL = threading.Lock()
+
+
+def _tell_interrupted(signum: int) -> None:
+    with _TELL:
+        if not _TOLD:
+            err.print(_interrupted(signum), markup=False)
+            _TOLD.append(True)
 
 
 def _interrupted(signum: int) -> str:
@@ -571,13 +579,14 @@ def _signals_stop_the_run() -> Iterator[None]:
     os.set_blocking(write_end, False)
 
     def watchdog() -> None:
-        signum = os.read(read_end, 1)[0]
-        os.close(read_end)
-        if signum == 0:  # the command ended without a signal
-            return
+        signum = 0
+        while signum not in (signal.SIGINT, signal.SIGTERM):  # any other handled signal also writes its number
+            signum = os.read(read_end, 1)[0]
+            if signum == 0:  # the command ended without a signal
+                os.close(read_end)
+                return
         threading.Event().wait(INTERRUPT_GRACE_SECONDS)
-        if not _TOLD:
-            err.print(_interrupted(signum), markup=False)
+        _tell_interrupted(signum)
         os._exit(128 + signum)
 
     threading.Thread(target=watchdog, name="interrupt-watchdog", daemon=True).start()
@@ -609,8 +618,7 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"error: {exc}", markup=False)
         code = EXIT_ERROR
     except Interrupted as exc:  # exit codes as a shell reports a process killed by the signal
-        err.print(_interrupted(exc.signum), markup=False)
-        _TOLD.append(True)
+        _tell_interrupted(exc.signum)
         code = 128 + exc.signum
     except KeyboardInterrupt:
         err.print("interrupted")
