@@ -5,14 +5,12 @@ Exit codes: 0 clean, 1 findings, 2 error. This is the only module that prints or
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +21,7 @@ from rich.table import Table
 
 from forensics import __version__
 from forensics.errors import ForensicsError, Interrupted
+from forensics.interrupts import signals_stop_the_run
 
 app = typer.Typer(
     name="forensics",
@@ -57,6 +56,25 @@ def _click_outcome(exc: BaseException) -> int | None:
         exc.show()  # usage errors: click's own message naming the option and the fix (--help)
         return EXIT_ERROR
     return None
+
+
+#: Set once the reason to stop is printed: main() and the interrupt watchdog may both get there.
+_TOLD: list[bool] = []
+_TELL = threading.Lock()
+
+
+def _tell_interrupted(signum: int) -> None:
+    with _TELL:
+        if not _TOLD:
+            err.print(f"interrupted by {signal.Signals(signum).name}: stopped before the end; an earlier report is "
+                      "left as it was. Run the same command again to finish.", markup=False)
+            _TOLD.append(True)
+
+
+def _stuck(signum: int) -> None:
+    """The run did not unwind in time after a signal (native code holds it): exit anyway."""
+    _tell_interrupted(signum)
+    os._exit(128 + signum)  # workers follow (forensics.workers); the next run removes the temporary folder
 
 
 class _RichTask:
@@ -533,86 +551,10 @@ def verify(
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
 
 
-#: Seconds a signalled run has to unwind (kill its workers, remove its temporary folder) before
-#: it exits anyway: native code (a DuckDB query, a Parquet read) may not return to Python sooner.
-INTERRUPT_GRACE_SECONDS = 5.0
-
-
-#: Set once the reason to stop is printed: main() and the watchdog may both get there.
-_TOLD: list[bool] = []
-_TELL = threading.Lock()
-
-
-def _tell_interrupted(signum: int) -> None:
-    with _TELL:
-        if not _TOLD:
-            err.print(_interrupted(signum), markup=False)
-            _TOLD.append(True)
-
-
-def _interrupted(signum: int) -> str:
-    return (f"interrupted by {signal.Signals(signum).name}: stopped before the end; an earlier report is left as it was. "
-            "Run the same command again to finish.")
-
-
-@contextlib.contextmanager
-def _signals_stop_the_run() -> Iterator[None]:
-    """While the command runs, SIGINT and SIGTERM raise Interrupted in the main thread (the run
-    unwinds: workers killed, temporary folders removed) and main() exits 128+signal.
-
-    The signal also wakes a watchdog thread through the wakeup fd, which works while the main
-    thread is busy in native code (a DuckDB query): if the process is still there after the
-    grace period, it exits with the same code (the workers follow it, see forensics.workers).
-    Handlers are put back afterwards (tests call main() in-process).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    first: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        if not first:  # a second Ctrl-C must not interrupt the clean-up of the first
-            first.append(signum)
-            raise Interrupted(signum)
-
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-
-    def watchdog() -> None:
-        signum = 0
-        while signum not in (signal.SIGINT, signal.SIGTERM):  # any other handled signal also writes its number
-            signum = os.read(read_end, 1)[0]
-            if signum == 0:  # the command ended without a signal
-                os.close(read_end)
-                return
-        threading.Event().wait(INTERRUPT_GRACE_SECONDS)
-        _tell_interrupted(signum)
-        os._exit(128 + signum)
-
-    threading.Thread(target=watchdog, name="interrupt-watchdog", daemon=True).start()
-    old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    old = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except BaseException as exc:
-        # Native code that saw the signal first may raise its own error instead (DuckDB: "Query
-        # interrupted"): it is still the signal that stopped the run.
-        if first and not isinstance(exc, Interrupted):
-            raise Interrupted(first[0]) from exc
-        raise
-    finally:
-        if not first:  # after a signal the watchdog stays armed until the process is gone
-            for signum, previous in old.items():
-                signal.signal(signum, previous)
-            signal.set_wakeup_fd(old_fd)
-            os.write(write_end, b"\0")
-            os.close(write_end)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:
-        with _signals_stop_the_run():
+        with signals_stop_the_run(on_stuck=_stuck):
             code = app(args=argv, standalone_mode=False)
     except ForensicsError as exc:
         err.print(f"error: {exc}", markup=False)

@@ -53,9 +53,9 @@ if __name__ == "__main__":  # workers import this file again (as __mp_main__)
 STUCK_HARNESS = """
 import ctypes, signal, sys
 from pathlib import Path
-import forensics.api, forensics.cli
+import forensics.api, forensics.cli, forensics.interrupts
 
-forensics.cli.INTERRUPT_GRACE_SECONDS = 1.0
+forensics.interrupts.GRACE_SECONDS = 1.0
 
 def stuck(*args, **kwargs):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
