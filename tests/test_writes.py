@@ -236,3 +236,11 @@ def test_a_signal_between_the_two_renames_puts_the_old_report_back(tmp_path: Pat
     with pytest.raises(Interrupted):
         forensics.case.replace_folder(new, final, tmp_path / "aside")
     assert (final / "notifications.csv").read_text() == "old" and not (tmp_path / "aside").exists()
+
+
+def test_a_signature_beside_the_manifest_does_not_block_the_next_report(tmp_path: Path) -> None:
+    out, logs = tmp_path / "out", write_logs(tmp_path / "logs")
+    rd = api.run(logs, out).report.report_dir
+    (rd / "manifest.json.sig").write_bytes(b"c2lnbmF0dXJl\n")  # what `--sign` leaves next to the manifest
+    rd = api.run(logs, out).report.report_dir
+    assert not (rd / "manifest.json.sig").exists()  # it signed the old manifest: the new report has none

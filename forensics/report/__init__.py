@@ -47,6 +47,9 @@ EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id",
 STAGE_RECORDS = ("scan.json", "match.json")
 #: Top-level entries of the report folder that are not report outputs (the run's case folder).
 NOT_OUTPUTS = {"case"}
+#: Files forensics writes next to manifest.json but not among its outputs: the detached
+#: signature of ``--sign`` (issue 11, item 7). A new report may replace them.
+MANIFEST_COMPANIONS = {manifest.MANIFEST, manifest.MANIFEST + ".sig"}
 
 
 @dataclasses.dataclass
@@ -174,7 +177,7 @@ def _stray_files(folder: Path) -> list[str]:
     stray = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
-        if p.is_dir() or rel.split("/")[0] in excluded or rel in recorded or rel == manifest.MANIFEST:
+        if p.is_dir() or rel.split("/")[0] in excluded or rel in recorded or rel in MANIFEST_COMPANIONS:
             continue
         if p.name.startswith(".") and p.name.endswith(".tmp"):  # an atomic write's leftover (old versions wrote in place)
             continue
