@@ -244,3 +244,17 @@ def test_a_signature_beside_the_manifest_does_not_block_the_next_report(tmp_path
     (rd / "manifest.json.sig").write_bytes(b"c2lnbmF0dXJl\n")  # what `--sign` leaves next to the manifest
     rd = api.run(logs, out).report.report_dir
     assert not (rd / "manifest.json.sig").exists()  # it signed the old manifest: the new report has none
+
+
+def test_a_case_built_stage_by_stage_inside_the_report_folder_is_kept(tmp_path: Path) -> None:
+    from forensics.config import load_case_file
+
+    logs = write_logs(tmp_path / "logs")
+    cfg = load_case_file(logs / "case.toml")
+    case = tmp_path / "out" / NAME / "case"  # where `run` keeps it, built here command by command
+    api.ingest(case, [logs / "gateway"], config=cfg)
+    api.scan(case, cfg)
+    api.match(case, cfg)
+    tables = _files(case)
+    rd = api.report(case, cfg, tmp_path / "out").report_dir
+    assert rd == tmp_path / "out" / NAME and _files(rd / "case") == tables and api.verify(rd).ok

@@ -166,14 +166,19 @@ def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
     return out
 
 
-def _stray_files(folder: Path) -> list[str]:
-    """Files of an existing report folder that its manifest does not list as forensics' own."""
+def _stray_files(folder: Path, carried: str | None) -> list[str]:
+    """Files of an existing report folder that its manifest does not list as forensics' own.
+
+    ``carried``: the entry holding the case folder being reported, which moves into the new report.
+    """
     try:
         man = json.loads((folder / manifest.MANIFEST).read_text(encoding="utf-8"))
         recorded = {o["path"] for o in man["outputs"]}
         excluded = set(man.get("outputs_excluded", [])) & NOT_OUTPUTS
     except (OSError, ValueError, KeyError, TypeError):  # no readable manifest: nothing in it is known to be ours
         recorded, excluded = set(), set()
+    if carried is not None:
+        excluded.add(carried)
     stray = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
@@ -185,7 +190,15 @@ def _stray_files(folder: Path) -> list[str]:
     return stray
 
 
-def _check_replaceable(final: Path) -> None:
+def _carried(keep: Path | None, final: Path) -> str | None:
+    """The top-level entry of the report folder ``final`` that holds the case folder ``keep``, if any."""
+    if keep is None or not keep.resolve().is_relative_to(final.resolve()) or keep.resolve() == final.resolve():
+        return None
+    top = keep.resolve().relative_to(final.resolve()).parts[0]
+    return top if top in NOT_OUTPUTS else None  # anywhere else it would be hashed as an output next time
+
+
+def _check_replaceable(final: Path, carried: str | None) -> None:
     """Refuse to replace a report folder that is or holds a symbolic link, is a file, or holds others' files."""
     link = find_symlink(final)
     if link is not None:
@@ -196,7 +209,7 @@ def _check_replaceable(final: Path) -> None:
         return
     if not final.is_dir():
         raise OutputError("the report folder's path is not a folder", file=final, fix="move it away or choose another --out")
-    stray = _stray_files(final)
+    stray = _stray_files(final, carried)
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise OutputError(f"the report folder holds files forensics did not write ({shown}); a new report replaces "
@@ -219,23 +232,24 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
     make_private_dirs(out)
     final = report_dir_for(out, case_name)
     with folder_lock(out / f".{final.name}+lock", f"the report folder {final}"):
-        _check_replaceable(final)
+        carried = _carried(keep, final) if os.path.isdir(final) else None
+        _check_replaceable(final, carried)
         # Leftovers of a run killed mid-way (only a run holding this lock makes or removes them).
         for stale in sorted(glob.glob(glob.escape(str(out / f".{final.name}+")) + "*")):
             if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
                 shutil.rmtree(stale)
         building = Path(tempfile.mkdtemp(prefix=f".{final.name}+new-", dir=out))
-        carried: str | None = None
+        moved = False
         try:
             os.chmod(building, 0o700)
             yield building
-            if keep is not None and keep.resolve().is_relative_to(final.resolve()) and keep.resolve() != final.resolve():
-                carried = keep.resolve().relative_to(final.resolve()).parts[0]
+            if carried is not None:
+                moved = True
                 os.rename(final / carried, building / carried)
             replace_folder(building, final, out / f".{final.name}+old-{os.getpid()}")
         except BaseException:
             # Stopped before the swap: the case folder carried over goes back to the old report.
-            if carried and os.path.isdir(building / carried) and not os.path.lexists(final / carried):
+            if moved and carried and os.path.isdir(building / carried) and not os.path.lexists(final / carried):
                 os.rename(building / carried, final / carried)
             shutil.rmtree(building, ignore_errors=True)
             raise
