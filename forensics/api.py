@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from forensics.case import locked_case
 from forensics.config import CaseConfig, load_case_file
 
 # Stage functions, re-exported so callers need one import (in data-flow order).
@@ -19,6 +20,12 @@ from forensics.report import ReportResult, VerifyResult, report, verify  # noqa:
 from forensics.run import RunResult, run  # noqa: F401
 from forensics.simulate import SimulateResult, simulate  # noqa: F401
 from forensics.evaluate import Evaluation, evaluate  # noqa: F401
+
+# The stages that write a case folder hold its lock meanwhile: a second run on the same case
+# stops with the holder's pid instead of mixing its tables in (forensics.case.folder_lock).
+ingest = locked_case(ingest, create=True)
+scan = locked_case(scan)
+match = locked_case(match)
 
 
 def make_config(config: str | Path | None = None, **overrides: Any) -> CaseConfig:

@@ -13,24 +13,32 @@ Layout (every stage reads only the previous stage's output)::
       evidence.parquet        match (schema.EVIDENCE), and evidence.csv
 
 Every file is written to a temporary name in the same folder and renamed into place, so a crash
-never leaves a half-written file that a later stage would read.
+never leaves a half-written file that a later stage would read. Every folder and file created here
+is private (0700/0600) whatever the umask; folders that already existed keep their mode. A run
+that writes a case folder holds its lock file (``CASE/.lock``), so two runs never mix their tables.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
+import functools
 import json
 import os
+import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forensics import schema
-from forensics.errors import CaseError
+from forensics.errors import CaseError, LockError, OutputError
 
 if TYPE_CHECKING:
     import duckdb
@@ -44,12 +52,200 @@ PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1
 STAGING_OPTIONS: dict[str, Any] = {"compression": "none"}
 ROW_GROUP_ROWS = 4096
 ROW_GROUP_BYTES = 64 << 20
+#: The lock file of a case folder (a hidden name: no stage reads it as an input or a table).
+LOCK_NAME = ".lock"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def make_private_dirs(path: Path) -> Path:
+    """Create ``path`` and its missing parents, each 0700 whatever the umask; return ``path``.
+
+    Folders that already exist keep their mode (they are someone else's choice). A path, or a
+    parent, that exists but is not a folder is an OutputError naming it.
+    """
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p) and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    if not p.is_dir():
+        raise OutputError("is not a folder" if os.path.lexists(p) else "does not exist", file=p,
+                          fix="give a folder (or a path that does not exist yet) there")
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:  # made meanwhile by another process: theirs, keep its mode
+            if not d.is_dir():
+                raise OutputError("is not a folder", file=d, fix="give a folder (or a path that does not exist yet)") from None
+            continue
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
+    return path
+
+
+def find_symlink(root: Path) -> Path | None:
+    """The first symbolic link at or under ``root`` (walked without following links), or None."""
+    if os.path.islink(root):
+        return Path(root)
+    if not os.path.isdir(root):
+        return None
+    stack = [Path(root)]
+    while stack:
+        folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_symlink():
+                    return Path(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+    return None
+
+
+def _pid_in(fd: int) -> str:
+    """The pid an exclusive holder wrote into its lock file ("unknown" while it has not yet)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
+
+
+def _open_lock(lock_file: Path, shared: bool) -> int | None:
+    """An open descriptor of the lock file, made private if this call creates it.
+
+    None for a reader that cannot make one (a read-only case folder: nobody can write it either).
+    """
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(lock_file, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchmod(fd, 0o600)  # ours: private whatever the umask
+        return fd
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if shared and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return None
+        raise OutputError(f"cannot create the lock file ({exc.strerror})", file=lock_file,
+                          fix="make the folder writable for this user") from None
+    try:
+        return os.open(lock_file, flags | (os.O_RDONLY if shared else os.O_RDWR))
+    except OSError as exc:
+        problem = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise OutputError(f"cannot open the lock file ({problem})", file=lock_file,
+                          fix="remove it; forensics makes a new one") from None
+
+
+@contextlib.contextmanager
+def folder_lock(lock_file: Path, what: str, shared: bool = False) -> Iterator[None]:
+    """Hold ``lock_file`` (fcntl.flock) for the block: exclusive for a writer, shared for a reader.
+
+    A second holder fails at once with a LockError naming the holder's pid (written into the
+    file by exclusive holders). The file is left in place afterwards: removing a lock file that
+    another process has opened but not yet locked would let two runs hold "the" lock. The kernel
+    drops the lock when the holder dies, so a killed run never blocks the next one.
+    """
+    lock_file = Path(lock_file)
+    fd = _open_lock(lock_file, shared)
+    if fd is None:
+        yield
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutputError("the lock file is not a regular file", file=lock_file, fix="remove it; forensics makes a new one")
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockError(f"{what} is in use by another forensics run (pid {_pid_in(fd)})", file=lock_file,
+                            fix="wait for that run to end (or stop it), then run again") from None
+        if not shared:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:
+            yield
+        finally:
+            if not shared:  # an unheld lock names nobody, and a case folder's bytes stay the same run to run
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def case_lock(root: Path, shared: bool = False) -> Iterator[None]:
+    """Hold the case folder's lock (exclusive to write its tables, shared to read them)."""
+    with folder_lock(Path(root) / LOCK_NAME, f"the case folder {root}", shared=shared):
+        yield
+
+
+def locked_case(func: _F, *, create: bool = False, shared: bool = False) -> _F:
+    """``func(case, ...)`` run while holding the lock of the case folder ``case``.
+
+    ``create`` makes a missing case folder first (ingest); otherwise a missing one is left to
+    ``func`` to report. A case path that is a file is an OutputError.
+    """
+
+    @functools.wraps(func)
+    def wrapper(case: str | Path, *args: Any, **kwargs: Any) -> Any:
+        c = Case(case)
+        if create:
+            c.create_root()
+        elif os.path.lexists(c.root) and not c.root.is_dir():
+            raise OutputError("the case folder is not a folder", file=c.root, fix="give --case a folder (or a path that does not exist yet)")
+        if not c.root.is_dir():
+            return func(case, *args, **kwargs)
+        with case_lock(c.root, shared=shared):
+            return func(case, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+#: renameat2(2) flag: swap two paths in one step (Linux 3.15+, most local filesystems).
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` atomically; False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_folder(new: Path, final: Path, aside: Path) -> None:
+    """Put the folder ``new`` at ``final``, replacing the folder there, then delete the old one.
+
+    With renameat2(RENAME_EXCHANGE) the swap is one atomic step: a reader sees the old folder or
+    the new one, never a mix or nothing. Elsewhere the old folder is renamed to ``aside`` and the
+    new one renamed in (two renames: only for an instant is there no folder at ``final``).
+    """
+    if not os.path.lexists(final):
+        os.rename(new, final)
+        return
+    if _exchange(new, final):
+        shutil.rmtree(new)  # now the old folder
+        return
+    try:
+        os.rename(final, aside)
+        os.rename(new, final)
+    except BaseException:  # a signal or an error between the renames: put the old folder back
+        if not os.path.lexists(final) and os.path.isdir(aside):
+            os.rename(aside, final)
+        raise
+    shutil.rmtree(aside)
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path, mode: int = 0o600) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -93,7 +289,7 @@ class ParquetSink:
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._pending_bytes = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         self._tmp = Path(tmp)
@@ -189,6 +385,25 @@ class Case:
     def staging(self) -> Path:
         return self.root / "staging"
 
+    def create_root(self) -> None:
+        """Make the case folder if missing (0700); refuse a path that is a file."""
+        if os.path.lexists(self.root) and not self.root.is_dir():
+            raise OutputError("the case folder is not a folder", file=self.root,
+                              fix="give --case a folder (or a path that does not exist yet)")
+        make_private_dirs(self.root)
+
+    def create(self) -> None:
+        """Make the case folder and its staging folder if missing (0700 each, whatever the umask).
+
+        A staging folder that is a symbolic link is refused: staged copies of every customer's
+        prompts would be written wherever it points.
+        """
+        self.create_root()
+        if os.path.islink(self.staging) or (os.path.lexists(self.staging) and not self.staging.is_dir()):
+            raise OutputError("the case's staging folder is a symbolic link or not a folder", file=self.staging,
+                              fix="remove it; forensics makes a new one")
+        make_private_dirs(self.staging)
+
     def has(self, name: str) -> bool:
         """Whether the stage output ``name`` exists."""
         return self.table_path(name).exists()
@@ -219,6 +434,8 @@ class Case:
         import duckdb  # here: the match stage's worker processes never query, so never load it
 
         con = duckdb.connect(":memory:")
+        # DuckDB spills big sorts into ./.tmp by default: keep every byte of the case in the case.
+        con.execute("SET temp_directory = '" + str(self.root / ".duckdb_tmp").replace("'", "''") + "'")
         for name, table_schema in schema.TABLES.items():
             path = self.table_path(name)
             if path.exists():

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -19,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from forensics import __version__
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, Interrupted
+from forensics.interrupts import signals_stop_the_run
 
 app = typer.Typer(
     name="forensics",
@@ -58,6 +61,25 @@ def _click_outcome(exc: BaseException) -> int | None:
         exc.show()  # usage errors: click's own message naming the option and the fix (--help)
         return EXIT_ERROR
     return None
+
+
+#: Set once the reason to stop is printed: main() and the interrupt watchdog may both get there.
+_TOLD: list[bool] = []
+_TELL = threading.Lock()
+
+
+def _tell_interrupted(signum: int) -> None:
+    with _TELL:
+        if not _TOLD:
+            err.print(f"interrupted by {signal.Signals(signum).name}: stopped before the end; an earlier report is "
+                      "left as it was. Run the same command again to finish.", markup=False)
+            _TOLD.append(True)
+
+
+def _stuck(signum: int) -> None:
+    """The run did not unwind in time after a signal (native code holds it): exit anyway."""
+    _tell_interrupted(signum)
+    os._exit(128 + signum)  # workers follow (forensics.workers); the next run removes the temporary folder
 
 
 class _RichTask:
@@ -688,10 +710,14 @@ def _render_probe(data: dict[str, Any], written: list[Path]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:
-        code = app(args=argv, standalone_mode=False)
+        with signals_stop_the_run(on_stuck=_stuck):
+            code = app(args=argv, standalone_mode=False)
     except ForensicsError as exc:
         err.print(f"error: {exc}", markup=False)
         code = EXIT_ERROR
+    except Interrupted as exc:  # exit codes as a shell reports a process killed by the signal
+        _tell_interrupted(exc.signum)
+        code = 128 + exc.signum
     except KeyboardInterrupt:
         err.print("interrupted")
         code = EXIT_ERROR

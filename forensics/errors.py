@@ -53,3 +53,23 @@ class QueryError(ForensicsError):
 
 class ProbeError(ForensicsError):
     """An endpoint cannot be probed: bad options, budget too small, unreachable or unusable."""
+
+
+class OutputError(ForensicsError):
+    """A folder the tool must write is unsafe (a symbolic link, a file, foreign content) or locked."""
+
+
+class LockError(OutputError):
+    """Another run is writing the same case or report folder."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run unwinds (workers killed, temporary folders removed).
+
+    Not an Exception, so no ``except Exception`` on the way swallows it; not a KeyboardInterrupt,
+    so click does not turn it into its own "Aborted!".
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

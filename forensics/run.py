@@ -8,7 +8,6 @@ staged file must never leak into a new run) and is not among the hashed report o
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -70,9 +69,14 @@ def _count(result: Any, *names: str) -> Any:
 
 
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) -> RunResult:
-    """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``."""
+    """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
+
+    Everything, the case folder included, is built in a fresh folder next to the report folder
+    and swapped in when the report is complete (:func:`forensics.report.report_folder`): an
+    interrupted or failed run leaves the previous report as it was, and a re-run starts afresh.
+    """
     from forensics import api
-    from forensics.report import report, report_dir_for
+    from forensics.report import report_dir_for, report_folder, write_report
 
     cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
     if not cfg.inputs:
@@ -80,40 +84,39 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) ->
     for spec in cfg.inputs:
         if not spec.path.exists():
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
-    report_dir = report_dir_for(Path(out), cfg.name).resolve()
+    report_dir = report_dir_for(Path(out), cfg.name)
     for spec in cfg.inputs:
         # A report inside an input folder would be ingested by the next run and change its result.
-        if spec.path.is_dir() and report_dir.is_relative_to(spec.path.resolve()):
-            raise ConfigError(f"the report folder {report_dir} lies inside the input folder {spec.path}",
+        if spec.path.is_dir() and report_dir.resolve().is_relative_to(spec.path.resolve()):
+            raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder {spec.path}",
                               file=cfg.file, fix="choose an --out outside the input folders")
-    case_dir = report_dir / CASE_SUBDIR
-    if case_dir.exists():
-        shutil.rmtree(case_dir)
     stages: list[dict[str, Any]] = []
+    with report_folder(Path(out), cfg.name) as building:
+        case_dir = building / CASE_SUBDIR
+        t0 = time.monotonic()
+        by_format: dict[str, list[Path]] = {}
+        for spec in cfg.inputs:
+            by_format.setdefault(spec.format, []).append(spec.path)
+        ingested = None
+        for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
+            ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+        tables = (getattr(ingested, "manifest", None) or {}).get("tables", {})
+        stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
+                       "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
 
-    t0 = time.monotonic()
-    by_format: dict[str, list[Path]] = {}
-    for spec in cfg.inputs:
-        by_format.setdefault(spec.format, []).append(spec.path)
-    ingested = None
-    for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
-        ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
-    tables = (getattr(ingested, "manifest", None) or {}).get("tables", {})
-    stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
-                   "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
+        t0 = time.monotonic()
+        scanned = api.scan(case_dir, cfg, progress=progress)
+        stages.append({"stage": "scan", "seconds": round(time.monotonic() - t0, 3),
+                       "rows": _count(scanned, "suspects", "n_suspects", "rows"), "note": "suspect responses"})
 
-    t0 = time.monotonic()
-    scanned = api.scan(case_dir, cfg, progress=progress)
-    stages.append({"stage": "scan", "seconds": round(time.monotonic() - t0, 3),
-                   "rows": _count(scanned, "suspects", "n_suspects", "rows"), "note": "suspect responses"})
+        t0 = time.monotonic()
+        matched = api.match(case_dir, cfg, progress=progress)
+        stages.append({"stage": "match", "seconds": round(time.monotonic() - t0, 3),
+                       "rows": _count(matched, "findings", "n_findings", "evidence", "rows"), "note": "evidence rows"})
 
-    t0 = time.monotonic()
-    matched = api.match(case_dir, cfg, progress=progress)
-    stages.append({"stage": "match", "seconds": round(time.monotonic() - t0, 3),
-                   "rows": _count(matched, "findings", "n_findings", "evidence", "rows"), "note": "evidence rows"})
-
-    t0 = time.monotonic()
-    reported = report(case_dir, cfg, Path(out), progress=progress)
-    stages.append({"stage": "report", "seconds": round(time.monotonic() - t0, 3),
-                   "rows": len(reported.notices), "note": "notifications"})
-    return RunResult(case_dir, cfg, reported, stages)
+        t0 = time.monotonic()
+        reported = write_report(case_dir, cfg, building, progress=progress)
+        stages.append({"stage": "report", "seconds": round(time.monotonic() - t0, 3),
+                       "rows": len(reported.notices), "note": "notifications"})
+    reported.report_dir = report_dir
+    return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages)

@@ -11,7 +11,6 @@ and reconciles the per-file counts in ``manifest.json``::
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
@@ -32,6 +31,7 @@ from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
+from forensics.workers import pool_running
 
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
 BATCH_ROWS = 2000
@@ -234,9 +234,7 @@ def ingest(
     if fmt is not None and fmt not in PARSERS:
         raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(sorted(PARSERS))}, or omit --format to sniff")
     c = Case(case)
-    c.root.mkdir(parents=True, exist_ok=True)
-    os.chmod(c.root, 0o700)
-    c.staging.mkdir(exist_ok=True)
+    c.create()
     if cfg.tokenizer:
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
@@ -425,7 +423,7 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
             yield unit, stage_unit(unit)
         return
     ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    with pool_running(workers, ctx) as pool:  # workers die with this process, and are killed on a signal
         yield from zip(units, pool.map(stage_unit, units))
 
 

@@ -60,6 +60,7 @@ from forensics.match import chance
 from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier, params_from
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter, reporter
+from forensics.workers import process_pool, terminate as terminate_pool
 
 #: Columns of evidence.csv, in order: the contract of spec/outputs.md, then ours.
 CSV_COLUMNS = (
@@ -308,6 +309,8 @@ class _Helpers:
         self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
         self.failed: str | None = None  # why the workers stopped helping (this process then does everything)
         self._ctx = multiprocessing.get_context("forkserver")
+        self._starting: concurrent.futures.ProcessPoolExecutor | None = None  # the pool while its workers start
+        self._stopping = False
         if n:
             try:
                 self._ctx.set_forkserver_preload(["forensics.match"])
@@ -328,11 +331,14 @@ class _Helpers:
     def _start(self, payload: bytes) -> None:
         pool = None
         try:
-            pool = concurrent.futures.ProcessPoolExecutor(self.n, mp_context=self._ctx, initializer=init_worker_from,
-                                                          initargs=(payload,))
+            # Workers that die with this process (kill -9 included) and ignore Ctrl-C: see forensics.workers.
+            pool = self._starting = process_pool(self.n, self._ctx, init_worker_from, (payload,))
             # Workers start on demand: have them all start (and report) before they take jobs.
             for f in [pool.submit(worker_ready) for _ in range(self.n)]:
                 f.result()
+            if self._stopping:  # the run was interrupted while they started
+                terminate_pool(pool)
+                return
             self._pool = pool
         except Exception as exc:  # noqa: BLE001 - workers only add speed: go on without them
             self.failed = f"{type(exc).__name__}: {exc}"
@@ -359,6 +365,13 @@ class _Helpers:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def terminate(self) -> None:
+        """Kill the workers now, running jobs included (the run is unwinding from an error or a signal)."""
+        self._stopping = True
+        pool, self._pool = self._pool or self._starting, None
+        if pool is not None:
+            terminate_pool(pool)
+
 
 def _worker_payload(scanner: Scanner) -> bytes:
     """What each worker receives once: the scanner, pickled."""
@@ -370,6 +383,9 @@ def _helpers_running(n: int) -> Iterator[_Helpers]:
     helpers = _Helpers(n)
     try:
         yield helpers
+    except BaseException:
+        helpers.terminate()  # waiting for running jobs could take minutes
+        raise
     finally:
         helpers.close()
 

@@ -4,28 +4,40 @@
 scan.json, match.json, the ingest manifest) and writes ``OUT/<case name>/`` as in
 spec/outputs.md. Every file is private (0600, folders 0700) and byte-identical for the same
 inputs and parameters.
+
+Where and how it writes (:func:`report_folder`): the new report is built in a fresh private
+folder next to the old one (``OUT/.<name>+new-*``) and swapped into place only when complete, so
+a crash, a signal or a second run never leaves a half-written or mixed report; the old report
+is kept until then. ``OUT/.<name>+lock`` is held meanwhile: a second run into the same report
+folder stops with the holder's pid. A report folder that is a symbolic link, holds one, or holds
+files forensics did not write is refused, never written through or silently deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import glob
 import hashlib
+import json
 import os
 import re
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from forensics.case import Case
+from forensics.case import Case, case_lock, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, load_saved
-from forensics.errors import CaseError
+from forensics.errors import CaseError, OutputError
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
 from forensics.report import manifest, notices, safe, summary
 from forensics.report.manifest import VerifyResult, verify
 from forensics.report.severity import default_classifier, patterns_text
 
-__all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "verify"]
+__all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "report_folder", "verify", "write_report"]
 
 SUSPECT_COLUMNS = ("request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons")
 EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
@@ -33,10 +45,11 @@ EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id",
                     "source_start", "source_end", "rarity")
 #: Stage records copied into the report folder (and hashed with the other outputs).
 STAGE_RECORDS = ("scan.json", "match.json")
-#: Sub-folders of the report folder that this stage owns and rebuilds on every run.
-OWNED_DIRS = ("packets", "plots")
 #: Top-level entries of the report folder that are not report outputs (the run's case folder).
 NOT_OUTPUTS = {"case"}
+#: Files forensics writes next to manifest.json but not among its outputs: the detached
+#: signature of ``--sign`` (issue 11, item 7). A new report may replace them.
+MANIFEST_COMPANIONS = {manifest.MANIFEST, manifest.MANIFEST + ".sig"}
 
 
 @dataclasses.dataclass
@@ -153,30 +166,133 @@ def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
     return out
 
 
-def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None) -> ReportResult:
-    """Write the report folder ``OUT/<case name>/`` for a case that has been scanned and matched."""
-    case = Path(case)
+def _stray_files(folder: Path, carried: str | None) -> list[str]:
+    """Files of an existing report folder that its manifest does not list as forensics' own.
+
+    ``carried``: the entry holding the case folder being reported, which moves into the new report.
+    """
+    try:
+        man = json.loads((folder / manifest.MANIFEST).read_text(encoding="utf-8"))
+        recorded = {o["path"] for o in man["outputs"]}
+        excluded = set(man.get("outputs_excluded", [])) & NOT_OUTPUTS
+    except (OSError, ValueError, KeyError, TypeError):  # no readable manifest: nothing in it is known to be ours
+        recorded, excluded = set(), set()
+    if carried is not None:
+        excluded.add(carried)
+    stray = []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_dir() or rel.split("/")[0] in excluded or rel in recorded or rel in MANIFEST_COMPANIONS:
+            continue
+        if p.name.startswith(".") and p.name.endswith(".tmp"):  # an atomic write's leftover (old versions wrote in place)
+            continue
+        stray.append(rel)
+    return stray
+
+
+def _carried(keep: Path | None, final: Path) -> str | None:
+    """The top-level entry of the report folder ``final`` that holds the case folder ``keep``, if any."""
+    if keep is None or not keep.resolve().is_relative_to(final.resolve()) or keep.resolve() == final.resolve():
+        return None
+    top = keep.resolve().relative_to(final.resolve()).parts[0]
+    return top if top in NOT_OUTPUTS else None  # anywhere else it would be hashed as an output next time
+
+
+def _check_replaceable(final: Path, carried: str | None) -> None:
+    """Refuse to replace a report folder that is or holds a symbolic link, is a file, or holds others' files."""
+    link = find_symlink(final)
+    if link is not None:
+        where = "the report folder is" if link == final else "the report folder holds"
+        raise OutputError(f"{where} a symbolic link: a report is never written through one", file=link,
+                          fix="remove the link (and find out who made it), or choose another --out")
+    if not os.path.lexists(final):
+        return
+    if not final.is_dir():
+        raise OutputError("the report folder's path is not a folder", file=final, fix="move it away or choose another --out")
+    stray = _stray_files(final, carried)
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise OutputError(f"the report folder holds files forensics did not write ({shown}); a new report replaces "
+                          "the whole folder", file=final, fix="move those files out of it, or choose another --out")
+
+
+@contextlib.contextmanager
+def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterator[Path]:
+    """Lock ``OUT/<case name>`` and yield a fresh private folder to build its new report in.
+
+    When the block ends without an error the new folder replaces the report folder (atomically
+    where the system can, see :func:`forensics.case.replace_folder`); otherwise it is deleted
+    and the old report stays as it was. ``keep``: a case folder being read that lies inside the
+    old report folder (``run``'s ``case/``), moved into the new one. ``OUT`` itself may exist
+    (its mode is left alone) or is created private; it must not be a file.
+    """
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise OutputError("--out is not a folder", file=out, fix="give --out a folder (or a path that does not exist yet)")
+    make_private_dirs(out)
+    final = report_dir_for(out, case_name)
+    with folder_lock(out / f".{final.name}+lock", f"the report folder {final}"):
+        carried = _carried(keep, final) if os.path.isdir(final) else None
+        _check_replaceable(final, carried)
+        # Leftovers of a run killed mid-way (only a run holding this lock makes or removes them).
+        for stale in sorted(glob.glob(glob.escape(str(out / f".{final.name}+")) + "*")):
+            if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
+                shutil.rmtree(stale)
+        building = Path(tempfile.mkdtemp(prefix=f".{final.name}+new-", dir=out))
+        moved = False
+        try:
+            os.chmod(building, 0o700)
+            yield building
+            if carried is not None:
+                moved = True
+                os.rename(final / carried, building / carried)
+            replace_folder(building, final, out / f".{final.name}+old-{os.getpid()}")
+        except BaseException:
+            # Stopped before the swap: the case folder carried over goes back to the old report.
+            if moved and carried and os.path.isdir(building / carried) and not os.path.lexists(final / carried):
+                os.rename(building / carried, final / carried)
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+
+
+def _config_for(case: Path, config: CaseConfig | None) -> CaseConfig:
+    """The configuration to report with: ``config``, with what the earlier stages auto-detected."""
     if config is None:
         if not (case / "config.json").is_file():
             raise CaseError("the case has no config.json", file=case, fix="run `forensics ingest` first or give --config")
-        config = load_saved(case / "config.json")
-    elif (case / "config.json").is_file():
+        return load_saved(case / "config.json")
+    if (case / "config.json").is_file():
         # A case file may say "auto"; the earlier stages recorded what they detected.
         saved = load_saved(case / "config.json")
         for key in ("real_ceiling_tokens", "advertised_window_tokens"):
             if getattr(config, key) == "auto" and isinstance(getattr(saved, key), int):
                 config.set(key, getattr(saved, key), saved.source(key) if saved.source(key) != "default" else "auto-detected")
+    return config
+
+
+def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None) -> ReportResult:
+    """Write the report folder ``OUT/<case name>/`` for a case that has been scanned and matched.
+
+    The case is read under its shared lock (no ingest, scan or match may change it meanwhile);
+    the report folder is written as :func:`report_folder` says.
+    """
+    case = Path(case)
+    config = _config_for(case, config)
+    reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
+    with reading, report_folder(out, config.name, keep=case) as building:
+        result = write_report(case, config, building, progress)
+    result.report_dir = report_dir_for(out, config.name)
+    return result
+
+
+def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Reporter | None = None) -> ReportResult:
+    """Write every report file into ``report_dir``, a new empty folder (see :func:`report_folder`)."""
+    case = Path(case)
+    config = _config_for(case, config)
     task = reporter(progress).task("report", total=6)
     classifier = default_classifier()
     data = case_data.load(case, classifier, config.models)
     task.advance()
-
-    report_dir = report_dir_for(out, config.name)
-    safe.private_dir(Path(out))
-    safe.private_dir(report_dir)
-    for sub in OWNED_DIRS:  # a tenant notified last run but not now must not keep a stale packet
-        if (report_dir / sub).is_dir():
-            shutil.rmtree(report_dir / sub)
 
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
         if (case / record).is_file():

@@ -8,7 +8,6 @@ logs an attacker may have shaped, so nothing taken from them reaches a file name
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
-from forensics.case import atomic_open, atomic_path
+from forensics.case import atomic_open, atomic_path, make_private_dirs
 
 #: Characters kept in a folder name; everything else becomes ``_``.
 _SAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -26,10 +25,8 @@ NAME_PREFIX_CHARS = 40
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) and make it 0700, even when it already existed."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    return path
+    """Create ``path`` (and missing parents) 0700 whatever the umask; an existing folder keeps its mode."""
+    return make_private_dirs(path)
 
 
 def safe_name(identifier: str) -> str:
