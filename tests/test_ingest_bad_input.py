@@ -147,6 +147,19 @@ def test_tenant_field_that_names_no_customer_is_a_config_error(tmp_path: Path) -
     assert "organisation_id" in str(exc.value) and "spend.jsonl" in str(exc.value)
 
 
+def test_one_file_naming_no_customer_among_good_ones_does_not_stop_the_run(tmp_path: Path) -> None:
+    # A hostile (or foreign) file whose records carry no tenant field is bad input: its records are
+    # quarantined and a note names it; the rule is wrong only when no file names a customer.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "good.jsonl").write_text(spend_log() + "\n")
+    (logs / "hostile.jsonl").write_text(spend_log(request_id="y", team_id="", api_key="") + "\n")
+    res = api.ingest(tmp_path / "case", [logs], config=api.make_config())
+    by_name = {Path(f["path"]).name: f for f in res.manifest["files"]}
+    assert (by_name["good.jsonl"]["ingested"], by_name["hostile.jsonl"]["quarantined"]) == (1, 1)
+    assert any("hostile.jsonl" in n and "name no customer" in n for n in res.manifest["notes"])
+
+
 def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None:
     entry, q = ingest_lines(tmp_path, [spend_log(), spend_log(request_id="y", team_id="", api_key="")], name="spend.jsonl", fmt="litellm")
     assert (entry["ingested"], entry["quarantined"]) == (1, 1)

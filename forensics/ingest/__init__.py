@@ -308,13 +308,17 @@ def ingest(
     task.close()
     for entry in known.values():
         entry["ingested"] = entry["parsed"]
-    _check_tenants(known.values(), cfg)
+    tenantless = _check_tenants(known.values(), cfg)
     run_files = [
         {k: f[k] for k in ("path", "sha256", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status")}
         for f in run_files
     ]
 
     manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
+    if tenantless:
+        manifest["notes"].append(
+            f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
+            f"were quarantined: {', '.join(tenantless[:5])}")
     manifest["tool"] = {"name": "forensics", "version": __version__}
     write_json(c.manifest_path, manifest)
     save(cfg, c.config_path)
@@ -349,17 +353,23 @@ def read_damage(case: str | Path, request_ids: Iterable[str] | None = None) -> d
     return {(rid, tenant): damage for rid, tenant, damage in rows}
 
 
-def _check_tenants(entries: Any, cfg: CaseConfig) -> None:
-    """Refuse a tenant rule that names no customer in a whole file: every record would be lost to
-    quarantine and the notification list would silently come out empty."""
-    for entry in entries:
-        if entry.get("no_tenant") and entry["parsed"] == 0 and entry["no_tenant"] == entry["quarantined"]:
-            raise ConfigError(
-                f"tenant_field {cfg.tenant_field!r} names no customer in any of the {entry['no_tenant']} records of this file",
-                file=entry["path"],
-                fix="set tenant_field (case file or --tenant-field) to the field that names the customer, e.g. "
-                "organization_id, team_id or metadata.user_api_key_team_id",
-            )
+def _check_tenants(entries: Any, cfg: CaseConfig) -> list[str]:
+    """Refuse a tenant rule that names no customer in any record of the case: every record would be
+    lost to quarantine and the notification list would silently come out empty. Return the files
+    where it named none (their records are quarantined, each with the reason): one such file among
+    others is bad input, not a bad rule, and must not stop the run."""
+    entries = list(entries)
+    lost = [e for e in entries if e.get("no_tenant") and e["parsed"] == 0 and e["no_tenant"] == e["quarantined"]]
+    if lost and not any(e["parsed"] for e in entries):
+        entry = lost[0]
+        raise ConfigError(
+            f"tenant_field {cfg.tenant_field!r} names no customer in any of the {entry['no_tenant']} records of this file"
+            + (f" (nor in {len(lost) - 1} other files)" if len(lost) > 1 else ""),
+            file=entry["path"],
+            fix="set tenant_field (case file or --tenant-field) to the field that names the customer, e.g. "
+            "organization_id, team_id or metadata.user_api_key_team_id",
+        )
+    return [e["path"] for e in lost]
 
 
 def _zero_counts() -> dict[str, int]:
