@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 from forensics import schema  # noqa: E402
 from forensics.case import write_table  # noqa: E402
 from forensics.config import CaseConfig  # noqa: E402
-from forensics.match import INLINE_BYTES  # noqa: E402
+from forensics.match.pool import INLINE_BYTES  # noqa: E402
 
 T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -280,8 +280,8 @@ def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
     code = (
         "import json, sys, threading, time; sys.path.insert(0, %r)\n"
         "import psutil\n"
-        "import forensics.match as m; from forensics.config import CaseConfig\n"
-        "m.INLINE_BYTES = 0 if %d > 1 else m.INLINE_BYTES\n"
+        "import forensics.match as m; import forensics.match.pool as mp; from forensics.config import CaseConfig\n"
+        "mp.INLINE_BYTES = 0 if %d > 1 else mp.INLINE_BYTES\n"
         "me = psutil.Process(); peak = {'main': 0, 'worker': 0}; cpu = {}; done = threading.Event()\n"
         "def watch():\n"
         "    while not done.is_set():\n"

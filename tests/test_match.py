@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import forensics.match as match_mod
+import forensics.match.pool as pool_mod
+import forensics.match.rarity as rarity_mod
 import forensics.match.stream as stream_mod
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
@@ -311,12 +313,12 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     a = _outputs(case)
     match(case, config(workers=1))
     assert _outputs(case) == a
-    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
     shared = match(case, config(workers=2, batch_rows=8))
     assert _outputs(case) == a
     assert shared.run_stats["jobs_on_workers"] > 0 and shared.run_stats["jobs_here"] > 0
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", False)  # this process starts alone
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", False)  # this process starts alone
     match(case, config(workers=2, batch_rows=8))
     assert _outputs(case) == a
     assert len(cross(first.findings)) >= 5
@@ -328,8 +330,8 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     assert pq.ParquetFile(case / "exchanges.parquet").num_row_groups == 1
     first = match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
     second = match(case, config(workers=2))
     assert _outputs(case) == expected
     assert second.run_stats["jobs_on_workers"] > 0
@@ -342,9 +344,9 @@ def test_workers_reading_row_ranges_that_cut_batches_change_nothing(
     case = _mixed_case(tmp_path / "case", row_group_rows=40)
     match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(match_mod, "TASK_BYTES", 1)  # one row per task: ranges cut every batch
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(pool_mod, "TASK_BYTES", 1)  # one row per task: ranges cut every batch
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
     result = match(case, config(workers=3, batch_rows=3))
     assert _outputs(case) == expected
     assert result.report["searched"]["records"] == pq.ParquetFile(case / "exchanges.parquet").metadata.num_rows
@@ -359,8 +361,8 @@ def test_workers_that_cannot_start_leave_the_match_to_this_process(
     def no_server() -> None:
         raise OSError("no shared memory here")
 
-    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(match_mod.forkserver, "ensure_running", no_server)
+    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(pool_mod.forkserver, "ensure_running", no_server)
     result = match(case, config(workers=2))
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
@@ -372,9 +374,9 @@ def test_workers_that_fail_to_initialise_leave_the_match_to_this_process(
     case = _mixed_case(tmp_path / "case", row_group_rows=40)
     match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(match_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
-    monkeypatch.setattr(match_mod, "_worker_payload", lambda scanner: b"not a pickle")
+    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: b"not a pickle")
     result = match(case, config(workers=2))  # must neither hang nor fail
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
@@ -385,13 +387,13 @@ def test_a_worker_that_dies_leaves_its_jobs_to_this_process(monkeypatch: pytest.
     import os
     import pickle
 
-    monkeypatch.setattr(match_mod, "WAIT_FOR_WORKERS", True)
-    monkeypatch.setattr(match_mod, "_worker_payload", lambda scanner: pickle.dumps("a scanner"))
-    with match_mod._helpers_running(1) as helpers:
+    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
+    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: pickle.dumps("a scanner"))
+    with pool_mod.helpers_running(1) as helpers:
         helpers.start(None)  # type: ignore[arg-type]
         assert helpers.pool is not None
         # The remote job kills its worker (as an out-of-memory kill would): its result comes from here.
-        results = list(match_mod._ordered(helpers, os._exit, lambda job: job * 10, iter([1, 2, 3, 4])))
+        results = list(pool_mod.ordered(helpers, os._exit, lambda job: job * 10, iter([1, 2, 3, 4])))
     assert results == [10, 20, 30, 40]
     assert helpers.failed is not None and "BrokenProcessPool" in helpers.failed
 
@@ -418,7 +420,7 @@ def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatc
     case = make_case(tmp_path / "case", rows, ["b1", "s0", "s1"], row_group_rows=8)
     match(case, config(batch_rows=4))
     expected = _outputs(case)
-    monkeypatch.setattr(match_mod, "COMPACT_ENTRIES", 1)
+    monkeypatch.setattr(rarity_mod, "COMPACT_ENTRIES", 1)
     monkeypatch.setattr(match_mod, "PRUNE_HITS", 1)
     result = match(case, config(batch_rows=4))
     assert _outputs(case) == expected

@@ -23,17 +23,18 @@ SAMPLE = REPO / "sample_logs"
 NAME = "sim-small-seed7"  # the sample's case name
 
 #: Runs `forensics` with the match stage's worker pool forced on (the sample is far below
-#: forensics.match.INLINE_BYTES, the size from which a run starts workers) and holds the run
+#: forensics.match.pool.INLINE_BYTES, the size from which a run starts workers) and holds the run
 #: once the workers are up, writing a marker file, so the test can signal it right there.
 HARNESS = """
 import sys, time
 from pathlib import Path
 import forensics.match as m
+import forensics.match.pool as pool
 
 marker = Path(sys.argv[1])
-m._workers_to_start = lambda path, p: 2
-m.WAIT_FOR_WORKERS = True
-ordered = m._ordered
+m.workers_to_start = lambda path, p: 2
+pool.WAIT_FOR_WORKERS = True
+ordered = pool.ordered
 
 def held(helpers, *args):
     if helpers.pool is not None and not marker.exists():
@@ -41,7 +42,7 @@ def held(helpers, *args):
         time.sleep(300)
     yield from ordered(helpers, *args)
 
-m._ordered = held
+pool.ordered = held
 if __name__ == "__main__":  # workers import this file again (as __mp_main__)
     from forensics.cli import main
     main(sys.argv[2:])

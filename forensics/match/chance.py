@@ -185,7 +185,7 @@ def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, 
         for pt in mine:
             sizes[pt[0]] = pt[2]
         strengths = [pt[1] for pt in mine if not math.isnan(pt[1])]
-        matches = [(pt[1], sizes[pt[0]], *(pt[3:6] if len(pt) == 6 else (1.0, 0.0, 0)))  # type: ignore[misc]
+        matches = [(pt[1], sizes[pt[0]], *(pt[3:6] if len(pt) == 6 else (1.0, 0.0, 0)))
                    for pt in mine if not math.isnan(pt[1])]
         halves.append((strengths, sum(sizes.values()), len(sizes), matches))
     rows = []

@@ -1,0 +1,466 @@
+"""From verified candidates to findings: each pair's evidence (strength, informative tokens,
+passages), the decode-node facts, the null model and E-values, the tiers, and the CSV text."""
+
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from forensics import csvfile
+from forensics.match import chance
+from forensics.match.fingerprint import SEED
+from forensics.match.index import NO_TIME, Target
+from forensics.match.rarity import Holders
+from forensics.match.stream import (
+    Candidate,
+    tenant_code,
+)
+from forensics.match.targets import request_key
+from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier
+
+_TIER_RANK = {"confirmed": 0, "probable": 1}
+
+
+def score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
+                      p: MatchParams) -> list[dict[str, Any]]:
+    """Every admissible candidate pair (target, source request, kind), with its evidence.
+
+    Per region: rarity, own context, informative tokens and strength (bits, see ``chance.py``);
+    a region that is not admissible (:func:`tiers.admissible`) is dropped. Per pair: every
+    admissible region not overlapping a stronger one is kept as a passage (adjacent passages
+    merged into one span); the pair's strength and informative tokens are their sums, and its
+    score, spans and rarity those of the strongest passage.
+    """
+    start, h_tenant, h_time, common_mask = holders
+    k = p.k
+    vocab, df = chance.token_weights([t.tokens.hash for t in targets])
+    bits: dict[int, np.ndarray] = {}
+    per_pair: dict[tuple[int, str, str | None, str, bool], list[dict[str, Any]]] = {}
+    for c in cands:
+        tgt = targets[c.target]
+        kp = np.unique(c.kgram_positions)
+        g = tgt.gids[kp]
+        n = start[g + 1] - start[g]
+        seg = np.repeat(np.arange(len(g)), n)
+        first = np.cumsum(n) - n
+        flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+        ten, when = h_tenant[flat], h_time[flat]
+        holders_then = np.bincount(seg, weights=(ten >= 0) & (when < tgt.deadline_us), minlength=len(g))
+        own = np.bincount(seg, weights=ten == -(c.target + 1), minlength=len(g)) > 0
+        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+        if relation == "cross_tenant":
+            # Text the recipient's tenant already held when it sent the request is not news to it.
+            own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
+                               minlength=len(g)) > 0
+        common = (holders_then > p.max_tenants) | common_mask[g]
+        if c.later:
+            # A later text is searched over all time: text many tenants held by then is common for it.
+            common |= np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants
+        informative = ~own & ~common
+        weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
+        rarity = float(weight.mean()) if len(weight) else 0.0
+        # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
+        singles_out = float(weight[informative].mean()) if informative.any() else 0.0
+        if not informative.any():
+            continue
+        # Informative tokens: matched tokens not explained by an own-context or common k-gram
+        # (a damaged fragment's short blocks between rare k-grams still count).
+        matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
+        for a, size in c.blocks:
+            matched[a - c.tok_start : a - c.tok_start + size] = True
+        # Different words among the matched tokens: a run of one repeated word is no passage.
+        distinct = len(np.unique(tgt.tokens.hash[c.tok_start : c.tok_end][matched]))
+        # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
+        # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
+        # own-context k-grams alone cover are explained away.
+        explained = np.zeros_like(matched)
+        for q in kp[~informative].tolist():
+            explained[q - c.tok_start : q - c.tok_start + k] = True
+        for q in kp[informative].tolist():
+            explained[q - c.tok_start : q - c.tok_start + k] = False
+        matched &= ~explained
+        info_tokens = int(matched.sum())
+        if not admissible(c.score, info_tokens, distinct, p):
+            continue
+        if c.target not in bits:
+            bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
+        strength = float(bits[c.target][c.tok_start : c.tok_end][matched].sum())
+        rule = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
+        # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
+        rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
+                     if tgt.control else None)
+        per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append({
+            "c": c, "relation": relation, "rarity": rarity, "singles_out": singles_out, "informative": info_tokens,
+            "strength": strength,
+            "rule": rule, "rule_null": rule_null,
+        })
+    rows = []
+    for (t, _, _, _, later), regs in per_pair.items():
+        tgt = targets[t]
+        regs.sort(key=lambda r: (-r["strength"], -r["c"].score, r["c"].recipient_start, r["c"].source_start))
+        kept: list[dict[str, Any]] = []
+        for r in regs:
+            c = r["c"]
+            if all(c.recipient_end <= x["c"].recipient_start or c.recipient_start >= x["c"].recipient_end for x in kept):
+                kept.append(r)
+        best, c = kept[0], kept[0]["c"]
+        passages = _merge_passages([(x["c"].recipient_start, x["c"].recipient_end, x["c"].source_start,
+                                     x["c"].source_end) for x in kept])
+        main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
+        rule_rank = min((_TIER_RANK[x["rule"][0]], x["rule"]) for x in kept if x["rule"]) if any(
+            x["rule"] for x in kept) else None
+        null_rules = sorted({x["rule_null"][1].split(":")[0] for x in kept if x["rule_null"]})
+        fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
+                                         _tenant_part(c.source_tenant_id), c.source_kind, *main)))
+        rows.append({
+            "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
+            "recipient_request_id": tgt.request_id,
+            "recipient_tenant_id": tgt.tenant_id,
+            "source_request_id": c.source_request_id,
+            "source_tenant_id": c.source_tenant_id,
+            "source_kind": c.source_kind,
+            "relation": best["relation"],
+            "tier": None,
+            "tier_rule": None,
+            "score": round(c.score, 2),
+            "matched_tokens": c.matched,
+            "longest_run": c.longest_run,
+            "recipient_start": main[0],
+            "recipient_end": main[1],
+            "source_start": main[2],
+            "source_end": main[3],
+            "rarity": round(best["rarity"], 4),
+            "_singles_out": best["singles_out"],
+            "informative_tokens": sum(x["informative"] for x in kept),
+            "regions": len(regs),
+            "strength_bits": round(sum(x["strength"] for x in kept), 3),
+            "passages": passages,
+            "control": tgt.control,
+            "_target": t,
+            "_source_received_us": c.source_received_us,
+            "_rule": rule_rank[1] if rule_rank else None,
+            "_later": later,
+            "_null_rules": null_rules,
+        })
+    return rows
+
+
+#: Passages of one pair closer than this (characters, in both texts, in the same order) are one span.
+ADJACENT_CHARS = 24
+
+
+def _merge_passages(spans: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """Adjacent (recipient, source) spans merged: each gap at most ``ADJACENT_CHARS`` in both texts."""
+    out: list[list[int]] = []
+    for rs, re_, ss, se in sorted(spans):
+        if out and 0 <= rs - out[-1][1] <= ADJACENT_CHARS and 0 <= ss - out[-1][3] <= ADJACENT_CHARS:
+            out[-1][1], out[-1][3] = max(out[-1][1], re_), max(out[-1][3], se)
+        else:
+            out.append([rs, re_, ss, se])
+    return [(a, b, c, d) for a, b, c, d in out]
+
+
+@dataclasses.dataclass
+class RecordFacts:
+    """What the engine and the ingest recorded about the requests of the findings (no text)."""
+
+    node: dict[tuple[str, str | None], str | None]
+    damage: dict[tuple[str, str | None], str | None]
+    times: np.ndarray  # every record's received time, sorted (records without one left out)
+    node_share: dict[str, float]  # share of records with a known decode node that ran on each
+    has_damage_column: bool
+    node_times: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # received times per decode node
+
+    def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
+        """Records decoded on ``node`` received in [since, until): the source and every later one."""
+        t = self.node_times.get(node)
+        if t is None:
+            return 0
+        return int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
+
+    def records_before(self, when_us: int) -> int:
+        """Records received before ``when_us`` (the corpus a target's search covered)."""
+        return int(np.searchsorted(self.times, when_us, side="left"))
+
+
+def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
+    """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times."""
+    import pyarrow.compute as pc  # here, not at import: worker processes never load it
+
+    pf = pq.ParquetFile(path)
+    has_damage = "damage" in pf.schema_arrow.names
+    cols = ["request_id", "tenant_id", "received_at", "decode_node"] + (["damage"] if has_damage else [])
+    wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
+    node: dict[tuple[str, str | None], str | None] = {}
+    damage: dict[tuple[str, str | None], str | None] = {}
+    times: list[np.ndarray] = []
+    per_node: dict[str, list[np.ndarray]] = {}
+    for batch in pf.iter_batches(batch_size=65536, columns=cols):
+        rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        times.append(rec.drop_null().to_numpy())
+        nodes = batch.column("decode_node")
+        for nd in pc.unique(nodes.drop_null()).to_pylist():
+            per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
+        if len(wanted):
+            sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
+            dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
+            for rid, ten, nd, dm in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                        sel.column("decode_node").to_pylist(), dmg):
+                if (rid, ten) in keys:
+                    node[(rid, ten)] = nd
+                    damage[(rid, ten)] = dm
+    node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
+    total = sum(len(v) for v in node_times.values())
+    return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
+                        {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times)
+
+
+def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
+            facts: RecordFacts) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
+
+    Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
+    ``null`` section.
+    """
+    # A search's size, per target, over the texts received before it completed (see SIZE_EXPONENT).
+    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, facts.records_before(t.deadline_us))
+                     for i, t in enumerate(targets)}
+    for r in rows:
+        tgt = targets[r["_target"]]
+        src_node = facts.node.get((r["source_request_id"], r["source_tenant_id"]))
+        r["recipient_decode_node"] = tgt.decode_node
+        r["source_decode_node"] = src_node
+        r["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
+                                 else tgt.decode_node == src_node)
+        known = tgt.received_us != NO_TIME and r["_source_received_us"] != NO_TIME
+        r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
+        r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
+        r["source_damage"] = facts.damage.get((r["source_request_id"], r["source_tenant_id"]))
+        r["search_size"] = search_before[r["_target"]]
+    # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
+    # same customer also sent that text earlier (a conversation resends itself): those are left out.
+    # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
+    # the answer): the reverse of a leak, not a chance likeness; those are left out too.
+    earlier = {(r["_target"], r["source_tenant_id"]) for r in rows if not r["_later"]}
+    later = [r for r in rows if r["_later"] and r["relation"] == "cross_tenant"
+             and (r["_target"], r["source_tenant_id"]) not in earlier]
+    copies = [r for r in later if r["longest_run"] >= 2 * p.min_run]
+    later = [r for r in later if r["longest_run"] < 2 * p.min_run]
+    rows = [r for r in rows if not r["_later"]]
+    rows = _collapse_same_tenant_copies(rows)
+    later = _collapse_same_tenant_copies(later)
+    _explain_away(rows)
+    _explain_away(later)
+    # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
+    # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
+    # is no finding there either). Search sizes: response k-gram positions x records searched.
+    controls = [i for i, t in enumerate(targets) if t.control]
+    suspects = [i for i, t in enumerate(targets) if not t.control]
+    total = len(facts.times)
+    size_of = {i: search_before[i] for i in controls}
+    size_of |= {i: _search_size(len(targets[i].tokens.hash) - p.k + 1,
+                                total - facts.records_before(targets[i].deadline_us)) for i in suspects}
+    null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]
+    null_rows += [r for r in later if not r["_explained_by"]]
+    model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()),
+                                 len(controls) + len(suspects))
+    for r in rows:
+        r["expected_by_chance"] = float(f"{model.expected(r['strength_bits'], r['search_size']):.4g}")
+        tgt = targets[r["_target"]]
+        r["records_since_source_on_node"] = (
+            facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
+            if r["same_decode_node"] and r["seconds_before"] is not None else None)
+    mechanism_known = bool(facts.node_share)
+    for r in rows:
+        tgt = targets[r["_target"]]
+        k = r["records_since_source_on_node"]
+        share = facts.node_share.get(tgt.decode_node or "", 0.0)
+        before = facts.records_on_node_since(tgt.decode_node or "", NO_TIME, tgt.received_us) if tgt.decode_node else 0
+        if k is not None:
+            # Chance puts a source on the suspect's node, at least this recent, k times in the n records that
+            # node served before the suspect.
+            factor = max(k, 1) / max(before, 1)
+            factor_known = True
+        elif tgt.decode_node is not None and 0.0 < share < 1.0:
+            # The engine logs put the source elsewhere (another node, or none): not where stale pages come
+            # from, so the text must carry what the mechanism does not: E grows by 1 / the node's share.
+            factor = 1.0 / share
+            factor_known = True
+        else:
+            factor = 1.0  # the engine logs say nothing about this suspect
+            factor_known = False
+        r["mechanism_factor"] = float(f"{factor:.4g}")
+        # The product ranks the candidates; its E-value counts the chance candidates of this search that a
+        # product this small would let through (chance.with_mechanism), not the product itself.
+        r["_mechanism"] = (share if factor_known else 0.0, before)
+        combined = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
+                                         model.expected(-math.inf, r["search_size"]), before)
+        r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
+        if r["_explained_by"] and p.tiering == "evalue":
+            decision: tuple[str, str] | str = (
+                f"the same response text matches another customer's text more strongly (finding "
+                f"{r['_explained_by']}): this weaker likeness is what similar texts share")
+        elif p.tiering == "rules":
+            decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
+        else:
+            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"])
+        if isinstance(decision, tuple):
+            r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
+        else:
+            r["tier"], r["tier_rule"], r["why_not_notified"] = None, None, decision
+    points = [(r["_target"], r["strength_bits"], size_of[r["_target"]]) for r in null_rows]
+    seen = {c for c, _, _ in points}
+    points += [(i, float("nan"), size_of[i]) for i in size_of if i not in seen]
+    # The controls again, each chance match with its decode-node evidence: the figure the tiers use,
+    # checked where every match is known to be chance.
+    control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
+                       *r["_mechanism"]) for r in null_rows if r["control"]]
+    seen_controls = {c for c, *_ in control_points}
+    control_points += [(i, float("nan"), size_of[i], 1.0, 0.0, 0) for i in controls if i not in seen_controls]
+    null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
+    searches = len(size_of)
+    rules: dict[str, Any] = {}
+    control_null = [r for r in null_rows if r["control"]]
+    for name in ("R1", "R2", "R2b", "R3"):
+        hit = {r["_target"] for r in control_null if name in r["_null_rules"]}
+        rules[name] = {"control_responses_with_match": len(hit),
+                       "false_positive_rate": round(len(hit) / len(controls), 6) if controls else None}
+    for name, limit in (("E1", p.confirm_evalue), ("E2", p.probable_evalue)):
+        hit = {r["_target"] for r, e in null_e if e <= limit}
+        rules[name] = {"null_searches_with_match": len(hit),
+                       "false_positive_rate": round(len(hit) / searches, 6) if searches else None,
+                       "expected_false_positives": round(limit * searches, 4),
+                       "observed_false_positives": sum(1 for _, e in null_e if e <= limit)}
+    null = {
+        **model.record(),
+        "strength": "sum over informative matched tokens of log2((N + 16) / (1 + df)), df = other target responses "
+                    "holding the token, N = target responses",
+        "search_size": "sqrt(response k-gram positions x records searched (before the response completed; for "
+                       "the later-text null, after it))",
+        "searches": {"control_responses": len(controls), "suspects_against_later_texts": len(suspects),
+                     "chance_matches_from_controls": len(control_null),
+                     "chance_matches_from_later_texts": len(null_rows) - len(control_null),
+                     "later_texts_copying_the_suspect_left_out": len(copies)},
+        "decode_node_evidence": ("present: expected_by_chance_with_mechanism = the chance candidates a search "
+                                 "expects with expected_by_chance x mechanism_factor at most this one's "
+                                 "(chance.with_mechanism); mechanism_factor = records the suspect's decode node served since "
+                                 "the source / records it served before the suspect when the source ran there, "
+                                 "1 / that node's share of records when it ran elsewhere or on none, 1 when the "
+                                 "suspect's node is unknown" if mechanism_known else
+                                 "absent: no decode node in the exchanges (gateway logs only); findings rest on "
+                                 "the text alone (mechanism_factor 1)"),
+
+        "rules": rules,
+        "calibration": chance.calibration(points),
+        "calibration_of_controls_with_mechanism": chance.calibration(control_points),
+    }
+    return rows, null
+
+
+#: Chance matches grow with the square root of (response k-gram positions x records searched), not in
+#: proportion: with exponent 1 the held-out null of the realistic scenario (seeds 1-3) saw 2.5-3.2x the
+#: chance matches expected at E <= 0.01 and 0.5-0.6x at E <= 0.5; with 0.5, 0.6-1.5x at E <= 0.01 to
+#: 0.1 on every seed (benchmarks/quality.py prints the table).
+SIZE_EXPONENT = 0.5
+
+
+def _search_size(positions: int, records: int) -> float:
+    """The size of one search: sqrt(response k-gram positions x records searched), see SIZE_EXPONENT."""
+    return float(max(positions, 0) * max(records, 0)) ** SIZE_EXPONENT
+
+
+def _explain_away(rows: list[dict[str, Any]]) -> None:
+    """Mark each cross-tenant pair whose passages lie mostly inside a stronger pair's passages
+    with another source tenant (``_explained_by``: that pair's finding id, else None).
+
+    Stale pages leak one customer's text; another customer's similar text (the same form filled
+    with other values, another article on the same subject) then matches the leaked passage
+    too, more weakly. The response text is explained by the stronger source; the weaker likeness
+    is what similar texts share. Pairs of equal strength (the same passage sent by both) stay.
+    """
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        r["_explained_by"] = None
+        if r["relation"] == "cross_tenant":
+            by_target.setdefault(r["_target"], []).append(r)
+    for group in by_target.values():
+        group.sort(key=lambda r: (-r["strength_bits"], r["finding_id"]))
+        for i, r in enumerate(group):
+            own = sum(b - a for a, b, _, _ in r["passages"])
+            for s in group[:i]:
+                if s["strength_bits"] <= r["strength_bits"] or s["source_tenant_id"] == r["source_tenant_id"]:
+                    continue
+                shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
+                             for c, d, _, _ in s["passages"])
+                if own and shared * 2 >= own:
+                    r["_explained_by"] = s["finding_id"]
+                    break
+
+
+def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per passage and source tenant: a tenant that sent the same text in several requests
+    (every turn of a conversation resends it) exposed it once.
+
+    Among rows of one recipient and one source tenant whose recipient spans overlap by at least
+    half of the shorter span, one is kept: a source on the recipient's decode node first (where
+    stale pages come from), then the strongest, then the most recent (the latest occupant's);
+    ``other_source_requests`` counts the rest.
+    """
+    def rank(r: dict[str, Any]) -> tuple[Any, ...]:
+        node = {True: 0, None: 1, False: 2}[r["same_decode_node"]]
+        return (node, -r["strength_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+
+    groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["_target"], r["source_tenant_id"]), []).append(r)
+    out = []
+    for group in groups.values():
+        kept: list[dict[str, Any]] = []
+        for r in sorted(group, key=rank):
+            for k in kept:
+                overlap = min(r["recipient_end"], k["recipient_end"]) - max(r["recipient_start"], k["recipient_start"])
+                shorter = min(r["recipient_end"] - r["recipient_start"], k["recipient_end"] - k["recipient_start"])
+                if overlap * 2 >= shorter:
+                    k["other_source_requests"] += 1
+                    break
+            else:
+                r["other_source_requests"] = 0
+                kept.append(r)
+        out.extend(kept)
+    out.sort(key=_row_order)
+    return out
+
+
+def _row_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    """Evidence rows by recipient request, source request (each with its tenant), kind, start."""
+    return (request_key(r["recipient_request_id"], r["recipient_tenant_id"]),
+            request_key(r["source_request_id"], r["source_tenant_id"]), r["source_kind"], r["recipient_start"])
+
+
+def _tenant_part(tenant: str | None) -> str:
+    """A tenant id as part of a finding id's key (no tenant is a value no tenant id can be)."""
+    return "\x00" if tenant is None else tenant
+
+
+def passages_text(passages: list[tuple[int, int, int, int]]) -> str:
+    """``recipient_start:recipient_end=source_start:source_end`` per passage, ``;``-joined."""
+    return ";".join(f"{a}:{b}={c}:{d}" for a, b, c, d in passages)
+
+
+def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    def shown(r: dict[str, Any], c: str) -> Any:
+        v = r.get(c)
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return (f"{v:.2f}" if c == "score" else f"{v:.4f}" if c == "rarity" else f"{v:.3g}"
+                if c == "expected_by_chance" else v)
+
+    return csvfile.csv_text(columns, ([shown(r, c) for c in columns] for r in rows))

@@ -1,0 +1,252 @@
+"""The match stage's processes: the streaming pass shared by this process and its workers, in
+row order whoever runs a task, with this process doing the work alone when workers cannot start."""
+
+
+import collections
+import concurrent.futures
+import contextlib
+import multiprocessing
+import os
+import pickle
+import threading
+from collections.abc import Iterator
+from multiprocessing import forkserver
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from forensics.match.stream import (
+    BatchResult,
+    RowReader,
+    Scanner,
+    ScanTask,
+    init_worker_from,
+    scan_rows,
+    scan_rows_in_worker,
+    worker_ready,
+)
+from forensics.match.targets import exchanges_file
+from forensics.match.tiers import MatchParams
+from forensics.progress import Reporter, reporter
+from forensics.workers import process_pool
+from forensics.workers import terminate as terminate_pool
+
+#: Below this much (uncompressed) exchanges data no worker is started. This process works alone
+#: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
+#: importing the matcher, fresh processes faulting their memory in: about 0.6 CPU-seconds).
+#: Measured with benchmarks/match.py on a shared 2-core machine, alone / with one worker: 18 MB
+#: 0.77-1.14 s / 0.74-1.13 s (at most a fifth sooner, for 50% more CPU); 66 MB 2.28-2.45 s / 1.53-1.71 s.
+INLINE_BYTES = 32 << 20
+
+#: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
+WAIT_FOR_WORKERS = False
+
+#: Uncompressed Parquet bytes per pass task on the pool: big enough that a task's fixed costs
+#: (a message each way, a Parquet footer) vanish, small enough that two workers finish together.
+TASK_BYTES = 8 << 20
+
+
+def _scan_tasks(path: Path) -> Iterator[ScanTask]:
+    """Row ranges of about ``TASK_BYTES`` of (uncompressed) data each, in file order, for the workers.
+
+    Sizes come from the row groups' metadata, so this process reads no text: the workers read
+    their own rows (a row group's ranges go out in order, so each worker decompresses it at most
+    once, see :class:`RowReader`). A range is never empty and never spans two row groups.
+    """
+    pf = exchanges_file(path)
+    row0 = 0
+    for rg in range(pf.num_row_groups):
+        meta = pf.metadata.row_group(rg)
+        rows = meta.num_rows
+        pieces = max(1, min(rows, -(-meta.total_byte_size // TASK_BYTES)))
+        cuts = [rows * i // pieces for i in range(pieces + 1)]
+        for lo, hi in zip(cuts, cuts[1:]):
+            yield ScanTask(str(path), rg, row0, lo, hi)
+        row0 += rows
+
+
+def workers_to_start(path: Path, p: MatchParams) -> int:
+    """Worker processes to start beside this one: none below ``INLINE_BYTES`` of text.
+
+    ``p.workers`` counts this process too (0: one per core), since it scans its share.
+    """
+    meta = pq.ParquetFile(path).metadata
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    workers = p.workers or (os.cpu_count() or 1)
+    return 0 if workers <= 1 or size < INLINE_BYTES else workers - 1
+
+
+class Helpers:
+    """Worker processes holding the scanner, started in the background.
+
+    Starting them takes about 0.2 s of CPU (a fork server imports the matcher once; workers
+    fork from it, never from this possibly threaded process). The server starts first, while
+    this process loads the targets; the workers start once the targets are ready (they are sent
+    to each worker once); until they are up this process works alone, and then it keeps doing
+    its share. One pool serves the pass and verification. Workers only add speed: if they
+    cannot start, or one dies (killed for memory, say), this process does the rest itself.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
+        self.failed: str | None = None  # why the workers stopped helping (this process then does everything)
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._starting: concurrent.futures.ProcessPoolExecutor | None = None  # the pool while its workers start
+        self._stopping = False
+        if n:
+            try:
+                self._ctx.set_forkserver_preload(["forensics.match"])
+                forkserver.ensure_running()
+            except OSError as exc:
+                self.n, self.failed = 0, f"{type(exc).__name__}: {exc}"
+
+    def start(self, scanner: Scanner) -> None:
+        """Start the workers (in a thread: this process goes on meanwhile)."""
+        if self.n:
+            # Pickled here, before the pass changes what the scanner has learnt: one consistent copy.
+            payload = _worker_payload(scanner)
+            self._thread = threading.Thread(target=self._start, args=(payload,), daemon=True)
+            self._thread.start()
+            if WAIT_FOR_WORKERS:
+                self._thread.join()
+
+    def _start(self, payload: bytes) -> None:
+        pool = None
+        try:
+            # Workers that die with this process (kill -9 included) and ignore Ctrl-C: see forensics.workers.
+            pool = self._starting = process_pool(self.n, self._ctx, init_worker_from, (payload,))
+            # Workers start on demand: have them all start (and report) before they take jobs.
+            for f in [pool.submit(worker_ready) for _ in range(self.n)]:
+                f.result()
+            if self._stopping:  # the run was interrupted while they started
+                terminate_pool(pool)
+                return
+            self._pool = pool
+        except Exception as exc:  # noqa: BLE001 - workers only add speed: go on without them
+            self.failed = f"{type(exc).__name__}: {exc}"
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def pool(self) -> concurrent.futures.ProcessPoolExecutor | None:
+        """The pool once its workers are up, else None (this process then does the job itself)."""
+        return self._pool
+
+    def broke(self, exc: BaseException) -> None:
+        """A worker died: stop using the pool (jobs it held are run again here)."""
+        if self._pool is not None:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        """Stop the workers (waiting for a start still in progress, and for jobs they are running)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def terminate(self) -> None:
+        """Kill the workers now, running jobs included (the run is unwinding from an error or a signal)."""
+        self._stopping = True
+        pool, self._pool = self._pool or self._starting, None
+        if pool is not None:
+            terminate_pool(pool)
+
+
+def _worker_payload(scanner: Scanner) -> bytes:
+    """What each worker receives once: the scanner, pickled."""
+    return pickle.dumps(scanner, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@contextlib.contextmanager
+def helpers_running(n: int) -> Iterator[Helpers]:
+    helpers = Helpers(n)
+    try:
+        yield helpers
+    except BaseException:
+        helpers.terminate()  # waiting for running jobs could take minutes
+        raise
+    finally:
+        helpers.close()
+
+
+class _Done:
+    """A job this process ran itself (its place in the ordered results)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> Any:
+        return self.value
+
+
+def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any]) -> Iterator[Any]:
+    """Results of every job in job order, whoever ran it.
+
+    A job goes to the workers while fewer than two per worker are waiting there; otherwise
+    (workers busy or not started yet) this process runs it with ``local``. Which process ran a
+    job never changes its result, so outputs do not depend on the split. Results are yielded
+    in job order as soon as they are ready. If a worker dies, the pool is dropped and the jobs
+    it held are run here.
+    """
+    pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
+    in_flight = 2 * helpers.n
+
+    def take() -> Any:
+        job, fut = pending.popleft()
+        try:
+            return fut.result()
+        except concurrent.futures.process.BrokenProcessPool as exc:
+            helpers.broke(exc)
+            helpers.jobs["workers"] -= 1
+            helpers.jobs["here"] += 1
+            return local(job)
+
+    for job in jobs:
+        pool = helpers.pool
+        if pool is not None and sum(1 for _, x in pending if not x.done()) < in_flight:
+            try:
+                pending.append((job, pool.submit(remote, job)))
+                helpers.jobs["workers"] += 1
+            except concurrent.futures.process.BrokenProcessPool as exc:
+                helpers.broke(exc)
+                pending.append((job, _Done(local(job))))
+                helpers.jobs["here"] += 1
+        else:
+            pending.append((job, _Done(local(job))))
+            helpers.jobs["here"] += 1
+        # Results wait for the oldest job still running; a slow one may hold back only a few,
+        # so memory stays bounded.
+        while pending and (pending[0][1].done() or len(pending) > 2 * in_flight + 2):
+            yield take()
+    while pending:
+        yield take()
+
+
+def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None) -> Iterator[BatchResult]:
+    """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers.
+
+    Each worker reads its own rows (no text passes through this process) and at most two ranges
+    per worker are in flight, so memory stays bounded; results are gathered in file order.
+    """
+    rows = pq.ParquetFile(path).metadata.num_rows
+    task = reporter(progress).task("match: streaming prompts and responses", rows)
+    reader = RowReader(scanner.p.batch_rows)
+    try:
+        for res in ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
+                            _scan_tasks(path)):
+            yield res
+            task.advance(res.stats.get("records", 0))
+    finally:
+        task.close()
+
+

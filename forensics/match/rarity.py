@@ -1,0 +1,96 @@
+"""Which tenants held each target k-gram, and when: what makes a matched k-gram common text or
+the recipient's own context (see ``match/__init__.py``, step 3)."""
+
+
+
+import numpy as np
+
+from forensics.match.index import TargetIndex
+from forensics.match.stream import (
+    tenant_code,
+)
+from forensics.match.tiers import MatchParams
+
+#: Holder entries and hits buffered before common k-grams are retired (bounds memory, not results).
+COMPACT_ENTRIES = 4_000_000
+
+#: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask.
+Holders = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class HolderCounts:
+    """Which tenant held each target k-gram, first seen when: unique (gid, tenant), min time.
+
+    Memory stays bounded as the corpus grows: at each compaction, a k-gram already held by more
+    than ``max_tenants`` tenants before the earliest deadline of the targets containing it is
+    common for every one of them; it is marked in ``common`` and its entries (and, in
+    :func:`match`, its hits) are dropped.
+    """
+
+    def __init__(self, index: TargetIndex, p: MatchParams) -> None:
+        n = index.kgram_count
+        self.n = n
+        self.cap = p.max_tenants
+        self.common = np.zeros(n, dtype=bool)
+        deadline = np.array([t.deadline_us for t in index.targets], dtype=np.int64)
+        self.min_deadline = (np.minimum.reduceat(deadline[index.occ_target], index.occ_start[:-1])
+                             if n else np.zeros(0, np.int64))
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending = 0
+        self.compacted = 0
+
+    def add(self, g: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
+        """Record that tenant ``t`` held k-gram ``g`` at time ``w`` (element-wise)."""
+        if len(g):
+            self.parts.append((g, t, w))
+            self.pending += len(g)
+            if self.pending > max(COMPACT_ENTRIES, 2 * self.compacted):
+                self.compact()
+
+    def compact(self) -> None:
+        """Keep one entry per (k-gram, tenant) with its first time; retire common k-grams."""
+        if not self.parts:
+            return
+        g = np.concatenate([x[0] for x in self.parts])
+        t = np.concatenate([x[1] for x in self.parts])
+        w = np.concatenate([x[2] for x in self.parts])
+        order = np.lexsort((w, t, g))
+        g, t, w = g[order], t[order], w[order]
+        first = np.ones(len(g), dtype=bool)
+        first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+        g, t, w = g[first], t[first], w[first]
+        early = (t >= 0) & (w < self.min_deadline[g])
+        self.common |= np.bincount(g[early], minlength=self.n) > self.cap
+        keep = ~self.common[g]
+        self.parts = [(g[keep], t[keep], w[keep])]
+        self.pending = self.compacted = int(keep.sum())
+
+    def finish(self) -> Holders:
+        """CSR start per gid, tenant codes and first times sorted by (gid, tenant), and the common mask."""
+        self.compact()
+        g, t, w = self.parts[0] if self.parts else (np.zeros(0, np.int64),) * 3
+        start = np.searchsorted(g, np.arange(self.n + 1))
+        return start, t, w, self.common
+
+
+def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
+                   g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
+
+    "Then" is before the target response completed; "held by its tenant" is before it was sent.
+    """
+    start, h_tenant, h_time, common = holders
+    n = start[g + 1] - start[g]
+    seg = np.repeat(np.arange(len(g)), n)
+    first = np.cumsum(n) - n
+    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    ten, when = h_tenant[flat], h_time[flat]
+    tt = t[seg]
+    deadline = np.array([x.deadline_us for x in index.targets], dtype=np.int64)
+    received = np.array([x.received_us for x in index.targets], dtype=np.int64)
+    codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
+    then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g)).astype(np.float64)
+    then[common[g]] = np.inf
+    own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
+    tenant_held = np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0
+    return then, own_prompt, tenant_held

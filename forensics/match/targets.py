@@ -1,0 +1,159 @@
+"""The match stage's targets: the suspect responses and a length-matched control sample of
+non-suspect responses, with their texts (see ``match/__init__.py``)."""
+
+
+import collections
+import heapq
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from forensics.case import Case
+from forensics.errors import CaseError
+from forensics.match.index import NO_TIME, Target
+from forensics.match.stream import (
+    PASS_COLUMNS,
+    tenant_code,
+    to_us,
+    value_bytes,
+)
+from forensics.match.tiers import MatchParams
+
+
+def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    yield from exchanges_file(path, columns).iter_batches(batch_size=batch_rows, columns=columns)
+
+
+def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]:
+    """A request's identity, (request id, tenant), as a sort key (no tenant sorts last).
+
+    Two customers may send the same request id (client-supplied ids, two gateways): every table
+    of this stage keys requests by both.
+    """
+    return (request_id, tenant_id is None, tenant_id or "")
+
+
+def _size_class(nbytes: int) -> int:
+    """Length class of a response for matching the control sample to the suspects: log2 of its bytes."""
+    return int(nbytes).bit_length()
+
+
+def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, Any]]:
+    """Suspect responses (from the suspects table) and the control sample, with their texts.
+
+    Suspects are (request id, tenant) pairs. The control sample is length-matched to the suspects:
+    the ``control_size`` places are shared among length classes (log2 of the response's bytes) as the
+    suspects are, largest remainder first, and each class takes its non-suspect responses with the
+    smallest xxh64(request id) (ties: the tenant's code); places a class cannot fill go to the
+    smallest keys left in any class. The choice never depends on the order of the rows. Candidates
+    are kept without their text (at most ``control_size`` per class); a second read fetches the
+    texts of the chosen ones.
+    """
+    sus_path = case.require("suspects", "scan")
+    ex_path = case.require("exchanges", "ingest")
+    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "tenant_id", "engine_signature", "decode_node"]).to_pylist()
+    suspects = {(r["request_id"], r["tenant_id"]): r for r in sus}
+    found: dict[tuple[str, str | None], Target] = {}
+    suspect_classes: collections.Counter[int] = collections.Counter()
+    # Per length class, a max-heap (negated keys) of candidates: (-xxh64(request id), -tenant code, row, Target).
+    # The row number is unique, so two entries never get as far as comparing their Targets.
+    heaps: dict[int, list[tuple[int, int, int, Target]]] = {}
+    cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
+    row0 = 0
+    for batch in _iter_exchanges(ex_path, cols, 1024):
+        rids = batch.column("request_id").to_pylist()
+        rec, done = to_us(batch.column("received_at")), to_us(batch.column("completed_at"))
+        tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
+        # Texts become Python strings only for the suspects here (the controls' in a second read).
+        texts = batch.column("response_text")
+        sizes = value_bytes(texts).tolist()
+        for i, rid in enumerate(rids):
+            s = suspects.get((rid, tenants[i]))
+            if s is None and (not sizes[i] or p.control_size == 0):
+                continue
+            r_i, d_i = rec[i], done[i]
+            received: int = r_i if r_i is not None else NO_TIME
+            deadline: int = d_i if d_i is not None else received
+            if s is not None:
+                if (rid, tenants[i]) not in found:
+                    found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
+                                                      bool(s["engine_signature"]), False, texts[i].as_py() or "")
+                    suspect_classes[_size_class(sizes[i])] += 1
+                continue
+            heap = heaps.setdefault(_size_class(sizes[i]), [])
+            key = (-xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed), -tenant_code(tenants[i]))
+            if len(heap) >= p.control_size and key <= heap[0][:2]:
+                continue
+            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, ""))
+            if len(heap) < p.control_size:
+                heapq.heappush(heap, item)
+            else:
+                heapq.heapreplace(heap, item)
+        row0 += len(rids)
+    chosen = _length_matched(heaps, suspect_classes, p.control_size)
+    _fill_texts(ex_path, chosen)
+    missing = [{"request_id": k[0], "tenant_id": k[1]} for k in sorted(set(suspects) - set(found), key=lambda k: request_key(*k))]
+    controls = sorted(chosen.values(), key=lambda t: request_key(t.request_id, t.tenant_id))
+    targets = [found[k] for k in sorted(found, key=lambda k: request_key(*k))] + controls
+    info = {
+        "suspects": len(suspects),
+        "suspects_missing_from_exchanges": missing,
+        "suspects_with_empty_response": sum(1 for t in found.values() if not t.text),
+        "suspects_without_completed_at": sum(1 for t in found.values() if t.deadline_us == t.received_us),
+        "control_length_classes": {f"{1 << (c - 1) if c else 0}+ bytes": n for c, n in sorted(
+            collections.Counter(_size_class(len(t.text.encode("utf-8", "surrogatepass"))) for t in controls).items())},
+        "suspect_length_classes": {f"{1 << (c - 1) if c else 0}+ bytes": n for c, n in sorted(suspect_classes.items())},
+    }
+    return targets, info
+
+
+def _length_matched(heaps: dict[int, list[tuple[int, int, int, Target]]], suspect_classes: collections.Counter[int],
+                    size: int) -> dict[int, Target]:
+    """The control sample by row: places shared among length classes as the suspects are."""
+    ordered = {c: sorted(h, reverse=True) for c, h in heaps.items()}  # smallest keys first
+    total = sum(suspect_classes.values())
+    quota: dict[int, int] = {}
+    if total:
+        exact = {c: size * n / total for c, n in suspect_classes.items()}
+        quota = {c: int(v) for c, v in exact.items()}
+        for c in sorted(exact, key=lambda c: (-(exact[c] - quota[c]), c))[: size - sum(quota.values())]:
+            quota[c] += 1
+    chosen: dict[int, Target] = {}
+    for c, n in quota.items():
+        for item in ordered.get(c, [])[:n]:
+            chosen[item[2]] = item[3]
+    rest = sorted((item for h in ordered.values() for item in h if item[2] not in chosen), reverse=True)
+    for item in rest[: max(size - len(chosen), 0)]:
+        chosen[item[2]] = item[3]
+    return chosen
+
+
+def _fill_texts(path: Path, chosen: dict[int, Target]) -> None:
+    """Read the response texts of the rows ``chosen`` (a second pass over that one column)."""
+    if not chosen:
+        return
+    rows = sorted(chosen)
+    row0, j = 0, 0
+    for batch in _iter_exchanges(path, ["response_text"], 4096):
+        n = batch.num_rows
+        col = batch.column("response_text")
+        while j < len(rows) and rows[j] < row0 + n:
+            chosen[rows[j]].text = col[rows[j] - row0].as_py() or ""
+            j += 1
+        row0 += n
+        if j == len(rows):
+            break
+
+
+def exchanges_file(path: Path, columns: list[str] = PASS_COLUMNS) -> pq.ParquetFile:
+    """The exchanges table, checked to have ``columns`` (by default every column the pass reads)."""
+    pf = pq.ParquetFile(path)
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise CaseError(f"exchanges table has no column {missing[0]!r}", file=path,
+                        fix="re-run `forensics ingest` with this version of forensics")
+    return pf

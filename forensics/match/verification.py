@@ -1,0 +1,79 @@
+"""Verification of the k-gram hits that survive rarity and own context: aligned with rapidfuzz,
+each task reading only its own source rows (see ``stream.verify_task``)."""
+
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from forensics.match.index import TargetIndex
+from forensics.match.pool import Helpers, ordered
+from forensics.match.rarity import Holders, pair_evidence
+from forensics.match.stream import (
+    Candidate,
+    VerifyTask,
+    tenant_code,
+    verify_in_worker,
+    verify_task,
+)
+from forensics.match.tiers import MatchParams
+from forensics.progress import Reporter, reporter
+
+
+def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+                 holders: Holders, path: Path, helpers: Helpers,
+                 progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
+    """Drop hits on common or own-context k-grams, then align what is left, reading only those texts.
+
+    The alignment is shared by this process and the workers (tasks of source rows, see
+    :func:`_verify_tasks`); candidates are gathered in row order either way.
+    """
+    if len(hits) == 0:
+        return [], {"informative_hits": 0, "texts_verified": 0}
+    g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
+    n_gids = max(index.kgram_count, 1)
+    pairs, inverse = np.unique(hits[:, 0].astype(np.int64) * n_gids + g, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    then, own_prompt, tenant_held = pair_evidence(index, holders, pairs // n_gids, pairs % n_gids)
+    codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
+    rows_all = np.unique(hits[:, 2])
+    row_code = np.array([tenant_code(sources[int(r)][1]) for r in rows_all], dtype=np.int64)
+    same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
+    keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
+    kept = hits[keep]
+    kept = kept[np.lexsort((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
+    rows = np.unique(kept[:, 2])
+    cands: list[Candidate] = []
+    task = reporter(progress).task("match: verifying candidate regions", len(rows))
+    try:
+        jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
+        for found, n in ordered(helpers, verify_in_worker, lambda job: (verify_task(index, p, job), len(job.rows)),
+                                 jobs):
+            cands.extend(found)
+            task.advance(n)
+    finally:
+        task.close()
+    return cands, {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+
+
+def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+                  pieces: int) -> Iterator[VerifyTask]:
+    """Verification tasks in row order: one per row group, or about ``pieces`` in all when > 0.
+
+    A task never spans two row groups (a worker reads only its own); splitting a row group
+    between tasks costs a second read of it, cheap beside tokenizing and aligning its texts,
+    and lets both cores share a case whose suspects' sources sit in one big row group.
+    """
+    meta = pq.ParquetFile(path).metadata
+    bounds = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+    per = max(-(-len(rows) // pieces), 1) if pieces else len(rows) or 1
+    for rg in range(meta.num_row_groups):
+        lo, hi = int(bounds[rg]), int(bounds[rg + 1])
+        inside = rows[(rows >= lo) & (rows < hi)]
+        for i in range(0, len(inside), per):
+            part = inside[i : i + per]
+            a = int(np.searchsorted(kept[:, 2], part[0], side="left"))
+            b = int(np.searchsorted(kept[:, 2], part[-1], side="right"))
+            yield VerifyTask(str(path), rg, lo, part.tolist(), kept[a:b], {int(r): sources[int(r)] for r in part})
