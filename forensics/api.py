@@ -10,16 +10,16 @@ from typing import Any
 
 from forensics.case import locked_case
 from forensics.config import CaseConfig, load_case_file
+from forensics.evaluate import Evaluation, evaluate  # noqa: F401
 
 # Stage functions, re-exported so callers need one import (in data-flow order).
 from forensics.ingest import IngestResult, ingest  # noqa: F401
-from forensics.scan import ScanResult, config_for_case, query_defaults, scan  # noqa: F401
-from forensics.queries import Query, load_queries, query_case  # noqa: F401
 from forensics.match import MatchParams, MatchResult, match  # noqa: F401
+from forensics.queries import Query, load_queries, query_case  # noqa: F401
 from forensics.report import ReportResult, VerifyResult, report, verify  # noqa: F401
 from forensics.run import RunResult, run  # noqa: F401
+from forensics.scan import ScanResult, config_for_case, query_defaults, scan  # noqa: F401
 from forensics.simulate import SimulateResult, simulate  # noqa: F401
-from forensics.evaluate import Evaluation, evaluate  # noqa: F401
 
 # The stages that write a case folder hold its lock meanwhile: a second run on the same case
 # stops with the holder's pid instead of mixing its tables in (forensics.case.folder_lock).

@@ -40,7 +40,7 @@ def cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
-        return iso(value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc))
+        return iso(value if value.tzinfo else value.replace(tzinfo=dt.UTC))
     if isinstance(value, (list, tuple)):
         return ";".join(cell(v) for v in value)
     return str(value)

@@ -342,7 +342,7 @@ def plain(value: Any) -> Any:
     """A JSON-ready form of a DuckDB/Arrow value: times as UTC ISO 8601 with Z, lists kept."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return iso(value)
     if isinstance(value, dt.date):
         return value.isoformat()

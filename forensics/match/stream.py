@@ -326,7 +326,7 @@ def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | 
     seen: set[tuple[int, int, int, int]] = set()
     k, margin = p.k, p.margin
     ttok = index.targets[t].tokens
-    for cq, cs, cc in _clusters(q, s, c, p.gap):
+    for cq, _cs, cc in _clusters(q, s, c, p.gap):
         local = np.searchsorted(tk.start, cc)
         region = int(np.searchsorted(bounds, local.min(), side="right")) - 1
         qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
@@ -609,4 +609,37 @@ def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
 
 
-__all__ = ["text_sizes", "WINDOW_MIN_CHARS", "WINDOW_PAD_CHARS", "regions", "CHUNK_CHARS", "HIT_DTYPE", "KINDS", "merge", "BatchResult", "Candidate", "NO_TIME", "Scanner", "init_worker", "init_worker_from", "worker_ready", "tenant_code", "verify", "VerifyTask", "verify_task", "verify_in_worker", "read_rows", "RowReader", "rows_per_batch", "iter_row_group", "BATCH_BYTES", "ScanTask", "scan_rows_in_worker", "scan_rows", "batch_dict", "to_us", "value_bytes", "PASS_COLUMNS"]
+__all__ = [
+    "BATCH_BYTES",
+    "BatchResult",
+    "CHUNK_CHARS",
+    "Candidate",
+    "HIT_DTYPE",
+    "KINDS",
+    "NO_TIME",
+    "PASS_COLUMNS",
+    "RowReader",
+    "ScanTask",
+    "Scanner",
+    "VerifyTask",
+    "WINDOW_MIN_CHARS",
+    "WINDOW_PAD_CHARS",
+    "batch_dict",
+    "init_worker",
+    "init_worker_from",
+    "iter_row_group",
+    "merge",
+    "read_rows",
+    "regions",
+    "rows_per_batch",
+    "scan_rows",
+    "scan_rows_in_worker",
+    "tenant_code",
+    "text_sizes",
+    "to_us",
+    "value_bytes",
+    "verify",
+    "verify_in_worker",
+    "verify_task",
+    "worker_ready",
+]

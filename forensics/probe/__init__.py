@@ -24,5 +24,6 @@ from forensics.probe.core import (
 
 __all__ = [
     "DEFAULT_LEVELS", "DEFAULT_MAX_TOTAL_TOKENS", "Calibration", "CeilingResult", "ChatClient", "ClientSettings",
-    "ProbeResult", "ProbeSettings", "Reply", "RequestRecord", "api_key_from_env", "finding_text", "parse_levels", "plan_tokens", "probe", "summary_markdown", "write_report",
+    "ProbeResult", "ProbeSettings", "Reply", "RequestRecord", "api_key_from_env", "finding_text", "parse_levels",
+    "plan_tokens", "probe", "summary_markdown", "write_report",
 ]

@@ -7,8 +7,8 @@ DuckDB ``substring`` on code points, which matches the character offsets of sche
 from __future__ import annotations
 
 import dataclasses
-import functools
 import datetime as dt
+import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,7 +32,7 @@ def iso(t: dt.datetime | None) -> str:
     """UTC ISO 8601 with ``Z`` ("" for unknown)."""
     if t is None:
         return ""
-    t = t.astimezone(dt.timezone.utc)
+    t = t.astimezone(dt.UTC)
     text = t.strftime("%Y-%m-%dT%H:%M:%S")
     if t.microsecond:
         text += f".{t.microsecond:06d}"
@@ -234,11 +234,11 @@ def _daily(suspects: list[Suspect], findings: list[Finding]) -> list[tuple[str, 
     per_c: dict[dt.date, int] = {}
     for s in suspects:
         if s.received_at is not None:
-            d = s.received_at.astimezone(dt.timezone.utc).date()
+            d = s.received_at.astimezone(dt.UTC).date()
             per_s[d] = per_s.get(d, 0) + 1
     for f in findings:
         if f.cross_tenant and f.tier == "confirmed" and f.recipient_received_at is not None:
-            d = f.recipient_received_at.astimezone(dt.timezone.utc).date()
+            d = f.recipient_received_at.astimezone(dt.UTC).date()
             per_c[d] = per_c.get(d, 0) + 1
     days = sorted(set(per_s) | set(per_c))
     if not days:
