@@ -135,6 +135,15 @@ def _root(
     """Blast-radius forensics for cross-tenant leaks in LLM serving."""
 
 
+def _log_format(value: str) -> str:
+    """``ingest --format``: one of the registered log formats (an unknown name is an error listing them)."""
+    # The registry is read only when the option is given: loading it imports pyarrow, which
+    # would double the start-up time of every command.
+    from forensics.ingest.registry import FORMATS
+
+    return FORMATS.get(value).name
+
+
 # --------------------------------------------------------------------------------------------
 # ingest
 # --------------------------------------------------------------------------------------------
@@ -144,7 +153,7 @@ def _root(
 def ingest(
     paths: list[Path] = typer.Argument(..., help="Log files or folders (.gz/.zst read transparently)."),
     case: Path = typer.Option(..., "--case", help="Case folder to write (created if missing)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="litellm, openai-split or sglang; sniffed when omitted."),
+    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, help="litellm, openai-split or sglang; sniffed when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for timezone, tenant field, tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", help="Zone of timestamps that carry none (default UTC)."),

@@ -53,3 +53,7 @@ class QueryError(ForensicsError):
 
 class ProbeError(ForensicsError):
     """An endpoint cannot be probed: bad options, budget too small, unreachable or unusable."""
+
+
+class RegistryError(ForensicsError):
+    """A log format plug-in is declared wrongly: a duplicate name, or a record kind two formats claim."""
