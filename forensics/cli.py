@@ -144,6 +144,14 @@ def _log_format(value: str) -> str:
     return FORMATS.get(value).name
 
 
+def _simulated_format(value: str) -> str:
+    """``simulate --format``: a gateway format the simulator has a writer for."""
+    from forensics.simulate.writers import gateway_writer
+
+    gateway_writer(value)
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # ingest
 # --------------------------------------------------------------------------------------------
@@ -216,7 +224,7 @@ def simulate(
     out_dir: Path = typer.Option(..., "--out", help="Folder to write the simulated incident into."),
     seed: int = typer.Option(7, "--seed", help="Seed: same seed, same bytes."),
     scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
-    fmt: str = typer.Option("litellm", "--format", help="Gateway log format: litellm or openai-split."),
+    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, help="Gateway log format: litellm or openai-split."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

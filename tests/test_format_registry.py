@@ -198,3 +198,95 @@ def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path
     path = _write(tmp_path / "export.txt", TOY_LINE)
     with pytest.raises(InputError, match="use one of litellm, openai-split, sglang, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
+
+
+# --- the simulator writes each format through its own writer ----------------------------------
+
+
+def test_every_simulator_writer_writes_a_registered_format() -> None:
+    from forensics.simulate import FORMATS as SIMULATED
+    from forensics.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
+
+    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split"]
+    for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
+        assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
+
+
+def test_a_duplicate_simulator_writer_is_an_error() -> None:
+    from forensics.simulate import writers
+
+    class Impostor(writers.SGLangWriter):
+        name = "sglang"
+
+    with pytest.raises(RegistryError, match="writer for format 'sglang' is already registered"):
+        writers._registered(writers.ENGINE_WRITERS)(Impostor)
+    assert writers.ENGINE_WRITERS["sglang"] is writers.SGLangWriter
+
+
+def test_an_unknown_simulated_format_is_an_error_naming_the_writers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["simulate", "--out", str(tmp_path / "sim"), "--format", "sglang"])
+    assert done.value.code == 2
+    assert "unknown format 'sglang'. Fix: use one of litellm, openai-split" in capsys.readouterr().err
+    assert not (tmp_path / "sim").exists()
+
+
+def test_the_sglang_writer_says_each_engine_event_as_the_sglang_parser_reads_it() -> None:
+    from forensics.simulate import events as ev
+    from forensics.simulate.writers import Outputs, SGLangWriter
+    from forensics.tokens import Counter
+
+    obj = {"rid": "r1", "bootstrap_room": 42, "stream": False}
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (ev.ServerStarted("decode", "m/path", "glm-5.3", 8), {"event": "unknown"}),
+        (ev.WeightsLoaded(), {"event": "unknown"}),
+        (ev.MemoryPool(681280, 1048576), {"event": "startup", "max_total_num_tokens": 681280, "context_len": 1048576}),
+        (ev.RequestReceived("r1", obj), {"event": "request_received", "rid": "r1", "bootstrap_room": 42}),
+        (ev.InputTooLong("r1", 700000, 681279), {"event": "over_limit", "rid": "r1", "input_len": 700000, "limit": 681279}),
+        (ev.ExceedsMaxTokens("r1", 700000, 681280), {"event": "exceeds_max_tokens", "rid": "r1", "input_len": 700000, "limit": 681280}),
+        (ev.PrefillBatch(100, 0, 0.5, 1), {"event": "prefill_batch", "role": "prefill"}),
+        (ev.ReqTimeStats("r1", 42, 1, 0, 0, "prefill", 1.5),
+         {"event": "req_time_stats", "rid": "r1", "bootstrap_room": 42, "input_len": 1, "output_len": 0, "role": "prefill"}),
+        (ev.ReqTimeStats("r1", 42, 900, 0, 12, "decode", 80.0), {"event": "req_time_stats", "input_len": 900, "role": "decode"}),
+        (ev.ContextCorruption("r1", 42, 43, 7), {"event": "context_corruption", "rid": "r1", "other_bootstrap_room": 43}),
+        (ev.RequestFinished("r1", obj, {"text": "hi", "meta_info": {"finish_reason": {"type": "stop"}, "prompt_tokens": 1}}),
+         {"event": "request_finished", "rid": "r1", "output_text": "hi", "finish_reason": "stop", "prompt_tokens": 1}),
+        (ev.DecodeBatch(3, 2000, 0.4, 900.0), {"event": "decode_batch", "role": "decode"}),
+        (ev.BootstrapFailed("r1", 42, "10.0.0.2:17001"), {"event": "bootstrap_failed", "rid": "r1", "bootstrap_room": 42}),
+        (ev.TransferFailed("r1", 42), {"event": "transfer_failed", "rid": "r1", "bootstrap_room": 42}),
+    ]
+    writer = SGLangWriter(Outputs(Path("unused")))
+    sglang = FORMATS.get("sglang")
+    ctx = FileContext("engine/node_0.log", "0" * 64, "sglang", "UTC", "auto", Counter(None), "node_0.log")
+    assert sglang.sniff([writer.render(1787997000.0, cases[0][0])], "node_0.log")
+    for event, expected in cases:
+        line = writer.render(1787997000.5, event)
+        table, row = sglang.parse(line, 1, ctx)  # type: ignore[misc]
+        assert table == "engine_events" and row["time"] is not None, line
+        assert {k: row.get(k) for k in expected} == expected, line
+
+
+SAMPLE = ROOT / "sample_logs"
+
+
+def _faker_of_sample() -> str | None:
+    truth = SAMPLE / "truth.json"
+    return json.loads(truth.read_text(encoding="utf-8"))["generator"]["faker_version"] if truth.is_file() else None
+
+
+@pytest.mark.skipif(_faker_of_sample() is None, reason="sample_logs/ is not in this checkout")
+def test_the_writers_reproduce_the_shipped_sample_byte_for_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import faker
+
+    from forensics import simulate
+
+    if faker.VERSION != _faker_of_sample():
+        pytest.skip(f"sample_logs/ was written with Faker {_faker_of_sample()}, this is Faker {faker.VERSION}")
+    generator = json.loads((SAMPLE / "truth.json").read_text(encoding="utf-8"))["generator"]
+    monkeypatch.chdir(tmp_path)  # the command recorded in truth.json names the folder, not its path
+    result = simulate.simulate(Path("sample_logs"), seed=generator["seed"], scale=generator["scale"], fmt=generator["format"])
+    written = sorted(p.relative_to(result.out).as_posix() for p in result.out.rglob("*") if p.is_file())
+    shipped = sorted(p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob("*") if p.is_file())
+    assert written == shipped
+    for rel in written:
+        assert (result.out / rel).read_bytes() == (SAMPLE / rel).read_bytes(), rel
