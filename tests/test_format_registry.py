@@ -290,3 +290,43 @@ def test_the_writers_reproduce_the_shipped_sample_byte_for_byte(tmp_path: Path, 
     assert written == shipped
     for rel in written:
         assert (result.out / rel).read_bytes() == (SAMPLE / rel).read_bytes(), rel
+
+
+# --- a format whose records are not lines ------------------------------------------------------
+
+
+def _array_read(path: Path, problems: list[Any], span: Any) -> Iterator[Any]:
+    from forensics.ingest.reader import Line
+
+    for number, item in enumerate(json.loads(path.read_bytes()), 1):
+        raw = json.dumps(item, sort_keys=True).encode()
+        yield Line(number, raw.decode(), raw)
+
+
+def _array_parse(text: str, line_number: int, ctx: FileContext) -> Output:
+    item = json.loads(text)
+    return _toy_parse("|".join(["TOY", item["id"], item["tenant"], str(item["micros"]), item["prompt"], item["answer"]]),
+                      line_number, ctx)
+
+
+def test_a_format_with_its_own_record_reader_is_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pretty-printed JSON array: its records span lines, so the file must not be cut into spans
+    # even when it is bigger than a span.
+    import forensics.ingest
+
+    monkeypatch.setattr(forensics.ingest, "SPLIT_BYTES", 64)
+    records = [{"id": f"r{i}", "tenant": "org-a", "micros": 1787997000000000 + i, "prompt": "q" * 40, "answer": "a"} for i in (1, 2, 3)]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(records, indent=2), encoding="utf-8")
+    assert path.stat().st_size > 4 * 64
+    FORMATS.register(LogFormat(name="toy-array", summary="a JSON array of records", table="exchanges",
+                               sniff=lambda lines, name: lines[:1] == ["["], parse=_array_parse, sniff_order=5,
+                               kinds=(RecordKind("toy_record", 0),), read=_array_read, splittable=False))
+    try:
+        result = api.ingest(tmp_path / "case", [path])
+    finally:
+        FORMATS.unregister("toy-array")
+    (entry,) = result.manifest["files"]
+    assert (entry["format"], entry["lines"], entry["ingested"], entry["quarantined"], entry["reconciled"]) == ("toy-array", 3, 3, 0, True)
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["request_id"], r["source_line"]) for r in rows] == [("r1", 1), ("r2", 2), ("r3", 3)]

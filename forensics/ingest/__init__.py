@@ -29,7 +29,7 @@ from forensics.config import CaseConfig, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, record_hash
-from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
+from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
 from forensics.ingest.registry import FORMATS
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
@@ -267,6 +267,8 @@ def ingest(
                     file=path,
                     fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                 )
+            if detected is not None and not FORMATS.get(detected).splittable:
+                spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
         plan.append((path, sha, detected, spans, skip))
 
     base = cfg.file.parent if cfg.file else None
@@ -480,11 +482,11 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
             counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
         else:
-            parse = FORMATS.get(unit.fmt).parse
+            log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name)
             problems: list[FileProblem] = []
-            for line in read_lines(Path(unit.path), problems, unit.span):
+            for line in log_format.read(Path(unit.path), problems, unit.span):
                 counts["lines"] += 1
                 if line.text is None:
                     counts["quarantined"] += 1
@@ -495,7 +497,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                     counts["blank"] += 1
                     continue
                 try:
-                    result = parse(line.text, line.number, ctx)
+                    result = log_format.parse(line.text, line.number, ctx)
                 except Exception as exc:  # a parser bug must cost one line, not the run
                     result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or "
                                          "re-export this record and ingest the file again; please report the excerpt "

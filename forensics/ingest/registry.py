@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Literal
 
 from forensics.errors import InputError, RegistryError
 from forensics.ingest.base import FileContext, Output
+from forensics.ingest.reader import FileProblem, Line, Span, read_lines
 
 #: The case tables a format's records go to.
 TABLES = ("exchanges", "engine_events")
@@ -27,6 +29,7 @@ KIND = re.compile(r"^[a-z][a-z0-9_]*$")
 
 Sniff = Callable[[list[str], str], bool]
 Parse = Callable[[str, int, FileContext], Output]
+Read = Callable[[Path, list[FileProblem], Span | None], Iterator[Line]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,12 @@ class LogFormat:
     come after it. ``parse(text, line_number, ctx)`` turns one non-blank line into
     ``(table, row)``, a ``Quarantined`` or None. ``kinds`` lists the record kinds it writes to
     ``exchanges`` (none for an engine log, whose lines go to ``engine_events``).
+
+    A format whose records are not lines (CSV with quoted line breaks, a JSON array) gives its
+    own ``read(path, problems, span)`` yielding one ``Line`` per record (its number, text and
+    raw bytes: what is counted, parsed, hashed and quoted in quarantine) and sets
+    ``splittable=False``: such a file is then read whole by one worker, never cut into
+    line-aligned spans.
     """
 
     name: str
@@ -70,6 +79,8 @@ class LogFormat:
     parse: Parse
     sniff_order: int
     kinds: tuple[RecordKind, ...] = ()
+    read: Read = read_lines
+    splittable: bool = True
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -140,6 +151,8 @@ class Registry:
 
 
 #: The registry ingest, the case file and the CLI read; filled when forensics.ingest is imported.
+#: Register formats from a module in forensics/ingest/formats/: the ingest pool's worker
+#: processes import the package afresh and see only what its modules register.
 FORMATS = Registry()
 
 
