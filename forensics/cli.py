@@ -157,6 +157,23 @@ def _root(
     """Blast-radius forensics for cross-tenant leaks in LLM serving."""
 
 
+def _log_format(value: str) -> str:
+    """``ingest --format``: one of the registered log formats (an unknown name is an error listing them)."""
+    # The registry is read only when the option is given: loading it imports pyarrow, which
+    # would double the start-up time of every command.
+    from forensics.ingest.registry import FORMATS
+
+    return FORMATS.get(value).name
+
+
+def _simulated_format(value: str) -> str:
+    """``simulate --format``: a gateway format the simulator has a writer for."""
+    from forensics.simulate.writers import gateway_writer
+
+    gateway_writer(value)
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # ingest
 # --------------------------------------------------------------------------------------------
@@ -166,7 +183,7 @@ def _root(
 def ingest(
     paths: list[Path] = typer.Argument(..., help="Log files or folders (.gz/.zst read transparently)."),
     case: Path = typer.Option(..., "--case", help="Case folder to write (created if missing)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="litellm, openai-split or sglang; sniffed when omitted."),
+    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, help="litellm, openai-split or sglang; sniffed when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for timezone, tenant field, tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", help="Zone of timestamps that carry none (default UTC)."),
@@ -229,7 +246,7 @@ def simulate(
     out_dir: Path = typer.Option(..., "--out", help="Folder to write the simulated incident into."),
     seed: int = typer.Option(7, "--seed", help="Seed: same seed, same bytes."),
     scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
-    fmt: str = typer.Option("litellm", "--format", help="Gateway log format: litellm or openai-split."),
+    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, help="Gateway log format: litellm or openai-split."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

@@ -18,8 +18,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from forensics.errors import ConfigError
 
-#: Formats an ``[[inputs]]`` entry may name.
-INPUT_FORMATS = ("auto", "litellm", "openai-split", "sglang")
+
+def input_formats() -> tuple[str, ...]:
+    """Formats an ``[[inputs]]`` entry may name: ``auto`` and every registered log format."""
+    # Imported here: the registry fills as forensics.ingest loads, which imports this module.
+    from forensics.ingest.registry import FORMATS
+
+    return ("auto", *FORMATS.names())
+
 
 #: Stage sections of the case file. [match] keys are checked by the match stage (its parameters);
 #: [scan] and [report] take no keys yet, so any key there is a typo and refused here.
@@ -293,8 +299,9 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
         if extra:
             raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file, fix="an [[inputs]] entry takes path and format")
         fmt = item.get("format", "auto")
-        if fmt not in INPUT_FORMATS:
-            raise ConfigError(f"inputs[{i}].format = {fmt!r} is not a known format", file=file, fix=f"use one of {', '.join(INPUT_FORMATS)}")
+        known = input_formats()
+        if fmt not in known:
+            raise ConfigError(f"inputs[{i}].format = {fmt!r} is not a known format", file=file, fix=f"use one of {', '.join(known)}")
         specs.append(InputSpec((base / str(item["path"])).resolve(), fmt))
     return specs
 

@@ -73,3 +73,7 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class RegistryError(ForensicsError):
+    """A log format plug-in is declared wrongly: a duplicate name, or a record kind two formats claim."""

@@ -205,21 +205,28 @@ def test_truncation_marker_with_an_absurd_count_keeps_the_record(tmp_path: Path)
     assert row["prompt_truncated"] is False and row["prompt_chars"] < 1000
 
 
-def test_a_value_no_parser_check_caught_costs_its_row_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_value_no_parser_check_caught_costs_its_row_only(tmp_path: Path) -> None:
     # The safety net under the parsers' own checks: a row that does not fit the table is
     # quarantined at write time, with its line, and the counts still reconcile.
-    from forensics.ingest import litellm
+    import dataclasses
 
-    parse = litellm.LiteLLMParser.parse
+    from forensics.ingest.registry import FORMATS
 
-    def leaky(self: Any, text: str, line_number: int, ctx: Any) -> Any:
-        out = parse(self, text, line_number, ctx)
+    litellm = FORMATS.get("litellm")
+
+    def leaky(text: str, line_number: int, ctx: Any) -> Any:
+        out = litellm.parse(text, line_number, ctx)
         if line_number == 2:
             out[1]["prompt_chars"] = 10**30
         return out
 
-    monkeypatch.setattr(litellm.LiteLLMParser, "parse", leaky)
-    entry = ingest_text(tmp_path, "spend.jsonl", [spend_line("a"), spend_line("b"), spend_line("c")], "litellm")
+    FORMATS.unregister("litellm")
+    FORMATS.register(dataclasses.replace(litellm, parse=leaky))
+    try:
+        entry = ingest_text(tmp_path, "spend.jsonl", [spend_line("a"), spend_line("b"), spend_line("c")], "litellm")
+    finally:
+        FORMATS.unregister("litellm")
+        FORMATS.register(litellm)
     assert_reconciles(entry, 3)
     assert (entry["ingested"], entry["quarantined"]) == (2, 1)
     (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()

@@ -26,9 +26,10 @@ from forensics import __version__, schema
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
 from forensics.errors import CaseError, ConfigError, InputError
-from forensics.ingest import litellm, sglang, split  # noqa: F401  (registers the parsers)
-from forensics.ingest.base import PARSERS, FileContext, Quarantined, record_hash
-from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
+from forensics.ingest import formats  # noqa: F401  (registers every format module)
+from forensics.ingest.base import FileContext, Quarantined, record_hash
+from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
+from forensics.ingest.registry import FORMATS
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
 from forensics.workers import pool_running
@@ -207,12 +208,9 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
 
 
 def sniff(path: Path) -> str | None:
-    """The format of a file told from its first lines (and its name), or None."""
-    lines = peek_lines(path)
-    for name in ("litellm", "openai-split", "sglang"):
-        if PARSERS[name].sniff(lines, path.name):
-            return name
-    return None
+    """The format of a file told from its first lines (and its name), or None: the registered
+    formats are tried in their sniff order."""
+    return FORMATS.sniff(peek_lines(path), path.name)
 
 
 def ingest(
@@ -231,8 +229,8 @@ def ingest(
     from forensics.ingest.finalize import finalize
 
     cfg = config or CaseConfig()
-    if fmt is not None and fmt not in PARSERS:
-        raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(sorted(PARSERS))}, or omit --format to sniff")
+    if fmt is not None:
+        FORMATS.get(fmt)  # an unknown name is an error naming the registered formats
     c = Case(case)
     c.create()
     if cfg.tokenizer:
@@ -265,8 +263,10 @@ def ingest(
                 raise InputError(
                     "cannot tell the format of this file from its content",
                     file=path,
-                    fix=f"pass --format ({', '.join(sorted(PARSERS))}) if it is one of them",
+                    fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                 )
+            if detected is not None and not FORMATS.get(detected).splittable:
+                spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
         plan.append((path, sha, detected, spans, skip))
 
     base = cfg.file.parent if cfg.file else None
@@ -490,11 +490,11 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
             counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
         else:
-            parser = PARSERS[unit.fmt]
+            log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name)
             problems: list[FileProblem] = []
-            for line in read_lines(Path(unit.path), problems, unit.span):
+            for line in log_format.read(Path(unit.path), problems, unit.span):
                 counts["lines"] += 1
                 if line.text is None:
                     counts["quarantined"] += 1
@@ -505,7 +505,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                     counts["blank"] += 1
                     continue
                 try:
-                    result = parser.parse(line.text, line.number, ctx)
+                    result = log_format.parse(line.text, line.number, ctx)
                 except Exception as exc:  # a parser bug must cost one line, not the run
                     result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or "
                                          "re-export this record and ingest the file again; please report the excerpt "

@@ -1,10 +1,10 @@
-"""What every parser shares: the per-file context, the row builder and the parser registry."""
+"""What every parser shares: the per-file context and the row builders (the registry is in forensics.ingest.registry)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
 import xxhash
 
@@ -36,28 +36,6 @@ class Quarantined:
 
 # What a parser yields for each input line: a row for a table, a quarantine reason, or None (blank).
 Output = tuple[str, dict[str, Any]] | Quarantined | None
-
-
-class Parser(Protocol):
-    """One input format: tells whether sample lines are its own, and turns lines into rows."""
-
-    name: str
-
-    def sniff(self, lines: list[str], file_name: str) -> bool:
-        """Whether these first lines of a file look like this format."""
-
-    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
-        """Turn one non-blank line into ``("exchanges"|"engine_events", row)`` or a Quarantined."""
-
-
-PARSERS: dict[str, Parser] = {}
-
-
-def register(parser_factory: Callable[[], Parser]) -> Callable[[], Parser]:
-    """Register a parser class under its ``name`` (plaso-style registry)."""
-    parser = parser_factory()
-    PARSERS[parser.name] = parser
-    return parser_factory
 
 
 def record_hash(line: bytes) -> str:

@@ -6,10 +6,12 @@ line), so memory stays bounded by a batch and the output is byte-identical for t
 
 * One row per request: rows with the same ``(request_id, tenant_id)`` are one request seen in
   several exports. The row kept is the most complete: untruncated text over truncated, then an
-  undamaged record over a damaged one, then a logging payload over split logs over a spend-log
-  row, then the first by path and line. The others count as ``duplicate`` for their file.
-* Split logs: request and response halves are joined by ``request_id``; a half without its
-  partner is kept with ``orphan`` = ``request_only`` / ``response_only``.
+  undamaged record over a damaged one, then by the precedence its record kind declares in the
+  format registry (a logging payload over split logs over a spend-log row), then the first by
+  path and line. The others count as ``duplicate`` for their file.
+* Split logs: request and response halves (the record kinds registered as halves) are joined
+  by ``request_id``; a half without its partner is kept with ``orphan`` = ``request_only`` /
+  ``response_only``.
 * Engine join keys: ``prefill_node``, ``decode_node`` and ``bootstrap_room`` come from the engine
   events whose ``rid`` is the request id.
 * Token counts: the engine's own figure for the real input (over-limit line, or a plausible
@@ -37,9 +39,9 @@ import pyarrow.parquet as pq
 from forensics import schema, tokens
 from forensics.case import Case, ParquetSink
 from forensics.config import CaseConfig, iso
+from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.progress import Reporter, reporter
 
-KIND_RANK = {"logging_payload": 0, "split": 1, "spend_log": 2}
 READ_BATCH = 256
 
 
@@ -215,29 +217,32 @@ WITH keys AS (
 ), ranked AS (
   SELECT *,
     row_number() OVER (
-      PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END
-      ORDER BY pt, rt, no_prompt, no_response, damaged,
-               CASE record_kind WHEN 'logging_payload' THEN 0 WHEN 'spend_log' THEN 2 ELSE 1 END,
-               source_file, source_line) AS rn,
+      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind IN {halves} THEN NULL ELSE tenant_id END
+      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line) AS rn,
     count(DISTINCT record_hash) OVER (
-      PARTITION BY request_id, CASE WHEN record_kind LIKE 'split_%' THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind LIKE 'split_%' THEN NULL ELSE tenant_id END) AS variants
+      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind IN {halves} THEN NULL ELSE tenant_id END) AS variants
   FROM keys
 )
 SELECT source_sha256, source_line, record_kind, request_id, rn, variants FROM ranked
 """
 
 
+def winners_sql() -> str:
+    """WINNERS_SQL with the registered halves and record kind precedence filled in."""
+    return WINNERS_SQL.format(halves=half_kinds(), precedence=precedence_sql())
+
+
 def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest."""
-    con.execute(f"CREATE TEMP TABLE ranked AS {WINNERS_SQL}")
+    con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
     for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
     winners: dict[str, set[int]] = {}
-    for sha, line in con.execute("SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT LIKE 'split_%'").fetchall():
+    for sha, line in con.execute(f"SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT IN {half_kinds()}").fetchall():
         winners.setdefault(sha, set()).add(line)
     engine = _engine_keys(con)
 
@@ -388,10 +393,10 @@ def _set_count(cols: dict[str, list[Any]], i: int, value: int, source: str) -> N
 SPLIT_SQL = """
 WITH req AS (
   SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
-  WHERE r.rn = 1 AND r.record_kind = 'split_request'
+  WHERE r.rn = 1 AND r.record_kind IN {request_halves}
 ), resp AS (
   SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
-  WHERE r.rn = 1 AND r.record_kind = 'split_response'
+  WHERE r.rn = 1 AND r.record_kind IN {response_halves}
 )
 SELECT
   coalesce(q.request_id, a.request_id) AS request_id,
@@ -406,7 +411,7 @@ SELECT
   NULL::VARCHAR AS rid, NULL::UBIGINT AS bootstrap_room, NULL::VARCHAR AS prefill_node, NULL::VARCHAR AS decode_node,
   CASE WHEN a.request_id IS NULL THEN 'request_only' WHEN q.request_id IS NULL THEN 'response_only' END AS orphan,
   coalesce(q.zone_assumed, a.zone_assumed) AS zone_assumed,
-  'split' AS record_kind,
+  {joined} AS record_kind,
   coalesce(q.source_format, a.source_format) AS source_format,
   coalesce(q.source_file, a.source_file) AS source_file,
   coalesce(q.source_sha256, a.source_sha256) AS source_sha256,
@@ -427,10 +432,12 @@ ORDER BY _file_ord, source_line, request_id
 
 def _split_joined(con: duckdb.DuckDBPyConnection) -> Any:
     """Joined split-log rows, in input order, as record batches of the exchanges schema."""
-    has_split = con.execute("SELECT count(*) FROM ranked WHERE record_kind LIKE 'split_%'").fetchall()[0][0]
+    has_split = con.execute(f"SELECT count(*) FROM ranked WHERE record_kind IN {half_kinds()}").fetchall()[0][0]
     if not has_split:
         return
-    reader = con.sql(SPLIT_SQL).to_arrow_reader(READ_BATCH)
+    sql = SPLIT_SQL.format(request_halves=half_kinds("request"), response_halves=half_kinds("response"),
+                           joined=joined_sql("coalesce(q.record_kind, a.record_kind)"))
+    reader = con.sql(sql).to_arrow_reader(READ_BATCH)
     for batch in reader:
         table = pa.Table.from_batches([batch]).drop(["_file_ord"])
         yield table.select(schema.EXCHANGES.names).cast(schema.EXCHANGES)

@@ -67,9 +67,10 @@ from forensics.errors import ConfigError, InputError
 from forensics.progress import Reporter, reporter
 from forensics.simulate import text as tx
 from forensics.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
-from forensics.simulate.writers import EngineWriter, GatewayWriter, Outputs, day_of
+from forensics.simulate.writers import GATEWAY_WRITERS, GatewayWriter, Outputs, day_of, engine_writer, gateway_writer
 
-FORMATS = ("litellm", "openai-split")
+#: Gateway formats the simulator writes (one writer class each in forensics.simulate.writers).
+FORMATS = tuple(GATEWAY_WRITERS)
 TRUTH_SCHEMA = "forensics-sim-truth/1"
 
 
@@ -119,8 +120,7 @@ def simulate(
     """
     if scale not in SCALES:
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
+    writer = gateway_writer(fmt)  # an unknown format is an error before anything is written
     if SCALES[scale].realistic and corpus is None:
         raise ConfigError(f"scale {scale!r} draws its prompts and answers from real text and needs a corpus",
                           fix="add --corpus with a folder of .json/.jsonl/.txt text (the team's is ../shared/corpora)")
@@ -157,8 +157,8 @@ def simulate(
             broken[rng.randrange(10, int(spec.requests * 0.8))] = defect
 
     outputs = Outputs(out)
-    gateway = GatewayWriter(outputs, fmt, seed, compression, spend_days, broken)
-    engine = EngineWriter(outputs)
+    gateway = writer(outputs, seed, compression, spend_days, broken)
+    engine = engine_writer("sglang")(outputs)
     task = reporter(progress).task(f"simulate {scale}", total=spec.requests)
 
     def tick(now: float) -> None:

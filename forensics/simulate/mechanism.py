@@ -32,11 +32,12 @@ import math
 import random
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from faker import Faker
 
 from forensics import schema
+from forensics.simulate import events as ev
 from forensics.simulate import text as tx
 
 AFFECTED_MODEL = "glm-5.3"
@@ -555,7 +556,7 @@ class Simulation:
     # the timeline
     # -----------------------------------------------------------------------------------------
 
-    def run(self, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, str], None], on_tick: Callable[[float], None]) -> None:
+    def run(self, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, ev.EngineEvent], None], on_tick: Callable[[float], None]) -> None:
         """Generate every request in arrival order; ``on_tick(t)`` says no later event is before t."""
         s = self.scale
         rng = self.rng
@@ -580,14 +581,12 @@ class Simulation:
         on_tick(float("inf"))
         self.counts["requests"] = i
 
-    def _startup(self, node: str, t: float, on_engine: Callable[[str, float, str], None], note: str) -> None:
+    def _startup(self, node: str, t: float, on_engine: Callable[[str, float, ev.EngineEvent], None], note: str) -> None:
         s = self.scale
-        role = "prefill" if node.startswith("prefill") else "decode"
-        on_engine(node, t, _text_line(t, f"server_args=ServerArgs(model_path='zai-org/GLM-5.3', tp_size=8, disaggregation_mode='{role}', "
-                                          f"log_requests=True, log_requests_format='json', served_model_name='{AFFECTED_MODEL}'){note}"))
-        on_engine(node, t + 31, _text_line(t + 31, "Load weight end. type=Glm5ForCausalLM, dtype=torch.bfloat16, avail mem=21.37 GB, mem usage=58.71 GB."))
-        on_engine(node, t + 33, _text_line(t + 33, f"max_total_num_tokens={s.ceiling}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                                                   f"max_running_requests=64, context_len={s.advertised}"))
+        role: Literal["prefill", "decode"] = "prefill" if node.startswith("prefill") else "decode"
+        on_engine(node, t, ev.ServerStarted(role, "zai-org/GLM-5.3", AFFECTED_MODEL, 8, note))
+        on_engine(node, t + 31, ev.WeightsLoaded())
+        on_engine(node, t + 33, ev.MemoryPool(s.ceiling, s.advertised))
 
     def _draw_tokens(self, rng: random.Random, tenant: Tenant, affected: bool) -> tuple[int, str]:
         s = self.scale
@@ -602,7 +601,7 @@ class Simulation:
         tokens = int(rng.lognormvariate(math.log(s.median_tokens), 1.0))
         return max(40, min(tokens, int(s.ceiling * 0.9))), "normal"
 
-    def _request(self, i: int, t: float, ti: int, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, str], None]) -> None:
+    def _request(self, i: int, t: float, ti: int, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, ev.EngineEvent], None]) -> None:
         s = self.scale
         rng = self._rng(f"request:{i}")
         tenant = self.tenants[ti]
@@ -672,13 +671,10 @@ class Simulation:
         decode = rng.choice(self.decode)
         obj = {"rid": request_id, "bootstrap_host": self.node_ip[prefill], "bootstrap_port": 8998, "bootstrap_room": room, "stream": stream}
         t_arrive = t + queue
-        on_engine(prefill, t_arrive, _json_line(t_arrive, {"event": "request.received", "rid": request_id, "obj": obj}))
+        on_engine(prefill, t_arrive, ev.RequestReceived(request_id, obj))
         if over:
-            on_engine(prefill, t_arrive + 0.002, _text_line(t_arrive + 0.002,
-                      f"Input length ({real_tokens} tokens) exceeds the maximum allowed length ({self.ceiling - 1} tokens). "
-                      f"Use a shorter input or enable --allow-auto-truncate., self.rid='{request_id}'"))
-            on_engine(prefill, t_arrive + 0.003, _text_line(t_arrive + 0.003,
-                      f"Request {request_id} exceeds the maximum number of tokens: {real_tokens} > {self.ceiling}"))
+            on_engine(prefill, t_arrive + 0.002, ev.InputTooLong(request_id, real_tokens, self.ceiling - 1))
+            on_engine(prefill, t_arrive + 0.003, ev.ExceedsMaxTokens(request_id, real_tokens, self.ceiling))
             if not in_window:
                 self._rejected(base, rng, prefill, obj, real_tokens, t_arrive, on_exchange, on_engine)
                 return
@@ -688,23 +684,19 @@ class Simulation:
         t_pf = t_arrive + prefill_s
         cached = rng.choice((0, 0, 0, min(real_tokens, 1024)))
         if rng.random() < 0.5:
-            on_engine(prefill, t_pf - 0.001, _text_line(t_pf - 0.001,
-                      f"Prefill batch, #new-seq: 1, #new-token: {real_tokens - cached}, #cached-token: {cached}, "
-                      f"token usage: {rng.uniform(0.01, 0.9):.2f}, #running-req: 0, #queue-req: {rng.randint(0, 3)}"))
+            on_engine(prefill, t_pf - 0.001, ev.PrefillBatch(real_tokens - cached, cached, token_usage=rng.uniform(0.01, 0.9),
+                                                             queued=rng.randint(0, 3)))
         if in_window and rng.random() < 0.012:
             self._transfer_failure(base, rng, prefill, decode, obj, real_tokens, t_pf, on_exchange, on_engine)
             return
-        on_engine(prefill, t_pf, _text_line(t_pf, f"ReqTimeStats(rid={request_id}, bootstrap_room={room}, input_len={real_tokens}, "
-                                                  f"cached_input_len={cached}, output_len=0, type=prefill): transfer_duration={rng.uniform(0.5, 40):.2f}ms"))
+        on_engine(prefill, t_pf, ev.ReqTimeStats(request_id, room, real_tokens, cached, 0, "prefill", duration_ms=rng.uniform(0.5, 40)))
         quote = klass == "near_below" and rng.random() < 0.5
         ex = self._ordinary(base, rng, tenant, prompt, real_tokens, cpt, queue + prefill_s, on_exchange, quote or None)
         self._occupy(decode, rng, t_pf, Occupant(i, request_id, ti, spec, ex.response_text, t, ex.completed, False))
         self._decode_lines(decode, rng, ex, obj, real_tokens, cached, on_engine)
         if in_window and rng.random() < 0.006:
             other = rng.getrandbits(63)
-            on_engine(decode, t_pf + 0.01, _text_line(t_pf + 0.01,
-                      f"Context corruption detected: Request {request_id} (bootstrap_room={room}) received metadata from "
-                      f"bootstrap_room={other}. Metadata buffer index: {rng.randint(0, 63)}. This indicates metadata buffer index collision."))
+            on_engine(decode, t_pf + 0.01, ev.ContextCorruption(request_id, room, other, buffer_index=rng.randint(0, 63)))
             self.truth["engine_anomalies"].append(
                 {"kind": "context_corruption", "request_id": request_id, "tenant_id": tenant.tenant_id, "bootstrap_room": room,
                  "other_bootstrap_room": other, "decode_node": decode}
@@ -733,22 +725,19 @@ class Simulation:
         return ex
 
     def _decode_lines(self, decode: str, rng: random.Random, ex: Exchange, obj: dict[str, Any], input_len: int, cached: int,
-                      on_engine: Callable[[str, float, str], None]) -> None:
+                      on_engine: Callable[[str, float, ev.EngineEvent], None]) -> None:
         t = ex.completed
-        on_engine(decode, t - 0.001, _text_line(t - 0.001,
-                  f"ReqTimeStats(rid={ex.request_id}, bootstrap_room={obj['bootstrap_room']}, input_len={input_len}, cached_input_len={cached}, "
-                  f"output_len={ex.completion_tokens}, type=decode): forward_duration={(ex.completed - ex.first_token) * 1000:.2f}ms"))
+        on_engine(decode, t - 0.001, ev.ReqTimeStats(ex.request_id, obj["bootstrap_room"], input_len, cached, ex.completion_tokens, "decode",
+                                                     duration_ms=(ex.completed - ex.first_token) * 1000))
         fr: dict[str, Any] = {"type": ex.finish_reason}
         if ex.finish_reason == "length":
             fr["length"] = ex.completion_tokens
         meta = {"id": ex.request_id, "finish_reason": fr, "prompt_tokens": input_len, "completion_tokens": ex.completion_tokens,
                 "cached_tokens": cached, "e2e_latency": round(ex.completed - ex.received, 3)}
-        on_engine(decode, t, _json_line(t, {"event": "request.finished", "rid": ex.request_id, "obj": obj,
-                                            "out": {"text": ex.response_text, "meta_info": meta}}))
+        on_engine(decode, t, ev.RequestFinished(ex.request_id, obj, {"text": ex.response_text, "meta_info": meta}))
         if rng.random() < 0.3:
-            on_engine(decode, t + 0.0005, _text_line(t + 0.0005,
-                      f"Decode batch, #running-req: {rng.randint(1, 40)}, #token: {rng.randint(1000, self.scale.ceiling)}, "
-                      f"token usage: {rng.uniform(0.05, 0.97):.2f}, cuda graph: True, gen throughput (token/s): {rng.uniform(200, 2400):.2f}, #queue-req: 0"))
+            on_engine(decode, t + 0.0005, ev.DecodeBatch(running=rng.randint(1, 40), tokens=rng.randint(1000, self.scale.ceiling),
+                                                         token_usage=rng.uniform(0.05, 0.97), throughput=rng.uniform(200, 2400)))
 
     def _occupy(self, decode: str, rng: random.Random, t_start: float, occ: Occupant, prefer_tenant: int | None = None) -> tuple[int, collections.deque[Occupant]]:
         """Put ``occ`` in a slot of ``decode`` free at ``t_start``; return the slot and its history before."""
@@ -765,13 +754,13 @@ class Simulation:
         return k, before
 
     def _rejected(self, base: dict[str, Any], rng: random.Random, prefill: str, obj: dict[str, Any], real_tokens: int, t_arrive: float,
-                  on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, str], None]) -> None:
+                  on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, ev.EngineEvent], None]) -> None:
         msg = (f"Input length ({real_tokens} tokens) exceeds the maximum allowed length ({self.ceiling - 1} tokens). "
                "Use a shorter input or enable --allow-auto-truncate.")
         t = t_arrive + 0.004
         meta = {"id": base["request_id"], "finish_reason": {"type": "abort", "message": msg, "status_code": 400, "err_type": "BadRequestError"},
                 "prompt_tokens": real_tokens, "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": round(t - base["received"], 3)}
-        on_engine(prefill, t, _json_line(t, {"event": "request.finished", "rid": base["request_id"], "obj": obj, "out": {"text": "", "meta_info": meta}}))
+        on_engine(prefill, t, ev.RequestFinished(base["request_id"], obj, {"text": "", "meta_info": meta}))
         ex = Exchange(**base, first_token=t, completed=t + 0.01, status="failure", status_code=400, response_text="", finish_reason=None,
                       reported_prompt_tokens=round(len(base["prompt_text"]) / 4.1), completion_tokens=0,
                       error=f"litellm.BadRequestError: OpenAIException - {msg}", error_class="BadRequestError")
@@ -779,14 +768,14 @@ class Simulation:
         self.counts["rejected"] += 1
 
     def _transfer_failure(self, base: dict[str, Any], rng: random.Random, prefill: str, decode: str, obj: dict[str, Any], real_tokens: int,
-                          t: float, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, str], None]) -> None:
+                          t: float, on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, ev.EngineEvent], None]) -> None:
         rid, room = base["request_id"], obj["bootstrap_room"]
-        on_engine(prefill, t, _text_line(t, f"Prefill bootstrap failed for request rank=0 req.rid='{rid}' req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room} to {self.node_ip[decode]}:{rng.randint(17000, 17999)}"))
+        on_engine(prefill, t, ev.BootstrapFailed(rid, room, f"{self.node_ip[decode]}:{rng.randint(17000, 17999)}"))
         t2 = t + rng.uniform(0.5, 3)
-        on_engine(decode, t2, _text_line(t2, f"Decode transfer failed for request rank=0 req.rid='{rid}' req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): Failed to get kvcache from prefill instance, it might be dead"))
+        on_engine(decode, t2, ev.TransferFailed(rid, room))
         meta = {"id": rid, "finish_reason": {"type": "abort", "message": "KV transfer failed", "status_code": 500, "err_type": "InternalServerError"},
                 "prompt_tokens": real_tokens, "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": round(t2 - base["received"], 3)}
-        on_engine(decode, t2 + 0.001, _json_line(t2 + 0.001, {"event": "request.finished", "rid": rid, "obj": obj, "out": {"text": "", "meta_info": meta}}))
+        on_engine(decode, t2 + 0.001, ev.RequestFinished(rid, obj, {"text": "", "meta_info": meta}))
         ex = Exchange(**base, first_token=t2, completed=t2 + 0.01, status="failure", status_code=500, response_text="", finish_reason=None,
                       reported_prompt_tokens=round(len(base["prompt_text"]) / 4.1), completion_tokens=0,
                       error="litellm.InternalServerError: OpenAIException - KV transfer failed", error_class="InternalServerError")
@@ -799,11 +788,10 @@ class Simulation:
 
     def _suspect(self, base: dict[str, Any], rng: random.Random, tenant: Tenant, prompt: Prompt, real_tokens: int, cpt: float, klass: str,
                  prefill: str, decode: str, obj: dict[str, Any], t_arrive: float,
-                 on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, str], None]) -> None:
+                 on_exchange: Callable[[Exchange], None], on_engine: Callable[[str, float, ev.EngineEvent], None]) -> None:
         rid, room = base["request_id"], obj["bootstrap_room"]
         t_pf = t_arrive + rng.uniform(0.005, 0.05)  # a one-token prefill is instant
-        on_engine(prefill, t_pf, _text_line(t_pf, f"ReqTimeStats(rid={rid}, bootstrap_room={room}, input_len=1, cached_input_len=0, "
-                                                  f"output_len=0, type=prefill): transfer_duration={rng.uniform(0.3, 2):.2f}ms"))
+        on_engine(prefill, t_pf, ev.ReqTimeStats(rid, room, 1, 0, 0, "prefill", duration_ms=rng.uniform(0.3, 2)))
         ti = next(k for k, tn in enumerate(self.tenants) if tn is tenant)
         fk = self._faker(f"suspect:{base['index']}")
         want_self = rng.random() < 0.12
@@ -1037,18 +1025,6 @@ def _merge_private(regions: list[tuple[int, int, str, str]]) -> list[tuple[int, 
         else:
             out.append(r)
     return out
-
-
-def _text_line(t: float, message: str) -> str:
-    stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return f"[{stamp} TP0] {message}"
-
-
-def _json_line(t: float, record: dict[str, Any]) -> str:
-    import orjson
-
-    stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
-    return orjson.dumps({"timestamp": stamp, **record}).decode()
 
 
 def check_prompt(prompt: Prompt) -> None:

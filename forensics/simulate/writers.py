@@ -1,5 +1,10 @@
 """Write simulated exchanges and engine lines as the real tools log them (spec/log-formats.md).
 
+One writer class per log format, registered under the format's ingest name: a gateway writer
+(``litellm``, ``openai-split``) renders each exchange, an engine writer (``sglang``) renders the
+engine events the mechanism emits (forensics.simulate.events). Adding a simulated format is one
+writer class here.
+
 Lines are written in time order through a small heap per output stream (an event may be
 produced before an earlier-timed one of another request); the heap only ever holds requests in
 flight, so memory stays flat however long the run. Compressed files are byte-identical for the
@@ -13,12 +18,15 @@ import gzip
 import hashlib
 import heapq
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar, TypeVar
 
 import orjson
 import zstandard
 
+from forensics.errors import ConfigError, RegistryError
+from forensics.simulate import events as ev
 from forensics.simulate.mechanism import Exchange
 
 #: LiteLLM's DB safeguard (spend-log rows): strings longer than this are cut.
@@ -204,13 +212,47 @@ def chunks(ex: Exchange, rng: random.Random, usage: bool) -> list[dict[str, Any]
     return out
 
 
-class GatewayWriter:
-    """LiteLLM callback payloads (+ overlapping spend-log exports) or openai-split files."""
+W = TypeVar("W", bound=type)
 
-    def __init__(self, outputs: Outputs, fmt: str, seed: int, compression: dict[str, str], spend_days: set[str],
+#: Gateway and engine writers by format name (the name ingest reads the files under).
+GATEWAY_WRITERS: dict[str, type[GatewayWriter]] = {}
+ENGINE_WRITERS: dict[str, type[EngineWriter]] = {}
+
+
+def _registered(table: dict[str, Any]) -> Callable[[W], W]:
+    """Class decorator: register a writer under its ``name``; a duplicate name is an error."""
+    def add(cls: W) -> W:
+        name = cls.name  # type: ignore[attr-defined]
+        if name in table:
+            raise RegistryError(f"a simulator writer for format {name!r} is already registered", fix="give each writer its own format name")
+        table[name] = cls
+        return cls
+    return add
+
+
+def gateway_writer(name: str) -> type[GatewayWriter]:
+    """The gateway writer of format ``name``; an unknown name is a ConfigError listing the known ones."""
+    if name not in GATEWAY_WRITERS:
+        raise ConfigError(f"unknown format {name!r}", fix=f"use one of {', '.join(GATEWAY_WRITERS)}")
+    return GATEWAY_WRITERS[name]
+
+
+def engine_writer(name: str) -> type[EngineWriter]:
+    """The engine writer of format ``name``; an unknown name is a ConfigError listing the known ones."""
+    if name not in ENGINE_WRITERS:
+        raise ConfigError(f"unknown engine format {name!r}", fix=f"use one of {', '.join(ENGINE_WRITERS)}")
+    return ENGINE_WRITERS[name]
+
+
+class GatewayWriter:
+    """What every gateway writer shares: daily files, the defects written next to records, the
+    calls queued until they end, and the counts truth.json reports."""
+
+    name: ClassVar[str]
+
+    def __init__(self, outputs: Outputs, seed: int, compression: dict[str, str], spend_days: set[str],
                  broken: dict[int, str]) -> None:
         self.out = outputs
-        self.fmt = fmt
         self.rng = random.Random(f"{seed}:gateway")
         self.compression = compression  # day -> "" | ".gz" | ".zst"
         self.spend_days = spend_days
@@ -233,33 +275,17 @@ class GatewayWriter:
         return self.out.file(rel)
 
     def exchange(self, ex: Exchange) -> None:
-        """Take one exchange: queue its callback/response line, write its request line now."""
-        if self.fmt == "litellm":
-            self.callbacks.push(ex.completed, ex)
-            if day_of(ex.received) in self.spend_days:
-                # The DB export is ordered by startTime, which is arrival order.
-                self._write(self._series("spend-logs", day_of(ex.received)), self.spend_log(ex), ex)
-                self.spend_rows += 1
-        else:
-            if ex.request_lost:
-                # The request log of that hour was rotated away: only the response line is left.
-                self.orphans.append({"request_id": ex.request_id, "kind": "response_only"})
-                self.callbacks.push(ex.completed, ex)
-                return
-            f = self._series("requests", day_of(ex.received))
-            self._write(f, self.split_request(ex), ex)
-            if ex.incomplete:
-                self.orphans.append({"request_id": ex.request_id, "kind": "request_only"})
-            else:
-                self.callbacks.push(ex.completed, ex)
+        """Take one exchange when the gateway receives it: write what is logged then, queue the rest."""
+        raise NotImplementedError
+
+    def ended(self, when: float, ex: Exchange) -> None:
+        """Write what is logged when the call ends (at ``when``)."""
+        raise NotImplementedError
 
     def tick(self, t: float) -> None:
         """Write every call that ended before ``t``."""
         for when, ex in self.callbacks.pop_until(t):
-            if self.fmt == "litellm":
-                self._write(self._series("litellm-callbacks", day_of(when)), self.payload(ex), ex)
-            else:
-                self._series("responses", day_of(when)).write(self.split_response(ex))
+            self.ended(when, ex)
 
     def _write(self, f: LineFile, line: str, ex: Exchange) -> None:
         defect = self.broken.pop(ex.index, None) if not f.rel.startswith("gateway/spend-logs") else None
@@ -280,7 +306,24 @@ class GatewayWriter:
             self.blank += 1
         f.write(line)
 
-    # ---- litellm -----------------------------------------------------------------------------
+
+@_registered(GATEWAY_WRITERS)
+class LiteLLMWriter(GatewayWriter):
+    """LiteLLM callback payloads, and spend-log exports overlapping them on some days."""
+
+    name = "litellm"
+
+    def exchange(self, ex: Exchange) -> None:
+        """Queue the callback payload; on a spend-log day, write the spend-log row now."""
+        self.callbacks.push(ex.completed, ex)
+        if day_of(ex.received) in self.spend_days:
+            # The DB export is ordered by startTime, which is arrival order.
+            self._write(self._series("spend-logs", day_of(ex.received)), self.spend_log(ex), ex)
+            self.spend_rows += 1
+
+    def ended(self, when: float, ex: Exchange) -> None:
+        """The callback payload, in the file of the day the call ended."""
+        self._write(self._series("litellm-callbacks", day_of(when)), self.payload(ex), ex)
 
     def _metadata(self, ex: Exchange) -> dict[str, Any]:
         md: dict[str, Any] = {
@@ -376,7 +419,30 @@ class GatewayWriter:
         }
         return _dumps(truncate_for_db(row))
 
-    # ---- openai-split ------------------------------------------------------------------------
+
+@_registered(GATEWAY_WRITERS)
+class OpenAISplitWriter(GatewayWriter):
+    """Split request and response logs, joined by request_id (some halves lost on purpose)."""
+
+    name = "openai-split"
+
+    def exchange(self, ex: Exchange) -> None:
+        """Write the request line now and queue the response line (unless either was lost)."""
+        if ex.request_lost:
+            # The request log of that hour was rotated away: only the response line is left.
+            self.orphans.append({"request_id": ex.request_id, "kind": "response_only"})
+            self.callbacks.push(ex.completed, ex)
+            return
+        f = self._series("requests", day_of(ex.received))
+        self._write(f, self.split_request(ex), ex)
+        if ex.incomplete:
+            self.orphans.append({"request_id": ex.request_id, "kind": "request_only"})
+        else:
+            self.callbacks.push(ex.completed, ex)
+
+    def ended(self, when: float, ex: Exchange) -> None:
+        """The response line, in the file of the day the call ended."""
+        self._series("responses", day_of(when)).write(self.split_response(ex))
 
     def _stamp(self, t: float) -> Any:
         if self.rng.random() < 0.2:
@@ -402,20 +468,92 @@ class GatewayWriter:
 
 
 class EngineWriter:
-    """Per-node SGLang logs ``engine/{hostname}_{rank}.log``, lines in time order."""
+    """Per-node engine logs ``engine/{hostname}_{rank}.log``, lines in time order; a subclass
+    renders each engine event as a line of its format."""
+
+    name: ClassVar[str]
 
     def __init__(self, outputs: Outputs) -> None:
         self.out = outputs
         self.lines = Ordered()
 
-    def line(self, node: str, t: float, text: str) -> None:
-        """Queue one log line of ``node`` at time ``t``."""
-        self.lines.push(t, (node, text))
+    def line(self, node: str, t: float, event: ev.EngineEvent) -> None:
+        """Queue ``event`` of ``node`` at time ``t``, rendered now (the mechanism may reuse its dicts)."""
+        self.lines.push(t, (node, self.render(t, event)))
+
+    def render(self, t: float, event: ev.EngineEvent) -> str:
+        """One log line saying ``event`` at time ``t``."""
+        raise NotImplementedError
 
     def tick(self, t: float) -> None:
         """Write every line timed before ``t``."""
         for _, (node, text) in self.lines.pop_until(t):
             self.out.file(f"engine/{node}_0.log").write(text)
+
+
+@_registered(ENGINE_WRITERS)
+class SGLangWriter(EngineWriter):
+    """SGLang's scheduler text lines (``[time TP0] message``) and JSON request-log lines."""
+
+    name = "sglang"
+
+    def render(self, t: float, event: ev.EngineEvent) -> str:
+        """The SGLang line for ``event``."""
+        if isinstance(event, ev.RequestReceived):
+            return self._json(t, {"event": "request.received", "rid": event.rid, "obj": event.obj})
+        if isinstance(event, ev.RequestFinished):
+            return self._json(t, {"event": "request.finished", "rid": event.rid, "obj": event.obj, "out": event.out})
+        return self._text(t, self._message(event))
+
+    @staticmethod
+    def _message(event: ev.EngineEvent) -> str:
+        if isinstance(event, ev.ServerStarted):
+            return (f"server_args=ServerArgs(model_path='{event.model_path}', tp_size={event.tp_size}, disaggregation_mode='{event.role}', "
+                    f"log_requests=True, log_requests_format='json', served_model_name='{event.served_model}'){event.note}")
+        if isinstance(event, ev.WeightsLoaded):
+            return "Load weight end. type=Glm5ForCausalLM, dtype=torch.bfloat16, avail mem=21.37 GB, mem usage=58.71 GB."
+        if isinstance(event, ev.MemoryPool):
+            return (f"max_total_num_tokens={event.max_total_num_tokens}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                    f"max_running_requests=64, context_len={event.context_len}")
+        if isinstance(event, ev.InputTooLong):
+            return (f"Input length ({event.input_len} tokens) exceeds the maximum allowed length ({event.limit} tokens). "
+                    f"Use a shorter input or enable --allow-auto-truncate., self.rid='{event.rid}'")
+        if isinstance(event, ev.ExceedsMaxTokens):
+            return f"Request {event.rid} exceeds the maximum number of tokens: {event.input_len} > {event.max_tokens}"
+        if isinstance(event, ev.PrefillBatch):
+            return (f"Prefill batch, #new-seq: 1, #new-token: {event.new_tokens}, #cached-token: {event.cached_tokens}, "
+                    f"token usage: {event.token_usage:.2f}, #running-req: 0, #queue-req: {event.queued}")
+        if isinstance(event, ev.ReqTimeStats):
+            duration = "transfer_duration" if event.role == "prefill" else "forward_duration"
+            return (f"ReqTimeStats(rid={event.rid}, bootstrap_room={event.bootstrap_room}, input_len={event.input_len}, "
+                    f"cached_input_len={event.cached_input_len}, output_len={event.output_len}, type={event.role}): "
+                    f"{duration}={event.duration_ms:.2f}ms")
+        if isinstance(event, ev.ContextCorruption):
+            return (f"Context corruption detected: Request {event.rid} (bootstrap_room={event.bootstrap_room}) received metadata from "
+                    f"bootstrap_room={event.other_bootstrap_room}. Metadata buffer index: {event.buffer_index}. "
+                    "This indicates metadata buffer index collision.")
+        if isinstance(event, ev.DecodeBatch):
+            return (f"Decode batch, #running-req: {event.running}, #token: {event.tokens}, token usage: {event.token_usage:.2f}, "
+                    f"cuda graph: True, gen throughput (token/s): {event.throughput:.2f}, #queue-req: 0")
+        if isinstance(event, ev.BootstrapFailed):
+            return (f"Prefill bootstrap failed for request rank=0 req.rid='{event.rid}' req.bootstrap_room={event.bootstrap_room} "
+                    f"with exception KVTransferError(bootstrap_room={event.bootstrap_room}): Failed to send kv chunk of "
+                    f"{event.bootstrap_room} to {event.peer}")
+        if isinstance(event, ev.TransferFailed):
+            return (f"Decode transfer failed for request rank=0 req.rid='{event.rid}' req.bootstrap_room={event.bootstrap_room} "
+                    f"with exception KVTransferError(bootstrap_room={event.bootstrap_room}): Failed to get kvcache from prefill "
+                    "instance, it might be dead")
+        raise TypeError(f"no SGLang line for {type(event).__name__}")
+
+    @staticmethod
+    def _text(t: float, message: str) -> str:
+        stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return f"[{stamp} TP0] {message}"
+
+    @staticmethod
+    def _json(t: float, record: dict[str, Any]) -> str:
+        stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        return _dumps({"timestamp": stamp, **record})
 
 
 def open_text(path: Path) -> IO[str]:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forensics import schema
-from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
+from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
     RecordError,
@@ -26,6 +26,7 @@ from forensics.ingest.fields import (
     response_text,
     time_field,
 )
+from forensics.ingest.registry import LogFormat, RecordKind, register
 
 
 def _is_request(obj: Mapping[str, Any]) -> bool:
@@ -138,4 +139,14 @@ class OpenAISplitParser:
         }
 
 
-register(OpenAISplitParser)
+_parser = OpenAISplitParser()
+FORMAT = register(LogFormat(
+    name=_parser.name,
+    summary="split request and response logs (JSON Lines) joined by request_id",
+    table="exchanges",
+    sniff=_parser.sniff,
+    parse=_parser.parse,
+    sniff_order=20,  # after litellm: a spend-log row also has request_id and a body-like field
+    kinds=(RecordKind("split_request", precedence=1, half="request", joined="split"),
+           RecordKind("split_response", precedence=1, half="response", joined="split")),
+))

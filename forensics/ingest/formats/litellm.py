@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forensics import schema
-from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance, register
+from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
     RecordError,
@@ -21,6 +21,7 @@ from forensics.ingest.fields import (
     response_text,
     time_field,
 )
+from forensics.ingest.registry import LogFormat, RecordKind, register
 
 #: The default tenant rule: the first non-empty of these fields names the customer.
 TENANT_CHAIN = (
@@ -167,4 +168,14 @@ class LiteLLMParser:
         return row
 
 
-register(LiteLLMParser)
+_parser = LiteLLMParser()
+FORMAT = register(LogFormat(
+    name=_parser.name,
+    summary="LiteLLM proxy logs: callback payloads (StandardLoggingPayload, bare or wrapped) and spend-log rows",
+    table="exchanges",
+    sniff=_parser.sniff,
+    parse=_parser.parse,
+    sniff_order=10,
+    # A callback payload holds the whole text; a spend-log row's long strings are cut (the DB safeguard).
+    kinds=(RecordKind("logging_payload", precedence=0), RecordKind("spend_log", precedence=2)),
+))

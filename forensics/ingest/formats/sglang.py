@@ -12,8 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from forensics.ingest.base import FileContext, Output, register
+from forensics.ingest.base import FileContext, Output
 from forensics.ingest.fields import INT32_MAX, INT64_MAX, INT64_MIN, RecordError, loads, whole_number
+from forensics.ingest.registry import LogFormat, register
 from forensics.ingest.timeparse import TimeError, to_micros
 
 TEXT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ?(.*)$", re.S)
@@ -219,4 +220,12 @@ class SGLangParser:
         row["bootstrap_room"] = _room(room.group(1)) if room else None
 
 
-register(SGLangParser)
+_parser = SGLangParser()
+FORMAT = register(LogFormat(
+    name=_parser.name,
+    summary="SGLang engine logs, one file per node ({hostname}_{rank}.log): JSON request lines and scheduler text lines",
+    table="engine_events",
+    sniff=_parser.sniff,
+    parse=_parser.parse,
+    sniff_order=90,  # last: any bracketed-timestamp text line looks like a scheduler line
+))
