@@ -164,7 +164,7 @@ class CaseConfig:
 
 def iso(t: dt.datetime) -> str:
     """UTC ISO 8601 with ``Z`` (the only time format the outputs use)."""
-    t = t.astimezone(dt.timezone.utc)
+    t = t.astimezone(dt.UTC)
     text = t.strftime("%Y-%m-%dT%H:%M:%S")
     if t.microsecond:
         text += f".{t.microsecond:06d}"
@@ -186,7 +186,7 @@ def parse_utc(value: Any, key: str) -> dt.datetime:
         raise ConfigError(f"{key} must be a time string, got {type(value).__name__}", fix=EXAMPLES.get(key))
     if t.tzinfo is None:
         raise ConfigError(f"{key} = {value!r} has no zone", fix="end it with Z (UTC) or an offset such as +02:00")
-    return t.astimezone(dt.timezone.utc)
+    return t.astimezone(dt.UTC)
 
 
 def _parse_zone(value: Any, key: str) -> str:

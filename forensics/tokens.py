@@ -29,6 +29,7 @@ import dataclasses
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from forensics.errors import ConfigError
 
@@ -100,7 +101,7 @@ class Counter:
 
 
 @lru_cache(maxsize=4)
-def load_tokenizer(path: Path):  # type: ignore[no-untyped-def]
+def load_tokenizer(path: Path) -> Any:
     """Load a ``tokenizers`` JSON file, or raise a ConfigError saying what is wrong."""
     from tokenizers import Tokenizer
 

@@ -230,7 +230,8 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
     if "error" in resp and "choices" not in resp:
         return None, None, {}
     choices = resp.get("choices")
-    usage = resp.get("usage") if isinstance(resp.get("usage"), Mapping) else {}
+    usage_value = resp.get("usage")
+    usage: Mapping[str, Any] = usage_value if isinstance(usage_value, Mapping) else {}
     if choices is None:
         return None, None, dict(usage)
     if not isinstance(choices, list):

@@ -149,7 +149,7 @@ def _open(path: Path) -> BinaryIO:
     if kind == "gzip":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if kind == "zstd":
-        return io.BufferedReader(_ZstdRaw(raw), buffer_size=CHUNK)  # type: ignore[return-value]
+        return io.BufferedReader(_ZstdRaw(raw), buffer_size=CHUNK)
     return raw
 
 

@@ -27,7 +27,7 @@ import re
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: Upper bounds (exclusive) of the magnitude bands, with the microseconds one unit is worth.
 EPOCH_BANDS = ((10**11, 1_000_000), (10**14, 1_000), (10**17, 1), (10**20, None))
 #: Times outside these years are refused: no log of an LLM service predates the Unix epoch, and
@@ -35,7 +35,7 @@ EPOCH_BANDS = ((10**11, 1_000_000), (10**14, 1_000), (10**17, 1), (10**20, None)
 MIN_YEAR = 1970
 MAX_YEAR = 9999
 MIN_MICROS = 0
-MAX_MICROS = (dt.datetime.max.replace(tzinfo=dt.timezone.utc) - EPOCH) // dt.timedelta(microseconds=1)  # 9999-12-31T23:59:59.999999Z
+MAX_MICROS = (dt.datetime.max.replace(tzinfo=dt.UTC) - EPOCH) // dt.timedelta(microseconds=1)  # 9999-12-31T23:59:59.999999Z
 # A plain decimal number (no underscores, no "nan"/"inf" words: those are not times).
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 RANGE_HINT = f"times must lie in the years {MIN_YEAR} to {MAX_YEAR}"
@@ -47,7 +47,7 @@ class TimeError(ValueError):
 
 @lru_cache(maxsize=32)
 def _zone(name: str) -> dt.tzinfo:
-    return dt.timezone.utc if name == "UTC" else ZoneInfo(name)
+    return dt.UTC if name == "UTC" else ZoneInfo(name)
 
 
 def _shown(value: object) -> str:
@@ -60,11 +60,10 @@ def _from_epoch(value: int | float, shown: object) -> int:
     if isinstance(value, float) and not math.isfinite(value):
         raise TimeError(f"{_shown(shown)} is not a time")
     magnitude = abs(value)
-    for bound, micros_per_unit in EPOCH_BANDS:
-        if magnitude < bound:
-            break
-    else:
+    band = next((unit for bound, unit in EPOCH_BANDS if magnitude < bound), False)
+    if band is False:
         raise TimeError(f"{_shown(shown)} is too large for an epoch time in any unit (s, ms, µs, ns)")
+    micros_per_unit = band
     if micros_per_unit is None:  # nanoseconds: integer arithmetic keeps every digit
         micros = value // 1000 if isinstance(value, int) else round(value / 1000)
     elif isinstance(value, int):

@@ -131,7 +131,7 @@ def _copy_stage_csv(case_dir: Path, report_dir: Path, name: str, columns: tuple[
 def _inputs_root(cfg: CaseConfig, files: list[dict[str, Any]]) -> Path:
     if cfg.file is not None:
         return Path(cfg.file).resolve().parent
-    paths = [Path(f.get("path") or f.get("file")).resolve().parent for f in files if f.get("path") or f.get("file")]
+    paths = [Path(str(f.get("path") or f.get("file"))).resolve().parent for f in files if f.get("path") or f.get("file")]
     paths += [Path(i.path).resolve() if Path(i.path).is_dir() else Path(i.path).resolve().parent for i in cfg.inputs]
     if not paths:
         return Path.cwd()

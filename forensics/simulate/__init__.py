@@ -53,7 +53,6 @@ truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every tim
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import random
 import shutil

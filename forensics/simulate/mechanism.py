@@ -48,7 +48,7 @@ MODELS = (
     ("llama-4-maverick", "openai/llama-4-maverick", False),
 )
 
-WINDOW_START = dt.datetime(2026, 8, 27, tzinfo=dt.timezone.utc)
+WINDOW_START = dt.datetime(2026, 8, 27, tzinfo=dt.UTC)
 #: A shared-boilerplate hard negative quotes text at least this many tenants besides the recipient
 #: sent before it (the matcher holds text of more than 2 tenants to be common, not anyone's secret).
 COMMON_TENANTS = 3
@@ -97,7 +97,7 @@ SCALES: dict[str, Scale] = {
 
 def iso_z(t: float) -> str:
     """UTC ISO 8601 with ``Z`` and microseconds (truth and split logs)."""
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclasses.dataclass
@@ -739,7 +739,8 @@ class Simulation:
             on_engine(decode, t + 0.0005, ev.DecodeBatch(running=rng.randint(1, 40), tokens=rng.randint(1000, self.scale.ceiling),
                                                          token_usage=rng.uniform(0.05, 0.97), throughput=rng.uniform(200, 2400)))
 
-    def _occupy(self, decode: str, rng: random.Random, t_start: float, occ: Occupant, prefer_tenant: int | None = None) -> tuple[int, collections.deque[Occupant]]:
+    def _occupy(self, decode: str, rng: random.Random, t_start: float, occ: Occupant,
+                prefer_tenant: int | None = None) -> tuple[int, collections.deque[Occupant]]:
         """Put ``occ`` in a slot of ``decode`` free at ``t_start``; return the slot and its history before."""
         slots = self.slots[decode]
         free = [k for k, h in enumerate(slots) if not h or h[-1].completed < t_start]

@@ -209,7 +209,7 @@ def paragraph(kind: str, fk: Faker, rng: random.Random) -> str:
 _SENTENCE_CUT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def owner_groups(corpus: "Corpus", max_holders: int = 8) -> list[list[int]]:
+def owner_groups(corpus: Corpus, max_holders: int = 8) -> list[list[int]]:
     """Groups of corpus items that must belong to one tenant, items numbered documents then answers.
 
     Real corpora repeat themselves (the same conversation exported twice, an answer quoted in a

@@ -64,7 +64,7 @@ class LineFile:
         self.raw = _Hashing(path)
         self.stream: Any
         if rel.endswith(".gz"):
-            self.stream = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0, compresslevel=6)  # type: ignore[arg-type]
+            self.stream = gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0, compresslevel=6)
         elif rel.endswith(".zst"):
             self.stream = zstandard.ZstdCompressor(level=9).stream_writer(self.raw, closefd=False)  # type: ignore[arg-type]
         else:
@@ -139,12 +139,12 @@ class Ordered:
 
 def day_of(t: float) -> str:
     """The UTC date of an epoch time."""
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
 
 
 def _zone_less(t: float) -> str:
     """LiteLLM's spend-log time: UTC, no zone, no trailing zeros (``2026-08-29T10:01:54.88``)."""
-    d = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    d = dt.datetime.fromtimestamp(t, dt.UTC)
     text = d.strftime("%Y-%m-%dT%H:%M:%S")
     if d.microsecond:
         text += ("." + f"{d.microsecond:06d}").rstrip("0")
@@ -447,7 +447,7 @@ class OpenAISplitWriter(GatewayWriter):
     def _stamp(self, t: float) -> Any:
         if self.rng.random() < 0.2:
             return int(round(t * 1000))
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
     def split_request(self, ex: Exchange) -> str:
         """A request line of the split format."""
@@ -547,12 +547,12 @@ class SGLangWriter(EngineWriter):
 
     @staticmethod
     def _text(t: float, message: str) -> str:
-        stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        stamp = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
         return f"[{stamp} TP0] {message}"
 
     @staticmethod
     def _json(t: float, record: dict[str, Any]) -> str:
-        stamp = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        stamp = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
         return _dumps({"timestamp": stamp, **record})
 
 

@@ -109,6 +109,7 @@ class OpenAISplitParser:
         completed, assumed = time_field(obj, "timestamp", ctx.zone)
         problems: list[str] = []
         status_code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)  # HTTP: three digits
+        text: str | None
         if "chunks" in obj:
             chunks = maybe_json(obj["chunks"], "chunks")
             if not isinstance(chunks, list):

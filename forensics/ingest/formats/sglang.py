@@ -38,6 +38,11 @@ KV_ERROR = re.compile(r"KVTransferError\(bootstrap_room=(\d+)\)")
 MAX_ROOM = 2**64 - 1
 
 
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a field of the wrong type says nothing)."""
+    return value if isinstance(value, Mapping) else {}
+
 def node_of(file_name: str) -> tuple[str, int | None]:
     """Hostname and rank from ``{hostname}_{rank}.log`` (compression suffixes ignored)."""
     name = file_name
@@ -145,9 +150,8 @@ class SGLangParser:
         else:
             return
         rid = obj.get("rid")
-        req = obj.get("obj") if isinstance(obj.get("obj"), Mapping) else {}
-        out = obj.get("out") if isinstance(obj.get("out"), Mapping) else {}
-        meta = out.get("meta_info") if isinstance(out.get("meta_info"), Mapping) else {}
+        req, out = _mapping(obj.get("obj")), _mapping(obj.get("out"))
+        meta = _mapping(out.get("meta_info"))
         row["rid"] = rid if isinstance(rid, str) else (req.get("rid") if isinstance(req.get("rid"), str) else None)
         row["bootstrap_room"] = _room(req.get("bootstrap_room"))
         finish = meta.get("finish_reason")
