@@ -29,7 +29,7 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     return value
 
 

@@ -13,7 +13,7 @@ from forensics import schema
 from forensics.case import write_table
 from forensics.config import CaseConfig
 
-T0 = dt.datetime(2026, 8, 29, 10, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 8, 29, 10, 0, tzinfo=dt.UTC)
 
 
 def at(minutes: float) -> dt.datetime:

@@ -42,8 +42,8 @@ def _file(tmp_path: Path, text: str) -> Path:
 def test_a_good_case_file(tmp_path: Path) -> None:
     cfg = load_case_file(_file(tmp_path, GOOD))
     assert cfg.name == "glm-5.3-kv-pool" and cfg.models == ["glm-5.3"]
-    assert cfg.window_start == dt.datetime(2026, 8, 27, tzinfo=dt.timezone.utc)
-    assert cfg.window_end == dt.datetime(2026, 9, 9, tzinfo=dt.timezone.utc)  # offsets become UTC
+    assert cfg.window_start == dt.datetime(2026, 8, 27, tzinfo=dt.UTC)
+    assert cfg.window_end == dt.datetime(2026, 9, 9, tzinfo=dt.UTC)  # offsets become UTC
     assert (cfg.real_ceiling_tokens, cfg.advertised_window_tokens) == (681280, "auto")
     assert [(i.path, i.format) for i in cfg.inputs] == [((tmp_path / "logs/gateway").resolve(), "litellm"),
                                                         ((tmp_path / "logs/engine").resolve(), "auto")]

@@ -6,12 +6,11 @@ Each folder under tests/golden/ingest/ holds input logs and ``expected.json``. R
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-
 from conftest import check_golden, table_rows
+
 from forensics import api
 
 GOLDEN = Path(__file__).parent / "golden" / "ingest"

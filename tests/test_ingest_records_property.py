@@ -9,8 +9,8 @@ that every file reconciles: ``lines = ingested + quarantined + blank + duplicate
 from __future__ import annotations
 
 import copy
-import itertools
 import datetime as dt
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from forensics import api
 from forensics.ingest.timeparse import TimeError, to_micros
 
-T_2026 = dt.datetime(2026, 8, 26, 14, 32, 12, 626112, tzinfo=dt.timezone.utc)
+T_2026 = dt.datetime(2026, 8, 26, 14, 32, 12, 626112, tzinfo=dt.UTC)
 MICROS_2026 = 1787754732626112  # T_2026 in epoch microseconds
 
 SPEND = {
@@ -271,14 +271,18 @@ def test_values_that_are_not_times_in_range_are_refused(value: Any) -> None:
 
 def test_range_ends_are_accepted() -> None:
     assert to_micros(0) == (0, False)
-    assert to_micros("9999-12-31T23:59:59.999999Z")[0] == (dt.datetime.max.replace(tzinfo=dt.timezone.utc) - dt.datetime(
-        1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    assert to_micros("9999-12-31T23:59:59.999999Z")[0] == (dt.datetime.max.replace(tzinfo=dt.UTC) - dt.datetime(
+        1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
 
 
 # --- property tests: any value in any field of every format ----------------------------------
 
 PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-JSON_BASES = {"litellm": [SPEND, PAYLOAD, PAYLOAD["standard_logging_object"]], "openai-split": [SPLIT_REQUEST, SPLIT_RESPONSE, SPLIT_RESPONSE_BODY], "sglang": [SGLANG_FINISHED, SGLANG_RECEIVED]}
+JSON_BASES = {
+    "litellm": [SPEND, PAYLOAD, PAYLOAD["standard_logging_object"]],
+    "openai-split": [SPLIT_REQUEST, SPLIT_RESPONSE, SPLIT_RESPONSE_BODY],
+    "sglang": [SGLANG_FINISHED, SGLANG_RECEIVED],
+}
 EXAMPLES = itertools.count()
 NAMES = {"litellm": "spend.jsonl", "openai-split": "split.jsonl", "sglang": "decode-1_0.log"}
 

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from match_helpers import config, exchange, make_case
 
 import forensics.match as match_mod
 import forensics.match.pool as pool_mod
@@ -20,7 +21,6 @@ import forensics.match.stream as stream_mod
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
 from forensics.match import match
-from match_helpers import config, exchange, make_case
 
 _SYLL = ["ka", "ro", "mi", "ten", "val", "dor", "shi", "qua", "lex", "bru", "po", "zan", "fe", "gil", "mur", "sta", "ny", "orb"]
 

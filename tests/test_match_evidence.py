@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from match_helpers import config, exchange, make_case
 
 from forensics.errors import ConfigError
 from forensics.match import match
-from forensics.match.tiers import MatchParams, evalue_tier
 from forensics.match.chance import MIN_NULL, NullModel, calibration, with_mechanism
-from match_helpers import config, exchange, make_case
+from forensics.match.tiers import MatchParams, evalue_tier
 
 VOCAB = [f"w{i:04d}x" for i in range(5000)]
 

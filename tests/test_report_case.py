@@ -14,7 +14,7 @@ from forensics import schema
 from forensics.case import write_json, write_table
 from forensics.config import CaseConfig, config_from_mapping, save
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 AWS_KEY = "AKIAZ7QW3ERT5YUI8OPL"
 CARD = "4539 1488 0343 6467"  # passes Luhn
 HOSTILE = "../../etc/passwd\x1b[31m=cmd|' /C calc'!A0" + "x" * 300

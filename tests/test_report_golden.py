@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import duckdb
-
 import pytest
 
 from forensics import api

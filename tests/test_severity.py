@@ -78,7 +78,7 @@ def test_offsets_point_at_the_value() -> None:
 
 
 def test_masking_never_shows_the_value() -> None:
-    for cls, _, text in POSITIVE:
+    for _cls, _, text in POSITIVE:
         for h in C.find(text):
             assert h.value not in h.masked
             assert len(h.sha256) == 64

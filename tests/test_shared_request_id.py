@@ -133,7 +133,8 @@ def test_match_control_sample_with_a_shared_id_does_not_crash_and_keeps_both(tmp
 
 
 def test_scan_flags_the_right_tenant_and_attributes_a_shared_engine_id_to_neither(tmp_path: Path) -> None:
-    from query_cases.build import CEILING, MODEL, WINDOW, exchange as qx, signature_events, startup, write_case
+    from query_cases.build import CEILING, MODEL, WINDOW, signature_events, startup, write_case
+    from query_cases.build import exchange as qx
 
     from forensics.config import config_from_mapping
     from forensics.scan import scan
@@ -178,7 +179,9 @@ def _report_case(tmp: Path) -> tuple[Path, Any]:
     """Four customers all sent request id "r-1": acme's and globex's are suspects; globex's answer
     holds initech's prompt and umbrella's answer; acme's holds nothing found."""
     import pyarrow as pa
-    from test_report_case import exchange as rx, make_case as report_case, ts
+    from test_report_case import exchange as rx
+    from test_report_case import make_case as report_case
+    from test_report_case import ts
 
     from forensics import schema
     from forensics.case import write_table

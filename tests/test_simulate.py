@@ -18,8 +18,8 @@ from forensics.config import load_case_file
 from forensics.errors import ForensicsError
 from forensics.schema import render_messages
 from forensics.simulate import simulate
-from forensics.simulate.mechanism import SCALES, Exchange, Scale, Simulation
 from forensics.simulate import text as tx
+from forensics.simulate.mechanism import SCALES, Exchange, Scale, Simulation
 from forensics.simulate.text import load_corpus
 from forensics.simulate.writers import open_text
 
@@ -336,7 +336,7 @@ def check_truth_against_logs(sim: Simulation, rows: dict[str, dict[str, Any]], s
         if h["kind"] in ("shared_boilerplate", "self_tenant"):
             f = fragments[h["fragment_id"]]
             rec = rows[f["recipient_request_id"]]
-            others = lambda holders: holders - {rec["tenant"]}  # noqa: E731
+            others = lambda holders, rec=rec: holders - {rec["tenant"]}  # noqa: E731
             if h["kind"] == "shared_boilerplate":
                 passage = shared[f["shared_text"]][f["source_start"] : f["source_end"]]
                 # the matcher's notion of common: more than 2 tenants besides the recipient hold it
