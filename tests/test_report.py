@@ -222,7 +222,7 @@ def test_summary_states_gaps_and_control_rate(built: tuple[Path, Path]) -> None:
 def test_no_findings_means_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     case, cfg, _ = make_case(tmp_path, no_findings=True)
     with pytest.raises(SystemExit) as exc:
-        main(["report", "--case", str(case), "--out", str(tmp_path / "out"), "--quiet"])
+        main(["report", "--case", str(case), "--out", str(tmp_path / "out")])
     assert exc.value.code == 0
     rd = tmp_path / "out" / "test-case"
     assert _notifications(rd) == [] and not any((rd / "packets").iterdir())
