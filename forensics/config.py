@@ -158,11 +158,9 @@ class CaseConfig:
 
 def iso(t: dt.datetime) -> str:
     """UTC ISO 8601 with ``Z`` (the only time format the outputs use)."""
-    t = t.astimezone(dt.timezone.utc)
-    text = t.strftime("%Y-%m-%dT%H:%M:%S")
-    if t.microsecond:
-        text += f".{t.microsecond:06d}"
-    return text + "Z"
+    t = t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    # Not strftime("%Y"): it does not zero-pad years before 1000 (glibc), isoformat always does.
+    return t.isoformat(timespec="microseconds" if t.microsecond else "seconds") + "Z"
 
 
 def parse_utc(value: Any, key: str) -> dt.datetime:

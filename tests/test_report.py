@@ -210,7 +210,7 @@ def test_summary_states_gaps_and_control_rate(built: tuple[Path, Path]) -> None:
     md = (rd / "summary.md").read_text()
     assert "false-positive rate: 0.005" in md
     assert "| quarantined input lines | 1 |" in md
-    assert "| orphan records \\(request or response half missing\\) | 1 |" in md
+    assert "| orphan records (request or response half missing) | 1 |" in md
     for plot in ("plot-per-day", "plot-prompt-length", "plot-tiers"):
         assert f"(plots/{plot}.svg)" in md
         assert (rd / "plots" / f"{plot}.svg").read_text().startswith("<svg")
