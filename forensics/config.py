@@ -21,10 +21,11 @@ from forensics.errors import ConfigError
 #: Formats an ``[[inputs]]`` entry may name.
 INPUT_FORMATS = ("auto", "litellm", "openai-split", "sglang")
 
-#: Stage sections of the case file. [match] keys are checked by the match stage (its parameters);
-#: [scan] and [report] take no keys yet, so any key there is a typo and refused here.
+#: Stage sections of the case file. [match] keys are checked by the match stage (its parameters),
+#: [report] keys by the report stage (forensics.report.notices.REPORT_KEYS); [scan] takes no keys
+#: yet, so any key there is a typo and refused here.
 SECTIONS = ("scan", "match", "report")
-SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": set()}
+SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {"mask", "contact", "actions_taken"}}
 
 EXAMPLES = {
     "name": 'name = "glm-5.3-kv-pool"',
@@ -255,6 +256,10 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
                 from forensics.match.tiers import params_from
 
                 params_from(value, file=file)
+            if key == "report":
+                from forensics.report.notices import report_settings
+
+                report_settings(value, file=file)
             cfg.sections[key] = dict(value)
             continue
         if key == "inputs":

@@ -96,7 +96,7 @@ def test_exposed_packet_shows_own_spans_masked_with_actions(built: tuple[Path, P
     for s in span["secrets"]:
         assert s["masked"] in span["preview"]
         assert PROMPTS["acme"][s["start"]:s["end"]] in (AWS_KEY, CARD)
-    assert any("Rotate" in a for a in packet["actions"])
+    assert any("Replace every password, key or token" in a for a in packet["actions"])
     assert all(s["reference"].startswith("ref-") and "globex" not in s["reference"] for s in req["spans"])
 
 

@@ -198,7 +198,8 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
           f.source_tenant] for f in data.findings],
     ))
     task.advance()
-    packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier)
+    packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier,
+                                    notices.report_settings(config.section("report"), config.file))
     task.advance()
 
     svgs = summary.build_plots(config, data, rows)
