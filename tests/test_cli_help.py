@@ -179,3 +179,20 @@ def test_evaluate_warns_when_the_truth_is_of_another_simulation(truth: dict, tmp
     assert code == 0 and err.count("warning: ") == 2 and "evaluation of" in out
     code, out, _ = _run(["evaluate", "--truth", str(tmp_path / "truth.json"), "--report", str(other), "--json"], capsys)
     assert json.loads(out)["warnings"] == warnings
+
+
+# ---- benchmarks -----------------------------------------------------------------------------
+
+
+def test_a_benchmark_missing_its_extra_says_the_install_command_at_once() -> None:
+    import subprocess
+    import sys
+
+    # datasketch made unimportable, as in an install without the bench extra.
+    code = ("import runpy, sys; sys.modules['datasketch'] = None; sys.argv = ['benchmarks/match.py']; "
+            "runpy.run_path('benchmarks/match.py', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "needs datasketch (the bench extra)" in proc.stderr and "pip install -e '.[bench]'" in proc.stderr
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "pip install -e '.[bench]'" in readme
