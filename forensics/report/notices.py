@@ -238,15 +238,15 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
     acts = []
     if "exposed" in roles:
         if "credential" in classes:
-            acts.append("Replace every password, key or token listed below now. Then check how each one was used "
+            acts.append("Replace every password, key or token listed in this notice now. Then check how each one was used "
                         "since the date it was exposed. The SHA-256 lets you tell which one it is without showing it.")
         if classes & {"payment_card", "iban", "national_id"}:
-            acts.append("Treat the card, bank and identity numbers listed below as disclosed. Follow your breach "
+            acts.append("Treat the card, bank and identity numbers listed in this notice as disclosed. Follow your breach "
                         "procedure for personal and financial data.")
-        acts.append("Read the passages below. Assume one other customer saw them in an answer. Decide with your "
+        acts.append("Read the passages in this notice. Assume one other customer saw them in an answer. Decide with your "
                     "legal team whether you must tell the people they concern.")
     if "recipient" in roles:
-        acts.append("Delete the answers to the requests listed below, and anything made from them. They may hold "
+        acts.append("Delete the answers to the requests listed in this notice, and anything made from them. They may hold "
                     "another customer's data, which you must not keep or use. Send the requests again if you still "
                     "need an answer.")
     return acts
@@ -361,8 +361,8 @@ def _dates(values: list[str]) -> str:
 
 #: How sure the team is, in words a customer can read (the rule behind it is in evidence.csv).
 SURE = {
-    "confirmed": "We are certain of this: the passage matches your text closely and could not appear by chance.",
-    "probable": "This is very likely: the passage matches your text, though less closely.",
+    "confirmed": "We are certain of this: the two texts match closely and could not match by chance.",
+    "probable": "This is very likely: the two texts match, though less closely.",
     "possible": "This is possible: we found no passage of another customer in the answer, but it was made "
                 "from corrupted data.",
 }
