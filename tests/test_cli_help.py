@@ -116,6 +116,9 @@ def test_quiet_prints_nothing_and_json_prints_only_json(tmp_path: Path, capsys: 
         code2, out, err = _run(argv + ["--json"], capsys)
         assert code2 == code and err == ""
         json.loads(out)  # stdout holds the JSON document and nothing else
+    (tmp_path / "keys").mkdir()
+    code, out, err = _run(["keygen", str(tmp_path / "keys" / "k.pem"), "-q"], capsys)
+    assert (code, out, err) == (0, "", "") and (tmp_path / "keys" / "k.pem.pub").is_file()
     # An error still reaches stderr under -q, in one line, with exit 2.
     code, out, err = _run(["scan", "--case", str(tmp_path / "nowhere"), "-q"], capsys)
     assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1
@@ -177,8 +180,9 @@ def test_evaluate_warns_when_the_truth_is_of_another_simulation(truth: dict, tmp
     assert "none of the 1 input files" in warnings[1]
     code, out, err = _run(["evaluate", "--truth", str(tmp_path / "truth.json"), "--report", str(other)], capsys)
     assert code == 0 and err.count("warning: ") == 2 and "evaluation of" in out
-    code, out, _ = _run(["evaluate", "--truth", str(tmp_path / "truth.json"), "--report", str(other), "--json"], capsys)
-    assert json.loads(out)["warnings"] == warnings
+    code, out, err = _run(["evaluate", "--truth", str(tmp_path / "truth.json"), "--report", str(other), "--json"], capsys)
+    assert json.loads(out)["warnings"] == warnings and err == ""
+    assert _run(["evaluate", "--truth", str(tmp_path / "truth.json"), "--report", str(other), "-q"], capsys) == (0, "", "")
 
 
 # ---- benchmarks -----------------------------------------------------------------------------
