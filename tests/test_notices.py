@@ -22,7 +22,7 @@ from forensics.report.notices import ALWAYS_MASKED, CONTACT_DETAILS, NUMBER_DIGI
 from forensics.report.severity import default_classifier
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs"
-CONTACT = "incident-response@provider.example, +44 20 7946 0000"
+CONTACT = "incident-response@provider.example, +44 20 7946 0000"  # written with a full stop in the case file
 DONE = "We stopped the faulty engine version on 30 August. We deleted the affected answers from our caches."
 
 
@@ -47,7 +47,7 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logs = tmp_path_factory.mktemp("notices") / "logs"
     shutil.copytree(SAMPLE, logs)
     with open(logs / "case.toml", "a", encoding="utf-8") as fh:
-        fh.write(f'\n[report]\ncontact = "{CONTACT}"\nactions_taken = "{DONE}"\n')
+        fh.write(f'\n[report]\ncontact = "{CONTACT}."\nactions_taken = "{DONE}"\n')
     return api.run(logs, logs.parent / "out").report.report_dir
 
 

@@ -435,7 +435,8 @@ def render_packet_md(p: dict[str, Any]) -> str:
                  "customer involved.")
     lines += ["", "## What you should do", ""] + [f"{i}. {a}" for i, a in enumerate(p["actions"], 1)] + [""]
     lines += ["## Contact", ""]
-    lines.append(f"For questions about this notice, contact {e(p['contact'], None)}." if p.get("contact") else
+    # The sentence ends with its own full stop, so one written at the end of the contact is dropped.
+    lines.append(f"For questions about this notice, contact {e(p['contact'].rstrip('.'), None)}." if p.get("contact") else
                  "For questions about this notice, reply to the person who sent it to you.")
     lines.append(f"Please quote the case name {e(p['case'])} and the references in this notice.")
     lines += ["", "## Details for your technical team", "",
