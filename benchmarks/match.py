@@ -3,6 +3,8 @@
     python benchmarks/match.py [--corpus ../shared/corpora] [--suspects 300] [--scale 1,2,4]
                                [--sub-suspects 30] [--sub-records 2400]
 
+Needs the bench extra (datasketch, psutil): pip install -e '.[bench]'. It is checked first.
+
 Data: a case built from real public text (the ``--corpus`` folder, read at run time; the
 benchmark exits cleanly when it is absent). Tenants send corpus documents (some prefixed with one
 of three popular system prompts that many tenants share, a few megabyte prompts of concatenated
@@ -482,8 +484,26 @@ def sweep(bench_case: Path, truth: Truth, sims: list[tuple[Path, Path]]) -> None
     print("    (* = default)")
 
 
+#: Modules of the ``bench`` extra this benchmark needs (datasketch for the LSH baseline, psutil
+#: for memory); checked before any work so a missing one fails in a second, not after minutes.
+BENCH_MODULES = ("datasketch", "psutil")
+INSTALL = "pip install -e '.[bench]'"
+
+
+def missing_extras() -> list[str]:
+    """The modules of BENCH_MODULES that cannot be imported."""
+    import importlib.util
+
+    return [m for m in BENCH_MODULES if importlib.util.find_spec(m) is None]
+
+
 def main() -> int:
     """Build the cases, run every method, print the tables."""
+    missing = missing_extras()
+    if missing:
+        print(f"benchmarks/match.py needs {', '.join(missing)} (the bench extra). Install it with: {INSTALL}",
+              file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
     ap.add_argument("--suspects", type=int, default=300)

@@ -24,6 +24,85 @@ from forensics import __version__
 from forensics.errors import ForensicsError, Interrupted
 from forensics.interrupts import signals_stop_the_run
 
+#: Width of every help screen and of docs/cli.md: the same text on every terminal and in the docs.
+HELP_WIDTH = 100
+
+#: One runnable example per command, shown at the end of its --help and in docs/cli.md.
+EXAMPLES: dict[str, list[str]] = {
+    "ingest": ["forensics ingest sample_logs/ --case cases/sim"],
+    "simulate": ["forensics simulate --out incidents/sim --seed 7 --scale small"],
+    "evaluate": ["forensics evaluate --truth sample_logs/truth.json --report reports/sim-small-seed7"],
+    "scan": ["forensics scan --case cases/sim --ceiling auto --window-start 2026-08-27T00:00:00Z"],
+    "query": ["forensics query --case cases/sim above_ceiling --format csv", "forensics query --list"],
+    "match": ["forensics match --case cases/sim --lookback-minutes 60"],
+    "report": ["forensics report --case cases/sim --out reports/"],
+    "run": ["forensics run sample_logs/ --out reports/"],
+    "verify": ["forensics verify reports/sim-small-seed7/ --rerun"],
+    "keygen": ["forensics keygen keys/team.pem"],
+    "probe": ["forensics probe --base-url http://127.0.0.1:8000/v1 --model my-model --max-input-tokens 131072"],
+}
+
+
+def _param_label(param: Any) -> str:
+    """How a parameter is written on the command line: ``-q, --quiet``, ``--case DIR`` or ``CASE.toml``."""
+    if param.param_type_name == "argument":
+        name = param.metavar or param.name.upper()
+        return name + ("..." if param.nargs == -1 else "")
+    names = ", ".join(sorted(param.opts, key=len))
+    if param.secondary_opts:
+        names += " / " + ", ".join(param.secondary_opts)
+    if not param.is_flag and param.metavar:
+        names += f" {param.metavar}"
+    return names
+
+
+def _param_help(param: Any) -> str:
+    """The help of a parameter with its default (when it has a meaningful one) or ``[required]``."""
+    text = param.help or ""
+    extra = ""
+    if param.required:
+        extra = "[required]"
+    elif (param.param_type_name == "option" and not param.is_flag and param.default is not None
+          and param.show_default is not False and not callable(param.default)):
+        default = param.default
+        extra = f"[default: {', '.join(map(str, default)) if isinstance(default, (list, tuple)) else default}]"
+    return f"{text}  {extra}".strip()
+
+
+def _usage_pieces(command: Any) -> list[str]:
+    """The usage line after the command name: ``[OPTIONS]`` then every argument by its metavar."""
+    pieces = ["[OPTIONS]"] if any(p.param_type_name == "option" for p in command.params) else []
+    for p in command.params:
+        if p.param_type_name == "argument":
+            pieces.append(_param_label(p) if p.required else f"[{_param_label(p)}]")
+    return pieces
+
+
+class PlainCommand(typer.core.TyperCommand):
+    """A command whose --help is plain text in one fixed layout: metavars that say what an option
+    takes (``CASE.toml``, ``DIR``, ``N``), never type labels such as ``<path>``, and an example.
+
+    The layout is built here from click's parameter attributes, not left to typer's formatter
+    (which changes between releases), so docs/cli.md generated from it stays stable.
+    """
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Usage, description, arguments, options and examples."""
+        formatter.write_usage(ctx.command_path, " ".join(_usage_pieces(self)))
+        self.format_help_text(ctx, formatter)
+        for title, kind in (("Arguments", "argument"), ("Options", "option")):
+            rows = [(_param_label(p), _param_help(p)) for p in self.get_params(ctx)
+                    if p.param_type_name == kind and not getattr(p, "hidden", False)]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        examples = EXAMPLES.get(self.name or "", [])
+        if examples:
+            with formatter.section("Example" + ("s" if len(examples) > 1 else "")):
+                for line in examples:
+                    formatter.write_text(line)
+
+
 app = typer.Typer(
     name="forensics",
     help="Blast-radius forensics for cross-tenant leaks in LLM serving.",
@@ -32,7 +111,45 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # Help text is shown as written: rich markup mode would eat "[match]" and turn ":x:" into an emoji.
     rich_markup_mode=None,
+    context_settings={"max_content_width": HELP_WIDTH, "terminal_width": HELP_WIDTH},
 )
+
+
+def _click_app() -> Any:
+    """The click group behind ``app`` (built once per call; cheap)."""
+    return typer.main.get_command(app)
+
+
+def command_names() -> list[str]:
+    """Every command, in the order --help lists them."""
+    group = _click_app()
+    return list(group.list_commands(group.context_class(group, info_name="forensics")))
+
+
+def help_text(name: str) -> str:
+    """The --help of one command exactly as ``forensics NAME --help`` prints it (for docs/cli.md)."""
+    group = _click_app()
+    root = group.context_class(group, info_name="forensics", terminal_width=HELP_WIDTH, max_content_width=HELP_WIDTH)
+    command = group.get_command(root, name)
+    return command.get_help(command.context_class(command, info_name=name, parent=root)) + "\n"
+
+
+def short_help(name: str) -> str:
+    """The one-line purpose of a command (the first line of its help)."""
+    group = _click_app()
+    root = group.context_class(group, info_name="forensics")
+    return str(group.get_command(root, name).get_short_help_str(limit=HELP_WIDTH))
+
+
+def synopsis(name: str) -> str:
+    """``forensics NAME`` with its required options spelled out, e.g. ``forensics ingest --case DIR [OPTIONS] LOG_PATH...``."""
+    group = _click_app()
+    command = group.get_command(group.context_class(group, info_name="forensics"), name)
+    required = [_param_label(p) for p in command.params if p.param_type_name == "option" and p.required]
+    optional = any(p.param_type_name == "option" and not p.required for p in command.params)
+    args = [piece for piece in _usage_pieces(command) if piece != "[OPTIONS]"]
+    return " ".join(["forensics", name, *required, *(["[OPTIONS]"] if optional else []), *args])
+
 
 # Values shown come from logs and file names an attacker may have shaped: no emoji codes, no
 # highlighting, and every table cell is a Text (never parsed as markup), see _cells.
@@ -40,6 +157,8 @@ out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.st
 err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+QUIET_HELP = "Print nothing but errors (on stderr); the exit code tells the outcome. --json still prints its JSON."
 
 
 def _click_outcome(exc: BaseException) -> int | None:
@@ -179,19 +298,23 @@ def _simulated_format(value: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def ingest(
-    paths: list[Path] = typer.Argument(..., help="Log files or folders (.gz/.zst read transparently)."),
-    case: Path = typer.Option(..., "--case", help="Case folder to write (created if missing)."),
-    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, help="litellm, openai-split or sglang; sniffed when omitted."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for timezone, tenant field, tokenizer."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, for exact counts."),
-    timezone: Optional[str] = typer.Option(None, "--timezone", help="Zone of timestamps that carry none (default UTC)."),
-    tenant_field: Optional[str] = typer.Option(None, "--tenant-field", help="Gateway field that names the customer."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    paths: list[Path] = typer.Argument(..., metavar="LOG_PATH", help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
+    case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
+    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT", help="litellm, openai-split or sglang; sniffed from each file when omitted."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
+    timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),
+    tenant_field: Optional[str] = typer.Option(None, "--tenant-field", metavar="FIELD", help="Gateway field that names the customer."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Load gateway and engine logs into the case's Parquet tables and print the case summary."""
+    """Load gateway and engine logs into a case folder.
+
+    Writes the case's Parquet tables and prints what was read per file. Exit 0 when the logs were
+    read, 2 on an error (no log file found, unreadable input).
+    """
     from forensics import api
 
     cfg = api.make_config(config, tokenizer=tokenizer, timezone=timezone, tenant_field=tenant_field)
@@ -199,7 +322,7 @@ def ingest(
     summary = result.summary()
     if as_json:
         _emit_json(summary)
-    else:
+    elif not quiet:
         _render_ingest(summary)
     return EXIT_CLEAN
 
@@ -241,24 +364,30 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 # simulate / evaluate
 # --------------------------------------------------------------------------------------------
 
-@app.command()
+@app.command(cls=PlainCommand)
 def simulate(
-    out_dir: Path = typer.Option(..., "--out", help="Folder to write the simulated incident into."),
-    seed: int = typer.Option(7, "--seed", help="Seed: same seed, same bytes."),
-    scale: str = typer.Option("small", "--scale", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
-    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, help="Gateway log format: litellm or openai-split."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR", help="Folder to write the simulated incident into."),
+    seed: int = typer.Option(7, "--seed", metavar="N", help="Seed: same seed, same bytes."),
+    scale: str = typer.Option("small", "--scale", metavar="SIZE", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
+    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT", help="Gateway log format: litellm or openai-split."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Write a simulated leak incident: gateway and engine logs, case.toml and truth.json."""
+    """Write a simulated leak incident to practise on.
+
+    Gateway and engine logs, a case.toml and the truth.json that `forensics evaluate` scores a
+    report against. The same seed gives the same bytes.
+    """
     from forensics import api
 
     result = api.simulate(out_dir, seed=seed, scale=scale, fmt=fmt, corpus=corpus, force=force, progress=_progress(quiet))
     summary = result.summary()
     if as_json:
         _emit_json(summary)
+        return EXIT_CLEAN
+    if quiet:
         return EXIT_CLEAN
     c = summary["counts"]
     out.print(f"wrote {len(summary['files'])} log files, {summary['bytes']:,} bytes, to {summary['out']}", markup=False)
@@ -275,19 +404,28 @@ def _ratio(value: Any) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def evaluate(
-    truth: Path = typer.Option(..., "--truth", help="The truth.json the simulator wrote."),
-    report_dir: Path = typer.Option(..., "--report", help="Report folder (suspects.csv, evidence.csv, notifications.csv, manifest.json)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
+    truth: Path = typer.Option(..., "--truth", metavar="truth.json", help="The truth.json the simulator wrote."),
+    report_dir: Path = typer.Option(..., "--report", metavar="REPORT_DIR", help="Report folder (suspects.csv, evidence.csv, notifications.csv, manifest.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the scores as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Score a report against a simulated incident's truth: precision and recall per stage."""
+    """Score a report against a simulated incident's truth.
+
+    Precision and recall per stage. Warns when the truth file belongs to another simulation than
+    the report (other case name or other input files).
+    """
     from forensics import api
 
     data = api.evaluate(truth, report_dir).to_json()
     if as_json:
         _emit_json(data)
         return EXIT_CLEAN
+    if quiet:
+        return EXIT_CLEAN
+    for w in data["warnings"]:
+        err.print(f"warning: {w}", markup=False)
     if data["missing"]:
         out.print("missing report files (scored as empty): " + ", ".join(data["missing"]), markup=False)
     table = _table(f"evaluation of {data['report']}")
@@ -334,19 +472,23 @@ def evaluate(
 
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def scan(
-    case: Path = typer.Option(..., "--case", help="Case folder written by `forensics ingest`."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
-    model: Optional[list[str]] = typer.Option(None, "--model", help="Affected model (repeat for several)."),
-    window_start: Optional[str] = typer.Option(None, "--window-start", help="Incident window start, UTC ISO 8601 (inclusive)."),
-    window_end: Optional[str] = typer.Option(None, "--window-end", help="Incident window end, UTC ISO 8601 (exclusive)."),
-    ceiling: Optional[str] = typer.Option(None, "--ceiling", help='Real KV-pool ceiling in tokens, or "auto" (engine startup lines).'),
-    advertised_window: Optional[str] = typer.Option(None, "--advertised-window", help='Advertised context window in tokens, or "auto".'),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder written by `forensics ingest`."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file; default: the settings the case was ingested with (config.json)."),
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL", help="Affected model (repeat for several)."),
+    window_start: Optional[str] = typer.Option(None, "--window-start", metavar="TIME", help="Incident window start, UTC ISO 8601 (inclusive)."),
+    window_end: Optional[str] = typer.Option(None, "--window-end", metavar="TIME", help="Incident window end, UTC ISO 8601 (exclusive)."),
+    ceiling: Optional[str] = typer.Option(None, "--ceiling", metavar="TOKENS|auto", help='Real KV-pool ceiling in tokens, or "auto" (engine startup lines).'),
+    advertised_window: Optional[str] = typer.Option(None, "--advertised-window", metavar="TOKENS|auto", help='Advertised context window in tokens, or "auto".'),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Find the suspect responses (suspects.csv, scan.json); exit 1 when there are any, 0 when none."""
+    """Find the responses that may carry another customer's data.
+
+    Writes suspects.csv and scan.json into the case folder. Exit 1 when there are suspect
+    responses, 0 when there are none.
+    """
     from forensics import api
 
     cfg = api.config_for_case(
@@ -357,7 +499,7 @@ def scan(
     summary = result.summary()
     if as_json:
         _emit_json(summary)
-    else:
+    elif not quiet:
         _render_scan(summary)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
@@ -391,12 +533,12 @@ def _render_scan(summary: dict[str, Any]) -> None:
     out.print(f"suspects written to {Path(summary['case']) / 'suspects.csv'}", markup=False)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def query(
-    name_or_sql: Optional[str] = typer.Argument(None, help="A shipped query id (see --list), a SELECT, or a .sql file."),
-    case: Optional[Path] = typer.Option(None, "--case", help="Case folder to query (read-only)."),
-    param: Optional[list[str]] = typer.Option(None, "--param", help="name=value for a $name in the SQL (repeatable)."),
-    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    name_or_sql: Optional[str] = typer.Argument(None, metavar="NAME_OR_SQL", help="A shipped query id (see --list), a SELECT, or a .sql file."),
+    case: Optional[Path] = typer.Option(None, "--case", metavar="DIR", help="Case folder to query (read-only)."),
+    param: Optional[list[str]] = typer.Option(None, "--param", metavar="NAME=VALUE", help="name=value for a $name in the SQL (repeatable)."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="Output: table, csv or json."),
     list_queries: bool = typer.Option(False, "--list", help="List the shipped queries and their parameters."),
 ) -> int:
     """Run a shipped query or your own SELECT against a case, read-only."""
@@ -444,27 +586,31 @@ def query(
 
 
 
-@app.command("match")
+@app.command("match", cls=PlainCommand)
 def match_cmd(
-    case: Path = typer.Option(..., "--case", help="Case folder that has been ingested and scanned."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML) for [match]; default: the case's config.json."),
-    k: Optional[int] = typer.Option(None, "--k", help="Tokens per k-gram (default 5)."),
-    min_tokens: Optional[int] = typer.Option(None, "--min-tokens", help="Informative matched tokens for a probable finding."),
-    confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", help="Informative matched tokens for confirmed."),
-    confirm_score: Optional[float] = typer.Option(None, "--confirm-score", help="Alignment score (0-100) for confirmed."),
-    probable_score: Optional[float] = typer.Option(None, "--probable-score", help="Alignment score (0-100) for probable."),
-    min_run: Optional[int] = typer.Option(None, "--min-run", help="Identical consecutive tokens a short finding needs."),
-    confirm_rarity: Optional[float] = typer.Option(None, "--confirm-rarity", help="Rarity (0-1) for confirmed."),
-    max_tenants: Optional[int] = typer.Option(None, "--max-tenants", help="Text held by more tenants than this is common."),
-    lookback_minutes: Optional[float] = typer.Option(None, "--lookback-minutes", help="Search only this far back (0 = all)."),
+    case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been ingested and scanned."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file (TOML) for [match]; default: the settings the case was ingested with (config.json)."),
+    k: Optional[int] = typer.Option(None, "--k", metavar="N", help="Tokens per k-gram (default 5)."),
+    min_tokens: Optional[int] = typer.Option(None, "--min-tokens", metavar="N", help="Informative matched tokens for a probable finding."),
+    confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", metavar="N", help="Informative matched tokens for confirmed."),
+    confirm_score: Optional[float] = typer.Option(None, "--confirm-score", metavar="SCORE", help="Alignment score (0-100) for confirmed."),
+    probable_score: Optional[float] = typer.Option(None, "--probable-score", metavar="SCORE", help="Alignment score (0-100) for probable."),
+    min_run: Optional[int] = typer.Option(None, "--min-run", metavar="N", help="Identical consecutive tokens a short finding needs."),
+    confirm_rarity: Optional[float] = typer.Option(None, "--confirm-rarity", metavar="RARITY", help="Rarity (0-1) for confirmed."),
+    max_tenants: Optional[int] = typer.Option(None, "--max-tenants", metavar="N", help="Text held by more tenants than this is common."),
+    lookback_minutes: Optional[float] = typer.Option(None, "--lookback-minutes", metavar="MINUTES", help="Search only this far back (0 = all)."),
     same_decode_node: Optional[bool] = typer.Option(None, "--same-decode-node/--any-decode-node", help="Restrict sources to the suspect's decode node."),
-    control_size: Optional[int] = typer.Option(None, "--control-size", help="Non-suspect responses in the false-positive control."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the control sample."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Processes for the streaming pass (0 = one per core)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    control_size: Optional[int] = typer.Option(None, "--control-size", metavar="N", help="Non-suspect responses in the false-positive control."),
+    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help="Seed of the control sample."),
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Processes for the streaming pass (0 = one per core)."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Find other tenants' content in suspect responses; exit 1 when there are cross-tenant findings."""
+    """Find other customers' content in the suspect responses.
+
+    Writes evidence.csv and match.json into the case folder. Exit 1 when there are cross-tenant
+    findings, 0 when there are none.
+    """
     from forensics import api
     from forensics.config import CaseConfig, load_saved
 
@@ -484,7 +630,7 @@ def match_cmd(
     summary = result.summary()
     if as_json:
         _emit_json(summary)
-    else:
+    elif not quiet:
         f, c, s = summary["findings"], summary["control"], summary["searched"]
         out.print(
             f"searched {s['suspects_searched']} suspect responses against {s['records']} records "
@@ -511,16 +657,19 @@ def match_cmd(
 
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def report(
-    case: Path = typer.Option(..., "--case", help="Case folder that has been scanned and matched."),
-    config: Optional[Path] = typer.Option(None, "--config", help="Case file (TOML); default: the case's config.json."),
-    out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
-    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been scanned and matched."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file; default: the settings the case was ingested with (config.json)."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Write the notification list, packets, summary and manifest; exit 1 when anyone must be told."""
+    """Write the report: who must be told, their notices, the summary and the manifest.
+
+    Exit 1 when any customer must be notified, 0 when nobody must.
+    """
     from forensics import api
     from forensics.verify import seal
 
@@ -529,7 +678,7 @@ def report(
     sealed = seal(result.report_dir, sign)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
-    else:
+    elif not quiet:
         _render_report(result.summary())
         _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
@@ -564,15 +713,18 @@ def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None 
     out.print(f"report written to {summary['report']}", markup=False)
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def run(
-    config_or_log_dir: Path = typer.Argument(..., help="A case file (TOML), or a log folder that holds one."),
-    out_dir: Path = typer.Option(Path("reports"), "--out", help="Where report folders go (OUT/<case name>/)."),
-    sign: Optional[Path] = typer.Option(None, "--sign", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR", help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
+    out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
+    sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Ingest, scan, match and report in one command; exit 0 when nothing was found, 1 when something was."""
+    """Ingest, scan, match and report in one command.
+
+    Exit 0 when nothing was found, 1 when customers must be notified, 2 on an error.
+    """
     from forensics import api
     from forensics.verify import seal
 
@@ -584,30 +736,33 @@ def run(
     sealed = seal(result.report.report_dir, sign)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
-    else:
+    elif not quiet:
         _render_report(result.report.summary(), result.stages)
         _render_seal(sealed.summary())
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def verify(
-    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="Folder the input paths are relative to, if moved."),
-    key: Optional[Path] = typer.Option(None, "--key", help="Ed25519 public key (PEM) to check manifest.json.sig with."),
+    report_dir: Path = typer.Argument(..., metavar="REPORT_DIR", help="A report folder (holds manifest.json)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", metavar="DIR", help="Folder the input paths are relative to, if moved."),
+    key: Optional[Path] = typer.Option(None, "--key", metavar="KEY.pem.pub", help="Ed25519 public key (PEM) to check manifest.json.sig with."),
     rerun: bool = typer.Option(False, "--rerun", help="Re-run the pipeline from the recorded inputs and parameters and compare byte for byte."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the result as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Check a report: signature, inputs and outputs against its manifest, internal consistency
-    (notifications from evidence, packets from notifications, summary counts from the tables) and,
-    with --rerun, a fresh run compared byte for byte; exit 1 on any drift."""
+    """Check that a report is intact and consistent.
+
+    Checks the signature, the inputs and outputs against the manifest, the report's own tables
+    (notifications from evidence, packets from notifications, summary counts from the tables)
+    and, with --rerun, a fresh run compared byte for byte. Exit 1 on any drift.
+    """
     from forensics import api
 
     result = api.verify(report_dir, inputs, key=key, rerun=rerun, progress=_progress(quiet))
     if as_json:
         _emit_json(result.summary())
-    else:
+    elif not quiet:
         for d in result.drift:
             out.print(f"drift: {d}", markup=False)
         out.print(f"manifest.json SHA-256: {result.manifest_sha256} (compare with the value recorded at the run)", markup=False)
@@ -617,18 +772,22 @@ def verify(
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def keygen(
-    key_file: Path = typer.Argument(..., help="Where to write the private key (PEM); the public key goes to KEY_FILE.pub."),
-    as_json: bool = typer.Option(False, "--json", help="Print the paths as JSON."),
+    key_file: Path = typer.Argument(..., metavar="KEY.pem", help="Where to write the private key (PEM); the public key goes to KEY.pem.pub."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the paths as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Make an Ed25519 key pair for signing reports (run/report --sign KEY_FILE, verify --key KEY_FILE.pub)."""
+    """Make an Ed25519 key pair for signing reports.
+
+    Sign with run/report --sign KEY.pem; check with verify --key KEY.pem.pub.
+    """
     from forensics.verify import keygen as make_key
 
     private, public = make_key(key_file)
     if as_json:
         _emit_json({"private_key": str(private), "public_key": str(public)})
-    else:
+    elif not quiet:
         out.print(f"private key (keep it secret, sign with --sign): {private}", markup=False)
         out.print(f"public key (give it to whoever verifies, with verify --key): {public}", markup=False)
     return EXIT_CLEAN
@@ -641,28 +800,30 @@ def keygen(
 from forensics.probe.core import DEFAULT_MAX_TOTAL_TOKENS  # noqa: E402 - the option's default, shown in --help
 
 
-@app.command()
+@app.command(cls=PlainCommand)
 def probe(
-    base_url: str = typer.Option(..., "--base-url", help="API root of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
-    model: str = typer.Option(..., "--model", help="Model name to send."),
-    max_input_tokens: int = typer.Option(..., "--max-input-tokens", help="The advertised maximum input (prompt) tokens."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key (never printed or written)."),
-    pairs: int = typer.Option(1, "--pairs", help="Pairs of distinct prompts sent back to back per level."),
-    levels: str = typer.Option("0.5,0.9,0.99", "--levels", help="Prompt sizes as fractions of --max-input-tokens."),
+    base_url: str = typer.Option(..., "--base-url", metavar="URL", help="API root of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
+    model: str = typer.Option(..., "--model", metavar="MODEL", help="Model name to send."),
+    max_input_tokens: int = typer.Option(..., "--max-input-tokens", metavar="TOKENS", help="The advertised maximum input (prompt) tokens."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", metavar="VAR", help="Environment variable holding the API key (never printed or written)."),
+    pairs: int = typer.Option(1, "--pairs", metavar="N", help="Pairs of distinct prompts sent back to back per level."),
+    levels: str = typer.Option("0.5,0.9,0.99", "--levels", metavar="FRACTIONS", help="Prompt sizes as fractions of --max-input-tokens."),
     stream: bool = typer.Option(False, "--stream", help="Use streaming responses (server-sent events)."),
     find_ceiling: bool = typer.Option(False, "--find-ceiling", help="Also bisect for the largest size that answers correctly (within 2%)."),
-    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", help="Token budget: a plan that could exceed it is refused before sending."),
-    max_tokens: int = typer.Option(64, "--max-tokens", help="max_tokens of each answer."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for each request."),
-    retries: int = typer.Option(3, "--retries", help="Retries of a request answered 429 or 5xx (exponential backoff)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the generated markers: same seed, same prompts."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="The model's tokenizers JSON file, to size prompts without calibration requests."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to write probe.json and probe.md into."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-request lines on stderr."),
+    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", metavar="TOKENS", help="Token budget: a plan that could exceed it is refused before sending."),
+    max_tokens: int = typer.Option(64, "--max-tokens", metavar="TOKENS", help="max_tokens of each answer."),
+    timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="Seconds to wait for each request."),
+    retries: int = typer.Option(3, "--retries", metavar="N", help="Retries of a request answered 429 or 5xx (exponential backoff)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the generated markers: same seed, same prompts."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, to size prompts without calibration requests."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Folder to write probe.json and probe.md into."),
+    as_json: bool = typer.Option(False, "--json", help="Print only the report as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Canary check of a chat endpoint near its advertised maximum: exit 0 clean, 1 leak or
-    incoherent answer found, 2 could not test."""
+    """Canary check of a chat endpoint near its advertised maximum.
+
+    Exit 0 clean, 1 a leak or an incoherent answer found, 2 could not test.
+    """
     from forensics import probe as lib
 
     settings = lib.ProbeSettings(
@@ -677,7 +838,7 @@ def probe(
     written = lib.write_report(result, out_dir) if out_dir is not None else []
     if as_json:
         _emit_json(data | {"report_files": [str(p) for p in written]})
-    else:
+    elif not quiet:
         _render_probe(data, written)
     return {"findings": EXIT_FINDINGS, "untested": EXIT_ERROR}.get(result.verdict, EXIT_CLEAN)
 

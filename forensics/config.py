@@ -27,10 +27,11 @@ def input_formats() -> tuple[str, ...]:
     return ("auto", *FORMATS.names())
 
 
-#: Stage sections of the case file. [match] keys are checked by the match stage (its parameters);
-#: [scan] and [report] take no keys yet, so any key there is a typo and refused here.
+#: Stage sections of the case file. [match] keys are checked by the match stage (its parameters),
+#: [report] keys by the report stage (forensics.report.notices.REPORT_KEYS); [scan] takes no keys
+#: yet, so any key there is a typo and refused here.
 SECTIONS = ("scan", "match", "report")
-SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": set()}
+SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {"mask", "contact", "actions_taken"}}
 
 EXAMPLES = {
     "name": 'name = "glm-5.3-kv-pool"',
@@ -164,11 +165,9 @@ class CaseConfig:
 
 def iso(t: dt.datetime) -> str:
     """UTC ISO 8601 with ``Z`` (the only time format the outputs use)."""
-    t = t.astimezone(dt.UTC)
-    text = t.strftime("%Y-%m-%dT%H:%M:%S")
-    if t.microsecond:
-        text += f".{t.microsecond:06d}"
-    return text + "Z"
+    t = t.astimezone(dt.UTC).replace(tzinfo=None)
+    # Not strftime("%Y"): it does not zero-pad years before 1000 (glibc), isoformat always does.
+    return t.isoformat(timespec="microseconds" if t.microsecond else "seconds") + "Z"
 
 
 def parse_utc(value: Any, key: str) -> dt.datetime:
@@ -263,6 +262,10 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
                 from forensics.match.tiers import params_from
 
                 params_from(value, file=file)
+            if key == "report":
+                from forensics.report.notices import report_settings
+
+                report_settings(value, file=file)
             cfg.sections[key] = dict(value)
             continue
         if key == "inputs":

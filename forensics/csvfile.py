@@ -19,14 +19,21 @@ from typing import Any
 from forensics.config import iso
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: A cell that starts with the neutralising quote gets one too, so "'=x" and "=x" stay distinct.
+QUOTED_START = (*FORMULA_START, "'")
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with control and format characters shown as escapes (one line, nothing hidden)."""
-    if text.isprintable():
+    """``text`` with control and format characters shown as escapes (one line, nothing hidden).
+
+    A backslash is doubled, so the escape of a real newline (``\\n``) never reads the same as an
+    id that holds a backslash and an ``n``: two different ids never show alike.
+    """
+    if text.isprintable() and "\\" not in text:
         return text
     return "".join(
-        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
+        "\\\\" if ch == "\\"
+        else ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
         for ch in text
     )
 
@@ -34,7 +41,7 @@ def escape_controls(text: str) -> str:
 def cell(value: Any) -> str:
     """One CSV cell: empty for null, true/false for booleans, UTC ISO times, ';'-joined lists."""
     if isinstance(value, str):
-        return "'" + escape_controls(value) if value.startswith(FORMULA_START) else escape_controls(value)
+        return "'" + escape_controls(value) if value.startswith(QUOTED_START) else escape_controls(value)
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -85,6 +85,35 @@ def load_truth(path: Path) -> dict[str, Any]:
     return truth
 
 
+def belonging_warnings(truth: dict[str, Any], report: Path) -> list[str]:
+    """Why the truth file may belong to another simulation than the report (empty when it matches).
+
+    The report's manifest names its case and hashes its input files; the truth names the case the
+    simulator wrote (its name carries the seed) and hashes the files it wrote. Scores against the
+    truth of another run are meaningless, so a mismatch is said before any number is read.
+    """
+    try:
+        manifest = json.loads((report / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # an unreadable manifest is reported by the quarantine check below
+    if not isinstance(manifest, dict):
+        return []
+    warnings = []
+    truth_case = (truth.get("case") or {}).get("name")
+    report_case = manifest.get("case")
+    generator = truth.get("generator") or {}
+    seed = f" (simulator seed {generator['seed']})" if "seed" in generator else ""
+    if truth_case and report_case and truth_case != report_case:
+        warnings.append(f"the truth file is for case {truth_case!r}{seed} but the report is of case {report_case!r}: "
+                        "the scores below compare two different incidents")
+    truth_files = {f.get("sha256") for f in truth.get("files", []) if isinstance(f, dict) and f.get("sha256")}
+    report_files = {i.get("sha256") for i in manifest.get("inputs", []) or [] if isinstance(i, dict) and i.get("sha256")}
+    if truth_files and report_files and not truth_files & report_files:
+        warnings.append(f"none of the {len(report_files)} input files of the report is one of the {len(truth_files)} "
+                        f"files the simulator wrote{seed}: the truth does not belong to this report")
+    return warnings
+
+
 def _bucket(tokens: int) -> str:
     return next(name for lo, hi, name in LENGTH_BUCKETS if lo <= tokens < hi)
 
@@ -116,6 +145,7 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
         "report": str(report),
         "missing": [n for n in REPORT_FILES if not present[n]],
         "case": truth.get("case", {}).get("name"),
+        "warnings": belonging_warnings(truth, report) if present["manifest.json"] else [],
     }
 
     # ---- suspects ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forensics.config import CaseConfig, load_case_file
+from forensics.config import TOP_KEYS, CaseConfig, load_case_file
 from forensics.errors import ConfigError
 from forensics.progress import Reporter
 
@@ -38,6 +38,19 @@ class RunResult:
         return {"case": self.config.name, "case_dir": str(self.case_dir), "stages": self.stages} | self.report.summary()
 
 
+def _may_be_case_file(path: Path) -> bool:
+    """Whether a ``*.toml`` in a folder can be the case file: it is not another tool's TOML (such as
+    pyproject.toml) whose top-level keys are none of the case file's. A file that does not parse
+    stays a candidate, so its syntax error is reported instead of being skipped silently."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    return not data or bool(set(data) & TOP_KEYS)
+
+
 def find_case_file(path: Path) -> Path:
     """The case file named by ``path``: the file itself, or the one ``*.toml`` in a log folder."""
     path = Path(path)
@@ -45,14 +58,16 @@ def find_case_file(path: Path) -> Path:
         return path
     if not path.is_dir():
         raise ConfigError("no such case file or log folder", file=path, fix="give a CASE.toml or a folder that holds one")
-    tomls = sorted(p for p in path.glob("*.toml") if p.is_file())
+    found = sorted(p for p in path.glob("*.toml") if p.is_file())
+    tomls = [p for p in found if _may_be_case_file(p)]
     if len(tomls) == 1:
         return tomls[0]
     named = [p for p in tomls if p.name == "case.toml"]
     if named:
         return named[0]
     if not tomls:
-        raise ConfigError("the log folder holds no case file (*.toml)", file=path,
+        others = f" ({', '.join(p.name for p in found)} has none of the case-file keys)" if found else ""
+        raise ConfigError(f"the log folder holds no case file (*.toml){others}", file=path,
                           fix="add a case.toml (see spec/case-file.md) or give its path")
     raise ConfigError(f"the log folder holds {len(tomls)} case files ({', '.join(p.name for p in tomls)})", file=path,
                       fix="name one of them, or call the one to use case.toml")

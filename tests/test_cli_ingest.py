@@ -24,7 +24,7 @@ def logs_folder(tmp_path: Path) -> Path:
 
 def test_ingest_folder_prints_summary_and_json(tmp_path: Path) -> None:
     logs = logs_folder(tmp_path)
-    proc = run("ingest", "--quiet", "--case", str(tmp_path / "case"), str(logs))
+    proc = run("ingest", "--case", str(tmp_path / "case"), str(logs))
     assert proc.returncode == 0, proc.stderr
     assert "exchanges: 11" in proc.stdout and "engine_events: 15" in proc.stdout
     proc = run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case"), str(logs))

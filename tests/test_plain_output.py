@@ -40,7 +40,7 @@ def test_ingest_json_and_table_show_the_file_name_literally(case: Path, capsys: 
     data = json.loads(out)  # nothing but the JSON document on stdout
     assert [Path(f["path"]).name for f in data["files"]] == [FILE]
     assert FILE in out and "\u274c" not in out
-    code, out, _ = _run(["ingest", "logs", "--case", "case3", "-q"], capsys)
+    code, out, _ = _run(["ingest", "logs", "--case", "case3"], capsys)
     assert FILE in out and "\u274c" not in out
 
 

@@ -99,7 +99,7 @@ needs_stages = pytest.mark.skipif(
 def test_run_end_to_end_finds_the_leak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logs = write_logs(tmp_path / "logs")
     with pytest.raises(SystemExit) as exc:
-        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+        main(["run", str(logs), "--out", str(tmp_path / "out")])
     assert exc.value.code == 1
     printed = capsys.readouterr().out
     assert "report written to" in printed and "stages" in printed

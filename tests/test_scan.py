@@ -202,7 +202,7 @@ def test_scan_command_exit_codes_and_overrides(tmp_path: Path, capsys: pytest.Ca
     summary = json.loads(out)
     assert summary["suspects"] == 3 and summary["parameters"]["real_ceiling_tokens_source"] == "auto-detected"
     # the saved configuration is reused by a bare `scan --case`, and options still override it
-    code, out, _ = _cli(["scan", "--case", str(root), "-q", "--window-start", "2026-09-01T00:00:00Z"], capsys)
+    code, out, _ = _cli(["scan", "--case", str(root), "--window-start", "2026-09-01T00:00:00Z"], capsys)
     assert code == 0 and "suspect responses: 0" in out
     code, out, err = _cli(base + ["--ceiling", "2000000", "--advertised-window", "1048576"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "real_ceiling_tokens" in err

@@ -246,7 +246,7 @@ def test_report_tells_each_customer_only_about_its_own_request_with_that_id(tmp_
     (spans,) = [r["spans"] for r in _packet(rd, "umbrella")["exposed"]["requests"]]
     assert spans[0]["part"] == "response" and spans[0]["preview"] == UMBRELLA_ANSWER
     summary = (rd / "summary.md").read_text(encoding="utf-8")
-    assert "| suspects with no verified foreign passage \\(possible\\) | 1 |" in summary
+    assert "| suspect responses with no cross-tenant finding | 1 |" in summary
     # Every recipient row rests on a suspect or a finding of that very customer.
     suspects = {(r["request_id"], r["tenant_id"]) for r in
                 csv.DictReader(io.StringIO((rd / "suspects.csv").read_text(encoding="utf-8")))}

@@ -191,14 +191,14 @@ def test_signing_again_over_a_signed_report(run_report: tuple[Path, str], tmp_pa
 def test_rerun_passes_untouched_and_names_a_changed_file(run_report: tuple[Path, str],
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     report_dir, _ = run_report
-    code, out, _ = _call(["verify", str(report_dir), "--rerun", "-q"], capsys)
+    code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
     assert code == 0 and "re-run compared byte for byte" in out, out
     # An edit consistent with the tables and the manifest: only a re-run can see it.
     md = (report_dir / "summary.md").read_text(encoding="utf-8")
     (report_dir / "summary.md").write_text(md.replace("Incident summary", "Incident summary (reviewed)"), encoding="utf-8")
     _rehash(report_dir, "summary.md")
     assert verify(report_dir).ok
-    code, out, _ = _call(["verify", str(report_dir), "--rerun", "-q"], capsys)
+    code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
     assert code == 1
     assert "drift: rerun summary.md: differs from the re-run's bytes" in out
     assert "drift: rerun manifest.json: 'outputs' differs from the re-run's" in out

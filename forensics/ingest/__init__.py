@@ -241,6 +241,9 @@ def ingest(
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
     found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
+    if not found and not skipped:  # an empty folder must not look like a clean, empty incident
+        raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
+                         fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
     for path, explicit in found:
         try:
             sha, spans = scan_file(path, SPLIT_BYTES)

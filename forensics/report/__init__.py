@@ -314,7 +314,8 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
           f.source_tenant] for f in data.findings],
     ))
     task.advance()
-    packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier)
+    packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier,
+                                    notices.report_settings(config.section("report"), config.file))
     task.advance()
 
     svgs = summary.build_plots(config, data, rows)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
+from forensics.config import iso as config_iso
 from forensics.case import Case
 from forensics.errors import CaseError
 from forensics.report.severity import Classifier, Hit
@@ -30,13 +31,7 @@ def best_tier(tiers: Iterable[str | None]) -> str:
 
 def iso(t: dt.datetime | None) -> str:
     """UTC ISO 8601 with ``Z`` ("" for unknown)."""
-    if t is None:
-        return ""
-    t = t.astimezone(dt.UTC)
-    text = t.strftime("%Y-%m-%dT%H:%M:%S")
-    if t.microsecond:
-        text += f".{t.microsecond:06d}"
-    return text + "Z"
+    return "" if t is None else config_iso(t)
 
 
 @dataclasses.dataclass
@@ -223,6 +218,7 @@ def _counts(con: Any) -> dict[str, Any]:
         "truncated_prompts": one("SELECT count(*) FROM exchanges WHERE prompt_truncated"),
         "truncated_responses": one("SELECT count(*) FROM exchanges WHERE response_truncated"),
         "zone_assumed": one("SELECT count(*) FROM exchanges WHERE zone_assumed IS NOT NULL"),
+        "engine_zone_assumed": one("SELECT count(*) FROM engine_events WHERE zone_assumed IS NOT NULL"),
         "first_received": iso(con.execute("SELECT min(received_at) FROM exchanges").fetchone()[0]),
         "last_received": iso(con.execute("SELECT max(received_at) FROM exchanges").fetchone()[0]),
     }

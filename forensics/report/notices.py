@@ -14,15 +14,58 @@ import json
 from pathlib import Path
 from typing import Any
 
+import datetime as dt
+import re
+
+import phonenumbers
+
+from forensics.errors import ConfigError
 from forensics.report import safe
 from forensics.report.data import CaseData, Finding, Suspect, best_tier, iso
-from forensics.report.severity import NONE, Classifier, Hit
+from forensics.report.severity import _PHONE_CANDIDATE, NONE, PHONE_REGION, Classifier, Hit, mask
 
 NOTIFICATION_COLUMNS = (
     "tenant_id", "role", "tier", "n_requests", "request_ids", "first_seen", "last_seen",
     "highest_severity", "packet", "n_findings", "severity_kinds",
 )
 PREVIEW_CHARS = 300
+
+#: ``[report] mask``: "default" masks contact details too; "none" shows phone numbers and emails.
+MASK_POLICIES = ("default", "none")
+#: Always masked in a notice, whatever the policy (the last 4 characters of numbers stay).
+ALWAYS_MASKED = ("credential", "payment_card", "iban", "national_id")
+#: Masked unless ``[report] mask = "none"``.
+CONTACT_DETAILS = ("email", "phone")
+#: Keys ``[report]`` takes (forensics.config refuses any other).
+REPORT_KEYS = {"mask": "default", "contact": "", "actions_taken": ""}
+#: A word holding this many digits is a number worth masking even when no detector recognised it
+#: (an account or record number, a phone number libphonenumber calls invalid).
+NUMBER_DIGITS = 6
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSettings:
+    """The ``[report]`` table of the case file: how notices mask, who to contact, what was done."""
+
+    mask: str = "default"
+    contact: str = ""
+    actions_taken: str = ""
+
+
+def report_settings(section: dict[str, Any], file: Any = None) -> ReportSettings:
+    """Check and read a case file's ``[report]`` table (unknown keys are refused by forensics.config)."""
+    for key, value in section.items():
+        if key in REPORT_KEYS and not isinstance(value, str):
+            raise ConfigError(f"[report] {key} must be a string, got {type(value).__name__}", file=file,
+                              fix=f'{key} = "..."')
+    policy = section.get("mask", "default")
+    if policy not in MASK_POLICIES:
+        raise ConfigError(f"[report] mask = {policy!r} is not one of {', '.join(MASK_POLICIES)}", file=file,
+                          fix='mask = "default" (phone numbers and emails masked too) or mask = "none" (shown)')
+    return ReportSettings(mask=policy, contact=section.get("contact", "").strip(),
+                          actions_taken=section.get("actions_taken", "").strip())
 
 
 @dataclasses.dataclass
@@ -130,13 +173,63 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     return notices
 
 
-def _masked_preview(text: str, hits: list[Hit]) -> str:
-    """The span with every secret replaced by its masked form, on one line, shortened."""
-    parts, pos = [], 0
+def _possible_phone(text: str) -> bool:
+    try:
+        return phonenumbers.is_possible_number(phonenumbers.parse(text, PHONE_REGION))
+    except phonenumbers.NumberParseException:
+        return False
+
+
+def notice_masks(text: str, hits: list[Hit], policy: str = "default") -> list[tuple[int, int, str]]:
+    """What a notice hides in ``text``: (start, end, masked form), sorted, never overlapping.
+
+    The severity detectors' hits first (secrets and card, bank and identity numbers always;
+    phone numbers and emails unless ``policy`` is "none"). Then, outside them, numbers no
+    detector validated: a possible phone number written as one (with a separator, bracket or +)
+    is a phone number, any other word with NUMBER_DIGITS digits or more (an account or record
+    number) keeps only its last 4 characters.
+    Masking too much costs a customer a little reading; too little discloses their data.
+    """
+    spans: list[tuple[int, int, str]] = []
+    taken = [(h.start, h.end) for h in hits]
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= a or start >= b for a, b in taken)
+
     for h in hits:
-        parts.append(text[pos:h.start])
-        parts.append(h.masked)
-        pos = h.end
+        if not (h.cls in CONTACT_DETAILS and policy == "none"):
+            spans.append((h.start, h.end, h.masked))
+    for m in _PHONE_CANDIDATE.finditer(text):
+        if free(*m.span()) and _possible_phone(m.group(0)):
+            taken.append(m.span())
+            if policy != "none":
+                spans.append((m.start(), m.end(), mask(m.group(0), "phone")))
+    for m in re.finditer(r"[^\s]+", text):
+        # A word without its surrounding punctuation ("(986)776-4785x0931," keeps its brackets).
+        word = m.group(0)
+        lead = len(word) - len(word.lstrip("\"'`<[{,.;:!?"))
+        word = word[lead:].rstrip("\"'`>]},.;:!?")
+        start, end = m.start() + lead, m.start() + lead + len(word)
+        if sum(ch.isdigit() for ch in word) < NUMBER_DIGITS or not free(start, end):
+            continue
+        taken.append((start, end))
+        # A bare run of digits is an account or record number; a phone number is written with a
+        # separator, a bracket or a +, and libphonenumber must find it possible.
+        if not word.isdigit() and not any(ch.isalpha() and ch not in "xX" for ch in word) and _possible_phone(word):
+            if policy != "none":
+                spans.append((start, end, mask(word, "phone")))
+        else:
+            spans.append((start, end, mask(word, "iban")))  # account-like: last 4 characters kept
+    return sorted(spans)
+
+
+def _masked_preview(text: str, hits: list[Hit], policy: str = "default") -> str:
+    """The span with everything the masking policy hides replaced, on one line, shortened."""
+    parts, pos = [], 0
+    for start, end, masked in notice_masks(text, hits, policy):
+        parts.append(text[pos:start])
+        parts.append(masked)
+        pos = end
     parts.append(text[pos:])
     return safe.clean_text("".join(parts), PREVIEW_CHARS)
 
@@ -145,17 +238,17 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
     acts = []
     if "exposed" in roles:
         if "credential" in classes:
-            acts.append("Rotate or revoke every credential listed under 'secrets' now (the SHA-256 lets you confirm "
-                        "which one without it being shown here), and review its use since the first exposure.")
+            acts.append("Replace every password, key or token listed in this notice now. Then check how each one was used "
+                        "since the date it was exposed. The SHA-256 lets you tell which one it is without showing it.")
         if classes & {"payment_card", "iban", "national_id"}:
-            acts.append("Treat the listed card, bank or identity numbers as disclosed: follow your breach procedure "
-                        "for personal and financial data (card re-issue, account monitoring, notices to data subjects).")
-        acts.append("Review the listed passages of your own requests: assume one other customer received them in "
-                    "a model answer. Decide with counsel whether your own customers must be notified.")
+            acts.append("Treat the card, bank and identity numbers listed in this notice as disclosed. Follow your breach "
+                        "procedure for personal and financial data.")
+        acts.append("Read the passages in this notice. Assume one other customer saw them in an answer. Decide with your "
+                    "legal team whether you must tell the people they concern.")
     if "recipient" in roles:
-        acts.append("Discard the answers to the listed requests and anything derived from them: they were generated "
-                    "from corrupted context and may contain another customer's data, which must not be kept or used. "
-                    "Re-send the requests if you still need an answer.")
+        acts.append("Delete the answers to the requests listed in this notice, and anything made from them. They may hold "
+                    "another customer's data, which you must not keep or use. Send the requests again if you still "
+                    "need an answer.")
     return acts
 
 
@@ -168,8 +261,11 @@ def build_packet(
     refs: dict[str, str],
     case_name: str,
     classifier: Classifier,
+    settings: ReportSettings = ReportSettings(),
 ) -> dict[str, Any]:
     """The JSON notice of one customer: only its own requests, spans and masked secrets.
+
+    The internal rule that set each tier stays in evidence.csv: a customer reads what it means.
 
     ``suspects`` are the customer's suspect responses, ``received`` the cross-tenant findings in
     its answers and ``exposed`` the cross-tenant findings of its own content.
@@ -181,6 +277,9 @@ def build_packet(
         "roles": sorted(roles),
         "tier": best_tier(n.tier for n in roles.values()),
         "highest_severity": classifier.highest([n.highest_severity for n in roles.values()]),
+        "mask_policy": settings.mask,
+        "contact": settings.contact,
+        "actions_taken": settings.actions_taken,
     }
     classes: set[str] = set()
     if "recipient" in roles:
@@ -200,8 +299,6 @@ def build_packet(
                 "prompt_tokens": s.prompt_tokens if s else None,
                 "prompt_tokens_source": s.prompt_tokens_source if s else None,
                 "tier": best_tier(f.tier for f in fs),
-                "tier_reason": sorted({str(f.row.get("tier_rule") or "") for f in fs} - {""})
-                or ["no verified foreign passage was found; the answer was still generated from corrupted context"],
                 "foreign_passages": [
                     {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
                      "response_end": f.row["recipient_end"], "tier": f.tier,
@@ -229,10 +326,10 @@ def build_packet(
                     # Every passage of this text found in the response (the preview shows the strongest).
                     "all_passages": [{"start": c, "end": d} for _, _, c, d in passages(f.row)],
                     "exposed_at": iso(f.recipient_received_at),
-                    "tier": f.tier, "tier_reason": f.row.get("tier_rule") or "",
+                    "tier": f.tier,
                     "score": f.row.get("score"), "matched_tokens": f.row.get("matched_tokens"),
                     # A suspect response of yours may itself hold someone else's text: not shown.
-                    "preview": None if withheld else _masked_preview(f.source_span, f.source_hits),
+                    "preview": None if withheld else _masked_preview(f.source_span, f.source_hits, settings.mask),
                     "secrets": [h.to_json() | {"start": f.row["source_start"] + h.start, "end": f.row["source_start"] + h.end}
                                 for h in f.source_hits],
                 })
@@ -246,51 +343,118 @@ def build_packet(
     return out
 
 
+def long_date(value: str) -> str:
+    """``2026-08-27T13:02:51Z`` as ``27 August 2026`` (UTC; the same text on every machine)."""
+    if not value:
+        return "an unknown date"
+    t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return f"{t.day} {MONTHS[t.month - 1]} {t.year:04d}"
+
+
+def _dates(values: list[str]) -> str:
+    days = sorted({v[:10] for v in values if v})
+    names = [long_date(d + "T00:00:00Z") for d in days]
+    if not names:
+        return "an unknown date"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+#: How sure the team is, in words a customer can read (the rule behind it is in evidence.csv).
+SURE = {
+    "confirmed": "We are certain of this: the two texts match closely and could not match by chance.",
+    "probable": "This is very likely: the two texts match, though less closely.",
+    "possible": "This is possible: we found no passage of another customer in the answer, but it was made "
+                "from corrupted data.",
+}
+HOW_SURE = {"confirmed": "certain", "probable": "very likely", "possible": "possible"}
+MASK_NOTE = {
+    "default": "Passwords, keys, card, bank, account and identity numbers are hidden except their last 4 characters. "
+               "Phone numbers and email addresses are hidden too.",
+    "none": "Passwords, keys, card, bank, account and identity numbers are hidden except their last 4 characters. "
+            "Phone numbers and email addresses are shown.",
+}
+
+
 def render_packet_md(p: dict[str, Any]) -> str:
-    """The Markdown notice for counsel and the customer (same content as notice.json)."""
+    """The notice as a letter to the customer (the same facts as notice.json, in plain language).
+
+    Short sentences, dates in words, no internal rule text; request ids and references are kept
+    in a table at the end for the customer's technical team.
+    """
     e = safe.md_escape
-    lines = [
-        f"# Notice to customer {e(p['tenant_id'])}",
-        "",
-        f"Case: {e(p['case'])}. Your role: {', '.join(p['roles'])}. Tier: **{p['tier']}**. "
-        f"Highest severity of the data involved: **{p['highest_severity']}**.",
-        "",
-        "## What happened",
-        "",
-        "A fault in the model-serving engine replaced some very long prompts with a one-token placeholder; "
-        "the engine then generated the answer from memory left by another customer's request. Such an answer "
-        "can contain text of that other customer's prompt. Each passage below is named by an opaque reference; "
-        "the incident team can resolve it, this notice never names the other customer.",
-        "",
-    ]
-    if "recipient" in p:
-        lines += ["## Answers you received that were generated from corrupted context", "",
-                  "| request | received | tier | why suspect | foreign passages (characters of the answer) |",
-                  "|---|---|---|---|---|"]
-        for r in p["recipient"]["requests"]:
-            spans = "; ".join(f"{x['reference']} [{x['response_start']}, {x['response_end']})" for x in r["foreign_passages"]) or "none verified"
-            lines.append(f"| {e(r['request_id'])} | {r['received_at']} | {r['tier']} | {e(', '.join(r['why_suspect']))} | {spans} |")
-        lines += ["", "Why these tiers: " + e("; ".join(sorted({t for r in p["recipient"]["requests"] for t in r["tier_reason"]}))), ""]
+    lines = [f"# Notice of a data incident: {e(p['tenant_id'])}", "", "Dear customer,", ""]
+    summary: list[str] = []
     if "exposed" in p:
-        lines += ["## Your content that appeared in another customer's answer", ""]
-        for r in p["exposed"]["requests"]:
-            lines += [f"### Request {e(r['request_id'])} (received {r['received_at']})", ""]
+        for r in sorted(p["exposed"]["requests"], key=lambda r: r["received_at"] or ""):
+            line = (f"Part of a conversation your organisation sent on {long_date(r['received_at'])} appeared in "
+                    f"a response to another customer on {_dates([s['exposed_at'] for s in r['spans']])}.")
+            if line not in summary:
+                summary.append(line)
+    if "recipient" in p:
+        received = _dates([r["received_at"] for r in p["recipient"]["requests"]])
+        n = len(p["recipient"]["requests"])
+        summary.append(f"{'An answer' if n == 1 else f'{n} answers'} you received on {received} "
+                       f"{'was' if n == 1 else 'were'} made from corrupted data. "
+                       f"{'It' if n == 1 else 'They'} may hold part of another customer's conversation.")
+    for line in summary:
+        lines += [line, ""]
+    lines += [
+        "## What happened", "",
+        "A fault in our model-serving system mixed up the data of two requests. Some very long requests lost "
+        "their own text. The model then answered from text left behind by another customer's request. "
+        "So an answer could contain part of another customer's conversation.", "",
+    ]
+    if "exposed" in p:
+        lines += ["## What was exposed", "", MASK_NOTE.get(p.get("mask_policy", "default"), MASK_NOTE["default"]), ""]
+        for i, r in enumerate(p["exposed"]["requests"], 1):
             for s in r["spans"]:
-                lines.append(f"- {s['reference']}: {s['part']} characters [{s['start']}, {s['end']}), exposed "
-                             f"{s['exposed_at']}, tier {s['tier']} ({e(s['tier_reason'])})")
+                part = "your request of" if s["part"] == "prompt" else "an answer you received on"
+                lines.append(f"- From {part} {long_date(r['received_at'])}, shown to another customer on "
+                             f"{long_date(s['exposed_at'])} (reference {s['reference']}). {SURE.get(s['tier'], '')}")
                 if s["preview"] is not None:
-                    lines.append(f"  - passage (secrets masked): `{s['preview'].replace('`', chr(0x2032))}`")
+                    # A code span: shown exactly as stored (already one line, masked and escaped), no markup.
+                    lines.append(f"  `{s['preview'].replace('`', chr(0x2032))}`")
                 else:
-                    lines.append("  - passage not shown: it lies in an answer of yours that was itself suspect")
+                    lines.append("  The passage is not shown: it lies in an answer that was itself made from corrupted data.")
                 for h in s["secrets"]:
-                    lines.append(f"  - secret: {h['class']} ({h['kind']}) `{h['masked']}` sha256 {h['sha256']}")
-            lines.append("")
-    lines += ["## What you should do", ""] + [f"{i}. {a}" for i, a in enumerate(p["actions"], 1)] + [""]
+                    lines.append(f"  - Found in it: {h['class'].replace('_', ' ')} `{h['masked'].replace('`', chr(0x2032))}` "
+                                 f"(SHA-256 {h['sha256']})")
+        lines.append("")
+    if "recipient" in p:
+        lines += ["## The answers you received", ""]
+        for r in p["recipient"]["requests"]:
+            found = len(r["foreign_passages"])
+            what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
+                    else "no passage from another customer that we could verify")
+            lines.append(f"- The answer to your request of {long_date(r['received_at'])}: we found {what}. "
+                         f"{SURE.get(r['tier'], '')}")
+        lines.append("")
+    lines += ["## What we did", ""]
+    lines.append(e(p["actions_taken"], None, paragraph=True) if p.get("actions_taken") else
+                 "We traced the fault in our logs. We found every request it affected. We are writing to each "
+                 "customer involved.")
+    lines += ["", "## What you should do", ""] + [f"{i}. {a}" for i, a in enumerate(p["actions"], 1)] + [""]
+    lines += ["## Contact", ""]
+    # The sentence ends with its own full stop, so one written at the end of the contact is dropped.
+    lines.append(f"For questions about this notice, contact {e(p['contact'].rstrip('.'), None)}." if p.get("contact") else
+                 "For questions about this notice, reply to the person who sent it to you.")
+    lines.append(f"Please quote the case name {e(p['case'])} and the references in this notice.")
+    lines += ["", "## Details for your technical team", "",
+              "| request | sent (UTC) | role | how sure | references |", "|---|---|---|---|---|"]
+    for r in p.get("exposed", {}).get("requests", []):
+        refs = ", ".join(sorted({s["reference"] for s in r["spans"]}))
+        lines.append(f"| {e(r['request_id'])} | {r['received_at']} | your text was exposed | "
+                     f"{HOW_SURE[best_tier(s['tier'] for s in r['spans'])]} | {refs} |")
+    for r in p.get("recipient", {}).get("requests", []):
+        refs = ", ".join(x["reference"] for x in r["foreign_passages"]) or "none"
+        lines.append(f"| {e(r['request_id'])} | {r['received_at']} | you received this answer | {HOW_SURE[r['tier']]} | {refs} |")
+    lines.append("")
     return "\n".join(lines)
 
 
 def write_packets(
-    report_dir: Path, notices: list[Notice], data: CaseData, refs: dict[str, str], case_name: str, classifier: Classifier
+    report_dir: Path, notices: list[Notice], data: CaseData, refs: dict[str, str], case_name: str, classifier: Classifier,
+    settings: ReportSettings = ReportSettings(),
 ) -> list[str]:
     """Write packets/<tenant>/notice.json and notice.md for every notified customer."""
     by_tenant: dict[str, dict[str, Notice]] = {}
@@ -310,7 +474,7 @@ def write_packets(
     for tenant in sorted(by_tenant):
         folder = safe.private_dir(packets / safe.safe_name(tenant))
         packet = build_packet(tenant, by_tenant[tenant], suspects.get(tenant, []), received.get(tenant, []),
-                              exposed.get(tenant, []), refs, case_name, classifier)
+                              exposed.get(tenant, []), refs, case_name, classifier, settings)
         safe.write_text(folder / "notice.json", json.dumps(packet, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         safe.write_text(folder / "notice.md", render_packet_md(packet))
         written.append(packet_path(tenant))

@@ -43,11 +43,24 @@ def safe_name(identifier: str) -> str:
 
 
 def clean_text(value: str, limit: int | None = None) -> str:
-    """One-line display text: control characters shown as escapes, optionally shortened."""
+    """One-line display text: control characters shown as escapes, optionally shortened.
+
+    The escaping is the CSVs' (``csvfile.escape_controls``): an id reads the same in the summary,
+    the notices and notifications.csv, and two different ids never read the same.
+    """
     text = csvfile.escape_controls(value)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+def shorten(value: str, limit: int) -> str:
+    """``value`` cut to ``limit`` characters (with an ellipsis), not yet escaped for display.
+
+    Text is shortened raw and escaped once, where it is rendered: escaping twice would double
+    the backslashes of the first escape.
+    """
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
@@ -73,10 +86,31 @@ def copy_file(src: Path, dst: Path) -> None:
             fout.write(chunk)
 
 
-def md_escape(value: str, limit: int | None = 200) -> str:
-    """Text safe inside a Markdown table cell or paragraph (no markup, no line breaks)."""
+#: Characters that are markup wherever they stand: code, emphasis, links, HTML, table cells, strikethrough.
+_MD_ANYWHERE = re.compile(r"([\\`*\[\]<>|~])")
+#: ``_`` is emphasis only at a word's edge (CommonMark), so snake_case names stay readable.
+_MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+#: An entity such as ``&amp;`` would be decoded.
+_MD_ENTITY = re.compile(r"&(?=#?\w+;)")
+#: At the start of a paragraph these begin a heading, list, quote or rule.
+_MD_LINE_START = re.compile(r"^([#+=-])|^(\d+)([.)])")
+
+
+def md_escape(value: str, limit: int | None = 200, *, paragraph: bool = False) -> str:
+    """Text safe inside a Markdown table cell or inline (``paragraph``: at the start of a
+    paragraph), with no markup and no line breaks.
+
+    Escaped only where Markdown would read markup, so prose keeps its parentheses and names
+    their underscores; control characters are visible escapes (``clean_text``). A heading, list
+    or quote can only begin a paragraph, never a table cell, so only a paragraph escapes them.
+    """
     text = clean_text(value, limit)
-    return re.sub(r"([\\`*_{}\[\]()#+!|<>~])", r"\\\1", text)
+    text = _MD_ANYWHERE.sub(r"\\\1", text)
+    text = _MD_UNDERSCORE.sub(r"\\_", text)
+    text = _MD_ENTITY.sub(r"\\&", text)
+    if not paragraph:
+        return text
+    return _MD_LINE_START.sub(lambda m: "\\" + m.group(1) if m.group(1) else m.group(2) + "\\" + m.group(3), text)
 
 
 def sha256_bytes(data: bytes) -> str:

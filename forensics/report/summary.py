@@ -84,14 +84,46 @@ def _find_number(info: Any, names: tuple[str, ...]) -> Any:
     return None
 
 
+TIERS = ("confirmed", "probable", "possible")
+
+
+def _by_tier(values: list[str]) -> str:
+    return " / ".join(str(sum(1 for v in values if v == t)) for t in TIERS)
+
+
+def count_rows(suspects: list[dict[str, Any]], evidence: list[dict[str, Any]], notifications: list[dict[str, Any]],
+               tables: dict[str, Any]) -> list[list[Any]]:
+    """The summary's Counts table, computed only from the rows of suspects.csv, evidence.csv and
+    notifications.csv (as dicts of their columns) and the ingested tables' counts.
+
+    The one source of these numbers: the report stage calls it with the rows it writes, and
+    ``forensics verify`` with the rows it reads back, so the summary says what the tables say.
+    """
+    cross = [e for e in evidence if (e.get("relation") or "cross_tenant") == "cross_tenant"
+             and (e.get("recipient_tenant_id") or "") != (e.get("source_tenant_id") or "")]
+    with_evidence = {(str(e["recipient_request_id"]), e.get("recipient_tenant_id") or "") for e in cross}
+    roles = {r: [str(n.get("tier") or "possible") for n in notifications if n.get("role") == r] for r in ("exposed", "recipient")}
+    return [
+        ["requests ingested", tables.get("exchanges")],
+        ["customers in the logs", tables.get("tenants")],
+        ["engine log events", tables.get("engine_events")],
+        ["suspect responses", len(suspects)],
+        ["suspects with the engine's bug signature", sum(1 for s in suspects if str(s.get("engine_signature")).lower() == "true")],
+        ["suspect responses with no cross-tenant finding", sum(
+            1 for s in suspects if (str(s["request_id"]), s.get("tenant_id") or "") not in with_evidence)],
+        ["cross-tenant findings", len(cross)],
+        ["cross-tenant findings: confirmed / probable / possible", _by_tier([str(e.get("tier") or "possible") for e in cross])],
+        ["same-tenant overlaps (not exposure)", len(evidence) - len(cross)],
+        ["customers exposed", len(roles["exposed"])],
+        ["customers exposed: confirmed / probable / possible", _by_tier(roles["exposed"])],
+        ["customers that received a suspect response", len(roles["recipient"])],
+        ["customers that received one: confirmed / probable / possible", _by_tier(roles["recipient"])],
+    ]
+
+
 def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Section]:
     """The summary's content, in order."""
     c = data.counts
-    cross = [f for f in data.findings if f.cross_tenant]
-    same = len(data.findings) - len(cross)
-    tier_counts = {t: sum(1 for f in cross if f.tier == t) for t in ("confirmed", "probable", "possible")}
-    with_evidence = {f.recipient_key for f in cross}
-    no_evidence = sum(1 for s in data.suspects if s.key not in with_evidence)
     scope = [
         ["case", cfg.name],
         ["models", ", ".join(cfg.models) or "(all)"],
@@ -101,19 +133,10 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["logs cover", f"{c['first_received'] or '?'} to {c['last_received'] or '?'}"],
     ]
     if cfg.description:
-        scope.append(["description", safe.clean_text(cfg.description, 500)])
-    counts = [
-        ["requests ingested", c["exchanges"]], ["customers in the logs", c["tenants"]],
-        ["engine log events", c["engine_events"]],
-        ["suspect responses", len(data.suspects)],
-        ["suspects with the engine's bug signature", sum(1 for s in data.suspects if s.engine_signature)],
-        ["cross-tenant findings", len(cross)],
-        ["  confirmed / probable / possible", f"{tier_counts['confirmed']} / {tier_counts['probable']} / {tier_counts['possible']}"],
-        ["same-tenant overlaps (not exposure)", same],
-        ["suspects with no verified foreign passage (possible)", no_evidence],
-        ["customers exposed", sum(1 for n in notices if n.role == "exposed")],
-        ["customers that received a suspect response", sum(1 for n in notices if n.role == "recipient")],
-    ]
+        scope.append(["description", safe.shorten(cfg.description, 500)])
+    counts = count_rows(
+        [{"request_id": s.request_id, "tenant_id": s.tenant_id, "engine_signature": str(s.engine_signature)} for s in data.suspects],
+        [f.row for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
     sev: dict[str, int] = {}
     for n in notices:
         if n.role == "exposed":
@@ -136,7 +159,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     searched = data.match_info.get("searched")
     if isinstance(searched, dict):
         method_tables.append(("table", ["what the matcher searched", "value"],
-                              [[k, safe.clean_text(str(v), 300)] for k, v in sorted(searched.items())
+                              [[k, safe.shorten(str(v), 300)] for k, v in sorted(searched.items())
                                if not isinstance(v, (dict, list))]))
     control = [
         f"Control sample: the same matcher run over {control_n if control_n is not None else 'an unknown number of'} "
@@ -182,7 +205,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         limitations_damage = [
             f"{len(on_damaged)} finding(s) rest on a record from damaged input (a truncated file, a quarantined "
             "neighbouring line, or only a truncated spend-log copy; evidence.csv recipient_damage / source_damage): "
-            + ", ".join(safe.clean_text(f, 40) for f in on_damaged) + "."]
+            + ", ".join(safe.shorten(f, 40) for f in on_damaged) + "."]
     else:
         limitations_damage = []
     gaps = [
@@ -193,13 +216,18 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["reported token counts not trusted (impossible for their text)", c["implausible_reported"]],
         ["prompts the log kept truncated (head and tail only)", c["truncated_prompts"]],
         ["borderline suspects (estimate straddles the ceiling)", sum(1 for s in data.suspects if s.borderline)],
-        ["records whose time zone was assumed", c["zone_assumed"]],
+        # Input lines count every copy; a gateway record merged from a zone-less spend-log copy and a
+        # zoned callback keeps the callback's zone, so the three rows differ and each says what it counts.
+        [f"input lines whose time zone was assumed ({data.ingest_manifest.get('timezone') or cfg.timezone})",
+         data.ingest_manifest.get("zone_assumed_rows", "not recorded")],
+        ["gateway records whose time zone was assumed (after merging copies)", c["zone_assumed"]],
+        ["engine log events whose time zone was assumed", c.get("engine_zone_assumed", "not recorded")],
     ]
     anomalies = data.scan_info.get("anomalies")
-    anomaly_rows = ([[safe.clean_text(str(v.get("title", k)), 200), v.get("rows", "")] for k, v in sorted(anomalies.items())
+    anomaly_rows = ([[safe.shorten(str(v.get("title", k)), 200), v.get("rows", "")] for k, v in sorted(anomalies.items())
                      if isinstance(v, dict)] if isinstance(anomalies, dict) else [])
-    warnings = [safe.clean_text(str(w), 500) for w in data.scan_info.get("warnings", []) or []]
-    notes = [safe.clean_text(str(n), 500) for n in data.ingest_manifest.get("notes", []) or []]
+    warnings = [safe.shorten(str(w), 500) for w in data.scan_info.get("warnings", []) or []]
+    notes = [safe.shorten(str(n), 500) for n in data.ingest_manifest.get("notes", []) or []]
     limitations = [
         "Only text that was logged can be matched: truncated prompts are matched on their head and tail only, and a "
         "leak of text that no log kept cannot be found. A suspect response with no verified passage is still "
@@ -213,7 +241,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         limitations.append(
             f"{len(split)} notification row(s) list a request id that contains ';', the separator of the request_ids "
             "cell of notifications.csv, so that cell is ambiguous for them; their packets' notice.json lists the ids "
-            "one by one: " + ", ".join(safe.clean_text(p, 120) for p in split) + ".")
+            "one by one: " + ", ".join(safe.shorten(p, 120) for p in split) + ".")
     out: list[Section] = [
         ("Scope and parameters", [("table", ["item", "value"], scope)]),
         ("Counts", [("table", ["what", "count"], counts), ("plot", "plot-per-day"), ("plot", "plot-tiers")]),
@@ -223,13 +251,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ("Control sample", control),
         ("Evidence model", evidence_model or ["The match stage recorded no null model (an older version)."]),
         ("Data gaps", [("table", ["gap", "count"], gaps)]
-         + ([("table", ["quarantine reason", "lines"], [[safe.clean_text(r, 120), n] for r, n in data.quarantine_reasons])]
+         + ([("table", ["quarantine reason", "lines"], [[safe.shorten(r, 120), n] for r, n in data.quarantine_reasons])]
             if data.quarantine_reasons else [])),
         ("Engine anomalies", [("table", ["anomaly (scan stage)", "rows"], anomaly_rows)] if anomaly_rows
          else ["The scan stage recorded no engine anomaly counts."]),
         ("Limitations", limitations + [f"Scan warning: {w}" for w in warnings] + [f"Ingest note: {n}" for n in notes]),
         ("Customers to notify", [("table", ["customer", "role", "tier", "requests", "highest severity", "packet"],
-                                  [[safe.clean_text(n.tenant_id, 80), n.role, n.tier, len(n.request_ids), n.highest_severity, n.packet]
+                                  [[safe.shorten(n.tenant_id, 80), n.role, n.tier, len(n.request_ids), n.highest_severity, n.packet]
                                    for n in notices]) if notices else "Nobody: no suspect response was found."]),
     ]
     return out
@@ -242,7 +270,7 @@ def render_md(title: str, secs: list[Section]) -> str:
         lines += [f"## {name}", ""]
         for b in blocks:
             if isinstance(b, str):
-                lines += [safe.md_escape(b, None), ""]
+                lines += [safe.md_escape(b, None, paragraph=True), ""]
             elif b[0] == "table":
                 lines.append("| " + " | ".join(b[1]) + " |")
                 lines.append("|" + "---|" * len(b[1]))
@@ -268,18 +296,18 @@ def render_html(title: str, secs: list[Section], svgs: dict[str, str]) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         # No network even if a later edit adds a reference: the page forbids every fetch.
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{escape(title)}</h1>",
+        f"<title>{escape(safe.clean_text(title))}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(safe.clean_text(title))}</h1>",
     ]
     for name, blocks in secs:
         out.append(f"<h2>{escape(name)}</h2>")
         for b in blocks:
             if isinstance(b, str):
-                out.append(f"<p>{escape(b)}</p>")
+                out.append(f"<p>{escape(safe.clean_text(b))}</p>")
             elif b[0] == "table":
                 out.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in b[1]) + "</tr>")
                 for row in b[2]:
-                    out.append("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>")
+                    out.append("<tr>" + "".join(f"<td>{escape(safe.clean_text(str(v)))}</td>" for v in row) + "</tr>")
                 out.append("</table>")
             elif b[0] == "plot":
                 out.append(f"<figure>{svgs[b[1]]}</figure>")
