@@ -31,10 +31,10 @@ the matcher starts a worker are marked: there, by default, it runs alone.
 from __future__ import annotations
 
 import argparse
-import os
 import dataclasses
 import datetime as dt
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -55,7 +55,7 @@ from forensics.case import write_table  # noqa: E402
 from forensics.config import CaseConfig  # noqa: E402
 from forensics.match.pool import INLINE_BYTES  # noqa: E402
 
-T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.UTC)
 
 
 def _strings(obj: Any, out: list[str]) -> None:
@@ -124,7 +124,7 @@ class Overlap:
         per = [np.unique(kgrams(tokenize(t).hash, 8)) for t in texts]
         self.keys, self.counts = np.unique(np.concatenate(per), return_counts=True)
 
-    def held(self, words: list[str]) -> "Any":
+    def held(self, words: list[str]) -> Any:
         """How many base records hold each 8-gram of ``words``."""
         np = self._np
         g = self._kg(self._tok(" ".join(words)).hash, 8)
@@ -177,13 +177,13 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
                 own_prompt = own_pool[j % len(own_pool)]
                 frag = _fragment(rng, own_prompt.split(), 30)
             elif kind == "later":
-                frag = _exclusive(rng, overlap, lambda: body[rows[rng.randrange(at + 20, n_records)]["request_id"]], 30)
+                frag = _exclusive(rng, overlap, lambda at=at: body[rows[rng.randrange(at + 20, n_records)]["request_id"]], 30)
             elif kind == "boilerplate":
                 frag = _fragment(rng, system_prompts[rng.randrange(3)].split(), 30)
             elif kind == "same_tenant":
                 src = next((r for r in reversed(rows[:at]) if r["tenant_id"] == tenant), rows[0])
                 tenant = src["tenant_id"]
-                frag = _exclusive(rng, overlap, lambda: body[src["request_id"]], 30)
+                frag = _exclusive(rng, overlap, lambda src=src: body[src["request_id"]], 30)
                 truth.same_tenant[sid] = src["request_id"]
             else:
                 frag = []
@@ -196,7 +196,7 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
                 if src["tenant_id"] == tenant:
                     continue
                 text = src["response_text"] if rng.random() < 0.3 else body[src["request_id"]]
-                frag = _exclusive(rng, overlap, lambda: text, length, tries=5)
+                frag = _exclusive(rng, overlap, lambda text=text: text, length, tries=5)
                 if frag:
                     break
             frag = _damage(rng, frag, damage, sus_answers)
@@ -280,7 +280,7 @@ def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
     the figures are those of the parallel pass.
     """
     code = (
-        "import json, sys, threading, time; sys.path.insert(0, %r)\n"
+        "import json, sys, threading, time; sys.path.insert(0, %r)\n"  # noqa: UP031 (the code holds braces; % keeps it readable)
         "import psutil\n"
         "import forensics.match as m; import forensics.match.pool as mp; from forensics.config import CaseConfig\n"
         "mp.INLINE_BYTES = 0 if %d > 1 else mp.INLINE_BYTES\n"
@@ -336,7 +336,7 @@ def score(case: Path, truth: Truth) -> dict[str, Any]:
     cross = [e for e in ev if e["relation"] == "cross_tenant"]
     found = {(e["recipient_request_id"], e["source_request_id"]) for e in cross}
     buckets: dict[str, list[bool]] = {"8-15": [], "16-64": []}
-    for sid, (src, length, damage) in truth.positives.items():
+    for sid, (src, length, _damage) in truth.positives.items():
         hit = (sid, src) in found
         buckets["8-15" if length < 16 else "16-64"].append(hit)
     on_pos = [e for e in cross if e["recipient_request_id"] in truth.positives]

@@ -300,9 +300,11 @@ def _simulated_format(value: str) -> str:
 
 @app.command(cls=PlainCommand)
 def ingest(
-    paths: list[Path] = typer.Argument(..., metavar="LOG_PATH", help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
+    paths: list[Path] = typer.Argument(..., metavar="LOG_PATH",
+                                       help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
-    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT", help="litellm, openai-split or sglang; sniffed from each file when omitted."),
+    fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
+                                      help="litellm, openai-split or sglang; sniffed from each file when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),
@@ -368,7 +370,9 @@ def _render_ingest(summary: dict[str, Any]) -> None:
 def simulate(
     out_dir: Path = typer.Option(..., "--out", metavar="DIR", help="Folder to write the simulated incident into."),
     seed: int = typer.Option(7, "--seed", metavar="N", help="Seed: same seed, same bytes."),
-    scale: str = typer.Option("small", "--scale", metavar="SIZE", help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic (scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
+    scale: str = typer.Option("small", "--scale", metavar="SIZE",
+                              help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
+                                   "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
     fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT", help="Gateway log format: litellm or openai-split."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
@@ -407,7 +411,8 @@ def _ratio(value: Any) -> str:
 @app.command(cls=PlainCommand)
 def evaluate(
     truth: Path = typer.Option(..., "--truth", metavar="truth.json", help="The truth.json the simulator wrote."),
-    report_dir: Path = typer.Option(..., "--report", metavar="REPORT_DIR", help="Report folder (suspects.csv, evidence.csv, notifications.csv, manifest.json)."),
+    report_dir: Path = typer.Option(..., "--report", metavar="REPORT_DIR",
+                                    help="Report folder (suspects.csv, evidence.csv, notifications.csv, manifest.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the scores as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -445,8 +450,10 @@ def evaluate(
     loc = f["fragments_located"]
     out.print(f"fragments located (reported span overlaps): {loc['located']}/{loc['fragments']}", markup=False)
     if f["row_precision_by_tier"]:
-        out.print("evidence row precision by tier: " + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in f["row_precision_by_tier"].items()), markup=False)
-    out.print("false positive suspects by kind: " + (", ".join(f"{k} {v}" for k, v in data["suspects"]["false_positives_by_kind"].items()) or "none"), markup=False)
+        out.print("evidence row precision by tier: "
+                  + ", ".join(f"{k} {v['correct']}/{v['rows']}" for k, v in f["row_precision_by_tier"].items()), markup=False)
+    out.print("false positive suspects by kind: "
+              + (", ".join(f"{k} {v}" for k, v in data["suspects"]["false_positives_by_kind"].items()) or "none"), markup=False)
     out.print("false positive findings by kind: " + (", ".join(f"{k} {v}" for k, v in f["false_positives_by_kind"].items()) or "none"), markup=False)
     out.print("false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in f["false_pairs_by_location"].items()) or "none"),
               markup=False)
@@ -475,7 +482,8 @@ def evaluate(
 @app.command(cls=PlainCommand)
 def scan(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder written by `forensics ingest`."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file; default: the settings the case was ingested with (config.json)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
+                                          help="Case file; default: the settings the case was ingested with (config.json)."),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL", help="Affected model (repeat for several)."),
     window_start: Optional[str] = typer.Option(None, "--window-start", metavar="TIME", help="Incident window start, UTC ISO 8601 (inclusive)."),
     window_end: Optional[str] = typer.Option(None, "--window-end", metavar="TIME", help="Incident window end, UTC ISO 8601 (exclusive)."),
@@ -589,7 +597,8 @@ def query(
 @app.command("match", cls=PlainCommand)
 def match_cmd(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been ingested and scanned."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file (TOML) for [match]; default: the settings the case was ingested with (config.json)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
+                                          help="Case file (TOML) for [match]; default: the settings the case was ingested with (config.json)."),
     k: Optional[int] = typer.Option(None, "--k", metavar="N", help="Tokens per k-gram (default 5)."),
     min_tokens: Optional[int] = typer.Option(None, "--min-tokens", metavar="N", help="Informative matched tokens for a probable finding."),
     confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", metavar="N", help="Informative matched tokens for confirmed."),
@@ -660,7 +669,8 @@ def match_cmd(
 @app.command(cls=PlainCommand)
 def report(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been scanned and matched."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file; default: the settings the case was ingested with (config.json)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
+                                          help="Case file; default: the settings the case was ingested with (config.json)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
@@ -715,7 +725,8 @@ def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None 
 
 @app.command(cls=PlainCommand)
 def run(
-    config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR", help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
+    config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR",
+                                             help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
@@ -805,17 +816,20 @@ def probe(
     base_url: str = typer.Option(..., "--base-url", metavar="URL", help="API root of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
     model: str = typer.Option(..., "--model", metavar="MODEL", help="Model name to send."),
     max_input_tokens: int = typer.Option(..., "--max-input-tokens", metavar="TOKENS", help="The advertised maximum input (prompt) tokens."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", metavar="VAR", help="Environment variable holding the API key (never printed or written)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", metavar="VAR",
+                                              help="Environment variable holding the API key (never printed or written)."),
     pairs: int = typer.Option(1, "--pairs", metavar="N", help="Pairs of distinct prompts sent back to back per level."),
     levels: str = typer.Option("0.5,0.9,0.99", "--levels", metavar="FRACTIONS", help="Prompt sizes as fractions of --max-input-tokens."),
     stream: bool = typer.Option(False, "--stream", help="Use streaming responses (server-sent events)."),
     find_ceiling: bool = typer.Option(False, "--find-ceiling", help="Also bisect for the largest size that answers correctly (within 2%)."),
-    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", metavar="TOKENS", help="Token budget: a plan that could exceed it is refused before sending."),
+    max_total_tokens: int = typer.Option(DEFAULT_MAX_TOTAL_TOKENS, "--max-total-tokens", metavar="TOKENS",
+                                         help="Token budget: a plan that could exceed it is refused before sending."),
     max_tokens: int = typer.Option(64, "--max-tokens", metavar="TOKENS", help="max_tokens of each answer."),
     timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="Seconds to wait for each request."),
     retries: int = typer.Option(3, "--retries", metavar="N", help="Retries of a request answered 429 or 5xx (exponential backoff)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the generated markers: same seed, same prompts."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, to size prompts without calibration requests."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json",
+                                             help="The model's tokenizers JSON file, to size prompts without calibration requests."),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Folder to write probe.json and probe.md into."),
     as_json: bool = typer.Option(False, "--json", help="Print only the report as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),

@@ -344,7 +344,7 @@ def _where(row: dict[str, str], truth: dict[str, Any]) -> tuple[str, str | None]
     return "outside_fragments", None
 
 
-def _why(row: dict[str, str], truth: dict[str, Any], suspects: set[str]) -> dict[str, Any]:
+def _why(row: dict[str, str], truth: dict[str, Any], suspects: set[tuple[str, str]]) -> dict[str, Any]:
     """One finding that named a wrongly exposed customer, and why it is wrong."""
     where, ref = _where(row, truth)
     return {"recipient_request_id": row["recipient_request_id"], "source_request_id": row.get("source_request_id"),

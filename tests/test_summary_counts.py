@@ -22,7 +22,6 @@ from forensics.report import report, verify
 from forensics.report.data import iso
 from forensics.report.safe import md_escape
 
-
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs"
 
 
@@ -116,9 +115,9 @@ def test_markdown_is_escaped_only_where_markdown_needs_it(sample_report: Path) -
 
 
 def test_iso_times_always_have_four_digit_years(tmp_path: Path) -> None:
-    early = dt.datetime(999, 1, 1, tzinfo=dt.timezone.utc)
+    early = dt.datetime(999, 1, 1, tzinfo=dt.UTC)
     assert iso(early) == config_iso(early) == csvfile.cell(early) == "0999-01-01T00:00:00Z"
-    assert iso(dt.datetime(5, 3, 4, 1, 2, 3, 7, tzinfo=dt.timezone.utc)) == "0005-03-04T01:02:03.000007Z"
+    assert iso(dt.datetime(5, 3, 4, 1, 2, 3, 7, tzinfo=dt.UTC)) == "0005-03-04T01:02:03.000007Z"
     case, cfg, _ = make_case(tmp_path)
     cfg.set("window_start", "0999-01-01T00:00:00Z", "option")
     md = (report(case, cfg, tmp_path / "out").report_dir / "summary.md").read_text(encoding="utf-8")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
-from forensics.config import iso as config_iso
 from forensics.case import Case
+from forensics.config import iso as config_iso
 from forensics.errors import CaseError
 from forensics.report.severity import Classifier, Hit
 

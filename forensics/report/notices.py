@@ -8,14 +8,13 @@ request id) that the team resolves with ``references.csv``.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import hmac
 import json
+import re
 from pathlib import Path
 from typing import Any
-
-import datetime as dt
-import re
 
 import phonenumbers
 
@@ -406,7 +405,7 @@ def render_packet_md(p: dict[str, Any]) -> str:
     ]
     if "exposed" in p:
         lines += ["## What was exposed", "", MASK_NOTE.get(p.get("mask_policy", "default"), MASK_NOTE["default"]), ""]
-        for i, r in enumerate(p["exposed"]["requests"], 1):
+        for r in p["exposed"]["requests"]:
             for s in r["spans"]:
                 part = "your request of" if s["part"] == "prompt" else "an answer you received on"
                 lines.append(f"- From {part} {long_date(r['received_at'])}, shown to another customer on "

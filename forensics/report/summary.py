@@ -18,6 +18,12 @@ from forensics.report.notices import Notice
 Section = tuple[str, list[Any]]  # (title, blocks); a block is str (paragraph), ("table", head, rows), ("plot", id)
 
 
+
+def _section(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is a JSON object, else an empty one (an older or damaged stage file)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
 def _window_days(cfg: CaseConfig, daily: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     """Per-day counts over the whole window (days with nothing are shown as zero)."""
     known = {d: (s, c) for d, s, c in daily}
@@ -28,7 +34,8 @@ def _window_days(cfg: CaseConfig, daily: list[tuple[str, int, int]]) -> list[tup
         days.append((cfg.window_end - dt.timedelta(microseconds=1)).date())
     if not days:
         return []
-    out, d = [], min(days)
+    out: list[Any] = []
+    d = min(days)
     while d <= max(days) and len(out) < 400:
         s, c = known.get(d.isoformat(), (0, 0))
         out.append((d.isoformat(), s, c))
@@ -141,7 +148,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     for n in notices:
         if n.role == "exposed":
             sev[n.highest_severity] = sev.get(n.highest_severity, 0) + 1
-    ctl = data.match_info.get("control") if isinstance(data.match_info.get("control"), dict) else {}
+    ctl: dict[str, Any] = _section(data.match_info, "control")
     fp = ctl.get("false_positive_rate", _find_number(data.match_info, ("false_positive_rate",)))
     control_n = ctl.get("size", ctl.get("requested"))
     control_f = ctl.get("responses_with_findings", ctl.get("findings"))
@@ -167,11 +174,11 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         f"{control_f if control_f is not None else 'an unrecorded number'} of them; "
         f"empirical false-positive rate: {fp if fp is not None else 'not recorded by the match stage'}."
     ]
-    null = data.match_info.get("null") if isinstance(data.match_info.get("null"), dict) else {}
-    damage = data.match_info.get("damage") if isinstance(data.match_info.get("damage"), dict) else {}
-    found = data.match_info.get("findings") if isinstance(data.match_info.get("findings"), dict) else {}
+    null: dict[str, Any] = _section(data.match_info, "null")
+    damage: dict[str, Any] = _section(data.match_info, "damage")
+    found: dict[str, Any] = _section(data.match_info, "findings")
     evidence_model: list[Any] = []
-    searches = null.get("searches") if isinstance(null.get("searches"), dict) else {}
+    searches: dict[str, Any] = _section(null, "searches")
     if null:
         evidence_model.append(
             f"Each finding carries expected_by_chance (E): how many matches at least as strong a search of its size "
@@ -183,13 +190,12 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             f"({data.match_info.get('tiering', 'evalue')}; see match.json null)."
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
-        calib = null.get("calibration") if isinstance(null.get("calibration"), dict) else {}
+        calib: dict[str, Any] = _section(null, "calibration")
         crow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed")] for p in calib.get("points", [])
                 if isinstance(p, dict)]
         if crow:
             evidence_model.append(("table", ["E at most", "chance matches expected on the null", "observed"], crow))
-        mcal = (null.get("calibration_of_controls_with_mechanism")
-                if isinstance(null.get("calibration_of_controls_with_mechanism"), dict) else {})
+        mcal = _section(null, "calibration_of_controls_with_mechanism")
         mrow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed"), p.get("observed_with_mechanism")]
                 for p in mcal.get("points", []) if isinstance(p, dict) and "observed_with_mechanism" in p]
         if mrow:
