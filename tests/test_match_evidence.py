@@ -198,6 +198,9 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     assert e["none"] == pytest.approx(e["other"], rel=0.05)  # shares differ by the one record
     assert int(same["row"]["records_since_source_on_node"]) >= 1
     assert same["report"]["null"]["decode_node_evidence"].startswith("present")
+    # The figure the tiers use is checked on the control responses too, with their own node evidence.
+    table = same["report"]["null"]["calibration_of_controls_with_mechanism"]
+    assert table["points"] and all("observed_with_mechanism" in row for row in table["points"])
 
 
 def test_gateway_only_case_says_the_mechanism_evidence_is_absent(tmp_path: Path) -> None:
