@@ -322,7 +322,9 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
                        *r["_mechanism"]) for r in null_rows if r["control"]]
     seen_controls = {c for c, *_ in control_points}
-    control_points += [(i, float("nan"), size_of[i], 1.0, 0.0, 0) for i in controls if i not in seen_controls]
+    # A control with no chance match still says whether its decode node is known (the table's column).
+    control_points += [(i, float("nan"), size_of[i], 1.0, facts.node_share.get(targets[i].decode_node or "", 0.0), 0)
+                       for i in controls if i not in seen_controls]
     null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
     searches = len(size_of)
     rules: dict[str, Any] = {}
