@@ -618,6 +618,39 @@ def verify(
 
 
 @app.command()
+def review(
+    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
+    finding: Optional[str] = typer.Option(None, "--finding", help="Finding id from evidence.csv or review.csv."),
+    verdict: Optional[str] = typer.Option(None, "--verdict", help="confirm, dismiss or escalate."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in verdicts.jsonl and the summary)."),
+    analyst: Optional[str] = typer.Option(None, "--analyst", help="Who decided."),
+    import_csv: Optional[Path] = typer.Option(None, "--import", help="CSV of verdicts: finding_id,verdict,reason,analyst."),
+    as_json: bool = typer.Option(False, "--json", help="Print the recorded verdicts as JSON."),
+) -> int:
+    """Record analyst verdicts in the report's hash-chained verdicts.jsonl (applied by the next
+    `forensics report` or `run`)."""
+    from forensics.review import verdicts as lib
+
+    if import_csv is not None:
+        if finding or verdict or reason or analyst:
+            raise ForensicsError("--import and --finding/--verdict/--reason/--analyst are exclusive", fix="give one or the other")
+        rows = lib.read_import(report_dir, import_csv)
+    else:
+        if not (finding and verdict and reason and analyst):
+            raise ForensicsError("a verdict needs --finding, --verdict, --reason and --analyst",
+                                 fix="forensics review REPORT --finding ID --verdict confirm|dismiss|escalate --reason TEXT --analyst NAME")
+        rows = [lib.check(report_dir, finding, verdict, reason, analyst)]
+    written = lib.record(report_dir, rows)
+    if as_json:
+        _emit_json(written)
+    else:
+        for e in written:
+            out.print(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}", markup=False)
+        out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
+    return EXIT_CLEAN
+
+
+@app.command()
 def keygen(
     key_file: Path = typer.Argument(..., help="Where to write the private key (PEM); the public key goes to KEY_FILE.pub."),
     as_json: bool = typer.Option(False, "--json", help="Print the paths as JSON."),

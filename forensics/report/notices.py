@@ -159,6 +159,15 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
     return acts
 
 
+def _person(f: Finding) -> dict[str, Any]:
+    """A passage an analyst confirmed says so (verdicts.jsonl); others carry no such key."""
+    return {"confirmed_by_person": True} if f.verdict == "confirm" else {}
+
+
+def _by_person(x: dict[str, Any]) -> str:
+    return " (confirmed by a person)" if x.get("confirmed_by_person") else ""
+
+
 def build_packet(
     tenant: str,
     roles: dict[str, Notice],
@@ -206,7 +215,7 @@ def build_packet(
                     {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
                      "response_end": f.row["recipient_end"], "tier": f.tier,
                      "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages(f.row)],
-                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE]}
+                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE], **_person(f)}
                     for f in fs
                 ],
             })
@@ -235,6 +244,7 @@ def build_packet(
                     "preview": None if withheld else _masked_preview(f.source_span, f.source_hits),
                     "secrets": [h.to_json() | {"start": f.row["source_start"] + h.start, "end": f.row["source_start"] + h.end}
                                 for h in f.source_hits],
+                    **_person(f),
                 })
             requests.append({
                 "request_id": rid,
@@ -268,7 +278,7 @@ def render_packet_md(p: dict[str, Any]) -> str:
                   "| request | received | tier | why suspect | foreign passages (characters of the answer) |",
                   "|---|---|---|---|---|"]
         for r in p["recipient"]["requests"]:
-            spans = "; ".join(f"{x['reference']} [{x['response_start']}, {x['response_end']})" for x in r["foreign_passages"]) or "none verified"
+            spans = "; ".join(f"{x['reference']} [{x['response_start']}, {x['response_end']}){_by_person(x)}" for x in r["foreign_passages"]) or "none verified"
             lines.append(f"| {e(r['request_id'])} | {r['received_at']} | {r['tier']} | {e(', '.join(r['why_suspect']))} | {spans} |")
         lines += ["", "Why these tiers: " + e("; ".join(sorted({t for r in p["recipient"]["requests"] for t in r["tier_reason"]}))), ""]
     if "exposed" in p:
@@ -277,7 +287,7 @@ def render_packet_md(p: dict[str, Any]) -> str:
             lines += [f"### Request {e(r['request_id'])} (received {r['received_at']})", ""]
             for s in r["spans"]:
                 lines.append(f"- {s['reference']}: {s['part']} characters [{s['start']}, {s['end']}), exposed "
-                             f"{s['exposed_at']}, tier {s['tier']} ({e(s['tier_reason'])})")
+                             f"{s['exposed_at']}, tier {s['tier']} ({e(s['tier_reason'])}){_by_person(s)}")
                 if s["preview"] is not None:
                     lines.append(f"  - passage (secrets masked): `{s['preview'].replace('`', chr(0x2032))}`")
                 else:
