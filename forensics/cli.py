@@ -617,6 +617,13 @@ def verify(
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
 
 
+def _when(value: Optional[str], option: str) -> Any:
+    """A UTC time option (None stays None: the library takes the current time)."""
+    from forensics.config import parse_utc
+
+    return None if value is None else parse_utc(value, option)
+
+
 @app.command()
 def review(
     report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
@@ -648,6 +655,66 @@ def review(
             out.print(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}", markup=False)
         out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
     return EXIT_CLEAN
+
+
+@app.command()
+def notified(
+    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
+    tenant: Optional[str] = typer.Option(None, "--tenant", help="The customer notified (tenant_id as in notifications.csv)."),
+    channel: Optional[str] = typer.Option(None, "--channel", help="email, portal or letter."),
+    at: Optional[str] = typer.Option(None, "--at", help="When the notice was sent, UTC ISO 8601 with a zone."),
+    ref: Optional[str] = typer.Option(None, "--ref", help="Reference of the message sent (ticket, letter number)."),
+    import_csv: Optional[Path] = typer.Option(None, "--import", help="CSV of notices: tenant_id,channel,at,ref."),
+    as_json: bool = typer.Option(False, "--json", help="Print the recorded notices as JSON."),
+) -> int:
+    """Record notices sent to customers in the report's hash-chained notices.jsonl."""
+    from forensics.review import ledger
+
+    if import_csv is not None:
+        if tenant or channel or at or ref:
+            raise ForensicsError("--import and --tenant/--channel/--at/--ref are exclusive", fix="give one or the other")
+        rows = ledger.read_import(import_csv)
+    else:
+        if not (tenant and channel and at and ref):
+            raise ForensicsError("a notice needs --tenant, --channel, --at and --ref",
+                                 fix="forensics notified REPORT --tenant ID --channel email|portal|letter --at TIME --ref TEXT")
+        rows = [ledger.check(tenant, channel, at, ref)]
+    written = ledger.record(report_dir, rows)
+    if as_json:
+        _emit_json(written)
+    else:
+        for e in written:
+            out.print(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})", markup=False)
+    return EXIT_CLEAN
+
+
+@app.command()
+def audit(
+    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
+    now: Optional[str] = typer.Option(None, "--now", help="The time to audit at, UTC ISO 8601 (default: the clock); fixes re-runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
+) -> int:
+    """Compare notices sent with the notification list, write audit.csv; exit 1 while anyone on
+    the list is not notified."""
+    from forensics.review import ledger
+
+    result = ledger.audit(report_dir, _when(now, "--now"))
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+    else:
+        table = _table(f"audit of {result.report_dir} at {summary['now']} (deadline {summary['notify_within_hours']:g} h)")
+        for col in ("customer", "roles", "status", "notified", "evidence from", "days", "overdue", "problems"):
+            table.add_column(col, overflow="fold")
+        for r in summary["customers"]:
+            _add_row(table, r["tenant_id"], r["roles"] or "-", r["status"], r["notified_at"] or "-", r["evidence_from"],
+                     r["days_since_report"], "OVERDUE" if r["overdue"] else "", r["problems"])
+        out.print(table)
+        out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but no longer on the "
+                  f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}",
+                  markup=False)
+        out.print(f"audit written to {summary['audit_csv']}", markup=False)
+    return EXIT_CLEAN if result.ok else EXIT_FINDINGS
 
 
 @app.command()

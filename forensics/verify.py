@@ -410,7 +410,8 @@ def check_ledgers(report_dir: Path, man: dict[str, Any]) -> tuple[list[Drift], d
     from forensics.review.verdicts import decisions
 
     drift: list[Drift] = []
-    recorded = man.get("ledgers") if isinstance(man.get("ledgers"), dict) else {}
+    ledgers = man.get("ledgers")
+    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
     decided: dict[str, str] = {}
     for name in LEDGERS:
         path = report_dir / name
@@ -521,7 +522,8 @@ def _copy_ledger_prefixes(report_dir: Path, man: dict[str, Any], target: Path) -
     """Give a re-run the ledger lines the report was rendered with (not those added since)."""
     from forensics.review import LEDGERS
 
-    recorded = man.get("ledgers") if isinstance(man.get("ledgers"), dict) else {}
+    ledgers = man.get("ledgers")
+    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
     for name, rec in sorted(recorded.items()):
         n = int(rec.get("entries", 0)) if isinstance(rec, dict) else 0
         if n and name in LEDGERS and (report_dir / name).is_file():
