@@ -718,6 +718,19 @@ def audit(
 
 
 @app.command()
+def viewer(
+    report_dir: Path = typer.Argument(..., help="A report folder (holds manifest.json)."),
+    case: Optional[Path] = typer.Option(None, "--case", help="The case folder the report was made from (default: REPORT/case)."),
+) -> int:
+    """Write review.html into the report: every finding and review candidate, both texts side by
+    side with the matched passages highlighted, filters and keyboard navigation (no network)."""
+    from forensics.review import viewer as lib
+
+    out.print(f"evidence viewer written to {lib.build(report_dir, case)}", markup=False)
+    return EXIT_CLEAN
+
+
+@app.command()
 def keygen(
     key_file: Path = typer.Argument(..., help="Where to write the private key (PEM); the public key goes to KEY_FILE.pub."),
     as_json: bool = typer.Option(False, "--json", help="Print the paths as JSON."),

@@ -4,7 +4,8 @@ A report folder may hold, next to what ``forensics report`` writes:
 
 - ``verdicts.jsonl``: every analyst decision on a finding or review candidate (forensics.review.verdicts);
 - ``notices.jsonl``: every notice sent to a customer (forensics.review.ledger);
-- ``audit.csv``: the last ``forensics audit`` (derived; rewritten by each audit, dropped by a re-render).
+- ``audit.csv``: the last ``forensics audit`` (derived; rewritten by each audit, dropped by a re-render);
+- ``review.html``: the evidence viewer (forensics.review.viewer; derived, dropped by a re-render).
 
 The two ledgers are hash-chained (forensics.review.chain), carried byte for byte into every
 rebuilt report folder, and never among the manifest's hashed outputs (they grow after the report
@@ -18,7 +19,8 @@ from __future__ import annotations
 VERDICTS = "verdicts.jsonl"
 NOTICES = "notices.jsonl"
 AUDIT = "audit.csv"
+VIEWER = "review.html"
 #: Ledgers a report folder keeps across re-renders (appended to, never rewritten).
 LEDGERS = (VERDICTS, NOTICES)
 #: Files of a report folder forensics writes outside the manifest's outputs.
-OWN_FILES = frozenset((*LEDGERS, AUDIT))
+OWN_FILES = frozenset((*LEDGERS, AUDIT, VIEWER))
