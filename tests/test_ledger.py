@@ -170,3 +170,12 @@ def test_notify_within_hours_is_validated(tmp_path: Path, value: object) -> None
 
 def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_notice_dated_in_the_future_is_refused(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    with pytest.raises(ConfigError, match="after now"):
+        ledger.record(rd, [ledger.check("acme", "email", "2026-09-03T00:00:00Z", "T-1")], now=_t("2026-09-02T00:00:00Z"))
+    assert not (rd / "notices.jsonl").exists()
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-02T00:05:00Z", "T-1")], now=_t("2026-09-02T00:00:00Z"))
+    assert chain.read_valid(rd / "notices.jsonl").entries[0]["recorded_at"] == "2026-09-02T00:00:00Z"

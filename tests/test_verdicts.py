@@ -240,3 +240,33 @@ def test_unknown_report_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises((CaseError, ConfigError)):
         verdicts.record(tmp_path, [{"finding_id": "f", "verdict": "confirm", "reason": "r", "analyst": "a"}])
     assert not (tmp_path / "verdicts.jsonl").exists() and not any(os.scandir(tmp_path))
+
+
+def test_run_carries_verdicts_and_rerun_verifies_with_them(tmp_path: Path) -> None:
+    from test_run import write_logs
+
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    rd = api.run(logs, tmp_path / "out").report.report_dir
+    fid = next(csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8"))))["finding_id"]
+    assert ("acme", "exposed") in _notifications(rd)
+    _review(rd, fid, "dismiss", "the secret is a public test fixture")
+    rd = api.run(logs, tmp_path / "out").report.report_dir
+    assert ("acme", "exposed") not in _notifications(rd)
+    assert ("globex", "recipient") in _notifications(rd)  # its suspect response still holds it
+    _review(rd, fid, "escalate", "after the render")  # not applied, no drift
+    result = verify(rd, rerun=True)
+    assert result.ok, [str(d) for d in result.drift]
+
+
+def test_an_append_waits_for_no_one_while_a_rebuild_holds_the_lock(built: tuple[Path, object, Path],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from forensics.case import folder_lock
+
+    _, _, rd = built
+    with folder_lock(chain.lock_path(rd), "a rebuild"):
+        capsys.readouterr()
+        assert _review(rd, "f-0001", "confirm") == 2
+        assert "in use by another forensics run" in capsys.readouterr().err
+    assert not (rd / "verdicts.jsonl").exists()

@@ -34,6 +34,8 @@ from forensics.review.verdicts import MAX_TEXT, decisions
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
 
 CHANNELS = ("email", "portal", "letter")
+#: How far in the future a notice's time may lie (clocks of the sending and recording machines differ).
+CLOCK_SKEW = dt.timedelta(minutes=10)
 REQUIRED = ("tenant_id", "channel", "at", "ref", "recorded_at")
 IMPORT_COLUMNS = ("tenant_id", "channel", "at", "ref")
 AUDIT_COLUMNS = ("tenant_id", "on_list", "roles", "tier", "status", "notified_at", "channel", "ref", "evidence_from",
@@ -98,7 +100,12 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
     """Append checked notices to the report's notices.jsonl, each stamped with when it was recorded."""
     report_dir = Path(report_dir)
     _manifest(report_dir)
-    recorded = iso(now or dt.datetime.now(dt.UTC))
+    when = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    recorded = iso(when)
+    for n in notices:  # a notice cannot be recorded before it was sent: a typo in --at, most likely
+        if _t(n["at"]) > when + CLOCK_SKEW:
+            raise ConfigError(f"the notice to {n['tenant_id']!r} is dated {n['at']}, after now ({recorded})",
+                              fix="give the time the notice was sent (--at), with its zone")
     with chain.report_lock(report_dir):
         _manifest(report_dir)
         return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded) for n in notices], REQUIRED)
