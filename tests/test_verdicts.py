@@ -270,3 +270,12 @@ def test_an_append_waits_for_no_one_while_a_rebuild_holds_the_lock(built: tuple[
         assert _review(rd, "f-0001", "confirm") == 2
         assert "in use by another forensics run" in capsys.readouterr().err
     assert not (rd / "verdicts.jsonl").exists()
+
+
+def test_a_report_given_as_the_working_folder_takes_its_own_lock(built: tuple[Path, object, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, rd = built
+    monkeypatch.chdir(rd)
+    assert _review(Path("."), "f-0001", "confirm") == 0
+    assert (rd.parent / f".{rd.name}+lock").is_file() and not (rd / ".+lock").exists()
+    assert len(chain.read_valid(rd / "verdicts.jsonl").entries) == 1

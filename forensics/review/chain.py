@@ -137,6 +137,8 @@ def read_report_ledger(report_dir: Path, name: str, required: tuple[str, ...] = 
 
 def lock_path(report_dir: Path) -> Path:
     """The lock file ``forensics report`` holds while it rebuilds ``report_dir`` (see forensics.report)."""
+    # Absolute first: a report given as "." must still name its own folder and the one above it.
+    report_dir = Path(os.path.abspath(report_dir))
     return report_dir.parent / f".{report_dir.name}+lock"
 
 
