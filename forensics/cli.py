@@ -39,6 +39,12 @@ EXAMPLES: dict[str, list[str]] = {
     "run": ["forensics run sample_logs/ --out reports/"],
     "verify": ["forensics verify reports/sim-small-seed7/ --rerun"],
     "keygen": ["forensics keygen keys/team.pem"],
+    "review": ["forensics review reports/sim-small-seed7 --finding f-ebffbc3851970182 --verdict confirm "
+               "--reason 'name and MRN match the source' --analyst 'A. Analyst'"],
+    "notified": ["forensics notified reports/sim-small-seed7 --tenant org-camacho-plc-cb52 --channel email "
+                 "--at 2026-09-01T10:00:00Z --ref TICKET-1234"],
+    "audit": ["forensics audit reports/sim-small-seed7 --now 2026-09-02T10:00:00Z"],
+    "viewer": ["forensics viewer reports/sim-small-seed7"],
     "probe": ["forensics probe --base-url http://127.0.0.1:8000/v1 --model my-model --max-input-tokens 131072"],
 }
 
@@ -781,6 +787,119 @@ def verify(
         done = "files checked, tables cross-checked" + (", re-run compared byte for byte" if result.rerun else "")
         out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} {done}; {len(result.drift)} problem(s)", markup=False)
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
+
+
+def _when(value: Optional[str], option: str) -> Any:
+    """A UTC time option (None stays None: the library takes the current time)."""
+    from forensics.config import parse_utc
+
+    return None if value is None else parse_utc(value, option)
+
+
+@app.command(cls=PlainCommand)
+def review(
+    report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
+    finding: Optional[str] = typer.Option(None, "--finding", metavar="ID", help="Finding id from evidence.csv or review.csv."),
+    verdict: Optional[str] = typer.Option(None, "--verdict", metavar="VERDICT", help="confirm, dismiss or escalate."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in verdicts.jsonl and the summary)."),
+    analyst: Optional[str] = typer.Option(None, "--analyst", metavar="NAME", help="Who decided."),
+    import_csv: Optional[Path] = typer.Option(None, "--import", metavar="VERDICTS.csv", help="CSV of verdicts: finding_id,verdict,reason,analyst."),
+    as_json: bool = typer.Option(False, "--json", help="Print the recorded verdicts as JSON."),
+) -> int:
+    """Record analyst verdicts in the report's hash-chained verdicts.jsonl (applied by the next
+    `forensics report` or `run`)."""
+    from forensics.review import verdicts as lib
+
+    if import_csv is not None:
+        if finding or verdict or reason or analyst:
+            raise ForensicsError("--import and --finding/--verdict/--reason/--analyst are exclusive", fix="give one or the other")
+        rows = lib.read_import(report_dir, import_csv)
+    else:
+        if not (finding and verdict and reason and analyst):
+            raise ForensicsError("a verdict needs --finding, --verdict, --reason and --analyst",
+                                 fix="forensics review REPORT --finding ID --verdict confirm|dismiss|escalate --reason TEXT --analyst NAME")
+        rows = [lib.check(report_dir, finding, verdict, reason, analyst)]
+    written = lib.record(report_dir, rows)
+    if as_json:
+        _emit_json(written)
+    else:
+        for e in written:
+            out.print(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}", markup=False)
+        out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
+    return EXIT_CLEAN
+
+
+@app.command(cls=PlainCommand)
+def notified(
+    report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
+    tenant: Optional[str] = typer.Option(None, "--tenant", metavar="TENANT", help="The customer notified (tenant_id as in notifications.csv)."),
+    channel: Optional[str] = typer.Option(None, "--channel", metavar="CHANNEL", help="email, portal or letter."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="When the notice was sent, UTC ISO 8601 with a zone."),
+    ref: Optional[str] = typer.Option(None, "--ref", metavar="TEXT", help="Reference of the message sent (ticket, letter number)."),
+    import_csv: Optional[Path] = typer.Option(None, "--import", metavar="NOTICES.csv", help="CSV of notices: tenant_id,channel,at,ref."),
+    as_json: bool = typer.Option(False, "--json", help="Print the recorded notices as JSON."),
+) -> int:
+    """Record notices sent to customers in the report's hash-chained notices.jsonl."""
+    from forensics.review import ledger
+
+    if import_csv is not None:
+        if tenant or channel or at or ref:
+            raise ForensicsError("--import and --tenant/--channel/--at/--ref are exclusive", fix="give one or the other")
+        rows = ledger.read_import(import_csv)
+    else:
+        if not (tenant and channel and at and ref):
+            raise ForensicsError("a notice needs --tenant, --channel, --at and --ref",
+                                 fix="forensics notified REPORT --tenant ID --channel email|portal|letter --at TIME --ref TEXT")
+        rows = [ledger.check(tenant, channel, at, ref)]
+    written = ledger.record(report_dir, rows)
+    if as_json:
+        _emit_json(written)
+    else:
+        for e in written:
+            out.print(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})", markup=False)
+    return EXIT_CLEAN
+
+
+@app.command(cls=PlainCommand)
+def audit(
+    report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
+    now: Optional[str] = typer.Option(None, "--now", metavar="TIME", help="The time to audit at, UTC ISO 8601 (default: the clock); fixes re-runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
+) -> int:
+    """Compare notices sent with the notification list, write audit.csv; exit 1 while anyone on
+    the list is not notified."""
+    from forensics.review import ledger
+
+    result = ledger.audit(report_dir, _when(now, "--now"))
+    summary = result.summary()
+    if as_json:
+        _emit_json(summary)
+    else:
+        table = _table(f"audit of {result.report_dir} at {summary['now']} (deadline {summary['notify_within_hours']:g} h)")
+        for col in ("customer", "roles", "status", "notified", "evidence from", "days", "overdue", "problems"):
+            table.add_column(col, overflow="fold")
+        for r in summary["customers"]:
+            _add_row(table, r["tenant_id"], r["roles"] or "-", r["status"], r["notified_at"] or "-", r["evidence_from"],
+                     r["days_since_report"], "OVERDUE" if r["overdue"] else "", r["problems"])
+        out.print(table)
+        out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but no longer on the "
+                  f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}",
+                  markup=False)
+        out.print(f"audit written to {summary['audit_csv']}", markup=False)
+    return EXIT_CLEAN if result.ok else EXIT_FINDINGS
+
+
+@app.command(cls=PlainCommand)
+def viewer(
+    report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
+    case: Optional[Path] = typer.Option(None, "--case", metavar="DIR", help="The case folder the report was made from (default: REPORT/case)."),
+) -> int:
+    """Write review.html into the report: every finding and review candidate, both texts side by
+    side with the matched passages highlighted, filters and keyboard navigation (no network)."""
+    from forensics.review import viewer as lib
+
+    out.print(f"evidence viewer written to {lib.build(report_dir, case)}", markup=False)
+    return EXIT_CLEAN
 
 
 @app.command(cls=PlainCommand)

@@ -28,10 +28,14 @@ def input_formats() -> tuple[str, ...]:
 
 
 #: Stage sections of the case file. [match] keys are checked by the match stage (its parameters),
-#: [report] keys by the report stage (forensics.report.notices.REPORT_KEYS); [scan] takes no keys
-#: yet, so any key there is a typo and refused here.
+#: [report] keys by the report stage (forensics.report.notices.REPORT_KEYS) and notify_within_hours
+#: here; [scan] takes no keys yet, so any key there is a typo and refused here.
 SECTIONS = ("scan", "match", "report")
-SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {"mask", "contact", "actions_taken"}}
+SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {"mask", "contact", "actions_taken", "notify_within_hours"}}
+#: Hours a customer on the list may wait for its notice before ``forensics audit`` flags it overdue.
+NOTIFY_WITHIN_HOURS = 72
+#: Allowed range of notify_within_hours (inclusive): an hour to a year.
+NOTIFY_BOUNDS = (1, 8760)
 
 EXAMPLES = {
     "name": 'name = "glm-5.3-kv-pool"',
@@ -257,6 +261,8 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
                 bad = sorted(set(value) - SECTION_KEYS[key])[0]
                 known = ", ".join(sorted(SECTION_KEYS[key])) or "none yet"
                 raise ConfigError(f"unknown key {bad!r} in [{key}]", file=file, fix=f"keys [{key}] takes: {known}")
+            if key == "report" and "notify_within_hours" in value:
+                notify_within_hours(value, file)
             if key == "match":
                 # Checked here, before any stage runs, so a bad value fails in seconds, not after ingest.
                 from forensics.match.tiers import params_from
@@ -289,6 +295,16 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             raise
     cfg.validate()
     return cfg
+
+
+def notify_within_hours(report: dict[str, Any], file: Path | None = None) -> int | float:
+    """``[report] notify_within_hours`` (default 72), checked: a number of hours from 1 to 8760."""
+    value = report.get("notify_within_hours", NOTIFY_WITHIN_HOURS)
+    lo, hi = NOTIFY_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ConfigError(f"[report] notify_within_hours = {value!r} is not a number of hours from {lo} to {hi}", file=file,
+                          fix="write it like: notify_within_hours = 72")
+    return value
 
 
 def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:

@@ -364,6 +364,15 @@ def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
     if missing:
         return [Drift("consistency", name, "missing: the notification list cannot be checked without it") for name in missing]
     suspects, evidence, notifications = (tables[n] or [] for n in ("suspects.csv", "evidence.csv", "notifications.csv"))
+    ledger_drift, decided = check_ledgers(report_dir, man)
+    if any(d.path == "verdicts.jsonl" for d in ledger_drift):
+        return ledger_drift + [Drift("consistency", "notifications.csv", "not checked: the verdicts it was rendered with "
+                                     "cannot be read back from verdicts.jsonl")]
+    if decided and evidence and "finding_id" in evidence[0]:
+        # The list was rendered honouring the verdicts recorded then: check it against the same.
+        from forensics.review.verdicts import adjust_rows
+
+        evidence = adjust_rows(evidence, _read_csv(report_dir / "review.csv") or [], decided)
     for name, rows, columns in (("suspects.csv", suspects, ("request_id", "tenant_id")),
                                 ("evidence.csv", evidence, ("recipient_request_id", "recipient_tenant_id", "source_request_id",
                                                             "source_tenant_id", "tier")),
@@ -371,8 +380,44 @@ def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
         absent = [c for c in columns if rows and c not in rows[0]]
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]
-    return (_check_notifications(suspects, evidence, notifications) + _check_packets(report_dir, notifications)
+    return (ledger_drift + _check_notifications(suspects, evidence, notifications) + _check_packets(report_dir, notifications)
             + _check_counts(report_dir, man, suspects, evidence, notifications))
+
+
+def check_ledgers(report_dir: Path, man: dict[str, Any]) -> tuple[list[Drift], dict[str, str]]:
+    """The ledgers' hash chains, and the prefix the manifest recorded at render time.
+
+    Lines appended after the report was rendered are no drift (a verdict or a notice sent is
+    recorded after the report by nature); an edited, removed or reordered line is, and so is a
+    recorded prefix that is no longer there. Returns the drift and the decisions (finding id as
+    written in the report's CSVs -> confirm/dismiss) of the verdicts the report was rendered with.
+    """
+    from forensics.review import LEDGERS, VERDICTS, chain
+    from forensics.review.verdicts import decisions
+
+    drift: list[Drift] = []
+    ledgers = man.get("ledgers")
+    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
+    decided: dict[str, str] = {}
+    for name in LEDGERS:
+        path = report_dir / name
+        rec = recorded.get(name) if isinstance(recorded.get(name), dict) else None
+        if not path.is_file():
+            if rec is not None and rec.get("entries"):
+                drift.append(Drift("ledger", name, f"missing: the report was rendered with {rec['entries']} line(s) of it"))
+            continue
+        c = chain.read(path)
+        if c.problem:
+            drift.append(Drift("ledger", name, f"hash chain broken at {c.problem}"))
+        if rec is None:  # every line came after the report was rendered
+            continue
+        n = int(rec.get("entries", 0))
+        if n > len(c.hashes) or (n and c.hashes[n - 1] != rec.get("head")):
+            drift.append(Drift("ledger", name, f"the {n} line(s) the report was rendered with are no longer there unchanged"))
+            continue
+        if name == VERDICTS:
+            decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n]).items()}
+    return drift, decided
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,6 +504,19 @@ def _compare(original: Path, again: Path, exclude: set[str]) -> list[Drift]:
     return drift
 
 
+def _copy_ledger_prefixes(report_dir: Path, man: dict[str, Any], target: Path) -> None:
+    """Give a re-run the ledger lines the report was rendered with (not those added since)."""
+    from forensics.review import LEDGERS
+
+    ledgers = man.get("ledgers")
+    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
+    for name, rec in sorted(recorded.items()):
+        n = int(rec.get("entries", 0)) if isinstance(rec, dict) else 0
+        if n and name in LEDGERS and (report_dir / name).is_file():
+            lines = (report_dir / name).read_bytes().split(b"\n")[:n]
+            write_bytes(target / name, b"\n".join(lines) + b"\n")
+
+
 def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter | None = None) -> list[Drift]:
     """Re-run ingest, scan, match and report from the inputs and parameters the report records,
     into a temporary folder, and list every output that is not byte-identical."""
@@ -483,6 +541,10 @@ def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter 
             api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
+        _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
-        exclude = set(man.get("outputs_excluded", [])) | set(NOT_OUTPUTS)
+        from forensics.review import OWN_FILES
+
+        # The ledgers are people's records, not the pipeline's: check_ledgers covers them.
+        exclude = set(man.get("outputs_excluded", [])) | set(NOT_OUTPUTS) | set(OWN_FILES)
         return _compare(report_dir, again, exclude)

@@ -36,6 +36,7 @@ from forensics.report import data as case_data
 from forensics.report import manifest, notices, safe, summary
 from forensics.report.manifest import VerifyResult, verify
 from forensics.report.severity import default_classifier, patterns_text
+from forensics.review import LEDGERS, OWN_FILES
 
 __all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "report_folder", "verify", "write_report"]
 
@@ -182,7 +183,7 @@ def _stray_files(folder: Path, carried: str | None) -> list[str]:
     stray = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
-        if p.is_dir() or rel.split("/")[0] in excluded or rel in recorded or rel in MANIFEST_COMPANIONS:
+        if p.is_dir() or rel.split("/")[0] in excluded or rel in recorded or rel in MANIFEST_COMPANIONS or rel in OWN_FILES:
             continue
         if p.name.startswith(".") and p.name.endswith(".tmp"):  # an atomic write's leftover (old versions wrote in place)
             continue
@@ -242,6 +243,7 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
         moved = False
         try:
             os.chmod(building, 0o700)
+            _carry_ledgers(final, building)
             yield building
             if carried is not None:
                 moved = True
@@ -253,6 +255,34 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
                 os.rename(building / carried, final / carried)
             shutil.rmtree(building, ignore_errors=True)
             raise
+
+
+def _carry_ledgers(final: Path, building: Path) -> None:
+    """Copy the old report's ledgers (verdicts, notices sent) into the new one, byte for byte.
+
+    They are records of people's decisions, not outputs: a re-render must never lose or change
+    them. Copied, not moved, so a failed rebuild leaves the old report whole.
+    """
+    from forensics.review import chain
+
+    for name in LEDGERS:
+        src = final / name
+        if not os.path.isfile(src) or os.path.islink(src):
+            continue
+        chain.read_report_ledger(final, name)  # nothing is rendered from edited decisions
+        safe.write_bytes(building / name, src.read_bytes())
+
+
+def _ledgers(report_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each ledger present in ``report_dir``: its line count and last line's hash (for the manifest)."""
+    from forensics.review import chain
+
+    out = {}
+    for name in LEDGERS:
+        if (report_dir / name).is_file():
+            c = chain.read_valid(report_dir / name)
+            out[name] = {"entries": len(c.entries), "head": c.head}
+    return out
 
 
 def _config_for(case: Path, config: CaseConfig | None) -> CaseConfig:
@@ -292,6 +322,11 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     task = reporter(progress).task("report", total=6)
     classifier = default_classifier()
     data = case_data.load(case, classifier, config.models)
+    ledgers = _ledgers(report_dir)  # refuses a broken chain: no list may rest on edited decisions
+    if ledgers.get("verdicts.jsonl", {}).get("entries"):
+        from forensics.review import VERDICTS, chain, verdicts
+
+        case_data.apply_verdicts(data, classifier, chain.read_valid(report_dir / VERDICTS, verdicts.REQUIRED).entries)
     task.advance()
 
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
@@ -323,6 +358,10 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     for pid, svg in svgs.items():
         safe.write_text(plots_dir / f"{pid}.svg", svg)
     secs = summary.sections(config, data, rows)
+    if data.verdicts:
+        from forensics.review.verdicts import summary_section
+
+        secs.append(summary_section(data.verdicts))
     title = f"Incident summary: {config.name}"
     safe.write_text(report_dir / "summary.md", summary.render_md(title, secs))
     safe.write_text(report_dir / "summary.html", summary.render_html(title, secs, svgs))
@@ -354,6 +393,8 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         "counts": data.counts | {"suspects": len(data.suspects), "findings": len(data.findings),
                                  "notifications": len(rows), "packets": len(packets)},
     }
+    if ledgers:  # what verify holds the ledgers to: this prefix must stay as it was (lines may follow)
+        body["ledgers"] = ledgers
     if config.file is not None and Path(config.file).is_file():
         body["case_file"] = {"path": _rel_or_self(Path(config.file), root), "sha256": safe.sha256_file(Path(config.file))}
     written = manifest.write(report_dir, body, NOT_OUTPUTS)

@@ -67,6 +67,7 @@ class Finding:
     recipient_received_at: dt.datetime | None
     source_received_at: dt.datetime | None
     source_is_suspect: bool
+    verdict: str | None = None  # "confirm" when an analyst confirmed it (verdicts.jsonl)
 
     @property
     def finding_id(self) -> str:
@@ -114,6 +115,7 @@ class CaseData:
     daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
     prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
     quarantine_reasons: list[tuple[str, int]]
+    verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -148,34 +150,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             ).fetchall()
         ]
         suspect_keys = {s.key for s in suspects}
-        cols = schema.EVIDENCE.names
-        sql = f"""
-            SELECT {', '.join('e.' + c for c in cols)},
-              substring(r.response_text, e.recipient_start + 1, e.recipient_end - e.recipient_start) AS recipient_span,
-              substring(CASE WHEN e.source_kind = 'response' THEN s.response_text ELSE s.prompt_text END,
-                        e.source_start + 1, e.source_end - e.source_start) AS source_span,
-              r.received_at AS recipient_received_at, s.received_at AS source_received_at
-            FROM evidence e
-            LEFT JOIN exchanges r ON r.request_id = e.recipient_request_id
-              AND r.tenant_id IS NOT DISTINCT FROM e.recipient_tenant_id
-            LEFT JOIN exchanges s ON s.request_id = e.source_request_id
-              AND s.tenant_id IS NOT DISTINCT FROM e.source_tenant_id
-            QUALIFY row_number() OVER (PARTITION BY e.finding_id ORDER BY r.received_at, s.received_at) = 1
-            ORDER BY e.recipient_request_id, e.recipient_tenant_id NULLS LAST, e.source_request_id,
-                     e.source_tenant_id NULLS LAST, e.finding_id
-        """
-        findings = []
-        for rec in con.execute(sql).fetchall():
-            row = dict(zip(cols, rec[: len(cols)], strict=True))
-            rspan, sspan = rec[len(cols)] or "", rec[len(cols) + 1] or ""
-            findings.append(
-                Finding(
-                    row=row, recipient_span=rspan, source_span=sspan,
-                    recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
-                    recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
-                    source_is_suspect=(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
-                )
-            )
+        findings = _findings(con, "evidence", classifier, suspect_keys)
         counts = _counts(con)
         model_filter = ""
         params: list[Any] = []
@@ -201,6 +176,75 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
         ingest_manifest=_read_json(case_dir / "manifest.json"), daily=daily, prompt_tokens=prompt_tokens,
         quarantine_reasons=quarantine_reasons,
     )
+
+
+def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[tuple[str, str]],
+              ids: list[str] | None = None) -> list[Finding]:
+    """The rows of ``table`` (evidence or review; only ``ids`` when given) with the text of their spans."""
+    cols = schema.EVIDENCE.names
+    where = "WHERE e.finding_id IN (SELECT unnest($1))" if ids is not None else ""
+    sql = f"""
+        SELECT {', '.join('e.' + c for c in cols)},
+          substring(r.response_text, e.recipient_start + 1, e.recipient_end - e.recipient_start) AS recipient_span,
+          substring(CASE WHEN e.source_kind = 'response' THEN s.response_text ELSE s.prompt_text END,
+                    e.source_start + 1, e.source_end - e.source_start) AS source_span,
+          r.received_at AS recipient_received_at, s.received_at AS source_received_at
+        FROM {table} e
+        LEFT JOIN exchanges r ON r.request_id = e.recipient_request_id
+          AND r.tenant_id IS NOT DISTINCT FROM e.recipient_tenant_id
+        LEFT JOIN exchanges s ON s.request_id = e.source_request_id
+          AND s.tenant_id IS NOT DISTINCT FROM e.source_tenant_id
+        {where}
+        QUALIFY row_number() OVER (PARTITION BY e.finding_id ORDER BY r.received_at, s.received_at) = 1
+        ORDER BY e.recipient_request_id, e.recipient_tenant_id NULLS LAST, e.source_request_id,
+                 e.source_tenant_id NULLS LAST, e.finding_id
+    """
+    findings = []
+    for rec in con.execute(sql, [ids] if ids is not None else []).fetchall():
+        row = dict(zip(cols, rec[: len(cols)], strict=True))
+        rspan, sspan = rec[len(cols)] or "", rec[len(cols) + 1] or ""
+        findings.append(
+            Finding(
+                row=row, recipient_span=rspan, source_span=sspan,
+                recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
+                recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
+                source_is_suspect=(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
+            )
+        )
+    return findings
+
+
+def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]]) -> None:
+    """Make ``data`` say what the analysts decided (forensics.review.verdicts): dismissed findings
+    out, confirmed review candidates in as confirmed findings, confirmed ones marked."""
+    from forensics.review.verdicts import CONFIRMED_RULE, decisions
+
+    data.verdicts = list(verdicts)
+    decided = decisions(verdicts)
+    if not decided:
+        return
+    kept = [f for f in data.findings if decided.get(f.finding_id) != "dismiss"]
+    have = {f.finding_id for f in kept}
+    wanted = sorted(fid for fid, v in decided.items() if v == "confirm" and fid not in have)
+    added: list[Finding] = []
+    if wanted and Case(data.root).has("review"):
+        con = Case(data.root).connect()
+        try:
+            added = _findings(con, "review", classifier, {s.key for s in data.suspects}, wanted)
+        finally:
+            con.close()
+        for f in added:
+            f.row["tier"], f.row["tier_rule"] = "confirmed", CONFIRMED_RULE
+    for f in kept + added:
+        if decided.get(f.finding_id) == "confirm":
+            f.verdict = "confirm"
+
+    def order(f: Finding) -> tuple[str, str, str, str, str]:
+        return (str(f.row["recipient_request_id"]), f.recipient_tenant, str(f.row["source_request_id"]), f.source_tenant,
+                f.finding_id)
+
+    data.findings = sorted(kept + added, key=order)
+    data.daily = _daily(data.suspects, data.findings)
 
 
 def _counts(con: Any) -> dict[str, Any]:

@@ -251,6 +251,11 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
     return acts
 
 
+def _person(f: Finding) -> dict[str, Any]:
+    """A passage an analyst confirmed says so (verdicts.jsonl); others carry no such key."""
+    return {"confirmed_by_person": True} if f.verdict == "confirm" else {}
+
+
 def build_packet(
     tenant: str,
     roles: dict[str, Notice],
@@ -302,7 +307,7 @@ def build_packet(
                     {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
                      "response_end": f.row["recipient_end"], "tier": f.tier,
                      "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages(f.row)],
-                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE]}
+                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE], **_person(f)}
                     for f in fs
                 ],
             })
@@ -331,6 +336,7 @@ def build_packet(
                     "preview": None if withheld else _masked_preview(f.source_span, f.source_hits, settings.mask),
                     "secrets": [h.to_json() | {"start": f.row["source_start"] + h.start, "end": f.row["source_start"] + h.end}
                                 for h in f.source_hits],
+                    **_person(f),
                 })
             requests.append({
                 "request_id": rid,
@@ -409,7 +415,8 @@ def render_packet_md(p: dict[str, Any]) -> str:
             for s in r["spans"]:
                 part = "your request of" if s["part"] == "prompt" else "an answer you received on"
                 lines.append(f"- From {part} {long_date(r['received_at'])}, shown to another customer on "
-                             f"{long_date(s['exposed_at'])} (reference {s['reference']}). {SURE.get(s['tier'], '')}")
+                             f"{long_date(s['exposed_at'])} (reference {s['reference']}). {SURE.get(s['tier'], '')}"
+                             + (" A person on the incident team checked this passage and confirmed it." if s.get("confirmed_by_person") else ""))
                 if s["preview"] is not None:
                     # A code span: shown exactly as stored (already one line, masked and escaped), no markup.
                     lines.append(f"  `{s['preview'].replace('`', chr(0x2032))}`")
@@ -426,7 +433,9 @@ def render_packet_md(p: dict[str, Any]) -> str:
             what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
                     else "no passage from another customer that we could verify")
             lines.append(f"- The answer to your request of {long_date(r['received_at'])}: we found {what}. "
-                         f"{SURE.get(r['tier'], '')}")
+                         f"{SURE.get(r['tier'], '')}"
+                         + (" A person on the incident team checked it and confirmed it."
+                            if any(x.get("confirmed_by_person") for x in r["foreign_passages"]) else ""))
         lines.append("")
     lines += ["## What we did", ""]
     lines.append(e(p["actions_taken"], None, paragraph=True) if p.get("actions_taken") else

@@ -1,0 +1,235 @@
+"""The notification ledger (notices sent, notices.jsonl) and the audit that checks it against the list.
+
+``forensics notified`` appends one line per notice sent: customer, channel, when it was sent
+(``at``, given by the team), its reference (``ref``), and when it was recorded. ``forensics
+audit`` compares the ledger with the report's notification list and its verdicts:
+
+- customers on the list with no valid notice (and the days since the report; overdue past
+  ``[report] notify_within_hours``);
+- customers notified who are no longer on the list (a later verdict or re-run took them off);
+- notices sent before the evidence they cite existed. The manifest holds no wall-clock time (so
+  re-runs stay byte-identical), so the report's time is the latest log record it was built from
+  (``counts.last_received`` in manifest.json): no report can predate it. For a customer on the
+  list only through a review candidate an analyst confirmed, the evidence exists from that
+  verdict on. Such a notice does not count as notifying the customer.
+- each customer's decision trail: the verdicts on the findings that concern it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from forensics import csvfile
+from forensics.config import iso, notify_within_hours, parse_utc
+from forensics.errors import CaseError, ConfigError
+from forensics.report import safe
+from forensics.review import AUDIT, NOTICES, VERDICTS, chain
+from forensics.review.verdicts import MAX_TEXT, decisions
+from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
+
+CHANNELS = ("email", "portal", "letter")
+#: How far in the future a notice's time may lie (clocks of the sending and recording machines differ).
+CLOCK_SKEW = dt.timedelta(minutes=10)
+REQUIRED = ("tenant_id", "channel", "at", "ref", "recorded_at")
+IMPORT_COLUMNS = ("tenant_id", "channel", "at", "ref")
+AUDIT_COLUMNS = ("tenant_id", "on_list", "roles", "tier", "status", "notified_at", "channel", "ref", "evidence_from",
+                 "days_since_report", "overdue", "problems", "decision_trail")
+
+
+def _when(value: str, what: str, file: Path | None = None, line: int | None = None) -> dt.datetime:
+    try:
+        return parse_utc(value.strip(), what)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=file, line=line, fix="give a time with a zone, e.g. 2026-09-12T09:30:00Z") from None
+
+
+def check(tenant_id: str, channel: str, at: str, ref: str, *, file: Path | None = None, line: int | None = None) -> dict[str, Any]:
+    """One notice checked (``file``/``line``: where an imported one came from)."""
+    tenant = tenant_id.strip()
+    if not tenant:
+        raise ConfigError("the tenant id is empty", file=file, line=line, fix="give the customer's tenant_id as in notifications.csv")
+    if channel not in CHANNELS:
+        raise ConfigError(f"channel {channel!r} is not one of {', '.join(CHANNELS)}", file=file, line=line,
+                          fix="use email, portal or letter")
+    reference = ref.strip()
+    if not reference or len(reference) > MAX_TEXT:
+        raise ConfigError("the notice reference is empty or too long", file=file, line=line,
+                          fix="give the reference of the message sent (ticket, letter number), up to 2000 characters")
+    return {"tenant_id": tenant, "channel": channel, "at": iso(_when(at, "the notice time (--at)", file, line)), "ref": reference}
+
+
+def read_import(path: Path) -> list[dict[str, Any]]:
+    """Notices from a CSV (tenant_id, channel, at, ref), every row checked first."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the notices CSV ({exc})", file=path, fix="give a UTF-8 CSV file") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in IMPORT_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"the notices CSV has no column {missing[0]!r}", file=path, line=1,
+                          fix="its header must be: " + ",".join(IMPORT_COLUMNS))
+    rows = [check(r.get("tenant_id") or "", (r.get("channel") or "").strip(), r.get("at") or "", r.get("ref") or "",
+                  file=Path(path), line=reader.line_num) for r in reader]
+    if not rows:
+        raise ConfigError("the notices CSV holds no notice", file=path, fix="add one row per notice under the header")
+    return rows
+
+
+def _manifest(report_dir: Path) -> dict[str, Any]:
+    path = report_dir / "manifest.json"
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CaseError("not a report folder (no manifest.json)", file=report_dir,
+                        fix="give the folder `forensics report` or `forensics run` wrote (OUT/<case name>)") from None
+    except (OSError, ValueError) as exc:
+        raise CaseError(f"manifest.json is unreadable ({exc})", file=path, fix="re-run `forensics report`") from None
+    if not isinstance(man, dict):
+        raise CaseError("manifest.json is not a report manifest", file=path, fix="re-run `forensics report`")
+    return man
+
+
+def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Append checked notices to the report's notices.jsonl, each stamped with when it was recorded."""
+    report_dir = Path(report_dir)
+    _manifest(report_dir)
+    when = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    recorded = iso(when)
+    for n in notices:  # a notice cannot be recorded before it was sent: a typo in --at, most likely
+        if _t(n["at"]) > when + CLOCK_SKEW:
+            raise ConfigError(f"the notice to {n['tenant_id']!r} is dated {n['at']}, after now ({recorded})",
+                              fix="give the time the notice was sent (--at), with its zone")
+    with chain.report_lock(report_dir):
+        _manifest(report_dir)
+        return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded) for n in notices], REQUIRED)
+
+
+@dataclasses.dataclass
+class Audit:
+    """What ``forensics audit`` found, one row per customer on the list or notified."""
+
+    report_dir: Path
+    now: str
+    report_time: str
+    notify_within_hours: float
+    rows: list[dict[str, Any]]
+
+    @property
+    def not_notified(self) -> list[dict[str, Any]]:
+        """Customers on the list with no valid notice."""
+        return [r for r in self.rows if r["on_list"] and r["status"] != "notified"]
+
+    @property
+    def ok(self) -> bool:
+        """Whether everyone on the list has been notified."""
+        return not self.not_notified
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready form for the CLI."""
+        return {"report": str(self.report_dir), "now": self.now, "report_time": self.report_time,
+                "notify_within_hours": self.notify_within_hours, "customers": self.rows,
+                "not_notified": len(self.not_notified), "overdue": sum(1 for r in self.rows if r["overdue"]),
+                "notified_not_on_list": sum(1 for r in self.rows if r["status"] == "notified, no longer on the list"),
+                "notices_before_evidence": sum(1 for r in self.rows if "before the evidence" in r["problems"]),
+                "audit_csv": str(self.report_dir / AUDIT)}
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _t(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
+    """Compare the notices sent with the report's list; write audit.csv into the report folder."""
+    report_dir = Path(report_dir)
+    man = _manifest(report_dir)
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    hours = notify_within_hours((man.get("parameters") or {}).get("report") or {}, report_dir / "manifest.json")
+    last = (man.get("counts") or {}).get("last_received") or ""
+    if not last:
+        raise CaseError("manifest.json records no last_received time (counts.last_received)", file=report_dir / "manifest.json",
+                        fix="re-render the report with this version of `forensics report`")
+    report_time = _t(last)
+    with chain.report_lock(report_dir):  # no re-render or append meanwhile: the list and the ledgers agree
+        listed = _csv_rows(report_dir / "notifications.csv")
+        suspects, evidence = _csv_rows(report_dir / "suspects.csv"), _csv_rows(report_dir / "evidence.csv")
+        review = _csv_rows(report_dir / "review.csv")
+        verdicts = chain.read_report_ledger(report_dir, VERDICTS, VERDICT_FIELDS).entries
+        sent = chain.read_report_ledger(report_dir, NOTICES, REQUIRED).entries
+        rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours)
+        safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
+    return Audit(report_dir, iso(now), iso(report_time), hours, rows)
+
+
+def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
+          review: list[dict[str, str]], verdicts: list[dict[str, Any]],
+          sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float) -> list[dict[str, Any]]:
+    """One audit row per customer; customers are compared as notifications.csv writes them (csvfile.cell)."""
+    on_list: dict[str, list[dict[str, str]]] = {}
+    for r in listed:
+        on_list.setdefault(r["tenant_id"], []).append(r)
+    # Which findings concern which customer (either side), to build each one's decision trail.
+    concerns: dict[str, set[str]] = {}
+    for e in evidence + review:
+        for side in ("recipient_tenant_id", "source_tenant_id"):
+            concerns.setdefault(e.get(side, ""), set()).add(e.get("finding_id", ""))
+    decided = {csvfile.cell(k): v for k, v in decisions(verdicts).items()}
+    confirmed_at: dict[str, str] = {}
+    for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
+        if v["verdict"] == "confirm" and decided.get(csvfile.cell(v["finding_id"])) == "confirm":
+            confirmed_at.setdefault(csvfile.cell(v["finding_id"]), v["at"])
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for n in sent:
+        by_tenant.setdefault(csvfile.cell(n["tenant_id"]), []).append(n)
+    # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
+    by_machine = {s.get("tenant_id", "") for s in suspects}
+    for e in evidence:
+        cross = e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id")
+        if cross and decided.get(e.get("finding_id", "")) != "dismiss":
+            by_machine.update((e.get("recipient_tenant_id", ""), e.get("source_tenant_id", "")))
+    rows = []
+    for tenant in sorted(set(on_list) | set(by_tenant)):
+        listed_rows = on_list.get(tenant, [])
+        evidence_from = report_time
+        if listed_rows and tenant not in by_machine:
+            # On the list only through review candidates an analyst confirmed: from that verdict on.
+            times = [_t(confirmed_at[f]) for f in concerns.get(tenant, set()) if f in confirmed_at]
+            evidence_from = max([report_time, min(times)] if times else [report_time])
+        notices = sorted(by_tenant.get(tenant, []), key=lambda n: (n["at"], n["seq"]))
+        valid = [n for n in notices if _t(n["at"]) >= evidence_from]
+        problems = [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
+                    for n in notices if _t(n["at"]) < evidence_from]
+        first = valid[0] if valid else None
+        if listed_rows:
+            status = "notified" if first else "not notified"
+        else:
+            status = "notified, no longer on the list"
+        overdue = bool(listed_rows) and first is None and now - evidence_from > dt.timedelta(hours=hours)
+        if listed_rows and first is not None and _t(first["at"]) - evidence_from > dt.timedelta(hours=hours):
+            problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
+        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}: {v['reason']}" for v in verdicts
+                 if v["finding_id"] in concerns.get(tenant, set()) or csvfile.cell(v["finding_id"]) in concerns.get(tenant, set())]
+        trail += [f"{n['at']} notice by {n['channel']} ref {n['ref']} (recorded {n['recorded_at']})" for n in notices]
+        rows.append({
+            "tenant_id": tenant, "on_list": bool(listed_rows),
+            "roles": ";".join(sorted(r.get("role", "") for r in listed_rows)),
+            "tier": ";".join(r.get("tier", "") for r in sorted(listed_rows, key=lambda r: r.get("role", ""))),
+            "status": status, "notified_at": first["at"] if first else "", "channel": first["channel"] if first else "",
+            "ref": first["ref"] if first else "", "evidence_from": iso(evidence_from),
+            "days_since_report": int((now - evidence_from).total_seconds() // 86400) if listed_rows else "",
+            "overdue": overdue, "problems": " | ".join(problems), "decision_trail": " | ".join(trail),
+        })
+    return rows

@@ -1,0 +1,181 @@
+"""The notification ledger and the audit (issue 15, item 3): notices sent, hash-chained; who on the
+list is not notified, overdue, notified but off the list, or notified before the evidence existed."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from pathlib import Path
+
+import pytest
+from test_report_case import make_case
+
+from forensics.cli import main
+from forensics.config import config_from_mapping
+from forensics.errors import CaseError, ConfigError
+from forensics.report import report, verify
+from forensics.review import chain, ledger
+
+#: The fixture's latest log record (manifest counts.last_received): the report's time.
+REPORT_TIME = "2026-08-31T10:00:00Z"
+
+
+def _cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    return int(exc.value.code)
+
+
+def _audit_rows(rd: Path) -> dict[str, dict[str, str]]:
+    rows = csv.DictReader(io.StringIO((rd / "audit.csv").read_text(encoding="utf-8")))
+    return {r["tenant_id"].removeprefix("'"): r for r in rows}
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Path, object, Path]:
+    case, cfg, _ = make_case(tmp_path)
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    return case, cfg, rd
+
+
+def _notify(rd: Path, tenant: str, at: str, ref: str = "T-1", channel: str = "email") -> int:
+    return _cli(["notified", str(rd), "--tenant", tenant, "--channel", channel, "--at", at, "--ref", ref])
+
+
+def _tenants(rd: Path) -> list[str]:
+    rows = csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8")))
+    return sorted({r["tenant_id"] for r in rows})
+
+
+def test_audit_lists_who_is_not_notified_and_exits_one_until_everyone_is(built: tuple[Path, object, Path],
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    now = "2026-09-01T10:00:00Z"  # 24 h after the report: nobody overdue yet
+    assert _notify(rd, "acme", "2026-08-31T12:00:00Z", "T-acme") == 0
+    capsys.readouterr()
+    assert _cli(["audit", str(rd), "--now", now]) == 1
+    printed = capsys.readouterr().out
+    assert "not notified: " in printed and "audit written to" in printed
+    rows = _audit_rows(rd)
+    assert rows["acme"]["status"] == "notified" and rows["acme"]["ref"] == "T-acme" and rows["acme"]["channel"] == "email"
+    assert rows["globex"]["status"] == "not notified" and rows["globex"]["days_since_report"] == "1"
+    assert rows["globex"]["overdue"] == "false"
+    for tenant in _tenants(rd):
+        if tenant.removeprefix("'") != "acme":
+            assert _notify(rd, tenant.removeprefix("'"), "2026-08-31T15:00:00Z", f"T-{len(tenant)}", "portal") == 0
+    assert _cli(["audit", str(rd), "--now", now]) == 0
+    assert all(r["status"] == "notified" for r in _audit_rows(rd).values())
+
+
+def test_overdue_follows_notify_within_hours(tmp_path: Path) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    cfg.sections["report"] = {"notify_within_hours": 24}
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    ledger.record(rd, [ledger.check("acme", "letter", "2026-09-02T10:00:00Z", "L-7")])
+    rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-01T11:00:00Z")).rows}
+    assert rows["globex"]["overdue"] is True  # 25 h after the report, deadline 24 h
+    assert rows["acme"]["overdue"] is False and rows["acme"]["status"] == "notified"
+    assert "after the 24-hour deadline" in rows["acme"]["problems"]
+    rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-08-31T20:00:00Z")).rows}
+    assert rows["globex"]["overdue"] is False
+
+
+def test_notice_before_the_evidence_existed_is_flagged_and_does_not_count(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    # An out-of-order notice: dated before the latest log record the report was built from.
+    ledger.record(rd, [ledger.check("globex", "email", "2026-08-30T09:00:00Z", "T-early")])
+    result = ledger.audit(rd, _t("2026-09-01T00:00:00Z"))
+    row = next(r for r in result.rows if r["tenant_id"] == "globex")
+    assert row["status"] == "not notified" and not result.ok
+    assert "before the evidence it cites existed" in row["problems"] and REPORT_TIME in row["problems"]
+    assert result.summary()["notices_before_evidence"] == 1
+
+
+def test_notified_customer_no_longer_on_the_list_and_decision_trail(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-acme")])
+    for fid in ("f-0001", "f-0002"):
+        assert _cli(["review", str(rd), "--finding", fid, "--verdict", "dismiss", "--reason", "template text",
+                     "--analyst", "ana"]) == 0
+    rd = report(case, cfg, rd.parent).report_dir
+    assert (rd / "notices.jsonl").is_file()  # carried over by the re-render
+    rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows}
+    assert rows["acme"]["status"] == "notified, no longer on the list" and rows["acme"]["on_list"] is False
+    trail = rows["acme"]["decision_trail"]
+    assert "ana dismiss f-0001: template text" in trail and "ana dismiss f-0002" in trail and "ref T-acme" in trail
+    assert verify(rd).ok
+
+
+def test_audit_is_deterministic_with_a_fixed_now(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-acme")])
+    ledger.audit(rd, _t("2026-09-05T00:00:00Z"))
+    first = (rd / "audit.csv").read_bytes()
+    ledger.audit(rd, _t("2026-09-05T00:00:00Z"))
+    assert (rd / "audit.csv").read_bytes() == first
+    assert first.startswith(b"tenant_id,on_list,roles,tier,status,notified_at")
+
+
+def test_import_and_bad_input_name_the_line(built: tuple[Path, object, Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    bad = tmp_path / "n.csv"
+    bad.write_text("tenant_id,channel,at,ref\nacme,email,2026-09-01T09:00:00Z,T1\nglobex,fax,2026-09-01T09:00:00Z,T2\n")
+    capsys.readouterr()
+    assert _cli(["notified", str(rd), "--import", str(bad)]) == 2
+    assert f"{bad}:3" in capsys.readouterr().err and not (rd / "notices.jsonl").exists()
+    bad.write_text("tenant_id,channel,at,ref\nacme,email,2026-09-01 09:00,T1\n")
+    assert _cli(["notified", str(rd), "--import", str(bad)]) == 2
+    assert "no zone" in capsys.readouterr().err
+    good = tmp_path / "g.csv"
+    good.write_text("tenant_id,channel,at,ref\nacme,email,2026-09-01T11:00:00+02:00,T1\nglobex,letter,2026-09-02T09:00:00Z,L2\n")
+    assert _cli(["notified", str(rd), "--import", str(good)]) == 0
+    entries = chain.read_valid(rd / "notices.jsonl").entries
+    assert [(e["tenant_id"], e["at"]) for e in entries] == [("acme", "2026-09-01T09:00:00Z"), ("globex", "2026-09-02T09:00:00Z")]
+
+
+def test_tampered_notice_ledger_fails_verify_and_audit(built: tuple[Path, object, Path],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-1"),
+                       ledger.check("globex", "email", "2026-09-01T10:00:00Z", "T-2")])
+    rd = report(case, cfg, rd.parent).report_dir
+    assert json.loads((rd / "manifest.json").read_text())["ledgers"]["notices.jsonl"]["entries"] == 2
+    ledger.record(rd, [ledger.check("initech", "email", "2026-09-01T11:00:00Z", "T-3")])
+    assert verify(rd).ok  # a notice recorded after the render is no drift
+    path = rd / "notices.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"2026-09-01T09:00:00Z", b"2026-08-25T09:00:00Z"))
+    assert any(d.kind == "ledger" and d.path == "notices.jsonl" for d in verify(rd).drift)
+    capsys.readouterr()
+    assert _cli(["audit", str(rd), "--now", "2026-09-03T00:00:00Z"]) == 2
+    assert "notices.jsonl" in capsys.readouterr().err
+    with pytest.raises(CaseError):
+        ledger.audit(rd, _t("2026-09-03T00:00:00Z"))
+
+
+@pytest.mark.parametrize("value", [0, -5, 9000, "72", True, float("nan")])
+def test_notify_within_hours_is_validated(tmp_path: Path, value: object) -> None:
+    data = {"name": "c", "model": "m", "window_start": "2026-08-27T00:00:00Z", "window_end": "2026-09-02T00:00:00Z",
+            "real_ceiling_tokens": 1000, "report": {"notify_within_hours": value}}
+    with pytest.raises(ConfigError, match="notify_within_hours"):
+        config_from_mapping(data, base=tmp_path, file=tmp_path / "case.toml")
+    data["report"] = {"notify_within_hours": 48}
+    assert config_from_mapping(data, base=tmp_path).section("report") == {"notify_within_hours": 48}
+    data["report"] = {"notify_within_hour": 48}
+    with pytest.raises(ConfigError, match="notify_within_hour"):
+        config_from_mapping(data, base=tmp_path)
+
+
+def _t(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_a_notice_dated_in_the_future_is_refused(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    with pytest.raises(ConfigError, match="after now"):
+        ledger.record(rd, [ledger.check("acme", "email", "2026-09-03T00:00:00Z", "T-1")], now=_t("2026-09-02T00:00:00Z"))
+    assert not (rd / "notices.jsonl").exists()
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-02T00:05:00Z", "T-1")], now=_t("2026-09-02T00:00:00Z"))
+    assert chain.read_valid(rd / "notices.jsonl").entries[0]["recorded_at"] == "2026-09-02T00:00:00Z"

@@ -1,0 +1,281 @@
+"""Analyst verdicts (issue 15, items 2 and 4): recorded hash-chained, honoured by the next render,
+listed in the summary, followed by the packets, and held to by ``forensics verify``."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import io
+import json
+import os
+import stat
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from test_report_case import PROMPTS, make_case
+
+from forensics import schema
+from forensics.case import write_table
+from forensics.cli import main
+from forensics.errors import CaseError, ConfigError
+from forensics.report import report, safe, verify
+from forensics.review import chain, verdicts
+
+REVIEW_TEXT = "freezer unit nine"  # in umbrella's prompt and in initech's response below
+
+
+def _notifications(rd: Path) -> dict[tuple[str, str], dict[str, str]]:
+    rows = csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8")))
+    return {(r["tenant_id"], r["role"]): r for r in rows}
+
+
+def _with_review(case: Path) -> None:
+    """Add one review candidate: umbrella's prompt text in initech's (suspect) response."""
+    ex = pa.parquet.read_table(case / "exchanges.parquet").to_pylist()
+    for r in ex:
+        if r["request_id"] == "r-initech-1":
+            r["response_text"] = "Obrigado. The batches in freezer unit nine are listed. Nothing else."
+    write_table(case / "exchanges.parquet", pa.Table.from_pylist(ex, schema=schema.EXCHANGES), schema.EXCHANGES)
+    response = next(r["response_text"] for r in ex if r["request_id"] == "r-initech-1")
+    rs, ss = response.index(REVIEW_TEXT), PROMPTS["umbrella"].index(REVIEW_TEXT)
+    row = {"finding_id": "f-review-1", "recipient_request_id": "r-initech-1", "recipient_tenant_id": "initech",
+           "source_request_id": "r-umbrella-1", "source_tenant_id": "umbrella", "source_kind": "prompt",
+           "relation": "cross_tenant", "tier": None, "tier_rule": None, "score": 80.0, "matched_tokens": 4,
+           "longest_run": 4, "recipient_start": rs, "recipient_end": rs + len(REVIEW_TEXT), "source_start": ss,
+           "source_end": ss + len(REVIEW_TEXT), "rarity": 0.4, "why_not_notified": "too short to tell"}
+    write_table(case / "review.parquet", pa.Table.from_pylist([row], schema=schema.REVIEW), schema.REVIEW)
+    cols = list(schema.REVIEW.names)
+    safe.write_bytes(case / "review.csv", safe.csv_bytes(cols, [[row.get(c) for c in cols]]))
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Path, object, Path]:
+    case, cfg, _ = make_case(tmp_path)
+    _with_review(case)
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    return case, cfg, rd
+
+
+def _cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    return int(exc.value.code)
+
+
+def _review(rd: Path, finding: str, verdict: str, reason: str = "checked by hand", analyst: str = "ana") -> int:
+    return _cli(["review", str(rd), "--finding", finding, "--verdict", verdict, "--reason", reason, "--analyst", analyst])
+
+
+def test_verdicts_are_hash_chained_private_lines(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    assert _review(rd, "f-0001", "escalate", "counsel to decide") == 0
+    assert _review(rd, "f-review-1", "confirm") == 0
+    path = rd / "verdicts.jsonl"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 3
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    assert first["prev"] == chain.genesis("verdicts.jsonl") and first["seq"] == 1
+    assert second["prev"] == hashlib.sha256(lines[0]).hexdigest()
+    assert (first["finding_id"], first["verdict"], first["analyst"], first["reason"]) == ("f-0001", "escalate", "ana", "counsel to decide")
+    assert first["at"].endswith("Z") and dt.datetime.fromisoformat(first["at"].replace("Z", "+00:00")).tzinfo is not None
+    assert second["source"] == "review.csv"
+
+
+def test_unknown_finding_id_is_a_clear_error(built: tuple[Path, object, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    capsys.readouterr()
+    assert _review(rd, "f-9999", "confirm") == 2
+    msg = capsys.readouterr().err
+    assert "f-9999" in msg and "evidence.csv nor review.csv" in msg and "Traceback" not in msg
+    assert _review(rd, "f-0001", "maybe") == 2
+    assert "confirm, dismiss or escalate" in capsys.readouterr().err
+    assert not (rd / "verdicts.jsonl").exists()
+
+
+def test_import_checks_every_row_before_appending_any(built: tuple[Path, object, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    bad = tmp_path / "v.csv"
+    bad.write_text("finding_id,verdict,reason,analyst\nf-0001,dismiss,noise,ana\nf-0002,dismiss,,ana\n", encoding="utf-8")
+    capsys.readouterr()
+    assert _cli(["review", str(rd), "--import", str(bad)]) == 2
+    assert f"{bad}:3" in capsys.readouterr().err
+    assert not (rd / "verdicts.jsonl").exists()
+    good = tmp_path / "w.csv"
+    good.write_text("finding_id,verdict,reason,analyst\nf-0001,dismiss,noise,ana\nf-0002,confirm,\"verbatim, rare\",bo\n")
+    assert _cli(["review", str(rd), "--import", str(good)]) == 0
+    entries = chain.read_valid(rd / "verdicts.jsonl").entries
+    assert [(e["finding_id"], e["verdict"], e["reason"]) for e in entries] == [("f-0001", "dismiss", "noise"),
+                                                                               ("f-0002", "confirm", "verbatim, rare")]
+
+
+def test_dismissed_finding_leaves_the_list_only_when_nothing_else_holds_the_customer(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    rd = report(case, cfg, rd.parent).report_dir
+    rows = _notifications(rd)
+    assert ("acme", "exposed") in rows  # f-0002 still holds acme
+    assert rows[("acme", "exposed")]["tier"] == "probable" and rows[("acme", "exposed")]["n_findings"] == "1"
+    assert rows[("globex", "recipient")]["tier"] == "possible"  # its suspect response still holds globex
+    _review(rd, "f-0002", "dismiss", "template text")
+    rd = report(case, cfg, rd.parent).report_dir
+    rows = _notifications(rd)
+    assert ("acme", "exposed") not in rows
+    assert not (rd / "packets" / "acme").exists()
+    for p in (rd / "packets").rglob("*"):  # no packet cites a dismissed finding
+        if p.is_file():
+            assert "Project Bluefin" not in p.read_text(encoding="utf-8")
+    assert verify(rd).ok
+
+
+def test_confirmed_review_candidate_joins_the_list_and_its_packet_says_a_person_confirmed_it(
+        built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    assert ("umbrella", "exposed") not in _notifications(rd)
+    assert _review(rd, "f-review-1", "confirm", "rare batch wording") == 0
+    rd = report(case, cfg, rd.parent).report_dir
+    rows = _notifications(rd)
+    assert rows[("umbrella", "exposed")]["tier"] == "confirmed"
+    assert rows[("initech", "recipient")]["tier"] == "confirmed"
+    packet = json.loads((rd / rows[("umbrella", "exposed")]["packet"] / "notice.json").read_text(encoding="utf-8"))
+    spans = [s for r in packet["exposed"]["requests"] for s in r["spans"]]
+    assert spans and all(s["confirmed_by_person"] is True for s in spans)
+    assert REVIEW_TEXT in spans[0]["preview"]
+    assert "(confirmed by a person)" in (rd / rows[("umbrella", "exposed")]["packet"] / "notice.md").read_text(encoding="utf-8")
+    # A finding nobody confirmed says nothing of the kind.
+    acme = json.loads((rd / rows[("acme", "exposed")]["packet"] / "notice.json").read_text(encoding="utf-8"))
+    assert all("confirmed_by_person" not in s for r in acme["exposed"]["requests"] for s in r["spans"])
+    assert verify(rd).ok
+
+
+def test_escalate_is_recorded_and_changes_nothing_and_the_summary_lists_every_verdict(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    before = (rd / "notifications.csv").read_bytes()
+    _review(rd, "f-0002", "escalate", "ask counsel")
+    _review(rd, "f-review-1", "dismiss", "too short", analyst="bo")
+    rd = report(case, cfg, rd.parent).report_dir
+    assert (rd / "notifications.csv").read_bytes() == before
+    md = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "## Analyst verdicts" in md
+    for text in ("f-0002 | escalate | ask counsel", "f-review-1 | dismiss | too short", "| bo |"):
+        assert text in md
+    assert "ask counsel" in (rd / "summary.html").read_text(encoding="utf-8")
+
+
+def test_rerender_carries_the_verdicts_byte_for_byte_and_is_deterministic(built: tuple[Path, object, Path],
+                                                                          tmp_path: Path) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template")
+    data = (rd / "verdicts.jsonl").read_bytes()
+    rd = report(case, cfg, rd.parent).report_dir
+    first = {p.relative_to(rd).as_posix(): p.read_bytes() for p in sorted(rd.rglob("*")) if p.is_file()}
+    rd = report(case, cfg, rd.parent).report_dir
+    second = {p.relative_to(rd).as_posix(): p.read_bytes() for p in sorted(rd.rglob("*")) if p.is_file()}
+    assert first == second and first["verdicts.jsonl"] == data
+    assert stat.S_IMODE((rd / "verdicts.jsonl").stat().st_mode) == 0o600
+    man = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+    assert man["ledgers"]["verdicts.jsonl"] == {"entries": 1, "head": hashlib.sha256(data.rstrip(b"\n")).hexdigest()}
+    assert "verdicts.jsonl" not in {o["path"] for o in man["outputs"]}
+
+
+def test_no_verdict_file_no_change(tmp_path: Path) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    man = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+    assert "ledgers" not in man and "Analyst verdicts" not in (rd / "summary.md").read_text(encoding="utf-8")
+
+
+def test_appending_after_render_keeps_verify_green(built: tuple[Path, object, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template")  # before any render with verdicts: a first verdict
+    assert verify(rd).ok
+    rd = report(case, cfg, rd.parent).report_dir
+    _review(rd, "f-0002", "escalate", "later")
+    assert verify(rd).ok
+
+
+@pytest.mark.parametrize("tamper", ["edit", "reorder", "drop_first", "drop_last"])
+def test_verify_fails_on_a_tampered_chain(built: tuple[Path, object, Path], tamper: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    case, cfg, rd = built
+    for fid in ("f-0001", "f-0002", "f-review-1"):
+        _review(rd, fid, "escalate", f"look at {fid}")
+    rd = report(case, cfg, rd.parent).report_dir
+    path = rd / "verdicts.jsonl"
+    lines = path.read_bytes().split(b"\n")[:-1]
+    if tamper == "edit":
+        lines[2] = lines[2].replace(b"look at", b"ignore")
+    elif tamper == "reorder":
+        lines[0], lines[1] = lines[1], lines[0]
+    elif tamper == "drop_first":
+        lines = lines[1:]
+    else:
+        lines = lines[:-1]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert any(d.kind == "ledger" and d.path == "verdicts.jsonl" for d in verify(rd).drift)
+    capsys.readouterr()
+    assert _cli(["verify", str(rd)]) == 1
+    assert "drift: ledger verdicts.jsonl" in capsys.readouterr().out
+    # Nothing is rendered from, or appended to, edited decisions.
+    with pytest.raises(CaseError, match="verdicts.jsonl"):
+        report(case, cfg, rd.parent)
+    # A dropped or edited last line leaves a valid chain: the manifest's record of it tells.
+    with pytest.raises(CaseError, match="verdicts.jsonl"):
+        verdicts.record(rd, [verdicts.check(rd, "f-0001", "confirm", "x", "y")])
+
+
+def test_hostile_reason_is_inert_in_the_summary(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "escalate", "<script>alert(1)</script>\x1b[31m | pipe")
+    rd = report(case, cfg, rd.parent).report_dir
+    html = (rd / "summary.html").read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in html and "\x1b" not in html
+    assert "\x1b" not in (rd / "summary.md").read_text(encoding="utf-8")
+
+
+def test_unknown_report_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises((CaseError, ConfigError)):
+        verdicts.record(tmp_path, [{"finding_id": "f", "verdict": "confirm", "reason": "r", "analyst": "a"}])
+    assert not (tmp_path / "verdicts.jsonl").exists() and not any(os.scandir(tmp_path))
+
+
+def test_run_carries_verdicts_and_rerun_verifies_with_them(tmp_path: Path) -> None:
+    from test_run import write_logs
+
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    rd = api.run(logs, tmp_path / "out").report.report_dir
+    fid = next(csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8"))))["finding_id"]
+    assert ("acme", "exposed") in _notifications(rd)
+    _review(rd, fid, "dismiss", "the secret is a public test fixture")
+    rd = api.run(logs, tmp_path / "out").report.report_dir
+    assert ("acme", "exposed") not in _notifications(rd)
+    assert ("globex", "recipient") in _notifications(rd)  # its suspect response still holds it
+    _review(rd, fid, "escalate", "after the render")  # not applied, no drift
+    result = verify(rd, rerun=True)
+    assert result.ok, [str(d) for d in result.drift]
+
+
+def test_an_append_waits_for_no_one_while_a_rebuild_holds_the_lock(built: tuple[Path, object, Path],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from forensics.case import folder_lock
+
+    _, _, rd = built
+    with folder_lock(chain.lock_path(rd), "a rebuild"):
+        capsys.readouterr()
+        assert _review(rd, "f-0001", "confirm") == 2
+        assert "in use by another forensics run" in capsys.readouterr().err
+    assert not (rd / "verdicts.jsonl").exists()
+
+
+def test_a_report_given_as_the_working_folder_takes_its_own_lock(built: tuple[Path, object, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, rd = built
+    monkeypatch.chdir(rd)
+    assert _review(Path("."), "f-0001", "confirm") == 0
+    assert (rd.parent / f".{rd.name}+lock").is_file() and not (rd / ".+lock").exists()
+    assert len(chain.read_valid(rd / "verdicts.jsonl").entries) == 1
