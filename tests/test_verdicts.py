@@ -144,7 +144,8 @@ def test_confirmed_review_candidate_joins_the_list_and_its_packet_says_a_person_
     spans = [s for r in packet["exposed"]["requests"] for s in r["spans"]]
     assert spans and all(s["confirmed_by_person"] is True for s in spans)
     assert REVIEW_TEXT in spans[0]["preview"]
-    assert "(confirmed by a person)" in (rd / rows[("umbrella", "exposed")]["packet"] / "notice.md").read_text(encoding="utf-8")
+    assert "A person on the incident team checked this passage and confirmed it." in (
+        rd / rows[("umbrella", "exposed")]["packet"] / "notice.md").read_text(encoding="utf-8")
     # A finding nobody confirmed says nothing of the kind.
     acme = json.loads((rd / rows[("acme", "exposed")]["packet"] / "notice.json").read_text(encoding="utf-8"))
     assert all("confirmed_by_person" not in s for r in acme["exposed"]["requests"] for s in r["spans"])

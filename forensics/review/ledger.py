@@ -193,7 +193,10 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
             confirmed_at.setdefault(csvfile.cell(v["finding_id"]), v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     for n in sent:
-        by_tenant.setdefault(csvfile.cell(n["tenant_id"]), []).append(n)
+        # The id as the customer's logs hold it, or as notifications.csv shows it (copied from there:
+        # control characters escaped, a formula start quoted); a shown form names only that customer.
+        shown = n["tenant_id"] if n["tenant_id"] in on_list else csvfile.cell(n["tenant_id"])
+        by_tenant.setdefault(shown, []).append(n)
     # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
     by_machine = {s.get("tenant_id", "") for s in suspects}
     for e in evidence:
