@@ -805,6 +805,7 @@ def review(
     analyst: Optional[str] = typer.Option(None, "--analyst", metavar="NAME", help="Who decided."),
     import_csv: Optional[Path] = typer.Option(None, "--import", metavar="VERDICTS.csv", help="CSV of verdicts: finding_id,verdict,reason,analyst."),
     as_json: bool = typer.Option(False, "--json", help="Print the recorded verdicts as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Record analyst verdicts in the report's hash-chained verdicts.jsonl (applied by the next
     `forensics report` or `run`)."""
@@ -822,7 +823,7 @@ def review(
     written = lib.record(report_dir, rows)
     if as_json:
         _emit_json(written)
-    else:
+    elif not quiet:
         for e in written:
             out.print(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}", markup=False)
         out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
@@ -838,6 +839,7 @@ def notified(
     ref: Optional[str] = typer.Option(None, "--ref", metavar="TEXT", help="Reference of the message sent (ticket, letter number)."),
     import_csv: Optional[Path] = typer.Option(None, "--import", metavar="NOTICES.csv", help="CSV of notices: tenant_id,channel,at,ref."),
     as_json: bool = typer.Option(False, "--json", help="Print the recorded notices as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Record notices sent to customers in the report's hash-chained notices.jsonl."""
     from forensics.review import ledger
@@ -854,7 +856,7 @@ def notified(
     written = ledger.record(report_dir, rows)
     if as_json:
         _emit_json(written)
-    else:
+    elif not quiet:
         for e in written:
             out.print(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})", markup=False)
     return EXIT_CLEAN
@@ -865,6 +867,7 @@ def audit(
     report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
     now: Optional[str] = typer.Option(None, "--now", metavar="TIME", help="The time to audit at, UTC ISO 8601 (default: the clock); fixes re-runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Compare notices sent with the notification list, write audit.csv; exit 1 while anyone on
     the list is not notified."""
@@ -874,7 +877,7 @@ def audit(
     summary = result.summary()
     if as_json:
         _emit_json(summary)
-    else:
+    elif not quiet:
         table = _table(f"audit of {result.report_dir} at {summary['now']} (deadline {summary['notify_within_hours']:g} h)")
         for col in ("customer", "roles", "status", "notified", "evidence from", "days", "overdue", "problems"):
             table.add_column(col, overflow="fold")
@@ -893,12 +896,15 @@ def audit(
 def viewer(
     report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
     case: Optional[Path] = typer.Option(None, "--case", metavar="DIR", help="The case folder the report was made from (default: REPORT/case)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Write review.html into the report: every finding and review candidate, both texts side by
     side with the matched passages highlighted, filters and keyboard navigation (no network)."""
     from forensics.review import viewer as lib
 
-    out.print(f"evidence viewer written to {lib.build(report_dir, case)}", markup=False)
+    written = lib.build(report_dir, case)
+    if not quiet:
+        out.print(f"evidence viewer written to {written}", markup=False)
     return EXIT_CLEAN
 
 

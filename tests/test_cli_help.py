@@ -3,6 +3,7 @@ cannot go stale, -q and --json that keep their word, and clear errors for empty 
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import re
@@ -119,6 +120,19 @@ def test_quiet_prints_nothing_and_json_prints_only_json(tmp_path: Path, capsys: 
     (tmp_path / "keys").mkdir()
     code, out, err = _run(["keygen", str(tmp_path / "keys" / "k.pem"), "-q"], capsys)
     assert (code, out, err) == (0, "", "") and (tmp_path / "keys" / "k.pem.pub").is_file()
+    # The review and notification commands too.
+    report_dir = tmp_path / "out" / "e2e"
+    finding = next(csv.DictReader((report_dir / "evidence.csv").open(encoding="utf-8")))["finding_id"]
+    tenant = next(csv.DictReader((report_dir / "notifications.csv").open(encoding="utf-8")))["tenant_id"]
+    for argv in (["viewer", str(report_dir)],
+                 ["review", str(report_dir), "--finding", finding, "--verdict", "escalate", "--reason", "r", "--analyst", "a"],
+                 ["notified", str(report_dir), "--tenant", tenant, "--channel", "email", "--at", "2026-09-01T00:00:00Z",
+                  "--ref", "T-1"],
+                 ["audit", str(report_dir), "--now", "2026-09-02T00:00:00Z"]):
+        code, out, err = _run(argv + ["-q"], capsys)
+        assert code in (0, 1) and out == "" and err == "", argv
+    code, out, err = _run(["audit", str(report_dir), "--now", "2026-09-02T00:00:00Z", "--json"], capsys)
+    assert err == "" and json.loads(out)["customers"]
     # An error still reaches stderr under -q, in one line, with exit 2.
     code, out, err = _run(["scan", "--case", str(tmp_path / "nowhere"), "-q"], capsys)
     assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1
