@@ -11,8 +11,10 @@ rebuilds the folder), with O_APPEND, then fsync'd; the file is private (0600).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -21,9 +23,29 @@ from pathlib import Path
 from typing import Any
 
 from forensics.case import folder_lock
-from forensics.errors import CaseError
+from forensics.errors import CaseError, ConfigError
 
 FORMAT = "forensics-ledger/1"
+
+
+def import_rows(path: Path, columns: tuple[str, ...], what: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of an import CSV (UTF-8, a header naming ``columns``); errors name the file and say
+    the header; an empty file is an error. ``what``: "verdict" or "notice", for the messages."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the {what}s CSV ({exc})", file=path, fix="give a UTF-8 CSV file") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"the {what}s CSV has no column {missing[0]!r}", file=path, line=1,
+                          fix="its header must be: " + ",".join(columns))
+    empty = True
+    for row in reader:
+        empty = False
+        yield reader.line_num, row
+    if empty:
+        raise ConfigError(f"the {what}s CSV holds no {what}", file=path, fix=f"add one row per {what} under the header")
 
 
 def genesis(name: str) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import datetime as dt
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -66,20 +65,8 @@ def check(tenant_id: str, channel: str, at: str, ref: str, *, file: Path | None 
 
 def read_import(path: Path) -> list[dict[str, Any]]:
     """Notices from a CSV (tenant_id, channel, at, ref), every row checked first."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the notices CSV ({exc})", file=path, fix="give a UTF-8 CSV file") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = [c for c in IMPORT_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ConfigError(f"the notices CSV has no column {missing[0]!r}", file=path, line=1,
-                          fix="its header must be: " + ",".join(IMPORT_COLUMNS))
-    rows = [check(r.get("tenant_id") or "", (r.get("channel") or "").strip(), r.get("at") or "", r.get("ref") or "",
-                  file=Path(path), line=reader.line_num) for r in reader]
-    if not rows:
-        raise ConfigError("the notices CSV holds no notice", file=path, fix="add one row per notice under the header")
-    return rows
+    return [check(r.get("tenant_id") or "", (r.get("channel") or "").strip(), r.get("at") or "", r.get("ref") or "",
+                  file=Path(path), line=line) for line, r in chain.import_rows(path, IMPORT_COLUMNS, "notice")]
 
 
 def _manifest(report_dir: Path) -> dict[str, Any]:

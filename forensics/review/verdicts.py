@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +76,9 @@ def check(report_dir: Path, finding_id: str, verdict: str, reason: str, analyst:
 
 def read_import(report_dir: Path, path: Path) -> list[dict[str, Any]]:
     """Verdicts from a CSV (finding_id, verdict, reason, analyst), every row checked first."""
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the verdicts CSV ({exc})", file=path, fix="give a UTF-8 CSV file") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = [c for c in IMPORT_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise ConfigError(f"the verdicts CSV has no column {missing[0]!r}", file=path, line=1,
-                          fix="its header must be: " + ",".join(IMPORT_COLUMNS))
-    rows = [check(report_dir, r.get("finding_id") or "", (r.get("verdict") or "").strip(), r.get("reason") or "",
-                  r.get("analyst") or "", file=Path(path), line=reader.line_num) for r in reader]
-    if not rows:
-        raise ConfigError("the verdicts CSV holds no verdict", file=path, fix="add one row per verdict under the header")
-    return rows
+    return [check(report_dir, r.get("finding_id") or "", (r.get("verdict") or "").strip(), r.get("reason") or "",
+                  r.get("analyst") or "", file=Path(path), line=line)
+            for line, r in chain.import_rows(path, IMPORT_COLUMNS, "verdict")]
 
 
 def record(report_dir: Path, verdicts: list[dict[str, Any]], now: dt.datetime | None = None) -> list[dict[str, Any]]:
