@@ -313,10 +313,10 @@ def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
 
 
 def simulated(corpus: Path, work: Path, seed: int) -> dict[str, Any]:
-    """The whole pipeline on a simulated incident (forensics.simulate), scored by forensics.evaluate."""
-    from forensics.evaluate import evaluate
+    """The whole pipeline on a simulated incident (forensics.lab.simulate), scored by forensics.lab.evaluate."""
+    from forensics.lab.evaluate import evaluate
+    from forensics.lab.simulate import simulate
     from forensics.run import run
-    from forensics.simulate import simulate
 
     sim = work / f"sim{seed}"
     simulate(sim, seed=seed, scale="medium", corpus=corpus)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from forensics.simulate import simulate  # noqa: E402
+from forensics.lab.simulate import simulate  # noqa: E402
 
 
 def main() -> None:

@@ -295,7 +295,7 @@ def _write_report(folder: Path, suspect_tenant: str, recipient_tenant: str) -> P
 
 
 def test_evaluate_scores_the_request_of_the_right_customer(tmp_path: Path) -> None:
-    from forensics.evaluate import evaluate
+    from forensics.lab.evaluate import evaluate
 
     truth = _truth(tmp_path / "truth.json")
     right = evaluate(truth, _write_report(tmp_path / "right", "acme", "acme")).to_json()

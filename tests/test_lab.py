@@ -1,0 +1,76 @@
+"""The lab apart (issue 12): the tool runs without the lab extra, and the lab says how to get it.
+
+Each check runs in a fresh interpreter, so what is in ``sys.modules`` is what the command imported
+and Faker can be made unimportable (``sys.modules['faker'] = None``), as in an install without
+the ``lab`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_FAKER = "import sys; sys.modules['faker'] = None\n"
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _cli(argv: list[str]) -> str:
+    """Code that runs the CLI with ``argv``, then prints its exit code and whether Faker was imported."""
+    return ("import sys\nfrom forensics.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(json.dumps({'code': code, 'faker': sys.modules.get('faker') is not None}))\n")
+
+
+def _outcome(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_run_of_the_sample_never_imports_faker(tmp_path: Path) -> None:
+    proc = _python("import json\n" + _cli(["run", str(ROOT / "sample_logs"), "--out", str(tmp_path / "reports"), "-q"]), tmp_path)
+    assert _outcome(proc) == {"code": 1, "faker": False}, proc.stderr  # 1: the sample's customers must be told
+    assert (tmp_path / "reports" / "sim-small-seed7" / "notifications.csv").is_file()
+
+
+def test_importing_the_cli_and_the_api_does_not_import_faker(tmp_path: Path) -> None:
+    proc = _python("import sys, forensics.cli, forensics.api\nprint('faker' in sys.modules)", tmp_path)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_simulate_without_faker_names_the_lab_extra(tmp_path: Path) -> None:
+    for argv in (["simulate", "--out", str(tmp_path / "sim")],
+                 ["simulate", "--out", str(tmp_path / "sim"), "--format", "openai-split", "--json"]):
+        proc = _python(NO_FAKER + "import json\n" + _cli(argv), tmp_path)
+        assert _outcome(proc)["code"] == 2
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert "forensics simulate needs the Python package 'faker'" in proc.stderr
+        assert "pip install -e '.[lab]'" in proc.stderr
+        assert not (tmp_path / "sim").exists()
+
+
+def test_the_simulator_library_without_faker_raises_a_clear_import_error(tmp_path: Path) -> None:
+    # An ImportError (so code treating the lab as optional skips it) that is also the tool's error.
+    code = NO_FAKER + ("from forensics.errors import MissingExtraError\n"
+                       "try:\n    import forensics.lab.simulate\nexcept MissingExtraError as exc:\n"
+                       "    print(isinstance(exc, ImportError), exc)\n")
+    proc = _python(code, tmp_path)
+    assert proc.stdout.startswith("True forensics simulate needs the Python package 'faker'"), proc.stderr
+    assert "pip install -e '.[lab]'" in proc.stdout
+
+
+def test_evaluate_needs_nothing_from_the_lab_extra(tmp_path: Path) -> None:
+    # Scoring a report reads JSON and CSV only: an auditor can run it on a plain install.
+    truth = ROOT / "sample_logs" / "truth.json"
+    code = NO_FAKER + ("import json\nfrom pathlib import Path\nfrom forensics.lab.evaluate import build_report_from_truth\n"
+                       f"build_report_from_truth(json.loads(Path({str(truth)!r}).read_text()), Path({str(tmp_path / 'perfect')!r}))\n")
+    code += _cli(["evaluate", "--truth", str(truth), "--report", str(tmp_path / "perfect"), "--json"])
+    proc = _python(code, tmp_path)
+    assert _outcome(proc)["code"] == 0, proc.stderr
+    scores = json.loads(proc.stdout.strip().rsplit("\n", 1)[0])  # the outcome line follows the JSON
+    assert scores["customers"]["exposed"]["recall"] == 1.0 and scores["customers"]["exposed"]["precision"] == 1.0
