@@ -12,6 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import schema
+from forensics.errors import ConfigError
+from forensics.lab.cases import suspect_rows, write_case
+
 ROOT = Path(__file__).resolve().parent.parent
 NO_FAKER = "import sys; sys.modules['faker'] = None\n"
 
@@ -74,3 +81,26 @@ def test_evaluate_needs_nothing_from_the_lab_extra(tmp_path: Path) -> None:
     assert _outcome(proc)["code"] == 0, proc.stderr
     scores = json.loads(proc.stdout.strip().rsplit("\n", 1)[0])  # the outcome line follows the JSON
     assert scores["customers"]["exposed"]["recall"] == 1.0 and scores["customers"]["exposed"]["precision"] == 1.0
+
+
+# ---- the shared case builder (forensics.lab.cases) -----------------------------------------
+
+
+def test_case_builder_writes_canonical_tables_with_the_row_groups_asked_for(tmp_path: Path) -> None:
+    rows = [{"request_id": f"r{i}", "tenant_id": "acme" if i % 2 else "bolt", "model": "glm-5.3",
+             "received_at": f"2026-08-29T10:{i:02d}:00Z", "completed_at": f"2026-08-29T10:{i:02d}:30Z"} for i in range(10)]
+    rows.append(dict(rows[3], tenant_id="bolt", prompt_text="same id, other customer"))
+    case = write_case(tmp_path / "case", rows, suspects=suspect_rows(rows, ["r1", ("r3", "acme")], engine_signature=[("r3", "acme")]),
+                      row_group_rows=4)
+    exchanges = pq.ParquetFile(case / "exchanges.parquet")
+    assert exchanges.schema_arrow == schema.EXCHANGES
+    assert [exchanges.metadata.row_group(i).num_rows for i in range(exchanges.num_row_groups)] == [4, 4, 3]
+    sus = pq.read_table(case / "suspects.parquet")
+    assert sus.schema == schema.SUSPECTS
+    assert [(r["request_id"], r["tenant_id"], r["engine_signature"], r["received_at"].isoformat())
+            for r in sus.to_pylist()] == [("r1", "acme", False, "2026-08-29T10:01:00+00:00"), ("r3", "acme", True, "2026-08-29T10:03:00+00:00")]
+
+
+def test_case_builder_refuses_a_column_the_schema_does_not_have(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown column\(s\) \['tenant'\]"):
+        write_case(tmp_path / "case", [{"request_id": "r1", "tenant": "acme"}])
