@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from forensics.errors import ConfigError
 
-from forensics.errors import ConfigError  # noqa: E402
+#: The checkout this script is in: the corpus folder is looked for next to it.
+REPO = Path(__file__).resolve().parent.parent
 
 #: (what, threshold, higher is better); the issue's targets for the notification list.
 TARGETS = {
