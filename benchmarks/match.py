@@ -37,23 +37,24 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import forensics.match
+from forensics import schema
+from forensics.config import CaseConfig
+from forensics.lab.bench import measure
+from forensics.lab.cases import suspect_rows, write_case, write_rows
+from forensics.match import pool
+from forensics.match.pool import INLINE_BYTES
 
-from forensics import schema  # noqa: E402
-from forensics.case import write_table  # noqa: E402
-from forensics.config import CaseConfig  # noqa: E402
-from forensics.match.pool import INLINE_BYTES  # noqa: E402
+#: The checkout this script is in: the corpus folder is looked for next to it.
+REPO = Path(__file__).resolve().parent.parent
 
 T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.UTC)
 
@@ -214,12 +215,8 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
                              " ".join(words), " ".join(resp)))
     rows.sort(key=lambda r: (r["received_at"], r["request_id"]))
     out.mkdir(parents=True, exist_ok=True)
-    _write_exchanges(out / "exchanges.parquet", rows)
     sus_ids = set(truth.positives) | set(truth.negatives)
-    sus = [{"request_id": r["request_id"], "tenant_id": r["tenant_id"], "received_at": r["received_at"],
-            "completed_at": r["completed_at"], "reasons": "ceiling", "engine_signature": False}
-           for r in rows if r["request_id"] in sus_ids]
-    write_table(out / "suspects.parquet", pa.Table.from_pylist(sus, schema=schema.SUSPECTS), schema.SUSPECTS)
+    _write_case(out, rows, [r["request_id"] for r in rows if r["request_id"] in sus_ids])
     (out / "truth.json").write_text(json.dumps(dataclasses.asdict(truth), indent=1, sort_keys=True))
     meta = pq.ParquetFile(out / "exchanges.parquet").metadata
     return truth, {"records": len(rows), "chars": sum(len(r["prompt_text"]) + len(r["response_text"]) for r in rows),
@@ -246,11 +243,13 @@ def _exclusive(rng: random.Random, overlap: Overlap, text: Any, length: int, tri
     return []
 
 
-def _write_exchanges(path: Path, rows: list[dict[str, Any]]) -> None:
-    # Row groups of 1,024 rows: the unit a worker reads (ingest caps them at 4,096 rows or 64 MB).
-    with pq.ParquetWriter(path, schema.EXCHANGES, compression="zstd") as w:
-        for i in range(0, len(rows), 1024):
-            w.write_table(pa.Table.from_pylist(rows[i : i + 1024], schema=schema.EXCHANGES))
+def _write_case(out: Path, rows: list[dict[str, Any]], suspects: list[str]) -> None:
+    """The case folder of ``rows`` with ``suspects`` (request ids) as the scan's suspects."""
+    # Row groups of 1,024 rows: the unit a worker reads (ingest caps them at 4,096 rows or 64 MB);
+    # written 1,024 rows at a time so the 4x corpus is never converted in one piece.
+    write_rows(out / "exchanges.parquet", (rows[i : i + 1024] for i in range(0, len(rows), 1024)), schema.EXCHANGES,
+               row_group_rows=1024)
+    write_case(out, suspects=suspect_rows(rows, suspects))
 
 
 def _row(rid: str, tenant: str, minute: float, prompt: str, response: str, duration: float = 0.3) -> dict[str, Any]:
@@ -273,50 +272,36 @@ def _damage(rng: random.Random, words: list[str], rate: float, answers: list[str
     return out
 
 
-def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
-    """Run the match stage in a fresh process (best of ``repeat``): time and peak RSS of main and workers.
+def timed_match(case: Path, workers: int) -> int:
+    """The match stage on ``case`` with ``workers`` processes (run by ``run_child`` in a fresh process).
 
-    With ``workers`` > 1 the worker pool is used even below the in-process size threshold, so
-    the figures are those of the parallel pass.
+    Returns the corpus tokens searched. With ``workers`` > 1 the worker pool is used even below
+    the in-process size threshold, so the figures are those of the parallel pass.
     """
-    code = (
-        "import json, sys, threading, time; sys.path.insert(0, %r)\n"  # noqa: UP031 (the code holds braces; % keeps it readable)
-        "import psutil\n"
-        "import forensics.match as m; import forensics.match.pool as mp; from forensics.config import CaseConfig\n"
-        "mp.INLINE_BYTES = 0 if %d > 1 else mp.INLINE_BYTES\n"
-        "me = psutil.Process(); peak = {'main': 0, 'worker': 0}; cpu = {}; done = threading.Event()\n"
-        "def watch():\n"
-        "    while not done.is_set():\n"
-        "        try:\n"
-        "            peak['main'] = max(peak['main'], me.memory_info().rss)\n"
-        "            for c in me.children(recursive=True):\n"
-        "                peak['worker'] = max(peak['worker'], c.memory_info().rss)\n"
-        "                ct = c.cpu_times(); cpu[c.pid] = ct.user + ct.system\n"
-        "        except psutil.Error:\n"
-        "            pass\n"
-        "        time.sleep(0.02)\n"
-        "threading.Thread(target=watch, daemon=True).start()\n"
-        "c0 = time.process_time()\n"
-        "t = time.perf_counter(); r = m.match(__import__('pathlib').Path(%r), CaseConfig(sections={'match': {'workers': %d}}))\n"
-        "s = time.perf_counter() - t; done.set(); main_cpu = time.process_time() - c0\n"
-        "print(json.dumps({'seconds': s, 'tokens': r.report['searched']['tokens'],"
-        " 'cpu_seconds': main_cpu + sum(cpu.values()),"
-        " 'rss_main_mb': peak['main'] / 2**20, 'rss_worker_mb': peak['worker'] / 2**20}))\n"
-    ) % (str(REPO), workers, str(case), workers)
+    if workers > 1:
+        pool.INLINE_BYTES = 0  # this process is the measurement's own: the change ends with it
+    result = forensics.match.match(case, CaseConfig(sections={"match": {"workers": workers}}))
+    tokens: int = result.report["searched"]["tokens"]
+    return tokens
+
+
+def run_child(case: Path, workers: int, repeat: int = 3) -> dict[str, Any]:
+    """Run the match stage in a fresh process (best of ``repeat``): time and peak RSS of main and workers."""
     best: dict[str, Any] = {}
     for _ in range(repeat):
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        run = json.loads(res.stdout.strip().splitlines()[-1])
+        m = measure(timed_match, case, workers)
+        run = {"seconds": m.seconds, "tokens": m.value, "cpu_seconds": m.cpu_seconds,
+               "rss_main_mb": m.rss_main_bytes / 2**20, "rss_worker_mb": m.rss_worker_bytes / 2**20}
         if not best or run["seconds"] < best["seconds"]:
             best = run
     return best
 
 
 def simulated(corpus: Path, work: Path, seed: int) -> dict[str, Any]:
-    """The whole pipeline on a simulated incident (forensics.simulate), scored by forensics.evaluate."""
-    from forensics.evaluate import evaluate
+    """The whole pipeline on a simulated incident (forensics.lab.simulate), scored by forensics.lab.evaluate."""
+    from forensics.lab.evaluate import evaluate
+    from forensics.lab.simulate import simulate
     from forensics.run import run
-    from forensics.simulate import simulate
 
     sim = work / f"sim{seed}"
     simulate(sim, seed=seed, scale="medium", corpus=corpus)
@@ -365,11 +350,7 @@ def sub_case(case: Path, out: Path, truth: Truth, n_sus: int, n_records: int) ->
     sus_ids = [s for s, (src, _, _) in sorted(truth.positives.items()) if src in ids][:n_sus]
     sus = [r for r in rows if r["request_id"] in set(sus_ids)]
     keep = sorted(base + sus, key=lambda r: (r["received_at"], r["request_id"]))
-    out.mkdir(parents=True, exist_ok=True)
-    _write_exchanges(out / "exchanges.parquet", keep)
-    srows = [{"request_id": r["request_id"], "tenant_id": r["tenant_id"], "received_at": r["received_at"],
-              "completed_at": r["completed_at"], "reasons": "ceiling", "engine_signature": False} for r in sus]
-    write_table(out / "suspects.parquet", pa.Table.from_pylist(srows, schema=schema.SUSPECTS), schema.SUSPECTS)
+    _write_case(out, keep, [r["request_id"] for r in sus])
     return base, sus
 
 

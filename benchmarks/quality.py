@@ -7,7 +7,7 @@ For every seed and gateway format: simulate the realistic incident (``forensics 
 realistic``: 220 tenants, ~15,000 requests of real text with shared templates and popular
 passages, chance overlaps left in), run the whole pipeline on it in this process
 (``forensics.run.run``), and score the report against the simulator's truth
-(``forensics.evaluate.evaluate``). Then match the same case again with the old fixed rules
+(``forensics.lab.evaluate.evaluate``). Then match the same case again with the old fixed rules
 (``[match] tiering = "rules"``, given as a match override) and report it beside the default; when
 the matcher does not know the ``tiering`` key, that row is marked unavailable.
 
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from forensics.errors import ConfigError
 
-from forensics.errors import ConfigError  # noqa: E402
+#: The checkout this script is in: the corpus folder is looked for next to it.
+REPO = Path(__file__).resolve().parent.parent
 
 #: (what, threshold, higher is better); the issue's targets for the notification list.
 TARGETS = {
@@ -178,10 +178,10 @@ def _why_line(findings: list[dict[str, Any]]) -> str:
 def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
     """Simulate, run, evaluate; then match again with the old rules and evaluate that."""
     from forensics import api
-    from forensics.evaluate import evaluate
+    from forensics.lab.evaluate import evaluate
+    from forensics.lab.simulate import simulate
     from forensics.report import report
     from forensics.run import run
-    from forensics.simulate import simulate
 
     sim = work / "sim"
     t0 = time.perf_counter()
@@ -382,7 +382,7 @@ def main() -> int:
     if not args.corpus.is_dir():
         print(f"$ {command}\ncorpus folder {args.corpus} not found: the realistic scale needs real text (--corpus DIR); nothing measured")
         return 0
-    from forensics.simulate import FORMATS
+    from forensics.lab.simulate import FORMATS
 
     bad = [f for f in args.formats if f not in FORMATS]
     if bad:

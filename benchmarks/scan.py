@@ -21,14 +21,13 @@ import numpy as np
 import pyarrow as pa
 
 from forensics import schema
-from forensics.case import ParquetSink
 from forensics.config import config_from_mapping
+from forensics.lab.cases import write_rows
 from forensics.scan import scan
 
 CEILING, ADVERTISED = 681280, 1048576
 START = np.datetime64("2026-08-20T00:00:00", "us")
 WINDOW = ("2026-08-27T00:00:00Z", "2026-09-09T00:00:00Z")
-BATCH = 200_000
 
 
 def _exchanges(n: int, rng: np.random.Generator, planted: dict[str, set[str]]) -> pa.Table:
@@ -88,16 +87,6 @@ def _events(ex: pa.Table, placeholder: set[str], rng: np.random.Generator) -> li
     return out
 
 
-def _write(path: Path, tables: list[pa.Table], table_schema: pa.Schema) -> None:
-    with ParquetSink(path, table_schema) as sink:
-        for t in tables:
-            cols = {f.name: (t.column(f.name) if f.name in t.column_names else pa.nulls(t.num_rows, f.type))
-                    for f in table_schema}
-            full = pa.table(cols).cast(table_schema)
-            for batch in full.to_batches(BATCH):
-                sink.write_batch(batch)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exchanges", type=int, default=200_000)
@@ -110,9 +99,9 @@ def main() -> int:
     planted: dict[str, set[str]] = {}
     t0 = time.monotonic()
     ex = _exchanges(args.exchanges, rng, planted)
-    _write(args.out / "exchanges.parquet", [ex], schema.EXCHANGES)
+    write_rows(args.out / "exchanges.parquet", [ex], schema.EXCHANGES)
     events = _events(ex, planted["placeholder_all"], rng)
-    _write(args.out / "engine_events.parquet", events, schema.ENGINE_EVENTS)
+    write_rows(args.out / "engine_events.parquet", events, schema.ENGINE_EVENTS)
     n_events = sum(t.num_rows for t in events)
     del ex, events
     build = time.monotonic() - t0

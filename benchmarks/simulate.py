@@ -12,13 +12,10 @@ from __future__ import annotations
 import argparse
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from forensics.simulate import simulate  # noqa: E402
+from forensics.lab.simulate import simulate
 
 
 def main() -> None:

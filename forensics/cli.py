@@ -293,7 +293,7 @@ def _log_format(value: str) -> str:
 
 def _simulated_format(value: str) -> str:
     """``simulate --format``: a gateway format the simulator has a writer for."""
-    from forensics.simulate.writers import gateway_writer
+    from forensics.lab.simulate.writers import gateway_writer
 
     gateway_writer(value)
     return value

@@ -77,3 +77,11 @@ class Interrupted(BaseException):
 
 class RegistryError(ForensicsError):
     """A log format plug-in is declared wrongly: a duplicate name, or a record kind two formats claim."""
+
+
+class MissingExtraError(ForensicsError, ImportError):
+    """An optional part of the toolkit is used without the extra that installs its dependencies.
+
+    Also an ImportError, so code that treats the part as optional (``pytest.importorskip``,
+    ``try: import ... except ImportError``) keeps working.
+    """

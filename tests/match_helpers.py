@@ -6,12 +6,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from forensics import schema
-from forensics.case import write_table
 from forensics.config import CaseConfig
+from forensics.lab.cases import SuspectKey, suspect_rows, write_case
 
 T0 = dt.datetime(2026, 8, 29, 10, 0, tzinfo=dt.UTC)
 
@@ -31,23 +27,16 @@ def exchange(rid: str, tenant: str, minute: float, prompt: str = "", response: s
     return row
 
 
-def make_case(root: Path, rows: list[dict[str, Any]], suspect_ids: list[str],
-              engine_signature: tuple[str, ...] = (), row_group_rows: int | None = None) -> Path:
+def make_case(root: Path, rows: list[dict[str, Any]], suspect_ids: list[SuspectKey],
+              engine_signature: tuple[SuspectKey, ...] = (), row_group_rows: int | None = None) -> Path:
     """Write exchanges.parquet and suspects.parquet for ``rows``; ``suspect_ids`` are suspects.
 
+    A suspect is a request id, or a (request id, tenant) pair when two tenants share the id.
     ``row_group_rows`` splits the exchanges file into row groups of that many rows (the unit
     the matcher's worker processes read).
     """
-    root.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(rows, schema=schema.EXCHANGES)
-    pq.write_table(table, root / "exchanges.parquet", row_group_size=row_group_rows or max(len(rows), 1))
-    by_id = {r["request_id"]: r for r in rows}
-    sus = [{"request_id": r, "tenant_id": by_id[r]["tenant_id"], "model": "glm-5.3",
-            "received_at": by_id[r]["received_at"], "completed_at": by_id[r]["completed_at"],
-            "reasons": "ceiling", "engine_signature": r in engine_signature,
-            "decode_node": by_id[r].get("decode_node")} for r in suspect_ids]
-    write_table(root / "suspects.parquet", pa.Table.from_pylist(sus, schema=schema.SUSPECTS), schema.SUSPECTS)
-    return root
+    return write_case(root, rows, suspects=suspect_rows(rows, suspect_ids, engine_signature=engine_signature),
+                      row_group_rows=row_group_rows)
 
 
 def config(**match: Any) -> CaseConfig:

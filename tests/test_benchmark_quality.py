@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from forensics.evaluate import build_report_from_truth, evaluate
-from forensics.simulate import simulate
+from forensics.lab.evaluate import build_report_from_truth, evaluate
+from forensics.lab.simulate import simulate
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "quality.py"
 

@@ -15,7 +15,7 @@ from test_run import write_logs
 
 from forensics import cli
 from forensics.cli import main
-from forensics.evaluate import build_report_from_truth, evaluate
+from forensics.lab.evaluate import build_report_from_truth, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,8 +11,8 @@ import pytest
 
 from forensics.cli import app
 from forensics.errors import ForensicsError
-from forensics.evaluate import build_report_from_truth, evaluate
-from forensics.simulate import simulate
+from forensics.lab.evaluate import build_report_from_truth, evaluate
+from forensics.lab.simulate import simulate
 
 
 @pytest.fixture(scope="module")

@@ -205,8 +205,8 @@ def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path
 
 
 def test_every_simulator_writer_writes_a_registered_format() -> None:
-    from forensics.simulate import FORMATS as SIMULATED
-    from forensics.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
+    from forensics.lab.simulate import FORMATS as SIMULATED
+    from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
     assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split"]
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
@@ -214,7 +214,7 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
 
 
 def test_a_duplicate_simulator_writer_is_an_error() -> None:
-    from forensics.simulate import writers
+    from forensics.lab.simulate import writers
 
     class Impostor(writers.SGLangWriter):
         name = "sglang"
@@ -233,8 +233,8 @@ def test_an_unknown_simulated_format_is_an_error_naming_the_writers(tmp_path: Pa
 
 
 def test_the_sglang_writer_says_each_engine_event_as_the_sglang_parser_reads_it() -> None:
-    from forensics.simulate import events as ev
-    from forensics.simulate.writers import Outputs, SGLangWriter
+    from forensics.lab.simulate import events as ev
+    from forensics.lab.simulate.writers import Outputs, SGLangWriter
     from forensics.tokens import Counter
 
     obj = {"rid": "r1", "bootstrap_room": 42, "stream": False}
@@ -279,7 +279,7 @@ def _faker_of_sample() -> str | None:
 def test_the_writers_reproduce_the_shipped_sample_byte_for_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import faker
 
-    from forensics import simulate
+    from forensics.lab import simulate
 
     if faker.VERSION != _faker_of_sample():
         pytest.skip(f"sample_logs/ was written with Faker {_faker_of_sample()}, this is Faker {faker.VERSION}")

@@ -292,7 +292,7 @@ def test_a_truncated_gateway_file_names_no_wrong_customer_and_says_which_finding
     import shutil
 
     from forensics import api
-    from forensics.evaluate import evaluate
+    from forensics.lab.evaluate import evaluate
 
     sample = Path(__file__).resolve().parent.parent / "sample_logs"
     logs = tmp_path / "logs"

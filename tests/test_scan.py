@@ -231,7 +231,7 @@ def test_query_command_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    simulate = pytest.importorskip("forensics.simulate").simulate
+    simulate = pytest.importorskip("forensics.lab.simulate").simulate
     out = tmp_path_factory.mktemp("sim")
     result = simulate(out / "logs", seed=11, scale="small")
     return result.case_file, json.loads(result.truth.read_text(encoding="utf-8"))

@@ -29,23 +29,6 @@ def text(seed: int, n: int) -> str:
     return " ".join("".join(rng.choice(SYLL, size=int(rng.integers(3, 5)))) for _ in range(n))
 
 
-def _make_shared_case(root: Path, rows: list[dict[str, Any]], suspects: list[tuple[str, str]],
-                      engine_signature: tuple[tuple[str, str], ...] = ()) -> Path:
-    """make_case, with suspects named by (request_id, tenant_id)."""
-    import pyarrow as pa
-
-    from forensics import schema
-    from forensics.case import write_table
-
-    make_case(root, rows, [])
-    by_key = {(r["request_id"], r["tenant_id"]): r for r in rows}
-    sus = [{"request_id": rid, "tenant_id": tenant, "model": "glm-5.3", "received_at": by_key[(rid, tenant)]["received_at"],
-            "completed_at": by_key[(rid, tenant)]["completed_at"], "reasons": "ceiling",
-            "engine_signature": (rid, tenant) in engine_signature, "decode_node": None} for rid, tenant in suspects]
-    write_table(root / "suspects.parquet", pa.Table.from_pylist(sus, schema=schema.SUSPECTS), schema.SUSPECTS)
-    return root
-
-
 def _keys(findings: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
     return sorted((f["recipient_request_id"], f["recipient_tenant_id"], f["source_request_id"], f["source_tenant_id"],
                    f["relation"]) for f in findings)
@@ -63,7 +46,7 @@ def test_match_searches_the_suspects_own_text_and_the_other_tenants_prompt_is_a_
     acme = exchange("req-1", "acme", 0, prompt=f"please keep this: {secret}", response="Noted.")
     bolt = exchange("req-1", "bolt", 5, prompt="a short question", response=f"Here you are. {secret} Bye.")
     rows = [bolt, acme] if suspect_first else [acme, bolt]  # whichever the file holds first
-    result = match(_make_shared_case(tmp_path / "case", rows, [("req-1", "bolt")]), config())
+    result = match(make_case(tmp_path / "case", rows, [("req-1", "bolt")]), config())
     # bolt's answer was searched (not acme's "Noted."), and acme's prompt, though it carries the
     # same request id, is not bolt's own prompt: the passage is acme's, exposed to bolt.
     assert _keys(result.findings) == [("req-1", "bolt", "req-1", "acme", "cross_tenant")]
@@ -79,7 +62,7 @@ def test_match_a_suspect_whose_id_another_tenant_reuses_still_discounts_its_own_
         exchange("req-1", "acme", 0, prompt=f"translate: {own}", response=f"Done: {own}"),  # quotes its own prompt
         exchange("req-1", "bolt", 1, prompt="unrelated question", response="unrelated answer"),
     ]
-    result = match(_make_shared_case(tmp_path / "case", rows, [("req-1", "acme")]), config())
+    result = match(make_case(tmp_path / "case", rows, [("req-1", "acme")]), config())
     assert result.findings == []
 
 
@@ -91,7 +74,7 @@ def test_match_two_suspects_sharing_an_id_get_their_own_findings_with_distinct_i
         exchange("req-1", "acme", 5, prompt="q1", response=answer),
         exchange("req-1", "bolt", 6, prompt="q2", response=answer),  # same id, same answer, same offsets
     ]
-    result = match(_make_shared_case(tmp_path / "case", rows, [("req-1", "acme"), ("req-1", "bolt")]), config())
+    result = match(make_case(tmp_path / "case", rows, [("req-1", "acme"), ("req-1", "bolt")]), config())
     assert _keys(result.findings) == [("req-1", "acme", "src-9", "cato", "cross_tenant"),
                                       ("req-1", "bolt", "src-9", "cato", "cross_tenant")]
     assert len({f["finding_id"] for f in result.findings}) == 2
@@ -107,7 +90,7 @@ def test_match_sources_sharing_an_id_are_kept_apart(tmp_path: Path) -> None:
         exchange("src-1", "cato", 1, prompt=f"ours: {b}"),
         exchange("req-1", "bolt", 5, prompt="q", response=f"First {a} then {b} end."),
     ]
-    result = match(_make_shared_case(tmp_path / "case", rows, [("req-1", "bolt")]), config())
+    result = match(make_case(tmp_path / "case", rows, [("req-1", "bolt")]), config())
     assert _keys(result.findings) == [("req-1", "bolt", "src-1", "acme", "cross_tenant"),
                                       ("req-1", "bolt", "src-1", "cato", "cross_tenant")]
     assert len({f["finding_id"] for f in result.findings}) == 2
@@ -117,12 +100,12 @@ def test_match_control_sample_with_a_shared_id_does_not_crash_and_keeps_both(tmp
     rows = [exchange("dup", tenant, i, prompt=text(10 + i, 20), response=text(20 + i, 20))
             for i, tenant in enumerate(["cato", "dave", "erin"])]
     rows.append(exchange("req-1", "bolt", 9, prompt="q", response=text(30, 20)))
-    case = _make_shared_case(tmp_path / "case", rows, [("req-1", "bolt")])
+    case = make_case(tmp_path / "case", rows, [("req-1", "bolt")])
     result = match(case, config(control_size=10))
     assert result.report["control"]["size"] == 3
     # A smaller sample is the same choice whatever order the rows come in.
     one = match(case, config(control_size=2)).report["control"]
-    _make_shared_case(tmp_path / "rev", rows[::-1], [("req-1", "bolt")])
+    make_case(tmp_path / "rev", rows[::-1], [("req-1", "bolt")])
     two = match(tmp_path / "rev", config(control_size=2)).report["control"]
     assert one == two and one["size"] == 2
 
@@ -295,7 +278,7 @@ def _write_report(folder: Path, suspect_tenant: str, recipient_tenant: str) -> P
 
 
 def test_evaluate_scores_the_request_of_the_right_customer(tmp_path: Path) -> None:
-    from forensics.evaluate import evaluate
+    from forensics.lab.evaluate import evaluate
 
     truth = _truth(tmp_path / "truth.json")
     right = evaluate(truth, _write_report(tmp_path / "right", "acme", "acme")).to_json()

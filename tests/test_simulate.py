@@ -16,12 +16,12 @@ from rapidfuzz.distance import LCSseq
 
 from forensics.config import load_case_file
 from forensics.errors import ForensicsError
+from forensics.lab.simulate import simulate
+from forensics.lab.simulate import text as tx
+from forensics.lab.simulate.mechanism import SCALES, Exchange, Scale, Simulation
+from forensics.lab.simulate.text import load_corpus
+from forensics.lab.simulate.writers import open_text
 from forensics.schema import render_messages
-from forensics.simulate import simulate
-from forensics.simulate import text as tx
-from forensics.simulate.mechanism import SCALES, Exchange, Scale, Simulation
-from forensics.simulate.text import load_corpus
-from forensics.simulate.writers import open_text
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 

@@ -1,47 +1,20 @@
-"""Build small case folders from row dicts (for the query cases and the scan tests).
+"""Rows for the query cases and the scan tests, written by the shared builder (forensics.lab.cases).
 
 Rows name only the columns that matter; the rest are null. Times may be ISO strings.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from forensics import schema
-from forensics.case import write_table
-from forensics.config import parse_utc
+from forensics.lab import cases
 
 MODEL = "glm-5.3"
 CEILING = 681280
 ADVERTISED = 1048576
 WINDOW = ("2026-08-27T00:00:00Z", "2026-09-09T00:00:00Z")
-
-
-def ts(value: str | dt.datetime | None) -> dt.datetime | None:
-    """An ISO string as an aware UTC datetime."""
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return parse_utc(value, "time")
-
-
-def table(rows: Iterable[dict[str, Any]], table_schema: pa.Schema) -> pa.Table:
-    """A table of the canonical schema from partial row dicts."""
-    rows = list(rows)
-    unknown = sorted({k for r in rows for k in r} - set(table_schema.names))
-    if unknown:
-        raise KeyError(f"unknown column(s) {unknown}")
-    cols = {}
-    for field in table_schema:
-        values = [r.get(field.name) for r in rows]
-        if pa.types.is_timestamp(field.type):
-            values = [ts(v) for v in values]
-        cols[field.name] = pa.array(values, field.type)
-    return pa.table(cols, schema=table_schema)
 
 
 def exchange(request_id: str, **kw: Any) -> dict[str, Any]:
@@ -92,8 +65,4 @@ def signature_events(rid: str, room: int, real_len: int = 812345, prefill: str =
 
 def write_case(root: Path, exchanges: Iterable[dict[str, Any]], events: Iterable[dict[str, Any]] | None = None) -> Path:
     """A case folder holding the given exchanges (and engine events, when given)."""
-    root.mkdir(parents=True, exist_ok=True)
-    write_table(root / "exchanges.parquet", table(exchanges, schema.EXCHANGES), schema.EXCHANGES)
-    if events is not None:
-        write_table(root / "engine_events.parquet", table(events, schema.ENGINE_EVENTS), schema.ENGINE_EVENTS)
-    return root
+    return cases.write_case(root, exchanges, engine_events=events)

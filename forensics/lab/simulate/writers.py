@@ -2,7 +2,7 @@
 
 One writer class per log format, registered under the format's ingest name: a gateway writer
 (``litellm``, ``openai-split``) renders each exchange, an engine writer (``sglang``) renders the
-engine events the mechanism emits (forensics.simulate.events). Adding a simulated format is one
+engine events the mechanism emits (forensics.lab.simulate.events). Adding a simulated format is one
 writer class here.
 
 Lines are written in time order through a small heap per output stream (an event may be
@@ -26,8 +26,8 @@ import orjson
 import zstandard
 
 from forensics.errors import ConfigError, RegistryError
-from forensics.simulate import events as ev
-from forensics.simulate.mechanism import Exchange
+from forensics.lab.simulate import events as ev
+from forensics.lab.simulate.mechanism import Exchange
 
 #: LiteLLM's DB safeguard (spend-log rows): strings longer than this are cut.
 MAX_STRING_LENGTH_PROMPT_IN_DB = 2048

@@ -19,7 +19,7 @@ does (common phrases), never by a copied run of 12 tokens or more. Those chance 
 unlabelled on purpose: they are what a matcher must not take for leaks.
 
 Everything a later stage should find, and every trap it should not fall into, is recorded in
-the truth (see :mod:`forensics.simulate`).
+the truth (see :mod:`forensics.lab.simulate`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any, Literal
 from faker import Faker
 
 from forensics import schema
-from forensics.simulate import events as ev
-from forensics.simulate import text as tx
+from forensics.lab.simulate import events as ev
+from forensics.lab.simulate import text as tx
 
 AFFECTED_MODEL = "glm-5.3"
 #: (model the customer asks for, routed deployment name, affected by the bug)

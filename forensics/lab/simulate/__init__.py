@@ -59,16 +59,21 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import faker
+from forensics.lab import lab_extra_missing
+
+try:
+    import faker
+except ImportError as exc:  # the lab extra is optional: say how to install it, not a traceback
+    raise lab_extra_missing("faker", "forensics simulate") from exc
 
 from forensics import __version__
 from forensics.errors import ConfigError, InputError
+from forensics.lab.simulate import text as tx
+from forensics.lab.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
+from forensics.lab.simulate.writers import GATEWAY_WRITERS, GatewayWriter, Outputs, day_of, engine_writer, gateway_writer
 from forensics.progress import Reporter, reporter
-from forensics.simulate import text as tx
-from forensics.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
-from forensics.simulate.writers import GATEWAY_WRITERS, GatewayWriter, Outputs, day_of, engine_writer, gateway_writer
 
-#: Gateway formats the simulator writes (one writer class each in forensics.simulate.writers).
+#: Gateway formats the simulator writes (one writer class each in forensics.lab.simulate.writers).
 FORMATS = tuple(GATEWAY_WRITERS)
 TRUTH_SCHEMA = "forensics-sim-truth/1"
 
@@ -274,7 +279,7 @@ def _readme(cmd: str, truth: dict[str, Any]) -> str:
         f"- {c['requests']} requests from {c['tenants']} tenants; {c['suspects']} suspect responses; "
         f"{c['leak_fragments']} leaked fragments in {c['finding_pairs']} (recipient, source tenant) pairs; "
         f"{c['hard_negatives']} labelled hard negatives\n"
-        f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/simulate/__init__.py`);\n"
+        f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/lab/simulate/__init__.py`);\n"
         + ("  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
            if g["format"] == "litellm" else "  `gateway/` the split request and response logs (joined by request_id);\n")
         +

@@ -1,7 +1,7 @@
 """What the simulated engine does, as events; an engine writer renders them in its log format.
 
 The mechanism decides what happens on each node (and draws every random figure); the writer of
-the engine format (``sglang`` today, see forensics.simulate.writers) decides how a line of that
+the engine format (``sglang`` today, see forensics.lab.simulate.writers) decides how a line of that
 format says it. Another engine format is another writer over these same events.
 """
 

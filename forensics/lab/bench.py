@@ -1,0 +1,174 @@
+"""The benchmarks' harness: run one function in a fresh child process and measure it.
+
+    measured = measure(some_function, case_dir, workers=2)
+    measured.seconds, measured.cpu_seconds, measured.rss_main_bytes, measured.rss_worker_bytes
+
+A fresh process, so the figures are the function's alone: no memory held by whatever the
+benchmark built before, no module already imported. The child is ``python -m forensics.lab.bench``;
+it imports the function by module name, or from its file when the function lives in a script
+(a benchmark run as ``python benchmarks/x.py``) or a module the child cannot import by name, so
+any module-level function can be measured.
+Arguments and the return value travel pickled through files in a temporary folder.
+
+Measured:
+
+* ``seconds``: the call itself, timed inside the child (start-up and imports excluded);
+* ``wall_seconds``: the whole child as the parent waited for it (interpreter start included);
+* ``cpu_seconds``: CPU time of the child during the call plus that of its worker processes;
+* ``rss_main_bytes`` / ``rss_worker_bytes``: peak RSS of the child and of its largest descendant,
+  sampled every ``interval`` seconds with psutil (the ``bench`` extra); ``interval=None`` samples
+  nothing (zeros), for a measurement the sampler must not disturb;
+* ``max_rss_bytes``: the kernel's peak RSS of the child and the descendants it waited for
+  (``wait4``), exact however short the peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import ForensicsError
+
+#: Name under which a script's module is loaded in the child: not ``__main__``, so the script's
+#: ``if __name__ == "__main__"`` block does not run again there.
+SCRIPT_MODULE = "_forensics_bench_target"
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What one call cost in its child process (see the module docstring for each figure)."""
+
+    value: Any
+    seconds: float
+    wall_seconds: float
+    cpu_seconds: float
+    rss_main_bytes: int
+    rss_worker_bytes: int
+    max_rss_bytes: int
+
+
+def _locate(func: Callable[..., Any]) -> dict[str, str | None]:
+    """Where the child finds ``func``: its module's name and, when it has one, the module's file."""
+    module = sys.modules.get(func.__module__)
+    file = getattr(module, "__file__", None)
+    if func.__module__ == "__main__" and file is None:
+        raise ForensicsError(f"cannot measure {func.__qualname__}: it was defined interactively, not in a module or script")
+    return {"module": None if func.__module__ == "__main__" else func.__module__, "file": file, "qualname": func.__qualname__}
+
+
+def measure(func: Callable[..., Any], *args: Any, interval: float | None = 0.02, **kwargs: Any) -> Measurement:
+    """Call ``func(*args, **kwargs)`` in a fresh child process and return its value and costs.
+
+    ``func`` must be a module-level function; arguments and result must pickle. A failure in the
+    child (its traceback is on stderr) is a ForensicsError naming the function.
+    """
+    with tempfile.TemporaryDirectory(prefix="forensics-bench-") as tmp:
+        spec, result = Path(tmp) / "call.pickle", Path(tmp) / "result.pickle"
+        spec.write_bytes(pickle.dumps({"where": _locate(func), "args": args, "kwargs": kwargs, "interval": interval}))
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "forensics.lab.bench", str(spec), str(result)])
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+        if proc.returncode != 0 or not result.exists():
+            raise ForensicsError(f"the measured call {func.__qualname__} failed in its child process (exit {proc.returncode})",
+                                 fix="read the child's traceback above")
+        out = pickle.loads(result.read_bytes())
+    return Measurement(value=out["value"], seconds=out["seconds"], wall_seconds=wall, cpu_seconds=out["cpu_seconds"],
+                       rss_main_bytes=out["rss_main"], rss_worker_bytes=out["rss_worker"], max_rss_bytes=usage.ru_maxrss * 1024)
+
+
+class _Sampler:
+    """Peak RSS of this process and of its largest descendant, and the descendants' CPU time."""
+
+    def __init__(self, interval: float) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self._interval = interval
+        self._done = threading.Event()
+        self.rss_main = 0
+        self.rss_worker = 0
+        self.worker_cpu: dict[int, float] = {}  # per pid, as last seen: a worker's CPU only grows
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.rss_main = max(self.rss_main, self._me.memory_info().rss)
+                for child in self._me.children(recursive=True):
+                    self.rss_worker = max(self.rss_worker, child.memory_info().rss)
+                    times = child.cpu_times()
+                    self.worker_cpu[child.pid] = times.user + times.system
+            except self._psutil.Error:  # a worker ended between listing and reading it
+                pass
+            time.sleep(self._interval)
+
+    def stop(self) -> None:
+        """Stop sampling (the figures keep their last values)."""
+        self._done.set()
+
+
+def _importable(name: str | None) -> bool:
+    """Whether this process can import module ``name`` (the parent's sys.path may have differed)."""
+    if name is None:
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _load(where: dict[str, str | None]) -> Callable[..., Any]:
+    """The function ``_locate`` described: imported by name, else loaded from its file."""
+    if _importable(where["module"]):
+        obj: Any = importlib.import_module(str(where["module"]))
+    else:
+        # A script (a benchmark run by path) or a module the child cannot import by name.
+        if where["file"] is None:
+            raise ForensicsError(f"cannot import module {where['module']!r} for {where['qualname']} in the child process")
+        spec = importlib.util.spec_from_file_location(SCRIPT_MODULE, where["file"])
+        assert spec is not None and spec.loader is not None
+        obj = importlib.util.module_from_spec(spec)
+        sys.modules[SCRIPT_MODULE] = obj  # dataclasses look their module up by name while it loads
+        spec.loader.exec_module(obj)
+    for part in str(where["qualname"]).split("."):
+        obj = getattr(obj, part)
+    func: Callable[..., Any] = obj
+    return func
+
+
+def _child(spec_path: Path, result_path: Path) -> None:
+    """The child's side of ``measure``: load, call while sampling, write the result."""
+    call = pickle.loads(spec_path.read_bytes())
+    func = _load(call["where"])
+    sampler = _Sampler(call["interval"]) if call["interval"] is not None else None
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    value = func(*call["args"], **call["kwargs"])
+    seconds = time.perf_counter() - start
+    main_cpu = time.process_time() - cpu0
+    if sampler is not None:
+        sampler.stop()
+    result_path.write_bytes(pickle.dumps({
+        "value": value, "seconds": seconds,
+        "cpu_seconds": main_cpu + (sum(sampler.worker_cpu.values()) if sampler else 0.0),
+        "rss_main": sampler.rss_main if sampler else 0, "rss_worker": sampler.rss_worker if sampler else 0,
+    }))
+
+
+if __name__ == "__main__":
+    _child(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,162 @@
+"""The lab apart (issue 12): the tool runs without the lab extra, and the lab says how to get it.
+
+Each check runs in a fresh interpreter, so what is in ``sys.modules`` is what the command imported
+and Faker can be made unimportable (``sys.modules['faker'] = None``), as in an install without
+the ``lab`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import schema
+from forensics.errors import ConfigError, ForensicsError
+from forensics.lab.cases import suspect_rows, write_case
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_FAKER = "import sys; sys.modules['faker'] = None\n"
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _cli(argv: list[str]) -> str:
+    """Code that runs the CLI with ``argv``, then prints its exit code and whether Faker was imported."""
+    return ("import sys\nfrom forensics.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print(json.dumps({'code': code, 'faker': sys.modules.get('faker') is not None}))\n")
+
+
+def _outcome(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_run_of_the_sample_never_imports_faker(tmp_path: Path) -> None:
+    proc = _python("import json\n" + _cli(["run", str(ROOT / "sample_logs"), "--out", str(tmp_path / "reports"), "-q"]), tmp_path)
+    assert _outcome(proc) == {"code": 1, "faker": False}, proc.stderr  # 1: the sample's customers must be told
+    assert (tmp_path / "reports" / "sim-small-seed7" / "notifications.csv").is_file()
+
+
+def test_importing_the_cli_and_the_api_does_not_import_faker(tmp_path: Path) -> None:
+    proc = _python("import sys, forensics.cli, forensics.api\nprint('faker' in sys.modules)", tmp_path)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_simulate_without_faker_names_the_lab_extra(tmp_path: Path) -> None:
+    for argv in (["simulate", "--out", str(tmp_path / "sim")],
+                 ["simulate", "--out", str(tmp_path / "sim"), "--format", "openai-split", "--json"]):
+        proc = _python(NO_FAKER + "import json\n" + _cli(argv), tmp_path)
+        assert _outcome(proc)["code"] == 2
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert "forensics simulate needs the Python package 'faker'" in proc.stderr
+        assert "pip install -e '.[lab]'" in proc.stderr
+        assert not (tmp_path / "sim").exists()
+
+
+def test_the_simulator_library_without_faker_raises_a_clear_import_error(tmp_path: Path) -> None:
+    # An ImportError (so code treating the lab as optional skips it) that is also the tool's error.
+    code = NO_FAKER + ("from forensics.errors import MissingExtraError\n"
+                       "try:\n    import forensics.lab.simulate\nexcept MissingExtraError as exc:\n"
+                       "    print(isinstance(exc, ImportError), exc)\n")
+    proc = _python(code, tmp_path)
+    assert proc.stdout.startswith("True forensics simulate needs the Python package 'faker'"), proc.stderr
+    assert "pip install -e '.[lab]'" in proc.stdout
+
+
+def test_evaluate_needs_nothing_from_the_lab_extra(tmp_path: Path) -> None:
+    # Scoring a report reads JSON and CSV only: an auditor can run it on a plain install.
+    truth = ROOT / "sample_logs" / "truth.json"
+    code = NO_FAKER + ("import json\nfrom pathlib import Path\nfrom forensics.lab.evaluate import build_report_from_truth\n"
+                       f"build_report_from_truth(json.loads(Path({str(truth)!r}).read_text()), Path({str(tmp_path / 'perfect')!r}))\n")
+    code += _cli(["evaluate", "--truth", str(truth), "--report", str(tmp_path / "perfect"), "--json"])
+    proc = _python(code, tmp_path)
+    assert _outcome(proc)["code"] == 0, proc.stderr
+    scores = json.loads(proc.stdout.strip().rsplit("\n", 1)[0])  # the outcome line follows the JSON
+    assert scores["customers"]["exposed"]["recall"] == 1.0 and scores["customers"]["exposed"]["precision"] == 1.0
+
+
+# ---- the shared case builder (forensics.lab.cases) -----------------------------------------
+
+
+def test_case_builder_writes_canonical_tables_with_the_row_groups_asked_for(tmp_path: Path) -> None:
+    rows = [{"request_id": f"r{i}", "tenant_id": "acme" if i % 2 else "bolt", "model": "glm-5.3",
+             "received_at": f"2026-08-29T10:{i:02d}:00Z", "completed_at": f"2026-08-29T10:{i:02d}:30Z"} for i in range(10)]
+    rows.append(dict(rows[3], tenant_id="bolt", prompt_text="same id, other customer"))
+    case = write_case(tmp_path / "case", rows, suspects=suspect_rows(rows, ["r1", ("r3", "acme")], engine_signature=[("r3", "acme")]),
+                      row_group_rows=4)
+    exchanges = pq.ParquetFile(case / "exchanges.parquet")
+    assert exchanges.schema_arrow == schema.EXCHANGES
+    assert [exchanges.metadata.row_group(i).num_rows for i in range(exchanges.num_row_groups)] == [4, 4, 3]
+    sus = pq.read_table(case / "suspects.parquet")
+    assert sus.schema == schema.SUSPECTS
+    assert [(r["request_id"], r["tenant_id"], r["engine_signature"], r["received_at"].isoformat())
+            for r in sus.to_pylist()] == [("r1", "acme", False, "2026-08-29T10:01:00+00:00"), ("r3", "acme", True, "2026-08-29T10:03:00+00:00")]
+
+
+def test_case_builder_refuses_a_column_the_schema_does_not_have(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown column\(s\) \['tenant'\]"):
+        write_case(tmp_path / "case", [{"request_id": "r1", "tenant": "acme"}])
+
+
+# ---- the benchmarks' harness (forensics.lab.bench) -----------------------------------------
+
+MB = 1 << 20
+
+
+def _hold(megabytes: int, seconds: float) -> None:
+    """Keep ``megabytes`` resident for ``seconds`` (long enough for the sampler to see them)."""
+    import time
+
+    block = bytearray(megabytes * MB)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page so it is resident, not only reserved
+    time.sleep(seconds)
+
+
+def _allocate_with_a_worker(main_mb: int, worker_mb: int) -> str:
+    """Hold ``main_mb`` here while a worker process holds ``worker_mb``; return a value to hand back."""
+    code = f"b = bytearray({worker_mb * MB}); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.0)"
+    worker = subprocess.Popen([sys.executable, "-c", code])
+    _hold(main_mb, 1.0)
+    return f"done {worker.wait()}"
+
+
+def test_harness_measures_the_child_and_its_worker() -> None:
+    from forensics.lab.bench import measure
+
+    m = measure(_allocate_with_a_worker, 96, worker_mb=64)
+    assert m.value == "done 0"
+    assert m.max_rss_bytes >= 96 * MB and m.rss_main_bytes >= 96 * MB
+    assert 64 * MB <= m.rss_worker_bytes < 96 * MB  # the worker's own peak, not the main process's
+    assert m.cpu_seconds > 0 and 0 < m.seconds <= m.wall_seconds
+
+
+def test_harness_reports_a_failed_call_without_hiding_it(capfd: pytest.CaptureFixture[str]) -> None:
+    from forensics.lab.bench import measure
+
+    with pytest.raises(ForensicsError, match="the measured call _hold failed in its child process"):
+        measure(_hold, "not a number", 0.0, interval=None)
+    assert "TypeError" in capfd.readouterr().err  # the child's traceback is on stderr
+
+
+def test_benchmarks_import_the_package_as_installed() -> None:
+    # A benchmark that puts the checkout on sys.path measures that copy, not the installed one,
+    # and one that builds code as a string escapes ruff and mypy: both were here before.
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        text = script.read_text(encoding="utf-8")
+        assert "sys.path" not in text, script.name
+        assert '[sys.executable, "-c"' not in text, script.name
+
+
+def test_scan_benchmark_runs_from_any_folder_on_the_shared_builder(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan.py"), "--exchanges", "5000", "--out", "case"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "missed=0 extra=0" in proc.stdout  # every planted suspect found, nothing else
