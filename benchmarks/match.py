@@ -50,8 +50,9 @@ from forensics import schema
 from forensics.config import CaseConfig
 from forensics.lab.bench import measure
 from forensics.lab.cases import suspect_rows, write_case, write_rows
-from forensics.match import pool
-from forensics.match.pool import INLINE_BYTES
+from forensics.match.tuning import Tuning
+
+INLINE_BYTES = Tuning().inline_bytes
 
 #: The checkout this script is in: the corpus folder is looked for next to it.
 REPO = Path(__file__).resolve().parent.parent
@@ -278,9 +279,8 @@ def timed_match(case: Path, workers: int) -> int:
     Returns the corpus tokens searched. With ``workers`` > 1 the worker pool is used even below
     the in-process size threshold, so the figures are those of the parallel pass.
     """
-    if workers > 1:
-        pool.INLINE_BYTES = 0  # this process is the measurement's own: the change ends with it
-    result = forensics.match.match(case, CaseConfig(sections={"match": {"workers": workers}}))
+    tuning = Tuning(inline_bytes=0) if workers > 1 else None
+    result = forensics.match.match(case, CaseConfig(sections={"match": {"workers": workers}}), tuning=tuning)
     tokens: int = result.report["searched"]["tokens"]
     return tokens
 

@@ -16,14 +16,16 @@ from match_helpers import config, exchange, make_case
 
 import forensics.match as match_mod
 import forensics.match.pool as pool_mod
-import forensics.match.rarity as rarity_mod
 import forensics.match.stream as stream_mod
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
-from forensics.match import match
+from forensics.match import Tuning, match
 
 _SYLL = ["ka", "ro", "mi", "ten", "val", "dor", "shi", "qua", "lex", "bru", "po", "zan", "fe", "gil", "mur", "sta", "ny", "orb"]
 
+
+#: The worker pool forced on (the test cases are far below the size that starts workers), workers up first.
+POOL = Tuning(inline_bytes=0, wait_for_workers=True)
 
 def vocab(seed: int, n: int = 4000) -> list[str]:
     """A made-up vocabulary: no two tests share phrases by accident of the language."""
@@ -313,13 +315,10 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     a = _outputs(case)
     match(case, config(workers=1))
     assert _outputs(case) == a
-    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
-    shared = match(case, config(workers=2, batch_rows=8))
+    shared = match(case, config(workers=2, batch_rows=8), tuning=POOL)
     assert _outputs(case) == a
     assert shared.run_stats["jobs_on_workers"] > 0 and shared.run_stats["jobs_here"] > 0
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", False)  # this process starts alone
-    match(case, config(workers=2, batch_rows=8))
+    match(case, config(workers=2, batch_rows=8), tuning=Tuning(inline_bytes=0))  # this process starts alone
     assert _outputs(case) == a
     assert len(cross(first.findings)) >= 5
 
@@ -330,9 +329,7 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     assert pq.ParquetFile(case / "exchanges.parquet").num_row_groups == 1
     first = match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
-    second = match(case, config(workers=2))
+    second = match(case, config(workers=2), tuning=POOL)
     assert _outputs(case) == expected
     assert second.run_stats["jobs_on_workers"] > 0
     assert second.report["searched"]["source_texts_verified"] > 1  # several tasks share the one row group
@@ -344,10 +341,8 @@ def test_workers_reading_row_ranges_that_cut_batches_change_nothing(
     case = _mixed_case(tmp_path / "case", row_group_rows=40)
     match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(pool_mod, "TASK_BYTES", 1)  # one row per task: ranges cut every batch
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
-    result = match(case, config(workers=3, batch_rows=3))
+    # One row per task: ranges cut every batch.
+    result = match(case, config(workers=3, batch_rows=3), tuning=Tuning(inline_bytes=0, wait_for_workers=True, task_bytes=1))
     assert _outputs(case) == expected
     assert result.report["searched"]["records"] == pq.ParquetFile(case / "exchanges.parquet").metadata.num_rows
 
@@ -361,9 +356,8 @@ def test_workers_that_cannot_start_leave_the_match_to_this_process(
     def no_server() -> None:
         raise OSError("no shared memory here")
 
-    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
     monkeypatch.setattr(pool_mod.forkserver, "ensure_running", no_server)
-    result = match(case, config(workers=2))
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0))
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
     assert "failed (OSError: no shared memory here)" in result.summary()["warnings"][0]
@@ -374,10 +368,8 @@ def test_workers_that_fail_to_initialise_leave_the_match_to_this_process(
     case = _mixed_case(tmp_path / "case", row_group_rows=40)
     match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(pool_mod, "INLINE_BYTES", 0)
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
     monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: b"not a pickle")
-    result = match(case, config(workers=2))  # must neither hang nor fail
+    result = match(case, config(workers=2), tuning=POOL)  # must neither hang nor fail
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
     assert "worker processes failed" in result.summary()["warnings"][0]
@@ -387,9 +379,8 @@ def test_a_worker_that_dies_leaves_its_jobs_to_this_process(monkeypatch: pytest.
     import os
     import pickle
 
-    monkeypatch.setattr(pool_mod, "WAIT_FOR_WORKERS", True)
     monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: pickle.dumps("a scanner"))
-    with pool_mod.helpers_running(1) as helpers:
+    with pool_mod.helpers_running(1, wait_for_workers=True) as helpers:
         helpers.start(None)  # type: ignore[arg-type]
         assert helpers.pool is not None
         # The remote job kills its worker (as an out-of-memory kill would): its result comes from here.
@@ -420,9 +411,7 @@ def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatc
     case = make_case(tmp_path / "case", rows, ["b1", "s0", "s1"], row_group_rows=8)
     match(case, config(batch_rows=4))
     expected = _outputs(case)
-    monkeypatch.setattr(rarity_mod, "COMPACT_ENTRIES", 1)
-    monkeypatch.setattr(match_mod, "PRUNE_HITS", 1)
-    result = match(case, config(batch_rows=4))
+    result = match(case, config(batch_rows=4), tuning=Tuning(compact_entries=1, prune_hits=1))
     assert _outputs(case) == expected
     assert result.report["searched"]["kgram_hits_kept_after_rarity_and_own_context"] > 0
 

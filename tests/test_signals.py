@@ -23,17 +23,18 @@ SAMPLE = REPO / "sample_logs"
 NAME = "sim-small-seed7"  # the sample's case name
 
 #: Runs `forensics` with the match stage's worker pool forced on (the sample is far below
-#: forensics.match.pool.INLINE_BYTES, the size from which a run starts workers) and holds the run
+#: forensics.match.tuning.Tuning.inline_bytes, the size from which a run starts workers) and holds the run
 #: once the workers are up, writing a marker file, so the test can signal it right there.
 HARNESS = """
 import sys, time
 from pathlib import Path
 import forensics.match as m
 import forensics.match.pool as pool
+import forensics.match.tuning as tuning
 
 marker = Path(sys.argv[1])
-m.workers_to_start = lambda path, p: 2
-pool.WAIT_FOR_WORKERS = True
+m.workers_to_start = lambda path, p, inline_bytes: 2
+tuning.DEFAULT = tuning.Tuning(inline_bytes=0, wait_for_workers=True)
 ordered = pool.ordered
 
 def held(helpers, *args):

@@ -44,6 +44,7 @@ import xxhash
 from forensics import schema
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
+from forensics.match import tuning as tuning_defaults
 from forensics.match.findings import csv_text, decide, passages_text, record_facts, score_candidates
 from forensics.match.fingerprint import SEED, unicode_version
 from forensics.match.index import TargetIndex
@@ -52,6 +53,7 @@ from forensics.match.rarity import HolderCounts
 from forensics.match.stream import HIT_DTYPE, Scanner
 from forensics.match.targets import load_targets, request_key
 from forensics.match.tiers import MatchParams, params_from
+from forensics.match.tuning import Tuning
 from forensics.match.verification import verify_hits
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter
@@ -68,8 +70,6 @@ CSV_COLUMNS = (
 #: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
 REVIEW_COLUMNS = CSV_COLUMNS + ("why_not_notified",)
 
-#: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).
-PRUNE_HITS = 500_000
 
 
 @dataclasses.dataclass
@@ -103,31 +103,33 @@ class MatchResult:
         }
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
-          overrides: dict[str, Any] | None = None) -> MatchResult:
+          overrides: dict[str, Any] | None = None, tuning: Tuning | None = None) -> MatchResult:
     """Find other tenants' content in the case's suspect responses; write the evidence files.
 
-    Parameters come from ``config.section("match")`` with ``overrides`` (CLI options) on top.
+    Parameters come from ``config.section("match")`` with ``overrides`` (CLI options) on top;
+    ``tuning`` (default :data:`forensics.match.tuning.DEFAULT`) changes how it runs, never what it finds.
     Raises ForensicsError subclasses for a missing table or a bad parameter.
     """
     with reusing_freed_memory():
         return _match(Case(case), params_from(config.section("match"), overrides, file=config.file), config,
-                      progress, overrides)
+                      progress, overrides, tuning or tuning_defaults.DEFAULT)
 
 
 def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | None,
-           overrides: dict[str, Any] | None) -> MatchResult:
+           overrides: dict[str, Any] | None, tuning: Tuning) -> MatchResult:
     path = c.table_path("exchanges")
-    with helpers_running(workers_to_start(path, p) if path.is_file() else 0) as helpers:
+    with helpers_running(workers_to_start(path, p, tuning.inline_bytes) if path.is_file() else 0,
+                         tuning.wait_for_workers) as helpers:
         targets, info = load_targets(c, p)
         index = TargetIndex(targets, p.k)
         scanner = Scanner(index, p)
         helpers.start(scanner)
-        holders = HolderCounts(index, p)
+        holders = HolderCounts(index, p, tuning.compact_entries)
         hits: list[np.ndarray] = []
         n_hits = pending = 0
         sources: dict[int, tuple[str, str | None, int]] = {}
         stats: dict[str, int] = {}
-        for res in run_pass(scanner, path, helpers, progress):
+        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes):
             holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
             hits.append(res.hits)
             n_hits += len(res.hits)
@@ -135,7 +137,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             sources.update(res.sources)
             for key, v in res.stats.items():
                 stats[key] = stats.get(key, 0) + v
-            if pending > max(PRUNE_HITS, sum(len(h) for h in hits) // 2):
+            if pending > max(tuning.prune_hits, sum(len(h) for h in hits) // 2):
                 # Hits on k-grams that are already common can never become evidence: drop them now.
                 holders.compact()
                 h = np.concatenate(hits)
@@ -235,4 +237,4 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                                   "jobs_on_workers": helpers.jobs["workers"], "workers_failed": helpers.failed})
 
 
-__all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "match", "params_from"]
+__all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "Tuning", "match", "params_from"]

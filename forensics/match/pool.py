@@ -32,23 +32,9 @@ from forensics.progress import Reporter, reporter
 from forensics.workers import process_pool
 from forensics.workers import terminate as terminate_pool
 
-#: Below this much (uncompressed) exchanges data no worker is started. This process works alone
-#: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
-#: importing the matcher, fresh processes faulting their memory in: about 0.6 CPU-seconds).
-#: Measured with benchmarks/match.py on a shared 2-core machine, alone / with one worker: 18 MB
-#: 0.77-1.14 s / 0.74-1.13 s (at most a fifth sooner, for 50% more CPU); 66 MB 2.28-2.45 s / 1.53-1.71 s.
-INLINE_BYTES = 32 << 20
 
-#: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
-WAIT_FOR_WORKERS = False
-
-#: Uncompressed Parquet bytes per pass task on the pool: big enough that a task's fixed costs
-#: (a message each way, a Parquet footer) vanish, small enough that two workers finish together.
-TASK_BYTES = 8 << 20
-
-
-def _scan_tasks(path: Path) -> Iterator[ScanTask]:
-    """Row ranges of about ``TASK_BYTES`` of (uncompressed) data each, in file order, for the workers.
+def _scan_tasks(path: Path, task_bytes: int) -> Iterator[ScanTask]:
+    """Row ranges of about ``task_bytes`` of (uncompressed) data each, in file order, for the workers.
 
     Sizes come from the row groups' metadata, so this process reads no text: the workers read
     their own rows (a row group's ranges go out in order, so each worker decompresses it at most
@@ -59,22 +45,22 @@ def _scan_tasks(path: Path) -> Iterator[ScanTask]:
     for rg in range(pf.num_row_groups):
         meta = pf.metadata.row_group(rg)
         rows = meta.num_rows
-        pieces = max(1, min(rows, -(-meta.total_byte_size // TASK_BYTES)))
+        pieces = max(1, min(rows, -(-meta.total_byte_size // task_bytes)))
         cuts = [rows * i // pieces for i in range(pieces + 1)]
         for lo, hi in zip(cuts, cuts[1:]):
             yield ScanTask(str(path), rg, row0, lo, hi)
         row0 += rows
 
 
-def workers_to_start(path: Path, p: MatchParams) -> int:
-    """Worker processes to start beside this one: none below ``INLINE_BYTES`` of text.
+def workers_to_start(path: Path, p: MatchParams, inline_bytes: int) -> int:
+    """Worker processes to start beside this one: none below ``inline_bytes`` of text.
 
     ``p.workers`` counts this process too (0: one per core), since it scans its share.
     """
     meta = pq.ParquetFile(path).metadata
     size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     workers = p.workers or (os.cpu_count() or 1)
-    return 0 if workers <= 1 or size < INLINE_BYTES else workers - 1
+    return 0 if workers <= 1 or size < inline_bytes else workers - 1
 
 
 class Helpers:
@@ -88,8 +74,9 @@ class Helpers:
     cannot start, or one dies (killed for memory, say), this process does the rest itself.
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, wait_for_workers: bool = False) -> None:
         self.n = n
+        self.wait_for_workers = wait_for_workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self.jobs = {"here": 0, "workers": 0}  # how the work was shared (run statistics only)
@@ -111,7 +98,7 @@ class Helpers:
             payload = _worker_payload(scanner)
             self._thread = threading.Thread(target=self._start, args=(payload,), daemon=True)
             self._thread.start()
-            if WAIT_FOR_WORKERS:
+            if self.wait_for_workers:
                 self._thread.join()
 
     def _start(self, payload: bytes) -> None:
@@ -165,8 +152,9 @@ def _worker_payload(scanner: Scanner) -> bytes:
 
 
 @contextlib.contextmanager
-def helpers_running(n: int) -> Iterator[Helpers]:
-    helpers = Helpers(n)
+def helpers_running(n: int, wait_for_workers: bool = False) -> Iterator[Helpers]:
+    """``n`` worker processes for the stage (none: this process alone), killed if the stage fails."""
+    helpers = Helpers(n, wait_for_workers)
     try:
         yield helpers
     except BaseException:
@@ -232,7 +220,8 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any]) -> I
         yield take()
 
 
-def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None) -> Iterator[BatchResult]:
+def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None,
+             task_bytes: int) -> Iterator[BatchResult]:
     """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers.
 
     Each worker reads its own rows (no text passes through this process) and at most two ranges
@@ -243,7 +232,7 @@ def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter 
     reader = RowReader(scanner.p.batch_rows)
     try:
         for res in ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
-                            _scan_tasks(path)):
+                            _scan_tasks(path, task_bytes)):
             yield res
             task.advance(res.stats.get("records", 0))
     finally:

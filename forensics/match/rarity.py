@@ -11,9 +11,6 @@ from forensics.match.stream import (
 )
 from forensics.match.tiers import MatchParams
 
-#: Holder entries and hits buffered before common k-grams are retired (bounds memory, not results).
-COMPACT_ENTRIES = 4_000_000
-
 #: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask.
 Holders = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -27,10 +24,11 @@ class HolderCounts:
     :func:`match`, its hits) are dropped.
     """
 
-    def __init__(self, index: TargetIndex, p: MatchParams) -> None:
+    def __init__(self, index: TargetIndex, p: MatchParams, compact_entries: int) -> None:
         n = index.kgram_count
         self.n = n
         self.cap = p.max_tenants
+        self.compact_entries = compact_entries
         self.common = np.zeros(n, dtype=bool)
         deadline = np.array([t.deadline_us for t in index.targets], dtype=np.int64)
         self.min_deadline = (np.minimum.reduceat(deadline[index.occ_target], index.occ_start[:-1])
@@ -44,7 +42,7 @@ class HolderCounts:
         if len(g):
             self.parts.append((g, t, w))
             self.pending += len(g)
-            if self.pending > max(COMPACT_ENTRIES, 2 * self.compacted):
+            if self.pending > max(self.compact_entries, 2 * self.compacted):
                 self.compact()
 
     def compact(self) -> None:

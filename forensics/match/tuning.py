@@ -1,0 +1,34 @@
+"""How the match stage runs, never what it finds: one object passed down instead of module globals.
+
+Outputs are byte-identical for any value (tests prove it by forcing the pool on small cases and
+by retiring common k-grams after every batch); only time and memory change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """The match stage's performance knobs (defaults measured with benchmarks/match.py)."""
+
+    #: Below this much (uncompressed) exchanges data no worker is started. This process works alone
+    #: during the workers' start-up, so it does not hold up the pass, but it costs CPU (a fork server
+    #: importing the matcher, fresh processes faulting their memory in: about 0.6 CPU-seconds).
+    #: Measured on a shared 2-core machine, alone / with one worker: 18 MB 0.77-1.14 s / 0.74-1.13 s
+    #: (at most a fifth sooner, for 50% more CPU); 66 MB 2.28-2.45 s / 1.53-1.71 s.
+    inline_bytes: int = 32 << 20
+    #: Wait until the workers are up before the pass (tests set it, so the workers surely take jobs).
+    wait_for_workers: bool = False
+    #: Uncompressed Parquet bytes per pass task on the pool: big enough that a task's fixed costs
+    #: (a message each way, a Parquet footer) vanish, small enough that two workers finish together.
+    task_bytes: int = 8 << 20
+    #: Holder entries buffered before k-grams already common are retired (bounds memory, not results).
+    compact_entries: int = 4_000_000
+    #: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).
+    prune_hits: int = 500_000
+
+
+#: What ``match`` uses when given none (a test harness driving the CLI may replace it).
+DEFAULT = Tuning()
