@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.config import TOP_KEYS, CaseConfig, load_case_file
 from forensics.errors import ConfigError
 from forensics.progress import Reporter
+
+if TYPE_CHECKING:  # forensics.report imports this module's callers; typed here, imported when run
+    from forensics.report import ReportResult
 
 CASE_SUBDIR = "case"
 
@@ -25,7 +28,7 @@ class RunResult:
 
     case_dir: Path
     config: CaseConfig
-    report: Any  # forensics.report.ReportResult
+    report: ReportResult
     stages: list[dict[str, Any]]  # stage, seconds, what it produced (timings are never written to the report)
 
     @property
@@ -73,16 +76,6 @@ def find_case_file(path: Path) -> Path:
                       fix="name one of them, or call the one to use case.toml")
 
 
-def _count(result: Any, *names: str) -> Any:
-    for n in names:
-        v = getattr(result, n, None)
-        if isinstance(v, (int, float)):
-            return v
-        if isinstance(v, (list, tuple)):
-            return len(v)
-    return None
-
-
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) -> RunResult:
     """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
 
@@ -115,19 +108,19 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) ->
         ingested = None
         for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
             ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
-        tables = (getattr(ingested, "manifest", None) or {}).get("tables", {})
+        tables = ingested.manifest.get("tables", {}) if ingested is not None else {}
         stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
                        "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
 
         t0 = time.monotonic()
         scanned = api.scan(case_dir, cfg, progress=progress)
         stages.append({"stage": "scan", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": _count(scanned, "suspects", "n_suspects", "rows"), "note": "suspect responses"})
+                       "rows": scanned.suspects, "note": "suspect responses"})
 
         t0 = time.monotonic()
         matched = api.match(case_dir, cfg, progress=progress)
         stages.append({"stage": "match", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": _count(matched, "findings", "n_findings", "evidence", "rows"), "note": "evidence rows"})
+                       "rows": len(matched.findings), "note": "evidence rows"})
 
         t0 = time.monotonic()
         reported = write_report(case_dir, cfg, building, progress=progress)

@@ -140,13 +140,9 @@ def _inputs_root(cfg: CaseConfig, files: list[dict[str, Any]]) -> Path:
 
 
 def _ingest_files(man: dict[str, Any]) -> list[dict[str, Any]]:
-    for key in ("files", "inputs"):
-        v = man.get(key)
-        if isinstance(v, list):
-            return [f for f in v if isinstance(f, dict)]
-        if isinstance(v, dict):  # keyed by path
-            return [dict(f, path=f.get("path", k)) for k, f in v.items() if isinstance(f, dict)]
-    return []
+    """The input files of the case's ingest manifest (its ``files`` list)."""
+    files = man.get("files")
+    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
 
 
 def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
