@@ -323,6 +323,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             f"judged by its own prompt size alone; {shared_ids['signature']} of those ids carry the engine's bug "
             "signature (see anomalies.engine_rid_shared): check them by hand")
     record = {
+        "format": schema.SCAN_FORMAT,
         "stage": "scan",
         "parameters": {
             "models": ", ".join(config.models),

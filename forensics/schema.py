@@ -58,6 +58,12 @@ from typing import Any
 
 import pyarrow as pa
 
+#: The format (name/version) each stage writes into its JSON record, so a reader can tell what it
+#: holds: the version goes up when a key changes meaning or goes away (adding a key does not).
+SCAN_FORMAT = "forensics-scan/1"
+MATCH_FORMAT = "forensics-match/1"
+CASE_FORMAT = "forensics-case/1"
+
 TS = pa.timestamp("us", tz="UTC")
 
 #: Why a row's record cannot be fully trusted (``exchanges.damage``), in the order they are joined.

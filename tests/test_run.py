@@ -107,6 +107,11 @@ def test_run_end_to_end_finds_the_leak(tmp_path: Path, capsys: pytest.CaptureFix
     notes = (rd / "notifications.csv").read_text()
     assert "acme,exposed" in notes and "globex,recipient" in notes
     assert api.verify(rd).ok
+    # Every stage's JSON record says what it is and in which version, for the tools that read it.
+    formats = {name: json.loads((rd / name).read_text())["format"] for name in ("scan.json", "match.json", "manifest.json")}
+    formats["case/manifest.json"] = json.loads((rd / "case" / "manifest.json").read_text())["format"]
+    assert formats == {"scan.json": "forensics-scan/1", "match.json": "forensics-match/1",
+                       "manifest.json": "forensics-report/1", "case/manifest.json": "forensics-case/1"}
 
 
 @needs_stages

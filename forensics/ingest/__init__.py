@@ -322,6 +322,7 @@ def ingest(
         manifest["notes"].append(
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
             f"were quarantined: {', '.join(tenantless[:5])}")
+    manifest["format"] = schema.CASE_FORMAT
     manifest["tool"] = {"name": "forensics", "version": __version__}
     write_json(c.manifest_path, manifest)
     save(cfg, c.config_path)

@@ -167,6 +167,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     cross = [r for r in evidence if r["relation"] == "cross_tenant"]
     damaged = [r for r in evidence + review if r["recipient_damage"] or r["source_damage"]]
     report = {
+        "format": schema.MATCH_FORMAT,
         "parameters": p.record(),
         "parameter_sources": {key: ("option" if (overrides or {}).get(key) is not None else
                                     "file" if key in config.section("match") else "default")
