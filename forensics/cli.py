@@ -807,8 +807,11 @@ def review(
     as_json: bool = typer.Option(False, "--json", help="Print the recorded verdicts as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Record analyst verdicts in the report's hash-chained verdicts.jsonl (applied by the next
-    `forensics report` or `run`)."""
+    """Record an analyst's verdict on a finding.
+
+    Appended to the report's hash-chained verdicts.jsonl; the next `forensics report` or `run`
+    applies it (a dismissed finding leaves the list, a confirmed review candidate joins it).
+    """
     from forensics.review import verdicts as lib
 
     if import_csv is not None:
@@ -841,7 +844,10 @@ def notified(
     as_json: bool = typer.Option(False, "--json", help="Print the recorded notices as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Record notices sent to customers in the report's hash-chained notices.jsonl."""
+    """Record a notice sent to a customer.
+
+    Appended to the report's hash-chained notices.jsonl, which `forensics audit` reads.
+    """
     from forensics.review import ledger
 
     if import_csv is not None:
@@ -869,8 +875,11 @@ def audit(
     as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Compare notices sent with the notification list, write audit.csv; exit 1 while anyone on
-    the list is not notified."""
+    """Check who on the list has not been notified yet.
+
+    Compares notices sent with the notification list and writes audit.csv; exit 1 while anyone
+    on the list is not notified.
+    """
     from forensics.review import ledger
 
     result = ledger.audit(report_dir, _when(now, "--now"))
@@ -898,8 +907,11 @@ def viewer(
     case: Optional[Path] = typer.Option(None, "--case", metavar="DIR", help="The case folder the report was made from (default: REPORT/case)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
-    """Write review.html into the report: every finding and review candidate, both texts side by
-    side with the matched passages highlighted, filters and keyboard navigation (no network)."""
+    """Write the evidence viewer, review.html, into the report.
+
+    Every finding and review candidate, both texts side by side with the matched passages
+    highlighted, filters and keyboard navigation; one file, no network.
+    """
     from forensics.review import viewer as lib
 
     written = lib.build(report_dir, case)
