@@ -42,12 +42,8 @@ from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError
 from forensics.progress import Reporter, reporter
 
-#: Columns of suspects.csv: the contract's first (spec/outputs.md), then the rest of the table.
-CSV_COLUMNS = (
-    "request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons",
-    "completed_at", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens", "borderline",
-    "engine_signature", "prefill_node", "decode_node", "bootstrap_room",
-)
+#: Columns of suspects.csv (schema.SUSPECTS_CSV).
+CSV_COLUMNS = schema.SUSPECTS_CSV
 #: Rows of each anomaly kept in scan.json (the count is always complete; the SQL file lists all).
 ANOMALY_ROWS_KEPT = 200
 ENGINE_SIGNATURE_REASON = "engine_signature"

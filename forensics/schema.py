@@ -208,6 +208,25 @@ SUSPECTS = pa.schema(
     ]
 )
 
+# The CSV files of spec/outputs.md: each column listed once, here (scan, match and report read these).
+#: Columns of suspects.csv: the contract's first (spec/outputs.md), then the rest of the table.
+SUSPECTS_CSV = (
+    "request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons",
+    "completed_at", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens", "borderline",
+    "engine_signature", "prefill_node", "decode_node", "bootstrap_room",
+)
+#: Columns of evidence.csv, in order: the contract of spec/outputs.md, then ours.
+EVIDENCE_CSV = (
+    "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
+    "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
+    "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
+    "other_source_requests", "expected_by_chance", "strength_bits", "same_decode_node", "recipient_decode_node",
+    "source_decode_node", "seconds_before", "records_since_source_on_node", "mechanism_factor",
+    "expected_by_chance_with_mechanism", "recipient_damage", "source_damage", "passages",
+)
+#: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
+REVIEW_CSV = EVIDENCE_CSV + ("why_not_notified",)
+
 TIERS = ("confirmed", "probable", "possible")
 
 EVIDENCE = pa.schema(

@@ -270,3 +270,13 @@ def test_a_request_id_holding_the_separator_is_flagged_and_kept_whole(tmp_path: 
     assert [r["request_id"] for r in notice["recipient"]["requests"]] == [odd]
     summary = (rd / "summary.md").read_text(encoding="utf-8").replace("\\", "")  # Markdown escapes
     assert "contains ';'" in summary and row["packet"] in summary
+
+
+def test_every_csv_column_is_a_column_of_its_table() -> None:
+    # The CSV files are listed once, in the schema module, and hold only columns their table has.
+    from forensics import schema
+
+    for columns, table in ((schema.SUSPECTS_CSV, schema.SUSPECTS), (schema.EVIDENCE_CSV, schema.EVIDENCE),
+                           (schema.REVIEW_CSV, schema.REVIEW)):
+        assert len(set(columns)) == len(columns)
+        assert set(columns) <= set(table.names), set(columns) - set(table.names)

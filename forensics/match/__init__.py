@@ -58,17 +58,9 @@ from forensics.match.verification import verify_hits
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter
 
-#: Columns of evidence.csv, in order: the contract of spec/outputs.md, then ours.
-CSV_COLUMNS = (
-    "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
-    "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end", "source_start",
-    "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
-    "other_source_requests", "expected_by_chance", "strength_bits", "same_decode_node", "recipient_decode_node",
-    "source_decode_node", "seconds_before", "records_since_source_on_node", "mechanism_factor", "expected_by_chance_with_mechanism", "recipient_damage",
-    "source_damage", "passages",
-)
-#: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
-REVIEW_COLUMNS = CSV_COLUMNS + ("why_not_notified",)
+#: Columns of evidence.csv and review.csv (schema.EVIDENCE_CSV, schema.REVIEW_CSV).
+CSV_COLUMNS = schema.EVIDENCE_CSV
+REVIEW_COLUMNS = schema.REVIEW_CSV
 
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from forensics import schema
 from forensics.case import Case, case_lock, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, load_saved
 from forensics.errors import CaseError, OutputError
@@ -40,10 +41,6 @@ from forensics.review import LEDGERS, OWN_FILES
 
 __all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "report_folder", "verify", "write_report"]
 
-SUSPECT_COLUMNS = ("request_id", "tenant_id", "model", "received_at", "prompt_tokens", "prompt_tokens_source", "reasons")
-EVIDENCE_COLUMNS = ("finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id",
-                    "source_kind", "tier", "score", "matched_tokens", "recipient_start", "recipient_end",
-                    "source_start", "source_end", "rarity")
 #: Stage records copied into the report folder (and hashed with the other outputs).
 STAGE_RECORDS = ("scan.json", "match.json")
 #: Top-level entries of the report folder that are not report outputs (the run's case folder).
@@ -328,10 +325,10 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
         if (case / record).is_file():
             safe.copy_file(case / record, report_dir / record)
-    _copy_stage_csv(case, report_dir, "suspects", SUSPECT_COLUMNS, "received_at NULLS LAST, request_id, tenant_id NULLS LAST")
+    _copy_stage_csv(case, report_dir, "suspects", schema.SUSPECTS_CSV, "received_at NULLS LAST, request_id, tenant_id NULLS LAST")
     if (case / "review.csv").is_file():  # candidates that put nobody on the list, for an analyst to look at
         safe.copy_file(case / "review.csv", report_dir / "review.csv")
-    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", EVIDENCE_COLUMNS,
+    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", schema.EVIDENCE_CSV,
                                      "recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, "
                                      "source_tenant_id NULLS LAST, source_kind, recipient_start, finding_id")
 
