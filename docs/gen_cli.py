@@ -1,6 +1,7 @@
-"""Generate docs/cli.md and the README's usage blocks from the CLI itself.
+"""Generate docs/cli.md and the README's usage blocks from the CLI itself, and docs/settings.md
+from the settings table (forensics/settings.py).
 
-    python docs/gen_cli.py           # rewrite docs/cli.md and the README blocks
+    python docs/gen_cli.py           # rewrite docs/cli.md, docs/settings.md and the README blocks
     python docs/gen_cli.py --check   # exit 1 (naming the file) when either is stale
 
 The README holds blocks between ``<!-- cli-usage: CMD [CMD ...] -->`` and ``<!-- /cli-usage -->``;
@@ -16,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "cli.md"
+SETTINGS_DOC = ROOT / "docs" / "settings.md"
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- cli-usage: ([a-z ]+) -->\n)(.*?)(<!-- /cli-usage -->)", re.S)
 
@@ -64,7 +66,10 @@ def main(argv: list[str]) -> int:
     """Write (or with --check, compare) docs/cli.md and the README's usage blocks."""
     check = "--check" in argv
     stale = []
-    for path, fresh in ((DOC, reference()), (README, readme(README.read_text(encoding="utf-8")))):
+    from forensics import settings
+
+    for path, fresh in ((DOC, reference()), (SETTINGS_DOC, settings.markdown() + "\n"),
+                        (README, readme(README.read_text(encoding="utf-8")))):
         current = path.read_text(encoding="utf-8") if path.is_file() else ""
         if current != fresh:
             stale.append(path.relative_to(ROOT).as_posix())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from forensics import settings
 from forensics.errors import ConfigError
 
 
@@ -31,11 +32,11 @@ def input_formats() -> tuple[str, ...]:
 #: [report] keys by the report stage (forensics.report.notices.REPORT_KEYS) and notify_within_hours
 #: here; [scan] takes no keys yet, so any key there is a typo and refused here.
 SECTIONS = ("scan", "match", "report")
-SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {"mask", "contact", "actions_taken", "notify_within_hours"}}
+SECTION_KEYS: dict[str, set[str]] = {"scan": set(), "report": {s.key for s in settings.section("report")}}
 #: Hours a customer on the list may wait for its notice before ``forensics audit`` flags it overdue.
-NOTIFY_WITHIN_HOURS = 72
+NOTIFY_WITHIN_HOURS = settings.get("report", "notify_within_hours").default
 #: Allowed range of notify_within_hours (inclusive): an hour to a year.
-NOTIFY_BOUNDS = (1, 8760)
+NOTIFY_BOUNDS = settings.get("report", "notify_within_hours").bounds()
 
 EXAMPLES = {
     "name": 'name = "glm-5.3-kv-pool"',
@@ -205,7 +206,7 @@ def _parse_zone(value: Any, key: str) -> str:
 #: Allowed range (inclusive) of the token-count settings: far above any model's window, but a
 #: typo of a few extra digits (or a value past 64 bits) is refused instead of silently making
 #: every request fit under the ceiling.
-TOKEN_BOUNDS = (1, 1_000_000_000)
+TOKEN_BOUNDS = settings.get("", "real_ceiling_tokens").bounds()
 #: The numeric top-level keys of the case file (the [match] ones are in forensics.match.tiers).
 NUMERIC_KEYS = ("real_ceiling_tokens", "advertised_window_tokens")
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from forensics import settings
 from forensics.errors import ConfigError
 
 
@@ -75,33 +76,16 @@ class MatchParams:
         return d
 
 
-#: Type and allowed range (inclusive) of every numeric key. The upper bounds lie far above any
-#: sensible value; they exist because a typo such as ``k = 1e20`` or ``confirm_score = nan`` used to
-#: be accepted and silently empty the notification list.
+#: Type and allowed range (inclusive) of every numeric key, from the settings table
+#: (``forensics/settings.py``). The upper bounds lie far above any sensible value; they exist because
+#: a typo such as ``k = 1e20`` or ``confirm_score = nan`` used to be accepted and silently empty the
+#: notification list.
 NUMERIC_BOUNDS: dict[str, tuple[type, int | float, int | float]] = {
-    "k": (int, 2, 64),
-    "min_tokens": (int, 1, 1_000_000),
-    "confirm_tokens": (int, 1, 1_000_000),
-    "min_run": (int, 1, 1_000_000),
-    "max_tenants": (int, 1, 1_000_000),
-    "control_size": (int, 0, 1_000_000),
-    "seed": (int, 0, 2**64 - 1),  # the sample is drawn with a 64-bit xxhash seed
-    "margin": (int, 0, 100_000),
-    "gap": (int, 1, 100_000),
-    "workers": (int, 0, 4096),
-    "batch_rows": (int, 1, 1_000_000),
-    "confirm_score": (float, 0, 100),
-    "probable_score": (float, 0, 100),
-    "damaged_score": (float, 0, 100),
-    "confirm_rarity": (float, 0, 1),
-    "probable_rarity": (float, 0, 1),
-    "signature_rarity": (float, 0, 1),
-    "lookback_minutes": (float, 0, 5_256_000),  # ten years
-    "confirm_evalue": (float, 0, 1000),
-    "probable_evalue": (float, 0, 1000),
+    s.key: (int if s.kind == "int" else float, *s.bounds())
+    for s in settings.section("match") if s.kind in ("int", "float")
 }
-_BOOL_KEYS = {"same_decode_node"}
-_CHOICE_KEYS = {"tiering": ("evalue", "rules")}
+_BOOL_KEYS = {s.key for s in settings.section("match") if s.kind == "bool"}
+_CHOICE_KEYS = {s.key: s.choices for s in settings.section("match") if s.kind == "choice"}
 KEYS = tuple(f.name for f in dataclasses.fields(MatchParams))
 
 

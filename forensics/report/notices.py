@@ -18,6 +18,7 @@ from typing import Any
 
 import phonenumbers
 
+from forensics import settings
 from forensics.errors import ConfigError
 from forensics.report import safe
 from forensics.report.data import CaseData, Finding, Suspect, best_tier, iso
@@ -30,13 +31,13 @@ NOTIFICATION_COLUMNS = (
 PREVIEW_CHARS = 300
 
 #: ``[report] mask``: "default" masks contact details too; "none" shows phone numbers and emails.
-MASK_POLICIES = ("default", "none")
+MASK_POLICIES = settings.get("report", "mask").choices
 #: Always masked in a notice, whatever the policy (the last 4 characters of numbers stay).
 ALWAYS_MASKED = ("credential", "payment_card", "iban", "national_id")
 #: Masked unless ``[report] mask = "none"``.
 CONTACT_DETAILS = ("email", "phone")
 #: Keys ``[report]`` takes (forensics.config refuses any other).
-REPORT_KEYS = {"mask": "default", "contact": "", "actions_taken": ""}
+REPORT_KEYS = {s.key: s.default for s in settings.section("report") if s.kind in ("choice", "text")}
 #: A word holding this many digits is a number worth masking even when no detector recognised it
 #: (an account or record number, a phone number libphonenumber calls invalid).
 NUMBER_DIGITS = 6

@@ -1,0 +1,135 @@
+"""One table of the case file's settings: key, section, type, allowed values, default, CLI option, help.
+
+Validation reads its types and ranges (``forensics/config.py`` for the top level and ``[report]``,
+``forensics/match/tiers.py`` for ``[match]``), ``docs/settings.md`` is generated from it
+(``python docs/gen_cli.py``) and a test holds the CLI options it names to the commands. Adding a
+setting is one row here plus its use; a row whose key nothing reads fails the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One case-file key."""
+
+    key: str
+    section: str  # "" for the top level, else the table name ("match", "report")
+    kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto")
+    default: Any
+    help: str
+    low: int | float | None = None  # inclusive range of int, float and tokens settings
+    high: int | float | None = None
+    choices: tuple[str, ...] = ()
+    cli: str | None = None  # the option that sets it for one command (match, scan), if any
+    result: bool = True  # False: changes how the tool runs, never what it finds
+
+    def bounds(self) -> tuple[int | float, int | float]:
+        """(low, high) of a ranged setting; ValueError for one without a range."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.name} has no range")
+        return self.low, self.high
+
+    @property
+    def name(self) -> str:
+        """How the case file writes it: ``key`` or ``[section] key``."""
+        return f"[{self.section}] {self.key}" if self.section else self.key
+
+    def allowed(self) -> str:
+        """The allowed values in words, for errors and the docs."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "text":
+            return "a string"
+        what = {"int": "a whole number", "float": "a number", "tokens": "a whole number"}[self.kind]
+        extra = ' or "auto"' if self.kind == "tokens" else ""
+        return f"{what} from {_num(self.low)} to {_num(self.high)}{extra}"
+
+
+def _num(value: float | None) -> str:
+    """A bound as people write it: 1,000,000, 0.5."""
+    if value is None:
+        return ""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _m(key: str, kind: str, default: Any, low: float | None, high: float | None, help: str, cli: str | None = None,
+       result: bool = True, choices: tuple[str, ...] = ()) -> Setting:
+    return Setting(key, "match", kind, default, help, low, high, choices, cli, result)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("real_ceiling_tokens", "", "tokens", "auto", "the KV pool's real size in tokens; auto: from the engine's "
+            "startup lines", 1, 1_000_000_000, cli="--ceiling"),
+    Setting("advertised_window_tokens", "", "tokens", "auto", "the context window the provider advertised; auto: from "
+            "the engine's startup lines", 1, 1_000_000_000),
+    _m("k", "int", 5, 2, 64, "tokens per k-gram", "--k"),
+    _m("min_tokens", "int", 8, 1, 1_000_000, "informative matched tokens for a probable finding (rules)", "--min-tokens"),
+    _m("confirm_tokens", "int", 12, 1, 1_000_000, "informative matched tokens for a confirmed finding (rules)",
+       "--confirm-tokens"),
+    _m("confirm_score", "float", 90.0, 0, 100, "alignment score for a confirmed finding (rules)", "--confirm-score"),
+    _m("probable_score", "float", 70.0, 0, 100, "alignment score of any candidate", "--probable-score"),
+    _m("min_run", "int", 8, 1, 1_000_000, "identical consecutive tokens a short probable finding needs (rules)",
+       "--min-run"),
+    _m("probable_rarity", "float", 0.5, 0, 1, "a probable finding must not be mostly text other tenants held"),
+    _m("damaged_score", "float", 85.0, 0, 100, "score of a long damaged passage (rules R2b)"),
+    _m("signature_rarity", "float", 0.75, 0, 1, "rarity of a short finding on an engine-signature suspect (rules R3)"),
+    _m("confirm_rarity", "float", 0.5, 0, 1, "rarity of a confirmed finding (rules)", "--confirm-rarity"),
+    _m("max_tenants", "int", 2, 1, 1_000_000, "a k-gram held by more tenants than this is common text",
+       "--max-tenants"),
+    _m("lookback_minutes", "float", 0.0, 0, 5_256_000, "search only records this recent; 0: every earlier record",
+       "--lookback-minutes"),
+    _m("same_decode_node", "bool", False, None, None, "search only records decoded on the suspect's decode node"),
+    _m("control_size", "int", 200, 0, 1_000_000, "non-suspect responses matched as the null and false-positive control",
+       "--control-size"),
+    _m("seed", "int", 0, 0, 2**64 - 1, "chooses the control sample (a 64-bit xxhash seed)", "--seed"),
+    _m("margin", "int", 8, 0, 100_000, "tokens added on each side of a hit cluster before alignment"),
+    _m("gap", "int", 16, 1, 100_000, "hits further apart than this many tokens start a new cluster"),
+    _m("tiering", "choice", "evalue", None, None, "evalue: tiers from expected_by_chance_with_mechanism; rules: the "
+       "old fixed rules R1-R3, for comparison", choices=("evalue", "rules")),
+    _m("confirm_evalue", "float", 0.0001, 0, 1000, "a finding expected by chance at most this often is confirmed"),
+    _m("probable_evalue", "float", 0.001, 0, 1000, "... probable; weaker candidates go to review.csv"),
+    _m("workers", "int", 0, 0, 4096, "processes for the match stage; 0: one per core", "--workers", result=False),
+    _m("batch_rows", "int", 16, 1, 1_000_000, "at least this many rows per streamed batch", result=False),
+    Setting("mask", "report", "choice", "default", "what a customer's notice masks: default masks secrets, card, "
+            "account and id numbers (but their last 4), phone numbers and emails; none leaves phones and emails",
+            choices=("default", "none")),
+    Setting("contact", "report", "text", "", "the contact line of every notice"),
+    Setting("actions_taken", "report", "text", "", "what the provider did, in every notice"),
+    Setting("notify_within_hours", "report", "int", 72, "hours a customer on the list may wait for its notice before "
+            "forensics audit flags it overdue", 1, 8760),
+)
+
+BY_NAME: dict[tuple[str, str], Setting] = {(s.section, s.key): s for s in SETTINGS}
+
+
+def section(name: str) -> tuple[Setting, ...]:
+    """The settings of one section ("" for the top level)."""
+    return tuple(s for s in SETTINGS if s.section == name)
+
+
+def get(section_name: str, key: str) -> Setting:
+    """The setting ``key`` of ``section_name`` (KeyError when the table has none)."""
+    return BY_NAME[(section_name, key)]
+
+
+def markdown() -> str:
+    """docs/settings.md: every setting with its type, allowed values, default, CLI option and help."""
+    lines = ["# Case-file settings", "",
+             "Generated from `forensics/settings.py` by `python docs/gen_cli.py`; do not edit by hand. Every value",
+             "is checked when the case file is read: an error names the key, the value and the allowed range.", ""]
+    for name in ("", "match", "report"):
+        lines += [f"## {'[' + name + ']' if name else 'Top level'}", "",
+                  "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
+        for s in section(name):
+            default = f'"{s.default}"' if isinstance(s.default, str) else str(s.default).lower() if isinstance(
+                s.default, bool) else f"{s.default:g}" if isinstance(s.default, float) else str(s.default)
+            what = s.help + ("" if s.result else " (how it runs, never what it finds)")
+            lines.append(f"| `{s.key}` | {s.allowed()} | `{default}` | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
+        lines.append("")
+    return "\n".join(lines)

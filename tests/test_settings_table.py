@@ -1,0 +1,45 @@
+"""The settings table (forensics/settings.py) is the one source of the case file's keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forensics import cli, config, settings
+from forensics.match import tiers
+from forensics.report import notices
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_match_settings_are_the_matchers_parameters_with_their_defaults() -> None:
+    params = {f.name: f.default for f in dataclasses.fields(tiers.MatchParams)}
+    table = {s.key: s.default for s in settings.section("match")}
+    assert table == params
+    # What does not change results is what match.json leaves out of its parameters.
+    assert {s.key for s in settings.section("match") if not s.result} == set(params) - set(tiers.MatchParams().record())
+
+
+def test_validation_reads_its_types_and_ranges_from_the_table() -> None:
+    for s in settings.section("match"):
+        if s.kind in ("int", "float"):
+            assert tiers.NUMERIC_BOUNDS[s.key] == (int if s.kind == "int" else float, s.low, s.high)
+    assert config.TOKEN_BOUNDS == settings.get("", "real_ceiling_tokens").bounds()
+    assert config.SECTION_KEYS["report"] == {s.key for s in settings.section("report")}
+    assert notices.MASK_POLICIES == settings.get("report", "mask").choices
+
+
+@pytest.mark.parametrize("setting", [s for s in settings.SETTINGS if s.cli], ids=lambda s: s.name)
+def test_every_named_option_exists_on_its_command(setting: settings.Setting) -> None:
+    command = "scan" if setting.section == "" else setting.section
+    assert f"{setting.cli} " in cli.help_text(command) or f"{setting.cli}\n" in cli.help_text(command)
+
+
+def test_the_settings_reference_is_fresh() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_cli.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (ROOT / "docs" / "settings.md").read_text(encoding="utf-8") == settings.markdown() + "\n"
