@@ -223,6 +223,9 @@ def test_corpus_runs_clean_with_exact_quarantine(tmp_path: Path, corpus: tuple[P
         assert p.resolve().is_relative_to(report.resolve())
         assert "\n" not in p.name and "\u202e" not in p.name and ".." not in p.relative_to(report).parts
     assert api.verify(report).ok
+    # The report's manifest says which input entries were not read, as the case's does.
+    report_man = json.loads((report / "manifest.json").read_text())
+    assert report_man["reconciliation"]["skipped_inputs"] == man["skipped_inputs"]
 
 
 def test_corpus_through_the_cli_is_no_internal_error(tmp_path: Path, corpus: tuple[Path, dict[str, int]],

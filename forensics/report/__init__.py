@@ -375,7 +375,8 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         "inputs_root": Path(_rel(root, report_dir)).as_posix(),
         "inputs": inputs,
         "reconciliation": {k: v for k, v in data.ingest_manifest.items()
-                           if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer")},
+                           if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
+                                    "skipped_inputs")},
         "parameters": {"case": cfg_json, "scan": data.scan_info.get("parameters", {}),
                        "match": data.match_info.get("parameters", {}), "report": config.section("report")},
         "stage_records": {r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
