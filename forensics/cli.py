@@ -687,11 +687,14 @@ def report(
     Exit 1 when any customer must be notified, 0 when nobody must.
     """
     from forensics import api
-    from forensics.verify import seal
+    from forensics.verify import check_private_key
+    from forensics.verify import sealed as read_seal
 
+    if sign is not None:  # a bad key must fail before the report is written, not after it
+        check_private_key(sign)
     cfg = api.make_config(config) if config is not None else None
-    result = api.report(case, cfg, out_dir, progress=_progress(quiet))
-    sealed = seal(result.report_dir, sign)
+    result = api.report(case, cfg, out_dir, progress=_progress(quiet), sign=sign)
+    sealed = read_seal(result.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
@@ -743,14 +746,13 @@ def run(
     Exit 0 when nothing was found, 1 when customers must be notified, 2 on an error.
     """
     from forensics import api
-    from forensics.verify import seal
+    from forensics.verify import check_private_key
+    from forensics.verify import sealed as read_seal
 
     if sign is not None:  # a bad key must fail before the run, not after it
-        from forensics.verify import check_private_key
-
         check_private_key(sign)
-    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet))
-    sealed = seal(result.report.report_dir, sign)
+    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign)
+    sealed = read_seal(result.report.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:

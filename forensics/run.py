@@ -76,7 +76,7 @@ def find_case_file(path: Path) -> Path:
                       fix="name one of them, or call the one to use case.toml")
 
 
-def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) -> RunResult:
+def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None) -> RunResult:
     """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
 
     Everything, the case folder included, is built in a fresh folder next to the report folder
@@ -84,7 +84,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) ->
     interrupted or failed run leaves the previous report as it was, and a re-run starts afresh.
     """
     from forensics import api
-    from forensics.report import report_dir_for, report_folder, write_report
+    from forensics.report import report_dir_for, report_folder, sign_report, write_report
 
     cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
     if not cfg.inputs:
@@ -124,6 +124,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None) ->
 
         t0 = time.monotonic()
         reported = write_report(case_dir, cfg, building, progress=progress)
+        sign_report(building, sign)  # inside the folder before it is swapped in
         stages.append({"stage": "report", "seconds": round(time.monotonic() - t0, 3),
                        "rows": len(reported.notices), "note": "notifications"})
     reported.report_dir = report_dir

@@ -140,6 +140,12 @@ class Seal:
         return {"manifest_sha256": self.manifest_sha256, "signature": str(self.signature) if self.signature else None}
 
 
+def sealed(report_dir: Path) -> Seal:
+    """The finished report's manifest hash and its signature file, if any (nothing is written)."""
+    sig_path = Path(report_dir) / SIGNATURE
+    return Seal(manifest_sha256(report_dir), sig_path if sig_path.is_file() else None)
+
+
 def seal(report_dir: Path, key: Path | None = None) -> Seal:
     """Sign manifest.json with the Ed25519 private key ``key`` (a detached manifest.json.sig), or,
     without a key, remove a signature left by an earlier run (it would no longer match)."""

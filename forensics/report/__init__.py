@@ -293,19 +293,31 @@ def _config_for(case: Path, config: CaseConfig | None) -> CaseConfig:
     return config
 
 
-def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None) -> ReportResult:
+def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None,
+           sign: Path | None = None) -> ReportResult:
     """Write the report folder ``OUT/<case name>/`` for a case that has been scanned and matched.
 
     The case is read under its shared lock (no ingest, scan or match may change it meanwhile);
-    the report folder is written as :func:`report_folder` says.
+    the report folder is written as :func:`report_folder` says. ``sign``: an Ed25519 private key
+    whose signature of manifest.json (manifest.json.sig) is written before the folder is swapped
+    in, so a report is never in place unsigned when a signature was asked for.
     """
     case = Path(case)
     config = _config_for(case, config)
     reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
     with reading, report_folder(out, config.name, keep=case) as building:
         result = write_report(case, config, building, progress)
+        sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
     return result
+
+
+def sign_report(report_dir: Path, key: Path | None) -> None:
+    """Write manifest.json.sig with ``key`` into a report being built (nothing without a key)."""
+    if key is not None:
+        from forensics.verify import seal
+
+        seal(report_dir, key)
 
 
 def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Reporter | None = None) -> ReportResult:
