@@ -175,3 +175,19 @@ def test_vllm_prompt_with_escapes_and_double_quotes(tmp_path: Path) -> None:
         r"""Generated response r-5: output: "it's \"quoted\"\n\u00e9", output_token_ids: [1, 2], finish_reason: length""",
     ])
     assert ev[0]["output_text"] == 'it\'s "quoted"\n\u00e9' and ev[0]["output_len"] == 2
+
+
+def test_vllm_prompt_token_ids_give_the_gateway_row_its_engine_count(tmp_path: Path) -> None:
+    # The gateway copied the placeholder's prompt_tokens: 1; vLLM logged the ids it really ran on.
+    prompt = "Please review the indemnity clause of the supplier agreement and list the risks. " * 4
+    n = 70
+    gateway = tmp_path / "export.jsonl"
+    gateway.write_text(jsonl([row(1, request_id="chatcmpl-77", prompt_tokens=1,
+                                  request_body=json.dumps({"messages": [{"role": "user", "content": prompt}]}))]))
+    engine = tmp_path / "vllm-0_0.log"
+    ids = ", ".join(str(100 + i) for i in range(n))
+    engine.write_text(VLLM_PREFIX + f"Request chatcmpl-77 details: prompt: {prompt!r}, prompt_token_ids: [{ids}], prompt_embeds shape: None.\n")
+    api.ingest(tmp_path / "case", [gateway, engine])
+    (x,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (x["reported_prompt_tokens"], x["reported_prompt_tokens_plausible"]) == (1, False)
+    assert (x["prompt_tokens"], x["prompt_tokens_source"], x["rid"]) == (n, "engine", "chatcmpl-77")
