@@ -191,3 +191,13 @@ def test_vllm_prompt_token_ids_give_the_gateway_row_its_engine_count(tmp_path: P
     (x,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert (x["reported_prompt_tokens"], x["reported_prompt_tokens_plausible"]) == (1, False)
     assert (x["prompt_tokens"], x["prompt_tokens_source"], x["rid"]) == (n, "engine", "chatcmpl-77")
+
+
+def test_helicone_csv_line_that_is_not_utf8_is_quarantined_and_counts_reconcile(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes(as_csv([row(1)]).encode() + b"h-2,\xff\xfe,broken\n" + as_csv([row(3)]).split("\n", 1)[1].encode())
+    result = api.ingest(tmp_path / "case", [path])
+    entry = result.manifest["files"][0]
+    assert (entry["format"], entry["ingested"], entry["quarantined"], entry["reconciled"]) == ("helicone", 2, 1, True)
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_line"] == 3 and "not valid UTF-8" in q["reason"]

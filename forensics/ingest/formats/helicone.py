@@ -57,11 +57,11 @@ def _csv_header(line: str) -> list[str] | None:
         return None
 
 
-def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str, bytes]]:
+def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str | None, bytes]]:
     """Group physical lines into CSV records: a record ends where its double quotes balance.
 
     Yields (first line number, record text, record bytes); an undecodable line is yielded alone
-    with empty text so the caller quarantines it as not UTF-8.
+    with no text so the caller quarantines it as not UTF-8.
     """
     start, quotes = 0, 0
     texts: list[str] = []
@@ -71,7 +71,7 @@ def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str, bytes]]:
             if texts:  # the record around it cannot be read either
                 yield start, "\n".join(texts), b"\n".join(raws)
                 texts, raws, quotes = [], [], 0
-            yield line.number, "\x00", line.raw
+            yield line.number, None, line.raw
             continue
         if not texts:
             start = line.number
@@ -110,11 +110,8 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     if header is None:
         return
     for number, text, raw in _records(lines):
-        if text == "\x00":
-            yield Line(number, None, raw)
-            continue
-        if not text.strip():
-            yield Line(number, "", raw)
+        if text is None or not text.strip():
+            yield Line(number, text, raw)
             continue
         obj: dict[str, Any]
         if text.count('"') % 2:
