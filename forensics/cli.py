@@ -310,7 +310,7 @@ def ingest(
                                        help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
-                                      help="litellm, openai-split or sglang; sniffed from each file when omitted."),
+                                      help="helicone, litellm, openai-split, sglang or vllm; sniffed from each file when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),

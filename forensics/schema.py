@@ -134,6 +134,7 @@ ENGINE_EVENT_KINDS = (
     "startup",  # max_total_num_tokens / context_len line
     "request_received",
     "request_finished",
+    "output_delta",  # vLLM: one streamed piece of a response ("Generated response X (streaming delta)")
     "over_limit",  # "Input length (N tokens) exceeds the maximum allowed length"
     "exceeds_max_tokens",  # "Request X exceeds the maximum number of tokens: N > M"
     "req_time_stats",

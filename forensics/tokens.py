@@ -7,7 +7,8 @@ A prompt's trusted ``prompt_tokens`` comes, best first, from:
     canonical prompt text; exact up to the chat template's few tokens per message.
 ``engine``
     the inference engine's own figure for the real input (SGLang's over-limit line names the real
-    length; a prefill ``ReqTimeStats`` ``input_len`` when it is plausible for the text).
+    length; a prefill ``ReqTimeStats`` ``input_len``, or the number of vLLM's logged
+    ``prompt_token_ids``, when it is plausible for the text).
 ``reported``
     the gateway's figure, when it is plausible for the text.
 ``estimate``

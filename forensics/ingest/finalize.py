@@ -15,7 +15,8 @@ line), so memory stays bounded by a batch and the output is byte-identical for t
 * Engine join keys: ``prefill_node``, ``decode_node`` and ``bootstrap_room`` come from the engine
   events whose ``rid`` is the request id.
 * Token counts: the engine's own figure for the real input (over-limit line, or a plausible
-  prefill ``input_len``) outranks the gateway's reported figure; see forensics.tokens.
+  prefill ``input_len``, or vLLM's count of ``prompt_token_ids``) outranks the gateway's
+  reported figure; see forensics.tokens.
 * Engine events seen in two overlapping exports of a node's log count once: an event is the
   same when node, raw text and its occurrence number within its file agree.
 * Damage (``exchanges.damage``, rules in forensics.schema): decided per staged record from the
@@ -331,7 +332,9 @@ SELECT rid,
   min(node) FILTER (WHERE role = 'decode') AS decode_node,
   min(bootstrap_room) AS bootstrap_room,
   max(input_len) FILTER (WHERE event IN ('over_limit', 'exceeds_max_tokens')) AS over_limit_len,
-  max(input_len) FILTER (WHERE event = 'req_time_stats' AND role = 'prefill') AS prefill_len
+  max(input_len) FILTER (WHERE (event = 'req_time_stats' AND role = 'prefill')
+                           -- vLLM's count of prompt_token_ids: the input as the engine tokenised it
+                           OR (event = 'request_received' AND input_len IS NOT NULL)) AS prefill_len
 FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
 """
 

@@ -1,0 +1,273 @@
+"""Helicone exports of ``request_response_rmt``, as CSV or JSON Lines (log-formats.md §4).
+
+One row per request: ``request_id``, ``request_created_at``, ``response_created_at``, ``status``,
+``prompt_tokens``, ``completion_tokens``, ``model``, ``organization_id`` (the tenant), ``user_id``,
+and the bodies ``request_body`` / ``response_body`` as JSON strings (or JSON values). Helicone's
+own export tool (``@helicone/export``) names some of these differently (``response_status``,
+``request_user_id``); those names are read too.
+
+A CSV export quotes the JSON-string bodies, so one record may span several physical lines; the
+format therefore reads its own files (:func:`read_records`) and is never split across workers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forensics import schema
+from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
+from forensics.ingest.fields import (
+    NoTenant,
+    RecordError,
+    as_str,
+    chunks_text,
+    first_objects,
+    get_path,
+    loads_object,
+    opt_count,
+    opt_int,
+    opt_str,
+    response_text,
+    time_field,
+)
+from forensics.ingest.reader import FileProblem, Line, Span, read_lines
+from forensics.ingest.registry import LogFormat, RecordKind, register
+
+#: Columns that only a Helicone request/response row has together (with ``request_id``).
+SIGNS = {"request_created_at", "request_body", "response_body", "response_created_at"}
+#: The default tenant: the organization the row belongs to.
+TENANT_FIELD = "organization_id"
+#: Set on the JSON object a CSV record becomes when the record itself is broken.
+CSV_ERROR = "_csv_error"
+
+
+def _csv_header(line: str) -> list[str] | None:
+    """The column names when ``line`` is a CSV header (not a JSON object), else None."""
+    if line.lstrip().startswith("{"):
+        return None
+    try:
+        return next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+
+
+def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str | None, bytes]]:
+    """Group physical lines into CSV records: a record ends where its double quotes balance.
+
+    Yields (first line number, record text, record bytes); an undecodable line is yielded alone
+    with no text so the caller quarantines it as not UTF-8.
+    """
+    start, quotes = 0, 0
+    texts: list[str] = []
+    raws: list[bytes] = []
+    for line in lines:
+        if line.text is None:
+            if texts:  # the record around it cannot be read either
+                yield start, "\n".join(texts), b"\n".join(raws)
+                texts, raws, quotes = [], [], 0
+            yield line.number, None, line.raw
+            continue
+        if not texts:
+            start = line.number
+        texts.append(line.text)
+        raws.append(line.raw)
+        quotes += line.text.count('"')
+        if quotes % 2 == 0:
+            yield start, "\n".join(texts), b"\n".join(raws)
+            texts, raws, quotes = [], [], 0
+    if texts:
+        yield start, "\n".join(texts), b"\n".join(raws)
+
+
+def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
+    """The file's records: JSON Lines as they are, CSV records as one JSON object each.
+
+    A CSV record becomes ``{column: value}`` (what a JSON Lines row holds, values as strings) and
+    keeps its own bytes in ``raw`` (hashed for duplicates) and the number of its first line. A
+    record whose quotes never close or whose field count differs from the header becomes an
+    object carrying only the reason, which the parser quarantines. The header is counted as a
+    blank line so the file's counts still reconcile.
+    """
+    lines = read_lines(path, problems, span)
+    header: list[str] | None = None
+    for line in lines:
+        if line.text is None or not line.text.strip():
+            yield line
+            continue
+        header = _csv_header(line.text)
+        if header is None:  # JSON Lines: every line is a record
+            yield line
+            yield from lines
+            return
+        yield Line(line.number, "", line.raw)  # the header holds no record
+        break
+    if header is None:
+        return
+    for number, text, raw in _records(lines):
+        if text is None or not text.strip():
+            yield Line(number, text, raw)
+            continue
+        obj: dict[str, Any]
+        if text.count('"') % 2:
+            obj = {CSV_ERROR: "CSV record has an unterminated quoted field (it runs to the end of the file)"}
+        else:
+            try:
+                fields = next(csv.reader(io.StringIO(text, newline=""), strict=True))
+            except csv.Error as exc:
+                fields, obj = [], {CSV_ERROR: f"CSV record cannot be read ({exc})"}
+            else:
+                if len(fields) != len(header):
+                    obj = {CSV_ERROR: f"CSV record has {len(fields)} fields, the header has {len(header)}"}
+                else:
+                    obj = dict(zip(header, fields, strict=True))
+        yield Line(number, orjson.dumps(obj).decode(), raw)
+
+
+def _body(value: Any, field: str) -> tuple[Any, bool]:
+    """A JSON-string body decoded, and whether it was cut short (valid JSON up to its end).
+
+    A body whose JSON stops early was cut by the export (a size limit); one that is wrong
+    elsewhere is broken, and a broken body is a RecordError.
+    """
+    if not isinstance(value, str):
+        return value, False
+    stripped = value.strip()
+    if stripped[:1] not in ("{", "["):
+        return (None if stripped == "" else value), False
+    try:
+        return orjson.loads(stripped), False
+    except orjson.JSONDecodeError as exc:
+        if "end of data" in str(exc):
+            return None, True
+        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
+                          fix=f"re-export the row with its {field} intact") from None
+
+
+def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]:
+    """The tenant id and the field that gave it (``auto`` means organization_id)."""
+    field = TENANT_FIELD if tenant_field in ("auto", "") else tenant_field
+    value = get_path(obj, field)
+    if value is None or value == "":
+        raise NoTenant(field)
+    return as_str(value, field), field
+
+
+class HeliconeParser:
+    """Helicone request/response rows from a CSV or JSON Lines export."""
+
+    name = "helicone"
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """A JSON object or a CSV header with request_id and at least two of SIGNS."""
+        if lines:
+            header = _csv_header(lines[0])
+            if header is not None:
+                names = {h.strip() for h in header}
+                return "request_id" in names and len(names & SIGNS) >= 2
+        return any("request_id" in obj and len(set(obj) & SIGNS) >= 2 for obj in first_objects(lines))
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """One exported row into an exchange row, or a quarantine reason."""
+        try:
+            obj = loads_object(text)
+            if CSV_ERROR in obj:
+                raise RecordError(str(obj[CSV_ERROR]), fix="re-export the file as CSV with every field quoted, or as JSON Lines")
+            row = self._row(obj, ctx)
+        except RecordError as exc:
+            return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenant))
+        row.update(provenance(ctx, line_number, text, "helicone_row"))
+        return "exchanges", row
+
+    def _row(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
+        request_id = opt_str(obj, "request_id") or opt_str(obj, "response_id")
+        if request_id is None:
+            raise RecordError("missing required field 'request_id'", fix="re-export the rows with 'request_id' (it identifies the request)")
+        received, assumed1 = time_field(obj, "request_created_at", ctx.zone)
+        completed, assumed2 = time_field(obj, "response_created_at", ctx.zone, required=False)
+        tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
+        request, _ = _body(obj.get("request_body"), "request_body")
+        if request is not None and not isinstance(request, Mapping):
+            raise RecordError(f"request_body is a {type(request).__name__}, expected the chat request object")
+        request = request or {}
+        response, cut = _body(obj.get("response_body"), "response_body")
+        problems: list[str] = []
+        if cut:
+            problems.append("response_body is cut short (its JSON ends early); the response text is unknown")
+        prompt, nontext, n_messages = self._prompt(request)
+        text, finish, usage = self._response(response)
+        status = obj.get("status", obj.get("response_status"))
+        # Helicone writes -1 (and other negatives) for a request that never got a response.
+        code = opt_int(status, "status", problems, -999, 999)
+        reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
+        if reported is None:
+            reported = opt_count(usage.get("prompt_tokens"), "response_body.usage.prompt_tokens", problems)
+        completion = opt_count(obj.get("completion_tokens"), "completion_tokens", problems)
+        if completion is None:
+            completion = opt_count(usage.get("completion_tokens"), "response_body.usage.completion_tokens", problems)
+        routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
+        failed = (code is not None and (code < 0 or code >= 400)) or (isinstance(response, Mapping) and "error" in response)
+        stream = request.get("stream")
+        row: dict[str, Any] = {
+            "request_id": request_id,
+            "tenant_id": tenant,
+            "tenant_field": tenant_field,
+            "user_id": opt_str(obj, "user_id") or opt_str(obj, "request_user_id"),
+            "model": opt_str(obj, "model") or (request.get("model") if isinstance(request.get("model"), str) else None),
+            "model_routed": routed,
+            "received_at": received,
+            "completed_at": completed,
+            "status": "failure" if failed else "success",
+            "status_code": code if code is not None and code >= 0 else None,
+            "finish_reason": finish,
+            "stream": stream if isinstance(stream, bool) else None,
+            "response_text": None if cut else text,
+            "response_truncated": cut,
+            "reported_completion_tokens": completion,
+            "completion_tokens": completion,
+            "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
+            "problems": "; ".join(problems) or None,
+        }
+        row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        return row
+
+    @staticmethod
+    def _prompt(request: Mapping[str, Any]) -> tuple[str | None, int, int]:
+        try:
+            if "messages" in request:
+                messages = request["messages"]
+                if not isinstance(messages, list):
+                    raise RecordError(f"request_body.messages is a {type(messages).__name__}, expected a list of messages")
+                text, nontext = schema.render_messages(messages)
+                return text, nontext, len(messages)
+            if "prompt" in request:
+                return schema.render_prompt(request["prompt"]), 0, 1
+        except TypeError as exc:
+            raise RecordError(f"request_body.{exc}") from None
+        return None, 0, 0
+
+    @staticmethod
+    def _response(response: Any) -> tuple[str | None, str | None, dict[str, Any]]:
+        # A streamed answer is stored either reassembled (choices) or as its chunks (streamed_data).
+        if isinstance(response, Mapping) and "choices" not in response and isinstance(response.get("streamed_data"), list):
+            return chunks_text(response["streamed_data"], "response_body.streamed_data")
+        return response_text(response, "response_body")
+
+
+_parser = HeliconeParser()
+FORMAT = register(LogFormat(
+    name=_parser.name,
+    summary="Helicone request_response_rmt export (CSV or JSON Lines) with JSON-string request and response bodies",
+    table="exchanges",
+    sniff=_parser.sniff,
+    parse=_parser.parse,
+    sniff_order=30,  # after litellm and openai-split, whose signs it does not share
+    kinds=(RecordKind("helicone_row", precedence=1),),
+    read=read_records,
+    splittable=False,  # a quoted CSV field may hold line breaks
+))

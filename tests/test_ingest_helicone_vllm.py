@@ -1,0 +1,203 @@
+"""The helicone and vllm formats: sniffing against every other format's goldens, and bad input.
+
+Bad input follows tests/test_ingest_bad_input.py: a helicone record that cannot be used is a
+quarantine row naming the field and the fix; a vLLM line is never quarantined (it stays an
+engine event with its raw text) but a field it cannot read is null, not invented.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import api
+from forensics.ingest import sniff
+
+GOLDEN = Path(__file__).parent / "golden" / "ingest"
+NEW = {"helicone": ("helicone_csv", "helicone_jsonl"), "vllm": ("vllm",)}
+
+
+def golden_files(folders: tuple[str, ...] | None = None) -> list[Path]:
+    """Input files of the golden folders (all of them when ``folders`` is None)."""
+    dirs = [GOLDEN / f for f in folders] if folders else sorted(p for p in GOLDEN.iterdir() if p.is_dir())
+    return [p for d in dirs for p in sorted(d.iterdir()) if p.name != "expected.json"]
+
+
+@pytest.mark.parametrize("name", sorted(NEW))
+def test_sniffer_picks_the_format_for_its_goldens_and_never_for_the_others(name: str) -> None:
+    own = golden_files(NEW[name])
+    assert own and all(sniff(p) == name for p in own)
+    others = [p for p in golden_files() if p not in own]
+    assert others and all(sniff(p) != name for p in others), [p.name for p in others if sniff(p) == name]
+
+
+GOOD = {
+    "request_id": "h-1", "request_created_at": "2026-08-29T10:00:00Z", "response_created_at": "2026-08-29T10:00:02Z",
+    "status": 200, "prompt_tokens": 5, "completion_tokens": 2, "model": "glm-5.3", "organization_id": "org-1",
+    "user_id": "u-1", "request_body": json.dumps({"model": "glm-5.3", "messages": [{"role": "user", "content": "hello there"}]}),
+    "response_body": json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}),
+}
+
+
+def row(i: int, **changes: object) -> dict[str, object]:
+    return {**GOOD, "request_id": f"h-{i}", **changes}
+
+
+def ingest(tmp_path: Path, name: str, data: str, fmt: str | None = None) -> tuple[dict, list[dict], list[dict]]:
+    path = tmp_path / name
+    path.write_text(data)
+    result = api.ingest(tmp_path / "case", [path], fmt=fmt)  # type: ignore[arg-type]
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"]
+    quarantine = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    exchanges = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    return entry, quarantine, exchanges
+
+
+def jsonl(rows: list[dict[str, object]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def as_csv(rows: list[dict[str, object]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(GOOD), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+BAD = [
+    ({"request_body": '{"model": "glm-5.3", "messages": [}'}, "request_body is a string that is not valid JSON"),
+    ({"organization_id": ""}, "no tenant: none of organization_id"),
+    ({"request_created_at": "yesterday"}, "field 'request_created_at'"),
+    ({"request_body": json.dumps({"messages": "hello"})}, "request_body.messages is a str, expected a list"),
+    ({"request_id": ""}, "missing required field 'request_id'"),
+]
+# A CSV cell is always a string: the wrong JSON types exist only in JSON Lines.
+WRONG_TYPES = [
+    ({"organization_id": ["org-1"]}, "field 'organization_id' is a list, expected a string"),
+    ({"request_body": 42}, "request_body is a int, expected the chat request object"),
+]
+CASES = [(c, r, "jsonl") for c, r in BAD + WRONG_TYPES] + [(c, r, "csv") for c, r in BAD]
+
+
+@pytest.mark.parametrize(("change", "reason", "layout"), CASES)
+def test_helicone_bad_record_is_quarantined_with_reason_and_the_rest_ingested(
+        tmp_path: Path, change: dict[str, object], reason: str, layout: str) -> None:
+    rows = [row(1), row(2, **change), row(3)]
+    data = jsonl(rows) if layout == "jsonl" else as_csv(rows)
+    entry, q, x = ingest(tmp_path, f"export.{layout}", data, fmt="helicone")
+    assert (entry["ingested"], entry["quarantined"]) == (2, 1)
+    assert reason in q[0]["reason"] and "Fix:" in q[0]["reason"]
+    assert q[0]["source_line"] == (2 if layout == "jsonl" else 3)
+    assert sorted(r["request_id"] for r in x) == ["h-1", "h-3"]
+
+
+def test_helicone_wrong_token_type_costs_the_figure_not_the_row(tmp_path: Path) -> None:
+    entry, q, x = ingest(tmp_path, "export.jsonl", jsonl([row(1, prompt_tokens="many", completion_tokens=-3)]))
+    assert (entry["ingested"], q) == (1, [])
+    assert x[0]["reported_prompt_tokens"] is None and x[0]["completion_tokens"] is None
+    assert "prompt_tokens = 'many' is not a whole number" in x[0]["problems"]
+
+
+def test_helicone_csv_record_with_unterminated_quote_is_quarantined(tmp_path: Path) -> None:
+    data = as_csv([row(1)]) + 'h-2,2026-08-29T10:00:00Z,,200,,,glm-5.3,org-1,u,"{""messages"": [\n'
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert entry["format"] == "helicone" and (entry["ingested"], entry["quarantined"]) == (1, 1)
+    assert "unterminated quoted field" in q[0]["reason"] and q[0]["source_line"] == 3
+
+
+def test_helicone_csv_record_with_wrong_field_count_is_quarantined(tmp_path: Path) -> None:
+    entry, q, _ = ingest(tmp_path, "export.csv", as_csv([row(1)]) + "h-2,2026-08-29T10:00:00Z,extra\n")
+    assert (entry["ingested"], entry["quarantined"]) == (1, 1)
+    assert "has 3 fields, the header has 11" in q[0]["reason"]
+
+
+def test_helicone_tenant_from_a_configured_path_into_a_json_string(tmp_path: Path) -> None:
+    props = json.dumps({"customer": "acme"})
+    path = tmp_path / "export.jsonl"
+    path.write_text(jsonl([row(1, organization_id="", request_properties=props)]))
+    api.ingest(tmp_path / "case", [path], fmt="helicone", config=api.make_config(tenant_field="request_properties.customer"))
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (x[0]["tenant_id"], x[0]["tenant_field"]) == ("acme", "request_properties.customer")
+
+
+VLLM_PREFIX = "INFO 2026-08-29 10:01:54,000 [logger.py:49] "
+
+
+def vllm_events(tmp_path: Path, lines: list[str]) -> tuple[dict, list[dict]]:
+    path = tmp_path / "vllm-0_0.log"
+    path.write_text("".join(VLLM_PREFIX + line + "\n" for line in lines))
+    result = api.ingest(tmp_path / "case", [path])
+    entry = result.manifest["files"][0]
+    assert entry["format"] == "vllm" and entry["reconciled"]
+    return entry, pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
+
+
+def test_vllm_truncated_and_unterminated_lines_keep_the_rid_and_invent_nothing(tmp_path: Path) -> None:
+    entry, ev = vllm_events(tmp_path, [
+        "Request r-1 details: prompt: 'cut here, prompt_token_ids: [1, 2",
+        "Request r-2 details: prompt: 'fine', prompt_token_ids: [5, 6, 7",
+        "Generated response r-3: output: 'never closed, output_token_ids: [1], finish_reason: stop",
+        "Generated response r-4: output: 'ok', output_token_ids: [1, 2, 3], finish_reason: stop",
+    ])
+    assert (entry["ingested"], entry["quarantined"]) == (4, 0)
+    got = [(e["event"], e["rid"], e["input_len"], e["output_text"], e["output_len"], e["finish_reason"]) for e in ev]
+    assert got == [
+        ("request_received", "r-1", None, None, None, None),
+        ("request_received", "r-2", None, None, None, None),
+        ("request_finished", "r-3", None, None, None, None),
+        ("request_finished", "r-4", None, "ok", 3, "stop"),
+    ]
+    assert all(e["message"].startswith(VLLM_PREFIX) for e in ev)
+
+
+def test_vllm_huge_token_id_list_is_counted_exactly(tmp_path: Path) -> None:
+    n = 300_000
+    ids = ", ".join(str(i % 150_000) for i in range(n))
+    _, ev = vllm_events(tmp_path, [f"Request r-big details: prompt: 'x', prompt_token_ids: [{ids}], prompt_embeds shape: None."])
+    assert (ev[0]["rid"], ev[0]["input_len"]) == ("r-big", n)
+
+
+def test_vllm_prompt_preview_at_info_is_not_taken_as_the_length(tmp_path: Path) -> None:
+    # --enable-log-request-prompts puts only a preview of the ids on the Received line.
+    _, ev = vllm_events(tmp_path, ["Received request r-9: params: SamplingParams(n=1), lora_request: None, prompt_token_ids: [1, 2]."])
+    assert (ev[0]["event"], ev[0]["rid"], ev[0]["input_len"]) == ("request_received", "r-9", None)
+
+
+def test_vllm_prompt_with_escapes_and_double_quotes(tmp_path: Path) -> None:
+    _, ev = vllm_events(tmp_path, [
+        r"""Generated response r-5: output: "it's \"quoted\"\n\u00e9", output_token_ids: [1, 2], finish_reason: length""",
+    ])
+    assert ev[0]["output_text"] == 'it\'s "quoted"\n\u00e9' and ev[0]["output_len"] == 2
+
+
+def test_vllm_prompt_token_ids_give_the_gateway_row_its_engine_count(tmp_path: Path) -> None:
+    # The gateway copied the placeholder's prompt_tokens: 1; vLLM logged the ids it really ran on.
+    prompt = "Please review the indemnity clause of the supplier agreement and list the risks. " * 4
+    n = 70
+    gateway = tmp_path / "export.jsonl"
+    gateway.write_text(jsonl([row(1, request_id="chatcmpl-77", prompt_tokens=1,
+                                  request_body=json.dumps({"messages": [{"role": "user", "content": prompt}]}))]))
+    engine = tmp_path / "vllm-0_0.log"
+    ids = ", ".join(str(100 + i) for i in range(n))
+    engine.write_text(VLLM_PREFIX + f"Request chatcmpl-77 details: prompt: {prompt!r}, prompt_token_ids: [{ids}], prompt_embeds shape: None.\n")
+    api.ingest(tmp_path / "case", [gateway, engine])
+    (x,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (x["reported_prompt_tokens"], x["reported_prompt_tokens_plausible"]) == (1, False)
+    assert (x["prompt_tokens"], x["prompt_tokens_source"], x["rid"]) == (n, "engine", "chatcmpl-77")
+
+
+def test_helicone_csv_line_that_is_not_utf8_is_quarantined_and_counts_reconcile(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes(as_csv([row(1)]).encode() + b"h-2,\xff\xfe,broken\n" + as_csv([row(3)]).split("\n", 1)[1].encode())
+    result = api.ingest(tmp_path / "case", [path])
+    entry = result.manifest["files"][0]
+    assert (entry["format"], entry["ingested"], entry["quarantined"], entry["reconciled"]) == ("helicone", 2, 1, True)
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_line"] == 3 and "not valid UTF-8" in q["reason"]
