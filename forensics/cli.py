@@ -1042,7 +1042,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``forensics`` console script."""
     try:
         with signals_stop_the_run(on_stuck=_stuck):
-            code = app(args=argv, standalone_mode=False)
+            code = app(args=argv, prog_name="forensics", standalone_mode=False)
     except ForensicsError as exc:
         err.print(f"error: {exc}", markup=False)
         code = EXIT_ERROR

@@ -214,3 +214,12 @@ def test_a_benchmark_missing_its_extra_says_the_install_command_at_once() -> Non
     assert "needs datasketch (the bench extra)" in proc.stderr and "pip install -e '.[bench]'" in proc.stderr
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "pip install -e '.[bench]'" in readme
+
+
+def test_usage_names_the_tool_however_it_was_started() -> None:
+    # `python -m forensics` and the console script print the same usage line.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "forensics", "ingest", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("Usage: forensics ingest "), done.stdout[:80]
