@@ -500,3 +500,20 @@ def test_own_chars_bisection_equals_the_plain_definition() -> None:
         a = rng.randrange(len(source))
         passage = source[a : a + rng.randint(1, 300)]
         assert tx.own_chars(passage) == _own_chars_plain(passage, phrases), passage
+
+
+def test_a_simulated_incident_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    # Made-up, but customer-shaped, data: folders 0700 and files 0600 like everything forensics writes.
+    import os
+    import stat
+
+    old = os.umask(0)
+    try:
+        simulate(tmp_path / "sim", seed=3, scale="small")
+    finally:
+        os.umask(old)
+    entries = [tmp_path / "sim", *(tmp_path / "sim").rglob("*")]
+    assert len(entries) > 5
+    for p in entries:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))

@@ -67,11 +67,13 @@ except ImportError as exc:  # the lab extra is optional: say how to install it, 
     raise lab_extra_missing("faker", "forensics simulate") from exc
 
 from forensics import __version__
+from forensics.case import make_private_dirs
 from forensics.errors import ConfigError, InputError
 from forensics.lab.simulate import text as tx
 from forensics.lab.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
 from forensics.lab.simulate.writers import GATEWAY_WRITERS, GatewayWriter, Outputs, day_of, engine_writer, gateway_writer
 from forensics.progress import Reporter, reporter
+from forensics.report import safe
 
 #: Gateway formats the simulator writes (one writer class each in forensics.lab.simulate.writers).
 FORMATS = tuple(GATEWAY_WRITERS)
@@ -141,7 +143,7 @@ def simulate(
             shutil.rmtree(out / name, ignore_errors=True)
         for name in ("case.toml", "truth.json", "README.md"):
             (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(out)
     corpus_data = tx.load_corpus(corpus) if corpus is not None else None
     spec = SCALES[scale]
     sim = Simulation(seed, spec, corpus_data)
@@ -188,11 +190,11 @@ def simulate(
     }
     cmd = command_line(seed, scale, fmt, corpus, out.name)
     case_file = out / "case.toml"
-    case_file.write_text(_case_toml(case_values, fmt, cmd), encoding="utf-8")
+    safe.write_text(case_file, _case_toml(case_values, fmt, cmd))
     truth = _truth(sim, spec.name, seed, fmt, corpus, cmd, case_values, gateway, files)
     truth_path = out / "truth.json"
-    truth_path.write_text(json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(_readme(cmd, truth), encoding="utf-8")
+    safe.write_text(truth_path, json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    safe.write_text(out / "README.md", _readme(cmd, truth))
     return SimulateResult(out, files, truth["counts"], truth_path, case_file)
 
 

@@ -17,6 +17,7 @@ import datetime as dt
 import gzip
 import hashlib
 import heapq
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import IO, Any, ClassVar, TypeVar
 import orjson
 import zstandard
 
+from forensics.case import make_private_dirs
 from forensics.errors import ConfigError, RegistryError
 from forensics.lab.simulate import events as ev
 from forensics.lab.simulate.mechanism import Exchange
@@ -38,7 +40,9 @@ class _Hashing:
     """A raw binary file that counts and hashes what goes through it."""
 
     def __init__(self, path: Path) -> None:
-        self.fh = open(path, "wb")
+        # Simulated logs hold made-up customer data, private like every file forensics creates.
+        self.fh = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        os.fchmod(self.fh.fileno(), 0o600)  # whatever the umask
         self.sha = hashlib.sha256()
         self.bytes = 0
 
@@ -60,7 +64,7 @@ class LineFile:
     def __init__(self, root: Path, rel: str) -> None:
         self.rel = rel
         path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         self.raw = _Hashing(path)
         self.stream: Any
         if rel.endswith(".gz"):
