@@ -146,16 +146,15 @@ def sealed(report_dir: Path) -> Seal:
     return Seal(manifest_sha256(report_dir), sig_path if sig_path.is_file() else None)
 
 
-def seal(report_dir: Path, key: Path | None = None) -> Seal:
-    """Sign manifest.json with the Ed25519 private key ``key`` (a detached manifest.json.sig), or,
-    without a key, remove a signature left by an earlier run (it would no longer match)."""
+def seal(report_dir: Path, key: Path) -> Seal:
+    """Sign manifest.json with the Ed25519 private key ``key`` (a detached manifest.json.sig).
+
+    Called on a report being built (see ``report.sign_report``): a rebuilt report starts in an
+    empty folder, so no signature of an earlier manifest can be left beside it.
+    """
     report_dir = Path(report_dir)
     digest = manifest_sha256(report_dir)
     sig_path = report_dir / SIGNATURE
-    if key is None:
-        if sig_path.is_file() or sig_path.is_symlink():
-            sig_path.unlink()
-        return Seal(digest, None)
     signature = _private_key(key).sign((report_dir / MANIFEST).read_bytes())
     write_bytes(sig_path, base64.b64encode(signature) + b"\n")
     return Seal(digest, sig_path)

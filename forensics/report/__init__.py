@@ -47,7 +47,7 @@ STAGE_RECORDS = ("scan.json", "match.json")
 NOT_OUTPUTS = {"case"}
 #: Files forensics writes next to manifest.json but not among its outputs: the detached
 #: signature of ``--sign`` (issue 11, item 7). A new report may replace them.
-MANIFEST_COMPANIONS = {manifest.MANIFEST, manifest.MANIFEST + ".sig"}
+MANIFEST_COMPANIONS = {manifest.MANIFEST, manifest.SIGNATURE}
 
 
 @dataclasses.dataclass
