@@ -791,6 +791,16 @@ def verify(
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS
 
 
+def _single_or_import(import_csv: Optional[Path], what: str, given: dict[str, Optional[str]], usage: str) -> None:
+    """Entries come from --import alone, or from a single entry's options, every one of them given."""
+    options = [f"--{name}" for name in given]
+    if import_csv is not None:
+        if any(given.values()):
+            raise ForensicsError(f"--import and {'/'.join(options)} are exclusive", fix="give one or the other")
+    elif not all(given.values()):
+        raise ForensicsError(f"a {what} needs {', '.join(options[:-1])} and {options[-1]}", fix=usage)
+
+
 def _when(value: Optional[str], option: str) -> Any:
     """A UTC time option (None stays None: the library takes the current time)."""
     from forensics.config import parse_utc
@@ -816,15 +826,12 @@ def review(
     """
     from forensics.review import verdicts as lib
 
+    _single_or_import(import_csv, "verdict", {"finding": finding, "verdict": verdict, "reason": reason, "analyst": analyst},
+                      "forensics review REPORT --finding ID --verdict confirm|dismiss|escalate --reason TEXT --analyst NAME")
     if import_csv is not None:
-        if finding or verdict or reason or analyst:
-            raise ForensicsError("--import and --finding/--verdict/--reason/--analyst are exclusive", fix="give one or the other")
         rows = lib.read_import(report_dir, import_csv)
     else:
-        if not (finding and verdict and reason and analyst):
-            raise ForensicsError("a verdict needs --finding, --verdict, --reason and --analyst",
-                                 fix="forensics review REPORT --finding ID --verdict confirm|dismiss|escalate --reason TEXT --analyst NAME")
-        rows = [lib.check(report_dir, finding, verdict, reason, analyst)]
+        rows = [lib.check(report_dir, finding or "", verdict or "", reason or "", analyst or "")]
     written = lib.record(report_dir, rows)
     if as_json:
         _emit_json(written)
@@ -852,15 +859,12 @@ def notified(
     """
     from forensics.review import ledger
 
+    _single_or_import(import_csv, "notice", {"tenant": tenant, "channel": channel, "at": at, "ref": ref},
+                      "forensics notified REPORT --tenant ID --channel email|portal|letter --at TIME --ref TEXT")
     if import_csv is not None:
-        if tenant or channel or at or ref:
-            raise ForensicsError("--import and --tenant/--channel/--at/--ref are exclusive", fix="give one or the other")
         rows = ledger.read_import(import_csv)
     else:
-        if not (tenant and channel and at and ref):
-            raise ForensicsError("a notice needs --tenant, --channel, --at and --ref",
-                                 fix="forensics notified REPORT --tenant ID --channel email|portal|letter --at TIME --ref TEXT")
-        rows = [ledger.check(tenant, channel, at, ref)]
+        rows = [ledger.check(tenant or "", channel or "", at or "", ref or "")]
     written = ledger.record(report_dir, rows)
     if as_json:
         _emit_json(written)
