@@ -42,8 +42,6 @@ from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError
 from forensics.progress import Reporter, reporter
 
-#: Columns of suspects.csv (schema.SUSPECTS_CSV).
-CSV_COLUMNS = schema.SUSPECTS_CSV
 #: Rows of each anomaly kept in scan.json (the count is always complete; the SQL file lists all).
 ANOMALY_ROWS_KEPT = 200
 ENGINE_SIGNATURE_REASON = "engine_signature"
@@ -298,7 +296,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
 
     write_table(case_obj.table_path("suspects"), suspects, schema.SUSPECTS)
     with atomic_open(case_obj.root / "suspects.csv", newline="") as fh:
-        fh.write(q.csv_text(suspects, list(CSV_COLUMNS)))
+        fh.write(q.csv_text(suspects, list(schema.SUSPECTS_CSV)))
 
     by_reason = {x.id: counts.get(x.id, 0) for x in scan_queries if x.kind == "suspect"}
     borderline = sum(1 for v in suspects.column("borderline").to_pylist() if v)

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from match_helpers import config, exchange, make_case
 
-import forensics.match as match_mod
 import forensics.match.pool as pool_mod
 import forensics.match.stream as stream_mod
+from forensics import schema
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
 from forensics.match import Tuning, match
@@ -434,7 +434,7 @@ def test_evidence_files_follow_the_contract(tmp_path: Path) -> None:
         raw = fh.read()
     assert "\r\n" in raw
     rows = list(csv.DictReader(raw.splitlines()))
-    assert list(rows[0])[:14] == list(match_mod.CSV_COLUMNS[:14])
+    assert list(rows[0])[:14] == list(schema.EVIDENCE_CSV[:14])
     keys = [(r["recipient_request_id"], r["source_request_id"]) for r in rows]
     assert keys == sorted(keys)
     assert len({r["finding_id"] for r in rows}) == len(rows)

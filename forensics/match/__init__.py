@@ -58,11 +58,6 @@ from forensics.match.verification import verify_hits
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter
 
-#: Columns of evidence.csv and review.csv (schema.EVIDENCE_CSV, schema.REVIEW_CSV).
-CSV_COLUMNS = schema.EVIDENCE_CSV
-REVIEW_COLUMNS = schema.REVIEW_CSV
-
-
 
 @dataclasses.dataclass
 class MatchResult:
@@ -223,11 +218,11 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         table = pa.Table.from_pylist([{f: r.get(f) for f in table_schema.names} for r in part], schema=table_schema)
         write_table(c.table_path(name), table, table_schema)
         with atomic_open(c.root / f"{name}.csv", newline="") as fh:
-            fh.write(csv_text(part, REVIEW_COLUMNS if name == "review" else CSV_COLUMNS))
+            fh.write(csv_text(part, schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
     write_json(c.root / "match.json", report)
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
                                   "jobs_on_workers": helpers.jobs["workers"], "workers_failed": helpers.failed})
 
 
-__all__ = ["CSV_COLUMNS", "MatchParams", "MatchResult", "Tuning", "match", "params_from"]
+__all__ = ["MatchParams", "MatchResult", "Tuning", "match", "params_from"]
