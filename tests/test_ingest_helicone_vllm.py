@@ -201,3 +201,13 @@ def test_helicone_csv_line_that_is_not_utf8_is_quarantined_and_counts_reconcile(
     assert (entry["format"], entry["ingested"], entry["quarantined"], entry["reconciled"]) == ("helicone", 2, 1, True)
     (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
     assert q["source_line"] == 3 and "not valid UTF-8" in q["reason"]
+
+
+def test_helicone_csv_record_with_a_long_prompt_is_read(tmp_path: Path) -> None:
+    # The prompts that matter in this incident are the longest ones: a field far beyond the csv
+    # module's default limit (128 KiB) is a record like any other.
+    long_text = "lorem ipsum " * 100_000  # 1.2 MB
+    body = json.dumps({"model": "glm-5.3", "messages": [{"role": "user", "content": long_text}]})
+    entry, q, x = ingest(tmp_path, "export.csv", as_csv([row(1, request_body=body), row(2)]), fmt="helicone")
+    assert (entry["ingested"], entry["quarantined"]) == (2, 0), q
+    assert max(len(r["prompt_text"] or "") for r in x) >= len(long_text)

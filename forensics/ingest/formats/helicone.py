@@ -45,6 +45,10 @@ SIGNS = {"request_created_at", "request_body", "response_body", "response_create
 TENANT_FIELD = "organization_id"
 #: Set on the JSON object a CSV record becomes when the record itself is broken.
 CSV_ERROR = "_csv_error"
+#: The longest CSV field read. The csv module's default (128 KiB) would quarantine exactly the
+#: records this incident is about, prompts of hundreds of thousands of tokens; a record is read
+#: whole anyway (see _records), so the limit only has to stay within the C long the module takes.
+CSV_FIELD_LIMIT = 2**31 - 1
 
 
 def _csv_header(line: str) -> list[str] | None:
@@ -109,6 +113,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         break
     if header is None:
         return
+    csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide, and only ever raised: no other reader lowers it
     for number, text, raw in _records(lines):
         if text is None or not text.strip():
             yield Line(number, text, raw)
