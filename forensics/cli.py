@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from forensics import __version__
+from forensics.csvfile import escape_controls
 from forensics.errors import ForensicsError, Interrupted
 from forensics.interrupts import signals_stop_the_run
 
@@ -255,8 +256,9 @@ def _emit_json(data: Any) -> None:
 
 
 def _text(value: Any) -> Text:
-    """A value as literal text: "[b]" and ":x:" in a tenant id or file name stay as they are."""
-    return Text("" if value is None else str(value))
+    """A value as literal text: "[b]" and ":x:" in a tenant id or file name stay as they are, and a
+    control character (a terminal escape in a hostile id) is shown as an escape, never sent raw."""
+    return Text("" if value is None else escape_controls(str(value)))
 
 
 def _table(title: Any = None, **kwargs: Any) -> Table:
@@ -837,7 +839,7 @@ def review(
         _emit_json(written)
     elif not quiet:
         for e in written:
-            out.print(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}", markup=False)
+            out.print(_text(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}"))
         out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
     return EXIT_CLEAN
 
@@ -870,7 +872,7 @@ def notified(
         _emit_json(written)
     elif not quiet:
         for e in written:
-            out.print(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})", markup=False)
+            out.print(_text(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})"))
     return EXIT_CLEAN
 
 

@@ -179,3 +179,14 @@ def test_a_notice_dated_in_the_future_is_refused(built: tuple[Path, object, Path
     assert not (rd / "notices.jsonl").exists()
     ledger.record(rd, [ledger.check("acme", "email", "2026-09-02T00:05:00Z", "T-1")], now=_t("2026-09-02T00:00:00Z"))
     assert chain.read_valid(rd / "notices.jsonl").entries[0]["recorded_at"] == "2026-09-02T00:00:00Z"
+
+
+def test_a_hostile_tenant_id_is_printed_with_its_control_characters_escaped(
+        built: tuple[Path, object, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    capsys.readouterr()
+    assert _notify(rd, "evil\x1b[31m", "2026-08-31T12:00:00Z") == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "evil\\x1b[31m" in printed
+    assert _cli(["audit", str(rd), "--now", "2026-09-01T10:00:00Z"]) == 1
+    assert "\x1b" not in capsys.readouterr().out
