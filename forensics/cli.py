@@ -301,6 +301,14 @@ def _simulated_format(value: str) -> str:
     return value
 
 
+def _simulated_engine_format(value: str) -> str:
+    """``simulate --engine-format``: an engine format the simulator has a writer for."""
+    from forensics.lab.simulate.writers import engine_writer
+
+    engine_writer(value)
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # ingest
 # --------------------------------------------------------------------------------------------
@@ -381,7 +389,10 @@ def simulate(
     scale: str = typer.Option("small", "--scale", metavar="SIZE",
                               help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
                                    "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
-    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT", help="Gateway log format: litellm or openai-split."),
+    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT",
+                            help="Gateway log format: litellm, openai-split, helicone (an unknown name lists every one the simulator writes)."),
+    engine_fmt: str = typer.Option("sglang", "--engine-format", parser=_simulated_engine_format, metavar="FORMAT",
+                                   help="Engine log format: sglang or vllm (RequestLogger lines). The same seed is the same incident in every format."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
@@ -394,7 +405,8 @@ def simulate(
     """
     from forensics import api
 
-    result = api.simulate(out_dir, seed=seed, scale=scale, fmt=fmt, corpus=corpus, force=force, progress=_progress(quiet))
+    result = api.simulate(out_dir, seed=seed, scale=scale, fmt=fmt, engine_fmt=engine_fmt, corpus=corpus, force=force,
+                          progress=_progress(quiet))
     summary = result.summary()
     if as_json:
         _emit_json(summary)

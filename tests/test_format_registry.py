@@ -208,7 +208,8 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
     from forensics.lab.simulate import FORMATS as SIMULATED
     from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
-    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split"]
+    assert list(SIMULATED) == list(GATEWAY_WRITERS)
+    assert {"litellm", "openai-split", "helicone"} <= set(GATEWAY_WRITERS) and {"sglang", "vllm"} <= set(ENGINE_WRITERS)
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
         assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
 
@@ -228,7 +229,7 @@ def test_an_unknown_simulated_format_is_an_error_naming_the_writers(tmp_path: Pa
     with pytest.raises(SystemExit) as done:
         cli.main(["simulate", "--out", str(tmp_path / "sim"), "--format", "sglang"])
     assert done.value.code == 2
-    assert "unknown format 'sglang'. Fix: use one of litellm, openai-split" in capsys.readouterr().err
+    assert "unknown format 'sglang'. Fix: use one of litellm, openai-split, helicone" in capsys.readouterr().err
     assert not (tmp_path / "sim").exists()
 
 

@@ -1,22 +1,26 @@
 """Incident simulator: realistic gateway and engine logs of a KV-pool leak, with the known answer.
 
-``simulate(out, seed=..., scale=..., fmt=..., corpus=...)`` writes into ``out``::
+``simulate(out, seed=..., scale=..., fmt=..., engine_fmt=..., corpus=...)`` writes into ``out``::
 
     case.toml             the case file (spec/case-file.md); inputs point at the folders below
     gateway/              litellm-callbacks-DAY.jsonl[.gz|.zst] (+ spend-logs-DAY.jsonl for some
-                          days, overlapping the callbacks), or requests-/responses-DAY.jsonl
-    engine/               {hostname}_0.log per prefill and decode node (SGLang, JSON + text lines)
+                          days, overlapping the callbacks), or requests-/responses-DAY.jsonl, or
+                          helicone-DAY.jsonl (one writer per format, forensics.lab.simulate.writers)
+    engine/               {hostname}_0.log per prefill and decode node (SGLang JSON + text lines,
+                          or vLLM RequestLogger lines with ``engine_fmt="vllm"``)
     truth.json            what really happened (schema below)
     README.md             how the folder was made and the command that regenerates it
 
-Same seed, scale, format, corpus and Faker version: byte-identical files. Scales: ``small``
+Same seed, scale, formats, corpus and Faker version: byte-identical files. The formats only
+change how the same incident is written: every format of one seed holds the same requests. Scales: ``small``
 (scaled-down pool), ``medium`` and ``large`` (the real pool), ``realistic`` (scaled-down pool, 220
 tenants, some 15,000 requests of real text with shared templates and popular passages; needs
 ``corpus``).
 
 truth.json (``"schema": "forensics-sim-truth/1"``), every list sorted, every time UTC ``Z``:
 
-* ``generator``: forensics and Faker versions, seed, scale, format, corpus folder name, command.
+* ``generator``: forensics and Faker versions, seed, scale, format, corpus folder name, command;
+  ``engine_format`` when it is not ``sglang``.
 * ``case``: name, model (the affected one), all models, window_start/window_end, real_ceiling_tokens,
   advertised_window_tokens, timezone, tenant_field -- the values written to case.toml.
 * ``tenants``: tenant_id, name, document kinds, whether its system prompt is a shared template.
@@ -71,12 +75,23 @@ from forensics.case import make_private_dirs
 from forensics.errors import ConfigError, InputError
 from forensics.lab.simulate import text as tx
 from forensics.lab.simulate.mechanism import AFFECTED_MODEL, MODELS, SCALES, Simulation, iso_z
-from forensics.lab.simulate.writers import GATEWAY_WRITERS, GatewayWriter, Outputs, day_of, engine_writer, gateway_writer
+from forensics.lab.simulate.writers import (
+    ENGINE_WRITERS,
+    GATEWAY_WRITERS,
+    EngineWriter,
+    GatewayWriter,
+    Outputs,
+    day_of,
+    engine_writer,
+    gateway_writer,
+)
 from forensics.progress import Reporter, reporter
 from forensics.report import safe
 
-#: Gateway formats the simulator writes (one writer class each in forensics.lab.simulate.writers).
+#: Gateway and engine formats the simulator writes (one writer class each in forensics.lab.simulate.writers).
 FORMATS = tuple(GATEWAY_WRITERS)
+ENGINE_FORMATS = tuple(ENGINE_WRITERS)
+DEFAULT_ENGINE_FORMAT = "sglang"
 TRUTH_SCHEMA = "forensics-sim-truth/1"
 
 
@@ -102,9 +117,11 @@ class SimulateResult:
         }
 
 
-def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str) -> str:
+def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str, engine_fmt: str = DEFAULT_ENGINE_FORMAT) -> str:
     """The CLI command that regenerates a run (recorded in README.md and truth.json)."""
     cmd = f"forensics simulate --out {out} --seed {seed} --scale {scale} --format {fmt}"
+    if engine_fmt != DEFAULT_ENGINE_FORMAT:
+        cmd += f" --engine-format {engine_fmt}"
     if corpus is not None:
         cmd += f" --corpus {corpus.name}"
     return cmd + " --force"
@@ -119,14 +136,18 @@ def simulate(
     force: bool = False,
     progress: Reporter | None = None,
     compress: bool = True,
+    engine_fmt: str = DEFAULT_ENGINE_FORMAT,
 ) -> SimulateResult:
     """Simulate one incident into ``out`` (see the module docstring for what is written).
 
-    ``compress=False`` writes every gateway file plain (benchmarks measure generation, not gzip).
+    ``fmt`` is the gateway format, ``engine_fmt`` the engine's (``sglang`` or ``vllm``): the
+    same seed gives the same incident in each. ``compress=False`` writes every gateway file plain
+    (benchmarks measure generation, not gzip).
     """
     if scale not in SCALES:
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
     writer = gateway_writer(fmt)  # an unknown format is an error before anything is written
+    engine_cls = engine_writer(engine_fmt)
     if SCALES[scale].realistic and corpus is None:
         raise ConfigError(f"scale {scale!r} draws its prompts and answers from real text and needs a corpus",
                           fix="add --corpus with a folder of .json/.jsonl/.txt text (the team's is ../shared/corpora)")
@@ -164,7 +185,7 @@ def simulate(
 
     outputs = Outputs(out)
     gateway = writer(outputs, seed, compression, spend_days, broken)
-    engine = engine_writer("sglang")(outputs)
+    engine = engine_cls(outputs)
     task = reporter(progress).task(f"simulate {scale}", total=spec.requests)
 
     def tick(now: float) -> None:
@@ -188,17 +209,19 @@ def simulate(
         "timezone": "UTC",
         "tenant_field": "auto",
     }
-    cmd = command_line(seed, scale, fmt, corpus, out.name)
+    cmd = command_line(seed, scale, fmt, corpus, out.name, engine_fmt)
     case_file = out / "case.toml"
-    safe.write_text(case_file, _case_toml(case_values, fmt, cmd))
+    safe.write_text(case_file, _case_toml(case_values, fmt, cmd, engine_fmt))
     truth = _truth(sim, spec.name, seed, fmt, corpus, cmd, case_values, gateway, files)
+    if engine_fmt != DEFAULT_ENGINE_FORMAT:  # absent for the default, so earlier simulations keep their bytes
+        truth["generator"]["engine_format"] = engine_fmt
     truth_path = out / "truth.json"
     safe.write_text(truth_path, json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-    safe.write_text(out / "README.md", _readme(cmd, truth))
+    safe.write_text(out / "README.md", _readme(cmd, truth, writer, engine_cls))
     return SimulateResult(out, files, truth["counts"], truth_path, case_file)
 
 
-def _case_toml(v: dict[str, Any], fmt: str, cmd: str) -> str:
+def _case_toml(v: dict[str, Any], fmt: str, cmd: str, engine_fmt: str) -> str:
     return (
         f"# Generated by the forensics simulator: {cmd}\n"
         f"name = \"{v['name']}\"\n"
@@ -214,7 +237,7 @@ def _case_toml(v: dict[str, Any], fmt: str, cmd: str) -> str:
         f"format = \"{fmt}\"\n"
         "path = \"gateway\"\n"
         "\n[[inputs]]\n"
-        "format = \"sglang\"\n"
+        f"format = \"{engine_fmt}\"\n"
         "path = \"engine\"\n"
     )
 
@@ -266,7 +289,7 @@ def _truth(sim: Simulation, scale: str, seed: int, fmt: str, corpus: Path | None
     }
 
 
-def _readme(cmd: str, truth: dict[str, Any]) -> str:
+def _readme(cmd: str, truth: dict[str, Any], gateway: type[GatewayWriter], engine: type[EngineWriter]) -> str:
     c, g = truth["counts"], truth["generator"]
     case = truth["case"]
     return (
@@ -282,9 +305,7 @@ def _readme(cmd: str, truth: dict[str, Any]) -> str:
         f"{c['leak_fragments']} leaked fragments in {c['finding_pairs']} (recipient, source tenant) pairs; "
         f"{c['hard_negatives']} labelled hard negatives\n"
         f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/lab/simulate/__init__.py`);\n"
-        + ("  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
-           if g["format"] == "litellm" else "  `gateway/` the split request and response logs (joined by request_id);\n")
-        +
-        "  `engine/` the SGLang logs of each prefill and decode node.\n\n"
+        + f"  `gateway/` {gateway.describes};\n"
+        + f"  `engine/` {engine.describes}.\n\n"
         "Score a report against the truth: `forensics evaluate --truth truth.json --report REPORT_DIR`.\n"
     )

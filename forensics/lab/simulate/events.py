@@ -1,7 +1,7 @@
 """What the simulated engine does, as events; an engine writer renders them in its log format.
 
 The mechanism decides what happens on each node (and draws every random figure); the writer of
-the engine format (``sglang`` today, see forensics.lab.simulate.writers) decides how a line of that
+the engine format (``sglang`` or ``vllm``, see forensics.lab.simulate.writers) decides how a line of that
 format says it. Another engine format is another writer over these same events.
 """
 
@@ -37,10 +37,17 @@ class MemoryPool:
 
 @dataclasses.dataclass(frozen=True)
 class RequestReceived:
-    """A request arrived at a node; ``obj`` is the request object the engine logs."""
+    """A request arrived at a node; ``obj`` is the request object the engine logs.
+
+    ``messages``, ``prompt_tokens`` (the real length) and ``max_tokens`` are what an engine that
+    logs the prompt itself (vLLM's RequestLogger) says; SGLang's request log leaves them out.
+    """
 
     rid: str
     obj: dict[str, Any]
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

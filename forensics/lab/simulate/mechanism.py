@@ -671,7 +671,7 @@ class Simulation:
         decode = rng.choice(self.decode)
         obj = {"rid": request_id, "bootstrap_host": self.node_ip[prefill], "bootstrap_port": 8998, "bootstrap_room": room, "stream": stream}
         t_arrive = t + queue
-        on_engine(prefill, t_arrive, ev.RequestReceived(request_id, obj))
+        on_engine(prefill, t_arrive, ev.RequestReceived(request_id, obj, prompt.messages, real_tokens, max_tokens))
         if over:
             on_engine(prefill, t_arrive + 0.002, ev.InputTooLong(request_id, real_tokens, self.ceiling - 1))
             on_engine(prefill, t_arrive + 0.003, ev.ExceedsMaxTokens(request_id, real_tokens, self.ceiling))

@@ -1,9 +1,9 @@
 """Write simulated exchanges and engine lines as the real tools log them (spec/log-formats.md).
 
 One writer class per log format, registered under the format's ingest name: a gateway writer
-(``litellm``, ``openai-split``) renders each exchange, an engine writer (``sglang``) renders the
-engine events the mechanism emits (forensics.lab.simulate.events). Adding a simulated format is one
-writer class here.
+(``litellm``, ``openai-split``, ``helicone``) renders each exchange, an engine writer (``sglang``,
+``vllm``) renders the engine events the mechanism emits (forensics.lab.simulate.events). Adding a
+simulated format is one writer class here.
 
 Lines are written in time order through a small heap per output stream (an event may be
 produced before an earlier-timed one of another request); the heap only ever holds requests in
@@ -253,6 +253,10 @@ class GatewayWriter:
     calls queued until they end, and the counts truth.json reports."""
 
     name: ClassVar[str]
+    #: What the simulation's README says ``gateway/`` holds.
+    describes: ClassVar[str] = "the gateway logs"
+    #: The keys of a record's time that a ``bad_time`` defect spoils.
+    time_keys: ClassVar[tuple[str, ...]] = ("startTime", "timestamp")
 
     def __init__(self, outputs: Outputs, seed: int, compression: dict[str, str], spend_days: set[str],
                  broken: dict[int, str]) -> None:
@@ -300,7 +304,7 @@ class GatewayWriter:
         elif defect == "bad_time":
             bad = orjson.loads(line)
             obj = bad.get("standard_logging_object", bad)
-            for key in ("startTime", "timestamp"):
+            for key in self.time_keys:
                 if key in obj:
                     obj[key] = "2026-13-45T99:61:00"
             n = f.write(_dumps(bad))
@@ -316,6 +320,7 @@ class LiteLLMWriter(GatewayWriter):
     """LiteLLM callback payloads, and spend-log exports overlapping them on some days."""
 
     name = "litellm"
+    describes = "the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days)"
 
     def exchange(self, ex: Exchange) -> None:
         """Queue the callback payload; on a spend-log day, write the spend-log row now."""
@@ -429,6 +434,7 @@ class OpenAISplitWriter(GatewayWriter):
     """Split request and response logs, joined by request_id (some halves lost on purpose)."""
 
     name = "openai-split"
+    describes = "the split request and response logs (joined by request_id)"
 
     def exchange(self, ex: Exchange) -> None:
         """Write the request line now and queue the response line (unless either was lost)."""
@@ -471,11 +477,78 @@ class OpenAISplitWriter(GatewayWriter):
         return _dumps(rec)
 
 
+def _iso_ms(t: float) -> str:
+    """Helicone's time: ISO 8601 UTC with milliseconds (``2026-08-29T10:01:54.880Z``)."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@_registered(GATEWAY_WRITERS)
+class HeliconeWriter(GatewayWriter):
+    """Helicone's ``request_response_rmt`` rows, exported as JSON Lines (one row per request).
+
+    The export (``@helicone/export --format jsonl --include-body``, or a query of the table) is
+    ordered by ``request_created_at``, so a row is written when the request arrives, in the file of
+    that day. Bodies are JSON strings, as the table stores them; a streamed answer is stored
+    either reassembled or as its chunks (``streamed_data``), as Helicone's two stream loggers do.
+    The tenant is ``organization_id`` (log-formats.md §4).
+    """
+
+    name = "helicone"
+    describes = "the Helicone export (request_response_rmt rows with JSON-string bodies)"
+    time_keys = ("request_created_at",)
+
+    def exchange(self, ex: Exchange) -> None:
+        """Write the exported row now (the export is ordered by arrival)."""
+        self._write(self._series("helicone", day_of(ex.received)), self.row(ex), ex)
+
+    def ended(self, when: float, ex: Exchange) -> None:
+        """Nothing is queued: the row was written when the request arrived."""
+
+    def row(self, ex: Exchange) -> str:
+        """One exported row of ``ex``."""
+        rng = self.rng
+        request = {"model": ex.model, "messages": ex.messages, "max_tokens": ex.max_tokens, "stream": ex.stream}
+        response: dict[str, Any]
+        if ex.status != "success":
+            response = {"error": {"message": ex.error, "type": ex.error_class, "code": ex.status_code}}
+        elif ex.stream and rng.random() < 0.5:
+            response = {"streamed_data": chunks(ex, rng, usage=True)}
+        else:
+            response = completion(ex)
+        ok = ex.status == "success"
+        row = {
+            "response_id": f"{rng.getrandbits(128):032x}",
+            "response_created_at": _iso_ms(ex.completed),
+            "latency": round((ex.completed - ex.received) * 1000),
+            "status": ex.status_code,
+            "completion_tokens": ex.completion_tokens if ok else 0,
+            # Helicone counts from the upstream usage: none on a failure.
+            "prompt_tokens": (ex.reported_prompt_tokens or 0) if ok else 0,
+            "model": ex.model,
+            "request_id": ex.request_id,
+            "request_created_at": _iso_ms(ex.received),
+            "user_id": ex.user_id,
+            "organization_id": ex.tenant.tenant_id,
+            "proxy_key_id": None,
+            "threat": False,
+            "time_to_first_token": round((ex.first_token - ex.received) * 1000) if ok else None,
+            "provider": "CUSTOM",
+            "country_code": None,
+            "target_url": "http://sglang-router:30000/v1/chat/completions",
+            "properties": {"Helicone-Property-Key-Alias": ex.tenant.key_alias},
+            "request_body": _dumps(request),
+            "response_body": _dumps(response),
+        }
+        return _dumps(row)
+
+
 class EngineWriter:
     """Per-node engine logs ``engine/{hostname}_{rank}.log``, lines in time order; a subclass
     renders each engine event as a line of its format."""
 
     name: ClassVar[str]
+    #: What the simulation's README says ``engine/`` holds.
+    describes: ClassVar[str] = "the engine logs of each prefill and decode node"
 
     def __init__(self, outputs: Outputs) -> None:
         self.out = outputs
@@ -483,10 +556,13 @@ class EngineWriter:
 
     def line(self, node: str, t: float, event: ev.EngineEvent) -> None:
         """Queue ``event`` of ``node`` at time ``t``, rendered now (the mechanism may reuse its dicts)."""
-        self.lines.push(t, (node, self.render(t, event)))
+        rendered = self.render(t, event)
+        # An event an engine says in several lines (or not at all) queues them in order at ``t``.
+        for text in [rendered] if isinstance(rendered, str) else rendered:
+            self.lines.push(t, (node, text))
 
-    def render(self, t: float, event: ev.EngineEvent) -> str:
-        """One log line saying ``event`` at time ``t``."""
+    def render(self, t: float, event: ev.EngineEvent) -> str | list[str]:
+        """The log line (or lines, none when the format has no line for it) saying ``event`` at ``t``."""
         raise NotImplementedError
 
     def tick(self, t: float) -> None:
@@ -500,6 +576,7 @@ class SGLangWriter(EngineWriter):
     """SGLang's scheduler text lines (``[time TP0] message``) and JSON request-log lines."""
 
     name = "sglang"
+    describes = "the SGLang logs of each prefill and decode node"
 
     def render(self, t: float, event: ev.EngineEvent) -> str:
         """The SGLang line for ``event``."""
@@ -558,6 +635,132 @@ class SGLangWriter(EngineWriter):
     def _json(t: float, record: dict[str, Any]) -> str:
         stamp = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
         return _dumps({"timestamp": stamp, **record})
+
+
+#: Pseudo token ids for vLLM's logged id lists (their values say nothing; their number is the length).
+_TOKEN_IDS = [str((k * 2654435761) % 151_329) for k in range(4096)]
+#: GLM's chat template markers, as vLLM's logged (templated) prompt shows them.
+_GLM_PREFIX = "[gMASK]<sop>"
+_GLM_PREFIX_IDS = ["151331", "151333"]
+
+
+def _token_id_list(key: str, n: int, head: list[str] | None = None) -> str:
+    """A Python-style list of ``n`` pseudo token ids starting with ``head``, the same for the same ``key``."""
+    start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:2], "big") % len(_TOKEN_IDS)
+    ids = (head or [])[:n]
+    ids += [_TOKEN_IDS[(start + k) % len(_TOKEN_IDS)] for k in range(n - len(ids))]
+    return "[" + ", ".join(ids) + "]"
+
+
+def _glm_prompt(messages: list[dict[str, Any]]) -> str:
+    """The chat messages as GLM's chat template renders them (the prompt vLLM logs)."""
+    blocks = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        blocks.append(f"<|{m.get('role', 'user')}|>\n{content or ''}")
+    return _GLM_PREFIX + "".join(blocks) + "<|assistant|>"
+
+
+@_registered(ENGINE_WRITERS)
+class VLLMWriter(EngineWriter):
+    """vLLM's server log: the RequestLogger lines of ``--enable-log-requests --enable-log-outputs``
+    (at ``VLLM_LOGGING_LEVEL=DEBUG``, which adds the prompt and its ``prompt_token_ids``), the
+    KV-cache startup lines and the periodic engine stats, in vLLM's default line layout
+    (``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:N] message``: no year, whole seconds).
+
+    A prefill-decode deployment (NixlConnector): each node is a vLLM instance named by its host,
+    the prefill node logs the request with its prompt, the decode node the generated answer.
+
+    What SGLang's lines say and vLLM's cannot (no vLLM line exists for it, so none is written):
+    the over-limit refusal naming the request (``Input length ... exceeds``, ``exceeds the maximum
+    number of tokens``: vLLM's length check is against ``max_model_len`` and its error names no
+    request), the per-request ``ReqTimeStats`` (the placeholder's ``input_len=1``), bootstrap rooms
+    and the decode-side ``Context corruption`` / ``Decode transfer failed`` lines. So the scan's
+    ``engine_signature`` reason and the transfer anomalies come only from SGLang logs; with vLLM a
+    suspect is found by its size, which ``prompt_token_ids`` give exactly (``above_ceiling``). A
+    prefill node that could not hand a request over says so in NixlConnector's expiry warning.
+    """
+
+    name = "vllm"
+    describes = "the vLLM logs (RequestLogger lines) of each prefill and decode node"
+    API = "(APIServer pid=2871) "
+    CORE = "(EngineCore_DP0 pid=3125) "
+
+    def render(self, t: float, event: ev.EngineEvent) -> list[str]:
+        """The vLLM lines for ``event`` (none for what vLLM does not log)."""
+        api, core = self.API, self.CORE
+        if isinstance(event, ev.ServerStarted):
+            args = (f"{{'model_tag': '{event.model_path}', 'enable_log_outputs': True, 'model': '{event.model_path}', "
+                    f"'served_model_name': ['{event.served_model}'], 'tensor_parallel_size': {event.tp_size}, "
+                    "'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', kv_role='kv_both'), "
+                    "'enable_log_requests': True}")
+            return [self._line(t, api, "INFO", "api_server.py:1885", f"vLLM API server version 0.11.0{event.note}"),
+                    self._line(t, api, "INFO", "utils.py:233", f"non-default args: {args}")]
+        if isinstance(event, ev.WeightsLoaded):
+            return [self._line(t, core, "INFO", "gpu_model_runner.py:2653", "Model loading took 58.71 GiB and 31.05 seconds")]
+        if isinstance(event, ev.MemoryPool):
+            ratio = event.max_total_num_tokens / event.context_len
+            return [self._line(t, core, "INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {event.max_total_num_tokens:,} tokens"),
+                    self._line(t, core, "INFO", "kv_cache_utils.py:1091",
+                               f"Maximum concurrency for {event.context_len:,} tokens per request: {ratio:.2f}x")]
+        if isinstance(event, ev.RequestReceived):
+            return self._received(t, event)
+        if isinstance(event, ev.RequestFinished):
+            return [self._finished(t, event)]
+        if isinstance(event, ev.PrefillBatch):
+            hit = 100 * event.cached_tokens / max(event.new_tokens + event.cached_tokens, 1)
+            return [self._stats(t, event.new_tokens / 10, 0.0, 1, event.queued, event.token_usage, hit)]
+        if isinstance(event, ev.DecodeBatch):
+            return [self._stats(t, 0.0, event.throughput, event.running, 0, event.token_usage, 0.0)]
+        if isinstance(event, ev.BootstrapFailed):
+            return [self._line(t, core, "WARNING", "nixl_connector.py:1048",
+                               f"Releasing expired KV blocks for request {event.rid} which were retrieved by 0 decode worker(s) "
+                               "within 120 seconds.")]
+        return []  # InputTooLong, ExceedsMaxTokens, ReqTimeStats, ContextCorruption, TransferFailed: see the class docstring
+
+    def _received(self, t: float, event: ev.RequestReceived) -> list[str]:
+        lines = []
+        if event.prompt_tokens is not None:
+            prompt = _glm_prompt(event.messages)
+            ids = _token_id_list(event.rid, event.prompt_tokens, _GLM_PREFIX_IDS)
+            lines.append(self._line(t, self.API, "DEBUG", "logger.py:49",
+                                    f"Request {event.rid} details: prompt: {prompt!r}, prompt_token_ids: {ids}, prompt_embeds shape: None."))
+        kv = ("{'do_remote_decode': True, 'do_remote_prefill': False, 'remote_engine_id': None, 'remote_block_ids': None, "
+              "'remote_host': None, 'remote_port': None}")
+        params = ("SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, "
+                  "top_p=0.95, top_k=0, min_p=0.0, seed=None, stop=[], stop_token_ids=[], bad_words=[], "
+                  f"include_stop_str_in_output=False, ignore_eos=False, max_tokens={event.max_tokens}, min_tokens=0, logprobs=None, "
+                  "prompt_logprobs=None, skip_special_tokens=True, spaces_between_special_tokens=True, truncate_prompt_tokens=None, "
+                  f"structured_outputs=None, extra_args={{'kv_transfer_params': {kv}}})")
+        lines.append(self._line(t, self.API, "INFO", "logger.py:59", f"Received request {event.rid}: params: {params}, lora_request: None."))
+        return lines
+
+    def _finished(self, t: float, event: ev.RequestFinished) -> str:
+        meta = event.out.get("meta_info", {})
+        finish = meta.get("finish_reason") or {}
+        if finish.get("type") == "abort":
+            return self._line(t, self.API, "INFO", "async_llm.py:430", f"Aborted request(s) {event.rid}.")
+        text = event.out.get("text", "")
+        if event.obj.get("stream"):
+            # A stream's closing line carries the whole text but no ids (vLLM's serving_chat).
+            return self._line(t, self.API, "INFO", "logger.py:86", f"Generated response {event.rid} (streaming complete): output: "
+                              f"{text!r}, output_token_ids: None, finish_reason: streaming_complete")
+        ids = _token_id_list(f"{event.rid}:out", int(meta.get("completion_tokens") or 0))
+        return self._line(t, self.API, "INFO", "logger.py:86", f"Generated response {event.rid}: output: {text!r}, "
+                          f"output_token_ids: {ids}, finish_reason: {finish.get('type')}")
+
+    def _stats(self, t: float, prompt_tps: float, gen_tps: float, running: int, waiting: int, usage: float, hit: float) -> str:
+        return self._line(t, self.CORE, "INFO", "loggers.py:123",
+                          f"Engine 000: Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation throughput: {gen_tps:.1f} tokens/s, "
+                          f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {usage * 100:.1f}%, "
+                          f"Prefix cache hit rate: {hit:.1f}%")
+
+    @staticmethod
+    def _line(t: float, process: str, level: str, where: str, message: str) -> str:
+        stamp = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%m-%d %H:%M:%S")
+        return f"{process}{level} {stamp} [{where}] {message}"
 
 
 def open_text(path: Path) -> IO[str]:
