@@ -9,7 +9,13 @@ the request id, come in these variants:
 - from v0.10: ``Request ID details: prompt: '…', prompt_token_ids: […], prompt_embeds shape: ….``
   (logged at DEBUG) and ``Received request ID: params: SamplingParams(…), lora_request: ….``;
 - ``Generated response ID[ (streaming complete| streaming delta)]: output: '…',
-  output_token_ids: […], finish_reason: …`` (``--enable-log-outputs``).
+  output_token_ids: […], finish_reason: …`` (``--enable-log-outputs``);
+- ``Aborted request ID.`` / ``Aborted request(s) ID.`` (the engine gave up on the request: a
+  ``request_finished`` with ``finish_reason`` abort, as SGLang logs one; a line naming several
+  comma-joined ids cannot name one request and stays ``unknown``);
+- NixlConnector's ``Releasing expired KV blocks for request ID which were retrieved by 0 decode
+  worker(s) …`` on a prefill node: no decode node fetched the KV cache, a failed hand-over
+  (``bootstrap_failed``, SGLang's ``Prefill bootstrap failed``).
 
 The prompt and output are Python ``repr`` strings; ``len(prompt_token_ids)`` is the prompt's
 exact length in tokens as the engine saw it, kept in ``input_len``. The KV-cache line (``GPU KV
@@ -17,6 +23,11 @@ cache size: N tokens``) and the ``Maximum concurrency for N tokens per request``
 pool size and the advertised window, as SGLang's startup line does. Every line is kept as an
 engine event; one not understood stays ``unknown`` with its raw text. vLLM's default time format
 has no year, so such a line's ``time`` is null (a ``--log-config`` with a full date fills it).
+
+The node is the file name's hostname (``{hostname}_{rank}.log``). In a disaggregated deployment
+(a prefill and a decode vLLM instance per request, NixlConnector) the hostname names the role, as
+for SGLang (``prefill-2``, ``decode-5``): the decode node is then known, which the matcher's
+mechanism evidence uses. A hostname naming neither is a server doing both (role null).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import re
 from typing import Any
 
 from forensics.ingest.base import FileContext, Output
-from forensics.ingest.formats.sglang import node_of
+from forensics.ingest.formats.sglang import node_of, role_of
 from forensics.ingest.registry import LogFormat, register
 from forensics.ingest.timeparse import TimeError, to_micros
 
@@ -41,6 +52,8 @@ DETAILS = re.compile(r"^Request (\S+?) details: (?=prompt)")
 GENERATED = re.compile(r"^Generated response (\S+?)(?P<stream> \(streaming (?:complete|delta)\))?: output: ")
 TOKEN_IDS = re.compile(r"\[(?:\d+(?:, \d+)*)?\]|None")
 FINISH = re.compile(r"finish_reason: (\w+)")
+ABORTED = re.compile(r"^Aborted request(?:\(s\))? ([^\s,]+)\.$")
+EXPIRED = re.compile(r"^Releasing expired KV blocks for request (\S+) which were retrieved by 0 (?:decode|remote) worker")
 KV_CACHE = re.compile(r"KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request")
 FULL_DATE = re.compile(r"^\d{4}-")
@@ -108,7 +121,7 @@ class VLLMParser:
         row: dict[str, Any] = {
             "node": host,
             "rank": rank,
-            "role": None,  # vLLM here serves prefill and decode on the same node
+            "role": role_of(host),  # null unless the hostname names a prefill or decode instance
             "event": "unknown",
             "message": text,
             "source_file": ctx.display_path,
@@ -158,6 +171,13 @@ class VLLMParser:
             finish = FINISH.search(rest)
             if finish and finish.group(1) != "None":
                 row["finish_reason"] = finish.group(1)
+        elif (m := ABORTED.match(msg)) is not None:
+            row["event"] = "request_finished"
+            row["rid"] = m.group(1)
+            row["finish_reason"] = "abort"
+        elif (m := EXPIRED.match(msg)) is not None:
+            row["event"] = "bootstrap_failed"
+            row["rid"] = m.group(1)
         else:
             total, window = KV_CACHE.search(msg), CONCURRENCY.search(msg)
             if total or window:
