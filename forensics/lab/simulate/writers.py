@@ -491,6 +491,11 @@ class HeliconeWriter(GatewayWriter):
     that day. Bodies are JSON strings, as the table stores them; a streamed answer is stored
     either reassembled or as its chunks (``streamed_data``), as Helicone's two stream loggers do.
     The tenant is ``organization_id`` (log-formats.md §4).
+
+    JSON Lines rather than the CSV variant: one record per line lets the simulated defects (a
+    partial write, a copy with a bad time, blank lines) sit next to a record as in the other
+    gateway formats; in CSV a cut record's open quote would swallow the records after it, which
+    no export tool writes. The CSV reader has its own ingest goldens.
     """
 
     name = "helicone"
