@@ -27,7 +27,8 @@ from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
-from forensics.ingest.base import FileContext, Quarantined, record_hash
+from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
+from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
 from forensics.ingest.registry import FORMATS
 from forensics.progress import Reporter, reporter
@@ -209,7 +210,11 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
 
 def sniff(path: Path) -> str | None:
     """The format of a file told from its first lines (and its name), or None: the registered
-    formats are tried in their sniff order."""
+    formats are tried in their sniff order. A Parquet file's first rows are shown to them as JSON
+    lines, and only a format that reads Parquet may claim it."""
+    if is_parquet(path):
+        name = FORMATS.sniff(peek_rows(path), path.name)
+        return name if name is not None and FORMATS.get(name).parquet else None
     return FORMATS.sniff(peek_lines(path), path.name)
 
 
@@ -252,7 +257,12 @@ def ingest(
                 raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
             skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
             continue
-        encoding = foreign_encoding(path)
+        parquet = is_parquet(path)
+        if parquet and fmt is not None and not FORMATS.get(fmt).parquet:
+            raise InputError(f"this is a Parquet file and format {fmt!r} reads text logs",
+                             file=path, fix=f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), "
+                             "or export the log as JSON Lines")
+        encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
         skip = None
         if encoding is not None:
             problem = f"the file is {encoding} text, not UTF-8"
@@ -305,6 +315,9 @@ def ingest(
             entry[key] += counts[key]
         entry["problems"].extend(counts["problems"])
         entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
+        for kind, n in counts["skipped_records"].items():
+            skipped_records = entry.setdefault("skipped_records", {})
+            skipped_records[kind] = skipped_records.get(kind, 0) + n
         if counts["status"] != "ingested":
             entry["status"] = counts["status"]
         task.advance(unit.size())
@@ -444,7 +457,7 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "stream_damage": [], "status": "ingested"}
+                              "stream_damage": [], "skipped_records": {}, "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
         name: ParquetSink(Path(f"{stem}.{name}.parquet"), STAGED_SCHEMAS.get(name, schema.TABLES[name]), STAGING_OPTIONS)
@@ -520,6 +533,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                     quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
                 elif result is None:
                     counts["blank"] += 1
+                elif isinstance(result, SkippedRecord):
+                    counts["blank"] += 1  # holds no exchange; what it was is kept by kind
+                    counts["skipped_records"][result.kind] = counts["skipped_records"].get(result.kind, 0) + 1
                 else:
                     table, row = result
                     counts["parsed"] += 1
