@@ -170,7 +170,7 @@ def test_an_open_generation_is_incomplete_and_an_error_level_a_failure(tmp_path:
         ("obs-1", "incomplete", None), ("obs-2", "failure", dt.datetime(2026, 8, 29, 10, 0, 2, tzinfo=dt.UTC))]
 
 
-def test_ui_and_api_export_names_are_read(tmp_path: Path) -> None:
+def test_public_api_names_are_read(tmp_path: Path) -> None:
     row = {"id": "obs-9", "traceId": "trace-9", "projectId": "proj-9", "type": "GENERATION",
            "startTime": "2026-08-29T10:00:00.000Z", "endTime": "2026-08-29T10:00:01.500Z", "model": "glm-5.3",
            "input": [{"role": "user", "content": "hello"}], "output": {"role": "assistant", "content": "hi"},
@@ -272,3 +272,25 @@ def test_hostile_observation_type_is_bounded_in_the_manifest(tmp_path: Path) -> 
     assert (entry["ingested"], q) == (1, [])
     (kind,) = entry["skipped_records"]
     assert kind.startswith("langfuse SPANXXX") and len(kind) < 80
+
+
+def test_one_simulated_incident_as_langfuse_and_as_litellm_gives_the_same_suspects_and_notifications(tmp_path: Path) -> None:
+    pytest.importorskip("faker")
+    from forensics.lab.simulate import simulate
+
+    reports = {}
+    for fmt in ("litellm", "langfuse"):
+        sim = simulate(tmp_path / f"sim-{fmt}", seed=5, scale="small", fmt=fmt)
+        result = api.run(sim.case_file, tmp_path / f"out-{fmt}")
+        reports[fmt] = result.report.report_dir
+        assert ("Langfuse observations export" in (sim.out / "README.md").read_text()) == (fmt == "langfuse")
+        truth = json.loads(sim.truth.read_text())
+        case = json.loads((reports[fmt] / "case" / "manifest.json").read_text())
+        assert sum(f["quarantined"] for f in case["files"]) == truth["quarantine"]["expected"]
+    case = json.loads((reports["langfuse"] / "case" / "manifest.json").read_text())
+    spans = sum(f.get("skipped_records", {}).get("langfuse SPAN observation", 0) for f in case["files"])
+    assert spans == case["tables"]["exchanges"] > 0  # one root span per call, none of them an exchange
+    suspects = (reports["litellm"] / "suspects.csv").read_text()
+    assert suspects.count("\n") > 1 and suspects == (reports["langfuse"] / "suspects.csv").read_text()
+    notifications = (reports["litellm"] / "notifications.csv").read_text()
+    assert "exposed" in notifications and notifications == (reports["langfuse"] / "notifications.csv").read_text()

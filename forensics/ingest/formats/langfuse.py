@@ -7,9 +7,10 @@ enriched ``observations_v2/``): ``id``, ``trace_id``, ``project_id``, ``type``, 
 ``output``, ``total``), ``provided_model_name``, ``model_parameters`` (a JSON string),
 ``metadata``, ``level``, ``status_message``, and in the enriched export the trace's ``user_id``.
 In CSV every object is a JSON-encoded string and null an empty field; in Parquet the columns are
-typed (times, maps), which forensics.ingest.parquet turns into the JSON export's values. The names
-of the UI and API export (``traceId``, ``startTime``, ``endTime``, ``model``, ``usage``,
-``usageDetails``, ``projectId``, ``userId``) are read too.
+typed (times, maps), which forensics.ingest.parquet turns into the JSON export's values. The
+public API's camelCase names (``traceId``, ``startTime``, ``endTime``, ``model``, ``usage``,
+``usageDetails``, ``projectId``, ``userId``) are read too, so observations fetched from the API and
+saved as JSON Lines load as well (the v1 API names no project: set ``tenant_field`` then).
 
 Only ``GENERATION`` observations are model calls. The others (``SPAN``, ``EVENT``, ``TOOL``, …)
 are well-formed records of something else: each is counted by type in the file's
@@ -54,7 +55,7 @@ from forensics.ingest.registry import LogFormat, RecordKind, register
 TENANT_FIELD = "project_id"
 #: The observation type that is a model call; every other type is skipped (counted by type).
 GENERATION = "GENERATION"
-#: Each field as the blob-storage export names it, then as the UI and API export do.
+#: Each field as the blob-storage export names it, then as the public API does.
 ALIASES: dict[str, tuple[str, ...]] = {
     "id": ("id",),
     "trace_id": ("trace_id", "traceId"),

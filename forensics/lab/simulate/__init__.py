@@ -4,7 +4,8 @@
 
     case.toml             the case file (spec/case-file.md); inputs point at the folders below
     gateway/              litellm-callbacks-DAY.jsonl[.gz|.zst] (+ spend-logs-DAY.jsonl for some
-                          days, overlapping the callbacks), or requests-/responses-DAY.jsonl
+                          days, overlapping the callbacks), or requests-/responses-DAY.jsonl,
+                          or langfuse-observations-DAY.jsonl
     engine/               {hostname}_0.log per prefill and decode node (SGLang, JSON + text lines)
     truth.json            what really happened (schema below)
     README.md             how the folder was made and the command that regenerates it
@@ -283,7 +284,8 @@ def _readme(cmd: str, truth: dict[str, Any]) -> str:
         f"{c['hard_negatives']} labelled hard negatives\n"
         f"- `case.toml` is the case file; `truth.json` the ground truth (schema in `forensics/lab/simulate/__init__.py`);\n"
         + ("  `gateway/` the LiteLLM logs (callback payloads, and spend-log exports overlapping them on two days);\n"
-           if g["format"] == "litellm" else "  `gateway/` the split request and response logs (joined by request_id);\n")
+           if g["format"] == "litellm" else "  `gateway/` the Langfuse observations export (a SPAN and a GENERATION per call);\n"
+           if g["format"] == "langfuse" else "  `gateway/` the split request and response logs (joined by request_id);\n")
         +
         "  `engine/` the SGLang logs of each prefill and decode node.\n\n"
         "Score a report against the truth: `forensics evaluate --truth truth.json --report REPORT_DIR`.\n"
