@@ -21,6 +21,9 @@ import pytest
 from forensics import api
 from forensics.errors import InputError
 from forensics.ingest import sniff
+from forensics.ingest.parquet import is_parquet, peek_rows
+from forensics.ingest.reader import peek_lines
+from forensics.ingest.registry import FORMATS
 
 GOLDEN = Path(__file__).parent / "golden" / "ingest"
 OWN = ("langfuse_csv", "langfuse_jsonl", "langfuse_parquet")
@@ -32,11 +35,19 @@ def golden_files(folders: tuple[str, ...] | None = None) -> list[Path]:
     return [p for d in dirs for p in sorted(d.iterdir()) if p.name != "expected.json"]
 
 
+def claims(path: Path) -> list[str]:
+    """Every registered format whose sniffer claims the file (not only the first in sniff order)."""
+    lines = peek_rows(path) if is_parquet(path) else peek_lines(path)
+    return [f.name for f in FORMATS.in_sniff_order() if f.sniff(lines, path.name)]
+
+
 def test_sniffer_picks_langfuse_for_its_goldens_and_never_for_the_others() -> None:
     own = golden_files(OWN)
     assert len(own) == 3 and all(sniff(p) == "langfuse" for p in own)
+    # Told apart by content alone: no other format claims an observations export, in any layout.
+    assert all(claims(p) == ["langfuse"] for p in own), {p.name: claims(p) for p in own}
     others = [p for p in golden_files() if p not in own]
-    assert others and all(sniff(p) != "langfuse" for p in others), [p.name for p in others if sniff(p) == "langfuse"]
+    assert others and all("langfuse" not in claims(p) for p in others), [p.name for p in others if "langfuse" in claims(p)]
 
 
 MESSAGES = json.dumps([{"role": "user", "content": "Summarise the indemnity clause."}])
@@ -285,6 +296,7 @@ def test_one_simulated_incident_as_langfuse_and_as_litellm_gives_the_same_suspec
         reports[fmt] = result.report.report_dir
         assert ("Langfuse observations export" in (sim.out / "README.md").read_text()) == (fmt == "langfuse")
         truth = json.loads(sim.truth.read_text())
+        assert all(claims(p) == [fmt] for p in sorted((sim.out / "gateway").iterdir()))
         case = json.loads((reports[fmt] / "case" / "manifest.json").read_text())
         assert sum(f["quarantined"] for f in case["files"]) == truth["quarantine"]["expected"]
     case = json.loads((reports["langfuse"] / "case" / "manifest.json").read_text())
@@ -314,3 +326,30 @@ def test_parquet_is_read_one_row_group_and_a_few_rows_at_a_time(tmp_path: Path, 
     assert [json.loads(line.text or "")["id"] for line in lines] == [f"obs-{i}" for i in range(100)]
     assert [line.number for line in lines] == list(range(1, 101))
     assert calls == [(parquet.BATCH_ROWS, [g]) for g in range(4)] and parquet.BATCH_ROWS <= 64
+
+
+def test_the_same_observations_in_two_exports_are_one_request_each(tmp_path: Path) -> None:
+    # An hourly JSON Lines export and a Parquet export of the same window overlap.
+    rows = [obs(1), obs(2), obs(3, type="SPAN")]
+    parquet = tmp_path / "o.parquet"
+    pq.write_table(pa.Table.from_pylist([{**r, "usage_details": json.dumps(r["usage_details"]), "metadata": json.dumps(r["metadata"])}
+                                         for r in rows]), parquet)
+    result = api.ingest(tmp_path / "case", [write(tmp_path, "o.jsonl", jsonl(rows)), parquet])
+    files = {f["path"].rsplit("/", 1)[-1]: f for f in result.manifest["files"]}
+    assert all(f["reconciled"] for f in files.values())
+    assert files["o.jsonl"]["ingested"] + files["o.parquet"]["ingested"] == 2
+    assert files["o.jsonl"]["duplicate"] + files["o.parquet"]["duplicate"] == 2
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted(r["request_id"] for r in x) == ["obs-1", "obs-2"]
+
+
+def test_a_parquet_file_in_a_folder_read_under_a_text_format_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "callbacks.jsonl").write_bytes((GOLDEN / "litellm_payload" / "callbacks.jsonl").read_bytes())
+    (folder / "observations.parquet").write_bytes(golden_files(("langfuse_parquet",))[0].read_bytes())
+    result = api.ingest(tmp_path / "case", [folder], fmt="litellm")
+    statuses = {f["path"].rsplit("/", 1)[-1]: f["status"] for f in result.manifest["files"]}
+    assert statuses == {"callbacks.jsonl": "ingested", "observations.parquet": "skipped: Parquet, not the format given"}
+    q = [r for r in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist() if r["source_file"].endswith(".parquet")]
+    assert len(q) == 1 and "format 'litellm' reads text logs" in q[0]["reason"] and "use a format that reads Parquet (langfuse)" in q[0]["reason"]

@@ -258,15 +258,16 @@ def ingest(
             skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
             continue
         parquet = is_parquet(path)
-        if parquet and fmt is not None and not FORMATS.get(fmt).parquet:
-            raise InputError(f"this is a Parquet file and format {fmt!r} reads text logs",
-                             file=path, fix=f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), "
-                             "or export the log as JSON Lines")
         encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+        misfit = parquet and fmt is not None and not FORMATS.get(fmt).parquet
         skip = None
-        if encoding is not None:
-            problem = f"the file is {encoding} text, not UTF-8"
-            fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
+        if encoding is not None or misfit:
+            if misfit:
+                problem = f"{PARQUET_MISFIT} {fmt!r} reads text logs"
+                fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
+            else:
+                problem = f"the file is {encoding} text, not UTF-8"
+                fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
             if explicit:
                 raise InputError(problem, file=path, fix=fix)
             skip, detected = f"{problem}; file skipped. Fix: {fix}", None
@@ -421,13 +422,24 @@ class Unit:
         return max(0, end - self.span.start)
 
 
+#: How the reason a Parquet file is not read under the format given begins.
+PARQUET_MISFIT = "this is a Parquet file and format"
+
+
+def _skip_status(skip: str | None) -> str:
+    """The status of a file that is not read, from the reason it was skipped (None: no format fits)."""
+    if skip is None:
+        return "skipped: format not recognised"
+    return "skipped: Parquet, not the format given" if skip.startswith(PARQUET_MISFIT) else "skipped: not UTF-8"
+
+
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
         "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
-        "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
+        "status": "ingested" if fmt else _skip_status(skip),
     }
 
 
@@ -505,7 +517,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     try:
         if unit.fmt is None:
             quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
+            counts["status"] = _skip_status(unit.skip)
         else:
             log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
