@@ -208,7 +208,7 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
     from forensics.lab.simulate import FORMATS as SIMULATED
     from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
-    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split"]
+    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split", "langfuse"]
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
         assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
 
