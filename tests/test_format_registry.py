@@ -126,9 +126,9 @@ def test_the_registered_formats_are_the_documented_ones() -> None:
     ingest = reference[reference.index("forensics ingest"):]
     documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:, | or ))+[a-z-]+); sniffed", ingest)
     assert documented is not None
-    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "litellm", "openai-split", "sglang", "vllm"]
+    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "langfuse", "litellm", "openai-split", "sglang", "vllm"]
     # Sniffing order: a spend-log row would also pass the split-log test, and any bracketed line the engine's.
-    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "vllm", "sglang"]
+    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "langfuse", "vllm", "sglang"]
 
 
 def test_every_registered_format_has_a_golden_folder() -> None:
@@ -197,7 +197,7 @@ def test_the_finaliser_ranks_copies_by_the_registered_precedence(tmp_path: Path,
 
 def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.txt", TOY_LINE)
-    with pytest.raises(InputError, match="use one of helicone, litellm, openai-split, sglang, vllm, or omit"):
+    with pytest.raises(InputError, match="use one of helicone, langfuse, litellm, openai-split, sglang, vllm, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
 
 
@@ -209,7 +209,7 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
     from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
     assert list(SIMULATED) == list(GATEWAY_WRITERS)
-    assert {"litellm", "openai-split", "helicone"} <= set(GATEWAY_WRITERS) and {"sglang", "vllm"} <= set(ENGINE_WRITERS)
+    assert {"litellm", "openai-split", "helicone", "langfuse"} <= set(GATEWAY_WRITERS) and {"sglang", "vllm"} <= set(ENGINE_WRITERS)
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
         assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
 

@@ -27,7 +27,8 @@ from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
-from forensics.ingest.base import FileContext, Quarantined, record_hash
+from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
+from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
 from forensics.ingest.registry import FORMATS
 from forensics.progress import Reporter, reporter
@@ -209,7 +210,11 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
 
 def sniff(path: Path) -> str | None:
     """The format of a file told from its first lines (and its name), or None: the registered
-    formats are tried in their sniff order."""
+    formats are tried in their sniff order. A Parquet file's first rows are shown to them as JSON
+    lines, and only a format that reads Parquet may claim it."""
+    if is_parquet(path):
+        name = FORMATS.sniff(peek_rows(path), path.name)
+        return name if name is not None and FORMATS.get(name).parquet else None
     return FORMATS.sniff(peek_lines(path), path.name)
 
 
@@ -252,11 +257,17 @@ def ingest(
                 raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
             skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
             continue
-        encoding = foreign_encoding(path)
+        parquet = is_parquet(path)
+        encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+        misfit = parquet and fmt is not None and not FORMATS.get(fmt).parquet
         skip = None
-        if encoding is not None:
-            problem = f"the file is {encoding} text, not UTF-8"
-            fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
+        if encoding is not None or misfit:
+            if misfit:
+                problem = f"{PARQUET_MISFIT} {fmt!r} reads text logs"
+                fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
+            else:
+                problem = f"the file is {encoding} text, not UTF-8"
+                fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
             if explicit:
                 raise InputError(problem, file=path, fix=fix)
             skip, detected = f"{problem}; file skipped. Fix: {fix}", None
@@ -305,6 +316,9 @@ def ingest(
             entry[key] += counts[key]
         entry["problems"].extend(counts["problems"])
         entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
+        for kind, n in counts["skipped_records"].items():
+            skipped_records = entry.setdefault("skipped_records", {})
+            skipped_records[kind] = skipped_records.get(kind, 0) + n
         if counts["status"] != "ingested":
             entry["status"] = counts["status"]
         task.advance(unit.size())
@@ -408,13 +422,24 @@ class Unit:
         return max(0, end - self.span.start)
 
 
+#: How the reason a Parquet file is not read under the format given begins.
+PARQUET_MISFIT = "this is a Parquet file and format"
+
+
+def _skip_status(skip: str | None) -> str:
+    """The status of a file that is not read, from the reason it was skipped (None: no format fits)."""
+    if skip is None:
+        return "skipped: format not recognised"
+    return "skipped: Parquet, not the format given" if skip.startswith(PARQUET_MISFIT) else "skipped: not UTF-8"
+
+
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
         "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
-        "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
+        "status": "ingested" if fmt else _skip_status(skip),
     }
 
 
@@ -444,7 +469,7 @@ def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "stream_damage": [], "status": "ingested"}
+                              "stream_damage": [], "skipped_records": {}, "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
     sinks = {
         name: ParquetSink(Path(f"{stem}.{name}.parquet"), STAGED_SCHEMAS.get(name, schema.TABLES[name]), STAGING_OPTIONS)
@@ -492,7 +517,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     try:
         if unit.fmt is None:
             quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
+            counts["status"] = _skip_status(unit.skip)
         else:
             log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
@@ -520,6 +545,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                     quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
                 elif result is None:
                     counts["blank"] += 1
+                elif isinstance(result, SkippedRecord):
+                    counts["blank"] += 1  # holds no exchange; what it was is kept by kind
+                    counts["skipped_records"][result.kind] = counts["skipped_records"].get(result.kind, 0) + 1
                 else:
                     table, row = result
                     counts["parsed"] += 1

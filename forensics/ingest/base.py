@@ -34,8 +34,21 @@ class Quarantined:
     no_tenant: bool = False  # the record names no customer (see the tenant_field check)
 
 
-# What a parser yields for each input line: a row for a table, a quarantine reason, or None (blank).
-Output = tuple[str, dict[str, Any]] | Quarantined | None
+@dataclasses.dataclass
+class SkippedRecord:
+    """A well-formed record that holds no model call (a Langfuse SPAN or EVENT observation).
+
+    It is counted with the blank lines (the reconciliation stays lines = ingested + quarantined +
+    blank + duplicate) and, by ``kind``, in the file's ``skipped_records`` in the manifest, so an
+    auditor sees what was left out and why; it is never a quarantine row (nothing is wrong with it).
+    """
+
+    kind: str
+
+
+# What a parser yields for each input line: a row for a table, a quarantine reason, a record
+# that is not an exchange, or None (blank).
+Output = tuple[str, dict[str, Any]] | Quarantined | SkippedRecord | None
 
 
 def record_hash(line: bytes) -> str:

@@ -125,6 +125,15 @@ def finalize(
     if skipped_inputs:
         notes.append(f"{len(skipped_inputs)} entries of the input folders are not regular files inside them and were not read "
                      f"(see skipped_inputs and quarantine): {', '.join(e['path'] for e in skipped_inputs[:5])}")
+    passed_over = [f for f in files if f.get("skipped_records")]
+    if passed_over:
+        kinds: dict[str, int] = {}
+        for f in passed_over:
+            for kind, n in f["skipped_records"].items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        shown = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        notes.append(f"{sum(kinds.values())} records hold no model call and were not ingested ({shown}); they are counted "
+                     f"with the blank lines and listed by kind in skipped_records: {', '.join(f['path'] for f in passed_over[:5])}")
     broken = [f["path"] for f in files if f["problems"]]
     if broken:
         marked = exchanges_stats["records_from_damaged_input"]["by_reason"]["truncated_file"]

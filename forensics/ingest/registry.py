@@ -69,7 +69,9 @@ class LogFormat:
     own ``read(path, problems, span)`` yielding one ``Line`` per record (its number, text and
     raw bytes: what is counted, parsed, hashed and quoted in quarantine) and sets
     ``splittable=False``: such a file is then read whole by one worker, never cut into
-    line-aligned spans.
+    line-aligned spans. A format whose ``read`` also reads Parquet files (each row given as one
+    JSON object, see forensics.ingest.parquet) sets ``parquet=True``; only such a format may
+    claim a Parquet file when sniffing, or be forced on one.
     """
 
     name: str
@@ -81,6 +83,7 @@ class LogFormat:
     kinds: tuple[RecordKind, ...] = ()
     read: Read = read_lines
     splittable: bool = True
+    parquet: bool = False
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):

@@ -5,7 +5,7 @@
     case.toml             the case file (spec/case-file.md); inputs point at the folders below
     gateway/              litellm-callbacks-DAY.jsonl[.gz|.zst] (+ spend-logs-DAY.jsonl for some
                           days, overlapping the callbacks), or requests-/responses-DAY.jsonl, or
-                          helicone-DAY.jsonl (one writer per format, forensics.lab.simulate.writers)
+                          helicone-DAY.jsonl, or langfuse-observations-DAY.jsonl (one writer per format, forensics.lab.simulate.writers)
     engine/               {hostname}_0.log per prefill and decode node (SGLang JSON + text lines,
                           or vLLM RequestLogger lines with ``engine_fmt="vllm"``)
     truth.json            what really happened (schema below)

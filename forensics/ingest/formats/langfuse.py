@@ -1,0 +1,326 @@
+"""Langfuse observations exports, as JSON Lines, CSV or Parquet (log-formats.md §4).
+
+Langfuse's blob-storage export writes one row per observation (``observations/`` and the
+enriched ``observations_v2/``): ``id``, ``trace_id``, ``project_id``, ``type``, ``start_time``,
+``end_time`` and ``completion_start_time`` (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC with no zone),
+``input`` and ``output`` (strings holding JSON or plain text), ``usage_details`` (``input``,
+``output``, ``total``), ``provided_model_name``, ``model_parameters`` (a JSON string),
+``metadata``, ``level``, ``status_message``, and in the enriched export the trace's ``user_id``.
+In CSV every object is a JSON-encoded string and null an empty field; in Parquet the columns are
+typed (times, maps), which forensics.ingest.parquet turns into the JSON export's values. The
+public API's camelCase names (``traceId``, ``startTime``, ``endTime``, ``model``, ``usage``,
+``usageDetails``, ``projectId``, ``userId``) are read too, so observations fetched from the API and
+saved as JSON Lines load as well (the v1 API names no project: set ``tenant_field`` then).
+
+Only ``GENERATION`` observations are model calls. The others (``SPAN``, ``EVENT``, ``TOOL``, …)
+are well-formed records of something else: each is counted by type in the file's
+``skipped_records`` (with the blank lines), never ingested and never quarantined.
+
+The tenant is ``project_id`` (one Langfuse project per customer); ``tenant_field`` may name any
+other field or dotted path, e.g. ``user_id`` or ``metadata.customer``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from forensics import schema
+from forensics.ingest.base import FileContext, Output, Quarantined, SkippedRecord, prompt_fields, provenance
+from forensics.ingest.fields import (
+    NoTenant,
+    RecordError,
+    as_str,
+    chunks_text,
+    first_objects,
+    get_path,
+    loads_object,
+    message_text,
+    opt_count,
+    opt_str,
+    response_text,
+    time_field,
+)
+from forensics.ingest.formats.helicone import CSV_ERROR
+from forensics.ingest.formats.helicone import read_records as read_text_records
+from forensics.ingest.parquet import ROW_ERROR, is_parquet, read_rows
+from forensics.ingest.reader import FileProblem, Line, Span
+from forensics.ingest.registry import LogFormat, RecordKind, register
+
+#: The default tenant: the Langfuse project the observation belongs to.
+TENANT_FIELD = "project_id"
+#: The observation type that is a model call; every other type is skipped (counted by type).
+GENERATION = "GENERATION"
+#: Each field as the blob-storage export names it, then as the public API does.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("id",),
+    "trace_id": ("trace_id", "traceId"),
+    "project_id": ("project_id", "projectId"),
+    "type": ("type",),
+    "start_time": ("start_time", "startTime"),
+    "end_time": ("end_time", "endTime"),
+    "model": ("provided_model_name", "providedModelName", "model"),
+    "user_id": ("user_id", "userId"),
+    "usage_details": ("usage_details", "usageDetails", "usage", "provided_usage_details", "providedUsageDetails"),
+    "model_parameters": ("model_parameters", "modelParameters"),
+}
+#: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
+PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
+COMPLETION_KEYS = ("output", "completionTokens", "completion_tokens", "output_tokens")
+#: An observation has these together (with ``id``); no other format's record does.
+SIGNS = {"trace_id", "type", "start_time"}
+CAMEL_SIGNS = {"traceId", "type", "startTime"}
+
+
+def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
+    """The file's observations: Parquet rows, or JSON Lines / CSV records (as Helicone's reader gives them)."""
+    if is_parquet(path):
+        return read_rows(path, problems, span)
+    return read_text_records(path, problems, span)
+
+
+def csv_header(line: str) -> list[str] | None:
+    """The column names when ``line`` is a CSV header (not a JSON object), else None."""
+    if line.lstrip().startswith("{"):
+        return None
+    try:
+        return next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+
+
+def _field(obj: Mapping[str, Any], name: str) -> tuple[Any, str]:
+    """The value of a field under the first of its names that is present, and that name."""
+    names = ALIASES[name]
+    for key in names:
+        if key in obj:
+            return obj[key], key
+    return None, names[0]
+
+
+def _decoded(value: Any, field: str) -> tuple[Any, bool]:
+    """A field exported as a string holding JSON (or plain text), decoded; and whether its JSON
+    was cut short (valid up to where the text ends: an export size limit).
+
+    Plain text stays text; an empty string is absent; JSON broken other than at its end is a
+    RecordError.
+    """
+    if not isinstance(value, str):
+        return value, False
+    stripped = value.strip()
+    if not stripped:
+        return None, False
+    if stripped[0] not in "{[":
+        return value, False
+    try:
+        return orjson.loads(stripped), False
+    except orjson.JSONDecodeError as exc:
+        if "end of data" in str(exc):
+            return None, True
+        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
+                          fix=f"re-export the observation with its {field} intact") from None
+
+
+def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]:
+    """The tenant id and the field that gave it (``auto`` means project_id)."""
+    if tenant_field in ("auto", ""):
+        value, field = _field(obj, "project_id")
+    else:
+        value, field = get_path(obj, tenant_field), tenant_field
+    if value is None or value == "":
+        raise NoTenant(field)
+    return as_str(value, field), field
+
+
+def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems: list[str]) -> int | None:
+    for key in keys:
+        if usage.get(key) not in (None, ""):
+            return opt_count(usage[key], f"{field}.{key}", problems)
+    return None
+
+
+class LangfuseParser:
+    """Langfuse observations (GENERATION rows) from a JSON Lines, CSV or Parquet export."""
+
+    name = "langfuse"
+
+    def sniff(self, lines: list[str], file_name: str) -> bool:
+        """A JSON object or a CSV header with ``id`` and trace_id, type and start_time (either naming)."""
+        if lines:
+            header = csv_header(lines[0])
+            if header is not None:
+                names = {h.strip() for h in header}
+                return "id" in names and (SIGNS <= names or CAMEL_SIGNS <= names)
+        return any("id" in obj and (SIGNS <= set(obj) or CAMEL_SIGNS <= set(obj)) for obj in first_objects(lines))
+
+    def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
+        """One observation into an exchange row, a skipped record (not a generation), or a quarantine reason."""
+        try:
+            obj = loads_object(text)
+            for marker in (CSV_ERROR, ROW_ERROR):
+                if marker in obj:
+                    raise RecordError(str(obj[marker]), fix="re-export the file (JSON Lines reads most simply) and ingest it again")
+            kind = self._type(obj)
+            if kind != GENERATION:
+                return SkippedRecord(f"langfuse {kind} observation")
+            row = self._row(obj, ctx)
+        except RecordError as exc:
+            return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenant))
+        row.update(provenance(ctx, line_number, text, "langfuse_generation"))
+        return "exchanges", row
+
+    @staticmethod
+    def _type(obj: Mapping[str, Any]) -> str:
+        value = obj.get("type")
+        if value is None or value == "":
+            raise RecordError("missing required field 'type'", fix="re-export the observations with their type (GENERATION rows are the model calls)")
+        if not isinstance(value, str):
+            raise RecordError(f"field 'type' is a {type(value).__name__}, expected a string such as GENERATION")
+        # A hostile or broken type must not become an unbounded manifest key.
+        return value.strip().upper()[:40]
+
+    def _row(self, obj: dict[str, Any], ctx: FileContext) -> dict[str, Any]:
+        value, key = _field(obj, "id")
+        if value is None or value == "":
+            raise RecordError("missing required field 'id'", fix="re-export the observations with 'id' (it identifies the call)")
+        request_id = as_str(value, key)
+        received, assumed1 = self._time(obj, "start_time", required=True, zone=ctx.zone)
+        completed, assumed2 = self._time(obj, "end_time", required=False, zone=ctx.zone)
+        tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
+        problems: list[str] = []
+
+        request, input_cut = _decoded(obj.get("input"), "input")
+        if input_cut:
+            problems.append("input is cut short (its JSON ends early); the prompt text is unknown")
+        prompt, nontext, n_messages = self._prompt(request)
+        response, output_cut = _decoded(obj.get("output"), "output")
+        if output_cut:
+            problems.append("output is cut short (its JSON ends early); the response text is unknown")
+        text, finish, response_usage = self._response(response, problems)
+
+        usage_value, usage_key = _field(obj, "usage_details")
+        usage, _ = _decoded(usage_value, usage_key)
+        if usage is not None and not isinstance(usage, Mapping):
+            problems.append(f"{usage_key} is a {type(usage).__name__}, not an object of counts; ignored")
+            usage = None
+        usage = usage or {}
+        reported = _count(usage, PROMPT_KEYS, usage_key, problems)
+        if reported is None:
+            reported = opt_count(response_usage.get("prompt_tokens"), "output.usage.prompt_tokens", problems)
+        completion = _count(usage, COMPLETION_KEYS, usage_key, problems)
+        if completion is None:
+            completion = opt_count(response_usage.get("completion_tokens"), "output.usage.completion_tokens", problems)
+
+        params_value, params_key = _field(obj, "model_parameters")
+        try:
+            params, _ = _decoded(params_value, params_key)
+        except RecordError:
+            problems.append(f"{params_key} is not valid JSON; ignored")
+            params = None
+        stream = params.get("stream") if isinstance(params, Mapping) else None
+        if isinstance(stream, str) and stream.lower() in ("true", "false"):
+            stream = stream.lower() == "true"  # Langfuse keeps model parameters as strings
+
+        level = opt_str(obj, "level")
+        failed = (level or "").upper() == "ERROR" or (isinstance(response, Mapping) and "error" in response and "choices" not in response)
+        model_value, model_key = _field(obj, "model")
+        user_value, user_key = _field(obj, "user_id")
+        # No end and no output: an observation still open when exported (the call never answered).
+        routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
+        row: dict[str, Any] = {
+            "request_id": request_id,
+            "tenant_id": tenant,
+            "tenant_field": tenant_field,
+            "user_id": None if user_value in (None, "") else as_str(user_value, user_key),
+            "model": None if model_value in (None, "") else as_str(model_value, model_key),
+            "model_routed": routed,
+            "received_at": received,
+            "completed_at": completed,
+            "status": "failure" if failed else "success" if completed is not None or response is not None or output_cut else "incomplete",
+            "status_code": None,
+            "finish_reason": finish,
+            "stream": stream if isinstance(stream, bool) else None,
+            "response_text": None if output_cut else text,
+            "response_truncated": output_cut,
+            "reported_completion_tokens": completion,
+            "completion_tokens": completion,
+            "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
+            "problems": "; ".join(problems) or None,
+        }
+        row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        return row
+
+    @staticmethod
+    def _time(obj: Mapping[str, Any], name: str, required: bool, zone: str) -> tuple[int | None, bool]:
+        _, key = _field(obj, name)
+        return time_field(obj, key, zone, required=required)
+
+    @staticmethod
+    def _prompt(request: Any) -> tuple[str | None, int, int]:
+        """The prompt of an observation's input: chat messages, one message, an object holding
+        ``messages`` (or ``prompt``), or plain text."""
+        try:
+            if request is None:
+                return None, 0, 0
+            if isinstance(request, str):
+                return schema.render_prompt(request), 0, 1
+            if isinstance(request, Mapping):
+                if "messages" in request:
+                    request = request["messages"]
+                    if not isinstance(request, list):
+                        raise RecordError(f"input.messages is a {type(request).__name__}, expected a list of messages")
+                elif "prompt" in request:
+                    return schema.render_prompt(request["prompt"]), 0, 1
+                elif "role" in request and "content" in request:
+                    request = [request]
+                else:
+                    raise RecordError("input is an object with neither messages, prompt nor role and content",
+                                      fix="check that the export holds the model calls' inputs (GENERATION rows)")
+            if isinstance(request, list):
+                text, nontext = schema.render_messages(request)
+                return text, nontext, len(request)
+        except TypeError as exc:
+            raise RecordError(f"input: {exc}") from None
+        raise RecordError(f"input is a {type(request).__name__}, expected messages or text")
+
+    @staticmethod
+    def _response(response: Any, problems: list[str]) -> tuple[str | None, str | None, dict[str, Any]]:
+        """Text, finish reason and usage of an observation's output: the assistant message
+        Langfuse's integrations store, a whole ChatCompletion, streamed chunks, or plain text."""
+        if response is None:
+            return None, None, {}
+        if isinstance(response, str):
+            return response, None, {}
+        if isinstance(response, list):
+            if all(isinstance(c, Mapping) and "choices" in c for c in response):
+                return chunks_text(response, "output")
+            if all(isinstance(m, Mapping) and "content" in m for m in response):
+                return schema.render_choices(message_text(m) for m in response), None, {}
+        elif isinstance(response, Mapping):
+            if "choices" in response or ("error" in response and "content" not in response):
+                return response_text(response, "output")
+            if "content" in response:
+                return message_text(response), None, {}
+            if isinstance(response.get("text"), str):
+                return response["text"], None, {}
+        problems.append(f"output is a {type(response).__name__} of a shape not known to hold the answer; response text unknown")
+        return None, None, {}
+
+
+_parser = LangfuseParser()
+FORMAT = register(LogFormat(
+    name=_parser.name,
+    summary="Langfuse observations export (JSON Lines, CSV or Parquet): GENERATION rows; spans and events are counted, not ingested",
+    table="exchanges",
+    sniff=_parser.sniff,
+    parse=_parser.parse,
+    sniff_order=40,  # after helicone; an observation has none of the other formats' signs
+    kinds=(RecordKind("langfuse_generation", precedence=1),),
+    read=read_records,
+    splittable=False,  # a quoted CSV field may hold line breaks; a Parquet file is read whole
+    parquet=True,
+))
