@@ -126,9 +126,11 @@ def test_the_registered_formats_are_the_documented_ones() -> None:
     ingest = reference[reference.index("forensics ingest"):]
     documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:, | or ))+[a-z-]+); sniffed", ingest)
     assert documented is not None
-    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "litellm", "openai-split", "sglang", "vllm"]
+    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "litellm", "mapped", "openai-split",
+                                                                                  "sglang", "vllm"]
     # Sniffing order: a spend-log row would also pass the split-log test, and any bracketed line the engine's.
-    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "vllm", "sglang"]
+    # (mapped is never sniffed: its sniff says no to every file.)
+    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "vllm", "sglang", "mapped"]
 
 
 def test_every_registered_format_has_a_golden_folder() -> None:
