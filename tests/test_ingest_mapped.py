@@ -510,3 +510,11 @@ response_text = "answer"
     got = pq.read_table(result.case_dir / "exchanges.parquet", columns=["request_id", "tenant_id", "response_text"]).to_pylist()
     assert sorted((r["request_id"], r["tenant_id"], r["response_text"]) for r in got) == [
         ("b-1", "org-b", "hi"), ("r-1", "org-1", "answer 1"), ("r-2", "org-0", "answer 2")]
+
+
+def test_a_report_of_a_mapped_input_verifies_by_a_rerun(tmp_path: Path) -> None:
+    jsonl(tmp_path / "a.jsonl", [record(1), record(2)])
+    case_file(tmp_path, PROFILE.format(path="a.jsonl"))
+    result = api.run(tmp_path / "case.toml", tmp_path / "out")
+    checked = api.verify(result.case_dir.parent, rerun=True)
+    assert checked.rerun and checked.drift == []
