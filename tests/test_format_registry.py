@@ -178,7 +178,7 @@ def test_the_cli_takes_a_registered_format_and_names_them_all_on_a_typo(
         cli.main(["ingest", "--case", str(tmp_path / "case2"), "--format", "toy", str(path)])
     assert done.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown format 'toy'" in err and "litellm, openai-split, sglang, toy-log" in err
+    assert "unknown format 'toy'" in err and "litellm, mapped, openai-split, sglang, toy-log" in err
     assert not (tmp_path / "case2").exists()
 
 
@@ -199,7 +199,7 @@ def test_the_finaliser_ranks_copies_by_the_registered_precedence(tmp_path: Path,
 
 def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.txt", TOY_LINE)
-    with pytest.raises(InputError, match="use one of helicone, litellm, openai-split, sglang, vllm, or omit"):
+    with pytest.raises(InputError, match="use one of helicone, litellm, mapped, openai-split, sglang, vllm, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
 
 
