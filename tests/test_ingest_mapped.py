@@ -518,3 +518,43 @@ def test_a_report_of_a_mapped_input_verifies_by_a_rerun(tmp_path: Path) -> None:
     result = api.run(tmp_path / "case.toml", tmp_path / "out")
     checked = api.verify(result.case_dir.parent, rerun=True)
     assert checked.rerun and checked.drift == []
+
+
+SIMPLE = """
+[[inputs]]
+format = "mapped"
+path = "{path}"
+[inputs.fields]
+request_id = "id"
+tenant_id = "org"
+received_at = "at"
+model = "m"
+prompt_text = "p"
+response_text = "a"
+"""
+
+
+def _simple(n: int) -> dict[str, Any]:
+    return {"id": f"r{n}", "org": "o", "at": "2026-08-29T10:00:00Z", "m": "x", "p": "hi", "a": "yo"}
+
+
+def _cut_parquet(path: Path) -> None:
+    pq.write_table(pa.Table.from_pylist([_simple(n) for n in range(20)]), path)
+    path.write_bytes(path.read_bytes()[:300])
+
+
+@pytest.mark.parametrize(("name", "write", "ingested", "reason"), [
+    ("scalars.json", lambda p: p.write_bytes(b"[" + json.dumps(_simple(1)).encode() + b', 42, "s", null]'), 1,
+     "line is a JSON int, expected an object"),
+    ("bad.json", lambda p: p.write_bytes(b"[" + json.dumps(_simple(1)).encode() + b',\n{"id": "r2\xff"}]'), 1,
+     "line is not valid UTF-8"),
+    ("cut.parquet", _cut_parquet, 0, "Parquet file cannot be read after row 0"),
+    ("open.json", lambda p: p.write_bytes(b"["), 0, "the JSON array is not closed"),
+])
+def test_bad_input_is_quarantined_with_a_reason_and_counts_reconcile(tmp_path: Path, name: str, write: Any, ingested: int,
+                                                                      reason: str) -> None:
+    write(tmp_path / name)
+    result = ingest(tmp_path, case_file(tmp_path, SIMPLE.format(path=name)))
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and entry["ingested"] == ingested
+    assert reason in rows(tmp_path, "quarantine")[0]["reason"]

@@ -94,18 +94,18 @@ def _parquet_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     """One JSON object per Parquet row, numbered by row (from 1)."""
     number = 0
     try:
-        parquet = pq.ParquetFile(path)
-        for batch in parquet.iter_batches(batch_size=1024):
-            for row in _rows(batch):
-                number += 1
-                try:
-                    if isinstance(row, Exception):
-                        raise row
-                    raw = orjson.dumps(row, default=_jsonable, option=orjson.OPT_NON_STR_KEYS)
-                except (orjson.JSONEncodeError, OverflowError, ValueError, pa.ArrowException) as exc:
-                    raw = orjson.dumps({RECORD_ERROR: f"Parquet row {number} has a value that cannot be read "
-                                                      f"({type(exc).__name__}: {str(exc)[:200]})"})
-                yield Line(number, raw.decode(), raw)
+        with pq.ParquetFile(path) as parquet:  # closed even when the reader stops early
+            for batch in parquet.iter_batches(batch_size=1024):
+                for row in _rows(batch):
+                    number += 1
+                    try:
+                        if isinstance(row, Exception):
+                            raise row
+                        raw = orjson.dumps(row, default=_jsonable, option=orjson.OPT_NON_STR_KEYS)
+                    except (orjson.JSONEncodeError, OverflowError, ValueError, pa.ArrowException) as exc:
+                        raw = orjson.dumps({RECORD_ERROR: f"Parquet row {number} has a value that cannot be read "
+                                                          f"({type(exc).__name__}: {str(exc)[:200]})"})
+                    yield Line(number, raw.decode(), raw)
     except (OSError, pa.ArrowException, ValueError) as exc:
         problems.append(FileProblem(number, f"Parquet file cannot be read after row {number} ({type(exc).__name__}: "
                                             f"{str(exc)[:200]}); the rows before were read. Fix: export the file again",
