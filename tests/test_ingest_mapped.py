@@ -418,17 +418,28 @@ def litellm_like(path: Path) -> Path:
     return jsonl(path, [payload(1), payload(2, stream=True), payload(3), {**payload(4), "status": "failure", "response": {}}])
 
 
-@pytest.mark.parametrize(("native", "write"), [("helicone", helicone_like), ("litellm", litellm_like)])
-def test_the_suggested_profile_reads_what_the_native_format_reads(tmp_path: Path, native: str, write: Any) -> None:
-    write(tmp_path / "export.jsonl")
-    guessed = suggest(tmp_path / "export.jsonl")
+def helicone_csv(path: Path) -> Path:
+    """Helicone's golden CSV export: quoted JSON bodies with line breaks, a streamed and a cut-short body."""
+    path.write_bytes((Path(__file__).parent / "golden" / "ingest" / "helicone_csv" / "export.csv").read_bytes())
+    return path
+
+
+@pytest.mark.parametrize(("native", "write", "name", "count"), [
+    ("helicone", helicone_like, "export.jsonl", 4), ("litellm", litellm_like, "export.jsonl", 4),
+    ("helicone", helicone_csv, "export.csv", 5),
+])
+def test_the_suggested_profile_reads_what_the_native_format_reads(tmp_path: Path, native: str, write: Any, name: str,
+                                                                  count: int) -> None:
+    write(tmp_path / name)
+    guessed = suggest(tmp_path / name)
     assert "UNCERTAIN: which field names the CUSTOMER?" in guessed.toml  # the tenant is always for the analyst to confirm
-    cfg = case_file(tmp_path, guessed.toml.replace(str(tmp_path / "export.jsonl"), "export.jsonl"))
+    cfg = case_file(tmp_path, guessed.toml.replace(str(tmp_path / name), name))
     ingest(tmp_path, cfg, "mapped")
-    api.ingest(tmp_path / "native", [tmp_path / "export.jsonl"], fmt=native)
-    mapped = pq.read_table(tmp_path / "mapped" / "exchanges.parquet", columns=COLUMNS).sort_by("request_id").to_pylist()
-    direct = pq.read_table(tmp_path / "native" / "exchanges.parquet", columns=COLUMNS).sort_by("request_id").to_pylist()
-    assert len(mapped) == 4 and mapped == direct
+    api.ingest(tmp_path / "native", [tmp_path / name], fmt=native)
+    columns = [*COLUMNS, "response_truncated"]
+    mapped = pq.read_table(tmp_path / "mapped" / "exchanges.parquet", columns=columns).sort_by("request_id").to_pylist()
+    direct = pq.read_table(tmp_path / "native" / "exchanges.parquet", columns=columns).sort_by("request_id").to_pylist()
+    assert len(mapped) == count and mapped == direct
 
 
 def test_suggest_lists_fields_with_escaped_examples_and_prints_toml_that_loads(tmp_path: Path,
