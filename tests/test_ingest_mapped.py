@@ -365,6 +365,17 @@ def test_the_profile_is_kept_in_the_case_config_and_the_cli_ingest_finds_it(tmp_
     assert json.loads(capsys.readouterr().out)["files"][0]["ingested"] == 1
 
 
+def test_a_file_ingested_through_another_profile_is_not_skipped_as_already_ingested(tmp_path: Path) -> None:
+    jsonl(tmp_path / "gw.jsonl", [record(1)])
+    cfg = case_file(tmp_path, PROFILE.format(path="gw.jsonl"))
+    ingest(tmp_path, cfg)
+    assert ingest(tmp_path, cfg).run_files[0]["status"].startswith("already ingested")  # the same profile: skipped
+    fixed = case_file(tmp_path, PROFILE.format(path="gw.jsonl").replace('"req.model"', '["req.model", "model"]'))
+    with pytest.raises(ConfigError, match="ingested into the case before, through another mapping profile"):
+        ingest(tmp_path, fixed)
+    assert [r["request_id"] for r in rows(tmp_path)] == ["r-1"]
+
+
 def test_same_input_same_bytes(tmp_path: Path) -> None:
     jsonl(tmp_path / "gw.jsonl", [record(n) for n in range(5)])
     cfg = case_file(tmp_path, PROFILE.format(path="gw.jsonl"))

@@ -288,6 +288,12 @@ def ingest(
     units: list[Unit] = []
     for path, sha, detected, spans, skip in plan:
         shown = display_path(path, base)
+        mapping = profile.to_json() if detected == "mapped" and profile is not None else None
+        if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
+            # Its rows were read through another profile: skipping it as already ingested would
+            # keep them, silently, whatever the corrected profile says.
+            raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
+                              fix="ingest into a new case folder (forensics run always starts afresh)")
         if sha in known:
             # Every name of identical content is recorded: each is evidence that must not change.
             entry = known[sha]
@@ -297,6 +303,8 @@ def ingest(
                               "status": "already ingested (same SHA-256)"})
             continue
         known[sha] = _new_entry(path, shown, sha, detected, skip)
+        if mapping is not None:
+            known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
         run_files.append(known[sha])
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
