@@ -47,6 +47,7 @@ EXAMPLES: dict[str, list[str]] = {
     "audit": ["forensics audit reports/sim-small-seed7 --now 2026-09-02T10:00:00Z"],
     "viewer": ["forensics viewer reports/sim-small-seed7"],
     "probe": ["forensics probe --base-url http://127.0.0.1:8000/v1 --model my-model --max-input-tokens 131072"],
+    "profile suggest": ["forensics profile suggest logs/custom/gateway.jsonl --records 500"],
 }
 
 
@@ -103,11 +104,29 @@ class PlainCommand(typer.core.TyperCommand):
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
-        examples = EXAMPLES.get(self.name or "", [])
+        # Keyed by the words after the program name: "ingest", or "profile suggest" in a group.
+        examples = EXAMPLES.get(" ".join(ctx.command_path.split()[1:]) or self.name or "", [])
         if examples:
             with formatter.section("Example" + ("s" if len(examples) > 1 else "")):
                 for line in examples:
                     formatter.write_text(line)
+
+
+class PlainGroup(typer.core.TyperGroup):
+    """A command group whose --help lists its commands and then shows each one's whole help (one
+    page, so docs/cli.md documents the group's commands under the group's entry)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Usage, description, the commands, then each command's help."""
+        formatter.write_usage(ctx.command_path, "[OPTIONS] COMMAND [ARGS]...")
+        self.format_help_text(ctx, formatter)
+        names = self.list_commands(ctx)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, self.commands[n].get_short_help_str(limit=HELP_WIDTH)) for n in names])
+        for name in names:
+            command = self.commands[name]
+            formatter.write_paragraph()
+            command.format_help(command.context_class(command, info_name=name, parent=ctx), formatter)
 
 
 app = typer.Typer(
@@ -320,7 +339,8 @@ def ingest(
                                        help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
-                                      help="helicone, langfuse, litellm, openai-split, sglang or vllm; sniffed from each file when omitted."),
+                                      help="helicone, langfuse, litellm, mapped, openai-split, sglang or vllm; sniffed from each file when omitted "
+                                           "(mapped never is: it reads the profile of the --config case file's [[inputs]])."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),
@@ -376,6 +396,46 @@ def _render_ingest(summary: dict[str, Any]) -> None:
     for note in summary.get("notes", []):
         out.print(f"note: {note}", markup=False)
     out.print(f"case written to {summary['case']}", markup=False)
+
+
+# --------------------------------------------------------------------------------------------
+# profile
+# --------------------------------------------------------------------------------------------
+
+profile_app = typer.Typer(name="profile", cls=PlainGroup, no_args_is_help=True, rich_markup_mode=None,
+                          help="Mapping profiles: read a log in no known format through a case file's [inputs.fields].")
+app.add_typer(profile_app)
+
+
+@profile_app.command("suggest", cls=PlainCommand)
+def profile_suggest(
+    file: Path = typer.Argument(..., metavar="FILE", help="A log file: JSON Lines, a JSON array, CSV or Parquet."),
+    records: int = typer.Option(200, "--records", metavar="N", help="Read the first N records."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fields found and the guess as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> int:
+    """Print a starting [[inputs]] profile guessed from a sample of a log file.
+
+    Lists the fields found (dotted paths, how many records hold them, an example value) and
+    prints an [[inputs]] block with format = "mapped" and a guessed [inputs.fields] mapping to
+    paste into the case file. Check every line: comments mark the uncertain guesses.
+    """
+    from forensics.ingest.profile import suggest
+
+    result = suggest(file, records)
+    if as_json:
+        _emit_json(result.to_json())
+    elif not quiet:
+        table = _table(f"{result.file}: {'all' if result.whole_file else 'the first'} {result.records} records ({result.container})")
+        for col in ("field", "records", "type", "example"):
+            table.add_column(col, justify="right" if col == "records" else "left")
+        for f in result.fields:
+            _add_row(table, f.path, str(f.present), "|".join(f.types), f.to_json()["example"])
+        out.print(table)
+        out.print()
+        sys.stdout.flush()
+        sys.stdout.write(result.toml)  # as written: it is pasted into a case file
+    return EXIT_CLEAN
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,12 +64,46 @@ TOP_KEYS = {
 }
 
 
+#: The keys of an ``[inputs.fields]`` mapping profile (canonical exchange columns), from the settings table.
+PROFILE_KEYS = tuple(s.key for s in settings.section("inputs.fields"))
+#: Keys every mapping profile must map (and one of PROFILE_PROMPT_KEYS).
+PROFILE_REQUIRED = ("request_id", "tenant_id", "received_at", "model", "response_text")
+PROFILE_PROMPT_KEYS = ("prompt_messages", "prompt_text")
+#: The named ``time_format`` values; anything else must be a strftime pattern (it holds a % directive).
+TIME_FORMATS = settings.get("inputs", "time_format").choices
+PROFILE_EXAMPLE = ('[inputs.fields]\nrequest_id = "meta.rid"\ntenant_id = ["account.org", "account.key_hash"]\n'
+                   'received_at = "ts_start"\nmodel = "req.model"\nprompt_messages = "req.messages"\n'
+                   'response_text = "resp.choices.0.message.content"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A mapping profile (``format = "mapped"``): where each canonical column lives in a record.
+
+    ``fields`` pairs each mapped key with its paths (tried in order, the first non-empty wins),
+    in the order of PROFILE_KEYS so equal profiles compare and serialise alike.
+    """
+
+    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    time_format: str = "auto"
+
+    def paths(self, key: str) -> tuple[str, ...]:
+        """The paths of ``key`` (empty when the profile does not map it)."""
+        return dict(self.fields).get(key, ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The profile as the case file writes it (a single path as a string)."""
+        return {"time_format": self.time_format,
+                "fields": {k: p[0] if len(p) == 1 else list(p) for k, p in self.fields}}
+
+
 @dataclasses.dataclass
 class InputSpec:
-    """One ``[[inputs]]`` entry: a file or folder and its format."""
+    """One ``[[inputs]]`` entry: a file or folder, its format and, for ``mapped``, its profile."""
 
     path: Path
     format: str = "auto"
+    profile: Profile | None = None
 
 
 @dataclasses.dataclass
@@ -141,7 +175,8 @@ class CaseConfig:
             "timezone": self.timezone,
             "tokenizer": str(self.tokenizer) if self.tokenizer else None,
             "description": self.description,
-            "inputs": [{"path": str(i.path), "format": i.format} for i in self.inputs],
+            "inputs": [{"path": str(i.path), "format": i.format, **(i.profile.to_json() if i.profile else {})}
+                       for i in self.inputs],
             "sections": self.sections,
         }
         return {"values": values, "sources": {k: self.source(k) for k in values}}
@@ -161,7 +196,9 @@ class CaseConfig:
             timezone=v["timezone"],
             tokenizer=Path(v["tokenizer"]) if v["tokenizer"] else None,
             description=v.get("description", ""),
-            inputs=[InputSpec(Path(i["path"]), i["format"]) for i in v["inputs"]],
+            inputs=[InputSpec(Path(i["path"]), i["format"],
+                              parse_profile(i["fields"], i.get("time_format"), "inputs") if "fields" in i else None)
+                    for i in v["inputs"]],
             sections=v.get("sections", {}),
         )
         cfg.sources = dict(data.get("sources", {}))
@@ -315,15 +352,81 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or "path" not in item:
             raise ConfigError(f"inputs[{i}] has no path", file=file, fix='add path = "logs/gateway" to the [[inputs]] entry')
-        extra = sorted(set(item) - {"path", "format"})
+        extra = sorted(set(item) - {"path", "format", "time_format", "fields"})
         if extra:
-            raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file, fix="an [[inputs]] entry takes path and format")
+            raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file,
+                              fix="an [[inputs]] entry takes path and format (and, for format = \"mapped\", time_format and "
+                                  "an [inputs.fields] table)")
         fmt = item.get("format", "auto")
         known = input_formats()
         if fmt not in known:
             raise ConfigError(f"inputs[{i}].format = {fmt!r} is not a known format", file=file, fix=f"use one of {', '.join(known)}")
-        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt))
+        profile = None
+        if fmt == "mapped":
+            if "fields" not in item:
+                raise ConfigError(f"inputs[{i}] has format = \"mapped\" but no [inputs.fields] table", file=file,
+                                  fix=f"name where each column lives, after the [[inputs]] entry:\n{PROFILE_EXAMPLE}")
+            profile = parse_profile(item["fields"], item.get("time_format"), f"inputs[{i}]", file)
+        else:
+            for key in ("fields", "time_format"):
+                if key in item:
+                    what = "[inputs.fields]" if key == "fields" else "time_format"
+                    raise ConfigError(f"inputs[{i}] has {what} but format = {fmt!r}", file=file,
+                                      fix='a mapping profile is read only with format = "mapped"; set it, or remove '
+                                          f"{what}")
+        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt, profile))
     return specs
+
+
+def _check_path(path: Any, where: str, file: Path | None) -> str:
+    """One dotted path of a mapping profile: a string of non-empty parts."""
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"{where} = {path!r} is not a path", file=file,
+                          fix='write a dotted path such as "body.messages", "choices.0.message.content" or a CSV column name')
+    if any(part == "" for part in path.split(".")):
+        raise ConfigError(f"{where} = {path!r} has an empty part (a leading, trailing or doubled dot)", file=file,
+                          fix='write it like "resp.choices.0.message.content"')
+    return path
+
+
+def parse_profile(fields: Any, time_format: Any, where: str, file: Path | None = None) -> Profile:
+    """Check an ``[inputs.fields]`` table and its ``time_format``; return the :class:`Profile`.
+
+    A key that names no canonical column, a required key left out, a value that is not a path
+    (or a non-empty list of paths) and an unknown time format are each a :class:`ConfigError`
+    naming the key, before any file is read.
+    """
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{where}.fields must be a table", file=file, fix=f"write it as:\n{PROFILE_EXAMPLE}")
+    unknown = sorted(set(fields) - set(PROFILE_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in [inputs.fields] of {where}: it names no canonical column", file=file,
+                          fix=f"the keys are: {', '.join(PROFILE_KEYS)} (see docs/settings.md)")
+    missing = [k for k in PROFILE_REQUIRED if k not in fields]
+    if not any(k in fields for k in PROFILE_PROMPT_KEYS):
+        missing.append(" or ".join(PROFILE_PROMPT_KEYS))
+    if missing:
+        raise ConfigError(f"[inputs.fields] of {where} does not map the required key {missing[0]}", file=file,
+                          fix=f"add a line naming where it lives in a record, e.g.:\n{PROFILE_EXAMPLE}")
+    mapped: list[tuple[str, tuple[str, ...]]] = []
+    for key in PROFILE_KEYS:
+        if key not in fields:
+            continue
+        value = fields[key]
+        label = f"[inputs.fields] {key} of {where}"
+        if isinstance(value, list):
+            if not value:
+                raise ConfigError(f"{label} is an empty list", file=file, fix=f'give at least one path: {key} = ["a.b", "c"]')
+            paths = tuple(_check_path(p, f"{label}[{n}]", file) for n, p in enumerate(value))
+        else:
+            paths = (_check_path(value, label, file),)
+        mapped.append((key, paths))
+    if time_format is None:
+        time_format = "auto"
+    if not isinstance(time_format, str) or (time_format not in TIME_FORMATS and "%" not in time_format):
+        raise ConfigError(f"{where}.time_format = {time_format!r} is not a time format", file=file,
+                          fix=f"use one of {', '.join(TIME_FORMATS)} or a strftime pattern such as \"%d/%m/%Y %H:%M:%S\"")
+    return Profile(tuple(mapped), time_format)
 
 
 def save(cfg: CaseConfig, path: Path) -> None:

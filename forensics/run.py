@@ -104,10 +104,15 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         t0 = time.monotonic()
         by_format: dict[str, list[Path]] = {}
         for spec in cfg.inputs:
-            by_format.setdefault(spec.format, []).append(spec.path)
+            if spec.profile is None:
+                by_format.setdefault(spec.format, []).append(spec.path)
         ingested = None
         for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
             ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+        for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
+            if spec.profile is not None:
+                ingested = api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
+                                      profile=spec.profile)
         tables = ingested.manifest.get("tables", {}) if ingested is not None else {}
         stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
                        "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})

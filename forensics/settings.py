@@ -17,8 +17,9 @@ class Setting:
     """One case-file key."""
 
     key: str
-    section: str  # "" for the top level, else the table name ("match", "report")
-    kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto")
+    section: str  # "" for the top level, else the table name ("match", "report", "inputs", "inputs.fields")
+    kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto"), "path"
+    # (a dotted path or a list of them), "time_format" (one of choices or a strftime pattern)
     default: Any
     help: str
     low: int | float | None = None  # inclusive range of int, float and tokens settings
@@ -46,6 +47,10 @@ class Setting:
             return "true or false"
         if self.kind == "text":
             return "a string"
+        if self.kind == "time_format":
+            return "one of " + ", ".join(self.choices) + ", or a strftime pattern"
+        if self.kind == "path":
+            return "a dotted path, or a list of them tried in order"
         what = {"int": "a whole number", "float": "a number", "tokens": "a whole number"}[self.kind]
         extra = ' or "auto"' if self.kind == "tokens" else ""
         return f"{what} from {_num(self.low)} to {_num(self.high)}{extra}"
@@ -56,6 +61,11 @@ def _num(value: float | None) -> str:
     if value is None:
         return ""
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _f(key: str, help: str) -> Setting:
+    """A key of an ``[inputs.fields]`` mapping profile: where one canonical column lives."""
+    return Setting(key, "inputs.fields", "path", None, help)
 
 
 def _m(key: str, kind: str, default: Any, low: float | None, high: float | None, help: str, cli: str | None = None,
@@ -103,6 +113,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("actions_taken", "report", "text", "", "what the provider did, in every notice"),
     Setting("notify_within_hours", "report", "int", 72, "hours a customer on the list may wait for its notice before "
             "forensics audit flags it overdue", 1, 8760),
+    Setting("time_format", "inputs", "time_format", "auto", 'format = "mapped" only: how its times are written; auto: '
+            "ISO 8601 or an epoch number whose unit is told by its magnitude", choices=("auto", "iso", "epoch_s", "epoch_ms",
+                                                                                         "epoch_us")),
+    # The mapping profile of a format = "mapped" input (spec/case-file.md, "Mapping profiles").
+    _f("request_id", "required: the request's id"),
+    _f("tenant_id", "required: the customer (a list gives fallbacks, the first non-empty wins)"),
+    _f("user_id", "the end user within the tenant"),
+    _f("received_at", "required: when the gateway received the request"),
+    _f("completed_at", "when the response ended"),
+    _f("model", "required: the model the customer asked for"),
+    _f("model_routed", "the deployment the request was routed to"),
+    _f("prompt_messages", "an OpenAI messages array (or a JSON string of one); this or prompt_text is required"),
+    _f("prompt_text", "the prompt as plain text (or a list of strings); this or prompt_messages is required"),
+    _f("response_text", "required: the answer's text, or a ChatCompletion object or chunk list (its text, finish "
+       "reason and usage are read from it)"),
+    _f("prompt_tokens", "the prompt tokens the gateway reported"),
+    _f("completion_tokens", "the completion tokens the gateway reported"),
+    _f("status", "an HTTP status code, or a word (failure, failed, error: a failure; anything else: success)"),
+    _f("finish_reason", "why the answer ended (stop, length, ...)"),
+    _f("stream", "whether the answer was streamed (true or false)"),
 )
 
 BY_NAME: dict[tuple[str, str], Setting] = {(s.section, s.key): s for s in SETTINGS}
@@ -123,13 +153,14 @@ def markdown() -> str:
     lines = ["# Case-file settings", "",
              "Generated from `forensics/settings.py` by `python docs/gen_cli.py`; do not edit by hand. Every value",
              "is checked when the case file is read: an error names the key, the value and the allowed range.", ""]
-    for name in ("", "match", "report"):
-        lines += [f"## {'[' + name + ']' if name else 'Top level'}", "",
+    titles = {"": "Top level", "inputs": "[[inputs]]"}
+    for name in ("", "match", "report", "inputs", "inputs.fields"):
+        lines += [f"## {titles.get(name, '[' + name + ']')}", "",
                   "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
         for s in section(name):
-            default = f'"{s.default}"' if isinstance(s.default, str) else str(s.default).lower() if isinstance(
+            default = "" if s.default is None else f'"{s.default}"' if isinstance(s.default, str) else str(s.default).lower() if isinstance(
                 s.default, bool) else f"{s.default:g}" if isinstance(s.default, float) else str(s.default)
             what = s.help + ("" if s.result else " (how it runs, never what it finds)")
-            lines.append(f"| `{s.key}` | {s.allowed()} | `{default}` | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
+            lines.append(f"| `{s.key}` | {s.allowed()} | {('`' + default + '`') if default else ''} | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
         lines.append("")
     return "\n".join(lines)

@@ -437,7 +437,7 @@ def _rerun_config(man: dict[str, Any], root: Path, manifest_path: Path) -> CaseC
     except (KeyError, TypeError, ValueError) as exc:
         raise CaseError(f"manifest.json records no usable case parameters ({type(exc).__name__}: {exc})",
                         file=manifest_path, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
-    cfg.inputs = [InputSpec((root / i.path).resolve(), i.format) for i in cfg.inputs]
+    cfg.inputs = [InputSpec((root / i.path).resolve(), i.format, i.profile) for i in cfg.inputs]
     if cfg.tokenizer is not None:
         cfg.tokenizer = (root / cfg.tokenizer).resolve()
     if man.get("case_file"):
@@ -542,8 +542,14 @@ def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter 
     with tempfile.TemporaryDirectory(prefix="forensics-rerun-") as tmp:
         out = Path(tmp) / "out"
         case_dir = report_dir_for(out, cfg.name) / "case"
+        mapped = {spec.path for spec in cfg.inputs if spec.profile is not None}
         for fmt in sorted(by_format):  # one call per format, as `forensics run` does
-            api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+            plain = [p for p in by_format[fmt] if p not in mapped]
+            if plain:
+                api.ingest(case_dir, plain, fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+        for spec in cfg.inputs:  # each mapped entry on its own, with its profile
+            if spec.profile is not None:
+                api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile)
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))

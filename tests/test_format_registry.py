@@ -124,11 +124,14 @@ def test_the_registered_formats_are_the_documented_ones() -> None:
     # The ingest --format help (docs/cli.md is generated from it) lists the formats a user can pass.
     reference = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     ingest = reference[reference.index("forensics ingest"):]
-    documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:, | or ))+[a-z-]+); sniffed", ingest)
+    documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:, | or ))+[a-z-]+);\s+sniffed", ingest)
     assert documented is not None
-    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "langfuse", "litellm", "openai-split", "sglang", "vllm"]
+    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "langfuse", "litellm", "mapped",
+                                                                                  "openai-split", "sglang", "vllm"]
     # Sniffing order: a spend-log row would also pass the split-log test, and any bracketed line the engine's.
-    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "langfuse", "vllm", "sglang"]
+    # (mapped is never sniffed: its sniff says no to every file.)
+    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "langfuse", "vllm", "sglang",
+                                                          "mapped"]
 
 
 def test_every_registered_format_has_a_golden_folder() -> None:
@@ -176,7 +179,7 @@ def test_the_cli_takes_a_registered_format_and_names_them_all_on_a_typo(
         cli.main(["ingest", "--case", str(tmp_path / "case2"), "--format", "toy", str(path)])
     assert done.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown format 'toy'" in err and "litellm, openai-split, sglang, toy-log" in err
+    assert "unknown format 'toy'" in err and "litellm, mapped, openai-split, sglang, toy-log" in err
     assert not (tmp_path / "case2").exists()
 
 
@@ -197,7 +200,7 @@ def test_the_finaliser_ranks_copies_by_the_registered_precedence(tmp_path: Path,
 
 def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.txt", TOY_LINE)
-    with pytest.raises(InputError, match="use one of helicone, langfuse, litellm, openai-split, sglang, vllm, or omit"):
+    with pytest.raises(InputError, match="use one of helicone, langfuse, litellm, mapped, openai-split, sglang, vllm, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
 
 

@@ -1,6 +1,7 @@
 """Golden files per input format and variant: small inputs -> the exact rows of every table.
 
-Each folder under tests/golden/ingest/ holds input logs and ``expected.json``. Regenerate with
+Each folder under tests/golden/ingest/ holds input logs and ``expected.json`` (and a ``case.toml``
+when its format is chosen by a case file, as a mapping profile is). Regenerate with
 ``python -m pytest tests/test_ingest_golden.py --update-golden`` and review the diff.
 """
 
@@ -12,6 +13,7 @@ import pytest
 from conftest import check_golden, table_rows
 
 from forensics import api
+from forensics.config import load_case_file
 
 GOLDEN = Path(__file__).parent / "golden" / "ingest"
 CASES = sorted(p for p in GOLDEN.iterdir() if p.is_dir())
@@ -20,9 +22,14 @@ CASES = sorted(p for p in GOLDEN.iterdir() if p.is_dir())
 @pytest.mark.parametrize("folder", CASES, ids=[p.name for p in CASES])
 def test_golden(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, update_golden: bool) -> None:
     monkeypatch.chdir(folder)  # provenance paths are recorded relative to the working folder
-    inputs = sorted(p.name for p in folder.iterdir() if p.name != "expected.json")
+    inputs = sorted(p.name for p in folder.iterdir() if p.name not in ("expected.json", "case.toml"))
     case = tmp_path / "case"
-    result = api.ingest(case, [Path(name) for name in inputs])
+    if (folder / "case.toml").is_file():  # formats a case file chooses (a mapping profile), never sniffed
+        cfg = load_case_file(folder / "case.toml")
+        for spec in cfg.inputs:
+            result = api.ingest(case, [spec.path], fmt=spec.format, config=cfg, profile=spec.profile)
+    else:
+        result = api.ingest(case, [Path(name) for name in inputs])
     actual = {
         "exchanges": table_rows(case / "exchanges.parquet"),
         "engine_events": table_rows(case / "engine_events.parquet"),

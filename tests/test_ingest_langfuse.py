@@ -352,4 +352,4 @@ def test_a_parquet_file_in_a_folder_read_under_a_text_format_is_skipped_with_the
     statuses = {f["path"].rsplit("/", 1)[-1]: f["status"] for f in result.manifest["files"]}
     assert statuses == {"callbacks.jsonl": "ingested", "observations.parquet": "skipped: Parquet, not the format given"}
     q = [r for r in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist() if r["source_file"].endswith(".parquet")]
-    assert len(q) == 1 and "format 'litellm' reads text logs" in q[0]["reason"] and "use a format that reads Parquet (langfuse)" in q[0]["reason"]
+    assert len(q) == 1 and "format 'litellm' reads text logs" in q[0]["reason"] and "use a format that reads Parquet (langfuse, mapped)" in q[0]["reason"]

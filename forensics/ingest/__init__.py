@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from forensics import __version__, schema
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
-from forensics.config import CaseConfig, save
+from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
@@ -224,18 +224,25 @@ def ingest(
     fmt: str | None = None,
     config: CaseConfig | None = None,
     progress: Reporter | None = None,
+    profile: Profile | None = None,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
     ``fmt`` forces a format for every file; otherwise each file's format is sniffed from its
     content. A file named explicitly whose format cannot be told is an error (before anything is
-    written); one found in a folder becomes a whole-file quarantine row.
+    written); one found in a folder becomes a whole-file quarantine row. ``fmt="mapped"`` reads
+    the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
+    input that holds ``paths``).
     """
     from forensics.ingest.finalize import finalize
 
     cfg = config or CaseConfig()
     if fmt is not None:
         FORMATS.get(fmt)  # an unknown name is an error naming the registered formats
+    if fmt == "mapped":
+        from forensics.ingest.formats.mapped import profile_for
+
+        profile = profile or profile_for([Path(p) for p in paths], cfg)
     c = Case(case)
     c.create()
     if cfg.tokenizer:
@@ -281,6 +288,10 @@ def ingest(
                 )
             if detected is not None and not FORMATS.get(detected).splittable:
                 spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
+            if detected == "mapped" and profile is not None:
+                from forensics.ingest.formats.mapped import check_profile
+
+                check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
         plan.append((path, sha, detected, spans, skip))
 
     base = cfg.file.parent if cfg.file else None
@@ -288,6 +299,12 @@ def ingest(
     units: list[Unit] = []
     for path, sha, detected, spans, skip in plan:
         shown = display_path(path, base)
+        mapping = profile.to_json() if detected == "mapped" and profile is not None else None
+        if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
+            # Its rows were read through another profile: skipping it as already ingested would
+            # keep them, silently, whatever the corrected profile says.
+            raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
+                              fix="ingest into a new case folder (forensics run always starts afresh)")
         if sha in known:
             # Every name of identical content is recorded: each is evidence that must not change.
             entry = known[sha]
@@ -297,10 +314,13 @@ def ingest(
                               "status": "already ingested (same SHA-256)"})
             continue
         known[sha] = _new_entry(path, shown, sha, detected, skip)
+        if mapping is not None:
+            known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
         run_files.append(known[sha])
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
-                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip))
+                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
+                              profile if detected == "mapped" else None))
 
     skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
     for item in skipped:
@@ -415,6 +435,7 @@ class Unit:
     tokenizer: str | None
     staging: str
     skip: str | None = None  # why the file is not read (its format or encoding), else None
+    profile: Profile | None = None  # format "mapped": where each column lives
 
     def size(self) -> int:
         """Bytes this unit reads (for progress)."""
@@ -521,7 +542,8 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
         else:
             log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
-            ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name)
+            ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
+                              unit.profile)
             problems: list[FileProblem] = []
             for line in log_format.read(Path(unit.path), problems, unit.span):
                 counts["lines"] += 1

@@ -24,6 +24,7 @@ class FileContext:
     tenant_field: str
     counter: Counter
     file_name: str = ""
+    profile: Any = None  # format "mapped": the input's forensics.config.Profile
 
 
 @dataclasses.dataclass

@@ -378,7 +378,8 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     cfg_json = config.to_json()
     # Absolute input paths would differ per clone: record them relative to the inputs root.
     cfg_json["values"]["inputs"] = [
-        {"path": Path(_rel_or_self(i.path, root)).as_posix(), "format": i.format} for i in config.inputs
+        {"path": Path(_rel_or_self(i.path, root)).as_posix(), "format": i.format,
+         **(i.profile.to_json() if i.profile else {})} for i in config.inputs  # a mapped input's profile too
     ]
     if cfg_json["values"].get("tokenizer"):
         cfg_json["values"]["tokenizer"] = _rel_or_self(Path(cfg_json["values"]["tokenizer"]), root)
