@@ -29,7 +29,7 @@ from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
-from forensics.ingest.registry import FORMATS
+from forensics.ingest.registry import FORMATS, AmbiguousFormat
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
 from forensics.workers import pool_running
@@ -208,9 +208,12 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
 
 
 def sniff(path: Path) -> str | None:
-    """The format of a file told from its first lines (and its name), or None: the registered
-    formats are tried in their sniff order."""
-    return FORMATS.sniff(peek_lines(path), path.name)
+    """The format of a file told from its first lines (and its name), or None when no registered
+    format claims it; an :class:`AmbiguousFormat` naming the file when several do."""
+    try:
+        return FORMATS.sniff(peek_lines(path), path.name)
+    except AmbiguousFormat as exc:
+        raise AmbiguousFormat(exc.candidates, file=path) from None
 
 
 def ingest(
@@ -239,7 +242,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], str | None, str | None]] = []
     found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
@@ -253,15 +256,21 @@ def ingest(
             skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
             continue
         encoding = foreign_encoding(path)
-        skip = None
+        skip = skip_status = None
         if encoding is not None:
             problem = f"the file is {encoding} text, not UTF-8"
             fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
             if explicit:
                 raise InputError(problem, file=path, fix=fix)
-            skip, detected = f"{problem}; file skipped. Fix: {fix}", None
+            skip, skip_status, detected = f"{problem}; file skipped. Fix: {fix}", "skipped: not UTF-8", None
         else:
-            detected = fmt or sniff(path)
+            try:
+                detected = fmt or sniff(path)
+            except AmbiguousFormat as exc:
+                if explicit:
+                    raise
+                # Like a file of no known format: kept out, with a quarantine row naming the candidates.
+                skip, skip_status, detected = f"{exc.message}; file skipped. Fix: {exc.fix}", "skipped: format ambiguous", None
             if detected is None and explicit:
                 raise InputError(
                     "cannot tell the format of this file from its content",
@@ -270,12 +279,12 @@ def ingest(
                 )
             if detected is not None and not FORMATS.get(detected).splittable:
                 spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
-        plan.append((path, sha, detected, spans, skip))
+        plan.append((path, sha, detected, spans, skip, skip_status))
 
     base = cfg.file.parent if cfg.file else None
     run_files: list[dict[str, Any]] = []
     units: list[Unit] = []
-    for path, sha, detected, spans, skip in plan:
+    for path, sha, detected, spans, skip, skip_status in plan:
         shown = display_path(path, base)
         if sha in known:
             # Every name of identical content is recorded: each is evidence that must not change.
@@ -285,11 +294,11 @@ def ingest(
             run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                               "status": "already ingested (same SHA-256)"})
             continue
-        known[sha] = _new_entry(path, shown, sha, detected, skip)
+        known[sha] = _new_entry(path, shown, sha, detected, skip_status)
         run_files.append(known[sha])
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
-                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip))
+                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip, skip_status))
 
     skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
     for item in skipped:
@@ -401,6 +410,7 @@ class Unit:
     tokenizer: str | None
     staging: str
     skip: str | None = None  # why the file is not read (its format or encoding), else None
+    skip_status: str | None = None  # the file's status when skip is set
 
     def size(self) -> int:
         """Bytes this unit reads (for progress)."""
@@ -408,13 +418,13 @@ class Unit:
         return max(0, end - self.span.start)
 
 
-def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip_status: str | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
         "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
-        "status": "ingested" if fmt else ("skipped: not UTF-8" if skip else "skipped: format not recognised"),
+        "status": "ingested" if fmt else (skip_status or "skipped: format not recognised"),
     }
 
 
@@ -492,7 +502,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     try:
         if unit.fmt is None:
             quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
+            counts["status"] = (unit.skip_status or "skipped: not UTF-8") if unit.skip else "skipped: format not recognised"
         else:
             log_format = FORMATS.get(unit.fmt)
             counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
