@@ -312,7 +312,7 @@ def ingest(
                                        help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
-                                      help="helicone, litellm, openai-split, sglang or vllm; sniffed from each file when omitted."),
+                                      help="cloudflare-ai-gateway, helicone, litellm, openai-split, sglang or vllm; sniffed from each file when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
     timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),
@@ -381,7 +381,8 @@ def simulate(
     scale: str = typer.Option("small", "--scale", metavar="SIZE",
                               help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
                                    "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
-    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT", help="Gateway log format: litellm or openai-split."),
+    fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT",
+                            help="Gateway log format: litellm, openai-split or cloudflare-ai-gateway."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),

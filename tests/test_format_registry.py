@@ -197,8 +197,9 @@ def test_the_registered_formats_are_the_documented_ones() -> None:
     # The help is wrapped: a line may break after any comma or "or".
     documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:,\s+|\s+or\s+))+[a-z-]+); sniffed", ingest)
     assert documented is not None
-    assert FORMATS.names() == re.split(r",\s+|\s+or\s+", documented.group(1)) == ["helicone", "litellm", "openai-split", "sglang", "vllm"]
-    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "vllm", "sglang"]
+    assert FORMATS.names() == re.split(r",\s+|\s+or\s+", documented.group(1)) == [
+        "cloudflare-ai-gateway", "helicone", "litellm", "openai-split", "sglang", "vllm"]
+    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "cloudflare-ai-gateway", "vllm", "sglang"]
 
 
 def test_every_registered_format_has_a_golden_folder() -> None:
@@ -267,7 +268,7 @@ def test_the_finaliser_ranks_copies_by_the_registered_precedence(tmp_path: Path,
 
 def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.txt", TOY_LINE)
-    with pytest.raises(InputError, match="use one of helicone, litellm, openai-split, sglang, vllm, or omit"):
+    with pytest.raises(InputError, match="use one of cloudflare-ai-gateway, helicone, litellm, openai-split, sglang, vllm, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
 
 
@@ -278,7 +279,7 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
     from forensics.lab.simulate import FORMATS as SIMULATED
     from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
-    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split"]
+    assert list(SIMULATED) == list(GATEWAY_WRITERS) == ["litellm", "openai-split", "cloudflare-ai-gateway"]
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
         assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
 
