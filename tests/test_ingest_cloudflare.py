@@ -77,6 +77,24 @@ def test_every_layout_of_the_api_output_is_sniffed(tmp_path: Path, layout: str) 
     assert sniff(path) == "cloudflare-ai-gateway"
 
 
+@pytest.mark.parametrize("layout", ["array", "envelope"])
+def test_a_single_line_export_is_never_held_whole_to_tell_its_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    # A whole export written by json.dump is one line: sniffing, and telling JSON Lines from an
+    # array, read its start only.
+    from forensics.ingest import reader
+
+    monkeypatch.setattr(reader, "PEEK_LINE_BYTES", 4096)
+    monkeypatch.setattr(cloudflare, "HEAD_LIMIT", 4096)
+    records = [log(i) for i in range(200)]
+    path = tmp_path / "logs.json"
+    path.write_text(json.dumps(records if layout == "array" else {"success": True, "result": records}))
+    assert path.stat().st_size > 20 * 4096
+    lines = reader.peek_lines(path)
+    assert len(lines) == 1 and len(lines[0]) <= 4096
+    entry, q, x = ingest(tmp_path, path)
+    assert (entry["format"], entry["ingested"], q) == ("cloudflare-ai-gateway", 200, [])
+
+
 # --- the record reader ----------------------------------------------------------------------------
 
 TRICKY = [

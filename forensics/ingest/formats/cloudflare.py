@@ -60,6 +60,8 @@ SIGNS = {"provider", "tokens_in", "tokens_out", "cached", "success", "duration",
          "request_head_complete", "response_head_complete", "model_type", "custom_cost"}
 #: Envelope key of the REST API's answer that holds the log objects.
 RESULT = b"result"
+#: The most of a file's first line read to tell JSON Lines from an array or envelope.
+HEAD_LIMIT = 64 << 20
 #: Longest top-level value that is not JSON (junk between pages) kept as one record to quarantine.
 JUNK_LIMIT = 4096
 _KEY = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"\s*:')
@@ -90,16 +92,17 @@ def _json_lines(path: Path) -> bool:
     head = bytearray()
     try:
         with open_decompressed(path) as fh:
-            while chunk := _read_some(fh):
+            while len(head) < HEAD_LIMIT and (chunk := _read_some(fh)):
+                if not head:
+                    chunk = chunk.lstrip(BOM_AND_SPACE)
                 head += chunk
-                seen = head.lstrip(BOM_AND_SPACE)
-                if seen[:1] == b"[" or b"\n" in seen:
+                if head[:1] == b"[" or b"\n" in chunk:
                     break
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError):
         pass  # the reader reports what is wrong with the file
-    data = bytes(head[len(BOM):] if head.startswith(BOM) else head).lstrip(_SPACE)
-    if data[:1] == b"[":
-        return False
+    data = bytes(head)
+    if data[:1] == b"[" or (len(data) >= HEAD_LIMIT and b"\n" not in data):
+        return False  # an array, or a first value too long to be a line worth holding: scanned
     line = data.split(b"\n", 1)[0].strip(_SPACE)
     if line == b"{":
         return False
