@@ -339,7 +339,7 @@ def ingest(
                                        help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
-                                      help="helicone, langfuse, litellm, mapped, openai-split, sglang or vllm; sniffed from each file when omitted "
+                                      help="cloudflare-ai-gateway, helicone, langfuse, litellm, mapped, openai-split, sglang or vllm; sniffed from each file when omitted "
                                            "(mapped never is: it reads the profile of the --config case file's [[inputs]])."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
@@ -450,7 +450,7 @@ def simulate(
                               help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
                                    "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
     fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT",
-                            help="Gateway log format: litellm, openai-split, helicone, langfuse (an unknown name lists every one the simulator writes)."),
+                            help="Gateway log format: litellm, openai-split, helicone, langfuse, cloudflare-ai-gateway (an unknown name lists every one the simulator writes)."),
     engine_fmt: str = typer.Option("sglang", "--engine-format", parser=_simulated_engine_format, metavar="FORMAT",
                                    help="Engine log format: sglang or vllm (RequestLogger lines). The same seed is the same incident in every format."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),

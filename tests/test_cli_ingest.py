@@ -31,14 +31,15 @@ def test_ingest_folder_prints_summary_and_json(tmp_path: Path) -> None:
     logs = logs_folder(tmp_path)
     proc = run("ingest", "--case", str(tmp_path / "case"), str(logs))
     assert proc.returncode == 0, proc.stderr
-    assert "exchanges: 26" in proc.stdout and "engine_events: 26" in proc.stdout
+    assert "exchanges: 43" in proc.stdout and "engine_events: 26" in proc.stdout
     proc = run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case"), str(logs))
     data = json.loads(proc.stdout)
-    assert data["tables"] == {"exchanges": 26, "engine_events": 26, "quarantine": 0}
+    assert data["tables"] == {"exchanges": 43, "engine_events": 26, "quarantine": 2}
     assert all(f["status"].startswith("already ingested") for f in data["files"] if f["path"].endswith(".log"))
     manifest = json.loads((tmp_path / "case" / "manifest.json").read_text())
     assert manifest["reconciled"] is True
-    assert {f["format"] for f in manifest["files"] if f["path"].endswith(".jsonl")} == {"helicone", "langfuse", "litellm", "openai-split"}
+    assert {f["format"] for f in manifest["files"] if f["path"].endswith(".jsonl")} == {"cloudflare-ai-gateway", "helicone", "langfuse", "litellm",
+                                                                                             "openai-split"}
     for f in manifest["files"]:
         assert len(f["sha256"]) == 64 and f["size"] > 0
         assert f["lines"] == f["ingested"] + f["quarantined"] + f["blank"] + f["duplicate"]

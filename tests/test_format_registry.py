@@ -26,7 +26,9 @@ from forensics.ingest.base import (
     prompt_fields,
     provenance,
 )
-from forensics.ingest.registry import FORMATS, LogFormat, RecordKind, Registry
+from forensics.ingest.parquet import is_parquet, peek_rows
+from forensics.ingest.reader import peek_lines
+from forensics.ingest.registry import FORMATS, AmbiguousFormat, LogFormat, RecordKind, Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "ingest"
@@ -109,29 +111,107 @@ def test_a_malformed_declaration_is_an_error(change: dict[str, Any], message: st
         dataclasses.replace(_toy(), **change)
 
 
-def test_sniffing_tries_formats_in_their_declared_order() -> None:
+def test_a_file_two_formats_claim_is_ambiguous_whatever_their_order() -> None:
     registry = Registry()
     claims_all = dataclasses.replace(_toy(), name="claims-all", sniff=lambda lines, name: True, kinds=(RecordKind("a", 0),))
-    registry.register(dataclasses.replace(claims_all, name="late", sniff_order=50, kinds=(RecordKind("b", 0),)))
+    registry.register(dataclasses.replace(claims_all, sniff_order=50))
     registry.register(_toy(sniff_order=10))
+    assert registry.sniff(["anything"], "x.log") == "claims-all"  # one claimant: no doubt
+    with pytest.raises(AmbiguousFormat) as raised:
+        registry.sniff([TOY_LINE], "x.log")
+    assert raised.value.candidates == ["toy-log", "claims-all"]
+    text = str(raised.value)
+    assert text.startswith("x.log: cannot tell the format of this file: it looks like toy-log or claims-all.")
+    assert "--format toy-log" in text and 'format = "toy-log" in its [[inputs]] entry' in text
+    assert registry.candidates(["nothing"], "x.log") == ["claims-all"]
+
+
+def test_a_declared_refinement_wins_over_the_format_it_refines() -> None:
+    registry = Registry()
+    registry.register(dataclasses.replace(_toy(), name="claims-all", sniff=lambda lines, name: True, kinds=(RecordKind("a", 0),)))
+    registry.register(dataclasses.replace(_toy(), refines=("claims-all",)))
+    assert registry.candidates([TOY_LINE], "x.log") == ["toy-log"]
     assert registry.sniff([TOY_LINE], "x.log") == "toy-log"
-    assert registry.sniff(["anything"], "x.log") == "late"
-    registry.register(dataclasses.replace(claims_all, sniff_order=1))
-    assert registry.sniff([TOY_LINE], "x.log") == "claims-all"
+    assert registry.sniff(["anything"], "x.log") == "claims-all"
+    with pytest.raises(RegistryError, match="lists itself in refines"):
+        dataclasses.replace(_toy(), refines=("toy-log",))
+
+
+def test_every_sample_and_golden_file_is_claimed_by_exactly_one_format() -> None:
+    # The mapped goldens are read through their case file's profile: that format is never sniffed.
+    files = [p for p in sorted(GOLDEN.glob("*/*")) if p.name != "expected.json" and not p.parent.name.startswith("mapped_")]
+    files += [p for p in sorted(SAMPLE.rglob("*")) if p.is_file() and p.parent != SAMPLE]
+
+    def candidates(p: Path) -> list[str]:
+        # As ingest's sniff does: a Parquet file's first rows, shown to the formats that read Parquet.
+        if is_parquet(p):
+            return [name for name in FORMATS.candidates(peek_rows(p), p.name) if FORMATS.get(name).parquet]
+        return FORMATS.candidates(peek_lines(p), p.name)
+
+    claims = {str(p.relative_to(ROOT)): candidates(p) for p in files}
+    assert len(claims) > 20 and {k: v for k, v in claims.items() if len(v) != 1} == {}
+    by_golden = {p.parent.name: candidates(p)[0] for p in files if p.parent.parent == GOLDEN}
+    assert all(fmt is not None and folder.startswith(fmt.replace("-", "_")) for folder, fmt in by_golden.items()), by_golden
+
+
+def _claims_everything() -> LogFormat:
+    return LogFormat(name="greedy-log", summary="claims every file", table="exchanges", sniff=lambda lines, name: True,
+                     parse=_toy_parse, sniff_order=99, kinds=(RecordKind("greedy_record", 0),))
+
+
+def test_ingest_refuses_an_ambiguous_file_named_explicitly(tmp_path: Path, toy: LogFormat, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "export.txt", TOY_LINE)
+    FORMATS.register(_claims_everything())
+    try:
+        with pytest.raises(AmbiguousFormat, match="cannot tell the format of this file: it looks like toy-log or greedy-log") as raised:
+            api.ingest(tmp_path / "case", [path])
+        assert raised.value.file == str(path)
+        assert not (tmp_path / "case" / "manifest.json").exists()
+        with pytest.raises(SystemExit) as done:
+            cli.main(["ingest", "--case", str(tmp_path / "case2"), str(path)])
+        assert done.value.code == 2
+        err = capsys.readouterr().err
+        assert "export.txt" in err and "toy-log or greedy-log" in err and "--format toy-log" in err
+        # Saying which it is settles it.
+        result = api.ingest(tmp_path / "case3", [path], fmt="toy-log")
+        assert [(f["format"], f["ingested"]) for f in result.manifest["files"]] == [("toy-log", 1)]
+    finally:
+        FORMATS.unregister("greedy-log")
+
+
+def test_an_ambiguous_file_in_a_folder_is_a_whole_file_quarantine_row(tmp_path: Path, toy: LogFormat) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _write(logs / "a-export.txt", TOY_LINE)
+    _write(logs / "b-callbacks.jsonl", json.dumps({**PAYLOAD, "id": "chatcmpl-p2"}))
+    FORMATS.register(dataclasses.replace(_claims_everything(), sniff=lambda lines, name: name.endswith(".txt")))
+    try:
+        result = api.ingest(tmp_path / "case", [logs])
+    finally:
+        FORMATS.unregister("greedy-log")
+    files = {f["path"].rsplit("/", 1)[-1]: f for f in result.manifest["files"]}
+    assert (files["a-export.txt"]["format"], files["a-export.txt"]["status"]) == (None, "skipped: format ambiguous")
+    assert (files["b-callbacks.jsonl"]["format"], files["b-callbacks.jsonl"]["ingested"]) == ("litellm", 1)
+    (row,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert row["source_file"].endswith("a-export.txt") and row["source_line"] is None
+    assert row["reason"].startswith("cannot tell the format of this file: it looks like toy-log or greedy-log; file skipped. Fix:")
+    assert "--format toy-log" in row["reason"]
+    assert [r["request_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()] == ["chatcmpl-p2"]
 
 
 def test_the_registered_formats_are_the_documented_ones() -> None:
     # The ingest --format help (docs/cli.md is generated from it) lists the formats a user can pass.
     reference = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    ingest = reference[reference.index("forensics ingest"):]
-    documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:, | or ))+[a-z-]+);\s+sniffed", ingest)
+    # The help is wrapped: a line may break after any comma, "or", or a hyphen inside a name.
+    ingest = re.sub(r"-\n\s+", "-", reference[reference.index("forensics ingest"):])
+    documented = re.search(r"--format FORMAT\s+((?:[a-z-]+(?:,\s+|\s+or\s+))+[a-z-]+);\s+sniffed", ingest)
     assert documented is not None
-    assert FORMATS.names() == re.split(r", | or ", documented.group(1)) == ["helicone", "langfuse", "litellm", "mapped",
-                                                                                  "openai-split", "sglang", "vllm"]
+    assert FORMATS.names() == re.split(r",\s+|\s+or\s+", documented.group(1)) == [
+        "cloudflare-ai-gateway", "helicone", "langfuse", "litellm", "mapped", "openai-split", "sglang", "vllm"]
     # Sniffing order: a spend-log row would also pass the split-log test, and any bracketed line the engine's.
     # (mapped is never sniffed: its sniff says no to every file.)
-    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "langfuse", "vllm", "sglang",
-                                                          "mapped"]
+    assert [f.name for f in FORMATS.in_sniff_order()] == ["litellm", "openai-split", "helicone", "cloudflare-ai-gateway", "langfuse",
+                                                          "vllm", "sglang", "mapped"]
 
 
 def test_every_registered_format_has_a_golden_folder() -> None:
@@ -200,7 +280,7 @@ def test_the_finaliser_ranks_copies_by_the_registered_precedence(tmp_path: Path,
 
 def test_an_unknown_format_is_an_error_naming_the_registered_ones(tmp_path: Path) -> None:
     path = _write(tmp_path / "export.txt", TOY_LINE)
-    with pytest.raises(InputError, match="use one of helicone, langfuse, litellm, mapped, openai-split, sglang, vllm, or omit"):
+    with pytest.raises(InputError, match="use one of cloudflare-ai-gateway, helicone, langfuse, litellm, mapped, openai-split, sglang, vllm, or omit"):
         api.ingest(tmp_path / "case", [path], fmt="toy-log")
 
 
@@ -212,7 +292,7 @@ def test_every_simulator_writer_writes_a_registered_format() -> None:
     from forensics.lab.simulate.writers import ENGINE_WRITERS, GATEWAY_WRITERS
 
     assert list(SIMULATED) == list(GATEWAY_WRITERS)
-    assert {"litellm", "openai-split", "helicone", "langfuse"} <= set(GATEWAY_WRITERS) and {"sglang", "vllm"} <= set(ENGINE_WRITERS)
+    assert {"litellm", "openai-split", "helicone", "langfuse", "cloudflare-ai-gateway"} <= set(GATEWAY_WRITERS) and {"sglang", "vllm"} <= set(ENGINE_WRITERS)
     for name in [*GATEWAY_WRITERS, *ENGINE_WRITERS]:
         assert name in FORMATS, f"the simulator writes {name!r}, which ingest does not read"
 

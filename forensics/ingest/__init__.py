@@ -30,7 +30,7 @@ from forensics.ingest import formats  # noqa: F401  (registers every format modu
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
-from forensics.ingest.registry import FORMATS
+from forensics.ingest.registry import FORMATS, AmbiguousFormat
 from forensics.progress import Reporter, reporter
 from forensics.tokens import Counter
 from forensics.workers import pool_running
@@ -209,13 +209,16 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
 
 
 def sniff(path: Path) -> str | None:
-    """The format of a file told from its first lines (and its name), or None: the registered
-    formats are tried in their sniff order. A Parquet file's first rows are shown to them as JSON
-    lines, and only a format that reads Parquet may claim it."""
-    if is_parquet(path):
-        name = FORMATS.sniff(peek_rows(path), path.name)
-        return name if name is not None and FORMATS.get(name).parquet else None
-    return FORMATS.sniff(peek_lines(path), path.name)
+    """The format of a file told from its first lines (and its name), or None when no registered
+    format claims it; an :class:`AmbiguousFormat` naming the file when several do. A Parquet file's
+    first rows are shown to the formats as JSON lines, and only a format that reads Parquet may claim it."""
+    try:
+        if is_parquet(path):
+            name = FORMATS.sniff(peek_rows(path), path.name)
+            return name if name is not None and FORMATS.get(name).parquet else None
+        return FORMATS.sniff(peek_lines(path), path.name)
+    except AmbiguousFormat as exc:
+        raise AmbiguousFormat(exc.candidates, file=path) from None
 
 
 def ingest(
@@ -251,7 +254,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], str | None, str | None]] = []
     found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
@@ -279,7 +282,13 @@ def ingest(
                 raise InputError(problem, file=path, fix=fix)
             skip, detected = f"{problem}; file skipped. Fix: {fix}", None
         else:
-            detected = fmt or sniff(path)
+            try:
+                detected = fmt or sniff(path)
+            except AmbiguousFormat as exc:
+                if explicit:
+                    raise
+                # Like a file of no known format: kept out, with a quarantine row naming the candidates.
+                skip, detected = f"{exc.message}; file skipped. Fix: {exc.fix}", None
             if detected is None and explicit:
                 raise InputError(
                     "cannot tell the format of this file from its content",
@@ -443,6 +452,8 @@ class Unit:
         return max(0, end - self.span.start)
 
 
+#: How the reason a file several formats claim is skipped begins (see registry.AmbiguousFormat).
+AMBIGUOUS = "cannot tell the format of this file: it looks like"
 #: How the reason a Parquet file is not read under the format given begins.
 PARQUET_MISFIT = "this is a Parquet file and format"
 
@@ -451,7 +462,9 @@ def _skip_status(skip: str | None) -> str:
     """The status of a file that is not read, from the reason it was skipped (None: no format fits)."""
     if skip is None:
         return "skipped: format not recognised"
-    return "skipped: Parquet, not the format given" if skip.startswith(PARQUET_MISFIT) else "skipped: not UTF-8"
+    if skip.startswith(PARQUET_MISFIT):
+        return "skipped: Parquet, not the format given"
+    return "skipped: format ambiguous" if skip.startswith(AMBIGUOUS) else "skipped: not UTF-8"
 
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:

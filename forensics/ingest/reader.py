@@ -18,6 +18,7 @@ import re
 import stat
 import zlib
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -235,20 +236,21 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     return h.hexdigest(), spans
 
 
-def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
+def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None, max_line: int | None = None) -> Iterator[Line]:
     """Yield the file's lines (without line endings); append whole-file problems to ``problems``.
 
     A UTF-8 BOM on the first line is dropped; LF, CRLF and (in a file whose first line ends so)
     bare CR endings are accepted. A line that is not valid UTF-8 is yielded with ``text=None`` so
     the caller can quarantine it. ``span`` limits reading to a byte range of an uncompressed file
-    (see :func:`scan_file`).
+    (see :func:`scan_file`). ``max_line`` (for peeking only) reads at most that many bytes of a
+    line ending in LF at a time: the rest of a longer line comes as the next line.
     """
     number = 0
     kind = compression_of(path)
     cr = cr_line_endings(path)
     try:
         with _open(path) as fh:
-            lines: Iterator[bytes] = _universal_lines(fh) if cr else fh
+            lines: Iterator[bytes] = _universal_lines(fh) if cr else (fh if max_line is None else iter(partial(fh.readline, max_line), b""))
             if span is not None and (span.start or span.end is not None):
                 fh.seek(span.start)
                 number = span.first_line - 1
@@ -289,16 +291,27 @@ def _bounded(fh: BinaryIO, end: int | None) -> Iterator[bytes]:
         yield raw
 
 
+#: The most of one line sniffing reads: a first line of gigabytes (a JSON array written on one
+#: line) is judged by its start, never held whole; a JSON Lines record up to this size is whole.
+PEEK_LINE_BYTES = 64 << 20
+
+
 def peek_lines(path: Path, limit: int = 20, max_bytes: int = 8 << 20) -> list[str]:
-    """Up to ``limit`` non-blank decodable lines from the start of a file, for format sniffing."""
+    """Up to ``limit`` non-blank decodable lines from the start of a file, for format sniffing.
+
+    A line longer than PEEK_LINE_BYTES is given cut (its start, the last line given).
+    """
     lines: list[str] = []
     seen = 0
     problems: list[FileProblem] = []
-    for line in read_lines(path, problems):
+    for line in read_lines(path, problems, max_line=PEEK_LINE_BYTES):
         seen += len(line.raw)
-        if line.text is not None and line.text.strip():
-            lines.append(line.text)
-        if len(lines) >= limit or seen > max_bytes:
+        cut = len(line.raw) >= PEEK_LINE_BYTES - 1  # its line end was not reached (or only its CR)
+        # A cut may split a character: the start of the line is still the start.
+        text = line.raw.decode("utf-8", errors="ignore") if cut else line.text
+        if text is not None and text.strip():
+            lines.append(text)
+        if cut or len(lines) >= limit or seen > max_bytes:
             break
     return lines
 

@@ -2,9 +2,14 @@
 
 In the manner of plaso's parser manager: a format module (one file in
 ``forensics/ingest/formats/``) builds a :class:`LogFormat` and passes it to :func:`register`.
-Everything that used to list format names by hand reads this registry instead: sniffing (in
-``sniff_order``), ``--format`` and ``[[inputs]] format`` validation, and the finaliser's choice of
-the most complete copy of a request (each record kind's ``precedence``).
+Everything that used to list format names by hand reads this registry instead: sniffing,
+``--format`` and ``[[inputs]] format`` validation, and the finaliser's choice of the most complete
+copy of a request (each record kind's ``precedence``).
+
+Sniffing asks every format: a file exactly one format accepts is of that format; a file two
+formats accept is ambiguous (:class:`AmbiguousFormat`, naming both), unless one of them declares
+itself a ``refinement`` of the other (a more specific kind of the same records). A wrong guess
+would put a log through the wrong parser without a word, so the analyst is asked instead.
 
 A duplicate format name, or a record kind another format already declares, is an error at
 import time: a second format under the same name must never silently replace the first.
@@ -59,9 +64,10 @@ class RecordKind:
 class LogFormat:
     """A log format: its name, how to recognise it, how to read one record, what it writes.
 
-    ``sniff(first_lines, file_name)`` tells whether a file is this format; formats are tried in
-    ascending ``sniff_order`` (then name), so a format whose signs are a subset of another's must
-    come after it. ``parse(text, line_number, ctx)`` turns one non-blank line into
+    ``sniff(first_lines, file_name)`` tells whether a file is this format. Every format is asked,
+    and a file more than one accepts is ambiguous unless one of them lists the others in
+    ``refines`` (it reads a more specific kind of their files and wins over them); ``sniff_order``
+    (then name) is the order formats are asked and candidates named in. ``parse(text, line_number, ctx)`` turns one non-blank line into
     ``(table, row)``, a ``Quarantined`` or None. ``kinds`` lists the record kinds it writes to
     ``exchanges`` (none for an engine log, whose lines go to ``engine_events``).
 
@@ -84,6 +90,7 @@ class LogFormat:
     read: Read = read_lines
     splittable: bool = True
     parquet: bool = False
+    refines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -95,6 +102,26 @@ class LogFormat:
         if (self.table == "exchanges") != bool(self.kinds):
             raise RegistryError(f"format {self.name!r}: a format writing exchanges declares its record kinds, an engine log none",
                                 fix="list the record_kind values its rows carry in kinds")
+        if self.name in self.refines:
+            raise RegistryError(f"format {self.name!r} lists itself in refines", fix="list the formats it is a more specific kind of")
+
+
+class AmbiguousFormat(InputError):
+    """More than one registered format accepts a file: the analyst must say which it is."""
+
+    def __init__(self, candidates: list[str], file: str | Path | None = None) -> None:
+        self.candidates = list(candidates)
+        super().__init__(
+            f"cannot tell the format of this file: it looks like {_names(self.candidates)}",
+            file=file,
+            fix=f"say which it is with --format {self.candidates[0]} (or format = \"{self.candidates[0]}\" in its "
+                f"[[inputs]] entry), naming one of {', '.join(self.candidates)}",
+        )
+
+
+def _names(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 class Registry:
@@ -141,12 +168,22 @@ class Registry:
         """Formats in the order sniffing tries them."""
         return sorted(self._formats.values(), key=lambda f: (f.sniff_order, f.name))
 
+    def candidates(self, lines: list[str], file_name: str) -> list[str]:
+        """Every format that claims these first lines, in sniff order, less those a claiming
+        format refines (see :attr:`LogFormat.refines`)."""
+        claimed = [fmt for fmt in self.in_sniff_order() if fmt.sniff(lines, file_name)]
+        refined = {name for fmt in claimed for name in fmt.refines}
+        return [fmt.name for fmt in claimed if fmt.name not in refined]
+
     def sniff(self, lines: list[str], file_name: str) -> str | None:
-        """The name of the first format (in sniff order) that claims these first lines, or None."""
-        for fmt in self.in_sniff_order():
-            if fmt.sniff(lines, file_name):
-                return fmt.name
-        return None
+        """The one format that claims these first lines, or None when none does.
+
+        Two or more (neither refining the other) are an :class:`AmbiguousFormat` naming them.
+        """
+        names = self.candidates(lines, file_name)
+        if len(names) > 1:
+            raise AmbiguousFormat(names, file=file_name)
+        return names[0] if names else None
 
     def kinds(self) -> list[RecordKind]:
         """Every registered record kind, by precedence then name."""
