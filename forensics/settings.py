@@ -17,14 +17,14 @@ class Setting:
     """One case-file key."""
 
     key: str
-    section: str  # "" for the top level, else the table name ("match", "report")
+    section: str  # "" for the top level, else the table name ("match", "report", "execution")
     kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto")
     default: Any
     help: str
     low: int | float | None = None  # inclusive range of int, float and tokens settings
     high: int | float | None = None
     choices: tuple[str, ...] = ()
-    cli: str | None = None  # the option that sets it for one command (match, scan), if any
+    cli: str | None = None  # the option that sets it for one command (match, scan, run), if any
     result: bool = True  # False: changes how the tool runs, never what it finds
 
     def bounds(self) -> tuple[int | float, int | float]:
@@ -103,7 +103,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("actions_taken", "report", "text", "", "what the provider did, in every notice"),
     Setting("notify_within_hours", "report", "int", 72, "hours a customer on the list may wait for its notice before "
             "forensics audit flags it overdue", 1, 8760),
+    Setting("engine", "execution", "choice", "local", "where ingest parsing and the match pass run: local (this "
+            "machine's processes) or spark (a Spark cluster, see master); the results are byte-identical",
+            choices=("local", "spark"), cli="--engine", result=False),
+    Setting("master", "execution", "text", "local[*]", "the Spark master URL for engine = \"spark\": local[N] (N "
+            "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False),
 )
+
+#: The command whose option sets each section's keys (the top level's are scan's).
+COMMAND_OF_SECTION = {"": "scan", "match": "match", "report": "report", "execution": "run"}
 
 BY_NAME: dict[tuple[str, str], Setting] = {(s.section, s.key): s for s in SETTINGS}
 
@@ -123,7 +131,7 @@ def markdown() -> str:
     lines = ["# Case-file settings", "",
              "Generated from `forensics/settings.py` by `python docs/gen_cli.py`; do not edit by hand. Every value",
              "is checked when the case file is read: an error names the key, the value and the allowed range.", ""]
-    for name in ("", "match", "report"):
+    for name in ("", "match", "report", "execution"):
         lines += [f"## {'[' + name + ']' if name else 'Top level'}", "",
                   "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
         for s in section(name):

@@ -1,0 +1,201 @@
+"""Where the corpus-sized work runs: this machine's processes (``local``) or a Spark cluster (``spark``).
+
+Two stages grow with the whole corpus: ingest parsing (one task per file span,
+:func:`forensics.ingest.stage_unit`) and the match stage's streaming pass (one task per row
+range of ``exchanges.parquet``, :func:`forensics.match.stream.scan_rows`, against the suspects'
+k-gram index broadcast once). Both are written as pure tasks whose results the driver gathers
+in task order, so *who* runs a task never changes the outputs. This module is the one seam:
+``executor_for(config)`` is None for ``local`` (the stages keep their own process pools) and a
+:class:`SparkExecutor` for ``spark``, which runs the very same task functions in Spark tasks.
+Scan (DuckDB), the ingest finaliser, verification and the report stay on the driver.
+
+PySpark is imported only here and only for ``engine = "spark"``: the local path never loads it.
+On a cluster, the inputs and the report folder (``--out``) must lie on a path that the driver
+and every executor read at the same place (a shared file system, or object storage mounted there):
+the tasks read the files they are given by path and ingest tasks write their staging Parquet there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from forensics.errors import ConfigError, ForensicsError, MissingExtraError
+
+if TYPE_CHECKING:  # imported for types only: the local path must not import the stages' workers
+    from forensics.config import CaseConfig
+    from forensics.ingest import Unit
+    from forensics.match.stream import BatchResult, Scanner, ScanTask
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: The fix shown when PySpark is missing.
+PYSPARK_FIX = "pip install 'forensics[spark]' (PySpark 4), or run with --engine local"
+#: The fix shown when no Java runtime is found.
+JAVA_FIX = ("install a Java runtime 17 or newer (Debian/Ubuntu: apt-get install default-jre-headless) or set JAVA_HOME, "
+            "or run with --engine local")
+#: Partitions per core of the cluster for the match pass: a few each, so a slow one does not hold up the rest.
+PARTITIONS_PER_CORE = 4
+
+
+def executor_for(config: CaseConfig | None) -> SparkExecutor | None:
+    """The executor the case's ``[execution]`` settings ask for: None for ``local``."""
+    execution = getattr(config, "execution", None) or {}
+    if execution.get("engine", "local") == "local":
+        return None
+    return SparkExecutor(execution.get("master", "local[*]"))
+
+
+def java_missing() -> bool:
+    """Whether no ``java`` can be found (on PATH or under JAVA_HOME): Spark's driver is a JVM."""
+    home = os.environ.get("JAVA_HOME")
+    if home and Path(home, "bin", "java").is_file():
+        return False
+    return shutil.which("java") is None
+
+
+_SESSION: Any = None  # the session this process started (stopped at exit), reused by every stage
+
+
+def spark_session(master: str) -> Any:
+    """The active Spark session, or a new one on ``master``; a clear error without PySpark or Java.
+
+    A session started elsewhere (spark-submit, a notebook, a test) is used as it is, with its own
+    master; one started here is stopped when the process exits.
+    """
+    global _SESSION
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise MissingExtraError("[execution] engine = \"spark\" (--engine spark) needs PySpark, which is not installed", fix=PYSPARK_FIX) from None
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if java_missing():
+        raise ConfigError("[execution] engine = \"spark\" (--engine spark) needs a Java runtime, and none was found (no java on PATH, no JAVA_HOME)",
+                          fix=JAVA_FIX)
+    # Executors run this same interpreter (its packages, forensics included) unless told otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    try:
+        session = (SparkSession.builder.master(master).appName("forensics")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   # Results come back pickled in task order; a wave is bounded (see SparkExecutor), not the whole job.
+                   .config("spark.driver.maxResultSize", "0")
+                   .getOrCreate())
+    except Exception as exc:  # noqa: BLE001 - py4j and JVM start-up errors: one clear line instead
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ConfigError(f"Spark could not start with master {master!r} ({first})",
+                          fix="check [execution] master (local[N], spark://HOST:7077, yarn, k8s://...) and that the "
+                          "cluster is reachable; " + JAVA_FIX) from None
+    session.sparkContext.setLogLevel("ERROR")
+    _SESSION = session
+    atexit.register(stop_session)
+    return session
+
+
+def stop_session() -> None:
+    """Stop the Spark session this process started, if any (idempotent)."""
+    global _SESSION
+    if _SESSION is not None:
+        session, _SESSION = _SESSION, None
+        session.stop()
+
+
+def _shared_value(broadcast: Any) -> Any:
+    """A broadcast's value in a Python worker: unpickled once per worker (PySpark keeps it) and
+    kept across the worker's tasks, as the local workers keep their scanner (forensics.match.stream)."""
+    return broadcast.value if broadcast is not None else None
+
+
+class SparkExecutor:
+    """Runs task functions on a Spark cluster and gives their results back in task order."""
+
+    def __init__(self, master: str) -> None:
+        self.master = master
+        self.session = spark_session(master)
+        self.sc = self.session.sparkContext
+
+    @property
+    def cores(self) -> int:
+        """Tasks the cluster runs at once (Spark's default parallelism)."""
+        return max(1, int(self.sc.defaultParallelism))
+
+    def map_partitions(self, func: Callable[[Any, list[T]], list[R]], items: Sequence[T], partitions: int,
+                       shared: Any = None) -> Iterator[R]:
+        """``func(shared, part)`` over ``items`` cut into ``partitions`` contiguous parts, results in item order.
+
+        ``shared`` is broadcast once (each executor unpickles it once). Partitions run in waves of
+        two per core, so the driver holds at most a wave's results at a time (it consumes them in
+        order while the next wave runs).
+        """
+        if not items:
+            return
+        parts = max(1, min(len(items), partitions))
+        broadcast = self.sc.broadcast(shared) if shared is not None else None
+        try:
+            rdd = self.sc.parallelize(list(items), parts)
+            wave = 2 * self.cores
+
+            def run(it: Iterable[T]) -> list[R]:
+                return func(_shared_value(broadcast), list(it))
+
+            for lo in range(0, parts, wave):
+                try:
+                    results = self.sc.runJob(rdd, run, list(range(lo, min(parts, lo + wave))))
+                except Exception as exc:  # noqa: BLE001 - a task's Python error arrives wrapped in JVM text
+                    raise task_failed(exc) from None
+                yield from results
+        finally:
+            if broadcast is not None:
+                broadcast.unpersist()
+
+    def stage_units(self, units: Sequence[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        """Ingest: every file span parsed in its own Spark task; (unit, counts) in unit order."""
+        counts = self.map_partitions(_stage_units, units, len(units))
+        return zip(units, counts)
+
+    def scan_pass(self, scanner: Scanner, tasks: Iterable[ScanTask]) -> Iterator[BatchResult]:
+        """Match: the streaming pass over ``tasks`` (row ranges), the scanner broadcast; results in row order.
+
+        Consecutive ranges of a row group share a partition, so it is decompressed once there.
+        """
+        tasks = list(tasks)
+        return self.map_partitions(_scan_tasks, tasks, PARTITIONS_PER_CORE * self.cores, shared=scanner)
+
+
+def task_failed(exc: Exception) -> ForensicsError:
+    """A failed Spark job as one clear error: the Python exception the task raised (its last line)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    raised = [x for x in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", x)]
+    what = (raised[-1] if raised else lines[0] if lines else type(exc).__name__)[:300]
+    return ForensicsError(f"a Spark task failed ({what})",
+                          fix="every executor needs Python with forensics and its dependencies installed, the same "
+                          "version as the driver (set PYSPARK_PYTHON), and read access to the inputs and the --out "
+                          "folder at the same paths as the driver; or run with --engine local")
+
+
+def _stage_units(_: None, units: list[Unit]) -> list[dict[str, Any]]:
+    """Spark task: stage each unit (writes its staging Parquet, returns its counts)."""
+    from forensics.ingest import stage_unit
+
+    return [stage_unit(unit) for unit in units]
+
+
+def _scan_tasks(scanner: Scanner, tasks: list[ScanTask]) -> list[BatchResult]:
+    """Spark task: scan each row range with the broadcast scanner, one reader for the partition."""
+    from forensics.match.stream import RowReader, scan_rows
+
+    reader = RowReader(scanner.p.batch_rows)
+    return [scan_rows(scanner, reader, task) for task in tasks]
+
+
+__all__ = ["JAVA_FIX", "PYSPARK_FIX", "SparkExecutor", "executor_for", "java_missing", "spark_session", "stop_session"]
