@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -61,53 +62,77 @@ def java_missing() -> bool:
     return shutil.which("java") is None
 
 
-_SESSION: Any = None  # the session this process started (stopped at exit), reused by every stage
+_CONTEXT: Any = None  # the Spark context this process started (stopped at exit), reused by every stage
+_LOG: Path | None = None  # where the JVM that context started writes its own log
+_KEEP_LOG = False  # an error named the log: it stays for the user to read
 
 
-def spark_session(master: str) -> Any:
-    """The active Spark session, or a new one on ``master``; a clear error without PySpark or Java.
+def log_path() -> Path | None:
+    """The file Spark's JVM writes its log to (when this process started it), for error messages."""
+    return _LOG
 
-    A session started elsewhere (spark-submit, a notebook, a test) is used as it is, with its own
-    master; one started here is stopped when the process exits.
+
+def _active_context() -> Any:
+    """The Spark context already running in this process (spark-submit, a notebook, a test), or None."""
+    from pyspark import SparkContext
+
+    return getattr(SparkContext, "_active_spark_context", None)
+
+
+def spark_context(master: str) -> Any:
+    """The running Spark context, or a new one on ``master``; a clear error without PySpark or Java.
+
+    A context started elsewhere (spark-submit, a notebook, a test) is used as it is, with its own
+    master. One started here is stopped when the process exits, and its JVM writes its console
+    output to a log file (:func:`log_path`), not to this process's terminal: the CLI alone prints.
     """
-    global _SESSION
+    global _CONTEXT, _LOG
     try:
-        from pyspark.sql import SparkSession
+        from pyspark import SparkConf, SparkContext
+        from pyspark.java_gateway import launch_gateway
     except ImportError:
-        raise MissingExtraError("[execution] engine = \"spark\" (--engine spark) needs PySpark, which is not installed", fix=PYSPARK_FIX) from None
-    active = SparkSession.getActiveSession()
+        raise MissingExtraError("[execution] engine = \"spark\" (--engine spark) needs PySpark, which is not installed",
+                                fix=PYSPARK_FIX) from None
+    active = _active_context()
     if active is not None:
         return active
     if java_missing():
-        raise ConfigError("[execution] engine = \"spark\" (--engine spark) needs a Java runtime, and none was found (no java on PATH, no JAVA_HOME)",
-                          fix=JAVA_FIX)
+        raise ConfigError("[execution] engine = \"spark\" (--engine spark) needs a Java runtime, and none was found "
+                          "(no java on PATH, no JAVA_HOME)", fix=JAVA_FIX)
     # Executors run this same interpreter (its packages, forensics included) unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster(master).setAppName("forensics")
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            # Results come back pickled in task order; a wave is bounded (see SparkExecutor), not the whole job.
+            .set("spark.driver.maxResultSize", "0"))
+    fd, name = tempfile.mkstemp(prefix="forensics-spark-", suffix=".log")
+    _LOG = Path(name)
     try:
-        session = (SparkSession.builder.master(master).appName("forensics")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   # Results come back pickled in task order; a wave is bounded (see SparkExecutor), not the whole job.
-                   .config("spark.driver.maxResultSize", "0")
-                   .getOrCreate())
+        with os.fdopen(fd, "wb") as log:  # the JVM keeps its own copy of the descriptor
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        context = SparkContext(conf=conf, gateway=gateway)
     except Exception as exc:  # noqa: BLE001 - py4j and JVM start-up errors: one clear line instead
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ConfigError(f"Spark could not start with master {master!r} ({first})",
+        raise ConfigError(f"Spark could not start with master {master!r} ({first}; Spark's log: {_LOG})",
                           fix="check [execution] master (local[N], spark://HOST:7077, yarn, k8s://...) and that the "
                           "cluster is reachable; " + JAVA_FIX) from None
-    session.sparkContext.setLogLevel("ERROR")
-    _SESSION = session
-    atexit.register(stop_session)
-    return session
+    context.setLogLevel("ERROR")
+    _CONTEXT = context
+    atexit.register(stop_context)
+    return context
 
 
-def stop_session() -> None:
-    """Stop the Spark session this process started, if any (idempotent)."""
-    global _SESSION
-    if _SESSION is not None:
-        session, _SESSION = _SESSION, None
-        session.stop()
+def stop_context() -> None:
+    """Stop the Spark context this process started, if any (idempotent); its log is removed unless
+    an error message named it."""
+    global _CONTEXT
+    if _CONTEXT is not None:
+        context, _CONTEXT = _CONTEXT, None
+        context.stop()
+        if _LOG is not None and not _KEEP_LOG:
+            _LOG.unlink(missing_ok=True)
 
 
 def _shared_value(broadcast: Any) -> Any:
@@ -121,8 +146,7 @@ class SparkExecutor:
 
     def __init__(self, master: str) -> None:
         self.master = master
-        self.session = spark_session(master)
-        self.sc = self.session.sparkContext
+        self.sc = spark_context(master)
 
     @property
     def cores(self) -> int:
@@ -177,7 +201,10 @@ def task_failed(exc: Exception) -> ForensicsError:
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
     raised = [x for x in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", x)]
     what = (raised[-1] if raised else lines[0] if lines else type(exc).__name__)[:300]
-    return ForensicsError(f"a Spark task failed ({what})",
+    global _KEEP_LOG
+    _KEEP_LOG = _LOG is not None
+    log = f"; Spark's log: {_LOG}" if _LOG is not None else ""
+    return ForensicsError(f"a Spark task failed ({what}{log})",
                           fix="every executor needs Python with forensics and its dependencies installed, the same "
                           "version as the driver (set PYSPARK_PYTHON), and read access to the inputs and the --out "
                           "folder at the same paths as the driver; or run with --engine local")
@@ -198,4 +225,5 @@ def _scan_tasks(scanner: Scanner, tasks: list[ScanTask]) -> list[BatchResult]:
     return [scan_rows(scanner, reader, task) for task in tasks]
 
 
-__all__ = ["JAVA_FIX", "PYSPARK_FIX", "SparkExecutor", "executor_for", "java_missing", "spark_session", "stop_session"]
+__all__ = ["JAVA_FIX", "PYSPARK_FIX", "SparkExecutor", "executor_for", "java_missing", "log_path", "spark_context",
+           "stop_context", "task_failed"]

@@ -20,7 +20,7 @@ import forensics.ingest
 import forensics.match.tuning
 from forensics import api, cli, engine
 from forensics.config import config_from_mapping
-from forensics.errors import ConfigError, MissingExtraError
+from forensics.errors import ConfigError, ForensicsError, MissingExtraError
 from forensics.match.tuning import Tuning
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,20 +113,18 @@ def test_unknown_engine_option_exits_2_naming_the_option(tmp_path: Path, capsys:
 
 
 def test_missing_pyspark_is_a_clear_error_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import fails as when it is not installed
+    monkeypatch.setitem(sys.modules, "pyspark.java_gateway", None)  # import fails as when it is not installed
     with pytest.raises(MissingExtraError) as info:
-        engine.spark_session("local[1]")
+        engine.spark_context("local[1]")
     assert "needs PySpark" in str(info.value) and "pip install 'forensics[spark]'" in str(info.value)
 
 
 def test_missing_java_is_a_clear_error_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyspark.sql import SparkSession
-
-    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    monkeypatch.setattr(engine, "_active_context", lambda: None)  # as in a process that has no Spark yet
     monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(ConfigError) as info:
-        engine.spark_session("local[1]")
+        engine.spark_context("local[1]")
     assert "needs a Java runtime" in str(info.value) and "default-jre-headless" in str(info.value)
 
 
@@ -144,3 +142,12 @@ def test_a_pattern_matching_no_file_is_an_error(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="no file matches this pattern"):
         api.ingest(tmp_path / "case", [tmp_path / "logs" / "*.jsonl"])
+
+
+def test_a_failing_spark_task_is_one_clear_error(spark: object) -> None:
+    executor = engine.SparkExecutor("local[2]")
+    with pytest.raises(ForensicsError) as info:
+        list(executor.map_partitions(divmod, [1, 2, 3], 2))  # divmod(None, [...]) raises in the task
+    message = str(info.value)
+    assert message.startswith("a Spark task failed (TypeError: unsupported operand type(s) for divmod()")
+    assert "PYSPARK_PYTHON" in message and "Traceback" not in message
