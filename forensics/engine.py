@@ -44,6 +44,9 @@ JAVA_FIX = ("install a Java runtime 17 or newer (Debian/Ubuntu: apt-get install 
             "or run with --engine local")
 #: Partitions per core of the cluster for the match pass: a few each, so a slow one does not hold up the rest.
 PARTITIONS_PER_CORE = 4
+#: At most this many pass tasks (row ranges of ``Tuning.task_bytes``, 8 MB) per partition on a big
+#: corpus, so one wave's results (holders and hits of its rows) stay a bounded share of the corpus.
+TASKS_PER_PARTITION = 16
 
 
 def executor_for(config: CaseConfig | None) -> SparkExecutor | None:
@@ -154,12 +157,12 @@ class SparkExecutor:
         return max(1, int(self.sc.defaultParallelism))
 
     def map_partitions(self, func: Callable[[Any, list[T]], list[R]], items: Sequence[T], partitions: int,
-                       shared: Any = None) -> Iterator[R]:
+                       shared: Any = None, wave: int | None = None) -> Iterator[R]:
         """``func(shared, part)`` over ``items`` cut into ``partitions`` contiguous parts, results in item order.
 
-        ``shared`` is broadcast once (each executor unpickles it once). Partitions run in waves of
-        two per core, so the driver holds at most a wave's results at a time (it consumes them in
-        order while the next wave runs).
+        ``shared`` is broadcast once (each executor unpickles it once). Partitions run in jobs of
+        ``wave`` partitions (default: all in one job), so the driver holds at most a wave's results
+        at a time; each job costs a scheduling round trip, so waves are few and large.
         """
         if not items:
             return
@@ -167,7 +170,7 @@ class SparkExecutor:
         broadcast = self.sc.broadcast(shared) if shared is not None else None
         try:
             rdd = self.sc.parallelize(list(items), parts)
-            wave = 2 * self.cores
+            wave = wave or parts
 
             def run(it: Iterable[T]) -> list[R]:
                 return func(_shared_value(broadcast), list(it))
@@ -193,7 +196,8 @@ class SparkExecutor:
         Consecutive ranges of a row group share a partition, so it is decompressed once there.
         """
         tasks = list(tasks)
-        return self.map_partitions(_scan_tasks, tasks, PARTITIONS_PER_CORE * self.cores, shared=scanner)
+        partitions = max(PARTITIONS_PER_CORE * self.cores, -(-len(tasks) // TASKS_PER_PARTITION))
+        return self.map_partitions(_scan_tasks, tasks, partitions, shared=scanner, wave=PARTITIONS_PER_CORE * self.cores)
 
 
 def task_failed(exc: Exception) -> ForensicsError:

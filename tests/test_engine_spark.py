@@ -151,3 +151,19 @@ def test_a_failing_spark_task_is_one_clear_error(spark: object) -> None:
     message = str(info.value)
     assert message.startswith("a Spark task failed (TypeError: unsupported operand type(s) for divmod()")
     assert "PYSPARK_PYTHON" in message and "Traceback" not in message
+
+
+def test_a_pattern_reads_its_matches_as_files_found_in_a_folder(tmp_path: Path) -> None:
+    from forensics.ingest import expand_inputs
+
+    logs = tmp_path / "logs"
+    for name in ("a/x.jsonl", "b/c/y.jsonl", "b/z.log", ".hidden.jsonl", "a/.w.jsonl"):
+        (logs / name).parent.mkdir(parents=True, exist_ok=True)
+        (logs / name).write_text("{}\n", encoding="utf-8")
+    outside = tmp_path / "secret.jsonl"
+    outside.write_text("{}\n", encoding="utf-8")
+    (logs / "a" / "link.jsonl").symlink_to(outside)
+    files, skipped = expand_inputs([logs / "**" / "*.jsonl"])
+    assert [(p.relative_to(logs).as_posix(), explicit) for p, explicit in files] == [("a/x.jsonl", False),
+                                                                                       ("b/c/y.jsonl", False)]
+    assert [(s.path.name, s.kind) for s in skipped] == [("link.jsonl", "symlink_outside_root")]
