@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
+from forensics.engine import executor_for
 from forensics.errors import ConfigError
 from forensics.progress import Reporter
 
@@ -94,6 +95,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
     if engine is not None:
         cfg.execution = execution_settings({**cfg.execution, "engine": engine}, option="--engine")
+    executor_for(cfg)  # Spark starts here, once: no PySpark, no Java or a bad master fails before any work
     if not cfg.inputs:
         raise ConfigError("the case file has no [[inputs]]", file=cfg.file, fix='add [[inputs]]\npath = "logs"\nformat = "auto"')
     for spec in cfg.inputs:

@@ -167,3 +167,16 @@ def test_a_pattern_reads_its_matches_as_files_found_in_a_folder(tmp_path: Path) 
     assert [(p.relative_to(logs).as_posix(), explicit) for p, explicit in files] == [("a/x.jsonl", False),
                                                                                        ("b/c/y.jsonl", False)]
     assert [(s.path.name, s.kind) for s in skipped] == [("link.jsonl", "symlink_outside_root")]
+
+
+def test_without_java_the_run_stops_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(engine, "_active_context", lambda: None)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", str(SAMPLE), "--out", str(tmp_path / "out"), "--engine", "spark", "-q"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "needs a Java runtime" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
