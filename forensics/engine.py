@@ -18,6 +18,7 @@ the tasks read the files they are given by path and ingest tasks write their sta
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -181,9 +182,24 @@ class SparkExecutor:
                 except Exception as exc:  # noqa: BLE001 - a task's Python error arrives wrapped in JVM text
                     raise task_failed(exc) from None
                 yield from results
+        except GeneratorExit:  # the caller stopped reading (no job runs between waves): nothing to stop
+            raise
+        except BaseException:  # raised inside runJob (a signal, a failed task): its tasks may still run
+            self.abort()
+            raise
         finally:
-            if broadcast is not None:
+            if broadcast is not None and self.sc is _active_context():
                 broadcast.unpersist()
+
+    def abort(self) -> None:
+        """Stop the tasks still running (the run is unwinding from an error or a signal): they write
+        into the case folder, which is about to be removed. A context this process started is
+        stopped, which waits for its tasks to end; one started elsewhere has its jobs cancelled."""
+        if self.sc is _CONTEXT:
+            stop_context()
+        else:
+            with contextlib.suppress(Exception):
+                self.sc.cancelAllJobs()
 
     def stage_units(self, units: Sequence[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
         """Ingest: every file span parsed in its own Spark task; (unit, counts) in unit order."""
