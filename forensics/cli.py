@@ -37,7 +37,7 @@ EXAMPLES: dict[str, list[str]] = {
     "query": ["forensics query --case cases/sim above_ceiling --format csv", "forensics query --list"],
     "match": ["forensics match --case cases/sim --lookback-minutes 60"],
     "report": ["forensics report --case cases/sim --out reports/"],
-    "run": ["forensics run sample_logs/ --out reports/"],
+    "run": ["forensics run sample_logs/ --out reports/", "forensics run sample_logs/ --out reports-spark/ --engine spark"],
     "verify": ["forensics verify reports/sim-small-seed7/ --rerun"],
     "keygen": ["forensics keygen keys/team.pem"],
     "review": ["forensics review reports/sim-small-seed7 --finding f-ebffbc3851970182 --verdict confirm "
@@ -812,6 +812,9 @@ def run(
                                              help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="local|spark",
+                                         help="Where ingest parsing and the match pass run (default: the case file's "
+                                         "[execution] engine, else local); same results either way."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -825,7 +828,7 @@ def run(
 
     if sign is not None:  # a bad key must fail before the run, not after it
         check_private_key(sign)
-    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign)
+    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign, engine=engine)
     sealed = read_seal(result.report.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())

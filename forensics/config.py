@@ -60,8 +60,13 @@ TOP_KEYS = {
     "tokenizer",
     "description",
     "inputs",
+    "execution",
     *SECTIONS,
 }
+
+#: ``[execution]``: how a run executes (engine, master), never what it finds: kept out of the
+#: recorded configuration, so a report is byte-identical whichever engine produced it.
+EXECUTION_DEFAULTS: dict[str, str] = {s.key: s.default for s in settings.section("execution")}
 
 
 #: The keys of an ``[inputs.fields]`` mapping profile (canonical exchange columns), from the settings table.
@@ -122,6 +127,7 @@ class CaseConfig:
     description: str = ""
     inputs: list[InputSpec] = dataclasses.field(default_factory=list)
     sections: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    execution: dict[str, str] = dataclasses.field(default_factory=lambda: dict(EXECUTION_DEFAULTS))
     file: Path | None = None
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -312,6 +318,9 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
                 report_settings(value, file=file)
             cfg.sections[key] = dict(value)
             continue
+        if key == "execution":
+            cfg.execution = execution_settings(value, file)
+            continue
         if key == "inputs":
             cfg.inputs = _parse_inputs(value, base, file)
             cfg.sources["inputs"] = "file"
@@ -343,6 +352,32 @@ def notify_within_hours(report: dict[str, Any], file: Path | None = None) -> int
         raise ConfigError(f"[report] notify_within_hours = {value!r} is not a number of hours from {lo} to {hi}", file=file,
                           fix="write it like: notify_within_hours = 72")
     return value
+
+
+def execution_settings(value: Any, file: Path | None = None, option: str | None = None) -> dict[str, str]:
+    """The ``[execution]`` table checked against the settings table, with the defaults filled in.
+
+    ``option`` names the CLI option a single value came from, so its error names that instead.
+    """
+    if not isinstance(value, dict):
+        raise ConfigError("[execution] must be a table", file=file, fix='write it as\n[execution]\nengine = "spark"')
+    known = {s.key: s for s in settings.section("execution")}
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in [execution]", file=file,
+                          fix=f"keys [execution] takes: {', '.join(sorted(known))}")
+    out = dict(EXECUTION_DEFAULTS)
+    for key, v in value.items():
+        s = known[key]
+        name = option or s.name
+        if s.kind == "choice" and v not in s.choices:
+            raise ConfigError(f"{name} = {v!r} is not a known {key}", file=None if option else file,
+                              fix=f"use {s.allowed()}")
+        if s.kind == "text" and (not isinstance(v, str) or not v.strip()):
+            raise ConfigError(f"{name} must be a non-empty string", file=None if option else file,
+                              fix=f'write it like: {key} = "{s.default}"')
+        out[key] = v
+    return out
 
 
 def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:

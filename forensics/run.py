@@ -8,11 +8,13 @@ staged file must never leak into a new run) and is not among the hashed report o
 from __future__ import annotations
 
 import dataclasses
+import glob
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forensics.config import TOP_KEYS, CaseConfig, load_case_file
+from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
+from forensics.engine import executor_for
 from forensics.errors import ConfigError
 from forensics.progress import Reporter
 
@@ -76,8 +78,12 @@ def find_case_file(path: Path) -> Path:
                       fix="name one of them, or call the one to use case.toml")
 
 
-def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None) -> RunResult:
+def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None,
+        engine: str | None = None) -> RunResult:
     """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
+
+    ``engine`` (``local`` or ``spark``; the ``--engine`` option) overrides the case file's
+    ``[execution] engine``: where ingest parsing and the match pass run, never what they find.
 
     Everything, the case folder included, is built in a fresh folder next to the report folder
     and swapped in when the report is complete (:func:`forensics.report.report_folder`): an
@@ -87,10 +93,13 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     from forensics.report import report_dir_for, report_folder, sign_report, write_report
 
     cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
+    if engine is not None:
+        cfg.execution = execution_settings({**cfg.execution, "engine": engine}, option="--engine")
+    executor_for(cfg)  # Spark starts here, once: no PySpark, no Java or a bad master fails before any work
     if not cfg.inputs:
         raise ConfigError("the case file has no [[inputs]]", file=cfg.file, fix='add [[inputs]]\npath = "logs"\nformat = "auto"')
     for spec in cfg.inputs:
-        if not spec.path.exists():
+        if not spec.path.exists() and not glob.has_magic(str(spec.path)):  # a pattern is expanded by ingest
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
     report_dir = report_dir_for(Path(out), cfg.name)
     for spec in cfg.inputs:

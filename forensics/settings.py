@@ -17,7 +17,7 @@ class Setting:
     """One case-file key."""
 
     key: str
-    section: str  # "" for the top level, else the table name ("match", "report", "inputs", "inputs.fields")
+    section: str  # "" for the top level, else the table name ("match", "report", "execution", "inputs", "inputs.fields")
     kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto"), "path"
     # (a dotted path or a list of them), "time_format" (one of choices or a strftime pattern)
     default: Any
@@ -25,7 +25,7 @@ class Setting:
     low: int | float | None = None  # inclusive range of int, float and tokens settings
     high: int | float | None = None
     choices: tuple[str, ...] = ()
-    cli: str | None = None  # the option that sets it for one command (match, scan), if any
+    cli: str | None = None  # the option that sets it for one command (match, scan, run), if any
     result: bool = True  # False: changes how the tool runs, never what it finds
 
     def bounds(self) -> tuple[int | float, int | float]:
@@ -113,6 +113,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("actions_taken", "report", "text", "", "what the provider did, in every notice"),
     Setting("notify_within_hours", "report", "int", 72, "hours a customer on the list may wait for its notice before "
             "forensics audit flags it overdue", 1, 8760),
+    Setting("engine", "execution", "choice", "local", "where ingest parsing and the match pass run: local (this "
+            "machine's processes) or spark (a Spark cluster, see master); the results are byte-identical",
+            choices=("local", "spark"), cli="--engine", result=False),
+    Setting("master", "execution", "text", "local[*]", "the Spark master URL for engine = \"spark\": local[N] (N "
+            "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False),
     Setting("time_format", "inputs", "time_format", "auto", 'format = "mapped" only: how its times are written; auto: '
             "ISO 8601 or an epoch number whose unit is told by its magnitude", choices=("auto", "iso", "epoch_s", "epoch_ms",
                                                                                          "epoch_us")),
@@ -135,6 +140,9 @@ SETTINGS: tuple[Setting, ...] = (
     _f("stream", "whether the answer was streamed (true or false)"),
 )
 
+#: The command whose option sets each section's keys (the top level's are scan's).
+COMMAND_OF_SECTION = {"": "scan", "match": "match", "report": "report", "execution": "run"}
+
 BY_NAME: dict[tuple[str, str], Setting] = {(s.section, s.key): s for s in SETTINGS}
 
 
@@ -154,7 +162,7 @@ def markdown() -> str:
              "Generated from `forensics/settings.py` by `python docs/gen_cli.py`; do not edit by hand. Every value",
              "is checked when the case file is read: an error names the key, the value and the allowed range.", ""]
     titles = {"": "Top level", "inputs": "[[inputs]]"}
-    for name in ("", "match", "report", "inputs", "inputs.fields"):
+    for name in ("", "match", "report", "execution", "inputs", "inputs.fields"):
         lines += [f"## {titles.get(name, '[' + name + ']')}", "",
                   "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
         for s in section(name):

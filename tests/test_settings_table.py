@@ -35,7 +35,7 @@ def test_validation_reads_its_types_and_ranges_from_the_table() -> None:
 
 @pytest.mark.parametrize("setting", [s for s in settings.SETTINGS if s.cli], ids=lambda s: s.name)
 def test_every_named_option_exists_on_its_command(setting: settings.Setting) -> None:
-    command = "scan" if setting.section == "" else setting.section
+    command = settings.COMMAND_OF_SECTION[setting.section]
     assert f"{setting.cli} " in cli.help_text(command) or f"{setting.cli}\n" in cli.help_text(command)
 
 

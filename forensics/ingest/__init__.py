@@ -12,6 +12,8 @@ and reconciles the per-file counts in ``manifest.json``::
 from __future__ import annotations
 
 import dataclasses
+import glob
+import itertools
 import multiprocessing
 import os
 import stat
@@ -22,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forensics import __version__, schema
+from forensics import __version__, engine, schema
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
@@ -169,6 +171,13 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
     skip = exclude.resolve() if exclude is not None else None
     for path in paths:
         path = Path(path)
+        if not path.exists() and glob.has_magic(str(path)):
+            # A pattern (logs/*.jsonl, logs/**/*.gz): its matches are read as if found in the folder
+            # before the first wildcard (that folder is their input root).
+            more, also = _expand_pattern(path, skip)
+            files += more
+            skipped += also
+            continue
         if path.is_dir():
             root = os.path.realpath(path)
             for folder, dirs, names in os.walk(path):
@@ -205,6 +214,33 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
                              fix="give log files or folders of them")
         else:
             raise InputError("no such file or folder", file=path, fix="check the path (relative paths are from the current folder)")
+    return files, skipped
+
+
+def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
+    """The files a glob pattern matches (``**`` spans folders; hidden names are not matched), in
+    sorted order, folders walked as :func:`expand_inputs` walks them. No match is an error: a
+    pattern matching nothing must not look like a clean, empty incident."""
+    matches = sorted(glob.glob(str(pattern), recursive=True))
+    if not matches:
+        raise InputError("no file matches this pattern", file=pattern,
+                         fix="check the pattern (relative to the case file's folder; ** matches folders at any depth)")
+    base = Path(*[part for part in itertools.takewhile(lambda p: not glob.has_magic(p), pattern.parts)])
+    root = os.path.realpath(base)
+    files: list[tuple[Path, bool]] = []
+    skipped: list[Skipped] = []
+    for match in map(Path, matches):
+        if match.is_dir():
+            if exclude is None or match.resolve() != exclude:
+                more, also = expand_inputs([match], exclude)
+                files += more
+                skipped += also
+            continue
+        problem = _check_entry(match, root)
+        if problem is None:
+            files.append((match, False))
+        else:
+            skipped.append(problem)
     return files, skipped
 
 
@@ -339,7 +375,8 @@ def ingest(
 
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
-    for unit, counts in _run_units(units):
+    spark = engine.executor_for(cfg)  # None: this machine's process pool
+    for unit, counts in (spark.stage_units(units) if spark is not None else _run_units(units)):
         entry = known[unit.sha]
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]

@@ -41,7 +41,7 @@ import pyarrow as pa
 import rapidfuzz
 import xxhash
 
-from forensics import schema
+from forensics import engine, schema
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
@@ -116,7 +116,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         n_hits = pending = 0
         sources: dict[int, tuple[str, str | None, int]] = {}
         stats: dict[str, int] = {}
-        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes):
+        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config)):
             holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
             hits.append(res.hits)
             n_hits += len(res.hits)

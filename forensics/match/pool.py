@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
@@ -31,6 +31,9 @@ from forensics.match.tiers import MatchParams
 from forensics.progress import Reporter, reporter
 from forensics.workers import process_pool
 from forensics.workers import terminate as terminate_pool
+
+if TYPE_CHECKING:
+    from forensics.engine import SparkExecutor
 
 
 def _scan_tasks(path: Path, task_bytes: int) -> Iterator[ScanTask]:
@@ -221,8 +224,9 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any]) -> I
 
 
 def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None,
-             task_bytes: int) -> Iterator[BatchResult]:
-    """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers.
+             task_bytes: int, spark: "SparkExecutor | None" = None) -> Iterator[BatchResult]:
+    """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers,
+    or run as Spark tasks when ``spark`` is given (``--engine spark``).
 
     Each worker reads its own rows (no text passes through this process) and at most two ranges
     per worker are in flight, so memory stays bounded; results are gathered in file order.
@@ -231,8 +235,10 @@ def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter 
     task = reporter(progress).task("match: streaming prompts and responses", rows)
     reader = RowReader(scanner.p.batch_rows)
     try:
-        for res in ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
-                            _scan_tasks(path, task_bytes)):
+        results = (spark.scan_pass(scanner, _scan_tasks(path, task_bytes)) if spark is not None else
+                   ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
+                           _scan_tasks(path, task_bytes)))
+        for res in results:
             yield res
             task.advance(res.stats.get("records", 0))
     finally:
