@@ -298,17 +298,17 @@ def _root(
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 #: The Python type of an option, by the kind of its setting ("tokens" takes a number or "auto").
-_OPTION_TYPES: dict[str, Any] = {"int": int, "float": float, "bool": bool, "path": Path}
+_OPTION_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "path": Path}
 
-#: Where a command's generated options go: ``settings: dict[str, Any] = SETTINGS_OPTIONS``.
-SETTINGS_OPTIONS: dict[str, Any] = {}
+#: Where a command's generated options go: ``settings: dict[str, object] = SETTINGS_OPTIONS``.
+SETTINGS_OPTIONS: dict[str, object] = {}
 
 
 def setting_options(command: str) -> Callable[[_F], _F]:
     """One option per row of the settings table (forensics/settings.py) whose ``cli`` option belongs
     to ``command``, with the row's type, metavar and help; a new setting is one row there.
 
-    The command declares ``settings: dict[str, Any] = SETTINGS_OPTIONS`` where the options are to
+    The command declares ``settings: dict[str, object] = SETTINGS_OPTIONS`` where the options are to
     appear in its --help, and receives in it the value of each (by setting key; None: not given).
     """
     from forensics import settings as table
@@ -374,7 +374,7 @@ def ingest(
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
                                       help="helicone, litellm, openai-split, sglang or vllm; sniffed from each file when omitted."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
-    settings: dict[str, Any] = SETTINGS_OPTIONS,
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -555,7 +555,7 @@ def scan(
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL", help="Affected model (repeat for several)."),
     window_start: Optional[str] = typer.Option(None, "--window-start", metavar="TIME", help="Incident window start, UTC ISO 8601 (inclusive)."),
     window_end: Optional[str] = typer.Option(None, "--window-end", metavar="TIME", help="Incident window end, UTC ISO 8601 (exclusive)."),
-    settings: dict[str, Any] = SETTINGS_OPTIONS,
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -665,7 +665,7 @@ def match_cmd(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been ingested and scanned."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
                                           help="Case file (TOML) for [match]; default: the settings the case was ingested with (config.json)."),
-    settings: dict[str, Any] = SETTINGS_OPTIONS,
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
