@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
-from forensics.artifacts import MatchRecord, ReportManifest
+from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.config import CaseConfig, InputSpec
 from forensics.errors import CaseError, ConfigError
 from forensics.progress import Reporter
@@ -222,9 +222,9 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
     the report's own tables."""
     cross = [e for e in evidence if e.get("relation", "") in ("", "cross_tenant")
              and e["recipient_tenant_id"] != e["source_tenant_id"]]
-    by_recipient: dict[tuple[str, str], list[dict[str, str]]] = {}
+    by_recipient: dict[RequestKey, list[dict[str, str]]] = {}
     for e in cross:
-        by_recipient.setdefault((e["recipient_request_id"], e["recipient_tenant_id"]), []).append(e)
+        by_recipient.setdefault(RequestKey(e["recipient_request_id"], e["recipient_tenant_id"]), []).append(e)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
 
     def entry(tenant: str, role: str) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
     for s in suspects:
         acc = entry(s["tenant_id"], "recipient")
         acc["ids"].add(s["request_id"])
-        acc["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get((s["request_id"], s["tenant_id"]), [])]))
+        acc["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get(RequestKey(s["request_id"], s["tenant_id"]), [])]))
     for f in cross:
         tier = f.get("tier") or "possible"
         for tenant, rid, role in ((f["recipient_tenant_id"], f["recipient_request_id"], "recipient"),
