@@ -311,12 +311,38 @@ class Anomaly(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class Limit(Record):
+    """A resolved limit (the KV-pool ceiling or the advertised window): its value, where it came
+    from, and what each engine node's startup lines said."""
+
+    value: int | str | None
+    source: str  # file | option | auto-detected | default
+    detected: int | None  # what the engine logs give, whatever the case file said
+    nodes_used: str  # "prefill" when the logs tell roles (the prefill side decides), else "all"
+    prefill_nodes: tuple[str, ...]
+    per_node: Mapping[str, tuple[int, ...]]
+    values_of_nodes_used: tuple[int, ...]
+    values_of_all_nodes: tuple[int, ...]
+    nodes_disagree: bool
+    note: str | None = _optional()  # how a disagreement was settled
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanLimits(Record):
+    """The limits the scan used, and those the engine's own over-limit lines name (a cross-check)."""
+
+    real_ceiling_tokens: Limit
+    advertised_window_tokens: Limit
+    engine_over_limit_lines: Mapping[str, tuple[int, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
 class ScanRecord(Record):
     """CASE/scan.json: parameters, resolved limits, per-query rows, suspects, band, anomalies."""
 
     FORMAT: ClassVar[str | None] = schema.SCAN_FORMAT
     parameters: ScanParameters
-    limits: JsonObject  # per limit: value, source, detected and the per-node values (scan.resolve_limits)
+    limits: ScanLimits
     queries: tuple[JsonObject, ...]  # each query's description and rows
     suspect_counts: SuspectCounts
     exposure_band: tuple[JsonObject, ...]  # rows of the exposure_band summary query

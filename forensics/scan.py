@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from forensics import queries as q
 from forensics import schema
-from forensics.artifacts import Anomaly, RequestKey, ScanParameters, ScanRecord, SuspectCounts
+from forensics.artifacts import Anomaly, Limit, RequestKey, ScanLimits, ScanParameters, ScanRecord, SuspectCounts
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError
@@ -80,7 +80,7 @@ class ScanResult:
             "by_reason": self.by_reason,
             "anomalies": self.anomalies,
             "parameters": rec.parameters.to_json(),
-            "limits": rec.limits,
+            "limits": rec.limits.to_json(),
             "warnings": list(rec.warnings),
             "exposure_band_requests": rec.exposure_band_requests,
         }
@@ -127,14 +127,14 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     return (pick(values) if values else None), record
 
 
-def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Any]:
+def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Limit]:
     """Resolve ``auto`` ceiling/advertised window from the engine logs; record sources and per-node values.
 
     Sets the resolved values on ``cfg`` (source ``auto-detected``). Raises ConfigError for
     ``auto`` with no engine startup lines, a missing ceiling, or a ceiling above the advertised window.
     """
     nodes = _startup_nodes(con)
-    out: dict[str, Any] = {}
+    out: dict[str, Limit] = {}
     for key, field, pick, what in (
         ("real_ceiling_tokens", "max_total_num_tokens", min, "the smallest pool"),
         ("advertised_window_tokens", "context_len", max, "the largest context_len"),
@@ -162,10 +162,12 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
                 value = detected
                 if record["nodes_disagree"]:
                     record["note"] = f"nodes disagree; used {what} of the {record['nodes_used']} nodes"
-        record["value"] = value
-        record["source"] = cfg.source(key)
-        record["detected"] = detected
-        out[key] = record
+        out[key] = Limit(
+            value=value, source=cfg.source(key), detected=detected, nodes_used=record["nodes_used"],
+            prefill_nodes=tuple(record["prefill_nodes"]), per_node={n: tuple(v) for n, v in record["per_node"].items()},
+            values_of_nodes_used=tuple(record["values_of_nodes_used"]),
+            values_of_all_nodes=tuple(record["values_of_all_nodes"]), nodes_disagree=record["nodes_disagree"],
+            note=record.get("note"))
     cfg.validate()
     return out
 
@@ -203,7 +205,7 @@ def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
     return {r[0]: r[1] for r in rows}
 
 
-def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: dict[str, Any]) -> list[str]:
+def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: dict[str, Limit]) -> list[str]:
     warnings = []
     # SGLang names ceiling - 1 as the "maximum allowed length" and the pool itself in "N > M".
     implied = sorted({v + 1 for v in engine_limits.get("over_limit", [])} | set(engine_limits.get("exceeds_max_tokens", [])))
@@ -214,16 +216,21 @@ def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: d
         )
     for key in ("real_ceiling_tokens", "advertised_window_tokens"):
         rec = limits[key]
-        if rec["nodes_disagree"]:
+        if rec.nodes_disagree:
             warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
-                f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec["per_node"].items())
-                if rec["nodes_used"] == "all" or node in rec["prefill_nodes"]))
+                f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.per_node.items())
+                if rec.nodes_used == "all" or node in rec.prefill_nodes))
     return warnings
 
 
 # ------------------------------------------------------------------------------------------
 # The stage
 # ------------------------------------------------------------------------------------------
+
+
+def _whole(value: int | str | None) -> int | None:
+    """A resolved limit as a number (None when the case has none)."""
+    return value if isinstance(value, int) else None
 
 
 def _params(cfg: CaseConfig) -> dict[str, Any]:
@@ -324,11 +331,13 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             window_end=iso(config.window_end) if config.window_end else None,
             real_ceiling_tokens=config.real_ceiling_tokens,
             real_ceiling_tokens_source=config.source("real_ceiling_tokens"),
-            advertised_window_tokens=limits["advertised_window_tokens"]["value"],
+            advertised_window_tokens=_whole(limits["advertised_window_tokens"].value),
             advertised_window_tokens_source=config.source("advertised_window_tokens"),
             window_compared_with="received_at (completed_at when the request time is missing)",
         ),
-        limits=limits | {"engine_over_limit_lines": engine_limits},
+        limits=ScanLimits(real_ceiling_tokens=limits["real_ceiling_tokens"],
+                          advertised_window_tokens=limits["advertised_window_tokens"],
+                          engine_over_limit_lines={k: tuple(v) for k, v in engine_limits.items()}),
         queries=tuple(x.describe() | {"rows": counts[x.id]} if x.id in counts else x.describe() for x in all_queries),
         suspect_counts=SuspectCounts(total=suspects.num_rows, borderline=borderline, engine_signature=signature,
                                      reported_count_below_ceiling=below, by_reason=by_reason),

@@ -42,7 +42,7 @@ import rapidfuzz
 import xxhash
 
 from forensics import schema
-from forensics.artifacts import Finding, MatchRecord, RequestKey
+from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCounts, MatchRecord, RequestKey, Searched
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
@@ -152,66 +152,65 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     flagged = [k.request_id for k in sorted({f.recipient for f in control_rows}, key=RequestKey.sort_key)]
     cross = [f for f in evidence if f.cross_tenant]
     damaged = [f for f in evidence + review if f.recipient_damage or f.source_damage]
-    report = MatchRecord.from_json({
-        "format": schema.MATCH_FORMAT,
-        "parameters": p.record(),
-        "parameter_sources": {key: ("option" if (overrides or {}).get(key) is not None else
-                                    "file" if key in config.section("match") else "default")
-                              for key in p.record()},
-        "versions": {"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
-                     "hash_seed": SEED},
-        "searched": {
-            "suspects": info["suspects"],
-            "suspects_searched": sum(1 for t in targets if not t.control),
-            "suspects_missing_from_exchanges": info["suspects_missing_from_exchanges"],
-            "suspects_with_empty_response": info["suspects_with_empty_response"],
-            "suspects_without_completed_at": info["suspects_without_completed_at"],
-            "target_kgrams": index.kgram_count,
-            "records": stats.get("records", 0),
-            "records_without_received_at": stats.get("records_without_time", 0),
-            "texts": stats.get("texts", 0),
-            "chars": stats.get("chars", 0),
-            "tokens": stats.get("tokens", 0),
-            "prompt_tokens": stats.get("prompt_tokens", 0),
-            "response_tokens": stats.get("response_tokens", 0),
-            "kgram_hits_kept_after_rarity_and_own_context": stats.get("informative_hits", 0),
-            "source_texts_verified": stats.get("texts_verified", 0),
-            "sources": "every other record's prompt and every non-suspect response received before the "
-                       "suspect response completed (completed_at, else received_at)",
-            "lookback": f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
-            "same_decode_node": p.same_decode_node,
-        },
-        "findings": {
-            "total": len(evidence),
-            "cross_tenant": len(cross),
-            "same_tenant": len(evidence) - len(cross),
-            "cross_tenant_confirmed": sum(1 for f in cross if f.tier == "confirmed"),
-            "cross_tenant_probable": sum(1 for f in cross if f.tier == "probable"),
-            "suspects_with_cross_tenant_evidence": len({f.recipient for f in cross}),
-            "exposed_tenants": len({f.source_tenant_id for f in cross}),
-            "review": len(review),
-            "on_damaged_data": len(damaged),
-        },
-        "tiering": p.tiering,
-        "null": null,
-        "damage": {
-            "column_in_exchanges": facts.has_damage_column,
-            "findings_on_damaged_data": sorted(f.finding_id for f in damaged if f.tier),
-            "review_on_damaged_data": sorted(f.finding_id for f in damaged if not f.tier),
-        },
-        "control": {
-            "requested": p.control_size,
-            "size": n_control,
-            "sample": "non-suspect responses with text, length-matched to the suspects (places shared among "
-                      "log2-of-bytes classes as the suspects are), in each class the smallest xxh64(request_id, "
-                      "seed), ties by tenant",
-            "length_classes": {"suspects": info["suspect_length_classes"], "control": info["control_length_classes"]},
-            "findings": len(control_rows),
-            "responses_with_findings": len(flagged),
-            "request_ids_with_findings": flagged,
-            "false_positive_rate": round(len(flagged) / n_control, 6) if n_control else None,
-        },
-    })
+    report = MatchRecord(
+        parameters=p.record(),
+        parameter_sources={key: ("option" if (overrides or {}).get(key) is not None else
+                                 "file" if key in config.section("match") else "default")
+                           for key in p.record()},
+        versions={"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
+                  "hash_seed": SEED},
+        searched=Searched(
+            suspects=info["suspects"],
+            suspects_searched=sum(1 for t in targets if not t.control),
+            suspects_missing_from_exchanges=tuple(info["suspects_missing_from_exchanges"]),
+            suspects_with_empty_response=info["suspects_with_empty_response"],
+            suspects_without_completed_at=info["suspects_without_completed_at"],
+            target_kgrams=index.kgram_count,
+            records=stats.get("records", 0),
+            records_without_received_at=stats.get("records_without_time", 0),
+            texts=stats.get("texts", 0),
+            chars=stats.get("chars", 0),
+            tokens=stats.get("tokens", 0),
+            prompt_tokens=stats.get("prompt_tokens", 0),
+            response_tokens=stats.get("response_tokens", 0),
+            kgram_hits_kept_after_rarity_and_own_context=stats.get("informative_hits", 0),
+            source_texts_verified=stats.get("texts_verified", 0),
+            sources="every other record's prompt and every non-suspect response received before the "
+                    "suspect response completed (completed_at, else received_at)",
+            lookback=f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
+            same_decode_node=p.same_decode_node,
+        ),
+        findings=FindingCounts(
+            total=len(evidence),
+            cross_tenant=len(cross),
+            same_tenant=len(evidence) - len(cross),
+            cross_tenant_confirmed=sum(1 for f in cross if f.tier == "confirmed"),
+            cross_tenant_probable=sum(1 for f in cross if f.tier == "probable"),
+            suspects_with_cross_tenant_evidence=len({f.recipient for f in cross}),
+            exposed_tenants=len({f.source_tenant_id for f in cross}),
+            review=len(review),
+            on_damaged_data=len(damaged),
+        ),
+        tiering=p.tiering,
+        null=null,
+        damage=DamageRecord(
+            column_in_exchanges=facts.has_damage_column,
+            findings_on_damaged_data=tuple(sorted(f.finding_id for f in damaged if f.tier)),
+            review_on_damaged_data=tuple(sorted(f.finding_id for f in damaged if not f.tier)),
+        ),
+        control=ControlRecord(
+            requested=p.control_size,
+            size=n_control,
+            sample="non-suspect responses with text, length-matched to the suspects (places shared among "
+                   "log2-of-bytes classes as the suspects are), in each class the smallest xxh64(request_id, "
+                   "seed), ties by tenant",
+            length_classes={"suspects": info["suspect_length_classes"], "control": info["control_length_classes"]},
+            findings=len(control_rows),
+            responses_with_findings=len(flagged),
+            request_ids_with_findings=tuple(flagged),
+            false_positive_rate=round(len(flagged) / n_control, 6) if n_control else None,
+        ),
+    )
     for name, part, table_schema in (("evidence", evidence, schema.EVIDENCE), ("review", review, schema.REVIEW)):
         columns = tuple(table_schema.names)
         table = pa.Table.from_pylist([f.to_row(columns) for f in part], schema=table_schema)
