@@ -29,8 +29,10 @@ from forensics.interrupts import signals_stop_the_run
 
 if TYPE_CHECKING:  # imported when a command runs: loading the stages would slow every --help
     from forensics.ingest import IngestResult
+    from forensics.report import ReportResult
     from forensics.run import StageTiming
     from forensics.scan import ScanResult
+    from forensics.verify import Seal
 
 #: Width of every help screen and of docs/cli.md: the same text on every terminal and in the docs.
 HELP_WIDTH = 100
@@ -740,19 +742,19 @@ def report(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
-        _render_report(result.summary())
-        _render_seal(sealed.summary())
+        _render_report(result)
+        _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
-def _render_seal(sealed: dict[str, Any]) -> None:
-    out.print(f"manifest.json SHA-256: {sealed['manifest_sha256']} (record it outside the report; "
+def _render_seal(sealed: Seal) -> None:
+    out.print(f"manifest.json SHA-256: {sealed.manifest_sha256} (record it outside the report; "
               "`forensics verify` prints it again)", markup=False)
-    if sealed["signature"]:
-        out.print(f"signed: {sealed['signature']}", markup=False)
+    if sealed.signature:
+        out.print(f"signed: {sealed.signature}", markup=False)
 
 
-def _render_report(summary: dict[str, Any], stages: list[StageTiming] | None = None) -> None:
+def _render_report(result: ReportResult, stages: list[StageTiming] | None = None) -> None:
     if stages:
         table = _table("stages")
         for col in ("stage", "rows", "what", "seconds"):
@@ -763,15 +765,16 @@ def _render_report(summary: dict[str, Any], stages: list[StageTiming] | None = N
     table = _table("customers to notify")
     for col in ("role", "confirmed", "probable", "possible"):
         table.add_column(col, justify="left" if col == "role" else "right")
+    by_role = result.by_role_and_tier()
     for role in ("exposed", "recipient"):
-        tiers = summary["by_role_and_tier"].get(role, {})
+        tiers = by_role.get(role, {})
         _add_row(table, role, *(str(tiers.get(t, 0)) for t in ("confirmed", "probable", "possible")))
     out.print(table)
     out.print(
-        f"suspect responses: {summary['suspects']}  cross-tenant findings: {summary['cross_tenant_findings']}  "
-        f"packets: {summary['packets']}"
+        f"suspect responses: {result.suspects}  cross-tenant findings: {result.cross_tenant_findings}  "
+        f"packets: {len(result.packets)}"
     )
-    out.print(f"report written to {summary['report']}", markup=False)
+    out.print(f"report written to {result.report_dir}", markup=False)
 
 
 @app.command(cls=PlainCommand)
@@ -798,8 +801,8 @@ def run(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
-        _render_report(result.report.summary(), result.stages)
-        _render_seal(sealed.summary())
+        _render_report(result.report, result.stages)
+        _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 

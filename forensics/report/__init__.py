@@ -68,12 +68,17 @@ class ReportResult:
         """Whether anyone must be notified (any suspect response or finding)."""
         return bool(self.notices)
 
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary for the CLI."""
+    def by_role_and_tier(self) -> dict[str, dict[str, int]]:
+        """Customers to notify per role (exposed, recipient) and tier."""
         tiers: dict[str, dict[str, int]] = {}
         for n in self.notices:
             tiers.setdefault(n.role, {}).setdefault(n.tier, 0)
             tiers[n.role][n.tier] += 1
+        return tiers
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary for the CLI."""
+        tiers = self.by_role_and_tier()
         return {
             "report": str(self.report_dir), "suspects": self.suspects, "findings": self.findings,
             "cross_tenant_findings": self.cross_tenant_findings,
