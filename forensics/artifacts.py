@@ -143,9 +143,7 @@ class Record:
         """The value of a JSON key, as the record was read before it was typed (see the module doc)."""
         for f in dataclasses.fields(self):
             if f.metadata.get("json", f.name) == key and f.name != "extra":
-                value = getattr(self, f.name)
-                # Sections stay records (so indexing goes on); arrays come back as the lists they were.
-                return value if isinstance(value, Record) else _dump(value)
+                return _dump(getattr(self, f.name))  # the JSON value: objects as dicts, arrays as lists
         return self.extra[key]
 
 

@@ -69,8 +69,9 @@ def test_typed_fields_hold_what_the_stages_found(report_dir: Path) -> None:
     assert matched.searched.suspects_searched == 1 and matched.parameter_sources["k"] == "default"
     assert report.case == "e2e" and report.counts["suspects"] == 1
     assert {o["path"] for o in report.outputs} >= {"notifications.csv", "evidence.csv", "scan.json", "match.json"}
-    # The earlier dict access still reads the same JSON values.
+    # The earlier dict access still reads the same JSON values (objects as dicts, arrays as lists).
     assert matched["control"]["request_ids_with_findings"] == list(matched.control.request_ids_with_findings)
+    assert ingest["tables"] == {"exchanges": 3, "engine_events": 0, "quarantine": ingest.tables.quarantine}
 
 
 def test_the_findings_of_the_result_are_the_rows_written(tmp_path: Path) -> None:
