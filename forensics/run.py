@@ -27,11 +27,11 @@ from forensics.scan import scan
 
 CASE_SUBDIR = "case"
 
-# Each stage holds the case folder's lock while it writes (forensics.case.folder_lock), as the
-# library API's stages do.
-_ingest = locked_case(ingest, create=True)
-_scan = locked_case(scan)
-_match = locked_case(match)
+# The stages the pipeline runs, each holding the case folder's lock while it writes
+# (forensics.case.folder_lock) as the library API's stages do; looked up when a run calls them.
+ingest_stage = locked_case(ingest, create=True)
+scan_stage = locked_case(scan)
+match_stage = locked_case(match)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,17 +127,17 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             by_format.setdefault(spec.format, []).append(spec.path)
         ingested: IngestResult | None = None
         for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
-            ingested = _ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+            ingested = ingest_stage(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
         tables = ingested.manifest.tables if ingested is not None else None
         stages.append(StageTiming("ingest", round(time.monotonic() - t0, 3), tables.exchanges if tables else None,
                                   f"quarantined {tables.quarantine if tables else 0}"))
 
         t0 = time.monotonic()
-        scanned = _scan(case_dir, cfg, progress=progress)
+        scanned = scan_stage(case_dir, cfg, progress=progress)
         stages.append(StageTiming("scan", round(time.monotonic() - t0, 3), scanned.suspects, "suspect responses"))
 
         t0 = time.monotonic()
-        matched = _match(case_dir, cfg, progress=progress)
+        matched = match_stage(case_dir, cfg, progress=progress)
         stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()
