@@ -5,14 +5,16 @@ Exit codes: 0 clean, 1 findings, 2 error. This is the only module that prints or
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -24,6 +26,13 @@ from forensics import __version__
 from forensics.csvfile import escape_controls
 from forensics.errors import ForensicsError, Interrupted
 from forensics.interrupts import signals_stop_the_run
+
+if TYPE_CHECKING:  # imported when a command runs: loading the stages would slow every --help
+    from forensics.ingest import IngestResult
+    from forensics.report import ReportResult
+    from forensics.run import StageTiming
+    from forensics.scan import ScanResult
+    from forensics.verify import Seal
 
 #: Width of every help screen and of docs/cli.md: the same text on every terminal and in the docs.
 HELP_WIDTH = 100
@@ -303,6 +312,58 @@ def _root(
     """Blast-radius forensics for cross-tenant leaks in LLM serving."""
 
 
+# --------------------------------------------------------------------------------------------
+# options generated from the settings table
+# --------------------------------------------------------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The Python type of an option, by the kind of its setting ("tokens" takes a number or "auto").
+_OPTION_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "file": Path}
+
+#: Where a command's generated options go: ``settings: dict[str, object] = SETTINGS_OPTIONS``.
+SETTINGS_OPTIONS: dict[str, object] = {}
+
+
+def setting_options(command: str) -> Callable[[_F], _F]:
+    """One option per row of the settings table (forensics/settings.py) whose ``cli`` option belongs
+    to ``command``, with the row's type, metavar and help; a new setting is one row there.
+
+    The command declares ``settings: dict[str, object] = SETTINGS_OPTIONS`` where the options are to
+    appear in its --help, and receives in it the value of each (by setting key; None: not given).
+    """
+    from forensics import settings as table
+
+    rows = [s for s in table.SETTINGS if s.cli and s.option_command == command]
+
+    def decorate(func: _F) -> _F:
+        signature = inspect.signature(func, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():
+            if param.name != "settings":
+                params.append(param)
+                continue
+            for s in rows:
+                option = typer.Option(None, *(s.cli or "").split(" "), metavar=s.option_metavar, help=s.option_help())
+                params.append(inspect.Parameter(f"setting_{s.key}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=option, annotation=Optional[_OPTION_TYPES.get(s.kind, str)]))
+
+        def command_with_settings(**kwargs: Any) -> Any:
+            given = {s.key: kwargs.pop(f"setting_{s.key}") for s in rows}
+            return func(**kwargs, settings=given)
+
+        command_with_settings.__name__ = func.__name__
+        command_with_settings.__qualname__ = func.__qualname__
+        command_with_settings.__doc__ = func.__doc__
+        command_with_settings.__module__ = func.__module__
+        # typer reads the parameters from these (inspect.signature honours __signature__).
+        command_with_settings.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        command_with_settings.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+        return cast(_F, command_with_settings)
+
+    return decorate
+
+
 def _log_format(value: str) -> str:
     """``ingest --format``: one of the registered log formats (an unknown name is an error listing them)."""
     # The registry is read only when the option is given: loading it imports pyarrow, which
@@ -334,17 +395,16 @@ def _simulated_engine_format(value: str) -> str:
 
 
 @app.command(cls=PlainCommand)
+@setting_options("ingest")
 def ingest(
     paths: list[Path] = typer.Argument(..., metavar="LOG_PATH",
                                        help="Log files or folders (.gz/.zst read transparently); give several to ingest them together."),
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder to write the tables into (created if missing)."),
     fmt: Optional[str] = typer.Option(None, "--format", parser=_log_format, metavar="FORMAT",
-                                      help="cloudflare-ai-gateway, helicone, langfuse, litellm, mapped, openai-split, sglang or vllm; sniffed from each file when omitted "
-                                           "(mapped never is: it reads the profile of the --config case file's [[inputs]])."),
+                                      help="cloudflare-ai-gateway, helicone, langfuse, litellm, mapped, openai-split, sglang or vllm; "
+                                           "sniffed from each file when omitted (never mapped: it reads the profile of the --config case file's [[inputs]])."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml", help="Case file for the time zone, tenant field and tokenizer."),
-    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="TOKENIZER.json", help="The model's tokenizers JSON file, for exact counts."),
-    timezone: Optional[str] = typer.Option(None, "--timezone", metavar="ZONE", help="Zone of timestamps that carry none (default UTC)."),
-    tenant_field: Optional[str] = typer.Option(None, "--tenant-field", metavar="FIELD", help="Gateway field that names the customer."),
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -355,47 +415,48 @@ def ingest(
     """
     from forensics import api
 
-    cfg = api.make_config(config, tokenizer=tokenizer, timezone=timezone, tenant_field=tenant_field)
+    cfg = api.make_config(config, **settings)
     result = api.ingest(case, paths, fmt=fmt, config=cfg, progress=_progress(quiet))
-    summary = result.summary()
     if as_json:
-        _emit_json(summary)
+        _emit_json(result.summary())
     elif not quiet:
-        _render_ingest(summary)
+        _render_ingest(result)
     return EXIT_CLEAN
 
 
-def _render_ingest(summary: dict[str, Any]) -> None:
-    table = _table(f"case {summary['case']}")
+def _render_ingest(result: IngestResult) -> None:
+    table = _table(f"case {result.case}")
     for col in ("file", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status"):
         table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
-    for f in summary["files"]:
+    for f in result.run_files:
         _add_row(
             table, f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
             str(f["blank"]), str(f["duplicate"]), f["status"],
         )
     out.print(table)
-    t = summary["tables"]
+    m = result.manifest
+    t = m.tables
     out.print(
-        f"exchanges: {t['exchanges']}  engine_events: {t['engine_events']}  quarantine: {t['quarantine']}  "
-        f"(requests merged as duplicates: {summary['duplicate_requests']}, orphans: {summary['orphans']})"
+        f"exchanges: {t.exchanges}  engine_events: {t.engine_events}  quarantine: {t.quarantine}  "
+        f"(requests merged as duplicates: {m.duplicate_requests}, "
+        f"orphans: {m.orphans.request_only + m.orphans.response_only})"
     )
-    if summary.get("time_range"):
-        out.print(f"time range: {summary['time_range'][0]} .. {summary['time_range'][1]}", markup=False)
-    if summary.get("models"):
-        out.print("models: " + ", ".join(f"{m} ({n})" for m, n in summary["models"]), markup=False)
-    tokens = summary.get("prompt_tokens_sources") or {}
-    if tokens:
-        out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(tokens.items())), markup=False)
-    if summary.get("implausible_reported_counts"):
-        out.print(f"[bold]reported token counts not trusted (impossible for their text): {summary['implausible_reported_counts']}[/bold]")
-    damaged = summary.get("records_from_damaged_input") or {}
-    if damaged.get("total"):
-        reasons = ", ".join(f"{k}={v}" for k, v in sorted(damaged.get("by_reason", {}).items()) if v)
-        out.print(f"records from damaged input (see exchanges.damage): {damaged['total']} ({reasons})", markup=False)
-    for note in summary.get("notes", []):
+    if m.time_range:
+        out.print(f"time range: {m.time_range[0]} .. {m.time_range[1]}", markup=False)
+    if m.models:
+        out.print("models: " + ", ".join(f"{model} ({n})" for model, n in m.models), markup=False)
+    if m.prompt_tokens_sources:
+        out.print("prompt_tokens sources: " + ", ".join(f"{k}={v}" for k, v in sorted(m.prompt_tokens_sources.items())),
+                  markup=False)
+    if m.implausible_reported_counts:
+        out.print(f"[bold]reported token counts not trusted (impossible for their text): {m.implausible_reported_counts}[/bold]")
+    damaged = m.records_from_damaged_input
+    if damaged.total:
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(damaged.by_reason.items()) if v)
+        out.print(f"records from damaged input (see exchanges.damage): {damaged.total} ({reasons})", markup=False)
+    for note in m.notes:
         out.print(f"note: {note}", markup=False)
-    out.print(f"case written to {summary['case']}", markup=False)
+    out.print(f"case written to {result.case}", markup=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,7 +511,8 @@ def simulate(
                               help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
                                    "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
     fmt: str = typer.Option("litellm", "--format", parser=_simulated_format, metavar="FORMAT",
-                            help="Gateway log format: litellm, openai-split, helicone, langfuse, cloudflare-ai-gateway (an unknown name lists every one the simulator writes)."),
+                            help="Gateway log format: litellm, openai-split, helicone, langfuse, cloudflare-ai-gateway "
+                                 "(an unknown name lists every one the simulator writes)."),
     engine_fmt: str = typer.Option("sglang", "--engine-format", parser=_simulated_engine_format, metavar="FORMAT",
                                    help="Engine log format: sglang or vllm (RequestLogger lines). The same seed is the same incident in every format."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
@@ -560,6 +622,7 @@ def evaluate(
 
 
 @app.command(cls=PlainCommand)
+@setting_options("scan")
 def scan(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder written by `forensics ingest`."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
@@ -567,8 +630,7 @@ def scan(
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL", help="Affected model (repeat for several)."),
     window_start: Optional[str] = typer.Option(None, "--window-start", metavar="TIME", help="Incident window start, UTC ISO 8601 (inclusive)."),
     window_end: Optional[str] = typer.Option(None, "--window-end", metavar="TIME", help="Incident window end, UTC ISO 8601 (exclusive)."),
-    ceiling: Optional[str] = typer.Option(None, "--ceiling", metavar="TOKENS|auto", help='Real KV-pool ceiling in tokens, or "auto" (engine startup lines).'),
-    advertised_window: Optional[str] = typer.Option(None, "--advertised-window", metavar="TOKENS|auto", help='Advertised context window in tokens, or "auto".'),
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -579,46 +641,44 @@ def scan(
     """
     from forensics import api
 
-    cfg = api.config_for_case(
-        case, config, models=model or None, window_start=window_start, window_end=window_end,
-        real_ceiling_tokens=ceiling, advertised_window_tokens=advertised_window,
-    )
+    cfg = api.config_for_case(case, config, models=model or None, window_start=window_start, window_end=window_end,
+                              **settings)
     result = api.scan(case, cfg, progress=_progress(quiet))
-    summary = result.summary()
     if as_json:
-        _emit_json(summary)
+        _emit_json(result.summary())
     elif not quiet:
-        _render_scan(summary)
+        _render_scan(result)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
-def _render_scan(summary: dict[str, Any]) -> None:
-    p = summary["parameters"]
-    out.print(f"models: {p['models']}  window: {p['window_start']} .. {p['window_end']} (end exclusive)", markup=False)
+def _render_scan(result: ScanResult) -> None:
+    rec = result.record
+    p = rec.parameters
+    out.print(f"models: {p.models}  window: {p.window_start} .. {p.window_end} (end exclusive)", markup=False)
     out.print(
-        f"real ceiling: {p['real_ceiling_tokens']} tokens ({p['real_ceiling_tokens_source']})  "
-        f"advertised window: {p['advertised_window_tokens']} ({p['advertised_window_tokens_source']})",
+        f"real ceiling: {p.real_ceiling_tokens} tokens ({p.real_ceiling_tokens_source})  "
+        f"advertised window: {p.advertised_window_tokens} ({p.advertised_window_tokens_source})",
         markup=False,
     )
     table = _table("suspect queries")
     table.add_column("query")
     table.add_column("responses", justify="right")
-    for qid, n in sorted(summary["by_reason"].items()):
+    for qid, n in sorted(result.by_reason.items()):
         _add_row(table, qid, str(n))
     out.print(table)
     out.print(
-        f"[bold]suspect responses: {summary['suspects']}[/bold]  (borderline: {summary['borderline']}, "
-        f"engine signature: {summary['engine_signature']}, gateway count below the ceiling: "
-        f"{summary['reported_count_below_ceiling']})"
+        f"[bold]suspect responses: {result.suspects}[/bold]  (borderline: {result.borderline}, "
+        f"engine signature: {result.engine_signature}, gateway count below the ceiling: "
+        f"{rec.suspect_counts.reported_count_below_ceiling})"
     )
-    looks = {k: v for k, v in sorted(summary["anomalies"].items()) if v}
+    looks = {k: v for k, v in sorted(result.anomalies.items()) if v}
     if looks:
         out.print("worth a look (scan.json): " + ", ".join(f"{k}={v}" for k, v in looks.items()), markup=False)
-    out.print(f"requests in the exposure band (ceiling..advertised window, any model/day): {summary['exposure_band_requests']}",
+    out.print(f"requests in the exposure band (ceiling..advertised window, any model/day): {rec.exposure_band_requests}",
               markup=False)
-    for w in summary["warnings"]:
+    for w in rec.warnings:
         out.print(f"warning: {w}", markup=False)
-    out.print(f"suspects written to {Path(summary['case']) / 'suspects.csv'}", markup=False)
+    out.print(f"suspects written to {result.case_dir / 'suspects.csv'}", markup=False)
 
 
 @app.command(cls=PlainCommand)
@@ -675,23 +735,12 @@ def query(
 
 
 @app.command("match", cls=PlainCommand)
+@setting_options("match")
 def match_cmd(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been ingested and scanned."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
                                           help="Case file (TOML) for [match]; default: the settings the case was ingested with (config.json)."),
-    k: Optional[int] = typer.Option(None, "--k", metavar="N", help="Tokens per k-gram (default 5)."),
-    min_tokens: Optional[int] = typer.Option(None, "--min-tokens", metavar="N", help="Informative matched tokens for a probable finding."),
-    confirm_tokens: Optional[int] = typer.Option(None, "--confirm-tokens", metavar="N", help="Informative matched tokens for confirmed."),
-    confirm_score: Optional[float] = typer.Option(None, "--confirm-score", metavar="SCORE", help="Alignment score (0-100) for confirmed."),
-    probable_score: Optional[float] = typer.Option(None, "--probable-score", metavar="SCORE", help="Alignment score (0-100) for probable."),
-    min_run: Optional[int] = typer.Option(None, "--min-run", metavar="N", help="Identical consecutive tokens a short finding needs."),
-    confirm_rarity: Optional[float] = typer.Option(None, "--confirm-rarity", metavar="RARITY", help="Rarity (0-1) for confirmed."),
-    max_tenants: Optional[int] = typer.Option(None, "--max-tenants", metavar="N", help="Text held by more tenants than this is common."),
-    lookback_minutes: Optional[float] = typer.Option(None, "--lookback-minutes", metavar="MINUTES", help="Search only this far back (0 = all)."),
-    same_decode_node: Optional[bool] = typer.Option(None, "--same-decode-node/--any-decode-node", help="Restrict sources to the suspect's decode node."),
-    control_size: Optional[int] = typer.Option(None, "--control-size", metavar="N", help="Non-suspect responses in the false-positive control."),
-    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help="Seed of the control sample."),
-    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Processes for the streaming pass (0 = one per core)."),
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -709,31 +758,25 @@ def match_cmd(
         cfg = load_saved(case / "config.json")
     else:
         cfg = CaseConfig()
-    overrides = {
-        "k": k, "min_tokens": min_tokens, "confirm_tokens": confirm_tokens, "confirm_score": confirm_score,
-        "probable_score": probable_score, "min_run": min_run, "confirm_rarity": confirm_rarity, "max_tenants": max_tenants,
-        "lookback_minutes": lookback_minutes, "same_decode_node": same_decode_node, "control_size": control_size,
-        "seed": seed, "workers": workers,
-    }
-    result = api.match(case, cfg, progress=_progress(quiet), overrides=overrides)
+    result = api.match(case, cfg, progress=_progress(quiet), overrides=settings)
     summary = result.summary()
     if as_json:
         _emit_json(summary)
     elif not quiet:
-        f, c, s = summary["findings"], summary["control"], summary["searched"]
+        f, c, s = result.report.findings, result.report.control, result.report.searched
         out.print(
-            f"searched {s['suspects_searched']} suspect responses against {s['records']} records "
-            f"({s['tokens']} tokens; lookback {s['lookback']}, same decode node: {s['same_decode_node']})",
+            f"searched {s.suspects_searched} suspect responses against {s.records} records "
+            f"({s.tokens} tokens; lookback {s.lookback}, same decode node: {s.same_decode_node})",
             markup=False,
         )
         out.print(
-            f"cross-tenant findings: {f['cross_tenant']} (confirmed {f['cross_tenant_confirmed']}, probable "
-            f"{f['cross_tenant_probable']}) in {f['suspects_with_cross_tenant_evidence']} suspect responses, "
-            f"{f['exposed_tenants']} exposed tenants; same-tenant overlaps: {f['same_tenant']}",
+            f"cross-tenant findings: {f.cross_tenant} (confirmed {f.cross_tenant_confirmed}, probable "
+            f"{f.cross_tenant_probable}) in {f.suspects_with_cross_tenant_evidence} suspect responses, "
+            f"{f.exposed_tenants} exposed tenants; same-tenant overlaps: {f.same_tenant}",
             markup=False,
         )
-        rate = "n/a" if c["false_positive_rate"] is None else f"{c['false_positive_rate']:.4f}"
-        out.print(f"control sample: {c['size']} responses, {c['responses_with_findings']} with findings "
+        rate = "n/a" if c.false_positive_rate is None else f"{c.false_positive_rate:.4f}"
+        out.print(f"control sample: {c.size} responses, {c.responses_with_findings} with findings "
                   f"(false-positive rate {rate})", markup=False)
         for w in summary["warnings"]:
             out.print(f"warning: {w}", markup=False)
@@ -772,38 +815,39 @@ def report(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
-        _render_report(result.summary())
-        _render_seal(sealed.summary())
+        _render_report(result)
+        _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 
-def _render_seal(sealed: dict[str, Any]) -> None:
-    out.print(f"manifest.json SHA-256: {sealed['manifest_sha256']} (record it outside the report; "
+def _render_seal(sealed: Seal) -> None:
+    out.print(f"manifest.json SHA-256: {sealed.manifest_sha256} (record it outside the report; "
               "`forensics verify` prints it again)", markup=False)
-    if sealed["signature"]:
-        out.print(f"signed: {sealed['signature']}", markup=False)
+    if sealed.signature:
+        out.print(f"signed: {sealed.signature}", markup=False)
 
 
-def _render_report(summary: dict[str, Any], stages: list[dict[str, Any]] | None = None) -> None:
+def _render_report(result: ReportResult, stages: list[StageTiming] | None = None) -> None:
     if stages:
         table = _table("stages")
         for col in ("stage", "rows", "what", "seconds"):
             table.add_column(col, justify="left" if col in ("stage", "what") else "right")
         for s in stages:
-            _add_row(table, s["stage"], "-" if s["rows"] is None else str(s["rows"]), s["note"], f"{s['seconds']:.2f}")
+            _add_row(table, s.stage, "-" if s.rows is None else str(s.rows), s.note, f"{s.seconds:.2f}")
         out.print(table)
     table = _table("customers to notify")
     for col in ("role", "confirmed", "probable", "possible"):
         table.add_column(col, justify="left" if col == "role" else "right")
+    by_role = result.by_role_and_tier()
     for role in ("exposed", "recipient"):
-        tiers = summary["by_role_and_tier"].get(role, {})
+        tiers = by_role.get(role, {})
         _add_row(table, role, *(str(tiers.get(t, 0)) for t in ("confirmed", "probable", "possible")))
     out.print(table)
     out.print(
-        f"suspect responses: {summary['suspects']}  cross-tenant findings: {summary['cross_tenant_findings']}  "
-        f"packets: {summary['packets']}"
+        f"suspect responses: {result.suspects}  cross-tenant findings: {result.cross_tenant_findings}  "
+        f"packets: {len(result.packets)}"
     )
-    out.print(f"report written to {summary['report']}", markup=False)
+    out.print(f"report written to {result.report_dir}", markup=False)
 
 
 @app.command(cls=PlainCommand)
@@ -833,8 +877,8 @@ def run(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
-        _render_report(result.report.summary(), result.stages)
-        _render_seal(sealed.summary())
+        _render_report(result.report, result.stages)
+        _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
 
 

@@ -5,6 +5,9 @@
     >>> c.evidence.filter(pl.col("tier") == "confirmed").group_by("source_tenant_id").len().collect()
     >>> c.exchanges.join(c.suspects, on=["request_id", "tenant_id"]).select("tenant_id", "prompt_tokens").collect()
 
+The stages' JSON records come typed (``forensics.artifacts``): ``c.scan_record().suspect_counts.total``,
+``c.match_record().control.false_positive_rate``, ``c.ingest_manifest().tables.exchanges``.
+
 Nothing is read until a frame is collected, and nothing is ever written: the case stays evidence.
 Parquet tables keep their schema (``forensics/schema.py``); the report's CSV files are read as text
 (ids such as ``007`` stay ids) except their counts, exactly as written (a cell the report guarded
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.artifacts import IngestManifest, MatchRecord, ReportManifest, ScanRecord
 from forensics.errors import CaseError
 
 #: Case tables (Parquet in the case folder) and the stage that writes each.
@@ -75,6 +79,24 @@ class OpenCase:
             return frame.with_columns([pl.col(c).cast(pl.Int64) for c in ints]) if ints else frame
         raise CaseError(f"no table named {name!r}",
                              fix=f"known tables: {', '.join([*CASE_TABLES, *REPORT_TABLES])}")
+
+    def ingest_manifest(self) -> IngestManifest:
+        """CASE/manifest.json: the input files, their counts and the tables' rows."""
+        return IngestManifest.read(self.case / "manifest.json", "ingest")
+
+    def scan_record(self) -> ScanRecord:
+        """CASE/scan.json: the scan's parameters, limits, suspects by query, anomalies."""
+        return ScanRecord.read(self.case / "scan.json", "scan")
+
+    def match_record(self) -> MatchRecord:
+        """CASE/match.json: the match parameters, what was searched, findings, the control sample."""
+        return MatchRecord.read(self.case / "match.json", "match")
+
+    def report_manifest(self) -> ReportManifest:
+        """REPORT/manifest.json: inputs and outputs with their hashes (CaseError for a case with no report)."""
+        if self.report is None:
+            raise CaseError(f"{self.case} is a case folder with no report", fix="open the report folder instead")
+        return ReportManifest.read(self.report / "manifest.json", "report")
 
     def __getattr__(self, name: str) -> pl.LazyFrame:
         if name.startswith("_") or (name not in CASE_TABLES and name not in REPORT_TABLES):

@@ -1,5 +1,8 @@
 """``forensics run``: ingest -> scan -> match -> report in one call, from a case file or a log folder.
 
+The pipeline module: it imports the stages and calls them in order (``forensics.api`` re-exports
+``run``; nothing here imports ``api``).
+
 The case folder of a run lives inside the report folder (``OUT/<name>/case/``) so a report and
 the tables it came from travel together; it is rebuilt from scratch on every run (a stale
 staged file must never leak into a new run) and is not among the hashed report outputs.
@@ -11,17 +14,36 @@ import dataclasses
 import glob
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from forensics.artifacts import Record
+from forensics.case import locked_case
 from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
 from forensics.engine import executor_for
 from forensics.errors import ConfigError
+from forensics.ingest import IngestResult, ingest
+from forensics.match import match
 from forensics.progress import Reporter
-
-if TYPE_CHECKING:  # forensics.report imports this module's callers; typed here, imported when run
-    from forensics.report import ReportResult
+from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
+from forensics.scan import scan
 
 CASE_SUBDIR = "case"
+
+# The stages the pipeline runs, each holding the case folder's lock while it writes
+# (forensics.case.folder_lock) as the library API's stages do; looked up when a run calls them.
+ingest_stage = locked_case(ingest, create=True)
+scan_stage = locked_case(scan)
+match_stage = locked_case(match)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageTiming(Record):
+    """One stage of a run: how long it took and what it produced (never written to the report)."""
+
+    stage: str
+    seconds: float
+    rows: int | None  # what it produced: exchanges, suspects, evidence rows, notifications
+    note: str  # what ``rows`` counts
 
 
 @dataclasses.dataclass
@@ -31,16 +53,17 @@ class RunResult:
     case_dir: Path
     config: CaseConfig
     report: ReportResult
-    stages: list[dict[str, Any]]  # stage, seconds, what it produced (timings are never written to the report)
+    stages: list[StageTiming]
 
     @property
     def has_findings(self) -> bool:
         """Whether anyone must be notified."""
-        return bool(self.report.has_findings)
+        return self.report.has_findings
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary for the CLI."""
-        return {"case": self.config.name, "case_dir": str(self.case_dir), "stages": self.stages} | self.report.summary()
+        return ({"case": self.config.name, "case_dir": str(self.case_dir), "stages": [s.to_json() for s in self.stages]}
+                | self.report.summary())
 
 
 def _may_be_case_file(path: Path) -> bool:
@@ -89,9 +112,6 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     and swapped in when the report is complete (:func:`forensics.report.report_folder`): an
     interrupted or failed run leaves the previous report as it was, and a re-run starts afresh.
     """
-    from forensics import api
-    from forensics.report import report_dir_for, report_folder, sign_report, write_report
-
     cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
     if engine is not None:
         cfg.execution = execution_settings({**cfg.execution, "engine": engine}, option="--engine")
@@ -107,7 +127,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         if spec.path.is_dir() and report_dir.resolve().is_relative_to(spec.path.resolve()):
             raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder {spec.path}",
                               file=cfg.file, fix="choose an --out outside the input folders")
-    stages: list[dict[str, Any]] = []
+    stages: list[StageTiming] = []
     with report_folder(Path(out), cfg.name) as building:
         case_dir = building / CASE_SUBDIR
         t0 = time.monotonic()
@@ -115,31 +135,28 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         for spec in cfg.inputs:
             if spec.profile is None:
                 by_format.setdefault(spec.format, []).append(spec.path)
-        ingested = None
+        ingested: IngestResult | None = None
         for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
-            ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+            ingested = ingest_stage(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
-                ingested = api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
-                                      profile=spec.profile)
-        tables = ingested.manifest.get("tables", {}) if ingested is not None else {}
-        stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
+                ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
+                                        profile=spec.profile)
+        tables = ingested.manifest.tables if ingested is not None else None
+        stages.append(StageTiming("ingest", round(time.monotonic() - t0, 3), tables.exchanges if tables else None,
+                                  f"quarantined {tables.quarantine if tables else 0}"))
 
         t0 = time.monotonic()
-        scanned = api.scan(case_dir, cfg, progress=progress)
-        stages.append({"stage": "scan", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": scanned.suspects, "note": "suspect responses"})
+        scanned = scan_stage(case_dir, cfg, progress=progress)
+        stages.append(StageTiming("scan", round(time.monotonic() - t0, 3), scanned.suspects, "suspect responses"))
 
         t0 = time.monotonic()
-        matched = api.match(case_dir, cfg, progress=progress)
-        stages.append({"stage": "match", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": len(matched.findings), "note": "evidence rows"})
+        matched = match_stage(case_dir, cfg, progress=progress)
+        stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()
         reported = write_report(case_dir, cfg, building, progress=progress)
         sign_report(building, sign)  # inside the folder before it is swapped in
-        stages.append({"stage": "report", "seconds": round(time.monotonic() - t0, 3),
-                       "rows": len(reported.notices), "note": "notifications"})
+        stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir
     return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages)

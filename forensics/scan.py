@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from forensics import queries as q
 from forensics import schema
+from forensics.artifacts import Anomaly, Limit, RequestKey, ScanLimits, ScanParameters, ScanRecord, SuspectCounts
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError
@@ -60,7 +61,7 @@ class ScanResult:
     engine_signature: int
     by_reason: dict[str, int]
     anomalies: dict[str, int]
-    record: dict[str, Any]  # the content of scan.json
+    record: ScanRecord  # the content of scan.json
 
     @property
     def has_findings(self) -> bool:
@@ -75,13 +76,13 @@ class ScanResult:
             "suspects": self.suspects,
             "borderline": self.borderline,
             "engine_signature": self.engine_signature,
-            "reported_count_below_ceiling": rec["suspect_counts"]["reported_count_below_ceiling"],
+            "reported_count_below_ceiling": rec.suspect_counts.reported_count_below_ceiling,
             "by_reason": self.by_reason,
             "anomalies": self.anomalies,
-            "parameters": rec["parameters"],
-            "limits": rec["limits"],
-            "warnings": rec["warnings"],
-            "exposure_band_requests": sum(r["requests"] for r in rec["exposure_band"]),
+            "parameters": rec.parameters.to_json(),
+            "limits": rec.limits.to_json(),
+            "warnings": list(rec.warnings),
+            "exposure_band_requests": rec.exposure_band_requests,
         }
 
 
@@ -126,14 +127,14 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     return (pick(values) if values else None), record
 
 
-def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Any]:
+def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Limit]:
     """Resolve ``auto`` ceiling/advertised window from the engine logs; record sources and per-node values.
 
     Sets the resolved values on ``cfg`` (source ``auto-detected``). Raises ConfigError for
     ``auto`` with no engine startup lines, a missing ceiling, or a ceiling above the advertised window.
     """
     nodes = _startup_nodes(con)
-    out: dict[str, Any] = {}
+    out: dict[str, Limit] = {}
     for key, field, pick, what in (
         ("real_ceiling_tokens", "max_total_num_tokens", min, "the smallest pool"),
         ("advertised_window_tokens", "context_len", max, "the largest context_len"),
@@ -161,10 +162,12 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
                 value = detected
                 if record["nodes_disagree"]:
                     record["note"] = f"nodes disagree; used {what} of the {record['nodes_used']} nodes"
-        record["value"] = value
-        record["source"] = cfg.source(key)
-        record["detected"] = detected
-        out[key] = record
+        out[key] = Limit(
+            value=value, source=cfg.source(key), detected=detected, nodes_used=record["nodes_used"],
+            prefill_nodes=tuple(record["prefill_nodes"]), per_node={n: tuple(v) for n, v in record["per_node"].items()},
+            values_of_nodes_used=tuple(record["values_of_nodes_used"]),
+            values_of_all_nodes=tuple(record["values_of_all_nodes"]), nodes_disagree=record["nodes_disagree"],
+            note=record.get("note"))
     cfg.validate()
     return out
 
@@ -202,7 +205,7 @@ def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
     return {r[0]: r[1] for r in rows}
 
 
-def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: dict[str, Any]) -> list[str]:
+def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: dict[str, Limit]) -> list[str]:
     warnings = []
     # SGLang names ceiling - 1 as the "maximum allowed length" and the pool itself in "N > M".
     implied = sorted({v + 1 for v in engine_limits.get("over_limit", [])} | set(engine_limits.get("exceeds_max_tokens", [])))
@@ -213,16 +216,21 @@ def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: d
         )
     for key in ("real_ceiling_tokens", "advertised_window_tokens"):
         rec = limits[key]
-        if rec["nodes_disagree"]:
+        if rec.nodes_disagree:
             warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
-                f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec["per_node"].items())
-                if rec["nodes_used"] == "all" or node in rec["prefill_nodes"]))
+                f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.per_node.items())
+                if rec.nodes_used == "all" or node in rec.prefill_nodes))
     return warnings
 
 
 # ------------------------------------------------------------------------------------------
 # The stage
 # ------------------------------------------------------------------------------------------
+
+
+def _whole(value: int | str | None) -> int | None:
+    """A resolved limit as a number (None when the case has none)."""
+    return value if isinstance(value, int) else None
 
 
 def _params(cfg: CaseConfig) -> dict[str, Any]:
@@ -258,7 +266,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         params = _params(config)
         task.advance()
 
-        reasons: dict[tuple[str, str | None], set[str]] = {}
+        reasons: dict[RequestKey, set[str]] = {}
         counts: dict[str, int] = {}
         anomalies: dict[str, dict[str, Any]] = {}
         exposure: list[dict[str, Any]] = []
@@ -273,7 +281,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
                                          fix="a suspect query must return request_id and tenant_id")
                 for rid, tenant in zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist(),
                                        strict=True):
-                    reasons.setdefault((rid, tenant), set()).add(query.id)
+                    reasons.setdefault(RequestKey(rid, tenant), set()).add(query.id)
             elif query.kind == "anomaly":
                 if query.id == SHARED_ENGINE_ID_QUERY and table.num_rows:
                     ids = table.column("engine_rid").to_pylist()
@@ -316,33 +324,28 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             "logs cannot tell those exchanges apart, so no engine record was attributed to any of them and each was "
             f"judged by its own prompt size alone; {shared_ids['signature']} of those ids carry the engine's bug "
             "signature (see anomalies.engine_rid_shared): check them by hand")
-    record = {
-        "format": schema.SCAN_FORMAT,
-        "stage": "scan",
-        "parameters": {
-            "models": ", ".join(config.models),
-            "window_start": iso(config.window_start) if config.window_start else None,
-            "window_end": iso(config.window_end) if config.window_end else None,
-            "real_ceiling_tokens": config.real_ceiling_tokens,
-            "real_ceiling_tokens_source": config.source("real_ceiling_tokens"),
-            "advertised_window_tokens": limits["advertised_window_tokens"]["value"],
-            "advertised_window_tokens_source": config.source("advertised_window_tokens"),
-            "window_compared_with": "received_at (completed_at when the request time is missing)",
-        },
-        "limits": limits | {"engine_over_limit_lines": engine_limits},
-        "queries": [x.describe() | {"rows": counts[x.id]} if x.id in counts else x.describe() for x in all_queries],
-        "suspect_counts": {
-            "total": suspects.num_rows,
-            "borderline": borderline,
-            "engine_signature": signature,
-            "reported_count_below_ceiling": below,
-            "by_reason": by_reason,
-        },
-        "exposure_band": exposure,
-        "anomalies": anomalies,
-        "warnings": warnings,
-    }
-    write_json(case_obj.root / "scan.json", record)
+    record = ScanRecord(
+        parameters=ScanParameters(
+            models=", ".join(config.models),
+            window_start=iso(config.window_start) if config.window_start else None,
+            window_end=iso(config.window_end) if config.window_end else None,
+            real_ceiling_tokens=config.real_ceiling_tokens,
+            real_ceiling_tokens_source=config.source("real_ceiling_tokens"),
+            advertised_window_tokens=_whole(limits["advertised_window_tokens"].value),
+            advertised_window_tokens_source=config.source("advertised_window_tokens"),
+            window_compared_with="received_at (completed_at when the request time is missing)",
+        ),
+        limits=ScanLimits(real_ceiling_tokens=limits["real_ceiling_tokens"],
+                          advertised_window_tokens=limits["advertised_window_tokens"],
+                          engine_over_limit_lines={k: tuple(v) for k, v in engine_limits.items()}),
+        queries=tuple(x.describe() | {"rows": counts[x.id]} if x.id in counts else x.describe() for x in all_queries),
+        suspect_counts=SuspectCounts(total=suspects.num_rows, borderline=borderline, engine_signature=signature,
+                                     reported_count_below_ceiling=below, by_reason=by_reason),
+        exposure_band=tuple(exposure),
+        anomalies={k: Anomaly(title=v["title"], rows=v["rows"], listed=tuple(v["listed"])) for k, v in anomalies.items()},
+        warnings=tuple(warnings),
+    )
+    write_json(case_obj.root / "scan.json", record.to_json())
     save(config, case_obj.config_path)
     task.close()
     return ScanResult(
@@ -351,12 +354,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     )
 
 
-def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[tuple[str, str | None], set[str]]) -> pa.Table:
+def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set[str]]) -> pa.Table:
     """One row per suspect (request_id, tenant_id), with every reason, in the contract's order."""
-    keys = sorted(reasons, key=lambda k: (k[0], k[1] is None, k[1] or ""))
+    keys = sorted(reasons, key=RequestKey.sort_key)
     flagged = pa.table({
-        "request_id": pa.array([k[0] for k in keys], pa.string()),
-        "tenant_id": pa.array([k[1] for k in keys], pa.string()),
+        "request_id": pa.array([k.request_id for k in keys], pa.string()),
+        "tenant_id": pa.array([k.tenant_id for k in keys], pa.string()),
         "reasons": pa.array([";".join(sorted(reasons[k])) for k in keys], pa.string()),
         "borderline": pa.array([BORDERLINE_REASON in reasons[k] for k in keys], pa.bool_()),
         "engine_signature": pa.array([ENGINE_SIGNATURE_REASON in reasons[k] for k in keys], pa.bool_()),

@@ -2,8 +2,10 @@
 
 Validation reads its types and ranges (``forensics/config.py`` for the top level and ``[report]``,
 ``forensics/match/tiers.py`` for ``[match]``), ``docs/settings.md`` is generated from it
-(``python docs/gen_cli.py``) and a test holds the CLI options it names to the commands. Adding a
-setting is one row here plus its use; a row whose key nothing reads fails the tests.
+(``python docs/gen_cli.py``) and the options of ``forensics ingest``, ``scan`` and ``match`` that
+set a value for one run are generated from the rows that name a ``cli`` option (``forensics/cli.py``,
+``setting_options``): their type, metavar and help come from here. Adding a setting is one row here
+plus its use; a row whose key nothing reads fails the tests.
 """
 
 from __future__ import annotations
@@ -19,14 +21,38 @@ class Setting:
     key: str
     section: str  # "" for the top level, else the table name ("match", "report", "execution", "inputs", "inputs.fields")
     kind: str  # "int", "float", "bool", "choice", "text", "tokens" (a whole number or "auto"), "path"
-    # (a dotted path or a list of them), "time_format" (one of choices or a strftime pattern)
+    # (a dotted path or a list of them), "time_format" (one of choices or a strftime pattern),
+    # "file" (a file path, relative to the case file)
     default: Any
     help: str
     low: int | float | None = None  # inclusive range of int, float and tokens settings
     high: int | float | None = None
     choices: tuple[str, ...] = ()
-    cli: str | None = None  # the option that sets it for one command (match, scan, run), if any
+    cli: str | None = None  # the option that sets it for one command, if any ("--on/--off" for a bool)
     result: bool = True  # False: changes how the tool runs, never what it finds
+    metavar: str | None = None  # what the option takes in --help; default by kind (N, NUMBER, TEXT...)
+    command: str | None = None  # the command of the option; default: scan for the top level, else the section
+
+    @property
+    def option_command(self) -> str:
+        """The command whose ``cli`` option sets this setting for one run."""
+        return self.command or ("scan" if self.section == "" else self.section)
+
+    @property
+    def option_metavar(self) -> str | None:
+        """What the option takes, as --help shows it (None for an on/off flag)."""
+        if self.kind == "bool":
+            return None
+        return self.metavar or {"int": "N", "float": "NUMBER", "tokens": "TOKENS|auto", "file": "FILE",
+                                "choice": "|".join(self.choices)}.get(self.kind, "TEXT")
+
+    def option_help(self) -> str:
+        """The option's --help: the help, the allowed values and the default."""
+        parts = [] if self.kind in ("text", "file", "path", "bool") else [self.allowed()]
+        if self.default not in (None, ""):
+            parts.append(f"default {_shown(self.default)}")
+        detail = ", ".join(parts)
+        return f"{self.help[0].upper()}{self.help[1:]}." + (f" {detail[0].upper()}{detail[1:]}." if detail else "")
 
     def bounds(self) -> tuple[int | float, int | float]:
         """(low, high) of a ranged setting; ValueError for one without a range."""
@@ -51,6 +77,8 @@ class Setting:
             return "one of " + ", ".join(self.choices) + ", or a strftime pattern"
         if self.kind == "path":
             return "a dotted path, or a list of them tried in order"
+        if self.kind == "file":
+            return "a file path (relative to the case file)"
         what = {"int": "a whole number", "float": "a number", "tokens": "a whole number"}[self.kind]
         extra = ' or "auto"' if self.kind == "tokens" else ""
         return f"{what} from {_num(self.low)} to {_num(self.high)}{extra}"
@@ -68,33 +96,53 @@ def _f(key: str, help: str) -> Setting:
     return Setting(key, "inputs.fields", "path", None, help)
 
 
+def _shown(value: Any) -> str:
+    """A default as the case file writes it: "auto", true, 0.5, 1,000 (none: not set)."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _m(key: str, kind: str, default: Any, low: float | None, high: float | None, help: str, cli: str | None = None,
-       result: bool = True, choices: tuple[str, ...] = ()) -> Setting:
-    return Setting(key, "match", kind, default, help, low, high, choices, cli, result)
+       result: bool = True, choices: tuple[str, ...] = (), metavar: str | None = None) -> Setting:
+    return Setting(key, "match", kind, default, help, low, high, choices, cli, result, metavar)
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("real_ceiling_tokens", "", "tokens", "auto", "the KV pool's real size in tokens; auto: from the engine's "
             "startup lines", 1, 1_000_000_000, cli="--ceiling"),
     Setting("advertised_window_tokens", "", "tokens", "auto", "the context window the provider advertised; auto: from "
-            "the engine's startup lines", 1, 1_000_000_000),
+            "the engine's startup lines", 1, 1_000_000_000, cli="--advertised-window"),
+    Setting("tokenizer", "", "file", None, "the model's tokenizers JSON file, for exact token counts; none: estimates",
+            cli="--tokenizer", metavar="TOKENIZER.json", command="ingest"),
+    Setting("timezone", "", "text", "UTC", "zone of the timestamps that carry none (an IANA name)", cli="--timezone",
+            metavar="ZONE", command="ingest"),
+    Setting("tenant_field", "", "text", "auto", "the gateway field that names the customer; auto: the usual fields",
+            cli="--tenant-field", metavar="FIELD", command="ingest"),
     _m("k", "int", 5, 2, 64, "tokens per k-gram", "--k"),
     _m("min_tokens", "int", 8, 1, 1_000_000, "informative matched tokens for a probable finding (rules)", "--min-tokens"),
     _m("confirm_tokens", "int", 12, 1, 1_000_000, "informative matched tokens for a confirmed finding (rules)",
        "--confirm-tokens"),
-    _m("confirm_score", "float", 90.0, 0, 100, "alignment score for a confirmed finding (rules)", "--confirm-score"),
-    _m("probable_score", "float", 70.0, 0, 100, "alignment score of any candidate", "--probable-score"),
+    _m("confirm_score", "float", 90.0, 0, 100, "alignment score for a confirmed finding (rules)", "--confirm-score",
+       metavar="SCORE"),
+    _m("probable_score", "float", 70.0, 0, 100, "alignment score of any candidate", "--probable-score", metavar="SCORE"),
     _m("min_run", "int", 8, 1, 1_000_000, "identical consecutive tokens a short probable finding needs (rules)",
        "--min-run"),
     _m("probable_rarity", "float", 0.5, 0, 1, "a probable finding must not be mostly text other tenants held"),
     _m("damaged_score", "float", 85.0, 0, 100, "score of a long damaged passage (rules R2b)"),
     _m("signature_rarity", "float", 0.75, 0, 1, "rarity of a short finding on an engine-signature suspect (rules R3)"),
-    _m("confirm_rarity", "float", 0.5, 0, 1, "rarity of a confirmed finding (rules)", "--confirm-rarity"),
+    _m("confirm_rarity", "float", 0.5, 0, 1, "rarity of a confirmed finding (rules)", "--confirm-rarity",
+       metavar="RARITY"),
     _m("max_tenants", "int", 2, 1, 1_000_000, "a k-gram held by more tenants than this is common text",
        "--max-tenants"),
     _m("lookback_minutes", "float", 0.0, 0, 5_256_000, "search only records this recent; 0: every earlier record",
-       "--lookback-minutes"),
-    _m("same_decode_node", "bool", False, None, None, "search only records decoded on the suspect's decode node"),
+       "--lookback-minutes", metavar="MINUTES"),
+    _m("same_decode_node", "bool", False, None, None, "search only records decoded on the suspect's decode node",
+       "--same-decode-node/--any-decode-node"),
     _m("control_size", "int", 200, 0, 1_000_000, "non-suspect responses matched as the null and false-positive control",
        "--control-size"),
     _m("seed", "int", 0, 0, 2**64 - 1, "chooses the control sample (a 64-bit xxhash seed)", "--seed"),
@@ -115,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
             "forensics audit flags it overdue", 1, 8760),
     Setting("engine", "execution", "choice", "local", "where ingest parsing and the match pass run: local (this "
             "machine's processes) or spark (a Spark cluster, see master); the results are byte-identical",
-            choices=("local", "spark"), cli="--engine", result=False),
+            choices=("local", "spark"), cli="--engine", command="run", result=False),
     Setting("master", "execution", "text", "local[*]", "the Spark master URL for engine = \"spark\": local[N] (N "
             "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False),
     Setting("time_format", "inputs", "time_format", "auto", 'format = "mapped" only: how its times are written; auto: '
@@ -166,8 +214,7 @@ def markdown() -> str:
         lines += [f"## {titles.get(name, '[' + name + ']')}", "",
                   "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
         for s in section(name):
-            default = "" if s.default is None else f'"{s.default}"' if isinstance(s.default, str) else str(s.default).lower() if isinstance(
-                s.default, bool) else f"{s.default:g}" if isinstance(s.default, float) else str(s.default)
+            default = _shown(s.default)
             what = s.help + ("" if s.result else " (how it runs, never what it finds)")
             lines.append(f"| `{s.key}` | {s.allowed()} | {('`' + default + '`') if default else ''} | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
         lines.append("")

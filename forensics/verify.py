@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
+from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.config import CaseConfig, InputSpec
 from forensics.errors import CaseError, ConfigError
 from forensics.progress import Reporter
@@ -221,9 +222,9 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
     the report's own tables."""
     cross = [e for e in evidence if e.get("relation", "") in ("", "cross_tenant")
              and e["recipient_tenant_id"] != e["source_tenant_id"]]
-    by_recipient: dict[tuple[str, str], list[dict[str, str]]] = {}
+    by_recipient: dict[RequestKey, list[dict[str, str]]] = {}
     for e in cross:
-        by_recipient.setdefault((e["recipient_request_id"], e["recipient_tenant_id"]), []).append(e)
+        by_recipient.setdefault(RequestKey(e["recipient_request_id"], e["recipient_tenant_id"]), []).append(e)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
 
     def entry(tenant: str, role: str) -> dict[str, Any]:
@@ -232,7 +233,7 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
     for s in suspects:
         acc = entry(s["tenant_id"], "recipient")
         acc["ids"].add(s["request_id"])
-        acc["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get((s["request_id"], s["tenant_id"]), [])]))
+        acc["tiers"].append(_best_tier([f.get("tier") or "possible" for f in by_recipient.get(RequestKey(s["request_id"], s["tenant_id"]), [])]))
     for f in cross:
         tier = f.get("tier") or "possible"
         for tenant, rid, role in ((f["recipient_tenant_id"], f["recipient_request_id"], "recipient"),
@@ -337,12 +338,12 @@ def _summary_rows(report_dir: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-def _check_counts(report_dir: Path, man: dict[str, Any], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
+def _check_counts(report_dir: Path, man: ReportManifest, suspects: list[dict[str, str]], evidence: list[dict[str, str]],
                   notifications: list[dict[str, str]]) -> list[Drift]:
     drift: list[Drift] = []
     packets = report_dir / "packets"
     n_packets = sum(1 for p in packets.iterdir() if p.is_dir()) if packets.is_dir() else 0
-    counts = man.get("counts", {})
+    counts = dict(man.counts)
     from_tables = {"suspects": len(suspects), "findings": len(evidence), "notifications": len(notifications), "packets": n_packets}
     for key, n in from_tables.items():
         if key in counts and counts[key] != n:
@@ -360,7 +361,7 @@ def _check_counts(report_dir: Path, man: dict[str, Any], suspects: list[dict[str
     return drift
 
 
-def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
+def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     """Everything the report's own tables imply, compared with what it says: the notification
     list, the packets, and the counts in the summary and the manifest."""
     report_dir = Path(report_dir)
@@ -389,7 +390,7 @@ def consistency(report_dir: Path, man: dict[str, Any]) -> list[Drift]:
             + _check_counts(report_dir, man, suspects, evidence, notifications))
 
 
-def check_ledgers(report_dir: Path, man: dict[str, Any]) -> tuple[list[Drift], dict[str, str]]:
+def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], dict[str, str]]:
     """The ledgers' hash chains, and the prefix the manifest recorded at render time.
 
     Lines appended after the report was rendered are no drift (a verdict or a notice sent is
@@ -401,8 +402,7 @@ def check_ledgers(report_dir: Path, man: dict[str, Any]) -> tuple[list[Drift], d
     from forensics.review.verdicts import decisions
 
     drift: list[Drift] = []
-    ledgers = man.get("ledgers")
-    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
+    recorded = man.ledgers or {}
     decided: dict[str, str] = {}
     for name in LEDGERS:
         path = report_dir / name
@@ -430,18 +430,18 @@ def check_ledgers(report_dir: Path, man: dict[str, Any]) -> tuple[list[Drift], d
 # --------------------------------------------------------------------------------------------
 
 
-def _rerun_config(man: dict[str, Any], root: Path, manifest_path: Path) -> CaseConfig:
+def _rerun_config(man: ReportManifest, root: Path, manifest_path: Path) -> CaseConfig:
     """The case configuration recorded in a report's manifest, with paths made absolute."""
     try:
-        cfg = CaseConfig.from_json(man["parameters"]["case"])
+        cfg = CaseConfig.from_json(dict(man.parameters.case))
     except (KeyError, TypeError, ValueError) as exc:
         raise CaseError(f"manifest.json records no usable case parameters ({type(exc).__name__}: {exc})",
                         file=manifest_path, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
     cfg.inputs = [InputSpec((root / i.path).resolve(), i.format, i.profile) for i in cfg.inputs]
     if cfg.tokenizer is not None:
         cfg.tokenizer = (root / cfg.tokenizer).resolve()
-    if man.get("case_file"):
-        cfg.file = (root / man["case_file"]["path"]).resolve()
+    if man.case_file:
+        cfg.file = (root / man.case_file["path"]).resolve()
     for key in ("real_ceiling_tokens", "advertised_window_tokens"):
         # Detected values are detected again from the inputs, as the original run did.
         if cfg.source(key) == "auto-detected":
@@ -455,20 +455,19 @@ def _match_options(report_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
+        info = MatchRecord.from_json(json.loads(path.read_text(encoding="utf-8")), file=path)
+    except (ValueError, CaseError):  # no options to repeat; the output check names the changed file
         return {}
-    sources, params = info.get("parameter_sources", {}), info.get("parameters", {})
-    return {k: params[k] for k, src in sources.items() if src == "option" and k in params}
+    return {k: info.parameters[k] for k, src in info.parameter_sources.items() if src == "option" and k in info.parameters}
 
 
-def _inputs_by_format(cfg: CaseConfig, man: dict[str, Any], root: Path) -> dict[str, list[Path]]:
+def _inputs_by_format(cfg: CaseConfig, man: ReportManifest, root: Path) -> dict[str, list[Path]]:
     by_format: dict[str, list[Path]] = {}
     if cfg.inputs:
         for spec in cfg.inputs:
             by_format.setdefault(spec.format, []).append(spec.path)
     else:  # stages run one by one on files named on the command line: the manifest lists each
-        for e in man.get("inputs", []):
+        for e in man.inputs:
             by_format.setdefault(e.get("format") or "auto", []).append((root / e["path"]).resolve())
     return by_format
 
@@ -509,20 +508,18 @@ def _compare(original: Path, again: Path, exclude: set[str]) -> list[Drift]:
     return drift
 
 
-def _copy_ledger_prefixes(report_dir: Path, man: dict[str, Any], target: Path) -> None:
+def _copy_ledger_prefixes(report_dir: Path, man: ReportManifest, target: Path) -> None:
     """Give a re-run the ledger lines the report was rendered with (not those added since)."""
     from forensics.review import LEDGERS
 
-    ledgers = man.get("ledgers")
-    recorded: dict[str, Any] = ledgers if isinstance(ledgers, dict) else {}
-    for name, rec in sorted(recorded.items()):
+    for name, rec in sorted((man.ledgers or {}).items()):
         n = int(rec.get("entries", 0)) if isinstance(rec, dict) else 0
         if n and name in LEDGERS and (report_dir / name).is_file():
             lines = (report_dir / name).read_bytes().split(b"\n")[:n]
             write_bytes(target / name, b"\n".join(lines) + b"\n")
 
 
-def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter | None = None) -> list[Drift]:
+def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter | None = None) -> list[Drift]:
     """Re-run ingest, scan, match and report from the inputs and parameters the report records,
     into a temporary folder, and list every output that is not byte-identical."""
     from forensics import api
@@ -557,5 +554,5 @@ def rerun(report_dir: Path, man: dict[str, Any], root: Path, progress: Reporter 
         from forensics.review import OWN_FILES
 
         # The ledgers are people's records, not the pipeline's: check_ledgers covers them.
-        exclude = set(man.get("outputs_excluded", [])) | set(NOT_OUTPUTS) | set(OWN_FILES)
+        exclude = set(man.outputs_excluded) | set(NOT_OUTPUTS) | set(OWN_FILES)
         return _compare(report_dir, again, exclude)

@@ -55,7 +55,7 @@ if __name__ == "__main__":  # workers import this file again (as __mp_main__)
 STUCK_HARNESS = """
 import ctypes, signal, sys
 from pathlib import Path
-import forensics.api, forensics.cli, forensics.interrupts
+import forensics.cli, forensics.interrupts, forensics.run
 
 forensics.interrupts.GRACE_SECONDS = 1.0
 
@@ -64,7 +64,7 @@ def stuck(*args, **kwargs):
     Path(sys.argv[1]).write_text("stuck")
     ctypes.CDLL(None).sleep(300)
 
-forensics.api.scan = stuck
+forensics.run.scan_stage = stuck  # the stage `forensics run` calls
 forensics.cli.main(sys.argv[2:])
 """
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forensics import __version__, engine, schema
+from forensics.artifacts import IngestManifest
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
 from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
@@ -54,24 +55,24 @@ class IngestResult:
     """What an ingest run did: the case folder, its manifest and this run's file statuses."""
 
     case: Path
-    manifest: dict[str, Any]
+    manifest: IngestManifest
     run_files: list[dict[str, Any]]
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary for the CLI (this run's files plus the case totals)."""
-        m = self.manifest
+        m = self.manifest.to_json()
         return {
             "case": str(self.case),
             "files": self.run_files,
             "tables": m["tables"],
             "duplicate_requests": m["duplicate_requests"],
-            "orphans": m["orphans"]["request_only"] + m["orphans"]["response_only"],
-            "time_range": m.get("time_range"),
-            "models": m.get("models", []),
-            "prompt_tokens_sources": m.get("prompt_tokens_sources", {}),
-            "implausible_reported_counts": m.get("implausible_reported_counts", 0),
-            "records_from_damaged_input": m.get("records_from_damaged_input", {}),
-            "notes": m.get("notes", []),
+            "orphans": self.manifest.orphans.request_only + self.manifest.orphans.response_only,
+            "time_range": m["time_range"],
+            "models": m["models"],
+            "prompt_tokens_sources": m["prompt_tokens_sources"],
+            "implausible_reported_counts": m["implausible_reported_counts"],
+            "records_from_damaged_input": m["records_from_damaged_input"],
+            "notes": m["notes"],
         }
 
 
@@ -290,7 +291,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], str | None, str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
     found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
@@ -397,21 +398,20 @@ def ingest(
         for f in run_files
     ]
 
-    manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
+    case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
     if tenantless:
-        manifest["notes"].append(
+        case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes,
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
-            f"were quarantined: {', '.join(tenantless[:5])}")
-    manifest["format"] = schema.CASE_FORMAT
-    manifest["tool"] = {"name": "forensics", "version": __version__}
-    write_json(c.manifest_path, manifest)
+            f"were quarantined: {', '.join(tenantless[:5])}"))
+    case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__})
+    write_json(c.manifest_path, case_manifest.to_json())
     save(cfg, c.config_path)
-    by_sha = {f["sha256"]: f for f in manifest["files"]}
+    by_sha = {f["sha256"]: f for f in case_manifest.files}
     for f in run_files:
         if f["status"] == "ingested" and f["sha256"] in by_sha:
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
-    return IngestResult(c.root, manifest, run_files)
+    return IngestResult(c.root, case_manifest, run_files)
 
 
 def read_damage(case: str | Path, request_ids: Iterable[str] | None = None) -> dict[tuple[str, str | None], str | None]:

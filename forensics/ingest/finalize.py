@@ -28,6 +28,7 @@ line), so memory stays bounded by a batch and the output is byte-identical for t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import Counter as Tally
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from forensics import schema, tokens
+from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
 from forensics.case import Case, ParquetSink
 from forensics.config import CaseConfig, iso
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
@@ -67,7 +69,7 @@ def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: s
 def finalize(
     c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Reporter | None = None,
     skipped_inputs: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> IngestManifest:
     """Rebuild exchanges, engine_events and quarantine from staging; return the case manifest.
 
     ``skipped_inputs`` lists the input folder entries that were not read (``path``, ``kind``, ``reason``):
@@ -140,18 +142,36 @@ def finalize(
         notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}. "
                      f"Whatever followed the damage in each file is missing from the case; {marked} records the damage may have "
                      "garbled are marked truncated_file in exchanges.damage (a record with a clean copy elsewhere is not)")
-    return {
-        "files": files,
-        "timezone": cfg.timezone,
-        "zone_assumed_rows": assumed,
-        "tenant_field": cfg.tenant_field,
-        "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None,
-        "tables": {"exchanges": exchanges_stats.pop("rows"), "engine_events": events_rows, "quarantine": quarantine_rows},
-        **exchanges_stats,
-        "skipped_inputs": skipped_inputs,
-        "reconciled": all(f["reconciled"] for f in files),
-        "notes": notes,
-    }
+    stats = exchanges_stats
+    return IngestManifest(
+        files=tuple(files),
+        timezone=cfg.timezone,
+        zone_assumed_rows=assumed,
+        tenant_field=cfg.tenant_field,
+        tokenizer=Path(cfg.tokenizer).name if cfg.tokenizer else None,
+        tables=TableCounts(exchanges=stats["rows"], engine_events=events_rows, quarantine=quarantine_rows),
+        duplicate_requests=stats["duplicate_requests"],
+        superseded_variants=stats["superseded_variants"],
+        orphans=Orphans(**stats["orphans"]),
+        truncated_prompts=stats["truncated_prompts"],
+        requests_without_tenant=stats["requests_without_tenant"],
+        implausible_reported_counts=stats["implausible_reported_counts"],
+        records_with_problems=stats["records_with_problems"],
+        records_from_damaged_input=DamagedRecords(**stats["records_from_damaged_input"]),
+        request_id_collisions=stats["request_id_collisions"],
+        time_range=tuple(stats["time_range"]) if stats["time_range"] is not None else None,
+        models=tuple(tuple(m) for m in stats["models"]),
+        prompt_tokens_sources=stats["prompt_tokens_sources"],
+        skipped_inputs=tuple(skipped_inputs),
+        reconciled=all(f["reconciled"] for f in files),
+        notes=tuple(notes),
+        # A figure the exchanges pass adds later is kept in the manifest even before it gets a field.
+        extra={k: v for k, v in stats.items() if k not in _TYPED_STATS},
+    )
+
+
+#: Keys of the exchanges pass's figures that have a field of IngestManifest (``rows`` is tables.exchanges).
+_TYPED_STATS = {f.name for f in dataclasses.fields(IngestManifest)} | {"rows"}
 
 
 LINE_DAMAGE_SQL = """

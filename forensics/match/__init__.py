@@ -42,6 +42,7 @@ import rapidfuzz
 import xxhash
 
 from forensics import engine, schema
+from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCounts, MatchRecord, RequestKey, Searched
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
@@ -51,7 +52,7 @@ from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
 from forensics.match.rarity import HolderCounts
 from forensics.match.stream import HIT_DTYPE, Scanner
-from forensics.match.targets import load_targets, request_key
+from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, params_from
 from forensics.match.tuning import Tuning
 from forensics.match.verification import verify_hits
@@ -65,25 +66,25 @@ class MatchResult:
 
     case: Path
     params: MatchParams
-    findings: list[dict[str, Any]]
-    report: dict[str, Any]
-    control_findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # never written
+    findings: list[Finding]
+    report: MatchRecord  # the content of match.json
+    control_findings: list[Finding] = dataclasses.field(default_factory=list)  # never written
     #: Figures of this run that depend on how it ran (e.g. raw k-gram hits before each process
     #: retired common text): useful to tune, never written, as outputs must be byte-identical.
     run_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def cross_tenant(self) -> list[dict[str, Any]]:
+    def cross_tenant(self) -> list[Finding]:
         """Findings that are cross-tenant exposure."""
-        return [f for f in self.findings if f["relation"] == "cross_tenant"]
+        return [f for f in self.findings if f.cross_tenant]
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary: counts, control sample, and where the outputs are."""
         return {
             "case": str(self.case),
-            "findings": self.report["findings"],
-            "searched": self.report["searched"],
-            "control": self.report["control"],
+            "findings": self.report.findings.to_json(),
+            "searched": self.report.searched.to_json(),
+            "control": self.report.control.to_json(),
             "outputs": ["evidence.parquet", "evidence.csv", "review.parquet", "review.csv", "match.json"],
             "warnings": ([f"worker processes failed ({self.run_stats['workers_failed']}); this process did their "
                           "share, with the same results"] if self.run_stats.get("workers_failed") else []),
@@ -138,88 +139,85 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         cands, vstats = verify_hits(index, p, all_hits, sources, held, path, helpers, progress)
     stats.update(vstats)
     rows = score_candidates(cands, targets, held, p)
-    keys = {(r["source_request_id"], r["source_tenant_id"]) for r in rows}
-    keys |= {(t.request_id, t.tenant_id) for t in targets if not t.control}
+    keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in rows}
+    keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
     facts = record_facts(path, keys)
     rows, null = decide(rows, targets, p, facts)
     for r in rows:
         r["passages"] = passages_text(r["passages"])
-    evidence = [r for r in rows if not r["control"] and r["tier"]]
-    review = [r for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
-    control_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]
+    evidence = [Finding.from_row(r) for r in rows if not r["control"] and r["tier"]]
+    review = [Finding.from_row(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
+    control_rows = [Finding.from_row(r) for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]
     n_control = sum(1 for t in targets if t.control)
-    flagged_keys = sorted({(r["recipient_request_id"], r["recipient_tenant_id"]) for r in control_rows},
-                          key=lambda k: request_key(*k))
-    flagged = [rid for rid, _ in flagged_keys]
-    cross = [r for r in evidence if r["relation"] == "cross_tenant"]
-    damaged = [r for r in evidence + review if r["recipient_damage"] or r["source_damage"]]
-    report = {
-        "format": schema.MATCH_FORMAT,
-        "parameters": p.record(),
-        "parameter_sources": {key: ("option" if (overrides or {}).get(key) is not None else
-                                    "file" if key in config.section("match") else "default")
-                              for key in p.record()},
-        "versions": {"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
-                     "hash_seed": SEED},
-        "searched": {
-            "suspects": info["suspects"],
-            "suspects_searched": sum(1 for t in targets if not t.control),
-            "suspects_missing_from_exchanges": info["suspects_missing_from_exchanges"],
-            "suspects_with_empty_response": info["suspects_with_empty_response"],
-            "suspects_without_completed_at": info["suspects_without_completed_at"],
-            "target_kgrams": index.kgram_count,
-            "records": stats.get("records", 0),
-            "records_without_received_at": stats.get("records_without_time", 0),
-            "texts": stats.get("texts", 0),
-            "chars": stats.get("chars", 0),
-            "tokens": stats.get("tokens", 0),
-            "prompt_tokens": stats.get("prompt_tokens", 0),
-            "response_tokens": stats.get("response_tokens", 0),
-            "kgram_hits_kept_after_rarity_and_own_context": stats.get("informative_hits", 0),
-            "source_texts_verified": stats.get("texts_verified", 0),
-            "sources": "every other record's prompt and every non-suspect response received before the "
-                       "suspect response completed (completed_at, else received_at)",
-            "lookback": f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
-            "same_decode_node": p.same_decode_node,
-        },
-        "findings": {
-            "total": len(evidence),
-            "cross_tenant": len(cross),
-            "same_tenant": len(evidence) - len(cross),
-            "cross_tenant_confirmed": sum(1 for r in cross if r["tier"] == "confirmed"),
-            "cross_tenant_probable": sum(1 for r in cross if r["tier"] == "probable"),
-            "suspects_with_cross_tenant_evidence": len({(r["recipient_request_id"], r["recipient_tenant_id"])
-                                                        for r in cross}),
-            "exposed_tenants": len({r["source_tenant_id"] for r in cross}),
-            "review": len(review),
-            "on_damaged_data": len(damaged),
-        },
-        "tiering": p.tiering,
-        "null": null,
-        "damage": {
-            "column_in_exchanges": facts.has_damage_column,
-            "findings_on_damaged_data": sorted(r["finding_id"] for r in damaged if r["tier"]),
-            "review_on_damaged_data": sorted(r["finding_id"] for r in damaged if not r["tier"]),
-        },
-        "control": {
-            "requested": p.control_size,
-            "size": n_control,
-            "sample": "non-suspect responses with text, length-matched to the suspects (places shared among "
-                      "log2-of-bytes classes as the suspects are), in each class the smallest xxh64(request_id, "
-                      "seed), ties by tenant",
-            "length_classes": {"suspects": info["suspect_length_classes"], "control": info["control_length_classes"]},
-            "findings": len(control_rows),
-            "responses_with_findings": len(flagged),
-            "request_ids_with_findings": flagged,
-            "false_positive_rate": round(len(flagged) / n_control, 6) if n_control else None,
-        },
-    }
+    flagged = [k.request_id for k in sorted({f.recipient for f in control_rows}, key=RequestKey.sort_key)]
+    cross = [f for f in evidence if f.cross_tenant]
+    damaged = [f for f in evidence + review if f.recipient_damage or f.source_damage]
+    report = MatchRecord(
+        parameters=p.record(),
+        parameter_sources={key: ("option" if (overrides or {}).get(key) is not None else
+                                 "file" if key in config.section("match") else "default")
+                           for key in p.record()},
+        versions={"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
+                  "hash_seed": SEED},
+        searched=Searched(
+            suspects=info["suspects"],
+            suspects_searched=sum(1 for t in targets if not t.control),
+            suspects_missing_from_exchanges=tuple(info["suspects_missing_from_exchanges"]),
+            suspects_with_empty_response=info["suspects_with_empty_response"],
+            suspects_without_completed_at=info["suspects_without_completed_at"],
+            target_kgrams=index.kgram_count,
+            records=stats.get("records", 0),
+            records_without_received_at=stats.get("records_without_time", 0),
+            texts=stats.get("texts", 0),
+            chars=stats.get("chars", 0),
+            tokens=stats.get("tokens", 0),
+            prompt_tokens=stats.get("prompt_tokens", 0),
+            response_tokens=stats.get("response_tokens", 0),
+            kgram_hits_kept_after_rarity_and_own_context=stats.get("informative_hits", 0),
+            source_texts_verified=stats.get("texts_verified", 0),
+            sources="every other record's prompt and every non-suspect response received before the "
+                    "suspect response completed (completed_at, else received_at)",
+            lookback=f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
+            same_decode_node=p.same_decode_node,
+        ),
+        findings=FindingCounts(
+            total=len(evidence),
+            cross_tenant=len(cross),
+            same_tenant=len(evidence) - len(cross),
+            cross_tenant_confirmed=sum(1 for f in cross if f.tier == "confirmed"),
+            cross_tenant_probable=sum(1 for f in cross if f.tier == "probable"),
+            suspects_with_cross_tenant_evidence=len({f.recipient for f in cross}),
+            exposed_tenants=len({f.source_tenant_id for f in cross}),
+            review=len(review),
+            on_damaged_data=len(damaged),
+        ),
+        tiering=p.tiering,
+        null=null,
+        damage=DamageRecord(
+            column_in_exchanges=facts.has_damage_column,
+            findings_on_damaged_data=tuple(sorted(f.finding_id for f in damaged if f.tier)),
+            review_on_damaged_data=tuple(sorted(f.finding_id for f in damaged if not f.tier)),
+        ),
+        control=ControlRecord(
+            requested=p.control_size,
+            size=n_control,
+            sample="non-suspect responses with text, length-matched to the suspects (places shared among "
+                   "log2-of-bytes classes as the suspects are), in each class the smallest xxh64(request_id, "
+                   "seed), ties by tenant",
+            length_classes={"suspects": info["suspect_length_classes"], "control": info["control_length_classes"]},
+            findings=len(control_rows),
+            responses_with_findings=len(flagged),
+            request_ids_with_findings=tuple(flagged),
+            false_positive_rate=round(len(flagged) / n_control, 6) if n_control else None,
+        ),
+    )
     for name, part, table_schema in (("evidence", evidence, schema.EVIDENCE), ("review", review, schema.REVIEW)):
-        table = pa.Table.from_pylist([{f: r.get(f) for f in table_schema.names} for r in part], schema=table_schema)
+        columns = tuple(table_schema.names)
+        table = pa.Table.from_pylist([f.to_row(columns) for f in part], schema=table_schema)
         write_table(c.table_path(name), table, table_schema)
         with atomic_open(c.root / f"{name}.csv", newline="") as fh:
-            fh.write(csv_text(part, schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
-    write_json(c.root / "match.json", report)
+            fh.write(csv_text([f.to_row() for f in part], schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
+    write_json(c.root / "match.json", report.to_json())
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
                                   "jobs_on_workers": helpers.jobs["workers"], "workers_failed": helpers.failed})

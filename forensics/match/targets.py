@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from forensics.artifacts import RequestKey
 from forensics.case import Case
 from forensics.errors import CaseError
 from forensics.match.index import NO_TIME, Target
@@ -34,7 +35,7 @@ def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]
     Two customers may send the same request id (client-supplied ids, two gateways): every table
     of this stage keys requests by both.
     """
-    return (request_id, tenant_id is None, tenant_id or "")
+    return RequestKey(request_id, tenant_id).sort_key()
 
 
 def _size_class(nbytes: int) -> int:

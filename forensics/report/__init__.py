@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
+from forensics.artifacts import JsonObject, ReportManifest, ReportParameters
 from forensics.case import Case, case_lock, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, load_saved
 from forensics.errors import CaseError, OutputError
@@ -60,19 +61,24 @@ class ReportResult:
     findings: int
     cross_tenant_findings: int
     packets: list[str]
-    outputs: list[dict[str, Any]]
+    outputs: list[JsonObject]  # path, size, sha256 of each output (manifest.json's outputs)
 
     @property
     def has_findings(self) -> bool:
         """Whether anyone must be notified (any suspect response or finding)."""
         return bool(self.notices)
 
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary for the CLI."""
+    def by_role_and_tier(self) -> dict[str, dict[str, int]]:
+        """Customers to notify per role (exposed, recipient) and tier."""
         tiers: dict[str, dict[str, int]] = {}
         for n in self.notices:
             tiers.setdefault(n.role, {}).setdefault(n.tier, 0)
             tiers[n.role][n.tier] += 1
+        return tiers
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary for the CLI."""
+        tiers = self.by_role_and_tier()
         return {
             "report": str(self.report_dir), "suspects": self.suspects, "findings": self.findings,
             "cross_tenant_findings": self.cross_tenant_findings,
@@ -383,32 +389,34 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     ]
     if cfg_json["values"].get("tokenizer"):
         cfg_json["values"]["tokenizer"] = _rel_or_self(Path(cfg_json["values"]["tokenizer"]), root)
-    body: dict[str, Any] = {
-        "case": config.name,
-        "inputs_root": Path(_rel(root, report_dir)).as_posix(),
-        "inputs": inputs,
-        "reconciliation": {k: v for k, v in data.ingest_manifest.items()
-                           if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
-                                    "skipped_inputs")},
-        "parameters": {"case": cfg_json, "scan": data.scan_info.get("parameters", {}),
-                       "match": data.match_info.get("parameters", {}), "report": config.section("report")},
-        "stage_records": {r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
-        "queries": _query_hashes(),
-        "severity_patterns": {"path": "forensics/report/patterns/severity.toml",
-                              "sha256": safe.sha256_bytes(patterns_text().encode("utf-8"))},
-        "versions": manifest.versions(),
-        "counts": data.counts | {"suspects": len(data.suspects), "findings": len(data.findings),
-                                 "notifications": len(rows), "packets": len(packets)},
-    }
-    if ledgers:  # what verify holds the ledgers to: this prefix must stay as it was (lines may follow)
-        body["ledgers"] = ledgers
-    if config.file is not None and Path(config.file).is_file():
-        body["case_file"] = {"path": _rel_or_self(Path(config.file), root), "sha256": safe.sha256_file(Path(config.file))}
+    has_case_file = config.file is not None and Path(config.file).is_file()
+    body = ReportManifest(
+        case=config.name,
+        inputs_root=Path(_rel(root, report_dir)).as_posix(),
+        inputs=tuple(inputs),
+        # The stages' records are read as they are: a case of an older version may lack a key.
+        reconciliation={k: v for k, v in data.ingest_manifest.items()
+                        if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
+                                 "skipped_inputs")},
+        parameters=ReportParameters(case=cfg_json, scan=data.scan_info.get("parameters", {}),
+                                    match=data.match_info.get("parameters", {}), report=config.section("report")),
+        stage_records={r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
+        queries=tuple(_query_hashes()),
+        severity_patterns={"path": "forensics/report/patterns/severity.toml",
+                           "sha256": safe.sha256_bytes(patterns_text().encode("utf-8"))},
+        versions=manifest.versions(),
+        counts=data.counts | {"suspects": len(data.suspects), "findings": len(data.findings),
+                              "notifications": len(rows), "packets": len(packets)},
+        # What verify holds the ledgers to: this prefix must stay as it was (lines may follow).
+        ledgers=ledgers or None,
+        case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": safe.sha256_file(Path(config.file))}
+                   if has_case_file and config.file is not None else None),
+    )
     written = manifest.write(report_dir, body, NOT_OUTPUTS)
     task.advance()
     task.close()
     cross = sum(1 for f in data.findings if f.cross_tenant)
-    return ReportResult(report_dir, rows, len(data.suspects), len(data.findings), cross, packets, written["outputs"])
+    return ReportResult(report_dir, rows, len(data.suspects), len(data.findings), cross, packets, list(written.outputs))
 
 
 def _rel(path: Path, start: Path) -> str:

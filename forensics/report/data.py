@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
+from forensics.artifacts import RequestKey
 from forensics.case import Case
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
@@ -50,9 +51,9 @@ class Suspect:
     engine_signature: bool
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> RequestKey:
         """The request's identity: (request id, tenant). Two customers may send the same request id."""
-        return (self.request_id, self.tenant_id)
+        return RequestKey(self.request_id, self.tenant_id)
 
 
 @dataclasses.dataclass
@@ -91,14 +92,14 @@ class Finding:
         return self.row.get("tier") or "possible"
 
     @property
-    def recipient_key(self) -> tuple[str, str]:
+    def recipient_key(self) -> RequestKey:
         """The recipient request's identity: (request id, tenant), as :attr:`Suspect.key`."""
-        return (str(self.row["recipient_request_id"]), self.recipient_tenant)
+        return RequestKey(str(self.row["recipient_request_id"]), self.recipient_tenant)
 
     @property
-    def source_key(self) -> tuple[str, str]:
+    def source_key(self) -> RequestKey:
         """The source request's identity: (request id, tenant)."""
-        return (str(self.row["source_request_id"]), self.source_tenant)
+        return RequestKey(str(self.row["source_request_id"]), self.source_tenant)
 
 
 @dataclasses.dataclass
@@ -178,7 +179,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
     )
 
 
-def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[tuple[str, str]],
+def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[RequestKey],
               ids: list[str] | None = None) -> list[Finding]:
     """The rows of ``table`` (evidence or review; only ``ids`` when given) with the text of their spans."""
     cols = schema.EVIDENCE.names
@@ -208,7 +209,7 @@ def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[tu
                 row=row, recipient_span=rspan, source_span=sspan,
                 recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
                 recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
-                source_is_suspect=(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
+                source_is_suspect=RequestKey(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
             )
         )
     return findings

@@ -11,10 +11,12 @@ import dataclasses
 import json
 import os
 import platform
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from forensics.artifacts import REPORT_FORMAT, ReportManifest
 from forensics.errors import CaseError
 from forensics.report import safe
 from forensics.review import OWN_FILES
@@ -23,7 +25,7 @@ MANIFEST = "manifest.json"
 #: The detached Ed25519 signature of manifest.json (forensics.verify): made after the manifest,
 #: so never among the outputs it lists.
 SIGNATURE = "manifest.json.sig"
-FORMAT = "forensics-report/1"
+FORMAT = REPORT_FORMAT
 #: Distributions whose versions can change a result.
 PACKAGES = ("forensics", "duckdb", "pyarrow", "polars", "rapidfuzz", "xxhash", "tokenizers", "python-stdnum", "phonenumbers")
 
@@ -99,14 +101,28 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
     return sorted(out, key=lambda e: e["path"])
 
 
-def write(report_dir: Path, body: dict[str, Any], exclude: set[str]) -> dict[str, Any]:
+def write(report_dir: Path, body: ReportManifest, exclude: set[str]) -> ReportManifest:
     """Add output hashes to ``body`` and write manifest.json (sorted keys, stable bytes)."""
-    body = dict(body)
-    body["format"] = FORMAT
-    body["outputs"] = output_hashes(report_dir, exclude | {MANIFEST, SIGNATURE})
-    body["outputs_excluded"] = sorted(exclude)
-    safe.write_text(report_dir / MANIFEST, json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    body = dataclasses.replace(body, outputs=tuple(output_hashes(report_dir, exclude | {MANIFEST, SIGNATURE})),
+                               outputs_excluded=tuple(sorted(exclude)))
+    safe.write_text(report_dir / MANIFEST, json.dumps(body.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     return body
+
+
+def read(report_dir: Path) -> ReportManifest:
+    """The manifest.json of a report folder; CaseError naming what is wrong when it is not one."""
+    path = Path(report_dir) / MANIFEST
+    if not path.is_file():
+        raise CaseError("no manifest.json in the report folder", file=report_dir, fix="give the folder `forensics report` wrote")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CaseError(f"manifest.json is not a report manifest ({exc})", file=path, fix="re-run `forensics report`") from None
+    try:
+        return ReportManifest.from_json(data, file=path)
+    except CaseError as exc:
+        raise CaseError(f"manifest.json is not a report manifest ({exc.message})", file=path,
+                        fix="re-run `forensics report`") from None
 
 
 @dataclasses.dataclass
@@ -152,28 +168,20 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
     from forensics import verify as checks
 
     report_dir = Path(report_dir)
-    path = report_dir / MANIFEST
-    if not path.is_file():
-        raise CaseError("no manifest.json in the report folder", file=report_dir, fix="give the folder `forensics report` wrote")
-    try:
-        man = json.loads(path.read_text(encoding="utf-8"))
-        if man.get("format") != FORMAT:
-            raise ValueError(f"format is {man.get('format')!r}, expected {FORMAT!r}")
-    except (ValueError, AttributeError) as exc:
-        raise CaseError(f"manifest.json is not a report manifest ({exc})", file=path, fix="re-run `forensics report`") from None
-    root = inputs_root if inputs_root is not None else (report_dir / man.get("inputs_root", ".")).resolve()
+    man = read(report_dir)
+    root = inputs_root if inputs_root is not None else (report_dir / man.inputs_root).resolve()
     signature, drift = checks.check_signature(report_dir, key)
     checked = 0
-    files = [("input", root / e["path"], e) for e in man.get("inputs", [])]
-    if man.get("case_file"):
-        files.append(("case_file", root / man["case_file"]["path"], man["case_file"]))
+    files: list[tuple[str, Path, Mapping[str, Any]]] = [("input", root / e["path"], e) for e in man.inputs]
+    if man.case_file:
+        files.append(("case_file", root / man.case_file["path"], man.case_file))
     for kind, p, e in files:
         checked += 1
         if not p.is_file():
             drift.append(Drift(kind, e["path"], "missing"))
         elif "sha256" in e and safe.sha256_file(p) != e["sha256"]:
             drift.append(Drift(kind, e["path"], "changed"))
-    recorded = {o["path"]: o for o in man.get("outputs", [])}
+    recorded = {o["path"]: o for o in man.outputs}
     for rel, o in sorted(recorded.items()):
         checked += 1
         p = report_dir / rel
@@ -181,7 +189,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
             drift.append(Drift("output", rel, "missing"))
         elif safe.sha256_file(p) != o["sha256"]:
             drift.append(Drift("output", rel, "changed"))
-    exclude = set(man.get("outputs_excluded", [])) | {MANIFEST, SIGNATURE}
+    exclude = set(man.outputs_excluded) | {MANIFEST, SIGNATURE}
     for o in output_hashes(report_dir, exclude):
         if o["path"] not in recorded:
             drift.append(Drift("output", o["path"], "unexpected"))

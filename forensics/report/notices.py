@@ -19,6 +19,7 @@ from typing import Any
 import phonenumbers
 
 from forensics import settings
+from forensics.artifacts import RequestKey
 from forensics.errors import ConfigError
 from forensics.report import safe
 from forensics.report.data import CaseData, Finding, Suspect, best_tier, iso
@@ -144,7 +145,7 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     """
     cross = [f for f in data.findings if f.cross_tenant]
     # Requests are (request id, tenant): two customers may send the same request id.
-    by_recipient_request: dict[tuple[str, str], list[Finding]] = {}
+    by_recipient_request: dict[RequestKey, list[Finding]] = {}
     for f in cross:
         by_recipient_request.setdefault(f.recipient_key, []).append(f)
     recipients: dict[str, dict[str, Any]] = {}
