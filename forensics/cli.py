@@ -851,14 +851,13 @@ def _render_report(result: ReportResult, stages: list[StageTiming] | None = None
 
 
 @app.command(cls=PlainCommand)
+@setting_options("run")
 def run(
     config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR",
                                              help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
-    engine: Optional[str] = typer.Option(None, "--engine", metavar="local|spark",
-                                         help="Where ingest parsing and the match pass run (default: the case file's "
-                                         "[execution] engine, else local); same results either way."),
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -872,7 +871,9 @@ def run(
 
     if sign is not None:  # a bad key must fail before the run, not after it
         check_private_key(sign)
-    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign, engine=engine)
+    engine = settings["engine"]
+    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign,
+                     engine=str(engine) if engine is not None else None)
     sealed = read_seal(result.report.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
