@@ -59,6 +59,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 T0 = dt.datetime(2026, 8, 29, 0, 0, tzinfo=dt.UTC)
 
+#: Words a prompt of the chat-shaped corpus keeps (its median text is then ~100 tokens).
+CHAT_WORDS = 120
+
 
 def _strings(obj: Any, out: list[str]) -> None:
     if isinstance(obj, str):
@@ -134,8 +137,13 @@ class Overlap:
         return np.where(self.keys[idx] == g, self.counts[idx], 0)
 
 
-def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -> tuple[Truth, dict[str, Any]]:
-    """Write exchanges/suspects for one scale; the 1x records are identical at every scale."""
+def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7,
+          chat: bool = False) -> tuple[Truth, dict[str, Any]]:
+    """Write exchanges/suspects for one scale; the 1x records are identical at every scale.
+
+    ``chat``: the chat shape, many short texts only (no whole-article prompts, prompts cut to
+    their first ``CHAT_WORDS`` words), the traffic where per-text costs dominate.
+    """
     rng = random.Random(seed)
     docs, answers = load_pool(corpus)
     rng.shuffle(docs)
@@ -155,8 +163,8 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
     minute = 0.0
     for i in range(n_records):
         tenant = f"tenant{rng.randrange(n_tenants):02d}"
-        prompt = docs[i]
-        if i % 400 == 5:  # a few very long prompts (whole articles pasted): the incident's own shape
+        prompt = " ".join(docs[i].split()[:CHAT_WORDS]) if chat else docs[i]
+        if i % 400 == 5 and not chat:  # a few very long prompts (whole articles pasted): the incident's own shape
             prompt = "\n\n".join(rng.sample(longest, 12))
         body[f"r{i:06d}"] = prompt
         if rng.random() < 0.3:
@@ -209,7 +217,7 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7) -
     # The larger corpora: shuffled-word records (no shared passages) at random times.
     for c in range(1, scale):
         for i in range(n_records):
-            words, resp = _tokens(docs[i]), _tokens(responses[i])
+            words, resp = _tokens(body[f"r{i:06d}"] if chat else docs[i]), _tokens(responses[i])
             rng.shuffle(words)
             rng.shuffle(resp)
             rows.append(_row(f"x{c}{i:06d}", f"tenant{rng.randrange(n_tenants):02d}", rng.uniform(0, minute),

@@ -120,7 +120,10 @@ class Scanner:
                              if n else np.zeros(0, np.int64))
         self.common = np.zeros(n, dtype=bool)
         self._count = np.zeros(n, dtype=np.int32)
-        self._seen = np.zeros(0, dtype=np.uint64)  # hashed (k-gram, tenant) pairs already counted
+        # Hashed (k-gram, tenant) pairs already counted, as sorted runs of decreasing size (each at
+        # least twice the next): a chunk's new pairs are one more run, merged only while it is as
+        # large as the one before, so each pair is merged O(log n) times, not once per chunk.
+        self._seen: list[np.ndarray] = []
 
     def _learn(self, gid: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> None:
         early = (tenant >= 0) & (when < self.min_deadline[gid]) & ~self.common[gid]
@@ -129,13 +132,23 @@ class Scanner:
         g = gid[early]
         keys = mix64(g.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tenant[early].astype(np.uint64))
         keys, first = np.unique(keys, return_index=True)
-        if len(self._seen):
-            idx = np.clip(np.searchsorted(self._seen, keys), 0, len(self._seen) - 1)
-            new = self._seen[idx] != keys
+        for run in self._seen:
+            if not len(keys):
+                break
+            idx = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+            new = run[idx] != keys
             keys, first = keys[new], first[new]
+        if not len(keys):
+            return
         np.add.at(self._count, g[first], 1)
         self.common |= self._count > self.p.max_tenants
-        self._seen = np.union1d(self._seen, keys)
+        self._seen.append(keys)
+        while len(self._seen) > 1 and 2 * len(self._seen[-1]) > len(self._seen[-2]):
+            # Runs are disjoint (only new keys are added): a sort of the two is their union.
+            top = self._seen.pop()
+            merged = np.concatenate([self._seen.pop(), top])
+            merged.sort(kind="stable")
+            self._seen.append(merged)
 
     def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
         """Scan one batch of exchanges in chunks of at most ``CHUNK_CHARS`` characters of text.
