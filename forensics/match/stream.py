@@ -326,66 +326,90 @@ def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
                    np.concatenate([t.hash for t in parts])), np.array(bounds, dtype=np.int64))
 
 
-def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
+def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tuple[str, str | None, int],
            kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
            c: np.ndarray, later: bool = False) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster.
 
     ``q``/``s`` are the hits' token positions in the target and the source, ``c`` their source
     character offsets; ``tk`` holds the source's tokens (the whole text, or the regions around
-    its hits, see :func:`regions`) and ``bounds`` the first token of each region.
+    its hits, see :func:`regions`) and ``bounds`` the first token of each region. ``t`` may also
+    be an array (the target of each hit): the targets are then taken in increasing order, each
+    as if verified alone, in one set of array passes (a source text of short chats often has
+    hits on many targets, a few each).
     """
-    out: list[Candidate] = []
-    seen: set[tuple[int, int, int, int]] = set()
+    n = len(q)
+    tt = np.full(n, t, dtype=np.int64) if np.ndim(t) == 0 else np.asarray(t, dtype=np.int64)
+    order, cut = _cluster_order(tt, q, s, p.gap)
+    if not len(cut):
+        return []
     k, margin = p.k, p.margin
-    ttok = index.targets[t].tokens
-    for cq, _cs, cc in _clusters(q, s, c, p.gap):
-        local = np.searchsorted(tk.start, cc)
-        region = int(np.searchsorted(bounds, local.min(), side="right")) - 1
-        qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
-        sa = max(int(local.min()) - margin, int(bounds[region]))
-        sb = min(int(local.max()) + k + margin, int(bounds[region + 1]))
-        al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
+    tt, qq = tt[order], q.astype(np.int64)[order]
+    local = np.searchsorted(tk.start, c.astype(np.int64)[order])
+    first = cut[:-1]
+    ct = tt[first]
+    lmin, lmax = np.minimum.reduceat(local, first), np.maximum.reduceat(local, first)
+    region = np.searchsorted(bounds, lmin, side="right") - 1
+    t_len = np.array([len(index.targets[x].tokens) for x in ct.tolist()], dtype=np.int64)
+    qa = np.maximum(np.minimum.reduceat(qq, first) - margin, 0)
+    qb = np.minimum(np.maximum.reduceat(qq, first) + k + margin, t_len)
+    sa = np.maximum(lmin - margin, bounds[region])
+    sb = np.minimum(lmax + k + margin, bounds[region + 1])
+    out: list[Candidate] = []
+    seen: set[tuple[int, int, int, int]] = set()  # per target, as each was verified alone
+    last_t = -1
+    shash = tk.hash
+    for t_, qa_, qb_, sa_, sb_ in zip(ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(), sb.tolist()):
+        if t_ != last_t:
+            seen.clear()
+            last_t = t_
+            ttok = index.targets[t_].tokens
+        al = align(ttok.hash[qa_:qb_], shash[sa_:sb_])
         if al is None:
             continue
-        a0, a1, b0, b1 = qa + al.a_start, qa + al.a_end, sa + al.b_start, sa + al.b_end
+        a0, a1, b0, b1 = qa_ + al.a_start, qa_ + al.a_end, sa_ + al.b_start, sa_ + al.b_end
         key = (a0, a1, int(tk.start[b0]), int(tk.end[b1 - 1]))
         if key in seen:
             continue
         seen.add(key)
-        kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
+        kpos = [np.arange(qa_ + a, qa_ + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
-            target=t, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
+            target=t_, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
             source_kind=kind,
             tok_start=a0, tok_end=a1,
             recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
-            source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),
+            source_start=key[2], source_end=key[3],
             score=al.score, matched=al.matched, longest_run=al.longest_run,
             kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
-            blocks=tuple((qa + a, size) for a, _, size in al.blocks), later=later,
+            blocks=tuple((qa_ + a, size) for a, _, size in al.blocks), later=later,
         ))
     return out
 
 
-def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Group hits (target position q, source position s, source char c) into regions along a diagonal.
+def _cluster_order(t: np.ndarray, q: np.ndarray, s: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group hits (target t, target position q, source position s) into regions along a diagonal.
 
-    Hits are linked when their diagonals (s - q) differ by at most ``gap`` (insertions and
-    deletions shift the diagonal a little) and, within that, their target positions are at
-    most ``gap`` apart; a passage repeated elsewhere in the source lands on another diagonal.
+    Per target (in increasing order): hits are linked when their diagonals (s - q) differ by at
+    most ``gap`` (insertions and deletions shift the diagonal a little) and, within that, their
+    target positions are at most ``gap`` apart; a passage repeated elsewhere in the source lands
+    on another diagonal. Returns the hits' order (clusters one after another, each sorted by
+    target position, ties in diagonal order) and where each cluster starts (plus the total).
     """
-    q, s, c = q.astype(np.int64), s.astype(np.int64), c.astype(np.int64)
+    if len(q) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    q, s = q.astype(np.int64), s.astype(np.int64)
     diag = s - q
-    order = np.lexsort((q, diag))
-    q, s, c, diag = q[order], s[order], c[order], diag[order]
-    out = []
-    for dgrp in np.split(np.arange(len(q)), np.flatnonzero(np.diff(diag) > gap) + 1):
-        qq, ss, cc = q[dgrp], s[dgrp], c[dgrp]
-        o = np.argsort(qq, kind="stable")
-        qq, ss, cc = qq[o], ss[o], cc[o]
-        for part in np.split(np.arange(len(qq)), np.flatnonzero(np.diff(qq) > gap) + 1):
-            out.append((qq[part], ss[part], cc[part]))
-    return out
+    order = np.lexsort((q, diag, t))
+    tq, d = t[order], diag[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (tq[1:] != tq[:-1]) | (np.diff(d) > gap)  # a new diagonal band (or target)
+    band = np.cumsum(new)
+    o2 = np.lexsort((q[order], band))  # stable: equal positions keep their diagonal order
+    order = order[o2]
+    b, qq = band[o2], q[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (b[1:] != b[:-1]) | (np.diff(qq) > gap)
+    return order, np.append(np.flatnonzero(new), len(order))
 
 
 def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
@@ -541,10 +565,8 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
     short: list[tuple[int, int, np.ndarray, str]] = []  # (row, kind, hits, text) waiting to be tokenized
 
     def align_text(row: int, kind_no: int, ks: np.ndarray, tk: Tokens, spans: np.ndarray) -> None:
-        for t in np.unique(ks[:, 0]).tolist():
-            ts = ks[ks[:, 0] == t]
-            cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no % 2], tk, spans, ts[:, 1], ts[:, 4],
-                                ts[:, 5], later=kind_no >= 2))
+        cands.extend(verify(index, p, ks[:, 0], task.sources[row], KINDS[kind_no % 2], tk, spans, ks[:, 1],
+                            ks[:, 4], ks[:, 5], later=kind_no >= 2))
 
     def flush() -> None:
         if not short:
