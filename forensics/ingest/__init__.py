@@ -31,7 +31,7 @@ from forensics.ingest.base import FileContext, Quarantined, record_hash
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
 from forensics.ingest.registry import FORMATS
 from forensics.progress import Reporter, reporter
-from forensics.tokens import Counter
+from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
 
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
@@ -289,7 +289,8 @@ def ingest(
         run_files.append(known[sha])
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
-                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip))
+                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
+                              cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))
 
     skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
     for item in skipped:
@@ -299,7 +300,10 @@ def ingest(
 
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
+    band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
+    band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     for unit, counts in _run_units(units):
+        band.add(BandStats(**counts["prompt_tokens_band"]))
         entry = known[unit.sha]
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
@@ -322,6 +326,13 @@ def ingest(
         manifest["notes"].append(
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
             f"were quarantined: {', '.join(tenantless[:5])}")
+    manifest["prompt_tokens_band"] = {
+        "rule": "with a tokenizer file and a numeric ceiling at ingest, a prompt is not tokenized when "
+                f"{BAND_TOKENS_PER_BYTE} x its UTF-8 bytes (after the tokenizer's normaliser) + "
+                f"{TEMPLATE_TOKENS_PER_MESSAGE} x messages + {TEMPLATE_TOKENS_FIXED} < the ceiling: no tokenizer "
+                "can make it reach the ceiling; it keeps the reported or estimated count (forensics.tokens)",
+        "rows": dataclasses.asdict(band),
+    }
     manifest["format"] = schema.CASE_FORMAT
     manifest["tool"] = {"name": "forensics", "version": __version__}
     write_json(c.manifest_path, manifest)
@@ -401,6 +412,7 @@ class Unit:
     tokenizer: str | None
     staging: str
     skip: str | None = None  # why the file is not read (its format or encoding), else None
+    ceiling: int | None = None  # the case's real ceiling when known at ingest: rows far below it are not tokenized
 
     def size(self) -> int:
         """Bytes this unit reads (for progress)."""
@@ -454,10 +466,14 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
     excerpts: dict[str, list[str | None]] = {name: [] for name in sinks}
     sizes = dict.fromkeys(sinks, 0)
+    # Rows to tokenize wait in the buffer and are counted together at flush (the batch encoder).
+    counter = Counter(Path(unit.tokenizer) if unit.tokenizer and unit.fmt else None, unit.ceiling, deferred=True)
 
     def flush(table: str) -> None:
         rows, shown = buffers[table], excerpts[table]
         buffers[table], excerpts[table], sizes[table] = [], [], 0
+        if table == "exchanges":
+            counter.settle(rows)
         try:
             sinks[table].write_rows(rows)
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
@@ -495,7 +511,6 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             counts["status"] = "skipped: not UTF-8" if unit.skip else "skipped: format not recognised"
         else:
             log_format = FORMATS.get(unit.fmt)
-            counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name)
             problems: list[FileProblem] = []
             for line in log_format.read(Path(unit.path), problems, unit.span):
@@ -540,6 +555,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             flush(table)
         for sink in sinks.values():
             sink.close()
+        counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
     except BaseException:
         for sink in sinks.values():
             sink.abort()
