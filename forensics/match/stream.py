@@ -335,50 +335,68 @@ def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tupl
     character offsets; ``tk`` holds the source's tokens (the whole text, or the regions around
     its hits, see :func:`regions`) and ``bounds`` the first token of each region. ``t`` may also
     be an array (the target of each hit): the targets are then taken in increasing order, each
-    as if verified alone, in one set of array passes (a source text of short chats often has
-    hits on many targets, a few each).
+    as if verified alone.
     """
     n = len(q)
     tt = np.full(n, t, dtype=np.int64) if np.ndim(t) == 0 else np.asarray(t, dtype=np.int64)
-    order, cut = _cluster_order(tt, q, s, p.gap)
-    if not len(cut):
+    loc = np.searchsorted(tk.start, c.astype(np.int64))
+    return _verify_groups(index, p, [(source, kind, later)], np.zeros(n, np.int64), tt, q, s, loc, tk, bounds)
+
+
+def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[str, str | None, int], str, bool]],
+                   grp: np.ndarray, t: np.ndarray, q: np.ndarray, s: np.ndarray, loc: np.ndarray, tk: Tokens,
+                   bounds: np.ndarray) -> list[Candidate]:
+    """Cluster and align the hits of several source texts at once (one set of array passes).
+
+    Hit ``i`` belongs to text ``grp[i]`` (``meta``: its source, kind and whether it is later),
+    target ``t[i]``, at target position ``q[i]``, source position ``s[i]`` and source token
+    ``loc[i]`` of ``tk`` (the texts' tokens one after another, offsets relative to each text).
+    ``bounds``: the first token of every region of ``tk`` (plus the total); no alignment crosses
+    one. Candidates come out per text in order, per target in increasing order within it, then
+    per cluster, exactly as :func:`verify` on each (text, target) alone would give them.
+    """
+    if len(q) == 0:
         return []
+    n_t = max(len(index.targets), 1)
+    order, cut = _cluster_order(grp * n_t + t, q, s, p.gap)
     k, margin = p.k, p.margin
-    tt, qq = tt[order], q.astype(np.int64)[order]
-    local = np.searchsorted(tk.start, c.astype(np.int64)[order])
     first = cut[:-1]
-    ct = tt[first]
+    key = (grp * n_t + t)[order][first]
+    qq, local = q.astype(np.int64)[order], loc[order]
     lmin, lmax = np.minimum.reduceat(local, first), np.maximum.reduceat(local, first)
     region = np.searchsorted(bounds, lmin, side="right") - 1
-    t_len = np.array([len(index.targets[x].tokens) for x in ct.tolist()], dtype=np.int64)
+    ct = key % n_t
+    t_len = np.array([len(x.tokens) for x in index.targets], dtype=np.int64)[ct] if len(index.targets) else ct
     qa = np.maximum(np.minimum.reduceat(qq, first) - margin, 0)
     qb = np.minimum(np.maximum.reduceat(qq, first) + k + margin, t_len)
     sa = np.maximum(lmin - margin, bounds[region])
     sb = np.minimum(lmax + k + margin, bounds[region + 1])
     out: list[Candidate] = []
-    seen: set[tuple[int, int, int, int]] = set()  # per target, as each was verified alone
-    last_t = -1
-    shash = tk.hash
-    for t_, qa_, qb_, sa_, sb_ in zip(ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(), sb.tolist()):
-        if t_ != last_t:
+    seen: set[tuple[int, int, int, int]] = set()  # per (text, target), as each was verified alone
+    last = -1
+    shash, sstart, send = tk.hash, tk.start, tk.end
+    for key_, t_, qa_, qb_, sa_, sb_ in zip(key.tolist(), ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(),
+                                            sb.tolist()):
+        if key_ != last:
             seen.clear()
-            last_t = t_
+            last = key_
             ttok = index.targets[t_].tokens
+            source, kind, later = meta[key_ // n_t]
         al = align(ttok.hash[qa_:qb_], shash[sa_:sb_])
         if al is None:
             continue
         a0, a1, b0, b1 = qa_ + al.a_start, qa_ + al.a_end, sa_ + al.b_start, sa_ + al.b_end
-        key = (a0, a1, int(tk.start[b0]), int(tk.end[b1 - 1]))
-        if key in seen:
+        span = (a0, a1, int(sstart[b0]), int(send[b1 - 1]))
+        if span in seen:
             continue
-        seen.add(key)
+        seen.add(span)
         kpos = [np.arange(qa_ + a, qa_ + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
             target=t_, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
             source_kind=kind,
             tok_start=a0, tok_end=a1,
             recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
-            source_start=key[2], source_end=key[3],
+            source_start=span[2], source_end=span[3],
             score=al.score, matched=al.matched, longest_run=al.longest_run,
             kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
             blocks=tuple((qa_ + a, size) for a, _, size in al.blocks), later=later,
@@ -569,13 +587,18 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
                             ks[:, 4], ks[:, 5], later=kind_no >= 2))
 
     def flush() -> None:
+        # The waiting texts' hits, clustered and aligned in one go: a text of short chats has a few
+        # hits on a few targets, so per-text array calls would cost more than the work itself.
         if not short:
             return
-        tk, _, first = tokenize_many([x[3] for x in short])
-        for i, (row, kind_no, ks, _) in enumerate(short):
-            a, b = int(first[i]), int(first[i + 1])
-            align_text(row, kind_no, ks, Tokens(tk.start[a:b], tk.end[a:b], tk.hash[a:b]),
-                       np.array([0, b - a], dtype=np.int64))
+        tk, owner, first = tokenize_many([x[3] for x in short])
+        ks = np.concatenate([x[2] for x in short])
+        grp = np.repeat(np.arange(len(short), dtype=np.int64), [len(x[2]) for x in short])
+        # Each hit's token in its own text, by one search over (text, character) keys.
+        loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | ks[:, 5].astype(np.int64))
+        meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2) for row, kind_no, _, _ in short]
+        cands.extend(_verify_groups(index, p, meta, grp, ks[:, 0].astype(np.int64), ks[:, 1], ks[:, 4], loc, tk,
+                                    first))
         short.clear()
 
     waiting = 0
