@@ -529,8 +529,20 @@ class ScanTask:
     hi: int
 
 
-def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
-    """(row, (prompt, response)) for the sorted global ``rows`` of one row group starting at ``first_row``.
+class RowTexts:
+    """One row's prompt (``[0]``) and response (``[1]``), each made a Python string only when asked for
+    (a row verified for its response alone may hold a megabyte prompt)."""
+
+    def __init__(self, batch: pa.RecordBatch, i: int) -> None:
+        self._batch, self._i = batch, i
+
+    def __getitem__(self, kind: int) -> str:
+        value: str | None = self._batch.column(kind)[self._i].as_py()
+        return value or ""
+
+
+def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, RowTexts]]:
+    """(row, its texts) for the sorted global ``rows`` of one row group starting at ``first_row``.
 
     Reads batches sized like the pass's (:func:`rows_per_batch`: hundreds of short chats, a few
     megabyte prompts) and stops after the last wanted row.
@@ -546,7 +558,7 @@ def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Ite
     for b in pf.iter_batches(batch_size=size, row_groups=[row_group], columns=["prompt_text", "response_text"]):
         end = pos + b.num_rows
         while want < end:
-            yield want, (b.column(0)[want - pos].as_py() or "", b.column(1)[want - pos].as_py() or "")
+            yield want, RowTexts(b, want - pos)
             nxt = next(wanted, None)
             if nxt is None:
                 return
@@ -677,6 +689,7 @@ __all__ = [
     "NO_TIME",
     "PASS_COLUMNS",
     "RowReader",
+    "RowTexts",
     "ScanTask",
     "Scanner",
     "VerifyTask",
