@@ -33,7 +33,10 @@ Only where it matters (the band)
     ``BAND_TOKENS_PER_BYTE * bytes + TEMPLATE_TOKENS_PER_MESSAGE * messages + TEMPLATE_TOKENS_FIXED
     < ceiling``, ``bytes`` being the larger of the text's and its normalised text's. That bound
     also exceeds the estimate's high end and any plausible reported figure, so the row's recorded
-    band stays below the ceiling: the scan's suspects are those of counting every row. Rows
+    band stays below the ceiling, and the finaliser lets no engine figure replace it (as none
+    replaces a tokenizer count): the scan finds the same suspects for the same reasons as when
+    every row is counted (one that is a suspect for another reason, the engine's bug signature,
+    shows its reported or estimated count). Rows
     above or near the ceiling are always counted: their count is the evidence the suspects list
     shows. Without a numeric ceiling at ingest (``"auto"``, unset) every row is counted. The rows
     left are encoded together with the library's parallel batch encoder. The ingest manifest
@@ -184,6 +187,19 @@ class Counter:
         for row, enc in zip(pending, encodings):
             n = len(enc.ids)
             row["prompt_tokens"] = row["prompt_tokens_low"] = row["prompt_tokens_high"] = n
+
+
+def band_decided(source: str | None, text_bytes: int | None, messages: int, truncated: bool | None,
+                 ceiling: int | None) -> bool:
+    """Whether a row's count was decided by the band (it stands in for the tokenizer's count).
+
+    Such a row is ``reported`` or ``estimate`` although a tokenizer was given; the finaliser keeps it
+    as it keeps a tokenizer count, so an engine figure replaces neither (the suspects stay those of
+    counting every row). ``ceiling``: the ingest's band ceiling (None: no band). The bound on the
+    raw bytes is at most the one the worker used (on the larger of raw and normalised bytes).
+    """
+    return (ceiling is not None and source in ("reported", "estimate") and text_bytes is not None
+            and not truncated and band_bound(text_bytes, messages) < ceiling)
 
 
 def check_band(manifest: dict[str, Any], ceiling: int) -> None:

@@ -190,3 +190,43 @@ def test_scan_ceiling_below_a_band_decision_is_refused(tmp_path: Path) -> None:
     cfg.set("real_ceiling_tokens", 150, "option")
     with pytest.raises(ConfigError, match="ingest the logs again"):
         scan(case, cfg)
+
+
+def test_engine_over_limit_line_does_not_replace_a_band_decision(tmp_path: Path) -> None:
+    """A tokenizer count is never replaced by an engine figure; a count the band decided in its place
+    is not either, or the band would make a suspect that counting every row does not."""
+    from forensics.config import config_from_mapping
+    from forensics.scan import scan
+
+    ceiling = 300_000
+    gw = tmp_path / "callbacks.jsonl"
+    gw.write_text(json.dumps({
+        "id": "chatcmpl-9", "call_type": "acompletion", "startTime": 1787997000.0, "endTime": 1787997009.0,
+        "model": "glm-5.3", "model_group": "glm-5.3", "prompt_tokens": 1,
+        "messages": [{"role": "user", "content": "The parties agree as follows. " * 2000}],
+        "response": {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+        "metadata": {"user_api_key_team_id": "team-a"},
+    }) + "\n")
+    engine = tmp_path / "prefill-0_0.log"
+    engine.write_text(
+        "[2026-08-29 10:01:55 TP0] Input length (400000 tokens) exceeds the maximum allowed length (299999 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate., self.rid='chatcmpl-9'\n")
+    tok = _tokenizer_file(tmp_path)
+    banded, every = tmp_path / "banded", tmp_path / "every"
+    api.ingest(banded, [gw, engine], config=api.make_config(tokenizer=tok, real_ceiling_tokens=ceiling))
+    api.ingest(every, [gw, engine], config=api.make_config(tokenizer=tok))
+    assert json.loads((banded / "manifest.json").read_text())["prompt_tokens_band"]["rows"]["decided_below"] == 1
+    rows = [pq.read_table(case / "exchanges.parquet").to_pylist()[0] for case in (banded, every)]
+    assert [r["prompt_tokens_source"] for r in rows] == ["estimate", "tokenizer"]
+    cfg = config_from_mapping({"name": "t", "model": "glm-5.3", "window_start": "2026-08-29T00:00:00Z",
+                               "window_end": "2026-08-30T00:00:00Z", "real_ceiling_tokens": ceiling,
+                               "advertised_window_tokens": 1_048_576}, base=Path("."))
+    for case in (banded, every):
+        scan(case, cfg)
+    # The engine's bug signature makes it a suspect either way; the over-limit figure must not add
+    # above_ceiling to it. (Its count column shows what the row holds: the estimate, or the tokenizer's.)
+    token_columns = {"prompt_tokens", "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high"}
+    suspects = [[{k: v for k, v in r.items() if k not in token_columns}
+                 for r in pq.read_table(case / "suspects.parquet").to_pylist()] for case in (banded, every)]
+    assert suspects[0] == suspects[1]
+    assert [(r["request_id"], r["reasons"]) for r in suspects[0]] == [("chatcmpl-9", "engine_signature")]

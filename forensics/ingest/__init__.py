@@ -301,9 +301,12 @@ def ingest(
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
     band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
+    band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
     band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     for unit, counts in _run_units(units):
         band.add(BandStats(**counts["prompt_tokens_band"]))
+        if unit.tokenizer and unit.ceiling is not None:
+            band_files[unit.sha] = unit.ceiling
         entry = known[unit.sha]
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
@@ -321,7 +324,8 @@ def ingest(
         for f in run_files
     ]
 
-    manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
+    manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
+                        band_files)
     if tenantless:
         manifest["notes"].append(
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
@@ -332,6 +336,8 @@ def ingest(
                 f"{TEMPLATE_TOKENS_PER_MESSAGE} x messages + {TEMPLATE_TOKENS_FIXED} < the ceiling: no tokenizer "
                 "can make it reach the ceiling; it keeps the reported or estimated count (forensics.tokens)",
         "rows": dataclasses.asdict(band),
+        # Per file (SHA-256): the ceiling its rows were decided against (the finaliser needs it on later runs).
+        "ceiling_by_file": dict(sorted(band_files.items())),
     }
     manifest["format"] = schema.CASE_FORMAT
     manifest["tool"] = {"name": "forensics", "version": __version__}
