@@ -266,6 +266,8 @@ class IngestManifest(Record):
     reconciled: bool = True
     notes: tuple[str, ...] = ()
     tool: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # With a tokenizer: the size band that decided rows without it (the rule, counts, ceiling per file).
+    prompt_tokens_band: JsonObject | None = _optional()
     schema_version: str = _version(schema.CASE_FORMAT)
 
 

@@ -42,6 +42,7 @@ from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError
 from forensics.progress import Reporter, reporter
+from forensics.tokens import check_band
 
 #: Rows of each anomaly kept in scan.json (the count is always complete; the SQL file lists all).
 ANOMALY_ROWS_KEPT = 200
@@ -262,6 +263,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         q.install_views(con, all_queries)
         _check_scope(con, config)
         limits = resolve_limits(con, config)
+        check_band(case_obj.read_manifest(), int(config.real_ceiling_tokens))  # type: ignore[arg-type]
         engine_limits = _engine_limits(con)
         params = _params(config)
         task.advance()

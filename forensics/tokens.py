@@ -18,6 +18,31 @@ A prompt's trusted ``prompt_tokens`` comes, best first, from:
 ``unknown``
     no text and no figure.
 
+Only where it matters (the band)
+    Given the case's ceiling at ingest, a prompt whose size alone proves it far below the ceiling
+    is not tokenized: it gets what it would get without a tokenizer file (``reported`` or
+    ``estimate``). The proof, for any tokenizer the ``tokenizers`` library loads: take the text's
+    UTF-8 bytes ``b`` after the tokenizer's own normaliser (measured, as a normaliser may lengthen
+    it: NFKC turns one character into up to 18). Pre-tokenizers only cut, except that Metaspace
+    puts its marker (one character, at most 4 bytes) in place of a one-byte space and before the
+    first piece, and ByteLevel maps each byte to one character: the model sees at most
+    ``4 b + 4`` bytes. Every token it emits covers at least one of them (a merge covers several;
+    byte fallback, the worst case, one token per byte; an unknown character is one token), and no
+    special token is added: at most ``4 b + 4`` tokens.
+    With the template allowance below, a row is decided below the ceiling when
+    ``BAND_TOKENS_PER_BYTE * bytes + TEMPLATE_TOKENS_PER_MESSAGE * messages + TEMPLATE_TOKENS_FIXED
+    < ceiling``, ``bytes`` being the larger of the text's and its normalised text's. That bound
+    also exceeds the estimate's high end and any plausible reported figure, so the row's recorded
+    band stays below the ceiling, and the finaliser lets no engine figure replace it (as none
+    replaces a tokenizer count): the scan finds the same suspects for the same reasons as when
+    every row is counted (one that is a suspect for another reason, the engine's bug signature,
+    shows its reported or estimated count). Rows
+    above or near the ceiling are always counted: their count is the evidence the suspects list
+    shows. Without a numeric ceiling at ingest (``"auto"``, unset) every row is counted. The rows
+    left are encoded together with the library's parallel batch encoder. The ingest manifest
+    records the decisions (``prompt_tokens_band``), and a scan whose ceiling is not above the
+    largest bound of a decided row is refused (:func:`check_band`): it would need those counts.
+
 A reported figure is *implausible* when no tokenizer could produce it from the text: fewer tokens
 than bytes / 16 (a ratio no BPE vocabulary reaches on real text), or more than one token per
 byte plus a template allowance. The incident's placeholder, ``prompt_tokens = 1`` on a prompt of
@@ -40,6 +65,8 @@ BAND_HIGH_BYTES_PER_TOKEN = 2.5
 MAX_BYTES_PER_TOKEN = 16.0
 TEMPLATE_TOKENS_PER_MESSAGE = 16
 TEMPLATE_TOKENS_FIXED = 64
+#: Tokens per UTF-8 byte (after the tokenizer's normaliser) no tokenizer exceeds: see the module notes.
+BAND_TOKENS_PER_BYTE = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +100,56 @@ def plausible(reported: int, text_bytes: int, messages: int = 1) -> bool:
     return low <= reported <= high
 
 
-class Counter:
-    """Counts prompt tokens with a tokenizer file, or decides between reported and estimate."""
+def band_bound(text_bytes: int, messages: int) -> int:
+    """Most tokens a prompt of ``text_bytes`` bytes (normalised) can be, template included (see the notes)."""
+    return BAND_TOKENS_PER_BYTE * text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
 
-    def __init__(self, tokenizer: Path | None = None) -> None:
+
+@dataclasses.dataclass
+class BandStats:
+    """How the rows of a run were counted: exactly, or decided below the ceiling by their size."""
+
+    ceiling: int | None = None
+    counted: int = 0
+    decided_below: int = 0
+    highest_bound: int = 0  # the largest band_bound of a decided row (a lower ceiling would need a recount)
+
+    def add(self, other: BandStats) -> None:
+        """Add another run's (or worker's) figures to these."""
+        self.counted += other.counted
+        self.decided_below += other.decided_below
+        self.highest_bound = max(self.highest_bound, other.highest_bound)
+
+
+class Counter:
+    """Counts prompt tokens with a tokenizer file, or decides between reported and estimate.
+
+    With ``ceiling``, rows whose size proves them far below it are not tokenized (see the module
+    notes). With ``deferred``, rows to tokenize are left pending (``prompt_tokens`` None, source
+    ``tokenizer``) and :meth:`settle` counts a batch of rows at once with the batch encoder.
+    """
+
+    def __init__(self, tokenizer: Path | None = None, ceiling: int | None = None, deferred: bool = False) -> None:
         self._tokenizer = load_tokenizer(tokenizer) if tokenizer else None
         self.tokenizer_path = tokenizer
+        self.ceiling = ceiling if self._tokenizer is not None else None
+        self.deferred = deferred and self._tokenizer is not None
+        self.band = BandStats(ceiling=self.ceiling)
+        self._normalizer = self._tokenizer.normalizer if self._tokenizer is not None else None
+
+    def _decided_below(self, text: str, text_bytes: int, messages: int) -> bool:
+        """Whether the prompt's size proves it below the ceiling (recorded in ``band``)."""
+        if self.ceiling is None or band_bound(text_bytes, messages) >= self.ceiling:
+            return False
+        if self._normalizer is not None:
+            # A normaliser may lengthen the text (NFKC turns one character into up to 18): bound that too.
+            text_bytes = max(text_bytes, len(self._normalizer.normalize_str(text).encode("utf-8", "surrogatepass")))
+        bound = band_bound(text_bytes, messages)
+        if bound >= self.ceiling:
+            return False
+        self.band.decided_below += 1
+        self.band.highest_bound = max(self.band.highest_bound, bound)
+        return True
 
     def count(self, text: str | None, text_bytes: int | None, reported: int | None, truncated: bool, messages: int) -> tuple[TokenCount, bool | None]:
         """The trusted count for a prompt and whether the reported figure is plausible.
@@ -89,7 +160,11 @@ class Counter:
         is_plausible: bool | None = None
         if reported is not None and text_bytes is not None:
             is_plausible = plausible(reported, text_bytes, messages)
-        if self._tokenizer is not None and text is not None and not truncated:
+        if (self._tokenizer is not None and text is not None and not truncated
+                and not (text_bytes is not None and self._decided_below(text, text_bytes, messages))):
+            self.band.counted += 1
+            if self.deferred:
+                return PENDING, is_plausible
             n = len(self._tokenizer.encode(text, add_special_tokens=False).ids)
             return TokenCount(n, "tokenizer", n, n), is_plausible
         if reported is not None and is_plausible:
@@ -99,6 +174,53 @@ class Counter:
         if reported is not None and text_bytes is None:
             return TokenCount(reported, "reported", reported, reported), None
         return TokenCount(None, "unknown", None, None), is_plausible
+
+    def settle(self, rows: list[dict[str, Any]]) -> None:
+        """Count the pending rows of ``rows`` (exchange rows) in one call of the parallel batch encoder."""
+        pending = [r for r in rows if r.get("prompt_tokens_source") == "tokenizer" and r.get("prompt_tokens") is None
+                   and r.get("prompt_text") is not None]
+        if not pending or self._tokenizer is None:
+            return
+        # The batch encoder runs on all cores; its offset-free variant (newer libraries) is faster still.
+        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        encodings = encode([r["prompt_text"] for r in pending], add_special_tokens=False)
+        for row, enc in zip(pending, encodings):
+            n = len(enc.ids)
+            row["prompt_tokens"] = row["prompt_tokens_low"] = row["prompt_tokens_high"] = n
+
+
+def band_decided(source: str | None, text_bytes: int | None, messages: int, truncated: bool | None,
+                 ceiling: int | None) -> bool:
+    """Whether a row's count was decided by the band (it stands in for the tokenizer's count).
+
+    Such a row is ``reported`` or ``estimate`` although a tokenizer was given; the finaliser keeps it
+    as it keeps a tokenizer count, so an engine figure replaces neither (the suspects stay those of
+    counting every row). ``ceiling``: the ingest's band ceiling (None: no band). The bound on the
+    raw bytes is at most the one the worker used (on the larger of raw and normalised bytes).
+    """
+    return (ceiling is not None and source in ("reported", "estimate") and text_bytes is not None
+            and not truncated and band_bound(text_bytes, messages) < ceiling)
+
+
+def check_band(manifest: dict[str, Any], ceiling: int) -> None:
+    """Refuse a scan ceiling that the ingest's band decisions do not cover (see the module notes).
+
+    Rows decided below the ingest's ceiling keep an estimate or a reported count whose band is only
+    proven below the highest bound the manifest records; a ceiling at or below that bound could
+    miss one of them.
+    """
+    rows = manifest.get("prompt_tokens_band", {}).get("rows", {})
+    if rows.get("decided_below") and rows.get("highest_bound", 0) >= ceiling:
+        raise ConfigError(
+            f"{rows['decided_below']} prompts were not tokenized at ingest because their size proved them below a "
+            f"ceiling of {rows.get('ceiling')} tokens; real_ceiling_tokens {ceiling} is not above the largest bound "
+            f"of one of them ({rows['highest_bound']} tokens), so they could reach it",
+            fix=f"ingest the logs again into a new case with real_ceiling_tokens = {ceiling} in the case file "
+                "(or with no ceiling set at ingest: every prompt is then tokenized)")
+
+
+#: What a deferred counter returns for a row it will count in :meth:`Counter.settle`.
+PENDING = TokenCount(None, "tokenizer", None, None)
 
 
 @lru_cache(maxsize=4)

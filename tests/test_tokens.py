@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -92,3 +93,140 @@ def test_estimate_when_nothing_else(tmp_path: Path) -> None:
     assert row["prompt_tokens_source"] == "estimate"
     assert row["prompt_tokens_low"] < row["prompt_tokens"] < row["prompt_tokens_high"]
     assert row["prompt_tokens"] == round(row["prompt_bytes"] / 4)
+
+
+# --- Exact counts only where they matter: the size band (forensics.tokens, "the band") ---------
+
+CEILING_BAND = 600
+
+
+def _worst_case_tokenizer(tmp_path: Path) -> Path:
+    """A tokenizer as hungry as any: NFKC (lengthens some characters up to 18x), Metaspace (a space
+    becomes the 3-byte "▁") and byte fallback with no merges (one token per byte of that)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": b + 1 for b in range(256)}, "the": 257}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@given(st.text(max_size=200), st.integers(1, 5))
+def test_band_bound_holds_for_a_worst_case_tokenizer(tmp_path_factory: pytest.TempPathFactory, text: str,
+                                                     messages: int) -> None:
+    path = _worst_case_tokenizer(tmp_path_factory.getbasetemp())
+    tok = tokens.load_tokenizer(path)
+    exact = len(tok.encode(text, add_special_tokens=False).ids)
+    nbytes = max(len(text.encode("utf-8", "surrogatepass")),
+                 len(tok.normalizer.normalize_str(text).encode("utf-8", "surrogatepass")))
+    assert exact <= tokens.band_bound(nbytes, messages)
+
+
+def _band_logs(tmp_path: Path) -> Path:
+    """Prompts far below the ceiling, near it (counted), and above it; one file, one tenant per row."""
+    words = ["alpha", "beta", "gamma", "delta", "the", "ﷺ", "x  y", "Grüße"]
+    rows = []
+    for i in range(60):
+        n = 2 + (i * 7) % 23 if i % 3 else 20 + (i * 37) % 160  # short chats, and some longer prompts
+        content = " ".join(words[(i + j) % len(words)] for j in range(n))
+        rows.append({"request_id": f"r-{i:03d}", "timestamp": f"2026-08-29T10:{i:02d}:00Z", "tenant_id": f"t{i % 7}",
+                     "body": {"model": "m", "messages": [{"role": "user", "content": content}]}})
+    logs = tmp_path / "requests.jsonl"
+    logs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return logs
+
+
+def _scan_config() -> Any:
+    from forensics.config import config_from_mapping
+
+    return config_from_mapping({"name": "t", "model": "m", "window_start": "2026-08-29T00:00:00Z",
+                                "window_end": "2026-08-30T00:00:00Z", "real_ceiling_tokens": CEILING_BAND,
+                                "advertised_window_tokens": 100_000}, base=Path("."))
+
+
+def test_band_leaves_suspects_identical_to_counting_every_row(tmp_path: Path) -> None:
+    from forensics.scan import scan
+
+    logs, tok = _band_logs(tmp_path), _worst_case_tokenizer(tmp_path)
+    banded, every = tmp_path / "banded", tmp_path / "every"
+    api.ingest(banded, [logs], config=api.make_config(tokenizer=tok, real_ceiling_tokens=CEILING_BAND))
+    api.ingest(every, [logs], config=api.make_config(tokenizer=tok))  # no ceiling at ingest: every row counted
+    band = json.loads((banded / "manifest.json").read_text())["prompt_tokens_band"]["rows"]
+    assert band["ceiling"] == CEILING_BAND and band["decided_below"] > 10 and band["counted"] > 10
+    assert band["decided_below"] + band["counted"] == 60
+    assert json.loads((every / "manifest.json").read_text())["prompt_tokens_band"]["rows"]["decided_below"] == 0
+
+    exact = {r["request_id"]: r for r in pq.read_table(every / "exchanges.parquet").to_pylist()}
+    decided = 0
+    for r in pq.read_table(banded / "exchanges.parquet").to_pylist():
+        full = exact[r["request_id"]]
+        assert full["prompt_tokens_source"] == "tokenizer"
+        if r["prompt_tokens_source"] == "tokenizer":  # counted: the same exact figure
+            assert (r["prompt_tokens"], r["prompt_tokens_low"], r["prompt_tokens_high"]) == (full["prompt_tokens"],) * 3
+        else:  # decided by its size: truly below the ceiling, and so is its whole recorded band
+            decided += 1
+            assert full["prompt_tokens"] < CEILING_BAND and r["prompt_tokens_high"] < CEILING_BAND
+    assert decided == band["decided_below"]
+    above = [r for r in exact.values() if r["prompt_tokens"] >= CEILING_BAND]
+    assert above and any(r["prompt_tokens"] < CEILING_BAND for r in exact.values())
+
+    results = [scan(case, _scan_config()) for case in (banded, every)]
+    suspects = [pq.read_table(case / "suspects.parquet").to_pylist() for case in (banded, every)]
+    assert suspects[0] == suspects[1]
+    assert {s["request_id"] for s in suspects[0]} == {r["request_id"] for r in above}
+    assert results[0].summary()["suspects"] == results[1].summary()["suspects"]
+
+
+def test_scan_ceiling_below_a_band_decision_is_refused(tmp_path: Path) -> None:
+    from forensics.scan import scan
+
+    case = tmp_path / "case"
+    api.ingest(case, [_band_logs(tmp_path)],
+               config=api.make_config(tokenizer=_worst_case_tokenizer(tmp_path), real_ceiling_tokens=CEILING_BAND))
+    cfg = _scan_config()
+    cfg.set("real_ceiling_tokens", 150, "option")
+    with pytest.raises(ConfigError, match="ingest the logs again"):
+        scan(case, cfg)
+
+
+def test_engine_over_limit_line_does_not_replace_a_band_decision(tmp_path: Path) -> None:
+    """A tokenizer count is never replaced by an engine figure; a count the band decided in its place
+    is not either, or the band would make a suspect that counting every row does not."""
+    from forensics.config import config_from_mapping
+    from forensics.scan import scan
+
+    ceiling = 300_000
+    gw = tmp_path / "callbacks.jsonl"
+    gw.write_text(json.dumps({
+        "id": "chatcmpl-9", "call_type": "acompletion", "startTime": 1787997000.0, "endTime": 1787997009.0,
+        "model": "glm-5.3", "model_group": "glm-5.3", "prompt_tokens": 1,
+        "messages": [{"role": "user", "content": "The parties agree as follows. " * 2000}],
+        "response": {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+        "metadata": {"user_api_key_team_id": "team-a"},
+    }) + "\n")
+    engine = tmp_path / "prefill-0_0.log"
+    engine.write_text(
+        "[2026-08-29 10:01:55 TP0] Input length (400000 tokens) exceeds the maximum allowed length (299999 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate., self.rid='chatcmpl-9'\n")
+    tok = _tokenizer_file(tmp_path)
+    banded, every = tmp_path / "banded", tmp_path / "every"
+    api.ingest(banded, [gw, engine], config=api.make_config(tokenizer=tok, real_ceiling_tokens=ceiling))
+    api.ingest(every, [gw, engine], config=api.make_config(tokenizer=tok))
+    assert json.loads((banded / "manifest.json").read_text())["prompt_tokens_band"]["rows"]["decided_below"] == 1
+    rows = [pq.read_table(case / "exchanges.parquet").to_pylist()[0] for case in (banded, every)]
+    assert [r["prompt_tokens_source"] for r in rows] == ["estimate", "tokenizer"]
+    cfg = config_from_mapping({"name": "t", "model": "glm-5.3", "window_start": "2026-08-29T00:00:00Z",
+                               "window_end": "2026-08-30T00:00:00Z", "real_ceiling_tokens": ceiling,
+                               "advertised_window_tokens": 1_048_576}, base=Path("."))
+    for case in (banded, every):
+        scan(case, cfg)
+    # The engine's bug signature makes it a suspect either way; the over-limit figure must not add
+    # above_ceiling to it. (Its count column shows what the row holds: the estimate, or the tokenizer's.)
+    token_columns = {"prompt_tokens", "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high"}
+    suspects = [[{k: v for k, v in r.items() if k not in token_columns}
+                 for r in pq.read_table(case / "suspects.parquet").to_pylist()] for case in (banded, every)]
+    assert suspects[0] == suspects[1]
+    assert [(r["request_id"], r["reasons"]) for r in suspects[0]] == [("chatcmpl-9", "engine_signature")]

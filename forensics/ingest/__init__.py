@@ -35,7 +35,7 @@ from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
 from forensics.ingest.registry import FORMATS, AmbiguousFormat
 from forensics.progress import Reporter, reporter
-from forensics.tokens import Counter
+from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
 
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
@@ -366,7 +366,8 @@ def ingest(
         for part, span in enumerate(spans):
             units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
                               str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
-                              profile if detected == "mapped" else None))
+                              profile if detected == "mapped" else None,
+                              cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))
 
     skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
     for item in skipped:
@@ -376,8 +377,14 @@ def ingest(
 
     rep = reporter(progress)
     task = rep.task("ingest", total=sum(u.size() for u in units) or None)
+    band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
+    band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
+    band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     spark = engine.executor_for(cfg)  # None: this machine's process pool
     for unit, counts in (spark.stage_units(units) if spark is not None else _run_units(units)):
+        band.add(BandStats(**counts["prompt_tokens_band"]))
+        if unit.tokenizer and unit.ceiling is not None:
+            band_files[unit.sha] = unit.ceiling
         entry = known[unit.sha]
         for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
             entry[key] += counts[key]
@@ -398,12 +405,21 @@ def ingest(
         for f in run_files
     ]
 
-    case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)])
+    case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
+                             band_files)
     if tenantless:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes,
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
             f"were quarantined: {', '.join(tenantless[:5])}"))
-    case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__})
+    case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__}, prompt_tokens_band={
+        "rule": "with a tokenizer file and a numeric ceiling at ingest, a prompt is not tokenized when "
+                f"{BAND_TOKENS_PER_BYTE} x its UTF-8 bytes (after the tokenizer's normaliser) + "
+                f"{TEMPLATE_TOKENS_PER_MESSAGE} x messages + {TEMPLATE_TOKENS_FIXED} < the ceiling: no tokenizer "
+                "can make it reach the ceiling; it keeps the reported or estimated count (forensics.tokens)",
+        "rows": dataclasses.asdict(band),
+        # Per file (SHA-256): the ceiling its rows were decided against (the finaliser needs it on later runs).
+        "ceiling_by_file": dict(sorted(band_files.items())),
+    })
     write_json(c.manifest_path, case_manifest.to_json())
     save(cfg, c.config_path)
     by_sha = {f["sha256"]: f for f in case_manifest.files}
@@ -482,6 +498,7 @@ class Unit:
     staging: str
     skip: str | None = None  # why the file is not read (its format or encoding), else None
     profile: Profile | None = None  # format "mapped": where each column lives
+    ceiling: int | None = None  # the case's real ceiling when known at ingest: rows far below it are not tokenized
 
     def size(self) -> int:
         """Bytes this unit reads (for progress)."""
@@ -550,10 +567,14 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
     excerpts: dict[str, list[str | None]] = {name: [] for name in sinks}
     sizes = dict.fromkeys(sinks, 0)
+    # Rows to tokenize wait in the buffer and are counted together at flush (the batch encoder).
+    counter = Counter(Path(unit.tokenizer) if unit.tokenizer and unit.fmt else None, unit.ceiling, deferred=True)
 
     def flush(table: str) -> None:
         rows, shown = buffers[table], excerpts[table]
         buffers[table], excerpts[table], sizes[table] = [], [], 0
+        if table == "exchanges":
+            counter.settle(rows)
         try:
             sinks[table].write_rows(rows)
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
@@ -591,7 +612,6 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             counts["status"] = _skip_status(unit.skip)
         else:
             log_format = FORMATS.get(unit.fmt)
-            counter = Counter(Path(unit.tokenizer) if unit.tokenizer else None)
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
                               unit.profile)
             problems: list[FileProblem] = []
@@ -640,6 +660,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             flush(table)
         for sink in sinks.values():
             sink.close()
+        counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
     except BaseException:
         for sink in sinks.values():
             sink.abort()

@@ -68,12 +68,13 @@ def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: s
 
 def finalize(
     c: Case, files: list[dict[str, Any]], cfg: CaseConfig, progress: Reporter | None = None,
-    skipped_inputs: list[dict[str, Any]] | None = None,
+    skipped_inputs: list[dict[str, Any]] | None = None, band_ceilings: dict[str, int] | None = None,
 ) -> IngestManifest:
     """Rebuild exchanges, engine_events and quarantine from staging; return the case manifest.
 
     ``skipped_inputs`` lists the input folder entries that were not read (``path``, ``kind``, ``reason``):
-    each becomes a quarantine row after those of the files read.
+    each becomes a quarantine row after those of the files read. ``band_ceilings``: per file
+    (SHA-256), the ceiling below which its rows were decided by size instead of the tokenizer.
     """
     skipped_inputs = skipped_inputs or []
     files = sorted(files, key=lambda f: (f["path"], f["sha256"]))
@@ -101,7 +102,7 @@ def finalize(
     rep = reporter(progress)
     task = rep.task("finalise case tables", total=3)
     duplicates: Tally[str] = Tally()
-    exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates)
+    exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates, band_ceilings or {})
     task.advance()
     events_rows = _engine_events(c, con, ev_paths, duplicates)
     task.advance()
@@ -264,7 +265,8 @@ def winners_sql() -> str:
     return WINNERS_SQL.format(halves=half_kinds(), precedence=precedence_sql())
 
 
-def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str]) -> dict[str, Any]:
+def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str],
+               band_ceilings: dict[str, int]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
     for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
@@ -291,9 +293,10 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
                 mask = pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(keep), pa.int64()))
-                sink.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine))
+                sink.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
+                                         band_ceilings))
         for batch in _split_joined(con):
-            sink.write_batch(_enrich(_with_damage(batch), engine))
+            sink.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
         sink.close()
     except BaseException:
         sink.abort()
@@ -373,15 +376,20 @@ def _engine_keys(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
     return {row[0]: row[1:] for row in con.execute(ENGINE_KEYS_SQL).fetchall()}
 
 
-def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]) -> pa.Table:
-    """Attach engine keys and choose the trusted token count for each row of a batch."""
+def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]],
+            band_ceilings: dict[str, int] | None = None) -> pa.Table:
+    """Attach engine keys and choose the trusted token count for each row of a batch.
+
+    ``band_ceilings``: per source file, the ceiling below which its rows were decided by their size
+    instead of the tokenizer (``forensics.tokens``); such rows keep their count as tokenizer rows do.
+    """
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     if table.num_rows == 0:
         return table
     cols = {name: table.column(name).to_pylist() for name in (
         "request_id", "prompt_bytes", "prompt_messages", "reported_prompt_tokens", "prompt_tokens",
         "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens_plausible",
-        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated")}
+        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated", "source_sha256")}
     n = table.num_rows
     for i in range(n):
         if cols["prompt_tokens_source"][i] is None:
@@ -402,7 +410,9 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
         cols["prefill_node"][i] = cols["prefill_node"][i] or prefill
         cols["decode_node"][i] = cols["decode_node"][i] or decode
         cols["bootstrap_room"][i] = cols["bootstrap_room"][i] if cols["bootstrap_room"][i] is not None else room
-        if cols["prompt_tokens_source"][i] == "tokenizer":
+        if cols["prompt_tokens_source"][i] == "tokenizer" or tokens.band_decided(
+                cols["prompt_tokens_source"][i], nbytes, msgs, cols["prompt_truncated"][i],
+                (band_ceilings or {}).get(cols["source_sha256"][i])):
             continue
         if over_limit_len is not None:
             _set_count(cols, i, over_limit_len, "engine")

@@ -120,7 +120,10 @@ class Scanner:
                              if n else np.zeros(0, np.int64))
         self.common = np.zeros(n, dtype=bool)
         self._count = np.zeros(n, dtype=np.int32)
-        self._seen = np.zeros(0, dtype=np.uint64)  # hashed (k-gram, tenant) pairs already counted
+        # Hashed (k-gram, tenant) pairs already counted, as sorted runs of decreasing size (each at
+        # least twice the next): a chunk's new pairs are one more run, merged only while it is as
+        # large as the one before, so each pair is merged O(log n) times, not once per chunk.
+        self._seen: list[np.ndarray] = []
 
     def _learn(self, gid: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> None:
         early = (tenant >= 0) & (when < self.min_deadline[gid]) & ~self.common[gid]
@@ -129,13 +132,23 @@ class Scanner:
         g = gid[early]
         keys = mix64(g.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tenant[early].astype(np.uint64))
         keys, first = np.unique(keys, return_index=True)
-        if len(self._seen):
-            idx = np.clip(np.searchsorted(self._seen, keys), 0, len(self._seen) - 1)
-            new = self._seen[idx] != keys
+        for run in self._seen:
+            if not len(keys):
+                break
+            idx = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+            new = run[idx] != keys
             keys, first = keys[new], first[new]
+        if not len(keys):
+            return
         np.add.at(self._count, g[first], 1)
         self.common |= self._count > self.p.max_tenants
-        self._seen = np.union1d(self._seen, keys)
+        self._seen.append(keys)
+        while len(self._seen) > 1 and 2 * len(self._seen[-1]) > len(self._seen[-2]):
+            # Runs are disjoint (only new keys are added): a sort of the two is their union.
+            top = self._seen.pop()
+            merged = np.concatenate([self._seen.pop(), top])
+            merged.sort(kind="stable")
+            self._seen.append(merged)
 
     def scan_batch(self, batch: dict[str, Any]) -> BatchResult:
         """Scan one batch of exchanges in chunks of at most ``CHUNK_CHARS`` characters of text.
@@ -313,66 +326,108 @@ def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
                    np.concatenate([t.hash for t in parts])), np.array(bounds, dtype=np.int64))
 
 
-def verify(index: TargetIndex, p: MatchParams, t: int, source: tuple[str, str | None, int],
+def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tuple[str, str | None, int],
            kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
            c: np.ndarray, later: bool = False) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster.
 
     ``q``/``s`` are the hits' token positions in the target and the source, ``c`` their source
     character offsets; ``tk`` holds the source's tokens (the whole text, or the regions around
-    its hits, see :func:`regions`) and ``bounds`` the first token of each region.
+    its hits, see :func:`regions`) and ``bounds`` the first token of each region. ``t`` may also
+    be an array (the target of each hit): the targets are then taken in increasing order, each
+    as if verified alone.
     """
-    out: list[Candidate] = []
-    seen: set[tuple[int, int, int, int]] = set()
+    n = len(q)
+    tt = np.full(n, t, dtype=np.int64) if np.ndim(t) == 0 else np.asarray(t, dtype=np.int64)
+    loc = np.searchsorted(tk.start, c.astype(np.int64))
+    return _verify_groups(index, p, [(source, kind, later)], np.zeros(n, np.int64), tt, q, s, loc, tk, bounds)
+
+
+def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[str, str | None, int], str, bool]],
+                   grp: np.ndarray, t: np.ndarray, q: np.ndarray, s: np.ndarray, loc: np.ndarray, tk: Tokens,
+                   bounds: np.ndarray) -> list[Candidate]:
+    """Cluster and align the hits of several source texts at once (one set of array passes).
+
+    Hit ``i`` belongs to text ``grp[i]`` (``meta``: its source, kind and whether it is later),
+    target ``t[i]``, at target position ``q[i]``, source position ``s[i]`` and source token
+    ``loc[i]`` of ``tk`` (the texts' tokens one after another, offsets relative to each text).
+    ``bounds``: the first token of every region of ``tk`` (plus the total); no alignment crosses
+    one. Candidates come out per text in order, per target in increasing order within it, then
+    per cluster, exactly as :func:`verify` on each (text, target) alone would give them.
+    """
+    if len(q) == 0:
+        return []
+    n_t = max(len(index.targets), 1)
+    order, cut = _cluster_order(grp * n_t + t, q, s, p.gap)
     k, margin = p.k, p.margin
-    ttok = index.targets[t].tokens
-    for cq, _cs, cc in _clusters(q, s, c, p.gap):
-        local = np.searchsorted(tk.start, cc)
-        region = int(np.searchsorted(bounds, local.min(), side="right")) - 1
-        qa, qb = max(int(cq.min()) - margin, 0), min(int(cq.max()) + k + margin, len(ttok))
-        sa = max(int(local.min()) - margin, int(bounds[region]))
-        sb = min(int(local.max()) + k + margin, int(bounds[region + 1]))
-        al = align(ttok.hash[qa:qb], tk.hash[sa:sb])
+    first = cut[:-1]
+    key = (grp * n_t + t)[order][first]
+    qq, local = q.astype(np.int64)[order], loc[order]
+    lmin, lmax = np.minimum.reduceat(local, first), np.maximum.reduceat(local, first)
+    region = np.searchsorted(bounds, lmin, side="right") - 1
+    ct = key % n_t
+    t_len = np.array([len(x.tokens) for x in index.targets], dtype=np.int64)[ct] if len(index.targets) else ct
+    qa = np.maximum(np.minimum.reduceat(qq, first) - margin, 0)
+    qb = np.minimum(np.maximum.reduceat(qq, first) + k + margin, t_len)
+    sa = np.maximum(lmin - margin, bounds[region])
+    sb = np.minimum(lmax + k + margin, bounds[region + 1])
+    out: list[Candidate] = []
+    seen: set[tuple[int, int, int, int]] = set()  # per (text, target), as each was verified alone
+    last = -1
+    shash, sstart, send = tk.hash, tk.start, tk.end
+    for key_, t_, qa_, qb_, sa_, sb_ in zip(key.tolist(), ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(),
+                                            sb.tolist()):
+        if key_ != last:
+            seen.clear()
+            last = key_
+            ttok = index.targets[t_].tokens
+            source, kind, later = meta[key_ // n_t]
+        al = align(ttok.hash[qa_:qb_], shash[sa_:sb_])
         if al is None:
             continue
-        a0, a1, b0, b1 = qa + al.a_start, qa + al.a_end, sa + al.b_start, sa + al.b_end
-        key = (a0, a1, int(tk.start[b0]), int(tk.end[b1 - 1]))
-        if key in seen:
+        a0, a1, b0, b1 = qa_ + al.a_start, qa_ + al.a_end, sa_ + al.b_start, sa_ + al.b_end
+        span = (a0, a1, int(sstart[b0]), int(send[b1 - 1]))
+        if span in seen:
             continue
-        seen.add(key)
-        kpos = [np.arange(qa + a, qa + a + size - k + 1) for a, _, size in al.blocks if size >= k]
+        seen.add(span)
+        kpos = [np.arange(qa_ + a, qa_ + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
-            target=t, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
+            target=t_, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
             source_kind=kind,
             tok_start=a0, tok_end=a1,
             recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
-            source_start=int(tk.start[b0]), source_end=int(tk.end[b1 - 1]),
+            source_start=span[2], source_end=span[3],
             score=al.score, matched=al.matched, longest_run=al.longest_run,
             kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
-            blocks=tuple((qa + a, size) for a, _, size in al.blocks), later=later,
+            blocks=tuple((qa_ + a, size) for a, _, size in al.blocks), later=later,
         ))
     return out
 
 
-def _clusters(q: np.ndarray, s: np.ndarray, c: np.ndarray, gap: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Group hits (target position q, source position s, source char c) into regions along a diagonal.
+def _cluster_order(t: np.ndarray, q: np.ndarray, s: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group hits (target t, target position q, source position s) into regions along a diagonal.
 
-    Hits are linked when their diagonals (s - q) differ by at most ``gap`` (insertions and
-    deletions shift the diagonal a little) and, within that, their target positions are at
-    most ``gap`` apart; a passage repeated elsewhere in the source lands on another diagonal.
+    Per target (in increasing order): hits are linked when their diagonals (s - q) differ by at
+    most ``gap`` (insertions and deletions shift the diagonal a little) and, within that, their
+    target positions are at most ``gap`` apart; a passage repeated elsewhere in the source lands
+    on another diagonal. Returns the hits' order (clusters one after another, each sorted by
+    target position, ties in diagonal order) and where each cluster starts (plus the total).
     """
-    q, s, c = q.astype(np.int64), s.astype(np.int64), c.astype(np.int64)
+    if len(q) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    q, s = q.astype(np.int64), s.astype(np.int64)
     diag = s - q
-    order = np.lexsort((q, diag))
-    q, s, c, diag = q[order], s[order], c[order], diag[order]
-    out = []
-    for dgrp in np.split(np.arange(len(q)), np.flatnonzero(np.diff(diag) > gap) + 1):
-        qq, ss, cc = q[dgrp], s[dgrp], c[dgrp]
-        o = np.argsort(qq, kind="stable")
-        qq, ss, cc = qq[o], ss[o], cc[o]
-        for part in np.split(np.arange(len(qq)), np.flatnonzero(np.diff(qq) > gap) + 1):
-            out.append((qq[part], ss[part], cc[part]))
-    return out
+    order = np.lexsort((q, diag, t))
+    tq, d = t[order], diag[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (tq[1:] != tq[:-1]) | (np.diff(d) > gap)  # a new diagonal band (or target)
+    band = np.cumsum(new)
+    o2 = np.lexsort((q[order], band))  # stable: equal positions keep their diagonal order
+    order = order[o2]
+    b, qq = band[o2], q[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (b[1:] != b[:-1]) | (np.diff(qq) > gap)
+    return order, np.append(np.flatnonzero(new), len(order))
 
 
 def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
@@ -474,8 +529,20 @@ class ScanTask:
     hi: int
 
 
-def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, tuple[str, str]]]:
-    """(row, (prompt, response)) for the sorted global ``rows`` of one row group starting at ``first_row``.
+class RowTexts:
+    """One row's prompt (``[0]``) and response (``[1]``), each made a Python string only when asked for
+    (a row verified for its response alone may hold a megabyte prompt)."""
+
+    def __init__(self, batch: pa.RecordBatch, i: int) -> None:
+        self._batch, self._i = batch, i
+
+    def __getitem__(self, kind: int) -> str:
+        value: str | None = self._batch.column(kind)[self._i].as_py()
+        return value or ""
+
+
+def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Iterator[tuple[int, RowTexts]]:
+    """(row, its texts) for the sorted global ``rows`` of one row group starting at ``first_row``.
 
     Reads batches sized like the pass's (:func:`rows_per_batch`: hundreds of short chats, a few
     megabyte prompts) and stops after the last wanted row.
@@ -491,7 +558,7 @@ def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Ite
     for b in pf.iter_batches(batch_size=size, row_groups=[row_group], columns=["prompt_text", "response_text"]):
         end = pos + b.num_rows
         while want < end:
-            yield want, (b.column(0)[want - pos].as_py() or "", b.column(1)[want - pos].as_py() or "")
+            yield want, RowTexts(b, want - pos)
             nxt = next(wanted, None)
             if nxt is None:
                 return
@@ -528,19 +595,22 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
     short: list[tuple[int, int, np.ndarray, str]] = []  # (row, kind, hits, text) waiting to be tokenized
 
     def align_text(row: int, kind_no: int, ks: np.ndarray, tk: Tokens, spans: np.ndarray) -> None:
-        for t in np.unique(ks[:, 0]).tolist():
-            ts = ks[ks[:, 0] == t]
-            cands.extend(verify(index, p, t, task.sources[row], KINDS[kind_no % 2], tk, spans, ts[:, 1], ts[:, 4],
-                                ts[:, 5], later=kind_no >= 2))
+        cands.extend(verify(index, p, ks[:, 0], task.sources[row], KINDS[kind_no % 2], tk, spans, ks[:, 1],
+                            ks[:, 4], ks[:, 5], later=kind_no >= 2))
 
     def flush() -> None:
+        # The waiting texts' hits, clustered and aligned in one go: a text of short chats has a few
+        # hits on a few targets, so per-text array calls would cost more than the work itself.
         if not short:
             return
-        tk, _, first = tokenize_many([x[3] for x in short])
-        for i, (row, kind_no, ks, _) in enumerate(short):
-            a, b = int(first[i]), int(first[i + 1])
-            align_text(row, kind_no, ks, Tokens(tk.start[a:b], tk.end[a:b], tk.hash[a:b]),
-                       np.array([0, b - a], dtype=np.int64))
+        tk, owner, first = tokenize_many([x[3] for x in short])
+        ks = np.concatenate([x[2] for x in short])
+        grp = np.repeat(np.arange(len(short), dtype=np.int64), [len(x[2]) for x in short])
+        # Each hit's token in its own text, by one search over (text, character) keys.
+        loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | ks[:, 5].astype(np.int64))
+        meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2) for row, kind_no, _, _ in short]
+        cands.extend(_verify_groups(index, p, meta, grp, ks[:, 0].astype(np.int64), ks[:, 1], ks[:, 4], loc, tk,
+                                    first))
         short.clear()
 
     waiting = 0
@@ -619,6 +689,7 @@ __all__ = [
     "NO_TIME",
     "PASS_COLUMNS",
     "RowReader",
+    "RowTexts",
     "ScanTask",
     "Scanner",
     "VerifyTask",
