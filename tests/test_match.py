@@ -120,6 +120,25 @@ def test_damaged_fragment_found(tmp_path: Path, length: int) -> None:
     assert f["tier"] in ("confirmed", "probable")
 
 
+def test_a_passage_whose_punctuation_the_decode_dropped_is_found(tmp_path: Path) -> None:
+    # A mark every few words (as in a list of names and amounts): with marks as tokens, no 5-token
+    # window of the source survives their loss, and the leak was never even a candidate.
+    rng = np.random.default_rng(41)
+    doc = words(rng, 300)
+    marks = [", ", "; ", ": ", ". ", " (", ") ", '"']
+    written = "".join(w + (marks[i % len(marks)] if i % 3 == 2 else " ") for i, w in enumerate(doc))
+    frag_words = doc[120:150]
+    leaked = " ".join(frag_words)  # the same words, every mark dropped
+    response = " ".join(words(rng, 20)) + " " + leaked + " " + " ".join(words(rng, 20))
+    rows = [exchange("a1", "acme", 0, prompt=written), exchange("b1", "bolt", 5, prompt="hi", response=response)]
+    f = only(match(make_case(tmp_path / "case", rows, ["b1"]), config()).findings, "b1", "a1")
+    start = response.index(leaked)
+    assert (f["recipient_start"], f["recipient_end"]) == (start, start + len(leaked))
+    src = written[f["source_start"] : f["source_end"]]
+    assert src.split()[0].startswith(frag_words[0]) and frag_words[-1] in src.split()[-1]
+    assert f["matched_tokens"] == len(frag_words) and f["tier"] in ("confirmed", "probable")
+
+
 def test_response_of_another_tenant_is_a_source(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     answer = " ".join(words(rng, 120))

@@ -83,9 +83,10 @@ def test_the_mechanism_evalue_counts_the_chance_candidates_a_product_lets_throug
 
 
 def test_a_rare_passage_between_two_common_phrases_is_evidence(tmp_path: Path) -> None:
-    # "EUR 756,595.48 is due to IBAN": the amount is the customer's; ". 48 is due to" and "48 is due to
-    # IBAN" are common (three other customers wrote amounts ending in 48). The k-grams holding the
-    # amount are the source's alone, so their tokens count even where a common k-gram overlaps them.
+    # "EUR 756,595.48 is due to IBAN" (matched as the words EUR 756 595 48 is due to IBAN): the amount is
+    # the customer's; "48 is due to IBAN" is common (three other customers wrote amounts ending in 48).
+    # The k-grams holding the amount are the source's alone, so their tokens count even where a common
+    # k-gram overlaps them: all but IBAN.
     rng = np.random.default_rng(8)
     others = [exchange(f"o{i}", f"t{i}", -30 + i,
                        prompt=f"{words_text(rng, 20)} Payment of EUR {100 + i},{200 + i}.48 is due to IBAN GB{i}X "
@@ -98,7 +99,7 @@ def test_a_rare_passage_between_two_common_phrases_is_evidence(tmp_path: Path) -
     res = match(case, config())
     found = [f for f in res.findings + _review(case) if f["source_tenant_id"] == "acme"]
     assert found, "the amount shared only with acme is no candidate"
-    assert int(found[0]["informative_tokens"]) >= 8
+    assert int(found[0]["informative_tokens"]) >= 7
 
 
 def test_the_rarity_gate_holds_back_probable_findings_only() -> None:

@@ -47,7 +47,7 @@ from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
 from forensics.match.findings import csv_text, decide, passages_text, record_facts, score_candidates
-from forensics.match.fingerprint import SEED, unicode_version
+from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
 from forensics.match.rarity import HolderCounts
@@ -158,7 +158,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                                  "file" if key in config.section("match") else "default")
                            for key in p.record()},
         versions={"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
-                  "hash_seed": SEED},
+                  "hash_seed": SEED, "tokens": MATCH_TOKENS},
         searched=Searched(
             suspects=info["suspects"],
             suspects_searched=sum(1 for t in targets if not t.control),

@@ -7,7 +7,8 @@ Tokens
     token is a run of letters, digits, marks and ``_``; each punctuation mark or symbol (emoji
     included) is a token on its own, and so is each Han, Hiragana or Katakana character (those
     scripts put no spaces between words). Every token keeps the character offsets (Python ``str``
-    indices, end exclusive) of the original text it came from.
+    indices, end exclusive) of the original text it came from. The matcher then leaves the
+    punctuation marks out (:func:`tokenize_many`): a decode from stale pages drops them.
 
 How it stays vectorised
     Each code point is mapped once, lazily, through ``NFKD(casefold(NFKD(c)))`` (the Unicode
@@ -439,8 +440,35 @@ def _pieces(text: str, size: int) -> list[tuple[int, str]]:
     return out
 
 
+#: What the matcher's tokens are (match.json records it with the versions).
+MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph; punctuation marks (Unicode P*) "
+                "are not tokens")
+
+_PUNCT_KNOWN = np.zeros(_SIZE, dtype=bool)
+_PUNCT = np.zeros(_SIZE, dtype=bool)
+
+
+def _without_punctuation(tk: Tokens, text: str) -> Tokens:
+    """``tk`` without its one-character punctuation tokens (Unicode category P*, ``_`` excepted)."""
+    if len(tk) == 0:
+        return tk
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    first = cps[tk.start]
+    new = np.unique(first[~_PUNCT_KNOWN[first]])
+    for cp in new.tolist():
+        _PUNCT[cp] = unicodedata.category(chr(cp)).startswith("P") and cp != 0x5F
+        _PUNCT_KNOWN[cp] = True
+    keep = ~(_PUNCT[first] & (tk.end - tk.start == 1))
+    return Tokens(tk.start[keep], tk.end[keep], tk.hash[keep])
+
+
 def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
-    """Tokenize many texts in few array passes.
+    """Tokenize many texts in few array passes, for matching: without punctuation marks.
+
+    A punctuation mark (a one-character token of Unicode category P*, ``_`` excepted, which joins
+    words) is left out (:data:`MATCH_TOKENS`): a decode from stale pages drops and garbles commas,
+    periods, brackets and quotes, and a mark between two words must not break every k-gram across
+    it. Symbols (``$``, ``=``, ``>``, emoji) and ideographs stay tokens.
 
     Returns the tokens of all texts one after another (offsets relative to their own text),
     the text number of every token, and the index of each text's first token (length
@@ -467,7 +495,9 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
             size += len(pieces[j]) + 1
             j += 1
         group = pieces[i:j]
-        tk = tokenize("\n".join(group))
+        joined = "\n".join(group)
+        tk = tokenize(joined)
+        tk = _without_punctuation(tk, joined)
         piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
             piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
