@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from forensics import schema
-from forensics.artifacts import RequestKey
+from forensics.artifacts import IngestManifest, MatchRecord, RequestKey, ScanRecord
 from forensics.case import Case
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
@@ -110,23 +109,25 @@ class CaseData:
     suspects: list[Suspect]
     findings: list[Finding]
     counts: dict[str, Any]
-    scan_info: dict[str, Any]
-    match_info: dict[str, Any]
-    ingest_manifest: dict[str, Any]
+    scan: ScanRecord  # CASE/scan.json
+    match: MatchRecord  # CASE/match.json
+    ingest: IngestManifest  # CASE/manifest.json
     daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
     prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
     quarantine_reasons: list[tuple[str, int]]
     verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CaseError(f"cannot read {path.name} ({exc})", file=path, fix="re-run the stage that writes it") from None
-    return data if isinstance(data, dict) else {}
+def read_records(case_dir: Path) -> tuple[ScanRecord, MatchRecord, IngestManifest]:
+    """The stage records of a case folder: scan.json, match.json and the ingest manifest, typed.
+
+    A record that is missing, is not JSON, lacks a key or has one of the wrong type is a CaseError
+    naming the file and the key. A record written before the records carried their ``format`` (an
+    older forensics) is refused the same way, with the fix to re-run the stage that writes it: the
+    stages are deterministic, so the same tables give the same record again, now complete.
+    """
+    return (ScanRecord.read(case_dir / "scan.json", "scan"), MatchRecord.read(case_dir / "match.json", "match"),
+            IngestManifest.read(case_dir / "manifest.json", "ingest"))
 
 
 def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
@@ -136,6 +137,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
         raise CaseError("case folder not found", file=case_dir, fix="give the folder that `forensics ingest --case` wrote")
     case.require("suspects", "scan")
     case.require("evidence", "match")
+    scan, match, ingest = read_records(case_dir)  # before any query: a bad record stops the report first
     con = case.connect()
     try:
         suspects = [
@@ -173,8 +175,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
     daily = _daily(suspects, findings)
     return CaseData(
         root=case_dir, suspects=suspects, findings=findings, counts=counts,
-        scan_info=_read_json(case_dir / "scan.json"), match_info=_read_json(case_dir / "match.json"),
-        ingest_manifest=_read_json(case_dir / "manifest.json"), daily=daily, prompt_tokens=prompt_tokens,
+        scan=scan, match=match, ingest=ingest, daily=daily, prompt_tokens=prompt_tokens,
         quarantine_reasons=quarantine_reasons,
     )
 
