@@ -135,3 +135,16 @@ def test_fixture_tables_are_valid(tmp_path: Path) -> None:
     case, cfg, _ = make_case(tmp_path)
     assert json.loads((case / "config.json").read_text())["values"]["name"] == "test-case"
     assert cfg.real_ceiling_tokens == 681280
+
+
+def test_fixture_stage_records_are_complete_artifacts(tmp_path: Path) -> None:
+    # The records are written as the stages write them, so the report reads them as it reads a real case.
+    from forensics.report.data import read_records
+
+    case, _, _ = make_case(tmp_path)
+    scan, match, ingest = read_records(case)
+    assert (scan.parameters.real_ceiling_tokens, scan.suspect_counts.total) == (681280, 5)
+    assert (match.control.size, match.control.false_positive_rate, match.findings.cross_tenant) == (200, 0.005, 2)
+    assert ingest.tables.exchanges == 7 and [f["format"] for f in ingest.files] == ["litellm", "sglang"]
+    for record, name in ((scan, "scan.json"), (match, "match.json"), (ingest, "manifest.json")):
+        assert record.to_json() == json.loads((case / name).read_text(encoding="utf-8"))

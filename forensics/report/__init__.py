@@ -355,8 +355,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     refs = notices.references(data.findings, hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest())
     safe.write_bytes(report_dir / "references.csv", safe.csv_bytes(
         ("reference", "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"),
-        [[refs[f.finding_id], f.finding_id, f.row["recipient_request_id"], f.recipient_tenant, f.row["source_request_id"],
-          f.source_tenant] for f in data.findings],
+        [[refs[f.finding_id], f.finding_id, *f.recipient_key, *f.source_key] for f in data.findings],
     ))
     task.advance()
     packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier,

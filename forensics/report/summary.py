@@ -127,7 +127,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         scope.append(["description", safe.shorten(cfg.description, 500)])
     counts = count_rows(
         [{"request_id": s.request_id, "tenant_id": s.tenant_id, "engine_signature": str(s.engine_signature)} for s in data.suspects],
-        [f.row for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
+        [f.evidence.to_row() for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
     sev: dict[str, int] = {}
     for n in notices:
         if n.role == "exposed":
