@@ -170,6 +170,8 @@ def _stray_files(folder: Path, carried: str | None) -> list[str]:
 
     ``carried``: the entry holding the case folder being reported, which moves into the new report.
     """
+    # Read as plain JSON, not as a ReportManifest: a report an older version wrote (no format key)
+    # must still be recognised as forensics' own, or it could never be replaced by a new one.
     try:
         man = json.loads((folder / manifest.MANIFEST).read_text(encoding="utf-8"))
         recorded = {o["path"] for o in man["outputs"]}
