@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_report_case import AWS_KEY, CARD, HOSTILE, PROMPTS, make_case
@@ -280,3 +281,55 @@ def test_every_csv_column_is_a_column_of_its_table() -> None:
                            (schema.REVIEW_CSV, schema.REVIEW)):
         assert len(set(columns)) == len(columns)
         assert set(columns) <= set(table.names), set(columns) - set(table.names)
+
+
+def _edit_record(path: Path, edit: Any) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("name", "edit", "says"), [
+    # A record an older forensics wrote, before the records carried their format.
+    ("scan.json", lambda d: d.pop("format"), "format is None, expected 'forensics-scan/1'"),
+    ("match.json", lambda d: d["control"].pop("size"), "the record has no control.size"),
+    ("match.json", lambda d: d["control"].update(false_positive_rate="low"), "control.false_positive_rate is a string"),
+    ("manifest.json", lambda d: d.update(notes="none"), "notes is a string, expected an array"),
+])
+def test_a_bad_stage_record_is_an_error_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            name: str, edit: Any, says: str) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    _edit_record(case / name, edit)
+    with pytest.raises(CaseError) as exc:
+        report(case, cfg, tmp_path / "out")
+    assert says in exc.value.message and exc.value.file == str(case / name)
+    assert exc.value.fix and "re-run the stage" in exc.value.fix
+    with pytest.raises(SystemExit) as code:
+        main(["report", "--case", str(case), "--out", str(tmp_path / "out"), "--quiet"])
+    assert code.value.code == 2
+    err = capsys.readouterr().err
+    assert name in err and "Traceback" not in err and "KeyError" not in err
+    assert not (tmp_path / "out" / "test-case").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize(("name", "stage"), [("scan.json", "scan"), ("match.json", "match"), ("manifest.json", "ingest")])
+def test_a_missing_stage_record_names_the_stage_to_run(tmp_path: Path, name: str, stage: str) -> None:
+    case, cfg, _ = make_case(tmp_path)
+    (case / name).unlink()
+    with pytest.raises(CaseError, match=f"{name} does not exist") as exc:
+        report(case, cfg, tmp_path / "out")
+    assert exc.value.fix == f"run `forensics {stage}` first"
+
+
+def test_the_summary_reads_the_typed_records(built: tuple[Path, Path]) -> None:
+    # What the summary shows comes from the records' fields: the control sample, what was searched, the scope.
+    case, rd = built
+    md = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "run over 200 non-suspect responses found cross-tenant passages in 1 of them" in md
+    assert "| lookback | off |" in md and "| records | 7 |" in md
+    assert "| real_ceiling_tokens | 681280 |" in md
+    man = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+    ingest = json.loads((case / "manifest.json").read_text(encoding="utf-8"))
+    assert man["reconciliation"] == {k: ingest[k] for k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows",
+                                                            "tenant_field", "tokenizer", "skipped_inputs")}
+    assert man["parameters"]["scan"]["window_end"] == "2026-09-02T00:00:00Z"

@@ -11,8 +11,10 @@ from typing import Any
 import pyarrow as pa
 
 from forensics import schema
-from forensics.case import write_json, write_table
+from forensics.case import write_table
 from forensics.config import CaseConfig, config_from_mapping, save
+from forensics.lab import cases
+from forensics.lab.cases import write_stage_records
 
 UTC = dt.UTC
 AWS_KEY = "AKIAZ7QW3ERT5YUI8OPL"
@@ -114,14 +116,17 @@ def make_case(tmp: Path, *, name: str = "test-case", no_findings: bool = False) 
          "recipient_start": 4, "recipient_end": 30, "source_start": 10, "source_end": 36, "rarity": 1.0},
     ]
     write_table(case / "evidence.parquet", pa.Table.from_pylist(evidence, schema=schema.EVIDENCE), schema.EVIDENCE)
-    write_json(case / "scan.json", {"parameters": {"real_ceiling_tokens": 681280, "borderline_band": 0.1}})
-    write_json(case / "match.json", {"parameters": {"k": 8, "rarity_cap": 3, "control_sample_size": 200},
-                                     "control": {"size": 200, "findings": 1, "responses_with_findings": 1, "false_positive_rate": 0.005},
-                                     "searched": {"records": 7, "lookback": "off"}})
     files = [{"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "size": p.stat().st_size,
               "format": f, "lines": 1, "ingested": 1, "quarantined": 0, "blank": 0, "duplicate": 0}
              for p, f in ((gateway, "litellm"), (engine, "sglang"))]
-    write_json(case / "manifest.json", {"files": files, "tables": {"exchanges": len(rows)}, "reconciled": True, "notes": []})
+    write_stage_records(
+        case,
+        scan=cases.scan_record(models="glm-5.3", window_start="2026-08-27T00:00:00Z", window_end="2026-09-02T00:00:00Z",
+                               real_ceiling_tokens=681280, advertised_window_tokens=1048576, suspects=len(suspects)),
+        match=cases.match_record(evidence, parameters={"k": 8, "rarity_cap": 3, "control_sample_size": 200},
+                                 control_size=200, control_findings=1, false_positive_rate=0.005, records=7),
+        ingest=cases.ingest_manifest(files, exchanges=len(rows)),
+    )
     save(cfg, case / "config.json")
     return case, cfg, logs
 
@@ -130,3 +135,16 @@ def test_fixture_tables_are_valid(tmp_path: Path) -> None:
     case, cfg, _ = make_case(tmp_path)
     assert json.loads((case / "config.json").read_text())["values"]["name"] == "test-case"
     assert cfg.real_ceiling_tokens == 681280
+
+
+def test_fixture_stage_records_are_complete_artifacts(tmp_path: Path) -> None:
+    # The records are written as the stages write them, so the report reads them as it reads a real case.
+    from forensics.report.data import read_records
+
+    case, _, _ = make_case(tmp_path)
+    scan, match, ingest = read_records(case)
+    assert (scan.parameters.real_ceiling_tokens, scan.suspect_counts.total) == (681280, 5)
+    assert (match.control.size, match.control.false_positive_rate, match.findings.cross_tenant) == (200, 0.005, 2)
+    assert ingest.tables.exchanges == 7 and [f["format"] for f in ingest.files] == ["litellm", "sglang"]
+    for record, name in ((scan, "scan.json"), (match, "match.json"), (ingest, "manifest.json")):
+        assert record.to_json() == json.loads((case / name).read_text(encoding="utf-8"))

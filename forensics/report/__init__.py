@@ -142,10 +142,9 @@ def _inputs_root(cfg: CaseConfig, files: list[dict[str, Any]]) -> Path:
     return Path(os.path.commonpath([str(p) for p in paths]))
 
 
-def _ingest_files(man: dict[str, Any]) -> list[dict[str, Any]]:
-    """The input files of the case's ingest manifest (its ``files`` list)."""
-    files = man.get("files")
-    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+#: Keys of the ingest manifest that the report manifest repeats as its ``reconciliation``.
+RECONCILIATION_KEYS = ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
+                       "skipped_inputs")
 
 
 def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
@@ -171,6 +170,8 @@ def _stray_files(folder: Path, carried: str | None) -> list[str]:
 
     ``carried``: the entry holding the case folder being reported, which moves into the new report.
     """
+    # Read as plain JSON, not as a ReportManifest: a report an older version wrote (no format key)
+    # must still be recognised as forensics' own, or it could never be replaced by a new one.
     try:
         man = json.loads((folder / manifest.MANIFEST).read_text(encoding="utf-8"))
         recorded = {o["path"] for o in man["outputs"]}
@@ -356,8 +357,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     refs = notices.references(data.findings, hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest())
     safe.write_bytes(report_dir / "references.csv", safe.csv_bytes(
         ("reference", "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"),
-        [[refs[f.finding_id], f.finding_id, f.row["recipient_request_id"], f.recipient_tenant, f.row["source_request_id"],
-          f.source_tenant] for f in data.findings],
+        [[refs[f.finding_id], f.finding_id, *f.recipient_key, *f.source_key] for f in data.findings],
     ))
     task.advance()
     packets = notices.write_packets(report_dir, rows, data, refs, config.name, classifier,
@@ -378,7 +378,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     safe.write_text(report_dir / "summary.html", summary.render_html(title, secs, svgs))
     task.advance()
 
-    files = _ingest_files(data.ingest_manifest)
+    files = [dict(f) for f in data.ingest.files]
     root = _inputs_root(config, files)
     inputs = manifest.input_entries(files, root, _time_ranges(case))
     cfg_json = config.to_json()
@@ -394,12 +394,10 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         case=config.name,
         inputs_root=Path(_rel(root, report_dir)).as_posix(),
         inputs=tuple(inputs),
-        # The stages' records are read as they are: a case of an older version may lack a key.
-        reconciliation={k: v for k, v in data.ingest_manifest.items()
-                        if k in ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
-                                 "skipped_inputs")},
-        parameters=ReportParameters(case=cfg_json, scan=data.scan_info.get("parameters", {}),
-                                    match=data.match_info.get("parameters", {}), report=config.section("report")),
+        # The JSON values as the ingest manifest holds them (keys a later version adds included).
+        reconciliation={k: v for k, v in data.ingest.to_json().items() if k in RECONCILIATION_KEYS},
+        parameters=ReportParameters(case=cfg_json, scan=data.scan.parameters.to_json(),
+                                    match=data.match.parameters, report=config.section("report")),
         stage_records={r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
         queries=tuple(_query_hashes()),
         severity_patterns={"path": "forensics/report/patterns/severity.toml",

@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from forensics import schema
-from forensics.artifacts import RequestKey
+from forensics import artifacts, schema
+from forensics.artifacts import IngestManifest, MatchRecord, RequestKey, ScanRecord
 from forensics.case import Case
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
@@ -58,9 +57,9 @@ class Suspect:
 
 @dataclasses.dataclass
 class Finding:
-    """One evidence row with the text of both spans and their severity hits."""
+    """One evidence row (typed) with the text of both spans and their severity hits."""
 
-    row: dict[str, Any]
+    evidence: artifacts.Finding
     recipient_span: str
     source_span: str
     recipient_hits: list[Hit]
@@ -72,34 +71,38 @@ class Finding:
 
     @property
     def finding_id(self) -> str:
-        return str(self.row["finding_id"])
+        """The evidence row's finding id."""
+        return str(self.evidence.finding_id)
 
     @functools.cached_property
     def cross_tenant(self) -> bool:
         """Only cross-tenant findings expose anyone (same-tenant overlap is no leak)."""
-        return self.row.get("relation") in (None, "cross_tenant") and self.recipient_tenant != self.source_tenant
+        return self.evidence.relation in (None, "cross_tenant") and self.recipient_tenant != self.source_tenant
 
     @property
     def recipient_tenant(self) -> str:
-        return self.row.get("recipient_tenant_id") or ""
+        """The recipient's tenant ("" when the logs named none), as :attr:`Suspect.tenant_id`."""
+        return self.evidence.recipient_tenant_id or ""
 
     @property
     def source_tenant(self) -> str:
-        return self.row.get("source_tenant_id") or ""
+        """The source's tenant ("" when the logs named none)."""
+        return self.evidence.source_tenant_id or ""
 
     @property
     def tier(self) -> str:
-        return self.row.get("tier") or "possible"
+        """The finding's tier; ``possible`` when it has none."""
+        return self.evidence.tier or "possible"
 
     @property
     def recipient_key(self) -> RequestKey:
         """The recipient request's identity: (request id, tenant), as :attr:`Suspect.key`."""
-        return RequestKey(str(self.row["recipient_request_id"]), self.recipient_tenant)
+        return RequestKey(str(self.evidence.recipient_request_id), self.recipient_tenant)
 
     @property
     def source_key(self) -> RequestKey:
         """The source request's identity: (request id, tenant)."""
-        return RequestKey(str(self.row["source_request_id"]), self.source_tenant)
+        return RequestKey(str(self.evidence.source_request_id), self.source_tenant)
 
 
 @dataclasses.dataclass
@@ -110,23 +113,25 @@ class CaseData:
     suspects: list[Suspect]
     findings: list[Finding]
     counts: dict[str, Any]
-    scan_info: dict[str, Any]
-    match_info: dict[str, Any]
-    ingest_manifest: dict[str, Any]
+    scan: ScanRecord  # CASE/scan.json
+    match: MatchRecord  # CASE/match.json
+    ingest: IngestManifest  # CASE/manifest.json
     daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
     prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
     quarantine_reasons: list[tuple[str, int]]
     verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CaseError(f"cannot read {path.name} ({exc})", file=path, fix="re-run the stage that writes it") from None
-    return data if isinstance(data, dict) else {}
+def read_records(case_dir: Path) -> tuple[ScanRecord, MatchRecord, IngestManifest]:
+    """The stage records of a case folder: scan.json, match.json and the ingest manifest, typed.
+
+    A record that is missing, is not JSON, lacks a key or has one of the wrong type is a CaseError
+    naming the file and the key. A record written before the records carried their ``format`` (an
+    older forensics) is refused the same way, with the fix to re-run the stage that writes it: the
+    stages are deterministic, so the same tables give the same record again, now complete.
+    """
+    return (ScanRecord.read(case_dir / "scan.json", "scan"), MatchRecord.read(case_dir / "match.json", "match"),
+            IngestManifest.read(case_dir / "manifest.json", "ingest"))
 
 
 def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
@@ -136,6 +141,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
         raise CaseError("case folder not found", file=case_dir, fix="give the folder that `forensics ingest --case` wrote")
     case.require("suspects", "scan")
     case.require("evidence", "match")
+    scan, match, ingest = read_records(case_dir)  # before any query: a bad record stops the report first
     con = case.connect()
     try:
         suspects = [
@@ -173,8 +179,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
     daily = _daily(suspects, findings)
     return CaseData(
         root=case_dir, suspects=suspects, findings=findings, counts=counts,
-        scan_info=_read_json(case_dir / "scan.json"), match_info=_read_json(case_dir / "match.json"),
-        ingest_manifest=_read_json(case_dir / "manifest.json"), daily=daily, prompt_tokens=prompt_tokens,
+        scan=scan, match=match, ingest=ingest, daily=daily, prompt_tokens=prompt_tokens,
         quarantine_reasons=quarantine_reasons,
     )
 
@@ -202,14 +207,14 @@ def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[Re
     """
     findings = []
     for rec in con.execute(sql, [ids] if ids is not None else []).fetchall():
-        row = dict(zip(cols, rec[: len(cols)], strict=True))
+        row = artifacts.Finding.from_row(dict(zip(cols, rec[: len(cols)], strict=True)))
         rspan, sspan = rec[len(cols)] or "", rec[len(cols) + 1] or ""
         findings.append(
             Finding(
-                row=row, recipient_span=rspan, source_span=sspan,
+                evidence=row, recipient_span=rspan, source_span=sspan,
                 recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
                 recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
-                source_is_suspect=RequestKey(str(row["source_request_id"]), row["source_tenant_id"] or "") in suspect_keys,
+                source_is_suspect=RequestKey(str(row.source_request_id), row.source_tenant_id or "") in suspect_keys,
             )
         )
     return findings
@@ -235,14 +240,13 @@ def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[s
         finally:
             con.close()
         for f in added:
-            f.row["tier"], f.row["tier_rule"] = "confirmed", CONFIRMED_RULE
+            f.evidence = dataclasses.replace(f.evidence, tier="confirmed", tier_rule=CONFIRMED_RULE)
     for f in kept + added:
         if decided.get(f.finding_id) == "confirm":
             f.verdict = "confirm"
 
     def order(f: Finding) -> tuple[str, str, str, str, str]:
-        return (str(f.row["recipient_request_id"]), f.recipient_tenant, str(f.row["source_request_id"]), f.source_tenant,
-                f.finding_id)
+        return (f.recipient_key.request_id, f.recipient_tenant, f.source_key.request_id, f.source_tenant, f.finding_id)
 
     data.findings = sorted(kept + added, key=order)
     data.daily = _daily(data.suspects, data.findings)

@@ -13,12 +13,13 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import phonenumbers
 
-from forensics import settings
+from forensics import artifacts, settings
 from forensics.artifacts import RequestKey
 from forensics.errors import ConfigError
 from forensics.report import safe
@@ -120,12 +121,23 @@ def _add_finding(table: dict[str, dict[str, Any]], tenant: str, request_id: str,
     entry["n"] += 1
 
 
-def passages(row: dict[str, Any]) -> list[tuple[int, int, int, int]]:
-    """Every passage of a finding as (response start, end, source start, end): evidence's
-    ``passages`` column, or its one span when the column is absent (evidence of an older version)."""
-    text = row.get("passages")
+def passages(row: Mapping[str, Any]) -> list[tuple[int, int, int, int]]:
+    """Every passage of an evidence or review row (a dict of its columns) as (response start, end,
+    source start, end): see :func:`parse_passages`."""
+    return parse_passages(row.get("passages"), (row["recipient_start"], row["recipient_end"], row["source_start"],
+                                                row["source_end"]))
+
+
+def finding_passages(f: artifacts.Finding) -> list[tuple[int, int, int, int]]:
+    """Every passage of a finding, as :func:`passages` gives them for its row."""
+    return parse_passages(f.passages, (f.recipient_start, f.recipient_end, f.source_start, f.source_end))
+
+
+def parse_passages(text: str | None, span: tuple[int, int, int, int]) -> list[tuple[int, int, int, int]]:
+    """The ``passages`` column (``a:b=c:d;...``) as tuples, or the finding's one ``span`` when the
+    column is empty (evidence of an older version)."""
     if not text:
-        return [(row["recipient_start"], row["recipient_end"], row["source_start"], row["source_end"])]
+        return [span]
     out = []
     for part in str(text).split(";"):
         left, right = part.split("=")
@@ -157,8 +169,8 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
         entry["tiers"].append(best_tier(f.tier for f in fs))
     exposed: dict[str, dict[str, Any]] = {}
     for f in cross:  # findings whose recipient the scan did not list still reach their recipient
-        _add_finding(recipients, f.recipient_tenant, str(f.row["recipient_request_id"]), f, f.recipient_hits)
-        _add_finding(exposed, f.source_tenant, str(f.row["source_request_id"]), f, f.source_hits)
+        _add_finding(recipients, f.recipient_tenant, f.recipient_key.request_id, f, f.recipient_hits)
+        _add_finding(exposed, f.source_tenant, f.source_key.request_id, f, f.source_hits)
     notices = []
     for role, table in (("exposed", exposed), ("recipient", recipients)):
         for tenant, e in table.items():
@@ -292,7 +304,7 @@ def build_packet(
         by_suspect = {s.request_id: s for s in suspects}
         by_request: dict[str, list[Finding]] = {}
         for f in received:
-            by_request.setdefault(str(f.row["recipient_request_id"]), []).append(f)
+            by_request.setdefault(f.recipient_key.request_id, []).append(f)
         requests = []
         for rid in sorted(set(by_suspect) | set(by_request)):
             s: Suspect | None = by_suspect.get(rid)
@@ -306,9 +318,9 @@ def build_packet(
                 "prompt_tokens_source": s.prompt_tokens_source if s else None,
                 "tier": best_tier(f.tier for f in fs),
                 "foreign_passages": [
-                    {"reference": refs[f.finding_id], "response_start": f.row["recipient_start"],
-                     "response_end": f.row["recipient_end"], "tier": f.tier,
-                     "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages(f.row)],
+                    {"reference": refs[f.finding_id], "response_start": f.evidence.recipient_start,
+                     "response_end": f.evidence.recipient_end, "tier": f.tier,
+                     "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in finding_passages(f.evidence)],
                      "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE], **_person(f)}
                     for f in fs
                 ],
@@ -317,26 +329,27 @@ def build_packet(
     if "exposed" in roles:
         by_source: dict[str, list[Finding]] = {}
         for f in exposed:
-            by_source.setdefault(str(f.row["source_request_id"]), []).append(f)
+            by_source.setdefault(f.source_key.request_id, []).append(f)
         requests = []
         for rid in sorted(by_source):
             fs = by_source[rid]
             spans = []
             for f in fs:
                 classes.update(h.cls for h in f.source_hits)
-                withheld = f.source_is_suspect and f.row.get("source_kind") == "response"
+                ev = f.evidence
+                withheld = f.source_is_suspect and ev.source_kind == "response"
                 spans.append({
                     "reference": refs[f.finding_id],
-                    "part": f.row.get("source_kind") or "prompt",
-                    "start": f.row["source_start"], "end": f.row["source_end"],
+                    "part": ev.source_kind or "prompt",
+                    "start": ev.source_start, "end": ev.source_end,
                     # Every passage of this text found in the response (the preview shows the strongest).
-                    "all_passages": [{"start": c, "end": d} for _, _, c, d in passages(f.row)],
+                    "all_passages": [{"start": c, "end": d} for _, _, c, d in finding_passages(ev)],
                     "exposed_at": iso(f.recipient_received_at),
                     "tier": f.tier,
-                    "score": f.row.get("score"), "matched_tokens": f.row.get("matched_tokens"),
+                    "score": ev.score, "matched_tokens": ev.matched_tokens,
                     # A suspect response of yours may itself hold someone else's text: not shown.
                     "preview": None if withheld else _masked_preview(f.source_span, f.source_hits, settings.mask),
-                    "secrets": [h.to_json() | {"start": f.row["source_start"] + h.start, "end": f.row["source_start"] + h.end}
+                    "secrets": [h.to_json() | {"start": ev.source_start + h.start, "end": ev.source_start + h.end}
                                 for h in f.source_hits],
                     **_person(f),
                 })

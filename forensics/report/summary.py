@@ -7,9 +7,11 @@ self-contained: inline CSS and inline SVG, no script, no external reference of a
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from forensics.artifacts import Json, JsonObject, RequestKey
 from forensics.config import CaseConfig
 from forensics.report import plots, safe
 from forensics.report.data import CaseData, iso
@@ -18,11 +20,12 @@ from forensics.report.notices import Notice
 Section = tuple[str, list[Any]]  # (title, blocks); a block is str (paragraph), ("table", head, rows), ("plot", id)
 
 
-
-def _section(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    """``obj[key]`` when it is a JSON object, else an empty one (an older or damaged stage file)."""
+def _section(obj: JsonObject, key: str) -> JsonObject:
+    """``obj[key]`` when it is a JSON object, else an empty one: for the free-form sections of a
+    stage record (match.json's null), whose keys the artifacts do not type."""
     value = obj.get(key)
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, Mapping) else {}
+
 
 def _window_days(cfg: CaseConfig, daily: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     """Per-day counts over the whole window (days with nothing are shown as zero)."""
@@ -66,29 +69,9 @@ def build_plots(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> dict[
     return {"plot-per-day": per_day, "plot-prompt-length": lengths, "plot-tiers": by_tier}
 
 
-def _params_rows(info: dict[str, Any]) -> list[list[str]]:
-    params = info.get("parameters", info)
-    rows = []
-    if isinstance(params, dict):
-        for k in sorted(params):
-            v = params[k]
-            if isinstance(v, (dict, list)):
-                continue
-            rows.append([str(k), str(v)])
-    return rows
-
-
-def _find_number(info: Any, names: tuple[str, ...]) -> Any:
-    """A value under any of ``names`` anywhere in a stage's JSON (stages name things their way)."""
-    if isinstance(info, dict):
-        for k in sorted(info):
-            if k in names and not isinstance(info[k], (dict, list)):
-                return info[k]
-        for k in sorted(info):
-            found = _find_number(info[k], names)
-            if found is not None:
-                return found
-    return None
+def _scalar_rows(values: Mapping[str, Json]) -> list[list[str]]:
+    """(key, value) rows of a record's JSON object, by key; nested objects and arrays left out."""
+    return [[str(k), str(v)] for k, v in sorted(values.items()) if not isinstance(v, (Mapping, list))]
 
 
 TIERS = ("confirmed", "probable", "possible")
@@ -108,7 +91,8 @@ def count_rows(suspects: list[dict[str, Any]], evidence: list[dict[str, Any]], n
     """
     cross = [e for e in evidence if (e.get("relation") or "cross_tenant") == "cross_tenant"
              and (e.get("recipient_tenant_id") or "") != (e.get("source_tenant_id") or "")]
-    with_evidence = {(str(e["recipient_request_id"]), e.get("recipient_tenant_id") or "") for e in cross}
+    # A CSV cell cannot tell no tenant from an empty one: both are "" here, as in the suspects' rows.
+    with_evidence = {RequestKey(str(e["recipient_request_id"]), e.get("recipient_tenant_id") or "") for e in cross}
     roles = {r: [str(n.get("tier") or "possible") for n in notifications if n.get("role") == r] for r in ("exposed", "recipient")}
     return [
         ["requests ingested", tables.get("exchanges")],
@@ -117,7 +101,7 @@ def count_rows(suspects: list[dict[str, Any]], evidence: list[dict[str, Any]], n
         ["suspect responses", len(suspects)],
         ["suspects with the engine's bug signature", sum(1 for s in suspects if str(s.get("engine_signature")).lower() == "true")],
         ["suspect responses with no cross-tenant finding", sum(
-            1 for s in suspects if (str(s["request_id"]), s.get("tenant_id") or "") not in with_evidence)],
+            1 for s in suspects if RequestKey(str(s["request_id"]), s.get("tenant_id") or "") not in with_evidence)],
         ["cross-tenant findings", len(cross)],
         ["cross-tenant findings: confirmed / probable / possible", _by_tier([str(e.get("tier") or "possible") for e in cross])],
         ["same-tenant overlaps (not exposure)", len(evidence) - len(cross)],
@@ -143,15 +127,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         scope.append(["description", safe.shorten(cfg.description, 500)])
     counts = count_rows(
         [{"request_id": s.request_id, "tenant_id": s.tenant_id, "engine_signature": str(s.engine_signature)} for s in data.suspects],
-        [f.row for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
+        [f.evidence.to_row() for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
     sev: dict[str, int] = {}
     for n in notices:
         if n.role == "exposed":
             sev[n.highest_severity] = sev.get(n.highest_severity, 0) + 1
-    ctl: dict[str, Any] = _section(data.match_info, "control")
-    fp = ctl.get("false_positive_rate", _find_number(data.match_info, ("false_positive_rate",)))
-    control_n = ctl.get("size", ctl.get("requested"))
-    control_f = ctl.get("responses_with_findings", ctl.get("findings"))
+    ctl = data.match.control
+    fp, control_n, control_f = ctl.false_positive_rate, ctl.size, ctl.responses_with_findings
     method = [
         "Suspect responses come from the scan stage's query files (prompt above the real ceiling inside the window "
         "on the case's models, or the engine's own signature of the bug). Each suspect response is then compared "
@@ -159,26 +141,20 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         "verified by alignment, and discounted when many customers sent the same text.",
     ]
     method_tables: list[Any] = []
-    for stage, info in (("scan", data.scan_info), ("match", data.match_info)):
-        rows = _params_rows(info)
+    for stage, params in (("scan", data.scan.parameters.to_json()), ("match", data.match.parameters)):
+        rows = _scalar_rows(params)
         if rows:
             method_tables.append(("table", [f"{stage} parameter", "value"], rows))
-    searched = data.match_info.get("searched")
-    if isinstance(searched, dict):
-        method_tables.append(("table", ["what the matcher searched", "value"],
-                              [[k, safe.shorten(str(v), 300)] for k, v in sorted(searched.items())
-                               if not isinstance(v, (dict, list))]))
+    method_tables.append(("table", ["what the matcher searched", "value"],
+                          [[k, safe.shorten(v, 300)] for k, v in _scalar_rows(data.match.searched.to_json())]))
     control = [
-        f"Control sample: the same matcher run over {control_n if control_n is not None else 'an unknown number of'} "
-        f"non-suspect responses found cross-tenant passages in "
-        f"{control_f if control_f is not None else 'an unrecorded number'} of them; "
+        f"Control sample: the same matcher run over {control_n} "
+        f"non-suspect responses found cross-tenant passages in {control_f} of them; "
         f"empirical false-positive rate: {fp if fp is not None else 'not recorded by the match stage'}."
     ]
-    null: dict[str, Any] = _section(data.match_info, "null")
-    damage: dict[str, Any] = _section(data.match_info, "damage")
-    found: dict[str, Any] = _section(data.match_info, "findings")
+    null = data.match.null  # free-form: its keys are documented in forensics/match/findings.py
     evidence_model: list[Any] = []
-    searches: dict[str, Any] = _section(null, "searches")
+    searches = _section(null, "searches")
     if null:
         evidence_model.append(
             f"Each finding carries expected_by_chance (E): how many matches at least as strong a search of its size "
@@ -187,10 +163,10 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             f"{searches.get('suspects_against_later_texts', 0)} suspect responses against texts that arrived after "
             f"them, searched the same way: {null.get('chance_matches')} chance matches). Tiers come from "
             f"expected_by_chance_with_mechanism, the E-value of E times the decode-node evidence's factor "
-            f"({data.match_info.get('tiering', 'evalue')}; see match.json null)."
+            f"({data.match.tiering}; see match.json null)."
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
-        calib: dict[str, Any] = _section(null, "calibration")
+        calib = _section(null, "calibration")
         crow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed")] for p in calib.get("points", [])
                 if isinstance(p, dict)]
         if crow:
@@ -205,8 +181,8 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             evidence_model.append(("table", ["E at most", "chance matches expected", "observed (E)",
                                              "observed (E with mechanism)"], mrow))
         evidence_model.append(
-            f"Candidates that put nobody on the list are in review.csv ({found.get('review', 0)}), each with why.")
-    on_damaged = sorted(damage.get("findings_on_damaged_data") or [])
+            f"Candidates that put nobody on the list are in review.csv ({data.match.findings.review}), each with why.")
+    on_damaged = sorted(data.match.damage.findings_on_damaged_data)
     if on_damaged:
         limitations_damage = [
             f"{len(on_damaged)} finding(s) rest on a record from damaged input (a truncated file, a quarantined "
@@ -224,16 +200,14 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["borderline suspects (estimate straddles the ceiling)", sum(1 for s in data.suspects if s.borderline)],
         # Input lines count every copy; a gateway record merged from a zone-less spend-log copy and a
         # zoned callback keeps the callback's zone, so the three rows differ and each says what it counts.
-        [f"input lines whose time zone was assumed ({data.ingest_manifest.get('timezone') or cfg.timezone})",
-         data.ingest_manifest.get("zone_assumed_rows", "not recorded")],
+        [f"input lines whose time zone was assumed ({data.ingest.timezone or cfg.timezone})",
+         data.ingest.zone_assumed_rows],
         ["gateway records whose time zone was assumed (after merging copies)", c["zone_assumed"]],
         ["engine log events whose time zone was assumed", c.get("engine_zone_assumed", "not recorded")],
     ]
-    anomalies = data.scan_info.get("anomalies")
-    anomaly_rows = ([[safe.shorten(str(v.get("title", k)), 200), v.get("rows", "")] for k, v in sorted(anomalies.items())
-                     if isinstance(v, dict)] if isinstance(anomalies, dict) else [])
-    warnings = [safe.shorten(str(w), 500) for w in data.scan_info.get("warnings", []) or []]
-    notes = [safe.shorten(str(n), 500) for n in data.ingest_manifest.get("notes", []) or []]
+    anomaly_rows = [[safe.shorten(a.title, 200), a.rows] for _, a in sorted(data.scan.anomalies.items())]
+    warnings = [safe.shorten(w, 500) for w in data.scan.warnings]
+    notes = [safe.shorten(n, 500) for n in data.ingest.notes]
     limitations = [
         "Only text that was logged can be matched: truncated prompts are matched on their head and tail only, and a "
         "leak of text that no log kept cannot be found. A suspect response with no verified passage is still "
