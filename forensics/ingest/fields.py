@@ -280,3 +280,21 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | No
     if not pieces:
         return "", finish, usage
     return schema.render_choices("".join(pieces[k]) for k in sorted(pieces)), finish, usage
+
+
+def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int, int]:
+    """The prompt of an OpenAI-style request body: (text, non-text parts, messages) from its
+    ``messages`` (or legacy ``prompt``); (None, 0, 0) when it has neither. ``where`` names the body
+    in errors (``request_body``, ``request``)."""
+    try:
+        if "messages" in request:
+            messages = request["messages"]
+            if not isinstance(messages, list):
+                raise RecordError(f"{where}.messages is a {type(messages).__name__}, expected a list of messages")
+            text, nontext = schema.render_messages(messages)
+            return text, nontext, len(messages)
+        if "prompt" in request:
+            return schema.render_prompt(request["prompt"]), 0, 1
+    except TypeError as exc:
+        raise RecordError(f"{where}.{exc}") from None
+    return None, 0, 0

@@ -31,12 +31,12 @@ from typing import Any, BinaryIO
 import orjson
 import zstandard
 
-from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
     RecordError,
     as_str,
+    body_prompt,
     chunks_text,
     first_objects,
     get_path,
@@ -441,7 +441,7 @@ class CloudflareParser:
             raise RecordError(f"request is a {type(request).__name__}, expected the chat request object")
         request = request or {}
         response, response_cut = self._side(obj, "response", problems)
-        prompt, nontext, n_messages = self._prompt(request)
+        prompt, nontext, n_messages = body_prompt(request, "request")
         text, finish, usage, stream_cut = self._response(response)
         response_cut = response_cut or stream_cut
         code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)
@@ -528,21 +528,6 @@ class CloudflareParser:
         if not isinstance(item, Mapping):
             raise RecordError(f"request[{step}] is a {type(item).__name__}, expected a universal-endpoint step object")
         return item.get("query")
-
-    @staticmethod
-    def _prompt(request: Mapping[str, Any]) -> tuple[str | None, int, int]:
-        try:
-            if "messages" in request:
-                messages = request["messages"]
-                if not isinstance(messages, list):
-                    raise RecordError(f"request.messages is a {type(messages).__name__}, expected a list of messages")
-                text, nontext = schema.render_messages(messages)
-                return text, nontext, len(messages)
-            if "prompt" in request:
-                return schema.render_prompt(request["prompt"]), 0, 1
-        except TypeError as exc:
-            raise RecordError(f"request.{exc}") from None
-        return None, 0, 0
 
     @staticmethod
     def _response(response: Any) -> tuple[str | None, str | None, dict[str, Any], bool]:

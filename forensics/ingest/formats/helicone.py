@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 
-from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
     RecordError,
     as_str,
+    body_prompt,
     chunks_text,
     first_objects,
     get_path,
@@ -204,7 +204,7 @@ class HeliconeParser:
         problems: list[str] = []
         if cut:
             problems.append("response_body is cut short (its JSON ends early); the response text is unknown")
-        prompt, nontext, n_messages = self._prompt(request)
+        prompt, nontext, n_messages = body_prompt(request, "request_body")
         text, finish, usage = self._response(response)
         status = obj.get("status", obj.get("response_status"))
         # Helicone writes -1 (and other negatives) for a request that never got a response.
@@ -240,21 +240,6 @@ class HeliconeParser:
         }
         row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
         return row
-
-    @staticmethod
-    def _prompt(request: Mapping[str, Any]) -> tuple[str | None, int, int]:
-        try:
-            if "messages" in request:
-                messages = request["messages"]
-                if not isinstance(messages, list):
-                    raise RecordError(f"request_body.messages is a {type(messages).__name__}, expected a list of messages")
-                text, nontext = schema.render_messages(messages)
-                return text, nontext, len(messages)
-            if "prompt" in request:
-                return schema.render_prompt(request["prompt"]), 0, 1
-        except TypeError as exc:
-            raise RecordError(f"request_body.{exc}") from None
-        return None, 0, 0
 
     @staticmethod
     def _response(response: Any) -> tuple[str | None, str | None, dict[str, Any]]:
