@@ -255,8 +255,10 @@ class GatewayWriter:
     name: ClassVar[str]
     #: What the simulation's README says ``gateway/`` holds.
     describes: ClassVar[str] = "the gateway logs"
-    #: The keys of a record's time that a ``bad_time`` defect spoils.
+    #: The keys of a record's time that a ``bad_time`` defect spoils, and the impossible time it writes
+    #: there (in the format's own way of writing times).
     time_keys: ClassVar[tuple[str, ...]] = ("startTime", "timestamp")
+    bad_time: ClassVar[str] = "2026-13-45T99:61:00"
 
     def __init__(self, outputs: Outputs, seed: int, compression: dict[str, str], spend_days: set[str],
                  broken: dict[int, str]) -> None:
@@ -306,7 +308,7 @@ class GatewayWriter:
             obj = bad.get("standard_logging_object", bad)
             for key in self.time_keys:
                 if key in obj:
-                    obj[key] = "2026-13-45T99:61:00"
+                    obj[key] = self.bad_time
             n = f.write(_dumps(bad))
             self.quarantine.append({"file": f.rel, "line": n, "reason": "bad timestamp (copy of the next record)", "request_id": ex.request_id})
         elif defect == "blank":
@@ -787,6 +789,8 @@ class LangfuseWriter(GatewayWriter):
 
     name = "langfuse"
     describes = "the Langfuse observations export (a SPAN and a GENERATION per call)"
+    time_keys = ("start_time",)
+    bad_time = "2026-13-45 99:61:00.000000"
 
     def exchange(self, ex: Exchange) -> None:
         """Queue the call: Langfuse exports an observation once it has ended."""
@@ -838,15 +842,6 @@ class LangfuseWriter(GatewayWriter):
             rec.update(level="ERROR", status_message=f"Error code: {ex.status_code} - {ex.error}")
         return rec
 
-    def _write(self, f: LineFile, line: str, ex: Exchange) -> None:
-        if self.broken.get(ex.index) == "bad_time":
-            # The shared defect writer knows the other formats' time fields; this one's is start_time.
-            del self.broken[ex.index]
-            bad = orjson.loads(line)
-            bad["start_time"] = "2026-13-45 99:61:00.000000"
-            n = f.write(_dumps(bad))
-            self.quarantine.append({"file": f.rel, "line": n, "reason": "bad timestamp (copy of the next record)", "request_id": ex.request_id})
-        super()._write(f, line, ex)
 
 
 @_registered(GATEWAY_WRITERS)
@@ -861,6 +856,8 @@ class CloudflareGatewayWriter(GatewayWriter):
 
     name = "cloudflare-ai-gateway"
     describes = "the Cloudflare AI Gateway logs (REST API log objects with their bodies, the tenant in the metadata)"
+    time_keys = ("created_at",)
+    bad_time = "2026-13-45T99:61:00Z"
 
     def exchange(self, ex: Exchange) -> None:
         """Queue the log: AI Gateway writes it when the call ends."""
@@ -869,18 +866,6 @@ class CloudflareGatewayWriter(GatewayWriter):
     def ended(self, when: float, ex: Exchange) -> None:
         """The log object, in the file of the day the call ended."""
         self._write(self._series("ai-gateway-logs", day_of(when)), self.log(ex), ex)
-
-    def _write(self, f: LineFile, line: str, ex: Exchange) -> None:
-        # The shared defect writer spoils LiteLLM's and the split logs' time keys; this log's is created_at.
-        if self.broken.get(ex.index) == "bad_time":
-            del self.broken[ex.index]
-            bad = orjson.loads(line)
-            bad["created_at"] = "2026-13-45T99:61:00Z"
-            n = f.write(_dumps(bad))
-            self.quarantine.append({"file": f.rel, "line": n, "reason": "bad timestamp (copy of the next record)", "request_id": ex.request_id})
-            f.write(line)
-            return
-        super()._write(f, line, ex)
 
     def log(self, ex: Exchange) -> str:
         """One log object with its bodies."""
