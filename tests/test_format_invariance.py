@@ -143,7 +143,9 @@ def _differences(base: Run, other: Run, name: str, key: tuple[str, ...], skip: s
             elif col in CORPUS_STATISTICS and orphans and va and vb:
                 if col == "other_source_requests" and abs(int(va) - int(vb)) <= orphans:
                     continue
-                if col != "other_source_requests" and math.isclose(float(va), float(vb), rel_tol=0.01):
+                # Lost records shrink the search (its size is a square root of records) and may take a chance
+                # match out of the null (its counted tail moves by one match in a hundred or so).
+                if col != "other_source_requests" and math.isclose(float(va), float(vb), rel_tol=0.05):
                     continue
             out.append(f"{name} {k}: {col} = {va!r} in {base.gateway}+{base.engine}, {vb!r} in {other.gateway}+{other.engine}")
     return out
