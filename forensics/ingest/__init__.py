@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,24 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
     return files, skipped
 
 
+def _scan_files(paths: list[Path]) -> list[tuple[str, list[Span]] | OSError]:
+    """:func:`scan_file` of every path (its result or the OSError it raised), in order.
+
+    Hashing is most of the work and hashlib releases the GIL for it, so threads hash several
+    files side by side instead of leaving the pool's cores idle while one file is read.
+    """
+    def one(path: Path) -> tuple[str, list[Span]] | OSError:
+        try:
+            return scan_file(path, SPLIT_BYTES)
+        except OSError as exc:
+            return exc
+
+    if len(paths) < 2:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1, MAX_WORKERS)) as threads:
+        return list(threads.map(one, paths))
+
+
 def sniff(path: Path) -> str | None:
     """The format of a file told from its first lines (and its name), or None: the registered
     formats are tried in their sniff order."""
@@ -244,9 +263,11 @@ def ingest(
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
-    for path, explicit in found:
+    for (path, explicit), scanned in zip(found, _scan_files([p for p, _ in found])):
         try:
-            sha, spans = scan_file(path, SPLIT_BYTES)
+            if isinstance(scanned, OSError):
+                raise scanned
+            sha, spans = scanned
         except OSError as exc:  # permissions, or the file vanished since the folder was listed
             if explicit:
                 raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter as Tally
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +251,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
 
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
+    writer = _BackgroundWriter(sink)
     try:
         damage_sha, damage = None, {}
         for path in paths:
@@ -259,14 +262,17 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
             if sha != damage_sha:  # one file's damaged lines at a time
                 damage_sha = sha
                 damage = dict(con.execute("SELECT source_line, damage FROM line_damage WHERE source_sha256 = $1", [sha]).fetchall())
+            lines = pa.array(sorted(keep), pa.int64())
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
-                mask = pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(keep), pa.int64()))
-                sink.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine))
+                mask = pc.is_in(batch.column("source_line"), value_set=lines)
+                writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine))
         for batch in _split_joined(con):
-            sink.write_batch(_enrich(_with_damage(batch), engine))
+            writer.write_batch(_enrich(_with_damage(batch), engine))
+        writer.close()
         sink.close()
     except BaseException:
+        writer.close(wait_only=True)
         sink.abort()
         raise
 
@@ -324,6 +330,36 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         "prompt_tokens_sources": sources,
         "notes": notes,
     }
+
+
+class _BackgroundWriter:
+    """Hand a sink's batches to one writer thread, in order, so that compressing and writing one
+    batch (Arrow releases the GIL for it) runs on the second core while the next is read and
+    enriched. At most ``depth`` batches wait: memory stays bounded by a few batches."""
+
+    def __init__(self, sink: ParquetSink, depth: int = 2) -> None:
+        self._sink = sink
+        self._depth = depth
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize-writer")
+        self._waiting: deque[Future[None]] = deque()
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Queue ``batch``; raise the error of an earlier write, if one failed."""
+        self._waiting.append(self._pool.submit(self._sink.write_batch, batch))
+        while len(self._waiting) > self._depth:
+            self._waiting.popleft().result()
+
+    def close(self, wait_only: bool = False) -> None:
+        """Wait for every queued write (raising the first error unless ``wait_only``); stop the thread."""
+        try:
+            while self._waiting:
+                future = self._waiting.popleft()
+                if wait_only:
+                    future.exception()
+                else:
+                    future.result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 ENGINE_KEYS_SQL = """
@@ -482,9 +518,10 @@ def _concat(
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
             lines = (drop or {}).get(path.name.split(".")[0])
+            dropped = pa.array(sorted(lines), pa.int64()) if lines else None
             for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
-                if lines:
-                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(lines), pa.int64())))
+                if dropped is not None:
+                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=dropped))
                     batch = batch.filter(keep)
                 if roles:
                     batch = _fill_roles(batch, roles)
