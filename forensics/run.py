@@ -102,13 +102,12 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     with report_folder(Path(out), cfg.name) as building:
         case_dir = building / CASE_SUBDIR
         t0 = time.monotonic()
-        by_format: dict[str, list[Path]] = {}
-        for spec in cfg.inputs:
-            by_format.setdefault(spec.format, []).append(spec.path)
-        ingested = None
-        for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
-            ingested = api.ingest(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
-        tables = ingested.manifest.get("tables", {}) if ingested is not None else {}
+        # One call for every [[inputs]] entry, each with its own format, so the case tables are
+        # rebuilt once; entries in format order, as when each format was a call of its own.
+        inputs = sorted(cfg.inputs, key=lambda spec: spec.format)
+        ingested = api.ingest(case_dir, [spec.path for spec in inputs], config=cfg, progress=progress,
+                              path_formats=[None if spec.format == "auto" else spec.format for spec in inputs])
+        tables = ingested.manifest.get("tables", {})
         stages.append({"stage": "ingest", "seconds": round(time.monotonic() - t0, 3),
                        "rows": tables.get("exchanges"), "note": f"quarantined {tables.get('quarantine', 0)}"})
 

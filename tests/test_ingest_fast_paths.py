@@ -2,19 +2,27 @@
 
 Streamed responses are reassembled chunk by chunk (hundreds per record); plain dicts with string
 contents take a short way, anything else the general checks. The finaliser writes on a background
-thread; a write that fails there must still fail the ingest.
+thread; a write that fails there must still fail the ingest. A run finalises its inputs of every
+format once.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import table_rows
 
+from forensics import api
+from forensics.errors import InputError
+from forensics.ingest import finalize as finalize_module
 from forensics.ingest.fields import RecordError, chunks_text
 from forensics.ingest.finalize import _BackgroundWriter
+from forensics.run import run
 
 
 class _Frozen(Mapping[str, Any]):
@@ -97,3 +105,49 @@ def test_background_writer_raises_a_failed_write() -> None:
             writer.write_batch(pa.table({"n": list(range(start, start + 10))}))
         writer.close()
     writer.close(wait_only=True)  # what the finaliser does on its way out: no second error
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+def _tables(case: Path) -> dict[str, Any]:
+    manifest = json.loads((case / "manifest.json").read_text(encoding="utf-8"))
+    return {
+        "tables": {name: table_rows(case / f"{name}.parquet") for name in ("exchanges", "engine_events", "quarantine")},
+        "files": [{k: f[k] for k in ("path", "format", "lines", "ingested", "quarantined", "blank", "duplicate")}
+                  for f in manifest["files"]],
+    }
+
+
+def test_inputs_of_several_formats_in_one_call_give_the_tables_of_one_call_per_format(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(SAMPLE)
+    per_format = tmp_path / "per-format"
+    api.ingest(per_format, [Path("engine")], fmt="sglang")
+    api.ingest(per_format, [Path("gateway")], fmt="litellm")
+    together = tmp_path / "together"
+    api.ingest(together, [Path("engine"), Path("gateway")], path_formats=["sglang", "litellm"])
+    assert _tables(together) == _tables(per_format)
+    assert {f["format"] for f in _tables(together)["files"]} == {"sglang", "litellm"}
+
+
+def test_a_format_per_path_is_checked_like_format(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown format 'nope'"):
+        api.ingest(tmp_path / "case", [SAMPLE / "engine", SAMPLE / "gateway"], path_formats=["sglang", "nope"])
+    with pytest.raises(ValueError, match="names 1 formats for 2 paths"):
+        api.ingest(tmp_path / "case", [SAMPLE / "engine", SAMPLE / "gateway"], path_formats=["sglang"])
+
+
+def test_a_run_rebuilds_the_case_tables_once_for_inputs_of_two_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each rebuild reads every staged row again: one per format doubled the finaliser's time.
+    calls: list[int] = []
+    real = finalize_module.finalize
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(finalize_module, "finalize", counted)
+    result = run(SAMPLE, tmp_path / "out")
+    assert len(calls) == 1
+    assert {f["format"] for f in json.loads((result.case_dir / "manifest.json").read_text())["files"]} == {"litellm", "sglang"}

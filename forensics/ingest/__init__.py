@@ -238,18 +238,26 @@ def ingest(
     fmt: str | None = None,
     config: CaseConfig | None = None,
     progress: Reporter | None = None,
+    path_formats: Sequence[str | None] | None = None,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
     ``fmt`` forces a format for every file; otherwise each file's format is sniffed from its
-    content. A file named explicitly whose format cannot be told is an error (before anything is
-    written); one found in a folder becomes a whole-file quarantine row.
+    content. ``path_formats`` gives instead a format (None: sniffed) for each entry of ``paths``
+    and the files under it, so inputs of several formats are finalised once (as ``forensics run``
+    does with the case file's ``[[inputs]]``). A file named explicitly whose format cannot be told
+    is an error (before anything is written); one found in a folder becomes a whole-file
+    quarantine row.
     """
     from forensics.ingest.finalize import finalize
 
     cfg = config or CaseConfig()
-    if fmt is not None:
-        FORMATS.get(fmt)  # an unknown name is an error naming the registered formats
+    if path_formats is not None and len(path_formats) != len(paths):
+        raise ValueError(f"path_formats names {len(path_formats)} formats for {len(paths)} paths")
+    entry_formats = list(path_formats) if path_formats is not None else [fmt] * len(paths)
+    for name in dict.fromkeys(entry_formats):
+        if name is not None:
+            FORMATS.get(name)  # an unknown name is an error naming the registered formats
     c = Case(case)
     c.create()
     if cfg.tokenizer:
@@ -259,11 +267,18 @@ def ingest(
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
-    found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
+    found: list[tuple[Path, bool]] = []
+    forced: list[str | None] = []  # the format given for each file found, None: sniff it
+    skipped: list[Skipped] = []
+    for given, entry_format in zip(paths, entry_formats):
+        entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root)
+        found.extend(entry_found)
+        forced.extend([entry_format] * len(entry_found))
+        skipped.extend(entry_skipped)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
-    for (path, explicit), scanned in zip(found, _scan_files([p for p, _ in found])):
+    for (path, explicit), file_format, scanned in zip(found, forced, _scan_files([p for p, _ in found])):
         try:
             if isinstance(scanned, OSError):
                 raise scanned
@@ -282,7 +297,7 @@ def ingest(
                 raise InputError(problem, file=path, fix=fix)
             skip, detected = f"{problem}; file skipped. Fix: {fix}", None
         else:
-            detected = fmt or sniff(path)
+            detected = file_format or sniff(path)
             if detected is None and explicit:
                 raise InputError(
                     "cannot tell the format of this file from its content",
