@@ -1,7 +1,7 @@
 """End to end: ``forensics run`` on a simulated incident of many small records, against DuckDB.
 
     python benchmarks/run.py [--size-mb 1024] [--scale-factors 1,4] [--seed 1] [--work bench-out/run]
-                             [--corpus ../shared/corpora]
+                             [--corpus ../shared/corpora] [--ingest-only]
 
 1. Builds an incident of ``--size-mb`` MB of LiteLLM gateway JSON Lines (plus its SGLang engine
    logs) for each scale factor: the simulator's ``realistic`` scenario (real text, ~6 KB records,
@@ -15,6 +15,9 @@
 3. Prints seconds and MB/s per stage, the ratios to the DuckDB copy, and peak RSS: of every
    process (parent and workers), of all of them together, and per stage, at each scale factor,
    then the growth of the total from the first factor to the last.
+
+``--ingest-only`` measures ``forensics ingest`` of the whole incident in place of ``forensics run``
+(the same figures for that stage, without waiting for the others), for iterating on ingest.
 
 Absolute times on a shared machine mislead; the ratios measured in the same run are the result.
 """
@@ -126,6 +129,24 @@ def run_case(case_dir: Path, out: Path) -> list[dict[str, Any]]:
     return result.stages
 
 
+def ingest_all(folder: Path, case: Path) -> list[dict[str, Any]]:
+    """``forensics ingest`` of the incident's gateway and engine logs, as the run's first stage does."""
+    import time as clock
+
+    from forensics import api
+    from forensics.config import load_case_file
+
+    cfg = load_case_file(folder / "case.toml")
+    t0 = clock.monotonic()
+    result = None
+    for fmt in sorted({spec.format for spec in cfg.inputs}):
+        paths = [spec.path for spec in cfg.inputs if spec.format == fmt]
+        result = api.ingest(case, paths, fmt=None if fmt == "auto" else fmt, config=cfg, progress=PhaseReporter())
+    tables = result.manifest.get("tables", {}) if result is not None else {}
+    return [{"stage": "ingest", "seconds": round(clock.monotonic() - t0, 3), "rows": tables.get("exchanges"),
+             "note": f"quarantined {tables.get('quarantine', 0)}"}]
+
+
 def ingest_gateway(gateway: Path, case: Path) -> None:
     """Our ingest of the gateway files alone (what the DuckDB copy reads)."""
     from forensics import api
@@ -151,13 +172,14 @@ def _mb(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MiB"
 
 
-def measure_factor(work: Path, factor: int, size_mb: int, seed: int, corpus: Path, baseline_ingest: bool) -> dict[str, Any]:
+def measure_factor(work: Path, factor: int, size_mb: int, seed: int, corpus: Path, baseline_ingest: bool,
+                   ingest_only: bool = False) -> dict[str, Any]:
     """Build the incident of ``size_mb``, run everything on it, return the figures."""
     folder = incident(work, size_mb, seed, corpus)
     gateway_mb, engine_mb = folder_mb(folder / "gateway"), folder_mb(folder / "engine")
     out = work / f"reports-{size_mb}mb"
     shutil.rmtree(out, ignore_errors=True)
-    run: Measurement = measure(run_case, folder, out)
+    run: Measurement = measure(ingest_all, folder, out / "case") if ingest_only else measure(run_case, folder, out)
     parquet = work / f"duckdb-{size_mb}mb.parquet"
     duck = measure(duckdb_copy, folder / "gateway", parquet)
     parquet.unlink(missing_ok=True)
@@ -182,7 +204,8 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
         print(f"{'stage':<10}{'seconds':>10}{'MB/s':>10}   rows / note")
         for st in run.value:
             print(f"{st['stage']:<10}{st['seconds']:>10.1f}{total_mb / max(st['seconds'], 1e-9):>10.1f}   {st['rows']} {st['note']}")
-        print(f"{'run':<10}{run.seconds:>10.1f}{total_mb / run.seconds:>10.1f}   (whole forensics run, in-process time)")
+        if len(run.value) > 1:
+            print(f"{'run':<10}{run.seconds:>10.1f}{total_mb / run.seconds:>10.1f}   (whole forensics run, in-process time)")
         print(f"{'duckdb':<10}{duck.seconds:>10.1f}{r['gateway_mb'] / duck.seconds:>10.1f}   read_json -> Parquet of the gateway files")
         ingest_s = next(st["seconds"] for st in run.value if st["stage"] == "ingest")
         # Both ratios compare MB/s: the run's ingest also reads the engine logs.
@@ -222,12 +245,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
     ap.add_argument("--work", type=Path, default=REPO / "bench-out" / "run", help="incidents are kept here for reruns")
+    ap.add_argument("--ingest-only", action="store_true", help="measure forensics ingest in place of the whole forensics run")
     args = ap.parse_args()
     if not args.corpus.is_dir():
         ap.error(f"no corpus folder {args.corpus} (the realistic scenario draws its text from it): give --corpus")
     factors = sorted({int(f) for f in args.scale_factors.split(",")})
     args.work.mkdir(parents=True, exist_ok=True)
-    results = [measure_factor(args.work, k, args.size_mb * k, args.seed, args.corpus, baseline_ingest=(i == 0))
+    results = [measure_factor(args.work, k, args.size_mb * k, args.seed, args.corpus, baseline_ingest=(i == 0),
+                              ingest_only=args.ingest_only)
                for i, k in enumerate(factors)]
     print(json.dumps(report(results), sort_keys=True))
 
