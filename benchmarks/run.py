@@ -138,11 +138,10 @@ def ingest_all(folder: Path, case: Path) -> list[dict[str, Any]]:
 
     cfg = load_case_file(folder / "case.toml")
     t0 = clock.monotonic()
-    result = None
-    for fmt in sorted({spec.format for spec in cfg.inputs}):
-        paths = [spec.path for spec in cfg.inputs if spec.format == fmt]
-        result = api.ingest(case, paths, fmt=None if fmt == "auto" else fmt, config=cfg, progress=PhaseReporter())
-    tables = result.manifest.get("tables", {}) if result is not None else {}
+    inputs = sorted(cfg.inputs, key=lambda spec: spec.format)
+    result = api.ingest(case, [spec.path for spec in inputs], config=cfg, progress=PhaseReporter(),
+                        path_formats=[None if spec.format == "auto" else spec.format for spec in inputs])
+    tables = result.manifest.get("tables", {})
     return [{"stage": "ingest", "seconds": round(clock.monotonic() - t0, 3), "rows": tables.get("exchanges"),
              "note": f"quarantined {tables.get('quarantine', 0)}"}]
 

@@ -244,10 +244,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
-    winners: dict[str, set[int]] = {}
-    for sha, line in con.execute(f"SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT IN {half_kinds()}").fetchall():
-        winners.setdefault(sha, set()).add(line)
-    engine = _engine_keys(con)
+    # Kept lines and engine keys are fetched per staged file (a span of at most SPLIT_BYTES of one
+    # input), never for the whole case at once: held in memory, they grew with the input.
+    con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
+    kept_sql = f"""SELECT source_line FROM ranked WHERE source_sha256 = $1 AND source_line BETWEEN $2 AND $3
+                   AND rn = 1 AND record_kind NOT IN {half_kinds()} ORDER BY source_line"""
+    keys_sql = f"""SELECT k.* FROM engine_keys k WHERE k.rid IN (SELECT request_id FROM ranked WHERE source_sha256 = $1
+                   AND source_line BETWEEN $2 AND $3 AND rn = 1 AND record_kind NOT IN {half_kinds()})"""
 
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
@@ -256,17 +259,26 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         damage_sha, damage = None, {}
         for path in paths:
             sha = path.name.split(".")[0]
-            keep = winners.get(sha, set())
+            staged_lines = pq.read_table(path, columns=["source_line"]).column("source_line")
+            if len(staged_lines) == 0:
+                continue
+            span = pc.min_max(staged_lines)
+            bounds = [sha, span["min"].as_py(), span["max"].as_py()]
+            keep = [line for (line,) in con.execute(kept_sql, bounds).fetchall()]
             if not keep:
                 continue
             if sha != damage_sha:  # one file's damaged lines at a time
                 damage_sha = sha
                 damage = dict(con.execute("SELECT source_line, damage FROM line_damage WHERE source_sha256 = $1", [sha]).fetchall())
-            lines = pa.array(sorted(keep), pa.int64())
+            engine = _engine_keys(con, keys_sql, bounds)
+            lines = pa.array(keep, pa.int64())
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
                 mask = pc.is_in(batch.column("source_line"), value_set=lines)
                 writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine))
+        # Joined split-log rows: the engine keys of the halves' requests only.
+        engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
+                                       (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
         for batch in _split_joined(con):
             writer.write_batch(_enrich(_with_damage(batch), engine))
         writer.close()
@@ -375,9 +387,10 @@ FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
 """
 
 
-def _engine_keys(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
-    """Per engine rid: prefill node, decode node, bootstrap room, real input lengths."""
-    return {row[0]: row[1:] for row in con.execute(ENGINE_KEYS_SQL).fetchall()}
+def _engine_keys(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> dict[str, tuple[Any, ...]]:
+    """Per engine rid: prefill node, decode node, bootstrap room, real input lengths (rows of
+    the ``engine_keys`` table that ``sql`` selects)."""
+    return {row[0]: row[1:] for row in con.execute(sql, params or []).fetchall()}
 
 
 def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]) -> pa.Table:
