@@ -46,6 +46,10 @@ from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
+#: DuckDB's memory cap in the finaliser: beyond it, its joins, windows and temp tables spill to
+#: CASE/.duckdb_tmp. Its default (most of the machine's RAM) let its share of the peak grow with
+#: the input (the engine events' duplicate check over every event, above all).
+DUCKDB_MEMORY = "512MB"
 
 
 def _lit(path: Path) -> str:
@@ -82,6 +86,7 @@ def finalize(
     con.execute("SET preserve_insertion_order = true")
     tmp = c.root / ".duckdb_tmp"
     con.execute(f"SET temp_directory = {_lit(tmp)}")
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
     ex_paths = _staged(c, files, "exchanges")
     ev_paths = _staged(c, files, "engine_events")
     q_paths = _staged(c, files, "quarantine")
