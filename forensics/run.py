@@ -131,13 +131,13 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     with report_folder(Path(out), cfg.name) as building:
         case_dir = building / CASE_SUBDIR
         t0 = time.monotonic()
-        by_format: dict[str, list[Path]] = {}
-        for spec in cfg.inputs:
-            if spec.profile is None:
-                by_format.setdefault(spec.format, []).append(spec.path)
+        # One call for every [[inputs]] entry but the mapped ones, each with its own format, so the case
+        # tables are rebuilt once; entries in format order, as when each format was a call of its own.
+        plain = sorted((spec for spec in cfg.inputs if spec.profile is None), key=lambda spec: spec.format)
         ingested: IngestResult | None = None
-        for fmt in sorted(by_format):  # one call per format: each [[inputs]] entry keeps its own format
-            ingested = ingest_stage(case_dir, by_format[fmt], fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+        if plain:
+            ingested = ingest_stage(case_dir, [spec.path for spec in plain], config=cfg, progress=progress,
+                                    path_formats=[None if spec.format == "auto" else spec.format for spec in plain])
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,

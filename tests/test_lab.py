@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -138,6 +139,37 @@ def test_harness_measures_the_child_and_its_worker() -> None:
     assert m.cpu_seconds > 0 and 0 < m.seconds <= m.wall_seconds
 
 
+def _phases_with_a_worker(main_mb: int, worker_mb: int) -> str:
+    """Phase "alone" holds ``main_mb`` here; phase "together" adds a worker holding ``worker_mb``."""
+    from forensics.lab import bench
+
+    bench.phase("alone")
+    _hold(main_mb, 0.5)
+    bench.phase("together")
+    code = f"b = bytearray({worker_mb * MB}); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.0)"
+    worker = subprocess.Popen([sys.executable, "-c", code])
+    _hold(main_mb, 1.0)
+    return f"done {worker.wait()}"
+
+
+def test_harness_measures_every_process_all_together_and_per_phase() -> None:
+    from forensics.lab.bench import measure
+
+    m = measure(_phases_with_a_worker, 96, worker_mb=64)
+    assert m.value == "done 0"
+    roles = [p.role for p in m.processes]
+    assert roles[0] == "parent" and "process" in roles
+    worker = next(p for p in m.processes if p.role == "process")
+    assert worker.first_phase == "together" and 64 * MB <= worker.rss_bytes < 96 * MB
+    # Both held at once: the total is more than either alone.
+    assert m.rss_total_bytes >= 96 * MB + 64 * MB
+    phases = {p.name: p for p in m.phases}
+    assert [p.name for p in m.phases][-2:] == ["alone", "together"]
+    assert phases["alone"].rss_total_bytes >= 96 * MB
+    assert phases["together"].rss_total_bytes >= phases["alone"].rss_total_bytes + 60 * MB  # the worker's share
+    assert phases["together"].seconds >= 0.5
+
+
 def test_harness_reports_a_failed_call_without_hiding_it(capfd: pytest.CaptureFixture[str]) -> None:
     from forensics.lab.bench import measure
 
@@ -160,3 +192,36 @@ def test_scan_benchmark_runs_from_any_folder_on_the_shared_builder(tmp_path: Pat
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "missed=0 extra=0" in proc.stdout  # every planted suspect found, nothing else
+
+
+def _run_benchmark_module() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_run", ROOT / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_end_to_end_benchmark_repeats_logs_with_request_ids_of_their_own(tmp_path: Path) -> None:
+    bench_run: Any = _run_benchmark_module()
+    ids = ["chatcmpl-" + f"{n:024x}" for n in (1, 2, 3)]
+    gateway = tmp_path / "gateway.jsonl"
+    gateway.write_bytes(b"".join(json.dumps({"id": i, "messages": [{"content": "x" * 50}]}).encode() + b"\n" for i in ids))
+    engine = tmp_path / "engine.log"
+    engine.write_bytes(b"".join(f"[t] ReqTimeStats(rid={i}, input_len=5)\n".encode() for i in ids))
+
+    bench_run._copy_file(gateway, tmp_path / "g3.jsonl", 3, seed=1)
+    bench_run._copy_file(engine, tmp_path / "e3.log", 3, seed=1)
+    g_lines = (tmp_path / "g3.jsonl").read_text().splitlines()
+    e_lines = (tmp_path / "e3.log").read_text().splitlines()
+    g_ids = [json.loads(line)["id"] for line in g_lines]
+    e_ids = [line.split("rid=")[1].split(",")[0] for line in e_lines]
+    assert g_ids[:3] == ids  # the first copy is the simulation itself
+    assert len(set(g_ids)) == 9 and all(len(i) == len(ids[0]) for i in g_ids)  # every copy has ids of its own
+    assert g_ids == e_ids  # rewritten alike in gateway and engine lines: they still join
+
+    bench_run._copy_file(gateway, tmp_path / "half.jsonl", 1.5, seed=1)
+    half = (tmp_path / "half.jsonl").read_text().splitlines()
+    assert 3 < len(half) < 6 and all(json.loads(line) for line in half)  # a fraction of a copy is whole lines

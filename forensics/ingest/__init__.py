@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,24 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     return files, skipped
 
 
+def _scan_files(paths: list[Path]) -> list[tuple[str, list[Span]] | OSError]:
+    """:func:`scan_file` of every path (its result or the OSError it raised), in order.
+
+    Hashing is most of the work and hashlib releases the GIL for it, so threads hash several
+    files side by side instead of leaving the pool's cores idle while one file is read.
+    """
+    def one(path: Path) -> tuple[str, list[Span]] | OSError:
+        try:
+            return scan_file(path, SPLIT_BYTES)
+        except OSError as exc:
+            return exc
+
+    if len(paths) < 2:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1, MAX_WORKERS)) as threads:
+        return list(threads.map(one, paths))
+
+
 def sniff(path: Path) -> str | None:
     """The format of a file told from its first lines (and its name), or None when no registered
     format claims it; an :class:`AmbiguousFormat` naming the file when several do. A Parquet file's
@@ -265,20 +284,28 @@ def ingest(
     config: CaseConfig | None = None,
     progress: Reporter | None = None,
     profile: Profile | None = None,
+    path_formats: Sequence[str | None] | None = None,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
     ``fmt`` forces a format for every file; otherwise each file's format is sniffed from its
-    content. A file named explicitly whose format cannot be told is an error (before anything is
-    written); one found in a folder becomes a whole-file quarantine row. ``fmt="mapped"`` reads
+    content. ``path_formats`` gives instead a format (None: sniffed) for each entry of ``paths``
+    and the files under it, so inputs of several formats are finalised once (as ``forensics run``
+    does with the case file's ``[[inputs]]``). A file named explicitly whose format cannot be told
+    is an error (before anything is written); one found in a folder becomes a whole-file
+    quarantine row. ``fmt="mapped"`` reads
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
     input that holds ``paths``).
     """
     from forensics.ingest.finalize import finalize
 
     cfg = config or CaseConfig()
-    if fmt is not None:
-        FORMATS.get(fmt)  # an unknown name is an error naming the registered formats
+    if path_formats is not None and len(path_formats) != len(paths):
+        raise ValueError(f"path_formats names {len(path_formats)} formats for {len(paths)} paths")
+    entry_formats = list(path_formats) if path_formats is not None else [fmt] * len(paths)
+    for name in dict.fromkeys(entry_formats):
+        if name is not None:
+            FORMATS.get(name)  # an unknown name is an error naming the registered formats
     if fmt == "mapped":
         from forensics.ingest.formats.mapped import profile_for
 
@@ -292,13 +319,22 @@ def ingest(
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
-    found, skipped = expand_inputs([Path(p) for p in paths], exclude=c.root)
+    found: list[tuple[Path, bool]] = []
+    forced: list[str | None] = []  # the format given for each file found, None: sniff it
+    skipped: list[Skipped] = []
+    for given, entry_format in zip(paths, entry_formats):
+        entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root)
+        found.extend(entry_found)
+        forced.extend([entry_format] * len(entry_found))
+        skipped.extend(entry_skipped)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
-    for path, explicit in found:
+    for (path, explicit), file_format, scanned in zip(found, forced, _scan_files([p for p, _ in found])):
         try:
-            sha, spans = scan_file(path, SPLIT_BYTES)
+            if isinstance(scanned, OSError):
+                raise scanned
+            sha, spans = scanned
         except OSError as exc:  # permissions, or the file vanished since the folder was listed
             if explicit:
                 raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
@@ -306,11 +342,11 @@ def ingest(
             continue
         parquet = is_parquet(path)
         encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
-        misfit = parquet and fmt is not None and not FORMATS.get(fmt).parquet
+        misfit = parquet and file_format is not None and not FORMATS.get(file_format).parquet
         skip = None
         if encoding is not None or misfit:
             if misfit:
-                problem = f"{PARQUET_MISFIT} {fmt!r} reads text logs"
+                problem = f"{PARQUET_MISFIT} {file_format!r} reads text logs"
                 fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
             else:
                 problem = f"the file is {encoding} text, not UTF-8"
@@ -320,7 +356,7 @@ def ingest(
             skip, detected = f"{problem}; file skipped. Fix: {fix}", None
         else:
             try:
-                detected = fmt or sniff(path)
+                detected = file_format or sniff(path)
             except AmbiguousFormat as exc:
                 if explicit:
                     raise

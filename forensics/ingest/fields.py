@@ -257,26 +257,38 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
 
 def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | None, dict[str, Any]]:
     """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order."""
+    # A streamed answer has a chunk per token or so: this loop runs hundreds of times per record,
+    # so plain dicts and string contents (the shape every export writes) take the short way, and
+    # anything else the general checks of maybe_json / message_text, with the same results.
     pieces: dict[int, list[str]] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
     for n, chunk in enumerate(chunks):
-        chunk = maybe_json(chunk, f"{field}[{n}]")
-        if not isinstance(chunk, Mapping):
-            raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
-        if isinstance(chunk.get("usage"), Mapping):
-            usage = dict(chunk["usage"])
+        if type(chunk) is not dict:
+            chunk = maybe_json(chunk, f"{field}[{n}]")
+            if not isinstance(chunk, Mapping):
+                raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
+        chunk_usage = chunk.get("usage")
+        if chunk_usage is not None and isinstance(chunk_usage, Mapping):
+            usage = dict(chunk_usage)
         for i, choice in enumerate(chunk.get("choices") or []):
-            if not isinstance(choice, Mapping):
+            if type(choice) is not dict and not isinstance(choice, Mapping):
                 raise RecordError(f"{field}[{n}].choices[{i}] is not an object")
             idx = choice.get("index", 0)
-            idx = idx if isinstance(idx, int) else 0
+            if type(idx) is not int:
+                idx = idx if isinstance(idx, int) else 0
             delta = choice.get("delta")
             if delta is None and "message" in choice:
                 delta = choice["message"]
-            pieces.setdefault(idx, []).append(message_text(delta))
-            if isinstance(choice.get("finish_reason"), str):
-                finish = choice["finish_reason"]
+            content = delta.get("content") if type(delta) is dict else None
+            text = content if type(content) is str else message_text(delta)
+            piece = pieces.get(idx)
+            if piece is None:
+                pieces[idx] = piece = []
+            piece.append(text)
+            reason = choice.get("finish_reason")
+            if reason is not None and isinstance(reason, str):
+                finish = reason
     if not pieces:
         return "", finish, usage
     return schema.render_choices("".join(pieces[k]) for k in sorted(pieces)), finish, usage

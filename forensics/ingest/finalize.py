@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import Counter as Tally
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,10 @@ from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
+#: DuckDB's memory cap in the finaliser: beyond it, its joins, windows and temp tables spill to
+#: CASE/.duckdb_tmp. Its default (most of the machine's RAM) let its share of the peak grow with
+#: the input (the engine events' duplicate check over every event, above all).
+DUCKDB_MEMORY = "512MB"
 
 
 def _lit(path: Path) -> str:
@@ -83,6 +89,7 @@ def finalize(
     con.execute("SET preserve_insertion_order = true")
     tmp = c.root / ".duckdb_tmp"
     con.execute(f"SET temp_directory = {_lit(tmp)}")
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
     ex_paths = _staged(c, files, "exchanges")
     ev_paths = _staged(c, files, "engine_events")
     q_paths = _staged(c, files, "quarantine")
@@ -273,32 +280,48 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
-    winners: dict[str, set[int]] = {}
-    for sha, line in con.execute(f"SELECT source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind NOT IN {half_kinds()}").fetchall():
-        winners.setdefault(sha, set()).add(line)
-    engine = _engine_keys(con)
+    # Kept lines and engine keys are fetched per staged file (a span of at most SPLIT_BYTES of one
+    # input), never for the whole case at once: held in memory, they grew with the input.
+    con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
+    kept_sql = f"""SELECT source_line FROM ranked WHERE source_sha256 = $1 AND source_line BETWEEN $2 AND $3
+                   AND rn = 1 AND record_kind NOT IN {half_kinds()} ORDER BY source_line"""
+    keys_sql = f"""SELECT k.* FROM engine_keys k WHERE k.rid IN (SELECT request_id FROM ranked WHERE source_sha256 = $1
+                   AND source_line BETWEEN $2 AND $3 AND rn = 1 AND record_kind NOT IN {half_kinds()})"""
 
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
+    writer = _BackgroundWriter(sink)
     try:
         damage_sha, damage = None, {}
         for path in paths:
             sha = path.name.split(".")[0]
-            keep = winners.get(sha, set())
+            staged_lines = pq.read_table(path, columns=["source_line"]).column("source_line")
+            if len(staged_lines) == 0:
+                continue
+            span = pc.min_max(staged_lines)
+            bounds = [sha, span["min"].as_py(), span["max"].as_py()]
+            keep = [line for (line,) in con.execute(kept_sql, bounds).fetchall()]
             if not keep:
                 continue
             if sha != damage_sha:  # one file's damaged lines at a time
                 damage_sha = sha
                 damage = dict(con.execute("SELECT source_line, damage FROM line_damage WHERE source_sha256 = $1", [sha]).fetchall())
+            engine = _engine_keys(con, keys_sql, bounds)
+            lines = pa.array(keep, pa.int64())
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
-                mask = pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(keep), pa.int64()))
-                sink.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
-                                         band_ceilings))
+                mask = pc.is_in(batch.column("source_line"), value_set=lines)
+                writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
+                                           band_ceilings))
+        # Joined split-log rows: the engine keys of the halves' requests only.
+        engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
+                                       (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
         for batch in _split_joined(con):
-            sink.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
+            writer.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
+        writer.close()
         sink.close()
     except BaseException:
+        writer.close(wait_only=True)
         sink.abort()
         raise
 
@@ -358,6 +381,36 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     }
 
 
+class _BackgroundWriter:
+    """Hand a sink's batches to one writer thread, in order, so that compressing and writing one
+    batch (Arrow releases the GIL for it) runs on the second core while the next is read and
+    enriched. At most ``depth`` batches wait: memory stays bounded by a few batches."""
+
+    def __init__(self, sink: ParquetSink, depth: int = 2) -> None:
+        self._sink = sink
+        self._depth = depth
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize-writer")
+        self._waiting: deque[Future[None]] = deque()
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Queue ``batch``; raise the error of an earlier write, if one failed."""
+        self._waiting.append(self._pool.submit(self._sink.write_batch, batch))
+        while len(self._waiting) > self._depth:
+            self._waiting.popleft().result()
+
+    def close(self, wait_only: bool = False) -> None:
+        """Wait for every queued write (raising the first error unless ``wait_only``); stop the thread."""
+        try:
+            while self._waiting:
+                future = self._waiting.popleft()
+                if wait_only:
+                    future.exception()
+                else:
+                    future.result()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 ENGINE_KEYS_SQL = """
 SELECT rid,
   min(node) FILTER (WHERE role = 'prefill') AS prefill_node,
@@ -371,9 +424,10 @@ FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
 """
 
 
-def _engine_keys(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, ...]]:
-    """Per engine rid: prefill node, decode node, bootstrap room, real input lengths."""
-    return {row[0]: row[1:] for row in con.execute(ENGINE_KEYS_SQL).fetchall()}
+def _engine_keys(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> dict[str, tuple[Any, ...]]:
+    """Per engine rid: prefill node, decode node, bootstrap room, real input lengths (rows of
+    the ``engine_keys`` table that ``sql`` selects)."""
+    return {row[0]: row[1:] for row in con.execute(sql, params or []).fetchall()}
 
 
 def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]],
@@ -521,9 +575,10 @@ def _concat(
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
             lines = (drop or {}).get(path.name.split(".")[0])
+            dropped = pa.array(sorted(lines), pa.int64()) if lines else None
             for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
-                if lines:
-                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(lines), pa.int64())))
+                if dropped is not None:
+                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=dropped))
                     batch = batch.filter(keep)
                 if roles:
                     batch = _fill_roles(batch, roles)

@@ -19,7 +19,14 @@ Measured:
   sampled every ``interval`` seconds with psutil (the ``bench`` extra); ``interval=None`` samples
   nothing (zeros), for a measurement the sampler must not disturb;
 * ``max_rss_bytes``: the kernel's peak RSS of the child and the descendants it waited for
-  (``wait4``), exact however short the peak.
+  (``wait4``), exact however short the peak;
+* ``rss_total_bytes``: peak of the sum of the RSS of the child and all its descendants at one
+  sample (what the machine must hold at once);
+* ``processes``: every process seen (the child and each descendant) with its peak RSS and the
+  phase it was first seen in;
+* ``phases``: per phase, the seconds it lasted and the peak total RSS while it ran. The measured
+  function names its phases by calling :func:`phase` (``forensics run`` does so through a
+  progress reporter, see :class:`PhaseReporter`); before the first call the phase is ``"start"``.
 """
 
 from __future__ import annotations
@@ -56,6 +63,59 @@ class Measurement:
     rss_main_bytes: int
     rss_worker_bytes: int
     max_rss_bytes: int
+    rss_total_bytes: int = 0
+    processes: tuple[ProcessPeak, ...] = ()
+    phases: tuple[PhasePeak, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessPeak:
+    """One process of a measured call: ``parent`` (the child itself) or a descendant."""
+
+    pid: int
+    role: str  # "parent", "worker" (multiprocessing's workers and fork server), "helper" (its resource tracker) or "process"
+    first_phase: str  # the phase it was first seen in
+    rss_bytes: int  # its peak RSS
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasePeak:
+    """One phase of a measured call: how long it lasted and the peak RSS of all processes together."""
+
+    name: str
+    seconds: float
+    rss_total_bytes: int
+
+
+#: The phase the measured function is in (set by :func:`phase`, read by the sampler thread).
+_current_phase = "start"
+
+
+def phase(name: str) -> None:
+    """Mark the start of phase ``name`` in a measured call (peak RSS is then attributed to it)."""
+    global _current_phase
+    _current_phase = name
+
+
+class _PhaseTask:
+    def advance(self, n: float = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class PhaseReporter:
+    """A progress reporter (forensics.progress.Reporter) that starts a phase at every task.
+
+    Every stage of ``forensics run`` opens a progress task when it starts, so passing this as
+    ``progress`` attributes peak memory to the stage (and its sub-steps) that held it.
+    """
+
+    def task(self, description: str, total: float | None = None) -> _PhaseTask:
+        """Begin the phase ``description``."""
+        phase(description)
+        return _PhaseTask()
 
 
 def _locate(func: Callable[..., Any]) -> dict[str, str | None]:
@@ -86,11 +146,24 @@ def measure(func: Callable[..., Any], *args: Any, interval: float | None = 0.02,
                                  fix="read the child's traceback above")
         out = pickle.loads(result.read_bytes())
     return Measurement(value=out["value"], seconds=out["seconds"], wall_seconds=wall, cpu_seconds=out["cpu_seconds"],
-                       rss_main_bytes=out["rss_main"], rss_worker_bytes=out["rss_worker"], max_rss_bytes=usage.ru_maxrss * 1024)
+                       rss_main_bytes=out["rss_main"], rss_worker_bytes=out["rss_worker"], max_rss_bytes=usage.ru_maxrss * 1024,
+                       rss_total_bytes=out.get("rss_total", 0), processes=tuple(out.get("processes", ())),
+                       phases=tuple(out.get("phases", ())))
+
+
+def _role(cmdline: list[str]) -> str:
+    """What a descendant process is, told from its command line."""
+    text = " ".join(cmdline)
+    if "resource_tracker" in text:
+        return "helper"
+    if "multiprocessing" in text:  # a pool worker, or a fork server (whose forked workers share its command line)
+        return "worker"
+    return "process"
 
 
 class _Sampler:
-    """Peak RSS of this process and of its largest descendant, and the descendants' CPU time."""
+    """Peak RSS of this process, of each descendant and of all together (per phase), and the
+    descendants' CPU time."""
 
     def __init__(self, interval: float) -> None:
         import psutil
@@ -101,25 +174,68 @@ class _Sampler:
         self._done = threading.Event()
         self.rss_main = 0
         self.rss_worker = 0
+        self.rss_total = 0
         self.worker_cpu: dict[int, float] = {}  # per pid, as last seen: a worker's CPU only grows
+        self.peaks: dict[int, list[Any]] = {}  # pid -> [role, first phase, peak RSS]
+        self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS], in order of starting
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._done.is_set():
-            try:
-                self.rss_main = max(self.rss_main, self._me.memory_info().rss)
-                for child in self._me.children(recursive=True):
-                    self.rss_worker = max(self.rss_worker, child.memory_info().rss)
-                    times = child.cpu_times()
-                    self.worker_cpu[child.pid] = times.user + times.system
-            except self._psutil.Error:  # a worker ended between listing and reading it
-                pass
+            self.sample()
             time.sleep(self._interval)
+
+    def sample(self) -> None:
+        """Read every process once and update the peaks."""
+        now, name = time.perf_counter(), _current_phase
+        entry = self.phases.setdefault(name, [now, now, 0])
+        total = 0
+        try:
+            rss = self._me.memory_info().rss
+            self.rss_main = max(self.rss_main, rss)
+            total += rss
+            self._peak(self._me.pid, "parent", name, rss)
+            for child in self._me.children(recursive=True):
+                try:
+                    rss = child.memory_info().rss
+                    times = child.cpu_times()
+                    if child.pid not in self.peaks:
+                        self.peaks[child.pid] = [_role(child.cmdline()), name, 0]
+                except self._psutil.Error:  # a worker ended between listing and reading it
+                    continue
+                self.rss_worker = max(self.rss_worker, rss)
+                self.worker_cpu[child.pid] = times.user + times.system
+                self._peak(child.pid, "", name, rss)
+                total += rss
+        except self._psutil.Error:
+            pass
+        self.rss_total = max(self.rss_total, total)
+        entry[1] = now
+        entry[2] = max(entry[2], total)
+
+    def _peak(self, pid: int, role: str, name: str, rss: int) -> None:
+        peak = self.peaks.setdefault(pid, [role, name, 0])
+        peak[2] = max(peak[2], rss)
 
     def stop(self) -> None:
         """Stop sampling (the figures keep their last values)."""
         self._done.set()
+        self._thread.join()
+
+    def processes(self) -> list[ProcessPeak]:
+        """Every process seen, the parent first, then by pid."""
+        return [ProcessPeak(pid, role, first, rss) for pid, (role, first, rss) in
+                sorted(self.peaks.items(), key=lambda kv: (kv[1][0] != "parent", kv[0]))]
+
+    def phase_peaks(self) -> list[PhasePeak]:
+        """Every phase in the order it started; a phase lasts until the next one starts."""
+        items = list(self.phases.items())
+        out = []
+        for i, (name, (start, end, rss)) in enumerate(items):
+            stop = items[i + 1][1][0] if i + 1 < len(items) else end
+            out.append(PhasePeak(name, round(stop - start, 3), int(rss)))
+        return out
 
 
 def _importable(name: str | None) -> bool:
@@ -163,12 +279,19 @@ def _child(spec_path: Path, result_path: Path) -> None:
     main_cpu = time.process_time() - cpu0
     if sampler is not None:
         sampler.stop()
+        sampler.sample()  # the end state, so a phase shorter than one interval is still seen
     result_path.write_bytes(pickle.dumps({
         "value": value, "seconds": seconds,
         "cpu_seconds": main_cpu + (sum(sampler.worker_cpu.values()) if sampler else 0.0),
         "rss_main": sampler.rss_main if sampler else 0, "rss_worker": sampler.rss_worker if sampler else 0,
+        "rss_total": sampler.rss_total if sampler else 0,
+        "processes": sampler.processes() if sampler else [], "phases": sampler.phase_peaks() if sampler else [],
     }))
 
 
 if __name__ == "__main__":
-    _child(Path(sys.argv[1]), Path(sys.argv[2]))
+    # Run as the imported module, not as __main__: the measured function marks its phases in
+    # forensics.lab.bench, and the figures must pickle under that module's name.
+    from forensics.lab import bench
+
+    bench._child(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,260 @@
+"""End to end: ``forensics run`` on a simulated incident of many small records, against DuckDB.
+
+    python benchmarks/run.py [--size-mb 1024] [--scale-factors 1,4] [--seed 1] [--work bench-out/run]
+                             [--corpus ../shared/corpora] [--ingest-only]
+
+1. Builds an incident of ``--size-mb`` MB of LiteLLM gateway JSON Lines (plus its SGLang engine
+   logs) for each scale factor: the simulator's ``realistic`` scenario (real text, ~6 KB records,
+   the defects it plants) is generated once per seed, then repeated as often as the size asks,
+   every copy with request ids of its own (the same rewrite in gateway and engine lines, so they
+   still join). Repeating is I/O bound, so a gigabyte takes seconds, not the simulator's minutes.
+   Incidents are kept in ``--work`` under their size and seed: a rerun skips generation.
+2. Runs ``forensics run`` on it in a fresh child process (forensics.lab.bench), and in the same
+   run the bare DuckDB ``read_json -> Parquet`` copy of the same gateway files, and, at 1x, our
+   ingest of the gateway files alone (the like-for-like comparison with that copy).
+3. Prints seconds and MB/s per stage, the ratios to the DuckDB copy, and peak RSS: of every
+   process (parent and workers), of all of them together, and per stage, at each scale factor,
+   then the growth of the total from the first factor to the last.
+
+``--ingest-only`` measures ``forensics ingest`` of the whole incident in place of ``forensics run``
+(the same figures for that stage, without waiting for the others), for iterating on ingest.
+
+Absolute times on a shared machine mislead; the ratios measured in the same run are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from forensics.lab.bench import Measurement, PhaseReporter, measure
+
+#: The checkout this script is in: the corpus is looked for next to it, scratch files go inside it.
+REPO = Path(__file__).resolve().parent.parent
+MB = 1_000_000
+#: The simulator's request ids: a fixed prefix and 24 hex digits (gateway ``id``/``request_id``, engine ``rid``).
+REQUEST_ID = re.compile(rb"chatcmpl-([0-9a-f]{24})")
+#: Bytes rewritten at once (cut at a line end).
+BLOCK = 16 << 20
+DONE = ".complete"
+
+
+def base_incident(work: Path, seed: int, corpus: Path) -> Path:
+    """The simulator's realistic incident for ``seed``, plain (uncompressed) files; made once."""
+    from forensics.lab.simulate import simulate
+
+    base = work / f"base-seed{seed}"
+    if (base / DONE).exists():
+        return base
+    shutil.rmtree(base, ignore_errors=True)
+    t0 = time.perf_counter()
+    simulate(base, seed=seed, scale="realistic", fmt="litellm", corpus=corpus, compress=False)
+    (base / DONE).write_text("")
+    print(f"simulated the realistic incident (seed {seed}) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return base
+
+
+def _mask(seed: int, copy: int) -> int:
+    """The 96-bit mask XORed into every request id of ``copy`` (0 for the first: ids unchanged)."""
+    return 0 if copy == 0 else random.Random(f"{seed}:{copy}").getrandbits(96)
+
+
+def _rewrite(block: bytes, mask: int) -> bytes:
+    """``block`` with every request id XORed with ``mask``: a bijection per copy, so a request
+    keeps one id across its gateway and engine lines and copies never share one."""
+    if not mask:
+        return block
+    return REQUEST_ID.sub(lambda m: b"chatcmpl-%024x" % (int(m.group(1), 16) ^ mask), block)
+
+
+def _copy_file(src: Path, dst: Path, copies: float, seed: int) -> int:
+    """Write ``src`` ``copies`` times into ``dst`` (a fraction: the first lines of one more copy)."""
+    size = src.stat().st_size
+    written = 0
+    with open(dst, "wb") as out:
+        for copy in range(math.ceil(copies)):
+            budget = size if copy + 1 <= copies else int(size * (copies - copy))
+            with open(src, "rb") as fh:
+                done = 0
+                while done < budget:
+                    block = fh.read(min(BLOCK, budget - done))
+                    if not block:
+                        break
+                    if done + len(block) < size and not block.endswith(b"\n"):
+                        block += fh.readline()  # whole lines only
+                    done += len(block)
+                    out.write(_rewrite(block, _mask(seed, copy)))
+                    written += len(block)
+    return written
+
+
+def incident(work: Path, size_mb: int, seed: int, corpus: Path) -> Path:
+    """An incident with about ``size_mb`` MB of gateway logs (and engine logs in proportion); made once."""
+    folder = work / f"incident-{size_mb}mb-seed{seed}"
+    if (folder / DONE).exists():
+        return folder
+    base = base_incident(work, seed, corpus)
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    gateway = sorted((base / "gateway").iterdir())
+    copies = size_mb * MB / sum(p.stat().st_size for p in gateway)
+    for part in ("gateway", "engine"):
+        (folder / part).mkdir(parents=True)
+        for src in sorted((base / part).iterdir()):
+            _copy_file(src, folder / part / src.name, copies, seed)
+    shutil.copy(base / "case.toml", folder / "case.toml")
+    (folder / DONE).write_text("")
+    print(f"built {folder.name} ({copies:.2f} copies of the simulation) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return folder
+
+
+def folder_mb(folder: Path) -> float:
+    """Megabytes of the files in ``folder``."""
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / MB
+
+
+def run_case(case_dir: Path, out: Path) -> list[dict[str, Any]]:
+    """``forensics run`` on the incident (in the measured child); its stage table."""
+    from forensics.run import run
+
+    result = run(case_dir, out, progress=PhaseReporter())
+    return result.stages
+
+
+def ingest_all(folder: Path, case: Path) -> list[dict[str, Any]]:
+    """``forensics ingest`` of the incident's gateway and engine logs, as the run's first stage does."""
+    import time as clock
+
+    from forensics import api
+    from forensics.config import load_case_file
+
+    cfg = load_case_file(folder / "case.toml")
+    t0 = clock.monotonic()
+    inputs = sorted(cfg.inputs, key=lambda spec: spec.format)
+    result = api.ingest(case, [spec.path for spec in inputs], config=cfg, progress=PhaseReporter(),
+                        path_formats=[None if spec.format == "auto" else spec.format for spec in inputs])
+    tables = result.manifest.get("tables", {})
+    return [{"stage": "ingest", "seconds": round(clock.monotonic() - t0, 3), "rows": tables.get("exchanges"),
+             "note": f"quarantined {tables.get('quarantine', 0)}"}]
+
+
+def ingest_gateway(gateway: Path, case: Path) -> None:
+    """Our ingest of the gateway files alone (what the DuckDB copy reads)."""
+    from forensics import api
+
+    api.ingest(case, [gateway], fmt="litellm")
+
+
+def duckdb_copy(gateway: Path, out: Path) -> None:
+    """The baseline: DuckDB's own JSON reader straight to Parquet, every gateway file at once.
+
+    ``ignore_errors`` skips the lines the simulator damages on purpose (DuckDB would stop at the
+    first); ``union_by_name`` takes the callback and spend-log files' different keys together.
+    """
+    import duckdb
+
+    files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in sorted(gateway.iterdir()))
+    sql = (f"COPY (SELECT * FROM read_json([{files}], maximum_object_size=67108864, union_by_name=true, ignore_errors=true)) "
+           f"TO '{out}' (FORMAT parquet)")
+    duckdb.connect().execute(sql)
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
+
+
+def measure_factor(work: Path, factor: int, size_mb: int, seed: int, corpus: Path, baseline_ingest: bool,
+                   ingest_only: bool = False) -> dict[str, Any]:
+    """Build the incident of ``size_mb``, run everything on it, return the figures."""
+    folder = incident(work, size_mb, seed, corpus)
+    gateway_mb, engine_mb = folder_mb(folder / "gateway"), folder_mb(folder / "engine")
+    out = work / f"reports-{size_mb}mb"
+    shutil.rmtree(out, ignore_errors=True)
+    run: Measurement = measure(ingest_all, folder, out / "case") if ingest_only else measure(run_case, folder, out)
+    parquet = work / f"duckdb-{size_mb}mb.parquet"
+    duck = measure(duckdb_copy, folder / "gateway", parquet)
+    parquet.unlink(missing_ok=True)
+    ours: Measurement | None = None
+    if baseline_ingest:
+        case = work / f"ingest-{size_mb}mb"
+        shutil.rmtree(case, ignore_errors=True)
+        ours = measure(ingest_gateway, folder / "gateway", case)
+        shutil.rmtree(case, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    return {"factor": factor, "size_mb": size_mb, "gateway_mb": gateway_mb, "engine_mb": engine_mb, "run": run, "duckdb": duck, "ingest": ours}
+
+
+def report(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print the figures of every factor; return the summary line's values."""
+    summary: dict[str, Any] = {}
+    for r in results:
+        run, duck, ours = r["run"], r["duckdb"], r["ingest"]
+        total_mb = r["gateway_mb"] + r["engine_mb"]
+        k = r["factor"]
+        print(f"\n== {k}x: {r['gateway_mb']:,.0f} MB gateway + {r['engine_mb']:,.0f} MB engine logs ==")
+        print(f"{'stage':<10}{'seconds':>10}{'MB/s':>10}   rows / note")
+        for st in run.value:
+            print(f"{st['stage']:<10}{st['seconds']:>10.1f}{total_mb / max(st['seconds'], 1e-9):>10.1f}   {st['rows']} {st['note']}")
+        if len(run.value) > 1:
+            print(f"{'run':<10}{run.seconds:>10.1f}{total_mb / run.seconds:>10.1f}   (whole forensics run, in-process time)")
+        print(f"{'duckdb':<10}{duck.seconds:>10.1f}{r['gateway_mb'] / duck.seconds:>10.1f}   read_json -> Parquet of the gateway files")
+        ingest_s = next(st["seconds"] for st in run.value if st["stage"] == "ingest")
+        # Both ratios compare MB/s: the run's ingest also reads the engine logs.
+        run_ratio = (total_mb / ingest_s) / (r["gateway_mb"] / duck.seconds)
+        print(f"ingest stage of the run vs DuckDB copy (MB/s ratio): {run_ratio:.2f}x")
+        if ours is not None:
+            ratio = duck.seconds / ours.seconds
+            print(f"{'ingest':<10}{ours.seconds:>10.1f}{r['gateway_mb'] / ours.seconds:>10.1f}   forensics ingest of the gateway files alone")
+            print(f"ingest of the gateway files vs DuckDB copy: {ratio:.2f}x   (peak RSS {_mb(ours.rss_total_bytes)})")
+            summary["ingest_vs_duckdb"] = round(ratio, 3)
+        print("peak RSS per process:")
+        for p in run.processes:
+            print(f"  {p.role:<8} pid {p.pid:<8} first seen in {p.first_phase!r:<42} {_mb(p.rss_bytes):>10}")
+        print(f"  all processes together: {_mb(run.rss_total_bytes)} (DuckDB copy: {_mb(duck.rss_total_bytes)})")
+        print("peak RSS of all processes per phase:")
+        for ph in run.phases:
+            print(f"  {ph.name:<50}{ph.seconds:>8.1f} s {_mb(ph.rss_total_bytes):>10}")
+        summary[f"run_seconds_{k}x"] = round(run.seconds, 1)
+        summary[f"run_mb_s_{k}x"] = round(total_mb / run.seconds, 1)
+        summary[f"ingest_stage_vs_duckdb_{k}x"] = round(run_ratio, 3)
+        summary[f"peak_rss_total_{k}x_mib"] = round(run.rss_total_bytes / (1 << 20))
+        for st in run.value:
+            summary[f"{st['stage']}_seconds_{k}x"] = st["seconds"]
+    if len(results) > 1:
+        first, last = results[0]["run"].rss_total_bytes, results[-1]["run"].rss_total_bytes
+        growth = last / first - 1
+        print(f"\npeak RSS of all processes, {results[0]['factor']}x -> {results[-1]['factor']}x: {_mb(first)} -> {_mb(last)} ({growth:+.0%})")
+        summary["peak_rss_growth"] = round(growth, 3)
+    return summary
+
+
+def main() -> None:
+    """Parse the options, run every scale factor, print the figures."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=int, default=1024, help="MB of gateway logs at scale factor 1")
+    ap.add_argument("--scale-factors", default="1,4", help="comma-separated multiples of --size-mb (memory must stay flat)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
+    ap.add_argument("--work", type=Path, default=REPO / "bench-out" / "run", help="incidents are kept here for reruns")
+    ap.add_argument("--ingest-only", action="store_true", help="measure forensics ingest in place of the whole forensics run")
+    args = ap.parse_args()
+    if not args.corpus.is_dir():
+        ap.error(f"no corpus folder {args.corpus} (the realistic scenario draws its text from it): give --corpus")
+    factors = sorted({int(f) for f in args.scale_factors.split(",")})
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = [measure_factor(args.work, k, args.size_mb * k, args.seed, args.corpus, baseline_ingest=(i == 0),
+                              ingest_only=args.ingest_only)
+               for i, k in enumerate(factors)]
+    print(json.dumps(report(results), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

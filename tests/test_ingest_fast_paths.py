@@ -1,0 +1,153 @@
+"""The short ways taken for speed on the common shapes give what the general checks give.
+
+Streamed responses are reassembled chunk by chunk (hundreds per record); plain dicts with string
+contents take a short way, anything else the general checks. The finaliser writes on a background
+thread; a write that fails there must still fail the ingest. A run finalises its inputs of every
+format once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import table_rows
+
+from forensics import api
+from forensics.errors import InputError
+from forensics.ingest import finalize as finalize_module
+from forensics.ingest.fields import RecordError, chunks_text
+from forensics.ingest.finalize import _BackgroundWriter
+from forensics.run import run
+
+
+class _Frozen(Mapping[str, Any]):
+    """A mapping that is not a dict (the general path)."""
+
+    def __init__(self, **values: Any) -> None:
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def test_plain_chunks_join_per_choice_with_finish_reason_and_usage() -> None:
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]},
+        {"choices": [{"index": 1, "delta": {"content": "Oth"}}, {"index": 0, "delta": {"content": "lo"}}]},
+        {"choices": [{"index": 1, "delta": {"content": "er"}, "finish_reason": "length"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}},
+    ]
+    text, finish, usage = chunks_text(chunks)
+    assert text == "<|choice 0|>\nHello\n\n<|choice 1|>\nOther"
+    assert finish == "length"
+    assert usage == {"prompt_tokens": 3, "completion_tokens": 4}
+
+
+def test_odd_chunk_shapes_take_the_general_way_with_the_same_meaning() -> None:
+    chunks: list[Any] = [
+        '{"choices": [{"index": 0, "delta": {"content": "a"}}]}',  # a chunk exported as a JSON string
+        _Frozen(choices=[_Frozen(index=0, delta=_Frozen(content="b"))]),  # mappings that are not dicts
+        {"choices": [{"index": 0, "delta": {"content": [{"type": "text", "text": "c"}, {"type": "image_url"}]}}]},
+        {"choices": [{"index": "0", "delta": {"content": None}}]},  # an index that is not a number counts as 0
+        {"choices": [{"index": 0, "message": {"content": "d"}}]},  # a message instead of a delta
+        {"choices": [{"index": 0, "delta": None, "finish_reason": 7}]},  # no delta, a finish reason that is not text
+        {"choices": None},
+    ]
+    assert chunks_text(chunks) == ("abcd", None, {})
+
+
+@pytest.mark.parametrize(("chunks", "problem"), [
+    (["not json"], r"chunks\[0\] is a str"),
+    ([{"choices": ["x"]}], r"chunks\[0\]\.choices\[0\] is not an object"),
+    ([{"choices": [{"delta": {"content": 5}}]}], "response content is a int"),
+    ([{"choices": [{"delta": _Frozen(content=5)}]}], "response content is a int"),
+])
+def test_broken_chunks_are_refused_with_the_place_named(chunks: list[Any], problem: str) -> None:
+    with pytest.raises(RecordError, match=problem):
+        chunks_text(chunks)
+
+
+class _Sink:
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.rows: list[int] = []
+        self.fail_at = fail_at
+
+    def write_batch(self, batch: pa.Table) -> None:
+        if len(self.rows) == self.fail_at:
+            raise OSError("disk full")
+        self.rows.extend(batch.column("n").to_pylist())
+
+
+def test_background_writer_keeps_the_order_of_batches() -> None:
+    sink = _Sink()
+    writer = _BackgroundWriter(sink)  # type: ignore[arg-type]
+    for start in range(0, 100, 10):
+        writer.write_batch(pa.table({"n": list(range(start, start + 10))}))
+    writer.close()
+    assert sink.rows == list(range(100))
+
+
+def test_background_writer_raises_a_failed_write() -> None:
+    writer = _BackgroundWriter(_Sink(fail_at=20))  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="disk full"):
+        for start in range(0, 100, 10):
+            writer.write_batch(pa.table({"n": list(range(start, start + 10))}))
+        writer.close()
+    writer.close(wait_only=True)  # what the finaliser does on its way out: no second error
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs"
+
+
+def _tables(case: Path) -> dict[str, Any]:
+    manifest = json.loads((case / "manifest.json").read_text(encoding="utf-8"))
+    return {
+        "tables": {name: table_rows(case / f"{name}.parquet") for name in ("exchanges", "engine_events", "quarantine")},
+        "files": [{k: f[k] for k in ("path", "format", "lines", "ingested", "quarantined", "blank", "duplicate")}
+                  for f in manifest["files"]],
+    }
+
+
+def test_inputs_of_several_formats_in_one_call_give_the_tables_of_one_call_per_format(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(SAMPLE)
+    per_format = tmp_path / "per-format"
+    api.ingest(per_format, [Path("engine")], fmt="sglang")
+    api.ingest(per_format, [Path("gateway")], fmt="litellm")
+    together = tmp_path / "together"
+    api.ingest(together, [Path("engine"), Path("gateway")], path_formats=["sglang", "litellm"])
+    assert _tables(together) == _tables(per_format)
+    assert {f["format"] for f in _tables(together)["files"]} == {"sglang", "litellm"}
+
+
+def test_a_format_per_path_is_checked_like_format(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown format 'nope'"):
+        api.ingest(tmp_path / "case", [SAMPLE / "engine", SAMPLE / "gateway"], path_formats=["sglang", "nope"])
+    with pytest.raises(ValueError, match="names 1 formats for 2 paths"):
+        api.ingest(tmp_path / "case", [SAMPLE / "engine", SAMPLE / "gateway"], path_formats=["sglang"])
+
+
+def test_a_run_rebuilds_the_case_tables_once_for_inputs_of_two_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each rebuild reads every staged row again: one per format doubled the finaliser's time.
+    calls: list[int] = []
+    real = finalize_module.finalize
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(finalize_module, "finalize", counted)
+    result = run(SAMPLE, tmp_path / "out")
+    assert len(calls) == 1
+    assert {f["format"] for f in json.loads((result.case_dir / "manifest.json").read_text())["files"]} == {"litellm", "sglang"}
