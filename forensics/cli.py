@@ -493,6 +493,10 @@ def profile_suggest(
         for f in result.fields:
             _add_row(table, f.path, str(f.present), "|".join(f.types), f.to_json()["example"])
         out.print(table)
+        if result.unreadable:
+            n, why = result.unreadable[0]
+            out.print(_text(f"{len(result.unreadable)} records of the sample could not be read and are not in it "
+                            f"(first: line {n}: {why}); ingest will quarantine them"))
         out.print()
         sys.stdout.flush()
         sys.stdout.write(result.toml)  # as written: it is pasted into a case file

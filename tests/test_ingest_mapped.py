@@ -17,7 +17,7 @@ import pytest
 from forensics import api
 from forensics.cli import main
 from forensics.config import CaseConfig, config_from_mapping, load_case_file
-from forensics.errors import ConfigError
+from forensics.errors import ConfigError, InputError
 from forensics.ingest.profile import suggest
 
 HEADER = """name = "mapped"
@@ -580,3 +580,16 @@ def test_bad_input_is_quarantined_with_a_reason_and_counts_reconcile(tmp_path: P
     entry = result.manifest["files"][0]
     assert entry["reconciled"] and entry["ingested"] == ingested
     assert reason in rows(tmp_path, "quarantine")[0]["reason"]
+
+
+def test_suggest_says_which_records_it_could_not_read(tmp_path: Path) -> None:
+    # A sample that silently skipped broken lines would describe a file that is not the one ingest reads.
+    log = tmp_path / "gateway.jsonl"
+    log.write_bytes(b'{"rid": "r1", "org": "acme"}\n{"rid": \n\xff\xfe not text\n{"rid": "r2", "org": "bolt"}\n')
+    result = suggest(log)
+    assert result.records == 2 and [n for n, _ in result.unreadable] == [2, 3]
+    assert "invalid JSON" in result.unreadable[0][1] and result.to_json()["unreadable"][0]["line"] == 2
+    only_bad = tmp_path / "bad.jsonl"
+    only_bad.write_bytes(b'{"rid": "r1", "org": "\x1b[31m"}\n')
+    with pytest.raises(InputError, match=r"no JSON object or CSV record found in the first records \(line 1: invalid JSON"):
+        suggest(only_bad)

@@ -68,6 +68,8 @@ class Suggestion:
     time_format: str
     time_note: str | None
     toml: str = ""
+    #: Records of the sample that are no JSON object or CSV record: (line or row, why), never silently left out.
+    unreadable: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready summary (for ``--json``)."""
@@ -76,6 +78,7 @@ class Suggestion:
             "fields": [f.to_json() for f in self.fields],
             "guess": {g.key: {"paths": g.paths, "uncertain": g.uncertain} for g in self.guesses},
             "time_format": self.time_format, "time_note": self.time_note, "toml": self.toml,
+            "unreadable": [{"line": n, "why": why} for n, why in self.unreadable],
         }
 
 
@@ -334,15 +337,17 @@ def suggest(path: str | Path, records: int = SAMPLE_RECORDS) -> Suggestion:
                          fix=f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8")
     try:
         kind = container(file)
-        objects, whole = sample(file, records)
+        unreadable: list[tuple[int, str]] = []
+        objects, whole = sample(file, records, unreadable)
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", file=file, fix="check the path and its permissions") from None
     if not objects:
-        raise InputError("no JSON object or CSV record found in the first records", file=file,
+        first = f" (line {unreadable[0][0]}: {unreadable[0][1]})" if unreadable else ""
+        raise InputError(f"no JSON object or CSV record found in the first records{first}", file=file,
                          fix="give a JSON Lines, JSON array, CSV (with a header) or Parquet log of one record per request")
     fields = field_paths(objects)
     guesses = guess(fields, objects)
     time_format, note = _time_format(fields, guesses, objects)
-    result = Suggestion(str(path), kind, len(objects), whole, fields, guesses, time_format, note)
+    result = Suggestion(str(path), kind, len(objects), whole, fields, guesses, time_format, note, unreadable=unreadable)
     result.toml = render_toml(result)
     return result

@@ -608,11 +608,17 @@ def _inside(path: Path, root: Path) -> bool:
     return p == r or p.startswith(r.rstrip(os.sep) + os.sep)
 
 
-def sample(path: Path, limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """The JSON objects among the first ``limit`` records of a file, and whether that is all of it."""
+def sample(path: Path, limit: int, unreadable: list[tuple[int, str]] | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """The JSON objects among the first ``limit`` records of a file, and whether that is all of it.
+
+    A record that is no JSON object (or CSV record) is left out of the sample and, when
+    ``unreadable`` is given, added to it as (line or row, why).
+    """
     records: list[dict[str, Any]] = []
     seen = 0
     for line in read_records(path, []):
+        if line.text is None and unreadable is not None:
+            unreadable.append((line.number, "not valid UTF-8"))
         if line.text is None or not line.text.strip():
             continue
         if seen >= limit:
@@ -620,10 +626,14 @@ def sample(path: Path, limit: int) -> tuple[list[dict[str, Any]], bool]:
         seen += 1
         try:
             obj = loads_object(line.text)
-        except RecordError:
+        except RecordError as exc:
+            if unreadable is not None:
+                unreadable.append((line.number, str(exc).split(". Fix: ")[0]))
             continue
         if CSV_ERROR not in obj and RECORD_ERROR not in obj:
             records.append(obj)
+        elif unreadable is not None:
+            unreadable.append((line.number, str(obj.get(CSV_ERROR) or obj.get(RECORD_ERROR))))
     return records, True
 
 
