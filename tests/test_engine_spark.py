@@ -7,6 +7,7 @@ it when missing); without them it fails, it does not skip, so CI proves the clai
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -83,6 +84,76 @@ def test_simulated_incident_split_into_many_tasks_is_byte_identical(spark: objec
     assert "evidence.csv" in files and files["notifications.csv"].count(b"\n") > 1
     manifest = files["manifest.json"].decode()
     assert manifest.count('"gateway/') >= 2  # every matched file was ingested
+
+
+LAKE_INPUT = """[[inputs]]
+format = "mapped"
+path = "lake/**/*.parquet"
+
+[inputs.fields]
+request_id = "id"
+tenant_id = "project_id"
+received_at = "start_time"
+completed_at = "end_time"
+model = "model"
+prompt_messages = "input"
+response_text = "output.content"
+prompt_tokens = "usage_input"
+completion_tokens = "usage_output"
+status = "level"
+"""
+
+
+def langfuse_lake(sim: Path, lake: Path) -> int:
+    """The simulator's Langfuse JSON Lines as a data lake holds them: a Parquet dataset of
+    ``day=`` partitions (small row groups), with a Spark writer's bookkeeping beside the part files.
+    Returns the rows written (one per call, its GENERATION observation)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for path in sorted((sim / "gateway").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:  # the simulator's deliberately broken lines
+                continue
+            if rec.get("type") == "GENERATION":
+                rows.append({"id": rec["id"], "project_id": rec["project_id"], "start_time": rec["start_time"],
+                             "end_time": rec["end_time"], "model": rec["provided_model_name"], "input": rec["input"],
+                             "output": rec["output"], "usage_input": rec["usage_details"].get("input"),
+                             "usage_output": rec["usage_details"].get("output"), "level": rec["level"],
+                             "day": str(rec["start_time"])[:10]})
+    table = pa.Table.from_pylist(rows)
+    pq.write_to_dataset(table, lake, partition_cols=["day"], basename_template="part-00000-{i}-c000.snappy.parquet",
+                        row_group_size=16)
+    (lake / "_SUCCESS").write_bytes(b"")
+    for part in sorted(lake.glob("day=*")):
+        (part / "_committed_4711").write_text('{"added":["part-00000-0-c000.snappy.parquet"],"removed":[]}\n')
+        (part / ".part-00000-0-c000.snappy.parquet.crc").write_bytes(b"crc\x00")
+    attempt = lake / "_temporary" / "0" / "task_1"
+    attempt.mkdir(parents=True)
+    pq.write_table(table.slice(0, 3).drop(["day"]), attempt / "part-00001-0-c000.snappy.parquet")  # never committed
+    return len(rows)
+
+
+def test_a_partitioned_parquet_dataset_through_a_mapped_profile_is_byte_identical(spark: object, tmp_path: Path) -> None:
+    api.simulate(tmp_path / "sim", seed=3, scale="small", fmt="langfuse", compress=False)
+    rows = langfuse_lake(tmp_path / "sim", tmp_path / "sim" / "lake")
+    case_file = tmp_path / "sim" / "case.toml"
+    text = case_file.read_text(encoding="utf-8")
+    text, n = re.subn(r'\[\[inputs\]\]\nformat = "langfuse"\npath = "gateway"\n', "", text)
+    assert n == 1
+    case_file.write_text(text + "\n" + LAKE_INPUT, encoding="utf-8")
+    files = _same_runs(case_file, tmp_path / "out")
+    assert files["notifications.csv"].count(b"\n") > 1
+    manifest = json.loads(files["case/manifest.json"])
+    lake = [f for f in manifest["files"] if f["path"].startswith("lake/")]
+    assert len(lake) >= 3 and all(f["format"] == "mapped" and "/day=" in f["path"] for f in lake)
+    assert sum(f["lines"] for f in lake) == rows  # every row of every partition; no bookkeeping, no uncommitted attempt
+    assert manifest["skipped_inputs"] == []
 
 
 def test_engine_from_the_case_file_and_the_option_overrides_it(spark: object, tmp_path: Path) -> None:

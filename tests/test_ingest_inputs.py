@@ -288,3 +288,76 @@ def test_a_file_that_becomes_unreadable_after_the_walk_is_a_row(tmp_path: Path, 
     result = ingest_guarded(tmp_path / "case", [logs], [logs / "swapped.jsonl"])
     assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("swapped.jsonl", "unreadable")]
     assert result.manifest["tables"]["exchanges"] == 2
+
+
+DATASET_CASE = """name = "lake"
+model = "glm-5.3"
+window_start = "2026-08-27T00:00:00Z"
+window_end = "2026-09-09T00:00:00Z"
+real_ceiling_tokens = 2000
+
+[[inputs]]
+format = "mapped"
+path = "PATH"
+
+[inputs.fields]
+request_id = "rid"
+tenant_id = "org"
+received_at = "ts"
+model = "model"
+prompt_text = "prompt"
+response_text = "answer"
+"""
+
+
+def parquet_dataset(root: Path) -> Path:
+    """A Parquet dataset as Spark writes one: ``day=`` partition folders of part files, and the
+    bookkeeping beside them (commit markers, checksums, an unfinished attempt's part file)."""
+    import pyarrow as pa
+
+    rows = [{"rid": f"r-{i}", "org": f"acct-{i % 3}", "ts": f"2026-08-{27 + i % 2}T03:12:0{i}Z", "model": "glm-5.3",
+             "prompt": f"question {i}", "answer": f"answer {i}", "day": f"2026-08-{27 + i % 2}"} for i in range(6)]
+    pq.write_to_dataset(pa.Table.from_pylist(rows), root, partition_cols=["day"],
+                        basename_template="part-{i}-c000.snappy.parquet")
+    (root / "_SUCCESS").write_bytes(b"")
+    part = root / "day=2026-08-27"
+    (part / "_committed_4711").write_text('{"added":["part-0-c000.snappy.parquet"],"removed":[]}\n')
+    (part / "_started_4711").write_text("")
+    (part / ".part-0-c000.snappy.parquet.crc").write_bytes(b"crc\x00\x01\x02")
+    (part / "part-0-c000.snappy.parquet.crc").write_bytes(b"crc\x00\x01\x02")  # written by some copy tools unhidden
+    pq.write_table(pa.Table.from_pylist(rows[:1]).drop(["day"]).replace_schema_metadata(None), root / "_common_metadata")
+    attempt = root / "_temporary" / "0" / "task_0001" / "day=2026-08-27"
+    attempt.mkdir(parents=True)
+    # A task attempt that never committed: its rows are not part of the dataset.
+    pq.write_table(pa.Table.from_pylist([{**rows[0], "rid": "r-uncommitted"}]).drop(["day"]), attempt / "part-9.parquet")
+    return root
+
+
+@pytest.mark.parametrize("given", ["lake", "lake/**/*", "lake/**/*.parquet"])
+def test_a_parquet_dataset_reads_its_part_files_and_skips_the_writers_bookkeeping(tmp_path: Path, given: str) -> None:
+    from forensics.config import load_case_file
+
+    parquet_dataset(tmp_path / "lake")
+    (tmp_path / "lake" / "_notes.jsonl").write_text("not a log\n")  # only the writers' own names are left out: read
+    (tmp_path / "case.toml").write_text(DATASET_CASE.replace("PATH", given), encoding="utf-8")
+    cfg = load_case_file(tmp_path / "case.toml")
+    spec = cfg.inputs[0]
+    result = api.ingest(tmp_path / "case", [spec.path], fmt="mapped", config=cfg, profile=spec.profile)
+    read = sorted(f["path"] for f in result.manifest.files)
+    parts = ["lake/day=2026-08-27/part-0-c000.snappy.parquet", "lake/day=2026-08-28/part-0-c000.snappy.parquet"]
+    assert read == (sorted([*parts, "lake/_notes.jsonl"]) if given != "lake/**/*.parquet" else parts)
+    assert [f["path"] for f in result.run_files] == read  # each file once, though ``**/*`` also matches its folder
+    exchanges = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted(r["request_id"] for r in exchanges) == [f"r-{i}" for i in range(6)]
+    assert {(r["source_file"], r["source_line"]) for r in exchanges if r["request_id"] == "r-1"} == {(parts[1], 1)}
+    assert result.manifest.skipped_inputs == ()
+    assert quarantine(tmp_path / "case") == []  # the bookkeeping is not quarantined either
+
+
+def test_a_side_file_named_explicitly_is_read(tmp_path: Path) -> None:
+    from forensics.ingest import expand_inputs
+
+    parquet_dataset(tmp_path / "lake")
+    marker = tmp_path / "lake" / "day=2026-08-27" / "_committed_4711"
+    files, skipped = expand_inputs([marker])
+    assert files == [(marker, True)] and skipped == []

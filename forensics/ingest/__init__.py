@@ -12,6 +12,7 @@ and reconciles the per-file counts in ``manifest.json``::
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import itertools
 import multiprocessing
@@ -112,6 +113,20 @@ _NOT_OPENED = {
 _COPY_FIX = "Fix: copy the log into a regular file inside the input folder and ingest again"
 
 
+#: The bookkeeping a data-lake writer (Spark, Hadoop, Hive, Databricks, Delta Lake, pyarrow) leaves
+#: beside a Parquet dataset's part files: commit markers, checksums, summary footers, logs of
+#: commits, attempts still in flight. Never log records: in a folder walk (or a pattern's matches)
+#: they are left out like hidden files, not quarantined, and a file or folder named explicitly is
+#: read. Only these names: any other file, whatever its name, is read or quarantined.
+SIDE_FILES = ("_SUCCESS", "_committed_*", "_started_*", "_aborted_*", "_metadata", "_common_metadata", "*.crc")
+SIDE_FOLDERS = ("_temporary", "_delta_log", "_spark_metadata")
+
+
+def side_entry(name: str, folder: bool) -> bool:
+    """Whether a folder entry named ``name`` is a dataset writer's bookkeeping (see SIDE_FILES)."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in (SIDE_FOLDERS if folder else SIDE_FILES))
+
+
 def _special_kind(mode: int) -> str | None:
     """``fifo``, ``socket`` or ``device`` for those file modes, None for anything else."""
     if stat.S_ISFIFO(mode):
@@ -162,8 +177,10 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
     """Files to read, each with whether it was named explicitly (not found in a folder), and the
     folder entries skipped.
 
-    Folders are walked recursively in sorted order; hidden files and folders are left out, and so
-    is ``exclude`` (the case folder itself, when it lies inside an input folder). Only regular
+    Folders are walked recursively in sorted order; hidden files and folders are left out, so are
+    a dataset writer's bookkeeping files and folders (:data:`SIDE_FILES`, :data:`SIDE_FOLDERS`:
+    ``_SUCCESS``, ``.crc``, ``_temporary/``...) and ``exclude`` (the case folder itself, when it
+    lies inside an input folder). Only regular
     files are read: a symlink is followed only when its target is a regular file inside the folder
     given (the input root); other links, FIFOs, sockets and devices are skipped with a reason. A
     file named explicitly that is none of these is an error.
@@ -186,7 +203,7 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
                 kept = []
                 for d in sorted(dirs):
                     sub = Path(folder) / d
-                    if d.startswith(".") or sub.resolve() == skip:
+                    if d.startswith(".") or side_entry(d, folder=True) or sub.resolve() == skip:
                         continue
                     if sub.is_symlink():  # os.walk lists links to folders as folders but never enters them
                         problem = _check_entry(sub, root)
@@ -196,7 +213,7 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
                     kept.append(d)
                 dirs[:] = kept
                 for name in sorted(names):
-                    if name.startswith("."):
+                    if name.startswith(".") or side_entry(name, folder=False):
                         continue
                     problem = _check_entry(Path(folder) / name, root)
                     if problem is None:
@@ -231,13 +248,22 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     root = os.path.realpath(base)
     files: list[tuple[Path, bool]] = []
     skipped: list[Skipped] = []
+    seen: set[Path] = set()
     for match in map(Path, matches):
+        inner = match.relative_to(base).parts if match.is_relative_to(base) else match.parts
+        if any(side_entry(part, folder=True) for part in inner[:-1]) or side_entry(match.name, match.is_dir()):
+            continue  # a dataset writer's bookkeeping, as in a folder walk
         if match.is_dir():
             if exclude is None or match.resolve() != exclude:
                 more, also = expand_inputs([match], exclude)
-                files += more
-                skipped += also
+                # ``logs/**/*`` matches a folder and the files in it: each file is read once.
+                files += [f for f in more if f[0] not in seen]
+                skipped += [s for s in also if s.path not in seen]
+                seen.update([f[0] for f in more] + [s.path for s in also])
             continue
+        if match in seen:
+            continue
+        seen.add(match)
         problem = _check_entry(match, root)
         if problem is None:
             files.append((match, False))
