@@ -310,3 +310,25 @@ def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int
     except TypeError as exc:
         raise RecordError(f"{where}.{exc}") from None
     return None, 0, 0
+
+
+def json_string(value: Any, field: str, record: str = "record") -> tuple[Any, bool]:
+    """A field an export writes as a string holding JSON (or plain text), decoded, and whether its
+    JSON was cut short (valid up to where the text ends: an export's size limit).
+
+    A value that is not a string is returned as it is; an empty string is absent; text that does
+    not start like JSON stays text; JSON broken other than at its end is a RecordError naming
+    ``field`` (the fix: re-export the ``record`` with it intact).
+    """
+    if not isinstance(value, str):
+        return value, False
+    stripped = value.strip()
+    if stripped[:1] not in ("{", "["):
+        return (None if stripped == "" else value), False
+    try:
+        return orjson.loads(stripped), False
+    except orjson.JSONDecodeError as exc:
+        if "end of data" in str(exc):
+            return None, True
+        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
+                          fix=f"re-export the {record} with its {field} intact") from None

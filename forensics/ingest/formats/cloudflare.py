@@ -40,6 +40,7 @@ from forensics.ingest.fields import (
     chunks_text,
     first_objects,
     get_path,
+    json_string,
     loads_object,
     maybe_json,
     opt_count,
@@ -330,22 +331,6 @@ def _is_log(keys: set[str]) -> bool:
     return {"id", "created_at"} <= keys and len(keys & SIGNS) >= 3
 
 
-def _body(value: Any, field: str) -> tuple[Any, bool]:
-    """A body as a JSON value, and whether it was cut short (its JSON ends early)."""
-    if not isinstance(value, str):
-        return value, False
-    stripped = value.strip()
-    if not stripped:
-        return None, False
-    if stripped[:1] not in ("{", "["):
-        return value, False  # plain text (an SSE stream, or a provider's text body)
-    try:
-        return orjson.loads(stripped), False
-    except orjson.JSONDecodeError as exc:
-        if "end of data" in str(exc):
-            return None, True
-        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
-                          fix=f"export the log again with its {field} body intact") from None
 
 
 def _sse_chunks(text: str, field: str) -> tuple[list[Any], bool]:
@@ -498,7 +483,7 @@ class CloudflareParser:
         Returns the body and whether it is cut short (then it is None and a problem is noted).
         """
         if obj.get(side) not in (None, ""):
-            body, cut = _body(obj[side], side)
+            body, cut = json_string(obj[side], side, "log")
             if cut:
                 problems.append(f"{side} is cut short (its JSON ends early); its text is unknown")
             return body, cut
@@ -511,7 +496,7 @@ class CloudflareParser:
                             + (f" ({size} bytes in all)" if size is not None else "")
                             + f"; its text is unknown. Export the whole body with GET .../logs/{{id}}/{side}")
             return None, True
-        body, cut = _body(head, f"{side}_head")
+        body, cut = json_string(head, f"{side}_head", "log")
         if cut:
             problems.append(f"{side}_head is cut short (its JSON ends early); its text is unknown")
         return body, cut

@@ -29,6 +29,7 @@ from forensics.ingest.fields import (
     chunks_text,
     first_objects,
     get_path,
+    json_string,
     loads_object,
     opt_count,
     opt_int,
@@ -134,24 +135,6 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         yield Line(number, orjson.dumps(obj).decode(), raw)
 
 
-def _body(value: Any, field: str) -> tuple[Any, bool]:
-    """A JSON-string body decoded, and whether it was cut short (valid JSON up to its end).
-
-    A body whose JSON stops early was cut by the export (a size limit); one that is wrong
-    elsewhere is broken, and a broken body is a RecordError.
-    """
-    if not isinstance(value, str):
-        return value, False
-    stripped = value.strip()
-    if stripped[:1] not in ("{", "["):
-        return (None if stripped == "" else value), False
-    try:
-        return orjson.loads(stripped), False
-    except orjson.JSONDecodeError as exc:
-        if "end of data" in str(exc):
-            return None, True
-        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
-                          fix=f"re-export the row with its {field} intact") from None
 
 
 def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]:
@@ -196,11 +179,11 @@ class HeliconeParser:
         received, assumed1 = time_field(obj, "request_created_at", ctx.zone)
         completed, assumed2 = time_field(obj, "response_created_at", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
-        request, _ = _body(obj.get("request_body"), "request_body")
+        request, _ = json_string(obj.get("request_body"), "request_body", "row")
         if request is not None and not isinstance(request, Mapping):
             raise RecordError(f"request_body is a {type(request).__name__}, expected the chat request object")
         request = request or {}
-        response, cut = _body(obj.get("response_body"), "response_body")
+        response, cut = json_string(obj.get("response_body"), "response_body", "row")
         problems: list[str] = []
         if cut:
             problems.append("response_body is cut short (its JSON ends early); the response text is unknown")

@@ -27,8 +27,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, SkippedRecord, prompt_fields, provenance
 from forensics.ingest.fields import (
@@ -38,6 +36,7 @@ from forensics.ingest.fields import (
     chunks_text,
     first_objects,
     get_path,
+    json_string,
     loads_object,
     message_text,
     opt_count,
@@ -102,27 +101,6 @@ def _field(obj: Mapping[str, Any], name: str) -> tuple[Any, str]:
     return None, names[0]
 
 
-def _decoded(value: Any, field: str) -> tuple[Any, bool]:
-    """A field exported as a string holding JSON (or plain text), decoded; and whether its JSON
-    was cut short (valid up to where the text ends: an export size limit).
-
-    Plain text stays text; an empty string is absent; JSON broken other than at its end is a
-    RecordError.
-    """
-    if not isinstance(value, str):
-        return value, False
-    stripped = value.strip()
-    if not stripped:
-        return None, False
-    if stripped[0] not in "{[":
-        return value, False
-    try:
-        return orjson.loads(stripped), False
-    except orjson.JSONDecodeError as exc:
-        if "end of data" in str(exc):
-            return None, True
-        raise RecordError(f"{field} is a string that is not valid JSON ({exc})",
-                          fix=f"re-export the observation with its {field} intact") from None
 
 
 def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]:
@@ -193,17 +171,17 @@ class LangfuseParser:
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
         problems: list[str] = []
 
-        request, input_cut = _decoded(obj.get("input"), "input")
+        request, input_cut = json_string(obj.get("input"), "input", "observation")
         if input_cut:
             problems.append("input is cut short (its JSON ends early); the prompt text is unknown")
         prompt, nontext, n_messages = self._prompt(request)
-        response, output_cut = _decoded(obj.get("output"), "output")
+        response, output_cut = json_string(obj.get("output"), "output", "observation")
         if output_cut:
             problems.append("output is cut short (its JSON ends early); the response text is unknown")
         text, finish, response_usage = self._response(response, problems)
 
         usage_value, usage_key = _field(obj, "usage_details")
-        usage, _ = _decoded(usage_value, usage_key)
+        usage, _ = json_string(usage_value, usage_key, "observation")
         if usage is not None and not isinstance(usage, Mapping):
             problems.append(f"{usage_key} is a {type(usage).__name__}, not an object of counts; ignored")
             usage = None
@@ -217,7 +195,7 @@ class LangfuseParser:
 
         params_value, params_key = _field(obj, "model_parameters")
         try:
-            params, _ = _decoded(params_value, params_key)
+            params, _ = json_string(params_value, params_key, "observation")
         except RecordError:
             problems.append(f"{params_key} is not valid JSON; ignored")
             params = None
