@@ -219,8 +219,13 @@ def tokenize(text: str | None) -> Tokens:
     reference path, which expands every character first (the whole text, when there are many).
     Both give the same tokens (a property test holds them equal).
     """
+    return _tokenize(text)[0]
+
+
+def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
+    """:func:`tokenize`, and the text's code points (one per ``str`` index) it worked on."""
     if not text:
-        return _EMPTY
+        return _EMPTY, _NO_CPS
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     info = _info[cps]
     if not info.all():
@@ -234,7 +239,7 @@ def tokenize(text: str | None) -> Tokens:
         kinds = info[special]
         hard = special[kinds == _F_COMPLEX]
         if len(hard) > _MAX_SPLICES:
-            return _tokenize_reference(text, cps)
+            return _tokenize_reference(text, cps), cps
         ignore = special[kinds == _F_IGNORE]
         if len(ignore):
             # A run of format characters inside a word is nothing ("foo\u200bbar" is "foobar");
@@ -252,7 +257,7 @@ def tokenize(text: str | None) -> Tokens:
         multi = special[kinds == _F_MULTI]
     ts, te = _bounds(cls)
     if len(ts) == 0:
-        return _EMPTY
+        return _EMPTY, cps
     odd = _NONE
     if wide:
         mark = np.zeros(len(ts), dtype=bool)  # the words holding a decomposed letter or a format character
@@ -281,10 +286,11 @@ def tokenize(text: str | None) -> Tokens:
         start, end, hashes = _expand_multi(cps, multi, start, end, hashes)
     if len(hard):
         start, end, hashes = _splice_reference(text, info, hard, start, end, hashes)
-    return Tokens(start, end, hashes)
+    return Tokens(start, end, hashes), cps
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+_NO_CPS = np.zeros(0, dtype="<u4")
 
 #: Characters that may join a neighbour oddly ("¼") are re-tokenized in their run of text by the
 #: reference path; beyond this many in one text, the whole text goes through it (its cost is
@@ -448,11 +454,11 @@ _PUNCT_KNOWN = np.zeros(_SIZE, dtype=bool)
 _PUNCT = np.zeros(_SIZE, dtype=bool)
 
 
-def _without_punctuation(tk: Tokens, text: str) -> Tokens:
-    """``tk`` without its one-character punctuation tokens (Unicode category P*, ``_`` excepted)."""
+def _without_punctuation(tk: Tokens, cps: np.ndarray) -> Tokens:
+    """``tk`` without its one-character punctuation tokens (Unicode category P*, ``_`` excepted);
+    ``cps``: the code points of the text it came from."""
     if len(tk) == 0:
         return tk
-    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     first = cps[tk.start]
     new = np.unique(first[~_PUNCT_KNOWN[first]])
     for cp in new.tolist():
@@ -495,9 +501,7 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
             size += len(pieces[j]) + 1
             j += 1
         group = pieces[i:j]
-        joined = "\n".join(group)
-        tk = tokenize(joined)
-        tk = _without_punctuation(tk, joined)
+        tk = _without_punctuation(*_tokenize("\n".join(group)))
         piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
             piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])

@@ -285,8 +285,9 @@ class GatewayWriter:
         return self.out.file(rel)
 
     def exchange(self, ex: Exchange) -> None:
-        """Take one exchange when the gateway receives it: write what is logged then, queue the rest."""
-        raise NotImplementedError
+        """Take one exchange when the gateway receives it; by default it is logged when the call ends
+        (queued for :meth:`ended`). A format that logs at arrival writes here instead."""
+        self.callbacks.push(ex.completed, ex)
 
     def ended(self, when: float, ex: Exchange) -> None:
         """Write what is logged when the call ends (at ``when``)."""
@@ -792,10 +793,6 @@ class LangfuseWriter(GatewayWriter):
     time_keys = ("start_time",)
     bad_time = "2026-13-45 99:61:00.000000"
 
-    def exchange(self, ex: Exchange) -> None:
-        """Queue the call: Langfuse exports an observation once it has ended."""
-        self.callbacks.push(ex.completed, ex)
-
     def ended(self, when: float, ex: Exchange) -> None:
         """The trace's observations, in the file of the day the call ended."""
         f = self._series("langfuse-observations", day_of(when))
@@ -858,10 +855,6 @@ class CloudflareGatewayWriter(GatewayWriter):
     describes = "the Cloudflare AI Gateway logs (REST API log objects with their bodies, the tenant in the metadata)"
     time_keys = ("created_at",)
     bad_time = "2026-13-45T99:61:00Z"
-
-    def exchange(self, ex: Exchange) -> None:
-        """Queue the log: AI Gateway writes it when the call ends."""
-        self.callbacks.push(ex.completed, ex)
 
     def ended(self, when: float, ex: Exchange) -> None:
         """The log object, in the file of the day the call ended."""
