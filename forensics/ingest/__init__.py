@@ -344,7 +344,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], Skip | None]] = []
     found: list[tuple[Path, bool]] = []
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
     skipped: list[Skipped] = []
@@ -372,14 +372,16 @@ def ingest(
         skip = None
         if encoding is not None or misfit:
             if misfit:
-                problem = f"{PARQUET_MISFIT} {file_format!r} reads text logs"
+                problem = f"this is a Parquet file and format {file_format!r} reads text logs"
                 fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
             else:
                 problem = f"the file is {encoding} text, not UTF-8"
                 fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
             if explicit:
                 raise InputError(problem, file=path, fix=fix)
-            skip, detected = f"{problem}; file skipped. Fix: {fix}", None
+            skip = Skip("skipped: Parquet, not the format given" if misfit else "skipped: not UTF-8",
+                        f"{problem}; file skipped. Fix: {fix}")
+            detected = None
         else:
             try:
                 detected = file_format or sniff(path)
@@ -387,7 +389,7 @@ def ingest(
                 if explicit:
                     raise
                 # Like a file of no known format: kept out, with a quarantine row naming the candidates.
-                skip, detected = f"{exc.message}; file skipped. Fix: {exc.fix}", None
+                skip, detected = Skip("skipped: format ambiguous", f"{exc.message}; file skipped. Fix: {exc.fix}"), None
             if detected is None and explicit:
                 raise InputError(
                     "cannot tell the format of this file from its content",
@@ -545,6 +547,14 @@ def _excerpt(text: str | None, raw: bytes) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Skip:
+    """Why a file is not read: its status in the manifest and its whole-file quarantine reason."""
+
+    status: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Unit:
     """One piece of parsing work: a whole file, or a line-aligned byte span of a big plain file."""
 
@@ -558,7 +568,7 @@ class Unit:
     tenant_field: str
     tokenizer: str | None
     staging: str
-    skip: str | None = None  # why the file is not read (its format or encoding), else None
+    skip: Skip | None = None  # why the file is not read (its format or encoding), else None
     profile: Profile | None = None  # format "mapped": where each column lives
     ceiling: int | None = None  # the case's real ceiling when known at ingest: rows far below it are not tokenized
 
@@ -568,28 +578,18 @@ class Unit:
         return max(0, end - self.span.start)
 
 
-#: How the reason a file several formats claim is skipped begins (see registry.AmbiguousFormat).
-AMBIGUOUS = "cannot tell the format of this file: it looks like"
-#: How the reason a Parquet file is not read under the format given begins.
-PARQUET_MISFIT = "this is a Parquet file and format"
+#: A file found in a folder that no format reads, unless a :class:`Skip` says why.
+UNRECOGNISED = Skip("skipped: format not recognised",
+                    "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
 
-def _skip_status(skip: str | None) -> str:
-    """The status of a file that is not read, from the reason it was skipped (None: no format fits)."""
-    if skip is None:
-        return "skipped: format not recognised"
-    if skip.startswith(PARQUET_MISFIT):
-        return "skipped: Parquet, not the format given"
-    return "skipped: format ambiguous" if skip.startswith(AMBIGUOUS) else "skipped: not UTF-8"
-
-
-def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: str | None = None) -> dict[str, Any]:
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: Skip | None = None) -> dict[str, Any]:
     return {
         "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
         "sha256": sha, "size": path.stat().st_size, "format": fmt,
         "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
-        "status": "ingested" if fmt else _skip_status(skip),
+        "status": "ingested" if fmt else (skip or UNRECOGNISED).status,
     }
 
 
@@ -670,8 +670,9 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
 
     try:
         if unit.fmt is None:
-            quarantine(None, unit.skip or "format not recognised; file skipped. Fix: pass --format if it is a log of a known format", None)
-            counts["status"] = _skip_status(unit.skip)
+            skip = unit.skip or UNRECOGNISED
+            quarantine(None, skip.reason, None)
+            counts["status"] = skip.status
         else:
             log_format = FORMATS.get(unit.fmt)
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
