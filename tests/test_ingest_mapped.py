@@ -220,7 +220,7 @@ response_text = "text"
     result = ingest(tmp_path, cfg)
     assert [r["request_id"] for r in rows(tmp_path)] == ["p-1"]
     [bad] = rows(tmp_path, "quarantine")
-    assert bad["source_line"] == 2 and "Parquet row 2 has a value that cannot be read (OverflowError" in bad["reason"]
+    assert bad["source_line"] == 2 and "Parquet row 2: column 'other' cannot be read (OverflowError" in bad["reason"]
     assert result.manifest["files"][0]["reconciled"]
 
 
@@ -570,7 +570,7 @@ def _cut_parquet(path: Path) -> None:
      "line is a JSON int, expected an object"),
     ("bad.json", lambda p: p.write_bytes(b"[" + json.dumps(_simple(1)).encode() + b',\n{"id": "r2\xff"}]'), 1,
      "line is not valid UTF-8"),
-    ("cut.parquet", _cut_parquet, 0, "Parquet file cannot be read after row 0"),
+    ("cut.parquet", _cut_parquet, 0, "Parquet file is damaged or cut short before any row could be read"),
     ("open.json", lambda p: p.write_bytes(b"["), 0, "the JSON array is not closed"),
 ])
 def test_bad_input_is_quarantined_with_a_reason_and_counts_reconcile(tmp_path: Path, name: str, write: Any, ingested: int,
@@ -593,3 +593,24 @@ def test_suggest_says_which_records_it_could_not_read(tmp_path: Path) -> None:
     only_bad.write_bytes(b'{"rid": "r1", "org": "\x1b[31m"}\n')
     with pytest.raises(InputError, match=r"no JSON object or CSV record found in the first records \(line 1: invalid JSON"):
         suggest(only_bad)
+
+
+def test_a_mapped_parquet_file_is_read_one_row_group_and_a_few_rows_at_a_time(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read 1,024 rows at a time over every row group at once, megabyte prompts made memory grow with
+    # the file; mapped reads Parquet through the same reader as langfuse (forensics.ingest.parquet).
+    from forensics.ingest import parquet
+    from forensics.ingest.formats.mapped import read_records
+
+    calls: list[tuple[int, list[int] | None]] = []
+    original = pq.ParquetFile.iter_batches
+
+    def spy(self: pq.ParquetFile, batch_size: int = 65536, row_groups: list[int] | None = None, **kw: Any) -> Any:
+        calls.append((batch_size, row_groups))
+        return original(self, batch_size=batch_size, row_groups=row_groups, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    pq.write_table(pa.Table.from_pylist([_simple(n) for n in range(100)]), tmp_path / "export.parquet", row_group_size=30)
+    lines = list(read_records(tmp_path / "export.parquet", []))
+    assert [json.loads(line.text or "")["id"] for line in lines] == [f"r{n}" for n in range(100)]
+    assert calls == [(parquet.BATCH_ROWS, [g]) for g in range(4)]

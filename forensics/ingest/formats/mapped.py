@@ -24,8 +24,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from forensics import schema
 from forensics.config import PROFILE_PROMPT_KEYS as PROMPT_KEYS
@@ -35,13 +33,13 @@ from forensics.ingest.base import FileContext, Output, Quarantined, prompt_field
 from forensics.ingest.fields import RecordError, loads_object, opt_count, response_text, truncation, whole_number
 from forensics.ingest.formats.helicone import CSV_ERROR
 from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
+from forensics.ingest.parquet import ROW_ERROR, read_rows
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular, peek_lines, read_lines
 from forensics.ingest.registry import LogFormat, RecordKind, register
 from forensics.ingest.timeparse import MAX_MICROS, MIN_MICROS, NUMBER, RANGE_HINT, TimeError, to_micros
 
 PARQUET_MAGIC = b"PAR1"
 #: Set on the object a Parquet row becomes when the row cannot be read (quarantined with the reason).
-RECORD_ERROR = "_record_error"
 #: Records read before any work to check that every mapped key resolves somewhere in the file.
 CHECK_RECORDS = 1000
 #: Status words that mean the call failed (any other word is a success).
@@ -81,50 +79,6 @@ def container(path: Path) -> str:
     if first.startswith("{"):
         return "json-lines"
     return "csv"
-
-
-def _jsonable(value: Any) -> Any:
-    """orjson's fallback for Parquet values JSON has no type for (decimals, bytes)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    return str(value)
-
-
-def _parquet_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
-    """One JSON object per Parquet row, numbered by row (from 1)."""
-    number = 0
-    try:
-        with pq.ParquetFile(path) as parquet:  # closed even when the reader stops early
-            for batch in parquet.iter_batches(batch_size=1024):
-                for row in _rows(batch):
-                    number += 1
-                    try:
-                        if isinstance(row, Exception):
-                            raise row
-                        raw = orjson.dumps(row, default=_jsonable, option=orjson.OPT_NON_STR_KEYS)
-                    except (orjson.JSONEncodeError, OverflowError, ValueError, pa.ArrowException) as exc:
-                        raw = orjson.dumps({RECORD_ERROR: f"Parquet row {number} has a value that cannot be read "
-                                                          f"({type(exc).__name__}: {str(exc)[:200]})"})
-                    yield Line(number, raw.decode(), raw)
-    except (OSError, pa.ArrowException, ValueError) as exc:
-        problems.append(FileProblem(number, f"Parquet file cannot be read after row {number} ({type(exc).__name__}: "
-                                            f"{str(exc)[:200]}); the rows before were read. Fix: export the file again",
-                                    "corrupt"))
-
-
-def _rows(batch: pa.RecordBatch) -> list[dict[str, Any] | Exception]:
-    """A batch's rows as Python objects; where the batch cannot be converted (a timestamp past the
-    year 9999), row by row, a row that fails given as its exception (it is quarantined)."""
-    try:
-        return list(batch.to_pylist())
-    except (OverflowError, ValueError, pa.ArrowException):
-        rows: list[dict[str, Any] | Exception] = []
-        for i in range(batch.num_rows):
-            try:
-                rows.extend(batch.slice(i, 1).to_pylist())
-            except (OverflowError, ValueError, pa.ArrowException) as exc:
-                rows.append(exc)
-        return rows
 
 
 # The tokens of JSON text that give an array its structure: strings (skipped whole, so a bracket
@@ -202,7 +156,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     """
     kind = container(path)
     if kind == "parquet":
-        yield from _parquet_records(path, problems)
+        yield from read_rows(path, problems)  # a row group and a few rows at a time
     elif kind == "json-array":
         yield from _array_records(path, problems)
     else:
@@ -576,8 +530,8 @@ class MappedParser:
             obj = loads_object(text)
             if CSV_ERROR in obj:
                 raise RecordError(str(obj[CSV_ERROR]), fix="re-export the file as CSV with every field quoted, or as JSON Lines")
-            if RECORD_ERROR in obj:
-                raise RecordError(str(obj[RECORD_ERROR]), fix="correct the value in the export, or export the log as JSON Lines")
+            if ROW_ERROR in obj:
+                raise RecordError(str(obj[ROW_ERROR]), fix="correct the value in the export, or export the log as JSON Lines")
             row = map_record(obj, ctx, line_number)
         except RecordError as exc:
             return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenantValue))
@@ -630,10 +584,10 @@ def sample(path: Path, limit: int, unreadable: list[tuple[int, str]] | None = No
             if unreadable is not None:
                 unreadable.append((line.number, str(exc).split(". Fix: ")[0]))
             continue
-        if CSV_ERROR not in obj and RECORD_ERROR not in obj:
+        if CSV_ERROR not in obj and ROW_ERROR not in obj:
             records.append(obj)
         elif unreadable is not None:
-            unreadable.append((line.number, str(obj.get(CSV_ERROR) or obj.get(RECORD_ERROR))))
+            unreadable.append((line.number, str(obj.get(CSV_ERROR) or obj.get(ROW_ERROR))))
     return records, True
 
 
