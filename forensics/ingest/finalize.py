@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 from collections import Counter as Tally
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +109,27 @@ def finalize(
     rep = reporter(progress)
     task = rep.task("finalise case tables", total=3)
     duplicates: Tally[str] = Tally()
-    exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates, band_ceilings or {})
-    task.advance()
-    events_rows = _engine_events(c, con, ev_paths, duplicates)
-    task.advance()
+    # The engine events' duplicate check is decided first (DuckDB spreads it over the cores); their
+    # table and the quarantine are then copied on a thread of their own while the exchanges are
+    # written: both passes are mostly Parquet reading, encoding and writing, which Arrow does
+    # without the GIL, so the two run side by side on two cores. Each writes a file of its own.
+    event_losers, event_duplicates, roles = _event_duplicates(con)
     skipped_rows = [{"source_file": e["path"], "reason": e["reason"]} for e in skipped_inputs]
-    quarantine_rows = _concat(c, q_paths, "quarantine", extra=skipped_rows)
-    task.advance()
+
+    def others() -> tuple[int, int]:
+        events = _concat(c, ev_paths, "engine_events", event_losers, roles)
+        return events, _concat(c, q_paths, "quarantine", extra=skipped_rows)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize-events") as side:
+        side_tables = side.submit(others)
+        try:
+            exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates, band_ceilings or {})
+        finally:
+            wait([side_tables])  # never leave the thread writing into a case being torn down
+        task.advance()
+        events_rows, quarantine_rows = side_tables.result()
+    duplicates.update(event_duplicates)
+    task.advance(2)
     task.close()
     con.close()
     with contextlib.suppress(OSError):
@@ -280,39 +294,39 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
-    # Kept lines and engine keys are fetched per staged file (a span of at most SPLIT_BYTES of one
-    # input), never for the whole case at once: held in memory, they grew with the input.
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
-    kept_sql = f"""SELECT source_line FROM ranked WHERE source_sha256 = $1 AND source_line BETWEEN $2 AND $3
-                   AND rn = 1 AND record_kind NOT IN {half_kinds()} ORDER BY source_line"""
-    keys_sql = f"""SELECT k.* FROM engine_keys k WHERE k.rid IN (SELECT request_id FROM ranked WHERE source_sha256 = $1
-                   AND source_line BETWEEN $2 AND $3 AND rn = 1 AND record_kind NOT IN {half_kinds()})"""
+    # The kept rows with their damage and engine keys come from one query, in the order the staged
+    # files are read (file, then line), and are consumed as a stream alongside them: memory holds
+    # one batch of it, never the whole case's keys, and DuckDB runs one query, not three per file.
+    kept = _KeptRows(con.sql(f"""
+        SELECT f.ord, r.source_line, r.request_id, d.damage, k.rid IS NOT NULL AS has_keys,
+               k.prefill_node, k.decode_node, k.bootstrap_room, k.over_limit_len, k.prefill_len
+        FROM ranked r JOIN file_order f ON f.sha = r.source_sha256
+        LEFT JOIN line_damage d USING (source_sha256, source_line)
+        LEFT JOIN engine_keys k ON k.rid = r.request_id
+        WHERE r.rn = 1 AND r.record_kind NOT IN {half_kinds()}
+        ORDER BY f.ord, r.source_line""").to_arrow_reader(KEPT_BATCH))
 
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     writer = _BackgroundWriter(sink)
     try:
-        damage_sha, damage = None, {}
         for path in paths:
-            sha = path.name.split(".")[0]
+            ord_ = order[path.name.split(".")[0]]
             staged_lines = pq.read_table(path, columns=["source_line"]).column("source_line")
-            if len(staged_lines) == 0:
-                continue
-            span = pc.min_max(staged_lines)
-            bounds = [sha, span["min"].as_py(), span["max"].as_py()]
-            keep = [line for (line,) in con.execute(kept_sql, bounds).fetchall()]
-            if not keep:
-                continue
-            if sha != damage_sha:  # one file's damaged lines at a time
-                damage_sha = sha
-                damage = dict(con.execute("SELECT source_line, damage FROM line_damage WHERE source_sha256 = $1", [sha]).fetchall())
-            engine = _engine_keys(con, keys_sql, bounds)
-            lines = pa.array(keep, pa.int64())
+            if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
+                continue  # no row of this staged file is kept: its text is never read
             pf = pq.ParquetFile(path)
             for batch in pf.iter_batches(batch_size=READ_BATCH):
-                mask = pc.is_in(batch.column("source_line"), value_set=lines)
+                rows = kept.take_until(ord_, pc.max(batch.column("source_line")).as_py())
+                if not rows:
+                    continue
+                mask = pc.is_in(batch.column("source_line"), value_set=pa.array([r[0] for r in rows], pa.int64()))
+                damage = {r[0]: r[2] for r in rows if r[2] is not None}
+                engine = {r[1]: r[4:] for r in rows if r[3]}
                 writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
                                            band_ceilings))
+        kept.close()
         # Joined split-log rows: the engine keys of the halves' requests only.
         engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
                                        (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
@@ -379,6 +393,54 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         "prompt_tokens_sources": sources,
         "notes": notes,
     }
+
+
+#: Rows of the kept-rows stream fetched at once (small columns only).
+KEPT_BATCH = 8192
+
+
+class _KeptRows:
+    """The stream of kept exchange rows, ``(file ord, line, request_id, damage, has_keys,
+    *engine keys)`` in (file, line) order, read forward in step with the staged files."""
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self._reader = reader
+        self._rows: list[tuple[Any, ...]] = []
+        self._at = 0
+
+    def _fill(self) -> bool:
+        """Make sure a row is waiting; False at the end of the stream."""
+        while self._at >= len(self._rows):
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return False
+            self._rows = list(zip(*(column.to_pylist() for column in batch.columns)))
+            self._at = 0
+        return True
+
+    def any_until(self, ord_: int, line: int) -> bool:
+        """Whether the next kept row is of file ``ord_`` at or before ``line``."""
+        if not self._fill():
+            return False
+        row = self._rows[self._at]
+        return bool(row[0] == ord_ and row[1] <= line)
+
+    def take_until(self, ord_: int, line: int) -> list[tuple[Any, ...]]:
+        """The kept rows of file ``ord_`` up to ``line`` (without the ord): ``(line, request_id,
+        damage, has_keys, *engine keys)``."""
+        taken: list[tuple[Any, ...]] = []
+        while self._fill():
+            row = self._rows[self._at]
+            if row[0] != ord_ or row[1] > line:
+                break
+            taken.append(row[1:])
+            self._at += 1
+        return taken
+
+    def close(self) -> None:
+        """Release the query's result."""
+        self._reader.close()
 
 
 class _BackgroundWriter:
@@ -540,10 +602,12 @@ def _split_joined(con: duckdb.DuckDBPyConnection) -> Any:
 
 
 EVENT_DUPES_SQL = """
-WITH k AS (
-  SELECT source_sha256, source_line, node, md5(message) AS h,
-         row_number() OVER (PARTITION BY source_sha256, node, md5(message) ORDER BY source_line) AS occurrence
-  FROM staged_events
+WITH h AS (
+  SELECT source_sha256, source_line, node, md5(message) AS h FROM staged_events
+), k AS (
+  SELECT source_sha256, source_line, node, h,
+         row_number() OVER (PARTITION BY source_sha256, node, h ORDER BY source_line) AS occurrence
+  FROM h
 ), ranked AS (
   SELECT source_sha256, source_line,
          row_number() OVER (PARTITION BY node, h, occurrence ORDER BY f.ord, source_line) AS rn
@@ -553,14 +617,16 @@ SELECT source_sha256, source_line FROM ranked WHERE rn > 1
 """
 
 
-def _engine_events(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], duplicates: Tally[str]) -> int:
-    """Write engine_events.parquet without events repeated by overlapping exports."""
+def _event_duplicates(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, set[int]], Tally[str], dict[str, str]]:
+    """Engine events repeated by overlapping exports: the lines to leave out per input file, how
+    many per file, and the role of each node whose file name does not say it."""
     losers: dict[str, set[int]] = {}
+    duplicates: Tally[str] = Tally()
     for sha, line in con.execute(EVENT_DUPES_SQL).fetchall():
         losers.setdefault(sha, set()).add(line)
         duplicates[sha] += 1
     roles = dict(con.execute("SELECT node, node_role FROM node_roles").fetchall())
-    return _concat(c, paths, "engine_events", losers, roles)
+    return losers, duplicates, roles
 
 
 def _concat(
