@@ -105,9 +105,12 @@ def to_micros(value: object, zone: str = "UTC") -> tuple[int, bool]:
     text = value.strip()
     if not text:
         raise TimeError("empty time")
-    number = _number(text)
-    if number is not None:
-        return _from_epoch(number, value), False
+    # Four ASCII digits then "-" is a date, never a plain number (a "-" there could only follow an
+    # exponent's "e"): the common ISO form skips the number check.
+    if not (text[4:5] == "-" and text[:4].isascii() and text[:4].isdigit()):
+        number = _number(text)
+        if number is not None:
+            return _from_epoch(number, value), False
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
@@ -122,4 +125,5 @@ def to_micros(value: object, zone: str = "UTC") -> tuple[int, bool]:
             raise TimeError(f"{_shown(value)} is outside the years {MIN_YEAR} to {MAX_YEAR}") from None
     # Subtraction of aware datetimes never overflows, even for year 1 or 9999 with an offset.
     delta = t - EPOCH
-    return _in_range(delta // dt.timedelta(microseconds=1), value), assumed
+    # Whole microseconds of the timedelta, as delta // timedelta(microseconds=1) gives them, without dividing.
+    return _in_range((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, value), assumed

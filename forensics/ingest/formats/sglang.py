@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from forensics.ingest.base import FileContext, Output
@@ -43,6 +44,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     """``value`` when it is a JSON object, else an empty one (a field of the wrong type says nothing)."""
     return value if isinstance(value, Mapping) else {}
 
+@lru_cache(maxsize=256)
 def node_of(file_name: str) -> tuple[str, int | None]:
     """Hostname and rank from ``{hostname}_{rank}.log`` (compression suffixes ignored)."""
     name = file_name
@@ -66,6 +68,9 @@ def role_of(host: str) -> str | None:
     return None
 
 
+_role_of = lru_cache(maxsize=256)(role_of)
+
+
 def _room(value: Any) -> int | None:
     """A bootstrap room (an unsigned 64-bit number), else None (the raw line is kept in ``message``)."""
     room = whole_number(value)
@@ -81,7 +86,8 @@ def _int(value: Any) -> int | None:
 def _kv_pairs(text: str) -> dict[str, str]:
     pairs = {}
     for item in text.split(","):
-        key, sep, value = item.strip().partition("=")
+        # The key and value are stripped on both sides: stripping the item first would change nothing.
+        key, sep, value = item.partition("=")
         if sep:
             pairs[key.strip()] = value.strip().strip("'\"")
     return pairs
@@ -108,18 +114,21 @@ class SGLangParser:
 
     def parse(self, text: str, line_number: int, ctx: FileContext) -> Output:
         """Every line is an event; never quarantined for its content."""
-        host, rank = node_of(ctx.file_name)
+        host, rank = node_of(ctx.file_name)  # cached: one file name, many lines
         row: dict[str, Any] = {
             "node": host,
             "rank": rank,
-            "role": role_of(host),
+            "role": _role_of(host),
             "event": "unknown",
             "message": text,
             "source_file": ctx.display_path,
             "source_sha256": ctx.sha256,
             "source_line": line_number,
         }
-        if text.lstrip().startswith("{"):
+        first = text[:1]
+        if first == "[":  # a scheduler line (the common case): no need to strip a copy of the line
+            self._text_line(text, row, ctx)
+        elif first == "{" or text.lstrip().startswith("{"):
             self._json_line(text, row, ctx)
         else:
             self._text_line(text, row, ctx)
