@@ -8,6 +8,7 @@ format once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,8 +21,10 @@ from conftest import table_rows
 from forensics import api
 from forensics.errors import InputError
 from forensics.ingest import finalize as finalize_module
+from forensics.ingest import registry as registry_module
 from forensics.ingest.fields import RecordError, chunks_text
 from forensics.ingest.finalize import _BackgroundWriter
+from forensics.ingest.registry import FORMATS
 from forensics.run import run
 
 
@@ -151,3 +154,44 @@ def test_a_run_rebuilds_the_case_tables_once_for_inputs_of_two_formats(tmp_path:
     result = run(SAMPLE, tmp_path / "out")
     assert len(calls) == 1
     assert {f["format"] for f in json.loads((result.case_dir / "manifest.json").read_text())["files"]} == {"litellm", "sglang"}
+
+
+def _lines_for_both_ways() -> bytes:
+    """Gateway lines of every kind the bytes path must settle as the text path does."""
+    good = (SAMPLE / "gateway" / "litellm-callbacks-2026-08-27.jsonl").read_bytes().splitlines()[:40]
+    record = json.loads(good[0])
+    slo = record["standard_logging_object"]
+    no_tenant = json.dumps({**slo, "metadata": {}, "end_user": ""}).encode()
+    odd = [
+        b'{"standard_logging_object": {"id": "x"',  # cut short: invalid JSON, its message quoted
+        b'{"id": "bad-utf8", "startTime": 1, "messages": "\xff\xfe"}',  # not UTF-8: the UTF-8 reason
+        b'[1, 2, 3]',  # JSON, but not an object
+        b'   {"id": "leading blanks", "startTime": 1787788820, "organization_id": "org-a", "messages": "hi"}',
+        b'{"id": "no time", "organization_id": "org-a"}',
+        b"",
+        b"   ",
+        no_tenant,
+        json.dumps({**slo, "id": "caf\u00e9-\u4e2d", "messages": [{"role": "user", "content": "\u00e9" * 3000}]},
+                   ensure_ascii=False).encode(),  # text past the excerpt's cut, in multi-byte characters
+        json.dumps({"standard_logging_object": {**slo, "id": "emoji"}, "note": "\U0001f600"}).encode(),  # escaped surrogate pair
+        b'{"id": "lone", "note": "\\ud800"}',  # a lone surrogate: invalid JSON
+    ]
+    return b"\n".join(good + odd) + b"\n"
+
+
+def test_litellm_lines_read_as_bytes_give_what_the_text_parser_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "logs" / "litellm-callbacks.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(_lines_for_both_ways())
+    fast = api.ingest(tmp_path / "fast", [log], fmt="litellm")
+    litellm = FORMATS.get("litellm")
+    assert litellm.parse_raw is not None  # the path this test is about is the one taken
+    monkeypatch.setattr(registry_module.FORMATS, "_formats",
+                        {**registry_module.FORMATS._formats, "litellm": dataclasses.replace(litellm, parse_raw=None)})
+    slow = api.ingest(tmp_path / "slow", [log], fmt="litellm")
+    assert _tables(tmp_path / "fast") == _tables(tmp_path / "slow")
+    assert [f["quarantined"] for f in fast.manifest.files] == [f["quarantined"] for f in slow.manifest.files]
+    quarantined = table_rows(tmp_path / "fast" / "quarantine.parquet")
+    reasons = " | ".join(row["reason"] for row in quarantined)
+    assert "not valid UTF-8" in reasons and "invalid JSON" in reasons and "no tenant" in reasons
+    assert len(table_rows(tmp_path / "fast" / "exchanges.parquet")) > 30

@@ -221,7 +221,7 @@ def test_a_value_no_parser_check_caught_costs_its_row_only(tmp_path: Path) -> No
         return out
 
     FORMATS.unregister("litellm")
-    FORMATS.register(dataclasses.replace(litellm, parse=leaky))
+    FORMATS.register(dataclasses.replace(litellm, parse=leaky, parse_raw=None))  # every line through the leaky parse
     try:
         entry = ingest_text(tmp_path, "spend.jsonl", [spend_line("a"), spend_line("b"), spend_line("c")], "litellm")
     finally:

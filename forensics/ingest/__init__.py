@@ -34,8 +34,8 @@ from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import is_parquet, peek_rows
-from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, scan_file
-from forensics.ingest.registry import FORMATS, AmbiguousFormat
+from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
+from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
 from forensics.progress import Reporter, reporter
 from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
@@ -541,9 +541,26 @@ def _zero_counts() -> dict[str, int]:
 
 
 def _excerpt(text: str | None, raw: bytes) -> str:
+    # From the bytes when the line was not decoded: for UTF-8 the same characters, since
+    # EXCERPT_CHARS characters never take more than 4 bytes each.
     if text is None:
         text = raw[: schema.EXCERPT_CHARS * 4].decode("utf-8", errors="backslashreplace")
     return text[: schema.EXCERPT_CHARS]
+
+
+def _parser_bug(exc: Exception) -> Quarantined:
+    """The quarantine reason for a line whose parser raised: it costs that line, never the run."""
+    return Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or re-export this "
+                       "record and ingest the file again; please report the excerpt to the forensics maintainers (the "
+                       "rest of the file was ingested)")
+
+
+def _decoded(raw: bytes) -> str | None:
+    """A line's text, or None when its bytes are not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -678,22 +695,34 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
                               unit.profile)
             problems: list[FileProblem] = []
-            for line in log_format.read(Path(unit.path), problems, unit.span):
+            # A format that parses a line's bytes reads them undecoded: a line is decoded only when
+            # its bytes are left to the text parser (see LogFormat.parse_raw).
+            parse_raw = log_format.parse_raw if log_format.read is read_lines else None
+            lines = (read_lines(Path(unit.path), problems, unit.span, decode=False) if parse_raw is not None
+                     else log_format.read(Path(unit.path), problems, unit.span))
+            for line in lines:
                 counts["lines"] += 1
-                if line.text is None:
-                    counts["quarantined"] += 1
-                    quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
-                               _excerpt(None, line.raw))
-                    continue
-                if not line.text.strip():
-                    counts["blank"] += 1
-                    continue
-                try:
-                    result = log_format.parse(line.text, line.number, ctx)
-                except Exception as exc:  # a parser bug must cost one line, not the run
-                    result = Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or "
-                                         "re-export this record and ingest the file again; please report the excerpt "
-                                         "to the forensics maintainers (the rest of the file was ingested)")
+                result: Any = NOT_PARSED
+                if parse_raw is not None and line.raw[:1] == b"{":
+                    try:
+                        result = parse_raw(line.raw, line.number, ctx)
+                    except Exception as exc:  # a parser bug must cost one line, not the run
+                        result = _parser_bug(exc)
+                if result is NOT_PARSED:
+                    if parse_raw is not None:
+                        line.text = _decoded(line.raw)
+                    if line.text is None:
+                        counts["quarantined"] += 1
+                        quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
+                                   _excerpt(None, line.raw))
+                        continue
+                    if not line.text.strip():
+                        counts["blank"] += 1
+                        continue
+                    try:
+                        result = log_format.parse(line.text, line.number, ctx)
+                    except Exception as exc:  # a parser bug must cost one line, not the run
+                        result = _parser_bug(exc)
                 if isinstance(result, Quarantined):
                     counts["quarantined"] += 1
                     counts["no_tenant"] += result.no_tenant

@@ -236,14 +236,17 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     return h.hexdigest(), spans
 
 
-def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None, max_line: int | None = None) -> Iterator[Line]:
+def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None, max_line: int | None = None,
+               decode: bool = True) -> Iterator[Line]:
     """Yield the file's lines (without line endings); append whole-file problems to ``problems``.
 
     A UTF-8 BOM on the first line is dropped; LF, CRLF and (in a file whose first line ends so)
     bare CR endings are accepted. A line that is not valid UTF-8 is yielded with ``text=None`` so
     the caller can quarantine it. ``span`` limits reading to a byte range of an uncompressed file
     (see :func:`scan_file`). ``max_line`` (for peeking only) reads at most that many bytes of a
-    line ending in LF at a time: the rest of a longer line comes as the next line.
+    line ending in LF at a time: the rest of a longer line comes as the next line. With
+    ``decode=False`` every line comes undecoded (``text=None``): the caller decodes the lines it
+    needs as text, and tells those that are not UTF-8 itself.
     """
     number = 0
     kind = compression_of(path)
@@ -263,10 +266,12 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
-                try:
-                    text: str | None = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    text = None
+                text: str | None = None
+                if decode:
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass
                 yield Line(number, text, raw)
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
         what = {"gzip": "gzip", "zstd": "zstd"}.get(kind or "", "compressed")

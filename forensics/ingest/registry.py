@@ -34,6 +34,9 @@ KIND = re.compile(r"^[a-z][a-z0-9_]*$")
 
 Sniff = Callable[[list[str], str], bool]
 Parse = Callable[[str, int, FileContext], Output]
+#: ``parse_raw(raw, line_number, ctx)``: a line's bytes parsed without decoding them first; None
+#: when the line must take the decoded way instead (see LogFormat).
+ParseRaw = Callable[[bytes, int, FileContext], "Output | NotParsed"]
 Read = Callable[[Path, list[FileProblem], Span | None], Iterator[Line]]
 
 
@@ -91,6 +94,12 @@ class LogFormat:
     splittable: bool = True
     parquet: bool = False
     refines: tuple[str, ...] = ()
+    #: Optional, for a format read by lines (the default ``read``): parses a line that starts with
+    #: ``{`` from its bytes, sparing the decode to text (a JSON parser takes UTF-8 bytes and checks
+    #: them itself). It must give what ``parse`` gives on the decoded text, and return
+    #: :data:`NOT_PARSED` for any line it does not settle cleanly (bytes that are not UTF-8 or not
+    #: JSON, ...): that line is then decoded and given to ``parse``, so every reason stays the same.
+    parse_raw: ParseRaw | None = None
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -104,6 +113,13 @@ class LogFormat:
                                 fix="list the record_kind values its rows carry in kinds")
         if self.name in self.refines:
             raise RegistryError(f"format {self.name!r} lists itself in refines", fix="list the formats it is a more specific kind of")
+
+
+class NotParsed:
+    """What ``parse_raw`` returns for a line it leaves to ``parse`` (see :class:`LogFormat`)."""
+
+
+NOT_PARSED = NotParsed()
 
 
 class AmbiguousFormat(InputError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
@@ -21,7 +23,7 @@ from forensics.ingest.fields import (
     response_text,
     time_field,
 )
-from forensics.ingest.registry import LogFormat, RecordKind, register
+from forensics.ingest.registry import NOT_PARSED, LogFormat, NotParsed, RecordKind, register
 
 #: The default tenant rule: the first non-empty of these fields names the customer.
 TENANT_CHAIN = (
@@ -68,6 +70,23 @@ class LiteLLMParser:
         """One log record into an exchange row, or a quarantine reason."""
         try:
             obj = loads_object(text)
+        except RecordError as exc:
+            return Quarantined(str(exc))
+        return self._record(obj, line_number, ctx)
+
+    def parse_raw(self, raw: bytes, line_number: int, ctx: FileContext) -> Output | NotParsed:
+        """:meth:`parse` of a line's bytes; a line that is not a JSON object (or not UTF-8, which
+        orjson checks) is left to :meth:`parse`, which gives it its reason."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return NOT_PARSED
+        if not isinstance(obj, dict):
+            return NOT_PARSED
+        return self._record(obj, line_number, ctx)
+
+    def _record(self, obj: dict[str, Any], line_number: int, ctx: FileContext) -> Output:
+        try:
             event = None
             if "standard_logging_object" in obj:
                 event = obj.get("event")
@@ -84,7 +103,7 @@ class LiteLLMParser:
                 raise RecordError("missing required field 'request_id' (spend log) or 'id' (logging payload)")
         except RecordError as exc:
             return Quarantined(str(exc), no_tenant=isinstance(exc, NoTenant))
-        row.update(provenance(ctx, line_number, text, kind))
+        row.update(provenance(ctx, line_number, "", kind))
         return "exchanges", row
 
     def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any) -> dict[str, Any]:
@@ -175,6 +194,7 @@ FORMAT = register(LogFormat(
     table="exchanges",
     sniff=_parser.sniff,
     parse=_parser.parse,
+    parse_raw=_parser.parse_raw,
     sniff_order=10,
     # A callback payload holds the whole text; a spend-log row's long strings are cut (the DB safeguard).
     kinds=(RecordKind("logging_payload", precedence=0), RecordKind("spend_log", precedence=2)),
