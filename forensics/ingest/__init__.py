@@ -11,6 +11,8 @@ and reconciles the per-file counts in ``manifest.json``::
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import fnmatch
 import glob
@@ -356,110 +358,114 @@ def ingest(
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
-    for (path, explicit), file_format, scanned in zip(found, forced, _scan_files([p for p, _ in found])):
-        try:
-            if isinstance(scanned, OSError):
-                raise scanned
-            sha, spans = scanned
-        except OSError as exc:  # permissions, or the file vanished since the folder was listed
-            if explicit:
-                raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
-            skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
-            continue
-        parquet = is_parquet(path)
-        encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
-        misfit = parquet and file_format is not None and not FORMATS.get(file_format).parquet
-        skip = None
-        if encoding is not None or misfit:
-            if misfit:
-                problem = f"this is a Parquet file and format {file_format!r} reads text logs"
-                fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
-            else:
-                problem = f"the file is {encoding} text, not UTF-8"
-                fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
-            if explicit:
-                raise InputError(problem, file=path, fix=fix)
-            skip = Skip("skipped: Parquet, not the format given" if misfit else "skipped: not UTF-8",
-                        f"{problem}; file skipped. Fix: {fix}")
-            detected = None
-        else:
+    # With enough input for the process pool, it is started now: its workers start up (a fresh
+    # interpreter and its imports each) while the files are hashed, not after.
+    with contextlib.ExitStack() as early:
+        spark = engine.executor_for(cfg)  # None: this machine's process pool
+        pool = _early_pool(early, [p for p, _ in found]) if spark is None else None
+        for (path, explicit), file_format, scanned in zip(found, forced, _scan_files([p for p, _ in found])):
             try:
-                detected = file_format or sniff(path)
-            except AmbiguousFormat as exc:
+                if isinstance(scanned, OSError):
+                    raise scanned
+                sha, spans = scanned
+            except OSError as exc:  # permissions, or the file vanished since the folder was listed
                 if explicit:
-                    raise
-                # Like a file of no known format: kept out, with a quarantine row naming the candidates.
-                skip, detected = Skip("skipped: format ambiguous", f"{exc.message}; file skipped. Fix: {exc.fix}"), None
-            if detected is None and explicit:
-                raise InputError(
-                    "cannot tell the format of this file from its content",
-                    file=path,
-                    fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
-                )
-            if detected is not None and not FORMATS.get(detected).splittable:
-                spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
-            if detected == "mapped" and profile is not None:
-                from forensics.ingest.formats.mapped import check_profile
+                    raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
+                skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
+                continue
+            parquet = is_parquet(path)
+            encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+            misfit = parquet and file_format is not None and not FORMATS.get(file_format).parquet
+            skip = None
+            if encoding is not None or misfit:
+                if misfit:
+                    problem = f"this is a Parquet file and format {file_format!r} reads text logs"
+                    fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
+                else:
+                    problem = f"the file is {encoding} text, not UTF-8"
+                    fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
+                if explicit:
+                    raise InputError(problem, file=path, fix=fix)
+                skip = Skip("skipped: Parquet, not the format given" if misfit else "skipped: not UTF-8",
+                            f"{problem}; file skipped. Fix: {fix}")
+                detected = None
+            else:
+                try:
+                    detected = file_format or sniff(path)
+                except AmbiguousFormat as exc:
+                    if explicit:
+                        raise
+                    # Like a file of no known format: kept out, with a quarantine row naming the candidates.
+                    skip, detected = Skip("skipped: format ambiguous", f"{exc.message}; file skipped. Fix: {exc.fix}"), None
+                if detected is None and explicit:
+                    raise InputError(
+                        "cannot tell the format of this file from its content",
+                        file=path,
+                        fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
+                    )
+                if detected is not None and not FORMATS.get(detected).splittable:
+                    spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
+                if detected == "mapped" and profile is not None:
+                    from forensics.ingest.formats.mapped import check_profile
 
-                check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
-        plan.append((path, sha, detected, spans, skip))
+                    check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
+            plan.append((path, sha, detected, spans, skip))
 
-    base = cfg.file.parent if cfg.file else None
-    run_files: list[dict[str, Any]] = []
-    units: list[Unit] = []
-    for path, sha, detected, spans, skip in plan:
-        shown = display_path(path, base)
-        mapping = profile.to_json() if detected == "mapped" and profile is not None else None
-        if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
-            # Its rows were read through another profile: skipping it as already ingested would
-            # keep them, silently, whatever the corrected profile says.
-            raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
-                              fix="ingest into a new case folder (forensics run always starts afresh)")
-        if sha in known:
-            # Every name of identical content is recorded: each is evidence that must not change.
-            entry = known[sha]
-            entry["paths"] = sorted({*entry["paths"], shown})
-            entry["abs_paths"] = sorted({*entry.get("abs_paths", [entry.get("abs_path")]), str(named_path(path))} - {None})
-            run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
-                              "status": "already ingested (same SHA-256)"})
-            continue
-        known[sha] = _new_entry(path, shown, sha, detected, skip)
-        if mapping is not None:
-            known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
-        run_files.append(known[sha])
-        for part, span in enumerate(spans):
-            units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
-                              str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
-                              profile if detected == "mapped" else None,
-                              cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))
+        base = cfg.file.parent if cfg.file else None
+        run_files: list[dict[str, Any]] = []
+        units: list[Unit] = []
+        for path, sha, detected, spans, skip in plan:
+            shown = display_path(path, base)
+            mapping = profile.to_json() if detected == "mapped" and profile is not None else None
+            if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
+                # Its rows were read through another profile: skipping it as already ingested would
+                # keep them, silently, whatever the corrected profile says.
+                raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
+                                  fix="ingest into a new case folder (forensics run always starts afresh)")
+            if sha in known:
+                # Every name of identical content is recorded: each is evidence that must not change.
+                entry = known[sha]
+                entry["paths"] = sorted({*entry["paths"], shown})
+                entry["abs_paths"] = sorted({*entry.get("abs_paths", [entry.get("abs_path")]), str(named_path(path))} - {None})
+                run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
+                                  "status": "already ingested (same SHA-256)"})
+                continue
+            known[sha] = _new_entry(path, shown, sha, detected, skip)
+            if mapping is not None:
+                known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
+            run_files.append(known[sha])
+            for part, span in enumerate(spans):
+                units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
+                                  str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
+                                  profile if detected == "mapped" else None,
+                                  cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))
 
-    skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
-    for item in skipped:
-        shown = display_path(item.path, base)
-        skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
-        run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
+        skipped_inputs = {e["path"]: e for e in manifest.get("skipped_inputs", [])}
+        for item in skipped:
+            shown = display_path(item.path, base)
+            skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
+            run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
 
-    rep = reporter(progress)
-    task = rep.task("ingest", total=sum(u.size() for u in units) or None)
-    band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
-    band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
-    band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
-    spark = engine.executor_for(cfg)  # None: this machine's process pool
-    for unit, counts in (spark.stage_units(units) if spark is not None else _run_units(units)):
-        band.add(BandStats(**counts["prompt_tokens_band"]))
-        if unit.tokenizer and unit.ceiling is not None:
-            band_files[unit.sha] = unit.ceiling
-        entry = known[unit.sha]
-        for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
-            entry[key] += counts[key]
-        entry["problems"].extend(counts["problems"])
-        entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
-        for kind, n in counts["skipped_records"].items():
-            skipped_records = entry.setdefault("skipped_records", {})
-            skipped_records[kind] = skipped_records.get(kind, 0) + n
-        if counts["status"] != "ingested":
-            entry["status"] = counts["status"]
-        task.advance(unit.size())
+        rep = reporter(progress)
+        task = rep.task("ingest", total=sum(u.size() for u in units) or None)
+        band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
+        band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
+        band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
+        for unit, counts in (spark.stage_units(units) if spark is not None else _run_units(units, pool)):
+            band.add(BandStats(**counts["prompt_tokens_band"]))
+            if unit.tokenizer and unit.ceiling is not None:
+                band_files[unit.sha] = unit.ceiling
+            entry = known[unit.sha]
+            for key in ("lines", "quarantined", "blank", "parsed", "zone_assumed", "no_tenant"):
+                entry[key] += counts[key]
+            entry["problems"].extend(counts["problems"])
+            entry.setdefault("stream_damage", []).extend(counts["stream_damage"])
+            for kind, n in counts["skipped_records"].items():
+                skipped_records = entry.setdefault("skipped_records", {})
+                skipped_records[kind] = skipped_records.get(kind, 0) + n
+            if counts["status"] != "ingested":
+                entry["status"] = counts["status"]
+            task.advance(unit.size())
     task.close()
     for entry in known.values():
         entry["ingested"] = entry["parsed"]
@@ -620,17 +626,42 @@ def _misfit(row: dict[str, Any], table_schema: pa.Schema) -> str | None:
     return None
 
 
-def _run_units(units: list[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
-    """Stage every unit; big inputs on a process pool (both cores), small ones in this process."""
+def _warm() -> None:
+    """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
+
+
+def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.futures.ProcessPoolExecutor | None:
+    """The process pool :func:`_run_units` will use, started in ``stack`` when the files found are
+    big enough for it, each worker already given a first task so that it starts now; else None."""
+    try:
+        total = sum(os.stat(p).st_size for p in paths)
+    except OSError:
+        return None  # reported where the file is read
+    workers = min(os.cpu_count() or 1, MAX_WORKERS)
+    if workers <= 1 or total < PARALLEL_BYTES:
+        return None
+    ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
+    pool = stack.enter_context(pool_running(workers, ctx))  # workers die with this process, and are killed on a signal
+    for _ in range(workers):  # a worker is spawned per task waiting while none is idle
+        pool.submit(_warm)
+    return pool
+
+
+def _run_units(units: list[Unit], pool: concurrent.futures.ProcessPoolExecutor | None = None) -> Iterator[tuple[Unit, dict[str, Any]]]:
+    """Stage every unit; big inputs on a process pool (both cores; ``pool`` when one was started
+    early), small ones in this process."""
     total = sum(u.size() for u in units)
     workers = min(os.cpu_count() or 1, MAX_WORKERS, len(units))
     if workers <= 1 or total < PARALLEL_BYTES:
         for unit in units:
             yield unit, stage_unit(unit)
         return
-    ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
-    with pool_running(workers, ctx) as pool:  # workers die with this process, and are killed on a signal
+    if pool is not None:
         yield from zip(units, pool.map(stage_unit, units))
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
+    with pool_running(workers, ctx) as own:  # workers die with this process, and are killed on a signal
+        yield from zip(units, own.map(stage_unit, units))
 
 
 def stage_unit(unit: Unit) -> dict[str, Any]:
