@@ -195,3 +195,18 @@ def test_litellm_lines_read_as_bytes_give_what_the_text_parser_gives(tmp_path: P
     reasons = " | ".join(row["reason"] for row in quarantined)
     assert "not valid UTF-8" in reasons and "invalid JSON" in reasons and "no tenant" in reasons
     assert len(table_rows(tmp_path / "fast" / "exchanges.parquet")) > 30
+
+
+def test_kept_rows_stream_is_taken_file_by_file_in_line_order() -> None:
+    # The finaliser reads the kept rows as one stream beside the staged files: each file takes
+    # exactly its own rows up to the line it has reached, and a row never taken is noticed.
+    table = pa.table({"ord": [0, 0, 1, 1], "line": [1, 5, 2, 9], "request_id": ["a", "b", "c", "d"],
+                      "damage": [None, "quarantined_neighbour", None, None], "has_keys": [True, False, False, True],
+                      "k1": ["p", None, None, "q"]})
+    kept = finalize_module._KeptRows(pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=3)))
+    assert kept.take_until(0, 3) == [(1, "a", None, True, "p")]
+    assert kept.any_until(0, 10) and not kept.any_until(1, 10)
+    assert kept.take_until(0, 10) == [(5, "b", "quarantined_neighbour", False, None)]
+    assert kept.take_until(0, 99) == [] and not kept.exhausted()
+    assert [r[0] for r in kept.take_until(1, 9)] == [2, 9]  # across the stream's batches
+    assert kept.exhausted()

@@ -326,6 +326,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
                 engine = {r[1]: r[4:] for r in rows if r[3]}
                 writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
                                            band_ceilings))
+        if not kept.exhausted():  # every kept row belongs to a staged file read above: never drop one silently
+            raise RuntimeError("finalise: kept exchange rows were left unread (staged files out of order?)")
         kept.close()
         # Joined split-log rows: the engine keys of the halves' requests only.
         engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
@@ -437,6 +439,10 @@ class _KeptRows:
             taken.append(row[1:])
             self._at += 1
         return taken
+
+    def exhausted(self) -> bool:
+        """Whether every kept row was taken."""
+        return not self._fill()
 
     def close(self) -> None:
         """Release the query's result."""
