@@ -332,7 +332,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         # Joined split-log rows: the engine keys of the halves' requests only.
         engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
                                        (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
-        for batch in _split_joined(con):
+        for batch in _split_joined(con, paths):
             writer.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
         writer.close()
         sink.close()
@@ -554,22 +554,36 @@ def _set_count(cols: dict[str, list[Any]], i: int, value: int, source: str) -> N
     cols["prompt_tokens_source"][i] = source
 
 
-SPLIT_SQL = """
+#: The split-log join on keys only: which request half and which response half make each joined
+#: row, and the rows' order (input order of the request half, else of the response half). The
+#: halves' texts are not carried through the join: with them, DuckDB's hash join and sort held every
+#: prompt and answer of the case at once and ran out of memory at its cap on a 50 MB split export.
+SPLIT_KEYS_SQL = """
 WITH req AS (
-  SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
-  WHERE r.rn = 1 AND r.record_kind IN {request_halves}
+  SELECT request_id, source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
 ), resp AS (
-  SELECT s.* FROM staged s JOIN ranked r USING (source_sha256, source_line)
-  WHERE r.rn = 1 AND r.record_kind IN {response_halves}
+  SELECT request_id, source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind IN {response_halves}
 )
+SELECT
+  row_number() OVER (ORDER BY coalesce(fq.ord, fa.ord), coalesce(q.source_line, a.source_line),
+                              coalesce(q.request_id, a.request_id)) AS pos,
+  q.source_sha256 AS q_sha, q.source_line AS q_line, a.source_sha256 AS a_sha, a.source_line AS a_line
+FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
+LEFT JOIN file_order fq ON fq.sha = q.source_sha256
+LEFT JOIN file_order fa ON fa.sha = a.source_sha256
+"""
+
+#: One batch of joined rows from its keys and the halves' staged rows (each with the ``_pos`` of
+#: the row it belongs to), without the texts: those are put in by Arrow (:data:`SPLIT_TEXTS`).
+SPLIT_ROWS_SQL = """
 SELECT
   coalesce(q.request_id, a.request_id) AS request_id,
   q.tenant_id, q.tenant_field, q.user_id, q.model, coalesce(a.model_routed, q.model_routed) AS model_routed,
   q.received_at, a.completed_at,
   CASE WHEN a.request_id IS NULL THEN 'incomplete' ELSE a.status END AS status,
   a.status_code, a.finish_reason, coalesce(q.stream, a.stream) AS stream,
-  q.prompt_text, q.prompt_chars, q.prompt_bytes, q.prompt_messages, q.prompt_truncated, q.prompt_nontext_parts,
-  a.response_text, a.response_truncated,
+  q.prompt_chars, q.prompt_bytes, q.prompt_messages, q.prompt_truncated, q.prompt_nontext_parts,
+  a.response_truncated,
   a.reported_prompt_tokens, a.reported_completion_tokens, q.reported_prompt_tokens_plausible,
   q.prompt_tokens, q.prompt_tokens_source, q.prompt_tokens_low, q.prompt_tokens_high, a.completion_tokens,
   NULL::VARCHAR AS rid, NULL::UBIGINT AS bootstrap_room, NULL::VARCHAR AS prefill_node, NULL::VARCHAR AS decode_node,
@@ -583,28 +597,112 @@ SELECT
   a.source_file AS response_source_file, a.source_line AS response_source_line,
   nullif(concat_ws('; ', q.problems, a.problems), '') AS problems,
   coalesce(q.record_hash, '') || ':' || coalesce(a.record_hash, '') AS record_hash,
-  nullif(concat_ws(';', dq.damage, da.damage), '') AS damage,
-  coalesce(fq.ord, fa.ord) AS _file_ord
-FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
-LEFT JOIN file_order fq ON fq.sha = q.source_sha256
-LEFT JOIN file_order fa ON fa.sha = a.source_sha256
-LEFT JOIN line_damage dq ON dq.source_sha256 = q.source_sha256 AND dq.source_line = q.source_line
-LEFT JOIN line_damage da ON da.source_sha256 = a.source_sha256 AND da.source_line = a.source_line
-ORDER BY _file_ord, source_line, request_id
+  nullif(concat_ws(';', dq.damage, da.damage), '') AS damage
+FROM split_keys_batch k
+LEFT JOIN split_q_rows q ON q._pos = k.pos
+LEFT JOIN split_a_rows a ON a._pos = k.pos
+LEFT JOIN line_damage dq ON dq.source_sha256 = k.q_sha AND dq.source_line = k.q_line
+LEFT JOIN line_damage da ON da.source_sha256 = k.a_sha AND da.source_line = k.a_line
+ORDER BY k.pos
 """
 
+#: The halves' texts: never handed to DuckDB, which would copy them into its join (a batch of
+#: megabyte prompts is itself beyond its cap), but taken by Arrow into the joined rows.
+SPLIT_TEXTS = {"prompt_text": "request", "response_text": "response"}
 
-def _split_joined(con: duckdb.DuckDBPyConnection) -> Any:
-    """Joined split-log rows, in input order, as record batches of the exchanges schema."""
+#: Joined rows assembled at once.
+SPLIT_BATCH = 256
+
+#: Staged files kept decoded while the halves are gathered: the request half's file and the
+#: response half's (the two logs run in about the same order, so each is read about once).
+STAGED_CACHE = 3
+
+
+class _StagedRows:
+    """Rows of the staged exchange files by (input file SHA-256, line), a few decoded files at a time."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self._spans: dict[str, list[tuple[int, int, Path]]] = {}
+        for path in paths:
+            lines = pq.read_table(path, columns=["source_line"]).column("source_line")
+            if len(lines):
+                span = pc.min_max(lines)
+                self._spans.setdefault(path.name.split(".")[0], []).append(
+                    (span["min"].as_py(), span["max"].as_py(), path))
+        self._decoded: dict[Path, tuple[pa.Table, dict[int, int]]] = {}
+
+    def _table(self, sha: str, line: int) -> tuple[pa.Table, dict[int, int]]:
+        path = next((p for lo, hi, p in self._spans.get(sha, ()) if lo <= line <= hi), None)
+        if path is None:  # the key came from these very files: a miss is a bug, never a dropped half
+            raise RuntimeError(f"finalise: no staged row for line {line} of input {sha[:12]}")
+        if path not in self._decoded:
+            if len(self._decoded) >= STAGED_CACHE:
+                del self._decoded[next(iter(self._decoded))]
+            table = pq.read_table(path).cast(schema.EXCHANGES_STAGED)
+            self._decoded[path] = (table, {n: i for i, n in enumerate(table.column("source_line").to_pylist())})
+        else:  # most recently used last
+            self._decoded[path] = self._decoded.pop(path)
+        return self._decoded[path]
+
+    def gather(self, keys: list[tuple[int, str | None, int | None]]) -> pa.Table:
+        """The staged rows of ``keys`` ((pos, sha, line); a None sha: no such half), in key order,
+        with a ``_pos`` column."""
+        parts: list[pa.Table] = []
+        run: list[int] = []
+        run_pos: list[int] = []
+        current: pa.Table | None = None
+        for pos, sha, line in keys:
+            if sha is None or line is None:
+                continue
+            table, index = self._table(sha, line)
+            if table is not current and run:
+                assert current is not None
+                parts.append(current.take(run).append_column("_pos", pa.array(run_pos, pa.int64())))
+                run, run_pos = [], []
+            current = table
+            run.append(index[line])
+            run_pos.append(pos)
+        if run and current is not None:
+            parts.append(current.take(run).append_column("_pos", pa.array(run_pos, pa.int64())))
+        if not parts:
+            return schema.EXCHANGES_STAGED.empty_table().append_column("_pos", pa.array([], pa.int64()))
+        return pa.concat_tables(parts)
+
+
+def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
+    """Joined split-log rows, in input order, as record batches of the exchanges schema.
+
+    The join runs on keys; each batch of joined rows then takes its halves' columns from the staged
+    files (``paths``), so memory holds a few staged files and one batch, not the case's texts."""
     has_split = con.execute(f"SELECT count(*) FROM ranked WHERE record_kind IN {half_kinds()}").fetchall()[0][0]
     if not has_split:
         return
-    sql = SPLIT_SQL.format(request_halves=half_kinds("request"), response_halves=half_kinds("response"),
-                           joined=joined_sql("coalesce(q.record_kind, a.record_kind)"))
-    reader = con.sql(sql).to_arrow_reader(READ_BATCH)
-    for batch in reader:
-        table = pa.Table.from_batches([batch]).drop(["_file_ord"])
-        yield table.select(schema.EXCHANGES.names).cast(schema.EXCHANGES)
+    con.execute("CREATE OR REPLACE TABLE split_keys AS " + SPLIT_KEYS_SQL.format(
+        request_halves=half_kinds("request"), response_halves=half_kinds("response")))
+    rows_sql = SPLIT_ROWS_SQL.format(joined=joined_sql("coalesce(q.record_kind, a.record_kind)"))
+    staged = _StagedRows(paths)
+    # A table, not a temporary one: the keys stream on a cursor of their own (temporary tables are
+    # its connection's alone) while each batch is joined on con.
+    cursor = con.cursor()
+    reader = cursor.sql("SELECT pos, q_sha, q_line, a_sha, a_line FROM split_keys ORDER BY pos").to_arrow_reader(SPLIT_BATCH)
+    try:
+        for keys in reader:
+            pos, q_sha, q_line, a_sha, a_line = (keys.column(i).to_pylist() for i in range(5))
+            halves = {"request": staged.gather(list(zip(pos, q_sha, q_line))),
+                      "response": staged.gather(list(zip(pos, a_sha, a_line)))}
+            con.register("split_keys_batch", pa.Table.from_batches([keys]))
+            con.register("split_q_rows", halves["request"].drop(list(SPLIT_TEXTS)))
+            con.register("split_a_rows", halves["response"].drop(list(SPLIT_TEXTS)))
+            table = con.sql(rows_sql).to_arrow_table()
+            for name in ("split_keys_batch", "split_q_rows", "split_a_rows"):
+                con.unregister(name)
+            for column, half in SPLIT_TEXTS.items():  # row i of the batch is key i (ORDER BY pos)
+                at = {p: i for i, p in enumerate(halves[half].column("_pos").to_pylist())}
+                table = table.append_column(column, halves[half].column(column).take(pa.array([at.get(p) for p in pos], pa.int64())))
+            yield table.select(schema.EXCHANGES.names).cast(schema.EXCHANGES)
+    finally:
+        reader.close()
+        cursor.close()
 
 
 EVENT_DUPES_SQL = """
