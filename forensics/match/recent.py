@@ -89,6 +89,5 @@ def record(window: int | None, confirmed: int) -> dict[str, Any]:
         "expected_by_chance_in_window": "expected_by_chance x window_records / records searched (a chance "
                                         "match's source is any searched record alike)",
         "combined": f"expected_by_chance_with_mechanism = min(product test's E-value / {1 - WINDOW_SHARE:g}, "
-                    f"expected_by_chance_in_window / {WINDOW_SHARE:g}) (the two tests share the error budget, "
-                    f"{1 - WINDOW_SHARE:g} : {WINDOW_SHARE:g})",
+                    f"expected_by_chance_in_window / {WINDOW_SHARE:g}), the two tests sharing the error budget",
     }
