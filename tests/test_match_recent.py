@@ -14,6 +14,7 @@ from match_helpers import config, exchange, make_case
 
 from forensics.match import match, recent
 from forensics.match.chance import WINDOW_SHARE, calibration, either_test, with_mechanism
+from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, evalue_tier
 
 VOCAB = [f"w{i:04d}x" for i in range(5000)]
 COMMON = [f"c{i:02d}" for i in range(12)]  # the filler of every response: weak evidence
@@ -168,3 +169,14 @@ def _searched(case: Path, rid: str) -> int:
     rows = pq.read_table(case / "exchanges.parquet", columns=["request_id", "received_at", "completed_at"]).to_pylist()
     (done,) = [r["completed_at"] for r in rows if r["request_id"] == rid]
     return sum(1 for r in rows if r["received_at"] < done)
+
+
+def test_the_decode_node_evidence_alone_puts_nobody_on_the_list() -> None:
+    # "made their way through the" (10 bits, expected by chance 0.22 times) from the record just before
+    # the suspect on its node: the product of the two is small, but the text is what unrelated texts share.
+    p = MatchParams()
+    why = evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22)
+    assert isinstance(why, str) and "decode-node evidence corroborates" in why
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=TEXT_EVALUE_CEILING)[0] == "probable"
+    assert evalue_tier(0.00004, 1.0, p, 1.0, text_expected=0.05)[0] == "confirmed"
+    assert evalue_tier(0.0004, 1.0, p, 1.0)[0] == "probable"  # no text figure given: as before

@@ -320,7 +320,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         elif p.tiering == "rules":
             decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
         else:
-            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"])
+            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"],
+                                   r["expected_by_chance"])
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
