@@ -16,7 +16,8 @@ recipient customers, (recipient request, source tenant) pairs, pair recall by th
 pair's longest fragment, findings on labelled hard negatives by kind, the control sample's
 false-positive rate, the E-value calibration when match.json has a ``null`` section (observed vs
 expected false positives per rule; evidence.csv's ``expected_by_chance`` summed against the rows
-that are wrong), each wrongly exposed customer with why, and the time of each step. The targets
+that are wrong), the recent-occupant test's window (or why it did not run), each wrongly exposed
+customer with why, and the time of each step. The targets
 are printed next to the figures.
 
 The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
@@ -126,6 +127,18 @@ def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, An
     return {"rows": len(rows), "expected_by_chance": round(expected, 4), "wrong_rows": wrong}
 
 
+def _recent_occupants(match_json: dict[str, Any]) -> str:
+    """The recent-occupant test of match.json's ``null`` in words: its window, or why it did not run."""
+    null = match_json.get("null")
+    recent = null.get("recent_occupants") if isinstance(null, dict) else None
+    if not isinstance(recent, dict):
+        return "n/a (match.json does not record it)"
+    if not recent.get("ran"):
+        return f"not run ({recent.get('why')})"
+    return (f"window of {recent.get('window_records')} records, placed by {recent.get('confirmed_findings_used')} "
+            "confirmed same-node findings")
+
+
 def score(ev: dict[str, Any], truth: dict[str, Any], report_dir: Path, seconds: float) -> dict[str, Any]:
     """The figures of one scored report (counts kept, so that cases can be pooled)."""
     f, c = ev["findings"], ev["customers"]
@@ -148,6 +161,7 @@ def score(ev: dict[str, Any], truth: dict[str, Any], report_dir: Path, seconds: 
         "false_positives_by_kind": f["false_positives_by_kind"],
         "control": {k: match_json.get("control", {}).get(k) for k in ("size", "responses_with_findings", "false_positive_rate")},
         "null": _null_section(match_json),
+        "recent_occupants": _recent_occupants(match_json),
         "expected_by_chance": _expected_by_chance(report_dir, truth),
         "exposed_wrong": [{"tenant_id": w["tenant_id"], "why": _why_line(w["findings"])} for w in c["exposed_wrong"]],
         "exposed_missed": [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]]}
@@ -357,6 +371,7 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
                 f"{k} {r['hard_negative_findings'].get(k, 0)}/{n}" for k, n in r["hard_negatives_labelled"].items()))
             for line in _calibration_lines(r):
                 print(line)
+            print(f"    recent-occupant test: {r.get('recent_occupants', 'n/a')}")
             wrong = r["exposed_wrong"]
             print(f"    wrongly exposed customers: {len(wrong)}" + (":" if wrong else ""))
             for w in wrong[:show_wrong]:

@@ -53,13 +53,15 @@ def test_without_null_section_calibration_is_na(quality: Any, perfect: tuple[Pat
     quality.print_report([case], pooled, 5)
     out = capsys.readouterr().out
     assert "n/a (match.json has no null section)" in out and "unavailable" in out
+    assert "recent-occupant test: n/a" in out
     assert "exposed_precision met" in out and "MISSED" not in out
 
 
 def test_null_section_and_expected_by_chance_are_read(quality: Any, perfect: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     truth_path, report = perfect
     null = {"rules": {"R1": {"observed_false_positives": 1, "expected_false_positives": 0.8},
-                      "R2": {"observed_false_positives": 0, "expected_false_positives": 0.25}}}
+                      "R2": {"observed_false_positives": 0, "expected_false_positives": 0.25}},
+            "recent_occupants": {"ran": True, "window_records": 31, "confirmed_findings_used": 246}}
     (report / "match.json").write_text(json.dumps({"control": {}, "parameters": {"tiering": "evalue"}, "null": null}))
     with open(report / "evidence.csv", encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh))
@@ -75,4 +77,6 @@ def test_null_section_and_expected_by_chance_are_read(quality: Any, perfect: tup
     assert pooled["default"]["null"][0] == {"rule": "rules/R1", "observed": 2.0, "expected": 1.6}
     assert pooled["default"]["pairs"]["truth"] == 2 * case["default"]["pairs"]["truth"]
     quality.print_report([case], pooled, 5)
-    assert "rules/R1 2.0 vs 1.60" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rules/R1 2.0 vs 1.60" in out
+    assert "recent-occupant test: window of 31 records, placed by 246 confirmed same-node findings" in out

@@ -163,7 +163,21 @@ def with_mechanism(product: float, share: float, chance_candidates: float, node_
     return share * (min(t, c) + t * spread) + (1.0 - share) * min(t * share, c)
 
 
-def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, float, float, float, int]]) -> dict[str, Any]:
+#: Share of the error budget the recent-occupant test gets when it runs (``recent.py``); the product test
+#: (:func:`with_mechanism`) keeps the rest. Compared on seeds 1-3 of the realistic scenario: 0.5, 0.33 and
+#: 0.25 (pair precision 0.979, 0.980, 0.983; recall 0.886, 0.879, 0.873).
+WINDOW_SHARE = 0.25
+
+
+def either_test(product: float, window: float) -> float:
+    """E-value of passing either test, the product test's E-value ``product`` or the window test's
+    ``window`` (weighted Bonferroni: chance candidates passing either at a threshold t number at most
+    (1 - WINDOW_SHARE) t + WINDOW_SHARE t = t)."""
+    return min(product / (1.0 - WINDOW_SHARE), window / WINDOW_SHARE)
+
+
+def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, float, float, float, int]]
+                | list[tuple[int, float, float, float, float, int, float | None]]) -> dict[str, Any]:
     """Observed against expected chance findings on the null, fitted on one half and scored on the other.
 
     ``points``: (control response number, strength, search size) of every chance match, and of
@@ -176,16 +190,19 @@ def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, 
     records that node served before (see
     :func:`with_mechanism`; share 0: no decode-node evidence); then each row also counts the chance
     matches whose E-value with the mechanism is at most t (``observed_with_mechanism``): the figure
-    the tiers use, checked on matches known to be chance.
+    the tiers use, checked on matches known to be chance. A seventh figure, when given, is the
+    recent-occupant window's share of the records searched (``recent.py``; 0: the source lies
+    outside the window, None: that test did not run); the E-value with the mechanism is then that
+    of the two tests together.
     """
-    halves: list[tuple[list[float], float, int, list[tuple[float, float, float, float, int]]]] = []
+    halves: list[tuple[list[float], float, int, list[tuple[float, float, float, float, int, float | None]]]] = []
     for parity in (0, 1):
         mine = [p for p in points if p[0] % 2 == parity]
         sizes: dict[int, float] = {}
         for pt in mine:
             sizes[pt[0]] = pt[2]
         strengths = [pt[1] for pt in mine if not math.isnan(pt[1])]
-        matches = [(pt[1], sizes[pt[0]], *(pt[3:6] if len(pt) == 6 else (1.0, 0.0, 0)))
+        matches = [(pt[1], sizes[pt[0]], *(pt[3:6] if len(pt) >= 6 else (1.0, 0.0, 0)), pt[6] if len(pt) == 7 else None)
                    for pt in mine if not math.isnan(pt[1])]
         halves.append((strengths, sum(sizes.values()), len(sizes), matches))
     rows = []
@@ -196,11 +213,14 @@ def calibration(points: list[tuple[int, float, float]] | list[tuple[int, float, 
         strengths, search, size, _ = halves[other]
         model = NullModel.fit(strengths, search, size)
         responses += halves[me][2]
-        for s, m, factor, share, node_records in halves[me][3]:
+        for s, m, factor, share, node_records, window in halves[me][3]:
             e = model.expected(s, m)
             evalues.append(e)
-            combined.append(with_mechanism(e * factor, share, model.expected(-math.inf, m), node_records))
-    mechanism = any(len(pt) == 6 and pt[4] > 0 for pt in points)
+            product = with_mechanism(e * factor, share, model.expected(-math.inf, m), node_records)
+            if window is not None:  # the recent-occupant test ran too (recent.combine)
+                product = either_test(product, e * window if window > 0 else math.inf)
+            combined.append(product)
+    mechanism = any(len(pt) >= 6 and pt[4] > 0 for pt in points)
     for t in CALIBRATION_POINTS:
         observed = sum(1 for e in evalues if e <= t)
         expected = t * responses

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics import csvfile
-from forensics.match import chance
+from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
 from forensics.match.rarity import Holders
@@ -299,8 +299,19 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         # The product ranks the candidates; its E-value counts the chance candidates of this search that a
         # product this small would let through (chance.with_mechanism), not the product itself.
         r["_mechanism"] = (share if factor_known else 0.0, before)
-        combined = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
-                                         model.expected(-math.inf, r["search_size"]), before)
+        r["_product_test"] = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
+                                                   model.expected(-math.inf, r["search_size"]), before)
+    # The recent-occupant test (recent.py): its window is placed by what the product test alone confirms.
+    placed = [r["records_since_source_on_node"] for r in rows
+              if not r["control"] and not r["_explained_by"] and r["relation"] == "cross_tenant"
+              and r["records_since_source_on_node"] is not None
+              and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
+    window = recent.choose_window(placed) if mechanism_known else None
+    for r in rows:
+        tgt = targets[r["_target"]]
+        r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r["records_since_source_on_node"], window,
+                                               facts.records_before(tgt.deadline_us))
+        combined = recent.combine(r["_product_test"], r["_in_window"], window)
         r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
         if r["_explained_by"] and p.tiering == "evalue":
             decision: tuple[str, str] | str = (
@@ -309,7 +320,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         elif p.tiering == "rules":
             decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
         else:
-            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"])
+            decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"],
+                                   r["expected_by_chance"])
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
@@ -319,12 +331,20 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     points += [(i, float("nan"), size_of[i]) for i in size_of if i not in seen]
     # The controls again, each chance match with its decode-node evidence: the figure the tiers use,
     # checked where every match is known to be chance.
+    # The last figure is the recent-occupant window's share of the records searched (0: the source lies
+    # outside it; None: the test did not run), so the same two tests are checked on chance matches.
+    def in_window(r: dict[str, Any]) -> float | None:
+        if window is None:
+            return None
+        return 0.0 if math.isinf(r["_in_window"]) else recent.window_evalue(
+            1.0, r["records_since_source_on_node"], window, facts.records_before(targets[r["_target"]].deadline_us))
+
     control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
-                       *r["_mechanism"]) for r in null_rows if r["control"]]
+                       *r["_mechanism"], in_window(r)) for r in null_rows if r["control"]]
     seen_controls = {c for c, *_ in control_points}
     # A control with no chance match still says whether its decode node is known (the table's column).
-    control_points += [(i, float("nan"), size_of[i], 1.0, facts.node_share.get(targets[i].decode_node or "", 0.0), 0)
-                       for i in controls if i not in seen_controls]
+    control_points += [(i, float("nan"), size_of[i], 1.0, facts.node_share.get(targets[i].decode_node or "", 0.0), 0,
+                        None if window is None else 0.0) for i in controls if i not in seen_controls]
     null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
     searches = len(size_of)
     rules: dict[str, Any] = {}
@@ -358,6 +378,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                                  "absent: no decode node in the exchanges (gateway logs only); findings rest on "
                                  "the text alone (mechanism_factor 1)"),
 
+        "recent_occupants": recent.record(window, len(placed)),
         "rules": rules,
         "calibration": chance.calibration(points),
         "calibration_of_controls_with_mechanism": chance.calibration(control_points),

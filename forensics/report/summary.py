@@ -166,6 +166,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             f"({data.match.tiering}; see match.json null)."
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
+        recent = _section(null, "recent_occupants")
+        if recent:
+            evidence_model.append(
+                f"Recent-occupant test: a source among the last {recent.get('window_records')} records on the "
+                f"suspect's decode node (placed by the {recent.get('confirmed_findings_used')} findings the product "
+                f"test confirms there) also counts: {recent.get('combined')}."
+                if recent.get("ran") else f"Recent-occupant test: not run ({recent.get('why')}).")
         calib = _section(null, "calibration")
         crow = [[p.get("evalue_at_most"), p.get("expected"), p.get("observed")] for p in calib.get("points", [])
                 if isinstance(p, dict)]

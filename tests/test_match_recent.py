@@ -1,0 +1,182 @@
+"""The recent-occupant test (forensics/match/recent.py): a source among the last records on the
+suspect's decode node, the window placed by the case's own confirmed findings, honest E-values."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from match_helpers import config, exchange, make_case
+
+from forensics.match import match, recent
+from forensics.match.chance import WINDOW_SHARE, calibration, either_test, with_mechanism
+from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, evalue_tier
+
+VOCAB = [f"w{i:04d}x" for i in range(5000)]
+COMMON = [f"c{i:02d}" for i in range(12)]  # the filler of every response: weak evidence
+
+
+def text(rng: np.random.Generator, n: int) -> str:
+    return " ".join(VOCAB[i] for i in rng.integers(0, len(VOCAB), size=n))
+
+
+def filler(rng: np.random.Generator, n: int) -> str:
+    return " ".join(COMMON[i] for i in rng.integers(0, len(COMMON), size=n))
+
+
+def test_the_window_is_placed_by_the_confirmed_findings_and_needs_enough_of_them() -> None:
+    assert recent.choose_window([3] * (recent.MIN_CONFIRMED - 1)) is None
+    ks = list(range(1, 21))  # records since the source: 1..20
+    window = recent.choose_window(ks)
+    assert window is not None
+    assert sum(k <= window for k in ks) >= recent.WINDOW_QUANTILE * len(ks)
+    assert window < max(ks)  # a quantile, so an old copy far back does not widen it
+    assert recent.choose_window(ks + [5000]) == window
+
+
+def test_the_window_evalue_counts_only_sources_inside_it() -> None:
+    assert recent.window_evalue(0.05, 3, 30, 3000) == pytest.approx(0.05 * 30 / 3000)
+    assert recent.window_evalue(0.05, 30, 30, 3000) == pytest.approx(0.05 * 30 / 3000)
+    for since, window in ((31, 30), (0, 30), (None, 30), (3, None)):
+        assert math.isinf(recent.window_evalue(0.05, since, window, 3000))
+    # Without a window (no engine logs, or too few confirmed findings) the product test alone decides.
+    assert recent.combine(0.002, 1e-9, None) == 0.002
+    assert recent.combine(0.002, 1e-5, 30) == pytest.approx(min(0.002 / (1 - WINDOW_SHARE), 1e-5 / WINDOW_SHARE))
+
+
+def test_either_test_is_calibrated_on_chance_candidates() -> None:
+    # Chance candidates of many searches, as in the product test's own check: E-values even on [0, C], a
+    # share s ran on the suspect's node at a position k uniform on 1..n (n = s R of the R records searched).
+    # Passing either test at t must happen at most about t times per search, not 2t.
+    rng = np.random.default_rng(4)
+    searches, c, s, n, window = 400_000, 4.0, 0.25, 300, 30
+    total = rng.poisson(c * searches)
+    e = rng.uniform(0.0, c, size=total)
+    same = rng.random(total) < s
+    k = rng.integers(1, n + 1, size=total)
+    factor = np.where(same, k / n, 1.0 / s)
+    records = n / s
+    for t in (0.001, 0.01, 0.05):
+        product = np.array([with_mechanism(x, s, c, n) for x in e * factor])
+        in_window = np.where(same & (k <= window), e * window / records, np.inf)
+        either = np.minimum(product / (1 - WINDOW_SHARE), in_window / WINDOW_SHARE)
+        observed = float((either <= t).sum()) / searches
+        assert observed <= 1.15 * t, t
+        # Each test alone at the full budget would let through more than t.
+        assert float(((product <= t) | (in_window <= t)).sum()) / searches > 1.3 * t
+
+
+def test_the_control_calibration_applies_both_tests() -> None:
+    # One control match, 3 bits, inside the window (a share 0.01 of the records); every other control none.
+    points: list[tuple[Any, ...]] = [(0, 3.0, 100.0, 1.0, 0.25, 200, 0.01)]
+    points += [(i, 3.0 + i % 7, 100.0, 1.0, 0.25, 200, 0.0) for i in range(2, 60, 2)]
+    points += [(i, 2.0 + i % 5, 100.0, 1.0, 0.25, 200, 0.0) for i in range(1, 60, 2)]
+    points += [(i, math.nan, 100.0, 1.0, 0.25, 200, 0.0) for i in range(60, 400)]
+    with_window = calibration(points)
+    without = calibration([p[:6] for p in points])
+    counts = [(a["observed_with_mechanism"], b["observed_with_mechanism"])
+              for a, b in zip(with_window["points"], without["points"])]
+    # Outside the window a match pays for the second test (fewer pass); inside it, it can pass by the window.
+    assert counts != [(b, b) for _, b in counts]
+    assert either_test(1.0, math.inf) == pytest.approx(1 / (1 - WINDOW_SHARE))
+
+
+def _case(root: Path, nodes: bool, weak_since: int) -> Path:
+    """Thirteen suspects on decode-0: twelve with a long leak from a source 1-10 records before them
+    (confirmed by the text alone; they place the window), and one (b12) with a short, weak fragment
+    from the source ``weak_since`` records before it. Background traffic on two nodes."""
+    rng = np.random.default_rng(11)
+    rows: list[dict[str, Any]] = []
+    suspects = []
+    minute = 0.0
+
+    def node(name: str) -> str | None:
+        return name if nodes else None
+
+    def add(rid: str, tenant: str, where: str, **texts: str) -> None:
+        nonlocal minute
+        rows.append(exchange(rid, tenant, minute, decode_node=node(where), **texts))
+        minute += 1
+
+    for i in range(300):
+        add(f"o{i}", f"t{i % 40}", f"decode-{i % 2}", prompt=text(rng, 30), response=filler(rng, 20))
+    for j in range(13):
+        doc = text(rng, 120).split()
+        if j == 12:  # mostly common words, one rare one every other token
+            weak = [COMMON[x] for x in rng.integers(0, len(COMMON), size=8)]
+            weak[1] = doc[41]
+            doc[40:48] = weak
+        add(f"a{j}", f"src{j}", "decode-0", prompt=" ".join(doc))
+        for i in range((weak_since if j == 12 else 1 + j % 10) - 1):
+            add(f"f{j}_{i}", f"t{i % 40}", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
+        frag = " ".join(doc[40:48] if j == 12 else doc[40:70])
+        add(f"b{j}", f"rcp{j}", "decode-0", prompt="q", response=f"{filler(rng, 15)} {frag} {filler(rng, 15)}")
+        suspects.append(f"b{j}")
+        for i in range(20):
+            add(f"g{j}_{i}", f"t{i % 40}", f"decode-{i % 2}", prompt=text(rng, 30), response=filler(rng, 20))
+    return make_case(root, rows, suspects)
+
+
+def _weak(root: Path, **match_kw: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    res = match(root, config(**match_kw))
+    rows = [r for name in ("evidence.csv", "review.csv") for r in csv.DictReader((root / name).open())
+            if r["recipient_request_id"] == "b12" and r["source_request_id"] == "a12"]
+    assert len(rows) == 1
+    return rows[0], res.report.to_json()["null"]
+
+
+def test_a_source_inside_the_window_is_scored_by_both_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    on, null = _weak(_case(tmp_path / "on", True, weak_since=8))
+    window = null["recent_occupants"]["window_records"]
+    assert null["recent_occupants"]["ran"] and 8 <= window < 20
+    assert null["recent_occupants"]["confirmed_findings_used"] >= recent.MIN_CONFIRMED
+    monkeypatch.setattr(recent, "MIN_CONFIRMED", 10**6)  # the same case with the test switched off
+    off, off_null = _weak(_case(tmp_path / "off", True, weak_since=8))
+    assert not off_null["recent_occupants"]["ran"]
+    e_text = float(on["expected_by_chance"])
+    assert float(off["expected_by_chance"]) == e_text
+    searched = _searched(tmp_path / "on", "b12")
+    expected = either_test(float(off["expected_by_chance_with_mechanism"]), e_text * window / searched)
+    assert float(on["expected_by_chance_with_mechanism"]) == pytest.approx(expected, rel=0.01)
+    # Inside the window the second test is the stronger one: the source 8 records back counts for more.
+    assert float(on["expected_by_chance_with_mechanism"]) < float(off["expected_by_chance_with_mechanism"])
+
+
+def test_a_source_outside_the_window_pays_for_the_second_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    on, null = _weak(_case(tmp_path / "on", True, weak_since=40))
+    assert null["recent_occupants"]["ran"] and null["recent_occupants"]["window_records"] < 40
+    monkeypatch.setattr(recent, "MIN_CONFIRMED", 10**6)
+    off, _ = _weak(_case(tmp_path / "off", True, weak_since=40))
+    assert float(on["expected_by_chance_with_mechanism"]) == pytest.approx(
+        float(off["expected_by_chance_with_mechanism"]) / (1 - WINDOW_SHARE), rel=0.01)
+
+
+def test_without_engine_logs_nothing_changes(tmp_path: Path) -> None:
+    row, null = _weak(_case(tmp_path / "gw", False, weak_since=8))
+    assert not null["recent_occupants"]["ran"]
+    assert null["recent_occupants"]["window_records"] is None
+    assert float(row["expected_by_chance_with_mechanism"]) == pytest.approx(float(row["expected_by_chance"]), rel=1e-3)
+
+
+def _searched(case: Path, rid: str) -> int:
+    """Records received before request ``rid`` completed: what its search covered."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(case / "exchanges.parquet", columns=["request_id", "received_at", "completed_at"]).to_pylist()
+    (done,) = [r["completed_at"] for r in rows if r["request_id"] == rid]
+    return sum(1 for r in rows if r["received_at"] < done)
+
+
+def test_the_decode_node_evidence_alone_puts_nobody_on_the_list() -> None:
+    # "made their way through the" (10 bits, expected by chance 0.22 times) from the record just before
+    # the suspect on its node: the product of the two is small, but the text is what unrelated texts share.
+    p = MatchParams()
+    why = evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22)
+    assert isinstance(why, str) and "decode-node evidence corroborates" in why
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=TEXT_EVALUE_CEILING)[0] == "probable"
+    assert evalue_tier(0.00004, 1.0, p, 1.0, text_expected=0.05)[0] == "confirmed"
+    assert evalue_tier(0.0004, 1.0, p, 1.0)[0] == "probable"  # no text figure given: as before
