@@ -37,54 +37,36 @@ def score_candidates(cands: list[Candidate], targets: list[Target], holders: Hol
     merged into one span); the pair's strength and informative tokens are their sums, and its
     score, spans and rarity those of the strongest passage.
     """
-    start, h_tenant, h_time, common_mask = holders
     k = p.k
     vocab, df = chance.token_weights([t.tokens.hash for t in targets])
     bits: dict[int, np.ndarray] = {}
     per_pair: dict[tuple[int, str, str | None, str, bool], list[dict[str, Any]]] = {}
-    for c in cands:
+    positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, holders, p)
+    for i, c in enumerate(cands):
         tgt = targets[c.target]
-        kp = np.unique(c.kgram_positions)
-        g = tgt.gids[kp]
-        n = start[g + 1] - start[g]
-        seg = np.repeat(np.arange(len(g)), n)
-        first = np.cumsum(n) - n
-        flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
-        ten, when = h_tenant[flat], h_time[flat]
-        holders_then = np.bincount(seg, weights=(ten >= 0) & (when < tgt.deadline_us), minlength=len(g))
-        own = np.bincount(seg, weights=ten == -(c.target + 1), minlength=len(g)) > 0
-        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
-        if relation == "cross_tenant":
-            # Text the recipient's tenant already held when it sent the request is not news to it.
-            own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
-                               minlength=len(g)) > 0
-        common = (holders_then > p.max_tenants) | common_mask[g]
-        if c.later:
-            # A later text is searched over all time: text many tenants held by then is common for it.
-            common |= np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants
-        informative = ~own & ~common
-        weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
-        rarity = float(weight.mean()) if len(weight) else 0.0
-        # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
-        singles_out = float(weight[informative].mean()) if informative.any() else 0.0
-        if not informative.any():
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if not informative_all[lo:hi].any():
             continue
+        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+        kp = positions[lo:hi]
+        informative = informative_all[lo:hi]
+        weight = weight_all[lo:hi]
+        rarity = float(weight.mean())
+        # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
+        singles_out = float(weight[informative].mean())
         # Informative tokens: matched tokens not explained by an own-context or common k-gram
         # (a damaged fragment's short blocks between rare k-grams still count).
         matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
         for a, size in c.blocks:
             matched[a - c.tok_start : a - c.tok_start + size] = True
         # Different words among the matched tokens: a run of one repeated word is no passage.
-        distinct = len(np.unique(tgt.tokens.hash[c.tok_start : c.tok_end][matched]))
+        distinct = len(set(tgt.tokens.hash[c.tok_start : c.tok_end][matched].tolist()))  # a set: few tokens
         # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
         # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
         # own-context k-grams alone cover are explained away.
-        explained = np.zeros_like(matched)
-        for q in kp[~informative].tolist():
-            explained[q - c.tok_start : q - c.tok_start + k] = True
-        for q in kp[informative].tolist():
-            explained[q - c.tok_start : q - c.tok_start + k] = False
-        matched &= ~explained
+        if not informative.all():
+            matched &= ~(_covered(kp[~informative] - c.tok_start, k, len(matched))
+                         & ~_covered(kp[informative] - c.tok_start, k, len(matched)))
         info_tokens = int(matched.sum())
         if not admissible(c.score, info_tokens, distinct, p):
             continue
@@ -149,6 +131,68 @@ def score_candidates(cands: list[Candidate], targets: list[Target], holders: Hol
             "_null_rules": null_rules,
         })
     return rows
+
+
+def _covered(starts: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Which of ``n`` tokens the k-grams at ``starts`` (relative positions, ascending) cover."""
+    if not len(starts):
+        return np.zeros(n, dtype=bool)
+    if starts[0] < 0 or starts[-1] > n:  # never for a verified region's own k-grams; kept exact anyway
+        starts = np.clip(starts, 0, n)
+    ends = np.minimum(starts + k, n)
+    edges = np.bincount(starts, minlength=n + 1) - np.bincount(ends, minlength=n + 1)
+    return np.cumsum(edges[:n]) > 0
+
+
+def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders,
+                 p: MatchParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
+    informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
+    0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``.
+
+    Every candidate at once: the per-candidate array calls were most of scoring's time, and the
+    counts are integers, the same whatever the grouping.
+    """
+    start, h_tenant, h_time, common_mask = holders
+    lens = np.array([len(c.kgram_positions) for c in cands], dtype=np.int64)
+    if not cands or not lens.sum():
+        return np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float64), np.zeros(len(cands) + 1, np.int64)
+    owner = np.repeat(np.arange(len(cands), dtype=np.int64), lens)
+    pos = np.concatenate([np.asarray(c.kgram_positions, dtype=np.int64) for c in cands])
+    # Distinct positions per candidate, candidates in order: a lexsort and a dedupe.
+    order = np.lexsort((pos, owner))
+    owner, pos = owner[order], pos[order]
+    first_of = np.ones(len(pos), dtype=bool)
+    first_of[1:] = (owner[1:] != owner[:-1]) | (pos[1:] != pos[:-1])
+    owner, pos = owner[first_of], pos[first_of]
+    bounds = np.searchsorted(owner, np.arange(len(cands) + 1))
+    # The k-gram id of each position: targets' gids lie one after another.
+    gid_offset = np.cumsum([0] + [len(t.gids) for t in targets])
+    gids = np.concatenate([t.gids for t in targets]) if targets else np.zeros(0, np.int64)
+    tgt_of = np.array([c.target for c in cands], dtype=np.int64)
+    g = gids[gid_offset[tgt_of[owner]] + pos]
+    deadline = np.array([t.deadline_us for t in targets], dtype=np.int64)
+    received = np.array([t.received_us for t in targets], dtype=np.int64)
+    codes = np.array([tenant_code(t.tenant_id) for t in targets], dtype=np.int64)
+    cross = np.array([c.source_tenant_id != targets[c.target].tenant_id for c in cands], dtype=bool)
+    later = np.array([c.later for c in cands], dtype=bool)
+    n = start[g + 1] - start[g]
+    seg = np.repeat(np.arange(len(g)), n)
+    first = np.cumsum(n) - n
+    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    ten, when = h_tenant[flat], h_time[flat]
+    cand = owner[seg]
+    tt = tgt_of[cand]
+    holders_then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g))
+    own = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
+    # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
+    own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
+    common = (holders_then > p.max_tenants) | common_mask[g]
+    # A later text is searched over all time: text many tenants held by then is common for it.
+    common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)
+    informative = ~own & ~common
+    weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
+    return pos, informative, weight, bounds
 
 
 #: Passages of one pair closer than this (characters, in both texts, in the same order) are one span.
