@@ -118,15 +118,20 @@ def _gateway_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in (folder / "gateway").iterdir()) / MB
 
 
-def _repeat(folder: Path, base: Path, size_mb: int, seed: int) -> str:
+def _copy_file(src: Path, dst: Path, copies: float, seed: int) -> None:
+    """Write ``src`` ``copies`` times into ``dst`` (a fraction: the first lines of one more copy)."""
+    with open(dst, "wb") as out:
+        for copy in range(math.ceil(copies)):
+            _append(src, out, min(copies - copy, 1.0), _mask(seed, copy))
+
+
+def _repeat(folder: Path, base: Path, size_mb: float, seed: int) -> str:
     """The ``repeat`` shape: ``base`` written as often as ``size_mb`` asks, ids rewritten per copy."""
     copies = size_mb / _gateway_mb(base)
     for part in ("gateway", "engine"):
         (folder / part).mkdir(parents=True)
         for src in sorted((base / part).iterdir()):
-            with open(folder / part / src.name, "wb") as out:
-                for copy in range(math.ceil(copies)):
-                    _append(src, out, min(copies - copy, 1.0), _mask(seed, copy))
+            _copy_file(src, folder / part / src.name, copies, seed)
     return f"{copies:.2f} copies of the simulation of seed {seed}"
 
 
@@ -136,7 +141,7 @@ def _seed_node(name: str, seed: int) -> str:
     return f"{host}-s{seed}{sep}{rest}" if sep else f"{name}-s{seed}"
 
 
-def _distinct(folder: Path, work: Path, size_mb: int, seed: int, corpus: Path) -> str:
+def _distinct(folder: Path, work: Path, size_mb: float, seed: int, corpus: Path) -> str:
     """The ``distinct`` shape: seeds ``seed``, ``seed`` + 1, ... until ``size_mb``, the last one cut short."""
     first = base_incident(work, seed, corpus)
     # Seeds differ by a few percent in size: simulate what the first one's size says is needed
@@ -175,7 +180,7 @@ def simulate_seeds(work: Path, seeds: Iterable[int], corpus: Path) -> list[Path]
         return list(pool.map(base_incident, [work] * len(seeds), seeds, [corpus] * len(seeds)))
 
 
-def incident(work: Path, size_mb: int, seed: int, corpus: Path, build: str = "distinct") -> Path:
+def incident(work: Path, size_mb: float, seed: int, corpus: Path, build: str = "distinct") -> Path:
     """An incident with about ``size_mb`` MB of gateway logs (and engine logs in proportion) of
     shape ``build`` (see the module docstring); made once."""
     folder = work / f"incident-{size_mb}mb-seed{seed}-{build}"
