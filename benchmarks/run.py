@@ -1,20 +1,39 @@
 """End to end: ``forensics run`` on a simulated incident of many small records, against DuckDB.
 
-    python benchmarks/run.py [--size-mb 1024] [--scale-factors 1,4] [--seed 1] [--work bench-out/run]
-                             [--corpus ../shared/corpora] [--ingest-only]
+    python benchmarks/run.py [--size-mb 1024] [--scale-factors 1,4] [--seed 1] [--build distinct|repeat]
+                             [--work bench-out/run] [--corpus ../shared/corpora] [--ingest-only]
 
 1. Builds an incident of ``--size-mb`` MB of LiteLLM gateway JSON Lines (plus its SGLang engine
-   logs) for each scale factor: the simulator's ``realistic`` scenario (real text, ~6 KB records,
-   the defects it plants) is generated once per seed, then repeated as often as the size asks,
-   every copy with request ids of its own (the same rewrite in gateway and engine lines, so they
-   still join). Repeating is I/O bound, so a gigabyte takes seconds, not the simulator's minutes.
-   Incidents are kept in ``--work`` under their size and seed: a rerun skips generation.
+   logs) for each scale factor from the simulator's ``realistic`` scenario (real text, ~6 KB
+   records, the defects it plants; one seed is ~175 MB of gateway logs, 15k requests, 220 tenants).
+   Two shapes (``--build``):
+
+   * ``distinct`` (the default, what a real incident looks like): the realistic incidents of the
+     seeds ``--seed``, ``--seed`` + 1, ... (as many as the size needs, the last one cut short: the
+     first lines of each of its files), each simulated once, in parallel processes. Every seed has
+     its own tenants (Faker names: the rare same name is then the same customer), its own private
+     text, leaks and request ids (96 random bits from the seed: unique in practice), and shares the
+     public text (the corpus) with the others, as customers of one service do. The seeds are one
+     busier service over the same window: behind one gateway (each day's gateway file holds every
+     seed's records of that day, seed after seed), and each seed on a cluster of its own (its
+     prefill and decode nodes' log files renamed ``{node}-s{seed}_{rank}.log`` after the first
+     seed, so no node's log restarts in the middle and every decode-node fact stays that seed's).
+     Gateway and engine lines of a request keep their id, so they still join.
+   * ``repeat`` (a stress shape): one seed's incident written again and again, every copy with
+     request ids of its own (XORed with a mask per copy, the same in gateway and engine lines) and
+     nothing else changed: the same tenants sent the same private text in every copy, so each
+     leaked passage matches its source in every copy and candidates grow with the square of the
+     size. It models a service whose customers all resend the same private documents many times
+     (a replayed batch job), not a bigger incident; it is I/O bound to build (seconds per gigabyte).
+
+   Incidents are kept in ``--work`` under their size, seed and shape: a rerun skips generation.
 2. Runs ``forensics run`` on it in a fresh child process (forensics.lab.bench), and in the same
    run the bare DuckDB ``read_json -> Parquet`` copy of the same gateway files, and, at 1x, our
    ingest of the gateway files alone (the like-for-like comparison with that copy).
-3. Prints seconds and MB/s per stage, the ratios to the DuckDB copy, and peak RSS: of every
-   process (parent and workers), of all of them together, and per stage, at each scale factor,
-   then the growth of the total from the first factor to the last.
+3. Prints seconds and MB/s per stage, the ratios to the DuckDB copy, the match stage's tokens
+   searched per second per core, and peak RSS: of every process (parent and workers), of all of
+   them together, and per stage, at each scale factor, then the growth of the total from the
+   first factor to the last.
 
 ``--ingest-only`` measures ``forensics ingest`` of the whole incident in place of ``forensics run``
 (the same figures for that stage, without waiting for the others), for iterating on ingest.
@@ -25,15 +44,18 @@ Absolute times on a shared machine mislead; the ratios measured in the same run 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
+import os
 import random
 import re
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from forensics.lab.bench import Measurement, PhaseReporter, measure
 
@@ -75,44 +97,103 @@ def _rewrite(block: bytes, mask: int) -> bytes:
     return REQUEST_ID.sub(lambda m: b"chatcmpl-%024x" % (int(m.group(1), 16) ^ mask), block)
 
 
-def _copy_file(src: Path, dst: Path, copies: float, seed: int) -> int:
-    """Write ``src`` ``copies`` times into ``dst`` (a fraction: the first lines of one more copy)."""
+def _append(src: Path, out: BinaryIO, fraction: float, mask: int) -> None:
+    """Append the first ``fraction`` (0..1] of ``src``'s bytes to ``out``, whole lines only, every
+    request id XORed with ``mask``."""
     size = src.stat().st_size
-    written = 0
+    budget = size if fraction >= 1 else int(size * fraction)
+    with open(src, "rb") as fh:
+        done = 0
+        while done < budget:
+            block = fh.read(min(BLOCK, budget - done))
+            if not block:
+                break
+            if not block.endswith(b"\n"):
+                block += fh.readline()  # whole lines only
+            done += len(block)
+            out.write(_rewrite(block, mask))
+
+
+def _gateway_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in (folder / "gateway").iterdir()) / MB
+
+
+def _copy_file(src: Path, dst: Path, copies: float, seed: int) -> None:
+    """Write ``src`` ``copies`` times into ``dst`` (a fraction: the first lines of one more copy)."""
     with open(dst, "wb") as out:
         for copy in range(math.ceil(copies)):
-            budget = size if copy + 1 <= copies else int(size * (copies - copy))
-            with open(src, "rb") as fh:
-                done = 0
-                while done < budget:
-                    block = fh.read(min(BLOCK, budget - done))
-                    if not block:
-                        break
-                    if done + len(block) < size and not block.endswith(b"\n"):
-                        block += fh.readline()  # whole lines only
-                    done += len(block)
-                    out.write(_rewrite(block, _mask(seed, copy)))
-                    written += len(block)
-    return written
+            _append(src, out, min(copies - copy, 1.0), _mask(seed, copy))
 
 
-def incident(work: Path, size_mb: int, seed: int, corpus: Path) -> Path:
-    """An incident with about ``size_mb`` MB of gateway logs (and engine logs in proportion); made once."""
-    folder = work / f"incident-{size_mb}mb-seed{seed}"
-    if (folder / DONE).exists():
-        return folder
-    base = base_incident(work, seed, corpus)
-    shutil.rmtree(folder, ignore_errors=True)
-    t0 = time.perf_counter()
-    gateway = sorted((base / "gateway").iterdir())
-    copies = size_mb * MB / sum(p.stat().st_size for p in gateway)
+def _repeat(folder: Path, base: Path, size_mb: float, seed: int) -> str:
+    """The ``repeat`` shape: ``base`` written as often as ``size_mb`` asks, ids rewritten per copy."""
+    copies = size_mb / _gateway_mb(base)
     for part in ("gateway", "engine"):
         (folder / part).mkdir(parents=True)
         for src in sorted((base / part).iterdir()):
             _copy_file(src, folder / part / src.name, copies, seed)
+    return f"{copies:.2f} copies of the simulation of seed {seed}"
+
+
+def _seed_node(name: str, seed: int) -> str:
+    """An engine log's file name on seed ``seed``'s own cluster: ``decode-0_0.log`` -> ``decode-0-s2_0.log``."""
+    host, sep, rest = name.rpartition("_")
+    return f"{host}-s{seed}{sep}{rest}" if sep else f"{name}-s{seed}"
+
+
+def _distinct(folder: Path, work: Path, size_mb: float, seed: int, corpus: Path) -> str:
+    """The ``distinct`` shape: seeds ``seed``, ``seed`` + 1, ... until ``size_mb``, the last one cut short."""
+    first = base_incident(work, seed, corpus)
+    # Seeds differ by a few percent in size: simulate what the first one's size says is needed
+    # (in parallel), and more one by one in the rare case that falls short.
+    needed = math.ceil(size_mb / _gateway_mb(first))
+    bases = [first, *simulate_seeds(work, range(seed + 1, seed + needed), corpus)]
+    parts: list[tuple[int, Path, float]] = []  # (seed, its incident, fraction of it used)
+    left = float(size_mb)
+    while left > 1e-9:
+        if len(parts) == len(bases):
+            bases.append(base_incident(work, seed + len(bases), corpus))
+        base = bases[len(parts)]
+        mb = _gateway_mb(base)
+        parts.append((seed + len(parts), base, min(left / mb, 1.0)))
+        left -= mb
+    for part in ("gateway", "engine"):
+        (folder / part).mkdir(parents=True)
+    for name in sorted({p.name for _, base, _ in parts for p in (base / "gateway").iterdir()}):
+        with open(folder / "gateway" / name, "wb") as out:
+            for _, base, fraction in parts:
+                if (base / "gateway" / name).exists():
+                    _append(base / "gateway" / name, out, fraction, 0)
+    for i, (s, base, fraction) in enumerate(parts):
+        for src in sorted((base / "engine").iterdir()):
+            with open(folder / "engine" / (src.name if i == 0 else _seed_node(src.name, s)), "wb") as out:
+                _append(src, out, fraction, 0)
+    return f"seeds {seed}..{parts[-1][0]}, the last one {parts[-1][2]:.0%}"
+
+
+def simulate_seeds(work: Path, seeds: Iterable[int], corpus: Path) -> list[Path]:
+    """``base_incident`` of every seed, simulated in parallel processes (one per core)."""
+    seeds = list(seeds)
+    if len(seeds) <= 1:
+        return [base_incident(work, s, corpus) for s in seeds]
+    with concurrent.futures.ProcessPoolExecutor(min(len(seeds), os.cpu_count() or 1)) as pool:
+        return list(pool.map(base_incident, [work] * len(seeds), seeds, [corpus] * len(seeds)))
+
+
+def incident(work: Path, size_mb: float, seed: int, corpus: Path, build: str = "distinct") -> Path:
+    """An incident with about ``size_mb`` MB of gateway logs (and engine logs in proportion) of
+    shape ``build`` (see the module docstring); made once."""
+    folder = work / f"incident-{size_mb}mb-seed{seed}-{build}"
+    if (folder / DONE).exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    base = base_incident(work, seed, corpus)
+    what = _repeat(folder, base, size_mb, seed) if build == "repeat" else _distinct(folder, work, size_mb, seed, corpus)
+    # Every seed's case file names the same model, window and ceilings; the first seed's is the case's.
     shutil.copy(base / "case.toml", folder / "case.toml")
     (folder / DONE).write_text("")
-    print(f"built {folder.name} ({copies:.2f} copies of the simulation) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(f"built {folder.name} ({what}) in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return folder
 
 
@@ -121,12 +202,13 @@ def folder_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / MB
 
 
-def run_case(case_dir: Path, out: Path) -> list[dict[str, Any]]:
-    """``forensics run`` on the incident (in the measured child); its stage table."""
+def run_case(case_dir: Path, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``forensics run`` on the incident (in the measured child); its stage table and what match searched."""
     from forensics.run import run
 
     result = run(case_dir, out, progress=PhaseReporter())
-    return result.stages
+    record = json.loads((result.case_dir / "match.json").read_text())
+    return [st.to_json() for st in result.stages], {**record["searched"], "findings": record["findings"]}
 
 
 def ingest_all(folder: Path, case: Path) -> list[dict[str, Any]]:
@@ -141,9 +223,9 @@ def ingest_all(folder: Path, case: Path) -> list[dict[str, Any]]:
     inputs = sorted(cfg.inputs, key=lambda spec: spec.format)
     result = api.ingest(case, [spec.path for spec in inputs], config=cfg, progress=PhaseReporter(),
                         path_formats=[None if spec.format == "auto" else spec.format for spec in inputs])
-    tables = result.manifest.get("tables", {})
-    return [{"stage": "ingest", "seconds": round(clock.monotonic() - t0, 3), "rows": tables.get("exchanges"),
-             "note": f"quarantined {tables.get('quarantine', 0)}"}]
+    tables = result.manifest.tables
+    return [{"stage": "ingest", "seconds": round(clock.monotonic() - t0, 3), "rows": tables.exchanges if tables else None,
+             "note": f"quarantined {tables.quarantine if tables else 0}"}]
 
 
 def ingest_gateway(gateway: Path, case: Path) -> None:
@@ -172,9 +254,9 @@ def _mb(n: int) -> str:
 
 
 def measure_factor(work: Path, factor: int, size_mb: int, seed: int, corpus: Path, baseline_ingest: bool,
-                   ingest_only: bool = False) -> dict[str, Any]:
+                   ingest_only: bool = False, build: str = "distinct") -> dict[str, Any]:
     """Build the incident of ``size_mb``, run everything on it, return the figures."""
-    folder = incident(work, size_mb, seed, corpus)
+    folder = incident(work, size_mb, seed, corpus, build)
     gateway_mb, engine_mb = folder_mb(folder / "gateway"), folder_mb(folder / "engine")
     out = work / f"reports-{size_mb}mb"
     shutil.rmtree(out, ignore_errors=True)
@@ -197,16 +279,17 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for r in results:
         run, duck, ours = r["run"], r["duckdb"], r["ingest"]
+        stages, searched = run.value if isinstance(run.value, tuple) else (run.value, None)
         total_mb = r["gateway_mb"] + r["engine_mb"]
         k = r["factor"]
         print(f"\n== {k}x: {r['gateway_mb']:,.0f} MB gateway + {r['engine_mb']:,.0f} MB engine logs ==")
         print(f"{'stage':<10}{'seconds':>10}{'MB/s':>10}   rows / note")
-        for st in run.value:
+        for st in stages:
             print(f"{st['stage']:<10}{st['seconds']:>10.1f}{total_mb / max(st['seconds'], 1e-9):>10.1f}   {st['rows']} {st['note']}")
-        if len(run.value) > 1:
+        if len(stages) > 1:
             print(f"{'run':<10}{run.seconds:>10.1f}{total_mb / run.seconds:>10.1f}   (whole forensics run, in-process time)")
         print(f"{'duckdb':<10}{duck.seconds:>10.1f}{r['gateway_mb'] / duck.seconds:>10.1f}   read_json -> Parquet of the gateway files")
-        ingest_s = next(st["seconds"] for st in run.value if st["stage"] == "ingest")
+        ingest_s = next(st["seconds"] for st in stages if st["stage"] == "ingest")
         # Both ratios compare MB/s: the run's ingest also reads the engine logs.
         run_ratio = (total_mb / ingest_s) / (r["gateway_mb"] / duck.seconds)
         print(f"ingest stage of the run vs DuckDB copy (MB/s ratio): {run_ratio:.2f}x")
@@ -215,6 +298,20 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
             print(f"{'ingest':<10}{ours.seconds:>10.1f}{r['gateway_mb'] / ours.seconds:>10.1f}   forensics ingest of the gateway files alone")
             print(f"ingest of the gateway files vs DuckDB copy: {ratio:.2f}x   (peak RSS {_mb(ours.rss_total_bytes)})")
             summary["ingest_vs_duckdb"] = round(ratio, 3)
+        if searched is not None:
+            cores = os.cpu_count() or 1
+            match_s = next(st["seconds"] for st in stages if st["stage"] == "match")
+            stream_s = sum(ph.seconds for ph in run.phases if ph.name == "match: streaming prompts and responses")
+            found = searched["findings"]
+            print(f"match searched {searched['tokens']:,} tokens in {searched['records']:,} records: "
+                  f"{searched['tokens'] / match_s / cores / 1e6:.2f}M tokens/s/core over the stage, "
+                  f"{searched['tokens'] / max(stream_s, 1e-9) / cores / 1e6:.2f}M over its streaming pass ({cores} cores); "
+                  f"{searched['kgram_hits_kept_after_rarity_and_own_context']:,} k-gram hits kept, "
+                  f"{searched['source_texts_verified']:,} source texts verified, "
+                  f"{found['total']:,} findings ({found['cross_tenant']:,} cross-tenant), {found['review']:,} to review")
+            summary[f"match_tokens_{k}x"] = searched["tokens"]
+            summary[f"match_mtok_s_core_{k}x"] = round(searched["tokens"] / match_s / cores / 1e6, 3)
+            summary[f"texts_verified_{k}x"] = searched["source_texts_verified"]
         print("peak RSS per process:")
         for p in run.processes:
             print(f"  {p.role:<8} pid {p.pid:<8} first seen in {p.first_phase!r:<42} {_mb(p.rss_bytes):>10}")
@@ -226,7 +323,7 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
         summary[f"run_mb_s_{k}x"] = round(total_mb / run.seconds, 1)
         summary[f"ingest_stage_vs_duckdb_{k}x"] = round(run_ratio, 3)
         summary[f"peak_rss_total_{k}x_mib"] = round(run.rss_total_bytes / (1 << 20))
-        for st in run.value:
+        for st in stages:
             summary[f"{st['stage']}_seconds_{k}x"] = st["seconds"]
     if len(results) > 1:
         first, last = results[0]["run"].rss_total_bytes, results[-1]["run"].rss_total_bytes
@@ -244,6 +341,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpora")
     ap.add_argument("--work", type=Path, default=REPO / "bench-out" / "run", help="incidents are kept here for reruns")
+    ap.add_argument("--build", choices=("distinct", "repeat"), default="distinct",
+                    help="distinct: a seed per simulation (a real incident); repeat: one simulation repeated (a stress shape)")
     ap.add_argument("--ingest-only", action="store_true", help="measure forensics ingest in place of the whole forensics run")
     args = ap.parse_args()
     if not args.corpus.is_dir():
@@ -251,7 +350,7 @@ def main() -> None:
     factors = sorted({int(f) for f in args.scale_factors.split(",")})
     args.work.mkdir(parents=True, exist_ok=True)
     results = [measure_factor(args.work, k, args.size_mb * k, args.seed, args.corpus, baseline_ingest=(i == 0),
-                              ingest_only=args.ingest_only)
+                              ingest_only=args.ingest_only, build=args.build)
                for i, k in enumerate(factors)]
     print(json.dumps(report(results), sort_keys=True))
 

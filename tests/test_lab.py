@@ -225,3 +225,57 @@ def test_end_to_end_benchmark_repeats_logs_with_request_ids_of_their_own(tmp_pat
     bench_run._copy_file(gateway, tmp_path / "half.jsonl", 1.5, seed=1)
     half = (tmp_path / "half.jsonl").read_text().splitlines()
     assert 3 < len(half) < 6 and all(json.loads(line) for line in half)  # a fraction of a copy is whole lines
+
+
+def _fake_seed(work: Path, seed: int, n: int) -> list[str]:
+    """A stand-in for a seed's simulated incident (as ``base_incident`` keeps it): its request ids."""
+    base = work / f"base-seed{seed}"
+    ids = ["chatcmpl-" + f"{seed:08x}{i:016x}" for i in range(n)]
+    for part in ("gateway", "engine"):
+        (base / part).mkdir(parents=True)
+    (base / "gateway" / "litellm-callbacks-2026-08-27.jsonl").write_bytes(b"".join(
+        json.dumps({"id": i, "tenant": f"org-{seed}", "messages": [{"content": "x" * 50}]}).encode() + b"\n" for i in ids))
+    for node in ("decode-0_0.log", "prefill-0_0.log"):
+        (base / "engine" / node).write_bytes(b"".join(f"[t] ReqTimeStats(rid={i}, input_len=5)\n".encode() for i in ids))
+    (base / "case.toml").write_text(f'name = "seed{seed}"\n')
+    (base / ".complete").write_text("")
+    return ids
+
+
+def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: Path) -> None:
+    from forensics.ingest.formats.sglang import node_of
+
+    bench_run: Any = _run_benchmark_module()
+    one, two = _fake_seed(tmp_path, 1, 10), _fake_seed(tmp_path, 2, 10)
+    seed_mb = (tmp_path / "base-seed1" / "gateway" / "litellm-callbacks-2026-08-27.jsonl").stat().st_size / 1e6
+    folder = bench_run.incident(tmp_path, 1.5 * seed_mb, 1, tmp_path / "corpus", "distinct")
+    lines = (folder / "gateway" / "litellm-callbacks-2026-08-27.jsonl").read_text().splitlines()
+    g_ids = [json.loads(line)["id"] for line in lines]
+    # One gateway: the day's file holds the first seed whole, then the first half of the second.
+    assert g_ids[:10] == one and 3 < len(g_ids[10:]) < 8 and g_ids[10:] == two[: len(g_ids) - 10]
+    # Each seed on its own nodes: no node's log holds two seeds, and the ids still join.
+    engine = {p.name: [line.split("rid=")[1].split(",")[0] for line in p.read_text().splitlines()]
+              for p in (folder / "engine").iterdir()}
+    assert sorted(engine) == ["decode-0-s2_0.log", "decode-0_0.log", "prefill-0-s2_0.log", "prefill-0_0.log"]
+    assert engine["decode-0_0.log"] == one and engine["decode-0-s2_0.log"] == two[: len(engine["decode-0-s2_0.log"])]
+    assert node_of("decode-0-s2_0.log") == ("decode-0-s2", 0)
+    assert (folder / "case.toml").read_text() == 'name = "seed1"\n'
+
+
+def test_end_to_end_benchmark_prints_the_stage_table_of_a_run(tmp_path: Path, capsys: Any) -> None:
+    from forensics.lab.bench import Measurement
+
+    bench_run: Any = _run_benchmark_module()
+    value = bench_run.run_case(ROOT / "sample_logs", tmp_path / "reports")  # in this process: no child needed
+    stages, searched = value
+    assert [st["stage"] for st in stages] == ["ingest", "scan", "match", "report"]
+    assert searched["tokens"] > 0 and searched["findings"]["total"] > 0
+
+    def measured(v: object) -> Measurement:
+        return Measurement(value=v, seconds=2.0, wall_seconds=2.0, cpu_seconds=2.0, rss_main_bytes=1 << 20,
+                           rss_worker_bytes=0, max_rss_bytes=1 << 20, rss_total_bytes=1 << 20)
+
+    summary = bench_run.report([{"factor": 1, "size_mb": 1, "gateway_mb": 1.0, "engine_mb": 0.1, "run": measured(value),
+                                 "duckdb": measured(None), "ingest": None}])
+    out = capsys.readouterr().out
+    assert "match searched" in out and summary["match_tokens_1x"] == searched["tokens"]

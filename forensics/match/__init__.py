@@ -46,7 +46,7 @@ from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCou
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
-from forensics.match.findings import csv_text, decide, passages_text, record_facts, score_candidates
+from forensics.match.findings import RegionScorer, csv_text, decide, passages_text, record_facts
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
@@ -136,9 +136,14 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
         del hits
         stats["hits"] = n_hits
-        cands, vstats = verify_hits(index, p, all_hits, sources, held, path, helpers, progress)
+        # Each task's candidates are scored as they arrive, while the workers verify the next ones;
+        # only the admissible regions are kept, not every candidate.
+        scorer = RegionScorer(targets, held, p)
+        _, vstats = verify_hits(index, p, all_hits, sources, held, path, helpers, progress,
+                                on_found=lambda found: scorer.add(found, release=True))
+        del all_hits
     stats.update(vstats)
-    rows = score_candidates(cands, targets, held, p)
+    rows = scorer.rows()
     keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in rows}
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
     facts = record_facts(path, keys)

@@ -25,6 +25,7 @@ from forensics.match.targets import request_key
 from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
+_NO_POSITIONS = np.zeros(0, np.int64)
 
 
 def score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
@@ -37,118 +38,187 @@ def score_candidates(cands: list[Candidate], targets: list[Target], holders: Hol
     merged into one span); the pair's strength and informative tokens are their sums, and its
     score, spans and rarity those of the strongest passage.
     """
+    scorer = RegionScorer(targets, holders, p)
+    scorer.add(cands)
+    return scorer.rows()
+
+
+class RegionScorer:
+    """:func:`score_candidates` a batch of candidates at a time (in the order they were found):
+    the match stage scores each verification task's candidates as they arrive, while the workers
+    verify the next, and keeps only the admissible regions, not every candidate at once."""
+
+    def __init__(self, targets: list[Target], holders: Holders, p: MatchParams) -> None:
+        self.targets, self.holders, self.p = targets, holders, p
+        self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
+        self.bits: dict[int, np.ndarray] = {}
+        self.per_pair: dict[tuple[int, str, str | None, str, bool], list[dict[str, Any]]] = {}
+
+    def add(self, cands: list[Candidate], release: bool = False) -> None:
+        """Score the regions ``cands`` (after every earlier batch); ``release``: drop each
+        candidate's k-gram positions once used (the caller keeps no other use for them)."""
+        targets, p, bits, per_pair = self.targets, self.p, self.bits, self.per_pair
+        vocab, df = self.vocab, self.df
+        k = p.k
+        positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p)
+        if release:
+            for c in cands:
+                c.kgram_positions = _NO_POSITIONS
+        for i, c in enumerate(cands):
+            tgt = targets[c.target]
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            if not informative_all[lo:hi].any():
+                continue
+            relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+            kp = positions[lo:hi]
+            informative = informative_all[lo:hi]
+            weight = weight_all[lo:hi]
+            rarity = float(weight.mean())
+            # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
+            singles_out = float(weight[informative].mean())
+            # Informative tokens: matched tokens not explained by an own-context or common k-gram
+            # (a damaged fragment's short blocks between rare k-grams still count).
+            matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
+            for a, size in c.blocks:
+                matched[a - c.tok_start : a - c.tok_start + size] = True
+            # Different words among the matched tokens: a run of one repeated word is no passage.
+            distinct = len(set(tgt.tokens.hash[c.tok_start : c.tok_end][matched].tolist()))  # a set: few tokens
+            # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
+            # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
+            # own-context k-grams alone cover are explained away.
+            if not informative.all():
+                matched &= ~(_covered(kp[~informative] - c.tok_start, k, len(matched))
+                             & ~_covered(kp[informative] - c.tok_start, k, len(matched)))
+            info_tokens = int(matched.sum())
+            if not admissible(c.score, info_tokens, distinct, p):
+                continue
+            if c.target not in bits:
+                bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
+            strength = float(bits[c.target][c.tok_start : c.tok_end][matched].sum())
+            rule = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
+            # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
+            rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
+                         if tgt.control else None)
+            per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append({
+                "c": c, "relation": relation, "rarity": rarity, "singles_out": singles_out, "informative": info_tokens,
+                "strength": strength,
+                "rule": rule, "rule_null": rule_null,
+            })
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per candidate pair with an admissible region (see :func:`score_candidates`)."""
+        targets = self.targets
+        rows = []
+        for (t, _, _, _, later), regs in self.per_pair.items():
+            tgt = targets[t]
+            regs.sort(key=lambda r: (-r["strength"], -r["c"].score, r["c"].recipient_start, r["c"].source_start))
+            kept: list[dict[str, Any]] = []
+            for r in regs:
+                c = r["c"]
+                if all(c.recipient_end <= x["c"].recipient_start or c.recipient_start >= x["c"].recipient_end for x in kept):
+                    kept.append(r)
+            best, c = kept[0], kept[0]["c"]
+            passages = _merge_passages([(x["c"].recipient_start, x["c"].recipient_end, x["c"].source_start,
+                                         x["c"].source_end) for x in kept])
+            main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
+            rule_rank = min((_TIER_RANK[x["rule"][0]], x["rule"]) for x in kept if x["rule"]) if any(
+                x["rule"] for x in kept) else None
+            null_rules = sorted({x["rule_null"][1].split(":")[0] for x in kept if x["rule_null"]})
+            fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
+                                             _tenant_part(c.source_tenant_id), c.source_kind, *main)))
+            rows.append({
+                "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
+                "recipient_request_id": tgt.request_id,
+                "recipient_tenant_id": tgt.tenant_id,
+                "source_request_id": c.source_request_id,
+                "source_tenant_id": c.source_tenant_id,
+                "source_kind": c.source_kind,
+                "relation": best["relation"],
+                "tier": None,
+                "tier_rule": None,
+                "score": round(c.score, 2),
+                "matched_tokens": c.matched,
+                "longest_run": c.longest_run,
+                "recipient_start": main[0],
+                "recipient_end": main[1],
+                "source_start": main[2],
+                "source_end": main[3],
+                "rarity": round(best["rarity"], 4),
+                "_singles_out": best["singles_out"],
+                "informative_tokens": sum(x["informative"] for x in kept),
+                "regions": len(regs),
+                "strength_bits": round(sum(x["strength"] for x in kept), 3),
+                "passages": passages,
+                "control": tgt.control,
+                "_target": t,
+                "_source_received_us": c.source_received_us,
+                "_rule": rule_rank[1] if rule_rank else None,
+                "_later": later,
+                "_null_rules": null_rules,
+            })
+        return rows
+
+
+def _covered(starts: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Which of ``n`` tokens the k-grams at ``starts`` (relative positions, ascending) cover."""
+    if not len(starts):
+        return np.zeros(n, dtype=bool)
+    if starts[0] < 0 or starts[-1] > n:  # never for a verified region's own k-grams; kept exact anyway
+        starts = np.clip(starts, 0, n)
+    ends = np.minimum(starts + k, n)
+    edges = np.bincount(starts, minlength=n + 1) - np.bincount(ends, minlength=n + 1)
+    return np.cumsum(edges[:n]) > 0
+
+
+def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders,
+                 p: MatchParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
+    informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
+    0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``.
+
+    Every candidate at once: the per-candidate array calls were most of scoring's time, and the
+    counts are integers, the same whatever the grouping.
+    """
     start, h_tenant, h_time, common_mask = holders
-    k = p.k
-    vocab, df = chance.token_weights([t.tokens.hash for t in targets])
-    bits: dict[int, np.ndarray] = {}
-    per_pair: dict[tuple[int, str, str | None, str, bool], list[dict[str, Any]]] = {}
-    for c in cands:
-        tgt = targets[c.target]
-        kp = np.unique(c.kgram_positions)
-        g = tgt.gids[kp]
-        n = start[g + 1] - start[g]
-        seg = np.repeat(np.arange(len(g)), n)
-        first = np.cumsum(n) - n
-        flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
-        ten, when = h_tenant[flat], h_time[flat]
-        holders_then = np.bincount(seg, weights=(ten >= 0) & (when < tgt.deadline_us), minlength=len(g))
-        own = np.bincount(seg, weights=ten == -(c.target + 1), minlength=len(g)) > 0
-        relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
-        if relation == "cross_tenant":
-            # Text the recipient's tenant already held when it sent the request is not news to it.
-            own |= np.bincount(seg, weights=(ten == tenant_code(tgt.tenant_id)) & (when <= tgt.received_us),
-                               minlength=len(g)) > 0
-        common = (holders_then > p.max_tenants) | common_mask[g]
-        if c.later:
-            # A later text is searched over all time: text many tenants held by then is common for it.
-            common |= np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants
-        informative = ~own & ~common
-        weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
-        rarity = float(weight.mean()) if len(weight) else 0.0
-        # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
-        singles_out = float(weight[informative].mean()) if informative.any() else 0.0
-        if not informative.any():
-            continue
-        # Informative tokens: matched tokens not explained by an own-context or common k-gram
-        # (a damaged fragment's short blocks between rare k-grams still count).
-        matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
-        for a, size in c.blocks:
-            matched[a - c.tok_start : a - c.tok_start + size] = True
-        # Different words among the matched tokens: a run of one repeated word is no passage.
-        distinct = len(np.unique(tgt.tokens.hash[c.tok_start : c.tok_end][matched]))
-        # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
-        # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
-        # own-context k-grams alone cover are explained away.
-        explained = np.zeros_like(matched)
-        for q in kp[~informative].tolist():
-            explained[q - c.tok_start : q - c.tok_start + k] = True
-        for q in kp[informative].tolist():
-            explained[q - c.tok_start : q - c.tok_start + k] = False
-        matched &= ~explained
-        info_tokens = int(matched.sum())
-        if not admissible(c.score, info_tokens, distinct, p):
-            continue
-        if c.target not in bits:
-            bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
-        strength = float(bits[c.target][c.tok_start : c.tok_end][matched].sum())
-        rule = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
-        # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
-        rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
-                     if tgt.control else None)
-        per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append({
-            "c": c, "relation": relation, "rarity": rarity, "singles_out": singles_out, "informative": info_tokens,
-            "strength": strength,
-            "rule": rule, "rule_null": rule_null,
-        })
-    rows = []
-    for (t, _, _, _, later), regs in per_pair.items():
-        tgt = targets[t]
-        regs.sort(key=lambda r: (-r["strength"], -r["c"].score, r["c"].recipient_start, r["c"].source_start))
-        kept: list[dict[str, Any]] = []
-        for r in regs:
-            c = r["c"]
-            if all(c.recipient_end <= x["c"].recipient_start or c.recipient_start >= x["c"].recipient_end for x in kept):
-                kept.append(r)
-        best, c = kept[0], kept[0]["c"]
-        passages = _merge_passages([(x["c"].recipient_start, x["c"].recipient_end, x["c"].source_start,
-                                     x["c"].source_end) for x in kept])
-        main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
-        rule_rank = min((_TIER_RANK[x["rule"][0]], x["rule"]) for x in kept if x["rule"]) if any(
-            x["rule"] for x in kept) else None
-        null_rules = sorted({x["rule_null"][1].split(":")[0] for x in kept if x["rule_null"]})
-        fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
-                                         _tenant_part(c.source_tenant_id), c.source_kind, *main)))
-        rows.append({
-            "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
-            "recipient_request_id": tgt.request_id,
-            "recipient_tenant_id": tgt.tenant_id,
-            "source_request_id": c.source_request_id,
-            "source_tenant_id": c.source_tenant_id,
-            "source_kind": c.source_kind,
-            "relation": best["relation"],
-            "tier": None,
-            "tier_rule": None,
-            "score": round(c.score, 2),
-            "matched_tokens": c.matched,
-            "longest_run": c.longest_run,
-            "recipient_start": main[0],
-            "recipient_end": main[1],
-            "source_start": main[2],
-            "source_end": main[3],
-            "rarity": round(best["rarity"], 4),
-            "_singles_out": best["singles_out"],
-            "informative_tokens": sum(x["informative"] for x in kept),
-            "regions": len(regs),
-            "strength_bits": round(sum(x["strength"] for x in kept), 3),
-            "passages": passages,
-            "control": tgt.control,
-            "_target": t,
-            "_source_received_us": c.source_received_us,
-            "_rule": rule_rank[1] if rule_rank else None,
-            "_later": later,
-            "_null_rules": null_rules,
-        })
-    return rows
+    lens = np.array([len(c.kgram_positions) for c in cands], dtype=np.int64)
+    if not cands or not lens.sum():
+        return np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float64), np.zeros(len(cands) + 1, np.int64)
+    owner = np.repeat(np.arange(len(cands), dtype=np.int64), lens)
+    pos = np.concatenate([np.asarray(c.kgram_positions, dtype=np.int64) for c in cands])
+    # Distinct positions per candidate, candidates in order: a lexsort and a dedupe.
+    order = np.lexsort((pos, owner))
+    owner, pos = owner[order], pos[order]
+    first_of = np.ones(len(pos), dtype=bool)
+    first_of[1:] = (owner[1:] != owner[:-1]) | (pos[1:] != pos[:-1])
+    owner, pos = owner[first_of], pos[first_of]
+    bounds = np.searchsorted(owner, np.arange(len(cands) + 1))
+    # The k-gram id of each position: targets' gids lie one after another.
+    gid_offset = np.cumsum([0] + [len(t.gids) for t in targets])
+    gids = np.concatenate([t.gids for t in targets]) if targets else np.zeros(0, np.int64)
+    tgt_of = np.array([c.target for c in cands], dtype=np.int64)
+    g = gids[gid_offset[tgt_of[owner]] + pos]
+    deadline = np.array([t.deadline_us for t in targets], dtype=np.int64)
+    received = np.array([t.received_us for t in targets], dtype=np.int64)
+    codes = np.array([tenant_code(t.tenant_id) for t in targets], dtype=np.int64)
+    cross = np.array([c.source_tenant_id != targets[c.target].tenant_id for c in cands], dtype=bool)
+    later = np.array([c.later for c in cands], dtype=bool)
+    n = start[g + 1] - start[g]
+    seg = np.repeat(np.arange(len(g)), n)
+    first = np.cumsum(n) - n
+    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    ten, when = h_tenant[flat], h_time[flat]
+    cand = owner[seg]
+    tt = tgt_of[cand]
+    holders_then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g))
+    own = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
+    # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
+    own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
+    common = (holders_then > p.max_tenants) | common_mask[g]
+    # A later text is searched over all time: text many tenants held by then is common for it.
+    common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)
+    informative = ~own & ~common
+    weight = np.where(informative, 1.0 / np.maximum(holders_then, 1.0), 0.0)
+    return pos, informative, weight, bounds
 
 
 #: Passages of one pair closer than this (characters, in both texts, in the same order) are one span.

@@ -2,7 +2,7 @@
 each task reading only its own source rows (see ``stream.verify_task``)."""
 
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +24,13 @@ from forensics.progress import Reporter, reporter
 
 def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                  holders: Holders, path: Path, helpers: Helpers,
-                 progress: Reporter | None) -> tuple[list[Candidate], dict[str, int]]:
+                 progress: Reporter | None,
+                 on_found: Callable[[list[Candidate]], None] | None = None) -> tuple[list[Candidate], dict[str, int]]:
     """Drop hits on common or own-context k-grams, then align what is left, reading only those texts.
 
     The alignment is shared by this process and the workers (tasks of source rows, see
-    :func:`_verify_tasks`); candidates are gathered in row order either way.
+    :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
+    each task's candidates are handed to it as they arrive, in that order, and none are returned.
     """
     if len(hits) == 0:
         return [], {"informative_hits": 0, "texts_verified": 0}
@@ -51,7 +53,10 @@ def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: d
         jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
         for found, n in ordered(helpers, verify_in_worker, lambda job: (verify_task(index, p, job), len(job.rows)),
                                  jobs):
-            cands.extend(found)
+            if on_found is None:
+                cands.extend(found)
+            else:
+                on_found(found)
             task.advance(n)
     finally:
         task.close()
