@@ -16,7 +16,7 @@ from forensics import csvfile
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
-from forensics.match.rarity import Holders
+from forensics.match.rarity import Holders, holder_entries
 from forensics.match.stream import (
     Candidate,
     tenant_code,
@@ -202,10 +202,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     codes = np.array([tenant_code(t.tenant_id) for t in targets], dtype=np.int64)
     cross = np.array([c.source_tenant_id != targets[c.target].tenant_id for c in cands], dtype=bool)
     later = np.array([c.later for c in cands], dtype=bool)
-    n = start[g + 1] - start[g]
-    seg = np.repeat(np.arange(len(g)), n)
-    first = np.cumsum(n) - n
-    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    seg, flat = holder_entries(start, g)
     ten, when = h_tenant[flat], h_time[flat]
     cand = owner[seg]
     tt = tgt_of[cand]

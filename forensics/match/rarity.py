@@ -71,6 +71,15 @@ class HolderCounts:
         return start, t, w, self.common
 
 
+def holder_entries(start: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every holder entry of the k-gram ids ``g``: which element of ``g`` it belongs to, and its
+    position in the holder arrays (``start`` as in :data:`Holders`)."""
+    n = start[g + 1] - start[g]
+    seg = np.repeat(np.arange(len(g)), n)
+    first = np.cumsum(n) - n
+    return seg, start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+
+
 def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
                    g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
@@ -78,10 +87,7 @@ def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
     "Then" is before the target response completed; "held by its tenant" is before it was sent.
     """
     start, h_tenant, h_time, common = holders
-    n = start[g + 1] - start[g]
-    seg = np.repeat(np.arange(len(g)), n)
-    first = np.cumsum(n) - n
-    flat = start[g][seg] + (np.arange(int(n.sum())) - first[seg])
+    seg, flat = holder_entries(start, g)
     ten, when = h_tenant[flat], h_time[flat]
     tt = t[seg]
     deadline = np.array([x.deadline_us for x in index.targets], dtype=np.int64)
