@@ -276,6 +276,44 @@ def test_a_passage_sent_twice_is_attributed_to_the_copy_on_the_suspects_decode_n
     assert f["source_request_id"] == "a1" and f["other_source_requests"] == 1
 
 
+def test_copies_of_a_passage_are_compared_on_that_passage_so_the_latest_copy_is_cited(tmp_path: Path) -> None:
+    # The same customer sent the passage twice, both times on the suspect's decode node. Only the older
+    # request also holds a phrase the answer happens to repeat far from the passage: that phrase says
+    # nothing about which copy the passage came from, so the latest occupant (a2) is the source. Ranking
+    # the copies by the pair's total strength cited a1, and its records-since figure with it.
+    rng = np.random.default_rng(11)
+    passage, phrase = words_text(rng, 30), words_text(rng, 12)
+    rows = [
+        exchange("a1", "acme", 0, prompt=f"{words_text(rng, 20)} {passage} {words_text(rng, 20)} {phrase}",
+                 decode_node="decode-1"),
+        exchange("a2", "acme", 3, prompt=f"{words_text(rng, 20)} {passage}", decode_node="decode-1"),
+        exchange("b1", "bolt", 5, prompt="q", decode_node="decode-1",
+                 response=f"{words_text(rng, 10)} {passage} {words_text(rng, 40)} {phrase} {words_text(rng, 10)}"),
+    ]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    (f,) = [r for r in res.cross_tenant if r["source_tenant_id"] == "acme" and r["matched_tokens"] >= 30]
+    assert f["source_request_id"] == "a2" and f["other_source_requests"] == 1
+
+
+def test_a_passage_the_cited_copy_already_lists_is_not_cited_again_from_another_copy(tmp_path: Path) -> None:
+    # a1 (on the suspect's node) holds both leaked passages; a2 (no decode node) only the shorter one. The
+    # finding cites a1 with both passages; a2's likeness of the shorter passage is a copy of it, not a
+    # second row naming another source request for text the first row already lists.
+    rng = np.random.default_rng(12)
+    long_passage, short_passage = words_text(rng, 40), words_text(rng, 20)
+    rows = [
+        exchange("a2", "acme", 0, prompt=f"{words_text(rng, 20)} {short_passage}", decode_node=None),
+        exchange("a1", "acme", 3, prompt=f"{long_passage} {words_text(rng, 30)} {short_passage}",
+                 decode_node="decode-1"),
+        exchange("b1", "bolt", 5, prompt="q", decode_node="decode-1",
+                 response=f"{words_text(rng, 10)} {long_passage} {words_text(rng, 40)} {short_passage}"),
+    ]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    (f,) = [r for r in res.cross_tenant if r["source_tenant_id"] == "acme"]
+    assert f["source_request_id"] == "a1" and f["other_source_requests"] == 1
+    assert len(f["passages"].split(";")) == 2
+
+
 def test_the_control_sample_is_length_matched_to_the_suspects(tmp_path: Path) -> None:
     rng = np.random.default_rng(10)
     rows = [exchange(f"s{i}", f"t{i % 5}", i, prompt="p", response=words_text(rng, 300)) for i in range(4)]

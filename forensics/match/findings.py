@@ -148,6 +148,7 @@ class RegionScorer:
                 "informative_tokens": sum(x["informative"] for x in kept),
                 "regions": len(regs),
                 "strength_bits": round(sum(x["strength"] for x in kept), 3),
+                "_main_bits": round(best["strength"], 3),
                 "passages": passages,
                 "control": tgt.control,
                 "_target": t,
@@ -497,14 +498,20 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     """One row per passage and source tenant: a tenant that sent the same text in several requests
     (every turn of a conversation resends it) exposed it once.
 
-    Among rows of one recipient and one source tenant whose recipient spans overlap by at least
-    half of the shorter span, one is kept: a source on the recipient's decode node first (where
-    stale pages come from), then the strongest, then the most recent (the latest occupant's);
+    Among rows of one recipient and one source tenant, a row whose passage (its strongest) overlaps
+    one of a kept row's passages by at least half of the shorter span is a copy of it; one is kept:
+    a source on the recipient's decode node first (where stale pages come from), then the one whose
+    copy of that passage matches best, then the most recent (the latest occupant's);
     ``other_source_requests`` counts the rest.
+
+    Copies are compared on the passage they share (the row's strongest), not on the pair's total:
+    an older copy that also shares some other phrase with the response is no likelier the source
+    of this passage than the latest copy, and citing it moved the decode-node evidence (records
+    since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
         node = {True: 0, None: 1, False: 2}[r["same_decode_node"]]
-        return (node, -r["strength_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+        return (node, -r["_main_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
@@ -513,10 +520,11 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     for group in groups.values():
         kept: list[dict[str, Any]] = []
         for r in sorted(group, key=rank):
+            a, b = r["recipient_start"], r["recipient_end"]
             for k in kept:
-                overlap = min(r["recipient_end"], k["recipient_end"]) - max(r["recipient_start"], k["recipient_start"])
-                shorter = min(r["recipient_end"] - r["recipient_start"], k["recipient_end"] - k["recipient_start"])
-                if overlap * 2 >= shorter:
+                # Against every passage the kept row lists, not only its strongest: a passage it already
+                # lists is not a new one because another copy matches it best there.
+                if any((min(b, d) - max(a, c)) * 2 >= min(b - a, d - c) for c, d, _, _ in k["passages"]):
                     k["other_source_requests"] += 1
                     break
             else:
