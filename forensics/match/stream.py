@@ -102,6 +102,8 @@ class Scanner:
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
         self.control_t = np.array([x.control for x in t], dtype=bool)
+        # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
+        self._control_own = np.append(self.control_t, False)
         self.t_code = np.array([tenant_code(x.tenant_id) for x in t], dtype=np.int64)
         # When each tenant first received a suspect response: its texts after that may carry leaked text on
         # (a conversation resends its answers), so they are no chance source for the later-text null.
@@ -140,8 +142,11 @@ class Scanner:
             keys, first = keys[new], first[new]
         if not len(keys):
             return
-        np.add.at(self._count, g[first], 1)
-        self.common |= self._count > self.p.max_tenants
+        touched = g[first]
+        np.add.at(self._count, touched, 1)
+        # Only the k-grams counted now can have become common: a pass over all of them per chunk
+        # would cost as much as the chunk's own work once there are thousands of targets.
+        self.common[touched[self._count[touched] > self.p.max_tenants]] = True
         self._seen.append(keys)
         while len(self._seen) > 1 and 2 * len(self._seen[-1]) > len(self._seen[-2]):
             # Runs are disjoint (only new keys are added): a sort of the two is their union.
@@ -199,9 +204,8 @@ class Scanner:
         node = np.repeat(np.array([self.node_code.get(x, -3) if x else -3 for x in batch["decode_node"]],
                                   dtype=np.int64), 2)
         kind = np.tile(np.array([0, 1], dtype=np.int64), n)
-        control = np.array([t.control for t in self.index.targets] + [False], dtype=bool)
         is_target = own >= 0
-        is_suspect = is_target & ~control[own]
+        is_suspect = is_target & ~self._control_own[own]
         empty = np.zeros(0, np.int64)
         kg, kpos = kgrams_many(tk.hash, owner, self.p.k)
         pos, gid = self.index.probe(kg)
