@@ -32,7 +32,7 @@ from forensics.match.align import align
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
-from forensics.memory import keep_freed_memory
+from forensics.memory import give_back_above, keep_freed_memory
 
 
 def tenant_code(tenant: str | None) -> int:
@@ -219,11 +219,15 @@ class Scanner:
         n_gids = max(self.index.kgram_count, 1)
         pairs = np.unique(text[hold] * n_gids + gid[hold])
         ht, hg = pairs // n_gids, pairs % n_gids
+        # K-grams this process already knows to be common are dropped (the parent retires them
+        # too: the entries that made them common reached it in earlier results).
+        fresh = ~self.common[hg]
+        self._learn(hg, code[ht], when[ht])
+        ht, hg = ht[fresh], hg[fresh]
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
         h_time = np.concatenate([when[ht], when[ht][mine]])
-        self._learn(hg, code[ht], when[ht])
         # Sources: everything but a suspect's own (leaked) response; never hits on common text.
         src = ~((kind[text] == 1) & is_suspect[text]) & ~self.common[gid]
         pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
@@ -664,8 +668,25 @@ _READER: RowReader | None = None
 
 def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
     """Read a range of rows from the Parquet file with ``reader`` and scan it."""
-    return merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
-                  for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)])
+    return first_holdings(merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
+                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]))
+
+
+def first_holdings(res: BatchResult) -> BatchResult:
+    """``res`` with one holder entry per (k-gram, tenant), its earliest time.
+
+    What the parent keeps of them anyway (:class:`forensics.match.rarity.HolderCounts`); done
+    here, by whoever scanned the rows, the parent receives and sorts a fraction of the entries
+    (a conversation resends its text in every request): its share of the pass was the longest.
+    """
+    g, t, w = res.holder_gid, res.holder_tenant, res.holder_time
+    if len(g) < 2:
+        return res
+    order = np.lexsort((w, t, g))
+    g, t, w = g[order], t[order], w[order]
+    first = np.ones(len(g), dtype=bool)
+    first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+    return dataclasses.replace(res, holder_gid=g[first], holder_tenant=t[first], holder_time=w[first])
 
 
 def scan_rows_in_worker(task: ScanTask) -> BatchResult:
@@ -674,13 +695,17 @@ def scan_rows_in_worker(task: ScanTask) -> BatchResult:
     assert _WORKER is not None
     if _READER is None:
         _READER = RowReader(_WORKER.p.batch_rows)
-    return scan_rows(_WORKER, _READER, task)
+    result = scan_rows(_WORKER, _READER, task)
+    give_back_above()  # what the task's largest chunk left behind, beyond what is kept for reuse
+    return result
 
 
 def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     """Pool task: verify one row group's share of source rows; returns the candidates and the row count."""
     assert _WORKER is not None
-    return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
+    found = verify_task(_WORKER.index, _WORKER.p, task)
+    give_back_above()
+    return found, len(task.rows)
 
 
 __all__ = [
@@ -700,6 +725,7 @@ __all__ = [
     "WINDOW_MIN_CHARS",
     "WINDOW_PAD_CHARS",
     "batch_dict",
+    "first_holdings",
     "init_worker",
     "init_worker_from",
     "iter_row_group",
