@@ -11,12 +11,19 @@ request.
 
 The thresholds are process-wide and glibc has no call that reads them back, so they stay set
 after the stage; :func:`reusing_freed_memory` gives the memory back to the kernel at its end.
+
+Kept memory is capped (:func:`give_back_above`, called between a process's tasks): freed blocks
+are scattered through the heap, not only at its top, so the trim threshold alone let each process
+of the match stage keep what its largest chunks ever left behind. On the 1 GB incident that was
+about a third of the parent's peak RSS, and it grew with the incident (more targets, larger
+chunks of hits).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +53,56 @@ def keep_freed_memory() -> bool:
         return False
     return bool(lib.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) == 1
                 and lib.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+#: Freed memory a process keeps for reuse between tasks (see :func:`give_back_above`).
+KEEP_BYTES = 128 << 20
+
+
+def _malloc_in_use(lib: Any) -> int | None:
+    """Bytes of live malloc blocks (heap and mmapped), or None before glibc 2.33 (no mallinfo2)."""
+    if not hasattr(lib, "mallinfo2"):
+        return None
+    lib.mallinfo2.restype = _MallInfo2
+    info = lib.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+#: Resident memory that is not live malloc blocks, right after the last trim (code, other
+#: allocators' pools): what a trim cannot give back, so only what lies above it counts.
+_floor: int | None = None
+
+
+def give_back_above(limit: int = KEEP_BYTES) -> bool:
+    """Give freed memory back to the kernel if this process keeps more than ``limit`` bytes of it.
+
+    Kept memory is resident memory beyond the live malloc blocks (and beyond what was resident
+    right after the last trim). Cheap enough to call after every task (two small reads); True if
+    it trimmed. (malloc's own count of free bytes cannot tell: trimmed free blocks still count.)
+    """
+    global _floor
+    lib = _glibc()
+    in_use = None if lib is None else _malloc_in_use(lib)
+    if lib is None or in_use is None:
+        return False
+    kept = _resident_bytes() - in_use
+    if _floor is not None and kept - _floor <= limit:
+        return False
+    lib.malloc_trim(0)
+    after = _malloc_in_use(lib)
+    _floor = _resident_bytes() - (after if after is not None else in_use)
+    return True
 
 
 def give_back_freed_memory() -> None:

@@ -509,3 +509,39 @@ def test_times_in_microseconds_whatever_the_column_holds() -> None:
     assert stream_mod.to_us(pa.array([1, None], type=pa.timestamp("ms", tz="UTC"))) == [1000, None]
     assert stream_mod.to_us(pa.nulls(2)) == [None, None]  # a column with no time at all
     assert stream_mod.to_us(pa.chunked_array([pa.array([3], type=us), pa.array([4], type=us)])) == [3, 4]
+
+
+def _index_of(hashes: np.ndarray) -> Any:
+    """A TargetIndex over the given sorted unique hashes (its other fields are not needed to probe)."""
+    from forensics.match.index import TargetIndex
+
+    idx = TargetIndex([], 5)
+    unique = np.unique(hashes.astype(np.uint64))
+    bits = int(np.clip(np.ceil(np.log2(max(len(unique), 1) * 16)), 12, 26))
+    idx.unique, idx.shift = unique, np.uint64(64 - bits)
+    idx.present = np.zeros(1 << bits, dtype=bool)
+    idx.present[(unique >> idx.shift).astype(np.int64)] = True
+    dir_bits = int(np.clip(np.ceil(np.log2(max(len(unique), 1))), 8, 30))
+    idx.dir_shift = np.uint64(64 - dir_bits)
+    idx.bucket = np.searchsorted(unique >> idx.dir_shift, np.arange((1 << dir_bits) + 1, dtype=np.uint64))
+    return idx
+
+
+@pytest.mark.parametrize("shape", ["random", "crowded_bucket", "extremes"])
+def test_probe_finds_exactly_the_target_kgrams(shape: str) -> None:
+    rng = np.random.default_rng(7)
+    top = np.iinfo(np.uint64).max
+    if shape == "random":
+        targets = rng.integers(0, top, 50_000, dtype=np.uint64, endpoint=True)
+    elif shape == "crowded_bucket":  # hundreds of hashes sharing their top bits: one long bucket
+        targets = (np.uint64(0xABCD) << np.uint64(48)) | rng.integers(0, 1 << 40, 500, dtype=np.uint64)
+    else:
+        targets = np.array([0, 1, top - 1, top], dtype=np.uint64)
+    idx = _index_of(targets)
+    corpus = rng.integers(0, top, 20_000, dtype=np.uint64, endpoint=True)
+    corpus[::7] = rng.choice(idx.unique, len(corpus[::7]))
+    corpus[::11] = idx.unique[0] + np.uint64(1)  # neighbours of a target hash match nothing
+    pos, gid = idx.probe(corpus)
+    member = np.isin(corpus, idx.unique)
+    assert pos.tolist() == np.flatnonzero(member).tolist()
+    assert (idx.unique[gid] == corpus[pos]).all()

@@ -30,3 +30,21 @@ def test_no_op_where_malloc_cannot_be_tuned(monkeypatch: pytest.MonkeyPatch) -> 
     assert memory.keep_freed_memory() is False
     with memory.reusing_freed_memory():
         pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_freed_memory_beyond_the_cap_goes_back_to_the_kernel() -> None:
+    def resident() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * 4096
+
+    memory.keep_freed_memory()
+    memory.give_back_above(0)  # start from a trimmed heap
+    # Half of 400 MB of heap blocks freed, every other one: holes a top-of-heap trim cannot reach.
+    blocks = [np.ones(1 << 17) for _ in range(400)]
+    del blocks[::2]
+    before = resident()
+    assert memory.give_back_above(64 << 20) is True
+    assert before - resident() > 150 << 20
+    assert memory.give_back_above(64 << 20) is False  # nothing new to give back
+    assert int(sum(b.sum() for b in blocks)) == 200 * (1 << 17)  # live arrays untouched

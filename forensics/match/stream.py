@@ -32,7 +32,7 @@ from forensics.match.align import align
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.tiers import MatchParams
-from forensics.memory import keep_freed_memory
+from forensics.memory import give_back_above, keep_freed_memory
 
 
 def tenant_code(tenant: str | None) -> int:
@@ -102,6 +102,8 @@ class Scanner:
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = int(params.lookback_minutes * 60_000_000)
         self.control_t = np.array([x.control for x in t], dtype=bool)
+        # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
+        self._control_own = np.append(self.control_t, False)
         self.t_code = np.array([tenant_code(x.tenant_id) for x in t], dtype=np.int64)
         # When each tenant first received a suspect response: its texts after that may carry leaked text on
         # (a conversation resends its answers), so they are no chance source for the later-text null.
@@ -140,8 +142,11 @@ class Scanner:
             keys, first = keys[new], first[new]
         if not len(keys):
             return
-        np.add.at(self._count, g[first], 1)
-        self.common |= self._count > self.p.max_tenants
+        touched = g[first]
+        np.add.at(self._count, touched, 1)
+        # Only the k-grams counted now can have become common: a pass over all of them per chunk
+        # would cost as much as the chunk's own work once there are thousands of targets.
+        self.common[touched[self._count[touched] > self.p.max_tenants]] = True
         self._seen.append(keys)
         while len(self._seen) > 1 and 2 * len(self._seen[-1]) > len(self._seen[-2]):
             # Runs are disjoint (only new keys are added): a sort of the two is their union.
@@ -199,9 +204,8 @@ class Scanner:
         node = np.repeat(np.array([self.node_code.get(x, -3) if x else -3 for x in batch["decode_node"]],
                                   dtype=np.int64), 2)
         kind = np.tile(np.array([0, 1], dtype=np.int64), n)
-        control = np.array([t.control for t in self.index.targets] + [False], dtype=bool)
         is_target = own >= 0
-        is_suspect = is_target & ~control[own]
+        is_suspect = is_target & ~self._control_own[own]
         empty = np.zeros(0, np.int64)
         kg, kpos = kgrams_many(tk.hash, owner, self.p.k)
         pos, gid = self.index.probe(kg)
@@ -215,11 +219,15 @@ class Scanner:
         n_gids = max(self.index.kgram_count, 1)
         pairs = np.unique(text[hold] * n_gids + gid[hold])
         ht, hg = pairs // n_gids, pairs % n_gids
+        # K-grams this process already knows to be common are dropped (the parent retires them
+        # too: the entries that made them common reached it in earlier results).
+        fresh = ~self.common[hg]
+        self._learn(hg, code[ht], when[ht])
+        ht, hg = ht[fresh], hg[fresh]
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
         h_time = np.concatenate([when[ht], when[ht][mine]])
-        self._learn(hg, code[ht], when[ht])
         # Sources: everything but a suspect's own (leaked) response; never hits on common text.
         src = ~((kind[text] == 1) & is_suspect[text]) & ~self.common[gid]
         pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
@@ -660,8 +668,25 @@ _READER: RowReader | None = None
 
 def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
     """Read a range of rows from the Parquet file with ``reader`` and scan it."""
-    return merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
-                  for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)])
+    return first_holdings(merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
+                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]))
+
+
+def first_holdings(res: BatchResult) -> BatchResult:
+    """``res`` with one holder entry per (k-gram, tenant), its earliest time.
+
+    What the parent keeps of them anyway (:class:`forensics.match.rarity.HolderCounts`); done
+    here, by whoever scanned the rows, the parent receives and sorts a fraction of the entries
+    (a conversation resends its text in every request): its share of the pass was the longest.
+    """
+    g, t, w = res.holder_gid, res.holder_tenant, res.holder_time
+    if len(g) < 2:
+        return res
+    order = np.lexsort((w, t, g))
+    g, t, w = g[order], t[order], w[order]
+    first = np.ones(len(g), dtype=bool)
+    first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+    return dataclasses.replace(res, holder_gid=g[first], holder_tenant=t[first], holder_time=w[first])
 
 
 def scan_rows_in_worker(task: ScanTask) -> BatchResult:
@@ -670,13 +695,17 @@ def scan_rows_in_worker(task: ScanTask) -> BatchResult:
     assert _WORKER is not None
     if _READER is None:
         _READER = RowReader(_WORKER.p.batch_rows)
-    return scan_rows(_WORKER, _READER, task)
+    result = scan_rows(_WORKER, _READER, task)
+    give_back_above()  # what the task's largest chunk left behind, beyond what is kept for reuse
+    return result
 
 
 def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
     """Pool task: verify one row group's share of source rows; returns the candidates and the row count."""
     assert _WORKER is not None
-    return verify_task(_WORKER.index, _WORKER.p, task), len(task.rows)
+    found = verify_task(_WORKER.index, _WORKER.p, task)
+    give_back_above()
+    return found, len(task.rows)
 
 
 __all__ = [
@@ -696,6 +725,7 @@ __all__ = [
     "WINDOW_MIN_CHARS",
     "WINDOW_PAD_CHARS",
     "batch_dict",
+    "first_holdings",
     "init_worker",
     "init_worker_from",
     "iter_row_group",
