@@ -330,3 +330,31 @@ def test_pipeline_keeps_two_customers_with_one_request_id_apart(tmp_path: Path) 
     assert exposed["request_id"] == "r-1" and SECRET[:40] in exposed["spans"][0]["preview"]
     assert "recipient" not in _packet(rd, "acme")
     assert api.verify(rd).ok
+
+
+def test_ingest_split_logs_keep_both_customers_requests_and_give_a_shared_response_to_neither(tmp_path: Path) -> None:
+    """Two customers send request id r-1 through a gateway that logs requests and responses apart.
+    A request half names its tenant: both are kept (neither is a "duplicate" of the other). The
+    response names none, so it cannot say whose answer it is: it is kept unjoined, not given to one."""
+    import pyarrow.parquet as pq
+
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    requests = [json.dumps({"request_id": rid, "timestamp": "2026-08-30T03:12:09Z", "tenant_id": tenant,
+                            "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": f"from {tenant}"}]}})
+                for rid, tenant in (("r-1", "team-a"), ("r-1", "team-b"), ("r-2", "team-a"))]
+    responses = [json.dumps({"request_id": rid, "timestamp": "2026-08-30T03:12:19Z", "status_code": 200,
+                             "body": {"choices": [{"index": 0, "message": {"content": f"answer {rid}"}, "finish_reason": "stop"}]}})
+                 for rid in ("r-1", "r-2")]
+    (logs / "requests.jsonl").write_text("\n".join(requests) + "\n")
+    (logs / "responses.jsonl").write_text("\n".join(responses) + "\n")
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+
+    rows = [(r["request_id"], r["tenant_id"], r["orphan"], r["response_text"])
+            for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()]
+    assert rows == [("r-1", "team-a", "request_only", None), ("r-1", "team-b", "request_only", None),
+                    ("r-2", "team-a", None, "answer r-2"), ("r-1", None, "response_only", "answer r-1")]
+    assert result.manifest.duplicate_requests == 0 and result.manifest.request_id_collisions == 1
+    assert any("given to neither" in n for n in result.manifest.notes)

@@ -270,11 +270,11 @@ WITH keys AS (
   SELECT *,
     row_number() OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {halves} THEN NULL ELSE tenant_id END
+                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END
       ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line) AS rn,
     count(DISTINCT record_hash) OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {halves} THEN NULL ELSE tenant_id END) AS variants
+                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants
   FROM keys
 )
 SELECT source_sha256, source_line, record_kind, request_id, rn, variants FROM ranked
@@ -283,7 +283,7 @@ SELECT source_sha256, source_line, record_kind, request_id, rn, variants FROM ra
 
 def winners_sql() -> str:
     """WINNERS_SQL with the registered halves and record kind precedence filled in."""
-    return WINNERS_SQL.format(halves=half_kinds(), precedence=precedence_sql())
+    return WINNERS_SQL.format(halves=half_kinds(), response_halves=half_kinds("response"), precedence=precedence_sql())
 
 
 def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str],
@@ -376,7 +376,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
         notes.append(f"{with_problems} records had fields that could not be used (a count that is not a number, ...); "
                      "they were kept with those fields empty (see exchanges.problems)")
     if collisions:
-        notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant")
+        notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant (in split "
+                     "logs a response to such an id names no tenant: it is kept as a response with no request, given to neither)")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
     return {
@@ -554,13 +555,18 @@ def _set_count(cols: dict[str, list[Any]], i: int, value: int, source: str) -> N
     cols["prompt_tokens_source"][i] = source
 
 
+#: A request half is one tenant's (two customers may send the same request id); a response half
+#: names no tenant, so it joins a request only where one tenant sent that id, and is otherwise kept
+#: as a response with no request rather than given to either customer.
+#:
 #: The split-log join on keys only: which request half and which response half make each joined
 #: row, and the rows' order (input order of the request half, else of the response half). The
 #: halves' texts are not carried through the join: with them, DuckDB's hash join and sort held every
 #: prompt and answer of the case at once and ran out of memory at its cap on a 50 MB split export.
 SPLIT_KEYS_SQL = """
 WITH req AS (
-  SELECT request_id, source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
+  SELECT request_id, source_sha256, source_line, count(*) OVER (PARTITION BY request_id) AS senders
+  FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
 ), resp AS (
   SELECT request_id, source_sha256, source_line FROM ranked WHERE rn = 1 AND record_kind IN {response_halves}
 )
@@ -568,7 +574,7 @@ SELECT
   row_number() OVER (ORDER BY coalesce(fq.ord, fa.ord), coalesce(q.source_line, a.source_line),
                               coalesce(q.request_id, a.request_id)) AS pos,
   q.source_sha256 AS q_sha, q.source_line AS q_line, a.source_sha256 AS a_sha, a.source_line AS a_line
-FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id
+FROM req q FULL OUTER JOIN resp a ON q.request_id = a.request_id AND q.senders = 1
 LEFT JOIN file_order fq ON fq.sha = q.source_sha256
 LEFT JOIN file_order fa ON fa.sha = a.source_sha256
 """
