@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.progress import NullReporter, Task
 
 #: Name under which a script's module is loaded in the child: not ``__main__``, so the script's
 #: ``if __name__ == "__main__"`` block does not run again there.
@@ -97,14 +98,6 @@ def phase(name: str) -> None:
     _current_phase = name
 
 
-class _PhaseTask:
-    def advance(self, n: float = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class PhaseReporter:
     """A progress reporter (forensics.progress.Reporter) that starts a phase at every task.
 
@@ -112,10 +105,10 @@ class PhaseReporter:
     ``progress`` attributes peak memory to the stage (and its sub-steps) that held it.
     """
 
-    def task(self, description: str, total: float | None = None) -> _PhaseTask:
-        """Begin the phase ``description``."""
+    def task(self, description: str, total: float | None = None) -> Task:
+        """Begin the phase ``description`` (the task itself reports nothing)."""
         phase(description)
-        return _PhaseTask()
+        return NullReporter().task(description, total)
 
 
 def _locate(func: Callable[..., Any]) -> dict[str, str | None]:
