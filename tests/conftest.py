@@ -48,3 +48,17 @@ def check_golden(actual: Any, golden: Path, update: bool) -> None:
         return
     expected = json.loads(golden.read_text(encoding="utf-8"))
     assert json.loads(text) == expected, f"output differs from {golden} (regenerate with --update-golden and review)"
+
+
+@pytest.fixture
+def parquet_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[int] | None]]:
+    """Every ``ParquetFile.iter_batches`` call made during the test, as (batch size, row groups)."""
+    calls: list[tuple[int, list[int] | None]] = []
+    original = pq.ParquetFile.iter_batches
+
+    def spy(self: pq.ParquetFile, batch_size: int = 65536, row_groups: list[int] | None = None, **kw: Any) -> Any:
+        calls.append((batch_size, row_groups))
+        return original(self, batch_size=batch_size, row_groups=row_groups, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    return calls

@@ -308,19 +308,13 @@ def test_one_simulated_incident_as_langfuse_and_as_litellm_gives_the_same_suspec
     assert "exposed" in notifications and notifications == (reports["langfuse"] / "notifications.csv").read_text()
 
 
-def test_parquet_is_read_one_row_group_and_a_few_rows_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parquet_is_read_one_row_group_and_a_few_rows_at_a_time(tmp_path: Path,
+                                                                 parquet_reads: list[tuple[int, list[int] | None]]) -> None:
     # A reader over every row group at once kept what it had read: memory grew with the file
     # (read_rows alone peaked at 370 MB for a 200 MB export and 564 MB for 400 MB; 258 and 291 MB now).
     from forensics.ingest import parquet
 
-    calls: list[tuple[int, list[int] | None]] = []
-    original = pq.ParquetFile.iter_batches
-
-    def spy(self: pq.ParquetFile, batch_size: int = 65536, row_groups: list[int] | None = None, **kw: Any) -> Any:
-        calls.append((batch_size, row_groups))
-        return original(self, batch_size=batch_size, row_groups=row_groups, **kw)
-
-    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    calls = parquet_reads
     path = parquet_file(tmp_path / "obs.parquet", {"id": pa.array([f"obs-{i}" for i in range(100)])}, row_group_size=30)
     lines = list(parquet.read_rows(path, []))
     assert [json.loads(line.text or "")["id"] for line in lines] == [f"obs-{i}" for i in range(100)]

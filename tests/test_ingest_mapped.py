@@ -595,21 +595,14 @@ def test_suggest_says_which_records_it_could_not_read(tmp_path: Path) -> None:
         suggest(only_bad)
 
 
-def test_a_mapped_parquet_file_is_read_one_row_group_and_a_few_rows_at_a_time(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mapped_parquet_file_is_read_one_row_group_and_a_few_rows_at_a_time(
+        tmp_path: Path, parquet_reads: list[tuple[int, list[int] | None]]) -> None:
     # Read 1,024 rows at a time over every row group at once, megabyte prompts made memory grow with
     # the file; mapped reads Parquet through the same reader as langfuse (forensics.ingest.parquet).
     from forensics.ingest import parquet
     from forensics.ingest.formats.mapped import read_records
 
-    calls: list[tuple[int, list[int] | None]] = []
-    original = pq.ParquetFile.iter_batches
-
-    def spy(self: pq.ParquetFile, batch_size: int = 65536, row_groups: list[int] | None = None, **kw: Any) -> Any:
-        calls.append((batch_size, row_groups))
-        return original(self, batch_size=batch_size, row_groups=row_groups, **kw)
-
-    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    calls = parquet_reads
     pq.write_table(pa.Table.from_pylist([_simple(n) for n in range(100)]), tmp_path / "export.parquet", row_group_size=30)
     lines = list(read_records(tmp_path / "export.parquet", []))
     assert [json.loads(line.text or "")["id"] for line in lines] == [f"r{n}" for n in range(100)]
