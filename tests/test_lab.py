@@ -121,10 +121,15 @@ def _hold(megabytes: int, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _worker_holding(worker_mb: int) -> subprocess.Popen[bytes]:
+    """A worker process that holds ``worker_mb`` (resident) for a second."""
+    code = f"b = bytearray({worker_mb * MB}); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.0)"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
 def _allocate_with_a_worker(main_mb: int, worker_mb: int) -> str:
     """Hold ``main_mb`` here while a worker process holds ``worker_mb``; return a value to hand back."""
-    code = f"b = bytearray({worker_mb * MB}); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.0)"
-    worker = subprocess.Popen([sys.executable, "-c", code])
+    worker = _worker_holding(worker_mb)
     _hold(main_mb, 1.0)
     return f"done {worker.wait()}"
 
@@ -146,8 +151,7 @@ def _phases_with_a_worker(main_mb: int, worker_mb: int) -> str:
     bench.phase("alone")
     _hold(main_mb, 0.5)
     bench.phase("together")
-    code = f"b = bytearray({worker_mb * MB}); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(1.0)"
-    worker = subprocess.Popen([sys.executable, "-c", code])
+    worker = _worker_holding(worker_mb)
     _hold(main_mb, 1.0)
     return f"done {worker.wait()}"
 
