@@ -449,7 +449,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "recent_occupants": recent.record(window, len(placed)),
         "rules": rules,
         "calibration": chance.calibration(points),
-        "calibration_of_controls_with_mechanism": chance.calibration(control_points),
+        "calibration_of_controls_with_mechanism": chance.calibration(points, control_points),
     }
     return rows, null
 
