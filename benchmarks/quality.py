@@ -16,7 +16,9 @@ recipient customers, (recipient request, source tenant) pairs, pair recall by th
 pair's longest fragment, findings on labelled hard negatives by kind, the control sample's
 false-positive rate, the E-value calibration when match.json has a ``null`` section (observed vs
 expected false positives per rule; evidence.csv's ``expected_by_chance`` summed against the rows
-that are wrong), the recent-occupant test's window (or why it did not run), each wrongly exposed
+that are wrong), the recent-occupant test's window (or why it did not run) and, on the suspects'
+candidates the truth calls chance, how often the source lay in that window against what the test
+assumes (by copies of the passage the source customer sent), each wrongly exposed
 customer with why, and the time of each step. The targets
 are printed next to the figures.
 
@@ -127,6 +129,74 @@ def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, An
     return {"rows": len(rows), "expected_by_chance": round(expected, 4), "wrong_rows": wrong}
 
 
+#: Copies of the passage the source customer sent (1 + other_source_requests), as the window check groups them.
+COPY_CLASSES = ((1, 1, "1"), (2, 3, "2-3"), (4, 7, "4-7"), (8, 10**9, "8+"))
+
+#: review.csv's reason for a pair explained away by a stronger one (not a candidate in its own right).
+EXPLAINED = "the same response text matches another customer's text more strongly"
+
+
+def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
+    """The recent-occupant test's assumption, checked where the truth says a candidate is chance.
+
+    The test takes a chance candidate's source to be any searched record alike, so it lies among the last
+    ``window`` records on the suspect's decode node with probability ``window / records searched``. Over the
+    suspects' candidates that are no leak (evidence.csv and review.csv, cross-tenant, not explained away by a
+    stronger pair), count those whose source lies in the window against that expectation, by how many copies
+    of the passage the source customer sent. None when the test did not run.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    match_json = json.loads((report_dir / "match.json").read_text(encoding="utf-8"))
+    recent = (match_json.get("null") or {}).get("recent_occupants") or {}
+    window = recent.get("window_records") if recent.get("ran") else None
+    if not window:
+        return None
+    table = pq.read_table(case_dir / "exchanges.parquet", columns=["request_id", "tenant_id", "received_at", "completed_at"])
+    received = table.column("received_at").to_pylist()
+    completed = table.column("completed_at").to_pylist()
+    times = np.sort(np.array([t.timestamp() for t in received if t is not None], dtype=np.float64))
+    deadline = {}
+    for rid, tenant, r, c in zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist(),
+                                 received, completed):
+        when = c or r
+        deadline[(rid, tenant)] = when.timestamp() if when is not None else None
+    leaks = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
+    classes = {label: {"candidates": 0, "in_window": 0, "expected": 0.0} for _, _, label in COPY_CLASSES}
+    for name in ("evidence.csv", "review.csv"):
+        path = report_dir / name
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8", newline="") as fh:
+            for r in csv.DictReader(fh):
+                if (r["source_tenant_id"] == r["recipient_tenant_id"] or r.get("relation", "cross_tenant") != "cross_tenant"
+                        or (r["recipient_request_id"], r["source_tenant_id"]) in leaks
+                        or (r.get("why_not_notified") or "").startswith(EXPLAINED)):
+                    continue
+                when = deadline.get((r["recipient_request_id"], r["recipient_tenant_id"] or None))
+                if when is None:
+                    continue
+                searched = int(np.searchsorted(times, when, side="left"))
+                copies = 1 + int(r.get("other_source_requests") or 0)
+                label = next(lab for lo, hi, lab in COPY_CLASSES if lo <= copies <= hi)
+                since = int(r["records_since_source_on_node"]) if r.get("records_since_source_on_node") else None
+                c = classes[label]
+                c["candidates"] += 1
+                c["in_window"] += int(since is not None and 1 <= since <= window)
+                c["expected"] += window / max(searched, window)
+    total = {k: sum(c[k] for c in classes.values()) for k in ("candidates", "in_window", "expected")}
+    return {"window_records": window, **total, "by_copies": classes}
+
+
+def _window_line(w: dict[str, Any] | None) -> str:
+    if not w:
+        return "n/a (the recent-occupant test did not run)"
+    parts = [f"{k} copies {c['in_window']}/{c['expected']:.1f} of {c['candidates']}" for k, c in w["by_copies"].items()]
+    return (f"{w['in_window']} in the window vs {w['expected']:.1f} expected, of {w['candidates']} candidates "
+            "(by copies of the passage the source customer sent: " + ", ".join(parts) + ")")
+
+
 def _recent_occupants(match_json: dict[str, Any]) -> str:
     """The recent-occupant test of match.json's ``null`` in words: its window, or why it did not run."""
     null = match_json.get("null")
@@ -215,6 +285,7 @@ def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
     out["stages"] = {s["stage"]: s["seconds"] for s in result.stages}
     out["evaluate_seconds"] = round(t_eval, 1)
     out["default"] = score(ev, truth, report_dir, t_run)
+    out["default"]["window_chance"] = window_check(report_dir, Path(result.case_dir), truth)
     try:
         t0 = time.perf_counter()
         api.match(result.case_dir, result.config, overrides=dict(OLD_RULES))
@@ -266,6 +337,14 @@ def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
     chance = [r["expected_by_chance"] for r in rows if r["expected_by_chance"]]
     pooled["expected_by_chance"] = ({"rows": sum(x["rows"] for x in chance), "wrong_rows": sum(x["wrong_rows"] for x in chance),
                                      "expected_by_chance": round(sum(x["expected_by_chance"] for x in chance), 4)} if chance else None)
+    checked = [r["window_chance"] for r in rows if r.get("window_chance")]
+    if checked:
+        by = {label: {k: sum(w["by_copies"][label][k] for w in checked) for k in ("candidates", "in_window", "expected")}
+              for _, _, label in COPY_CLASSES}
+        pooled["window_chance"] = {"window_records": None, "by_copies": by,
+                                   **{k: sum(c[k] for c in by.values()) for k in ("candidates", "in_window", "expected")}}
+    else:
+        pooled["window_chance"] = None
     pooled["seconds"] = round(sum(r["seconds"] for r in rows), 1)
     return pooled
 
@@ -356,6 +435,9 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
         print("    false pairs by where their span lies: " + (", ".join(f"{k} {v}" for k, v in p["false_pairs_by_location"].items()) or "none"))
         for line in _calibration_lines(p):
             print(line)
+        if label == "default":
+            print("    recent-occupant test on the suspects' chance candidates (truth: no leak), source in the window: "
+                  + _window_line(p.get("window_chance")))
     for c in cases:
         print(f"\nseed {c['seed']} {c['format']}: simulate {c['simulate_seconds']:.1f} s, run {c['default']['seconds']:.1f} s ("
               + ", ".join(f"{k} {v:.1f}" for k, v in c["stages"].items()) + f"), evaluate {c['evaluate_seconds']:.1f} s"
@@ -372,6 +454,8 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
             for line in _calibration_lines(r):
                 print(line)
             print(f"    recent-occupant test: {r.get('recent_occupants', 'n/a')}")
+            if label == "default":
+                print("    ... on the suspects' chance candidates, source in the window: " + _window_line(r.get("window_chance")))
             wrong = r["exposed_wrong"]
             print(f"    wrongly exposed customers: {len(wrong)}" + (":" if wrong else ""))
             for w in wrong[:show_wrong]:

@@ -80,3 +80,52 @@ def test_null_section_and_expected_by_chance_are_read(quality: Any, perfect: tup
     out = capsys.readouterr().out
     assert "rules/R1 2.0 vs 1.60" in out
     assert "recent-occupant test: window of 31 records, placed by 246 confirmed same-node findings" in out
+
+
+def test_window_check_counts_chance_candidates_whose_source_lies_in_the_window(quality: Any, tmp_path: Path) -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # 100 records a minute apart; the suspects r50 and r80 completed at minutes 50 and 80.
+    t0 = dt.datetime(2026, 8, 1, tzinfo=dt.UTC)
+    times = [t0 + dt.timedelta(minutes=i) for i in range(100)]
+    case, report = tmp_path / "case", tmp_path / "report"
+    case.mkdir()
+    report.mkdir()
+    pq.write_table(pa.table({"request_id": [f"r{i}" for i in range(100)], "tenant_id": [f"t{i % 7}" for i in range(100)],
+                             "received_at": pa.array(times, pa.timestamp("us", tz="UTC")),
+                             "completed_at": pa.array(times, pa.timestamp("us", tz="UTC"))}), case / "exchanges.parquet")
+    (report / "match.json").write_text(json.dumps({"null": {"recent_occupants": {"ran": True, "window_records": 5}}}))
+    fields = ["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "relation", "other_source_requests",
+              "records_since_source_on_node", "why_not_notified"]
+    rows = [
+        # a true leak: not counted
+        ["r50", "t1", "t2", "cross_tenant", "0", "1", ""],
+        # chance, in the window, 4 copies
+        ["r50", "t1", "t3", "cross_tenant", "3", "2", ""],
+        # chance, outside the window, 1 copy
+        ["r80", "t3", "t4", "cross_tenant", "0", "40", "expected_by_chance 0.5 > 0.1: ..."],
+        # chance, on another node, 2 copies
+        ["r80", "t3", "t5", "cross_tenant", "1", "", "expected_by_chance 0.5 > 0.1: ..."],
+        # explained away by a stronger pair: not a candidate of its own
+        ["r80", "t3", "t6", "cross_tenant", "0", "3", quality.EXPLAINED + " (finding f-1): ..."],
+        # the recipient's own text: not counted
+        ["r80", "t3", "t3", "same_tenant", "0", "1", ""],
+    ]
+    for name, part in (("evidence.csv", rows[:2]), ("review.csv", rows[2:])):
+        with open(report / name, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(fields)
+            w.writerows(part)
+    truth = {"fragments": [{"recipient_request_id": "r50", "source_tenant_id": "t2", "is_leak": True}]}
+    got = quality.window_check(report, case, truth)
+    assert got["candidates"] == 3 and got["in_window"] == 1
+    # records searched before each: 50 and 80; the window holds 5 of them
+    assert got["expected"] == pytest.approx(5 / 50 + 5 / 80 + 5 / 80)
+    assert got["by_copies"]["4-7"] == {"candidates": 1, "in_window": 1, "expected": pytest.approx(0.1)}
+    assert got["by_copies"]["1"]["candidates"] == 1 and got["by_copies"]["2-3"]["candidates"] == 1
+    assert "1 in the window vs 0.2 expected, of 3 candidates" in quality._window_line(got)
+    (report / "match.json").write_text(json.dumps({"null": {"recent_occupants": {"ran": False}}}))
+    assert quality.window_check(report, case, truth) is None
