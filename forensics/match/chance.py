@@ -84,7 +84,7 @@ class NullModel:
     size: int  # control responses searched
     search: float  # their total search size (see match: sqrt(k-gram positions x records searched))
     strengths: np.ndarray  # sorted strengths of the chance matches found among them
-    threshold: float  # where the fitted tail starts (the strongest chance match)
+    threshold: float  # where the predicted tail starts (the TAIL_COUNT-th strongest chance match)
     slope: float  # of the tail at the threshold, per bit
     fallback: str | None = None
     excess_n: int = 0  # chance matches in the null's upper fifth (0: an exponential tail of ``slope``)
