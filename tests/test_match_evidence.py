@@ -396,3 +396,14 @@ def test_a_truncated_gateway_file_names_no_wrong_customer_and_says_which_finding
     assert on_damaged
     summary = (report / "summary.md").read_text()
     assert "rest on a record from damaged input" in summary and all(f in summary for f in on_damaged)
+
+
+def test_a_review_reason_never_reads_as_its_own_limit() -> None:
+    # Just above the text ceiling or the probable threshold, three digits round to the limit itself.
+    p = MatchParams()
+    why = evalue_tier(1e-5, 1.0, p, text_expected=0.1000004)
+    assert isinstance(why, str) and "0.1 > 0.1" not in why and "0.1000004 > 0.1" in why
+    why = evalue_tier(0.0010003, 1.0, p, text_expected=0.01)
+    assert isinstance(why, str) and "0.0010003 > 0.001" in why
+    why = evalue_tier(0.00512, 1.0, p, text_expected=0.01)
+    assert isinstance(why, str) and "0.00512 > 0.001" in why
