@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics import csvfile
+from forensics.case import row_group_batches
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
@@ -269,7 +270,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
     per_node: dict[str, list[np.ndarray]] = {}
-    for batch in pf.iter_batches(batch_size=65536, columns=cols):
+    for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
         nodes = batch.column("decode_node")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from forensics import artifacts, schema
 from forensics.artifacts import IngestManifest, MatchRecord, RequestKey, ScanRecord
-from forensics.case import Case
+from forensics.case import Case, row_group_batches
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
 from forensics.report.severity import Classifier, Hit
@@ -257,19 +257,6 @@ def _substring(text: str | None, start: int | None, end: int | None) -> str:
     a, b = (offset, offset + length) if length >= 0 else (offset + length, offset)
     a, b = max(a, 1), min(b, n + 1)
     return text[a - 1 : b - 1] if a < b else ""
-
-
-def row_group_batches(pf: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """``pf``'s ``columns`` in batches of ``batch_rows`` rows, one row group after another.
-
-    A reader per row group: one reader over the whole file keeps buffers of the row groups it
-    has read (Arrow's allocations grew with the file, 10 MB to 155 MB over a 500 MB table of
-    text); one per row group holds a row group's at most. Arrow's allocator keeps what a row
-    group freed unless asked to give it back (resident memory grew by 40 MB over 4 row groups).
-    """
-    for group in range(pf.num_row_groups):
-        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
-        pa.default_memory_pool().release_unused()
 
 
 def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None, int | None]]]
