@@ -122,7 +122,9 @@ class CaseData:
     match: MatchRecord  # CASE/match.json
     ingest: IngestManifest  # CASE/manifest.json
     daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
-    prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
+    # (prompt tokens, exchanges): how many of the case's models' exchanges have each trusted prompt
+    # token count, by count; one entry per distinct count, not per exchange
+    prompt_tokens: list[tuple[int, int]]
     quarantine_reasons: list[tuple[str, int]]
     verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
 
@@ -170,8 +172,9 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             model_filter = " AND (model IN (SELECT unnest($1)) OR model_routed IN (SELECT unnest($1)))"
             params = [models]
         prompt_tokens = [
-            r[0] for r in con.execute(
-                "SELECT prompt_tokens FROM exchanges WHERE prompt_tokens IS NOT NULL" + model_filter + " ORDER BY 1", params
+            (r[0], r[1]) for r in con.execute(
+                "SELECT prompt_tokens, count(*) FROM exchanges WHERE prompt_tokens IS NOT NULL" + model_filter
+                + " GROUP BY 1 ORDER BY 1", params
             ).fetchall()
         ]
         quarantine_reasons = [
