@@ -363,6 +363,20 @@ def write_table(path: Path, table: pa.Table, table_schema: pa.Schema) -> None:
         sink.write_batch(table)
 
 
+def row_group_batches(pf: pq.ParquetFile, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """``pf``'s ``columns`` in batches of ``batch_rows`` rows, one row group after another.
+
+    For a pass over a big table that must not grow with it. A reader per row group: one reader
+    over the whole file keeps buffers of the row groups it has read (Arrow's allocations grew
+    with the file, 10 MB to 155 MB over a 500 MB table of text); one per row group holds a row
+    group's at most. Arrow's allocator keeps what a row group freed unless asked to give it
+    back (resident memory grew by 40 MB over 4 row groups).
+    """
+    for group in range(pf.num_row_groups):
+        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
+        pa.default_memory_pool().release_unused()
+
+
 class Case:
     """A case folder and the paths of its tables."""
 

@@ -33,6 +33,7 @@ and ``tiers.py`` (the evidence model and the rules), and this module: the stage 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ from forensics.match.stream import HIT_DTYPE, Scanner
 from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, params_from
 from forensics.match.tuning import Tuning
-from forensics.match.verification import verify_hits
+from forensics.match.verification import informative_hits, verify_kept
 from forensics.memory import reusing_freed_memory
 from forensics.progress import Reporter
 
@@ -139,11 +140,14 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         # Each task's candidates are scored as they arrive, while the workers verify the next ones;
         # only the admissible regions are kept, not every candidate.
         scorer = RegionScorer(targets, held, p)
-        _, vstats = verify_hits(index, p, all_hits, sources, held, path, helpers, progress,
-                                on_found=lambda found: scorer.add(found, release=True))
-        del all_hits
+        kept = informative_hits(index, p, all_hits, sources, held)
+        del all_hits  # not held while the texts are aligned
+        _, vstats = verify_kept(index, p, kept, sources, path, helpers, progress,
+                                on_found=functools.partial(scorer.add, release=True))
+        del kept
     stats.update(vstats)
     rows = scorer.rows()
+    del scorer  # its regions: the rows hold what the findings need
     keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in rows}
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
     facts = record_facts(path, keys)

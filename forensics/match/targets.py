@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics.artifacts import RequestKey
-from forensics.case import Case
+from forensics.case import Case, row_group_batches
 from forensics.errors import CaseError
 from forensics.match.index import NO_TIME, Target
 from forensics.match.stream import (
@@ -26,7 +26,7 @@ from forensics.match.tiers import MatchParams
 
 
 def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    yield from exchanges_file(path, columns).iter_batches(batch_size=batch_rows, columns=columns)
+    yield from row_group_batches(exchanges_file(path, columns), columns, batch_rows)
 
 
 def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]:

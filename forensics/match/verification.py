@@ -31,9 +31,21 @@ def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: d
     The alignment is shared by this process and the workers (tasks of source rows, see
     :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
     each task's candidates are handed to it as they arrive, in that order, and none are returned.
+    (:func:`informative_hits` then :func:`verify_kept`: a caller that drops ``hits`` in between
+    does not hold them while the texts are aligned.)
+    """
+    return verify_kept(index, p, informative_hits(index, p, hits, sources, holders), sources, path, helpers, progress,
+                       on_found)
+
+
+def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+                     holders: Holders) -> np.ndarray:
+    """The ``hits`` worth aligning (not on common or own-context k-grams), in source row order.
+
+    Its own function so the per-hit arrays it builds are freed when it returns, before alignment.
     """
     if len(hits) == 0:
-        return [], {"informative_hits": 0, "texts_verified": 0}
+        return hits
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
     n_gids = max(index.kgram_count, 1)
     pairs, inverse = np.unique(hits[:, 0].astype(np.int64) * n_gids + g, return_inverse=True)
@@ -45,7 +57,16 @@ def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: d
     same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
     kept = hits[keep]
-    kept = kept[np.lexsort((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
+    result: np.ndarray = kept[np.lexsort((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
+    return result
+
+
+def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+                path: Path, helpers: Helpers, progress: Reporter | None,
+                on_found: Callable[[list[Candidate]], None] | None = None) -> tuple[list[Candidate], dict[str, int]]:
+    """Align the hits :func:`informative_hits` kept (see :func:`verify_hits`)."""
+    if len(kept) == 0:
+        return [], {"informative_hits": 0, "texts_verified": 0}
     rows = np.unique(kept[:, 2])
     cands: list[Candidate] = []
     task = reporter(progress).task("match: verifying candidate regions", len(rows))

@@ -1,7 +1,8 @@
 """What the report reads from a case folder, gathered once: suspects, findings and their text.
 
-Only the text of the evidence spans is pulled out of the (possibly huge) exchanges table, by
-DuckDB ``substring`` on code points, which matches the character offsets of schema.EVIDENCE.
+Only the text of the evidence spans is pulled out of the (possibly huge) exchanges table, in one
+pass over it a batch of rows at a time, so the report's memory does not grow with the logs; the
+spans are cut on code points, which matches the character offsets of schema.EVIDENCE.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from forensics import artifacts, schema
 from forensics.artifacts import IngestManifest, MatchRecord, RequestKey, ScanRecord
-from forensics.case import Case
+from forensics.case import Case, row_group_batches
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
 from forensics.report.severity import Classifier, Hit
@@ -117,7 +122,9 @@ class CaseData:
     match: MatchRecord  # CASE/match.json
     ingest: IngestManifest  # CASE/manifest.json
     daily: list[tuple[str, int, int]]  # (day, suspects, confirmed findings)
-    prompt_tokens: list[int]  # trusted prompt token counts of the exchanges on the case's models
+    # (prompt tokens, exchanges): how many of the case's models' exchanges have each trusted prompt
+    # token count, by count; one entry per distinct count, not per exchange
+    prompt_tokens: list[tuple[int, int]]
     quarantine_reasons: list[tuple[str, int]]
     verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
 
@@ -157,7 +164,7 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             ).fetchall()
         ]
         suspect_keys = {s.key for s in suspects}
-        findings = _findings(con, "evidence", classifier, suspect_keys)
+        findings = _findings(con, case, "evidence", classifier, suspect_keys)
         counts = _counts(con)
         model_filter = ""
         params: list[Any] = []
@@ -165,8 +172,9 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
             model_filter = " AND (model IN (SELECT unnest($1)) OR model_routed IN (SELECT unnest($1)))"
             params = [models]
         prompt_tokens = [
-            r[0] for r in con.execute(
-                "SELECT prompt_tokens FROM exchanges WHERE prompt_tokens IS NOT NULL" + model_filter + " ORDER BY 1", params
+            (r[0], r[1]) for r in con.execute(
+                "SELECT prompt_tokens, count(*) FROM exchanges WHERE prompt_tokens IS NOT NULL" + model_filter
+                + " GROUP BY 1 ORDER BY 1", params
             ).fetchall()
         ]
         quarantine_reasons = [
@@ -184,40 +192,103 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
     )
 
 
-def _findings(con: Any, table: str, classifier: Classifier, suspect_keys: set[RequestKey],
+def _findings(con: Any, case: Case, table: str, classifier: Classifier, suspect_keys: set[RequestKey],
               ids: list[str] | None = None) -> list[Finding]:
-    """The rows of ``table`` (evidence or review; only ``ids`` when given) with the text of their spans."""
-    cols = schema.EVIDENCE.names
-    where = "WHERE e.finding_id IN (SELECT unnest($1))" if ids is not None else ""
-    sql = f"""
-        SELECT {', '.join('e.' + c for c in cols)},
-          substring(r.response_text, e.recipient_start + 1, e.recipient_end - e.recipient_start) AS recipient_span,
-          substring(CASE WHEN e.source_kind = 'response' THEN s.response_text ELSE s.prompt_text END,
-                    e.source_start + 1, e.source_end - e.source_start) AS source_span,
-          r.received_at AS recipient_received_at, s.received_at AS source_received_at
-        FROM {table} e
-        LEFT JOIN exchanges r ON r.request_id = e.recipient_request_id
-          AND r.tenant_id IS NOT DISTINCT FROM e.recipient_tenant_id
-        LEFT JOIN exchanges s ON s.request_id = e.source_request_id
-          AND s.tenant_id IS NOT DISTINCT FROM e.source_tenant_id
-        {where}
-        QUALIFY row_number() OVER (PARTITION BY e.finding_id ORDER BY r.received_at, s.received_at) = 1
-        ORDER BY e.recipient_request_id, e.recipient_tenant_id NULLS LAST, e.source_request_id,
-                 e.source_tenant_id NULLS LAST, e.finding_id
+    """The rows of ``table`` (evidence or review; only ``ids`` when given) with the text of their spans.
+
+    The rows come from the (small) evidence table; the spans' text and both requests' times from
+    one pass over the exchanges table (:func:`_span_texts`), never from a join that would hold
+    every record's text at once.
     """
+    cols = schema.EVIDENCE.names
+    where = "WHERE finding_id IN (SELECT unnest($1))" if ids is not None else ""
+    order = ("recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, source_tenant_id NULLS LAST, "
+             "finding_id")
+    # One row per finding id, as the stage wrote it (a repeated id would be one finding twice).
+    sql = (f"SELECT {', '.join(cols)} FROM {table} {where} "
+           f"QUALIFY row_number() OVER (PARTITION BY finding_id ORDER BY {order}) = 1 ORDER BY {order}")
+    rows = [artifacts.Finding.from_row(dict(zip(cols, rec, strict=True)))
+            for rec in con.execute(sql, [ids] if ids is not None else []).fetchall()]
+    wanted: dict[RequestKey, list[tuple[str, int | None, int | None]]] = {}
+    for row in rows:
+        wanted.setdefault(RequestKey(str(row.recipient_request_id), row.recipient_tenant_id), []).append(
+            ("response_text", row.recipient_start, row.recipient_end))
+        wanted.setdefault(RequestKey(str(row.source_request_id), row.source_tenant_id), []).append(
+            ("response_text" if row.source_kind == "response" else "prompt_text", row.source_start, row.source_end))
+    texts = _span_texts(case.table_path("exchanges"), wanted)
     findings = []
-    for rec in con.execute(sql, [ids] if ids is not None else []).fetchall():
-        row = artifacts.Finding.from_row(dict(zip(cols, rec[: len(cols)], strict=True)))
-        rspan, sspan = rec[len(cols)] or "", rec[len(cols) + 1] or ""
+    taken: dict[RequestKey, int] = {}  # the next of each request's spans, in the order they were asked for
+    for row in rows:
+        spans = []
+        for key in (RequestKey(str(row.recipient_request_id), row.recipient_tenant_id),
+                    RequestKey(str(row.source_request_id), row.source_tenant_id)):
+            received, parts = texts.get(key, (None, []))
+            i = taken.get(key, 0)
+            taken[key] = i + 1
+            spans.append((received, parts[i] if i < len(parts) else ""))
+        (r_received, rspan), (s_received, sspan) = spans
         findings.append(
             Finding(
                 evidence=row, recipient_span=rspan, source_span=sspan,
                 recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
-                recipient_received_at=rec[len(cols) + 2], source_received_at=rec[len(cols) + 3],
+                recipient_received_at=r_received, source_received_at=s_received,
                 source_is_suspect=RequestKey(str(row.source_request_id), row.source_tenant_id or "") in suspect_keys,
             )
         )
     return findings
+
+
+def _earlier(t: dt.datetime | None, than: dt.datetime | None) -> bool:
+    """Whether ``t`` comes strictly before ``than`` (an unknown time after every known one)."""
+    return t is not None and (than is None or t < than)
+
+
+#: Rows of the exchanges table read at once for the evidence spans: the report holds the text of
+#: one batch at a time (and the spans it cut from earlier ones), whatever the size of the logs.
+SPAN_BATCH_ROWS = 256
+
+
+def _substring(text: str | None, start: int | None, end: int | None) -> str:
+    """``text``'s characters (code points) from ``start`` to ``end`` (exclusive), as DuckDB's
+    ``substring(text, start + 1, end - start)`` gives them (negative offsets and lengths included;
+    "" for a missing text or offset)."""
+    if text is None or start is None or end is None:
+        return ""
+    n, offset, length = len(text), start + 1, end - start
+    if offset < 0:
+        offset = n + offset + 1
+    a, b = (offset, offset + length) if length >= 0 else (offset + length, offset)
+    a, b = max(a, 1), min(b, n + 1)
+    return text[a - 1 : b - 1] if a < b else ""
+
+
+def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None, int | None]]]
+                ) -> dict[RequestKey, tuple[dt.datetime | None, list[str]]]:
+    """Per request of ``wanted``: when it was received and the text of each (column, start, end)
+    span asked of it, read in batches of SPAN_BATCH_ROWS rows.
+
+    A request the table holds twice is read from its earliest row (unknown time last; the first
+    row of the file among equals); a request it does not hold is left out.
+    """
+    found: dict[RequestKey, tuple[dt.datetime | None, list[str]]] = {}
+    if not wanted or not path.is_file():
+        return found
+    ids = pa.array(sorted({k.request_id for k in wanted}), pa.string())
+    columns = ["request_id", "tenant_id", "received_at", "prompt_text", "response_text"]
+    for batch in row_group_batches(pq.ParquetFile(path), columns, SPAN_BATCH_ROWS):
+        hit = batch.filter(pc.is_in(batch.column("request_id"), value_set=ids))
+        if not hit.num_rows:
+            continue
+        values = {c: hit.column(c).to_pylist() for c in ("request_id", "tenant_id", "received_at")}
+        for i, (rid, tenant, received) in enumerate(zip(values["request_id"], values["tenant_id"], values["received_at"])):
+            key = RequestKey(rid, tenant)
+            spans = wanted.get(key)
+            if spans is None:  # the same request id sent by another tenant
+                continue
+            if key in found and not _earlier(received, found[key][0]):
+                continue
+            found[key] = (received, [_substring(hit.column(c)[i].as_py(), a, b) for c, a, b in spans])
+    return found
 
 
 def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]]) -> None:
@@ -236,7 +307,7 @@ def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[s
     if wanted and Case(data.root).has("review"):
         con = Case(data.root).connect()
         try:
-            added = _findings(con, "review", classifier, {s.key for s in data.suspects}, wanted)
+            added = _findings(con, Case(data.root), "review", classifier, {s.key for s in data.suspects}, wanted)
         finally:
             con.close()
         for f in added:

@@ -85,20 +85,25 @@ def grouped_bars(title: str, ylabel: str, labels: list[str], series: list[tuple[
     return "\n".join(parts) + "\n"
 
 
-def length_histogram(title: str, values: list[int], markers: list[tuple[str, int]], plot_id: str, bins: int = 40) -> str:
-    """Histogram of token counts on a log10 axis with vertical marker lines (ceiling, window)."""
-    positive = [v for v in values if v > 0]
+def length_histogram(title: str, values: list[tuple[int, int]], markers: list[tuple[str, int]], plot_id: str,
+                     bins: int = 40) -> str:
+    """Histogram of token counts on a log10 axis with vertical marker lines (ceiling, window).
+
+    ``values``: (token count, how many requests had it) pairs, so the caller never holds one
+    entry per request.
+    """
+    positive = [(v, n) for v, n in values if v > 0]
     marks = [(name, m) for name, m in markers if m and m > 0]
-    lo_v = min(positive + [m for _, m in marks], default=1)
-    hi_v = max(positive + [m for _, m in marks], default=10)
+    lo_v = min([v for v, _ in positive] + [m for _, m in marks], default=1)
+    hi_v = max([v for v, _ in positive] + [m for _, m in marks], default=10)
     lo, hi = math.floor(math.log10(max(lo_v, 1))), math.ceil(math.log10(max(hi_v, 10)) + 0.05)
     if hi <= lo:
         hi = lo + 1
     width = (hi - lo) / bins
     counts = [0] * bins
-    for v in positive:
+    for v, n in positive:
         k = min(int((math.log10(v) - lo) / width), bins - 1)
-        counts[k] += 1
+        counts[k] += n
     ymax = _nice_max(max(counts, default=0))
     parts = _frame(title, "requests", ymax, plot_id)
     w = WIDTH - LEFT - RIGHT
