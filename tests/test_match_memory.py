@@ -21,3 +21,22 @@ def test_match_reads_the_exchanges_one_row_group_at_a_time(tmp_path: Path,
     assert len(cross(result.findings)) >= 5
     assert parquet_reads
     assert all(groups is not None and len(groups) == 1 for _, groups in parquet_reads), parquet_reads
+
+
+def test_the_target_index_costs_at_most_56_bytes_per_kgram() -> None:
+    # The index is held by the match stage's process and by every worker of its streaming pass, and
+    # grows with the number of suspects. With 64-bit positions, targets and k-gram ids it cost about
+    # 66 bytes per target k-gram here; 32-bit ones (a case holds far fewer than 2**31) cost about 46.
+    import numpy as np
+
+    from forensics.match.index import Target, TargetIndex
+
+    rng = np.random.default_rng(3)
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False,
+                      " ".join(f"w{x}" for x in rng.integers(0, 50_000, size=400))) for i in range(300)]
+    index = TargetIndex(targets, 5)
+    arrays = (index.unique, index.occ_start, index.occ_target, index.occ_pos, index.gid_flat, index.present,
+              index.bucket)
+    positions = len(index.gid_flat)
+    assert positions == 300 * 396
+    assert sum(a.nbytes for a in arrays) / positions <= 56

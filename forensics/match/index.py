@@ -53,18 +53,21 @@ class TargetIndex:
             t.tokens = Tokens(tk.start[a:b], tk.end[a:b], tk.hash[a:b])
             kg = kgrams(t.tokens.hash, k)
             hashes.append(kg)
-            owner.append(np.full(len(kg), i, dtype=np.int64))
-            pos.append(np.arange(len(kg), dtype=np.int64))
+            owner.append(np.full(len(kg), i, dtype=np.int32))
+            pos.append(np.arange(len(kg), dtype=np.int32))
         h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        o = np.concatenate(owner) if owner else np.zeros(0, np.int64)
-        p = np.concatenate(pos) if pos else np.zeros(0, np.int64)
+        o = np.concatenate(owner) if owner else np.zeros(0, np.int32)
+        p = np.concatenate(pos) if pos else np.zeros(0, np.int32)
         order = np.lexsort((p, o, h))
         h, o, p = h[order], o[order], p[order]
         self.unique, first, counts = np.unique(h, return_index=True, return_counts=True)
-        self.occ_start = np.append(first, len(h)).astype(np.int64)
+        # 32-bit positions, targets and k-gram ids (a case's targets hold far fewer than 2**31 k-grams): the
+        # index is held by this process and by every worker of the streaming pass, and it grows with the
+        # number of suspects.
+        self.occ_start = np.append(first, len(h)).astype(np.int32)
         self.occ_target, self.occ_pos = o, p
-        gid_sorted = np.repeat(np.arange(len(self.unique), dtype=np.int64), counts)
-        gids = np.empty(len(h), dtype=np.int64)
+        gid_sorted = np.repeat(np.arange(len(self.unique), dtype=np.int32), counts)
+        gids = np.empty(len(h), dtype=np.int32)
         gids[order] = gid_sorted
         offset = 0
         offsets = []
@@ -83,7 +86,7 @@ class TargetIndex:
         dir_bits = int(np.clip(np.ceil(np.log2(max(len(self.unique), 1))), 8, 30))
         self.dir_shift = np.uint64(64 - dir_bits)
         self.bucket = np.searchsorted(self.unique >> self.dir_shift,
-                                      np.arange((1 << dir_bits) + 1, dtype=np.uint64)).astype(np.int64)
+                                      np.arange((1 << dir_bits) + 1, dtype=np.uint64)).astype(np.int32)
 
     @property
     def kgram_count(self) -> int:
