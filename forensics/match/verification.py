@@ -22,22 +22,6 @@ from forensics.match.tiers import MatchParams
 from forensics.progress import Reporter, reporter
 
 
-def verify_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
-                 holders: Holders, path: Path, helpers: Helpers,
-                 progress: Reporter | None,
-                 on_found: Callable[[list[Candidate]], None] | None = None) -> tuple[list[Candidate], dict[str, int]]:
-    """Drop hits on common or own-context k-grams, then align what is left, reading only those texts.
-
-    The alignment is shared by this process and the workers (tasks of source rows, see
-    :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
-    each task's candidates are handed to it as they arrive, in that order, and none are returned.
-    (:func:`informative_hits` then :func:`verify_kept`: a caller that drops ``hits`` in between
-    does not hold them while the texts are aligned.)
-    """
-    return verify_kept(index, p, informative_hits(index, p, hits, sources, holders), sources, path, helpers, progress,
-                       on_found)
-
-
 def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                      holders: Holders) -> np.ndarray:
     """The ``hits`` worth aligning (not on common or own-context k-grams), in source row order.
@@ -64,7 +48,13 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
 def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                 path: Path, helpers: Helpers, progress: Reporter | None,
                 on_found: Callable[[list[Candidate]], None] | None = None) -> tuple[list[Candidate], dict[str, int]]:
-    """Align the hits :func:`informative_hits` kept (see :func:`verify_hits`)."""
+    """Align the hits :func:`informative_hits` kept, reading only those texts.
+
+    The alignment is shared by this process and the workers (tasks of source rows, see
+    :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
+    each task's candidates are handed to it as they arrive, in that order, and none are returned.
+    Two steps, so that a caller drops the hits before the texts are aligned.
+    """
     if len(kept) == 0:
         return [], {"informative_hits": 0, "texts_verified": 0}
     rows = np.unique(kept[:, 2])
