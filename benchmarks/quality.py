@@ -145,23 +145,25 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
     stronger pair), count those whose source lies in the window against that expectation, by how many copies
     of the passage the source customer sent. None when the test did not run.
     """
-    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from forensics.match.findings import record_facts
 
     match_json = json.loads((report_dir / "match.json").read_text(encoding="utf-8"))
     recent = (match_json.get("null") or {}).get("recent_occupants") or {}
     window = recent.get("window_records") if recent.get("ran") else None
     if not window:
         return None
-    table = pq.read_table(case_dir / "exchanges.parquet", columns=["request_id", "tenant_id", "received_at", "completed_at"])
-    received = table.column("received_at").to_pylist()
-    completed = table.column("completed_at").to_pylist()
-    times = np.sort(np.array([t.timestamp() for t in received if t is not None], dtype=np.float64))
-    deadline = {}
-    for rid, tenant, r, c in zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist(),
-                                 received, completed):
-        when = c or r
-        deadline[(rid, tenant)] = when.timestamp() if when is not None else None
+    path = case_dir / "exchanges.parquet"
+    facts = record_facts(path, set())  # the records' times, as the match stage counts the records searched
+    table = pq.read_table(path, columns=["request_id", "tenant_id", "received_at", "completed_at"])
+    # A response's search covers the records received before it completed (else before it was received).
+    when_us = pc.coalesce(table.column("completed_at"), table.column("received_at")).cast(
+        pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    deadline = dict(zip(zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist()),
+                        when_us.to_pylist()))
     leaks = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
     classes = {label: {"candidates": 0, "in_window": 0, "expected": 0.0} for _, _, label in COPY_CLASSES}
     for name in ("evidence.csv", "review.csv"):
@@ -177,7 +179,7 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
                 when = deadline.get((r["recipient_request_id"], r["recipient_tenant_id"] or None))
                 if when is None:
                     continue
-                searched = int(np.searchsorted(times, when, side="left"))
+                searched = facts.records_before(when)
                 copies = 1 + int(r.get("other_source_requests") or 0)
                 label = next(lab for lo, hi, lab in COPY_CLASSES if lo <= copies <= hi)
                 since = int(r["records_since_source_on_node"]) if r.get("records_since_source_on_node") else None

@@ -96,7 +96,8 @@ def test_window_check_counts_chance_candidates_whose_source_lies_in_the_window(q
     report.mkdir()
     pq.write_table(pa.table({"request_id": [f"r{i}" for i in range(100)], "tenant_id": [f"t{i % 7}" for i in range(100)],
                              "received_at": pa.array(times, pa.timestamp("us", tz="UTC")),
-                             "completed_at": pa.array(times, pa.timestamp("us", tz="UTC"))}), case / "exchanges.parquet")
+                             "completed_at": pa.array(times, pa.timestamp("us", tz="UTC")),
+                             "decode_node": pa.array([None] * 100, pa.string())}), case / "exchanges.parquet")
     (report / "match.json").write_text(json.dumps({"null": {"recent_occupants": {"ran": True, "window_records": 5}}}))
     fields = ["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "relation", "other_source_requests",
               "records_since_source_on_node", "why_not_notified"]
