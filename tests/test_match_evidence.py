@@ -407,3 +407,7 @@ def test_a_review_reason_never_reads_as_its_own_limit() -> None:
     assert isinstance(why, str) and "0.0010003 > 0.001" in why
     why = evalue_tier(0.00512, 1.0, p, text_expected=0.01)
     assert isinstance(why, str) and "0.00512 > 0.001" in why
+    why = evalue_tier(0.0005, 0.4999, p, singles_out=0.6, text_expected=0.01)
+    assert isinstance(why, str) and "rarity 0.4999 < 0.5" in why
+    why = evalue_tier(0.0005, 0.25, p, singles_out=0.6, text_expected=0.01)
+    assert isinstance(why, str) and "rarity 0.25 < 0.5" in why

@@ -193,24 +193,25 @@ def evalue_tier(expected: float, rarity: float, p: MatchParams,
     """
     singles_out = rarity if singles_out is None else singles_out
     if text_expected is not None and text_expected > TEXT_EVALUE_CEILING:
-        return (f"expected_by_chance {_above(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}: the text alone is what unrelated "
+        return (f"expected_by_chance {_apart(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}: the text alone is what unrelated "
                 "texts share; the decode-node evidence corroborates a finding, it does not make one")
     if expected <= p.confirm_evalue and singles_out >= p.probable_rarity:
         return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
     if rarity < p.probable_rarity:  # (singles_out >= rarity: a mean over the nonzero weights)
-        return (f"mostly text other tenants also held (rarity {rarity:.2f} < {p.probable_rarity:g}): "
+        return (f"mostly text other tenants also held (rarity {_apart(rarity, p.probable_rarity, '.2f')} < {p.probable_rarity:g}): "
                 "the passage does not single out the source customer")
     if expected <= p.probable_evalue:
         return "probable", f"E2: expected_by_chance_with_mechanism<={p.probable_evalue:g}"
-    return (f"expected_by_chance_with_mechanism {_above(expected, p.probable_evalue)} > {p.probable_evalue:g}: a match this strong, with "
+    return (f"expected_by_chance_with_mechanism {_apart(expected, p.probable_evalue)} > {p.probable_evalue:g}: a match this strong, with "
             "its source where the engine logs put it, is expected among unrelated texts of a search this size")
 
 
-def _above(value: float, limit: float) -> str:
-    """``value`` (> ``limit``) with three significant digits, or as many more as it takes not to read as
-    ``limit`` itself ("0.1 > 0.1" tells a reader nothing)."""
-    for digits in (3, 6, 9, 17):
-        text = f"{value:.{digits}g}"
+def _apart(value: float, limit: float, fmt: str = ".3g") -> str:
+    """``value`` as ``fmt`` shows it, or with as many more digits as it takes not to read as ``limit``
+    itself: a reason such as "0.1 > 0.1" or "rarity 0.50 < 0.5" tells a reader nothing."""
+    text = format(value, fmt)
+    for digits in (6, 9, 17):
         if float(text) != limit:
             return text
-    return repr(value)
+        text = f"{value:.{digits}g}"
+    return text if float(text) != limit else repr(value)
