@@ -387,18 +387,22 @@ def test_workers_that_fail_to_initialise_leave_the_match_to_this_process(
     case = _mixed_case(tmp_path / "case", row_group_rows=40)
     match(case, config(workers=1))
     expected = _outputs(case)
-    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: b"not a pickle")
+    broken = tmp_path / "payload.pickle"
+    broken.write_bytes(b"not a pickle")
+    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: broken)
     result = match(case, config(workers=2), tuning=POOL)  # must neither hang nor fail
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] == 0
     assert "worker processes failed" in result.summary()["warnings"][0]
 
 
-def test_a_worker_that_dies_leaves_its_jobs_to_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_that_dies_leaves_its_jobs_to_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
     import pickle
 
-    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: pickle.dumps("a scanner"))
+    payload = tmp_path / "payload.pickle"
+    payload.write_bytes(pickle.dumps("a scanner"))
+    monkeypatch.setattr(pool_mod, "_worker_payload", lambda scanner: payload)
     with pool_mod.helpers_running(1, wait_for_workers=True) as helpers:
         helpers.start(None)  # type: ignore[arg-type]
         assert helpers.pool is not None

@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import tempfile
 import threading
 from collections.abc import Iterator
 from multiprocessing import forkserver
@@ -88,6 +89,7 @@ class Helpers:
         self._ctx = multiprocessing.get_context("forkserver")
         self._starting: concurrent.futures.ProcessPoolExecutor | None = None  # the pool while its workers start
         self._stopping = False
+        self._payload: Path | None = None  # the pickled scanner, while the workers start
         if n:
             try:
                 self._ctx.set_forkserver_preload(["forensics.match"])
@@ -99,17 +101,21 @@ class Helpers:
         """Start the workers (in a thread: this process goes on meanwhile)."""
         if self.n:
             # Pickled here, before the pass changes what the scanner has learnt: one consistent copy.
-            payload = _worker_payload(scanner)
-            self._thread = threading.Thread(target=self._start, args=(payload,), daemon=True)
+            try:
+                self._payload = _worker_payload(scanner)
+            except OSError as exc:  # no room for the file: this process does the work alone
+                self.n, self.failed = 0, f"{type(exc).__name__}: {exc}"
+                return
+            self._thread = threading.Thread(target=self._start, args=(self._payload,), daemon=True)
             self._thread.start()
             if self.wait_for_workers:
                 self._thread.join()
 
-    def _start(self, payload: bytes) -> None:
+    def _start(self, payload: Path) -> None:
         pool = None
         try:
             # Workers that die with this process (kill -9 included) and ignore Ctrl-C: see forensics.workers.
-            pool = self._starting = process_pool(self.n, self._ctx, init_worker_from, (payload,))
+            pool = self._starting = process_pool(self.n, self._ctx, init_worker_from, (str(payload),))
             # Workers start on demand: have them all start (and report) before they take jobs.
             for f in [pool.submit(worker_ready) for _ in range(self.n)]:
                 f.result()
@@ -138,6 +144,8 @@ class Helpers:
         """Stop the workers (waiting for a start still in progress, and for jobs they are running)."""
         if self._thread is not None:
             self._thread.join()
+        if self._payload is not None:
+            self._payload.unlink(missing_ok=True)
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -148,11 +156,26 @@ class Helpers:
         pool, self._pool = self._pool or self._starting, None
         if pool is not None:
             terminate_pool(pool)
+        if self._payload is not None:
+            self._payload.unlink(missing_ok=True)
 
 
-def _worker_payload(scanner: Scanner) -> bytes:
-    """What each worker receives once: the scanner, pickled."""
-    return pickle.dumps(scanner, protocol=pickle.HIGHEST_PROTOCOL)
+def _worker_payload(scanner: Scanner) -> Path:
+    """What each worker receives once: the scanner, pickled into a temporary file (the caller removes it).
+
+    A file, not bytes passed to the pool: the pool keeps the arguments of its workers' initializer for
+    as long as it runs, and so does each worker, so bytes would be held twice more for the whole stage
+    beside the scanner itself (150 MiB each in the parent and the worker on the 4 GB benchmark incident).
+    """
+    fd, name = tempfile.mkstemp(prefix="forensics-match-", suffix=".pickle")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(scanner, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
 
 
 @contextlib.contextmanager

@@ -652,9 +652,10 @@ def init_worker(scanner: Scanner) -> None:
     keep_freed_memory()
 
 
-def init_worker_from(payload: bytes) -> None:
-    """Pool initializer: the scanner, pickled once by the parent."""
-    init_worker(pickle.loads(payload))
+def init_worker_from(payload: str) -> None:
+    """Pool initializer: the scanner, pickled once by the parent into the file ``payload``."""
+    with open(payload, "rb") as fh:
+        init_worker(pickle.load(fh))
 
 
 def worker_ready() -> int:
