@@ -521,13 +521,8 @@ def _index_of(hashes: np.ndarray) -> Any:
 
     idx = TargetIndex([], 5)
     unique = np.unique(hashes.astype(np.uint64))
-    bits = int(np.clip(np.ceil(np.log2(max(len(unique), 1) * 16)), 12, 26))
-    idx.unique, idx.shift = unique, np.uint64(64 - bits)
-    idx.present = np.zeros(1 << bits, dtype=bool)
-    idx.present[(unique >> idx.shift).astype(np.int64)] = True
-    dir_bits = int(np.clip(np.ceil(np.log2(max(len(unique), 1))), 8, 30))
-    idx.dir_shift = np.uint64(64 - dir_bits)
-    idx.bucket = np.searchsorted(unique >> idx.dir_shift, np.arange((1 << dir_bits) + 1, dtype=np.uint64))
+    idx.unique = unique
+    idx.build_lookup()
     return idx
 
 

@@ -29,10 +29,11 @@ def test_match_reads_the_exchanges_one_row_group_at_a_time(tmp_path: Path,
     assert all(groups is not None and len(groups) == 1 for _, groups in parquet_reads), parquet_reads
 
 
-def test_the_target_index_costs_at_most_56_bytes_per_kgram() -> None:
+def test_the_target_index_costs_at_most_36_bytes_per_kgram() -> None:
     # The index is held by the match stage's process and by every worker of its streaming pass, and
     # grows with the number of suspects. With 64-bit positions, targets and k-gram ids it cost about
-    # 66 bytes per target k-gram here; 32-bit ones (a case holds far fewer than 2**31) cost about 46.
+    # 66 bytes per target k-gram here; 32-bit ones (a case holds far fewer than 2**31) cost about 46;
+    # a presence table of bits, not bytes, about 31.
     import numpy as np
 
     from forensics.match.index import Target, TargetIndex
@@ -45,7 +46,7 @@ def test_the_target_index_costs_at_most_56_bytes_per_kgram() -> None:
               index.bucket)
     positions = len(index.gid_flat)
     assert positions == 300 * 396
-    assert sum(a.nbytes for a in arrays) / positions <= 56
+    assert sum(a.nbytes for a in arrays) / positions <= 36
 
 
 def test_the_workers_get_the_scanner_from_a_file_not_from_arguments_held_all_stage(
@@ -71,3 +72,28 @@ def test_the_workers_get_the_scanner_from_a_file_not_from_arguments_held_all_sta
     assert len(cross(result.findings)) >= 5
     assert held and max(held) < 1024, held  # a file name, not the scanner (tens of kB even here)
     assert list(scratch.glob("forensics-*")) == []  # and the file is gone
+
+
+def test_a_worker_gets_the_targets_tokens_but_not_their_text(tmp_path: Path) -> None:
+    # A worker scans and verifies with the targets' tokens; their text (11 MB of Python strings on the
+    # 4 GB benchmark incident) stays in the parent. Token offsets are 32-bit: every process holds them.
+    import numpy as np
+
+    from forensics.match.index import Target, TargetIndex
+    from forensics.match.stream import Scanner
+    from forensics.match.tiers import MatchParams
+
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False, f"response {i} with some words in it") for i in range(3)]
+    scanner = Scanner(TargetIndex(targets, 5), MatchParams())
+    path = pool_mod._worker_payload(scanner)
+    try:
+        with path.open("rb") as fh:
+            copy = pickle.load(fh)
+    finally:
+        path.unlink()
+    assert [t.text for t in copy.index.targets] == ["", "", ""]
+    assert [t.text for t in targets] == [f"response {i} with some words in it" for i in range(3)]  # the parent's
+    for mine, theirs in zip(targets, copy.index.targets):
+        assert mine.tokens.start.dtype == np.int32 and mine.tokens.end.dtype == np.int32
+        assert (mine.tokens.hash == theirs.tokens.hash).all() and (mine.tokens.end == theirs.tokens.end).all()
+        assert (mine.gids == theirs.gids).all()

@@ -5,6 +5,7 @@ row order whoever runs a task, with this process doing the work alone when worke
 import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
+from forensics.match.index import Target
 from forensics.match.stream import (
     BatchResult,
     RowReader,
@@ -160,6 +162,15 @@ class Helpers:
             self._payload.unlink(missing_ok=True)
 
 
+class _WithoutTexts(pickle.Pickler):
+    """Pickles the targets without their text: a worker scans and verifies with their tokens alone."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is Target and obj.text:
+            return dataclasses.replace(obj, text="").__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
+
+
 def _worker_payload(scanner: Scanner) -> Path:
     """What each worker receives once: the scanner, pickled into a temporary file (the caller removes it).
 
@@ -171,7 +182,7 @@ def _worker_payload(scanner: Scanner) -> Path:
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
-            pickle.dump(scanner, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            _WithoutTexts(fh, protocol=pickle.HIGHEST_PROTOCOL).dump(scanner)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
