@@ -132,9 +132,9 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                 stats[key] = stats.get(key, 0) + v
             if pending > max(tuning.prune_hits, sum(len(h) for h in hits) // 2):
                 # Hits on k-grams that are already common can never become evidence: drop them now.
+                # Part by part: one array of every hit would double them for the moment of the prune.
                 holders.compact()
-                h = np.concatenate(hits)
-                hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]]]
+                hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]] for h in hits]
                 pending = 0
         held = holders.finish()
         pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
