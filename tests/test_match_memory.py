@@ -97,3 +97,37 @@ def test_a_worker_gets_the_targets_tokens_but_not_their_text(tmp_path: Path) -> 
         assert mine.tokens.start.dtype == np.int32 and mine.tokens.end.dtype == np.int32
         assert (mine.tokens.hash == theirs.tokens.hash).all() and (mine.tokens.end == theirs.tokens.end).all()
         assert (mine.gids == theirs.gids).all()
+
+
+def test_dropping_hits_on_common_kgrams_holds_one_part_at_a_time() -> None:
+    # The pass drops hits on k-grams it has found common every so often. It used to join every hit into one
+    # array first, holding them twice for the moment: the match stage's peak on the 4 GB benchmark incident.
+    import tracemalloc
+
+    import numpy as np
+
+    from forensics.match.index import Target, TargetIndex
+    from forensics.match.rarity import without_common
+    from forensics.match.stream import HIT_DTYPE
+
+    rng = np.random.default_rng(5)
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False,
+                      " ".join(f"w{x}" for x in rng.integers(0, 5_000, size=300))) for i in range(20)]
+    index = TargetIndex(targets, 5)
+    common = rng.random(index.kgram_count) < 0.5
+    parts = []
+    for _ in range(20):
+        t = rng.integers(0, 20, 50_000)
+        parts.append(np.stack([t, rng.integers(0, 296, 50_000)] + [rng.integers(0, 9, 50_000)] * 4,
+                              axis=1).astype(HIT_DTYPE))
+    part_bytes = parts[0].nbytes
+    expected = [h for h in np.concatenate(parts) if not common[targets[h[0]].gids[h[1]]]]
+    tracemalloc.start()
+    try:
+        kept = without_common(parts, index, common)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(np.concatenate(kept), np.array(expected))
+    # The kept half of every part, and one part's temporary arrays; all of them at once would be 20 parts.
+    assert peak < 10 * part_bytes + 6 * part_bytes, (peak, part_bytes)

@@ -51,7 +51,7 @@ from forensics.match.findings import RegionScorer, csv_text, decide, passages_te
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
-from forensics.match.rarity import HolderCounts
+from forensics.match.rarity import HolderCounts, without_common
 from forensics.match.stream import HIT_DTYPE, Scanner
 from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, params_from
@@ -132,9 +132,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                 stats[key] = stats.get(key, 0) + v
             if pending > max(tuning.prune_hits, sum(len(h) for h in hits) // 2):
                 # Hits on k-grams that are already common can never become evidence: drop them now.
-                # Part by part: one array of every hit would double them for the moment of the prune.
                 holders.compact()
-                hits = [h[~holders.common[index.gid_flat[index.gid_offset[h[:, 0]] + h[:, 1]]]] for h in hits]
+                hits = without_common(hits, index, holders.common)
                 pending = 0
         held = holders.finish()
         pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
