@@ -18,9 +18,11 @@ false-positive rate, the E-value calibration when match.json has a ``null`` sect
 expected false positives per rule; evidence.csv's ``expected_by_chance`` summed against the rows
 that are wrong), the recent-occupant test's window (or why it did not run) and, on the suspects'
 candidates the truth calls chance, how often the source lay in that window against what the test
-assumes (by copies of the passage the source customer sent), each wrongly exposed
-customer with why, and the time of each step. The targets
-are printed next to the figures.
+assumes (by copies of the passage the source customer sent), the E-value ranking's frontier
+(pooled: of the pairs that a threshold on ``expected_by_chance_with_mechanism`` alone decides, how many
+true pairs they hold, and the best recall any single threshold reaches at the pair-precision target),
+each wrongly exposed customer with why, and the time of each step. The targets are printed next to the
+figures.
 
 The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
 the benchmark says so and exits 0. Nothing is written outside a temporary folder (``--keep DIR``
@@ -129,6 +131,57 @@ def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, An
     return {"rows": len(rows), "expected_by_chance": round(expected, 4), "wrong_rows": wrong}
 
 
+#: review.csv's reason for a candidate that only the E-value threshold keeps off the list.
+OVER_THRESHOLD = "expected_by_chance_with_mechanism "
+
+
+def ranking(report_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
+    """Every cross-tenant pair that a threshold on ``expected_by_chance_with_mechanism`` alone decides (notified,
+    or in review for that figure only), with its smallest E-value and whether the truth calls it a leak.
+
+    Pooled, it gives the ranking's frontier (:func:`frontier`): the best any threshold on that figure could do
+    with the candidates the matcher found and every other rule as it is, and how many true pairs have a
+    candidate at all. A missed pair beyond that ceiling needs another candidate, not another threshold.
+    """
+    best: dict[tuple[str, str, str], float] = {}
+    for name in ("evidence.csv", "review.csv"):
+        path = report_dir / name
+        if not path.is_file():
+            return None
+        with open(path, encoding="utf-8", newline="") as fh:
+            for r in csv.DictReader(fh):
+                why = r.get("why_not_notified") or ""
+                if (r.get("relation", "cross_tenant") != "cross_tenant" or r["source_tenant_id"] == r["recipient_tenant_id"]
+                        or (why and not why.startswith(OVER_THRESHOLD))):
+                    continue
+                try:
+                    e = float(r["expected_by_chance_with_mechanism"])
+                except (KeyError, ValueError):
+                    return None  # a report without the evidence model
+                key = (r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"])
+                best[key] = min(e, best.get(key, e))
+    true_pairs = {(f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"])
+                  for f in truth["fragments"] if f["is_leak"]}
+    return {"truth": len(true_pairs), "candidates": sorted([e, k in true_pairs] for k, e in best.items())}
+
+
+def frontier(rankings: list[dict[str, Any]], precision: float) -> dict[str, Any] | None:
+    """The largest pair recall any one threshold on the E-value reaches at ``precision`` or better, over the
+    pooled ``rankings`` (:func:`ranking`), and the recall ceiling of the candidates themselves."""
+    if not rankings:
+        return None
+    truth = sum(r["truth"] for r in rankings)
+    cands = sorted((e, t) for r in rankings for e, t in r["candidates"])
+    best: dict[str, Any] = {"threshold": None, "precision": None, "recall": 0.0}
+    tp = fp = 0
+    for i, (e, t) in enumerate(cands):
+        tp, fp = tp + t, fp + (not t)
+        if (i + 1 == len(cands) or cands[i + 1][0] > e) and tp / (tp + fp) >= precision and tp / truth > best["recall"]:
+            best = {"threshold": e, "precision": round(tp / (tp + fp), 4), "recall": round(tp / truth, 4)}
+    return {"truth": truth, "true_with_candidate": sum(t for _, t in cands),
+            "ceiling": _ratio(sum(t for _, t in cands), truth), "best": best}
+
+
 #: Copies of the passage the source customer sent (1 + other_source_requests), as the window check groups them.
 COPY_CLASSES = ((1, 1, "1"), (2, 3, "2-3"), (4, 7, "4-7"), (8, 10**9, "8+"))
 
@@ -235,6 +288,7 @@ def score(ev: dict[str, Any], truth: dict[str, Any], report_dir: Path, seconds: 
         "null": _null_section(match_json),
         "recent_occupants": _recent_occupants(match_json),
         "expected_by_chance": _expected_by_chance(report_dir, truth),
+        "ranking": ranking(report_dir, truth),
         "exposed_wrong": [{"tenant_id": w["tenant_id"], "why": _why_line(w["findings"])} for w in c["exposed_wrong"]],
         "exposed_missed": [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]]}
                            for m in c["exposed_missed"]],
@@ -347,6 +401,7 @@ def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
                                    **{k: sum(c[k] for c in by.values()) for k in ("candidates", "in_window", "expected")}}
     else:
         pooled["window_chance"] = None
+    pooled["frontier"] = frontier([r["ranking"] for r in rows if r.get("ranking")], TARGETS["pair_precision"])
     pooled["seconds"] = round(sum(r["seconds"] for r in rows), 1)
     return pooled
 
@@ -386,6 +441,17 @@ def _target_row() -> str:
     return (f"{'target':<22}{'':<9}{'':>14}{'>=' + str(t['exposed_precision']) + '/>=' + str(t['exposed_recall']):>14}{'':>16}"
             f"{'>=' + str(t['pair_precision']) + '/    ':>14}{'':>11}{'':>9}{'>=' + str(t['pair_recall_8-15']):>10}"
             f"{'>=' + str(t['pair_recall_16+']):>9}{'0':>10}{'':>12}{'':>9}")
+
+
+def _frontier_line(f: dict[str, Any] | None) -> str:
+    if f is None:
+        return "the E-value ranking's frontier: n/a (no report with the evidence model)"
+    b = f["best"]
+    best = ("no threshold reaches it" if b["threshold"] is None else
+            f"E <= {b['threshold']:.4g} gives P {b['precision']:.3f}, R {b['recall']:.3f}")
+    return (f"the E-value ranking's frontier: the pairs a threshold on E alone decides hold {f['true_with_candidate']} of "
+            f"{f['truth']} true pairs (recall ceiling {_fmt(f['ceiling']).strip()}); the best single threshold at pair precision >= "
+            f"{TARGETS['pair_precision']:g}: {best}")
 
 
 def _calibration_lines(r: dict[str, Any]) -> list[str]:
@@ -440,6 +506,7 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
         if label == "default":
             print("    recent-occupant test on the suspects' chance candidates (truth: no leak), source in the window: "
                   + _window_line(p.get("window_chance")))
+            print("    " + _frontier_line(p.get("frontier")))
     for c in cases:
         print(f"\nseed {c['seed']} {c['format']}: simulate {c['simulate_seconds']:.1f} s, run {c['default']['seconds']:.1f} s ("
               + ", ".join(f"{k} {v:.1f}" for k, v in c["stages"].items()) + f"), evaluate {c['evaluate_seconds']:.1f} s"

@@ -130,3 +130,33 @@ def test_window_check_counts_chance_candidates_whose_source_lies_in_the_window(q
     assert "1 in the window vs 0.2 expected, of 3 candidates" in quality._window_line(got)
     (report / "match.json").write_text(json.dumps({"null": {"recent_occupants": {"ran": False}}}))
     assert quality.window_check(report, case, truth) is None
+
+
+def test_the_ranking_frontier_is_the_best_single_threshold_at_the_precision_target(quality: Any, tmp_path: Path) -> None:
+    fields = ["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "relation",
+              "expected_by_chance_with_mechanism", "why_not_notified"]
+    over = quality.OVER_THRESHOLD + "0.002 > 0.001: ..."
+    evidence = [["r1", "a", "b", "cross_tenant", "1e-06", ""], ["r1", "a", "b", "cross_tenant", "0.5", ""],  # one pair
+                ["r2", "a", "c", "cross_tenant", "0.0005", ""],  # a chance pair notified
+                ["r3", "a", "a", "same_tenant", "1e-09", ""]]  # not a cross-tenant pair
+    review = [["r4", "a", "d", "cross_tenant", "0.002", over], ["r5", "a", "e", "cross_tenant", "0.003", over],
+              ["r6", "a", "f", "cross_tenant", "1e-07", "mostly text other tenants also held (rarity 0.2 < 0.5): ..."],
+              ["r7", "a", "g", "cross_tenant", "0.004", over]]
+    for name, rows in (("evidence.csv", evidence), ("review.csv", review)):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(fields)
+            w.writerows(rows)
+    leaks = [("r1", "b"), ("r4", "d"), ("r5", "e"), ("r6", "f"), ("r8", "h")]  # r6: rarity decides it; r8: no candidate
+    truth = {"fragments": [{"recipient_request_id": r, "recipient_tenant_id": "a", "source_tenant_id": s, "is_leak": True}
+                           for r, s in leaks]}
+    got = quality.ranking(tmp_path, truth)
+    assert got == {"truth": 5, "candidates": [[1e-06, True], [0.0005, False], [0.002, True], [0.003, True], [0.004, False]]}
+    f = quality.frontier([got], 0.75)
+    assert f["true_with_candidate"] == 3 and f["ceiling"] == 0.6
+    # E <= 0.003 notifies 3 true pairs and 1 chance pair (P 0.75, R 0.6); E <= 0.004 would fall to P 0.6.
+    assert f["best"] == {"threshold": 0.003, "precision": 0.75, "recall": 0.6}
+    assert quality.frontier([got], 0.99)["best"] == {"threshold": 1e-06, "precision": 1.0, "recall": 0.2}
+    line = quality._frontier_line(f)
+    assert "3 of 5 true pairs (recall ceiling 0.600)" in line and "E <= 0.003 gives P 0.750, R 0.600" in line
+    assert quality.ranking(tmp_path / "missing", truth) is None
