@@ -199,8 +199,8 @@ def mix64(x: np.ndarray) -> np.ndarray:
 class Tokens:
     """The tokens of one text: character offsets into the original text and a hash each."""
 
-    start: np.ndarray  # int64, character offset of the token's first character
-    end: np.ndarray  # int64, end exclusive
+    start: np.ndarray  # int64 (int32 in the target index), character offset of the token's first character
+    end: np.ndarray  # int64 (int32 in the target index), end exclusive
     hash: np.ndarray  # uint64
 
     def __len__(self) -> int:
