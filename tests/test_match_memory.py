@@ -131,3 +131,25 @@ def test_dropping_hits_on_common_kgrams_holds_one_part_at_a_time() -> None:
     assert np.array_equal(np.concatenate(kept), np.array(expected))
     # The kept half of every part, and one part's temporary arrays; all of them at once would be 20 parts.
     assert peak < 10 * part_bytes + 6 * part_bytes, (peak, part_bytes)
+
+
+def test_no_room_for_the_scanner_file_leaves_the_match_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_match import _outputs
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    match(case, config(workers=1))
+    expected = _outputs(case)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def disk_full(self: Any, obj: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pool_mod._WithoutTexts, "dump", disk_full)
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert _outputs(case) == expected
+    assert result.run_stats["jobs_on_workers"] == 0
+    assert "No space left on device" in result.summary()["warnings"][0]
+    assert list(scratch.glob("forensics-*")) == []  # the file begun is gone
