@@ -39,6 +39,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,22 @@ def _expected_by_chance(report_dir: Path, truth: dict[str, Any]) -> dict[str, An
 OVER_THRESHOLD = "expected_by_chance_with_mechanism "
 
 
+#: The report files that hold the candidates: the list's and the review queue's.
+CANDIDATE_FILES = ("evidence.csv", "review.csv")
+
+
+def _cross_tenant_rows(report_dir: Path) -> Iterator[dict[str, str]]:
+    """The cross-tenant rows of the report's candidate files that exist, the list's first."""
+    for name in CANDIDATE_FILES:
+        path = report_dir / name
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8", newline="") as fh:
+            for r in csv.DictReader(fh):
+                if r.get("relation", "cross_tenant") == "cross_tenant" and r["source_tenant_id"] != r["recipient_tenant_id"]:
+                    yield r
+
+
 def ranking(report_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
     """Every cross-tenant pair that a threshold on ``expected_by_chance_with_mechanism`` alone decides (notified,
     or in review for that figure only), with its smallest E-value and whether the truth calls it a leak.
@@ -143,23 +160,19 @@ def ranking(report_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
     with the candidates the matcher found and every other rule as it is, and how many true pairs have a
     candidate at all. A missed pair beyond that ceiling needs another candidate, not another threshold.
     """
+    if not all((report_dir / name).is_file() for name in CANDIDATE_FILES):
+        return None
     best: dict[tuple[str, str, str], float] = {}
-    for name in ("evidence.csv", "review.csv"):
-        path = report_dir / name
-        if not path.is_file():
-            return None
-        with open(path, encoding="utf-8", newline="") as fh:
-            for r in csv.DictReader(fh):
-                why = r.get("why_not_notified") or ""
-                if (r.get("relation", "cross_tenant") != "cross_tenant" or r["source_tenant_id"] == r["recipient_tenant_id"]
-                        or (why and not why.startswith(OVER_THRESHOLD))):
-                    continue
-                try:
-                    e = float(r["expected_by_chance_with_mechanism"])
-                except (KeyError, ValueError):
-                    return None  # a report without the evidence model
-                key = (r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"])
-                best[key] = min(e, best.get(key, e))
+    for r in _cross_tenant_rows(report_dir):
+        why = r.get("why_not_notified") or ""
+        if why and not why.startswith(OVER_THRESHOLD):
+            continue
+        try:
+            e = float(r["expected_by_chance_with_mechanism"])
+        except (KeyError, ValueError):
+            return None  # a report without the evidence model
+        key = (r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"])
+        best[key] = min(e, best.get(key, e))
     true_pairs = {(f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"])
                   for f in truth["fragments"] if f["is_leak"]}
     return {"truth": len(true_pairs), "candidates": sorted([e, k in true_pairs] for k, e in best.items())}
@@ -219,27 +232,21 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
                         when_us.to_pylist()))
     leaks = {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
     classes = {label: {"candidates": 0, "in_window": 0, "expected": 0.0} for _, _, label in COPY_CLASSES}
-    for name in ("evidence.csv", "review.csv"):
-        path = report_dir / name
-        if not path.is_file():
+    for r in _cross_tenant_rows(report_dir):
+        if ((r["recipient_request_id"], r["source_tenant_id"]) in leaks
+                or (r.get("why_not_notified") or "").startswith(EXPLAINED)):
             continue
-        with open(path, encoding="utf-8", newline="") as fh:
-            for r in csv.DictReader(fh):
-                if (r["source_tenant_id"] == r["recipient_tenant_id"] or r.get("relation", "cross_tenant") != "cross_tenant"
-                        or (r["recipient_request_id"], r["source_tenant_id"]) in leaks
-                        or (r.get("why_not_notified") or "").startswith(EXPLAINED)):
-                    continue
-                when = deadline.get((r["recipient_request_id"], r["recipient_tenant_id"] or None))
-                if when is None:
-                    continue
-                searched = facts.records_before(when)
-                copies = 1 + int(r.get("other_source_requests") or 0)
-                label = next(lab for lo, hi, lab in COPY_CLASSES if lo <= copies <= hi)
-                since = int(r["records_since_source_on_node"]) if r.get("records_since_source_on_node") else None
-                c = classes[label]
-                c["candidates"] += 1
-                c["in_window"] += int(since is not None and 1 <= since <= window)
-                c["expected"] += window / max(searched, window)
+        when = deadline.get((r["recipient_request_id"], r["recipient_tenant_id"] or None))
+        if when is None:
+            continue
+        searched = facts.records_before(when)
+        copies = 1 + int(r.get("other_source_requests") or 0)
+        label = next(lab for lo, hi, lab in COPY_CLASSES if lo <= copies <= hi)
+        since = int(r["records_since_source_on_node"]) if r.get("records_since_source_on_node") else None
+        c = classes[label]
+        c["candidates"] += 1
+        c["in_window"] += int(since is not None and 1 <= since <= window)
+        c["expected"] += window / max(searched, window)
     total = {k: sum(c[k] for c in classes.values()) for k in ("candidates", "in_window", "expected")}
     return {"window_records": window, **total, "by_copies": classes}
 
