@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,46 @@ def test_harness_measures_every_process_all_together_and_per_phase() -> None:
     assert phases["alone"].rss_total_bytes >= 96 * MB
     assert phases["together"].rss_total_bytes >= phases["alone"].rss_total_bytes + 60 * MB  # the worker's share
     assert phases["together"].seconds >= 0.5
+
+
+class _ChildSeenAfterASwitch:
+    """A stand-in for psutil's process: listing its children switches the phase first, as the
+    measured function does when it starts a worker while the sampler is reading the parent."""
+
+    pid = 1
+
+    def __init__(self, child: Any) -> None:
+        self._child = child
+
+    def memory_info(self) -> Any:
+        return types.SimpleNamespace(rss=MB)
+
+    def children(self, recursive: bool = False) -> list[Any]:
+        from forensics.lab import bench
+
+        bench.phase("together")  # the phase switch, then the worker it starts
+        return [self._child]
+
+
+def test_harness_gives_a_worker_the_phase_it_started_in_not_the_one_the_sample_began_in() -> None:
+    # Seen on CI under load: the sampler read the phase ("alone"), the measured function switched
+    # to "together" and started a worker, and the sampler then listed that worker as first seen
+    # in "alone".
+    pytest.importorskip("psutil")
+    from forensics.lab import bench
+
+    worker = types.SimpleNamespace(pid=2, memory_info=lambda: types.SimpleNamespace(rss=2 * MB),
+                                   cpu_times=lambda: types.SimpleNamespace(user=0.0, system=0.0),
+                                   cmdline=lambda: ["python", "-c", "work"])
+    sampler = bench._Sampler(3600.0)  # its thread samples once, then sleeps: this test drives it
+    try:
+        bench.phase("alone")
+        sampler._me = _ChildSeenAfterASwitch(worker)
+        sampler.sample()
+    finally:
+        sampler._done.set()
+        bench.phase("start")
+    assert {p.pid: p.first_phase for p in sampler.processes()}[2] == "together"
 
 
 def test_harness_reports_a_failed_call_without_hiding_it(capfd: pytest.CaptureFixture[str]) -> None:

@@ -189,12 +189,16 @@ class _Sampler:
             self.rss_main = max(self.rss_main, rss)
             total += rss
             self._peak(self._me.pid, "parent", name, rss)
-            for child in self._me.children(recursive=True):
+            children = self._me.children(recursive=True)
+            # A worker started after this sample began belongs to the phase that started it: the
+            # phase as it is once the children are listed, not as it was when the sample began.
+            started_in = _current_phase
+            for child in children:
                 try:
                     rss = child.memory_info().rss
                     times = child.cpu_times()
                     if child.pid not in self.peaks:
-                        self.peaks[child.pid] = [_role(child.cmdline()), name, 0]
+                        self.peaks[child.pid] = [_role(child.cmdline()), started_in, 0]
                 except self._psutil.Error:  # a worker ended between listing and reading it
                     continue
                 self.rss_worker = max(self.rss_worker, rss)
