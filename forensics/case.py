@@ -377,6 +377,13 @@ def row_group_batches(pf: pq.ParquetFile, columns: list[str], batch_rows: int) -
         pa.default_memory_pool().release_unused()
 
 
+#: DuckDB's memory cap where its queries run over a whole case (the finaliser, the scan): beyond
+#: it, joins, aggregates, windows and sorts spill to CASE/.duckdb_tmp. Its default (most of the
+#: machine's RAM) let its share of the peak grow with the incident: the scan's joins over the
+#: engine events peaked at 1 GiB on the 4 GB benchmark incident, 0.7 GiB under this cap, for 3 s more.
+QUERY_MEMORY = "512MB"
+
+
 class Case:
     """A case folder and the paths of its tables."""
 
@@ -439,17 +446,21 @@ class Case:
             return {}
         return json.loads(self.manifest_path.read_text(encoding="utf-8"))
 
-    def connect(self, read_only_tables: bool = True) -> duckdb.DuckDBPyConnection:
+    def connect(self, read_only_tables: bool = True, memory_cap: bool = False) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with one view per canonical table.
 
         Tables the case does not have yet appear as empty views of their schema, so a query over
-        a gateway-only case (no engine logs) still runs.
+        a gateway-only case (no engine logs) still runs. With ``memory_cap``, DuckDB keeps to
+        :data:`QUERY_MEMORY` and spills beyond it (a query that cannot: see
+        :func:`forensics.queries.run_query`).
         """
         import duckdb  # here: the match stage's worker processes never query, so never load it
 
         con = duckdb.connect(":memory:")
         # DuckDB spills big sorts into ./.tmp by default: keep every byte of the case in the case.
         con.execute("SET temp_directory = '" + str(self.root / ".duckdb_tmp").replace("'", "''") + "'")
+        if memory_cap:
+            con.execute(f"SET memory_limit = '{QUERY_MEMORY}'")
         for name, table_schema in schema.TABLES.items():
             path = self.table_path(name)
             if path.exists():

@@ -215,7 +215,14 @@ def run_query(con: duckdb.DuckDBPyConnection, query: Query, params: Mapping[str,
                          fix=f"pass --param {missing[0]}=... ({_param(query, missing[0]).type})")
     bound = {p.name: params[p.name] for p in query.params}
     try:
-        return con.sql(query.sql, params=bound or None).to_arrow_table()
+        try:
+            return con.sql(query.sql, params=bound or None).to_arrow_table()
+        except duckdb.OutOfMemoryException:
+            # Over the connection's memory cap in an operator that cannot spill: the cap bounds
+            # memory, never answers, so the query runs again with DuckDB's own limit (and so do
+            # the connection's later queries).
+            con.execute("RESET memory_limit")
+            return con.sql(query.sql, params=bound or None).to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(f"query {query.id} failed: {_first_line(exc)}", file=query.path) from None
 

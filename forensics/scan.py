@@ -257,7 +257,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     all_queries = q.load_queries()
     scan_queries = [x for x in all_queries if x.area == "scan"]
     task = reporter(progress).task("scan", total=len(scan_queries) + 2)
-    con = case_obj.connect()
+    con = case_obj.connect(memory_cap=True)
     try:
         con.execute("SET TimeZone = 'UTC'")
         q.install_views(con, all_queries)

@@ -48,7 +48,7 @@ def test_split_logs_larger_than_the_memory_cap_ingest_in_order(tmp_path: Path, m
     (logs / "responses.jsonl").write_text("\n".join(responses) + "\n")
     # A cap far below the texts' size (but above what the keys need), so a join that carries the
     # texts cannot fit.
-    monkeypatch.setattr(finalize, "DUCKDB_MEMORY", "64MB")
+    monkeypatch.setattr(finalize, "QUERY_MEMORY", "64MB")
 
     case = tmp_path / "case"
     api.ingest(case, [logs], fmt="openai-split")

@@ -245,3 +245,31 @@ def test_csv_text_is_rfc4180_with_iso_times_and_neutralised_text(tmp_path: Path)
                       "n": [-1, 2], "ok": [True, None]})
     text = q.csv_text(table)
     assert text == 'id,t,n,ok\r\n\'=cmd(),2026-08-29T10:00:00Z,-1,true\r\n"a ""b"", c",,2,\r\n'
+
+
+def test_a_query_that_cannot_keep_under_the_memory_cap_runs_again_without_it(tmp_path: Path) -> None:
+    # The scan caps DuckDB's memory so its joins spill instead of growing with the incident; an
+    # operator that cannot spill (one big string_agg here) must still give its answer, not fail.
+    import duckdb
+
+    path = tmp_path / "wide.sql"
+    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
+                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
+    query = q.parse_query(path, "scan")
+    con = duckdb.connect(":memory:")
+    con.execute("SET memory_limit = '2MB'")
+    table = q.run_query(con, query, {})
+    assert table.column("n").to_pylist() == [len(",".join(str(i) for i in range(3_000_000)))]
+
+
+def test_a_query_that_fails_for_another_reason_is_still_an_error_naming_the_file(tmp_path: Path) -> None:
+    import duckdb
+
+    path = tmp_path / "bad.sql"
+    path.write_text("-- id: bad\n-- kind: anomaly\n-- title: divides text\n-- returns: nothing\n-- params: none\n"
+                    "SELECT 'a'::INTEGER AS n\n", encoding="utf-8")
+    con = duckdb.connect(":memory:")
+    con.execute("SET memory_limit = '2MB'")
+    with pytest.raises(QueryError, match="query bad failed: Conversion Error") as err:
+        q.run_query(con, q.parse_query(path, "scan"), {})
+    assert str(path) in str(err.value)

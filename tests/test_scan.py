@@ -276,3 +276,28 @@ def test_simulated_gateway_only_suspects_are_borderline(simulated: tuple[Path, d
     flagged_borderline = {r["request_id"] for r in rows if r["borderline"] == "true"}
     assert flagged_borderline == {r["request_id"] for r in rows if "borderline" in r["reasons"].split(";")}
     assert result.engine_signature == 0
+
+
+def test_the_scan_queries_run_under_a_memory_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without a cap DuckDB takes most of the machine: on the 4 GB benchmark incident its joins over the
+    # engine events peaked at 1 GiB, the run's highest point (see the README's memory section).
+    from forensics import queries as q
+    from forensics.case import QUERY_MEMORY
+
+    seen: list[str] = []
+    real = q.run_query
+
+    def spy(con: Any, query: q.Query, params: Any) -> Any:
+        seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        return real(con, query, params)
+
+    monkeypatch.setattr(q, "run_query", spy)
+    scan(_incident(tmp_path / "case"), _config())
+    cap = int(QUERY_MEMORY.removesuffix("MB")) * 1_000_000
+    assert seen and all(_bytes(s) <= cap for s in seen), seen
+
+
+def _bytes(setting: str) -> float:
+    """DuckDB's memory_limit setting ("488.2 MiB") in bytes."""
+    number, unit = setting.split()
+    return float(number) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]

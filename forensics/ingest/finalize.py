@@ -42,16 +42,12 @@ import pyarrow.parquet as pq
 
 from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
-from forensics.case import Case, ParquetSink
+from forensics.case import QUERY_MEMORY, Case, ParquetSink
 from forensics.config import CaseConfig, iso
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
-#: DuckDB's memory cap in the finaliser: beyond it, its joins, windows and temp tables spill to
-#: CASE/.duckdb_tmp. Its default (most of the machine's RAM) let its share of the peak grow with
-#: the input (the engine events' duplicate check over every event, above all).
-DUCKDB_MEMORY = "512MB"
 
 
 def _lit(path: Path) -> str:
@@ -89,7 +85,7 @@ def finalize(
     con.execute("SET preserve_insertion_order = true")
     tmp = c.root / ".duckdb_tmp"
     con.execute(f"SET temp_directory = {_lit(tmp)}")
-    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY}'")
+    con.execute(f"SET memory_limit = '{QUERY_MEMORY}'")  # the engine events' duplicate check above all
     ex_paths = _staged(c, files, "exchanges")
     ev_paths = _staged(c, files, "engine_events")
     q_paths = _staged(c, files, "quarantine")
