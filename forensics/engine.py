@@ -45,7 +45,7 @@ JAVA_FIX = ("install a Java runtime 17 or newer (Debian/Ubuntu: apt-get install 
             "or run with --engine local")
 #: Partitions per core of the cluster for the match pass: a few each, so a slow one does not hold up the rest.
 PARTITIONS_PER_CORE = 4
-#: At most this many pass tasks (row ranges of ``Tuning.task_bytes``, 8 MB) per partition on a big
+#: At most this many pass tasks (row ranges of ``Tuning.task_bytes``, 4 MB) per partition on a big
 #: corpus, so one wave's results (holders and hits of its rows) stay a bounded share of the corpus.
 TASKS_PER_PARTITION = 16
 
