@@ -213,7 +213,11 @@ class SparkExecutor:
         """
         tasks = list(tasks)
         partitions = max(PARTITIONS_PER_CORE * self.cores, -(-len(tasks) // TASKS_PER_PARTITION))
-        return self.map_partitions(_scan_tasks, tasks, partitions, shared=scanner, wave=PARTITIONS_PER_CORE * self.cores)
+        from forensics.match.pool import TextFree
+
+        # The executors scan with the targets' tokens; their text stays here, for verification.
+        return self.map_partitions(_scan_tasks, tasks, partitions, shared=TextFree(scanner),
+                                   wave=PARTITIONS_PER_CORE * self.cores)
 
 
 def task_failed(exc: Exception) -> ForensicsError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,27 @@ def test_no_room_for_the_scanner_file_leaves_the_match_to_this_process(
     assert result.run_stats["jobs_on_workers"] == 0
     assert "No space left on device" in result.summary()["warnings"][0]
     assert list(scratch.glob("forensics-*")) == []  # the file begun is gone
+
+
+def test_spark_executors_get_the_targets_tokens_but_not_their_text() -> None:
+    # --engine spark broadcasts the scanner through Spark's own pickling: it carried the targets'
+    # text to every executor, where the local workers get their tokens alone.
+    from forensics.engine import SparkExecutor
+    from forensics.match.index import Target, TargetIndex
+    from forensics.match.stream import Scanner, ScanTask
+    from forensics.match.tiers import MatchParams
+
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False, f"secret response {i} with some words") for i in range(3)]
+    scanner = Scanner(TargetIndex(targets, 5), MatchParams())
+    sent: list[Any] = []
+    executor = object.__new__(SparkExecutor)  # no cluster: what it would broadcast is the question
+    executor.map_partitions = lambda func, items, partitions, shared=None, wave=None: sent.append(shared) or iter(())  # type: ignore[method-assign]
+    executor.sc = types.SimpleNamespace(defaultParallelism=2)
+    list(executor.scan_pass(scanner, [ScanTask("x.parquet", 0, 0, 0, 1)]))
+    payload = pickle.dumps(sent[0])
+    assert b"secret response" not in payload
+    copy = pickle.loads(payload)
+    assert isinstance(copy, Scanner)
+    assert [t.text for t in copy.index.targets] == ["", "", ""]
+    assert all((a.tokens.hash == b.tokens.hash).all() for a, b in zip(targets, copy.index.targets))
+    assert targets[0].text == "secret response 0 with some words"  # the driver's own copy keeps it

@@ -6,6 +6,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import io
 import multiprocessing
 import os
 import pickle
@@ -169,6 +170,20 @@ class _WithoutTexts(pickle.Pickler):
         if type(obj) is Target and obj.text:
             return dataclasses.replace(obj, text="").__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return NotImplemented
+
+
+class TextFree:
+    """``scanner`` as an executor elsewhere receives it (``--engine spark`` broadcasts it): pickled
+    without the targets' text, and unpickled as the scanner itself (the pool's workers read the
+    same text-free pickle from a file, see :func:`_worker_payload`)."""
+
+    def __init__(self, scanner: Scanner) -> None:
+        self.scanner = scanner
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        buf = io.BytesIO()
+        _WithoutTexts(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(self.scanner)
+        return pickle.loads, (buf.getvalue(),)
 
 
 def _worker_payload(scanner: Scanner) -> Path:
