@@ -266,7 +266,7 @@ def test_a_query_that_fails_for_another_reason_is_still_an_error_naming_the_file
     import duckdb
 
     path = tmp_path / "bad.sql"
-    path.write_text("-- id: bad\n-- kind: anomaly\n-- title: divides text\n-- returns: nothing\n-- params: none\n"
+    path.write_text("-- id: bad\n-- kind: anomaly\n-- title: casts text to a number\n-- returns: nothing\n-- params: none\n"
                     "SELECT 'a'::INTEGER AS n\n", encoding="utf-8")
     con = duckdb.connect(":memory:")
     con.execute("SET memory_limit = '2MB'")
