@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import tempfile
 import types
@@ -178,3 +179,35 @@ def test_spark_executors_get_the_targets_tokens_but_not_their_text() -> None:
     assert [t.text for t in copy.index.targets] == ["", "", ""]
     assert all((a.tokens.hash == b.tokens.hash).all() for a, b in zip(targets, copy.index.targets))
     assert targets[0].text == "secret response 0 with some words"  # the driver's own copy keeps it
+
+
+def test_a_scanner_file_left_by_a_killed_run_is_removed_by_the_next_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A match stage killed with SIGKILL cannot remove its scanner file (the targets' ids and token
+    # hashes, 97 MiB on the 4 GB benchmark incident). The next match stage removes those whose
+    # process is gone; a running stage's file, and anything else in the folder, it leaves alone.
+    import subprocess
+    import sys
+
+    from test_match import _outputs
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    match(case, config(workers=1))
+    expected = _outputs(case)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = scratch / f"forensics-match-{int(gone.stdout)}-k1ll3d.pickle"
+    running = scratch / f"forensics-match-{os.getpid()}-running.pickle"
+    other = scratch / "forensics-match-notes.txt"
+    no_such_pid = scratch / f"forensics-match-{10 ** 30}-odd.pickle"  # not a name this code writes: left
+    for path in (dead, running, other, no_such_pid):
+        path.write_bytes(b"x")
+    (scratch / f"forensics-match-{int(gone.stdout)}-alink.pickle").symlink_to(other)  # a link is not a file of ours
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert _outputs(case) == expected
+    assert result.run_stats["jobs_on_workers"] > 0
+    assert sorted(p.name for p in scratch.iterdir()) == sorted(
+        [running.name, other.name, no_such_pid.name, f"forensics-match-{int(gone.stdout)}-alink.pickle"])

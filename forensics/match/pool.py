@@ -10,6 +10,8 @@ import io
 import multiprocessing
 import os
 import pickle
+import re
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -103,6 +105,7 @@ class Helpers:
     def start(self, scanner: Scanner) -> None:
         """Start the workers (in a thread: this process goes on meanwhile)."""
         if self.n:
+            remove_stale_payloads()
             # Pickled here, before the pass changes what the scanner has learnt: one consistent copy.
             try:
                 self._payload = _worker_payload(scanner)
@@ -186,6 +189,45 @@ class TextFree:
         return pickle.loads, (buf.getvalue(),)
 
 
+#: Start of the scanner files' names; the process id follows, so a file whose stage was killed can be told.
+PAYLOAD_PREFIX = "forensics-match-"
+_PAYLOAD_NAME = re.compile(re.escape(PAYLOAD_PREFIX) + r"(\d+)-\w+\.pickle")
+
+
+def remove_stale_payloads() -> list[Path]:
+    """Remove the scanner files that match stages killed without a chance to clean up (SIGKILL, the
+    machine's power) left in the temporary folder: this user's, whose process is gone. Returns them.
+
+    A file whose process still runs is another stage's, at work; a file of another user, or of
+    another name, is not ours to remove.
+    """
+    if os.name != "posix":  # a process's existence is asked with kill(pid, 0): POSIX only
+        return []
+    removed = []
+    for path in sorted(Path(tempfile.gettempdir()).glob(f"{PAYLOAD_PREFIX}*.pickle")):
+        found = _PAYLOAD_NAME.fullmatch(path.name)
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if found is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or _running(int(found[1])):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: kill is then refused, not failed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's; no process id this code ever wrote
+        return True
+    return True
+
+
 def _worker_payload(scanner: Scanner) -> Path:
     """What each worker receives once: the scanner, pickled into a temporary file (the caller removes it).
 
@@ -193,7 +235,7 @@ def _worker_payload(scanner: Scanner) -> Path:
     as long as it runs, and so does each worker, so bytes would be held twice more for the whole stage
     beside the scanner itself (150 MiB each in the parent and the worker on the 4 GB benchmark incident).
     """
-    fd, name = tempfile.mkstemp(prefix="forensics-match-", suffix=".pickle")
+    fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=".pickle")
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
