@@ -197,22 +197,24 @@ class _ChildSeenAfterASwitch:
 def test_harness_gives_a_worker_the_phase_it_started_in_not_the_one_the_sample_began_in() -> None:
     # Seen on CI under load: the sampler read the phase ("alone"), the measured function switched
     # to "together" and started a worker, and the sampler then listed that worker as first seen
-    # in "alone".
+    # in "alone", its memory counted there too.
     pytest.importorskip("psutil")
     from forensics.lab import bench
 
     worker = types.SimpleNamespace(pid=2, memory_info=lambda: types.SimpleNamespace(rss=2 * MB),
                                    cpu_times=lambda: types.SimpleNamespace(user=0.0, system=0.0),
                                    cmdline=lambda: ["python", "-c", "work"])
-    sampler = bench._Sampler(3600.0)  # its thread samples once, then sleeps: this test drives it
+    sampler = bench._Sampler(3600.0)
+    sampler.stop()  # its own thread sampled once and ended: this test drives the sampling
     try:
         bench.phase("alone")
         sampler._me = _ChildSeenAfterASwitch(worker)
         sampler.sample()
     finally:
-        sampler._done.set()
         bench.phase("start")
     assert {p.pid: p.first_phase for p in sampler.processes()}[2] == "together"
+    phases = {p.name: p.rss_total_bytes for p in sampler.phase_peaks()}
+    assert phases["together"] == 3 * MB and "alone" not in phases  # the whole sample, parent and worker
 
 
 def test_harness_reports_a_failed_call_without_hiding_it(capfd: pytest.CaptureFixture[str]) -> None:

@@ -177,28 +177,30 @@ class _Sampler:
     def _run(self) -> None:
         while not self._done.is_set():
             self.sample()
-            time.sleep(self._interval)
+            self._done.wait(self._interval)
 
     def sample(self) -> None:
         """Read every process once and update the peaks."""
+        total = 0
+        try:
+            children = self._me.children(recursive=True)
+        except self._psutil.Error:
+            children = []
+        # The phase as it is once the children are listed: a worker the measured function starts
+        # right after switching phase belongs, with this whole sample, to the phase that started it.
         now, name = time.perf_counter(), _current_phase
         entry = self.phases.setdefault(name, [now, now, 0])
-        total = 0
         try:
             rss = self._me.memory_info().rss
             self.rss_main = max(self.rss_main, rss)
             total += rss
             self._peak(self._me.pid, "parent", name, rss)
-            children = self._me.children(recursive=True)
-            # A worker started after this sample began belongs to the phase that started it: the
-            # phase as it is once the children are listed, not as it was when the sample began.
-            started_in = _current_phase
             for child in children:
                 try:
                     rss = child.memory_info().rss
                     times = child.cpu_times()
                     if child.pid not in self.peaks:
-                        self.peaks[child.pid] = [_role(child.cmdline()), started_in, 0]
+                        self.peaks[child.pid] = [_role(child.cmdline()), name, 0]
                 except self._psutil.Error:  # a worker ended between listing and reading it
                     continue
                 self.rss_worker = max(self.rss_worker, rss)
