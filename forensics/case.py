@@ -451,8 +451,9 @@ class Case:
 
         Tables the case does not have yet appear as empty views of their schema, so a query over
         a gateway-only case (no engine logs) still runs. With ``memory_cap``, DuckDB keeps to
-        :data:`QUERY_MEMORY` and spills beyond it (a query that cannot: see
-        :func:`forensics.queries.run_query`).
+        :data:`QUERY_MEMORY` and spills beyond it; run a query with
+        :func:`forensics.queries.with_memory_to_spare` (``run_query`` does) so that one DuckDB
+        cannot spill runs again uncapped instead of failing.
         """
         import duckdb  # here: the match stage's worker processes never query, so never load it
 

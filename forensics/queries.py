@@ -22,9 +22,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -34,6 +34,8 @@ from forensics import csvfile, schema
 from forensics.case import Case
 from forensics.config import iso, parse_utc
 from forensics.errors import ConfigError, QueryError
+
+T = TypeVar("T")
 
 KINDS = ("view", "suspect", "anomaly", "summary")
 #: Parameter types a header may declare, and how a ``--param k=v`` string becomes a value.
@@ -215,16 +217,32 @@ def run_query(con: duckdb.DuckDBPyConnection, query: Query, params: Mapping[str,
                          fix=f"pass --param {missing[0]}=... ({_param(query, missing[0]).type})")
     bound = {p.name: params[p.name] for p in query.params}
     try:
-        try:
-            return con.sql(query.sql, params=bound or None).to_arrow_table()
-        except duckdb.OutOfMemoryException:
-            # Over the connection's memory cap in an operator that cannot spill: the cap bounds
-            # memory, never answers, so the query runs again with DuckDB's own limit (and so do
-            # the connection's later queries).
-            con.execute("RESET memory_limit")
-            return con.sql(query.sql, params=bound or None).to_arrow_table()
+        return with_memory_to_spare(con, lambda: con.sql(query.sql, params=bound or None).to_arrow_table())
     except duckdb.Error as exc:
         raise QueryError(f"query {query.id} failed: {_first_line(exc)}", file=query.path) from None
+
+
+def with_memory_to_spare(con: duckdb.DuckDBPyConnection, run: Callable[[], T]) -> T:
+    """``run()`` (a query on ``con``); if DuckDB runs out of memory under the connection's cap (an
+    operator it cannot spill), ``run()`` once more with DuckDB's own limit, then the cap back.
+
+    The cap bounds memory, never answers. Where the connection's settings are locked (the
+    read-only connection of ``forensics query``) the cap stays and the out-of-memory error is raised.
+    """
+    try:
+        return run()
+    except duckdb.OutOfMemoryException:
+        try:
+            cap = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+            con.execute("RESET memory_limit")
+        except duckdb.Error:
+            cap = None
+        if cap is None:
+            raise
+    try:
+        return run()
+    finally:
+        con.execute(f"SET memory_limit = '{cap}'")  # DuckDB's own text of the cap, read back above
 
 
 def convert_param(name: str, text: str, type_: str | None) -> Any:

@@ -94,7 +94,7 @@ class ScanResult:
 
 def _startup_nodes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Per node: its role and the distinct pool sizes and context lengths its startup lines gave."""
-    rows = con.execute(
+    rows = q.with_memory_to_spare(con, lambda: con.execute(
         """
         SELECT node, any_value(role ORDER BY role NULLS LAST) AS role,
                list(DISTINCT max_total_num_tokens ORDER BY max_total_num_tokens)
@@ -104,7 +104,7 @@ def _startup_nodes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         FROM engine_events WHERE event = 'startup'
         GROUP BY node ORDER BY node
         """
-    ).fetchall()
+    ).fetchall())
     return [{"node": r[0], "role": r[1], "max_total_num_tokens": r[2] or [], "context_len": r[3] or [], "startup_lines": r[4]}
             for r in rows]
 
@@ -183,10 +183,10 @@ def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
             raise ConfigError(f"{key} is not set", file=cfg.file,
                               fix=f'add {key} = "2026-08-27T00:00:00Z" to the case file, or pass {option}')
     cfg.validate()
-    seen = con.execute(
+    seen = q.with_memory_to_spare(con, lambda: con.execute(
         "SELECT m, count(*) FROM (SELECT model AS m FROM exchanges UNION ALL SELECT model_routed FROM exchanges) "
         "WHERE m IS NOT NULL GROUP BY m ORDER BY count(*) DESC, m"
-    ).fetchall()
+    ).fetchall())
     names = {r[0] for r in seen}
     for model in cfg.models:
         if model not in names:
@@ -199,10 +199,10 @@ def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
 
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
     """The limits the engine's own over-limit lines name (a cross-check of the ceiling)."""
-    rows = con.execute(
+    rows = q.with_memory_to_spare(con, lambda: con.execute(
         "SELECT event, list(DISTINCT \"limit\" ORDER BY \"limit\") FROM engine_events "
         "WHERE event IN ('over_limit', 'exceeds_max_tokens') AND \"limit\" IS NOT NULL GROUP BY event ORDER BY event"
-    ).fetchall()
+    ).fetchall())
     return {r[0]: r[1] for r in rows}
 
 
@@ -367,7 +367,7 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set
         "engine_signature": pa.array([ENGINE_SIGNATURE_REASON in reasons[k] for k in keys], pa.bool_()),
     })
     con.register("_flagged", flagged)
-    table = con.sql(
+    table = q.with_memory_to_spare(con, lambda: con.sql(
         """
         SELECT x.request_id, x.tenant_id, x.model, x.received_at, x.completed_at,
                x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high,
@@ -379,7 +379,7 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set
         QUALIFY row_number() OVER (PARTITION BY x.request_id, x.tenant_id ORDER BY x.received_at NULLS LAST) = 1
         ORDER BY x.received_at NULLS LAST, x.request_id, x.tenant_id NULLS LAST
         """
-    ).to_arrow_table()
+    ).to_arrow_table())
     con.unregister("_flagged")
     return table.select(schema.SUSPECTS.names).cast(schema.SUSPECTS)
 

@@ -273,3 +273,32 @@ def test_a_query_that_fails_for_another_reason_is_still_an_error_naming_the_file
     with pytest.raises(QueryError, match="query bad failed: Conversion Error") as err:
         q.run_query(con, q.parse_query(path, "scan"), {})
     assert str(path) in str(err.value)
+
+
+def test_the_cap_is_back_for_the_next_query_after_one_ran_without_it(tmp_path: Path) -> None:
+    import duckdb
+
+    path = tmp_path / "wide.sql"
+    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
+                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
+    con = duckdb.connect(":memory:")
+    con.execute("SET memory_limit = '2MB'")
+    q.run_query(con, q.parse_query(path, "scan"), {})
+    number, unit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0].split()
+    assert unit == "MiB" and 1.5 < float(number) <= 2.0  # the cap again (as DuckDB reads it back), not its default
+
+
+def test_out_of_memory_on_a_locked_connection_says_so_not_that_the_setting_is_locked(tmp_path: Path) -> None:
+    # `forensics query` runs an analyst's SQL on a connection whose settings are locked: the cap
+    # cannot be lifted there, and the error to tell is the one the query met.
+    import duckdb
+
+    path = tmp_path / "wide.sql"
+    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
+                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
+    con = duckdb.connect(":memory:")
+    con.execute("SET memory_limit = '2MB'")
+    con.execute("SET lock_configuration = true")
+    with pytest.raises(QueryError, match="query wide failed: Out of Memory Error") as err:
+        q.run_query(con, q.parse_query(path, "scan"), {})
+    assert "Cannot change configuration" not in str(err.value)

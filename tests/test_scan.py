@@ -301,3 +301,36 @@ def _bytes(setting: str) -> float:
     """DuckDB's memory_limit setting ("488.2 MiB") in bytes."""
     number, unit = setting.split()
     return float(number) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+
+
+def test_every_scan_query_on_the_capped_connection_runs_again_uncapped_when_it_must(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not only the query files: the scan's own checks (startup lines, models, engine limits, the
+    # suspects' rows) run on the same capped connection. Each is made to meet DuckDB's
+    # out-of-memory error once; the scan's outputs must be those of a scan that never did.
+    import duckdb
+
+    from forensics import queries as q
+
+    root = _incident(tmp_path / "case")
+    scan(root, _config())
+    expected = (root / "suspects.csv").read_bytes(), json.loads((root / "scan.json").read_text())["suspect_counts"]
+    calls = {"failed": 0}
+    real = q.with_memory_to_spare
+
+    def once_out_of_memory(con: Any, run: Any) -> Any:
+        tried = []
+
+        def failing_first() -> Any:
+            if not tried:
+                tried.append(True)
+                calls["failed"] += 1
+                raise duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate (test)")
+            return run()
+
+        return real(con, failing_first)
+
+    monkeypatch.setattr(q, "with_memory_to_spare", once_out_of_memory)
+    scan(root, _config())
+    assert calls["failed"] >= 15  # the 11 query files and the scan's own 4 checks
+    assert ((root / "suspects.csv").read_bytes(), json.loads((root / "scan.json").read_text())["suspect_counts"]) == expected
