@@ -184,10 +184,11 @@ def test_spark_executors_get_the_targets_tokens_but_not_their_text() -> None:
 def test_a_scanner_file_left_by_a_killed_run_is_removed_by_the_next_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A match stage killed with SIGKILL cannot remove its scanner file (the targets' ids and token
-    # hashes, 97 MiB on the 4 GB benchmark incident). The next match stage removes those whose
-    # process is gone; a running stage's file, and anything else in the folder, it leaves alone.
-    import subprocess
-    import sys
+    # hashes, 97 MiB on the 4 GB benchmark incident). The next match stage removes those no stage
+    # holds: a running stage keeps a lock on its file (in whatever process namespace or host it
+    # runs), and a file written this minute may not be locked yet. Anything else it leaves alone.
+    import fcntl
+    import time
 
     from test_match import _outputs
 
@@ -197,17 +198,44 @@ def test_a_scanner_file_left_by_a_killed_run_is_removed_by_the_next_one(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    dead = scratch / f"forensics-match-{int(gone.stdout)}-k1ll3d.pickle"
-    running = scratch / f"forensics-match-{os.getpid()}-running.pickle"
+    hour_ago = time.time() - 3600
+    killed = scratch / "forensics-match-4242-k1ll3d.pickle"
+    running = scratch / "forensics-match-4243-running.pickle"
+    being_written = scratch / "forensics-match-4244-new.pickle"
     other = scratch / "forensics-match-notes.txt"
-    no_such_pid = scratch / f"forensics-match-{10 ** 30}-odd.pickle"  # not a name this code writes: left
-    for path in (dead, running, other, no_such_pid):
+    link = scratch / "forensics-match-4245-alink.pickle"
+    for path in (killed, running, being_written, other):
         path.write_bytes(b"x")
-    (scratch / f"forensics-match-{int(gone.stdout)}-alink.pickle").symlink_to(other)  # a link is not a file of ours
-    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
-    assert _outputs(case) == expected
-    assert result.run_stats["jobs_on_workers"] > 0
-    assert sorted(p.name for p in scratch.iterdir()) == sorted(
-        [running.name, other.name, no_such_pid.name, f"forensics-match-{int(gone.stdout)}-alink.pickle"])
+    link.symlink_to(other)  # a link is not a file of ours
+    for path in (killed, running, other):
+        os.utime(path, (hour_ago, hour_ago))
+    with running.open("rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # what a running stage holds
+        result = match(case, config(workers=1))  # no workers: the sweep happens all the same
+        assert _outputs(case) == expected
+        assert result.run_stats["jobs_on_workers"] == 0
+    assert sorted(p.name for p in scratch.glob("forensics-*")) == sorted(
+        p.name for p in (running, being_written, other, link))
+    match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert not running.exists()  # nobody holds it any more
+    assert sorted(p.name for p in scratch.glob("forensics-*")) == sorted(p.name for p in (being_written, other, link))
+
+
+def test_a_running_stage_holds_a_lock_on_its_scanner_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    from forensics.match.index import Target, TargetIndex
+    from forensics.match.stream import Scanner
+    from forensics.match.tiers import MatchParams
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False, f"response {i} with some words in it") for i in range(3)]
+    helpers = pool_mod.Helpers(1, wait_for_workers=True)
+    try:
+        helpers.start(Scanner(TargetIndex(targets, 5), MatchParams()))
+        payload = next(tmp_path.glob("forensics-match-*.pickle"))
+        with payload.open("rb") as fh, pytest.raises(BlockingIOError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        helpers.close()
+    assert list(tmp_path.glob("forensics-match-*")) == []

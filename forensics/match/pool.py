@@ -10,16 +10,21 @@ import io
 import multiprocessing
 import os
 import pickle
-import re
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: scanner files left by killed runs are not swept
+    fcntl = None  # type: ignore[assignment]
 
 from forensics.match.index import Target
 from forensics.match.stream import (
@@ -95,6 +100,8 @@ class Helpers:
         self._starting: concurrent.futures.ProcessPoolExecutor | None = None  # the pool while its workers start
         self._stopping = False
         self._payload: Path | None = None  # the pickled scanner, while the workers start
+        self._held: int | None = None  # the descriptor holding the payload's lock
+        remove_stale_payloads()  # every stage sweeps, with workers or not
         if n:
             try:
                 self._ctx.set_forkserver_preload(["forensics.match"])
@@ -105,12 +112,13 @@ class Helpers:
     def start(self, scanner: Scanner) -> None:
         """Start the workers (in a thread: this process goes on meanwhile)."""
         if self.n:
-            remove_stale_payloads()
             # Pickled here, before the pass changes what the scanner has learnt: one consistent copy.
             try:
                 self._payload = _worker_payload(scanner)
+                self._held = _hold(self._payload)  # a sweeping stage (remove_stale_payloads) sees it in use
             except OSError as exc:  # no room for the file: this process does the work alone
                 self.n, self.failed = 0, f"{type(exc).__name__}: {exc}"
+                self._release()
                 return
             self._thread = threading.Thread(target=self._start, args=(self._payload,), daemon=True)
             self._thread.start()
@@ -150,8 +158,7 @@ class Helpers:
         """Stop the workers (waiting for a start still in progress, and for jobs they are running)."""
         if self._thread is not None:
             self._thread.join()
-        if self._payload is not None:
-            self._payload.unlink(missing_ok=True)
+        self._release()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -162,8 +169,16 @@ class Helpers:
         pool, self._pool = self._pool or self._starting, None
         if pool is not None:
             terminate_pool(pool)
+        self._release()
+
+    def _release(self) -> None:
+        """Remove the scanner file, then let go of its lock."""
         if self._payload is not None:
             self._payload.unlink(missing_ok=True)
+            self._payload = None
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
 
 
 class _WithoutTexts(pickle.Pickler):
@@ -189,43 +204,55 @@ class TextFree:
         return pickle.loads, (buf.getvalue(),)
 
 
-#: Start of the scanner files' names; the process id follows, so a file whose stage was killed can be told.
+#: Start of the scanner files' names (the process id follows: which run left one, for a person looking).
 PAYLOAD_PREFIX = "forensics-match-"
-_PAYLOAD_NAME = re.compile(re.escape(PAYLOAD_PREFIX) + r"(\d+)-\w+\.pickle")
+#: A scanner file this recent may be one a stage is still writing, before it holds its lock.
+PAYLOAD_GRACE_SECONDS = 600
 
 
 def remove_stale_payloads() -> list[Path]:
     """Remove the scanner files that match stages killed without a chance to clean up (SIGKILL, the
-    machine's power) left in the temporary folder: this user's, whose process is gone. Returns them.
+    machine's power) left in the temporary folder. Returns them.
 
-    A file whose process still runs is another stage's, at work; a file of another user, or of
-    another name, is not ours to remove.
+    A running stage holds a lock on its file (``flock``, however its process is seen from here:
+    another container, another host on a shared folder), so only a file nobody holds, written more
+    than :data:`PAYLOAD_GRACE_SECONDS` ago, is removed; and only a regular file of this user (not a
+    link). What cannot be removed is left: the files only cost space.
     """
-    if os.name != "posix":  # a process's existence is asked with kill(pid, 0): POSIX only
+    if fcntl is None:  # no flock: nothing tells a running stage's file from a dead one's
         return []
     removed = []
     for path in sorted(Path(tempfile.gettempdir()).glob(f"{PAYLOAD_PREFIX}*.pickle")):
-        found = _PAYLOAD_NAME.fullmatch(path.name)
         try:
-            st = path.lstat()
-        except OSError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # a link, gone meanwhile, not readable
             continue
-        if found is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or _running(int(found[1])):
+        try:
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
+                    or time.time() - st.st_mtime < PAYLOAD_GRACE_SECONDS):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink()
+            removed.append(path)
+        except OSError:  # held by a running stage (BlockingIOError), or not ours to remove
             continue
-        path.unlink(missing_ok=True)
-        removed.append(path)
+        finally:
+            os.close(fd)
     return removed
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user's counts: kill is then refused, not failed)."""
+def _hold(path: Path) -> int | None:
+    """A descriptor holding a lock on ``path`` for as long as it is open (None where flock is missing)."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's; no process id this code ever wrote
-        return True
-    return True
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _worker_payload(scanner: Scanner) -> Path:
