@@ -215,7 +215,7 @@ class SparkExecutor:
         partitions = max(PARTITIONS_PER_CORE * self.cores, -(-len(tasks) // TASKS_PER_PARTITION))
         from forensics.match.pool import TextFree
 
-        # The executors scan with the targets' tokens; their text stays here, for verification.
+        # The executors scan with the targets' tokens; their text stays in the driver's copy, which quotes it.
         return self.map_partitions(_scan_tasks, tasks, partitions, shared=TextFree(scanner),
                                    wave=PARTITIONS_PER_CORE * self.cores)
 
