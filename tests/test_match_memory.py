@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from match_helpers import config
-from test_match import _mixed_case, cross
+from test_match import _mixed_case, _outputs, cross
 
 from forensics.match import match
 from forensics.match import pool as pool_mod
@@ -135,16 +135,20 @@ def test_dropping_hits_on_common_kgrams_holds_one_part_at_a_time() -> None:
     assert peak < 10 * part_bytes + 6 * part_bytes, (peak, part_bytes)
 
 
-def test_no_room_for_the_scanner_file_leaves_the_match_to_this_process(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_match import _outputs
-
+def _case_with_its_own_temp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any, Path]:
+    """A case, its outputs matched by this process alone, and a temporary folder of the test's own."""
     case = _mixed_case(tmp_path / "case", row_group_rows=16)
     match(case, config(workers=1))
     expected = _outputs(case)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return case, expected, scratch
+
+
+def test_no_room_for_the_scanner_file_leaves_the_match_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case, expected, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
 
     def disk_full(self: Any, obj: Any) -> None:
         raise OSError(28, "No space left on device")
@@ -190,14 +194,7 @@ def test_a_scanner_file_left_by_a_killed_run_is_removed_by_the_next_one(
     import fcntl
     import time
 
-    from test_match import _outputs
-
-    case = _mixed_case(tmp_path / "case", row_group_rows=16)
-    match(case, config(workers=1))
-    expected = _outputs(case)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    case, expected, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
     hour_ago = time.time() - 3600
     killed = scratch / "forensics-match-4242-k1ll3d.pickle"
     running = scratch / "forensics-match-4243-running.pickle"

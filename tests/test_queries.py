@@ -247,43 +247,40 @@ def test_csv_text_is_rfc4180_with_iso_times_and_neutralised_text(tmp_path: Path)
     assert text == 'id,t,n,ok\r\n\'=cmd(),2026-08-29T10:00:00Z,-1,true\r\n"a ""b"", c",,2,\r\n'
 
 
+def _capped(tmp_path: Path, name: str, sql: str, title: str) -> tuple[Any, q.Query, Path]:
+    """A DuckDB connection capped at 2 MB and a one-query file ``name`` holding ``sql``."""
+    import duckdb
+
+    path = tmp_path / f"{name}.sql"
+    path.write_text(f"-- id: {name}\n-- kind: anomaly\n-- title: {title}\n-- returns: one row\n-- params: none\n{sql}\n",
+                    encoding="utf-8")
+    con = duckdb.connect(":memory:")
+    con.execute("SET memory_limit = '2MB'")
+    return con, q.parse_query(path, "scan"), path
+
+
+#: An aggregate DuckDB cannot spill: over a 2 MB cap it fails with "Out of Memory Error".
+WIDE = "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)"
+
+
 def test_a_query_that_cannot_keep_under_the_memory_cap_runs_again_without_it(tmp_path: Path) -> None:
     # The scan caps DuckDB's memory so its joins spill instead of growing with the incident; an
     # operator that cannot spill (one big string_agg here) must still give its answer, not fail.
-    import duckdb
-
-    path = tmp_path / "wide.sql"
-    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
-                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
-    query = q.parse_query(path, "scan")
-    con = duckdb.connect(":memory:")
-    con.execute("SET memory_limit = '2MB'")
+    con, query, _ = _capped(tmp_path, "wide", WIDE, "one long aggregate")
     table = q.run_query(con, query, {})
     assert table.column("n").to_pylist() == [len(",".join(str(i) for i in range(3_000_000)))]
 
 
 def test_a_query_that_fails_for_another_reason_is_still_an_error_naming_the_file(tmp_path: Path) -> None:
-    import duckdb
-
-    path = tmp_path / "bad.sql"
-    path.write_text("-- id: bad\n-- kind: anomaly\n-- title: casts text to a number\n-- returns: nothing\n-- params: none\n"
-                    "SELECT 'a'::INTEGER AS n\n", encoding="utf-8")
-    con = duckdb.connect(":memory:")
-    con.execute("SET memory_limit = '2MB'")
+    con, query, path = _capped(tmp_path, "bad", "SELECT 'a'::INTEGER AS n", "casts text to a number")
     with pytest.raises(QueryError, match="query bad failed: Conversion Error") as err:
-        q.run_query(con, q.parse_query(path, "scan"), {})
+        q.run_query(con, query, {})
     assert str(path) in str(err.value)
 
 
 def test_the_cap_is_back_for_the_next_query_after_one_ran_without_it(tmp_path: Path) -> None:
-    import duckdb
-
-    path = tmp_path / "wide.sql"
-    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
-                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
-    con = duckdb.connect(":memory:")
-    con.execute("SET memory_limit = '2MB'")
-    q.run_query(con, q.parse_query(path, "scan"), {})
+    con, query, _ = _capped(tmp_path, "wide", WIDE, "one long aggregate")
+    q.run_query(con, query, {})
     number, unit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0].split()
     assert unit == "MiB" and 1.5 < float(number) <= 2.0  # the cap again (as DuckDB reads it back), not its default
 
@@ -291,14 +288,8 @@ def test_the_cap_is_back_for_the_next_query_after_one_ran_without_it(tmp_path: P
 def test_out_of_memory_on_a_locked_connection_says_so_not_that_the_setting_is_locked(tmp_path: Path) -> None:
     # `forensics query` runs an analyst's SQL on a connection whose settings are locked: the cap
     # cannot be lifted there, and the error to tell is the one the query met.
-    import duckdb
-
-    path = tmp_path / "wide.sql"
-    path.write_text("-- id: wide\n-- kind: anomaly\n-- title: one long aggregate\n-- returns: its length\n-- params: none\n"
-                    "SELECT length(string_agg(i::VARCHAR, ',')) AS n FROM range(3000000) t(i)\n", encoding="utf-8")
-    con = duckdb.connect(":memory:")
-    con.execute("SET memory_limit = '2MB'")
+    con, query, _ = _capped(tmp_path, "wide", WIDE, "one long aggregate")
     con.execute("SET lock_configuration = true")
     with pytest.raises(QueryError, match="query wide failed: Out of Memory Error") as err:
-        q.run_query(con, q.parse_query(path, "scan"), {})
+        q.run_query(con, query, {})
     assert "Cannot change configuration" not in str(err.value)
