@@ -190,6 +190,11 @@ class _WithoutTexts(pickle.Pickler):
         return NotImplemented
 
 
+def _dump_without_texts(scanner: Scanner, fh: Any) -> None:
+    """Pickle ``scanner`` into ``fh`` as every worker receives it, local or Spark: the targets' tokens, not their text."""
+    _WithoutTexts(fh, protocol=pickle.HIGHEST_PROTOCOL).dump(scanner)
+
+
 class TextFree:
     """``scanner`` as an executor elsewhere receives it (``--engine spark`` broadcasts it): pickled
     without the targets' text, and unpickled as the scanner itself (the pool's workers read the
@@ -200,7 +205,7 @@ class TextFree:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         buf = io.BytesIO()
-        _WithoutTexts(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(self.scanner)
+        _dump_without_texts(self.scanner, buf)
         return pickle.loads, (buf.getvalue(),)
 
 
@@ -266,7 +271,7 @@ def _worker_payload(scanner: Scanner) -> Path:
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
-            _WithoutTexts(fh, protocol=pickle.HIGHEST_PROTOCOL).dump(scanner)
+            _dump_without_texts(scanner, fh)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
