@@ -21,7 +21,8 @@ candidates the truth calls chance, how often the source lay in that window again
 assumes (by copies of the passage the source customer sent), the E-value ranking's frontier
 (pooled: of the pairs that a threshold on ``expected_by_chance_with_mechanism`` alone decides, how many
 true pairs they hold, and the best recall any single threshold reaches at the pair-precision target),
-each wrongly exposed customer with why, and the time of each step. The targets are printed next to the
+each wrongly exposed customer with why, each missed one in review or with no candidate (and the
+exposed-customer recall if every one in review were notified), and the time of each step. The targets are printed next to the
 figures.
 
 The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
@@ -297,9 +298,42 @@ def score(ev: dict[str, Any], truth: dict[str, Any], report_dir: Path, seconds: 
         "expected_by_chance": _expected_by_chance(report_dir, truth),
         "ranking": ranking(report_dir, truth),
         "exposed_wrong": [{"tenant_id": w["tenant_id"], "why": _why_line(w["findings"])} for w in c["exposed_wrong"]],
-        "exposed_missed": [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]]}
-                           for m in c["exposed_missed"]],
+        "exposed_missed": missed_customers(c["exposed_missed"], report_dir),
     }
+
+
+def missed_customers(missed: list[dict[str, Any]], report_dir: Path) -> list[dict[str, Any]]:
+    """The exposed customers the list missed, each with its leaks' sizes and whether ``review.csv`` holds a
+    candidate naming it on one of the responses its text leaked into (``in_review``: a threshold or rule kept it
+    off the list; otherwise the matcher found no candidate there at all)."""
+    reviewed: set[tuple[str, str]] = set()
+    path = report_dir / "review.csv"
+    if path.is_file():
+        with open(path, encoding="utf-8", newline="") as fh:
+            reviewed = {(r["recipient_request_id"], r["source_tenant_id"]) for r in csv.DictReader(fh)}
+    return [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]],
+             "in_review": any((x["recipient_request_id"], m["tenant_id"]) in reviewed for x in m["fragments"])}
+            for m in missed]
+
+
+def missed_breakdown(exposed: dict[str, Any], missed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the missed exposed customers are: in review, or with no candidate (by their longest leak), and the
+    exposed-customer recall if every one in review were notified (the ceiling of the candidates found)."""
+    in_review = sum(1 for m in missed if m.get("in_review"))
+    none = [max(m["fragment_tokens"], default=0) for m in missed if not m.get("in_review")]
+    return {"missed": len(missed), "in_review": in_review, "no_candidate": len(none),
+            "no_candidate_longest_under_8": sum(1 for n in none if n < 8),
+            "no_candidate_longest_8_15": sum(1 for n in none if 8 <= n < 16),
+            "recall_ceiling": _ratio(exposed["true_positives"] + in_review, exposed["truth"])}
+
+
+def _missed_line(b: dict[str, Any] | None) -> str:
+    if not b or not b["missed"]:
+        return "missed exposed customers: none"
+    return (f"missed exposed customers: {b['missed']}: {b['in_review']} in review.csv (exposed recall "
+            f"{_fmt(b['recall_ceiling']).strip()} if every one were notified), {b['no_candidate']} with no candidate "
+            f"({b['no_candidate_longest_under_8']} whose longest leak is under 8 tokens, {b['no_candidate_longest_8_15']} "
+            "of 8-15)")
 
 
 WHERE = {"outside_fragments": "chance overlap in garbage text", "leak_of_another_tenant": "inside another tenant's leak",
@@ -408,6 +442,7 @@ def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
                                    **{k: sum(c[k] for c in by.values()) for k in ("candidates", "in_window", "expected")}}
     else:
         pooled["window_chance"] = None
+    pooled["exposed_missed"] = missed_breakdown(pooled["exposed"], [m for r in rows for m in r["exposed_missed"]])
     pooled["frontier"] = frontier([r["ranking"] for r in rows if r.get("ranking")], TARGETS["pair_precision"])
     pooled["seconds"] = round(sum(r["seconds"] for r in rows), 1)
     return pooled
@@ -514,6 +549,7 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
             print("    recent-occupant test on the suspects' chance candidates (truth: no leak), source in the window: "
                   + _window_line(p.get("window_chance")))
             print("    " + _frontier_line(p.get("frontier")))
+            print("    " + _missed_line(p.get("exposed_missed")))
     for c in cases:
         print(f"\nseed {c['seed']} {c['format']}: simulate {c['simulate_seconds']:.1f} s, run {c['default']['seconds']:.1f} s ("
               + ", ".join(f"{k} {v:.1f}" for k, v in c["stages"].items()) + f"), evaluate {c['evaluate_seconds']:.1f} s"
@@ -540,7 +576,8 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
                 print(f"      ... and {len(wrong) - show_wrong} more (--show-wrong N, or --json)")
             if r["exposed_missed"]:
                 print(f"    missed exposed customers: {len(r['exposed_missed'])}: " + "; ".join(
-                    f"{m['tenant_id']} (fragments of {', '.join(map(str, m['fragment_tokens']))} tokens)" for m in r["exposed_missed"]))
+                    f"{m['tenant_id']} (fragments of {', '.join(map(str, m['fragment_tokens']))} tokens; "
+                    f"{'in review' if m['in_review'] else 'no candidate'})" for m in r["exposed_missed"]))
 
 
 def main() -> int:

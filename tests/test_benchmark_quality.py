@@ -160,3 +160,24 @@ def test_the_ranking_frontier_is_the_best_single_threshold_at_the_precision_targ
     line = quality._frontier_line(f)
     assert "3 of 5 true pairs (recall ceiling 0.600)" in line and "E <= 0.003 gives P 0.750, R 0.600" in line
     assert quality.ranking(tmp_path / "missing", truth) is None
+
+
+def test_missed_customers_are_split_into_in_review_and_no_candidate(quality: Any, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with open(tmp_path / "review.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "why_not_notified"])
+        w.writerow(["r1", "a", "b", "expected_by_chance_with_mechanism 0.002 > 0.001: ..."])
+        w.writerow(["r9", "a", "c", "expected_by_chance_with_mechanism 0.002 > 0.001: ..."])  # c's leak went to r3
+    missed = [{"tenant_id": "b", "fragments": [{"recipient_request_id": "r1", "tokens": 9}, {"recipient_request_id": "r2", "tokens": 30}]},
+              {"tenant_id": "c", "fragments": [{"recipient_request_id": "r3", "tokens": 5}]},
+              {"tenant_id": "d", "fragments": [{"recipient_request_id": "r4", "tokens": 12}]}]
+    got = quality.missed_customers(missed, tmp_path)
+    assert [(m["tenant_id"], m["in_review"], m["fragment_tokens"]) for m in got] == [
+        ("b", True, [9, 30]), ("c", False, [5]), ("d", False, [12])]
+    b = quality.missed_breakdown({"true_positives": 17, "truth": 20}, got)
+    assert b == {"missed": 3, "in_review": 1, "no_candidate": 2, "no_candidate_longest_under_8": 1,
+                 "no_candidate_longest_8_15": 1, "recall_ceiling": 0.9}
+    assert quality._missed_line(b) == ("missed exposed customers: 3: 1 in review.csv (exposed recall 0.900 if every one "
+                                       "were notified), 2 with no candidate (1 whose longest leak is under 8 tokens, 1 of 8-15)")
+    assert quality.missed_customers(missed, tmp_path / "missing")[0]["in_review"] is False
