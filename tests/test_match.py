@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import unicodedata
 from pathlib import Path
@@ -352,6 +353,9 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     assert _outputs(case) == expected
     assert second.run_stats["jobs_on_workers"] > 0
     assert second.report["searched"]["source_texts_verified"] > 1  # several tasks share the one row group
+    for in_flight in (1, 16):  # how many tasks wait at a worker decides who verifies what, never the result
+        match(case, config(workers=2), tuning=dataclasses.replace(POOL, verify_in_flight=in_flight))
+        assert _outputs(case) == expected
     assert len(cross(first.findings)) >= 5
 
 

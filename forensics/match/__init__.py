@@ -149,7 +149,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         kept = informative_hits(index, p, all_hits, sources, held)
         del all_hits  # not held while the texts are aligned
         _, vstats = verify_kept(index, p, kept, sources, path, helpers, progress,
-                                on_found=functools.partial(scorer.add, release=True))
+                                on_found=functools.partial(scorer.add, release=True), in_flight=tuning.verify_in_flight)
         del kept
     stats.update(vstats)
     rows = scorer.rows()

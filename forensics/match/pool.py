@@ -313,17 +313,17 @@ def _giving_back(func: Any) -> Any:
     return run
 
 
-def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any]) -> Iterator[Any]:
+def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any], per_worker: int = 2) -> Iterator[Any]:
     """Results of every job in job order, whoever ran it.
 
-    A job goes to the workers while fewer than two per worker are waiting there; otherwise
+    A job goes to the workers while fewer than ``per_worker`` per worker are waiting there; otherwise
     (workers busy or not started yet) this process runs it with ``local``. Which process ran a
     job never changes its result, so outputs do not depend on the split. Results are yielded
     in job order as soon as they are ready. If a worker dies, the pool is dropped and the jobs
     it held are run here.
     """
     pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
-    in_flight = 2 * helpers.n
+    in_flight = max(per_worker, 1) * helpers.n
     local = _giving_back(local)
 
     def take() -> Any:

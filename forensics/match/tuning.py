@@ -27,6 +27,12 @@ class Tuning:
     #: task's hits grow with the targets: 4 MB rather than 8 took the 4 GB benchmark run's peak from
     #: 1,315 to 1,249 MiB (with KEEP_BYTES 64 MiB), in no more time.
     task_bytes: int = 4 << 20
+    #: Verification tasks waiting at each worker before this process verifies one itself. This process
+    #: also scores every task's candidates as they arrive, so it should verify only when the workers are
+    #: well supplied: on the 1 GB benchmark incident (2 cores, 23 tasks) 2 left the worker idle while this
+    #: process scored, and the verifying phase took 21.5-23.2 s; 4 took 19.9-20.3 s, 8 took 18.5-18.8 s.
+    #: A task's results are candidates of a few megabytes, so more in flight costs little memory.
+    verify_in_flight: int = 8
     #: Holder entries buffered before k-grams already common are retired (bounds memory, not results).
     compact_entries: int = 4_000_000
     #: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).

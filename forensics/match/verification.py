@@ -47,12 +47,14 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
 
 def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                 path: Path, helpers: Helpers, progress: Reporter | None,
-                on_found: Callable[[list[Candidate]], None] | None = None) -> tuple[list[Candidate], dict[str, int]]:
+                on_found: Callable[[list[Candidate]], None] | None = None,
+                in_flight: int = 2) -> tuple[list[Candidate], dict[str, int]]:
     """Align the hits :func:`informative_hits` kept, reading only those texts.
 
     The alignment is shared by this process and the workers (tasks of source rows, see
     :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
     each task's candidates are handed to it as they arrive, in that order, and none are returned.
+    ``in_flight``: tasks waiting at each worker before this process verifies one itself.
     Two steps, so that a caller drops the hits before the texts are aligned.
     """
     if len(kept) == 0:
@@ -63,7 +65,7 @@ def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: d
     try:
         jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
         for found, n in ordered(helpers, verify_in_worker, lambda job: (verify_task(index, p, job), len(job.rows)),
-                                 jobs):
+                                 jobs, per_worker=in_flight):
             if on_found is None:
                 cands.extend(found)
             else:
