@@ -339,6 +339,100 @@ def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
                    np.concatenate([t.hash for t in parts])), np.array(bounds, dtype=np.int64))
 
 
+#: Characters read on each side of a hit cluster when a short source text is verified (see
+#: :func:`cluster_windows`): some forty tokens of prose, where the alignment needs ``margin`` (8).
+CLUSTER_PAD_CHARS = 256
+
+
+def cluster_windows(index: TargetIndex, p: MatchParams, texts: list[str], grp: np.ndarray, t: np.ndarray,
+                    q: np.ndarray, s: np.ndarray, c: np.ndarray) -> tuple[Tokens, np.ndarray, np.ndarray]:
+    """Tokens of the parts of ``texts`` that the alignment of their hits reads, tokenized at once.
+
+    Hit ``i`` lies in text ``grp[i]`` at source token ``s[i]`` (of the whole text) starting at character
+    ``c[i]``, on target ``t[i]`` at position ``q[i]``. Each cluster of hits (as :func:`_verify_groups`
+    forms them) is aligned over its tokens plus ``margin`` on each side (``k`` more after its last hit),
+    so a text is tokenized only around its clusters: ``CLUSTER_PAD_CHARS`` on each side, widened to white
+    space, overlapping windows merged. A chat text holds hits in a few places, and tokenizing whole texts
+    was half the verification's time. Whether a window holds all the tokens its clusters need is checked
+    after tokenizing (a window of a few long tokens may not); a text where one does not is tokenized
+    whole instead, so the candidates are exactly those of whole texts.
+
+    Returns the tokens (character offsets into their own text), the text of each token, and the first
+    token of each window (plus the total): a text's windows follow one another, in text order.
+    """
+    n_texts = len(texts)
+    lengths = np.array([len(x) for x in texts], dtype=np.int64)
+    n_t = max(len(index.targets), 1)
+    order, cut = _cluster_order(grp * n_t + t, q, s, p.gap)
+    first = cut[:-1]
+    co, so = c[order], s.astype(np.int64)[order]
+    cl_text = grp[order][first]
+    cl_cmin, cl_cmax = np.minimum.reduceat(co, first), np.maximum.reduceat(co, first)
+    cl_smin, cl_smax = np.minimum.reduceat(so, first), np.maximum.reduceat(so, first)
+    whole = np.zeros(n_texts, dtype=bool)
+    for attempt in range(2):
+        spans = _windows(texts, lengths, cl_text, cl_cmin, cl_cmax, whole)
+        tk, owner, bounds = _tokenize_spans(texts, spans)
+        if attempt:
+            break
+        # Per cluster: its window, and the tokens of its first and last hit in it.
+        w_lo = np.array([a for _, a, _ in spans], dtype=np.int64)
+        w_hi = np.array([b for _, _, b in spans], dtype=np.int64)
+        w_text = np.array([g for g, _, _ in spans], dtype=np.int64)
+        key = (w_text << 32) | w_lo
+        win = np.searchsorted(key, (cl_text << 32) | cl_cmin, side="right") - 1
+        keys = (owner << 32) | tk.start
+        lmin = np.searchsorted(keys, (cl_text << 32) | cl_cmin)
+        lmax = np.searchsorted(keys, (cl_text << 32) | cl_cmax)
+        n_tok = len(tk)
+        found = ((lmin < n_tok) & (lmax < n_tok)
+                 & (tk.start[np.minimum(lmin, n_tok - 1)] == cl_cmin) & (tk.start[np.minimum(lmax, n_tok - 1)] == cl_cmax))
+        ok = (found & (lmax - lmin == cl_smax - cl_smin) & (lmax < bounds[win + 1])
+              & ((lmin - p.margin >= bounds[win]) | (w_lo[win] == 0))
+              & ((lmax + p.k + p.margin <= bounds[win + 1]) | (w_hi[win] == lengths[cl_text])))
+        if ok.all():
+            break
+        whole[cl_text[~ok]] = True
+    return tk, owner, bounds
+
+
+def _windows(texts: list[str], lengths: np.ndarray, cl_text: np.ndarray, cl_cmin: np.ndarray, cl_cmax: np.ndarray,
+             whole: np.ndarray) -> list[tuple[int, int, int]]:
+    """(text, start, end) of every window to tokenize, in text order: each cluster's characters plus the pad,
+    widened to white space and merged where they meet; a text marked ``whole`` is one window."""
+    lo = np.maximum(cl_cmin - CLUSTER_PAD_CHARS, 0)
+    hi = np.minimum(cl_cmax + CLUSTER_PAD_CHARS, lengths[cl_text])
+    order = np.lexsort((lo, cl_text))
+    spans: list[tuple[int, int, int]] = []
+    done = -1
+    for g, a, b in zip(cl_text[order].tolist(), lo[order].tolist(), hi[order].tolist()):
+        text = texts[g]
+        if whole[g]:
+            if g != done:
+                spans.append((g, 0, len(text)))
+                done = g
+            continue
+        if a > 0:
+            a = max(text.rfind(" ", 0, a), text.rfind("\n", 0, a)) + 1
+        if b < len(text):
+            ends = [i for i in (text.find(" ", b), text.find("\n", b)) if i >= 0]
+            b = min(ends) if ends else len(text)
+        if spans and spans[-1][0] == g and a <= spans[-1][2]:
+            spans[-1] = (g, spans[-1][1], max(spans[-1][2], b))
+        else:
+            spans.append((g, a, b))
+    return spans
+
+
+def _tokenize_spans(texts: list[str], spans: list[tuple[int, int, int]]) -> tuple[Tokens, np.ndarray, np.ndarray]:
+    """Tokens of every ``(text, start, end)`` span, offsets into their own text; the text of each token; the
+    first token of each span (plus the total)."""
+    tk, piece, first = tokenize_many([texts[g][a:b] for g, a, b in spans])
+    shift = np.array([a for _, a, _ in spans], dtype=np.int64)[piece]
+    owner = np.array([g for g, _, _ in spans], dtype=np.int64)[piece]
+    return Tokens(tk.start + shift, tk.end + shift, tk.hash), owner, first
+
+
 def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tuple[str, str | None, int],
            kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
            c: np.ndarray, later: bool = False) -> list[Candidate]:
@@ -616,14 +710,14 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
         # hits on a few targets, so per-text array calls would cost more than the work itself.
         if not short:
             return
-        tk, owner, first = tokenize_many([x[3] for x in short])
         ks = np.concatenate([x[2] for x in short])
         grp = np.repeat(np.arange(len(short), dtype=np.int64), [len(x[2]) for x in short])
+        t, q, s, c = ks[:, 0].astype(np.int64), ks[:, 1], ks[:, 4], ks[:, 5].astype(np.int64)
+        tk, owner, bounds = cluster_windows(index, p, [x[3] for x in short], grp, t, q, s, c)
         # Each hit's token in its own text, by one search over (text, character) keys.
-        loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | ks[:, 5].astype(np.int64))
+        loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | c)
         meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2) for row, kind_no, _, _ in short]
-        cands.extend(_verify_groups(index, p, meta, grp, ks[:, 0].astype(np.int64), ks[:, 1], ks[:, 4], loc, tk,
-                                    first))
+        cands.extend(_verify_groups(index, p, meta, grp, t, q, s, loc, tk, bounds))
         short.clear()
 
     waiting = 0
@@ -718,6 +812,7 @@ __all__ = [
     "BATCH_BYTES",
     "BatchResult",
     "CHUNK_CHARS",
+    "CLUSTER_PAD_CHARS",
     "Candidate",
     "HIT_DTYPE",
     "KINDS",
@@ -731,6 +826,7 @@ __all__ = [
     "WINDOW_MIN_CHARS",
     "WINDOW_PAD_CHARS",
     "batch_dict",
+    "cluster_windows",
     "first_holdings",
     "init_worker",
     "init_worker_from",
