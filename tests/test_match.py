@@ -20,7 +20,7 @@ import forensics.match.stream as stream_mod
 from forensics import schema
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
-from forensics.match import Tuning, match
+from forensics.match import MatchParams, Tuning, match
 
 _SYLL = ["ka", "ro", "mi", "ten", "val", "dor", "shi", "qua", "lex", "bru", "po", "zan", "fe", "gil", "mur", "sta", "ny", "orb"]
 
@@ -96,6 +96,30 @@ def test_fragment_of_a_very_long_prompt_is_verified_in_a_window(tmp_path: Path, 
     monkeypatch.setattr(stream_mod, "WINDOW_MIN_CHARS", 10**9)  # whole-text verification gives the same
     match(case, config())
     assert _outputs(case) == windowed
+
+
+def test_a_short_source_text_is_tokenized_around_its_hits_or_whole_where_its_tokens_are_long() -> None:
+    from types import SimpleNamespace
+
+    from forensics.match.fingerprint import tokenize_many
+
+    rng = np.random.default_rng(5)
+    prose = " ".join(words(rng, 2000))
+    # Nine tokens of 300 characters each before and after the hit: a 256-character window holds too few.
+    long = " ".join(["x" * 300] * 9) + " " + " ".join(words(rng, 12)) + " " + " ".join(["y" * 300] * 9)
+    texts = [prose, long]
+    whole = [tokenize_many([x])[0] for x in texts]
+    s = np.array([1000, 1001, 9, 10], dtype=np.int64)  # two hits in each text, on one target
+    c = np.array([whole[0].start[1000], whole[0].start[1001], whole[1].start[9], whole[1].start[10]], dtype=np.int64)
+    grp, t, q = np.array([0, 0, 1, 1]), np.zeros(4, dtype=np.int64), np.array([0, 1, 0, 1])
+    index = SimpleNamespace(targets=[None])
+    tk, owner, bounds = stream_mod.cluster_windows(index, MatchParams(), texts, grp, t, q, s, c)  # type: ignore[arg-type]
+    mine = owner == 0
+    assert 2 * MatchParams().margin < mine.sum() < len(whole[0]) // 10  # only around the hits
+    at = int(np.searchsorted(whole[0].start, tk.start[mine][0]))
+    assert np.array_equal(tk.hash[mine], whole[0].hash[at : at + int(mine.sum())])  # the whole text's own tokens
+    assert np.array_equal(tk.start[owner == 1], whole[1].start)  # too few tokens in the window: the whole text
+    assert list(bounds) == [0, int(mine.sum()), len(tk)]
 
 
 @pytest.mark.parametrize("length", [16, 32, 64])
@@ -341,6 +365,30 @@ def test_outputs_are_byte_identical_across_runs_and_process_counts(tmp_path: Pat
     match(case, config(workers=2, batch_rows=8), tuning=Tuning(inline_bytes=0))  # this process starts alone
     assert _outputs(case) == a
     assert len(cross(first.findings)) >= 5
+
+
+def test_verifying_around_hit_clusters_gives_what_whole_texts_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(41)
+    frags = [" ".join(words(rng, 14)) for _ in range(3)]
+    long_words = " ".join("z" * 200 + str(i) for i in range(12))
+    prompts = [" ".join(words(rng, 400)) + " " + frags[0] + " " + " ".join(words(rng, 400)),  # a window inside prose
+               frags[1] + " " + " ".join(words(rng, 300)),  # at the text's start
+               long_words + " " + frags[2] + " " + long_words]  # margin tokens beyond the window: tokenized whole
+    rows = [exchange(f"a{i}", f"src{i}", i, prompt=x) for i, x in enumerate(prompts)]
+    response = " ... ".join(f + " " + " ".join(words(rng, 6)) for f in frags)
+    rows.append(exchange("b1", "bolt", 10, prompt="hi", response=response))
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    result = match(case, config())
+    for i, frag in enumerate(frags):
+        f = only(result.findings, "b1", f"a{i}")
+        assert prompts[i][f["source_start"] : f["source_end"]].split() == frag.split()
+    windowed = _outputs(case)
+    monkeypatch.setattr(stream_mod, "CLUSTER_PAD_CHARS", 10**9)  # every text tokenized whole
+    match(case, config())
+    assert _outputs(case) == windowed
+    monkeypatch.setattr(stream_mod, "CLUSTER_PAD_CHARS", 1)  # windows of the hits alone: every text falls back
+    match(case, config())
+    assert _outputs(case) == windowed
 
 
 def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
