@@ -8,6 +8,7 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -411,3 +412,68 @@ def test_a_review_reason_never_reads_as_its_own_limit() -> None:
     assert isinstance(why, str) and "rarity 0.4999 < 0.5" in why
     why = evalue_tier(0.0005, 0.25, p, singles_out=0.6, text_expected=0.01)
     assert isinstance(why, str) and "rarity 0.25 < 0.5" in why
+
+
+def _region_facts_one_by_one(c: Any, hashes: np.ndarray, kp: np.ndarray, informative: np.ndarray, weight: np.ndarray,
+                             k: int) -> tuple[float, float, int, int, np.ndarray]:
+    """A candidate's evidence counts computed alone, as the matcher computed them before they were vectorised."""
+    def covered(starts: np.ndarray, n: int) -> np.ndarray:
+        if not len(starts):
+            return np.zeros(n, dtype=bool)
+        if starts[0] < 0 or starts[-1] > n:
+            starts = np.clip(starts, 0, n)
+        ends = np.minimum(starts + k, n)
+        return np.cumsum(np.bincount(starts, minlength=n + 1)[:n] - np.bincount(ends, minlength=n + 1)[:n]) > 0
+
+    matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
+    for a, size in c.blocks:
+        matched[a - c.tok_start : a - c.tok_start + size] = True
+    distinct = len(set(hashes[c.tok_start : c.tok_end][matched].tolist()))
+    if not informative.all():
+        matched &= ~(covered(kp[~informative] - c.tok_start, len(matched)) & ~covered(kp[informative] - c.tok_start, len(matched)))
+    return float(weight.mean()), float(weight[informative].mean()), int(matched.sum()), distinct, matched
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int) -> None:
+    from types import SimpleNamespace
+
+    from forensics.match.findings import _region_facts
+
+    rng = np.random.default_rng(seed)
+    k = 5
+    target_hashes = [rng.integers(0, 12, size=int(rng.integers(20, 200))).astype(np.uint64) for _ in range(4)]
+    cands, kps, infs, weights = [], [], [], []
+    for _ in range(40):
+        t = int(rng.integers(0, 4))
+        n_tok = len(target_hashes[t])
+        start = int(rng.integers(0, n_tok - 10))
+        end = int(rng.integers(start + 6, min(n_tok, start + 80) + 1))
+        blocks, pos = [], start
+        while pos < end:  # matching blocks with gaps between them, inside the span
+            size = int(rng.integers(1, 15))
+            blocks.append((pos, min(size, end - pos)))
+            pos += size + int(rng.integers(0, 4))
+        kp = np.array(sorted({a + j for a, size in blocks if size >= k for j in range(size - k + 1)}), dtype=np.int64)
+        inf = rng.random(len(kp)) < 0.6
+        w = np.where(inf, rng.choice([1.0, 0.5], size=len(kp)), 0.0)
+        cands.append(SimpleNamespace(target=t, tok_start=start, tok_end=end, blocks=tuple(blocks)))
+        kps.append(kp)
+        infs.append(inf)
+        weights.append(w)
+    bounds = np.cumsum([0] + [len(x) for x in kps])
+    offset = np.cumsum([0] + [len(h) for h in target_hashes])
+    facts = _region_facts(cands, np.concatenate(target_hashes), offset, np.concatenate(kps),  # type: ignore[arg-type]
+                          np.concatenate(infs), np.concatenate(weights), bounds, k)
+    checked = 0
+    for i, c in enumerate(cands):
+        assert bool(facts.any_informative[i]) == bool(infs[i].any())
+        if not infs[i].any():
+            continue
+        rarity, singles_out, info_tokens, distinct, matched = _region_facts_one_by_one(
+            c, target_hashes[c.target], kps[i], infs[i], weights[i], k)
+        assert (float(facts.rarity[i]), float(facts.singles_out[i])) == (rarity, singles_out)
+        assert (int(facts.informative_tokens[i]), int(facts.distinct[i])) == (info_tokens, distinct)
+        assert np.array_equal(facts.matched[facts.offset[i] : facts.offset[i + 1]], matched)
+        checked += 1
+    assert checked > 20

@@ -79,6 +79,8 @@ class RegionScorer:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
         self.bits: dict[int, np.ndarray] = {}
+        self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
+        self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
         self.per_pair: dict[tuple[int, str, str | None, str, bool], list[Region]] = {}
 
     def add(self, cands: list[Candidate], release: bool = False) -> None:
@@ -86,39 +88,22 @@ class RegionScorer:
         candidate's k-gram positions once used (the caller keeps no other use for them)."""
         targets, p, bits, per_pair = self.targets, self.p, self.bits, self.per_pair
         vocab, df = self.vocab, self.df
-        k = p.k
         positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p)
         if release:
             for c in cands:
                 c.kgram_positions = _NO_POSITIONS
-        for i, c in enumerate(cands):
-            tgt = targets[c.target]
-            lo, hi = int(bounds[i]), int(bounds[i + 1])
-            if not informative_all[lo:hi].any():
-                continue
-            relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
-            kp = positions[lo:hi]
-            informative = informative_all[lo:hi]
-            weight = weight_all[lo:hi]
-            rarity = float(weight.mean())
-            # How many tenants held the part that is evidence (the informative k-grams): 1 / that, on average.
-            singles_out = float(weight[informative].mean())
-            # Informative tokens: matched tokens not explained by an own-context or common k-gram
-            # (a damaged fragment's short blocks between rare k-grams still count).
-            matched = np.zeros(c.tok_end - c.tok_start, dtype=bool)
-            for a, size in c.blocks:
-                matched[a - c.tok_start : a - c.tok_start + size] = True
-            # Different words among the matched tokens: a run of one repeated word is no passage.
-            distinct = len(set(tgt.tokens.hash[c.tok_start : c.tok_end][matched].tolist()))  # a set: few tokens
-            # A token inside an informative k-gram is evidence even where a common k-gram overlaps it
-            # ("756,595.48" between "Payment of EUR" and "is due to IBAN"): only tokens that common or
-            # own-context k-grams alone cover are explained away.
-            if not informative.all():
-                matched &= ~(_covered(kp[~informative] - c.tok_start, k, len(matched))
-                             & ~_covered(kp[informative] - c.tok_start, k, len(matched)))
-            info_tokens = int(matched.sum())
+        if not cands:
+            return
+        facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k)
+        for i in np.flatnonzero(facts.any_informative).tolist():
+            c = cands[i]
+            info_tokens, distinct = int(facts.informative_tokens[i]), int(facts.distinct[i])
             if not admissible(c.score, info_tokens, distinct, p):
                 continue
+            tgt = targets[c.target]
+            relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+            rarity, singles_out = float(facts.rarity[i]), float(facts.singles_out[i])
+            matched = facts.matched[facts.offset[i] : facts.offset[i + 1]]
             if c.target not in bits:
                 bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
             strength = float(bits[c.target][c.tok_start : c.tok_end][matched].sum())
@@ -184,15 +169,83 @@ class RegionScorer:
         return rows
 
 
-def _covered(starts: np.ndarray, k: int, n: int) -> np.ndarray:
-    """Which of ``n`` tokens the k-grams at ``starts`` (relative positions, ascending) cover."""
-    if not len(starts):
-        return np.zeros(n, dtype=bool)
-    if starts[0] < 0 or starts[-1] > n:  # never for a verified region's own k-grams; kept exact anyway
-        starts = np.clip(starts, 0, n)
-    ends = np.minimum(starts + k, n)
-    edges = np.bincount(starts, minlength=n + 1) - np.bincount(ends, minlength=n + 1)
-    return np.cumsum(edges[:n]) > 0
+class RegionFacts(NamedTuple):
+    """Per candidate of a batch (see :func:`_region_facts`)."""
+
+    any_informative: np.ndarray  # whether any matched k-gram is informative
+    rarity: np.ndarray  # mean weight of the matched k-grams
+    singles_out: np.ndarray  # mean weight of the informative ones
+    informative_tokens: np.ndarray  # matched tokens not explained by common or own-context k-grams alone
+    distinct: np.ndarray  # different tokens among the matched ones (counted where any k-gram is informative)
+    matched: np.ndarray  # per token of the candidates' spans, one after another: matched, not explained away
+    offset: np.ndarray  # where each candidate's span starts in ``matched`` (plus the total)
+
+
+def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.ndarray, positions: np.ndarray,
+                  informative: np.ndarray, weight: np.ndarray, bounds: np.ndarray, k: int) -> RegionFacts:
+    """Each candidate's evidence counts from its k-gram facts (:func:`_kgram_facts`), every candidate at once;
+    ``hashes``: the targets' token hashes one target after another, target i's from ``hash_offset[i]``.
+
+    *Informative tokens* are the matched tokens not covered only by k-grams that are common or own context:
+    a token inside an informative k-gram is evidence even where a common k-gram overlaps it ("756,595.48"
+    between "Payment of EUR" and "is due to IBAN"). *Distinct* counts the different words among the matched
+    tokens: a run of one repeated word is no passage. Array passes over all candidates' spans, where a loop
+    of small array calls per candidate was most of the stage's scoring time. The means are sums in order
+    over each candidate's k-grams, divided by their count; with ``max_tenants`` <= 2 every weight is 0, 1/2
+    or 1, so the sums are exact whatever the order.
+    """
+    n = len(cands)
+    count = np.diff(bounds)
+    nonempty = np.flatnonzero(count > 0)
+
+    def sums(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, dtype=values.dtype)
+        if len(nonempty):
+            out[nonempty] = np.add.reduceat(values, bounds[:-1][nonempty])
+        return out
+
+    n_informative = sums(informative.astype(np.int64))
+    total_weight = sums(weight)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rarity = np.where(count > 0, total_weight / np.maximum(count, 1), 0.0)
+        singles_out = np.where(n_informative > 0, total_weight / np.maximum(n_informative, 1), 0.0)
+    tok_start = np.array([c.tok_start for c in cands], dtype=np.int64)
+    span = np.array([c.tok_end - c.tok_start for c in cands], dtype=np.int64)
+    offset = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(span, out=offset[1:])
+    total = int(offset[-1])
+
+    def cover(owner: np.ndarray, start: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Tokens of the spans that the intervals [start, start + size) of candidate ``owner`` cover
+        (positions relative to the candidate's span, clipped to it, as slicing would)."""
+        a = np.clip(start, 0, span[owner])
+        b = np.minimum(a + size, span[owner])
+        edges = (np.bincount(offset[owner] + a, minlength=total + 1)
+                 - np.bincount(offset[owner] + b, minlength=total + 1))
+        return np.cumsum(edges[:total]) > 0
+
+    n_blocks = np.array([len(c.blocks) for c in cands], dtype=np.int64)
+    blocks = np.array([b for c in cands for b in c.blocks], dtype=np.int64).reshape(-1, 2)
+    block_owner = np.repeat(np.arange(n, dtype=np.int64), n_blocks)
+    matched = cover(block_owner, blocks[:, 0] - tok_start[block_owner], blocks[:, 1])
+    token_owner = np.repeat(np.arange(n, dtype=np.int64), span)
+    # Different words among the matched tokens: (candidate, token hash) pairs, counted once each.
+    at = np.flatnonzero(matched & (n_informative > 0)[token_owner])
+    owner_at = token_owner[at]
+    h = hashes[hash_offset[np.array([c.target for c in cands], dtype=np.int64)[owner_at]] + tok_start[owner_at]
+               + (at - offset[owner_at])]
+    order = np.lexsort((h, owner_at))
+    owner_at, h = owner_at[order], h[order]
+    new = np.ones(len(h), dtype=bool)
+    new[1:] = (owner_at[1:] != owner_at[:-1]) | (h[1:] != h[:-1])
+    distinct = np.bincount(owner_at[new], minlength=n)
+    kgram_owner = np.repeat(np.arange(n, dtype=np.int64), count)
+    rel = positions - tok_start[kgram_owner]
+    by_common = cover(kgram_owner[~informative], rel[~informative], np.full(int((~informative).sum()), k))
+    by_informative = cover(kgram_owner[informative], rel[informative], np.full(int(informative.sum()), k))
+    matched &= ~(by_common & ~by_informative)
+    informative_tokens = np.bincount(token_owner, weights=matched, minlength=n).astype(np.int64)
+    return RegionFacts(n_informative > 0, rarity, singles_out, informative_tokens, distinct, matched, offset)
 
 
 def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders,
