@@ -31,8 +31,9 @@ class Tuning:
     #: also scores every task's candidates as they arrive, so it should verify only when the workers are
     #: well supplied: on the 1 GB benchmark incident (2 cores, 23 tasks) 2 left the worker idle while this
     #: process scored, and the verifying phase took 21.5-23.2 s; 4 took 19.9-20.3 s, 8 took 18.5-18.8 s.
-    #: A task's results are candidates of a few megabytes, so more in flight costs little memory.
-    verify_in_flight: int = 8
+    #: Once scoring took half the time (array passes), 4 and 8 gave the same (verification 8.2-8.8 s in
+    #: both): 4, since each waiting task's candidates are held in memory.
+    verify_in_flight: int = 4
     #: Holder entries buffered before k-grams already common are retired (bounds memory, not results).
     compact_entries: int = 4_000_000
     #: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).
