@@ -434,8 +434,8 @@ def _region_facts_one_by_one(c: Any, hashes: np.ndarray, kp: np.ndarray, informa
     return float(weight.mean()), float(weight[informative].mean()), int(matched.sum()), distinct, matched
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int) -> None:
+@pytest.mark.parametrize("seed, held_by", [(s, (1, 2)) for s in range(6)] + [(s, (1, 2, 3, 4)) for s in range(6)])
+def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int, held_by: tuple[int, ...]) -> None:
     from types import SimpleNamespace
 
     from forensics.match.findings import _region_facts
@@ -456,7 +456,7 @@ def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int) -> 
             pos += size + int(rng.integers(0, 4))
         kp = np.array(sorted({a + j for a, size in blocks if size >= k for j in range(size - k + 1)}), dtype=np.int64)
         inf = rng.random(len(kp)) < 0.6
-        w = np.where(inf, rng.choice([1.0, 0.5], size=len(kp)), 0.0)
+        w = np.where(inf, 1.0 / rng.choice(held_by, size=len(kp)), 0.0)  # max_tenants >= 3: weights of 1/3, 1/4
         cands.append(SimpleNamespace(target=t, tok_start=start, tok_end=end, blocks=tuple(blocks)))
         kps.append(kp)
         infs.append(inf)
@@ -477,3 +477,18 @@ def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int) -> 
         assert np.array_equal(facts.matched[facts.offset[i] : facts.offset[i + 1]], matched)
         checked += 1
     assert checked > 20
+
+
+def test_a_mean_weight_of_one_half_stays_one_half_when_three_tenants_held_a_k_gram() -> None:
+    from types import SimpleNamespace
+
+    from forensics.match.findings import _region_facts
+
+    # k-grams held by 3, 3, 3 and 1 tenants (max_tenants = 3): the mean weight is 0.5, the rarity gate's value;
+    # summed in another order than numpy's mean it came out 0.49999999999999994, and the finding lost its tier.
+    cand = SimpleNamespace(target=0, tok_start=0, tok_end=8, blocks=((0, 8),))
+    weight = np.array([1 / 3, 1 / 3, 1 / 3, 1.0])
+    facts = _region_facts([cand], np.arange(8, dtype=np.uint64), np.array([0, 8]),  # type: ignore[list-item]
+                          np.arange(4, dtype=np.int64), np.ones(4, dtype=bool), weight, np.array([0, 4]), 5)
+    assert float(facts.rarity[0]) == float(weight.mean()) == 0.5
+    assert float(facts.singles_out[0]) == 0.5

@@ -169,6 +169,10 @@ class RegionScorer:
         return rows
 
 
+#: Weights whose sums are exact in any order (see :func:`_region_facts`).
+_EXACT_WEIGHTS = np.array([0.0, 0.5, 1.0])
+
+
 class RegionFacts(NamedTuple):
     """Per candidate of a batch (see :func:`_region_facts`)."""
 
@@ -191,8 +195,9 @@ def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.nd
     between "Payment of EUR" and "is due to IBAN"). *Distinct* counts the different words among the matched
     tokens: a run of one repeated word is no passage. Array passes over all candidates' spans, where a loop
     of small array calls per candidate was most of the stage's scoring time. The means are sums in order
-    over each candidate's k-grams, divided by their count; with ``max_tenants`` <= 2 every weight is 0, 1/2
-    or 1, so the sums are exact whatever the order.
+    over each candidate's k-grams, divided by their count, when every weight is 0, 1/2 or 1 (``max_tenants``
+    <= 2, the default): such sums are exact whatever the order. Other weights take numpy's mean per candidate,
+    as before, so that a mean of exactly 0.5 is not read as 0.49999999999999994.
     """
     n = len(cands)
     count = np.diff(bounds)
@@ -205,10 +210,18 @@ def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.nd
         return out
 
     n_informative = sums(informative.astype(np.int64))
-    total_weight = sums(weight)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rarity = np.where(count > 0, total_weight / np.maximum(count, 1), 0.0)
-        singles_out = np.where(n_informative > 0, total_weight / np.maximum(n_informative, 1), 0.0)
+    if np.isin(weight, _EXACT_WEIGHTS).all():
+        total_weight = sums(weight)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rarity = np.where(count > 0, total_weight / np.maximum(count, 1), 0.0)
+            singles_out = np.where(n_informative > 0, total_weight / np.maximum(n_informative, 1), 0.0)
+    else:
+        # Weights such as 1/3 (max_tenants >= 3) round differently when summed in another order, and the
+        # tiers compare these means with 0.5 and 0.75: numpy's own mean, one candidate at a time.
+        rarity, singles_out = np.zeros(n), np.zeros(n)
+        for i in np.flatnonzero(n_informative > 0).tolist():
+            w, inf = weight[bounds[i] : bounds[i + 1]], informative[bounds[i] : bounds[i + 1]]
+            rarity[i], singles_out[i] = float(w.mean()), float(w[inf].mean())
     tok_start = np.array([c.tok_start for c in cands], dtype=np.int64)
     span = np.array([c.tok_end - c.tok_start for c in cands], dtype=np.int64)
     offset = np.zeros(n + 1, dtype=np.int64)
