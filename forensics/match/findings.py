@@ -122,14 +122,21 @@ class RegionScorer:
         rows = []
         for (t, _, _, _, later), regs in self.per_pair.items():
             tgt = targets[t]
-            regs.sort(key=lambda r: (-r.strength, -r.score, r.recipient_start, r.source_start))
-            kept: list[Region] = []
-            for r in regs:
-                if all(r.recipient_end <= x.recipient_start or r.recipient_start >= x.recipient_end for x in kept):
-                    kept.append(r)
-            best = c = kept[0]
-            passages = _merge_passages([(x.recipient_start, x.recipient_end, x.source_start, x.source_end) for x in kept])
-            main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
+            if len(regs) == 1:  # most pairs: one region, one passage (what the general steps give it)
+                kept = regs
+                best = c = regs[0]
+                main = (c.recipient_start, c.recipient_end, c.source_start, c.source_end)
+                passages = [main]
+            else:
+                regs.sort(key=lambda r: (-r.strength, -r.score, r.recipient_start, r.source_start))
+                kept = []
+                for r in regs:
+                    if all(r.recipient_end <= x.recipient_start or r.recipient_start >= x.recipient_end for x in kept):
+                        kept.append(r)
+                best = c = kept[0]
+                passages = _merge_passages([(x.recipient_start, x.recipient_end, x.source_start, x.source_end)
+                                            for x in kept])
+                main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
             rule_rank = min((_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule) if any(
                 x.rule for x in kept) else None
             null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
