@@ -328,15 +328,19 @@ def regions(text: str, chars: np.ndarray) -> tuple[Tokens, np.ndarray]:
     cuts = np.flatnonzero(np.diff(c) > 2 * WINDOW_PAD_CHARS) + 1
     parts, bounds = [], [0]
     for grp in np.split(c, cuts):
-        lo, hi = max(int(grp[0]) - WINDOW_PAD_CHARS, 0), int(grp[-1]) + WINDOW_PAD_CHARS
-        lo = max(text.rfind(" ", 0, lo), text.rfind("\n", 0, lo)) + 1 if lo > 0 else 0
-        ends = [i for i in (text.find(" ", hi), text.find("\n", hi)) if i >= 0]
-        hi = min(ends) if ends and hi < len(text) else len(text)
+        lo, hi = _widen(text, max(int(grp[0]) - WINDOW_PAD_CHARS, 0), int(grp[-1]) + WINDOW_PAD_CHARS)
         tk = tokenize_many([text[lo:hi]])[0]
         parts.append(Tokens(tk.start + lo, tk.end + lo, tk.hash))
         bounds.append(bounds[-1] + len(tk))
     return (Tokens(np.concatenate([t.start for t in parts]), np.concatenate([t.end for t in parts]),
                    np.concatenate([t.hash for t in parts])), np.array(bounds, dtype=np.int64))
+
+
+def _widen(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """``text[lo:hi]`` widened to white space (a space or a line feed) on both sides, so no token is cut."""
+    lo = max(text.rfind(" ", 0, lo), text.rfind("\n", 0, lo)) + 1 if lo > 0 else 0
+    ends = [i for i in (text.find(" ", hi), text.find("\n", hi)) if i >= 0]
+    return lo, (min(ends) if ends and hi < len(text) else len(text))
 
 
 #: Characters read on each side of a hit cluster when a short source text is verified (see
@@ -345,7 +349,8 @@ CLUSTER_PAD_CHARS = 256
 
 
 def cluster_windows(index: TargetIndex, p: MatchParams, texts: list[str], grp: np.ndarray, t: np.ndarray,
-                    q: np.ndarray, s: np.ndarray, c: np.ndarray) -> tuple[Tokens, np.ndarray, np.ndarray]:
+                    q: np.ndarray, s: np.ndarray, c: np.ndarray,
+                    clusters: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Tokens, np.ndarray, np.ndarray]:
     """Tokens of the parts of ``texts`` that the alignment of their hits reads, tokenized at once.
 
     Hit ``i`` lies in text ``grp[i]`` at source token ``s[i]`` (of the whole text) starting at character
@@ -357,13 +362,15 @@ def cluster_windows(index: TargetIndex, p: MatchParams, texts: list[str], grp: n
     after tokenizing (a window of a few long tokens may not); a text where one does not is tokenized
     whole instead, so the candidates are exactly those of whole texts.
 
+    ``clusters``: :func:`_cluster_order` of these hits, when the caller has it already.
+
     Returns the tokens (character offsets into their own text), the text of each token, and the first
     token of each window (plus the total): a text's windows follow one another, in text order.
     """
     n_texts = len(texts)
     lengths = np.array([len(x) for x in texts], dtype=np.int64)
     n_t = max(len(index.targets), 1)
-    order, cut = _cluster_order(grp * n_t + t, q, s, p.gap)
+    order, cut = clusters if clusters is not None else _cluster_order(grp * n_t + t, q, s, p.gap)
     first = cut[:-1]
     co, so = c[order], s.astype(np.int64)[order]
     cl_text = grp[order][first]
@@ -412,11 +419,7 @@ def _windows(texts: list[str], lengths: np.ndarray, cl_text: np.ndarray, cl_cmin
                 spans.append((g, 0, len(text)))
                 done = g
             continue
-        if a > 0:
-            a = max(text.rfind(" ", 0, a), text.rfind("\n", 0, a)) + 1
-        if b < len(text):
-            ends = [i for i in (text.find(" ", b), text.find("\n", b)) if i >= 0]
-            b = min(ends) if ends else len(text)
+        a, b = _widen(text, a, b)
         if spans and spans[-1][0] == g and a <= spans[-1][2]:
             spans[-1] = (g, spans[-1][1], max(spans[-1][2], b))
         else:
@@ -452,7 +455,7 @@ def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tupl
 
 def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[str, str | None, int], str, bool]],
                    grp: np.ndarray, t: np.ndarray, q: np.ndarray, s: np.ndarray, loc: np.ndarray, tk: Tokens,
-                   bounds: np.ndarray) -> list[Candidate]:
+                   bounds: np.ndarray, clusters: tuple[np.ndarray, np.ndarray] | None = None) -> list[Candidate]:
     """Cluster and align the hits of several source texts at once (one set of array passes).
 
     Hit ``i`` belongs to text ``grp[i]`` (``meta``: its source, kind and whether it is later),
@@ -461,11 +464,12 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
     ``bounds``: the first token of every region of ``tk`` (plus the total); no alignment crosses
     one. Candidates come out per text in order, per target in increasing order within it, then
     per cluster, exactly as :func:`verify` on each (text, target) alone would give them.
+    ``clusters``: :func:`_cluster_order` of these hits, when the caller has it already.
     """
     if len(q) == 0:
         return []
     n_t = max(len(index.targets), 1)
-    order, cut = _cluster_order(grp * n_t + t, q, s, p.gap)
+    order, cut = clusters if clusters is not None else _cluster_order(grp * n_t + t, q, s, p.gap)
     k, margin = p.k, p.margin
     first = cut[:-1]
     key = (grp * n_t + t)[order][first]
@@ -713,11 +717,13 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
         ks = np.concatenate([x[2] for x in short])
         grp = np.repeat(np.arange(len(short), dtype=np.int64), [len(x[2]) for x in short])
         t, q, s, c = ks[:, 0].astype(np.int64), ks[:, 1], ks[:, 4], ks[:, 5].astype(np.int64)
-        tk, owner, bounds = cluster_windows(index, p, [x[3] for x in short], grp, t, q, s, c)
+        # Clusters are formed once: the windows are placed around them and the alignment reads them.
+        clusters = _cluster_order(grp * max(len(index.targets), 1) + t, q, s, p.gap)
+        tk, owner, bounds = cluster_windows(index, p, [x[3] for x in short], grp, t, q, s, c, clusters)
         # Each hit's token in its own text, by one search over (text, character) keys.
         loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | c)
         meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2) for row, kind_no, _, _ in short]
-        cands.extend(_verify_groups(index, p, meta, grp, t, q, s, loc, tk, bounds))
+        cands.extend(_verify_groups(index, p, meta, grp, t, q, s, loc, tk, bounds, clusters))
         short.clear()
 
     waiting = 0
