@@ -326,3 +326,17 @@ def test_end_to_end_benchmark_prints_the_stage_table_of_a_run(tmp_path: Path, ca
                                  "duckdb": measured(None), "ingest": None}])
     out = capsys.readouterr().out
     assert "match searched" in out and summary["match_tokens_1x"] == searched["tokens"]
+
+
+def test_warm_page_cache_reads_every_byte_of_files_and_folders_once(tmp_path: Path) -> None:
+    from forensics.lab.bench import WARM_CHUNK, warm_page_cache
+
+    folder = tmp_path / "gateway"
+    (folder / "day").mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes(b"x" * 10)
+    (folder / "day" / "b.jsonl").write_bytes(b"y" * (WARM_CHUNK + 3))  # more than one chunk
+    (folder / "empty.jsonl").write_bytes(b"")
+    single = tmp_path / "engine.log"
+    single.write_bytes(b"z" * 7)
+    assert warm_page_cache([folder, single]) == 10 + WARM_CHUNK + 3 + 7
+    assert warm_page_cache([]) == 0
