@@ -11,6 +11,7 @@ import pytest
 from query_cases.build import event, exchange, write_case
 
 from forensics import queries as q
+from forensics.case import Case
 from forensics.errors import QueryError
 
 CASES_DIR = Path(__file__).parent / "query_cases"
@@ -41,15 +42,23 @@ def _bind(query: q.Query, values: dict[str, Any]) -> dict[str, Any]:
     return bound
 
 
+@pytest.mark.parametrize("views", ["views", "computed_views"])
 @pytest.mark.parametrize(("spec", "case"), _cases())
-def test_query_case(tmp_path: Path, spec: dict[str, Any], case: dict[str, Any]) -> None:
+def test_query_case(tmp_path: Path, spec: dict[str, Any], case: dict[str, Any], views: str) -> None:
+    """Each case on the analyst's connection (views) and as the scan stage runs it (the helper views
+    computed once into tables, ``materialize_views``): the same rows both ways."""
     query = q.find_query(spec["query"], SHIPPED)
     assert query is not None, f"no shipped query {spec['query']}"
     exchanges = [exchange(**row) for row in case.get("exchanges", [])]
     events = [event(row.pop("node"), row.pop("event"), **row) for row in map(dict, case.get("engine_events", []))]
     root = write_case(tmp_path / "case", exchanges, events)
     params = _bind(query, spec.get("params", {}) | case.get("params", {}))
-    con = q.read_only_connection(root, SHIPPED)
+    if views == "views":
+        con = q.read_only_connection(root, SHIPPED)
+    else:
+        con = Case(root).connect(memory_cap=True)
+        q.install_views(con, SHIPPED)
+        q.materialize_views(con, SHIPPED)
     try:
         if query.kind == "view":
             table = q.run_sql(con, f"SELECT * FROM {query.id}", {})
@@ -293,3 +302,36 @@ def test_out_of_memory_on_a_locked_connection_says_so_not_that_the_setting_is_lo
     with pytest.raises(QueryError, match="query wide failed: Out of Memory Error") as err:
         q.run_query(con, query, {})
     assert "Cannot change configuration" not in str(err.value)
+
+
+def test_computed_views_are_computed_once_and_read_from_then_on(tmp_path: Path) -> None:
+    root = write_case(tmp_path / "case", [exchange("a"), exchange("gw-b", rid="eng-b")], [])
+    con = Case(root).connect(memory_cap=True)
+    try:
+        q.install_views(con, SHIPPED)
+        q.materialize_views(con, SHIPPED)
+        # The scan's tables do not change while it runs; were the view still a query, this would empty it.
+        con.execute("CREATE OR REPLACE VIEW exchanges AS SELECT * FROM exchanges WHERE false")
+        keys = sorted(con.execute("SELECT request_id, engine_rid FROM exchange_keys").fetchall())
+        owners = sorted(con.execute("SELECT engine_rid, request_id FROM rid_owners").fetchall())
+    finally:
+        con.close()
+    assert keys == [("a", "a"), ("gw-b", "eng-b")]
+    assert owners == [("a", "a"), ("eng-b", "gw-b")]
+
+
+def test_a_view_that_cannot_be_computed_is_an_error_naming_its_file(tmp_path: Path) -> None:
+    root = write_case(tmp_path / "case", [exchange("a")], [])
+    (tmp_path / "queries" / "views").mkdir(parents=True)
+    (tmp_path / "queries" / "views" / "broken.sql").write_text(
+        "-- id: broken\n-- title: request ids as numbers\n-- kind: view\n-- returns: n\n-- params: none\n"
+        "SELECT CAST(request_id AS INTEGER) AS n FROM exchanges\n", encoding="utf-8")  # fails when run, not when created
+    own = q.load_queries(tmp_path / "queries")
+    con = Case(root).connect(memory_cap=True)
+    try:
+        q.install_views(con, own)
+        with pytest.raises(QueryError, match="view broken could not be computed") as err:
+            q.materialize_views(con, own)
+    finally:
+        con.close()
+    assert err.value.file is not None and str(err.value.file).endswith("broken.sql")
