@@ -258,3 +258,28 @@ def test_a_case_built_stage_by_stage_inside_the_report_folder_is_kept(tmp_path: 
     tables = _files(case)
     rd = api.report(case, cfg, tmp_path / "out").report_dir
     assert rd == tmp_path / "out" / NAME and _files(rd / "case") == tables and api.verify(rd).ok
+
+
+def test_packet_files_are_new_private_files_and_never_written_through_what_is_there(tmp_path: Path) -> None:
+    from forensics.errors import OutputError
+    from forensics.report import safe
+
+    old = os.umask(0o277)  # would leave a file 0400 and a folder 0500 without the explicit modes
+    try:
+        folder = safe.new_private_dir(tmp_path / "packets")
+        safe.write_new(folder / "notice.md", b"# notice\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "notice.md").stat().st_mode) == 0o600
+    assert (folder / "notice.md").read_bytes() == b"# notice\n"
+    target = tmp_path / "elsewhere.txt"
+    target.write_bytes(b"theirs")
+    (folder / "notice.json").symlink_to(target)
+    with pytest.raises(OutputError, match="already exists"):
+        safe.write_new(folder / "notice.json", b"{}")
+    with pytest.raises(OutputError, match="already exists"):
+        safe.write_new(folder / "notice.md", b"again")
+    with pytest.raises(OutputError, match="already exists"):
+        safe.new_private_dir(folder)
+    assert target.read_bytes() == b"theirs" and (folder / "notice.md").read_bytes() == b"# notice\n"

@@ -495,10 +495,12 @@ def write_packets(
     written = []
     packets = safe.private_dir(report_dir / "packets")
     for tenant in sorted(by_tenant):
-        folder = safe.private_dir(packets / safe.safe_name(tenant))
+        # The report folder is built afresh and swapped in whole (report_folder): files are written straight in.
+        folder = safe.new_private_dir(packets / safe.safe_name(tenant))
         packet = build_packet(tenant, by_tenant[tenant], suspects.get(tenant, []), received.get(tenant, []),
                               exposed.get(tenant, []), refs, case_name, classifier, settings)
-        safe.write_text(folder / "notice.json", json.dumps(packet, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        safe.write_text(folder / "notice.md", render_packet_md(packet))
+        safe.write_new(folder / "notice.json",
+                       (json.dumps(packet, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+        safe.write_new(folder / "notice.md", render_packet_md(packet).encode("utf-8"))
         written.append(packet_path(tenant))
     return written
