@@ -26,4 +26,5 @@ WHERE EXISTS (SELECT 1 FROM engine_events WHERE role = 'prefill')
   AND d.node IN (SELECT node FROM engine_events WHERE role = 'decode')
   AND (d.rid IS NULL OR d.rid NOT IN (SELECT rid FROM prefill_rids))
   AND (d.bootstrap_room IS NULL OR d.bootstrap_room NOT IN (SELECT bootstrap_room FROM prefill_rooms))
-ORDER BY d.time NULLS LAST, d.node, d.rid, d.bootstrap_room
+ORDER BY d.time NULLS LAST, d.node, d.rid, d.bootstrap_room, d.event, d.output_len NULLS LAST, request_id NULLS LAST,
+         tenant_id NULLS LAST

@@ -31,4 +31,5 @@ WHERE x.request_id IS NULL
    OR NOT coalesce(list_contains($models, x.model) OR list_contains($models, x.model_routed), false)
    OR NOT (coalesce(x.received_at, x.completed_at) >= $window_start AND coalesce(x.received_at, x.completed_at) < $window_end)
    OR coalesce(x.received_at, x.completed_at) IS NULL
-ORDER BY s.first_seen NULLS LAST, s.rid, x.request_id
+ORDER BY s.first_seen NULLS LAST, s.rid, x.request_id, x.tenant_id NULLS LAST, x.received_at NULLS LAST, x.model NULLS LAST,
+         x.model_routed NULLS LAST
