@@ -210,6 +210,11 @@ def install_views(con: duckdb.DuckDBPyConnection, queries: list[Query]) -> None:
                 raise QueryError(f"view {q.id} does not compile: {_first_line(exc)}", file=q.path) from None
 
 
+def _ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def materialize_views(con: duckdb.DuckDBPyConnection, queries: list[Query]) -> None:
     """Compute every helper view (``kind: view``, installed by :func:`install_views`) once into a
     temporary table that the view then reads, for a connection that runs many queries over tables
@@ -217,18 +222,19 @@ def materialize_views(con: duckdb.DuckDBPyConnection, queries: list[Query]) -> N
 
     A view is a query, run again by every query that reads it: each of the scan's engine-log queries
     rebuilt ``exchange_keys`` and its owners from the whole case, 1.5-3 s apiece on the 4 GB benchmark
-    incident; with the views computed once the stage went from 12.2 to 4.6 s there, with the same
+    incident; with the views computed once the stage went from 13.7 to 4.6 s there, with the same
     rows. Views are computed in the order given (the shipped ones by id); each is right whether the
     views it reads were computed before it or not.
     """
     for q in queries:
         if q.kind != "view":
             continue
-        table = f'temp."_view_{q.id}"'  # q.id is a checked file stem
-        compute = f'CREATE TEMP TABLE {table} AS SELECT * FROM "{q.id}"'
+        # Named with a "/", which no file name (a view's id) holds: no view or query is shadowed by it.
+        table = "temp." + _ident(f"{q.id}/computed")
+        compute = f"CREATE TEMP TABLE {table} AS SELECT * FROM {_ident(q.id)}"
         try:
             with_memory_to_spare(con, functools.partial(con.execute, compute))
-            con.execute(f'CREATE OR REPLACE VIEW "{q.id}" AS SELECT * FROM {table}')
+            con.execute(f"CREATE OR REPLACE VIEW {_ident(q.id)} AS SELECT * FROM {table}")
         except duckdb.Error as exc:
             raise QueryError(f"view {q.id} could not be computed: {_first_line(exc)}", file=q.path) from None
 

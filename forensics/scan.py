@@ -261,10 +261,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     try:
         con.execute("SET TimeZone = 'UTC'")
         q.install_views(con, all_queries)
-        q.materialize_views(con, all_queries)  # the case's tables do not change while the scan runs
         _check_scope(con, config)
         limits = resolve_limits(con, config)
         check_band(case_obj.read_manifest(), int(config.real_ceiling_tokens))  # type: ignore[arg-type]
+        # After the checks (a mistake in the case file is told before any work over the whole case); the
+        # case's tables do not change while the scan runs.
+        q.materialize_views(con, all_queries)
         engine_limits = _engine_limits(con)
         params = _params(config)
         task.advance()

@@ -57,6 +57,7 @@ def test_query_case(tmp_path: Path, spec: dict[str, Any], case: dict[str, Any], 
         con = q.read_only_connection(root, SHIPPED)
     else:
         con = Case(root).connect(memory_cap=True)
+        con.execute("SET TimeZone = 'UTC'")  # as the scan stage does
         q.install_views(con, SHIPPED)
         q.materialize_views(con, SHIPPED)
     try:
@@ -310,8 +311,10 @@ def test_computed_views_are_computed_once_and_read_from_then_on(tmp_path: Path) 
     try:
         q.install_views(con, SHIPPED)
         q.materialize_views(con, SHIPPED)
-        # The scan's tables do not change while it runs; were the view still a query, this would empty it.
-        con.execute("CREATE OR REPLACE VIEW exchanges AS SELECT * FROM exchanges WHERE false")
+        # The scan's tables do not change while it runs; were the views still queries, they would read the
+        # emptied exchanges here.
+        con.execute("CREATE TEMP TABLE no_exchanges AS SELECT * FROM exchanges LIMIT 0")
+        con.execute("CREATE OR REPLACE VIEW exchanges AS SELECT * FROM no_exchanges")
         keys = sorted(con.execute("SELECT request_id, engine_rid FROM exchange_keys").fetchall())
         owners = sorted(con.execute("SELECT engine_rid, request_id FROM rid_owners").fetchall())
     finally:

@@ -90,8 +90,7 @@ def new_private_dir(path: Path) -> Path:
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
-        raise OutputError("already exists in the report folder being built", file=path,
-                          fix="report again: the folder is built afresh each time") from None
+        raise OutputError("already exists in the report folder being built", file=path, fix=_COLLISION) from None
     os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
     return path
 
@@ -108,11 +107,15 @@ def write_new(path: Path, data: bytes) -> None:
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError:
-        raise OutputError("already exists in the report folder being built", file=path,
-                          fix="report again: the folder is built afresh each time") from None
+        raise OutputError("already exists in the report folder being built", file=path, fix=_COLLISION) from None
     with open(fd, "wb") as fh:
-        os.chmod(path, 0o600)  # the umask may have taken bits from the mode
+        os.fchmod(fd, 0o600)  # the umask may have taken bits from the mode (the open file's, not a path's)
         fh.write(data)
+
+
+#: What to do when a name in a report folder being built is taken: only two ids that share a folder
+#: name (see :func:`safe_name`: the same readable prefix and 10 hex digits of SHA-256) can cause it.
+_COLLISION = "two ids in this case map to one folder name: a bug, please report it (the previous report was kept)"
 
 
 def copy_file(src: Path, dst: Path) -> None:
