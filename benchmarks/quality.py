@@ -306,11 +306,9 @@ def missed_customers(missed: list[dict[str, Any]], report_dir: Path) -> list[dic
     """The exposed customers the list missed, each with its leaks' sizes and whether ``review.csv`` holds a
     candidate naming it on one of the responses its text leaked into (``in_review``: a threshold or rule kept it
     off the list; otherwise the matcher found no candidate there at all)."""
-    reviewed: set[tuple[str, str]] = set()
-    path = report_dir / "review.csv"
-    if path.is_file():
-        with open(path, encoding="utf-8", newline="") as fh:
-            reviewed = {(r["recipient_request_id"], r["source_tenant_id"]) for r in csv.DictReader(fh)}
+    # review.csv's rows are the ones with a reason they were not notified (evidence.csv has no such column).
+    reviewed = {(r["recipient_request_id"], r["source_tenant_id"]) for r in _cross_tenant_rows(report_dir)
+                if r.get("why_not_notified")}
     return [{"tenant_id": m["tenant_id"], "fragment_tokens": [x["tokens"] for x in m["fragments"]],
              "in_review": any((x["recipient_request_id"], m["tenant_id"]) in reviewed for x in m["fragments"])}
             for m in missed]

@@ -19,6 +19,7 @@ from forensics.match.stream import (
     verify_task,
 )
 from forensics.match.tiers import MatchParams
+from forensics.match.tuning import Tuning
 from forensics.progress import Reporter, reporter
 
 
@@ -52,7 +53,7 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
 def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
                 path: Path, helpers: Helpers, progress: Reporter | None,
                 on_found: Callable[[list[Candidate]], None] | None = None,
-                in_flight: int = 2) -> tuple[list[Candidate], dict[str, int]]:
+                in_flight: int = Tuning.verify_in_flight) -> tuple[list[Candidate], dict[str, int]]:
     """Align the hits :func:`informative_hits` kept, reading only those texts.
 
     The alignment is shared by this process and the workers (tasks of source rows, see
