@@ -161,6 +161,54 @@ def test_no_room_for_the_scanner_file_leaves_the_match_to_this_process(
     assert list(scratch.glob("forensics-*")) == []  # the file begun is gone
 
 
+def test_no_room_for_the_holders_file_leaves_the_verification_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The workers score what they verify, with the holders the pass counted, which they read from a
+    # file written after the pass. With no room for it the workers stop helping: same outputs.
+    case, expected, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
+    written: list[Any] = []
+
+    def disk_full(obj: Any, fh: Any, protocol: int | None = None) -> None:
+        written.append(obj)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pool_mod.pickle, "dump", disk_full)
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert written  # the holders file was begun
+    assert _outputs(case) == expected
+    assert result.run_stats["jobs_on_workers"] > 0  # the pass had the workers' help
+    assert "No space left on device" in result.summary()["warnings"][0]
+    assert list(scratch.glob("forensics-*")) == []  # the file begun is gone
+
+
+def test_the_holders_file_is_locked_while_the_workers_may_read_it_and_goes_with_the_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweeping stage (remove_stale_payloads) must see the file in use, as it does the scanner file.
+    import fcntl
+
+    case, expected, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
+    seen: list[bool] = []
+    share = pool_mod.Helpers.share
+
+    def share_and_look(self: pool_mod.Helpers, obj: Any) -> str | None:
+        name = share(self, obj)
+        assert name is not None and Path(name).parent == scratch
+        with open(name, "rb") as fh:
+            assert pickle.load(fh)[0].tolist() == obj[0].tolist()  # the holders, readable
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                seen.append(True)
+        return name
+
+    monkeypatch.setattr(pool_mod.Helpers, "share", share_and_look)
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert seen == [True]
+    assert _outputs(case) == expected
+    assert not result.summary()["warnings"]
+    assert list(scratch.glob("forensics-*")) == []
+
+
 def test_spark_executors_get_the_targets_tokens_but_not_their_text() -> None:
     # --engine spark broadcasts the scanner through Spark's own pickling: it carried the targets'
     # text to every executor, where the local workers get their tokens alone.

@@ -33,7 +33,6 @@ and ``tiers.py`` (the evidence model and the rules), and this module: the stage 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -148,8 +147,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         scorer = RegionScorer(targets, held, p)
         kept = informative_hits(index, p, all_hits, sources, held)
         del all_hits  # not held while the texts are aligned
-        _, vstats = verify_kept(index, p, kept, sources, path, helpers, progress,
-                                on_found=functools.partial(scorer.add, release=True), in_flight=tuning.verify_in_flight)
+        vstats = verify_kept(index, p, kept, sources, path, helpers, progress, scorer, in_flight=tuning.verify_in_flight)
         del kept
     stats.update(vstats)
     rows = scorer.rows()

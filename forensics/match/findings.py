@@ -70,10 +70,19 @@ class Region(NamedTuple):
     source_received_us: int
 
 
+#: A candidate pair's key: (target, source request id, source tenant, source kind, later text).
+PairKey = tuple[int, str, str | None, str, bool]
+
+
 class RegionScorer:
-    """:func:`score_candidates` a batch of candidates at a time (in the order they were found):
-    the match stage scores each verification task's candidates as they arrive, while the workers
-    verify the next, and keeps only the admissible regions, not every candidate at once."""
+    """:func:`score_candidates` a batch of candidates at a time (in the order they were found).
+
+    Two halves, so that the scoring runs where the candidates were verified: :meth:`score` turns a
+    batch into its admissible regions (the same in any process holding the same targets, holders
+    and parameters: a worker scores the candidates it found and sends back only the regions, not
+    every candidate with its k-gram positions), and :meth:`collect` keeps them, in the order found,
+    per pair. The match stage collects every verification task's regions in task order.
+    """
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams) -> None:
         self.targets, self.holders, self.p = targets, holders, p
@@ -81,20 +90,31 @@ class RegionScorer:
         self.bits: dict[int, np.ndarray] = {}
         self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
         self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
-        self.per_pair: dict[tuple[int, str, str | None, str, bool], list[Region]] = {}
+        self.per_pair: dict[PairKey, list[Region]] = {}
 
     def add(self, cands: list[Candidate], release: bool = False) -> None:
-        """Score the regions ``cands`` (after every earlier batch); ``release``: drop each
+        """Score the regions ``cands`` and keep them (after every earlier batch); ``release``: drop each
         candidate's k-gram positions once used (the caller keeps no other use for them)."""
-        targets, p, bits, per_pair = self.targets, self.p, self.bits, self.per_pair
+        self.collect(self.score(cands, release))
+
+    def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
+        """Keep the regions :meth:`score` gave for a batch (after every earlier batch's)."""
+        per_pair = self.per_pair
+        for key, region in scored:
+            per_pair.setdefault(key, []).append(region)
+
+    def score(self, cands: list[Candidate], release: bool = False) -> list[tuple[PairKey, Region]]:
+        """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
+        targets, p, bits = self.targets, self.p, self.bits
         vocab, df = self.vocab, self.df
         positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p)
         if release:
             for c in cands:
                 c.kgram_positions = _NO_POSITIONS
         if not cands:
-            return
+            return []
         facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k)
+        scored: list[tuple[PairKey, Region]] = []
         for i in np.flatnonzero(facts.any_informative).tolist():
             c = cands[i]
             info_tokens, distinct = int(facts.informative_tokens[i]), int(facts.distinct[i])
@@ -111,10 +131,11 @@ class RegionScorer:
             # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
             rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
                          if tgt.control else None)
-            per_pair.setdefault((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later), []).append(
-                Region(strength, c.score, c.recipient_start, c.recipient_end, c.source_start, c.source_end, relation,
-                       rarity, singles_out, info_tokens, rule, rule_null, c.source_request_id, c.source_tenant_id,
-                       c.source_kind, c.matched, c.longest_run, c.source_received_us))
+            scored.append(((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later),
+                           Region(strength, c.score, c.recipient_start, c.recipient_end, c.source_start, c.source_end,
+                                  relation, rarity, singles_out, info_tokens, rule, rule_null, c.source_request_id,
+                                  c.source_tenant_id, c.source_kind, c.matched, c.longest_run, c.source_received_us)))
+        return scored
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per candidate pair with an admissible region (see :func:`score_candidates`)."""

@@ -101,6 +101,7 @@ class Helpers:
         self._stopping = False
         self._payload: Path | None = None  # the pickled scanner, while the workers start
         self._held: int | None = None  # the descriptor holding the payload's lock
+        self._shared: list[tuple[Path, int | None]] = []  # files of :meth:`share`, with their locks
         remove_stale_payloads()  # every stage sweeps, with workers or not
         if n:
             try:
@@ -142,6 +143,26 @@ class Helpers:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
 
+    def share(self, obj: Any) -> str | None:
+        """A file the workers can read ``obj`` from (pickled once, not sent with every job), removed
+        when the pool closes; None when there are no workers or the file cannot be written (the
+        workers then stop helping: this process does the rest itself)."""
+        if self._thread is not None:
+            self._thread.join()  # workers still starting would otherwise take jobs without the file
+        if self._pool is None:
+            return None
+        fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=".pickle")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
+        except OSError as exc:  # no room for the file
+            path.unlink(missing_ok=True)
+            self.broke(exc)
+            return None
+        return name
+
     @property
     def pool(self) -> concurrent.futures.ProcessPoolExecutor | None:
         """The pool once its workers are up, else None (this process then does the job itself)."""
@@ -172,7 +193,12 @@ class Helpers:
         self._release()
 
     def _release(self) -> None:
-        """Remove the scanner file, then let go of its lock."""
+        """Remove the scanner file and the shared files, then let go of their locks."""
+        for path, held in self._shared:
+            path.unlink(missing_ok=True)
+            if held is not None:
+                os.close(held)
+        self._shared.clear()
         if self._payload is not None:
             self._payload.unlink(missing_ok=True)
             self._payload = None

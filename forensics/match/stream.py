@@ -806,14 +806,6 @@ def scan_rows_in_worker(task: ScanTask) -> BatchResult:
     return result
 
 
-def verify_in_worker(task: VerifyTask) -> tuple[list[Candidate], int]:
-    """Pool task: verify one row group's share of source rows; returns the candidates and the row count."""
-    assert _WORKER is not None
-    found = verify_task(_WORKER.index, _WORKER.p, task)
-    give_back_above()
-    return found, len(task.rows)
-
-
 __all__ = [
     "BATCH_BYTES",
     "BatchResult",
@@ -848,7 +840,6 @@ __all__ = [
     "to_us",
     "value_bytes",
     "verify",
-    "verify_in_worker",
     "verify_task",
     "worker_ready",
 ]

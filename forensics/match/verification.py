@@ -1,25 +1,28 @@
 """Verification of the k-gram hits that survive rarity and own context: aligned with rapidfuzz,
-each task reading only its own source rows (see ``stream.verify_task``)."""
+each task reading only its own source rows (see ``stream.verify_task``), and its candidates scored
+by the process that found them."""
 
 
-from collections.abc import Callable, Iterator
+import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
+from forensics.match import stream
+from forensics.match.findings import PairKey, Region, RegionScorer
 from forensics.match.index import TargetIndex
 from forensics.match.pool import Helpers, ordered
 from forensics.match.rarity import Holders, pair_evidence
 from forensics.match.stream import (
-    Candidate,
     VerifyTask,
     tenant_code,
-    verify_in_worker,
     verify_task,
 )
 from forensics.match.tiers import MatchParams
 from forensics.match.tuning import Tuning
+from forensics.memory import give_back_above
 from forensics.progress import Reporter, reporter
 
 
@@ -51,34 +54,54 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
 
 
 def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
-                path: Path, helpers: Helpers, progress: Reporter | None,
-                on_found: Callable[[list[Candidate]], None] | None = None,
-                in_flight: int = Tuning.verify_in_flight) -> tuple[list[Candidate], dict[str, int]]:
-    """Align the hits :func:`informative_hits` kept, reading only those texts.
+                path: Path, helpers: Helpers, progress: Reporter | None, scorer: RegionScorer,
+                in_flight: int = Tuning.verify_in_flight) -> dict[str, int]:
+    """Align the hits :func:`informative_hits` kept, reading only those texts, and score the candidates
+    into ``scorer`` (its regions, in row order, whichever process found them). Returns the counts.
 
     The alignment is shared by this process and the workers (tasks of source rows, see
-    :func:`_verify_tasks`); candidates are gathered in row order either way. With ``on_found``,
-    each task's candidates are handed to it as they arrive, in that order, and none are returned.
+    :func:`_verify_tasks`); each process scores the candidates it found with a :class:`RegionScorer`
+    like ``scorer`` (the workers read its holders from a file once) and only the admissible regions
+    come back: scoring every task's candidates here kept this process busy while the worker waited,
+    and the candidates' k-gram positions crossed between processes for nothing.
     ``in_flight``: tasks waiting at each worker before this process verifies one itself.
     Two steps, so that a caller drops the hits before the texts are aligned.
     """
     if len(kept) == 0:
-        return [], {"informative_hits": 0, "texts_verified": 0}
+        return {"informative_hits": 0, "texts_verified": 0}
     rows = np.unique(kept[:, 2])
-    cands: list[Candidate] = []
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
+        holders_file = helpers.share(scorer.holders) if helpers.n else None
         jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
-        for found, n in ordered(helpers, verify_in_worker, lambda job: (verify_task(index, p, job), len(job.rows)),
-                                 jobs, per_worker=in_flight):
-            if on_found is None:
-                cands.extend(found)
-            else:
-                on_found(found)
+        for found, n in ordered(helpers, verify_and_score_in_worker,
+                                lambda job: (scorer.score(verify_task(index, p, job[0]), release=True), len(job[0].rows)),
+                                ((job, holders_file) for job in jobs), per_worker=in_flight):
+            scorer.collect(found)
             task.advance(n)
     finally:
         task.close()
-    return cands, {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+    return {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+
+
+#: The worker's scorer, for the holders file it was built from (one per stage).
+_SCORER: tuple[str, RegionScorer] | None = None
+
+
+def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list[tuple[PairKey, Region]], int]:
+    """Pool task: verify one task's source rows and score the candidates with this worker's targets
+    and the stage's holders (read once from the file named); returns the regions and the row count."""
+    global _SCORER
+    task, holders_file = job
+    scanner = stream._WORKER
+    assert scanner is not None and holders_file is not None
+    if _SCORER is None or _SCORER[0] != holders_file:
+        with open(holders_file, "rb") as fh:
+            holders: Holders = pickle.load(fh)
+        _SCORER = (holders_file, RegionScorer(scanner.index.targets, holders, scanner.p))
+    found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task), release=True)
+    give_back_above()
+    return found, len(task.rows)
 
 
 def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
