@@ -158,9 +158,15 @@ class RegionScorer:
                 passages = _merge_passages([(x.recipient_start, x.recipient_end, x.source_start, x.source_end)
                                             for x in kept])
                 main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
-            rule_rank = min((_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule) if any(
-                x.rule for x in kept) else None
-            null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
+            if len(kept) == 1:
+                rule, informative, strength = c.rule, c.informative, c.strength
+                null_rules = [c.rule_null[1].split(":")[0]] if c.rule_null else []
+            else:
+                ranked = [(_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule]
+                rule = min(ranked)[1] if ranked else None
+                null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
+                informative = sum(x.informative for x in kept)
+                strength = sum(x.strength for x in kept)
             fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
                                              _tenant_part(c.source_tenant_id), c.source_kind, *main)))
             rows.append({
@@ -182,15 +188,15 @@ class RegionScorer:
                 "source_end": main[3],
                 "rarity": round(best.rarity, 4),
                 "_singles_out": best.singles_out,
-                "informative_tokens": sum(x.informative for x in kept),
+                "informative_tokens": informative,
                 "regions": len(regs),
-                "strength_bits": round(sum(x.strength for x in kept), 3),
+                "strength_bits": round(strength, 3),
                 "_main_bits": round(best.strength, 3),
                 "passages": passages,
                 "control": tgt.control,
                 "_target": t,
                 "_source_received_us": c.source_received_us,
-                "_rule": rule_rank[1] if rule_rank else None,
+                "_rule": rule,
                 "_later": later,
                 "_null_rules": null_rules,
             })
