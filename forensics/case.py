@@ -311,7 +311,9 @@ class ParquetSink:
         """Append one batch, cast to the sink's schema.
 
         Rows are regrouped into row groups of ROW_GROUP_ROWS rows or ROW_GROUP_BYTES bytes, so the
-        file's bytes depend only on the rows, not on how callers batched them.
+        row groups depend only on the rows. The data pages inside them do follow the batches (Arrow
+        checks a page's size at the end of each batch it was given), so a caller must batch by its
+        input alone, never by timing or the machine, for the file's bytes to repeat.
         """
         if batch.num_rows == 0:
             return

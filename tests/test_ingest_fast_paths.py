@@ -156,6 +156,35 @@ def test_a_run_rebuilds_the_case_tables_once_for_inputs_of_two_formats(tmp_path:
     assert {f["format"] for f in json.loads((result.case_dir / "manifest.json").read_text())["files"]} == {"litellm", "sglang"}
 
 
+@pytest.mark.parametrize("batch_bytes, max_rows", [(1, 16), (1 << 40, 1 << 30)])
+def test_the_finaliser_keeps_the_same_rows_whatever_its_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int, max_rows: int) -> None:
+    # Staged rows are read in batches of about READ_BATCH_BYTES; a batch whose rows are all kept is
+    # passed on whole, others are filtered: 16-row batches (most cut by a duplicate) and one batch
+    # per file give the same tables.
+    expected = api.ingest(tmp_path / "default", [SAMPLE / "gateway", SAMPLE / "engine"])
+    assert sum(f["duplicate"] for f in expected.manifest.files) > 0  # rows left out: the filtered way is taken
+    monkeypatch.setattr(finalize_module, "READ_BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(finalize_module, "READ_BATCH_MAX_ROWS", max_rows)
+    api.ingest(tmp_path / "other", [SAMPLE / "gateway", SAMPLE / "engine"])
+    assert _tables(tmp_path / "other") == _tables(tmp_path / "default")
+
+
+def test_staged_rows_are_read_a_few_megabytes_at_a_time(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    def staged(rows: int, size: int) -> pq.ParquetFile:
+        path = tmp_path / f"{rows}-{size}.parquet"
+        # As staging writes text: no compression, no dictionary.
+        pq.write_table(pa.table({"prompt_text": ["x" * size] * rows}), path, compression="none", use_dictionary=False)
+        return pq.ParquetFile(path)
+
+    assert finalize_module.read_batch_rows(staged(64, 1 << 20)) == 16  # megabyte prompts: a few at a time
+    assert finalize_module.read_batch_rows(staged(20_000, 10)) == finalize_module.READ_BATCH_MAX_ROWS
+    chats = finalize_module.read_batch_rows(staged(2_000, 6_000))
+    assert 500 <= chats <= 800  # about 4 MB of 6 KB records
+
+
 def _lines_for_both_ways() -> bytes:
     """Gateway lines of every kind the bytes path must settle as the text path does."""
     good = (SAMPLE / "gateway" / "litellm-callbacks-2026-08-27.jsonl").read_bytes().splitlines()[:40]

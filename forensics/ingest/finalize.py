@@ -48,6 +48,22 @@ from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
+#: Bytes of staged rows (uncompressed) read and enriched at once: per-batch costs (a Python pass over the
+#: batch's small columns, a hand-off to the writer thread) vanish at this size, and memory holds a few.
+READ_BATCH_BYTES = 4 << 20
+#: Rows per batch at most, however small the rows.
+READ_BATCH_MAX_ROWS = 4096
+
+
+def read_batch_rows(pf: pq.ParquetFile) -> int:
+    """Rows per batch for reading the staged file ``pf``: about :data:`READ_BATCH_BYTES` of its rows (from its
+    metadata), at least 16 (a file of megabyte prompts), at most :data:`READ_BATCH_MAX_ROWS`."""
+    meta = pf.metadata
+    rows = meta.num_rows
+    nbytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if rows == 0 or nbytes == 0:
+        return READ_BATCH
+    return max(16, min(READ_BATCH_MAX_ROWS, rows * READ_BATCH_BYTES // nbytes))
 
 
 def _lit(path: Path) -> str:
@@ -313,15 +329,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
             if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
                 continue  # no row of this staged file is kept: its text is never read
             pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(batch_size=READ_BATCH):
-                rows = kept.take_until(ord_, pc.max(batch.column("source_line")).as_py())
+            for batch in pf.iter_batches(batch_size=read_batch_rows(pf)):
+                lines = batch.column("source_line")
+                rows = kept.take_until(ord_, pc.max(lines).as_py())
                 if not rows:
                     continue
-                mask = pc.is_in(batch.column("source_line"), value_set=pa.array([r[0] for r in rows], pa.int64()))
+                if len(rows) < batch.num_rows:  # most batches are kept whole: their text is not copied
+                    batch = batch.filter(pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64())))
                 damage = {r[0]: r[2] for r in rows if r[2] is not None}
                 engine = {r[1]: r[4:] for r in rows if r[3]}
-                writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch.filter(mask)]), damage), engine,
-                                           band_ceilings))
+                writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch]), damage), engine, band_ceilings))
         if not kept.exhausted():  # every kept row belongs to a staged file read above: never drop one silently
             raise RuntimeError("finalise: kept exchange rows were left unread (staged files out of order?)")
         kept.close()
