@@ -162,6 +162,16 @@ def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Pat
         "[2026-08-29 10:01:55 TP0] Request chatcmpl-1 exceeds the maximum number of tokens: 9000 > 8192\n"
         "[2026-08-29 10:01:56 TP0] ReqTimeStats(rid=chatcmpl-1, bootstrap_room=7, input_len=1, cached_input_len=0, output_len=0, type=prefill): x\n"
     )
-    api.ingest(tmp_path / "case", [log])
+    # A node whose lines show two roles, and one whose lines show none, keep no role.
+    mixed = tmp_path / "gpu-node-8_0.log"
+    mixed.write_text(
+        "[2026-08-29 10:02:55 TP0] ReqTimeStats(rid=chatcmpl-2, bootstrap_room=8, input_len=1, cached_input_len=0, output_len=0, type=prefill): x\n"
+        "[2026-08-29 10:02:56 TP0] ReqTimeStats(rid=chatcmpl-2, bootstrap_room=8, input_len=1, cached_input_len=0, output_len=9, type=decode): x\n"
+    )
+    silent = tmp_path / "gpu-node-9_0.log"
+    silent.write_text("[2026-08-29 10:03:55 TP0] Request chatcmpl-3 exceeds the maximum number of tokens: 9000 > 8192\n")
+    api.ingest(tmp_path / "case", [log, mixed, silent])
     events = pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
-    assert [e["role"] for e in events] == ["prefill", "prefill"]
+    assert [(e["node"], e["role"]) for e in events] == [
+        ("gpu-node-7", "prefill"), ("gpu-node-7", "prefill"),
+        ("gpu-node-8", "prefill"), ("gpu-node-8", "decode"), ("gpu-node-9", None)]

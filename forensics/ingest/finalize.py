@@ -777,9 +777,11 @@ def _concat(
 
 
 def _fill_roles(batch: pa.RecordBatch, roles: dict[str, str]) -> pa.RecordBatch:
-    """Fill null ``role`` values from the node's known role."""
-    nodes = batch.column("node").to_pylist()
-    current = batch.column("role").to_pylist()
-    filled = [r if r is not None else roles.get(n) for r, n in zip(current, nodes)]
+    """Fill null ``role`` values from the node's known role (a node with none known stays null)."""
     idx = batch.schema.get_field_index("role")
-    return batch.set_column(idx, batch.schema.field(idx), pa.array(filled, pa.string()))
+    role = batch.column(idx)
+    if role.null_count == 0:
+        return batch
+    known = pa.array(list(roles), pa.string())
+    mapped = pc.take(pa.array(list(roles.values()), pa.string()), pc.index_in(batch.column("node"), value_set=known))
+    return batch.set_column(idx, batch.schema.field(idx), pc.coalesce(role, mapped).cast(pa.string()))
