@@ -167,6 +167,7 @@ def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Pat
     mixed.write_text(
         "[2026-08-29 10:02:55 TP0] ReqTimeStats(rid=chatcmpl-2, bootstrap_room=8, input_len=1, cached_input_len=0, output_len=0, type=prefill): x\n"
         "[2026-08-29 10:02:56 TP0] ReqTimeStats(rid=chatcmpl-2, bootstrap_room=8, input_len=1, cached_input_len=0, output_len=9, type=decode): x\n"
+        "[2026-08-29 10:02:57 TP0] Request chatcmpl-4 exceeds the maximum number of tokens: 9000 > 8192\n"
     )
     silent = tmp_path / "gpu-node-9_0.log"
     silent.write_text("[2026-08-29 10:03:55 TP0] Request chatcmpl-3 exceeds the maximum number of tokens: 9000 > 8192\n")
@@ -174,4 +175,4 @@ def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Pat
     events = pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
     assert [(e["node"], e["role"]) for e in events] == [
         ("gpu-node-7", "prefill"), ("gpu-node-7", "prefill"),
-        ("gpu-node-8", "prefill"), ("gpu-node-8", "decode"), ("gpu-node-9", None)]
+        ("gpu-node-8", "prefill"), ("gpu-node-8", "decode"), ("gpu-node-8", None), ("gpu-node-9", None)]

@@ -173,16 +173,22 @@ def test_the_finaliser_keeps_the_same_rows_whatever_its_batches(
 def test_staged_rows_are_read_a_few_megabytes_at_a_time(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    def staged(rows: int, size: int) -> pq.ParquetFile:
-        path = tmp_path / f"{rows}-{size}.parquet"
+    def staged(*groups: tuple[int, int]) -> pq.ParquetFile:
+        """A staged file of one row group per (rows, bytes per row)."""
+        path = tmp_path / f"{groups}.parquet"
         # As staging writes text: no compression, no dictionary.
-        pq.write_table(pa.table({"prompt_text": ["x" * size] * rows}), path, compression="none", use_dictionary=False)
+        with pq.ParquetWriter(path, pa.schema([("prompt_text", pa.large_string())]), compression="none",
+                              use_dictionary=False) as writer:
+            for rows, size in groups:
+                writer.write_table(pa.table({"prompt_text": pa.array(["x" * size] * rows, pa.large_string())}))
         return pq.ParquetFile(path)
 
-    assert finalize_module.read_batch_rows(staged(64, 1 << 20)) == 16  # megabyte prompts: a few at a time
-    assert finalize_module.read_batch_rows(staged(20_000, 10)) == finalize_module.READ_BATCH_MAX_ROWS
-    chats = finalize_module.read_batch_rows(staged(2_000, 6_000))
-    assert 500 <= chats <= 800  # about 4 MB of 6 KB records
+    assert finalize_module.read_batch_rows(staged((64, 1 << 20)), 0) == 16  # megabyte prompts: a few at a time
+    assert finalize_module.read_batch_rows(staged((20_000, 10)), 0) == finalize_module.READ_BATCH_MAX_ROWS
+    assert 500 <= finalize_module.read_batch_rows(staged((2_000, 6_000)), 0) <= 800  # about 4 MB of 6 KB records
+    # Sized per row group: a run of big rows after many small ones is not read 4,096 at a time.
+    skewed = staged((100_000, 10), (200, 1 << 20))
+    assert [finalize_module.read_batch_rows(skewed, i) for i in range(2)] == [finalize_module.READ_BATCH_MAX_ROWS, 16]
 
 
 def _lines_for_both_ways() -> bytes:

@@ -177,8 +177,45 @@ def test_no_room_for_the_holders_file_leaves_the_verification_to_this_process(
     assert written  # the holders file was begun
     assert _outputs(case) == expected
     assert result.run_stats["jobs_on_workers"] > 0  # the pass had the workers' help
+    assert result.run_stats["verification_jobs_on_workers"] == 0
     assert "No space left on device" in result.summary()["warnings"][0]
     assert list(scratch.glob("forensics-*")) == []  # the file begun is gone
+
+
+def test_a_holders_file_a_worker_cannot_read_leaves_the_verification_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Workers only add speed: one that cannot load the holders (the file damaged or gone) must not
+    # stop the stage. Its tasks are verified and scored here, with the same outputs.
+    case, expected, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
+    share = pool_mod.Helpers.share
+
+    def share_damaged(self: pool_mod.Helpers, obj: Any) -> str | None:
+        name = share(self, obj)
+        assert name is not None
+        Path(name).write_bytes(b"not a pickle")
+        return name
+
+    monkeypatch.setattr(pool_mod.Helpers, "share", share_damaged)
+    result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert _outputs(case) == expected
+    assert result.run_stats["verification_jobs_on_workers"] == 0
+    assert "cannot read the holder counts" in result.summary()["warnings"][0]
+    assert list(scratch.glob("forensics-*")) == []
+
+
+def test_a_holders_file_that_fails_midway_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not only a full disk: whatever stops the pickling (memory, an interrupt) must not leave the
+    # file behind, unlocked, for a later stage to sweep.
+    case, _, scratch = _case_with_its_own_temp_folder(tmp_path, monkeypatch)
+
+    def out_of_memory(obj: Any, fh: Any, protocol: int | None = None) -> None:
+        fh.write(b"partial")
+        raise MemoryError
+
+    monkeypatch.setattr(pool_mod.pickle, "dump", out_of_memory)
+    with pytest.raises(MemoryError):
+        match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
+    assert list(scratch.glob("forensics-*")) == []
 
 
 def test_the_holders_file_is_locked_while_the_workers_may_read_it_and_goes_with_the_stage(
@@ -205,6 +242,7 @@ def test_the_holders_file_is_locked_while_the_workers_may_read_it_and_goes_with_
     result = match(case, config(workers=2), tuning=Tuning(inline_bytes=0, wait_for_workers=True))
     assert seen == [True]
     assert _outputs(case) == expected
+    assert result.run_stats["verification_jobs_on_workers"] > 0  # the workers verified and scored with it
     assert not result.summary()["warnings"]
     assert list(scratch.glob("forensics-*")) == []
 
