@@ -55,12 +55,12 @@ READ_BATCH_BYTES = 4 << 20
 READ_BATCH_MAX_ROWS = 4096
 
 
-def read_batch_rows(pf: pq.ParquetFile) -> int:
-    """Rows per batch for reading the staged file ``pf``: about :data:`READ_BATCH_BYTES` of its rows (from its
-    metadata), at least 16 (a file of megabyte prompts), at most :data:`READ_BATCH_MAX_ROWS`."""
-    meta = pf.metadata
-    rows = meta.num_rows
-    nbytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+def read_batch_rows(pf: pq.ParquetFile, row_group: int) -> int:
+    """Rows per batch for reading a row group of the staged file ``pf``: about :data:`READ_BATCH_BYTES` of
+    its rows (from the row group's metadata, so a run of big rows after small ones is read a few at a
+    time), at least 16 (megabyte prompts), at most :data:`READ_BATCH_MAX_ROWS`."""
+    meta = pf.metadata.row_group(row_group)
+    rows, nbytes = meta.num_rows, meta.total_byte_size
     if rows == 0 or nbytes == 0:
         return READ_BATCH
     return max(16, min(READ_BATCH_MAX_ROWS, rows * READ_BATCH_BYTES // nbytes))
@@ -329,13 +329,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
             if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
                 continue  # no row of this staged file is kept: its text is never read
             pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(batch_size=read_batch_rows(pf)):
+            batches = (b for g in range(pf.num_row_groups)
+                       for b in pf.iter_batches(batch_size=read_batch_rows(pf, g), row_groups=[g]))
+            for batch in batches:
                 lines = batch.column("source_line")
                 rows = kept.take_until(ord_, pc.max(lines).as_py())
                 if not rows:
                     continue
-                if len(rows) < batch.num_rows:  # most batches are kept whole: their text is not copied
-                    batch = batch.filter(pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64())))
+                mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
+                if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
+                    batch = batch.filter(mask)
                 damage = {r[0]: r[2] for r in rows if r[2] is not None}
                 engine = {r[1]: r[4:] for r in rows if r[3]}
                 writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch]), damage), engine, band_ceilings))

@@ -142,9 +142,10 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
         del hits
         stats["hits"] = n_hits
-        # Each task's candidates are scored as they arrive, while the workers verify the next ones;
-        # only the admissible regions are kept, not every candidate.
+        # Each task's candidates are scored by the process that verified them; only the admissible
+        # regions come back and are kept, not every candidate.
         scorer = RegionScorer(targets, held, p)
+        pass_jobs = helpers.jobs["workers"]
         kept = informative_hits(index, p, all_hits, sources, held)
         del all_hits  # not held while the texts are aligned
         vstats = verify_kept(index, p, kept, sources, path, helpers, progress, scorer, in_flight=tuning.verify_in_flight)
@@ -233,7 +234,9 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     write_json(c.root / "match.json", report.to_json())
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
-                                  "jobs_on_workers": helpers.jobs["workers"], "workers_failed": helpers.failed})
+                                  "jobs_on_workers": helpers.jobs["workers"],
+                                  "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,
+                                  "workers_failed": helpers.failed})
 
 
 __all__ = ["MatchParams", "MatchResult", "Tuning", "match", "params_from"]

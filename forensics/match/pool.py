@@ -161,6 +161,9 @@ class Helpers:
             path.unlink(missing_ok=True)
             self.broke(exc)
             return None
+        except BaseException:  # memory, an interrupt: no file left behind, unlocked
+            path.unlink(missing_ok=True)
+            raise
         return name
 
     @property
@@ -339,14 +342,19 @@ def _giving_back(func: Any) -> Any:
     return run
 
 
+class WorkerUnfit(Exception):
+    """Raised by a job in a worker that cannot do it (a file it needs is damaged or gone): the workers
+    stop helping and this process runs the job, as when a worker dies."""
+
+
 def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any], per_worker: int = 2) -> Iterator[Any]:
     """Results of every job in job order, whoever ran it.
 
     A job goes to the workers while fewer than ``per_worker`` per worker are waiting there; otherwise
     (workers busy or not started yet) this process runs it with ``local``. Which process ran a
     job never changes its result, so outputs do not depend on the split. Results are yielded
-    in job order as soon as they are ready. If a worker dies, the pool is dropped and the jobs
-    it held are run here.
+    in job order as soon as they are ready. If a worker dies, or a job raises :class:`WorkerUnfit`
+    there, the pool is dropped and the jobs it held (failed, or cancelled with the pool) are run here.
     """
     pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
     in_flight = max(per_worker, 1) * helpers.n
@@ -356,7 +364,7 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any], per_
         job, fut = pending.popleft()
         try:
             return fut.result()
-        except concurrent.futures.process.BrokenProcessPool as exc:
+        except (concurrent.futures.process.BrokenProcessPool, WorkerUnfit, concurrent.futures.CancelledError) as exc:
             helpers.broke(exc)
             helpers.jobs["workers"] -= 1
             helpers.jobs["here"] += 1

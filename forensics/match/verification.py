@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from forensics.match import stream
 from forensics.match.findings import PairKey, Region, RegionScorer
 from forensics.match.index import TargetIndex
-from forensics.match.pool import Helpers, ordered
+from forensics.match.pool import Helpers, WorkerUnfit, ordered
 from forensics.match.rarity import Holders, pair_evidence
 from forensics.match.stream import (
     VerifyTask,
@@ -96,8 +96,11 @@ def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list
     scanner = stream._WORKER
     assert scanner is not None and holders_file is not None
     if _SCORER is None or _SCORER[0] != holders_file:
-        with open(holders_file, "rb") as fh:
-            holders: Holders = pickle.load(fh)
+        try:
+            with open(holders_file, "rb") as fh:
+                holders: Holders = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
+            raise WorkerUnfit(f"cannot read the holder counts ({type(exc).__name__}: {exc})") from None
         _SCORER = (holders_file, RegionScorer(scanner.index.targets, holders, scanner.p))
     found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task), release=True)
     give_back_above()
