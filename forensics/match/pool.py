@@ -14,7 +14,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,20 +151,16 @@ class Helpers:
             self._thread.join()  # workers still starting would otherwise take jobs without the file
         if self._pool is None:
             return None
-        fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=".pickle")
-        path = Path(name)
+        path: Path | None = None
         try:
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            path = _payload_file(lambda fh: pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL))
             self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
-        except OSError as exc:  # no room for the file
-            path.unlink(missing_ok=True)
+        except OSError as exc:  # no room for the file (a file begun is gone: _payload_file removes it)
+            if path is not None:
+                path.unlink(missing_ok=True)
             self.broke(exc)
             return None
-        except BaseException:  # memory, an interrupt: no file left behind, unlocked
-            path.unlink(missing_ok=True)
-            raise
-        return name
+        return str(path)
 
     @property
     def pool(self) -> concurrent.futures.ProcessPoolExecutor | None:
@@ -296,11 +292,17 @@ def _worker_payload(scanner: Scanner) -> Path:
     as long as it runs, and so does each worker, so bytes would be held twice more for the whole stage
     beside the scanner itself (150 MiB each in the parent and the worker on the 4 GB benchmark incident).
     """
+    return _payload_file(lambda fh: _dump_without_texts(scanner, fh))
+
+
+def _payload_file(write: Callable[[Any], None]) -> Path:
+    """A new private temporary file (``PAYLOAD_PREFIX``, so a later stage can sweep it) filled by ``write``;
+    removed again if ``write`` fails in any way."""
     fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=".pickle")
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:
-            _dump_without_texts(scanner, fh)
+            write(fh)
     except BaseException:
         path.unlink(missing_ok=True)
         raise

@@ -27,12 +27,12 @@ class Tuning:
     #: task's hits grow with the targets: 4 MB rather than 8 took the 4 GB benchmark run's peak from
     #: 1,315 to 1,249 MiB (with KEEP_BYTES 64 MiB), in no more time.
     task_bytes: int = 4 << 20
-    #: Verification tasks waiting at each worker before this process verifies one itself. This process
-    #: also scores every task's candidates as they arrive, so it should verify only when the workers are
-    #: well supplied: on the 1 GB benchmark incident (2 cores, 23 tasks) 2 left the worker idle while this
-    #: process scored, and the verifying phase took 21.5-23.2 s; 4 took 19.9-20.3 s, 8 took 18.5-18.8 s.
-    #: Once scoring took half the time (array passes), 4 and 8 gave the same (verification 8.2-8.8 s in
-    #: both): 4, since each waiting task's candidates are held in memory.
+    #: Verification tasks waiting at each worker before this process verifies one itself. Measured while
+    #: this process still scored every task's candidates (each process now scores its own): on the 1 GB
+    #: benchmark incident (2 cores, 23 tasks) 2 left the worker idle while this process scored, and the
+    #: verifying phase took 21.5-23.2 s; 4 took 19.9-20.3 s, 8 took 18.5-18.8 s. Once scoring took half
+    #: the time (array passes), 4 and 8 gave the same (verification 8.2-8.8 s in both): 4, since each
+    #: waiting task's results are held in memory.
     verify_in_flight: int = 4
     #: Holder entries buffered before k-grams already common are retired (bounds memory, not results).
     compact_entries: int = 4_000_000

@@ -72,7 +72,7 @@ def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: d
     rows = np.unique(kept[:, 2])
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
-        holders_file = helpers.share(scorer.holders) if helpers.n else None
+        holders_file = helpers.share(scorer.holders)  # None without workers: every task runs here
         jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
         for found, n in ordered(helpers, verify_and_score_in_worker,
                                 lambda job: (scorer.score(verify_task(index, p, job[0]), release=True), len(job[0].rows)),
