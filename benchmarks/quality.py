@@ -22,7 +22,9 @@ assumes (by copies of the passage the source customer sent), the E-value ranking
 (pooled: of the pairs that a threshold on ``expected_by_chance_with_mechanism`` alone decides, how many
 true pairs they hold, and the best recall any single threshold reaches at the pair-precision target),
 each wrongly exposed customer with why, each missed one in review or with no candidate (and the
-exposed-customer recall if every one in review were notified), and the time of each step. The targets are printed next to the
+exposed-customer recall if every one in review were notified), the true pairs with no candidate at all and
+how many of them share with their source one or two seeds of other shapes (shorter and spaced k-grams: what
+another seed shape could reach), and the time of each step. The targets are printed next to the
 figures.
 
 The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
@@ -252,6 +254,85 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
     return {"window_records": window, **total, "by_copies": classes}
 
 
+#: Seed shapes the no-candidate check tries ("1": a token that must match, "0": one that may differ); the matcher's is
+#: the first (five tokens in a row). The spaced ones survive a substituted word under a "0".
+SEED_SHAPES = ("11111", "1111", "110111", "111011", "11011")
+
+
+def _seeds(hashes: Any, shape: str) -> set[int]:
+    """The hashes of every placement of ``shape`` over the token ``hashes`` (one text)."""
+    import numpy as np
+
+    picks = [i for i, c in enumerate(shape) if c == "1"]
+    m = len(hashes) - len(shape) + 1
+    if m <= 0:
+        return set()
+    out = np.zeros(m, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i in picks:
+            out = out * np.uint64(0x9E3779B97F4A7C15) + hashes[i : i + m]
+    return set(out.tolist())
+
+
+def seed_reach(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[str, Any] | None:
+    """The true pairs with no candidate at all (no row of evidence.csv or review.csv names them), by the length of
+    their longest fragment, and how many of them share with their source at least one seed, and at least two, of
+    each shape in :data:`SEED_SHAPES` (the matcher's tokens, fragment against the source span the truth gives).
+
+    What another seed shape could reach, measured before building it: a pair no shape reaches needs more than
+    seeds, and one seed of four tokens is weak evidence on its own.
+    """
+    import pyarrow.parquet as pq
+
+    from forensics.match.fingerprint import tokenize_many
+
+    path = case_dir / "exchanges.parquet"
+    if not path.is_file():
+        return None
+    named = {(r["recipient_request_id"], r["source_tenant_id"]) for r in _cross_tenant_rows(report_dir)}
+    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for f in truth["fragments"]:
+        if f["is_leak"] and (f["recipient_request_id"], f["source_tenant_id"]) not in named:
+            pairs.setdefault((f["recipient_request_id"], f["source_tenant_id"]), []).append(f)
+    wanted = {(f["recipient_request_id"], f["recipient_tenant_id"]) for fs in pairs.values() for f in fs}
+    wanted |= {(f["source_request_id"], f["source_tenant_id"]) for fs in pairs.values() for f in fs}
+    texts: dict[tuple[str, str], dict[str, str]] = {}
+    for row in pq.read_table(path, columns=["request_id", "tenant_id", "prompt_text", "response_text"]).to_pylist():
+        if (row["request_id"], row["tenant_id"]) in wanted:
+            texts[(row["request_id"], row["tenant_id"])] = {"prompt": row["prompt_text"] or "", "response": row["response_text"] or ""}
+    classes: dict[str, dict[str, Any]] = {short: {"no_candidate": 0, **{shape: {"one": 0, "two": 0} for shape in SEED_SHAPES}}
+                                          for short, _ in BUCKETS}
+    for fs in pairs.values():
+        longest = max(f["tokens"] for f in fs)
+        c = classes["16+" if longest >= 16 else "8-15" if longest >= 8 else "4-7"]
+        c["no_candidate"] += 1
+        shared = dict.fromkeys(SEED_SHAPES, 0)
+        for f in fs:
+            recipient = texts.get((f["recipient_request_id"], f["recipient_tenant_id"]))
+            source = texts.get((f["source_request_id"], f["source_tenant_id"]))
+            if recipient is None or source is None:
+                continue
+            a = tokenize_many([recipient["response"][f["recipient_start"]:f["recipient_end"]]])[0].hash
+            b = tokenize_many([source[f["source_kind"]][f["source_start"]:f["source_end"]]])[0].hash
+            for shape in SEED_SHAPES:
+                shared[shape] += len(_seeds(a, shape) & _seeds(b, shape))
+        for shape, n in shared.items():
+            c[shape]["one"] += int(n >= 1)
+            c[shape]["two"] += int(n >= 2)
+    return classes
+
+
+def _reach_line(reach: dict[str, Any] | None) -> str:
+    if not reach:
+        return "n/a (no case folder)"
+    parts = []
+    for short, c in reach.items():
+        if c["no_candidate"]:
+            parts.append(f"{short} tokens {c['no_candidate']}: " + ", ".join(
+                f"{shape} {c[shape]['one']}/{c[shape]['two']}" for shape in SEED_SHAPES))
+    return "; ".join(parts) or "every true pair has a candidate"
+
+
 def _window_line(w: dict[str, Any] | None) -> str:
     if not w:
         return "n/a (the recent-occupant test did not run)"
@@ -381,6 +462,7 @@ def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
     out["evaluate_seconds"] = round(t_eval, 1)
     out["default"] = score(ev, truth, report_dir, t_run)
     out["default"]["window_chance"] = window_check(report_dir, Path(result.case_dir), truth)
+    out["default"]["seed_reach"] = seed_reach(report_dir, Path(result.case_dir), truth)
     try:
         t0 = time.perf_counter()
         api.match(result.case_dir, result.config, overrides=dict(OLD_RULES))
@@ -440,6 +522,10 @@ def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
                                    **{k: sum(c[k] for c in by.values()) for k in ("candidates", "in_window", "expected")}}
     else:
         pooled["window_chance"] = None
+    reach = [r["seed_reach"] for r in rows if r.get("seed_reach")]
+    pooled["seed_reach"] = ({short: {"no_candidate": sum(x[short]["no_candidate"] for x in reach),
+                                     **{shape: {k: sum(x[short][shape][k] for x in reach) for k in ("one", "two")}
+                                        for shape in SEED_SHAPES}} for short, _ in BUCKETS} if reach else None)
     pooled["exposed_missed"] = missed_breakdown(pooled["exposed"], [m for r in rows for m in r["exposed_missed"]])
     pooled["frontier"] = frontier([r["ranking"] for r in rows if r.get("ranking")], TARGETS["pair_precision"])
     pooled["seconds"] = round(sum(r["seconds"] for r in rows), 1)
@@ -548,6 +634,9 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
                   + _window_line(p.get("window_chance")))
             print("    " + _frontier_line(p.get("frontier")))
             print("    " + _missed_line(p.get("exposed_missed")))
+            print("    true pairs with no candidate, by longest fragment, and how many share with their source >= 1 / >= 2 "
+                  "seeds of each shape (1 = token that must match, 0 = may differ; 11111 is the matcher's): "
+                  + _reach_line(p.get("seed_reach")))
     for c in cases:
         print(f"\nseed {c['seed']} {c['format']}: simulate {c['simulate_seconds']:.1f} s, run {c['default']['seconds']:.1f} s ("
               + ", ".join(f"{k} {v:.1f}" for k, v in c["stages"].items()) + f"), evaluate {c['evaluate_seconds']:.1f} s"

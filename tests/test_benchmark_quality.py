@@ -181,3 +181,40 @@ def test_missed_customers_are_split_into_in_review_and_no_candidate(quality: Any
     assert quality._missed_line(b) == ("missed exposed customers: 3: 1 in review.csv (exposed recall 0.900 if every one "
                                        "were notified), 2 with no candidate (1 whose longest leak is under 8 tokens, 1 of 8-15)")
     assert quality.missed_customers(missed, tmp_path / "missing")[0]["in_review"] is False
+
+
+def test_seed_reach_counts_the_seeds_a_pair_with_no_candidate_shares_with_its_source(quality: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    case, report = tmp_path / "case", tmp_path / "report"
+    case.mkdir()
+    report.mkdir()
+    source = "Note: alpha bravo charlie delta echo foxtrot golf hotel india juliet."
+    # the leaked copy: "echo" substituted (a 5-gram, three 4-grams and one 110111 seed survive)
+    leaked = "alpha bravo charlie delta xray foxtrot golf hotel india juliet"
+    response = "Sure. " + leaked + " Anything else?"
+    pq.write_table(pa.table({"request_id": ["src", "sus", "sus2"], "tenant_id": ["b", "a", "a"],
+                             "prompt_text": [source, "long prompt", "long prompt"],
+                             "response_text": ["ok", response, response]}), case / "exchanges.parquet")
+    with open(report / "review.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "relation", "why_not_notified"])
+        w.writerow(["sus2", "a", "b", "cross_tenant", "expected_by_chance 0.5 > 0.1: ..."])  # sus2's pair has a candidate
+    (report / "evidence.csv").write_text("recipient_request_id,recipient_tenant_id,source_tenant_id,relation\n")
+    frag = {"recipient_tenant_id": "a", "source_request_id": "src", "source_tenant_id": "b", "source_kind": "prompt",
+            "source_start": source.index("alpha"), "source_end": source.index("."), "recipient_start": 6,
+            "recipient_end": 6 + len(leaked), "tokens": 10, "is_leak": True}
+    truth = {"fragments": [{**frag, "recipient_request_id": "sus"}, {**frag, "recipient_request_id": "sus2"},
+                           {**frag, "recipient_request_id": "sus", "tokens": 20, "source_request_id": "gone",
+                            "source_tenant_id": "c"}]}  # a source the case does not hold: counted, no seeds
+    got = quality.seed_reach(report, case, truth)
+    assert got["8-15"]["no_candidate"] == 1 and got["16+"]["no_candidate"] == 1 and got["4-7"]["no_candidate"] == 0
+    assert got["8-15"]["11111"] == {"one": 1, "two": 0}
+    assert got["8-15"]["1111"] == {"one": 1, "two": 1}
+    assert got["8-15"]["110111"] == {"one": 1, "two": 0}
+    assert got["16+"]["1111"] == {"one": 0, "two": 0}
+    line = quality._reach_line(got)
+    assert "8-15 tokens 1: 11111 1/0, 1111 1/1, 110111 1/0" in line and "4-7" not in line
+    assert quality.seed_reach(report, tmp_path / "nowhere", truth) is None
+    assert quality._reach_line(None).startswith("n/a")
