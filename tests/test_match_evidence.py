@@ -492,3 +492,82 @@ def test_a_mean_weight_of_one_half_stays_one_half_when_three_tenants_held_a_k_gr
                           np.arange(4, dtype=np.int64), np.ones(4, dtype=bool), weight, np.array([0, 4]), 5)
     assert float(facts.rarity[0]) == float(weight.mean()) == 0.5
     assert float(facts.singles_out[0]) == 0.5
+
+
+def _target(control: bool = False, signature: bool = True) -> Any:
+    from forensics.match.index import Target
+
+    return Target(request_id="s1", tenant_id="bolt", received_us=0, deadline_us=1, decode_node="decode-1",
+                  engine_signature=signature, control=control, text="")
+
+
+def _candidate(source: str, e: float, relation: str = "cross_tenant", rarity: float = 1.0, text_e: float = 0.01,
+               tier: str | None = None, explained_by: str | None = None) -> dict[str, Any]:
+    return {"_target": 0, "finding_id": f"f-{source}", "source_tenant_id": source, "relation": relation,
+            "expected_by_chance_with_mechanism": e, "expected_by_chance": text_e, "rarity": rarity,
+            "tier": tier, "tier_rule": "E2: ..." if tier else None, "why_not_notified": None if tier else "held back",
+            "_explained_by": explained_by}
+
+
+@pytest.mark.parametrize(("rows", "named"), [
+    # the strongest candidate of a suspect with no finding, within the limit: named
+    ([_candidate("acme", 0.0015), _candidate("cargo", 0.03)], "acme"),
+    # the weaker one never is, whatever its E
+    ([_candidate("cargo", 0.03), _candidate("acme", 0.0015)], "acme"),
+    # a finding already explains the suspect's stale pages
+    ([_candidate("acme", 0.0015), _candidate("cargo", 0.0001, tier="confirmed")], None),
+    # ... so does its own customer's text, when that is the strongest candidate
+    ([_candidate("acme", 0.0015), _candidate("bolt", 0.0012, relation="same_tenant")], None),
+    # two customers equally likely: neither
+    ([_candidate("acme", 0.0015), _candidate("cargo", 0.0015)], None),
+    # beyond the limit; text other customers also held; text ordinary on its own
+    ([_candidate("acme", 0.0025)], None),
+    ([_candidate("acme", 0.0015, rarity=0.4)], None),
+    ([_candidate("acme", 0.0015, text_e=0.2)], None),
+    # the strongest is held back for its rarity: the next one is not named in its place
+    ([_candidate("acme", 0.0011, rarity=0.4), _candidate("cargo", 0.0015)], None),
+    # a candidate explained away by a stronger likeness does not compete
+    ([_candidate("acme", 0.0011, explained_by="f-cargo"), _candidate("cargo", 0.0015)], "cargo"),
+])
+def test_e3_names_the_strongest_candidate_of_an_unexplained_engine_signature_suspect(
+        rows: list[dict[str, Any]], named: str | None) -> None:
+    from forensics.match.findings import name_the_unexplained
+
+    rows = [dict(r) for r in rows]
+    before = [dict(r) for r in rows]
+    assert name_the_unexplained(rows, [_target()], MatchParams()) == set()
+    changed = [(b, r) for b, r in zip(before, rows) if b != r]
+    if named is None:
+        assert not changed
+        return
+    ((was, now),) = changed
+    assert now["source_tenant_id"] == named and was["tier"] is None
+    assert now["tier"] == "probable" and now["why_not_notified"] is None
+    assert now["tier_rule"].startswith("E3: ") and "<=0.002" in now["tier_rule"]
+
+
+def test_e3_needs_the_engine_signature_and_counts_the_controls_it_would_name() -> None:
+    from forensics.match.findings import name_the_unexplained
+
+    rows = [_candidate("acme", 0.0015)]
+    assert name_the_unexplained(rows, [_target(signature=False)], MatchParams()) == set()
+    assert rows[0]["tier"] is None
+    # a control response counts as an engine-signature suspect: the rule's null
+    assert name_the_unexplained(rows, [_target(control=True, signature=False)], MatchParams()) == {0}
+    assert rows[0]["tier"] == "probable"
+    # off with the old rules, or with a limit no higher than probable_evalue
+    for p in (MatchParams(tiering="rules"), MatchParams(unexplained_evalue=0.001)):
+        rows = [_candidate("acme", 0.0008)]
+        assert name_the_unexplained(rows, [_target()], p) == set() and rows[0]["tier"] is None
+
+
+def test_match_json_records_e3_on_the_controls(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    doc = words(rng, 100)
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
+            exchange("b1", "bolt", 5, prompt="q", response=" ".join(doc[10:40]))]
+    res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
+    e3 = res.report["null"]["rules"]["E3"]
+    assert e3["expected_false_positives"] == pytest.approx(0.002 * res.report["control"]["size"])
+    assert e3["observed_false_positives"] == e3["control_responses_with_match"] == 0
+    assert res.report["parameters"]["unexplained_evalue"] == 0.002

@@ -47,6 +47,7 @@ BAD: dict[str, list[str]] = {
     "lookback_minutes": ["nan", "inf", "-1", "1e20"],
     "confirm_evalue": ["nan", "inf", "-1e-9", "1e20"],
     "probable_evalue": ["nan", "inf", "-1", "1e9"],
+    "unexplained_evalue": ["nan", "inf", "-1", "1e9"],
 }
 CASES = [(key, value) for key, values in BAD.items() for value in values]
 

@@ -23,7 +23,7 @@ from forensics.match.stream import (
     tenant_code,
 )
 from forensics.match.targets import request_key
-from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier
+from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, admissible, assign_tier, evalue_tier
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
 _NO_POSITIONS = np.zeros(0, np.int64)
@@ -518,6 +518,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
             r["tier"], r["tier_rule"], r["why_not_notified"] = None, None, decision
+    unexplained_controls = name_the_unexplained(rows, targets, p)
     points = [(r["_target"], r["strength_bits"], size_of[r["_target"]]) for r in null_rows]
     seen = {c for c, _, _ in points}
     points += [(i, float("nan"), size_of[i]) for i in size_of if i not in seen]
@@ -551,6 +552,12 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                        "false_positive_rate": round(len(hit) / searches, 6) if searches else None,
                        "expected_false_positives": round(limit * searches, 4),
                        "observed_false_positives": sum(1 for _, e in null_e if e <= limit)}
+    # E3 on the controls, each treated as an engine-signature suspect (as R1-R3 are above): how often the
+    # strongest chance candidate of a response with no finding is let through, against its E-value's count.
+    rules["E3"] = {"control_responses_with_match": len(unexplained_controls),
+                   "false_positive_rate": round(len(unexplained_controls) / len(controls), 6) if controls else None,
+                   "expected_false_positives": round(p.unexplained_evalue * len(controls), 4),
+                   "observed_false_positives": len(unexplained_controls)}
     null = {
         **model.record(),
         "strength": "sum over informative matched tokens of log2((N + 16) / (1 + df)), df = other target responses "
@@ -576,6 +583,46 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "calibration_of_controls_with_mechanism": chance.calibration(points, control_points),
     }
     return rows, null
+
+
+def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int]:
+    """E3: tier ``probable`` the strongest candidate of each engine-signature suspect that has no finding, when
+    its ``expected_by_chance_with_mechanism`` is at most ``unexplained_evalue`` (and above ``probable_evalue``,
+    else E2 already holds). Returns the control responses it would name (the controls count as
+    engine-signature suspects here: the null of this rule).
+
+    A suspect with the engine signature decoded from stale pages: it holds some earlier request's text, and
+    the question for it is whose, not whether. When nothing else explains its pages, its strongest candidate
+    is the likeliest answer. It must be strongest among all its candidates (its own customer's included, and
+    by a margin: a tie with another customer names neither), on text that singles the source out (rarity)
+    and that is not ordinary on its own (TEXT_EVALUE_CEILING). Measured on the realistic scenario (seeds 1-3
+    and 5-7; README "The evidence model"); a suspect that already has a finding gets nothing more from it.
+    """
+    named: set[int] = set()
+    if p.tiering != "evalue" or p.unexplained_evalue <= p.probable_evalue:
+        return named
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if not r["_explained_by"]:
+            by_target.setdefault(r["_target"], []).append(r)
+    for t, group in by_target.items():
+        tgt = targets[t]
+        if not (tgt.control or tgt.engine_signature) or any(r["tier"] for r in group):
+            continue
+        group.sort(key=lambda r: (r["expected_by_chance_with_mechanism"], r["finding_id"]))
+        best = group[0]
+        e = best["expected_by_chance_with_mechanism"]
+        if (len(group) > 1 and group[1]["expected_by_chance_with_mechanism"] == e
+                and group[1]["source_tenant_id"] != best["source_tenant_id"]):
+            continue  # two sources equally likely (another customer's, or the suspect's own): it names neither
+        if (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
+                and best["expected_by_chance"] <= TEXT_EVALUE_CEILING):
+            best["tier"], best["why_not_notified"] = "probable", None
+            best["tier_rule"] = (f"E3: the strongest candidate of an engine-signature suspect with no finding, "
+                                 f"expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
+            if tgt.control:
+                named.add(t)
+    return named
 
 
 #: Chance matches grow with the square root of (response k-gram positions x records searched), not in
