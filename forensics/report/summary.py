@@ -187,6 +187,15 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
                 "decode-node evidence as a finding would be:")
             evidence_model.append(("table", ["E at most", "chance matches expected", "observed (E)",
                                              "observed (E with mechanism)"], mrow))
+        e3 = _section(_section(null, "rules"), "E3")
+        if e3:
+            named = sum(1 for f in data.findings if (f.evidence.tier_rule or "").startswith("E3"))
+            evidence_model.append(
+                f"E3: a suspect the engine logs show decoding from stale pages holds some earlier request's text; when "
+                f"none of its candidates reaches a tier, its strongest one is probable up to "
+                f"{data.match.parameters.get('unexplained_evalue')} ({named} finding(s) here). On the control "
+                f"responses, each treated as such a suspect, it would have named {e3.get('control_responses_with_match')} "
+                f"(expected {e3.get('expected_false_positives')}).")
         evidence_model.append(
             f"Candidates that put nobody on the list are in review.csv ({data.match.findings.review}), each with why.")
     on_damaged = sorted(data.match.damage.findings_on_damaged_data)
