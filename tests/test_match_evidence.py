@@ -526,8 +526,18 @@ def _candidate(source: str, e: float, relation: str = "cross_tenant", rarity: fl
     ([_candidate("acme", 0.0015, text_e=0.2)], None),
     # the strongest is held back for its rarity: the next one is not named in its place
     ([_candidate("acme", 0.0011, rarity=0.4), _candidate("cargo", 0.0015)], None),
-    # a candidate explained away by a stronger likeness does not compete
-    ([_candidate("acme", 0.0011, explained_by="f-cargo"), _candidate("cargo", 0.0015)], "cargo"),
+    # a candidate explained away by a stronger likeness does not compete when it is weaker by E too ...
+    ([_candidate("acme", 0.0018, explained_by="f-cargo"), _candidate("cargo", 0.0015)], "cargo"),
+    # ... but when the decode-node evidence makes it the likelier source, the two disagree: neither
+    ([_candidate("acme", 0.0011, explained_by="f-cargo"), _candidate("cargo", 0.0015)], None),
+    # a tie is a tie however many rows stand before it (two passages of one customer, then another customer)
+    ([_candidate("acme", 0.0015), {**_candidate("acme", 0.0015), "finding_id": "f-acme2"}, _candidate("zeta", 0.0015)],
+     None),
+    # an E that could not be computed never wins, wherever it stands
+    ([_candidate("cargo", math.nan), _candidate("acme", 0.0015)], "acme"),
+    ([_candidate("acme", 0.0015), _candidate("cargo", math.nan)], "acme"),
+    # the limit itself is within it
+    ([_candidate("acme", 0.002)], "acme"),
 ])
 def test_e3_names_the_strongest_candidate_of_an_unexplained_engine_signature_suspect(
         rows: list[dict[str, Any]], named: str | None) -> None:
@@ -552,22 +562,63 @@ def test_e3_needs_the_engine_signature_and_counts_the_controls_it_would_name() -
     rows = [_candidate("acme", 0.0015)]
     assert name_the_unexplained(rows, [_target(signature=False)], MatchParams()) == set()
     assert rows[0]["tier"] is None
-    # a control response counts as an engine-signature suspect: the rule's null
+    # a control response counts as an engine-signature suspect for the rule's null, and is only counted: its
+    # rows keep no tier (the control false-positive rate is the tiers' own, as for R1-R3)
     assert name_the_unexplained(rows, [_target(control=True, signature=False)], MatchParams()) == {0}
-    assert rows[0]["tier"] == "probable"
+    assert rows[0]["tier"] is None and rows[0]["why_not_notified"] == "held back"
     # off with the old rules, or with a limit no higher than probable_evalue
     for p in (MatchParams(tiering="rules"), MatchParams(unexplained_evalue=0.001)):
         rows = [_candidate("acme", 0.0008)]
         assert name_the_unexplained(rows, [_target()], p) == set() and rows[0]["tier"] is None
 
 
-def test_match_json_records_e3_on_the_controls(tmp_path: Path) -> None:
-    rng = np.random.default_rng(8)
+def _e3_case(rng: np.random.Generator) -> list[dict[str, Any]]:
+    """40 prompts, each partly repeated in a later non-suspect response of another customer (the controls' chance
+    candidates), and a suspect holding 30 words of an earlier prompt."""
+    rows = []
+    for i in range(40):
+        doc = words(rng, 60)
+        rows.append(exchange(f"p{i}", f"t{i % 7}", i, prompt=" ".join(doc), response=words_text(rng, 30)))
+        rows.append(exchange(f"r{i}", f"u{i % 5}", i + 0.5, prompt="q",
+                             response=" ".join(words(rng, 10) + doc[5:17] + words(rng, 10))))
     doc = words(rng, 100)
-    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
-            exchange("b1", "bolt", 5, prompt="q", response=" ".join(doc[10:40]))]
+    rows.append(exchange("a1", "acme", 100, prompt=" ".join(doc)))
+    rows.append(exchange("b1", "bolt", 105, prompt="q", response=" ".join(doc[10:40])))
+    return rows
+
+
+def test_e3_puts_an_unexplained_suspects_strongest_candidate_on_the_list_and_leaves_the_controls_alone(
+        tmp_path: Path) -> None:
+    rows = _e3_case(np.random.default_rng(3))
+    # E1 and E2 set out of reach, so only E3 can name anyone
+    strict = {"confirm_evalue": 0.0, "probable_evalue": 1e-300}
+    off = match(make_case(tmp_path / "off", rows, ["b1"], engine_signature=("b1",)),
+                config(**strict, unexplained_evalue=1e-300))
+    on = match(make_case(tmp_path / "on", rows, ["b1"], engine_signature=("b1",)),
+               config(**strict, unexplained_evalue=1000.0))
+    assert not off.cross_tenant and "E3" not in off.report["null"]["rules"]
+    (f,) = on.cross_tenant
+    assert f["source_tenant_id"] == "acme" and f["tier"] == "probable" and f["tier_rule"].startswith("E3: ")
+    assert float(f["expected_by_chance_with_mechanism"]) > 1e-300
+    assert "acme" not in {r["source_tenant_id"] for r in _review(tmp_path / "on")}
+    # the controls' chance candidates are counted by E3's null, not made control findings
+    assert on.report["control"]["size"] > 0
+    assert on.report["control"]["responses_with_findings"] == off.report["control"]["responses_with_findings"] == 0
+    e3 = on.report["null"]["rules"]["E3"]
+    assert e3["observed_false_positives"] == e3["control_responses_with_match"] > 0
+    assert e3["expected_false_positives"] == pytest.approx((1000.0 - 1e-300) * on.report["control"]["size"])
+    # without the engine signature the suspect's candidate stays in review
+    plain = match(make_case(tmp_path / "plain", rows, ["b1"]), config(**strict, unexplained_evalue=1000.0))
+    assert not plain.cross_tenant
+
+
+def test_match_json_records_e3_on_the_controls_only_when_it_runs(tmp_path: Path) -> None:
+    rows = _e3_case(np.random.default_rng(8))
     res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
     e3 = res.report["null"]["rules"]["E3"]
-    assert e3["expected_false_positives"] == pytest.approx(0.002 * res.report["control"]["size"])
-    assert e3["observed_false_positives"] == e3["control_responses_with_match"] == 0
+    # only controls whose strongest E lies between probable_evalue and unexplained_evalue can be named by it
+    assert e3["expected_false_positives"] == pytest.approx((0.002 - 0.001) * res.report["control"]["size"])
     assert res.report["parameters"]["unexplained_evalue"] == 0.002
+    for name, cfg in (("rules", {"tiering": "rules"}), ("off", {"unexplained_evalue": 0.001})):
+        res = match(make_case(tmp_path / name, rows, ["b1"], engine_signature=("b1",)), config(**cfg))
+        assert "E3" not in res.report["null"]["rules"]
