@@ -280,7 +280,9 @@ def seed_reach(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[
     each shape in :data:`SEED_SHAPES` (the matcher's tokens, fragment against the source span the truth gives).
 
     What another seed shape could reach, measured before building it: a pair no shape reaches needs more than
-    seeds, and one seed of four tokens is weak evidence on its own.
+    seeds, and one seed of four tokens is weak evidence on its own. Seeds are counted over all the pair's
+    fragments, each tokenized on its own; a fragment whose recipient or source record the case lacks (a split
+    log that lost a half) reaches nothing.
     """
     import pyarrow.parquet as pq
 
@@ -289,11 +291,15 @@ def seed_reach(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[
     path = case_dir / "exchanges.parquet"
     if not path.is_file():
         return None
-    named = {(r["recipient_request_id"], r["source_tenant_id"]) for r in _cross_tenant_rows(report_dir)}
-    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    # Pairs by (recipient request, recipient tenant, source tenant), as ranking() keys them: two customers may
+    # send the same request id.
+    named = {(r["recipient_request_id"], r["recipient_tenant_id"], r["source_tenant_id"])
+             for r in _cross_tenant_rows(report_dir)}
+    pairs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for f in truth["fragments"]:
-        if f["is_leak"] and (f["recipient_request_id"], f["source_tenant_id"]) not in named:
-            pairs.setdefault((f["recipient_request_id"], f["source_tenant_id"]), []).append(f)
+        key = (f["recipient_request_id"], f["recipient_tenant_id"], f["source_tenant_id"])
+        if f["is_leak"] and key not in named:
+            pairs.setdefault(key, []).append(f)
     wanted = {(f["recipient_request_id"], f["recipient_tenant_id"]) for fs in pairs.values() for f in fs}
     wanted |= {(f["source_request_id"], f["source_tenant_id"]) for fs in pairs.values() for f in fs}
     texts: dict[tuple[str, str], dict[str, str]] = {}

@@ -201,6 +201,8 @@ def test_seed_reach_counts_the_seeds_a_pair_with_no_candidate_shares_with_its_so
         w = csv.writer(fh)
         w.writerow(["recipient_request_id", "recipient_tenant_id", "source_tenant_id", "relation", "why_not_notified"])
         w.writerow(["sus2", "a", "b", "cross_tenant", "expected_by_chance 0.5 > 0.1: ..."])  # sus2's pair has a candidate
+        # another customer's request with the same id as "sus": its candidate is not sus's
+        w.writerow(["sus", "z", "b", "cross_tenant", "expected_by_chance 0.5 > 0.1: ..."])
     (report / "evidence.csv").write_text("recipient_request_id,recipient_tenant_id,source_tenant_id,relation\n")
     frag = {"recipient_tenant_id": "a", "source_request_id": "src", "source_tenant_id": "b", "source_kind": "prompt",
             "source_start": source.index("alpha"), "source_end": source.index("."), "recipient_start": 6,

@@ -552,12 +552,14 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                        "false_positive_rate": round(len(hit) / searches, 6) if searches else None,
                        "expected_false_positives": round(limit * searches, 4),
                        "observed_false_positives": sum(1 for _, e in null_e if e <= limit)}
-    # E3 on the controls, each treated as an engine-signature suspect (as R1-R3 are above): how often the
-    # strongest chance candidate of a response with no finding is let through, against its E-value's count.
-    rules["E3"] = {"control_responses_with_match": len(unexplained_controls),
-                   "false_positive_rate": round(len(unexplained_controls) / len(controls), 6) if controls else None,
-                   "expected_false_positives": round(p.unexplained_evalue * len(controls), 4),
-                   "observed_false_positives": len(unexplained_controls)}
+    if unexplained_controls is not None:
+        # E3 on the controls, each treated as an engine-signature suspect (as R1-R3 are above): how often the
+        # strongest chance candidate of a response with no finding is let through. Only a control whose
+        # strongest E lies above probable_evalue (else E2 names it) and at most unexplained_evalue can be.
+        rules["E3"] = {"control_responses_with_match": len(unexplained_controls),
+                       "false_positive_rate": round(len(unexplained_controls) / len(controls), 6) if controls else None,
+                       "expected_false_positives": round((p.unexplained_evalue - p.probable_evalue) * len(controls), 4),
+                       "observed_false_positives": len(unexplained_controls)}
     null = {
         **model.record(),
         "strength": "sum over informative matched tokens of log2((N + 16) / (1 + df)), df = other target responses "
@@ -585,43 +587,49 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     return rows, null
 
 
-def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int]:
+def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int] | None:
     """E3: tier ``probable`` the strongest candidate of each engine-signature suspect that has no finding, when
-    its ``expected_by_chance_with_mechanism`` is at most ``unexplained_evalue`` (and above ``probable_evalue``,
-    else E2 already holds). Returns the control responses it would name (the controls count as
-    engine-signature suspects here: the null of this rule).
+    its ``expected_by_chance_with_mechanism`` is at most ``unexplained_evalue`` (above ``probable_evalue`` E2
+    already holds). Returns the control responses it would name, each treated as an engine-signature suspect:
+    the rule's null (their rows keep their tiers, as the old rules' check on them does); None when E3 is off.
 
     A suspect with the engine signature decoded from stale pages: it holds some earlier request's text, and
     the question for it is whose, not whether. When nothing else explains its pages, its strongest candidate
-    is the likeliest answer. It must be strongest among all its candidates (its own customer's included, and
-    by a margin: a tie with another customer names neither), on text that singles the source out (rarity)
-    and that is not ordinary on its own (TEXT_EVALUE_CEILING). Measured on the realistic scenario (seeds 1-3
-    and 5-7; README "The evidence model"); a suspect that already has a finding gets nothing more from it.
+    is the likeliest answer. It must be strongest among all its candidates: its own customer's, and one
+    explained away by another customer's stronger text (the two kinds of evidence then disagree), included.
+    A tie with another customer names neither. Its text must single the source out (rarity) and not be
+    ordinary on its own (TEXT_EVALUE_CEILING). Measured on the realistic scenario (seeds 1-3 and 5-7; README
+    "The evidence model"); a suspect that already has a finding gets nothing more from it.
     """
-    named: set[int] = set()
     if p.tiering != "evalue" or p.unexplained_evalue <= p.probable_evalue:
-        return named
+        return None
+    named: set[int] = set()
     by_target: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
-        if not r["_explained_by"]:
-            by_target.setdefault(r["_target"], []).append(r)
+        by_target.setdefault(r["_target"], []).append(r)
+
+    def likelihood(r: dict[str, Any]) -> tuple[bool, float, str]:
+        e = r["expected_by_chance_with_mechanism"]
+        return (math.isnan(e), e, r["finding_id"])  # an E that could not be computed never comes first
+
     for t, group in by_target.items():
         tgt = targets[t]
         if not (tgt.control or tgt.engine_signature) or any(r["tier"] for r in group):
             continue
-        group.sort(key=lambda r: (r["expected_by_chance_with_mechanism"], r["finding_id"]))
-        best = group[0]
+        best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
-        if (len(group) > 1 and group[1]["expected_by_chance_with_mechanism"] == e
-                and group[1]["source_tenant_id"] != best["source_tenant_id"]):
-            continue  # two sources equally likely (another customer's, or the suspect's own): it names neither
-        if (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
+        if best["_explained_by"] or any(r["expected_by_chance_with_mechanism"] == e
+                                        and r["source_tenant_id"] != best["source_tenant_id"] for r in group):
+            continue
+        if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
                 and best["expected_by_chance"] <= TEXT_EVALUE_CEILING):
-            best["tier"], best["why_not_notified"] = "probable", None
-            best["tier_rule"] = (f"E3: the strongest candidate of an engine-signature suspect with no finding, "
-                                 f"expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
-            if tgt.control:
-                named.add(t)
+            continue
+        if tgt.control:
+            named.add(t)
+            continue
+        best["tier"], best["why_not_notified"] = "probable", None
+        best["tier_rule"] = (f"E3: the strongest candidate of an engine-signature suspect with no finding, "
+                             f"expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
     return named
 
 
