@@ -494,11 +494,11 @@ def test_a_mean_weight_of_one_half_stays_one_half_when_three_tenants_held_a_k_gr
     assert float(facts.singles_out[0]) == 0.5
 
 
-def _target(control: bool = False, signature: bool = True) -> Any:
+def _target(control: bool = False, signature: bool = True, placeholder: bool = False) -> Any:
     from forensics.match.index import Target
 
     return Target(request_id="s1", tenant_id="bolt", received_us=0, deadline_us=1, decode_node="decode-1",
-                  engine_signature=signature, control=control, text="")
+                  engine_signature=signature, control=control, text="", placeholder_usage=placeholder)
 
 
 def _candidate(source: str, e: float, relation: str = "cross_tenant", rarity: float = 1.0, text_e: float = 0.01,
@@ -562,6 +562,10 @@ def test_e3_needs_the_engine_signature_and_counts_the_controls_it_would_name() -
     rows = [_candidate("acme", 0.0015)]
     assert name_the_unexplained(rows, [_target(signature=False)], MatchParams()) == set()
     assert rows[0]["tier"] is None
+    # the gateway's usage counting the one-token placeholder shows the stale decode as well
+    named = [_candidate("acme", 0.0015)]
+    assert name_the_unexplained(named, [_target(signature=False, placeholder=True)], MatchParams()) == set()
+    assert named[0]["tier"] == "probable"
     # a control response counts as an engine-signature suspect for the rule's null, and is only counted: its
     # rows keep no tier (the control false-positive rate is the tiers' own, as for R1-R3)
     assert name_the_unexplained(rows, [_target(control=True, signature=False)], MatchParams()) == {0}
@@ -607,9 +611,15 @@ def test_e3_puts_an_unexplained_suspects_strongest_candidate_on_the_list_and_lea
     e3 = on.report["null"]["rules"]["E3"]
     assert e3["observed_false_positives"] == e3["control_responses_with_match"] > 0
     assert e3["expected_false_positives"] == pytest.approx((1000.0 - 1e-300) * on.report["control"]["size"])
-    # without the engine signature the suspect's candidate stays in review
+    # without the engine signature the suspect's candidate stays in review ...
     plain = match(make_case(tmp_path / "plain", rows, ["b1"]), config(**strict, unexplained_evalue=1000.0))
     assert not plain.cross_tenant
+    # ... unless the usage the gateway logged counts the one-token placeholder for its prompt (gateway logs alone)
+    counted = [dict(r, reported_prompt_tokens=1) if r["request_id"] == "b1" else r for r in rows]
+    gateway = match(make_case(tmp_path / "gateway", counted, ["b1"]), config(**strict, unexplained_evalue=1000.0))
+    assert [f["tier_rule"][:3] for f in gateway.cross_tenant] == ["E3:"]
+    many = [dict(r, reported_prompt_tokens=7000) if r["request_id"] == "b1" else r for r in rows]
+    assert not match(make_case(tmp_path / "many", many, ["b1"]), config(**strict, unexplained_evalue=1000.0)).cross_tenant
 
 
 def test_match_json_records_e3_on_the_controls_only_when_it_runs(tmp_path: Path) -> None:
