@@ -1,7 +1,7 @@
 """Benchmark: is the notification list right on realistic traffic? (about a minute per case on 2 cores)
 
     python benchmarks/quality.py [--seeds 1,2,3] [--formats litellm,openai-split] [--corpus ../shared/corpora]
-                                 [--show-wrong 20] [--keep DIR] [--json]
+                                 [--gateway-only] [--set KEY=VALUE ...] [--show-wrong 20] [--keep DIR] [--json]
 
 For every seed and gateway format: simulate the realistic incident (``forensics simulate --scale
 realistic``: 220 tenants, ~15,000 requests of real text with shared templates and popular
@@ -27,6 +27,10 @@ how many of them share with their source one or two seeds of other shapes (short
 another seed shape could reach), and the time of each step. The targets are printed next to the
 figures.
 
+``--gateway-only`` drops the engine logs from each simulated case file (a case with gateway logs alone: no
+decode nodes, no engine signature); ``--set KEY=VALUE`` puts a ``[match]`` setting in it (repeatable), for
+sweeps of a threshold with everything else as a case team would run it.
+
 The corpus is read at run time (default ``../shared/corpora`` next to the repository); without it
 the benchmark says so and exits 0. Nothing is written outside a temporary folder (``--keep DIR``
 keeps the simulated incidents and reports there).
@@ -37,11 +41,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import shlex
 import shutil
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -441,7 +447,43 @@ def _why_line(findings: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "no evidence row names it"
 
 
-def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
+#: Input formats of engine logs (what ``--gateway-only`` leaves out of a case file).
+ENGINE_FORMATS = ("sglang", "vllm")
+
+
+def edit_case_file(path: Path, gateway_only: bool, settings: dict[str, Any]) -> None:
+    """Rewrite the simulated case file ``path``: without its engine-log inputs (``gateway_only``), with the
+    ``[match]`` ``settings`` added. Refuses a case file it cannot edit so (no gateway input left, or a
+    ``[match]`` table already there) rather than measure something else."""
+    text = path.read_text(encoding="utf-8")
+    if gateway_only:
+        # Cut at every table header; an [[inputs]] table holds its own keys up to the next header.
+        parts = re.split(r"(?m)^(?=\[)", text)
+        text = "".join(part for part in parts if not (part.startswith("[[inputs]]")
+                                                      and tomllib.loads(part)["inputs"][0].get("format") in ENGINE_FORMATS))
+    if settings:
+        if "match" in tomllib.loads(text):
+            raise SystemExit(f"{path} already has a [match] table: --set cannot add to it")
+        text += "\n[match]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in sorted(settings.items()))
+    inputs = tomllib.loads(text).get("inputs", [])
+    if not inputs or (gateway_only and any(i.get("format") in ENGINE_FORMATS for i in inputs)):
+        raise SystemExit(f"{path}: could not leave only gateway inputs in it")
+    path.write_text(text, encoding="utf-8")
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set``: the value as TOML reads it (a number, true/false, or a quoted string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TOML value (quote a string)") from None
+
+
+def run_case(seed: int, fmt: str, corpus: Path, work: Path, gateway_only: bool = False,
+             settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Simulate, run, evaluate; then match again with the old rules and evaluate that."""
     from forensics import api
     from forensics.lab.evaluate import evaluate
@@ -454,6 +496,8 @@ def run_case(seed: int, fmt: str, corpus: Path, work: Path) -> dict[str, Any]:
     simulated = simulate(sim, seed=seed, scale="realistic", fmt=fmt, corpus=corpus, force=True)
     t_sim = time.perf_counter() - t0
     truth = json.loads((sim / "truth.json").read_text(encoding="utf-8"))
+    if gateway_only or settings:
+        edit_case_file(sim / "case.toml", gateway_only, settings or {})
     out: dict[str, Any] = {"seed": seed, "format": fmt, "simulate_seconds": round(t_sim, 1),
                            "counts": {k: simulated.counts.get(k) for k in ("tenants", "requests", "suspects", "leak_fragments",
                                                                            "finding_pairs", "hard_negatives", "bytes")}}
@@ -682,6 +726,9 @@ def main() -> int:
     ap.add_argument("--show-wrong", type=int, default=20, help="wrongly exposed customers listed per case and matcher")
     ap.add_argument("--keep", type=Path, default=None, help="keep the simulated incidents and reports in this folder")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
+    ap.add_argument("--gateway-only", action="store_true", help="leave the engine logs out of every case")
+    ap.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                    help="a [match] setting for every case (repeatable)")
     args = ap.parse_args()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     if not args.corpus.is_dir():
@@ -700,7 +747,7 @@ def main() -> int:
             print(f"[seed {seed} {fmt}] simulate, run, evaluate, old rules ...", file=sys.stderr, flush=True)
             work = Path(tempfile.mkdtemp(prefix=f"quality-{seed}-{fmt}-"))
             try:
-                cases.append(run_case(seed, fmt, args.corpus, work))
+                cases.append(run_case(seed, fmt, args.corpus, work, args.gateway_only, dict(args.settings)))
             finally:
                 if args.keep is not None:
                     dest = args.keep / f"seed{seed}-{fmt}"

@@ -152,8 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
        "old fixed rules R1-R3, for comparison", choices=("evalue", "rules")),
     _m("confirm_evalue", "float", 0.0001, 0, 1000, "a finding expected by chance at most this often is confirmed"),
     _m("probable_evalue", "float", 0.001, 0, 1000, "... probable; weaker candidates go to review.csv"),
-    _m("unexplained_evalue", "float", 0.002, 0, 1000, "an engine-signature suspect with no finding: its strongest "
-       "candidate is probable (E3) up to this; at most probable_evalue: off"),
+    _m("unexplained_evalue", "float", 0.002, 0, 1000, "a suspect shown decoding from stale pages (engine signature, "
+       "or usage counting the one-token placeholder) with no finding: its strongest candidate is probable (E3) up "
+       "to this; at most probable_evalue: off"),
     _m("workers", "int", 0, 0, 4096, "processes for the match stage; 0: one per core", "--workers", result=False),
     _m("batch_rows", "int", 16, 1, 1_000_000, "at least this many rows per streamed batch", result=False),
     Setting("mask", "report", "choice", "default", "what a customer's notice masks: default masks secrets, card, "

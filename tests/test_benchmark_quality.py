@@ -220,3 +220,29 @@ def test_seed_reach_counts_the_seeds_a_pair_with_no_candidate_shares_with_its_so
     assert "8-15 tokens 1: 11111 1/0, 1111 1/1, 110111 1/0" in line and "4-7" not in line
     assert quality.seed_reach(report, tmp_path / "nowhere", truth) is None
     assert quality._reach_line(None).startswith("n/a")
+
+
+def test_gateway_only_and_settings_edit_the_simulated_case_file(quality: Any, tmp_path: Path) -> None:
+    import tomllib
+
+    case = tmp_path / "case.toml"
+    original = ('name = "sim"\nreal_ceiling_tokens = 8192\n\n[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n'
+                '[[inputs]]\nformat = "sglang"\npath = "engine"\n\n[report]\ncontact = "x"\n')
+    case.write_text(original)
+    quality.edit_case_file(case, True, {"unexplained_evalue": 0.005, "tiering": "evalue"})
+    got = tomllib.loads(case.read_text())
+    assert got["inputs"] == [{"format": "litellm", "path": "gateway"}]
+    assert got["report"] == {"contact": "x"} and got["real_ceiling_tokens"] == 8192
+    assert got["match"] == {"unexplained_evalue": 0.005, "tiering": "evalue"}
+    # a second [match] would be refused by the case loader: refused here first
+    with pytest.raises(SystemExit):
+        quality.edit_case_file(case, False, {"k": 6})
+    # engine logs alone cannot become a gateway-only case
+    case.write_text('name = "sim"\n[[inputs]]\nformat = "sglang"\npath = "engine"\n')
+    with pytest.raises(SystemExit):
+        quality.edit_case_file(case, True, {})
+    assert quality._setting("probable_evalue=0.003") == ("probable_evalue", 0.003)
+    assert quality._setting(' tiering = "rules"') == ("tiering", "rules")
+    for bad in ("novalue", "=3", "tiering=rules"):
+        with pytest.raises(Exception, match="KEY=VALUE|TOML value"):
+            quality._setting(bad)

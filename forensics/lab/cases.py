@@ -113,7 +113,8 @@ def suspect_rows(exchanges: Sequence[dict[str, Any]], keys: Iterable[SuspectKey]
         row = by_key[key] if isinstance(key, tuple) else by_id[key]
         rows.append({"request_id": row["request_id"], "tenant_id": row["tenant_id"], "model": row.get("model"),
                      "received_at": row["received_at"], "completed_at": row["completed_at"], "reasons": reasons,
-                     "engine_signature": key in signature, "decode_node": row.get("decode_node")})
+                     "engine_signature": key in signature, "decode_node": row.get("decode_node"),
+                     "reported_prompt_tokens": row.get("reported_prompt_tokens")})
     return rows
 
 

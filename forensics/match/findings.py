@@ -588,12 +588,13 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
 
 
 def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int] | None:
-    """E3: tier ``probable`` the strongest candidate of each engine-signature suspect that has no finding, when
+    """E3: tier ``probable`` the strongest candidate of each suspect that decoded from stale pages (the engine
+    signature, or, in the gateway's logs, usage counting the placeholder's one prompt token) and has no finding, when
     its ``expected_by_chance_with_mechanism`` is at most ``unexplained_evalue`` (above ``probable_evalue`` E2
     already holds). Returns the control responses it would name, each treated as an engine-signature suspect:
     the rule's null (their rows keep their tiers, as the old rules' check on them does); None when E3 is off.
 
-    A suspect with the engine signature decoded from stale pages: it holds some earlier request's text, and
+    Such a suspect decoded from stale pages: it holds some earlier request's text, and
     the question for it is whose, not whether. When nothing else explains its pages, its strongest candidate
     is the likeliest answer. It must be strongest among all its candidates: its own customer's, and one
     explained away by another customer's stronger text (the two kinds of evidence then disagree), included.
@@ -614,7 +615,7 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
 
     for t, group in by_target.items():
         tgt = targets[t]
-        if not (tgt.control or tgt.engine_signature) or any(r["tier"] for r in group):
+        if not (tgt.control or tgt.engine_signature or tgt.placeholder_usage) or any(r["tier"] for r in group):
             continue
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
@@ -628,7 +629,8 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
             named.add(t)
             continue
         best["tier"], best["why_not_notified"] = "probable", None
-        best["tier_rule"] = (f"E3: the strongest candidate of an engine-signature suspect with no finding, "
+        best["tier_rule"] = (f"E3: the strongest candidate of a suspect that decoded from stale pages (engine signature, "
+                             f"or usage counting the one-token placeholder) with no finding, "
                              f"expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
     return named
 

@@ -34,6 +34,9 @@ class Target:
     engine_signature: bool
     control: bool
     text: str
+    # The usage the gateway logged counts one prompt token (the placeholder's) for this suspect's prompt: the
+    # stale decode, seen without engine logs (findings.name_the_unexplained).
+    placeholder_usage: bool = False
     tokens: Tokens = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]  # filled after loading
     gids: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[arg-type]  # filled after indexing
 

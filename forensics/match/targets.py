@@ -56,7 +56,8 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
     """
     sus_path = case.require("suspects", "scan")
     ex_path = case.require("exchanges", "ingest")
-    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "tenant_id", "engine_signature", "decode_node"]).to_pylist()
+    sus = pq.ParquetFile(sus_path).read(columns=["request_id", "tenant_id", "engine_signature", "decode_node",
+                                                 "reported_prompt_tokens"]).to_pylist()
     suspects = {(r["request_id"], r["tenant_id"]): r for r in sus}
     found: dict[tuple[str, str | None], Target] = {}
     suspect_classes: collections.Counter[int] = collections.Counter()
@@ -82,7 +83,8 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
             if s is not None:
                 if (rid, tenants[i]) not in found:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
-                                                      bool(s["engine_signature"]), False, texts[i].as_py() or "")
+                                                      bool(s["engine_signature"]), False, texts[i].as_py() or "",
+                                                      placeholder_usage=s["reported_prompt_tokens"] == 1)
                     suspect_classes[_size_class(sizes[i])] += 1
                 continue
             heap = heaps.setdefault(_size_class(sizes[i]), [])

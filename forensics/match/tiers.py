@@ -6,10 +6,10 @@ the decode-node evidence's factor, see ``chance.with_mechanism``): ``confirmed``
 confirm_evalue (0.0001); ``probable`` E2: at most probable_evalue (0.001); every other admissible
 candidate goes to review, and so does one whose text alone is expected by chance more than
 TEXT_EVALUE_CEILING (0.1) times, however close to the suspect its source ran. One exception, E3: a
-suspect the engine logs show decoding from stale pages (the engine signature) holds some earlier
-request's text, so when none of its candidates reaches a tier, its strongest one is ``probable`` up to
-unexplained_evalue (0.002) -- the question for that response is whose text it holds, not whether it
-holds any (``findings.name_the_unexplained``).
+suspect shown decoding from stale pages (the engine signature, or usage in the gateway's logs counting
+the placeholder's one prompt token) holds some earlier request's text, so when none of its candidates
+reaches a tier, its strongest one is ``probable`` up to unexplained_evalue (0.002) -- the question for
+that response is whose text it holds, not whether it holds any (``findings.name_the_unexplained``).
 ``tiering = "rules"`` keeps the fixed rules below, for comparison (benchmarks/quality.py).
 
 Fixed-rule tiers on findings (``possible`` belongs to suspects with no finding and is the report's):
@@ -71,7 +71,7 @@ class MatchParams:
     tiering: str = "evalue"  # "evalue": tiers from expected_by_chance; "rules": the fixed R1-R3 rules (comparison)
     confirm_evalue: float = 0.0001  # a finding expected by chance at most this often is confirmed
     probable_evalue: float = 0.001  # ... probable; weaker candidates go to review
-    # E3: the strongest candidate of an engine-signature suspect with no finding is probable up to this E
+    # E3: the strongest candidate of a suspect decoded from stale pages, with no finding, is probable up to this E
     unexplained_evalue: float = 0.002
     workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
     batch_rows: int = 16  # at least this many rows per streamed batch (more when rows are short)

@@ -191,7 +191,8 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         if e3:
             named = sum(1 for f in data.findings if (f.evidence.tier_rule or "").startswith("E3"))
             evidence_model.append(
-                f"E3: a suspect the engine logs show decoding from stale pages holds some earlier request's text; when "
+                f"E3: a suspect shown decoding from stale pages (the engine signature, or usage counting the "
+                f"one-token placeholder) holds some earlier request's text; when "
                 f"none of its candidates reaches a tier, its strongest one is probable up to "
                 f"{data.match.parameters.get('unexplained_evalue')} ({named} finding(s) here). On the control "
                 f"responses, each treated as such a suspect, it would have named {e3.get('control_responses_with_match')} "
