@@ -243,6 +243,6 @@ def test_gateway_only_and_settings_edit_the_simulated_case_file(quality: Any, tm
         quality.edit_case_file(case, True, {})
     assert quality._setting("probable_evalue=0.003") == ("probable_evalue", 0.003)
     assert quality._setting(' tiering = "rules"') == ("tiering", "rules")
-    for bad in ("novalue", "=3", "tiering=rules"):
+    for bad in ("novalue", "=3", "tiering=rules", "k=inf", "k=nan", "k=1979-05-27", "k={a = 1}", "k=[1, 2]"):
         with pytest.raises(Exception, match="KEY=VALUE|TOML value"):
             quality._setting(bad)

@@ -347,3 +347,16 @@ def test_a_parquet_file_in_a_folder_read_under_a_text_format_is_skipped_with_the
     assert statuses == {"callbacks.jsonl": "ingested", "observations.parquet": "skipped: Parquet, not the format given"}
     q = [r for r in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist() if r["source_file"].endswith(".parquet")]
     assert len(q) == 1 and "format 'litellm' reads text logs" in q[0]["reason"] and "use a format that reads Parquet (langfuse, mapped)" in q[0]["reason"]
+
+
+def test_the_prompt_count_includes_the_tokens_langfuse_keeps_apart_as_cached(tmp_path: Path) -> None:
+    # Langfuse's `input` (and Anthropic's `input_tokens`) leave cached prompt tokens out: a resend served from the
+    # prefix cache would otherwise read as a one-token prompt, the placeholder's count during the bug.
+    rows = [obs(1, usage_details={"input": 1, "input_cache_read": 29999, "output": 6}),
+            obs(2, usage_details={"input_tokens": 10, "cache_read_input_tokens": 500, "cache_creation_input_tokens": 40}),
+            obs(3, usage_details={"prompt_tokens": 100, "cache_read_input_tokens": 50}),  # OpenAI's count holds them
+            obs(4, usage_details={"input": 9, "input_cache_read": "lots"})]
+    entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))
+    assert (entry["ingested"], q) == (4, [])
+    assert [r["reported_prompt_tokens"] for r in x] == [30000, 550, 100, 9]
+    assert "usage_details.input_cache_read = 'lots' is not a whole number" in x[3]["problems"]

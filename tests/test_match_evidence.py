@@ -565,7 +565,10 @@ def test_e3_needs_the_engine_signature_and_counts_the_controls_it_would_name() -
     # the gateway's usage counting the one-token placeholder shows the stale decode as well
     named = [_candidate("acme", 0.0015)]
     assert name_the_unexplained(named, [_target(signature=False, placeholder=True)], MatchParams()) == set()
-    assert named[0]["tier"] == "probable"
+    assert named[0]["tier"] == "probable" and "usage counts the one-token placeholder" in named[0]["tier_rule"]
+    signed = [_candidate("acme", 0.0015)]
+    name_the_unexplained(signed, [_target(placeholder=True)], MatchParams())
+    assert "(engine signature)" in signed[0]["tier_rule"]  # the record an auditor can check first
     # a control response counts as an engine-signature suspect for the rule's null, and is only counted: its
     # rows keep no tier (the control false-positive rate is the tiers' own, as for R1-R3)
     assert name_the_unexplained(rows, [_target(control=True, signature=False)], MatchParams()) == {0}
