@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import shlex
 import shutil
@@ -447,14 +448,12 @@ def _why_line(findings: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "no evidence row names it"
 
 
-#: Input formats of engine logs (what ``--gateway-only`` leaves out of a case file).
-ENGINE_FORMATS = ("sglang", "vllm")
-
-
 def edit_case_file(path: Path, gateway_only: bool, settings: dict[str, Any]) -> None:
     """Rewrite the simulated case file ``path``: without its engine-log inputs (``gateway_only``), with the
     ``[match]`` ``settings`` added. Refuses a case file it cannot edit so (no gateway input left, or a
     ``[match]`` table already there) rather than measure something else."""
+    from forensics.lab.simulate import ENGINE_FORMATS  # the engine logs' formats
+
     text = path.read_text(encoding="utf-8")
     if gateway_only:
         # Cut at every table header; an [[inputs]] table holds its own keys up to the next header.
@@ -477,9 +476,14 @@ def _setting(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     try:
-        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a TOML value (quote a string)") from None
+    # What a [match] setting can be, and what edit_case_file writes back as TOML: no dates, tables or arrays.
+    if not isinstance(parsed, bool | int | float | str) or (isinstance(parsed, float) and not math.isfinite(parsed)):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a setting's TOML value: a finite number, true or false, or a "
+                                         "quoted string")
+    return key.strip(), parsed
 
 
 def run_case(seed: int, fmt: str, corpus: Path, work: Path, gateway_only: bool = False,

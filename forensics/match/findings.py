@@ -629,9 +629,9 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
             named.add(t)
             continue
         best["tier"], best["why_not_notified"] = "probable", None
-        best["tier_rule"] = (f"E3: the strongest candidate of a suspect that decoded from stale pages (engine signature, "
-                             f"or usage counting the one-token placeholder) with no finding, "
-                             f"expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
+        shown = "engine signature" if tgt.engine_signature else "its gateway usage counts the one-token placeholder"
+        best["tier_rule"] = (f"E3: the strongest candidate of a suspect with no finding that decoded from stale pages "
+                             f"({shown}), expected_by_chance_with_mechanism<={p.unexplained_evalue:g}")
     return named
 
 

@@ -84,7 +84,7 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
                 if (rid, tenants[i]) not in found:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
                                                       bool(s["engine_signature"]), False, texts[i].as_py() or "",
-                                                      placeholder_usage=s["reported_prompt_tokens"] == 1)
+                                                      placeholder_usage=s.get("reported_prompt_tokens") == 1)
                     suspect_classes[_size_class(sizes[i])] += 1
                 continue
             heap = heaps.setdefault(_size_class(sizes[i]), [])

@@ -69,6 +69,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 #: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
 PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
+#: Langfuse's ``input`` and Anthropic's ``input_tokens`` leave out the prompt tokens served from (or written to)
+#: a cache, which these keys count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum:
+#: a long resend served from the prefix cache must not read as a one-token prompt (the placeholder's count).
+CACHE_KEYS = ("input_cache_read", "input_cached_tokens", "input_cache_creation", "cache_read_input_tokens",
+              "cache_creation_input_tokens")
+WITHOUT_CACHE = ("input", "input_tokens")
 COMPLETION_KEYS = ("output", "completionTokens", "completion_tokens", "output_tokens")
 #: An observation has these together (with ``id``); no other format's record does.
 SIGNS = {"trace_id", "type", "start_time"}
@@ -117,7 +123,11 @@ def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]
 def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems: list[str]) -> int | None:
     for key in keys:
         if usage.get(key) not in (None, ""):
-            return opt_count(usage[key], f"{field}.{key}", problems)
+            count = opt_count(usage[key], f"{field}.{key}", problems)
+            if count is not None and key in WITHOUT_CACHE:
+                cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in CACHE_KEYS if usage.get(k) not in (None, "")]
+                count += sum(c for c in cached if c is not None)
+            return count
     return None
 
 
