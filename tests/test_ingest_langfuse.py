@@ -355,8 +355,10 @@ def test_the_prompt_count_includes_the_tokens_langfuse_keeps_apart_as_cached(tmp
     rows = [obs(1, usage_details={"input": 1, "input_cache_read": 29999, "output": 6}),
             obs(2, usage_details={"input_tokens": 10, "cache_read_input_tokens": 500, "cache_creation_input_tokens": 40}),
             obs(3, usage_details={"prompt_tokens": 100, "cache_read_input_tokens": 50}),  # OpenAI's count holds them
-            obs(4, usage_details={"input": 9, "input_cache_read": "lots"})]
+            obs(4, usage_details={"input": 9, "input_cache_read": "lots"}),
+            obs(5, usage_details={"input": 2**62, "input_cache_read": 2**62})]  # a sum beyond 64 bits: no count
     entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))
-    assert (entry["ingested"], q) == (4, [])
-    assert [r["reported_prompt_tokens"] for r in x] == [30000, 550, 100, 9]
+    assert (entry["ingested"], q) == (5, [])
+    assert [r["reported_prompt_tokens"] for r in x] == [30000, 550, 100, 9, None]
     assert "usage_details.input_cache_read = 'lots' is not a whole number" in x[3]["problems"]
+    assert "usage_details.input with its cached tokens is out of range" in x[4]["problems"]
