@@ -30,6 +30,7 @@ from typing import Any
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, SkippedRecord, prompt_fields, provenance
 from forensics.ingest.fields import (
+    INT64_MAX,
     NoTenant,
     RecordError,
     as_str,
@@ -127,6 +128,9 @@ def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems
             if count is not None and key in WITHOUT_CACHE:
                 cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in CACHE_KEYS if usage.get(k) not in (None, "")]
                 count += sum(c for c in cached if c is not None)
+                if count > INT64_MAX:
+                    problems.append(f"{field}.{key} with its cached tokens is out of range (more than 64 bits)")
+                    return None
             return count
     return None
 
