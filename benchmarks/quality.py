@@ -291,6 +291,8 @@ def seed_reach(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[
     fragments, each tokenized on its own; a fragment whose recipient or source record the case lacks (a split
     log that lost a half) reaches nothing.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from forensics.match.fingerprint import tokenize_many
@@ -310,7 +312,10 @@ def seed_reach(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dict[
     wanted = {(f["recipient_request_id"], f["recipient_tenant_id"]) for fs in pairs.values() for f in fs}
     wanted |= {(f["source_request_id"], f["source_tenant_id"]) for fs in pairs.values() for f in fs}
     texts: dict[tuple[str, str], dict[str, str]] = {}
-    for row in pq.read_table(path, columns=["request_id", "tenant_id", "prompt_text", "response_text"]).to_pylist():
+    # Only the records the pairs name become Python strings (the case holds every prompt of the incident).
+    table = pq.read_table(path, columns=["request_id", "tenant_id", "prompt_text", "response_text"])
+    table = table.filter(pc.is_in(table.column("request_id"), value_set=pa.array(sorted({k[0] for k in wanted}), pa.string())))
+    for row in table.to_pylist():
         if (row["request_id"], row["tenant_id"]) in wanted:
             texts[(row["request_id"], row["tenant_id"])] = {"prompt": row["prompt_text"] or "", "response": row["response_text"] or ""}
     classes: dict[str, dict[str, Any]] = {short: {"no_candidate": 0, **{shape: {"one": 0, "two": 0} for shape in SEED_SHAPES}}
