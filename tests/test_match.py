@@ -567,6 +567,17 @@ def test_times_in_microseconds_whatever_the_column_holds() -> None:
     assert stream_mod.to_us(pa.chunked_array([pa.array([3], type=us), pa.array([4], type=us)])) == [3, 4]
 
 
+def test_the_index_counts_each_targets_tokens() -> None:
+    # The alignment reads every target's token count from the index (a list built per call over thousands
+    # of targets cost more than the call's work); it must be each target's own count, empty ones included.
+    from forensics.match.index import Target, TargetIndex
+
+    texts = ["", "one two three four five six", ". , !", "caf\u00e9 na\u0131ve \u2026 x", "a " * 50]
+    targets = [Target(f"r{i}", "t", 0, 1, None, False, False, text) for i, text in enumerate(texts)]
+    index = TargetIndex(targets, 5)
+    assert index.token_counts.tolist() == [len(t.tokens) for t in targets] == [0, 6, 0, 3, 50]
+
+
 def _index_of(hashes: np.ndarray) -> Any:
     """A TargetIndex over the given sorted unique hashes (its other fields are not needed to probe)."""
     from forensics.match.index import TargetIndex

@@ -51,6 +51,9 @@ class TargetIndex:
         self.by_request = {(t.request_id, t.tenant_id): i for i, t in enumerate(targets)}
         hashes, owner, pos = [], [], []
         tk, _, first = tokenize_many([t.text or "" for t in targets])  # one array pass for all targets
+        # Tokens per target, read by every alignment of the verification (a list over thousands of
+        # targets per call cost more than the call's own work).
+        self.token_counts = np.diff(first).astype(np.int64)
         for i, t in enumerate(targets):
             a, b = int(first[i]), int(first[i + 1])
             # 32-bit character offsets (a response is far shorter than 2**31 characters): every process

@@ -215,15 +215,14 @@ class Scanner:
         chars = tk.start[gpos][timed]  # where each hit k-gram starts in its text (for verification windows)
         pos, gid, text = gpos[timed] - first[text[timed]], gid[timed], text[timed]
         # Holders: a target's own response is the text under suspicion and proves nothing.
-        hold = (kind[text] == 0) | ~is_target[text]
+        # K-grams this process already knows to be common are dropped before the pairs are made
+        # unique (most hits of real traffic are on common text; the sort is the costly part). The
+        # parent retires them too: the entries that made them common reached it in earlier results.
+        hold = ((kind[text] == 0) | ~is_target[text]) & ~self.common[gid]
         n_gids = max(self.index.kgram_count, 1)
         pairs = np.unique(text[hold] * n_gids + gid[hold])
         ht, hg = pairs // n_gids, pairs % n_gids
-        # K-grams this process already knows to be common are dropped (the parent retires them
-        # too: the entries that made them common reached it in earlier results).
-        fresh = ~self.common[hg]
         self._learn(hg, code[ht], when[ht])
-        ht, hg = ht[fresh], hg[fresh]
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
@@ -477,7 +476,7 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
     lmin, lmax = np.minimum.reduceat(local, first), np.maximum.reduceat(local, first)
     region = np.searchsorted(bounds, lmin, side="right") - 1
     ct = key % n_t
-    t_len = np.array([len(x.tokens) for x in index.targets], dtype=np.int64)[ct] if len(index.targets) else ct
+    t_len = index.token_counts[ct] if len(index.targets) else ct
     qa = np.maximum(np.minimum.reduceat(qq, first) - margin, 0)
     qb = np.minimum(np.maximum.reduceat(qq, first) + k + margin, t_len)
     sa = np.maximum(lmin - margin, bounds[region])
