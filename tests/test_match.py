@@ -464,6 +464,58 @@ def test_a_worker_that_dies_leaves_its_jobs_to_this_process(tmp_path: Path, monk
     assert helpers.failed is not None and "BrokenProcessPool" in helpers.failed
 
 
+def test_the_last_jobs_stay_here_rather_than_wait_at_a_busy_worker() -> None:
+    # With four jobs allowed to wait at the worker, the last jobs of the verification went there while
+    # this process, out of jobs, sat idle until the worker had run them one after another (a worker
+    # starts what it is sent: it cannot be taken back). Given the jobs as a list, a job stays here once
+    # the worker holds as many unfinished jobs as are left to start.
+    import concurrent.futures
+    import types
+
+    sent: list[concurrent.futures.Future[Any]] = []
+
+    class Job(concurrent.futures.Future):  # type: ignore[type-arg]
+        """A job at the worker: waiting for its result lets it finish (what waiting does)."""
+
+        def result(self, timeout: float | None = None) -> Any:
+            if not self.done():
+                self.set_result(("worker", None))
+            return super().result(timeout)
+
+    class Worker:
+        """Finishes its oldest job each time this process finishes one (the two run at the same pace)."""
+
+        def submit(self, fn: Any, job: Any) -> concurrent.futures.Future[Any]:
+            fut = Job()
+            sent.append(fut)
+            return fut
+
+        def finish_one(self) -> None:
+            for fut in sent:
+                if not fut.done():
+                    fut.set_result(("worker", None))
+                    return
+
+    worker = Worker()
+
+    def here(job: int) -> tuple[str, int]:
+        worker.finish_one()
+        return ("here", job)
+
+    def split(jobs: Any) -> list[str]:
+        sent.clear()
+        helpers = types.SimpleNamespace(pool=worker, n=1, jobs={"here": 0, "workers": 0}, broke=None)
+        out = []
+        for who, _ in pool_mod.ordered(helpers, None, here, jobs, per_worker=4):  # type: ignore[arg-type]
+            out.append(who)
+        return out
+
+    # Jobs 1-4 go to the worker; 5-8 each find it holding more unfinished jobs than are left to start.
+    assert split(list(range(8))) == ["worker"] * 4 + ["here"] * 4
+    # Without a length nothing is known of what is left: a job goes to the worker whenever it holds fewer than 4.
+    assert split(iter(range(8))) == ["worker"] * 4 + ["here", "worker", "here", "worker"]
+
+
 def test_row_reader_gives_each_range_once_in_order(tmp_path: Path) -> None:
     rows = [exchange(f"r{i:02d}", "t", i, prompt=f"p{i}") for i in range(23)]
     case = make_case(tmp_path / "case", rows, [], row_group_rows=10)

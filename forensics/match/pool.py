@@ -14,7 +14,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -349,18 +349,22 @@ class WorkerUnfit(Exception):
     stop helping and this process runs the job, as when a worker dies."""
 
 
-def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any], per_worker: int = 2) -> Iterator[Any]:
+def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_worker: int = 2) -> Iterator[Any]:
     """Results of every job in job order, whoever ran it.
 
     A job goes to the workers while fewer than ``per_worker`` per worker are waiting there; otherwise
-    (workers busy or not started yet) this process runs it with ``local``. Which process ran a
-    job never changes its result, so outputs do not depend on the split. Results are yielded
-    in job order as soon as they are ready. If a worker dies, or a job raises :class:`WorkerUnfit`
-    there, the pool is dropped and the jobs it held (failed, or cancelled with the pool) are run here.
+    (workers busy or not started yet) this process runs it with ``local``. When ``jobs`` has a length
+    (a list), a job also stays here once the workers hold at least as many unfinished jobs as are left
+    to start: they would finish those while this process sat idle (a worker starts what it is sent, so
+    it cannot be taken back). Which process ran a job never changes its result, so outputs do not depend
+    on the split. Results are yielded in job order as soon as they are ready. If a worker dies, or a job
+    raises :class:`WorkerUnfit` there, the pool is dropped and the jobs it held (failed, or cancelled with
+    the pool) are run here.
     """
     pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
     in_flight = max(per_worker, 1) * helpers.n
     local = _giving_back(local)
+    left = len(jobs) if isinstance(jobs, Sized) else None
 
     def take() -> Any:
         job, fut = pending.popleft()
@@ -374,7 +378,10 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterator[Any], per_
 
     for job in jobs:
         pool = helpers.pool
-        if pool is not None and sum(1 for _, x in pending if not x.done()) < in_flight:
+        waiting = sum(1 for _, x in pending if not x.done())
+        if left is not None:
+            left -= 1  # jobs still to start after this one
+        if pool is not None and waiting < in_flight and (left is None or waiting <= left):
             try:
                 pending.append((job, pool.submit(remote, job)))
                 helpers.jobs["workers"] += 1
@@ -407,7 +414,7 @@ def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter 
     try:
         results = (spark.scan_pass(scanner, _scan_tasks(path, task_bytes)) if spark is not None else
                    ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
-                           _scan_tasks(path, task_bytes)))
+                           list(_scan_tasks(path, task_bytes))))
         for res in results:
             yield res
             task.advance(res.stats.get("records", 0))

@@ -73,10 +73,12 @@ def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: d
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
         holders_file = helpers.share(scorer.holders)  # None without workers: every task runs here
-        jobs = _verify_tasks(path, kept, rows, sources, 4 * (helpers.n + 1) if helpers.n else 0)
+        # A list, so that the last jobs stay in this process rather than wait at a busy worker (ordered).
+        jobs = [(job, holders_file) for job in _verify_tasks(path, kept, rows, sources,
+                                                             4 * (helpers.n + 1) if helpers.n else 0)]
         for found, n in ordered(helpers, verify_and_score_in_worker,
                                 lambda job: (scorer.score(verify_task(index, p, job[0]), release=True), len(job[0].rows)),
-                                ((job, holders_file) for job in jobs), per_worker=in_flight):
+                                jobs, per_worker=in_flight):
             scorer.collect(found)
             task.advance(n)
     finally:
