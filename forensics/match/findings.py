@@ -17,6 +17,7 @@ from forensics.case import row_group_batches
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
+from forensics.match.order import lexsort_ints
 from forensics.match.rarity import Holders, holder_entries
 from forensics.match.stream import (
     Candidate,
@@ -311,7 +312,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     owner = np.repeat(np.arange(len(cands), dtype=np.int64), lens)
     pos = np.concatenate([np.asarray(c.kgram_positions, dtype=np.int64) for c in cands])
     # Distinct positions per candidate, candidates in order: a lexsort and a dedupe.
-    order = np.lexsort((pos, owner))
+    order = lexsort_ints((pos, owner))
     owner, pos = owner[order], pos[order]
     first_of = np.ones(len(pos), dtype=bool)
     first_of[1:] = (owner[1:] != owner[:-1]) | (pos[1:] != pos[:-1])

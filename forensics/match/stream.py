@@ -31,6 +31,7 @@ import xxhash
 from forensics.match.align import align
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
+from forensics.match.order import lexsort_ints
 from forensics.match.tiers import MatchParams
 from forensics.memory import give_back_above, keep_freed_memory
 
@@ -527,12 +528,12 @@ def _cluster_order(t: np.ndarray, q: np.ndarray, s: np.ndarray, gap: int) -> tup
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     q, s = q.astype(np.int64), s.astype(np.int64)
     diag = s - q
-    order = np.lexsort((q, diag, t))
+    order = lexsort_ints((q, diag - diag.min(), t))  # (the same order, with no negative diagonal)
     tq, d = t[order], diag[order]
     new = np.ones(len(order), dtype=bool)
     new[1:] = (tq[1:] != tq[:-1]) | (np.diff(d) > gap)  # a new diagonal band (or target)
     band = np.cumsum(new)
-    o2 = np.lexsort((q[order], band))  # stable: equal positions keep their diagonal order
+    o2 = lexsort_ints((q[order], band))  # stable: equal positions keep their diagonal order
     order = order[o2]
     b, qq = band[o2], q[order]
     new = np.ones(len(order), dtype=bool)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from forensics.match import stream
 from forensics.match.findings import PairKey, Region, RegionScorer
 from forensics.match.index import TargetIndex
+from forensics.match.order import lexsort_ints
 from forensics.match.pool import Helpers, WorkerUnfit, ordered
 from forensics.match.rarity import Holders, pair_evidence
 from forensics.match.stream import (
@@ -45,11 +46,8 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
     same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
     kept = hits[keep]
-    # By (row, kind, target, target position, source position), the first two and the middle two packed into
-    # one key each (all are non-negative and below 2**31; kind below 4): a sort of three keys, not five.
-    row_kind = kept[:, 2].astype(np.int64) * 4 + kept[:, 3]
-    target_pos = (kept[:, 0].astype(np.int64) << 32) | kept[:, 1]
-    result: np.ndarray = kept[np.lexsort((kept[:, 4], target_pos, row_kind))]
+    # By (row, kind, target, target position, source position): all are non-negative (kind below 4).
+    result: np.ndarray = kept[lexsort_ints((kept[:, 4], kept[:, 1], kept[:, 0], kept[:, 3], kept[:, 2]))]
     return result
 
 

@@ -1,0 +1,39 @@
+"""lexsort_ints gives numpy's lexsort permutation, whatever the keys' widths, types and ties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from forensics.match.order import lexsort_ints
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_permutation_is_lexsorts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    keys = []
+    for _ in range(int(rng.integers(1, 6))):
+        bits = int(rng.choice([1, 2, 8, 20, 31, 40, 62, 63]))
+        dtype = np.int64 if bits > 31 else rng.choice([np.int32, np.uint32, np.int64])
+        key = rng.integers(0, 2**bits, n, dtype=np.int64).astype(dtype)
+        if rng.random() < 0.4:
+            key = key % 3  # many ties: equal rows must keep their input order
+        keys.append(key)
+    if rng.random() < 0.5:
+        keys[-1] = np.sort(keys[-1])  # the primary key in order, as the match stage's hits arrive
+    assert np.array_equal(lexsort_ints(keys), np.lexsort(keys))
+
+
+@pytest.mark.parametrize("keys", [
+    [np.array([3, -1, 2, -1]), np.array([0, 0, 1, 1])],  # a negative value: lexsort as it is
+    [np.array([2**64 - 1, 0, 5], dtype=np.uint64), np.array([1, 1, 0])],  # 64 bits: no packing
+    [np.array([2**40, 7, 2**40]), np.array([2**40, 2**40, 1]), np.array([3, 3, 3])],  # two packed keys
+    [np.array([0.5, 0.25]), np.array([1, 1])],  # not integers
+], ids=["negative", "64-bit", "over-63-bits", "floats"])
+def test_keys_that_cannot_be_packed_into_one_still_sort_as_lexsort(keys: list[np.ndarray]) -> None:
+    assert np.array_equal(lexsort_ints(keys), np.lexsort(keys))
+
+
+def test_no_rows_no_permutation() -> None:
+    assert len(lexsort_ints([np.zeros(0, np.int64), np.zeros(0, np.int64)])) == 0
