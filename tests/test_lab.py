@@ -220,23 +220,31 @@ def test_harness_gives_a_worker_the_phase_it_started_in_not_the_one_the_sample_b
 def test_the_sampler_lists_the_processes_seldom_but_reads_their_memory_every_time() -> None:
     # Listing the descendants reads every process of the machine, holding the measured process's GIL:
     # at every 20 ms sample it cost the measured function 6% of its time (1.3 ms a sample). They are
-    # listed every RELIST_EVERY samples, at each phase switch and at the end; memory at every sample.
+    # listed every RELIST_EVERY samples, when a phase ends, as the next begins and at the end; the
+    # memory of every process known is read at every sample.
     pytest.importorskip("psutil")
     from forensics.lab import bench
 
-    reads = {"children": 0, "memory": 0}
+    reads = {"children": 0, "parent": 0, "worker": 0}
+    running: list[Any] = []
+
+    def memory(who: str, mib: int) -> Any:
+        reads[who] += 1
+        return types.SimpleNamespace(rss=mib * MB)
 
     class Parent:
         pid = 1
 
         def memory_info(self) -> Any:
-            reads["memory"] += 1
-            return types.SimpleNamespace(rss=MB)
+            return memory("parent", 1)
 
         def children(self, recursive: bool = False) -> list[Any]:
             reads["children"] += 1
-            return []
+            return list(running)
 
+    worker = types.SimpleNamespace(pid=2, memory_info=lambda: memory("worker", 5),
+                                   cpu_times=lambda: types.SimpleNamespace(user=1.0, system=0.0),
+                                   cmdline=lambda: ["python", "-c", "work"])
     sampler = bench._Sampler(3600.0)
     sampler.stop()  # its own thread sampled once and ended: this test drives the sampling
     sampler._done.clear()
@@ -245,15 +253,26 @@ def test_the_sampler_lists_the_processes_seldom_but_reads_their_memory_every_tim
         bench.phase("one")
         for _ in range(2 * bench.RELIST_EVERY + 1):
             sampler.sample()
-        assert reads == {"children": 3, "memory": 2 * bench.RELIST_EVERY + 1}
-        bench.phase("two")  # a switch: workers start now
+        assert reads == {"children": 3, "parent": 2 * bench.RELIST_EVERY + 1, "worker": 0}
+        running.append(worker)  # started between two listings, late in phase "one"
         sampler.sample()
-        assert reads["children"] == 4
+        assert reads["children"] == 3 and reads["worker"] == 0
+        bench._ACTIVE = sampler  # as while a call is measured
+        bench.phase("two")  # the phase that ends is listed first: the worker started in it
+        assert reads["children"] == 4 and reads["worker"] == 1
+        for _ in range(3):
+            sampler.sample()
+        assert reads["children"] == 5 and reads["worker"] == 4  # listed as "two" began, read every time
         sampler.stop()
         sampler.sample()  # the end state
-        assert reads["children"] == 5
+        assert reads["children"] == 6
     finally:
+        bench._ACTIVE = None
         bench.phase("start")
+    seen = {p.pid: p.first_phase for p in sampler.processes() if p.pid in (1, 2)}  # (not this test's own process)
+    assert seen == {1: "one", 2: "one"}
+    peaks = {p.name: p.rss_total_bytes for p in sampler.phase_peaks() if p.name != "start"}
+    assert peaks == {"one": 6 * MB, "two": 6 * MB}
 
 
 def test_harness_reports_a_failed_call_without_hiding_it(capfd: pytest.CaptureFixture[str]) -> None:

@@ -95,6 +95,11 @@ _current_phase = "start"
 def phase(name: str) -> None:
     """Mark the start of phase ``name`` in a measured call (peak RSS is then attributed to it)."""
     global _current_phase
+    sampler = _ACTIVE
+    if sampler is not None and name != _current_phase:
+        # The processes as they are when the phase ends, listed now: a worker started since the sampler
+        # last listed them belongs to the phase that is ending, not to the next.
+        sampler.sample(relist=True)
     _current_phase = name
 
 
@@ -177,6 +182,8 @@ def _role(cmdline: list[str]) -> str:
 
 #: Samples between two listings of the measured process's descendants (see :meth:`_Sampler.sample`).
 RELIST_EVERY = 10
+#: The sampler of the call being measured in this process, if any (``phase`` lists the processes through it).
+_ACTIVE: _Sampler | None = None
 
 
 class _Sampler:
@@ -198,7 +205,10 @@ class _Sampler:
         self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS], in order of starting
         self._children: list[Any] = []  # the descendants as last listed
         self._samples, self._listed_at, self._listed_phase = 0, -RELIST_EVERY, ""
+        self._lock = threading.Lock()  # the thread's samples and those a phase switch takes
         self._thread = threading.Thread(target=self._run, daemon=True)
+        global _ACTIVE
+        _ACTIVE = self
         self._thread.start()
 
     def _run(self) -> None:
@@ -206,16 +216,21 @@ class _Sampler:
             self.sample()
             self._done.wait(self._interval)
 
-    def sample(self) -> None:
-        """Read every process once and update the peaks."""
+    def sample(self, relist: bool = False) -> None:
+        """Read every process once and update the peaks (``relist``: list the descendants anew)."""
+        with self._lock:
+            self._sample(relist)
+
+    def _sample(self, relist: bool) -> None:
         total = 0
         self._samples += 1
-        if (self._samples - self._listed_at >= RELIST_EVERY or _current_phase != self._listed_phase
+        if (relist or self._samples - self._listed_at >= RELIST_EVERY or _current_phase != self._listed_phase
                 or self._done.is_set()):
             # Listing the descendants reads every process of the machine (about 1 ms, holding this
             # process's GIL: at every sample it took 6% of the measured function's time); between
-            # listings the known processes are read alone. A phase switch lists them again, since
-            # that is when the measured function starts workers.
+            # listings the known processes are read alone. They are listed every RELIST_EVERY samples,
+            # when a phase ends (``phase``) and as the next begins, since workers start with a phase,
+            # and at the end. A process started and ended between two listings is not seen.
             try:
                 self._children = self._me.children(recursive=True)
             except self._psutil.Error:
@@ -255,6 +270,9 @@ class _Sampler:
 
     def stop(self) -> None:
         """Stop sampling (the figures keep their last values)."""
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
         self._done.set()
         self._thread.join()
 
