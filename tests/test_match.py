@@ -477,23 +477,30 @@ def test_the_last_jobs_stay_here_rather_than_wait_at_a_busy_worker() -> None:
     class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         """A job at the worker: waiting for its result lets it finish (what waiting does)."""
 
+        def __init__(self, job: int) -> None:
+            super().__init__()
+            self.job = job
+
+        def finish(self) -> None:
+            self.set_result(("worker", self.job))
+
         def result(self, timeout: float | None = None) -> Any:
             if not self.done():
-                self.set_result(("worker", None))
+                self.finish()
             return super().result(timeout)
 
     class Worker:
         """Finishes its oldest job each time this process finishes one (the two run at the same pace)."""
 
         def submit(self, fn: Any, job: Any) -> concurrent.futures.Future[Any]:
-            fut = Job()
+            fut = Job(job)
             sent.append(fut)
             return fut
 
         def finish_one(self) -> None:
             for fut in sent:
                 if not fut.done():
-                    fut.set_result(("worker", None))
+                    fut.finish()
                     return
 
     worker = Worker()
@@ -505,10 +512,11 @@ def test_the_last_jobs_stay_here_rather_than_wait_at_a_busy_worker() -> None:
     def split(jobs: Any) -> list[str]:
         sent.clear()
         helpers = types.SimpleNamespace(pool=worker, n=1, jobs={"here": 0, "workers": 0}, broke=None)
-        out = []
-        for who, _ in pool_mod.ordered(helpers, None, here, jobs, per_worker=4):  # type: ignore[arg-type]
-            out.append(who)
-        return out
+        results = list(pool_mod.ordered(helpers, None, here, jobs, per_worker=4))  # type: ignore[arg-type]
+        assert [job for _, job in results] == list(range(8))  # in job order, each once, whoever ran it
+        assert helpers.jobs == {"here": sum(who == "here" for who, _ in results),
+                                "workers": sum(who == "worker" for who, _ in results)}
+        return [who for who, _ in results]
 
     # Jobs 1-4 go to the worker; 5-8 each find it holding more unfinished jobs than are left to start.
     assert split(list(range(8))) == ["worker"] * 4 + ["here"] * 4

@@ -30,7 +30,10 @@ def test_the_permutation_is_lexsorts(seed: int) -> None:
     [np.array([2**64 - 1, 0, 5], dtype=np.uint64), np.array([1, 1, 0])],  # 64 bits: no packing
     [np.array([2**40, 7, 2**40]), np.array([2**40, 2**40, 1]), np.array([3, 3, 3])],  # two packed keys
     [np.array([0.5, 0.25]), np.array([1, 1])],  # not integers
-], ids=["negative", "64-bit", "over-63-bits", "floats"])
+    [np.array([2**63 - 1, 0, 2**63 - 1], dtype=np.uint64), np.array([0, 0, 0], dtype=np.uint8)],  # exactly 63 bits
+    [np.array([True, False, True]), np.array([3, 3, 1], dtype=np.int8), np.array([0, 0, 0])],  # bool, int8, all 0
+    [np.arange(12, dtype=np.int32).reshape(4, 3)[:, 2] % 2, np.arange(12, dtype=np.int32).reshape(4, 3)[::-1, 0]],
+], ids=["negative", "64-bit", "over-63-bits", "floats", "63-bit", "small-types", "strided-columns"])
 def test_keys_that_cannot_be_packed_into_one_still_sort_as_lexsort(keys: list[np.ndarray]) -> None:
     assert np.array_equal(lexsort_ints(keys), np.lexsort(keys))
 

@@ -9,7 +9,7 @@ import numpy as np
 
 def lexsort_ints(keys: Sequence[np.ndarray]) -> np.ndarray:
     """The permutation :func:`numpy.lexsort` gives for ``keys`` (the last key primary, equal rows in
-    input order), for non-negative integer keys.
+    input order), for non-negative integer keys: numpy arrays of one length, as lexsort takes them.
 
     The keys are packed, primary first, into as few 63-bit integers as their largest values allow.
     One packed key is sorted stably once: numpy's stable sort takes the runs already in order (the
