@@ -40,6 +40,9 @@ def escape_controls(text: str) -> str:
 
 def cell(value: Any) -> str:
     """One CSV cell: empty for null, true/false for booleans, UTC ISO times, ';'-joined lists."""
+    kind = type(value)
+    if kind is int or kind is float:  # most cells of the evidence files (a bool is not an int here)
+        return str(value)
     if isinstance(value, str):
         return "'" + escape_controls(value) if value.startswith(QUOTED_START) else escape_controls(value)
     if value is None:

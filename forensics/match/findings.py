@@ -470,11 +470,15 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
             if r["same_decode_node"] and r["seconds_before"] is not None else None)
     mechanism_known = bool(facts.node_share)
+    # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
+    served_before = {i: facts.records_on_node_since(t.decode_node, NO_TIME, t.received_us) if t.decode_node else 0
+                     for i, t in enumerate(targets)}
+    records_before = {i: facts.records_before(t.deadline_us) for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
         share = facts.node_share.get(tgt.decode_node or "", 0.0)
-        before = facts.records_on_node_since(tgt.decode_node or "", NO_TIME, tgt.received_us) if tgt.decode_node else 0
+        before = served_before[r["_target"]]
         if k is not None:
             # Chance puts a source on the suspect's node, at least this recent, k times in the n records that
             # node served before the suspect.
@@ -503,7 +507,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     for r in rows:
         tgt = targets[r["_target"]]
         r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r["records_since_source_on_node"], window,
-                                               facts.records_before(tgt.deadline_us))
+                                               records_before[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
         r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
         if r["_explained_by"] and p.tiering == "evalue":
