@@ -421,9 +421,10 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
     ``null`` section.
     """
+    # Records received before each target completed, once per target (every row of a target reads it).
+    records_before = [facts.records_before(t.deadline_us) for t in targets]
     # A search's size, per target, over the texts received before it completed (see SIZE_EXPONENT).
-    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, facts.records_before(t.deadline_us))
-                     for i, t in enumerate(targets)}
+    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, records_before[i]) for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
         src_node = facts.node.get((r["source_request_id"], r["source_tenant_id"]))
@@ -458,7 +459,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     total = len(facts.times)
     size_of = {i: search_before[i] for i in controls}
     size_of |= {i: _search_size(len(targets[i].tokens.hash) - p.k + 1,
-                                total - facts.records_before(targets[i].deadline_us)) for i in suspects}
+                                total - records_before[i]) for i in suspects}
     null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]
     null_rows += [r for r in later if not r["_explained_by"]]
     model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()),
@@ -473,7 +474,6 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
     served_before = {i: facts.records_on_node_since(t.decode_node, NO_TIME, t.received_us) if t.decode_node else 0
                      for i, t in enumerate(targets)}
-    records_before = {i: facts.records_before(t.deadline_us) for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
@@ -505,7 +505,6 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
               and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
     window = recent.choose_window(placed) if mechanism_known else None
     for r in rows:
-        tgt = targets[r["_target"]]
         r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r["records_since_source_on_node"], window,
                                                records_before[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
@@ -535,7 +534,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         if window is None:
             return None
         return 0.0 if math.isinf(r["_in_window"]) else recent.window_evalue(
-            1.0, r["records_since_source_on_node"], window, facts.records_before(targets[r["_target"]].deadline_us))
+            1.0, r["records_since_source_on_node"], window, records_before[r["_target"]])
 
     control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
                        *r["_mechanism"], in_window(r)) for r in null_rows if r["control"]]
