@@ -157,11 +157,9 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
     facts = record_facts(path, keys)
     rows, null = decide(rows, targets, p, facts)
-    for r in rows:
-        r["passages"] = passages_text(r["passages"])
-    evidence = [Finding.from_row(r) for r in rows if not r["control"] and r["tier"]]
-    review = [Finding.from_row(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
-    control_rows = [Finding.from_row(r) for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]
+    evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
+    review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
+    control_rows = [_finding(r) for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]
     n_control = sum(1 for t in targets if t.control)
     flagged = [k.request_id for k in sorted({f.recipient for f in control_rows}, key=RequestKey.sort_key)]
     cross = [f for f in evidence if f.cross_tenant]
@@ -226,17 +224,23 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         ),
     )
     for name, part, table_schema in (("evidence", evidence, schema.EVIDENCE), ("review", review, schema.REVIEW)):
-        columns = tuple(table_schema.names)
-        table = pa.Table.from_pylist([f.to_row(columns) for f in part], schema=table_schema)
-        write_table(c.table_path(name), table, table_schema)
+        part_rows = [f.to_row() for f in part]  # every column of both files: the table takes its schema's
+        write_table(c.table_path(name), pa.Table.from_pylist(part_rows, schema=table_schema), table_schema)
         with atomic_open(c.root / f"{name}.csv", newline="") as fh:
-            fh.write(csv_text([f.to_row() for f in part], schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
+            fh.write(csv_text(part_rows, schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
     write_json(c.root / "match.json", report.to_json())
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
                                   "jobs_on_workers": helpers.jobs["workers"],
                                   "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,
                                   "workers_failed": helpers.failed})
+
+
+def _finding(row: dict[str, Any]) -> Finding:
+    """The finding of a decided candidate row (its passages shown as text): only the rows that become
+    findings are converted, not every candidate pair."""
+    row["passages"] = passages_text(row["passages"])
+    return Finding.from_row(row)
 
 
 __all__ = ["MatchParams", "MatchResult", "Tuning", "match", "params_from"]

@@ -736,14 +736,18 @@ def passages_text(passages: list[tuple[int, int, int, int]]) -> str:
     return ";".join(f"{a}:{b}={c}:{d}" for a, b, c, d in passages)
 
 
-def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    def shown(r: dict[str, Any], c: str) -> Any:
-        v = r.get(c)
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return (f"{v:.2f}" if c == "score" else f"{v:.4f}" if c == "rarity" else f"{v:.3g}"
-                if c == "expected_by_chance" else v)
+#: Columns of the evidence CSVs shown with a fixed number format (the Parquet tables keep the values).
+CSV_FORMATS = {"score": "{:.2f}", "rarity": "{:.4f}", "expected_by_chance": "{:.3g}"}
 
-    return csvfile.csv_text(columns, ([shown(r, c) for c in columns] for r in rows))
+
+def csv_text(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """The evidence or review CSV of ``rows``: ``columns`` in order, a few numbers in fixed formats."""
+    shown = []
+    for c in columns:
+        values = [r.get(c) for r in rows]
+        fmt = CSV_FORMATS.get(c)
+        if fmt is not None:
+            # A boolean is shown as true/false like any other (csvfile.cell), never as a number.
+            values = [v if v is None or type(v) is bool else fmt.format(v) for v in values]
+        shown.append(values)
+    return csvfile.csv_text_of_columns(columns, shown)
