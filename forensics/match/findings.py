@@ -83,6 +83,11 @@ class RegionScorer:
     and parameters: a worker scores the candidates it found and sends back only the regions, not
     every candidate with its k-gram positions), and :meth:`collect` keeps them, in the order found,
     per pair. The match stage collects every verification task's regions in task order.
+
+    A pair's row is built as soon as the batch that holds its regions is collected, not all at the end:
+    the match stage collects while the workers still verify, so this work no longer waits in one
+    process after them. A pair whose regions come in several batches (two records with one key, which
+    the ingest's one row per request rules out) is built again when :meth:`rows` is called.
     """
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams) -> None:
@@ -92,6 +97,8 @@ class RegionScorer:
         self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
         self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
         self.per_pair: dict[PairKey, list[Region]] = {}
+        self._rows: dict[PairKey, dict[str, Any]] = {}
+        self._stale: set[PairKey] = set()
 
     def add(self, cands: list[Candidate], release: bool = False) -> None:
         """Score the regions ``cands`` and keep them (after every earlier batch); ``release``: drop each
@@ -100,9 +107,19 @@ class RegionScorer:
 
     def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
         """Keep the regions :meth:`score` gave for a batch (after every earlier batch's)."""
-        per_pair = self.per_pair
+        per_pair, built = self.per_pair, self._rows
+        fresh = []
         for key, region in scored:
-            per_pair.setdefault(key, []).append(region)
+            regs = per_pair.get(key)
+            if regs is None:
+                per_pair[key] = [region]
+                fresh.append(key)
+            else:
+                regs.append(region)
+                if key in built:
+                    self._stale.add(key)
+        for key in fresh:
+            built[key] = self._row(key, per_pair[key])
 
     def score(self, cands: list[Candidate], release: bool = False) -> list[tuple[PairKey, Region]]:
         """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
@@ -139,69 +156,74 @@ class RegionScorer:
         return scored
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per candidate pair with an admissible region (see :func:`score_candidates`)."""
-        targets = self.targets
-        rows = []
-        for (t, _, _, _, later), regs in self.per_pair.items():
-            tgt = targets[t]
-            if len(regs) == 1:  # most pairs: one region, one passage (what the general steps give it)
-                kept = regs
-                best = c = regs[0]
-                main = (c.recipient_start, c.recipient_end, c.source_start, c.source_end)
-                passages = [main]
-            else:
-                regs.sort(key=lambda r: (-r.strength, -r.score, r.recipient_start, r.source_start))
-                kept = []
-                for r in regs:
-                    if all(r.recipient_end <= x.recipient_start or r.recipient_start >= x.recipient_end for x in kept):
-                        kept.append(r)
-                best = c = kept[0]
-                passages = _merge_passages([(x.recipient_start, x.recipient_end, x.source_start, x.source_end)
-                                            for x in kept])
-                main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
-            if len(kept) == 1:
-                rule, informative, strength = c.rule, c.informative, c.strength
-                null_rules = [c.rule_null[1].split(":")[0]] if c.rule_null else []
-            else:
-                ranked = [(_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule]
-                rule = min(ranked)[1] if ranked else None
-                null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
-                informative = sum(x.informative for x in kept)
-                strength = sum(x.strength for x in kept)
-            fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
-                                             _tenant_part(c.source_tenant_id), c.source_kind, *main)))
-            rows.append({
-                "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
-                "recipient_request_id": tgt.request_id,
-                "recipient_tenant_id": tgt.tenant_id,
-                "source_request_id": c.source_request_id,
-                "source_tenant_id": c.source_tenant_id,
-                "source_kind": c.source_kind,
-                "relation": best.relation,
-                "tier": None,
-                "tier_rule": None,
-                "score": round(c.score, 2),
-                "matched_tokens": c.matched,
-                "longest_run": c.longest_run,
-                "recipient_start": main[0],
-                "recipient_end": main[1],
-                "source_start": main[2],
-                "source_end": main[3],
-                "rarity": round(best.rarity, 4),
-                "_singles_out": best.singles_out,
-                "informative_tokens": informative,
-                "regions": len(regs),
-                "strength_bits": round(strength, 3),
-                "_main_bits": round(best.strength, 3),
-                "passages": passages,
-                "control": tgt.control,
-                "_target": t,
-                "_source_received_us": c.source_received_us,
-                "_rule": rule,
-                "_later": later,
-                "_null_rules": null_rules,
-            })
-        return rows
+        """One row per candidate pair with an admissible region (see :func:`score_candidates`), in the
+        order the pairs were first found."""
+        for key in self._stale:
+            self._rows[key] = self._row(key, self.per_pair[key])
+        self._stale.clear()
+        return list(self._rows.values())
+
+    def _row(self, key: PairKey, regs: list[Region]) -> dict[str, Any]:
+        """The row of one candidate pair from all its regions (sorted here, strongest first)."""
+        t, later = key[0], key[4]
+        tgt = self.targets[t]
+        if len(regs) == 1:  # most pairs: one region, one passage (what the general steps give it)
+            kept = regs
+            best = c = regs[0]
+            main = (c.recipient_start, c.recipient_end, c.source_start, c.source_end)
+            passages = [main]
+        else:
+            regs.sort(key=lambda r: (-r.strength, -r.score, r.recipient_start, r.source_start))
+            kept = []
+            for r in regs:
+                if all(r.recipient_end <= x.recipient_start or r.recipient_start >= x.recipient_end for x in kept):
+                    kept.append(r)
+            best = c = kept[0]
+            passages = _merge_passages([(x.recipient_start, x.recipient_end, x.source_start, x.source_end)
+                                        for x in kept])
+            main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
+        if len(kept) == 1:
+            rule, informative, strength = c.rule, c.informative, c.strength
+            null_rules = [c.rule_null[1].split(":")[0]] if c.rule_null else []
+        else:
+            ranked = [(_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule]
+            rule = min(ranked)[1] if ranked else None
+            null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
+            informative = sum(x.informative for x in kept)
+            strength = sum(x.strength for x in kept)
+        fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
+                                         _tenant_part(c.source_tenant_id), c.source_kind, *main)))
+        return {
+            "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
+            "recipient_request_id": tgt.request_id,
+            "recipient_tenant_id": tgt.tenant_id,
+            "source_request_id": c.source_request_id,
+            "source_tenant_id": c.source_tenant_id,
+            "source_kind": c.source_kind,
+            "relation": best.relation,
+            "tier": None,
+            "tier_rule": None,
+            "score": round(c.score, 2),
+            "matched_tokens": c.matched,
+            "longest_run": c.longest_run,
+            "recipient_start": main[0],
+            "recipient_end": main[1],
+            "source_start": main[2],
+            "source_end": main[3],
+            "rarity": round(best.rarity, 4),
+            "_singles_out": best.singles_out,
+            "informative_tokens": informative,
+            "regions": len(regs),
+            "strength_bits": round(strength, 3),
+            "_main_bits": round(best.strength, 3),
+            "passages": passages,
+            "control": tgt.control,
+            "_target": t,
+            "_source_received_us": c.source_received_us,
+            "_rule": rule,
+            "_later": later,
+            "_null_rules": null_rules,
+        }
 
 
 #: Weights whose sums are exact in any order (see :func:`_region_facts`).

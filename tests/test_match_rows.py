@@ -1,0 +1,48 @@
+"""The pairs' rows are built as each verification task's regions are collected: the rows must be those
+of collecting every region at once, in the order the pairs were first found, even for a pair whose
+regions come in several tasks (ties in strength included: the order among them must not move)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from forensics.match.findings import Region, RegionScorer
+from forensics.match.index import Target, TargetIndex
+from forensics.match.tiers import MatchParams
+
+
+def _scorer() -> RegionScorer:
+    targets = [Target(f"s{i}", f"t{i}", 0, 1, "decode-1", True, i == 2, f"response {i} with a few words in it")
+               for i in range(3)]
+    TargetIndex(targets, 5)  # fills the targets' tokens
+    return RegionScorer(targets, None, MatchParams())  # type: ignore[arg-type]  # the holders are not read here
+
+
+def _region(rng: random.Random, source: str) -> Region:
+    start = rng.randrange(0, 60, 4)
+    rule = rng.choice([None, ("probable", "E2: ..."), ("confirmed", "E1: ...")])
+    return Region(float(rng.choice([10, 20, 20, 35])), float(rng.choice([90, 100])), start, start + rng.choice([4, 8, 12]),
+                  rng.randrange(0, 40), rng.randrange(40, 80), "cross_tenant", rng.choice([0.5, 1.0]), 1.0,
+                  rng.randrange(5, 9), rule, rule, source, "acme", "prompt", 5, 5, 0)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = [(rng.randrange(3), f"r{rng.randrange(4)}", "acme", "prompt", rng.random() < 0.2) for _ in range(12)]
+    scored = [(key, _region(rng, key[1])) for key in keys for _ in range(rng.randrange(1, 4))]
+    rng.shuffle(scored)
+
+    whole = _scorer()
+    whole.collect(scored)
+    expected = whole.rows()
+
+    by_task = _scorer()
+    cuts = sorted(rng.sample(range(1, len(scored)), k=min(3, len(scored) - 1)))
+    for a, b in zip([0, *cuts], [*cuts, len(scored)]):
+        by_task.collect(scored[a:b])
+    assert by_task.rows() == expected
+    first_seen = list(dict.fromkeys(key for key, _ in scored))
+    assert [(r["_target"], r["source_request_id"], r["_later"]) for r in expected] == [(k[0], k[1], k[4]) for k in first_seen]
