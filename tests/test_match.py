@@ -404,6 +404,9 @@ def test_verification_split_across_workers_inside_one_row_group_changes_nothing(
     for in_flight in (1, 16):  # how many tasks wait at a worker decides who verifies what, never the result
         match(case, config(workers=2), tuning=dataclasses.replace(POOL, verify_in_flight=in_flight))
         assert _outputs(case) == expected
+        # ... nor who scans which rows in the pass
+        match(case, config(workers=2), tuning=dataclasses.replace(POOL, pass_in_flight=in_flight, task_bytes=1))
+        assert _outputs(case) == expected
     assert len(cross(first.findings)) >= 5
 
 

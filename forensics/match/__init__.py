@@ -124,7 +124,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         n_hits = pending = 0
         sources: dict[int, tuple[str, str | None, int]] = {}
         stats: dict[str, int] = {}
-        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config)):
+        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config),
+                            tuning.pass_in_flight):
             holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
             hits.append(res.hits)
             n_hits += len(res.hits)

@@ -401,12 +401,12 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_
 
 
 def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None,
-             task_bytes: int, spark: "SparkExecutor | None" = None) -> Iterator[BatchResult]:
+             task_bytes: int, spark: "SparkExecutor | None" = None, in_flight: int = 4) -> Iterator[BatchResult]:
     """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers,
     or run as Spark tasks when ``spark`` is given (``--engine spark``).
 
-    Each worker reads its own rows (no text passes through this process) and at most two ranges
-    per worker are in flight, so memory stays bounded; results are gathered in file order.
+    Each worker reads its own rows (no text passes through this process) and at most ``in_flight``
+    ranges per worker are in flight, so memory stays bounded; results are gathered in file order.
     """
     rows = pq.ParquetFile(path).metadata.num_rows
     task = reporter(progress).task("match: streaming prompts and responses", rows)
@@ -414,7 +414,7 @@ def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter 
     try:
         results = (spark.scan_pass(scanner, _scan_tasks(path, task_bytes)) if spark is not None else
                    ordered(helpers, scan_rows_in_worker, lambda job: scan_rows(scanner, reader, job),
-                           list(_scan_tasks(path, task_bytes))))
+                           list(_scan_tasks(path, task_bytes)), per_worker=in_flight))
         for res in results:
             yield res
             task.advance(res.stats.get("records", 0))

@@ -27,6 +27,11 @@ class Tuning:
     #: task's hits grow with the targets: 4 MB rather than 8 took the 4 GB benchmark run's peak from
     #: 1,315 to 1,249 MiB (with KEEP_BYTES 64 MiB), in no more time.
     task_bytes: int = 4 << 20
+    #: Pass tasks waiting at each worker before this process scans one itself. With 2, the worker ran out
+    #: of tasks while this process scanned one of its own or dropped the hits on common k-grams: on the
+    #: 1 GB benchmark incident it waited 0.73 s of the 9.4 s pass between tasks; with 4, 0.20-0.22 s. The
+    #: peak of the stage is in verification, which this does not move (1,108 MiB, all processes).
+    pass_in_flight: int = 4
     #: Verification tasks waiting at each worker before this process verifies one itself. Measured while
     #: this process still scored every task's candidates (each process now scores its own): on the 1 GB
     #: benchmark incident (2 cores, 23 tasks) 2 left the worker idle while this process scored, and the
