@@ -37,11 +37,11 @@ m.workers_to_start = lambda path, p, inline_bytes: 2
 tuning.DEFAULT = tuning.Tuning(inline_bytes=0, wait_for_workers=True)
 ordered = pool.ordered
 
-def held(helpers, *args):
+def held(helpers, *args, **kwargs):
     if helpers.pool is not None and not marker.exists():
         marker.write_text("workers up")
         time.sleep(300)
-    yield from ordered(helpers, *args)
+    yield from ordered(helpers, *args, **kwargs)
 
 pool.ordered = held
 if __name__ == "__main__":  # workers import this file again (as __mp_main__)

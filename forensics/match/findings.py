@@ -106,7 +106,8 @@ class RegionScorer:
         self.collect(self.score(cands, release))
 
     def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
-        """Keep the regions :meth:`score` gave for a batch (after every earlier batch's)."""
+        """Keep the regions :meth:`score` gave for a batch (after every earlier batch's) and build the rows
+        of the pairs first found in it."""
         per_pair, built = self.per_pair, self._rows
         fresh = []
         for key, region in scored:
