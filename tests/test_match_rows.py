@@ -1,14 +1,15 @@
 """The pairs' rows are built as each verification task's regions are collected: the rows must be those
-of collecting every region at once, in the order the pairs were first found, even for a pair whose
-regions come in several tasks (ties in strength included: the order among them must not move)."""
+of every pair's regions taken together, in the order the pairs were first found, even for a pair whose
+regions come in several tasks (ties on the whole sort key included: the order among them must not move)."""
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
-from forensics.match.findings import Region, RegionScorer
+from forensics.match.findings import PairKey, Region, RegionScorer
 from forensics.match.index import Target, TargetIndex
 from forensics.match.tiers import MatchParams
 
@@ -20,24 +21,35 @@ def _scorer() -> RegionScorer:
     return RegionScorer(targets, None, MatchParams())  # type: ignore[arg-type]  # the holders are not read here
 
 
-def _region(rng: random.Random, source: str) -> Region:
-    start = rng.randrange(0, 60, 4)
+def _region(rng: random.Random, source: str, tie: bool) -> Region:
+    # tie: the same sort key (strength, score, recipient start, source start) as the other tied regions,
+    # everything else different, so that only the order kept among ties tells them apart.
+    start = 8 if tie else rng.randrange(0, 60, 4)
     rule = rng.choice([None, ("probable", "E2: ..."), ("confirmed", "E1: ...")])
-    return Region(float(rng.choice([10, 20, 20, 35])), float(rng.choice([90, 100])), start, start + rng.choice([4, 8, 12]),
-                  rng.randrange(0, 40), rng.randrange(40, 80), "cross_tenant", rng.choice([0.5, 1.0]), 1.0,
-                  rng.randrange(5, 9), rule, rule, source, "acme", "prompt", 5, 5, 0)
+    return Region(20.0 if tie else float(rng.choice([10, 20, 35])), 100.0 if tie else float(rng.choice([90, 100])),
+                  start, start + rng.choice([4, 8, 12]), 5 if tie else rng.randrange(0, 40), rng.randrange(40, 80),
+                  "cross_tenant", rng.choice([0.5, 1.0]), 1.0, rng.randrange(5, 9), rule, rule, source, "acme", "prompt",
+                  rng.randrange(5, 9), 5, rng.randrange(100))
 
 
-@pytest.mark.parametrize("seed", range(25))
+def _reference(scored: list[tuple[PairKey, Region]]) -> list[dict[str, Any]]:
+    """Every pair's regions gathered in the order found, then one row each, in the order the pairs were
+    first found: what the rows were when they were all built at the end."""
+    per_pair: dict[PairKey, list[Region]] = {}
+    for key, region in scored:
+        per_pair.setdefault(key, []).append(region)
+    scorer = _scorer()
+    return [scorer._row(key, regs) for key, regs in per_pair.items()]
+
+
+@pytest.mark.parametrize("seed", range(40))
 def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> None:
     rng = random.Random(seed)
     keys = [(rng.randrange(3), f"r{rng.randrange(4)}", "acme", "prompt", rng.random() < 0.2) for _ in range(12)]
-    scored = [(key, _region(rng, key[1])) for key in keys for _ in range(rng.randrange(1, 4))]
+    tie = seed % 2 == 0
+    scored = [(key, _region(rng, key[1], tie)) for key in keys for _ in range(rng.randrange(1, 5))]
     rng.shuffle(scored)
-
-    whole = _scorer()
-    whole.collect(scored)
-    expected = whole.rows()
+    expected = _reference(scored)
 
     by_task = _scorer()
     cuts = sorted(rng.sample(range(1, len(scored)), k=min(3, len(scored) - 1)))
@@ -46,3 +58,6 @@ def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> 
     assert by_task.rows() == expected
     first_seen = list(dict.fromkeys(key for key, _ in scored))
     assert [(r["_target"], r["source_request_id"], r["_later"]) for r in expected] == [(k[0], k[1], k[4]) for k in first_seen]
+    whole = _scorer()
+    whole.collect(scored)
+    assert whole.rows() == expected
