@@ -158,7 +158,8 @@ class RegionScorer:
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per candidate pair with an admissible region (see :func:`score_candidates`), in the
-        order the pairs were first found."""
+        order the pairs were first found. The rows are handed over, not copied: call it once, after the
+        last batch (the match stage changes them as it decides)."""
         for key in self._stale:
             self._rows[key] = self._row(key, self.per_pair[key])
         self._stale.clear()

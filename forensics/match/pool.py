@@ -39,6 +39,7 @@ from forensics.match.stream import (
 )
 from forensics.match.targets import exchanges_file
 from forensics.match.tiers import MatchParams
+from forensics.match.tuning import Tuning
 from forensics.memory import give_back_above, give_back_freed_memory
 from forensics.progress import Reporter, reporter
 from forensics.workers import process_pool
@@ -401,7 +402,8 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_
 
 
 def run_pass(scanner: Scanner, path: Path, helpers: Helpers, progress: Reporter | None,
-             task_bytes: int, spark: "SparkExecutor | None" = None, in_flight: int = 4) -> Iterator[BatchResult]:
+             task_bytes: int, spark: "SparkExecutor | None" = None,
+             in_flight: int = Tuning.pass_in_flight) -> Iterator[BatchResult]:
     """Scan every record: row ranges (:func:`_scan_tasks`) shared by this process and the workers,
     or run as Spark tasks when ``spark`` is given (``--engine spark``).
 

@@ -30,7 +30,9 @@ class Tuning:
     #: Pass tasks waiting at each worker before this process scans one itself. With 2, the worker ran out
     #: of tasks while this process scanned one of its own or dropped the hits on common k-grams: on the
     #: 1 GB benchmark incident it waited 0.73 s of the 9.4 s pass between tasks; with 4, 0.20-0.22 s. The
-    #: peak of the stage is in verification, which this does not move (1,108 MiB, all processes).
+    #: peak of the stage is in verification, which this does not move (1,108 MiB, all processes). Results
+    #: finished out of order wait in this process up to twice the tasks in flight (forensics.match.pool.ordered):
+    #: with more workers, more of them.
     pass_in_flight: int = 4
     #: Verification tasks waiting at each worker before this process verifies one itself. Measured while
     #: this process still scored every task's candidates (each process now scores its own): on the 1 GB
