@@ -310,6 +310,9 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
             cores = os.cpu_count() or 1
             match_s = next(st["seconds"] for st in stages if st["stage"] == "match")
             stream_s = sum(ph.seconds for ph in run.phases if ph.name == "match: streaming prompts and responses")
+            # CPU time of every process in the match stage's phases (the targets' loading, before them, is
+            # not counted): what to compare between runs on a machine others share.
+            match_cpu = sum(ph.cpu_seconds for ph in run.phases if ph.name.startswith("match:"))
             found = searched["findings"]
             print(f"match searched {searched['tokens']:,} tokens in {searched['records']:,} records: "
                   f"{searched['tokens'] / match_s / cores / 1e6:.2f}M tokens/s/core over the stage, "
@@ -319,14 +322,19 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
                   f"{found['total']:,} findings ({found['cross_tenant']:,} cross-tenant), {found['review']:,} to review")
             summary[f"match_tokens_{k}x"] = searched["tokens"]
             summary[f"match_mtok_s_core_{k}x"] = round(searched["tokens"] / match_s / cores / 1e6, 3)
+            if match_cpu > 0:
+                print(f"match's phases took {match_cpu:.1f} CPU-seconds in all processes: "
+                      f"{searched['tokens'] / match_cpu / 1e6:.2f}M tokens per CPU-second")
+                summary[f"match_mtok_per_cpu_s_{k}x"] = round(searched["tokens"] / match_cpu / 1e6, 3)
             summary[f"texts_verified_{k}x"] = searched["source_texts_verified"]
         print("peak RSS per process:")
         for p in run.processes:
             print(f"  {p.role:<8} pid {p.pid:<8} first seen in {p.first_phase!r:<42} {_mb(p.rss_bytes):>10}")
         print(f"  all processes together: {_mb(run.rss_total_bytes)} (DuckDB copy: {_mb(duck.rss_total_bytes)})")
-        print("peak RSS of all processes per phase:")
+        print("per phase: seconds, CPU-seconds of all processes, peak RSS of all processes:")
         for ph in run.phases:
-            print(f"  {ph.name:<50}{ph.seconds:>8.1f} s {_mb(ph.rss_total_bytes):>10}")
+            print(f"  {ph.name:<50}{ph.seconds:>8.1f} s {ph.cpu_seconds:>8.1f} CPU-s {_mb(ph.rss_total_bytes):>10}")
+        summary[f"cpu_seconds_{k}x"] = round(sum(ph.cpu_seconds for ph in run.phases), 1)
         summary[f"run_seconds_{k}x"] = round(run.seconds, 1)
         summary[f"run_mb_s_{k}x"] = round(total_mb / run.seconds, 1)
         summary[f"ingest_stage_vs_duckdb_{k}x"] = round(run_ratio, 3)

@@ -175,6 +175,44 @@ def test_harness_measures_every_process_all_together_and_per_phase() -> None:
     assert phases["together"].seconds >= 0.5
 
 
+def _busy(seconds: float) -> None:
+    """Keep one core busy for ``seconds``."""
+    import time
+
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def _cpu_in_phases() -> str:
+    """Phase "busy" computes here, phase "idle" sleeps, phase "worker" waits for a worker that computes."""
+    import time
+
+    from forensics.lab import bench
+
+    bench.phase("busy")
+    _busy(0.6)
+    bench.phase("idle")
+    time.sleep(0.6)
+    bench.phase("worker")
+    code = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\ntime.sleep(0.3)"
+    return f"done {subprocess.Popen([sys.executable, '-c', code]).wait()}"
+
+
+def test_harness_gives_each_phase_the_cpu_time_of_every_process_in_it() -> None:
+    # Seconds on a shared machine grow with other jobs' load; CPU time does not, so the benchmarks
+    # compare runs by it too. A worker's computing counts in the phase it ran in.
+    from forensics.lab.bench import measure
+
+    m = measure(_cpu_in_phases)
+    assert m.value == "done 0"
+    cpu = {p.name: p.cpu_seconds for p in m.phases}
+    assert cpu["busy"] >= 0.5
+    assert cpu["idle"] < 0.3
+    assert cpu["worker"] >= 0.5  # the worker's, as the parent only waited
+    assert sum(cpu.values()) <= m.cpu_seconds + 0.3
+
+
 class _ChildSeenAfterASwitch:
     """A stand-in for psutil's process: listing its children switches the phase first, as the
     measured function does when it starts a worker while the sampler is reading the parent."""
@@ -186,6 +224,9 @@ class _ChildSeenAfterASwitch:
 
     def memory_info(self) -> Any:
         return types.SimpleNamespace(rss=MB)
+
+    def cpu_times(self) -> Any:
+        return types.SimpleNamespace(user=0.0, system=0.0)
 
     def children(self, recursive: bool = False) -> list[Any]:
         from forensics.lab import bench
@@ -237,6 +278,9 @@ def test_the_sampler_lists_the_processes_seldom_but_reads_their_memory_every_tim
 
         def memory_info(self) -> Any:
             return memory("parent", 1)
+
+        def cpu_times(self) -> Any:
+            return types.SimpleNamespace(user=0.0, system=0.0)
 
         def children(self, recursive: bool = False) -> list[Any]:
             reads["children"] += 1

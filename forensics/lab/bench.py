@@ -24,7 +24,10 @@ Measured:
   sample (what the machine must hold at once);
 * ``processes``: every process seen (the child and each descendant) with its peak RSS and the
   phase it was first seen in;
-* ``phases``: per phase, the seconds it lasted and the peak total RSS while it ran. The measured
+* ``phases``: per phase, the seconds it lasted, the peak total RSS while it ran and the CPU time of
+  every process in it (a worker's time until it was first seen counts in the phase it was first seen in;
+  the time of a process that ended since the last sample is not seen). CPU time is what to compare across
+  runs on a shared machine: time taken by other machines' jobs lengthens the seconds, not it. The measured
   function names its phases by calling :func:`phase` (``forensics run`` does so through a
   progress reporter, see :class:`PhaseReporter`); before the first call the phase is ``"start"``.
 """
@@ -81,11 +84,13 @@ class ProcessPeak:
 
 @dataclasses.dataclass(frozen=True)
 class PhasePeak:
-    """One phase of a measured call: how long it lasted and the peak RSS of all processes together."""
+    """One phase of a measured call: how long it lasted, the peak RSS of all processes together and
+    their CPU time in it."""
 
     name: str
     seconds: float
     rss_total_bytes: int
+    cpu_seconds: float = 0.0
 
 
 #: The phase the measured function is in (set by :func:`phase`, read by the sampler thread).
@@ -202,11 +207,16 @@ class _Sampler:
         self.rss_total = 0
         self.worker_cpu: dict[int, float] = {}  # per pid, as last seen: a worker's CPU only grows
         self.peaks: dict[int, list[Any]] = {}  # pid -> [role, first phase, peak RSS]
-        self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS], in order of starting
+        self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS, CPU], in order of starting
+        self._cpu_seen: dict[int, float] = {}  # per pid, CPU seconds at its last sample: the next one adds the rest
         self._children: list[Any] = []  # the descendants as last listed
         self._samples, self._listed_at, self._listed_phase = 0, -RELIST_EVERY, ""
         self._lock = threading.Lock()  # the thread's samples and those a phase switch takes
         self._thread = threading.Thread(target=self._run, daemon=True)
+        try:  # the measured call's CPU starts now, not at the child's start-up
+            self._cpu_seen[self._me.pid] = _cpu(self._me.cpu_times())
+        except psutil.Error:
+            pass
         global _ACTIVE
         _ACTIVE = self
         self._thread.start()
@@ -240,12 +250,13 @@ class _Sampler:
         # The phase as it is once the children are listed: a worker the measured function starts
         # right after switching phase belongs, with this whole sample, to the phase that started it.
         now, name = time.perf_counter(), _current_phase
-        entry = self.phases.setdefault(name, [now, now, 0])
+        entry = self.phases.setdefault(name, [now, now, 0, 0.0])
         try:
             rss = self._me.memory_info().rss
             self.rss_main = max(self.rss_main, rss)
             total += rss
             self._peak(self._me.pid, "parent", name, rss)
+            entry[3] += self._cpu_since(self._me.pid, _cpu(self._me.cpu_times()))
             for child in children:
                 try:
                     rss = child.memory_info().rss
@@ -255,7 +266,8 @@ class _Sampler:
                 except self._psutil.Error:  # a worker ended between listing and reading it
                     continue
                 self.rss_worker = max(self.rss_worker, rss)
-                self.worker_cpu[child.pid] = times.user + times.system
+                self.worker_cpu[child.pid] = _cpu(times)
+                entry[3] += self._cpu_since(child.pid, _cpu(times), first=0.0)
                 self._peak(child.pid, "", name, rss)
                 total += rss
         except self._psutil.Error:
@@ -263,6 +275,13 @@ class _Sampler:
         self.rss_total = max(self.rss_total, total)
         entry[1] = now
         entry[2] = max(entry[2], total)
+
+    def _cpu_since(self, pid: int, cpu: float, first: float | None = None) -> float:
+        """CPU seconds of process ``pid`` since its last sample (``first``: what it had when not yet seen;
+        None: nothing before this sample counts)."""
+        before = self._cpu_seen.get(pid, cpu if first is None else first)
+        self._cpu_seen[pid] = cpu
+        return max(cpu - before, 0.0)
 
     def _peak(self, pid: int, role: str, name: str, rss: int) -> None:
         peak = self.peaks.setdefault(pid, [role, name, 0])
@@ -285,10 +304,15 @@ class _Sampler:
         """Every phase in the order it started; a phase lasts until the next one starts."""
         items = list(self.phases.items())
         out = []
-        for i, (name, (start, end, rss)) in enumerate(items):
+        for i, (name, (start, end, rss, cpu)) in enumerate(items):
             stop = items[i + 1][1][0] if i + 1 < len(items) else end
-            out.append(PhasePeak(name, round(stop - start, 3), int(rss)))
+            out.append(PhasePeak(name, round(stop - start, 3), int(rss), round(cpu, 3)))
         return out
+
+
+def _cpu(times: Any) -> float:
+    """User plus system seconds of psutil's ``cpu_times()``."""
+    return float(times.user + times.system)
 
 
 def _importable(name: str | None) -> bool:
