@@ -24,10 +24,11 @@ Measured:
   sample (what the machine must hold at once);
 * ``processes``: every process seen (the child and each descendant) with its peak RSS and the
   phase it was first seen in;
-* ``phases``: per phase, the seconds it lasted, the peak total RSS while it ran and the CPU time of
-  every process in it (a worker's time until it was first seen counts in the phase it was first seen in;
-  the time of a process that ended since the last sample is not seen). CPU time is what to compare across
-  runs on a shared machine: time taken by other machines' jobs lengthens the seconds, not it. The measured
+* ``phases``: per phase, the seconds it lasted (all its stretches, if it was entered again), the peak
+  total RSS while it ran and the CPU time of every process in it (a worker's time until it was first
+  seen counts in the phase it was first seen in; a process's time since its last sample before it ended
+  is not seen, nor a process started and ended between two listings). CPU time is what to compare
+  across runs on a shared machine: other jobs sharing it lengthen the seconds far more. The measured
   function names its phases by calling :func:`phase` (``forensics run`` does so through a
   progress reporter, see :class:`PhaseReporter`); before the first call the phase is ``"start"``.
 """
@@ -98,13 +99,15 @@ _current_phase = "start"
 
 
 def phase(name: str) -> None:
-    """Mark the start of phase ``name`` in a measured call (peak RSS is then attributed to it)."""
+    """Mark the start of phase ``name`` in a measured call (peak RSS, CPU time and seconds are then
+    attributed to it; a phase entered again adds to what it had)."""
     global _current_phase
     sampler = _ACTIVE
     if sampler is not None and name != _current_phase:
         # The processes as they are when the phase ends, listed now: a worker started since the sampler
         # last listed them belongs to the phase that is ending, not to the next.
         sampler.sample(relist=True)
+        sampler.switch(name)
     _current_phase = name
 
 
@@ -192,8 +195,8 @@ _ACTIVE: _Sampler | None = None
 
 
 class _Sampler:
-    """Peak RSS of this process, of each descendant and of all together (per phase), and the
-    descendants' CPU time."""
+    """Peak RSS of this process, of each descendant and of all together (per phase), the descendants'
+    CPU time, and per phase its seconds and the CPU time of all processes."""
 
     def __init__(self, interval: float) -> None:
         import psutil
@@ -209,6 +212,8 @@ class _Sampler:
         self.peaks: dict[int, list[Any]] = {}  # pid -> [role, first phase, peak RSS]
         self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS, CPU], in order of starting
         self._cpu_seen: dict[int, float] = {}  # per pid, CPU seconds at its last sample: the next one adds the rest
+        self._seconds: dict[str, float] = {}  # per phase, the seconds of its ended stretches
+        self._since = (_current_phase, time.perf_counter())  # the phase under way and when it began
         self._children: list[Any] = []  # the descendants as last listed
         self._samples, self._listed_at, self._listed_phase = 0, -RELIST_EVERY, ""
         self._lock = threading.Lock()  # the thread's samples and those a phase switch takes
@@ -276,6 +281,14 @@ class _Sampler:
         entry[1] = now
         entry[2] = max(entry[2], total)
 
+    def switch(self, name: str) -> None:
+        """Phase ``name`` begins now (:func:`phase`): the one under way gets its seconds."""
+        with self._lock:
+            now = time.perf_counter()
+            ended, since = self._since
+            self._seconds[ended] = self._seconds.get(ended, 0.0) + now - since
+            self._since = (name, now)
+
     def _cpu_since(self, pid: int, cpu: float, first: float | None = None) -> float:
         """CPU seconds of process ``pid`` since its last sample (``first``: what it had when not yet seen;
         None: nothing before this sample counts)."""
@@ -301,13 +314,14 @@ class _Sampler:
                 sorted(self.peaks.items(), key=lambda kv: (kv[1][0] != "parent", kv[0]))]
 
     def phase_peaks(self) -> list[PhasePeak]:
-        """Every phase in the order it started; a phase lasts until the next one starts."""
-        items = list(self.phases.items())
-        out = []
-        for i, (name, (start, end, rss, cpu)) in enumerate(items):
-            stop = items[i + 1][1][0] if i + 1 < len(items) else end
-            out.append(PhasePeak(name, round(stop - start, 3), int(rss), round(cpu, 3)))
-        return out
+        """Every phase in the order it first started; a phase lasts from each switch to it to the next
+        switch (the last one until the last sample), all its stretches together."""
+        seconds = dict(self._seconds)
+        name, since = self._since
+        last = max((end for _, end, _, _ in self.phases.values()), default=since)
+        seconds[name] = seconds.get(name, 0.0) + max(last - since, 0.0)
+        return [PhasePeak(name, round(seconds.get(name, 0.0), 3), int(rss), round(cpu, 3))
+                for name, (_, _, rss, cpu) in self.phases.items()]
 
 
 def _cpu(times: Any) -> float:
