@@ -361,3 +361,49 @@ def test_a_side_file_named_explicitly_is_read(tmp_path: Path) -> None:
     marker = tmp_path / "lake" / "day=2026-08-27" / "_committed_4711"
     files, skipped = expand_inputs([marker])
     assert files == [(marker, True)] and skipped == []
+
+
+def test_lines_appended_after_a_file_was_hashed_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pointed at a live log, ingest hashed the file and then parsed it to its end: the lines the gateway
+    # appended in between were ingested, and the SHA-256 in the manifest did not cover them. The rows must
+    # be those of the bytes hashed; the manifest says how much was added and not read.
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    live = logs / "live.jsonl"
+    live.write_text(request(1) + "\n" + request(2)[:40], encoding="utf-8")  # the last line half written
+    real = ingest_mod.scan_file
+
+    def scan(path: Path, split: int) -> Any:
+        hashed = real(path, split)
+        with open(path, "a", encoding="utf-8") as fh:  # the gateway writes on after the hash
+            fh.write(request(2)[40:] + "\n" + request(3) + "\n")
+        return hashed
+
+    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    result = api.ingest(tmp_path / "case", [live])
+    entry = result.manifest["files"][0]
+    assert entry["sha256"] == hashlib.sha256(request(1).encode() + b"\n" + request(2)[:40].encode()).hexdigest()
+    assert (entry["lines"], entry["ingested"], entry["quarantined"]) == (2, 1, 1)  # the half line, as hashed
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["request_id"]).column(0).to_pylist()
+    assert len(rows) == 1
+    assert any("appended" in note and "live.jsonl" in note for note in result.manifest["notes"])
+
+
+def test_a_file_cut_short_while_it_was_read_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    cut = logs / "rotated.jsonl"
+    cut.write_text(request(1) + "\n" + request(2) + "\n", encoding="utf-8")
+    real = ingest_mod.scan_file
+
+    def scan(path: Path, split: int) -> Any:
+        hashed = real(path, split)
+        os.truncate(path, len(request(1)) + 1)  # rotated in place after the hash
+        return hashed
+
+    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    result = api.ingest(tmp_path / "case", [cut])
+    assert result.manifest["files"][0]["ingested"] == 1
+    assert any("shrank" in note and "rotated.jsonl" in note for note in result.manifest["notes"])
