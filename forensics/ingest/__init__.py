@@ -413,6 +413,7 @@ def ingest(
 
         base = cfg.file.parent if cfg.file else None
         run_files: list[dict[str, Any]] = []
+        hashed: list[tuple[dict[str, Any], Path]] = []  # the files read only as far as they were hashed
         units: list[Unit] = []
         for path, sha, detected, spans, skip in plan:
             shown = display_path(path, base)
@@ -431,6 +432,9 @@ def ingest(
                                   "status": "already ingested (same SHA-256)"})
                 continue
             known[sha] = _new_entry(path, shown, sha, detected, skip)
+            if spans[-1].end is not None:  # read up to where it was hashed (a live log may have grown since)
+                known[sha]["size"] = spans[-1].end
+                hashed.append((known[sha], path))
             if mapping is not None:
                 known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
             run_files.append(known[sha])
@@ -467,6 +471,7 @@ def ingest(
                 entry["status"] = counts["status"]
             task.advance(unit.size())
     task.close()
+    changed = _changed_since_hashed(hashed)
     for entry in known.values():
         entry["ingested"] = entry["parsed"]
     tenantless = _check_tenants(known.values(), cfg)
@@ -477,6 +482,8 @@ def ingest(
 
     case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
                              band_files)
+    if changed:
+        case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
     if tenantless:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes,
             f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
@@ -498,6 +505,32 @@ def ingest(
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
     return IngestResult(c.root, case_manifest, run_files)
+
+
+def _changed_since_hashed(hashed: list[tuple[dict[str, Any], Path]]) -> list[str]:
+    """Notes on the files whose size changed while they were read (each ``(entry, path)`` was read only
+    as far as it was hashed, ``entry["size"]`` bytes): a live log that grew, or one cut short."""
+    grew: list[str] = []
+    shrank: list[str] = []
+    for entry, path in hashed:
+        try:
+            now = os.stat(path).st_size
+        except OSError:
+            now = 0
+        if now > entry["size"]:
+            grew.append(f"{entry['path']} (+{now - entry['size']:,} bytes)")
+        elif now < entry["size"]:
+            shrank.append(f"{entry['path']} ({entry['size'] - now:,} bytes fewer)")
+    notes = []
+    if grew:
+        notes.append(f"{len(grew)} files grew while they were read (logs still being written): only the bytes their "
+                     f"SHA-256 covers were read, and the bytes appended after it were not: {', '.join(grew[:5])}. Fix: "
+                     "ingest them again once they are complete (the records read now then count as duplicates)")
+    if shrank:
+        notes.append(f"{len(shrank)} files shrank while they were read (cut or rotated in place): their last records may "
+                     f"be missing from the case though their SHA-256 covers them: {', '.join(shrank[:5])}. Fix: copy the "
+                     "logs where nothing writes to them and ingest the copy into a new case")
+    return notes
 
 
 def read_damage(case: str | Path, request_ids: Iterable[str] | None = None) -> dict[tuple[str, str | None], str | None]:

@@ -237,7 +237,8 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     """SHA-256 of the file and, for an uncompressed file, line-aligned spans of ~``split_bytes``.
 
     One pass over the bytes: the spans let several processes parse one big file side by side
-    while line numbers stay those of the whole file.
+    while line numbers stay those of the whole file. An uncompressed file's last span ends where
+    the hashing did, so that what is parsed is what the SHA-256 covers, however a live log grows.
     """
     h = hashlib.sha256()
     # Spans are cut at LFs: a compressed file, or one whose lines end with CR, is read whole.
@@ -257,7 +258,7 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
                 start = end
             lines_before += count_lf(chunk)
             pos += len(chunk)
-    spans.append(Span(start, None, first_line))
+    spans.append(Span(start, None if compressed else pos, first_line))
     return h.hexdigest(), spans
 
 
@@ -316,6 +317,9 @@ def _bounded(fh: BinaryIO, end: int | None) -> Iterator[bytes]:
     pos = fh.tell()
     for raw in fh:
         if end is not None and pos >= end:
+            return
+        if end is not None and pos + len(raw) > end:
+            yield raw[: end - pos]  # a last line half written when hashed: what was hashed of it, not what came after
             return
         pos += len(raw)
         yield raw
