@@ -388,6 +388,11 @@ def test_lines_appended_after_a_file_was_hashed_are_not_read(tmp_path: Path, mon
     rows = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["request_id"]).column(0).to_pylist()
     assert len(rows) == 1
     assert any("appended" in note and "live.jsonl" in note for note in result.manifest["notes"])
+    assert entry["size"] == len(request(1)) + 1 + 40  # the bytes hashed
+    # The half line is not parsed as if whole (a cut engine line "9000 > 8192" read as "9000 > 81"): it waits
+    # in quarantine, saying why.
+    [held] = [q for q in quarantine(tmp_path / "case") if q["source_line"] == 2]
+    assert "still being written when the file was hashed" in held["reason"]
 
 
 def test_a_file_cut_short_while_it_was_read_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

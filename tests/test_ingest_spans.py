@@ -30,9 +30,12 @@ def test_spans_start_at_lines_and_know_their_numbers(lines: list[bytes], last_ne
         path.write_bytes(data)
         mp.setattr(reader, "CHUNK", chunk)
         sha, spans = reader.scan_file(path, split)
+        # The last span ends where the hashing did (a live log may grow), unless the file is read whole:
+        # compressed, or with CR line ends (a line reader of its own).
+        whole = reader.compression_of(path) is not None or reader.cr_line_endings(path)
     assert sha == hashlib.sha256(data).hexdigest()
     assert spans[0].start == 0 and spans[0].first_line == 1
-    assert spans[-1].end == len(data)  # the last span ends where the hashing did (a live log may grow)
+    assert spans[-1].end == (None if whole else len(data))
     for before, span in zip(spans, spans[1:]):
         assert before.end == span.start
         assert data[span.start - 1:span.start] == b"\n"  # a span starts right after an LF
