@@ -432,7 +432,7 @@ def ingest(
                                   "status": "already ingested (same SHA-256)"})
                 continue
             known[sha] = _new_entry(path, shown, sha, detected, skip)
-            if spans[-1].end is not None:  # read up to where it was hashed (a live log may have grown since)
+            if detected is not None and spans[-1].end is not None:  # read up to where it was hashed (a live log may grow)
                 known[sha]["size"] = spans[-1].end
                 hashed.append((known[sha], path))
             if mapping is not None:
@@ -525,7 +525,8 @@ def _changed_since_hashed(hashed: list[tuple[dict[str, Any], Path]]) -> list[str
     if grew:
         notes.append(f"{len(grew)} files grew while they were read (logs still being written): only the bytes their "
                      f"SHA-256 covers were read, and the bytes appended after it were not: {', '.join(grew[:5])}. Fix: "
-                     "ingest them again once they are complete (the records read now then count as duplicates)")
+                     "ingest them again once they are complete (the records read now then count as duplicates; a last "
+                     "line cut where the hash ended stays in quarantine)")
     if shrank:
         notes.append(f"{len(shrank)} files shrank while they were read (cut or rotated in place): their last records may "
                      f"be missing from the case though their SHA-256 covers them: {', '.join(shrank[:5])}. Fix: copy the "
@@ -766,6 +767,14 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                      else log_format.read(Path(unit.path), problems, unit.span))
             for line in lines:
                 counts["lines"] += 1
+                if line.cut:
+                    # Half written when the file was hashed: parsed, a cut engine line can read as another
+                    # ("9000 > 81"), and the rest of it is not covered by the SHA-256.
+                    counts["quarantined"] += 1
+                    quarantine(line.number, "line still being written when the file was hashed: only its start is "
+                               "covered by the file's SHA-256, so it was not read. Fix: ingest the file again once "
+                               "the log is complete", _excerpt(line.text, line.raw))
+                    continue
                 result: Any = NOT_PARSED
                 if parse_raw is not None and line.raw[:1] == b"{":
                     try:

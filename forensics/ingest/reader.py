@@ -42,6 +42,9 @@ class Line:
     number: int
     text: str | None
     raw: bytes
+    # The line ran on past the bytes hashed (a live log's last line, half written when the file was
+    # hashed): ``raw`` is what was hashed of it, not a whole record.
+    cut: bool = False
 
 
 #: What went wrong with a file as a whole (``FileProblem.kind``):
@@ -286,6 +289,7 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                 lines = _bounded(fh, span.end)
             for raw in lines:
                 number += 1
+                cut = type(raw) is _Cut
                 if number == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
                 if raw.endswith(b"\n"):
@@ -298,7 +302,7 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError:
                         pass
-                yield Line(number, text, raw)
+                yield Line(number, text, raw, cut)
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
         what = {"gzip": "gzip", "zstd": "zstd"}.get(kind or "", "compressed")
         problems.append(
@@ -313,13 +317,17 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
         problems.append(FileProblem(number, f"file could not be read after line {number} ({exc})", "unreadable"))
 
 
+class _Cut(bytes):
+    """A line :func:`_bounded` cut where the span ended."""
+
+
 def _bounded(fh: BinaryIO, end: int | None) -> Iterator[bytes]:
     pos = fh.tell()
     for raw in fh:
         if end is not None and pos >= end:
             return
         if end is not None and pos + len(raw) > end:
-            yield raw[: end - pos]  # a last line half written when hashed: what was hashed of it, not what came after
+            yield _Cut(raw[: end - pos])  # a last line half written when hashed: what was hashed of it, not what came after
             return
         pos += len(raw)
         yield raw
