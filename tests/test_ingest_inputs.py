@@ -412,3 +412,27 @@ def test_a_file_cut_short_while_it_was_read_is_named(tmp_path: Path, monkeypatch
     result = api.ingest(tmp_path / "case", [cut])
     assert result.manifest["files"][0]["ingested"] == 1
     assert any("shrank" in note and "rotated.jsonl" in note for note in result.manifest["notes"])
+
+
+def test_a_file_rewritten_after_it_was_hashed_is_damaged_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A log rotated in place (copytruncate) and refilled, or replaced by a new file of the same name, between
+    # the hash and the read: its rows were parsed under the old SHA-256 as if it covered them.
+    import forensics.ingest as ingest_mod
+
+    logs = logs_folder(tmp_path)
+    swapped = logs / "swapped.jsonl"
+    swapped.write_text(request(1) + "\n" + request(2) + "\n", encoding="utf-8")
+    real = ingest_mod.scan_file
+
+    def scan(path: Path, split: int) -> Any:
+        hashed = real(path, split)
+        path.write_text(request(7) + "\n" + request(8) + "\n", encoding="utf-8")  # the same length, other records
+        return hashed
+
+    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    result = api.ingest(tmp_path / "case", [swapped])
+    entry = result.manifest["files"][0]
+    assert entry["status"] == "ingested with problems"
+    assert any("changed while it was read" in p for p in entry["problems"])
+    damage = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["damage"]).column(0).to_pylist()
+    assert damage and all(d and "truncated_file" in d for d in damage)  # every row read from it is in doubt

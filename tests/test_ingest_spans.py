@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,8 @@ def test_spans_start_at_lines_and_know_their_numbers(lines: list[bytes], last_ne
     assert sha == hashlib.sha256(data).hexdigest()
     assert spans[0].start == 0 and spans[0].first_line == 1
     assert spans[-1].end == (None if whole else len(data))
+    for span in spans:  # the digest each span is checked against as it is read
+        assert span.digest == (None if whole else xxhash.xxh3_64_intdigest(data[span.start:span.end]))
     for before, span in zip(spans, spans[1:]):
         assert before.end == span.start
         assert data[span.start - 1:span.start] == b"\n"  # a span starts right after an LF
