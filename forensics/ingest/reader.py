@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import xxhash
 import zstandard
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -51,7 +52,8 @@ class Line:
 #: ``truncated``: a compressed stream ends early. What was read before is exactly what was written
 #: (gzip and zstd decode front to back), only the rest is missing.
 #: ``corrupt``: a compressed stream is damaged (bad data, checksum mismatch): garbage may have been
-#: decoded before the damage was noticed, so no line of the file is beyond doubt.
+#: decoded before the damage was noticed, so no line of the file is beyond doubt; or a file's bytes
+#: changed between its hash and its reading (:class:`Span` digest).
 #: ``unreadable``: the operating system could not read on (an I/O error): like ``truncated``.
 PROBLEM_KINDS = ("truncated", "corrupt", "unreadable")
 
@@ -228,6 +230,9 @@ class Span:
     start: int
     end: int | None  # None: to the end of the file
     first_line: int
+    # xxh3-64 of the span's bytes as they were hashed (None: not taken): checked as the span is read,
+    # so a file rewritten or replaced since it was hashed is known, not parsed under the old SHA-256.
+    digest: int | None = None
 
 
 def count_lf(chunk: bytes) -> int:
@@ -248,20 +253,27 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
     compressed = compression_of(path) is not None or cr_line_endings(path)
     spans: list[Span] = []
     start, first_line, lines_before, pos = 0, 1, 0, 0
+    span_hash = xxhash.xxh3_64()
     with open_regular(path) as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
+            fed = 0  # bytes of this chunk in the span digests so far
             while not compressed and pos + len(chunk) - start >= split_bytes:
                 cut = chunk.find(b"\n", max(0, start + split_bytes - pos))
                 if cut < 0:
                     break
                 end = pos + cut + 1
-                spans.append(Span(start, end, first_line))
+                span_hash.update(chunk[fed:cut + 1])
+                fed = cut + 1
+                spans.append(Span(start, end, first_line, span_hash.intdigest()))
+                span_hash = xxhash.xxh3_64()
                 first_line = lines_before + chunk.count(b"\n", 0, cut + 1) + 1
                 start = end
+            if not compressed:
+                span_hash.update(chunk[fed:] if fed else chunk)
             lines_before += count_lf(chunk)
             pos += len(chunk)
-    spans.append(Span(start, None if compressed else pos, first_line))
+    spans.append(Span(start, None, first_line) if compressed else Span(start, pos, first_line, span_hash.intdigest()))
     return h.hexdigest(), spans
 
 
@@ -283,13 +295,17 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
     try:
         with _open(path, LINE_BUFFER) as fh:
             lines: Iterator[bytes] = _universal_lines(fh) if cr else (fh if max_line is None else iter(partial(fh.readline, max_line), b""))
+            check = None
             if span is not None and (span.start or span.end is not None):
                 fh.seek(span.start)
                 number = span.first_line - 1
                 lines = _bounded(fh, span.end)
+                check = xxhash.xxh3_64() if span.digest is not None else None
             for raw in lines:
                 number += 1
                 cut = type(raw) is _Cut
+                if check is not None:
+                    check.update(raw)
                 if number == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
                 if raw.endswith(b"\n"):
@@ -303,6 +319,11 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                     except UnicodeDecodeError:
                         pass
                 yield Line(number, text, raw, cut)
+            if check is not None and span is not None and check.intdigest() != span.digest:
+                problems.append(FileProblem(
+                    number, f"the file changed while it was read: its bytes {span.start:,}-{span.end:,} are not those "
+                    "its SHA-256 was taken of (rewritten, replaced or cut short since), so no row read from it is "
+                    "beyond doubt. Fix: copy the logs where nothing writes to them and ingest the copy", "corrupt"))
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
         what = {"gzip": "gzip", "zstd": "zstd"}.get(kind or "", "compressed")
         problems.append(
