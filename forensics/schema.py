@@ -34,7 +34,9 @@ clean, else the reasons among :data:`DAMAGE_REASONS`, each once, joined with ``;
   is marked: everything before it decoded exactly as written, and what is missing after it is a
   gap of the case (the file entry's ``stream_damage`` in ``manifest.json``), not a defect of these
   rows. When the stream is corrupt (bad data, checksum mismatch), every record of the file is
-  marked: garbage may have been decoded before the damage was noticed.
+  marked: garbage may have been decoded before the damage was noticed. So is every record of an
+  uncompressed file whose bytes changed between its hash and its reading (a log rewritten, replaced
+  or cut short while it was ingested: its rows are not those its SHA-256 covers).
 * ``quarantined_neighbour``: a line within :data:`DAMAGE_NEIGHBOUR_LINES` physical lines of the
   record, in the same file, was quarantined (bad JSON, bad UTF-8, a field that could not be read):
   the file is partly garbled next to it. The quarantine row that stands for a damaged stream's

@@ -34,6 +34,12 @@ def test_spans_start_at_lines_and_know_their_numbers(lines: list[bytes], last_ne
         # The last span ends where the hashing did (a live log may grow), unless the file is read whole:
         # compressed, or with CR line ends (a line reader of its own).
         whole = reader.compression_of(path) is not None or reader.cr_line_endings(path)
+        # Read back unchanged, no span may look changed: that would mark a good file's every row damaged.
+        for span in spans:
+            problems: list[reader.FileProblem] = []
+            for _ in reader.read_lines(path, problems, span, decode=False):
+                pass
+            assert problems == [] or whole, problems
     assert sha == hashlib.sha256(data).hexdigest()
     assert spans[0].start == 0 and spans[0].first_line == 1
     assert spans[-1].end == (None if whole else len(data))

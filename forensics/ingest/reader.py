@@ -300,7 +300,7 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                 fh.seek(span.start)
                 number = span.first_line - 1
                 lines = _bounded(fh, span.end)
-                check = xxhash.xxh3_64() if span.digest is not None else None
+                check = xxhash.xxh3_64() if span.digest is not None and span.end is not None else None
             for raw in lines:
                 number += 1
                 cut = type(raw) is _Cut
@@ -319,7 +319,7 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                     except UnicodeDecodeError:
                         pass
                 yield Line(number, text, raw, cut)
-            if check is not None and span is not None and check.intdigest() != span.digest:
+            if check is not None and span is not None and span.end is not None and check.intdigest() != span.digest:
                 problems.append(FileProblem(
                     number, f"the file changed while it was read: its bytes {span.start:,}-{span.end:,} are not those "
                     "its SHA-256 was taken of (rewritten, replaced or cut short since), so no row read from it is "
