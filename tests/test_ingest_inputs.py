@@ -11,6 +11,7 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -363,24 +364,34 @@ def test_a_side_file_named_explicitly_is_read(tmp_path: Path) -> None:
     assert files == [(marker, True)] and skipped == []
 
 
-def test_lines_appended_after_a_file_was_hashed_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Pointed at a live log, ingest hashed the file and then parsed it to its end: the lines the gateway
-    # appended in between were ingested, and the SHA-256 in the manifest did not cover them. The rows must
-    # be those of the bytes hashed; the manifest says how much was added and not read.
+def _after_the_hash(monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], object]) -> None:
+    """Change each input file right after ingest has hashed it, as a gateway still writing or a log
+    rotation would."""
     import forensics.ingest as ingest_mod
 
-    logs = logs_folder(tmp_path)
-    live = logs / "live.jsonl"
-    live.write_text(request(1) + "\n" + request(2)[:40], encoding="utf-8")  # the last line half written
     real = ingest_mod.scan_file
 
     def scan(path: Path, split: int) -> Any:
         hashed = real(path, split)
-        with open(path, "a", encoding="utf-8") as fh:  # the gateway writes on after the hash
-            fh.write(request(2)[40:] + "\n" + request(3) + "\n")
+        change(path)
         return hashed
 
     monkeypatch.setattr(ingest_mod, "scan_file", scan)
+
+
+def test_lines_appended_after_a_file_was_hashed_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pointed at a live log, ingest hashed the file and then parsed it to its end: the lines the gateway
+    # appended in between were ingested, and the SHA-256 in the manifest did not cover them. The rows must
+    # be those of the bytes hashed; the manifest says how much was added and not read.
+    logs = logs_folder(tmp_path)
+    live = logs / "live.jsonl"
+    live.write_text(request(1) + "\n" + request(2)[:40], encoding="utf-8")  # the last line half written
+
+    def write_on(path: Path) -> None:  # the gateway writes on after the hash
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(request(2)[40:] + "\n" + request(3) + "\n")
+
+    _after_the_hash(monkeypatch, write_on)
     result = api.ingest(tmp_path / "case", [live])
     entry = result.manifest["files"][0]
     assert entry["sha256"] == hashlib.sha256(request(1).encode() + b"\n" + request(2)[:40].encode()).hexdigest()
@@ -396,19 +407,10 @@ def test_lines_appended_after_a_file_was_hashed_are_not_read(tmp_path: Path, mon
 
 
 def test_a_file_cut_short_while_it_was_read_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import forensics.ingest as ingest_mod
-
     logs = logs_folder(tmp_path)
     cut = logs / "rotated.jsonl"
     cut.write_text(request(1) + "\n" + request(2) + "\n", encoding="utf-8")
-    real = ingest_mod.scan_file
-
-    def scan(path: Path, split: int) -> Any:
-        hashed = real(path, split)
-        os.truncate(path, len(request(1)) + 1)  # rotated in place after the hash
-        return hashed
-
-    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    _after_the_hash(monkeypatch, lambda path: os.truncate(path, len(request(1)) + 1))  # rotated in place
     result = api.ingest(tmp_path / "case", [cut])
     assert result.manifest["files"][0]["ingested"] == 1
     assert any("shrank" in note and "rotated.jsonl" in note for note in result.manifest["notes"])
@@ -417,19 +419,11 @@ def test_a_file_cut_short_while_it_was_read_is_named(tmp_path: Path, monkeypatch
 def test_a_file_rewritten_after_it_was_hashed_is_damaged_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A log rotated in place (copytruncate) and refilled, or replaced by a new file of the same name, between
     # the hash and the read: its rows were parsed under the old SHA-256 as if it covered them.
-    import forensics.ingest as ingest_mod
-
     logs = logs_folder(tmp_path)
     swapped = logs / "swapped.jsonl"
     swapped.write_text(request(1) + "\n" + request(2) + "\n", encoding="utf-8")
-    real = ingest_mod.scan_file
-
-    def scan(path: Path, split: int) -> Any:
-        hashed = real(path, split)
-        path.write_text(request(7) + "\n" + request(8) + "\n", encoding="utf-8")  # the same length, other records
-        return hashed
-
-    monkeypatch.setattr(ingest_mod, "scan_file", scan)
+    # The same length, other records.
+    _after_the_hash(monkeypatch, lambda path: path.write_text(request(7) + "\n" + request(8) + "\n", encoding="utf-8"))
     result = api.ingest(tmp_path / "case", [swapped])
     entry = result.manifest["files"][0]
     assert entry["status"] == "ingested with problems"
