@@ -66,22 +66,10 @@ def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-def cells(values: Iterable[Any]) -> list[str]:
-    """:func:`cell` of every value, the common kinds (null, int, float, plain text) inline: a column of
-    a big table is shown without a function call per value."""
-    return [
-        "" if v is None
-        else str(v) if (kind := type(v)) is int or kind is float
-        else v if kind is str and v.isprintable() and "\\" not in v and not v.startswith(QUOTED_START)
-        else cell(v)
-        for v in values
-    ]
-
-
 def csv_text_of_columns(header: Sequence[str], columns: Sequence[Sequence[Any]]) -> str:
     """:func:`csv_text` of a table given column by column (each ``columns[i]`` holds ``header[i]``'s values)."""
     buf = io.StringIO(newline="")
     writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(list(header))
-    writer.writerows(zip(*(cells(values) for values in columns), strict=True))
+    writer.writerows(zip(*([cell(v) for v in values] for values in columns), strict=True))
     return buf.getvalue()
