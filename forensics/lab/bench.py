@@ -208,9 +208,8 @@ class _Sampler:
         self.rss_main = 0
         self.rss_worker = 0
         self.rss_total = 0
-        self.worker_cpu: dict[int, float] = {}  # per pid, as last seen: a worker's CPU only grows
         self.peaks: dict[int, list[Any]] = {}  # pid -> [role, first phase, peak RSS]
-        self.phases: dict[str, list[float]] = {}  # phase -> [start, end, peak total RSS, CPU], in order of starting
+        self.phases: dict[str, list[float]] = {}  # phase -> [last sample, peak total RSS, CPU], in order of starting
         self._cpu_seen: dict[int, float] = {}  # per pid, CPU seconds at its last sample: the next one adds the rest
         self._seconds: dict[str, float] = {}  # per phase, the seconds of its ended stretches
         self._since = (_current_phase, time.perf_counter())  # the phase under way and when it began
@@ -255,13 +254,13 @@ class _Sampler:
         # The phase as it is once the children are listed: a worker the measured function starts
         # right after switching phase belongs, with this whole sample, to the phase that started it.
         now, name = time.perf_counter(), _current_phase
-        entry = self.phases.setdefault(name, [now, now, 0, 0.0])
+        entry = self.phases.setdefault(name, [now, 0, 0.0])
         try:
             rss = self._me.memory_info().rss
             self.rss_main = max(self.rss_main, rss)
             total += rss
             self._peak(self._me.pid, "parent", name, rss)
-            entry[3] += self._cpu_since(self._me.pid, _cpu(self._me.cpu_times()))
+            entry[2] += self._cpu_since(self._me.pid, _cpu(self._me.cpu_times()))
             for child in children:
                 try:
                     rss = child.memory_info().rss
@@ -271,15 +270,19 @@ class _Sampler:
                 except self._psutil.Error:  # a worker ended between listing and reading it
                     continue
                 self.rss_worker = max(self.rss_worker, rss)
-                self.worker_cpu[child.pid] = _cpu(times)
-                entry[3] += self._cpu_since(child.pid, _cpu(times), first=0.0)
+                entry[2] += self._cpu_since(child.pid, _cpu(times), first=0.0)
                 self._peak(child.pid, "", name, rss)
                 total += rss
         except self._psutil.Error:
             pass
         self.rss_total = max(self.rss_total, total)
-        entry[1] = now
-        entry[2] = max(entry[2], total)
+        entry[0] = now
+        entry[1] = max(entry[1], total)
+
+    @property
+    def worker_cpu(self) -> dict[int, float]:
+        """CPU seconds of each descendant as last seen (a worker's CPU only grows)."""
+        return {pid: cpu for pid, cpu in self._cpu_seen.items() if pid != self._me.pid}
 
     def switch(self, name: str) -> None:
         """Phase ``name`` begins now (:func:`phase`): the one under way gets its seconds."""
@@ -318,10 +321,10 @@ class _Sampler:
         switch (the last one until the last sample), all its stretches together."""
         seconds = dict(self._seconds)
         name, since = self._since
-        last = max((end for _, end, _, _ in self.phases.values()), default=since)
+        last = max((end for end, _, _ in self.phases.values()), default=since)
         seconds[name] = seconds.get(name, 0.0) + max(last - since, 0.0)
         return [PhasePeak(name, round(seconds.get(name, 0.0), 3), int(rss), round(cpu, 3))
-                for name, (_, _, rss, cpu) in self.phases.items()]
+                for name, (_, rss, cpu) in self.phases.items()]
 
 
 def _cpu(times: Any) -> float:
