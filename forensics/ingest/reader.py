@@ -270,7 +270,7 @@ def scan_file(path: Path, split_bytes: int) -> tuple[str, list[Span]]:
                 first_line = lines_before + chunk.count(b"\n", 0, cut + 1) + 1
                 start = end
             if not compressed:
-                span_hash.update(chunk[fed:] if fed else chunk)
+                span_hash.update(chunk[fed:])
             lines_before += count_lf(chunk)
             pos += len(chunk)
     spans.append(Span(start, None, first_line) if compressed else Span(start, pos, first_line, span_hash.intdigest()))
