@@ -703,31 +703,41 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
                               "stream_damage": [], "skipped_records": {}, "status": "ingested"}
     stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
-    sinks = {
-        name: ParquetSink(Path(f"{stem}.{name}.parquet"), STAGED_SCHEMAS.get(name, schema.TABLES[name]), STAGING_OPTIONS)
-        for name in ("exchanges", "engine_events", "quarantine")
-    }
-    buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in sinks}
+    tables = ("exchanges", "engine_events", "quarantine")
+    # A table's staging file is made when it gets its first row: a gateway file has no engine events and
+    # most files no quarantine, and three files made and closed per input file dominated the ingest of
+    # an incident logged as thousands of small files. The finaliser reads whichever files exist.
+    sinks: dict[str, ParquetSink] = {}
+
+    def sink(table: str) -> ParquetSink:
+        if table not in sinks:
+            sinks[table] = ParquetSink(Path(f"{stem}.{table}.parquet"), STAGED_SCHEMAS.get(table, schema.TABLES[table]),
+                                       STAGING_OPTIONS)
+        return sinks[table]
+
+    buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in tables}
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
-    excerpts: dict[str, list[str | None]] = {name: [] for name in sinks}
-    sizes = dict.fromkeys(sinks, 0)
+    excerpts: dict[str, list[str | None]] = {name: [] for name in tables}
+    sizes = dict.fromkeys(tables, 0)
     # Rows to tokenize wait in the buffer and are counted together at flush (the batch encoder).
     counter = Counter(Path(unit.tokenizer) if unit.tokenizer and unit.fmt else None, unit.ceiling, deferred=True)
 
     def flush(table: str) -> None:
         rows, shown = buffers[table], excerpts[table]
         buffers[table], excerpts[table], sizes[table] = [], [], 0
+        if not rows:
+            return
         if table == "exchanges":
             counter.settle(rows)
         try:
-            sinks[table].write_rows(rows)
+            sink(table).write_rows(rows)
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
             # The parsers check every value, so this is a safety net for a value they let through:
             # it costs the rows that do not fit the table, never the run. A failed conversion
             # writes nothing, so the batch is retried row by row.
             kept = []
             for row, excerpt in zip(rows, shown):
-                problem = _misfit(row, sinks[table].schema)
+                problem = _misfit(row, sink(table).schema)
                 if problem is None:
                     kept.append(row)
                     continue
@@ -737,7 +747,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 quarantine(row.get("source_line"), f"a value does not fit the {table} table ({problem}). "
                            "Fix: correct the field in this record and ingest the file again (the rest of the file was ingested)",
                            excerpt)
-            sinks[table].write_rows(kept)
+            sink(table).write_rows(kept)
 
     def add(table: str, row: dict[str, Any], nbytes: int, excerpt: str | None = None) -> None:
         buffers[table].append(row)
@@ -821,13 +831,16 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
                 counts["status"] = "ingested with problems"
-        for table in ("exchanges", "engine_events", "quarantine"):  # quarantine last: a flush may add to it
+        for table in tables:  # quarantine last: a flush may add to it
             flush(table)
-        for sink in sinks.values():
-            sink.close()
+        for table in tables:
+            if table in sinks:
+                sinks[table].close()
+            else:  # no rows: a file left by an earlier ingest of this content (other settings) must not be read
+                Path(f"{stem}.{table}.parquet").unlink(missing_ok=True)
         counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
     except BaseException:
-        for sink in sinks.values():
-            sink.abort()
+        for open_sink in sinks.values():
+            open_sink.abort()
         raise
     return counts

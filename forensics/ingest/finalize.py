@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections import Counter as Tally
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -70,9 +71,23 @@ def _lit(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _staged(c: Case, files: list[dict[str, Any]], table: str) -> list[Path]:
-    """Staging files of a table in input order (file order, then part)."""
-    return [p for f in files for p in sorted(c.staging.glob(f"{f['sha256']}.*.{table}.parquet"))]
+def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Path]]:
+    """Staging files of each table in input order (file order, then part).
+
+    The staging folder is listed once: a glob per input file listed it once per file and table, which
+    made finalising an incident of thousands of small files take minutes (quadratic in the files).
+    """
+    parts: dict[tuple[str, str], list[Path]] = {}
+    if not c.staging.is_dir():
+        return {table: [] for table in ("exchanges", "engine_events", "quarantine")}
+    with os.scandir(c.staging) as entries:
+        for entry in entries:
+            # {sha}.{part}.{table}.parquet (``stage_unit``); anything else in the folder is not staging.
+            pieces = entry.name.split(".")
+            if len(pieces) == 4 and pieces[3] == "parquet":
+                parts.setdefault((pieces[0], pieces[2]), []).append(Path(entry.path))
+    return {table: [p for f in files for p in sorted(parts.get((f["sha256"], table), ()))]
+            for table in ("exchanges", "engine_events", "quarantine")}
 
 
 def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: str) -> None:
@@ -102,9 +117,8 @@ def finalize(
     tmp = c.root / ".duckdb_tmp"
     con.execute(f"SET temp_directory = {_lit(tmp)}")
     con.execute(f"SET memory_limit = '{QUERY_MEMORY}'")  # the engine events' duplicate check above all
-    ex_paths = _staged(c, files, "exchanges")
-    ev_paths = _staged(c, files, "engine_events")
-    q_paths = _staged(c, files, "quarantine")
+    staged = _staged(c, files)
+    ex_paths, ev_paths, q_paths = staged["exchanges"], staged["engine_events"], staged["quarantine"]
     _view(con, "staged", ex_paths, "exchanges")
     _view(con, "staged_events_raw", ev_paths, "engine_events")
     _view(con, "staged_quarantine", q_paths, "quarantine")
@@ -325,10 +339,10 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     try:
         for path in paths:
             ord_ = order[path.name.split(".")[0]]
-            staged_lines = pq.read_table(path, columns=["source_line"]).column("source_line")
+            pf = pq.ParquetFile(path)
+            staged_lines = pf.read(columns=["source_line"]).column("source_line")
             if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
                 continue  # no row of this staged file is kept: its text is never read
-            pf = pq.ParquetFile(path)
             batches = (b for g in range(pf.num_row_groups)
                        for b in pf.iter_batches(batch_size=read_batch_rows(pf, g), row_groups=[g]))
             for batch in batches:
