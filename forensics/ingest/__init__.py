@@ -47,8 +47,11 @@ BATCH_ROWS = 2000
 BATCH_BYTES = 32 << 20
 #: Big plain files are parsed in line-aligned spans of this size, side by side.
 SPLIT_BYTES = 64 << 20
-#: Below this much input, one process is faster than starting a pool.
+#: Below this much input, one process is faster than starting a pool...
 PARALLEL_BYTES = 96 << 20
+#: ...unless it comes in this many files or more: each costs a few milliseconds however small it is
+#: (an object store export holds one request per file).
+PARALLEL_FILES = 400
 MAX_WORKERS = 2
 #: Staging tables whose schema differs from the case table's (columns only the finaliser decides).
 STAGED_SCHEMAS = {"exchanges": schema.EXCHANGES_STAGED}
@@ -664,6 +667,11 @@ def _warm() -> None:
     """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
 
 
+def _worth_a_pool(total_bytes: int, files: int) -> bool:
+    """Whether staging this input on a process pool beats one process."""
+    return total_bytes >= PARALLEL_BYTES or files >= PARALLEL_FILES
+
+
 def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.futures.ProcessPoolExecutor | None:
     """The process pool :func:`_run_units` will use, started in ``stack`` when the files found are
     big enough for it, each worker already given a first task so that it starts now; else None."""
@@ -672,7 +680,7 @@ def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.fu
     except OSError:
         return None  # reported where the file is read
     workers = min(os.cpu_count() or 1, MAX_WORKERS)
-    if workers <= 1 or total < PARALLEL_BYTES:
+    if workers <= 1 or not _worth_a_pool(total, len(paths)):
         return None
     ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
     pool = stack.enter_context(pool_running(workers, ctx))  # workers die with this process, and are killed on a signal
@@ -686,7 +694,7 @@ def _run_units(units: list[Unit], pool: concurrent.futures.ProcessPoolExecutor |
     early), small ones in this process."""
     total = sum(u.size() for u in units)
     workers = min(os.cpu_count() or 1, MAX_WORKERS, len(units))
-    if workers <= 1 or total < PARALLEL_BYTES:
+    if workers <= 1 or not _worth_a_pool(total, len(units)):
         for unit in units:
             yield unit, stage_unit(unit)
         return
