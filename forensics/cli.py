@@ -424,16 +424,41 @@ def ingest(
     return EXIT_CLEAN
 
 
+#: Up to this many files the ingest summary lists each one. Beyond it (an object store export holds a
+#: file per request) it lists the files with something to report and sums up the others per format:
+#: tens of thousands of identical rows would bury the few that matter.
+LISTED_FILES = 40
+
+
+def _file_counts(files: list[dict[str, Any]]) -> list[str]:
+    return [f"{sum(f[k] for f in files):,}" for k in ("lines", "ingested", "quarantined", "blank", "duplicate")]
+
+
 def _render_ingest(result: IngestResult) -> None:
     table = _table(f"case {result.case}")
     for col in ("file", "format", "lines", "ingested", "quarantined", "blank", "duplicate", "status"):
         table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
-    for f in result.run_files:
+    files = result.run_files
+    summed = len(files) > LISTED_FILES
+    clean = [f for f in files if f["status"] == "ingested" and not f["quarantined"] and not f["duplicate"]] if summed else []
+    summed_up = {id(f) for f in clean}
+    flagged = [f for f in files if id(f) not in summed_up]
+    for f in flagged[:LISTED_FILES]:
         _add_row(
             table, f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
             str(f["blank"]), str(f["duplicate"]), f["status"],
         )
+    if len(flagged) > LISTED_FILES:
+        rest = flagged[LISTED_FILES:]
+        _add_row(table, f"{len(rest):,} more files with something to report", "-", *_file_counts(rest), "see manifest.json")
+    by_format: dict[str, list[dict[str, Any]]] = {}
+    for f in clean:
+        by_format.setdefault(f["format"] or "-", []).append(f)
+    for fmt, group in sorted(by_format.items()):
+        _add_row(table, f"{len(group):,} files read cleanly", fmt, *_file_counts(group), "ingested")
     out.print(table)
+    if summed:
+        out.print(f"{len(files):,} files: each one's figures are in {result.case / 'manifest.json'} (or use --json)", markup=False)
     m = result.manifest
     t = m.tables
     out.print(

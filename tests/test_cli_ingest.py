@@ -61,3 +61,24 @@ def test_usage_errors_are_click_messages_exit_2() -> None:
         proc = run(*args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Error:" in proc.stderr and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ingest_of_many_files_lists_those_with_something_to_report(tmp_path: Path) -> None:
+    """An object store export holds a file per request: the summary sums up the files read cleanly and
+    still names each file that was not (here one with a broken line)."""
+    day = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    lines = [line for line in day.read_bytes().splitlines(keepends=True) if line.strip()][:47]
+    for i, line in enumerate(lines[:45]):
+        (objects / f"{i:05d}.json").write_bytes(line)
+    (objects / "99999.json").write_bytes(lines[45][:40] + b"\n" + lines[46])  # a cut record, then a whole one
+    proc = run("ingest", "--format", "litellm", "--case", str(tmp_path / "case"), str(objects))
+    assert proc.returncode == 0, proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    assert len(table) == 2, proc.stdout
+    assert "99999.json" in table[0] and "1" in table[0].split("│")[5]  # named, with its quarantined line
+    assert "45 files read cleanly" in table[1] and "litellm" in table[1]
+    assert "46 files: each one's figures are in" in proc.stdout
+    data = json.loads(run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case2"), str(objects)).stdout)
+    assert len(data["files"]) == 46  # --json keeps every file
