@@ -425,13 +425,32 @@ def ingest(
 
 
 #: Up to this many files the ingest summary lists each one. Beyond it (an object store export holds a
-#: file per request) it lists the files with something to report and sums up the others per format:
-#: tens of thousands of identical rows would bury the few that matter.
+#: file per request) it lists at most this many of the files with something to report, the worst
+#: first, and sums up the others: tens of thousands of identical rows would bury the few that matter.
 LISTED_FILES = 40
 
 
+def _files(n: int) -> str:
+    return f"{n:,} file" if n == 1 else f"{n:,} files"
+
+
 def _file_counts(files: list[dict[str, Any]]) -> list[str]:
-    return [f"{sum(f[k] for f in files):,}" for k in ("lines", "ingested", "quarantined", "blank", "duplicate")]
+    """The summed line counts of ``files``, as the table's cells."""
+    return [str(sum(f[k] for f in files)) for k in ("lines", "ingested", "quarantined", "blank", "duplicate")]
+
+
+def _worth_naming(f: dict[str, Any]) -> int | None:
+    """How much a file's row says, the most first (0: skipped or damaged, 1: lines quarantined, 2: no
+    rows, 3: duplicate lines), or None for a file read cleanly or already in the case."""
+    if f["status"].startswith("already"):
+        return None
+    if f["status"] != "ingested":
+        return 0
+    if f["quarantined"]:
+        return 1
+    if not f["ingested"] and not f["duplicate"]:
+        return 2
+    return 3 if f["duplicate"] else None
 
 
 def _render_ingest(result: IngestResult) -> None:
@@ -440,25 +459,27 @@ def _render_ingest(result: IngestResult) -> None:
         table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
     files = result.run_files
     summed = len(files) > LISTED_FILES
-    clean = [f for f in files if f["status"] == "ingested" and not f["quarantined"] and not f["duplicate"]] if summed else []
-    summed_up = {id(f) for f in clean}
-    flagged = [f for f in files if id(f) not in summed_up]
-    for f in flagged[:LISTED_FILES]:
+    listed = sorted((f for f in files if _worth_naming(f) is not None), key=lambda f: _worth_naming(f) or 0) if summed else files
+    for f in listed[:LISTED_FILES]:
         _add_row(
             table, f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
             str(f["blank"]), str(f["duplicate"]), f["status"],
         )
-    if len(flagged) > LISTED_FILES:
-        rest = flagged[LISTED_FILES:]
-        _add_row(table, f"{len(rest):,} more files with something to report", "-", *_file_counts(rest), "see manifest.json")
-    by_format: dict[str, list[dict[str, Any]]] = {}
-    for f in clean:
-        by_format.setdefault(f["format"] or "-", []).append(f)
-    for fmt, group in sorted(by_format.items()):
-        _add_row(table, f"{len(group):,} files read cleanly", fmt, *_file_counts(group), "ingested")
+    if len(listed) > LISTED_FILES:
+        rest = listed[LISTED_FILES:]
+        more = f"{len(rest):,} more file" + ("" if len(rest) == 1 else "s")
+        _add_row(table, f"{more} with something to report", "-", *_file_counts(rest), "see manifest.json")
+    if summed:
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for f in files:
+            if _worth_naming(f) is None:
+                known = f["status"].startswith("already")
+                groups.setdefault(("already in the case" if known else "read cleanly", f["format"] or "-"), []).append(f)
+        for (what, fmt), group in sorted(groups.items(), key=lambda g: (g[0][0] != "read cleanly", g[0][1])):
+            _add_row(table, f"{_files(len(group))} {what}", fmt, *_file_counts(group), group[0]["status"])
     out.print(table)
     if summed:
-        out.print(f"{len(files):,} files: each one's figures are in {result.case / 'manifest.json'} (or use --json)", markup=False)
+        out.print(f"{_files(len(files))}: each one's figures are in {result.case / 'manifest.json'} (and in --json)", markup=False)
     m = result.manifest
     t = m.tables
     out.print(

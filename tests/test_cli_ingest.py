@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -63,22 +64,64 @@ def test_usage_errors_are_click_messages_exit_2() -> None:
         assert "Error:" in proc.stderr and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _objects(folder: Path, records: list[bytes]) -> None:
+    """One record per file, as an object store export writes them."""
+    folder.mkdir(exist_ok=True)
+    for i, line in enumerate(records):
+        (folder / f"{i:05d}.json").write_bytes(line)
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in stdout.splitlines() if line.startswith("│")]
+
+
+DAY = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+
+
 def test_ingest_of_many_files_lists_those_with_something_to_report(tmp_path: Path) -> None:
     """An object store export holds a file per request: the summary sums up the files read cleanly and
-    still names each file that was not (here one with a broken line)."""
-    day = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    still names each file that was not, the worst first, and says where every file's figures are."""
+    lines = [line for line in DAY.read_bytes().splitlines(keepends=True) if line.strip()]
     objects = tmp_path / "objects"
-    objects.mkdir()
-    lines = [line for line in day.read_bytes().splitlines(keepends=True) if line.strip()][:47]
-    for i, line in enumerate(lines[:45]):
-        (objects / f"{i:05d}.json").write_bytes(line)
+    _objects(objects, lines[:45])
+    (objects / "99998.json").write_bytes(b"\n")  # holds no record
     (objects / "99999.json").write_bytes(lines[45][:40] + b"\n" + lines[46])  # a cut record, then a whole one
-    proc = run("ingest", "--format", "litellm", "--case", str(tmp_path / "case"), str(objects))
+    proc = run("ingest", "--format", "litellm", "--case", "case", "objects", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    table = [line for line in proc.stdout.splitlines() if line.startswith("│")]
-    assert len(table) == 2, proc.stdout
-    assert "99999.json" in table[0] and "1" in table[0].split("│")[5]  # named, with its quarantined line
-    assert "45 files read cleanly" in table[1] and "litellm" in table[1]
-    assert "46 files: each one's figures are in" in proc.stdout
+    rows = _table_rows(proc.stdout)
+    assert [r[0].rsplit("/", 1)[-1] for r in rows[:2]] == ["99999.json", "99998.json"]  # quarantined first, then empty
+    assert rows[0][2:5] == ["2", "1", "1"]  # lines, ingested, quarantined
+    assert rows[1][2:4] == ["1", "0"]
+    assert rows[2][:2] == ["45 files read cleanly", "litellm"] and rows[2][2:4] == ["45", "45"]
+    assert len(rows) == 3
+    assert "47 files: each one's figures are in" in proc.stdout
     data = json.loads(run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case2"), str(objects)).stdout)
-    assert len(data["files"]) == 46  # --json keeps every file
+    assert len(data["files"]) == 47  # --json keeps every file
+
+    # Ingested again with one more file, damaged: the files already in the case are summed up and the
+    # new one is named, ahead of the files named above (which are in the case now).
+    cut = gzip.compress(b"".join(lines[47:60]))
+    (objects / "zz-damaged.json.gz").write_bytes(cut[: len(cut) // 2])
+    proc = run("ingest", "--format", "litellm", "--case", "case", "objects", cwd=tmp_path)
+    rows = _table_rows(proc.stdout)
+    assert rows[0][0].endswith("zz-damaged.json.gz") and rows[0][-1] == "ingested with problems"
+    assert rows[1][0] == "47 files already in the case" and len(rows) == 2
+
+
+def test_ingest_of_many_files_with_something_to_report_lists_forty(tmp_path: Path) -> None:
+    lines = [line for line in DAY.read_bytes().splitlines(keepends=True) if line.strip()]
+    objects = tmp_path / "objects"
+    _objects(objects, [line[:30] + b"\n" + line for line in lines[:43]])  # each file: a cut record, then a whole one
+    proc = run("ingest", "--format", "litellm", "--case", "case", "objects", cwd=tmp_path)
+    rows = _table_rows(proc.stdout)
+    assert len(rows) == 41 and all(r[4] == "1" for r in rows[:40])
+    assert rows[40][0] == "3 more files with something to report" and rows[40][2:5] == ["6", "3", "3"]
+
+
+def test_ingest_of_forty_files_lists_each(tmp_path: Path) -> None:
+    lines = [line for line in DAY.read_bytes().splitlines(keepends=True) if line.strip()]
+    _objects(tmp_path / "objects", lines[:40])
+    proc = run("ingest", "--format", "litellm", "--case", "case", "objects", cwd=tmp_path)
+    rows = _table_rows(proc.stdout)
+    assert len(rows) == 40 and all(r[-1] == "ingested" for r in rows)
+    assert "each one's figures" not in proc.stdout

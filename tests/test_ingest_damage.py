@@ -234,3 +234,19 @@ def test_read_damage(tmp_path: Path) -> None:
     assert read_damage(tmp_path / "case", []) == {}
     with pytest.raises(CaseError):
         read_damage(tmp_path / "no-case", ["chatcmpl-1"])
+
+
+def test_a_damaged_file_shows_this_run_the_figures_the_manifest_keeps(tmp_path: Path) -> None:
+    """A damaged file's records that another file also holds are duplicates in the manifest; what the run
+    prints (and --json) showed every one of them as ingested."""
+    records = [payload(i, f"prompt {i}") for i in range(200)]
+    (tmp_path / "whole.jsonl").write_bytes(lines(*records))
+    blob = gzip.compress(lines(*records))
+    (tmp_path / "cut.jsonl.gz").write_bytes(blob[: len(blob) // 2])
+    result = api.ingest(tmp_path / "case", [tmp_path / "whole.jsonl", tmp_path / "cut.jsonl.gz"], fmt="litellm")
+    shown = {f["path"].rsplit("/", 1)[-1]: f for f in result.run_files}
+    kept = {f["path"].rsplit("/", 1)[-1]: f for f in result.manifest.files}
+    assert shown["cut.jsonl.gz"]["status"] == "ingested with problems"
+    assert kept["cut.jsonl.gz"]["duplicate"] > 0
+    for name in ("whole.jsonl", "cut.jsonl.gz"):
+        assert (shown[name]["ingested"], shown[name]["duplicate"]) == (kept[name]["ingested"], kept[name]["duplicate"])

@@ -86,15 +86,56 @@ def test_a_file_stages_only_the_tables_it_has_rows_for(tmp_path: Path) -> None:
     assert staged == ["exchanges"]  # a clean gateway file: no engine events, nothing quarantined
 
 
-def test_a_staging_file_left_by_an_interrupted_run_is_not_read(tmp_path: Path) -> None:
-    """An ingest stopped after staging a file (here: with a quarantine row other settings gave) and run
-    again must not carry the stale file's rows into the case."""
+@pytest.mark.parametrize("part", [0, 5])
+def test_a_staging_file_left_by_an_interrupted_run_is_not_read(tmp_path: Path, part: int) -> None:
+    """An ingest stopped after staging a file and run again must not carry the stale staging into the
+    case: here a quarantine row other settings gave, in the file's first part or in a part this run does
+    not make (the earlier run cut the file into more parts)."""
     sha = hashlib.sha256(DAY.read_bytes()).hexdigest()
     staging = tmp_path / "case" / "staging"
     staging.mkdir(parents=True)
     stale = {name: [None] for name in schema.QUARANTINE.names}
     stale.update(source_file=["stale"], source_sha256=[sha], source_line=[1], reason=["left by an interrupted run"])
-    pq.write_table(pa.table(stale, schema=schema.QUARANTINE), staging / f"{sha}.00000.quarantine.parquet")
-    api.ingest(tmp_path / "case", [DAY])
+    pq.write_table(pa.table(stale, schema=schema.QUARANTINE), staging / f"{sha}.{part:05d}.quarantine.parquet")
+    result = api.ingest(tmp_path / "case", [DAY])
     assert table_rows(tmp_path / "case" / "quarantine.parquet") == []
-    assert not (staging / f"{sha}.00000.quarantine.parquet").exists()
+    assert result.manifest.reconciled and result.manifest.tables.quarantine == 0
+    assert not (staging / f"{sha}.{part:05d}.quarantine.parquet").exists()
+
+
+def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of PARALLEL_FILES files or more is staged on the process pool however small it is."""
+    from forensics import ingest as ingest_module
+
+    _one_file_per_record(tmp_path / "objects")
+    one = api.ingest(tmp_path / "one", [tmp_path / "objects"])
+    monkeypatch.setattr(ingest_module, "PARALLEL_FILES", 10)
+    started: list[int] = []
+    real = ingest_module.pool_running
+
+    def counted(workers: int, *args: Any, **kwargs: Any) -> Any:
+        started.append(workers)
+        return real(workers, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "pool_running", counted)
+    pooled = api.ingest(tmp_path / "pooled", [tmp_path / "objects"])
+    assert started  # the pool did run
+    for table in ("exchanges", "quarantine"):
+        assert (tmp_path / "pooled" / f"{table}.parquet").read_bytes() == (tmp_path / "one" / f"{table}.parquet").read_bytes()
+    assert pooled.manifest.files == one.manifest.files
+
+
+def test_an_unrecognised_big_file_is_one_quarantine_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of no known format is not parsed: it is one unit, one quarantine row, however big (it was a
+    row per 64 MB part)."""
+    from forensics import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "SPLIT_BYTES", 300)
+    notes = tmp_path / "logs" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("".join(f"an operator's note number {i}, not a log record\n" for i in range(100)))
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = table_rows(tmp_path / "case" / "quarantine.parquet")
+    assert len(rows) == 1 and rows[0]["source_file"].endswith("notes.txt"), rows
+    assert result.manifest.reconciled

@@ -406,8 +406,10 @@ def ingest(
                         file=path,
                         fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                     )
-                if detected is not None and not FORMATS.get(detected).splittable:
-                    spans = [Span(0, None, 1)]  # its records may span lines: one worker reads it whole
+                if detected is None or not FORMATS.get(detected).splittable:
+                    # Its records may span lines: one worker reads it whole. A file of no known format is
+                    # not read at all: one unit, one quarantine row, however big.
+                    spans = [Span(0, None, 1)]
                 if detected == "mapped" and profile is not None:
                     from forensics.ingest.formats.mapped import check_profile
 
@@ -453,6 +455,7 @@ def ingest(
             skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
             run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
 
+        _clear_staging(c.staging, {u.sha for u in units})
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
@@ -504,7 +507,8 @@ def ingest(
     save(cfg, c.config_path)
     by_sha = {f["sha256"]: f for f in case_manifest.files}
     for f in run_files:
-        if f["status"] == "ingested" and f["sha256"] in by_sha:
+        # Every file staged by this run (damaged ones too) shows the figures the finaliser settled.
+        if not f["status"].startswith("already") and f["sha256"] in by_sha:
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
     return IngestResult(c.root, case_manifest, run_files)
@@ -667,14 +671,31 @@ def _warm() -> None:
     """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
 
 
+def _clear_staging(staging: Path, shas: set[str]) -> None:
+    """Remove whatever the staging folder holds of the files about to be staged.
+
+    A file is staged as one file per table that gets rows and per part; an earlier ingest of the same
+    content that stopped before finalising (or staged it in more parts, or with other settings) may have
+    left files this run does not write again, and the finaliser reads every staging file of the content.
+    """
+    if not shas or not staging.is_dir():
+        return
+    with os.scandir(staging) as entries:
+        # {sha}.{part}.{table}.parquet, and the temporary .{sha}.{part}.{table}.parquet.*.tmp of a run that died writing it
+        stale = [Path(e.path) for e in entries if e.name.lstrip(".").split(".", 1)[0] in shas]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
 def _worth_a_pool(total_bytes: int, files: int) -> bool:
     """Whether staging this input on a process pool beats one process."""
     return total_bytes >= PARALLEL_BYTES or files >= PARALLEL_FILES
 
 
 def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.futures.ProcessPoolExecutor | None:
-    """The process pool :func:`_run_units` will use, started in ``stack`` when the files found are
-    big enough for it, each worker already given a first task so that it starts now; else None."""
+    """The process pool :func:`_run_units` will use, started in ``stack`` when the files found are worth
+    it (:func:`_worth_a_pool`: files already in the case count too, they are known only once hashed),
+    each worker already given a first task so that it starts now; else None."""
     try:
         total = sum(os.stat(p).st_size for p in paths)
     except OSError:
@@ -690,8 +711,8 @@ def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.fu
 
 
 def _run_units(units: list[Unit], pool: concurrent.futures.ProcessPoolExecutor | None = None) -> Iterator[tuple[Unit, dict[str, Any]]]:
-    """Stage every unit; big inputs on a process pool (both cores; ``pool`` when one was started
-    early), small ones in this process."""
+    """Stage every unit: on a process pool (both cores; ``pool`` when one was started early) when the
+    input is big or comes in many files (:func:`_worth_a_pool`), else in this process."""
     total = sum(u.size() for u in units)
     workers = min(os.cpu_count() or 1, MAX_WORKERS, len(units))
     if workers <= 1 or not _worth_a_pool(total, len(units)):
@@ -714,7 +735,8 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     tables = ("exchanges", "engine_events", "quarantine")
     # A table's staging file is made when it gets its first row: a gateway file has no engine events and
     # most files no quarantine, and three files made and closed per input file dominated the ingest of
-    # an incident logged as thousands of small files. The finaliser reads whichever files exist.
+    # an incident logged as thousands of small files. The finaliser reads whichever files exist (the
+    # ingest cleared this content's staging before staging it: _clear_staging).
     sinks: dict[str, ParquetSink] = {}
 
     def sink(table: str) -> ParquetSink:
@@ -841,11 +863,8 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 counts["status"] = "ingested with problems"
         for table in tables:  # quarantine last: a flush may add to it
             flush(table)
-        for table in tables:
-            if table in sinks:
-                sinks[table].close()
-            else:  # no rows: a file left by an earlier ingest of this content (other settings) must not be read
-                Path(f"{stem}.{table}.parquet").unlink(missing_ok=True)
+        for open_sink in sinks.values():
+            open_sink.close()
         counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
     except BaseException:
         for open_sink in sinks.values():
