@@ -473,8 +473,9 @@ def _render_ingest(result: IngestResult) -> None:
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for f in files:
             if _worth_naming(f) is None:
+                # Content ingested before, or given twice in this run: "already ingested (same SHA-256)".
                 known = f["status"].startswith("already")
-                groups.setdefault(("already in the case" if known else "read cleanly", f["format"] or "-"), []).append(f)
+                groups.setdefault(("already ingested" if known else "read cleanly", f["format"] or "-"), []).append(f)
         for (what, fmt), group in sorted(groups.items(), key=lambda g: (g[0][0] != "read cleanly", g[0][1])):
             _add_row(table, f"{_files(len(group))} {what}", fmt, *_file_counts(group), group[0]["status"])
     out.print(table)

@@ -98,14 +98,14 @@ def test_ingest_of_many_files_lists_those_with_something_to_report(tmp_path: Pat
     data = json.loads(run("ingest", "--json", "--quiet", "--case", str(tmp_path / "case2"), str(objects)).stdout)
     assert len(data["files"]) == 47  # --json keeps every file
 
-    # Ingested again with one more file, damaged: the files already in the case are summed up and the
+    # Ingested again with one more file, damaged: the files already ingested are summed up and the
     # new one is named, ahead of the files named above (which are in the case now).
     cut = gzip.compress(b"".join(lines[47:60]))
     (objects / "zz-damaged.json.gz").write_bytes(cut[: len(cut) // 2])
     proc = run("ingest", "--format", "litellm", "--case", "case", "objects", cwd=tmp_path)
     rows = _table_rows(proc.stdout)
     assert rows[0][0].endswith("zz-damaged.json.gz") and rows[0][-1] == "ingested with problems"
-    assert rows[1][0] == "47 files already in the case" and len(rows) == 2
+    assert rows[1][0] == "47 files already ingested" and len(rows) == 2
 
 
 def test_ingest_of_many_files_with_something_to_report_lists_forty(tmp_path: Path) -> None:

@@ -126,16 +126,24 @@ def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_
     assert pooled.manifest.files == one.manifest.files
 
 
-def test_an_unrecognised_big_file_is_one_quarantine_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file of no known format is not parsed: it is one unit, one quarantine row, however big (it was a
-    row per 64 MB part)."""
+@pytest.mark.parametrize("kind", ["unrecognised", "utf-16", "parquet"])
+def test_a_big_file_that_is_not_read_is_one_quarantine_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           kind: str) -> None:
+    """A file of no known format, or skipped (not UTF-8; Parquet where a text format is given), is not
+    parsed: it is one unit and one quarantine row however big (it was a row per 64 MB part)."""
     from forensics import ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "SPLIT_BYTES", 300)
-    notes = tmp_path / "logs" / "notes.txt"
-    notes.parent.mkdir()
-    notes.write_text("".join(f"an operator's note number {i}, not a log record\n" for i in range(100)))
-    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    text = "".join(f"an operator's note number {i}, not a log record\n" for i in range(100))
+    if kind == "unrecognised":
+        (logs / "notes.txt").write_text(text)
+    elif kind == "utf-16":
+        (logs / "notes.txt").write_text(DAY.read_text(encoding="utf-8"), encoding="utf-16")
+    else:
+        pq.write_table(pa.table({"note": [f"{i}\n" * 20 for i in range(200)]}), logs / "notes.parquet")
+    result = api.ingest(tmp_path / "case", [logs], fmt="litellm" if kind == "parquet" else None)
     rows = table_rows(tmp_path / "case" / "quarantine.parquet")
-    assert len(rows) == 1 and rows[0]["source_file"].endswith("notes.txt"), rows
+    assert len(rows) == 1 and Path(rows[0]["source_file"]).name.startswith("notes"), rows
     assert result.manifest.reconciled

@@ -406,14 +406,14 @@ def ingest(
                         file=path,
                         fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                     )
-                if detected is None or not FORMATS.get(detected).splittable:
-                    # Its records may span lines: one worker reads it whole. A file of no known format is
-                    # not read at all: one unit, one quarantine row, however big.
-                    spans = [Span(0, None, 1)]
                 if detected == "mapped" and profile is not None:
                     from forensics.ingest.formats.mapped import check_profile
 
                     check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
+            if detected is None or not FORMATS.get(detected).splittable:
+                # Its records may span lines: one worker reads it whole. A file skipped or of no known
+                # format is not read at all: one unit, one quarantine row, however big.
+                spans = [Span(0, None, 1)]
             plan.append((path, sha, detected, spans, skip))
 
         base = cfg.file.parent if cfg.file else None
@@ -682,7 +682,8 @@ def _clear_staging(staging: Path, shas: set[str]) -> None:
         return
     with os.scandir(staging) as entries:
         # {sha}.{part}.{table}.parquet, and the temporary .{sha}.{part}.{table}.parquet.*.tmp of a run that died writing it
-        stale = [Path(e.path) for e in entries if e.name.lstrip(".").split(".", 1)[0] in shas]
+        stale = [Path(e.path) for e in entries
+                 if e.name.lstrip(".").split(".", 1)[0] in shas and not e.is_dir(follow_symlinks=False)]
     for path in stale:
         path.unlink(missing_ok=True)
 
