@@ -38,6 +38,7 @@ from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, recor
 from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
+from forensics.ingest.staging import STAGED_TABLES, staged_content, staged_path
 from forensics.progress import Reporter, reporter
 from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
@@ -681,9 +682,8 @@ def _clear_staging(staging: Path, shas: set[str]) -> None:
     if not shas or not staging.is_dir():
         return
     with os.scandir(staging) as entries:
-        # {sha}.{part}.{table}.parquet, and the temporary .{sha}.{part}.{table}.parquet.*.tmp of a run that died writing it
-        stale = [Path(e.path) for e in entries
-                 if e.name.lstrip(".").split(".", 1)[0] in shas and not e.is_dir(follow_symlinks=False)]
+        # a temporary file too: what a run that died while writing it left
+        stale = [Path(e.path) for e in entries if staged_content(e.name) in shas and not e.is_dir(follow_symlinks=False)]
     for path in stale:
         path.unlink(missing_ok=True)
 
@@ -732,8 +732,6 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
                               "stream_damage": [], "skipped_records": {}, "status": "ingested"}
-    stem = Path(unit.staging) / f"{unit.sha}.{unit.part:05d}"
-    tables = ("exchanges", "engine_events", "quarantine")
     # A table's staging file is made when it gets its first row: a gateway file has no engine events and
     # most files no quarantine, and three files made and closed per input file dominated the ingest of
     # an incident logged as thousands of small files. The finaliser reads whichever files exist (the
@@ -742,14 +740,14 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
 
     def sink(table: str) -> ParquetSink:
         if table not in sinks:
-            sinks[table] = ParquetSink(Path(f"{stem}.{table}.parquet"), STAGED_SCHEMAS.get(table, schema.TABLES[table]),
-                                       STAGING_OPTIONS)
+            sinks[table] = ParquetSink(staged_path(Path(unit.staging), unit.sha, unit.part, table),
+                                       STAGED_SCHEMAS.get(table, schema.TABLES[table]), STAGING_OPTIONS)
         return sinks[table]
 
-    buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in tables}
+    buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in STAGED_TABLES}
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
-    excerpts: dict[str, list[str | None]] = {name: [] for name in tables}
-    sizes = dict.fromkeys(tables, 0)
+    excerpts: dict[str, list[str | None]] = {name: [] for name in STAGED_TABLES}
+    sizes = dict.fromkeys(STAGED_TABLES, 0)
     # Rows to tokenize wait in the buffer and are counted together at flush (the batch encoder).
     counter = Counter(Path(unit.tokenizer) if unit.tokenizer and unit.fmt else None, unit.ceiling, deferred=True)
 
@@ -862,7 +860,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                 counts["quarantined"] += 1
                 quarantine(problem.after_line + 1, problem.reason, None)
                 counts["status"] = "ingested with problems"
-        for table in tables:  # quarantine last: a flush may add to it
+        for table in STAGED_TABLES:  # quarantine last: a flush may add to it
             flush(table)
         for open_sink in sinks.values():
             open_sink.close()

@@ -46,6 +46,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, Case, ParquetSink
 from forensics.config import CaseConfig, iso
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
+from forensics.ingest.staging import STAGED_TABLES, staged_content, staged_key
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
@@ -78,16 +79,13 @@ def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Path]]:
     made finalising an incident of thousands of small files take minutes (quadratic in the files).
     """
     parts: dict[tuple[str, str], list[Path]] = {}
-    if not c.staging.is_dir():
-        return {table: [] for table in ("exchanges", "engine_events", "quarantine")}
-    with os.scandir(c.staging) as entries:
-        for entry in entries:
-            # {sha}.{part}.{table}.parquet (``stage_unit``); anything else in the folder is not staging.
-            pieces = entry.name.split(".")
-            if len(pieces) == 4 and pieces[3] == "parquet":
-                parts.setdefault((pieces[0], pieces[2]), []).append(Path(entry.path))
-    return {table: [p for f in files for p in sorted(parts.get((f["sha256"], table), ()))]
-            for table in ("exchanges", "engine_events", "quarantine")}
+    if c.staging.is_dir():
+        with os.scandir(c.staging) as entries:
+            for entry in entries:
+                key = staged_key(entry.name)
+                if key is not None:
+                    parts.setdefault(key, []).append(Path(entry.path))
+    return {table: [p for f in files for p in sorted(parts.get((f["sha256"], table), ()))] for table in STAGED_TABLES}
 
 
 def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: str) -> None:
@@ -339,7 +337,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     writer = _BackgroundWriter(sink)
     try:
         for path in paths:
-            ord_ = order[path.name.split(".")[0]]
+            ord_ = order[staged_content(path.name)]
             pf = pq.ParquetFile(path)
             staged_lines = pf.read(columns=["source_line"]).column("source_line")
             if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
@@ -664,7 +662,7 @@ class _StagedRows:
             lines = pq.read_table(path, columns=["source_line"]).column("source_line")
             if len(lines):
                 span = pc.min_max(lines)
-                self._spans.setdefault(path.name.split(".")[0], []).append(
+                self._spans.setdefault(staged_content(path.name), []).append(
                     (span["min"].as_py(), span["max"].as_py(), path))
         self._decoded: dict[Path, tuple[pa.Table, dict[int, int]]] = {}
 
@@ -781,7 +779,7 @@ def _concat(
     """
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for path in paths:
-            lines = (drop or {}).get(path.name.split(".")[0])
+            lines = (drop or {}).get(staged_content(path.name))
             dropped = pa.array(sorted(lines), pa.int64()) if lines else None
             for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
                 if dropped is not None:
