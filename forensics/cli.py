@@ -430,8 +430,8 @@ def ingest(
 LISTED_FILES = 40
 
 
-def _files(n: int) -> str:
-    return f"{n:,} file" if n == 1 else f"{n:,} files"
+def _files(n: int, more: bool = False) -> str:
+    return f"{n:,} {'more ' if more else ''}file{'' if n == 1 else 's'}"
 
 
 def _file_counts(files: list[dict[str, Any]]) -> list[str]:
@@ -441,7 +441,7 @@ def _file_counts(files: list[dict[str, Any]]) -> list[str]:
 
 def _worth_naming(f: dict[str, Any]) -> int | None:
     """How much a file's row says, the most first (0: skipped or damaged, 1: lines quarantined, 2: no
-    rows, 3: duplicate lines), or None for a file read cleanly or already in the case."""
+    rows, 3: duplicate lines), or None for a file read cleanly or whose content was already ingested."""
     if f["status"].startswith("already"):
         return None
     if f["status"] != "ingested":
@@ -459,7 +459,18 @@ def _render_ingest(result: IngestResult) -> None:
         table.add_column(col, justify="right" if col not in ("file", "format", "status") else "left")
     files = result.run_files
     summed = len(files) > LISTED_FILES
-    listed = sorted((f for f in files if _worth_naming(f) is not None), key=lambda f: _worth_naming(f) or 0) if summed else files
+    listed = files
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}  # files summed up: (what, format) -> files
+    if summed:
+        named: list[tuple[int, dict[str, Any]]] = []
+        for f in files:
+            rank = _worth_naming(f)
+            if rank is not None:
+                named.append((rank, f))
+            else:  # content ingested before, or given twice in this run: "already ingested (same SHA-256)"
+                what = "already ingested" if f["status"].startswith("already") else "read cleanly"
+                groups.setdefault((what, f["format"] or "-"), []).append(f)
+        listed = [f for _, f in sorted(named, key=lambda rf: rf[0])]
     for f in listed[:LISTED_FILES]:
         _add_row(
             table, f["path"], f["format"] or "-", str(f["lines"]), str(f["ingested"]), str(f["quarantined"]),
@@ -467,17 +478,10 @@ def _render_ingest(result: IngestResult) -> None:
         )
     if len(listed) > LISTED_FILES:
         rest = listed[LISTED_FILES:]
-        more = f"{len(rest):,} more file" + ("" if len(rest) == 1 else "s")
-        _add_row(table, f"{more} with something to report", "-", *_file_counts(rest), "see manifest.json")
-    if summed:
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for f in files:
-            if _worth_naming(f) is None:
-                # Content ingested before, or given twice in this run: "already ingested (same SHA-256)".
-                known = f["status"].startswith("already")
-                groups.setdefault(("already ingested" if known else "read cleanly", f["format"] or "-"), []).append(f)
-        for (what, fmt), group in sorted(groups.items(), key=lambda g: (g[0][0] != "read cleanly", g[0][1])):
-            _add_row(table, f"{_files(len(group))} {what}", fmt, *_file_counts(group), group[0]["status"])
+        _add_row(table, f"{_files(len(rest), more=True)} with something to report", "-", *_file_counts(rest),
+                 "see manifest.json")
+    for (what, fmt), group in sorted(groups.items(), key=lambda g: (g[0][0] != "read cleanly", g[0][1])):
+        _add_row(table, f"{_files(len(group))} {what}", fmt, *_file_counts(group), group[0]["status"])
     out.print(table)
     if summed:
         out.print(f"{_files(len(files))}: each one's figures are in {result.case / 'manifest.json'} (and in --json)", markup=False)
