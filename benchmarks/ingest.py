@@ -26,31 +26,10 @@ from pathlib import Path
 
 import orjson
 
-from forensics.lab.bench import measure, warm_page_cache
+from forensics.lab.bench import corpus_words, measure, warm_page_cache
 
 #: The checkout this script is in: the corpus is looked for next to it, scratch files go inside it.
 REPO = Path(__file__).resolve().parent.parent
-
-
-def corpus_words(corpus: Path | None) -> list[str]:
-    """Words of real text from the corpora (long documents), or a synthetic vocabulary."""
-    words: list[str] = []
-    if corpus and (corpus / "longdocs").is_dir():
-        for name in ("wiki_demo.txt", "c4_demo.jsonl"):
-            path = corpus / "longdocs" / name
-            if path.exists():
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    if name.endswith(".jsonl"):
-                        try:
-                            line = json.loads(line).get("text", "")
-                        except json.JSONDecodeError:
-                            continue
-                    words.extend(line.split())
-    if len(words) < 10_000:
-        rng = random.Random(7)
-        syll = ["ka", "lo", "mi", "ne", "ra", "to", "vi", "su", "de", "an", "or", "el"]
-        words = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(50_000)]
-    return words
 
 
 def prompt_chars(rng: random.Random) -> int:

@@ -30,22 +30,9 @@ from pathlib import Path
 
 import orjson
 
-from forensics.lab.bench import measure, warm_page_cache
+from forensics.lab.bench import corpus_words, measure, warm_page_cache
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def corpus_words(corpus: Path) -> list[str]:
-    """Words of the corpus's long documents, or a synthetic vocabulary when there is no corpus."""
-    if corpus.is_dir():
-        from forensics.lab.simulate.text import load_corpus
-
-        words = " ".join(load_corpus(corpus).documents).split()
-        if len(words) >= 10_000:
-            return words
-    rng = random.Random(7)
-    syllables = ["ka", "lo", "mi", "ne", "ra", "to", "vi", "su", "de", "an", "or", "el"]
-    return ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(50_000)]
 
 
 def write_records(folder: Path, single: Path, count: int, words: list[str], seed: int = 1) -> int:
@@ -102,7 +89,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=REPO / "bench-out" / "many-files")
     ap.add_argument("--keep", action="store_true", help="keep generated files")
     args = ap.parse_args()
-    words = corpus_words(args.corpus)
+    words = corpus_words(args.corpus if args.corpus.is_dir() else None)
     results: dict[str, float] = {}
     print(f"{'files':>7}{'MB':>8}{'ours s':>9}{'duckdb s':>10}{'ratio':>8}{'one file s':>12}{'ms per file':>13}")
     for count in [int(c) for c in args.files.split(",")]:

@@ -38,8 +38,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import os
 import pickle
+import random
 import subprocess
 import sys
 import tempfile
@@ -389,3 +391,25 @@ if __name__ == "__main__":
     from forensics.lab import bench
 
     bench._child(Path(sys.argv[1]), Path(sys.argv[2]))
+
+
+def corpus_words(corpus: Path | None) -> list[str]:
+    """Words of real text from the corpora's long documents (``longdocs/``), or a synthetic vocabulary
+    when there are too few: what the ingest benchmarks fill their generated records with."""
+    words: list[str] = []
+    if corpus and (corpus / "longdocs").is_dir():
+        for name in ("wiki_demo.txt", "c4_demo.jsonl"):
+            path = corpus / "longdocs" / name
+            if path.exists():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    if name.endswith(".jsonl"):
+                        try:
+                            line = json.loads(line).get("text", "")
+                        except json.JSONDecodeError:
+                            continue
+                    words.extend(line.split())
+    if len(words) < 10_000:
+        rng = random.Random(7)
+        syll = ["ka", "lo", "mi", "ne", "ra", "to", "vi", "su", "de", "an", "or", "el"]
+        words = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(50_000)]
+    return words
