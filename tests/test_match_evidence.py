@@ -63,6 +63,26 @@ def test_calibration_on_a_null_with_an_exponential_tail_is_within_a_factor_two()
             assert 0.5 <= row["ratio"] <= 2.0, row
 
 
+def test_calibration_expects_no_more_chance_matches_than_a_search_can_make() -> None:
+    # 1000 searches of size 1e4 with 0.2 chance matches each on average: the weakest match of a search is
+    # expected 0.2 times, so no E-value exceeds about 0.2, and at E <= 0.5 or E <= 1 every one of the ~200
+    # chance matches is counted. Expecting t x 1000 there (500, 1000) made a calibrated model look 2.5-5x
+    # conservative; each search can contribute at most the chance matches it expects in all.
+    rng = np.random.default_rng(5)
+    points = []
+    for c in range(1000):
+        for _ in range(rng.poisson(0.2)):
+            points.append((c, float(8 + rng.exponential(4.0)), 1e4))
+        points.append((c, math.nan, 1e4))
+    rows = calibration(points)["points"]
+    for row in rows:
+        if row["evalue_at_most"] >= 0.05:  # 50 or more expected: a factor of 2 is not chance
+            assert 0.5 <= row["ratio"] <= 2.0, row
+    top = rows[-1]
+    assert top["evalue_at_most"] == 1.0
+    assert top["expected"] == pytest.approx(top["observed"], rel=0.2)
+
+
 def _small_null(rng: np.random.Generator, responses: int, rate: float, long_share: float = 0.0) -> list[tuple[int, float, float]]:
     """A case-sized null: ``responses`` searches of size 1e4, Poisson(``rate``) chance matches each, excess
     strengths over 8 bits exponential (mean 5), or, for a ``long_share`` of them, a long stock passage

@@ -204,7 +204,8 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
     every control response with none (strength NaN), so each half knows its search size. The two
     halves are the even and odd control numbers; each half's matches get E-values from the model
     fitted on the other half. A calibrated E-value gives, over n responses, about n x t matches
-    with E <= t.
+    with E <= t, as long as t is below the E-value of a search's weakest possible match (all the chance
+    matches that search is expected to make): each response counts min(t, that) in ``expected``.
 
     ``scored`` (default: ``points``): the matches counted, numbered as in ``points``, each scored by the
     model fitted on the other half of ``points``: the model the findings get, fitted on the whole null,
@@ -229,7 +230,13 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
     rows = []
     evalues: list[float] = []
     combined: list[float] = []
-    responses = len({pt[0] for pt in scored})
+    sizes_scored: dict[int, float] = {pt[0]: pt[2] for pt in scored}
+    responses = len(sizes_scored)
+    # The most chance matches each search can be expected to make, whatever their strength: the E-value
+    # of the weakest one. Above it a threshold t adds nothing, so a search contributes min(t, that) to the
+    # count expected at E <= t, not t (t x responses overstated it once t passed the E-values the model
+    # can give, by 2.5-4x at E <= 1 on the realistic scenario).
+    ceilings = [models[1 - r % 2].expected(-math.inf, size) for r, size in sorted(sizes_scored.items())]
     for pt in scored:
         if math.isnan(pt[1]):
             continue
@@ -245,7 +252,7 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
     mechanism = any(len(pt) >= 6 and pt[4] > 0 for pt in scored)
     for t in CALIBRATION_POINTS:
         observed = sum(1 for e in evalues if e <= t)
-        expected = t * responses
+        expected = sum(min(t, c) for c in ceilings)
         row: dict[str, Any] = {"evalue_at_most": t, "expected": round(expected, 3), "observed": observed,
                                "ratio": round(observed / expected, 3) if expected else None}
         if mechanism:
