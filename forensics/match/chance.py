@@ -259,4 +259,5 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
             row["observed_with_mechanism"] = sum(1 for e in combined if e <= t)
         rows.append(row)
     return {"method": "two-fold: the null split by control response, each half scored by the model fitted "
-                      "on the other", "responses": responses, "points": rows}
+                      "on the other; expected at E <= t: per search, min(t, the chance matches it is expected to "
+                      "make in all)", "responses": responses, "points": rows}
