@@ -66,7 +66,12 @@ TARGETS = {
     "pair_recall_16+": 0.98,
     "pair_recall_8-15": 0.90,
     "hard_negative_findings": 0,
+    # Observed chance matches on the null within this factor of the count the E-values expect.
+    "null_calibration": 2.0,
 }
+#: Below this many chance matches expected, a count cannot show a factor of 2 (Poisson noise alone spans it):
+#: such a point is judged consistent when its count is a likely one (central 95%) for some mean within the factor.
+CALIBRATION_MIN_EXPECTED = 5.0
 BUCKETS = (("4-7", "4-7 tokens"), ("8-15", "8-15 tokens"), ("16+", "16+ tokens"))
 OLD_RULES = {"tiering": "rules"}
 
@@ -591,9 +596,47 @@ def pool(cases: list[dict[str, Any]], row: str) -> dict[str, Any] | None:
     return pooled
 
 
+def _poisson_quantile(mean: float, q: float) -> int:
+    """The smallest count k with P(X <= k) >= q for X ~ Poisson(``mean``)."""
+    k, term = 0, math.exp(-mean)
+    total = term
+    while total < q:
+        k += 1
+        term *= mean / k
+        total += term
+    return k
+
+
+def calibration_verdict(null: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """Whether every point of the null's calibration (observed vs expected chance matches, pooled) lies within
+    the target's factor of what the E-values expect; None without a null section.
+
+    A point with at least :data:`CALIBRATION_MIN_EXPECTED` expected is judged on its ratio; one with fewer, on
+    whether its count is a likely one (central 95%) for a mean between expected / factor and expected x factor.
+    """
+    if not null:
+        return None
+    factor = TARGETS["null_calibration"]
+    outside, judged, small = [], 0, 0
+    for row in null:
+        expected, observed = float(row["expected"] or 0), float(row["observed"] or 0)
+        if expected <= 0:
+            continue
+        if expected >= CALIBRATION_MIN_EXPECTED:
+            judged += 1
+            ok = expected / factor <= observed <= expected * factor
+        else:
+            small += 1
+            ok = _poisson_quantile(expected / factor, 0.025) <= observed <= _poisson_quantile(expected * factor, 0.975)
+        if not ok:
+            outside.append(f"{row['rule']} {observed:g} vs {expected:.2f}")
+    return {"met": not outside, "judged_on_ratio": judged, "judged_as_counts": small, "outside": outside}
+
+
 def checks(p: dict[str, Any]) -> dict[str, bool | None]:
-    """Which targets a (pooled) row meets."""
+    """Which targets a (pooled) row meets (None: not measured)."""
     hn = sum(p["hard_negative_findings"].values())
+    verdict = calibration_verdict(p.get("null"))
     return {
         "exposed_precision": None if p["exposed"]["precision"] is None else p["exposed"]["precision"] >= TARGETS["exposed_precision"],
         "exposed_recall": None if p["exposed"]["recall"] is None else p["exposed"]["recall"] >= TARGETS["exposed_recall"],
@@ -603,6 +646,7 @@ def checks(p: dict[str, Any]) -> dict[str, bool | None]:
         "pair_recall_8-15": (None if p["pair_recall_by_length"]["8-15"]["recall"] is None
                              else p["pair_recall_by_length"]["8-15"]["recall"] >= TARGETS["pair_recall_8-15"]),
         "hard_negative_findings": hn <= TARGETS["hard_negative_findings"],
+        "null_calibration": None if verdict is None else verdict["met"],
     }
 
 
@@ -646,6 +690,12 @@ def _calibration_lines(r: dict[str, Any]) -> list[str]:
     else:
         lines.append("    E-value calibration (observed vs expected false positives): "
                      + ", ".join(f"{x['rule']} {x['observed']} vs {float(x['expected'] or 0):.2f}" for x in r["null"]))
+        v = calibration_verdict(r["null"])
+        if v is not None:
+            lines.append(f"    within a factor {TARGETS['null_calibration']:g}: {v['judged_on_ratio']} points judged on their ratio "
+                         f"(>= {CALIBRATION_MIN_EXPECTED:g} expected), {v['judged_as_counts']} with fewer expected on whether "
+                         "the count is a likely one (central 95%) for a mean within the factor; outside: "
+                         + (", ".join(v["outside"]) or "none"))
     ebc = r["expected_by_chance"]
     if ebc is None:
         lines.append("    expected_by_chance: n/a (evidence.csv has no expected_by_chance column)")

@@ -49,7 +49,9 @@ def test_without_null_section_calibration_is_na(quality: Any, perfect: tuple[Pat
     case = _case(quality, truth_path, report)
     pooled = {"default": quality.pool([case], "default"), "rules": quality.pool([case], "rules")}
     assert pooled["rules"] is None and pooled["default"]["null"] is None
-    assert all(quality.checks(pooled["default"]).values())  # a perfect report meets every target
+    met = quality.checks(pooled["default"])
+    assert met.pop("null_calibration") is None  # not measured without a null section
+    assert all(met.values())  # a perfect report meets every other target
     quality.print_report([case], pooled, 5)
     out = capsys.readouterr().out
     assert "n/a (match.json has no null section)" in out and "unavailable" in out
@@ -246,3 +248,32 @@ def test_gateway_only_and_settings_edit_the_simulated_case_file(quality: Any, tm
     for bad in ("novalue", "=3", "tiering=rules", "k=inf", "k=nan", "k=1979-05-27", "k={a = 1}", "k=[1, 2]"):
         with pytest.raises(Exception, match="KEY=VALUE|TOML value"):
             quality._setting(bad)
+
+
+def test_the_null_calibration_target_is_judged_on_ratios_and_on_small_counts(quality: Any) -> None:
+    rows = [{"rule": "controls E<=0.01", "observed": 11.0, "expected": 6.0},  # 1.8x: within 2
+            {"rule": "controls E<=0.001", "observed": 0.0, "expected": 0.6},  # too few expected to tell
+            {"rule": "rules/E1", "observed": 2.0, "expected": 0.15}]  # 2 where 0.3 at most: a likely count
+    verdict = quality.calibration_verdict(rows)
+    assert verdict == {"met": True, "judged_on_ratio": 1, "judged_as_counts": 2, "outside": []}
+    for bad in ({"rule": "held-out E<=1", "observed": 349.0, "expected": 1448.0},  # 0.24x
+                {"rule": "held-out E<=0.05", "observed": 160.0, "expected": 72.4},  # 2.2x
+                {"rule": "rules/E2", "observed": 6.0, "expected": 0.5}):  # P(X >= 6) < 0.025 at mean 1
+        verdict = quality.calibration_verdict([*rows, bad])
+        assert not verdict["met"] and len(verdict["outside"]) == 1 and verdict["outside"][0].startswith(bad["rule"]), bad
+    assert quality.calibration_verdict(None) is None and quality.calibration_verdict([]) is None
+
+
+def test_the_null_calibration_target_is_checked_and_printed(quality: Any, perfect: tuple[Path, Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    truth_path, report = perfect
+    null = {"calibration": {"points": [{"evalue_at_most": 0.01, "expected": 6.0, "observed": 30},
+                                       {"evalue_at_most": 0.1, "expected": 60.0, "observed": 70}]}}
+    (report / "match.json").write_text(json.dumps({"control": {}, "parameters": {"tiering": "evalue"}, "null": null}))
+    case = _case(quality, truth_path, report)
+    pooled = {"default": quality.pool([case], "default"), "rules": None}
+    assert quality.checks(pooled["default"])["null_calibration"] is False
+    quality.print_report([case], pooled, 5)
+    out = capsys.readouterr().out
+    assert "null_calibration MISSED" in out
+    assert "outside: held-out E<=0.01 30 vs 6.00" in out
