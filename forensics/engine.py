@@ -32,7 +32,7 @@ from forensics.errors import ConfigError, ForensicsError, MissingExtraError
 
 if TYPE_CHECKING:  # imported for types only: the local path must not import the stages' workers
     from forensics.config import CaseConfig
-    from forensics.ingest import Unit
+    from forensics.ingest import Batch, Unit
     from forensics.match.stream import BatchResult, Scanner, ScanTask
 
 T = TypeVar("T")
@@ -201,10 +201,14 @@ class SparkExecutor:
             with contextlib.suppress(Exception):
                 self.sc.cancelAllJobs()
 
-    def stage_units(self, units: Sequence[Unit]) -> Iterator[tuple[Unit, dict[str, Any]]]:
-        """Ingest: every file span parsed in its own Spark task; (unit, counts) in unit order."""
-        counts = self.map_partitions(_stage_units, units, len(units))
-        return zip(units, counts)
+    def stage_units(self, work: Sequence[Unit | Batch]) -> Iterator[tuple[Unit, dict[str, Any]]]:
+        """Ingest: every file span, or batch of small files, parsed in its own Spark task; (unit, counts) in
+        unit order (a batch's units one by one)."""
+        from forensics.ingest import Batch
+
+        counts = self.map_partitions(_stage_units, work, len(work))
+        return ((unit, c) for item, item_counts in zip(work, counts)
+                for unit, c in zip(item.units if isinstance(item, Batch) else (item,), item_counts, strict=True))
 
     def scan_pass(self, scanner: Scanner, tasks: Iterable[ScanTask]) -> Iterator[BatchResult]:
         """Match: the streaming pass over ``tasks`` (row ranges), the scanner broadcast; results in row order.
@@ -234,11 +238,11 @@ def task_failed(exc: Exception) -> ForensicsError:
                           "folder at the same paths as the driver; or run with --engine local")
 
 
-def _stage_units(_: None, units: list[Unit]) -> list[dict[str, Any]]:
-    """Spark task: stage each unit (writes its staging Parquet, returns its counts)."""
-    from forensics.ingest import stage_unit
+def _stage_units(_: None, work: list[Unit | Batch]) -> list[list[dict[str, Any]]]:
+    """Spark task: stage each unit or batch (writes its staging Parquet, returns its units' counts)."""
+    from forensics.ingest import stage_work
 
-    return [stage_unit(unit) for unit in units]
+    return [stage_work(item) for item in work]
 
 
 def _scan_tasks(scanner: Scanner, tasks: list[ScanTask]) -> list[BatchResult]:

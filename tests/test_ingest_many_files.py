@@ -147,3 +147,104 @@ def test_a_big_file_that_is_not_read_is_one_quarantine_row(tmp_path: Path, monke
     rows = table_rows(tmp_path / "case" / "quarantine.parquet")
     assert len(rows) == 1 and Path(rows[0]["source_file"]).name.startswith("notes"), rows
     assert result.manifest.reconciled
+
+
+def _split_per_record(source: Path, folder: Path, prefix: str, limit: int | None = None) -> list[Path]:
+    """Each non-blank line of ``source`` in a file of its own under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [line for line in source.read_bytes().splitlines(keepends=True) if line.strip()][:limit]
+    out = []
+    for i, line in enumerate(lines):
+        path = folder / f"{prefix}-{i:05d}.jsonl"
+        path.write_bytes(line)
+        out.append(path)
+    return out
+
+
+def _case_bytes(case: Path) -> dict[str, bytes]:
+    return {name: (case / name).read_bytes()
+            for name in ("exchanges.parquet", "engine_events.parquet", "quarantine.parquet", "manifest.json")}
+
+
+def _unbatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forensics import ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 1)
+
+
+def _mixed_small_files(folder: Path) -> None:
+    """Small files of every kind: one record each, a broken line, a file of no known format, an empty one,
+    and the two halves of an engine log that overlap (their shared events count once)."""
+    _split_per_record(DAY, folder / "gateway", "rec", limit=120)
+    (folder / "gateway" / "rec-broken.jsonl").write_bytes(DAY.read_bytes().splitlines(keepends=True)[0] + b'{"broken\n')
+    (folder / "gateway" / "notes.txt").write_bytes(b"nothing a log format reads\n")
+    (folder / "gateway" / "rec-empty.jsonl").write_bytes(b"")
+    engine = (ROOT / "sample_logs" / "engine" / "decode-0_0.log").read_bytes().splitlines(keepends=True)
+    (folder / "engine").mkdir()
+    (folder / "engine" / "decode-0_0.log").write_bytes(b"".join(engine[: len(engine) * 2 // 3]))
+    (folder / "engine" / "decode-0_0.1.log").write_bytes(b"".join(engine[len(engine) // 3 :]))
+
+
+def test_small_files_are_staged_in_batches_and_give_the_same_case_tables(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file staged on its own cost a Parquet file made, written, closed, then read back: two thirds of
+    what each of thousands of one-record files cost. Batched, the case tables are the same bytes."""
+    _mixed_small_files(tmp_path / "in")
+    inputs = [tmp_path / "in" / "gateway", tmp_path / "in" / "engine"]
+    batched = api.ingest(tmp_path / "batched", inputs)
+    staging = sorted(p.name for p in (tmp_path / "batched" / "staging").iterdir())
+    assert any(".batch." in name for name in staging)
+    assert len(staging) <= 3 * 4  # 125 files: 2 batches of 64 at most, 3 tables each (an engine log alone)
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        alone = api.ingest(tmp_path / "alone", inputs)
+    assert not any(".batch." in p.name for p in (tmp_path / "alone" / "staging").iterdir())
+    assert batched.manifest.reconciled and batched.manifest.tables.quarantine >= 2
+    assert batched.manifest.tables.engine_events > 0 and sum(f["duplicate"] for f in batched.manifest.files) > 0
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+    assert batched.run_files == alone.run_files
+
+
+def test_split_logs_in_small_files_join_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split logs (request and response halves logged apart), one record per file: a request's halves lie
+    in different batches, and every batch holds several files' rows."""
+    api.simulate(tmp_path / "sim", seed=5, scale="small", fmt="openai-split", compress=False)
+    for log in sorted((tmp_path / "sim" / "gateway").glob("*.jsonl")):
+        _split_per_record(log, tmp_path / "objects", log.stem)
+    batched = api.ingest(tmp_path / "batched", [tmp_path / "objects"], fmt="openai-split")
+    assert any(".batch." in p.name for p in (tmp_path / "batched" / "staging").iterdir())
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        api.ingest(tmp_path / "alone", [tmp_path / "objects"], fmt="openai-split")
+    assert batched.manifest.reconciled and batched.manifest.tables.exchanges > 100
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+
+
+def test_a_file_ingested_later_between_a_batchs_files_keeps_the_case_order(tmp_path: Path) -> None:
+    """A batch's files are read apart when a later ingest adds a file that sorts between them: the case
+    is the one ingesting all the files at once gives."""
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=30)
+    first, later = files[0::2], files[1::2]
+    api.ingest(tmp_path / "twice", first)
+    again = api.ingest(tmp_path / "twice", later)
+    once = api.ingest(tmp_path / "once", files)
+    assert again.manifest.reconciled and again.manifest.tables.exchanges == once.manifest.tables.exchanges == len(files)
+    batches = [p for p in (tmp_path / "twice" / "staging").iterdir() if ".batch." in p.name]
+    assert len(batches) == 2  # one per run, their files interleaved in the case's order
+    assert _case_bytes(tmp_path / "twice")["exchanges.parquet"] == _case_bytes(tmp_path / "once")["exchanges.parquet"]
+
+
+def test_a_batch_left_by_an_interrupted_run_is_cleared_when_one_of_its_files_is_staged_again(tmp_path: Path) -> None:
+    """An ingest stopped after staging a batch, named after a file this run does not read: the file this
+    run stages again must not be read twice (once from the stale batch)."""
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=4)
+    api.ingest(tmp_path / "earlier", files)
+    stale = [p for p in (tmp_path / "earlier" / "staging").iterdir() if ".batch." in p.name]
+    assert len(stale) == 1 and stale[0].name.startswith(hashlib.sha256(files[0].read_bytes()).hexdigest())
+    staging = tmp_path / "case" / "staging"
+    staging.mkdir(parents=True)
+    (staging / stale[0].name).write_bytes(stale[0].read_bytes())
+    result = api.ingest(tmp_path / "case", files[2:])  # the stale batch's first file is not among them
+    assert result.manifest.reconciled
+    assert result.manifest.tables.exchanges == 2 and sum(f["duplicate"] for f in result.manifest.files) == 0
+    assert not (staging / stale[0].name).exists()

@@ -20,7 +20,7 @@ import itertools
 import multiprocessing
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,15 @@ from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, recor
 from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
-from forensics.ingest.staging import STAGED_TABLES, staged_content, staged_path
+from forensics.ingest.staging import (
+    STAGED_TABLES,
+    batch_members,
+    batch_path,
+    is_batch,
+    staged_content,
+    staged_path,
+    with_members,
+)
 from forensics.progress import Reporter, reporter
 from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
@@ -54,6 +62,13 @@ PARALLEL_BYTES = 96 << 20
 #: (an object store export holds one request per file).
 PARALLEL_FILES = 400
 MAX_WORKERS = 2
+#: Whole files at most this big are staged in batches (:class:`Batch`) of at most BATCH_FILES files and
+#: BATCH_FILE_BYTES bytes: enough batches for both workers, few enough that a staging file per batch costs
+#: nothing beside parsing. Below 1 MB a file's staged rows fit one read of the finaliser, as its own
+#: staging file would (the case table's bytes do not depend on the batching).
+SMALL_FILE_BYTES = 1 << 20
+BATCH_FILES = 64
+BATCH_FILE_BYTES = 8 << 20
 #: Staging tables whose schema differs from the case table's (columns only the finaliser decides).
 STAGED_SCHEMAS = {"exchanges": schema.EXCHANGES_STAGED}
 
@@ -459,10 +474,11 @@ def ingest(
         _clear_staging(c.staging, {u.sha for u in units})
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
+        work = batched(units, {sha: e["size"] for sha, e in known.items()})
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
         band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
         band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
-        for unit, counts in (spark.stage_units(units) if spark is not None else _run_units(units, pool)):
+        for unit, counts in (spark.stage_units(work) if spark is not None else _run_units(work, pool)):
             band.add(BandStats(**counts["prompt_tokens_band"]))
             if unit.tokenizer and unit.ceiling is not None:
                 band_files[unit.sha] = unit.ceiling
@@ -643,6 +659,51 @@ class Unit:
         return max(0, end - self.span.start)
 
 
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Small whole files staged together, in the order the finaliser reads them (path, then SHA-256)."""
+
+    units: tuple[Unit, ...]
+
+    def size(self) -> int:
+        """Bytes the batch reads."""
+        return sum(u.size() for u in self.units)
+
+
+def batched(units: list[Unit], sizes: dict[str, int]) -> list[Unit | Batch]:
+    """``units`` with the whole files of at most SMALL_FILE_BYTES (``sizes`` by SHA-256) gathered into batches.
+
+    A batch's files are consecutive in the finaliser's order (path, then SHA-256) among the small files
+    of this run; a file of another run, or a big one, may sort between two of them (the finaliser reads a
+    batch's files apart then). A lone small file stays a unit of its own.
+    """
+    parts: dict[str, int] = {}
+    for u in units:
+        parts[u.sha] = parts.get(u.sha, 0) + 1
+    small = sorted((u for u in units if parts[u.sha] == 1 and sizes.get(u.sha, SMALL_FILE_BYTES + 1) <= SMALL_FILE_BYTES),
+                   key=lambda u: (u.shown, u.sha))
+    chosen = {id(u) for u in small}
+    work: list[Unit | Batch] = [u for u in units if id(u) not in chosen]
+    group: list[Unit] = []
+    total = 0
+
+    def close() -> None:
+        if len(group) == 1:
+            work.append(group[0])
+        elif group:
+            work.append(Batch(tuple(group)))
+
+    for u in small:
+        size = sizes.get(u.sha, 0)
+        if group and (len(group) >= BATCH_FILES or total + size > BATCH_FILE_BYTES):
+            close()
+            group, total = [], 0
+        group.append(u)
+        total += size
+    close()
+    return work
+
+
 #: A file found in a folder that no format reads, unless a :class:`Skip` says why.
 UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
@@ -683,9 +744,21 @@ def _clear_staging(staging: Path, shas: set[str]) -> None:
         return
     with os.scandir(staging) as entries:
         # a temporary file too: what a run that died while writing it left
-        stale = [Path(e.path) for e in entries if staged_content(e.name) in shas and not e.is_dir(follow_symlinks=False)]
+        found = [(e.name, Path(e.path)) for e in entries if not e.is_dir(follow_symlinks=False)]
+    stale = [path for name, path in found if staged_content(name) in shas]
+    # A batch named after another file may hold one about to be staged: read again, it would count twice.
+    stale += [path for name, path in found
+              if is_batch(name) and staged_content(name) not in shas and not shas.isdisjoint(_members_or_none(path))]
     for path in stale:
         path.unlink(missing_ok=True)
+
+
+def _members_or_none(path: Path) -> list[str]:
+    """A batch staging file's files, or none when it cannot be read (a file the finaliser will not read either)."""
+    try:
+        return batch_members(path)
+    except (OSError, pa.ArrowException):
+        return []
 
 
 def _worth_a_pool(total_bytes: int, files: int) -> bool:
@@ -711,27 +784,63 @@ def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.fu
     return pool
 
 
-def _run_units(units: list[Unit], pool: concurrent.futures.ProcessPoolExecutor | None = None) -> Iterator[tuple[Unit, dict[str, Any]]]:
-    """Stage every unit: on a process pool (both cores; ``pool`` when one was started early) when the
-    input is big or comes in many files (:func:`_worth_a_pool`), else in this process."""
+def _run_units(work: list[Unit | Batch], pool: concurrent.futures.ProcessPoolExecutor | None = None) -> Iterator[tuple[Unit, dict[str, Any]]]:
+    """Stage every unit and batch: on a process pool (both cores; ``pool`` when one was started early) when
+    the input is big or comes in many files (:func:`_worth_a_pool`), else in this process. Yields each
+    unit (a batch's one by one) with its counts."""
+    units = [u for item in work for u in (item.units if isinstance(item, Batch) else (item,))]
     total = sum(u.size() for u in units)
-    workers = min(os.cpu_count() or 1, MAX_WORKERS, len(units))
+    workers = min(os.cpu_count() or 1, MAX_WORKERS, len(work))
     if workers <= 1 or not _worth_a_pool(total, len(units)):
-        for unit in units:
-            yield unit, stage_unit(unit)
+        for item in work:
+            yield from _paired(item, stage_work(item))
         return
     if pool is not None:
-        yield from zip(units, pool.map(stage_unit, units))
+        for item, counts in zip(work, pool.map(stage_work, work)):
+            yield from _paired(item, counts)
         return
     ctx = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow threads do not survive it
     with pool_running(workers, ctx) as own:  # workers die with this process, and are killed on a signal
-        yield from zip(units, own.map(stage_unit, units))
+        for item, counts in zip(work, own.map(stage_work, work)):
+            yield from _paired(item, counts)
+
+
+def _paired(item: Unit | Batch, counts: list[dict[str, Any]]) -> Iterator[tuple[Unit, dict[str, Any]]]:
+    return zip(item.units if isinstance(item, Batch) else (item,), counts, strict=True)
+
+
+def stage_work(item: Unit | Batch) -> list[dict[str, Any]]:
+    """Stage a unit or a batch; the counts of each of its units."""
+    return stage_batch(item) if isinstance(item, Batch) else [stage_unit(item)]
+
+
+def stage_batch(batch: Batch) -> list[dict[str, Any]]:
+    """Parse a batch of small files into one set of staging files (named after its first file, listing its
+    files in their metadata); return each file's line counts."""
+    first = batch.units[0]
+    members = [u.sha for u in batch.units]
+    sinks: dict[str, ParquetSink] = {}
+
+    def sink(table: str) -> ParquetSink:
+        if table not in sinks:
+            sinks[table] = ParquetSink(batch_path(Path(first.staging), first.sha, table),
+                                       with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members),
+                                       STAGING_OPTIONS)
+        return sinks[table]
+
+    try:
+        counts = [_stage(unit, sink) for unit in batch.units]
+        for open_sink in sinks.values():
+            open_sink.close()
+    except BaseException:
+        for open_sink in sinks.values():
+            open_sink.abort()
+        raise
+    return counts
 
 
 def stage_unit(unit: Unit) -> dict[str, Any]:
     """Parse one unit into its staging Parquet files; return its line counts."""
-    counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "stream_damage": [], "skipped_records": {}, "status": "ingested"}
     # A table's staging file is made when it gets its first row: a gateway file has no engine events and
     # most files no quarantine, and three files made and closed per input file dominated the ingest of
     # an incident logged as thousands of small files. The finaliser reads whichever files exist (the
@@ -744,6 +853,22 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
                                        STAGED_SCHEMAS.get(table, schema.TABLES[table]), STAGING_OPTIONS)
         return sinks[table]
 
+    try:
+        counts = _stage(unit, sink)
+        for open_sink in sinks.values():
+            open_sink.close()
+    except BaseException:
+        for open_sink in sinks.values():
+            open_sink.abort()
+        raise
+    return counts
+
+
+def _stage(unit: Unit, sink: Callable[[str], ParquetSink]) -> dict[str, Any]:
+    """Parse one unit, writing its rows through ``sink`` (the staging file of a table, made on first use);
+    return its line counts. The caller closes the sinks."""
+    counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
+                              "stream_damage": [], "skipped_records": {}, "status": "ingested"}
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in STAGED_TABLES}
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
     excerpts: dict[str, list[str | None]] = {name: [] for name in STAGED_TABLES}
@@ -789,84 +914,77 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
         add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
                            "source_format": unit.fmt, "reason": reason, "excerpt": excerpt}, 256)
 
-    try:
-        if unit.fmt is None:
-            skip = unit.skip or UNRECOGNISED
-            quarantine(None, skip.reason, None)
-            counts["status"] = skip.status
-        else:
-            log_format = FORMATS.get(unit.fmt)
-            ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
-                              unit.profile)
-            problems: list[FileProblem] = []
-            # A format that parses a line's bytes reads them undecoded: a line is decoded only when
-            # its bytes are left to the text parser (see LogFormat.parse_raw).
-            parse_raw = log_format.parse_raw if log_format.read is read_lines else None
-            lines = (read_lines(Path(unit.path), problems, unit.span, decode=False) if parse_raw is not None
-                     else log_format.read(Path(unit.path), problems, unit.span))
-            for line in lines:
-                counts["lines"] += 1
-                if line.cut:
-                    # Half written when the file was hashed: parsed, a cut engine line can read as another
-                    # ("9000 > 81"), and the rest of it is not covered by the SHA-256.
-                    counts["quarantined"] += 1
-                    quarantine(line.number, "line still being written when the file was hashed: only its start is "
-                               "covered by the file's SHA-256, so it was not read. Fix: ingest the file again once "
-                               "the log is complete", _excerpt(line.text, line.raw))
-                    continue
-                result: Any = NOT_PARSED
-                if parse_raw is not None and line.raw[:1] == b"{":
-                    try:
-                        result = parse_raw(line.raw, line.number, ctx)
-                    except Exception as exc:  # a parser bug must cost one line, not the run
-                        result = _parser_bug(exc)
-                if result is NOT_PARSED:
-                    if parse_raw is not None:
-                        line.text = _decoded(line.raw)
-                    if line.text is None:
-                        counts["quarantined"] += 1
-                        quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
-                                   _excerpt(None, line.raw))
-                        continue
-                    if not line.text.strip():
-                        counts["blank"] += 1
-                        continue
-                    try:
-                        result = log_format.parse(line.text, line.number, ctx)
-                    except Exception as exc:  # a parser bug must cost one line, not the run
-                        result = _parser_bug(exc)
-                if isinstance(result, Quarantined):
-                    counts["quarantined"] += 1
-                    counts["no_tenant"] += result.no_tenant
-                    quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
-                elif result is None:
-                    counts["blank"] += 1
-                elif isinstance(result, SkippedRecord):
-                    counts["blank"] += 1  # holds no exchange; what it was is kept by kind
-                    counts["skipped_records"][result.kind] = counts["skipped_records"].get(result.kind, 0) + 1
-                else:
-                    table, row = result
-                    counts["parsed"] += 1
-                    if row.get("zone_assumed"):
-                        counts["zone_assumed"] += 1
-                    if table == "exchanges":
-                        row["record_hash"] = record_hash(line.raw)
-                    add(table, row, len(line.raw), _excerpt(line.text, line.raw))
-            for problem in problems:
-                # The unreadable rest of the file is accounted as one quarantined line.
-                counts["problems"].append(problem.reason)
-                counts["stream_damage"].append({"kind": problem.kind, "after_line": problem.after_line})
-                counts["lines"] += 1
+    if unit.fmt is None:
+        skip = unit.skip or UNRECOGNISED
+        quarantine(None, skip.reason, None)
+        counts["status"] = skip.status
+    else:
+        log_format = FORMATS.get(unit.fmt)
+        ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
+                          unit.profile)
+        problems: list[FileProblem] = []
+        # A format that parses a line's bytes reads them undecoded: a line is decoded only when
+        # its bytes are left to the text parser (see LogFormat.parse_raw).
+        parse_raw = log_format.parse_raw if log_format.read is read_lines else None
+        lines = (read_lines(Path(unit.path), problems, unit.span, decode=False) if parse_raw is not None
+                 else log_format.read(Path(unit.path), problems, unit.span))
+        for line in lines:
+            counts["lines"] += 1
+            if line.cut:
+                # Half written when the file was hashed: parsed, a cut engine line can read as another
+                # ("9000 > 81"), and the rest of it is not covered by the SHA-256.
                 counts["quarantined"] += 1
-                quarantine(problem.after_line + 1, problem.reason, None)
-                counts["status"] = "ingested with problems"
-        for table in STAGED_TABLES:  # quarantine last: a flush may add to it
-            flush(table)
-        for open_sink in sinks.values():
-            open_sink.close()
-        counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
-    except BaseException:
-        for open_sink in sinks.values():
-            open_sink.abort()
-        raise
+                quarantine(line.number, "line still being written when the file was hashed: only its start is "
+                           "covered by the file's SHA-256, so it was not read. Fix: ingest the file again once "
+                           "the log is complete", _excerpt(line.text, line.raw))
+                continue
+            result: Any = NOT_PARSED
+            if parse_raw is not None and line.raw[:1] == b"{":
+                try:
+                    result = parse_raw(line.raw, line.number, ctx)
+                except Exception as exc:  # a parser bug must cost one line, not the run
+                    result = _parser_bug(exc)
+            if result is NOT_PARSED:
+                if parse_raw is not None:
+                    line.text = _decoded(line.raw)
+                if line.text is None:
+                    counts["quarantined"] += 1
+                    quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",
+                               _excerpt(None, line.raw))
+                    continue
+                if not line.text.strip():
+                    counts["blank"] += 1
+                    continue
+                try:
+                    result = log_format.parse(line.text, line.number, ctx)
+                except Exception as exc:  # a parser bug must cost one line, not the run
+                    result = _parser_bug(exc)
+            if isinstance(result, Quarantined):
+                counts["quarantined"] += 1
+                counts["no_tenant"] += result.no_tenant
+                quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
+            elif result is None:
+                counts["blank"] += 1
+            elif isinstance(result, SkippedRecord):
+                counts["blank"] += 1  # holds no exchange; what it was is kept by kind
+                counts["skipped_records"][result.kind] = counts["skipped_records"].get(result.kind, 0) + 1
+            else:
+                table, row = result
+                counts["parsed"] += 1
+                if row.get("zone_assumed"):
+                    counts["zone_assumed"] += 1
+                if table == "exchanges":
+                    row["record_hash"] = record_hash(line.raw)
+                add(table, row, len(line.raw), _excerpt(line.text, line.raw))
+        for problem in problems:
+            # The unreadable rest of the file is accounted as one quarantined line.
+            counts["problems"].append(problem.reason)
+            counts["stream_damage"].append({"kind": problem.kind, "after_line": problem.after_line})
+            counts["lines"] += 1
+            counts["quarantined"] += 1
+            quarantine(problem.after_line + 1, problem.reason, None)
+            counts["status"] = "ingested with problems"
+    for table in STAGED_TABLES:  # quarantine last: a flush may add to it
+        flush(table)
+    counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
     return counts

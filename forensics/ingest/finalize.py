@@ -32,6 +32,7 @@ import dataclasses
 import os
 from collections import Counter as Tally
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,10 @@ import pyarrow.parquet as pq
 
 from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
-from forensics.case import QUERY_MEMORY, Case, ParquetSink
+from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink
 from forensics.config import CaseConfig, iso
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
-from forensics.ingest.staging import STAGED_TABLES, staged_content, staged_key
+from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
 
 READ_BATCH = 256
@@ -72,20 +73,80 @@ def _lit(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Path]]:
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """A staging file, and which input files' rows are read from it at this point of the finaliser's order."""
+
+    path: Path
+    #: None: the file stages one input file (or a part of it), all its rows read. Else the SHA-256 of the
+    #: batch's files read here, consecutive in the finaliser's order; a file of another run sorting between
+    #: a batch's files makes the batch two segments, each reading its own files' rows.
+    shas: tuple[str, ...] | None = None
+
+
+def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Staged]]:
     """Staging files of each table in input order (file order, then part).
 
     The staging folder is listed once: a glob per input file listed it once per file and table, which
     made finalising an incident of thousands of small files take minutes (quadratic in the files).
     """
     parts: dict[tuple[str, str], list[Path]] = {}
+    batches: dict[tuple[str, str], Path] = {}
     if c.staging.is_dir():
         with os.scandir(c.staging) as entries:
             for entry in entries:
                 key = staged_key(entry.name)
-                if key is not None:
+                if key is None:
+                    continue
+                if is_batch(entry.name):
+                    for sha in batch_members(Path(entry.path)):
+                        other = batches.setdefault((sha, key[1]), Path(entry.path))
+                        if other != Path(entry.path):  # the ingest clears a batch of any file it stages again
+                            raise RuntimeError(f"finalise: input {sha[:12]} is staged in two batches ({other.name}, {entry.name})")
+                else:
                     parts.setdefault(key, []).append(Path(entry.path))
-    return {table: [p for f in files for p in sorted(parts.get((f["sha256"], table), ()))] for table in STAGED_TABLES}
+    out: dict[str, list[Staged]] = {}
+    for table in STAGED_TABLES:
+        segments: list[Staged] = []
+        for f in files:
+            segments.extend(Staged(p) for p in sorted(parts.get((f["sha256"], table), ())))
+            batch = batches.get((f["sha256"], table))
+            if batch is None:
+                continue
+            last = segments[-1] if segments else None
+            if last is not None and last.path == batch and last.shas is not None:
+                segments[-1] = Staged(batch, (*last.shas, f["sha256"]))
+            else:
+                segments.append(Staged(batch, (f["sha256"],)))
+        out[table] = segments
+    return out
+
+
+def _paths(segments: list[Staged]) -> list[Path]:
+    """The staging files of ``segments``, each once, in order."""
+    return list(dict.fromkeys(s.path for s in segments))
+
+
+def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of each file a batch segment reads, in order, at most ``rows`` at a time, as
+    ``(SHA-256, batch)``: the pieces its own staging file would have been read in (row groups of
+    ROW_GROUP_ROWS, read whole: a small file's rows are far below READ_BATCH_BYTES), so the case table
+    is written in the same batches, and so the same bytes, whatever the batching."""
+    assert segment.shas is not None
+    table = pq.read_table(segment.path).replace_schema_metadata(None)  # the batch's list of files is its own
+    shas = table.column("source_sha256").to_pylist()
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for i, sha in enumerate(shas):
+        starts.setdefault(sha, i)
+        ends[sha] = i + 1
+    for sha in segment.shas:
+        if sha not in starts:
+            continue  # no row of this table
+        lo, hi = starts[sha], ends[sha]
+        for at in range(lo, hi, rows):
+            for batch in table.slice(at, min(rows, hi - at)).combine_chunks().to_batches():
+                yield sha, batch
 
 
 def _view(con: duckdb.DuckDBPyConnection, name: str, paths: list[Path], table: str) -> None:
@@ -116,10 +177,10 @@ def finalize(
     con.execute(f"SET temp_directory = {_lit(tmp)}")
     con.execute(f"SET memory_limit = '{QUERY_MEMORY}'")  # the engine events' duplicate check above all
     staged = _staged(c, files)
-    ex_paths, ev_paths, q_paths = staged["exchanges"], staged["engine_events"], staged["quarantine"]
-    _view(con, "staged", ex_paths, "exchanges")
-    _view(con, "staged_events_raw", ev_paths, "engine_events")
-    _view(con, "staged_quarantine", q_paths, "quarantine")
+    ex_segments, ev_segments, q_segments = staged["exchanges"], staged["engine_events"], staged["quarantine"]
+    _view(con, "staged", _paths(ex_segments), "exchanges")
+    _view(con, "staged_events_raw", _paths(ev_segments), "engine_events")
+    _view(con, "staged_quarantine", _paths(q_segments), "quarantine")
     # A node whose file name does not say prefill/decode takes the role its own type= lines show.
     con.execute("""
         CREATE VIEW node_roles AS SELECT node, min(role) AS node_role FROM staged_events_raw
@@ -141,13 +202,13 @@ def finalize(
     skipped_rows = [{"source_file": e["path"], "reason": e["reason"]} for e in skipped_inputs]
 
     def others() -> tuple[int, int]:
-        events = _concat(c, ev_paths, "engine_events", event_losers, roles)
-        return events, _concat(c, q_paths, "quarantine", extra=skipped_rows)
+        events = _concat(c, ev_segments, "engine_events", event_losers, roles)
+        return events, _concat(c, q_segments, "quarantine", extra=skipped_rows)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize-events") as side:
         side_tables = side.submit(others)
         try:
-            exchanges_stats = _exchanges(c, con, ex_paths, order, duplicates, band_ceilings or {})
+            exchanges_stats = _exchanges(c, con, ex_segments, order, duplicates, band_ceilings or {})
         finally:
             wait([side_tables])  # never leave the thread writing into a case being torn down
         task.advance()
@@ -311,7 +372,7 @@ def winners_sql() -> str:
     return WINNERS_SQL.format(halves=half_kinds(), response_halves=half_kinds("response"), precedence=precedence_sql())
 
 
-def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order: dict[str, int], duplicates: Tally[str],
+def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], order: dict[str, int], duplicates: Tally[str],
                band_ceilings: dict[str, int]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
@@ -335,33 +396,41 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, paths: list[Path], order
     notes: list[str] = []
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     writer = _BackgroundWriter(sink)
+
+    def write(ord_: int, batch: pa.RecordBatch) -> None:
+        lines = batch.column("source_line")
+        rows = kept.take_until(ord_, pc.max(lines).as_py())
+        if not rows:
+            return
+        mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
+        if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
+            batch = batch.filter(mask)
+        damage = {r[0]: r[2] for r in rows if r[2] is not None}
+        engine = {r[1]: r[4:] for r in rows if r[3]}
+        writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch]), damage), engine, band_ceilings))
+
     try:
-        for path in paths:
+        for segment in segments:
+            if segment.shas is not None:  # a batch of small files: each file's rows in turn
+                for sha, batch in _member_slices(segment, ROW_GROUP_ROWS):
+                    write(order[sha], batch)
+                continue
+            path = segment.path
             ord_ = order[staged_content(path.name)]
             pf = pq.ParquetFile(path)
             staged_lines = pf.read(columns=["source_line"]).column("source_line")
             if len(staged_lines) == 0 or not kept.any_until(ord_, pc.max(staged_lines).as_py()):
                 continue  # no row of this staged file is kept: its text is never read
-            batches = (b for g in range(pf.num_row_groups)
-                       for b in pf.iter_batches(batch_size=read_batch_rows(pf, g), row_groups=[g]))
-            for batch in batches:
-                lines = batch.column("source_line")
-                rows = kept.take_until(ord_, pc.max(lines).as_py())
-                if not rows:
-                    continue
-                mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
-                if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
-                    batch = batch.filter(mask)
-                damage = {r[0]: r[2] for r in rows if r[2] is not None}
-                engine = {r[1]: r[4:] for r in rows if r[3]}
-                writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch]), damage), engine, band_ceilings))
+            for g in range(pf.num_row_groups):
+                for batch in pf.iter_batches(batch_size=read_batch_rows(pf, g), row_groups=[g]):
+                    write(ord_, batch)
         if not kept.exhausted():  # every kept row belongs to a staged file read above: never drop one silently
             raise RuntimeError("finalise: kept exchange rows were left unread (staged files out of order?)")
         kept.close()
         # Joined split-log rows: the engine keys of the halves' requests only.
         engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
                                        (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
-        for batch in _split_joined(con, paths):
+        for batch in _split_joined(con, _paths(segments)):
             writer.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
         writer.close()
         sink.close()
@@ -659,14 +728,16 @@ class _StagedRows:
     def __init__(self, paths: list[Path]) -> None:
         self._spans: dict[str, list[tuple[int, int, Path]]] = {}
         for path in paths:
-            lines = pq.read_table(path, columns=["source_line"]).column("source_line")
-            if len(lines):
-                span = pc.min_max(lines)
-                self._spans.setdefault(staged_content(path.name), []).append(
-                    (span["min"].as_py(), span["max"].as_py(), path))
-        self._decoded: dict[Path, tuple[pa.Table, dict[int, int]]] = {}
+            # By the rows' own file: a batch's staging file holds several input files.
+            keys = pq.read_table(path, columns=["source_sha256", "source_line"])
+            if keys.num_rows:
+                spans = keys.group_by("source_sha256").aggregate([("source_line", "min"), ("source_line", "max")])
+                for sha, lo, hi in zip(*(spans.column(n).to_pylist() for n in
+                                         ("source_sha256", "source_line_min", "source_line_max"))):
+                    self._spans.setdefault(sha, []).append((lo, hi, path))
+        self._decoded: dict[Path, tuple[pa.Table, dict[tuple[str, int], int]]] = {}
 
-    def _table(self, sha: str, line: int) -> tuple[pa.Table, dict[int, int]]:
+    def _table(self, sha: str, line: int) -> tuple[pa.Table, dict[tuple[str, int], int]]:
         path = next((p for lo, hi, p in self._spans.get(sha, ()) if lo <= line <= hi), None)
         if path is None:  # the key came from these very files: a miss is a bug, never a dropped half
             raise RuntimeError(f"finalise: no staged row for line {line} of input {sha[:12]}")
@@ -674,7 +745,8 @@ class _StagedRows:
             if len(self._decoded) >= STAGED_CACHE:
                 del self._decoded[next(iter(self._decoded))]
             table = pq.read_table(path).cast(schema.EXCHANGES_STAGED)
-            self._decoded[path] = (table, {n: i for i, n in enumerate(table.column("source_line").to_pylist())})
+            keys = zip(table.column("source_sha256").to_pylist(), table.column("source_line").to_pylist())
+            self._decoded[path] = (table, {key: i for i, key in enumerate(keys)})
         else:  # most recently used last
             self._decoded[path] = self._decoded.pop(path)
         return self._decoded[path]
@@ -695,7 +767,7 @@ class _StagedRows:
                 parts.append(current.take(run).append_column("_pos", pa.array(run_pos, pa.int64())))
                 run, run_pos = [], []
             current = table
-            run.append(index[line])
+            run.append(index[(sha, line)])
             run_pos.append(pos)
         if run and current is not None:
             parts.append(current.take(run).append_column("_pos", pa.array(run_pos, pa.int64())))
@@ -769,7 +841,7 @@ def _event_duplicates(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, set[int
 
 
 def _concat(
-    c: Case, paths: list[Path], table: str, drop: dict[str, set[int]] | None = None, roles: dict[str, str] | None = None,
+    c: Case, segments: list[Staged], table: str, drop: dict[str, set[int]] | None = None, roles: dict[str, str] | None = None,
     extra: list[dict[str, Any]] | None = None,
 ) -> int:
     """Concatenate staged files of a table into the case table, leaving out ``drop`` lines.
@@ -778,12 +850,14 @@ def _concat(
     engine events' missing ``role`` per node; ``extra`` rows are appended at the end.
     """
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
-        for path in paths:
-            lines = (drop or {}).get(staged_content(path.name))
-            dropped = pa.array(sorted(lines), pa.int64()) if lines else None
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH * 8):
-                if dropped is not None:
-                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=dropped))
+        for segment in segments:
+            pieces = (_member_slices(segment, READ_BATCH * 8) if segment.shas is not None else
+                      ((staged_content(segment.path.name), b)
+                       for b in pq.ParquetFile(segment.path).iter_batches(batch_size=READ_BATCH * 8)))
+            for sha, batch in pieces:
+                lines = (drop or {}).get(sha)
+                if lines:
+                    keep = pc.invert(pc.is_in(batch.column("source_line"), value_set=pa.array(sorted(lines), pa.int64())))
                     batch = batch.filter(keep)
                 if roles:
                     batch = _fill_roles(batch, roles)
