@@ -23,7 +23,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -814,18 +814,68 @@ def stage_work(item: Unit | Batch) -> list[dict[str, Any]]:
     return stage_batch(item) if isinstance(item, Batch) else [stage_unit(item)]
 
 
+class RowSink(Protocol):
+    """Where :func:`_stage` writes a table's rows: a staging file, or a batch's."""
+
+    schema: pa.Schema
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows (a row that does not fit the schema raises, and nothing of ``rows`` is written)."""
+
+
+class _BatchSink:
+    """A batch's staging file of one table, written a few thousand rows at a time.
+
+    Each file's rows are converted as they come (a value that does not fit fails in its own file, which
+    quarantines the row), and written together: a write per file of one record was most of what staging a
+    batch of them cost.
+    """
+
+    def __init__(self, sink: ParquetSink) -> None:
+        self.sink = sink
+        self.schema = sink.schema
+        self._pending: list[pa.RecordBatch] = []
+        self._rows = self._bytes = 0
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Convert ``rows`` now; write them with the next rows."""
+        if not rows:
+            return
+        batch = pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
+                                           schema=self.schema)
+        self._pending.append(batch)
+        self._rows += batch.num_rows
+        self._bytes += batch.nbytes
+        if self._rows >= BATCH_ROWS or self._bytes >= BATCH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self.sink.write_batch(pa.Table.from_batches(self._pending))
+        self._pending, self._rows, self._bytes = [], 0, 0
+
+    def close(self) -> None:
+        """Write what is pending and finish the file."""
+        self._flush()
+        self.sink.close()
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self.sink.abort()
+
+
 def stage_batch(batch: Batch) -> list[dict[str, Any]]:
     """Parse a batch of small files into one set of staging files (named after its first file, listing its
     files in their metadata); return each file's line counts."""
     first = batch.units[0]
     members = [u.sha for u in batch.units]
-    sinks: dict[str, ParquetSink] = {}
+    sinks: dict[str, _BatchSink] = {}
 
-    def sink(table: str) -> ParquetSink:
+    def sink(table: str) -> _BatchSink:
         if table not in sinks:
-            sinks[table] = ParquetSink(batch_path(Path(first.staging), first.sha, table),
-                                       with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members),
-                                       STAGING_OPTIONS)
+            sinks[table] = _BatchSink(ParquetSink(batch_path(Path(first.staging), first.sha, table),
+                                                  with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members),
+                                                  STAGING_OPTIONS))
         return sinks[table]
 
     try:
@@ -864,7 +914,7 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
     return counts
 
 
-def _stage(unit: Unit, sink: Callable[[str], ParquetSink]) -> dict[str, Any]:
+def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     """Parse one unit, writing its rows through ``sink`` (the staging file of a table, made on first use);
     return its line counts. The caller closes the sinks."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -397,23 +398,33 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     writer = _BackgroundWriter(sink)
 
-    def write(ord_: int, batch: pa.RecordBatch) -> None:
+    def kept_part(ord_: int, batch: pa.RecordBatch) -> tuple[pa.Table, dict[str, tuple[Any, ...]]] | None:
+        """The kept rows of ``batch`` (of file ``ord_``) with their damage, and their engine keys."""
         lines = batch.column("source_line")
         rows = kept.take_until(ord_, pc.max(lines).as_py())
         if not rows:
-            return
+            return None
         mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
         if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
             batch = batch.filter(mask)
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
-        engine = {r[1]: r[4:] for r in rows if r[3]}
-        writer.write_batch(_enrich(_with_damage(pa.Table.from_batches([batch]), damage), engine, band_ceilings))
+        return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:] for r in rows if r[3]}
 
     try:
         for segment in segments:
             if segment.shas is not None:  # a batch of small files: each file's rows in turn
+                parts: list[pa.Table] = []
+                engine: dict[str, tuple[Any, ...]] = {}
                 for sha, batch in _member_slices(segment, ROW_GROUP_ROWS):
-                    write(order[sha], batch)
+                    got = kept_part(order[sha], batch)
+                    if got is not None:
+                        parts.append(got[0])
+                        engine.update(got[1])  # by request id: the same keys whichever file asks
+                if parts:
+                    # Enriched at once, written as the pieces they were (the writer's pages follow them).
+                    whole = _enrich(pa.concat_tables(parts), engine, band_ceilings)
+                    offsets = np.cumsum([0] + [p.num_rows for p in parts]).tolist()
+                    writer.write_batch(pa.concat_tables([whole.slice(a, b - a) for a, b in zip(offsets, offsets[1:])]))
                 continue
             path = segment.path
             ord_ = order[staged_content(path.name)]
@@ -423,7 +434,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                 continue  # no row of this staged file is kept: its text is never read
             for g in range(pf.num_row_groups):
                 for batch in pf.iter_batches(batch_size=read_batch_rows(pf, g), row_groups=[g]):
-                    write(ord_, batch)
+                    got = kept_part(ord_, batch)
+                    if got is not None:
+                        writer.write_batch(_enrich(got[0], got[1], band_ceilings))
         if not kept.exhausted():  # every kept row belongs to a staged file read above: never drop one silently
             raise RuntimeError("finalise: kept exchange rows were left unread (staged files out of order?)")
         kept.close()
