@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from conftest import table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -176,3 +177,37 @@ def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Pat
     assert [(e["node"], e["role"]) for e in events] == [
         ("gpu-node-7", "prefill"), ("gpu-node-7", "prefill"),
         ("gpu-node-8", "prefill"), ("gpu-node-8", "decode"), ("gpu-node-8", None), ("gpu-node-9", None)]
+
+
+def test_a_grown_log_ingested_again_under_its_name_keeps_the_same_copy_every_time(tmp_path: Path) -> None:
+    """A live log ingested, then ingested again once it grew: its first lines are in both copies, under the
+    same name and line numbers. Which copy is kept was left to DuckDB's sort (three runs gave three
+    different exchanges tables); the copy whose SHA-256 sorts first is kept."""
+    import hashlib
+
+    day = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    lines = [x for x in day.read_bytes().splitlines(keepends=True) if x.strip()]
+    tables = []
+    live = tmp_path / "live"  # the same log, named the same, each time
+    for attempt in range(3):
+        live.mkdir()
+        for i, name in enumerate("abcd"):
+            (live / f"{name}.jsonl").write_bytes(b"".join(lines[6 * i : 6 * i + 4]))
+        case = tmp_path / f"case{attempt}"
+        api.ingest(case, [live])
+        first = {name: hashlib.sha256((live / f"{name}.jsonl").read_bytes()).hexdigest() for name in "abcd"}
+        for i, name in enumerate("abcd"):
+            (live / f"{name}.jsonl").write_bytes(b"".join(lines[6 * i : 6 * i + 6]))
+        grown = {name: hashlib.sha256((live / f"{name}.jsonl").read_bytes()).hexdigest() for name in "abcd"}
+        result = api.ingest(case, [live])
+        assert result.manifest.reconciled
+        rows = table_rows(case / "exchanges.parquet")
+        for row in rows:
+            name = Path(row["source_file"]).stem
+            if row["source_line"] <= 4:  # in both copies
+                assert row["source_sha256"] == min(first[name], grown[name]), row["source_file"]
+        tables.append((case / "exchanges.parquet").read_bytes())
+        for path in live.iterdir():
+            path.unlink()
+        live.rmdir()
+    assert tables[0] == tables[1] == tables[2]

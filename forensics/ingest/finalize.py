@@ -358,7 +358,7 @@ WITH keys AS (
     row_number() OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END
-      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line) AS rn,
+      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line, source_sha256) AS rn,
     count(DISTINCT record_hash) OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants
