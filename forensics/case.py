@@ -5,7 +5,7 @@ Layout (every stage reads only the previous stage's output)::
     CASE/
       manifest.json           ingest: inputs, SHA-256, per-file counts and reconciliation
       config.json             the resolved case configuration (values and where each came from)
-      staging/                ingest: per input file and part, a Parquet file per table it has rows for (internal)
+      staging/                ingest: per input file and part (small files: per batch), a Parquet file per table with rows (internal)
       exchanges.parquet       ingest: one row per request (schema.EXCHANGES)
       engine_events.parquet   ingest: one row per engine log line (schema.ENGINE_EVENTS)
       quarantine.parquet      ingest: every unusable record (schema.QUARANTINE)

@@ -248,3 +248,110 @@ def test_a_batch_left_by_an_interrupted_run_is_cleared_when_one_of_its_files_is_
     assert result.manifest.reconciled
     assert result.manifest.tables.exchanges == 2 and sum(f["duplicate"] for f in result.manifest.files) == 0
     assert not (staging / stale[0].name).exists()
+
+
+def _big_records(file_no: int, count: int) -> bytes:
+    """``count`` LiteLLM records of the sample day, each with a prompt of about 200 KB of one phrase: a
+    compressed file of them is small and stages megabytes."""
+    import copy
+    import json
+
+    records = [r for r in (json.loads(x) for x in DAY.read_text(encoding="utf-8").splitlines() if x.strip())
+               if isinstance(r.get("standard_logging_object", {}).get("messages"), list)]
+    out = []
+    for i in range(count):
+        record = copy.deepcopy(records[(file_no * count + i) % len(records)])
+        logged = record["standard_logging_object"]
+        logged["id"] = f"chatcmpl-big-{file_no}-{i}"
+        logged["messages"][-1]["content"] = "lorem ipsum dolor sit amet " * 8000
+        out.append(json.dumps(record))
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_a_small_compressed_file_that_stages_megabytes_gives_the_same_case_tables(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .gz of 100 KB can stage far more than the finaliser reads at once; its size on disk says nothing
+    of that, so it is staged alone (batched, its rows went to the writer in one piece, and the case table's
+    pages, so its bytes, differed)."""
+    import gzip
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for file_no in (0, 1):
+        (folder / f"big-{file_no}.jsonl.gz").write_bytes(gzip.compress(_big_records(file_no, 40), mtime=0))
+    assert all(p.stat().st_size < (1 << 20) for p in folder.iterdir())
+    batched = api.ingest(tmp_path / "batched", [folder])
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        api.ingest(tmp_path / "alone", [folder])
+    assert batched.manifest.tables.exchanges == 80 and batched.manifest.reconciled
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+
+
+def test_an_unreadable_batch_staging_file_of_content_not_in_the_case_is_ignored(tmp_path: Path) -> None:
+    """A batch file left half-copied by someone else's hand, of content the case never held, must not stop
+    every later ingest into the case (a file of one content under such a name is never read)."""
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=3)
+    staging = tmp_path / "case" / "staging"
+    staging.mkdir(parents=True)
+    (staging / f"{'f' * 64}.batch.exchanges.parquet").write_bytes(b"PAR1 not a parquet file")
+    result = api.ingest(tmp_path / "case", files)
+    assert result.manifest.reconciled and result.manifest.tables.exchanges == 3
+
+
+def test_an_unreadable_batch_staging_file_of_the_case_is_a_clear_error(tmp_path: Path) -> None:
+    from forensics.errors import CaseError
+
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=3)
+    api.ingest(tmp_path / "case", files[:2])
+    batch = next(p for p in (tmp_path / "case" / "staging").iterdir() if ".batch." in p.name)
+    batch.write_bytes(b"PAR1 damaged")
+    with pytest.raises(CaseError) as info:
+        api.ingest(tmp_path / "case", files[2:])
+    assert batch.name in str(info.value) and "new case folder" in (info.value.fix or "")
+
+
+def test_a_batchs_counts_go_to_its_own_files_on_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches staged by the pool's workers: each file of a batch gets its own line counts (a broken line,
+    an unrecognised file, duplicate engine events), as when every file is staged alone in one process."""
+    from forensics import ingest as ingest_module
+
+    _mixed_small_files(tmp_path / "in")
+    inputs = [tmp_path / "in" / "gateway", tmp_path / "in" / "engine"]
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        api.ingest(tmp_path / "alone", inputs)
+    monkeypatch.setattr(ingest_module, "PARALLEL_FILES", 10)
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 8)  # 16 batches, on both workers
+    started: list[int] = []
+    real = ingest_module.pool_running
+
+    def counted(workers: int, *args: Any, **kwargs: Any) -> Any:
+        started.append(workers)
+        return real(workers, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "pool_running", counted)
+    api.ingest(tmp_path / "pooled", inputs)
+    assert started
+    assert _case_bytes(tmp_path / "pooled") == _case_bytes(tmp_path / "alone")
+
+
+def test_files_of_several_runs_interleaved_give_the_case_of_files_staged_alone(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three ingests whose files sort between each other's (each run's batch read as many segments),
+    with quarantined lines and engine events among them (files named one by one: an unrecognised one
+    or an empty one would be an error)."""
+    _mixed_small_files(tmp_path / "in")
+    files = sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file() and p.name not in ("notes.txt", "rec-empty.jsonl"))
+    runs = [files[0::3], files[1::3], files[2::3]]
+
+    def ingest_runs(case: Path) -> None:
+        for run in runs:
+            assert api.ingest(case, run).manifest.reconciled
+
+    ingest_runs(tmp_path / "batched")
+    assert len([p for p in (tmp_path / "batched" / "staging").iterdir() if ".batch." in p.name]) >= 3
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        ingest_runs(tmp_path / "alone")
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")

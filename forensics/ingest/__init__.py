@@ -1,7 +1,8 @@
 """Ingest stage: log files into the case's Parquet tables, with nothing lost.
 
 Each input file is parsed line by line into staging Parquet files of its own (named by its
-SHA-256, so the same file given twice is read once). Then :mod:`forensics.ingest.finalize`
+SHA-256, so the same file given twice is read once); small plain files are staged in batches, one set
+of staging files per batch (:mod:`forensics.ingest.staging`). Then :mod:`forensics.ingest.finalize`
 rebuilds the case tables from every staged file: it joins split request/response halves,
 keeps one row per request across overlapping exports, attaches engine join keys and token counts,
 and reconciles the per-file counts in ``manifest.json``::
@@ -474,7 +475,7 @@ def ingest(
         _clear_staging(c.staging, {u.sha for u in units})
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
-        work = batched(units, {sha: e["size"] for sha, e in known.items()})
+        work = batched(units, known)
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
         band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
         band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
@@ -670,8 +671,22 @@ class Batch:
         return sum(u.size() for u in self.units)
 
 
-def batched(units: list[Unit], sizes: dict[str, int]) -> list[Unit | Batch]:
-    """``units`` with the whole files of at most SMALL_FILE_BYTES (``sizes`` by SHA-256) gathered into batches.
+def _small(entry: dict[str, Any]) -> bool:
+    """Whether a file (its manifest entry) is staged in a batch: plain text of at most SMALL_FILE_BYTES.
+
+    Its staged rows are then smaller than the file, so the finaliser reads each file's rows from a batch
+    whole, as it reads a small file's own staging file. A compressed file (or a Parquet one) may stage many
+    times its size: read in pieces from its own staging file, in one piece from a batch, its rows would give
+    the case table other pages, and other bytes.
+    """
+    fmt = entry.get("format")
+    return (entry.get("size", SMALL_FILE_BYTES + 1) <= SMALL_FILE_BYTES and entry.get("compression") is None
+            and not (fmt is not None and FORMATS.get(fmt).parquet))
+
+
+def batched(units: list[Unit], entries: dict[str, dict[str, Any]]) -> list[Unit | Batch]:
+    """``units`` with the small whole files (:func:`_small`, ``entries`` the manifest's by SHA-256) gathered
+    into batches.
 
     A batch's files are consecutive in the finaliser's order (path, then SHA-256) among the small files
     of this run; a file of another run, or a big one, may sort between two of them (the finaliser reads a
@@ -680,7 +695,7 @@ def batched(units: list[Unit], sizes: dict[str, int]) -> list[Unit | Batch]:
     parts: dict[str, int] = {}
     for u in units:
         parts[u.sha] = parts.get(u.sha, 0) + 1
-    small = sorted((u for u in units if parts[u.sha] == 1 and sizes.get(u.sha, SMALL_FILE_BYTES + 1) <= SMALL_FILE_BYTES),
+    small = sorted((u for u in units if parts[u.sha] == 1 and u.sha in entries and _small(entries[u.sha])),
                    key=lambda u: (u.shown, u.sha))
     chosen = {id(u) for u in small}
     work: list[Unit | Batch] = [u for u in units if id(u) not in chosen]
@@ -694,7 +709,7 @@ def batched(units: list[Unit], sizes: dict[str, int]) -> list[Unit | Batch]:
             work.append(Batch(tuple(group)))
 
     for u in small:
-        size = sizes.get(u.sha, 0)
+        size = entries[u.sha]["size"]
         if group and (len(group) >= BATCH_FILES or total + size > BATCH_FILE_BYTES):
             close()
             group, total = [], 0
@@ -754,7 +769,8 @@ def _clear_staging(staging: Path, shas: set[str]) -> None:
 
 
 def _members_or_none(path: Path) -> list[str]:
-    """A batch staging file's files, or none when it cannot be read (a file the finaliser will not read either)."""
+    """A batch staging file's files, or none when it cannot be read: the finaliser then skips it, unless it is
+    named after a file of the case (a batch of the case, whose damage it reports)."""
     try:
         return batch_members(path)
     except (OSError, pa.ArrowException):

@@ -47,6 +47,7 @@ from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink
 from forensics.config import CaseConfig, iso
+from forensics.errors import CaseError
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -93,6 +94,7 @@ def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Staged]]:
     """
     parts: dict[tuple[str, str], list[Path]] = {}
     batches: dict[tuple[str, str], Path] = {}
+    shas = {f["sha256"] for f in files}
     if c.staging.is_dir():
         with os.scandir(c.staging) as entries:
             for entry in entries:
@@ -100,7 +102,17 @@ def _staged(c: Case, files: list[dict[str, Any]]) -> dict[str, list[Staged]]:
                 if key is None:
                     continue
                 if is_batch(entry.name):
-                    for sha in batch_members(Path(entry.path)):
+                    try:
+                        members = batch_members(Path(entry.path))
+                    except (OSError, pa.ArrowException) as exc:
+                        if key[0] not in shas:
+                            # Not a batch of this case: an ingest names a batch after its first file, and a
+                            # run that finished put all of a batch's files in the case.
+                            continue
+                        raise CaseError(f"a staging file of this case cannot be read ({str(exc)[:200]})",
+                                        file=Path(entry.path),
+                                        fix="ingest into a new case folder (forensics run always starts afresh)") from None
+                    for sha in members:
                         other = batches.setdefault((sha, key[1]), Path(entry.path))
                         if other != Path(entry.path):  # the ingest clears a batch of any file it stages again
                             raise RuntimeError(f"finalise: input {sha[:12]} is staged in two batches ({other.name}, {entry.name})")
@@ -128,23 +140,44 @@ def _paths(segments: list[Staged]) -> list[Path]:
     return list(dict.fromkeys(s.path for s in segments))
 
 
-def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+#: Batch staging files kept read while the finaliser goes through a table's segments: a batch is read as
+#: several segments when later ingests added files that sort between its files (runs interleaved).
+BATCH_CACHE = 4
+
+
+class _Batches:
+    """A few batch staging files, read whole (a batch holds at most BATCH_FILE_BYTES of small plain files,
+    which stage less than they read), with where each file's rows start and end."""
+
+    def __init__(self) -> None:
+        self._read: dict[Path, tuple[pa.Table, dict[str, tuple[int, int]]]] = {}
+
+    def get(self, path: Path) -> tuple[pa.Table, dict[str, tuple[int, int]]]:
+        """The batch's rows and each file's (first row, end row)."""
+        if path in self._read:
+            self._read[path] = self._read.pop(path)  # most recently used last
+            return self._read[path]
+        if len(self._read) >= BATCH_CACHE:
+            del self._read[next(iter(self._read))]
+        table = pq.read_table(path).replace_schema_metadata(None)  # the batch's list of files is its own
+        bounds: dict[str, tuple[int, int]] = {}
+        for i, sha in enumerate(table.column("source_sha256").to_pylist()):
+            bounds[sha] = (bounds.get(sha, (i, i))[0], i + 1)
+        self._read[path] = (table, bounds)
+        return self._read[path]
+
+
+def _member_slices(segment: Staged, rows: int, batches: _Batches) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The rows of each file a batch segment reads, in order, at most ``rows`` at a time, as
     ``(SHA-256, batch)``: the pieces its own staging file would have been read in (row groups of
     ROW_GROUP_ROWS, read whole: a small file's rows are far below READ_BATCH_BYTES), so the case table
     is written in the same batches, and so the same bytes, whatever the batching."""
     assert segment.shas is not None
-    table = pq.read_table(segment.path).replace_schema_metadata(None)  # the batch's list of files is its own
-    shas = table.column("source_sha256").to_pylist()
-    starts: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    for i, sha in enumerate(shas):
-        starts.setdefault(sha, i)
-        ends[sha] = i + 1
+    table, bounds = batches.get(segment.path)
     for sha in segment.shas:
-        if sha not in starts:
+        if sha not in bounds:
             continue  # no row of this table
-        lo, hi = starts[sha], ends[sha]
+        lo, hi = bounds[sha]
         for at in range(lo, hi, rows):
             for batch in table.slice(at, min(rows, hi - at)).combine_chunks().to_batches():
                 yield sha, batch
@@ -410,12 +443,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
         return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:] for r in rows if r[3]}
 
+    batches = _Batches()
     try:
         for segment in segments:
             if segment.shas is not None:  # a batch of small files: each file's rows in turn
                 parts: list[pa.Table] = []
                 engine: dict[str, tuple[Any, ...]] = {}
-                for sha, batch in _member_slices(segment, ROW_GROUP_ROWS):
+                for sha, batch in _member_slices(segment, ROW_GROUP_ROWS, batches):
                     got = kept_part(order[sha], batch)
                     if got is not None:
                         parts.append(got[0])
@@ -862,9 +896,10 @@ def _concat(
     ``drop`` maps an input file's SHA-256 to the line numbers to leave out; ``roles`` fills the
     engine events' missing ``role`` per node; ``extra`` rows are appended at the end.
     """
+    batches = _Batches()
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for segment in segments:
-            pieces = (_member_slices(segment, READ_BATCH * 8) if segment.shas is not None else
+            pieces = (_member_slices(segment, READ_BATCH * 8, batches) if segment.shas is not None else
                       ((staged_content(segment.path.name), b)
                        for b in pq.ParquetFile(segment.path).iter_batches(batch_size=READ_BATCH * 8)))
             for sha, batch in pieces:

@@ -4,7 +4,8 @@ A unit (an input file, or a part of a big one) writes ``{sha256}.{part:05d}.{tab
 case's staging folder for each table it has rows for; while it writes, the file is a temporary
 ``.{name}.*.tmp`` beside it (:class:`forensics.case.ParquetSink`).
 
-Small whole files are staged together, a batch of them (``stage_batch``) writing
+Small whole files (plain text of at most 1 MB: they stage less than they read) are staged together, a
+batch of them (``stage_batch``) writing
 ``{first sha256}.batch.{table}.parquet``: their rows one file after another, in the order the finaliser
 reads the files, each row naming its file (``source_sha256``). The batch's files are listed in the
 Parquet file's key-value metadata (:data:`MEMBERS_KEY`), so a new run can clear a batch that holds a file
