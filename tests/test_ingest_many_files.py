@@ -174,11 +174,12 @@ def _unbatched(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _mixed_small_files(folder: Path) -> None:
     """Small files of every kind: one record each, a broken line, a file of no known format, an empty one,
-    and the two halves of an engine log that overlap (their shared events count once)."""
+    a UTF-16 one, and the two halves of an engine log that overlap (their shared events count once)."""
     _split_per_record(DAY, folder / "gateway", "rec", limit=120)
     (folder / "gateway" / "rec-broken.jsonl").write_bytes(DAY.read_bytes().splitlines(keepends=True)[0] + b'{"broken\n')
     (folder / "gateway" / "notes.txt").write_bytes(b"nothing a log format reads\n")
     (folder / "gateway" / "rec-empty.jsonl").write_bytes(b"")
+    (folder / "gateway" / "rec-utf16.jsonl").write_bytes(DAY.read_bytes().splitlines(keepends=True)[1].decode().encode("utf-16"))
     engine = (ROOT / "sample_logs" / "engine" / "decode-0_0.log").read_bytes().splitlines(keepends=True)
     (folder / "engine").mkdir()
     (folder / "engine" / "decode-0_0.log").write_bytes(b"".join(engine[: len(engine) * 2 // 3]))
@@ -339,10 +340,10 @@ def test_a_batchs_counts_go_to_its_own_files_on_the_pool(tmp_path: Path, monkeyp
 def test_files_of_several_runs_interleaved_give_the_case_of_files_staged_alone(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Three ingests whose files sort between each other's (each run's batch read as many segments),
-    with quarantined lines and engine events among them (files named one by one: an unrecognised one
-    or an empty one would be an error)."""
+    with quarantined lines and engine events among them (files named one by one: an unrecognised, an
+    empty or a UTF-16 one would be an error)."""
     _mixed_small_files(tmp_path / "in")
-    files = sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file() and p.name not in ("notes.txt", "rec-empty.jsonl"))
+    files = sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file() and p.name not in ("notes.txt", "rec-empty.jsonl", "rec-utf16.jsonl"))
     runs = [files[0::3], files[1::3], files[2::3]]
 
     def ingest_runs(case: Path) -> None:

@@ -294,6 +294,68 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     return files, skipped
 
 
+@dataclasses.dataclass(frozen=True)
+class Examined:
+    """What ingest must know of a file before anything is written: its SHA-256 and spans (or the OSError
+    reading it raised), whether it is Parquet, the foreign encoding its first bytes betray, and, when no
+    format was given, the format sniffed from it (or the formats that all claim it)."""
+
+    scanned: tuple[str, list[Span]] | OSError
+    parquet: bool = False
+    encoding: str | None = None
+    sniffed: str | None = None
+    ambiguous: tuple[str, ...] = ()
+
+
+def examine(path: Path, given: str | None, split_bytes: int) -> Examined:
+    """:class:`Examined` of one file; ``given``: the format given for it (None: sniff it); a big plain file
+    is cut into spans of about ``split_bytes``."""
+    try:
+        scanned: tuple[str, list[Span]] | OSError = scan_file(path, split_bytes)
+    except OSError as exc:  # as _scan_files: the file is then reported unreadable
+        scanned = exc
+    return _examined(path, given, scanned)
+
+
+def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | OSError) -> Examined:
+    """:func:`examine` of a file already scanned."""
+    if isinstance(scanned, OSError):
+        return Examined(scanned)
+    parquet = is_parquet(path)
+    encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+    misfit = parquet and given is not None and not FORMATS.get(given).parquet
+    if given is not None or encoding is not None or misfit:
+        return Examined(scanned, parquet, encoding)
+    try:
+        return Examined(scanned, parquet, encoding, sniff(path))
+    except AmbiguousFormat as exc:
+        return Examined(scanned, parquet, encoding, None, tuple(exc.candidates))
+
+
+def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int) -> list[Examined]:
+    """:func:`examine` of each (path, format given), in a worker of the ingest pool."""
+    return [examine(path, given, split_bytes) for path, given in pairs]
+
+
+#: Files examined per task at most when the ingest pool examines them (fewer when there are few files: a
+#: gigabyte in 47 files must be hashed on both workers, not in one task).
+EXAMINE_CHUNK = 64
+
+
+def _examine_files(paths: list[Path], given: list[str | None],
+                   pool: concurrent.futures.ProcessPoolExecutor | None) -> list[Examined]:
+    """:func:`examine` of every file, in order: on the pool's workers when there is one (thousands of small
+    files: opening, hashing and sniffing each was most of what ingest did before staging, in this process),
+    else hashing on threads (:func:`_scan_files`) and the rest here."""
+    if pool is not None:
+        pairs = list(zip(paths, given))
+        size = max(1, min(EXAMINE_CHUNK, len(pairs) // (4 * MAX_WORKERS)))
+        chunks = [pairs[i:i + size] for i in range(0, len(pairs), size)]
+        # SPLIT_BYTES as this process has it: a worker imports its own copy of the module.
+        return [e for part in pool.map(_examine_many, chunks, itertools.repeat(SPLIT_BYTES)) for e in part]
+    return [_examined(path, fmt, scanned) for path, fmt, scanned in zip(paths, given, _scan_files(paths))]
+
+
 def _scan_files(paths: list[Path]) -> list[tuple[str, list[Span]] | OSError]:
     """:func:`scan_file` of every path (its result or the OSError it raised), in order.
 
@@ -383,18 +445,17 @@ def ingest(
     with contextlib.ExitStack() as early:
         spark = engine.executor_for(cfg)  # None: this machine's process pool
         pool = _early_pool(early, [p for p, _ in found]) if spark is None else None
-        for (path, explicit), file_format, scanned in zip(found, forced, _scan_files([p for p, _ in found])):
+        for (path, explicit), file_format, seen in zip(found, forced, _examine_files([p for p, _ in found], forced, pool)):
             try:
-                if isinstance(scanned, OSError):
-                    raise scanned
-                sha, spans = scanned
+                if isinstance(seen.scanned, OSError):
+                    raise seen.scanned
+                sha, spans = seen.scanned
             except OSError as exc:  # permissions, or the file vanished since the folder was listed
                 if explicit:
                     raise InputError(f"cannot read the file ({exc.strerror})", file=path, fix="check the path and its permissions") from None
                 skipped.append(Skipped(path, "unreadable", f"could not be read ({exc.strerror}); not read. {_COPY_FIX}"))
                 continue
-            parquet = is_parquet(path)
-            encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+            parquet, encoding = seen.parquet, seen.encoding
             misfit = parquet and file_format is not None and not FORMATS.get(file_format).parquet
             skip = None
             if encoding is not None or misfit:
@@ -410,13 +471,14 @@ def ingest(
                             f"{problem}; file skipped. Fix: {fix}")
                 detected = None
             else:
-                try:
-                    detected = file_format or sniff(path)
-                except AmbiguousFormat as exc:
+                detected = file_format or seen.sniffed
+                if seen.ambiguous:
+                    ambiguous = AmbiguousFormat(list(seen.ambiguous), file=path)
                     if explicit:
-                        raise
+                        raise ambiguous
                     # Like a file of no known format: kept out, with a quarantine row naming the candidates.
-                    skip, detected = Skip("skipped: format ambiguous", f"{exc.message}; file skipped. Fix: {exc.fix}"), None
+                    skip, detected = (Skip("skipped: format ambiguous", f"{ambiguous.message}; file skipped. Fix: {ambiguous.fix}"),
+                                      None)
                 if detected is None and explicit:
                     raise InputError(
                         "cannot tell the format of this file from its content",
