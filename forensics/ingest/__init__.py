@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import fnmatch
+import functools
 import glob
 import itertools
 import multiprocessing
@@ -100,17 +101,24 @@ class IngestResult:
         }
 
 
+@functools.lru_cache(maxsize=4096)
+def _real_folder(folder: str) -> str:
+    """``os.path.realpath`` of a folder, remembered for the run (:func:`ingest` forgets it when it starts):
+    thousands of files of one folder each resolved it again, a few system calls per folder level."""
+    return os.path.realpath(folder)
+
+
 def named_path(path: Path) -> Path:
     """The absolute name a file was found under: its folders resolved, its own name kept, so a
     symlink is recorded as the link (the name the evidence was given under), not its target."""
-    return Path(os.path.realpath(path.parent)) / path.name
+    return Path(_real_folder(str(path.parent))) / path.name
 
 
 def display_path(path: Path, base: Path | None = None) -> str:
     """A path as recorded in outputs: relative to ``base`` (the case file's folder when there is
     one, else the working folder) when inside it, so tables do not depend on where a run started."""
     try:
-        rel = os.path.relpath(named_path(path), (base or Path.cwd()).resolve())
+        rel = os.path.relpath(named_path(path), _real_folder(str((base or Path.cwd()).absolute())))
     except ValueError:  # another drive (Windows)
         return str(path)
     return str(path) if rel.startswith("..") else rel
@@ -305,6 +313,7 @@ class Examined:
     encoding: str | None = None
     sniffed: str | None = None
     ambiguous: tuple[str, ...] = ()
+    compression: str | None = None
 
 
 def examine(path: Path, given: str | None, split_bytes: int) -> Examined:
@@ -323,13 +332,14 @@ def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | O
         return Examined(scanned)
     parquet = is_parquet(path)
     encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+    compression = compression_of(path)
     misfit = parquet and given is not None and not FORMATS.get(given).parquet
     if given is not None or encoding is not None or misfit:
-        return Examined(scanned, parquet, encoding)
+        return Examined(scanned, parquet, encoding, compression=compression)
     try:
-        return Examined(scanned, parquet, encoding, sniff(path))
+        return Examined(scanned, parquet, encoding, sniff(path), compression=compression)
     except AmbiguousFormat as exc:
-        return Examined(scanned, parquet, encoding, None, tuple(exc.candidates))
+        return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression)
 
 
 def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int) -> list[Examined]:
@@ -409,6 +419,7 @@ def ingest(
     """
     from forensics.ingest.finalize import finalize
 
+    _real_folder.cache_clear()  # a folder's link may have moved since the last run in this process
     cfg = config or CaseConfig()
     if path_formats is not None and len(path_formats) != len(paths):
         raise ValueError(f"path_formats names {len(path_formats)} formats for {len(paths)} paths")
@@ -428,7 +439,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], Skip | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], Skip | None, str | None]] = []
     found: list[tuple[Path, bool]] = []
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
     skipped: list[Skipped] = []
@@ -493,13 +504,13 @@ def ingest(
                 # Its records may span lines: one worker reads it whole. A file skipped or of no known
                 # format is not read at all: one unit, one quarantine row, however big.
                 spans = [Span(0, None, 1)]
-            plan.append((path, sha, detected, spans, skip))
+            plan.append((path, sha, detected, spans, skip, seen.compression))
 
         base = cfg.file.parent if cfg.file else None
         run_files: list[dict[str, Any]] = []
         hashed: list[tuple[dict[str, Any], Path]] = []  # the files read only as far as they were hashed
         units: list[Unit] = []
-        for path, sha, detected, spans, skip in plan:
+        for path, sha, detected, spans, skip, compression in plan:
             shown = display_path(path, base)
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
             if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
@@ -515,7 +526,7 @@ def ingest(
                 run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                                   "status": "already ingested (same SHA-256)"})
                 continue
-            known[sha] = _new_entry(path, shown, sha, detected, skip)
+            known[sha] = _new_entry(path, shown, sha, detected, compression, skip)
             if detected is not None and spans[-1].end is not None:  # read up to where it was hashed (a live log may grow)
                 known[sha]["size"] = spans[-1].end
                 hashed.append((known[sha], path))
@@ -786,11 +797,13 @@ UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
 
-def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, skip: Skip | None = None) -> dict[str, Any]:
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, compression: str | None,
+               skip: Skip | None = None) -> dict[str, Any]:
+    named = str(named_path(path))
     return {
-        "path": shown, "paths": [shown], "abs_path": str(named_path(path)), "abs_paths": [str(named_path(path))],
+        "path": shown, "paths": [shown], "abs_path": named, "abs_paths": [named],
         "sha256": sha, "size": path.stat().st_size, "format": fmt,
-        "compression": compression_of(path), **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
+        "compression": compression, **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else (skip or UNRECOGNISED).status,
     }

@@ -151,6 +151,13 @@ class _Batches:
 
     def __init__(self) -> None:
         self._read: dict[Path, tuple[pa.Table, dict[str, tuple[int, int]]]] = {}
+        self._lines: dict[Path, np.ndarray] = {}
+
+    def lines(self, path: Path) -> np.ndarray:
+        """The batch's ``source_line`` column (of a batch :meth:`get` read last)."""
+        if path not in self._lines:
+            self._lines = {path: self.get(path)[0].column("source_line").to_numpy()}
+        return self._lines[path]
 
     def get(self, path: Path) -> tuple[pa.Table, dict[str, tuple[int, int]]]:
         """The batch's rows and each file's (first row, end row)."""
@@ -361,10 +368,13 @@ def _line_damage(con: duckdb.DuckDBPyConnection, files: list[dict[str, Any]]) ->
     con.execute(f"CREATE TEMP TABLE line_damage AS {LINE_DAMAGE_SQL}", {"n": schema.DAMAGE_NEIGHBOUR_LINES})
 
 
-def _with_damage(table: pa.Table, line_damage: dict[int, str] | None = None) -> pa.Table:
-    """Set the ``damage`` column: the reasons of the record's line(s) (from ``line_damage`` by
-    ``source_line``, or a ``damage`` column already there) plus ``truncated_copy_only``."""
-    if line_damage is not None:
+def _with_damage(table: pa.Table, line_damage: dict[int, str] | None = None,
+                 values: list[str | None] | None = None) -> pa.Table:
+    """Set the ``damage`` column: the reasons of the record's line(s) (``values`` row by row, or from
+    ``line_damage`` by ``source_line``, or a ``damage`` column already there) plus ``truncated_copy_only``."""
+    if values is not None:
+        lines = values
+    elif line_damage is not None:
         lines = [line_damage.get(n) for n in table.column("source_line").to_pylist()]
     elif "damage" in table.column_names:
         lines = table.column("damage").to_pylist()
@@ -443,22 +453,44 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
         return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:] for r in rows if r[3]}
 
+    def batch_rows(segment: Staged, batches: _Batches) -> None:
+        """Write the kept rows of a batch segment's files: chosen file by file (in the pieces each file's
+        own staging file would have been read in: row groups of ROW_GROUP_ROWS), taken, marked and enriched
+        at once, and handed to the writer as those pieces (its pages follow them: the same bytes as
+        :func:`kept_part` piece by piece, without a dozen Arrow calls per file of one record)."""
+        table, bounds = batches.get(segment.path)
+        lines = batches.lines(segment.path)
+        take: list[int] = []
+        damage: list[str | None] = []
+        sizes: list[int] = []
+        engine: dict[str, tuple[Any, ...]] = {}
+        for sha in segment.shas or ():
+            if sha not in bounds:
+                continue  # no row of this table
+            lo, hi = bounds[sha]
+            for at in range(lo, hi, ROW_GROUP_ROWS):
+                piece = lines[at:min(at + ROW_GROUP_ROWS, hi)].tolist()
+                rows = kept.take_until(order[sha], max(piece))
+                if not rows:
+                    continue
+                by_line = {r[0]: r for r in rows}
+                chosen = [at + i for i, line in enumerate(piece) if line in by_line]
+                take.extend(chosen)
+                damage.extend(by_line[piece[i - at]][2] for i in chosen)
+                sizes.append(len(chosen))
+                engine.update({r[1]: r[4:] for r in rows if r[3]})  # by request id: the same keys whichever file asks
+        if not take:
+            return
+        rows_kept = _with_damage(table.take(pa.array(take, pa.int64())), values=damage)
+        whole = _enrich(rows_kept, engine, band_ceilings).combine_chunks()
+        offsets = np.cumsum([0] + sizes).tolist()
+        writer.write_batch(pa.concat_tables([whole.slice(a, b - a) for a, b in zip(offsets, offsets[1:])]))
+
     batches = _Batches()
     try:
         for segment in segments:
             if segment.shas is not None:  # a batch of small files: each file's rows in turn
-                parts: list[pa.Table] = []
-                engine: dict[str, tuple[Any, ...]] = {}
-                for sha, batch in _member_slices(segment, ROW_GROUP_ROWS, batches):
-                    got = kept_part(order[sha], batch)
-                    if got is not None:
-                        parts.append(got[0])
-                        engine.update(got[1])  # by request id: the same keys whichever file asks
-                if parts:
-                    # Enriched at once, written as the pieces they were (the writer's pages follow them).
-                    whole = _enrich(pa.concat_tables(parts), engine, band_ceilings)
-                    offsets = np.cumsum([0] + [p.num_rows for p in parts]).tolist()
-                    writer.write_batch(pa.concat_tables([whole.slice(a, b - a) for a, b in zip(offsets, offsets[1:])]))
+                batch_rows(segment, batches)
                 continue
             path = segment.path
             ord_ = order[staged_content(path.name)]
