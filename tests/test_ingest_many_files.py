@@ -356,3 +356,80 @@ def test_files_of_several_runs_interleaved_give_the_case_of_files_staged_alone(t
         _unbatched(m)
         ingest_runs(tmp_path / "alone")
     assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+
+
+def test_a_small_plain_file_that_stages_megabytes_is_staged_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain file under 1 MB can stage more than the finaliser reads at once: each empty choice of a
+    LiteLLM response ('{},') renders as a marked block of the answer. Read from a batch in one piece and
+    from its own staging file in several, its rows gave the case table other bytes."""
+    import json
+
+    records = [r for r in (json.loads(x) for x in DAY.read_text(encoding="utf-8").splitlines() if x.strip())
+               if "standard_logging_object" in r]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    out = []
+    for i in range(20):
+        record = json.loads(json.dumps(records[i]))
+        logged = record["standard_logging_object"]
+        logged["messages"] = [{"role": "user", "content": f"question {i}"}]
+        logged["response"] = {"choices": [{}] * 15000, "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+        out.append(json.dumps(record, separators=(",", ":")))
+    (folder / "a-expanding.jsonl").write_text("\n".join(out) + "\n", encoding="utf-8")
+    for i, name in ((30, "b-plain.jsonl"), (31, "c-plain.jsonl")):
+        (folder / name).write_text(json.dumps(records[i]) + "\n", encoding="utf-8")
+    assert (folder / "a-expanding.jsonl").stat().st_size < (1 << 20)
+    batched = api.ingest(tmp_path / "batched", [folder])
+    staging = [p.name for p in (tmp_path / "batched" / "staging").iterdir()]
+    assert any(".batch." in name for name in staging) and any(".00000.exchanges." in name for name in staging)
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        api.ingest(tmp_path / "alone", [folder])
+    assert batched.manifest.tables.exchanges == 22 and batched.manifest.reconciled
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_a_file_removed_after_it_was_hashed_is_unreadable_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      named: bool) -> None:
+    """Removed between its hashing and its sniffing, a file found in a folder is skipped as unreadable, a file
+    named is an error saying it cannot be read; both were an internal error (FileNotFoundError)."""
+    from forensics import ingest as ingest_module
+    from forensics.errors import InputError
+
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=3)
+    real = ingest_module.is_parquet
+
+    def vanishing(path: Path) -> bool:
+        if path.name == files[1].name:
+            path.unlink(missing_ok=True)
+        return real(path)
+
+    monkeypatch.setattr(ingest_module, "is_parquet", vanishing)
+    if named:
+        with pytest.raises(InputError, match="cannot read the file"):
+            api.ingest(tmp_path / "case", files)
+        return
+    result = api.ingest(tmp_path / "case", [tmp_path / "objects"])
+    assert result.manifest.tables.exchanges == 2 and result.manifest.reconciled
+    assert [e["kind"] for e in result.manifest.skipped_inputs] == ["unreadable"]
+
+
+def test_a_format_registered_at_run_time_is_sniffed_as_without_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's workers import the formats afresh: one registered at run time is unknown there, and a file
+    it also claims would be sniffed as the other format alone. The files are then examined in this process."""
+    import dataclasses
+
+    from forensics import ingest as ingest_module
+    from forensics.ingest.registry import FORMATS, RecordKind
+
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=12)
+    FORMATS.register(dataclasses.replace(FORMATS.get("litellm"), name="also-litellm", sniff=lambda lines, name: True,
+                                         kinds=(RecordKind("also_record", precedence=99),)))
+    try:
+        monkeypatch.setattr(ingest_module, "PARALLEL_FILES", 5)
+        result = api.ingest(tmp_path / "case", [tmp_path / "objects"])
+    finally:
+        FORMATS.unregister("also-litellm")
+    statuses = {f["status"] for f in result.manifest.files}
+    assert statuses == {"skipped: format ambiguous"} and len(result.manifest.files) == len(files)

@@ -314,6 +314,7 @@ class Examined:
     sniffed: str | None = None
     ambiguous: tuple[str, ...] = ()
     compression: str | None = None
+    size: int = 0
 
 
 def examine(path: Path, given: str | None, split_bytes: int) -> Examined:
@@ -327,23 +328,32 @@ def examine(path: Path, given: str | None, split_bytes: int) -> Examined:
 
 
 def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | OSError) -> Examined:
-    """:func:`examine` of a file already scanned."""
+    """:func:`examine` of a file already scanned. A file that cannot be read now (removed or made
+    unreadable since it was hashed) is as one that could not be hashed: skipped, or an error if named."""
     if isinstance(scanned, OSError):
         return Examined(scanned)
-    parquet = is_parquet(path)
-    encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
-    compression = compression_of(path)
-    misfit = parquet and given is not None and not FORMATS.get(given).parquet
-    if given is not None or encoding is not None or misfit:
-        return Examined(scanned, parquet, encoding, compression=compression)
     try:
-        return Examined(scanned, parquet, encoding, sniff(path), compression=compression)
-    except AmbiguousFormat as exc:
-        return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression)
+        size = path.stat().st_size
+        parquet = is_parquet(path)
+        encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+        compression = compression_of(path)
+        misfit = parquet and given is not None and not FORMATS.get(given).parquet
+        if given is not None or encoding is not None or misfit:
+            return Examined(scanned, parquet, encoding, compression=compression, size=size)
+        try:
+            return Examined(scanned, parquet, encoding, sniff(path), compression=compression, size=size)
+        except AmbiguousFormat as exc:
+            return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression, size)
+    except OSError as exc:
+        return Examined(exc)
 
 
-def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int) -> list[Examined]:
-    """:func:`examine` of each (path, format given), in a worker of the ingest pool."""
+def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int, known: list[str]) -> list[Examined] | None:
+    """:func:`examine` of each (path, format given), in a worker of the ingest pool; None when the worker
+    does not know the formats ``known`` this process knows (one registered at run time, not by a module of
+    forensics/ingest/formats/, which a worker imports afresh): a file sniffed there could be told otherwise."""
+    if FORMATS.names() != known:
+        return None
     return [examine(path, given, split_bytes) for path, given in pairs]
 
 
@@ -362,7 +372,9 @@ def _examine_files(paths: list[Path], given: list[str | None],
         size = max(1, min(EXAMINE_CHUNK, len(pairs) // (4 * MAX_WORKERS)))
         chunks = [pairs[i:i + size] for i in range(0, len(pairs), size)]
         # SPLIT_BYTES as this process has it: a worker imports its own copy of the module.
-        return [e for part in pool.map(_examine_many, chunks, itertools.repeat(SPLIT_BYTES)) for e in part]
+        parts = list(pool.map(_examine_many, chunks, itertools.repeat(SPLIT_BYTES), itertools.repeat(FORMATS.names())))
+        if all(part is not None for part in parts):
+            return [e for part in parts if part is not None for e in part]
     return [_examined(path, fmt, scanned) for path, fmt, scanned in zip(paths, given, _scan_files(paths))]
 
 
@@ -439,7 +451,7 @@ def ingest(
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
-    plan: list[tuple[Path, str, str | None, list[Span], Skip | None, str | None]] = []
+    plan: list[tuple[Path, str, str | None, list[Span], Skip | None, Examined]] = []
     found: list[tuple[Path, bool]] = []
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
     skipped: list[Skipped] = []
@@ -504,13 +516,14 @@ def ingest(
                 # Its records may span lines: one worker reads it whole. A file skipped or of no known
                 # format is not read at all: one unit, one quarantine row, however big.
                 spans = [Span(0, None, 1)]
-            plan.append((path, sha, detected, spans, skip, seen.compression))
+            plan.append((path, sha, detected, spans, skip, seen))
 
         base = cfg.file.parent if cfg.file else None
         run_files: list[dict[str, Any]] = []
+        parquet_files: set[str] = set()  # SHA-256 of the Parquet files of this run (never batched)
         hashed: list[tuple[dict[str, Any], Path]] = []  # the files read only as far as they were hashed
         units: list[Unit] = []
-        for path, sha, detected, spans, skip, compression in plan:
+        for path, sha, detected, spans, skip, seen in plan:
             shown = display_path(path, base)
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
             if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
@@ -526,7 +539,9 @@ def ingest(
                 run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                                   "status": "already ingested (same SHA-256)"})
                 continue
-            known[sha] = _new_entry(path, shown, sha, detected, compression, skip)
+            known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
+            if seen.parquet:
+                parquet_files.add(sha)
             if detected is not None and spans[-1].end is not None:  # read up to where it was hashed (a live log may grow)
                 known[sha]["size"] = spans[-1].end
                 hashed.append((known[sha], path))
@@ -548,7 +563,7 @@ def ingest(
         _clear_staging(c.staging, {u.sha for u in units})
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
-        work = batched(units, known)
+        work = batched(units, {sha: e for sha, e in known.items() if sha not in parquet_files})
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
         band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
         band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
@@ -747,19 +762,17 @@ class Batch:
 def _small(entry: dict[str, Any]) -> bool:
     """Whether a file (its manifest entry) is staged in a batch: plain text of at most SMALL_FILE_BYTES.
 
-    Its staged rows are then smaller than the file, so the finaliser reads each file's rows from a batch
-    whole, as it reads a small file's own staging file. A compressed file (or a Parquet one) may stage many
-    times its size: read in pieces from its own staging file, in one piece from a batch, its rows would give
-    the case table other pages, and other bytes.
+    Its staged rows are then small, so the finaliser reads each file's rows from a batch whole, as it reads
+    a small file's own staging file. A compressed file (or a Parquet one) may stage many times its size:
+    read in pieces from its own staging file, in one piece from a batch, its rows would give the case table
+    other pages, and other bytes. (A plain file can too, rarely: :func:`stage_batch` stages it alone.)
     """
-    fmt = entry.get("format")
-    return (entry.get("size", SMALL_FILE_BYTES + 1) <= SMALL_FILE_BYTES and entry.get("compression") is None
-            and not (fmt is not None and FORMATS.get(fmt).parquet))
+    return entry.get("size", SMALL_FILE_BYTES + 1) <= SMALL_FILE_BYTES and entry.get("compression") is None
 
 
 def batched(units: list[Unit], entries: dict[str, dict[str, Any]]) -> list[Unit | Batch]:
-    """``units`` with the small whole files (:func:`_small`, ``entries`` the manifest's by SHA-256) gathered
-    into batches.
+    """``units`` with the small whole files (:func:`_small`, ``entries`` the manifest's by SHA-256, Parquet
+    files left out) gathered into batches.
 
     A batch's files are consecutive in the finaliser's order (path, then SHA-256) among the small files
     of this run; a file of another run, or a big one, may sort between two of them (the finaliser reads a
@@ -797,13 +810,13 @@ UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
 
-def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, compression: str | None,
+def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, seen: Examined,
                skip: Skip | None = None) -> dict[str, Any]:
     named = str(named_path(path))
     return {
         "path": shown, "paths": [shown], "abs_path": named, "abs_paths": [named],
-        "sha256": sha, "size": path.stat().st_size, "format": fmt,
-        "compression": compression, **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
+        "sha256": sha, "size": seen.size, "format": fmt,
+        "compression": seen.compression, **_zero_counts(), "parsed": 0, "problems": [], "stream_damage": [],
         "zone_assumed": 0, "no_tenant": 0,
         "status": "ingested" if fmt else (skip or UNRECOGNISED).status,
     }
@@ -915,11 +928,9 @@ class RowSink(Protocol):
 
 
 class _BatchSink:
-    """A batch's staging file of one table, written a few thousand rows at a time.
-
-    Each file's rows are converted as they come (a value that does not fit fails in its own file, which
-    quarantines the row), and written together: a write per file of one record was most of what staging a
-    batch of them cost.
+    """A batch's staging file of one table, written a few thousand rows at a time: a write per file of one
+    record was most of what staging a batch of them cost. (Each file's rows are converted while it is
+    parsed, :class:`_FileRows`: a value that does not fit fails in its own file, which quarantines the row.)
     """
 
     def __init__(self, sink: ParquetSink) -> None:
@@ -928,12 +939,8 @@ class _BatchSink:
         self._pending: list[pa.RecordBatch] = []
         self._rows = self._bytes = 0
 
-    def write_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Convert ``rows`` now; write them with the next rows."""
-        if not rows:
-            return
-        batch = pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
-                                           schema=self.schema)
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Write ``batch`` (rows already converted) with the next ones."""
         self._pending.append(batch)
         self._rows += batch.num_rows
         self._bytes += batch.nbytes
@@ -955,27 +962,72 @@ class _BatchSink:
         self.sink.abort()
 
 
+#: A file of a batch whose exchange rows come to more than this (in memory) is staged alone: the finaliser
+#: reads a staging file about READ_BATCH_BYTES at a time (finalize.read_batch_rows), a batch's files whole;
+#: far below it, the two read a file's rows in the same pieces (the case table's bytes follow them).
+BATCH_MEMBER_BYTES = 1 << 20
+
+
+class _FileRows:
+    """One file's rows of one table, converted as they come (:class:`RowSink`), kept until the file is parsed."""
+
+    def __init__(self, table_schema: pa.Schema) -> None:
+        self.schema = table_schema
+        self.batches: list[pa.RecordBatch] = []
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Convert ``rows`` (a value that does not fit raises here, in its file's own parsing)."""
+        if rows:
+            self.batches.append(pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
+                                                           schema=self.schema))
+
+
 def stage_batch(batch: Batch) -> list[dict[str, Any]]:
     """Parse a batch of small files into one set of staging files (named after its first file, listing its
-    files in their metadata); return each file's line counts."""
+    files in their metadata); return each file's line counts. A file whose rows turn out big
+    (:data:`BATCH_MEMBER_BYTES`) gets staging files of its own, as :func:`stage_unit` writes them."""
     first = batch.units[0]
     members = [u.sha for u in batch.units]
     sinks: dict[str, _BatchSink] = {}
+    alone: list[ParquetSink] = []
 
-    def sink(table: str) -> _BatchSink:
-        if table not in sinks:
-            sinks[table] = _BatchSink(ParquetSink(batch_path(Path(first.staging), first.sha, table),
-                                                  with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members),
-                                                  STAGING_OPTIONS))
-        return sinks[table]
+    def schema_of(table: str) -> pa.Schema:
+        return with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members)
 
     try:
-        counts = [_stage(unit, sink) for unit in batch.units]
+        counts = []
+        for unit in batch.units:
+            rows: dict[str, _FileRows] = {}
+
+            def sink(table: str, rows: dict[str, _FileRows] = rows) -> _FileRows:
+                return rows.setdefault(table, _FileRows(schema_of(table)))
+
+            counts.append(_stage(unit, sink))
+            big = sum(b.nbytes for b in rows["exchanges"].batches) > BATCH_MEMBER_BYTES if "exchanges" in rows else False
+            for table in STAGED_TABLES:  # in the order _stage flushes them
+                if table not in rows or not rows[table].batches:
+                    continue
+                if big:
+                    own = ParquetSink(staged_path(Path(unit.staging), unit.sha, unit.part, table),
+                                      STAGED_SCHEMAS.get(table, schema.TABLES[table]), STAGING_OPTIONS)
+                    alone.append(own)
+                    for part in rows[table].batches:  # as stage_unit writes them: one write per flush
+                        own.write_batch(part)
+                    own.close()
+                    continue
+                if table not in sinks:
+                    sinks[table] = _BatchSink(ParquetSink(batch_path(Path(first.staging), first.sha, table),
+                                                          schema_of(table), STAGING_OPTIONS))
+                for part in rows[table].batches:
+                    sinks[table].add(part)
         for open_sink in sinks.values():
             open_sink.close()
     except BaseException:
         for open_sink in sinks.values():
             open_sink.abort()
+        for own in alone:
+            own.abort()
+            own.path.unlink(missing_ok=True)  # closed already: in place
         raise
     return counts
 
