@@ -103,13 +103,10 @@ def test_a_staging_file_left_by_an_interrupted_run_is_not_read(tmp_path: Path, p
     assert not (staging / f"{sha}.{part:05d}.quarantine.parquet").exists()
 
 
-def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A folder of PARALLEL_FILES files or more is staged on the process pool however small it is."""
+def _pool_forced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make an ingest of 10 files or more use the process pool; the list of pools it starts (their workers)."""
     from forensics import ingest as ingest_module
 
-    _one_file_per_record(tmp_path / "objects")
-    one = api.ingest(tmp_path / "one", [tmp_path / "objects"])
     monkeypatch.setattr(ingest_module, "PARALLEL_FILES", 10)
     started: list[int] = []
     real = ingest_module.pool_running
@@ -119,6 +116,16 @@ def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_
         return real(workers, *args, **kwargs)
 
     monkeypatch.setattr(ingest_module, "pool_running", counted)
+    return started
+
+
+def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of PARALLEL_FILES files or more is staged on the process pool however small it is."""
+
+    _one_file_per_record(tmp_path / "objects")
+    one = api.ingest(tmp_path / "one", [tmp_path / "objects"])
+    started = _pool_forced(monkeypatch)
     pooled = api.ingest(tmp_path / "pooled", [tmp_path / "objects"])
     assert started  # the pool did run
     for table in ("exchanges", "quarantine"):
@@ -322,16 +329,8 @@ def test_a_batchs_counts_go_to_its_own_files_on_the_pool(tmp_path: Path, monkeyp
     with monkeypatch.context() as m:
         _unbatched(m)
         api.ingest(tmp_path / "alone", inputs)
-    monkeypatch.setattr(ingest_module, "PARALLEL_FILES", 10)
+    started = _pool_forced(monkeypatch)
     monkeypatch.setattr(ingest_module, "BATCH_FILES", 8)  # 16 batches, on both workers
-    started: list[int] = []
-    real = ingest_module.pool_running
-
-    def counted(workers: int, *args: Any, **kwargs: Any) -> Any:
-        started.append(workers)
-        return real(workers, *args, **kwargs)
-
-    monkeypatch.setattr(ingest_module, "pool_running", counted)
     api.ingest(tmp_path / "pooled", inputs)
     assert started
     assert _case_bytes(tmp_path / "pooled") == _case_bytes(tmp_path / "alone")
