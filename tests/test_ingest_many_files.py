@@ -122,7 +122,6 @@ def _pool_forced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_many_small_files_staged_on_the_pool_give_the_tables_of_one_process(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder of PARALLEL_FILES files or more is staged on the process pool however small it is."""
-
     _one_file_per_record(tmp_path / "objects")
     one = api.ingest(tmp_path / "one", [tmp_path / "objects"])
     started = _pool_forced(monkeypatch)
