@@ -373,7 +373,7 @@ def test_a_small_plain_file_that_stages_megabytes_is_staged_alone(tmp_path: Path
         logged["messages"] = [{"role": "user", "content": f"question {i}"}]
         logged["response"] = {"choices": [{}] * 15000, "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
         out.append(json.dumps(record, separators=(",", ":")))
-    (folder / "a-expanding.jsonl").write_text("\n".join(out) + "\n", encoding="utf-8")
+    (folder / "a-expanding.jsonl").write_text("\n".join(out) + "\n{broken\n", encoding="utf-8")  # a quarantine row too
     for i, name in ((30, "b-plain.jsonl"), (31, "c-plain.jsonl")):
         (folder / name).write_text(json.dumps(records[i]) + "\n", encoding="utf-8")
     assert (folder / "a-expanding.jsonl").stat().st_size < (1 << 20)
@@ -383,7 +383,7 @@ def test_a_small_plain_file_that_stages_megabytes_is_staged_alone(tmp_path: Path
     with monkeypatch.context() as m:
         _unbatched(m)
         api.ingest(tmp_path / "alone", [folder])
-    assert batched.manifest.tables.exchanges == 22 and batched.manifest.reconciled
+    assert batched.manifest.tables.exchanges == 22 and batched.manifest.tables.quarantine == 1 and batched.manifest.reconciled
     assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
 
 
@@ -431,3 +431,47 @@ def test_a_format_registered_at_run_time_is_sniffed_as_without_the_pool(tmp_path
         FORMATS.unregister("also-litellm")
     statuses = {f["status"] for f in result.manifest.files}
     assert statuses == {"skipped: format ambiguous"} and len(result.manifest.files) == len(files)
+
+
+def test_files_of_a_format_registered_at_run_time_are_read_in_this_process(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's workers import the formats afresh and would not know it: examined there, the files were
+    taken as not recognised; staged there, the run failed ("unknown format")."""
+    from test_format_registry import TOY_LINE, _toy
+
+    from forensics import ingest as ingest_module
+    from forensics.ingest.registry import FORMATS
+
+    folder = tmp_path / "toys"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"t{i:02d}.txt").write_text(TOY_LINE.replace("chatcmpl-p1", f"chatcmpl-{i}") + "\n", encoding="utf-8")
+    started = _pool_forced(monkeypatch)
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", 4)  # three batches: worth the pool
+    FORMATS.register(_toy())
+    try:
+        result = api.ingest(tmp_path / "case", [folder])
+    finally:
+        FORMATS.unregister("toy-log")
+    assert started == []
+    assert {(f["format"], f["ingested"]) for f in result.manifest.files} == {("toy-log", 1)}
+    assert result.manifest.tables.exchanges == 12
+
+
+def test_a_file_removed_before_it_is_staged_is_reported_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removed after it was hashed and sniffed, before it was read: the file's entry says it could not be
+    read (a quarantine row stands for it); it was an internal error (FileNotFoundError)."""
+    from forensics import ingest as ingest_module
+
+    files = _split_per_record(DAY, tmp_path / "objects", "rec", limit=3)
+    real = ingest_module.batched
+
+    def removing(*args: Any, **kwargs: Any) -> Any:
+        files[1].unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "batched", removing)
+    result = api.ingest(tmp_path / "case", [tmp_path / "objects"])
+    assert result.manifest.reconciled and result.manifest.tables.exchanges == 2
+    gone = next(f for f in result.manifest.files if f["path"].endswith(files[1].name))
+    assert gone["status"] == "ingested with problems" and "could not be read" in gone["problems"][0]

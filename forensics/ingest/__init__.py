@@ -38,7 +38,7 @@ from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import is_parquet, peek_rows
-from forensics.ingest.reader import FileProblem, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
+from forensics.ingest.reader import FileProblem, Line, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
 from forensics.ingest.staging import (
     STAGED_TABLES,
@@ -53,6 +53,8 @@ from forensics.progress import Reporter, reporter
 from forensics.tokens import BAND_TOKENS_PER_BYTE, TEMPLATE_TOKENS_FIXED, TEMPLATE_TOKENS_PER_MESSAGE, BandStats, Counter
 from forensics.workers import pool_running
 
+#: The formats a fresh import registers (what the ingest pool's workers know).
+IMPORTED_FORMATS = FORMATS.names()
 #: Rows buffered before a staging batch is written; bounded by bytes too (prompts can be MBs).
 BATCH_ROWS = 2000
 BATCH_BYTES = 32 << 20
@@ -467,7 +469,10 @@ def ingest(
     # interpreter and its imports each) while the files are hashed, not after.
     with contextlib.ExitStack() as early:
         spark = engine.executor_for(cfg)  # None: this machine's process pool
-        pool = _early_pool(early, [p for p, _ in found]) if spark is None else None
+        # A worker imports the formats afresh: one registered at run time would be unknown there, and a file
+        # it reads would be sniffed otherwise, or fail to stage. Such a run is read in this process.
+        in_process = FORMATS.names() != IMPORTED_FORMATS
+        pool = _early_pool(early, [p for p, _ in found]) if spark is None and not in_process else None
         for (path, explicit), file_format, seen in zip(found, forced, _examine_files([p for p, _ in found], forced, pool)):
             try:
                 if isinstance(seen.scanned, OSError):
@@ -567,7 +572,7 @@ def ingest(
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
         band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
         band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
-        for unit, counts in (spark.stage_units(work) if spark is not None else _run_units(work, pool)):
+        for unit, counts in (spark.stage_units(work) if spark is not None else _run_units(work, pool, in_process)):
             band.add(BandStats(**counts["prompt_tokens_band"]))
             if unit.tokenizer and unit.ceiling is not None:
                 band_files[unit.sha] = unit.ceiling
@@ -743,8 +748,11 @@ class Unit:
     ceiling: int | None = None  # the case's real ceiling when known at ingest: rows far below it are not tokenized
 
     def size(self) -> int:
-        """Bytes this unit reads (for progress)."""
-        end = self.span.end if self.span.end is not None else Path(self.path).stat().st_size
+        """Bytes this unit reads (for progress; 0 for a file gone since it was hashed, reported when read)."""
+        try:
+            end = self.span.end if self.span.end is not None else Path(self.path).stat().st_size
+        except OSError:
+            return 0
         return max(0, end - self.span.start)
 
 
@@ -888,14 +896,15 @@ def _early_pool(stack: contextlib.ExitStack, paths: list[Path]) -> concurrent.fu
     return pool
 
 
-def _run_units(work: list[Unit | Batch], pool: concurrent.futures.ProcessPoolExecutor | None = None) -> Iterator[tuple[Unit, dict[str, Any]]]:
+def _run_units(work: list[Unit | Batch], pool: concurrent.futures.ProcessPoolExecutor | None = None,
+               in_process: bool = False) -> Iterator[tuple[Unit, dict[str, Any]]]:
     """Stage every unit and batch: on a process pool (both cores; ``pool`` when one was started early) when
-    the input is big or comes in many files (:func:`_worth_a_pool`), else in this process. Yields each
-    unit (a batch's one by one) with its counts."""
+    the input is big or comes in many files (:func:`_worth_a_pool`), else (or ``in_process``) in this
+    process. Yields each unit (a batch's one by one) with its counts."""
     units = [u for item in work for u in (item.units if isinstance(item, Batch) else (item,))]
     total = sum(u.size() for u in units)
     workers = min(os.cpu_count() or 1, MAX_WORKERS, len(work))
-    if workers <= 1 or not _worth_a_pool(total, len(units)):
+    if in_process or workers <= 1 or not _worth_a_pool(total, len(units)):
         for item in work:
             yield from _paired(item, stage_work(item))
         return
@@ -962,64 +971,93 @@ class _BatchSink:
         self.sink.abort()
 
 
-#: A file of a batch whose exchange rows come to more than this (in memory) is staged alone: the finaliser
+#: A file of a batch whose exchange rows come to more than this (in memory) stages them alone: the finaliser
 #: reads a staging file about READ_BATCH_BYTES at a time (finalize.read_batch_rows), a batch's files whole;
 #: far below it, the two read a file's rows in the same pieces (the case table's bytes follow them).
 BATCH_MEMBER_BYTES = 1 << 20
 
 
 class _FileRows:
-    """One file's rows of one table, converted as they come (:class:`RowSink`), kept until the file is parsed."""
+    """One file's rows of one table in a batch (:class:`RowSink`): converted as they come (a value that does
+    not fit raises here, in its own file's parsing) and handed to the batch's staging file, except the
+    exchange rows, held until the file is parsed or until they pass BATCH_MEMBER_BYTES, when they go to a
+    staging file of the file's own (as :func:`stage_unit` writes it: one write per flush), the rest with them."""
 
-    def __init__(self, table_schema: pa.Schema) -> None:
+    def __init__(self, table_schema: pa.Schema, batch_sink: Callable[[], _BatchSink],
+                 own_sink: Callable[[], ParquetSink] | None) -> None:
         self.schema = table_schema
-        self.batches: list[pa.RecordBatch] = []
+        self._batch_sink = batch_sink
+        self._own_sink = own_sink  # None: the rows go to the batch as they come
+        self._held: list[pa.RecordBatch] = []
+        self._held_bytes = 0
+        self.own: ParquetSink | None = None
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Convert ``rows`` (a value that does not fit raises here, in its file's own parsing)."""
-        if rows:
-            self.batches.append(pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
-                                                           schema=self.schema))
+        """Convert ``rows`` and pass them on (or hold them)."""
+        if not rows:
+            return
+        batch = pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
+                                           schema=self.schema)
+        if self._own_sink is None:
+            self._batch_sink().add(batch)
+        elif self.own is not None:
+            self.own.write_batch(batch)
+        else:
+            self._held.append(batch)
+            self._held_bytes += batch.nbytes
+            if self._held_bytes > BATCH_MEMBER_BYTES:
+                self.own = self._own_sink()
+                for held in self._held:
+                    self.own.write_batch(held)
+                self._held, self._held_bytes = [], 0
+
+    def finish(self) -> None:
+        """The file is parsed: its held rows go to the batch, or its own staging file is finished."""
+        if self.own is not None:
+            self.own.close()
+        elif self._held:
+            for held in self._held:
+                self._batch_sink().add(held)
+            self._held = []
 
 
 def stage_batch(batch: Batch) -> list[dict[str, Any]]:
     """Parse a batch of small files into one set of staging files (named after its first file, listing its
-    files in their metadata); return each file's line counts. A file whose rows turn out big
-    (:data:`BATCH_MEMBER_BYTES`) gets staging files of its own, as :func:`stage_unit` writes them."""
+    files in their metadata); return each file's line counts. A file whose exchange rows turn out big
+    (:data:`BATCH_MEMBER_BYTES`) stages them in a file of its own, as :func:`stage_unit` does."""
     first = batch.units[0]
     members = [u.sha for u in batch.units]
     sinks: dict[str, _BatchSink] = {}
     alone: list[ParquetSink] = []
 
-    def schema_of(table: str) -> pa.Schema:
-        return with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members)
+    def batch_sink(table: str) -> _BatchSink:
+        if table not in sinks:
+            sinks[table] = _BatchSink(ParquetSink(batch_path(Path(first.staging), first.sha, table),
+                                                  with_members(STAGED_SCHEMAS.get(table, schema.TABLES[table]), members),
+                                                  STAGING_OPTIONS))
+        return sinks[table]
+
+    def own_sink(unit: Unit, table: str) -> ParquetSink:
+        alone.append(ParquetSink(staged_path(Path(unit.staging), unit.sha, unit.part, table),
+                                 STAGED_SCHEMAS.get(table, schema.TABLES[table]), STAGING_OPTIONS))
+        return alone[-1]
 
     try:
         counts = []
         for unit in batch.units:
             rows: dict[str, _FileRows] = {}
 
-            def sink(table: str, rows: dict[str, _FileRows] = rows) -> _FileRows:
-                return rows.setdefault(table, _FileRows(schema_of(table)))
+            def sink(table: str, unit: Unit = unit, rows: dict[str, _FileRows] = rows) -> _FileRows:
+                if table not in rows:
+                    rows[table] = _FileRows(STAGED_SCHEMAS.get(table, schema.TABLES[table]),
+                                            functools.partial(batch_sink, table),
+                                            functools.partial(own_sink, unit, table) if table == "exchanges" else None)
+                return rows[table]
 
             counts.append(_stage(unit, sink))
-            big = sum(b.nbytes for b in rows["exchanges"].batches) > BATCH_MEMBER_BYTES if "exchanges" in rows else False
-            for table in STAGED_TABLES:  # in the order _stage flushes them
-                if table not in rows or not rows[table].batches:
-                    continue
-                if big:
-                    own = ParquetSink(staged_path(Path(unit.staging), unit.sha, unit.part, table),
-                                      STAGED_SCHEMAS.get(table, schema.TABLES[table]), STAGING_OPTIONS)
-                    alone.append(own)
-                    for part in rows[table].batches:  # as stage_unit writes them: one write per flush
-                        own.write_batch(part)
-                    own.close()
-                    continue
-                if table not in sinks:
-                    sinks[table] = _BatchSink(ParquetSink(batch_path(Path(first.staging), first.sha, table),
-                                                          schema_of(table), STAGING_OPTIONS))
-                for part in rows[table].batches:
-                    sinks[table].add(part)
+            for table in STAGED_TABLES:
+                if table in rows:
+                    rows[table].finish()
         for open_sink in sinks.values():
             open_sink.close()
     except BaseException:
@@ -1055,6 +1093,16 @@ def stage_unit(unit: Unit) -> dict[str, Any]:
             open_sink.abort()
         raise
     return counts
+
+
+def _unless_unreadable(lines: Iterable[Line], problems: list[FileProblem], counts: dict[str, Any]) -> Iterator[Line]:
+    """``lines``, ending with an ``unreadable`` problem where reading them raises an OSError (a file removed
+    or made unreadable since it was hashed: read_lines says so itself, a format's own reader may not)."""
+    try:
+        yield from lines
+    except OSError as exc:
+        problems.append(FileProblem(counts["lines"], f"file could not be read after line {counts['lines']} ({exc})",
+                                    "unreadable"))
 
 
 def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
@@ -1121,7 +1169,7 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
         parse_raw = log_format.parse_raw if log_format.read is read_lines else None
         lines = (read_lines(Path(unit.path), problems, unit.span, decode=False) if parse_raw is not None
                  else log_format.read(Path(unit.path), problems, unit.span))
-        for line in lines:
+        for line in _unless_unreadable(lines, problems, counts):
             counts["lines"] += 1
             if line.cut:
                 # Half written when the file was hashed: parsed, a cut engine line can read as another

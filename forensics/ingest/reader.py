@@ -290,9 +290,11 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
     needs as text, and tells those that are not UTF-8 itself.
     """
     number = 0
-    kind = compression_of(path)
-    cr = cr_line_endings(path)
+    kind: str | None = None
     try:
+        # Inside the try: a file removed (or made unreadable) since it was hashed is an unreadable file.
+        kind = compression_of(path)
+        cr = cr_line_endings(path)
         with _open(path, LINE_BUFFER) as fh:
             lines: Iterator[bytes] = _universal_lines(fh) if cr else (fh if max_line is None else iter(partial(fh.readline, max_line), b""))
             check = None
