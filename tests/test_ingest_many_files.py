@@ -475,3 +475,21 @@ def test_a_file_removed_before_it_is_staged_is_reported_not_a_crash(tmp_path: Pa
     assert result.manifest.reconciled and result.manifest.tables.exchanges == 2
     gone = next(f for f in result.manifest.files if f["path"].endswith(files[1].name))
     assert gone["status"] == "ingested with problems" and "could not be read" in gone["problems"][0]
+
+
+def test_a_batchs_quarantine_rows_over_several_row_groups_give_the_same_case_tables(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small file of thousands of broken lines between one-record files: its quarantine rows span several
+    of the batch's row groups, and are read a few thousand at a time (a 1 MB file of broken lines is half a
+    million rows: the finaliser read a batch whole), in the pieces its own staging file gives."""
+    folder = tmp_path / "in"
+    _split_per_record(DAY, folder, "rec", limit=5)
+    first = DAY.read_bytes().splitlines(keepends=True)[0]
+    (folder / "rec-00002-broken.jsonl").write_bytes(first + b"{\n" * 9000)
+    batched = api.ingest(tmp_path / "batched", [folder])
+    assert any(".batch.quarantine." in p.name for p in (tmp_path / "batched" / "staging").iterdir())
+    with monkeypatch.context() as m:
+        _unbatched(m)
+        api.ingest(tmp_path / "alone", [folder])
+    assert batched.manifest.tables.quarantine == 9000 and batched.manifest.reconciled
+    assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")

@@ -146,8 +146,9 @@ BATCH_CACHE = 4
 
 
 class _Batches:
-    """A few batch staging files, read whole (a batch holds at most BATCH_FILE_BYTES of small plain files,
-    which stage less than they read), with where each file's rows start and end."""
+    """A few batch staging files of exchange rows, read whole, with where each file's rows start and end (a
+    batch holds at most BATCH_FILES files, each with at most BATCH_MEMBER_BYTES of exchange rows: more,
+    and the file's exchange rows are staged alone)."""
 
     def __init__(self) -> None:
         self._read: dict[Path, tuple[pa.Table, dict[str, tuple[int, int]]]] = {}
@@ -174,19 +175,38 @@ class _Batches:
         return self._read[path]
 
 
-def _member_slices(segment: Staged, rows: int, batches: _Batches) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The rows of each file a batch segment reads, in order, at most ``rows`` at a time, as
-    ``(SHA-256, batch)``: the pieces its own staging file would have been read in (row groups of
-    ROW_GROUP_ROWS, read whole: a small file's rows are far below READ_BATCH_BYTES), so the case table
-    is written in the same batches, and so the same bytes, whatever the batching."""
+    ``(SHA-256, batch)``: the pieces its own staging file would have been read in, so the case table is
+    written in the same batches, and so the same bytes, whatever the batching. Only the row groups a piece
+    lies in are read: a batch's quarantine or engine rows are not held at once (a 1 MB file of broken lines
+    is half a million quarantine rows)."""
     assert segment.shas is not None
-    table, bounds = batches.get(segment.path)
+    pf = pq.ParquetFile(segment.path, read_dictionary=["source_sha256"])
+    codes = pf.read(columns=["source_sha256"]).column("source_sha256").combine_chunks()
+    names = codes.dictionary.to_pylist()
+    index = codes.indices.to_numpy(zero_copy_only=False)
+    group_start = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+    cached: tuple[int, pa.Table] | None = None
+
+    def group(g: int) -> pa.Table:
+        nonlocal cached
+        if cached is None or cached[0] != g:
+            cached = (g, pf.read_row_group(g).replace_schema_metadata(None))  # the batch's list of files is its own
+        return cached[1]
+
     for sha in segment.shas:
-        if sha not in bounds:
+        if sha not in names:
             continue  # no row of this table
-        lo, hi = bounds[sha]
+        rows_of = np.flatnonzero(index == names.index(sha))
+        lo, hi = int(rows_of[0]), int(rows_of[-1]) + 1  # a batch's files are one after another
         for at in range(lo, hi, rows):
-            for batch in table.slice(at, min(rows, hi - at)).combine_chunks().to_batches():
+            end = min(at + rows, hi)
+            first, last = (int(np.searchsorted(group_start, x, side="right")) - 1 for x in (at, end - 1))
+            parts = [group(g).slice(max(at, int(group_start[g])) - int(group_start[g]),
+                                    min(end, int(group_start[g + 1])) - max(at, int(group_start[g])))
+                     for g in range(first, last + 1)]
+            for batch in pa.concat_tables(parts).combine_chunks().to_batches():
                 yield sha, batch
 
 
@@ -928,10 +948,9 @@ def _concat(
     ``drop`` maps an input file's SHA-256 to the line numbers to leave out; ``roles`` fills the
     engine events' missing ``role`` per node; ``extra`` rows are appended at the end.
     """
-    batches = _Batches()
     with ParquetSink(c.table_path(table), schema.TABLES[table]) as sink:
         for segment in segments:
-            pieces = (_member_slices(segment, READ_BATCH * 8, batches) if segment.shas is not None else
+            pieces = (_member_slices(segment, READ_BATCH * 8) if segment.shas is not None else
                       ((staged_content(segment.path.name), b)
                        for b in pq.ParquetFile(segment.path).iter_batches(batch_size=READ_BATCH * 8)))
             for sha, batch in pieces:
