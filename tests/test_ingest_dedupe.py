@@ -211,3 +211,29 @@ def test_a_grown_log_ingested_again_under_its_name_keeps_the_same_copy_every_tim
             path.unlink()
         live.rmdir()
     assert tables[0] == tables[1] == tables[2]
+
+
+def test_copies_of_a_request_on_one_line_of_a_json_array_give_one_row(tmp_path: Path) -> None:
+    """A minified JSON array holds several records on one line, each numbered by that line: the finaliser
+    kept rows by file and line, so the copy ranked a duplicate was written too (6 rows for 4 requests while
+    the manifest counted 2 duplicates and said reconciled)."""
+    from forensics.config import load_case_file
+
+    golden = Path(__file__).resolve().parent / "golden" / "ingest" / "mapped_json_array" / "case.toml"
+    (tmp_path / "case.toml").write_text(golden.read_text(encoding="utf-8").replace('path = "export.json"', 'path = "data"'),
+                                        encoding="utf-8")
+    data = tmp_path / "data"
+    data.mkdir()
+
+    def record(i: int, text: str) -> dict:
+        return {"id": f"a-{i}", "tenant": {"name": "t-north"}, "created": "2026-08-29T09:00:00Z", "model": "glm-5.3",
+                "input": "p", "output": {"text": text}, "tokens": {"prompt": 2, "completion": 1}}
+
+    (data / "a.json").write_text(json.dumps([record(1, "x"), record(1, "x"), record(2, "y")]) + "\n", encoding="utf-8")
+    (data / "b.json").write_text(json.dumps([record(3, "z")]) + "\n", encoding="utf-8")
+    (data / "c.json").write_text(json.dumps([record(1, "x"), record(4, "w")]) + "\n", encoding="utf-8")
+    result = api.ingest(tmp_path / "case", [data], fmt="mapped", config=load_case_file(tmp_path / "case.toml"))
+    ids = sorted(r["request_id"] for r in table_rows(tmp_path / "case" / "exchanges.parquet"))
+    assert ids == ["a-1", "a-2", "a-3", "a-4"]
+    assert result.manifest.tables.exchanges == 4 and result.manifest.duplicate_requests == 2
+    assert result.manifest.reconciled

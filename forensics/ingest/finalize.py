@@ -421,13 +421,14 @@ WITH keys AS (
     row_number() OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END
-      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line, source_sha256) AS rn,
+      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line, source_sha256,
+               record_hash) AS rn,
     count(DISTINCT record_hash) OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                    CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants
   FROM keys
 )
-SELECT source_sha256, source_line, record_kind, request_id, rn, variants FROM ranked
+SELECT source_sha256, source_line, record_kind, request_id, rn, variants, record_hash FROM ranked
 """
 
 
@@ -450,7 +451,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     # one batch of it, never the whole case's keys, and DuckDB runs one query, not three per file.
     kept = _KeptRows(con.sql(f"""
         SELECT f.ord, r.source_line, r.request_id, d.damage, k.rid IS NOT NULL AS has_keys,
-               k.prefill_node, k.decode_node, k.bootstrap_room, k.over_limit_len, k.prefill_len
+               k.prefill_node, k.decode_node, k.bootstrap_room, k.over_limit_len, k.prefill_len, r.record_hash
         FROM ranked r JOIN file_order f ON f.sha = r.source_sha256
         LEFT JOIN line_damage d USING (source_sha256, source_line)
         LEFT JOIN engine_keys k ON k.rid = r.request_id
@@ -467,11 +468,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         rows = kept.take_until(ord_, pc.max(lines).as_py())
         if not rows:
             return None
-        mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
-        if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
-            batch = batch.filter(mask)
+        if pc.count_distinct(lines).as_py() == len(lines):
+            mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
+            if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
+                batch = batch.filter(mask)
+        else:  # records sharing a line (a JSON array on one line): chosen by line and content
+            chosen = _kept_on_shared_lines(lines.to_pylist(), batch.column("record_hash").to_pylist(), rows)
+            if len(chosen) < batch.num_rows:
+                batch = batch.take(pa.array(chosen, pa.int64()))
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
-        return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:] for r in rows if r[3]}
+        return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:9] for r in rows if r[3]}
 
     def batch_rows(segment: Staged, batches: _Batches) -> None:
         """Write the kept rows of a batch segment's files: chosen file by file (in the pieces each file's
@@ -494,11 +500,15 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                 if not rows:
                     continue
                 by_line = {r[0]: r for r in rows}
-                chosen = [at + i for i, line in enumerate(piece) if line in by_line]
+                if len(set(piece)) == len(piece):
+                    chosen = [at + i for i, line in enumerate(piece) if line in by_line]
+                else:  # records sharing a line (a JSON array on one line): chosen by line and content
+                    hashes = table.column("record_hash").slice(at, len(piece)).to_pylist()
+                    chosen = [at + i for i in _kept_on_shared_lines(piece, hashes, rows)]
                 take.extend(chosen)
                 damage.extend(by_line[piece[i - at]][2] for i in chosen)
                 sizes.append(len(chosen))
-                engine.update({r[1]: r[4:] for r in rows if r[3]})  # by request id: the same keys whichever file asks
+                engine.update({r[1]: r[4:9] for r in rows if r[3]})  # by request id: the same keys whichever file asks
         if not take:
             return
         rows_kept = _with_damage(table.take(pa.array(take, pa.int64())), values=damage)
@@ -595,13 +605,26 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     }
 
 
+def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
+    """Which staged rows (``lines``, ``hashes``: their line and record hash, in order) are the kept ``rows``
+    when records share a line: one per kept (line, record hash), the first. Copies alike are the same row
+    whichever is written; a copy ranked a duplicate is not written."""
+    wanted = Tally((r[0], r[9]) for r in rows)
+    chosen = []
+    for i, key in enumerate(zip(lines, hashes)):
+        if wanted[key] > 0:
+            wanted[key] -= 1
+            chosen.append(i)
+    return chosen
+
+
 #: Rows of the kept-rows stream fetched at once (small columns only).
 KEPT_BATCH = 8192
 
 
 class _KeptRows:
     """The stream of kept exchange rows, ``(file ord, line, request_id, damage, has_keys,
-    *engine keys)`` in (file, line) order, read forward in step with the staged files."""
+    *engine keys (5), record_hash)`` in (file, line) order, read forward in step with the staged files."""
 
     def __init__(self, reader: pa.RecordBatchReader) -> None:
         self._reader = reader
@@ -628,7 +651,7 @@ class _KeptRows:
 
     def take_until(self, ord_: int, line: int) -> list[tuple[Any, ...]]:
         """The kept rows of file ``ord_`` up to ``line`` (without the ord): ``(line, request_id,
-        damage, has_keys, *engine keys)``."""
+        damage, has_keys, *engine keys (5), record_hash)``."""
         taken: list[tuple[Any, ...]] = []
         while self._fill():
             row = self._rows[self._at]
