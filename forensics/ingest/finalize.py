@@ -8,7 +8,9 @@ line), so memory stays bounded by a batch and the output is byte-identical for t
   several exports. The row kept is the most complete: untruncated text over truncated, then an
   undamaged record over a damaged one, then by the precedence its record kind declares in the
   format registry (a logging payload over split logs over a spend-log row), then the first by
-  path and line. The others count as ``duplicate`` for their file.
+  path and line, then by file and record hash (copies sharing both: a log that grew under its name,
+  records of a JSON array on one line). The others count as ``duplicate`` for their file; the rows
+  written are chosen by line, and by record hash where records share a line.
 * Split logs: request and response halves (the record kinds registered as halves) are joined
   by ``request_id``; a half without its partner is kept with ``orphan`` = ``request_only`` /
   ``response_only``.
