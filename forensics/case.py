@@ -275,6 +275,13 @@ def write_json(path: Path, data: Any) -> None:
         fh.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+def rows_batch(rows: list[dict[str, Any]], table_schema: pa.Schema) -> pa.RecordBatch:
+    """Row dicts as a record batch of ``table_schema`` (missing columns null; a value that does not fit raises)."""
+    # Column lists convert faster than a list of row dicts.
+    return pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in table_schema.names},
+                                      schema=table_schema)
+
+
 class ParquetSink:
     """Write record batches of one canonical schema to a Parquet file, atomically.
 
@@ -303,9 +310,7 @@ class ParquetSink:
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         """Append a list of row dicts (missing columns become null)."""
         if rows:
-            # Column lists convert faster than a list of row dicts.
-            columns = {name: [row.get(name) for row in rows] for name in self.schema.names}
-            self.write_batch(pa.RecordBatch.from_pydict(columns, schema=self.schema))
+            self.write_batch(rows_batch(rows, self.schema))
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append one batch, cast to the sink's schema.

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
-from forensics.case import STAGING_OPTIONS, Case, ParquetSink, write_json
+from forensics.case import STAGING_OPTIONS, Case, ParquetSink, rows_batch, write_json
 from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
@@ -343,7 +343,7 @@ def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | O
         if given is not None or encoding is not None or misfit:
             return Examined(scanned, parquet, encoding, compression=compression, size=size)
         try:
-            return Examined(scanned, parquet, encoding, sniff(path), compression=compression, size=size)
+            return Examined(scanned, parquet, encoding, sniff(path, parquet), compression=compression, size=size)
         except AmbiguousFormat as exc:
             return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression, size)
     except OSError as exc:
@@ -398,12 +398,12 @@ def _scan_files(paths: list[Path]) -> list[tuple[str, list[Span]] | OSError]:
         return list(threads.map(one, paths))
 
 
-def sniff(path: Path) -> str | None:
+def sniff(path: Path, parquet: bool | None = None) -> str | None:
     """The format of a file told from its first lines (and its name), or None when no registered
     format claims it; an :class:`AmbiguousFormat` naming the file when several do. A Parquet file's
     first rows are shown to the formats as JSON lines, and only a format that reads Parquet may claim it."""
     try:
-        if is_parquet(path):
+        if is_parquet(path) if parquet is None else parquet:  # ``parquet``: already told
             name = FORMATS.sniff(peek_rows(path), path.name)
             return name if name is not None and FORMATS.get(name).parquet else None
         return FORMATS.sniff(peek_lines(path), path.name)
@@ -996,8 +996,7 @@ class _FileRows:
         """Convert ``rows`` and pass them on (or hold them)."""
         if not rows:
             return
-        batch = pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows] for name in self.schema.names},
-                                           schema=self.schema)
+        batch = rows_batch(rows, self.schema)
         if self._own_sink is None:
             self._batch_sink().add(batch)
         elif self.own is not None:

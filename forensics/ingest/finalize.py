@@ -148,33 +148,38 @@ BATCH_CACHE = 4
 
 
 class _Batches:
-    """A few batch staging files of exchange rows, read whole, with where each file's rows start and end (a
-    batch holds at most BATCH_FILES files, each with at most BATCH_MEMBER_BYTES of exchange rows: more,
-    and the file's exchange rows are staged alone)."""
+    """A few batch staging files of exchange rows, read whole, with their ``source_line`` column and where each
+    file's rows start and end (a batch holds at most BATCH_FILES files, each with at most BATCH_MEMBER_BYTES
+    of exchange rows: more, and the file's exchange rows are staged alone)."""
 
     def __init__(self) -> None:
-        self._read: dict[Path, tuple[pa.Table, dict[str, tuple[int, int]]]] = {}
-        self._lines: dict[Path, np.ndarray] = {}
+        self._read: dict[Path, tuple[pa.Table, np.ndarray, dict[str, tuple[int, int]]]] = {}
 
-    def lines(self, path: Path) -> np.ndarray:
-        """The batch's ``source_line`` column (of a batch :meth:`get` read last)."""
-        if path not in self._lines:
-            self._lines = {path: self.get(path)[0].column("source_line").to_numpy()}
-        return self._lines[path]
-
-    def get(self, path: Path) -> tuple[pa.Table, dict[str, tuple[int, int]]]:
-        """The batch's rows and each file's (first row, end row)."""
+    def get(self, path: Path) -> tuple[pa.Table, np.ndarray, dict[str, tuple[int, int]]]:
+        """The batch's rows, their lines and each file's (first row, end row)."""
         if path in self._read:
             self._read[path] = self._read.pop(path)  # most recently used last
             return self._read[path]
         if len(self._read) >= BATCH_CACHE:
             del self._read[next(iter(self._read))]
-        table = pq.read_table(path).replace_schema_metadata(None)  # the batch's list of files is its own
-        bounds: dict[str, tuple[int, int]] = {}
-        for i, sha in enumerate(table.column("source_sha256").to_pylist()):
-            bounds[sha] = (bounds.get(sha, (i, i))[0], i + 1)
-        self._read[path] = (table, bounds)
+        table = pq.read_table(path, read_dictionary=["source_sha256"]).replace_schema_metadata(None)  # the list of files is its own
+        bounds = _file_bounds(table.column("source_sha256"))
+        table = table.cast(schema.EXCHANGES_STAGED)  # the file column back to plain strings, as the staged schema has it
+        self._read[path] = (table, table.column("source_line").to_numpy(), bounds)
         return self._read[path]
+
+
+def _file_bounds(shas: pa.ChunkedArray) -> dict[str, tuple[int, int]]:
+    """Where each file's rows start and end in a batch staging file, from its ``source_sha256`` column read
+    as a dictionary (a batch's files are one after another)."""
+    codes = shas.combine_chunks()
+    index = codes.indices.to_numpy(zero_copy_only=False)
+    bounds = {}
+    for code, sha in enumerate(codes.dictionary.to_pylist()):
+        rows = np.flatnonzero(index == code)
+        if len(rows):
+            bounds[sha] = (int(rows[0]), int(rows[-1]) + 1)
+    return bounds
 
 
 def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -185,9 +190,7 @@ def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordB
     is half a million quarantine rows)."""
     assert segment.shas is not None
     pf = pq.ParquetFile(segment.path, read_dictionary=["source_sha256"])
-    codes = pf.read(columns=["source_sha256"]).column("source_sha256").combine_chunks()
-    names = codes.dictionary.to_pylist()
-    index = codes.indices.to_numpy(zero_copy_only=False)
+    bounds = _file_bounds(pf.read(columns=["source_sha256"]).column("source_sha256"))
     group_start = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
     cached: tuple[int, pa.Table] | None = None
 
@@ -198,10 +201,9 @@ def _member_slices(segment: Staged, rows: int) -> Iterator[tuple[str, pa.RecordB
         return cached[1]
 
     for sha in segment.shas:
-        if sha not in names:
+        if sha not in bounds:
             continue  # no row of this table
-        rows_of = np.flatnonzero(index == names.index(sha))
-        lo, hi = int(rows_of[0]), int(rows_of[-1]) + 1  # a batch's files are one after another
+        lo, hi = bounds[sha]
         for at in range(lo, hi, rows):
             end = min(at + rows, hi)
             first, last = (int(np.searchsorted(group_start, x, side="right")) - 1 for x in (at, end - 1))
@@ -486,8 +488,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         own staging file would have been read in: row groups of ROW_GROUP_ROWS), taken, marked and enriched
         at once, and handed to the writer as those pieces (its pages follow them: the same bytes as
         :func:`kept_part` piece by piece, without a dozen Arrow calls per file of one record)."""
-        table, bounds = batches.get(segment.path)
-        lines = batches.lines(segment.path)
+        table, lines, bounds = batches.get(segment.path)
         take: list[int] = []
         damage: list[str | None] = []
         sizes: list[int] = []
