@@ -358,3 +358,46 @@ def test_ingest_split_logs_keep_both_customers_requests_and_give_a_shared_respon
                     ("r-2", "team-a", None, "answer r-2"), ("r-1", None, "response_only", "answer r-1")]
     assert result.manifest.duplicate_requests == 0 and result.manifest.request_id_collisions == 1
     assert any("given to neither" in n for n in result.manifest.notes)
+
+
+def test_an_engine_count_on_a_shared_id_is_nobodys_so_a_small_prompt_sharing_it_is_no_suspect(tmp_path: Path) -> None:
+    """bolt reused globex's request id "r-3" for a one-line question. The engine logs name r-3 as an
+    over-limit prompt (10,861 tokens), but an id two customers carry cannot tell whose request the engine
+    served: ingest must not give either row the engine's count, nodes or room, so each is judged by its
+    own prompt, as the scan's shared-id rule says. Before, bolt's 60-byte prompt took the engine's 10,861
+    tokens, became an above-ceiling suspect and was told its answer was corrupted."""
+    import pyarrow.parquet as pq
+    from test_run import _row, write_logs
+
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    with (logs / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(_row("r-3", "bolt", "2026-08-28T11:30:00Z", "What is the capital of France? One word, please.",
+                      "Paris.", 14) + "\n")
+    engine = logs / "engine"
+    engine.mkdir()
+    (engine / "prefill-0_0.log").write_text(
+        "[2026-08-27 00:00:05 TP0] max_total_num_tokens=2000, context_len=8192\n"
+        "[2026-08-28 11:00:00 TP0] Input length (10861 tokens) exceeds the maximum allowed length (8191 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate., self.rid='r-3'\n", encoding="utf-8")
+    (engine / "decode-0_0.log").write_text(
+        "[2026-08-27 00:00:05 TP0] max_total_num_tokens=2000, context_len=8192\n"
+        "[2026-08-28 11:00:02 TP0] ReqTimeStats(rid=r-3, bootstrap_room=4242, input_len=1, cached_input_len=0, "
+        "output_len=50, type=decode): forward_duration=2061.78ms\n", encoding="utf-8")
+    with (logs / "case.toml").open("a", encoding="utf-8") as fh:
+        fh.write('\n[[inputs]]\nformat = "sglang"\npath = "engine"\n')
+    result = api.run(logs, tmp_path / "out")
+    case = result.report.report_dir / "case"
+    rows = {(r["request_id"], r["tenant_id"]): r for r in pq.read_table(case / "exchanges.parquet").to_pylist()}
+    for key in (("r-3", "globex"), ("r-3", "bolt")):
+        row = rows[key]
+        assert row["prompt_tokens_source"] != "engine", key
+        assert (row["rid"], row["decode_node"], row["prefill_node"], row["bootstrap_room"]) == (None, None, None, None), key
+    assert rows[("r-3", "bolt")]["prompt_tokens"] < 100  # its own 50-byte question
+    rd = result.report.report_dir
+    suspects = list(csv.DictReader(io.StringIO((rd / "suspects.csv").read_text(encoding="utf-8"))))
+    assert [(r["request_id"], r["tenant_id"], r["reasons"]) for r in suspects] == [("r-3", "globex", "above_ceiling")]
+    notices = list(csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8"))))
+    assert "bolt" not in {n["tenant_id"] for n in notices}
+    assert [(n["tenant_id"], n["role"]) for n in notices] == [("acme", "exposed"), ("globex", "recipient")]

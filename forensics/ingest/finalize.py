@@ -432,7 +432,7 @@ WITH keys AS (
                    CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants
   FROM keys
 )
-SELECT source_sha256, source_line, record_kind, request_id, rn, variants, record_hash FROM ranked
+SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, record_hash FROM ranked
 """
 
 
@@ -450,6 +450,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
+    # The engine logs name a request by its id alone: an id several kept requests carry (two customers'
+    # client-supplied ids) cannot say whose request the engine served, so its engine records are
+    # attributed to none of them (no count, node or room): each is judged by its own prompt, as the
+    # scan's shared-id rule says. Given to both, a one-line question took the engine's over-limit count.
+    con.execute(f"""CREATE TEMP TABLE shared_ids AS
+                    SELECT request_id FROM ranked WHERE rn = 1 AND record_kind NOT IN {half_kinds("response")}
+                    GROUP BY request_id HAVING count(DISTINCT {{'t': tenant_id}}) > 1""")
     # The kept rows with their damage and engine keys come from one query, in the order the staged
     # files are read (file, then line), and are consumed as a stream alongside them: memory holds
     # one batch of it, never the whole case's keys, and DuckDB runs one query, not three per file.
@@ -458,7 +465,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                k.prefill_node, k.decode_node, k.bootstrap_room, k.over_limit_len, k.prefill_len, r.record_hash
         FROM ranked r JOIN file_order f ON f.sha = r.source_sha256
         LEFT JOIN line_damage d USING (source_sha256, source_line)
-        LEFT JOIN engine_keys k ON k.rid = r.request_id
+        LEFT JOIN engine_keys k ON k.rid = r.request_id AND r.request_id NOT IN (SELECT request_id FROM shared_ids)
         WHERE r.rn = 1 AND r.record_kind NOT IN {half_kinds()}
         ORDER BY f.ord, r.source_line""").to_arrow_reader(KEPT_BATCH))
 
@@ -541,7 +548,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         kept.close()
         # Joined split-log rows: the engine keys of the halves' requests only.
         engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
-                                       (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})""")
+                                       (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})
+                                       AND k.rid NOT IN (SELECT request_id FROM shared_ids)""")
         for batch in _split_joined(con, _paths(segments)):
             writer.write_batch(_enrich(_with_damage(batch), engine, band_ceilings))
         writer.close()
