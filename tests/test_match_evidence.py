@@ -303,6 +303,28 @@ def test_a_finding_on_damaged_input_says_so(tmp_path: Path) -> None:
     assert json.loads((case / "match.json").read_text())["damage"]["findings_on_damaged_data"] == [f["finding_id"]]
 
 
+@pytest.mark.parametrize(("usage", "signature", "tier"), [(15000, False, "probable"), (1, False, "confirmed"),
+                                                          (15000, True, "confirmed")])
+def test_a_suspect_known_only_by_a_truncated_prompt_copy_is_not_certain_unless_its_prompt_went_unseen(
+        tmp_path: Path, usage: int, signature: bool, tier: str) -> None:
+    """bolt's prompt survives only as LiteLLM's truncated spend-log string: its hidden middle may hold the
+    passage its answer repeats, and the recipient's own prompt then explains it. Unless the engine's
+    signature or the placeholder's one-token usage shows the model never saw that prompt, a finding is not
+    certain (``confirmed``): it is ``probable``, and says why. Before, it was confirmed ("We are certain")."""
+    rng = np.random.default_rng(11)
+    doc = words(rng, 100)
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)),
+            exchange("b1", "bolt", 5, prompt="Summarise ... (litellm_truncated skipped 40000 chars) ... thanks",
+                     response=" ".join(doc[10:60]), prompt_truncated=True, reported_prompt_tokens=usage,
+                     damage="truncated_copy_only")]
+    case = make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",) if signature else ())
+    (f,) = match(case, config()).cross_tenant
+    assert (f["source_tenant_id"], f["tier"]) == ("acme", tier)
+    assert f["recipient_damage"] == "truncated_copy_only"
+    if tier == "probable":
+        assert f["tier_rule"].startswith("E1") and "truncated" in f["tier_rule"] and "own prompt" in f["tier_rule"]
+
+
 @pytest.mark.parametrize(("key", "value"), [("tiering", "loose"), ("probable_evalue", float("nan")),
                                             ("confirm_evalue", -1.0)])
 def test_evidence_settings_are_validated(tmp_path: Path, key: str, value: object) -> None:

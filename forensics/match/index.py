@@ -37,6 +37,9 @@ class Target:
     # The usage the gateway logged counts one prompt token (the placeholder's) for this suspect's prompt: the
     # stale decode, seen without engine logs (findings.name_the_unexplained).
     placeholder_usage: bool = False
+    # Only a truncated copy of this suspect's prompt was logged (LiteLLM's spend-log strings): its own-prompt
+    # check cannot see the hidden middle (findings.decide).
+    prompt_truncated: bool = False
     tokens: Tokens = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]  # filled after loading
     gids: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[arg-type]  # filled after indexing
 

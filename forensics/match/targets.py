@@ -64,12 +64,13 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
     # Per length class, a max-heap (negated keys) of candidates: (-xxh64(request id), -tenant code, row, Target).
     # The row number is unique, so two entries never get as far as comparing their Targets.
     heaps: dict[int, list[tuple[int, int, int, Target]]] = {}
-    cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "response_text"]
+    cols = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "prompt_truncated", "response_text"]
     row0 = 0
     for batch in _iter_exchanges(ex_path, cols, 1024):
         rids = batch.column("request_id").to_pylist()
         rec, done = to_us(batch.column("received_at")), to_us(batch.column("completed_at"))
         tenants, nodes = batch.column("tenant_id").to_pylist(), batch.column("decode_node").to_pylist()
+        truncated = batch.column("prompt_truncated").to_pylist()
         # Texts become Python strings only for the suspects here (the controls' in a second read).
         texts = batch.column("response_text")
         sizes = value_bytes(texts).tolist()
@@ -84,7 +85,8 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
                 if (rid, tenants[i]) not in found:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
                                                       bool(s["engine_signature"]), False, texts[i].as_py() or "",
-                                                      placeholder_usage=s.get("reported_prompt_tokens") == 1)
+                                                      placeholder_usage=s.get("reported_prompt_tokens") == 1,
+                                                      prompt_truncated=bool(truncated[i]))
                     suspect_classes[_size_class(sizes[i])] += 1
                 continue
             heap = heaps.setdefault(_size_class(sizes[i]), [])
