@@ -325,6 +325,31 @@ def test_a_suspect_known_only_by_a_truncated_prompt_copy_is_not_certain_unless_i
         assert f["tier_rule"].startswith("E1") and "truncated" in f["tier_rule"] and "own prompt" in f["tier_rule"]
 
 
+def test_which_responses_the_control_sample_draws_never_changes_the_findings(tmp_path: Path) -> None:
+    """The control sample is for calibration only. globex had received the passage in an earlier answer
+    (so it is globex's own context), acme sent it too, and three more customers' answers held another
+    passage (common text). Before, a response drawn into the sample stopped counting as text its customer
+    held: depending on the sample's seed and size, acme was named or not, and the common passage's
+    customers were named or not."""
+    rng = np.random.default_rng(5)
+    secret, common = " ".join(words(rng, 40)), " ".join(words(rng, 40))
+    rows = [exchange(f"bg{i}", f"t{i % 7}", i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 45)))
+            for i in range(60)]
+    rows += [exchange("own-1", "globex", 100, prompt="hi", response="Earlier answer: " + secret),
+             exchange("src-1", "acme", 110, prompt="Please review: " + secret, response="Sure."),
+             exchange("c-1", "initech", 120, prompt="and?", response="Standard text: " + common),
+             exchange("c-2", "cyberdyne", 121, prompt="and?", response="Standard text: " + common),
+             exchange("c-3", "umbrella", 122, prompt="and?", response="Standard text: " + common),
+             exchange("rcp-1", "globex", 300, prompt="q", response="Here you go: " + secret + " That is all."),
+             exchange("rcp-2", "hooli", 301, prompt="q", response="Here: " + common + " Done.")]
+    case = make_case(tmp_path / "case", rows, ["rcp-1", "rcp-2"])
+    seen = set()
+    for size, seed in [(0, 0), (3, 1), (3, 2), (3, 3), (200, 0)]:
+        res = match(case, config(control_size=size, seed=seed))
+        seen.add(tuple(sorted((f["recipient_request_id"], f["source_tenant_id"], f["tier"]) for f in res.cross_tenant)))
+    assert seen == {()}, seen  # globex's own earlier answer explains rcp-1; rcp-2's passage is common text
+
+
 @pytest.mark.parametrize(("key", "value"), [("tiering", "loose"), ("probable_evalue", float("nan")),
                                             ("confirm_evalue", -1.0)])
 def test_evidence_settings_are_validated(tmp_path: Path, key: str, value: object) -> None:

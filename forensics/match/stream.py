@@ -215,19 +215,25 @@ class Scanner:
         timed = when[text] != NO_TIME
         chars = tk.start[gpos][timed]  # where each hit k-gram starts in its text (for verification windows)
         pos, gid, text = gpos[timed] - first[text[timed]], gid[timed], text[timed]
-        # Holders: a target's own response is the text under suspicion and proves nothing.
+        # Holders: a suspect's own response is the text under suspicion and proves nothing. Every other
+        # response is held by its customer from just after it completed (completed_at, else received_at):
+        # a control response too, so which responses the control sample draws never changes what counts
+        # as held; and a control's own response, held only after its own completion, never explains itself.
         # K-grams this process already knows to be common are dropped before the pairs are made
         # unique (most hits of real traffic are on common text; the sort is the costly part). The
         # parent retires them too: the entries that made them common reached it in earlier results.
-        hold = ((kind[text] == 0) | ~is_target[text]) & ~self.common[gid]
+        done = np.array([NO_TIME if c is None else c + 1 for c in batch["completed_us"]], dtype=np.int64)
+        held_at = when.copy()
+        held_at[1::2] = np.where(done == NO_TIME, np.where(when[1::2] == NO_TIME, NO_TIME, when[1::2] + 1), done)
+        hold = ((kind[text] == 0) | ~is_suspect[text]) & ~self.common[gid]
         n_gids = max(self.index.kgram_count, 1)
         pairs = np.unique(text[hold] * n_gids + gid[hold])
         ht, hg = pairs // n_gids, pairs % n_gids
-        self._learn(hg, code[ht], when[ht])
+        self._learn(hg, code[ht], held_at[ht])
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
-        h_time = np.concatenate([when[ht], when[ht][mine]])
+        h_time = np.concatenate([held_at[ht], when[ht][mine]])
         # Sources: everything but a suspect's own (leaked) response; never hits on common text.
         src = ~((kind[text] == 1) & is_suspect[text]) & ~self.common[gid]
         pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
@@ -551,7 +557,7 @@ def to_us(col: pa.ChunkedArray | pa.Array) -> list[int | None]:
 
 
 #: Columns the streaming pass reads.
-PASS_COLUMNS = ["request_id", "tenant_id", "received_at", "decode_node", "prompt_text", "response_text"]
+PASS_COLUMNS = ["request_id", "tenant_id", "received_at", "completed_at", "decode_node", "prompt_text", "response_text"]
 
 
 def batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
@@ -561,6 +567,7 @@ def batch_dict(b: pa.RecordBatch, row0: int) -> dict[str, Any]:
         "request_id": b.column("request_id").to_pylist(),
         "tenant_id": b.column("tenant_id").to_pylist(),
         "received_us": to_us(b.column("received_at")),
+        "completed_us": to_us(b.column("completed_at")),
         "decode_node": b.column("decode_node").to_pylist(),
         # Texts stay Arrow arrays until their chunk is scanned: a Python str of a 4-million-character
         # prompt with one emoji in it takes 16 MB.
