@@ -249,6 +249,31 @@ def test_unreadable_file_in_a_folder_is_a_row(tmp_path: Path, monkeypatch: pytes
     assert "Permission denied" in result.manifest["skipped_inputs"][0]["reason"]
 
 
+def test_a_subfolder_that_cannot_be_listed_is_a_row_and_a_folder_named_so_is_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node's folder whose permissions forbid listing it held logs nobody read. Before, the walk passed
+    over it without a word: no quarantine row, no skipped input, a case that looked complete."""
+    logs = logs_folder(tmp_path)
+    (logs / "node-b").mkdir()
+    (logs / "node-b" / "b.jsonl").write_text(request(3) + "\n")
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path).name == "node-b":  # tests run as root, so a real EACCES cannot be made
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    result = api.ingest(tmp_path / "case", [logs])
+    (entry,) = result.manifest["skipped_inputs"]
+    assert (Path(entry["path"]).name, entry["kind"]) == ("node-b", "unreadable")
+    assert "could not be listed" in entry["reason"] and "Permission denied" in entry["reason"]
+    rows = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert [Path(r["source_file"]).name for r in rows] == ["node-b"]
+    with pytest.raises(InputError, match="could not be listed"):
+        api.ingest(tmp_path / "case2", [logs / "node-b"])
+
+
 def test_a_file_swapped_for_a_fifo_after_the_walk_is_refused_not_waited_on(tmp_path: Path) -> None:
     from forensics.ingest import reader
 

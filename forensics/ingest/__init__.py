@@ -231,7 +231,11 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
             continue
         if path.is_dir():
             root = os.path.realpath(path)
-            for folder, dirs, names in os.walk(path):
+            unlisted: list[OSError] = []
+            for folder, dirs, names in os.walk(path, onerror=unlisted.append):
+                if unlisted:
+                    skipped.extend(_unlisted(unlisted, path))
+                    unlisted.clear()
                 kept = []
                 for d in sorted(dirs):
                     sub = Path(folder) / d
@@ -252,6 +256,7 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
                         files.append((Path(folder) / name, False))
                     else:
                         skipped.append(problem)
+            skipped.extend(_unlisted(unlisted, path))
         elif path.is_file():
             # A file named explicitly: its own folder is its input root.
             problem = _check_entry(path, os.path.realpath(path.parent))
@@ -266,6 +271,21 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
         else:
             raise InputError("no such file or folder", file=path, fix="check the path (relative paths are from the current folder)")
     return files, skipped
+
+
+def _unlisted(errors: list[OSError], given: Path) -> list[Skipped]:
+    """The folders a walk of ``given`` could not list, as skipped entries (``os.walk`` passes over them
+    without a word unless told: a node's logs would be missing from a case that looked complete). The
+    folder given itself is an error: nothing of it could be read."""
+    out = []
+    for exc in errors:
+        folder = Path(exc.filename) if exc.filename else given
+        reason = f"folder could not be listed ({exc.strerror or exc}); none of its files were read"
+        if os.path.abspath(folder) == os.path.abspath(given):
+            raise InputError(reason, file=given, fix="give the account running forensics the right to list it, or copy it")
+        out.append(Skipped(folder, "unreadable", f"{reason}. Fix: let the account running forensics list it (or copy "
+                                                 "its files into a folder it can read) and ingest again"))
+    return out
 
 
 def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
