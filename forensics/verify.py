@@ -30,7 +30,7 @@ from typing import Any
 
 from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
-from forensics.config import CaseConfig, InputSpec
+from forensics.config import CaseConfig, InputSpec, load_case_file
 from forensics.errors import CaseError, ConfigError
 from forensics.progress import Reporter
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
@@ -423,6 +423,42 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
         if name == VERDICTS:
             decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n]).items()}
     return drift, decided
+
+
+def _json(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> list[Drift]:
+    """What the manifest says came from the case file, checked against the case file itself.
+
+    The case file is hashed, but a re-run takes its settings from the manifest (stages run one by one
+    record options there too). So a report built with another window, pointed back at the honest case
+    file, re-ran to its own bytes. Each parameter recorded as coming from the file, the inputs and the
+    ``[section]`` tables (they come only from the file) must equal the file's. A parameter recorded as a
+    command-line option is the manifest's word alone: the signature (``--sign``) is what vouches for it.
+    """
+    shown = man.case_file.get("path", case_file.name) if man.case_file else case_file.name
+    try:
+        mine = load_case_file(case_file).to_json()["values"]
+    except ConfigError as exc:
+        return [Drift("case_file", shown, f"cannot be read as a case file ({exc})")]
+    case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
+    values, sources = case.get("values") or {}, case.get("sources") or {}
+    mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"]] for i in mine["inputs"]]
+    recorded_inputs = values.get("inputs") if isinstance(values.get("inputs"), list) else []
+    theirs = dict(values, inputs=[[i.get("path"), i.get("format")] if isinstance(i, dict) else i for i in recorded_inputs])
+    if mine.get("tokenizer"):
+        mine["tokenizer"] = Path(os.path.relpath(mine["tokenizer"], root)).as_posix()
+    drift = []
+    for key in sorted(set(mine) | set(theirs)):
+        if key != "sections" and sources.get(key) != "file":
+            continue  # a default, a detected value or an option: not the file's to confirm
+        if theirs.get(key) != mine.get(key):
+            drift.append(Drift("case_file", shown, f"the manifest records {key} = {_json(theirs.get(key))} as the case "
+                                                   f"file's, which says {_json(mine.get(key))}"))
+    return drift
 
 
 # --------------------------------------------------------------------------------------------

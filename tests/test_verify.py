@@ -230,3 +230,22 @@ def test_rerun_of_a_report_built_stage_by_stage_with_options(tmp_path: Path, cap
     problems = _problems(report_dir, rerun=True)
     assert "input spend.jsonl: missing" in problems  # inputs are recorded relative to their common folder
     assert "rerun manifest.json: not re-run: the recorded input spend.jsonl is missing (give --inputs FOLDER when the inputs moved)" in problems
+
+
+def test_parameters_the_manifest_says_came_from_the_case_file_must_be_the_case_files(
+        run_report: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A report built with a later window_start (fewer customers told), its manifest pointed back at the
+    honest, unchanged case.toml: the re-run took the window from the manifest, built the same short list
+    and said OK. The case file is hashed, so what the manifest says came from it is checked against it."""
+    report_dir, _ = run_report
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    assert man["parameters"]["case"]["sources"]["window_start"] == "file"
+    man["parameters"]["case"]["values"]["window_start"] = "2026-08-28T12:00:00Z"
+    man["parameters"]["case"]["values"]["sections"] = {"match": {"probable_evalue": 0.5}}
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    problems = _problems(report_dir)
+    assert any("window_start" in p and "2026-08-27T00:00:00Z" in p and p.startswith("case_file") for p in problems), problems
+    assert any("[match]" in p or "sections" in p for p in problems), problems
+    code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
+    assert code == 1 and "window_start" in out

@@ -181,6 +181,8 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
             drift.append(Drift(kind, e["path"], "missing"))
         elif "sha256" in e and safe.sha256_file(p) != e["sha256"]:
             drift.append(Drift(kind, e["path"], "changed"))
+        elif kind == "case_file":
+            drift += checks.case_file_parameters(man, p, root)
     recorded = {o["path"]: o for o in man.outputs}
     for rel, o in sorted(recorded.items()):
         checked += 1
