@@ -447,7 +447,8 @@ def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> li
     case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
     values, sources = case.get("values") or {}, case.get("sources") or {}
     mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"]] for i in mine["inputs"]]
-    recorded_inputs = values.get("inputs") if isinstance(values.get("inputs"), list) else []
+    listed = values.get("inputs")
+    recorded_inputs: list[Any] = listed if isinstance(listed, list) else []
     theirs = dict(values, inputs=[[i.get("path"), i.get("format")] if isinstance(i, dict) else i for i in recorded_inputs])
     if mine.get("tokenizer"):
         mine["tokenizer"] = Path(os.path.relpath(mine["tokenizer"], root)).as_posix()
