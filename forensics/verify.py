@@ -514,7 +514,7 @@ def _compare(original: Path, again: Path, exclude: set[str]) -> list[Drift]:
         out = set()
         for p in root.rglob("*"):
             rel = p.relative_to(root).as_posix()
-            if p.is_file() and rel.split("/")[0] not in exclude and not p.name.startswith(".") and rel not in NOT_COMPARED:
+            if p.is_file() and rel.split("/")[0] not in exclude and not rel.startswith(".") and rel not in NOT_COMPARED:
                 out.add(rel)
         return out
 

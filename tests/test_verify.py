@@ -249,3 +249,12 @@ def test_parameters_the_manifest_says_came_from_the_case_file_must_be_the_case_f
     assert any("[match]" in p or "sections" in p for p in problems), problems
     code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
     assert code == 1 and "window_start" in out
+
+
+def test_a_hidden_file_in_a_packet_folder_is_named(built: Path) -> None:
+    """Packets are what is sent to customers: a stray hidden file in one would ship with it. Before,
+    verify passed over hidden files at any depth."""
+    packet = sorted(p for p in (built / "packets").iterdir() if p.is_dir())[0]
+    (packet / ".notes.md").write_text("internal: ask legal before sending\n", encoding="utf-8")
+    rel = (packet / ".notes.md").relative_to(built).as_posix()
+    assert f"output {rel}: unexpected" in _problems(built)

@@ -50,8 +50,10 @@ def output_hashes(report_dir: Path, exclude: set[str]) -> list[dict[str, Any]]:
     rows = []
     for p in sorted(report_dir.rglob("*")):
         rel = p.relative_to(report_dir).as_posix()
-        if not p.is_file() or rel.split("/")[0] in exclude or p.name.startswith(".") or rel in OWN_FILES:
-            continue  # the ledgers grow after rendering: the manifest's "ledgers" and verify's chain checks cover them
+        if not p.is_file() or rel.split("/")[0] in exclude or rel.startswith(".") or rel in OWN_FILES:
+            # The ledgers grow after rendering: the manifest's "ledgers" and verify's chain checks cover them.
+            # Hidden files are left out at the top only (a ledger's lock); one inside a packet would ship with it.
+            continue
         rows.append({"path": rel, "size": p.stat().st_size, "sha256": safe.sha256_file(p)})
     return rows
 
