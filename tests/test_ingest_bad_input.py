@@ -271,6 +271,29 @@ def test_utf16_file_in_a_folder_is_skipped_with_the_fix(tmp_path: Path) -> None:
     assert q["source_file"].endswith("b.jsonl") and "iconv -f UTF-16" in q["reason"]
 
 
+@pytest.mark.parametrize("bom", [False, True])
+def test_utf16_without_a_bom_is_told_by_its_alternating_zero_bytes(tmp_path: Path, bom: bool) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes((good(1) + "\n").encode("utf-16" if bom else "utf-16-le"))
+    with pytest.raises(InputError, match="UTF-16"):
+        api.ingest(tmp_path / "case", [path], fmt="openai-split")
+
+
+@pytest.mark.parametrize("where", ["start", "only"])
+def test_zero_bytes_a_crash_or_copytruncate_left_are_a_bad_line_not_utf16(tmp_path: Path, where: str) -> None:
+    """logrotate's copytruncate, or a crash, leaves a run of NUL bytes at the start of a log. Before, a
+    file whose first 4 KB was more than a quarter NULs was called UTF-16 and skipped whole (its good
+    records with it), and the fix offered, iconv -f UTF-16, would have garbled it."""
+    path = tmp_path / "requests.jsonl"
+    records = "" if where == "only" else "".join(good(i) + "\n" for i in range(3))
+    path.write_bytes(b"\x00" * 6000 + b"\n" + records.encode())
+    result = api.ingest(tmp_path / "case", [path], fmt="openai-split")
+    (entry,) = result.manifest["files"]
+    assert entry["ingested"] == (0 if where == "only" else 3) and entry["quarantined"] == 1, entry
+    (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q["source_line"] == 1 and "UTF-16" not in q["reason"]
+
+
 @pytest.mark.parametrize("compress", [None, "gzip"])
 def test_cr_only_line_endings_are_read_as_lines(tmp_path: Path, compress: str | None) -> None:
     # Classic Mac OS files end lines with a bare CR: each record is its own line, blank lines count.

@@ -392,6 +392,14 @@ def foreign_encoding(path: Path) -> str | None:
         return "UTF-32"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return "UTF-16"
-    if head and head.count(b"\x00") > len(head) // 4:
+    # Without a byte order mark, UTF-16 (UTF-32) text of mostly ASCII characters has a zero byte in every
+    # second (three of every four) place, on one side only. A run of zero bytes (what a crash or
+    # logrotate's copytruncate leaves) has them everywhere: that is a broken line, not an encoding.
+    quads = [head[i::4].count(0) for i in range(4)]
+    n = len(head) // 4
+    if n and sum(1 for q in quads if q >= 0.9 * n) == 3 and min(quads) <= 0.1 * n:
+        return "UTF-32"
+    pairs = (quads[0] + quads[2], quads[1] + quads[3])
+    if n and max(pairs) >= 0.8 * 2 * n and min(pairs) <= 0.1 * 2 * n:
         return "UTF-16"
     return None
