@@ -325,6 +325,29 @@ def test_a_suspect_known_only_by_a_truncated_prompt_copy_is_not_certain_unless_i
         assert f["tier_rule"].startswith("E1") and "truncated" in f["tier_rule"] and "own prompt" in f["tier_rule"]
 
 
+def test_a_customer_resending_a_leaked_answer_is_not_named_for_the_text_it_was_leaked(tmp_path: Path) -> None:
+    """acme sent a secret; cyberdyne's suspect answer leaked it; cyberdyne's chat client resent that answer
+    in its next request, as chat clients do; globex's later suspect answer holds the secret again. The
+    text is acme's: cyberdyne holds it only because it was leaked to it. Before, cyberdyne was named
+    exposed (confirmed) beside acme, and its notice showed acme's secret as "your request"."""
+    rng = np.random.default_rng(9)
+    secret = " ".join(words(rng, 40))
+    rows = [exchange(f"bg{i}", f"t{i % 7}", i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 45)))
+            for i in range(60)]
+    rows += [exchange("src-1", "acme", 100, prompt="Please review: " + secret, response="Sure."),
+             exchange("rcp-c", "cyberdyne", 200, prompt="q", response="Answer: " + secret + " Done."),
+             exchange("c-next", "cyberdyne", 210, prompt="[assistant] Answer: " + secret + " Done. [user] What is this?",
+                      response="I apologise."),
+             exchange("rcp-g", "globex", 400, prompt="q", response="Here you go: " + secret + " That is all.")]
+    case = make_case(tmp_path / "case", rows, ["rcp-c", "rcp-g"])
+    res = match(case, config())
+    named = sorted((f["recipient_request_id"], f["source_tenant_id"], f["tier"]) for f in res.cross_tenant)
+    assert named == [("rcp-c", "acme", "confirmed"), ("rcp-g", "acme", "confirmed")]
+    review = list(csv.DictReader((case / "review.csv").open(encoding="utf-8")))
+    (carried,) = [r for r in review if r["source_tenant_id"] == "cyberdyne"]
+    assert carried["recipient_request_id"] == "rcp-g" and "rcp-c" in carried["why_not_notified"]
+
+
 def test_which_responses_the_control_sample_draws_never_changes_the_findings(tmp_path: Path) -> None:
     """The control sample is for calibration only. globex had received the passage in an earlier answer
     (so it is globex's own context), acme sent it too, and three more customers' answers held another

@@ -473,7 +473,10 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     rows = [r for r in rows if not r["_later"]]
     rows = _collapse_same_tenant_copies(rows)
     later = _collapse_same_tenant_copies(later)
-    _explain_away(rows)
+    _mark_carried_on(rows, targets, p.k)
+    _explain_away([r for r in rows if r["_carried_from"] is None])
+    for r in rows:
+        r.setdefault("_explained_by", None)
     _explain_away(later)
     # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
     # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
@@ -533,8 +536,14 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                                                records_before[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
         r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
-        if r["_explained_by"] and p.tiering == "evalue":
-            decision: tuple[str, str] | str = (
+        decision: tuple[str, str] | str
+        if r["_carried_from"] is not None and p.tiering == "evalue":
+            earlier = targets[r["_carried_from"]]
+            decision = (f"{r['source_tenant_id']} had received this passage itself, in its suspect response "
+                        f"{earlier.request_id}, before it sent this request: a conversation carrying leaked text on, "
+                        f"not that customer's own text (the customer it came from is named where its copy matches)")
+        elif r["_explained_by"] and p.tiering == "evalue":
+            decision = (
                 f"the same response text matches another customer's text more strongly (finding "
                 f"{r['_explained_by']}): this weaker likeness is what similar texts share")
         elif p.tiering == "rules":
@@ -657,7 +666,7 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
             continue
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
-        if best["_explained_by"] or any(r["expected_by_chance_with_mechanism"] == e
+        if best["_explained_by"] or best.get("_carried_from") is not None or any(r["expected_by_chance_with_mechanism"] == e
                                         and r["source_tenant_id"] != best["source_tenant_id"] for r in group):
             continue
         if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
@@ -683,6 +692,56 @@ SIZE_EXPONENT = 0.5
 def _search_size(positions: int, records: int) -> float:
     """The size of one search: sqrt(response k-gram positions x records searched), see SIZE_EXPONENT."""
     return float(max(positions, 0) * max(records, 0)) ** SIZE_EXPONENT
+
+
+#: Share of a passage's k-grams found in the source customer's own earlier suspect response that makes the
+#: source's copy a carried-on one (see :func:`_mark_carried_on`).
+CARRIED_SHARE = 0.5
+
+
+def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int) -> None:
+    """Set ``_carried_from`` on each cross-tenant row whose source customer had itself received the passage
+    in one of its suspect responses, completed before the source request was sent (the target's index),
+    else None.
+
+    A chat client resends the conversation, leaked answer included: the customer a suspect response leaked
+    to then holds the leaked text in its own next prompt, and a later suspect holding the same text matches
+    that copy as well as the original. The text is not that customer's; its original sender's copy names
+    the right one. A passage counts as received when at least :data:`CARRIED_SHARE` of its k-grams lie in
+    such an earlier suspect response.
+    """
+    by_tenant: dict[str | None, list[int]] = {}
+    for i, t in enumerate(targets):
+        if not t.control and t.gids is not None and len(t.gids):
+            by_tenant.setdefault(t.tenant_id, []).append(i)
+    kgrams: dict[int, np.ndarray] = {}
+    for r in rows:
+        r["_carried_from"] = None
+        received = r["_source_received_us"]
+        if r["relation"] != "cross_tenant" or received == NO_TIME:
+            continue
+        earlier = [i for i in by_tenant.get(r["source_tenant_id"], ())
+                   if i != r["_target"] and targets[i].deadline_us != NO_TIME and targets[i].deadline_us <= received]
+        if not earlier:
+            continue  # most sources: their customer received no suspect response before
+        tgt = targets[r["_target"]]
+        starts = tgt.tokens.start
+        spans = []
+        for a, b, _, _ in r["passages"]:
+            i0, i1 = int(np.searchsorted(starts, a, "left")), int(np.searchsorted(starts, b, "left"))
+            spans.append(tgt.gids[i0:max(i0, i1 - k + 1)])
+        g = np.unique(np.concatenate(spans))
+        if not len(g):
+            continue
+        best, most = None, 0
+        for i in earlier:
+            if i not in kgrams:
+                kgrams[i] = np.unique(targets[i].gids)
+            n = int(np.isin(g, kgrams[i], assume_unique=True).sum())
+            if n > most:
+                best, most = i, n
+        if best is not None and most >= CARRIED_SHARE * len(g):
+            r["_carried_from"] = best
 
 
 def _explain_away(rows: list[dict[str, Any]]) -> None:
