@@ -237,3 +237,20 @@ def test_copies_of_a_request_on_one_line_of_a_json_array_give_one_row(tmp_path: 
     assert ids == ["a-1", "a-2", "a-3", "a-4"]
     assert result.manifest.tables.exchanges == 4 and result.manifest.duplicate_requests == 2
     assert result.manifest.reconciled
+
+
+def test_one_customer_reusing_a_request_id_for_another_request_is_named_in_the_notes(tmp_path: Path) -> None:
+    """A client that supplies its own ids sent "chatcmpl-7" twice, forty minutes apart, with different
+    prompts. One row per (request id, customer) is kept, so the other request's text is not searched.
+    Before, it was counted as a duplicate and nothing said so: a leak in it vanished and the run reported
+    nobody to notify. Copies of one request (the same start time) are still plain duplicates."""
+    path = tmp_path / "a.jsonl"
+    later = {"startTime": "2026-08-29T10:47:00Z", "endTime": "2026-08-29T10:47:05Z"}
+    path.write_text(spend(7, prompt="first question") + "\n" + spend(7, prompt="an unrelated second request", **later)
+                    + "\n" + spend(8) + "\n" + spend(8, prompt="hello world, logged again with other text") + "\n")
+    result = api.ingest(tmp_path / "case", [path])
+    (entry,) = result.manifest["files"]
+    assert (entry["ingested"], entry["duplicate"]) == (2, 2)
+    (note,) = [n for n in result.manifest["notes"] if "reused" in n]
+    assert note.startswith("1 request id was reused by one customer for different requests") and "chatcmpl-7" in note
+    assert "chatcmpl-8" not in note

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from collections import Counter as Tally
 from collections import deque
@@ -418,7 +419,7 @@ WITH keys AS (
   SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
          coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
          prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash,
-         d.damage IS NOT NULL AS damaged
+         d.damage IS NOT NULL AS damaged, epoch_us(received_at) AS received_us
   FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
@@ -429,11 +430,28 @@ WITH keys AS (
                record_hash) AS rn,
     count(DISTINCT record_hash) OVER (
       PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants
+                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants,
+    -- Copies of one request share its start; copies far apart are another request under the same id.
+    max(received_us) OVER (
+      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
+    - min(received_us) OVER (
+      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
+                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS spread_us
   FROM keys
 )
-SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, record_hash FROM ranked
+SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash FROM ranked
 """
+
+
+#: Copies of one request received further apart than this are another request reusing its id.
+REUSED_ID_SECONDS = 1
+
+
+def safe_id(value: str | None) -> str:
+    """An id as a note shows it: quoted, control characters escaped, cut to 60 characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def winners_sql() -> str:
@@ -449,6 +467,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
     superseded = con.execute("SELECT count(*) FROM ranked WHERE rn = 1 AND variants > 1").fetchall()[0][0]
+    # One row is kept per (request id, customer): a client that reuses its own ids for different requests
+    # loses all but one of them from the search, so the notes name them.
+    reused = [rid for (rid,) in con.execute(
+        f"""SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND spread_us > {REUSED_ID_SECONDS * 1_000_000}
+            ORDER BY request_id, tenant_id""").fetchall()]
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
     # The engine logs name a request by its id alone: an id several kept requests carry (two customers'
     # client-supplied ids) cannot say whose request the engine served, so its engine records are
@@ -596,6 +619,12 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     if collisions:
         notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant (in split "
                      "logs a response to such an id names no tenant: it is kept as a response with no request, given to neither)")
+    if reused:
+        shown = ", ".join(safe_id(r) for r in reused[:5]) + (", ..." if len(reused) > 5 else "")
+        notes.append(f"{len(reused)} request id{'s were' if len(reused) > 1 else ' was'} reused by one customer for "
+                     f"different requests (copies received more than {REUSED_ID_SECONDS} s apart): one row is kept per "
+                     f"request id and customer, so the others were counted as duplicates and not searched: {shown}. "
+                     "Fix: re-export those requests with unique ids (a client-supplied id need not be unique)")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
     return {
