@@ -258,3 +258,45 @@ def test_a_hidden_file_in_a_packet_folder_is_named(built: Path) -> None:
     (packet / ".notes.md").write_text("internal: ask legal before sending\n", encoding="utf-8")
     rel = (packet / ".notes.md").relative_to(built).as_posix()
     assert f"output {rel}: unexpected" in _problems(built)
+
+
+@pytest.mark.parametrize(("where", "value"), [("inputs", None), ("outputs", 7), ("case_file", None)])
+def test_a_manifest_with_a_path_that_is_not_a_string_is_a_clear_error(run_report: tuple[Path, str],
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       where: str, value: object) -> None:
+    """Before, an input entry whose path was null stopped verify with an internal error (a traceback's
+    TypeError, "this is a bug in forensics")."""
+    report_dir, _ = run_report
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    if where == "case_file":
+        man["case_file"]["path"] = value
+    else:
+        man[where][0]["path"] = value
+    path.write_text(json.dumps(man), encoding="utf-8")
+    code, out, err = _call(["verify", str(report_dir)], capsys)
+    assert code == 2 and "manifest.json is not a report manifest" in err and "internal error" not in err, err
+    assert f"{where}" in err
+
+
+def test_a_recorded_parameter_of_the_wrong_type_names_the_manifest_not_the_case_file(
+        run_report: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    report_dir, _ = run_report
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    man["parameters"]["case"]["values"]["window_start"] = 5
+    path.write_text(json.dumps(man), encoding="utf-8")
+    code, out, err = _call(["verify", str(report_dir), "--rerun"], capsys)
+    assert code == 2 and "manifest.json records no usable case parameters" in err, (out, err)
+
+
+def test_rerun_compares_the_manifest_byte_for_byte(run_report: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A second "counts" key saying nobody is to be told reads as the first to one JSON reader and as the
+    second to another. Before, --rerun compared the parsed manifests and said OK."""
+    report_dir, _ = run_report
+    path = report_dir / "manifest.json"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('{\n  "case"', '{\n  "counts": {"notifications": 0, "packets": 0},\n  "case"', 1),
+                    encoding="utf-8")
+    code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
+    assert code == 1 and "drift: rerun manifest.json" in out, out

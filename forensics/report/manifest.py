@@ -121,10 +121,19 @@ def read(report_dir: Path) -> ReportManifest:
     except (OSError, ValueError) as exc:
         raise CaseError(f"manifest.json is not a report manifest ({exc})", file=path, fix="re-run `forensics report`") from None
     try:
-        return ReportManifest.from_json(data, file=path)
+        man = ReportManifest.from_json(data, file=path)
     except CaseError as exc:
         raise CaseError(f"manifest.json is not a report manifest ({exc.message})", file=path,
                         fix="re-run `forensics report`") from None
+    # The record's types stop at its entries' own fields: every path verify opens must be a string.
+    entries = [(f"inputs[{i}]", e) for i, e in enumerate(man.inputs)] + [(f"outputs[{i}]", e) for i, e in enumerate(man.outputs)]
+    if man.case_file is not None:
+        entries.append(("case_file", man.case_file))
+    for where, entry in entries:
+        if not isinstance(entry.get("path"), str) or not isinstance(entry.get("sha256", ""), str):
+            raise CaseError(f"manifest.json is not a report manifest ({where}: its path and sha256 must be strings)",
+                            file=path, fix="re-run `forensics report`")
+    return man
 
 
 @dataclasses.dataclass
