@@ -254,3 +254,24 @@ def test_one_customer_reusing_a_request_id_for_another_request_is_named_in_the_n
     (note,) = [n for n in result.manifest["notes"] if "reused" in n]
     assert note.startswith("1 request id was reused by one customer for different requests") and "chatcmpl-7" in note
     assert "chatcmpl-8" not in note
+
+
+def test_one_request_attributed_to_two_customers_by_different_fields_is_named_in_the_notes(tmp_path: Path) -> None:
+    """The spend-log row names its team (team_id set, organization_id empty, the org only in metadata); the
+    callback payload of the same request names only the org, in metadata. The tenant rule takes the first
+    field set, so one request became two customers', and the customer's own text read as another's. Ingest
+    cannot tell which field is right; it says so, with the fix."""
+    path = tmp_path / "a.jsonl"
+    row = json.loads(spend(5, tenant="team-acme-prod"))
+    row.update(organization_id="", metadata={"user_api_key_org_id": "org-acme"})
+    callback = {"id": "chatcmpl-5", "call_type": "acompletion", "startTime": row["startTime"], "endTime": row["endTime"],
+                "model": "glm-5.3", "model_group": "glm-5.3", "messages": [{"role": "user", "content": "hello world"}],
+                "response": {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+                "metadata": {"user_api_key_org_id": "org-acme"}}
+    path.write_text(json.dumps(row) + "\n" + json.dumps(callback) + "\n" + spend(6, tenant="team-b") + "\n"
+                    + spend(6, tenant="team-c", startTime="2026-08-29T11:30:00Z") + "\n")
+    result = api.ingest(tmp_path / "case", [path])
+    assert sorted((r["request_id"], r["tenant_id"]) for r in rows(tmp_path / "case")) == [
+        ("chatcmpl-5", "org-acme"), ("chatcmpl-5", "team-acme-prod"), ("chatcmpl-6", "team-b"), ("chatcmpl-6", "team-c")]
+    (note,) = [n for n in result.manifest["notes"] if "same start time" in n]
+    assert note.startswith("1 of them") and "tenant_field" in note and "chatcmpl-5" in note and "chatcmpl-6" not in note

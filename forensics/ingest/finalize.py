@@ -619,6 +619,22 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     if collisions:
         notes.append(f"{collisions} request ids are used by more than one tenant; they are kept apart by tenant (in split "
                      "logs a response to such an id names no tenant: it is kept as a response with no request, given to neither)")
+        # Two customers' requests under one id rarely start together; one request whose records name its
+        # customer in different fields (a spend log's team_id, a callback's metadata org id) always does.
+        table = f"read_parquet({_lit(c.table_path('exchanges'))})"
+        same_start = [rid for (rid,) in con.execute(
+            f"""WITH e AS (SELECT request_id, tenant_id, epoch_us(received_at) AS t FROM {table}
+                           WHERE request_id IN (SELECT request_id FROM {table} GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1))
+                SELECT DISTINCT a.request_id FROM e a JOIN e b ON a.request_id = b.request_id AND a.tenant_id < b.tenant_id
+                                                             AND abs(a.t - b.t) <= {REUSED_ID_SECONDS * 1_000_000}
+                ORDER BY 1""").fetchall()]
+        if same_start:
+            shown = ", ".join(safe_id(r) for r in same_start[:5]) + (", ..." if len(same_start) > 5 else "")
+            notes.append(f"{len(same_start)} of them {'carry' if len(same_start) > 1 else 'carries'} the same start time "
+                         f"under each tenant: most likely one request whose records name its customer in different fields "
+                         f"(the tenant rule takes the first field set), so its own text may read as another customer's: "
+                         f"{shown}. Fix: set tenant_field in the case file to the field that names the customer in "
+                         "every record, and ingest again")
     if reused:
         shown = ", ".join(safe_id(r) for r in reused[:5]) + (", ..." if len(reused) > 5 else "")
         notes.append(f"{len(reused)} request id{'s were' if len(reused) > 1 else ' was'} reused by one customer for "
