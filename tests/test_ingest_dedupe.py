@@ -179,10 +179,12 @@ def test_node_role_from_its_type_lines_when_the_name_does_not_tell(tmp_path: Pat
         ("gpu-node-8", "prefill"), ("gpu-node-8", "decode"), ("gpu-node-8", None), ("gpu-node-9", None)]
 
 
-def test_a_grown_log_ingested_again_under_its_name_keeps_the_same_copy_every_time(tmp_path: Path) -> None:
-    """A live log ingested, then ingested again once it grew: its first lines are in both copies, under the
-    same name and line numbers. Which copy is kept was left to DuckDB's sort (three runs gave three
-    different exchanges tables); the copy whose SHA-256 sorts first is kept."""
+def test_a_grown_log_ingested_again_under_its_name_replaces_its_earlier_copy(tmp_path: Path) -> None:
+    """A live log ingested, then ingested again once it grew (as a note on a growing log advises): the
+    earlier copy is the start of the complete one, so the complete one replaces it, every row is the
+    complete file's and the manifest lists each name once. Before, both copies stayed in the case: rows of
+    the earlier one under a SHA-256 the file no longer has, so every report of the case failed verify.
+    (Earlier still, which copy was kept was left to DuckDB's sort: three runs, three tables.)"""
     import hashlib
 
     day = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
@@ -202,10 +204,10 @@ def test_a_grown_log_ingested_again_under_its_name_keeps_the_same_copy_every_tim
         result = api.ingest(case, [live])
         assert result.manifest.reconciled
         rows = table_rows(case / "exchanges.parquet")
-        for row in rows:
-            name = Path(row["source_file"]).stem
-            if row["source_line"] <= 4:  # in both copies
-                assert row["source_sha256"] == min(first[name], grown[name]), row["source_file"]
+        assert len(rows) == 4 * 6 and {r["source_sha256"] for r in rows} == set(grown.values())
+        assert sorted(f["sha256"] for f in result.manifest["files"]) == sorted(grown.values())
+        assert not set(first.values()) & {f["sha256"] for f in result.manifest["files"]}
+        assert any("grew since" in n for n in result.manifest["notes"])
         tables.append((case / "exchanges.parquet").read_bytes())
         for path in live.iterdir():
             path.unlink()
@@ -275,3 +277,15 @@ def test_one_request_attributed_to_two_customers_by_different_fields_is_named_in
         ("chatcmpl-5", "org-acme"), ("chatcmpl-5", "team-acme-prod"), ("chatcmpl-6", "team-b"), ("chatcmpl-6", "team-c")]
     (note,) = [n for n in result.manifest["notes"] if "same start time" in n]
     assert note.startswith("1 of them") and "tenant_field" in note and "chatcmpl-5" in note and "chatcmpl-6" not in note
+
+
+def test_a_log_rewritten_under_its_name_keeps_both_copies(tmp_path: Path) -> None:
+    """Content that is not the start of the new file (a rotated or rewritten log) is other evidence: both
+    copies stay in the case."""
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "a.jsonl").write_text(spend(1) + "\n" + spend(2) + "\n")
+    api.ingest(tmp_path / "case", [live])
+    (live / "a.jsonl").write_text(spend(3) + "\n" + spend(4) + "\n")
+    result = api.ingest(tmp_path / "case", [live])
+    assert len(result.manifest["files"]) == 2 and len(rows(tmp_path / "case")) == 4

@@ -18,6 +18,7 @@ import dataclasses
 import fnmatch
 import functools
 import glob
+import hashlib
 import itertools
 import multiprocessing
 import os
@@ -548,6 +549,7 @@ def ingest(
         parquet_files: set[str] = set()  # SHA-256 of the Parquet files of this run (never batched)
         hashed: list[tuple[dict[str, Any], Path]] = []  # the files read only as far as they were hashed
         units: list[Unit] = []
+        replaced: list[dict[str, Any]] = []  # entries of the case a grown copy of the same log replaces
         for path, sha, detected, spans, skip, seen in plan:
             shown = display_path(path, base)
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
@@ -564,6 +566,8 @@ def ingest(
                 run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                                   "status": "already ingested (same SHA-256)"})
                 continue
+            for old in [s for s, e in known.items() if e.get("paths") == [shown] and _starts(path, e)]:
+                replaced.append(known.pop(old))  # the earlier copy of a log that grew: the complete one replaces it
             known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
             if seen.parquet:
                 parquet_files.add(sha)
@@ -585,12 +589,14 @@ def ingest(
             skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
             run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
 
-        _clear_staging(c.staging, {u.sha for u in units})
+        _clear_staging(c.staging, {u.sha for u in units} | {e["sha256"] for e in replaced})
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
         work = batched(units, {sha: e for sha, e in known.items() if sha not in parquet_files})
         band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
         band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
+        for e in replaced:
+            band_files.pop(e["sha256"], None)
         band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
         for unit, counts in (spark.stage_units(work) if spark is not None else _run_units(work, pool, in_process)):
             band.add(BandStats(**counts["prompt_tokens_band"]))
@@ -619,6 +625,11 @@ def ingest(
 
     case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
                              band_files)
+    if replaced:
+        names = ", ".join(e["path"] for e in replaced[:5]) + (", ..." if len(replaced) > 5 else "")
+        changed = [f"{len(replaced)} {'files' if len(replaced) > 1 else 'file'} grew since {'they were' if len(replaced) > 1 else 'it was'} "
+                   f"last ingested: the earlier copy is the start of the complete one, which replaced it (its rows are "
+                   f"now the complete file's): {names}", *changed]
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
     if tenantless:
@@ -645,6 +656,27 @@ def ingest(
     return IngestResult(c.root, case_manifest, run_files)
 
 
+def _starts(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether the plain file ``path`` begins with the content an earlier ingest recorded in ``entry`` (its
+    ``size`` bytes hash to its SHA-256): the earlier copy of a log that has grown since."""
+    size = entry.get("size")
+    if entry.get("compression") or not isinstance(size, int) or size <= 0:
+        return False
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            left = size
+            while left:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:
+                    return False
+                digest.update(chunk)
+                left -= len(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == entry.get("sha256")
+
+
 def _changed_since_hashed(hashed: list[tuple[dict[str, Any], Path]]) -> list[str]:
     """Notes on the files whose size changed while they were read (each ``(entry, path)`` was read only
     as far as it was hashed, ``entry["size"]`` bytes): a live log that grew, or one cut short."""
@@ -663,8 +695,7 @@ def _changed_since_hashed(hashed: list[tuple[dict[str, Any], Path]]) -> list[str
     if grew:
         notes.append(f"{len(grew)} files grew while they were read (logs still being written): only the bytes their "
                      f"SHA-256 covers were read, and the bytes appended after it were not: {', '.join(grew[:5])}. Fix: "
-                     "ingest them again once they are complete (the records read now then count as duplicates; a last "
-                     "line cut where the hash ended stays in quarantine)")
+                     "ingest them again once they are complete (the complete copy then replaces the one read now)")
     if shrank:
         notes.append(f"{len(shrank)} files shrank while they were read (cut or rotated in place): their last records may "
                      f"be missing from the case though their SHA-256 covers them: {', '.join(shrank[:5])}. Fix: copy the "
