@@ -455,3 +455,13 @@ def test_a_file_rewritten_after_it_was_hashed_is_damaged_input(tmp_path: Path, m
     assert any("changed while it was read" in p for p in entry["problems"])
     damage = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["damage"]).column(0).to_pylist()
     assert damage and all(d and "truncated_file" in d for d in damage)  # every row read from it is in doubt
+
+
+def test_a_symlink_loop_named_explicitly_says_so(tmp_path: Path) -> None:
+    """Before, it read "no such file or folder" (the path does exist: it is a link that loops); inside a
+    folder the same link was already named for what it is."""
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(InputError, match="symlink that cannot be followed") as exc:
+        api.ingest(tmp_path / "case", [tmp_path / "loop1"])
+    assert "no such file" not in str(exc.value)

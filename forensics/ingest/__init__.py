@@ -269,6 +269,10 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
             kind = _special_kind(os.stat(path).st_mode)
             raise InputError(_NOT_OPENED[kind] if kind else "not a regular file or folder", file=path,
                              fix="give log files or folders of them")
+        elif os.path.islink(path):  # a link that cannot be followed (dangling, or a loop): say which, as in a folder
+            problem = _check_entry(path, os.path.realpath(path.parent))
+            reason = problem.reason.split(". Fix: ")[0] if problem is not None else "symlink that cannot be followed"
+            raise InputError(reason, file=path, fix="give the path of the log file itself")
         else:
             raise InputError("no such file or folder", file=path, fix="check the path (relative paths are from the current folder)")
     return files, skipped
