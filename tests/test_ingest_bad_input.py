@@ -333,3 +333,25 @@ def test_cr_file_is_not_cut_at_a_stray_lf(tmp_path: Path, monkeypatch: pytest.Mo
     assert (entry["lines"], entry["ingested"], entry["quarantined"]) == (60, 59, 1)
     (q,) = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
     assert q["source_line"] == 51
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_compressed_file_cut_before_its_first_line_says_so(tmp_path: Path, named: bool) -> None:
+    """A .zst cut inside its first block holds no readable line. Before, it read "cannot tell the format"
+    (named) or "format not recognised" (in a folder), and --format was the fix offered."""
+    data = zstandard.ZstdCompressor().compress("".join(good(i) + "\n" for i in range(10)).encode())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = logs / "cut.jsonl.zst"
+    path.write_bytes(data[: len(data) // 2])
+    if named:
+        with pytest.raises(InputError) as exc:
+            api.ingest(tmp_path / "case", [path])
+        assert "no line can be read" in str(exc.value) and "--format" not in str(exc.value)
+    else:
+        (logs / "ok.jsonl").write_text(good(1) + "\n")
+        result = api.ingest(tmp_path / "case", [logs])
+        statuses = {Path(f["path"]).name: f["status"] for f in result.manifest["files"]}
+        assert statuses["cut.jsonl.zst"] == "skipped: damaged before its first line"
+        reasons = [q["reason"] for q in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()]
+        assert any("no line can be read" in r for r in reasons), reasons

@@ -39,7 +39,7 @@ from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import is_parquet, peek_rows
-from forensics.ingest.reader import FileProblem, Line, Span, compression_of, foreign_encoding, peek_lines, read_lines, scan_file
+from forensics.ingest.reader import FileProblem, Line, Span, compression_of, foreign_encoding, head_damage, peek_lines, read_lines, scan_file
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
 from forensics.ingest.staging import (
     STAGED_TABLES,
@@ -532,12 +532,19 @@ def ingest(
                     # Like a file of no known format: kept out, with a quarantine row naming the candidates.
                     skip, detected = (Skip("skipped: format ambiguous", f"{ambiguous.message}; file skipped. Fix: {ambiguous.fix}"),
                                       None)
+                damaged = head_damage(path) if detected is None and seen.compression else None
                 if detected is None and explicit:
+                    if damaged:  # nothing could be read: a format would not help
+                        raise InputError(f"no line can be read from this file: {damaged}", file=path,
+                                         fix="copy the complete file again (its compressed stream ends or breaks before its first line)")
                     raise InputError(
                         "cannot tell the format of this file from its content",
                         file=path,
                         fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                     )
+                if detected is None and damaged and skip is None:
+                    skip = Skip("skipped: damaged before its first line",
+                                f"no line can be read from this file: {damaged}; file skipped. Fix: copy the complete file again")
                 if detected == "mapped" and profile is not None:
                     from forensics.ingest.formats.mapped import check_profile
 

@@ -381,6 +381,16 @@ def peek_lines(path: Path, limit: int = 20, max_bytes: int = 8 << 20) -> list[st
     return lines
 
 
+def head_damage(path: Path) -> str | None:
+    """Why no line could be read from the start of a compressed file (a stream cut or corrupt before its
+    first line ends), or None: what to tell where its format could not be told from its first lines."""
+    problems: list[FileProblem] = []
+    for line in read_lines(path, problems, max_line=PEEK_LINE_BYTES):
+        if line.raw.strip():
+            return None
+    return problems[0].reason if problems else None
+
+
 def foreign_encoding(path: Path) -> str | None:
     """The name of a non-UTF-8 text encoding the file's first bytes betray (UTF-16/32), or None."""
     try:
