@@ -355,3 +355,18 @@ def test_a_compressed_file_cut_before_its_first_line_says_so(tmp_path: Path, nam
         assert statuses["cut.jsonl.zst"] == "skipped: damaged before its first line"
         reasons = [q["reason"] for q in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()]
         assert any("no line can be read" in r for r in reasons), reasons
+
+
+def test_a_lone_surrogate_escape_becomes_the_replacement_character_not_a_lost_record(tmp_path: Path) -> None:
+    """JSON allows "\\ud83d" alone (a JavaScript gateway that cut a string between an emoji's two halves
+    writes it); UTF-8 cannot hold it. Before, the whole record was quarantined as invalid JSON."""
+    line = good(1).replace('"r-1"', '"r-1", "note": "cut \\ud83d"')
+    body = json.loads(line)
+    body["body"]["messages"][0]["content"] = "question \ud83d"
+    text = json.dumps(body)  # json writes the lone surrogate as its escape
+    assert "\\ud83d" in text
+    entry, quarantine = ingest_lines(tmp_path, [text, json.dumps({**json.loads(good(2)), "tenant_id": "acct-\udc00"})])
+    assert (entry["ingested"], entry["quarantined"]) == (2, 0), quarantine
+    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert rows["r-1"]["prompt_text"].endswith("question \ufffd")
+    assert rows["r-2"]["tenant_id"] == "acct-\ufffd"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,11 +32,40 @@ class NoTenant(RecordError):
         )
 
 
+#: A UTF-16 surrogate with no partner: JSON's grammar allows its escape (a JavaScript gateway that cuts a
+#: string between the two halves of an emoji writes one), UTF-8 cannot hold it.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _mended(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    return value
+
+
 def loads(text: str) -> Any:
-    """Parse JSON; raise RecordError with the position on failure."""
+    """Parse JSON; raise RecordError with the position on failure.
+
+    A lone surrogate escape (``"\\ud83d"``) is valid JSON that orjson refuses: such a line is parsed again
+    and the surrogate becomes U+FFFD (the replacement character), so one cut emoji does not cost the record.
+    """
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
+        if "surrogate" in str(exc):
+            try:
+                return _mended(json.loads(text, parse_constant=_no_constant))
+            except (ValueError, RecursionError):
+                pass
         raise RecordError(f"invalid JSON ({exc})", fix="repair or re-export the line (a partial write or a cut copy)") from None
 
 
