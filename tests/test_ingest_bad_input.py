@@ -271,11 +271,13 @@ def test_utf16_file_in_a_folder_is_skipped_with_the_fix(tmp_path: Path) -> None:
     assert q["source_file"].endswith("b.jsonl") and "iconv -f UTF-16" in q["reason"]
 
 
-@pytest.mark.parametrize("bom", [False, True])
-def test_utf16_without_a_bom_is_told_by_its_alternating_zero_bytes(tmp_path: Path, bom: bool) -> None:
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32-le"])
+@pytest.mark.parametrize("text", ["plain", "Привет, как дела? 你好世界 " * 20])
+def test_utf16_and_32_without_a_bom_are_told_by_their_zero_bytes(tmp_path: Path, encoding: str, text: str) -> None:
     path = tmp_path / "requests.jsonl"
-    path.write_bytes((good(1) + "\n").encode("utf-16" if bom else "utf-16-le"))
-    with pytest.raises(InputError, match="UTF-16"):
+    line = json.dumps({**json.loads(good(1)), "note": text}, ensure_ascii=False)
+    path.write_bytes((line + "\n").encode(encoding))
+    with pytest.raises(InputError, match="UTF-32" if "32" in encoding else "UTF-16"):
         api.ingest(tmp_path / "case", [path], fmt="openai-split")
 
 

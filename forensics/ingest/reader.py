@@ -402,14 +402,19 @@ def foreign_encoding(path: Path) -> str | None:
         return "UTF-32"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return "UTF-16"
-    # Without a byte order mark, UTF-16 (UTF-32) text of mostly ASCII characters has a zero byte in every
-    # second (three of every four) place, on one side only. A run of zero bytes (what a crash or
-    # logrotate's copytruncate leaves) has them everywhere: that is a broken line, not an encoding.
+    # Without a byte order mark: UTF-8 text holds no zero byte. UTF-16 has one beside each ASCII character,
+    # always on the same side of its pair (a tenth of the bytes or more even in Cyrillic or CJK text, whose
+    # JSON stays ASCII); UTF-32 has one in the same place of every four. A long run of zero bytes (what a
+    # crash or logrotate's copytruncate leaves) has them on both sides and is a broken line, not an encoding;
+    # so is binary data, whose zero bytes fall anywhere.
+    runs = [len(r) for r in re.findall(rb"\x00+", head)]
+    zeros = sum(runs)
+    if not zeros or zeros < len(head) // 16 or sum(n for n in runs if n >= 4) * 2 > zeros:
+        return None
     quads = [head[i::4].count(0) for i in range(4)]
-    n = len(head) // 4
-    if n and sum(1 for q in quads if q >= 0.9 * n) == 3 and min(quads) <= 0.1 * n:
+    n4 = len(head) // 4
+    # UTF-32's two high bytes are zero for every character of the common planes: two places side by side.
+    if n4 and (min(quads[2], quads[3]) >= 0.95 * n4 or min(quads[0], quads[1]) >= 0.95 * n4):
         return "UTF-32"
     pairs = (quads[0] + quads[2], quads[1] + quads[3])
-    if n and max(pairs) >= 0.8 * 2 * n and min(pairs) <= 0.1 * 2 * n:
-        return "UTF-16"
-    return None
+    return "UTF-16" if max(pairs) >= 0.9 * zeros else None
