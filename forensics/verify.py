@@ -444,6 +444,7 @@ def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> li
         mine = load_case_file(case_file).to_json()["values"]
     except ConfigError as exc:
         return [Drift("case_file", shown, f"cannot be read as a case file ({exc})")]
+    root = Path(os.path.realpath(root))  # the case file's paths are resolved: so must the root be (a link, /tmp)
     case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
     values, sources = case.get("values") or {}, case.get("sources") or {}
     mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"]] for i in mine["inputs"]]

@@ -300,3 +300,14 @@ def test_rerun_compares_the_manifest_byte_for_byte(run_report: tuple[Path, str],
                     encoding="utf-8")
     code, out, _ = _call(["verify", str(report_dir), "--rerun"], capsys)
     assert code == 1 and "drift: rerun manifest.json" in out, out
+
+
+def test_inputs_given_through_a_symlink_verify_as_through_the_folder(run_report: tuple[Path, str]) -> None:
+    """The case file's paths are resolved; the root --inputs names was not (a mount alias, macOS's /tmp):
+    every input then read as a different path than the manifest's, a drift on an untouched report."""
+    report_dir, _ = run_report
+    incident = report_dir.parents[1] / "incident"
+    alias = report_dir.parents[1] / "alias"
+    alias.symlink_to(incident, target_is_directory=True)
+    assert verify(report_dir, inputs_root=incident).ok
+    assert verify(report_dir, inputs_root=alias).ok, _problems(report_dir, inputs_root=alias)
