@@ -348,6 +348,24 @@ def test_a_customer_resending_a_leaked_answer_is_not_named_for_the_text_it_was_l
     assert carried["recipient_request_id"] == "rcp-g" and "rcp-c" in carried["why_not_notified"]
 
 
+def test_a_customers_own_text_its_earlier_suspect_answer_quoted_still_names_it_when_it_leaks(tmp_path: Path) -> None:
+    """bolt sent its own document (b1, a suspect whose answer quotes it back), its chat client resent the
+    conversation (b2), and globex's later suspect answer holds the document. The text is bolt's own: it
+    sent it before its suspect answer held it, so that answer does not make bolt's copy a carried-on one.
+    (The first version of the carried-on rule sent the row to review and named nobody.)"""
+    rng = np.random.default_rng(13)
+    doc = " ".join(words(rng, 40))
+    rows = [exchange(f"bg{i}", f"t{i % 7}", i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 45)))
+            for i in range(60)]
+    rows += [exchange("b1", "bolt", 100, prompt="My document: " + doc, response="You wrote: " + doc),
+             exchange("b2", "bolt", 110, prompt="[user] My document: " + doc + " [assistant] You wrote: " + doc,
+                      response="Noted."),
+             exchange("g1", "globex", 300, prompt="q", response="Here: " + doc + " Done.")]
+    case = make_case(tmp_path / "case", rows, ["b1", "g1"])
+    named = sorted((f["recipient_request_id"], f["source_tenant_id"]) for f in match(case, config()).cross_tenant)
+    assert named == [("g1", "bolt")]
+
+
 def test_which_responses_the_control_sample_draws_never_changes_the_findings(tmp_path: Path) -> None:
     """The control sample is for calibration only. globex had received the passage in an earlier answer
     (so it is globex's own context), acme sent it too, and three more customers' answers held another

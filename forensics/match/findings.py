@@ -439,7 +439,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
-            facts: RecordFacts) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            facts: RecordFacts, holders: Holders | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
 
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
@@ -473,7 +473,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     rows = [r for r in rows if not r["_later"]]
     rows = _collapse_same_tenant_copies(rows)
     later = _collapse_same_tenant_copies(later)
-    _mark_carried_on(rows, targets, p.k)
+    _mark_carried_on(rows, targets, p.k, holders)
     _explain_away([r for r in rows if r["_carried_from"] is None])
     for r in rows:
         r.setdefault("_explained_by", None)
@@ -699,7 +699,7 @@ def _search_size(positions: int, records: int) -> float:
 CARRIED_SHARE = 0.5
 
 
-def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int) -> None:
+def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, holders: Holders | None = None) -> None:
     """Set ``_carried_from`` on each cross-tenant row whose source customer had itself received the passage
     in one of its suspect responses, completed before the source request was sent (the target's index),
     else None.
@@ -708,7 +708,9 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int) 
     to then holds the leaked text in its own next prompt, and a later suspect holding the same text matches
     that copy as well as the original. The text is not that customer's; its original sender's copy names
     the right one. A passage counts as received when at least :data:`CARRIED_SHARE` of its k-grams lie in
-    such an earlier suspect response.
+    such an earlier suspect response, and the customer had not sent that much of it itself before that
+    response completed (``holders``): a suspect answer quoting the customer's own text back leaves it the
+    customer's own.
     """
     by_tenant: dict[str | None, list[int]] = {}
     for i, t in enumerate(targets):
@@ -740,8 +742,15 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int) 
             n = int(np.isin(g, kgrams[i], assume_unique=True).sum())
             if n > most:
                 best, most = i, n
-        if best is not None and most >= CARRIED_SHARE * len(g):
-            r["_carried_from"] = best
+        if best is None or most < CARRIED_SHARE * len(g):
+            continue
+        if holders is not None:
+            start, h_tenant, h_time, _ = holders
+            seg, flat = holder_entries(start, g)
+            own = (h_tenant[flat] == tenant_code(r["source_tenant_id"])) & (h_time[flat] < targets[best].deadline_us)
+            if len(np.unique(seg[own])) >= CARRIED_SHARE * len(g):
+                continue  # the customer had sent it itself before: its own text, whatever its answer quoted
+        r["_carried_from"] = best
 
 
 def _explain_away(rows: list[dict[str, Any]]) -> None:
