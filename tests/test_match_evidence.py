@@ -50,6 +50,17 @@ def test_null_model_follows_the_null_and_falls_back_when_sparse() -> None:
     assert sparse.fallback and sparse.rate(10.0) == pytest.approx(2.0 ** -10)
 
 
+def test_a_tail_too_few_chance_matches_set_falls_by_a_halving_per_bit() -> None:
+    """A null of a dozen chance matches has two or three in its upper fifth: a tail predicted from them is
+    a power law (a Lomax of n = 2), which gave a 1,000-bit match E = 1e-5 on a small split-log incident
+    and sent true findings to review. Below MIN_TAIL excesses the tail beyond the threshold is the
+    theoretical one."""
+    model = NullModel.fit([10, 11, 12, 12, 13, 14, 15, 16, 18, 25, 31, 40], 1000.0, 200)
+    assert model.expected(1000.0, 1000.0) < 1e-200
+    assert model.expected(40.0, 1000.0) == pytest.approx(1.0 * 2.0 ** -(40.0 - model.threshold) * 10 / 1000.0 * 1000.0)
+    assert model.expected(12.0, 1000.0) == pytest.approx(10.0)  # at the threshold: counted, as before
+
+
 def test_calibration_on_a_null_with_an_exponential_tail_is_within_a_factor_two() -> None:
     rng = np.random.default_rng(2)
     points = []

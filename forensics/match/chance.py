@@ -20,7 +20,8 @@ chance matches is itself uncertain). A finding's
 many matches at least this strong a search of this size is expected to produce among unrelated
 texts. A null also sees the suspects against texts that arrived after them (see ``match``).
 
-The tail's slope is capped at one halving per bit. With fewer than :data:`MIN_NULL` chance
+The tail's slope is capped at one halving per bit, and is that when the upper fifth holds fewer than
+:data:`MIN_TAIL` chance matches (too few to predict a tail from). With fewer than :data:`MIN_NULL` chance
 matches (a small case) nothing can be fitted; the model is then the theoretical one of local
 alignment statistics (Karlin-Altschul, E = K m n e^(-lambda S)) with K = 1 and lambda = ln 2 for
 strengths in bits: one chance match per unit of search at 0 bits, halving with each bit. The
@@ -47,6 +48,11 @@ TAIL_QUANTILE = 0.8
 
 #: Chance matches left above the threshold where counting gives way to the fitted tail.
 TAIL_COUNT = 10
+
+#: Excess strengths needed to predict the tail from the null's upper fifth. With fewer (a null of fewer
+#: than about 25 chance matches), beyond the threshold the tail falls by the theoretical halving per bit:
+#: a Lomax tail of two excesses is a power law, which gave a 1,000-bit match an E-value of 1e-5.
+MIN_TAIL = 5
 
 #: E-value thresholds whose observed and expected chance counts are compared (calibration).
 CALIBRATION_POINTS = (0.001, 0.01, 0.05, 0.1, 0.5, 1.0)
@@ -113,7 +119,7 @@ class NullModel:
         threshold = float(s[-min(TAIL_COUNT, len(s))])
         scale = float(np.sum(excess)) + threshold - u
         slope = len(excess) / scale if scale > 1e-9 else math.inf
-        if slope >= BIT:
+        if slope >= BIT or len(excess) < MIN_TAIL:
             # Capped at one halving per bit: a steeper fall (many chance matches of one strength) would
             # promise fewer chance matches than the bits themselves justify.
             return cls(size, max(float(search), 1.0), s, threshold, BIT, None)
