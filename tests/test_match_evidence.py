@@ -377,6 +377,27 @@ def test_a_customers_own_text_its_earlier_suspect_answer_quoted_still_names_it_w
     assert named == [("g1", "bolt")]
 
 
+def test_a_passage_leaked_to_a_customer_in_two_answers_is_still_not_its_own(tmp_path: Path) -> None:
+    """acme's suspect answers leaked part of bolt's document (a1), then all of it (a3); acme's chat client
+    resent each. globex's later answer holds the document: bolt's alone. The own-text check must look
+    before the first answer that gave acme the passage; looked at before a3, acme's resend of a1 read as
+    acme's own copy and acme was named beside bolt."""
+    rng = np.random.default_rng(13)
+    doc = words(rng, 40)
+    part, full = " ".join(doc[:26]), " ".join(doc)
+    rows = [exchange(f"bg{i}", f"t{i % 7}", i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 45)))
+            for i in range(60)]
+    rows += [exchange("b0", "bolt", 80, prompt="My document: " + full, response="Noted."),
+             exchange("a1", "acme", 100, prompt="q1", response="Here: " + part + " end."),
+             exchange("a2", "acme", 110, prompt="[assistant] Here: " + part + " end. [user] what?", response="Unsure."),
+             exchange("a3", "acme", 120, prompt="q3", response="Again: " + full + " end."),
+             exchange("a4", "acme", 130, prompt="[assistant] Again: " + full + " end. [user] what?", response="Unsure."),
+             exchange("g1", "globex", 300, prompt="q", response="Here: " + full + " Done.")]
+    case = make_case(tmp_path / "case", rows, ["a1", "a3", "g1"])
+    named = sorted((f["recipient_request_id"], f["source_tenant_id"]) for f in match(case, config()).cross_tenant)
+    assert named == [("a1", "bolt"), ("a3", "bolt"), ("g1", "bolt")]
+
+
 def test_which_responses_the_control_sample_draws_never_changes_the_findings(tmp_path: Path) -> None:
     """The control sample is for calibration only. globex had received the passage in an earlier answer
     (so it is globex's own context), acme sent it too, and three more customers' answers held another

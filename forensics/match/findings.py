@@ -735,14 +735,15 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
         g = np.unique(np.concatenate(spans))
         if not len(g):
             continue
-        best, most = None, 0
-        for i in earlier:
+        # The first suspect answer that gave the customer the passage: what it held before that is its own.
+        best = None
+        for i in sorted(earlier, key=lambda i: (targets[i].deadline_us, i)):
             if i not in kgrams:
                 kgrams[i] = np.unique(targets[i].gids)
-            n = int(np.isin(g, kgrams[i], assume_unique=True).sum())
-            if n > most:
-                best, most = i, n
-        if best is None or most < CARRIED_SHARE * len(g):
+            if int(np.isin(g, kgrams[i], assume_unique=True).sum()) >= CARRIED_SHARE * len(g):
+                best = i
+                break
+        if best is None:
             continue
         if holders is not None:
             start, h_tenant, h_time, _ = holders
