@@ -20,8 +20,8 @@ chance matches is itself uncertain). A finding's
 many matches at least this strong a search of this size is expected to produce among unrelated
 texts. A null also sees the suspects against texts that arrived after them (see ``match``).
 
-The tail's slope is capped at one halving per bit, and is that when the upper fifth holds fewer than
-:data:`MIN_TAIL` chance matches (too few to predict a tail from). With fewer than :data:`MIN_NULL` chance
+The tail's slope is capped at one halving per bit; a null whose upper fifth holds fewer than :data:`MIN_TAIL`
+chance matches predicts its tail from its :data:`MIN_TAIL` strongest. With fewer than :data:`MIN_NULL` chance
 matches (a small case) nothing can be fitted; the model is then the theoretical one of local
 alignment statistics (Karlin-Altschul, E = K m n e^(-lambda S)) with K = 1 and lambda = ln 2 for
 strengths in bits: one chance match per unit of search at 0 bits, halving with each bit. The
@@ -49,9 +49,11 @@ TAIL_QUANTILE = 0.8
 #: Chance matches left above the threshold where counting gives way to the fitted tail.
 TAIL_COUNT = 10
 
-#: Excess strengths needed to predict the tail from the null's upper fifth. With fewer (a null of fewer
-#: than about 25 chance matches), beyond the threshold the tail falls by the theoretical halving per bit:
-#: a Lomax tail of two excesses is a power law, which gave a 1,000-bit match an E-value of 1e-5.
+#: Excess strengths the tail is predicted from at least: a null of fewer than about 25 chance matches has
+#: fewer in its upper fifth, and its tail is then predicted from its MIN_TAIL strongest. From two or three,
+#: the predicted tail was nearly a power law (a 1,000-bit match got E = 1e-5 on a small incident); a
+#: fixed halving per bit instead was far too light where the null's own tail is heavier (seven hundred
+#: times the chance matches expected at E <= 0.001 on simulated nulls of 16-20).
 MIN_TAIL = 5
 
 #: E-value thresholds whose observed and expected chance counts are compared (calibration).
@@ -113,13 +115,15 @@ class NullModel:
         # the median excess: on the realistic scenario (seeds 1-7) the held-out null then had 27 chance
         # matches at E <= 0.001 where 3.4 were expected; now 5 (benchmarks/quality.py).
         u = float(np.quantile(s, TAIL_QUANTILE))
+        if int(np.sum(s >= u)) < MIN_TAIL:
+            u = float(s[-MIN_TAIL])
         excess = s[s >= u] - u
         # Counted up to where TAIL_COUNT chance matches are left; beyond, the predicted tail, so a single
         # strongest match does not set a floor under every finding's E.
         threshold = float(s[-min(TAIL_COUNT, len(s))])
         scale = float(np.sum(excess)) + threshold - u
         slope = len(excess) / scale if scale > 1e-9 else math.inf
-        if slope >= BIT or len(excess) < MIN_TAIL:
+        if slope >= BIT:
             # Capped at one halving per bit: a steeper fall (many chance matches of one strength) would
             # promise fewer chance matches than the bits themselves justify.
             return cls(size, max(float(search), 1.0), s, threshold, BIT, None)
