@@ -350,6 +350,7 @@ def test_a_compressed_file_cut_before_its_first_line_says_so(tmp_path: Path, nam
         with pytest.raises(InputError) as exc:
             api.ingest(tmp_path / "case", [path])
         assert "no line can be read" in str(exc.value) and "--format" not in str(exc.value)
+        assert str(exc.value).count("Fix:") == 1 and "lines before were read" not in str(exc.value)
     else:
         (logs / "ok.jsonl").write_text(good(1) + "\n")
         result = api.ingest(tmp_path / "case", [logs])
@@ -372,3 +373,20 @@ def test_a_lone_surrogate_escape_becomes_the_replacement_character_not_a_lost_re
     rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
     assert rows["r-1"]["prompt_text"].endswith("question \ufffd")
     assert rows["r-2"]["tenant_id"] == "acct-\ufffd"
+
+
+def test_a_lone_surrogate_inside_a_json_string_field_is_mended_too(tmp_path: Path) -> None:
+    """LiteLLM's callback wrapper can hold its payload as a JSON string: the cut emoji is then an escape
+    inside that string, parsed on its own. Before, the record was quarantined ("not valid JSON")."""
+    payload = {"id": "chatcmpl-9", "call_type": "acompletion", "startTime": 1787997000.0, "endTime": 1787997005.0,
+               "model": "glm-5.3", "model_group": "glm-5.3", "messages": [{"role": "user", "content": "hi \ud83d"}],
+               "response": {"choices": [{"index": 0, "message": {"content": "ok"}}]},
+               "metadata": {"user_api_key_team_id": "team-a"}}
+    inner = json.dumps(payload)
+    assert "\\ud83d" in inner
+    path = tmp_path / "callbacks.jsonl"
+    path.write_text(json.dumps({"event": "success", "standard_logging_object": inner}) + "\n", encoding="utf-8")
+    result = api.ingest(tmp_path / "case", [path], fmt="litellm")
+    assert result.manifest["files"][0]["ingested"] == 1
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"].endswith("hi \ufffd")

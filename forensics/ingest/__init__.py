@@ -536,7 +536,7 @@ def ingest(
                 if detected is None and explicit:
                     if damaged:  # nothing could be read: a format would not help
                         raise InputError(f"no line can be read from this file: {damaged}", file=path,
-                                         fix="copy the complete file again (its compressed stream ends or breaks before its first line)")
+                                         fix="copy or export the complete file again and ingest it")
                     raise InputError(
                         "cannot tell the format of this file from its content",
                         file=path,
@@ -544,7 +544,8 @@ def ingest(
                     )
                 if detected is None and damaged and skip is None:
                     skip = Skip("skipped: damaged before its first line",
-                                f"no line can be read from this file: {damaged}; file skipped. Fix: copy the complete file again")
+                                f"no line can be read from this file: {damaged}; file skipped. Fix: copy or export the "
+                                "complete file again and ingest it")
                 if detected == "mapped" and profile is not None:
                     from forensics.ingest.formats.mapped import check_profile
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +42,35 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _bounded(text: str) -> int:
+    value = int(text)
+    if not -(2**63) <= value < 2**64:  # what orjson reads
+        raise ValueError(f"integer {text[:20]} is out of range")
+    return value
+
+
+def json_value(text: str | bytes) -> Any:
+    """orjson's parse; a lone surrogate escape (``"\\ud83d"``: valid JSON that orjson refuses, written by a
+    JavaScript gateway that cuts a string inside an emoji) is parsed again, as strictly as orjson would
+    otherwise, with each lone surrogate made U+FFFD. Raises orjson's JSONDecodeError."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in str(exc):
+            raise
+        try:
+            return _mended(json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded))
+        except (ValueError, RecursionError, UnicodeDecodeError):
+            raise exc from None
+
+
 def _mended(value: Any) -> Any:
     """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
     if isinstance(value, str):
@@ -59,13 +89,8 @@ def loads(text: str) -> Any:
     and the surrogate becomes U+FFFD (the replacement character), so one cut emoji does not cost the record.
     """
     try:
-        return orjson.loads(text)
+        return json_value(text)
     except orjson.JSONDecodeError as exc:
-        if "surrogate" in str(exc):
-            try:
-                return _mended(json.loads(text, parse_constant=_no_constant))
-            except (ValueError, RecursionError):
-                pass
         raise RecordError(f"invalid JSON ({exc})", fix="repair or re-export the line (a partial write or a cut copy)") from None
 
 
@@ -96,7 +121,7 @@ def maybe_json(value: Any, field: str) -> Any:
         stripped = value.lstrip()
         if stripped[:1] in ("{", "["):
             try:
-                return orjson.loads(value)
+                return json_value(value)
             except orjson.JSONDecodeError:
                 raise RecordError(f"{field} is a string that is not valid JSON") from None
     return value
@@ -356,7 +381,7 @@ def json_string(value: Any, field: str, record: str = "record") -> tuple[Any, bo
     if stripped[:1] not in ("{", "["):
         return (None if stripped == "" else value), False
     try:
-        return orjson.loads(stripped), False
+        return json_value(stripped), False
     except orjson.JSONDecodeError as exc:
         if "end of data" in str(exc):
             return None, True

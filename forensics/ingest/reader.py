@@ -388,7 +388,11 @@ def head_damage(path: Path) -> str | None:
     for line in read_lines(path, problems, max_line=PEEK_LINE_BYTES):
         if line.raw.strip():
             return None
-    return problems[0].reason if problems else None
+    if not problems:
+        return None
+    # The reader's reason speaks of lines read before the damage and carries its own fix: here none was read.
+    reason = problems[0].reason.split(". Fix: ")[0].replace("; the lines before were read", "")
+    return reason.replace(" after line 0 ", " before its first line ")
 
 
 def foreign_encoding(path: Path) -> str | None:

@@ -41,6 +41,7 @@ from forensics.ingest.fields import (
     first_objects,
     get_path,
     json_string,
+    json_value,
     loads_object,
     maybe_json,
     opt_count,
@@ -345,7 +346,7 @@ def _sse_chunks(text: str, field: str) -> tuple[list[Any], bool]:
         if data == "[DONE]" or not data:
             continue
         try:
-            out.append(orjson.loads(data))
+            out.append(json_value(data))
         except orjson.JSONDecodeError:
             return out, True
     return out, False

@@ -30,7 +30,7 @@ from forensics.config import PROFILE_PROMPT_KEYS as PROMPT_KEYS
 from forensics.config import PROFILE_REQUIRED, CaseConfig, Profile
 from forensics.errors import ConfigError
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
-from forensics.ingest.fields import RecordError, loads_object, opt_count, response_text, truncation, whole_number
+from forensics.ingest.fields import RecordError, json_value, loads_object, opt_count, response_text, truncation, whole_number
 from forensics.ingest.formats.helicone import CSV_ERROR
 from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
@@ -170,7 +170,7 @@ def decoded(value: Any) -> Any:
     """A string holding a JSON object or array, decoded (a path goes on into it); else as is."""
     if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         try:
-            return orjson.loads(value)
+            return json_value(value)
         except orjson.JSONDecodeError:
             return value
     return value
