@@ -417,6 +417,26 @@ def test_a_passage_leaked_to_a_customer_in_two_answers_is_still_not_its_own(tmp_
     assert named == [("a1", "bolt"), ("a3", "bolt"), ("g1", "bolt")]
 
 
+def test_a_passage_leaked_to_a_customer_in_two_halves_is_still_not_its_own(tmp_path: Path) -> None:
+    """acme's suspect answers leaked the first half of bolt's document (a1), then the second (a3); acme's
+    chat client resent both (a4). Neither half is half of the document's k-grams (those spanning the cut
+    are in neither), so each answer alone did not make acme's copy a carried one: acme was named for g1
+    and bolt, the author, was not."""
+    rng = np.random.default_rng(17)
+    doc = words(rng, 40)
+    first, second, full = " ".join(doc[:20]), " ".join(doc[20:]), " ".join(doc)
+    rows = [exchange(f"bg{i}", f"t{i % 7}", i, prompt=" ".join(words(rng, 30)), response=" ".join(words(rng, 45)))
+            for i in range(60)]
+    rows += [exchange("b0", "bolt", 80, prompt="My document: " + full, response="Noted."),
+             exchange("a1", "acme", 100, prompt="q1", response="Here: " + first + " end."),
+             exchange("a3", "acme", 120, prompt="q3", response="Again: " + second + " end."),
+             exchange("a4", "acme", 130, prompt="[assistant] " + first + " " + second + " [user] what?", response="Unsure."),
+             exchange("g1", "globex", 300, prompt="q", response="Here: " + full + " Done.")]
+    case = make_case(tmp_path / "case", rows, ["a1", "a3", "g1"])
+    named = sorted((f["recipient_request_id"], f["source_tenant_id"]) for f in match(case, config()).cross_tenant)
+    assert named == [("a1", "bolt"), ("a3", "bolt"), ("g1", "bolt")]
+
+
 def test_which_responses_the_control_sample_draws_never_changes_the_findings(tmp_path: Path) -> None:
     """The control sample is for calibration only. globex had received the passage in an earlier answer
     (so it is globex's own context), acme sent it too, and three more customers' answers held another

@@ -20,6 +20,7 @@ from forensics.match.index import NO_TIME, Target
 from forensics.match.order import lexsort_ints
 from forensics.match.rarity import Holders, holder_entries
 from forensics.match.stream import (
+    NO_TIME_MAX,
     Candidate,
     tenant_code,
 )
@@ -707,10 +708,10 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
     A chat client resends the conversation, leaked answer included: the customer a suspect response leaked
     to then holds the leaked text in its own next prompt, and a later suspect holding the same text matches
     that copy as well as the original. The text is not that customer's; its original sender's copy names
-    the right one. A passage counts as received when at least :data:`CARRIED_SHARE` of its k-grams lie in
-    such an earlier suspect response, and the customer had not sent that much of it itself before that
-    response completed (``holders``): a suspect answer quoting the customer's own text back leaves it the
-    customer's own.
+    the right one. A passage counts as received when at least :data:`CARRIED_SHARE` of its k-grams came to
+    the customer in such earlier suspect responses (several answers that each leaked a part count together)
+    and the customer had not sent them itself before the first answer that gave it each (``holders``): a
+    suspect answer quoting the customer's own text back leaves it the customer's own.
     """
     by_tenant: dict[str | None, list[int]] = {}
     for i, t in enumerate(targets):
@@ -735,23 +736,23 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
         g = np.unique(np.concatenate(spans))
         if not len(g):
             continue
-        # The first suspect answer that gave the customer the passage: what it held before that is its own.
-        best = None
+        # K-gram by k-gram: when a suspect answer first gave the customer each one (answers that each leaked a
+        # part count together), and whether the customer had sent it itself before then (its own text).
+        first = np.full(len(g), NO_TIME_MAX, dtype=np.int64)
+        giver = np.full(len(g), -1, dtype=np.int64)
         for i in sorted(earlier, key=lambda i: (targets[i].deadline_us, i)):
             if i not in kgrams:
                 kgrams[i] = np.unique(targets[i].gids)
-            if int(np.isin(g, kgrams[i], assume_unique=True).sum()) >= CARRIED_SHARE * len(g):
-                best = i
-                break
-        if best is None:
-            continue
-        if holders is not None:
+            new = np.isin(g, kgrams[i], assume_unique=True) & (giver < 0)
+            first[new], giver[new] = targets[i].deadline_us, i
+        carried = giver >= 0
+        if holders is not None and carried.any():
             start, h_tenant, h_time, _ = holders
             seg, flat = holder_entries(start, g)
-            own = (h_tenant[flat] == tenant_code(r["source_tenant_id"])) & (h_time[flat] < targets[best].deadline_us)
-            if len(np.unique(seg[own])) >= CARRIED_SHARE * len(g):
-                continue  # the customer had sent it itself before: its own text, whatever its answer quoted
-        r["_carried_from"] = best
+            own = (h_tenant[flat] == tenant_code(r["source_tenant_id"])) & (h_time[flat] < first[seg])
+            carried[np.unique(seg[own])] = False  # the customer had sent it itself before: its own text
+        if int(carried.sum()) >= CARRIED_SHARE * len(g):
+            r["_carried_from"] = int(giver[np.flatnonzero(carried)[np.argmin(first[carried])]])  # the first to give it
 
 
 def _explain_away(rows: list[dict[str, Any]]) -> None:
