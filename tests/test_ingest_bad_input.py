@@ -390,3 +390,20 @@ def test_a_lone_surrogate_inside_a_json_string_field_is_mended_too(tmp_path: Pat
     assert result.manifest["files"][0]["ingested"] == 1
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert row["prompt_text"].endswith("hi \ufffd")
+
+
+def test_the_surrogate_fallback_reads_numbers_and_bytes_as_orjson_does() -> None:
+    """The re-parse after a lone surrogate must accept and refuse what orjson does on the same line: an
+    integer beyond 64 bits is a float (it refused it), bytes holding an encoded surrogate are invalid UTF-8
+    (it read them)."""
+    import orjson
+
+    from forensics.ingest.fields import json_value
+
+    assert json_value('{"a": 18446744073709551616, "b": "\\ud800"}') == {"a": 18446744073709551616.0, "b": "\ufffd"}
+    assert orjson.loads('{"a": 18446744073709551616}') == {"a": 18446744073709551616.0}
+    with pytest.raises(orjson.JSONDecodeError):
+        json_value(b'{"a": "\xed\xa0\xbd"}')
+    for bad in ('{"a": NaN, "b": "\\ud800"}', '{"a": 1e400, "b": "\\ud800"}', '{"a": [1,], "b": "\\ud800"}'):
+        with pytest.raises(orjson.JSONDecodeError):
+            json_value(bad)

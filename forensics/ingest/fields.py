@@ -49,24 +49,26 @@ def _finite(text: str) -> float:
     return value
 
 
-def _bounded(text: str) -> int:
+def _bounded(text: str) -> int | float:
     value = int(text)
-    if not -(2**63) <= value < 2**64:  # what orjson reads
-        raise ValueError(f"integer {text[:20]} is out of range")
-    return value
+    return value if -(2**63) <= value < 2**64 else float(value)  # orjson reads an integer beyond 64 bits as a float
 
 
 def json_value(text: str | bytes) -> Any:
     """orjson's parse; a lone surrogate escape (``"\\ud83d"``: valid JSON that orjson refuses, written by a
     JavaScript gateway that cuts a string inside an emoji) is parsed again, as strictly as orjson would
-    otherwise, with each lone surrogate made U+FFFD. Raises orjson's JSONDecodeError."""
+    otherwise (no NaN or infinities; an integer beyond 64 bits a float, as orjson reads it), with each lone
+    surrogate made U+FFFD. Nesting deeper than Python's recursion allows (about 900) is refused, as orjson
+    refuses beyond 1,024. Raises orjson's JSONDecodeError."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         if "surrogate" not in str(exc):
             raise
         try:
-            return _mended(json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded))
+            # Bytes are decoded strictly first: an encoded surrogate is invalid UTF-8, as orjson says.
+            plain = text.decode("utf-8") if isinstance(text, bytes) else text
+            return _mended(json.loads(plain, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded))
         except (ValueError, RecursionError, UnicodeDecodeError):
             raise exc from None
 
