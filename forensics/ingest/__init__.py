@@ -18,7 +18,6 @@ import dataclasses
 import fnmatch
 import functools
 import glob
-import hashlib
 import itertools
 import multiprocessing
 import os
@@ -39,7 +38,18 @@ from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import is_parquet, peek_rows
-from forensics.ingest.reader import FileProblem, Line, Span, compression_of, foreign_encoding, head_damage, peek_lines, read_lines, scan_file
+from forensics.ingest.reader import (
+    FileProblem,
+    Line,
+    Span,
+    compression_of,
+    foreign_encoding,
+    head_damage,
+    peek_lines,
+    read_lines,
+    scan_file,
+    sha256_file,
+)
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
 from forensics.ingest.staging import (
     STAGED_TABLES,
@@ -674,19 +684,10 @@ def _starts(path: Path, entry: dict[str, Any]) -> bool:
     size = entry.get("size")
     if entry.get("compression") or not isinstance(size, int) or size <= 0:
         return False
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            left = size
-            while left:
-                chunk = fh.read(min(left, 1 << 20))
-                if not chunk:
-                    return False
-                digest.update(chunk)
-                left -= len(chunk)
+        return sha256_file(path, limit=size) == entry.get("sha256")
     except OSError:
         return False
-    return digest.hexdigest() == entry.get("sha256")
 
 
 def _changed_since_hashed(hashed: list[tuple[dict[str, Any], Path]]) -> list[str]:

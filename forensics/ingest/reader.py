@@ -88,12 +88,18 @@ def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
         raise
 
 
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes as stored (compressed files are hashed compressed)."""
+def sha256_file(path: Path, limit: int | None = None) -> str:
+    """SHA-256 of a file's bytes as stored (compressed files are hashed compressed); of its first ``limit``
+    bytes when given (fewer when the file is shorter)."""
     h = hashlib.sha256()
+    left = limit
     with open_regular(path) as fh:
-        while chunk := fh.read(CHUNK):
+        while chunk := fh.read(CHUNK if left is None else min(CHUNK, left)):
             h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+                if not left:
+                    break
     return h.hexdigest()
 
 
