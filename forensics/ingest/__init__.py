@@ -466,7 +466,7 @@ def ingest(
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
     input that holds ``paths``).
     """
-    from forensics.ingest.finalize import finalize
+    from forensics.ingest.finalize import finalize, first_few
 
     _real_folder.cache_clear()  # a folder's link may have moved since the last run in this process
     cfg = config or CaseConfig()
@@ -648,7 +648,7 @@ def ingest(
     case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
                              band_files)
     if replaced:
-        names = ", ".join(e["path"] for e in replaced[:5]) + (", ..." if len(replaced) > 5 else "")
+        names = first_few([e["path"] for e in replaced])
         changed = [f"{len(replaced)} {'files' if len(replaced) > 1 else 'file'} grew since {'they were' if len(replaced) > 1 else 'it was'} "
                    f"last ingested: the earlier copy is the start of the complete one, which replaced it (its rows are "
                    f"now the complete file's): {names}", *changed]

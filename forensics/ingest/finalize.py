@@ -424,22 +424,15 @@ WITH keys AS (
   FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
-    row_number() OVER (
-      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END
-      ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line, source_sha256,
-               record_hash) AS rn,
-    count(DISTINCT record_hash) OVER (
-      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS variants,
+    row_number() OVER (copies ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line,
+                                       source_sha256, record_hash) AS rn,
+    count(DISTINCT record_hash) OVER copies AS variants,
     -- Copies of one request share its start; copies far apart are another request under the same id.
-    max(received_us) OVER (
-      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
-    - min(received_us) OVER (
-      PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
-                   CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END) AS spread_us
+    max(received_us) OVER copies - min(received_us) OVER copies AS spread_us
   FROM keys
+  -- The copies of one request: its id, whole records and each kind of split half apart, one customer's.
+  WINDOW copies AS (PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
+                                 CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
 SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash FROM ranked
 """
@@ -453,6 +446,11 @@ def safe_id(value: str | None) -> str:
     """An id as a note shows it: quoted, control characters escaped, cut to 60 characters."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def first_few(names: list[str], n: int = 5) -> str:
+    """The first ``n`` of ``names`` for a note, with ", ..." when there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def winners_sql() -> str:
@@ -630,14 +628,14 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                                                              AND abs(a.t - b.t) <= {REUSED_ID_SECONDS * 1_000_000}
                 ORDER BY 1""").fetchall()]
         if same_start:
-            shown = ", ".join(safe_id(r) for r in same_start[:5]) + (", ..." if len(same_start) > 5 else "")
+            shown = first_few([safe_id(r) for r in same_start])
             notes.append(f"{len(same_start)} of them {'carry' if len(same_start) > 1 else 'carries'} the same start time "
                          f"under each tenant: most likely one request whose records name its customer in different fields "
                          f"(the tenant rule takes the first field set), so its own text may read as another customer's: "
                          f"{shown}. Fix: set tenant_field in the case file to the field that names the customer in "
                          "every record, and ingest again")
     if reused:
-        shown = ", ".join(safe_id(r) for r in reused[:5]) + (", ..." if len(reused) > 5 else "")
+        shown = first_few([safe_id(r) for r in reused])
         notes.append(f"{len(reused)} request id{'s were' if len(reused) > 1 else ' was'} reused by one customer for "
                      f"different requests (copies received more than {REUSED_ID_SECONDS} s apart): one row is kept per "
                      f"request id and customer, so the others were counted as duplicates and not searched: {shown}. "
