@@ -550,20 +550,14 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         elif p.tiering == "rules":
             decision = r["_rule"] if r["_rule"] else "no fixed rule (R1, R2, R2b, R3) holds"
         else:
+            tgt = targets[r["_target"]]
+            # The own-prompt check saw only the head and tail of a truncated prompt: its hidden middle may hold
+            # the passage (an answer quoting its own prompt), unless the model is shown never to have seen it.
+            hidden = tgt.prompt_truncated and not (tgt.engine_signature or tgt.placeholder_usage)
             decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"],
-                                   r["expected_by_chance"])
+                                   r["expected_by_chance"], hidden)
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
-            tgt = targets[r["_target"]]
-            if (r["tier"] == "confirmed" and p.tiering == "evalue" and tgt.prompt_truncated
-                    and not (tgt.engine_signature or tgt.placeholder_usage)):
-                # The own-prompt check saw only the head and tail of the recipient's prompt: its hidden middle
-                # may hold this passage (an answer quoting its own prompt). Certain only where the model is
-                # shown never to have seen that prompt (the engine's signature, the placeholder's usage).
-                r["tier"] = "probable"
-                r["tier_rule"] += ("; probable, not confirmed: only a truncated copy of the recipient's prompt was "
-                                   "logged, so its own prompt may hold this passage in the part not kept, and "
-                                   "nothing shows the model never saw that prompt")
         else:
             r["tier"], r["tier_rule"], r["why_not_notified"] = None, None, decision
     unexplained_controls = name_the_unexplained(rows, targets, p)

@@ -184,8 +184,8 @@ def admissible(score: float, informative: int, distinct: int, p: MatchParams) ->
 TEXT_EVALUE_CEILING = 0.1
 
 
-def evalue_tier(expected: float, rarity: float, p: MatchParams,
-                singles_out: float | None = None, text_expected: float | None = None) -> tuple[str, str] | str:
+def evalue_tier(expected: float, rarity: float, p: MatchParams, singles_out: float | None = None,
+                text_expected: float | None = None, prompt_hidden: bool = False) -> tuple[str, str] | str:
     """The tier of an admissible candidate from its E-value with the mechanism evidence
     (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review.
 
@@ -196,13 +196,20 @@ def evalue_tier(expected: float, rarity: float, p: MatchParams,
     Both must reach ``probable_rarity`` for ``probable``; for ``confirmed`` only ``singles_out``
     must: E counts only tokens no common k-gram explains, so at ``confirm_evalue`` that part names
     the source by itself, however much common text surrounds it, as long as few tenants held it.
+    ``prompt_hidden``: only a truncated copy of the recipient's prompt was logged and nothing shows the
+    model never saw it; the own-prompt check could not see its middle, so ``confirmed`` becomes ``probable``.
     """
     singles_out = rarity if singles_out is None else singles_out
     if text_expected is not None and text_expected > TEXT_EVALUE_CEILING:
         return (f"expected_by_chance {_apart(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}: the text alone is what unrelated "
                 "texts share; the decode-node evidence corroborates a finding, it does not make one")
     if expected <= p.confirm_evalue and singles_out >= p.probable_rarity:
-        return "confirmed", f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
+        rule = f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
+        if prompt_hidden:
+            return "probable", (rule + "; probable, not confirmed: only a truncated copy of the recipient's prompt was "
+                                "logged, so its own prompt may hold this passage in the part not kept, and nothing "
+                                "shows the model never saw that prompt")
+        return "confirmed", rule
     if rarity < p.probable_rarity:  # (singles_out >= rarity: a mean over the nonzero weights)
         return (f"mostly text other tenants also held (rarity {_apart(rarity, p.probable_rarity, '.2f')} < {p.probable_rarity:g}): "
                 "the passage does not single out the source customer")
