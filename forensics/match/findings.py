@@ -746,7 +746,7 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
             own = (h_tenant[flat] == tenant_code(r["source_tenant_id"])) & (h_time[flat] < first[seg])
             carried[np.unique(seg[own])] = False  # the customer had sent it itself before: its own text
         if int(carried.sum()) >= CARRIED_SHARE * len(g):
-            r["_carried_from"] = int(giver[np.flatnonzero(carried)[np.argmin(first[carried])]])  # the first to give it
+            r["_carried_from"] = int(giver[carried][np.argmin(first[carried])])  # the first answer to give it
 
 
 def _explain_away(rows: list[dict[str, Any]]) -> None:

@@ -222,9 +222,10 @@ class Scanner:
         # K-grams this process already knows to be common are dropped before the pairs are made
         # unique (most hits of real traffic are on common text; the sort is the costly part). The
         # parent retires them too: the entries that made them common reached it in earlier results.
-        done = np.array([NO_TIME if c is None else c + 1 for c in batch["completed_us"]], dtype=np.int64)
+        done = np.array([NO_TIME if c is None else c for c in batch["completed_us"]], dtype=np.int64)
+        done = np.where(done == NO_TIME, when[1::2], done)  # completed_at, else received_at
         held_at = when.copy()
-        held_at[1::2] = np.where(done == NO_TIME, np.where(when[1::2] == NO_TIME, NO_TIME, when[1::2] + 1), done)
+        held_at[1::2] = np.where(done == NO_TIME, NO_TIME, done + 1)
         hold = ((kind[text] == 0) | ~is_suspect[text]) & ~self.common[gid]
         n_gids = max(self.index.kgram_count, 1)
         pairs = np.unique(text[hold] * n_gids + gid[hold])
