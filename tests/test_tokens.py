@@ -180,6 +180,28 @@ def test_band_leaves_suspects_identical_to_counting_every_row(tmp_path: Path) ->
     assert results[0].summary()["suspects"] == results[1].summary()["suspects"]
 
 
+def test_band_counts_of_a_grown_log_are_the_complete_files_alone(tmp_path: Path) -> None:
+    """A live log ingested, then again once it grew: the complete copy replaces the earlier one, and
+    the manifest's band counts are those of the complete file, not of both copies."""
+    full = _band_logs(tmp_path)
+    lines = full.read_bytes().splitlines(keepends=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    log = live / "requests.jsonl"
+    log.write_bytes(b"".join(lines[:30]))
+    config = api.make_config(tokenizer=_worst_case_tokenizer(tmp_path), real_ceiling_tokens=CEILING_BAND)
+    grown, fresh = tmp_path / "grown", tmp_path / "fresh"
+    api.ingest(grown, [log], config=config)
+    early = json.loads((grown / "manifest.json").read_text())["prompt_tokens_band"]["rows"]
+    assert 0 < early["counted"] + early["decided_below"] < 60
+    log.write_bytes(b"".join(lines))
+    api.ingest(grown, [log], config=config)
+    api.ingest(fresh, [log], config=config)
+    bands = [json.loads((case / "manifest.json").read_text())["prompt_tokens_band"] for case in (grown, fresh)]
+    assert bands[0]["rows"] == bands[1]["rows"] and bands[0]["rows"]["counted"] + bands[0]["rows"]["decided_below"] == 60
+    assert bands[0]["rows_by_file"] == bands[1]["rows_by_file"] and len(bands[0]["rows_by_file"]) == 1
+
+
 def test_scan_ceiling_below_a_band_decision_is_refused(tmp_path: Path) -> None:
     from forensics.scan import scan
 

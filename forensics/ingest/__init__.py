@@ -615,13 +615,16 @@ def ingest(
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
         work = batched(units, {sha: e for sha, e in known.items() if sha not in parquet_files})
-        band = BandStats(**manifest.get("prompt_tokens_band", {}).get("rows", {}))  # earlier runs into this case
-        band_files: dict[str, int] = dict(manifest.get("prompt_tokens_band", {}).get("ceiling_by_file", {}))
+        earlier_band = manifest.get("prompt_tokens_band", {})  # earlier runs into this case
+        band_by_file = {sha: BandStats(**rows) for sha, rows in earlier_band.get("rows_by_file", {}).items()}
+        # A case ingested before the counts were kept per file has only their sum, kept as it is.
+        band_unfiled = BandStats() if "rows_by_file" in earlier_band else BandStats(**earlier_band.get("rows", {}))
+        band_files: dict[str, int] = dict(earlier_band.get("ceiling_by_file", {}))
         for e in replaced:
             band_files.pop(e["sha256"], None)
-        band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
+            band_by_file.pop(e["sha256"], None)  # the replaced copy's rows are gone from the case
         for unit, counts in (spark.stage_units(work) if spark is not None else _run_units(work, pool, in_process)):
-            band.add(BandStats(**counts["prompt_tokens_band"]))
+            band_by_file.setdefault(unit.sha, BandStats()).add(BandStats(**counts["prompt_tokens_band"]))
             if unit.tokenizer and unit.ceiling is not None:
                 band_files[unit.sha] = unit.ceiling
             entry = known[unit.sha]
@@ -647,6 +650,10 @@ def ingest(
 
     case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
                              band_files)
+    band = band_unfiled
+    for stats in band_by_file.values():
+        band.add(stats)
+    band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     if replaced:
         names = first_few([e["path"] for e in replaced])
         changed = [f"{len(replaced)} {'files' if len(replaced) > 1 else 'file'} grew since {'they were' if len(replaced) > 1 else 'it was'} "
@@ -664,6 +671,9 @@ def ingest(
                 f"{TEMPLATE_TOKENS_PER_MESSAGE} x messages + {TEMPLATE_TOKENS_FIXED} < the ceiling: no tokenizer "
                 "can make it reach the ceiling; it keeps the reported or estimated count (forensics.tokens)",
         "rows": dataclasses.asdict(band),
+        # Per file (SHA-256), so a log replaced by its grown copy takes its rows out of the sum.
+        "rows_by_file": {sha: _band_counts(band_by_file[sha]) for sha in sorted(band_by_file)
+                         if band_by_file[sha].counted or band_by_file[sha].decided_below},
         # Per file (SHA-256): the ceiling its rows were decided against (the finaliser needs it on later runs).
         "ceiling_by_file": dict(sorted(band_files.items())),
     })
@@ -676,6 +686,11 @@ def ingest(
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
     return IngestResult(c.root, case_manifest, run_files)
+
+
+def _band_counts(stats: BandStats) -> dict[str, int]:
+    """One file's band figures for the manifest (the ceiling is the case's, recorded once)."""
+    return {"counted": stats.counted, "decided_below": stats.decided_below, "highest_bound": stats.highest_bound}
 
 
 def _starts(path: Path, entry: dict[str, Any]) -> bool:
