@@ -173,3 +173,26 @@ def test_fast_path_equals_reference_path_for_every_bmp_character() -> None:
     fast, ref = tokenize(text), _tokenize_reference(text)
     assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
     assert np.array_equal(fast.hash, ref.hash)
+
+
+@pytest.mark.parametrize("multi", [0, 1, 64, 65, 300])
+@pytest.mark.parametrize("hard", [0, 1, 5, 32])
+def test_fast_path_equals_reference_path_in_long_texts(multi: int, hard: int) -> None:
+    """Long texts with a few or many characters that become several tokens ("…") and that may join a
+    neighbour oddly ("¼"): spliced into the fast path's tokens, beside words far longer than the
+    neighbourhood searched for a run's ends, and at the text's very start and end."""
+    from forensics.match.fingerprint import _tokenize_reference
+
+    rng = np.random.default_rng(multi * 100 + hard)
+    words = ["plain", "x" * 300, "Grüße", "e\u0301t\u00e9", "日本", "a,b.c", "_id", "\u200bzw"]
+    parts = [str(rng.choice(words)) for _ in range(2_000)]
+    for _ in range(multi):
+        i = int(rng.integers(len(parts)))
+        parts[i] = parts[i][: len(parts[i]) // 2] + "…" + parts[i][len(parts[i]) // 2 :]
+    for j in range(hard):
+        i = [0, len(parts) - 1, 1][j] if j < 3 else int(rng.integers(len(parts)))
+        parts[i] = ("¼" + parts[i]) if j % 2 else (parts[i] + "¼")
+    text = " ".join(parts)
+    fast, ref = tokenize(text), _tokenize_reference(text)
+    assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
+    assert np.array_equal(fast.hash, ref.hash)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import unicodedata
+from collections.abc import Callable
 
 import numpy as np
 import xxhash
@@ -334,31 +335,83 @@ def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.n
                       hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Re-tokenize the white-space-delimited runs around the ``hard`` characters by the reference path.
 
-    No token crosses white space, so the fast path's tokens outside those runs stand as they are.
+    No token crosses white space, so the fast path's tokens outside those runs stand as they are,
+    in their order: the runs' tokens are spliced in between them. Only the neighbourhood of each
+    hard character is searched for its run's ends (a whole-text pass per call cost as much as the
+    rest of the tokenization of a megabyte group).
     """
-    spaces = np.flatnonzero(info == _F_SPACE)
-    i = np.searchsorted(spaces, hard)
-    lo = np.where(i > 0, spaces[np.maximum(i - 1, 0)] + 1, 0) if len(spaces) else np.zeros_like(hard)
-    hi = np.where(i < len(spaces), spaces[np.minimum(i, len(spaces) - 1)], len(info)) if len(spaces) \
-        else np.full_like(hard, len(info))
-    runs = sorted(set(zip(lo.tolist(), hi.tolist())))  # at most _MAX_SPLICES, disjoint
-    keep = np.ones(len(start), dtype=bool)
-    parts = []
+    runs = sorted({_run_around(info, pos) for pos in hard.tolist()})  # at most _MAX_SPLICES, disjoint
+    starts, ends, hashes_out = [], [], []
+    done = 0
     for lo, hi in runs:
-        keep[np.searchsorted(start, lo) : np.searchsorted(start, hi)] = False
-        parts.append(_tokenize_reference(text[lo:hi]))
-        parts[-1] = Tokens(parts[-1].start + lo, parts[-1].end + lo, parts[-1].hash)
-    start = np.concatenate([start[keep]] + [p.start for p in parts])
-    end = np.concatenate([end[keep]] + [p.end for p in parts])
-    hashes = np.concatenate([hashes[keep]] + [p.hash for p in parts])
-    order = np.argsort(start, kind="stable")  # several tokens of one character keep their order
-    return start[order], end[order], hashes[order]
+        a, b = int(np.searchsorted(start, lo)), int(np.searchsorted(start, hi))
+        part = _tokenize_reference(text[lo:hi])
+        starts += [start[done:a], part.start + lo]
+        ends += [end[done:a], part.end + lo]
+        hashes_out += [hashes[done:a], part.hash]
+        done = b
+    return (np.concatenate([*starts, start[done:]]), np.concatenate([*ends, end[done:]]),
+            np.concatenate([*hashes_out, hashes[done:]]))
+
+
+def _run_around(info: np.ndarray, pos: int) -> tuple[int, int]:
+    """The run of non-white-space characters around ``pos``: from just after the white space before
+    it (or the text's start) to the white space after it (or the text's end)."""
+    lo, width = 0, 64
+    while True:
+        left = max(0, pos - width)
+        found = np.flatnonzero(info[left:pos] == _F_SPACE)
+        if len(found):
+            lo = left + int(found[-1]) + 1
+            break
+        if left == 0:
+            break
+        width *= 4
+    hi, width = len(info), 64
+    while True:
+        right = min(len(info), pos + width)
+        found = np.flatnonzero(info[pos:right] == _F_SPACE)
+        if len(found):
+            hi = pos + int(found[0])
+            break
+        if right == len(info):
+            break
+        width *= 4
+    return lo, hi
 
 
 def _expand_multi(cps: np.ndarray, multi: np.ndarray, start: np.ndarray, end: np.ndarray,
                   hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Replace the one token of each character that stands for several ("…") by its tokens."""
-    at = np.searchsorted(start, multi)  # each such character is a token of its own
+    if len(multi) > _FEW_MULTI:
+        return _expand_multi_many(cps, multi, start, end, hashes)
+    at = np.searchsorted(start, multi).tolist()  # each such character is a token of its own
+    pieces = [_multi[int(c)] for c in cps[multi].tolist()]
+    # The tokens between two such characters are copied as runs (one pass over the arrays, not
+    # a repeat count per token).
+    keep = [slice(b + 1, e) for b, e in zip([-1, *at], [*at, len(start)])]
+
+    def spliced(arr: np.ndarray, replace: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+        parts = [arr[keep[0]]]
+        for i, piece in enumerate(pieces):
+            parts += [replace(at[i], piece), arr[keep[i + 1]]]
+        return np.concatenate(parts)
+
+    # A character's tokens all have its offsets; their hashes are its pieces'.
+    return (spliced(start, lambda a, piece: np.full(len(piece), start[a], dtype=start.dtype)),
+            spliced(end, lambda a, piece: np.full(len(piece), end[a], dtype=end.dtype)),
+            spliced(hashes, lambda a, piece: piece))
+
+
+#: Up to this many characters that stand for several tokens, a text's tokens are spliced around
+#: them; beyond it, they are expanded by repeat counts (one pass whatever their number).
+_FEW_MULTI = 64
+
+
+def _expand_multi_many(cps: np.ndarray, multi: np.ndarray, start: np.ndarray, end: np.ndarray,
+                       hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_expand_multi` for many such characters."""
+    at = np.searchsorted(start, multi)
     pieces = [_multi[int(c)] for c in cps[multi].tolist()]
     counts = np.ones(len(start), dtype=np.int64)
     counts[at] = [len(p) for p in pieces]
