@@ -360,7 +360,7 @@ def test_a_compressed_file_cut_before_its_first_line_says_so(tmp_path: Path, nam
         assert any("no line can be read" in r for r in reasons), reasons
 
 
-def test_a_lone_surrogate_escape_becomes_the_replacement_character_not_a_lost_record(tmp_path: Path) -> None:
+def test_a_lone_surrogate_escape_becomes_its_text_not_a_lost_record(tmp_path: Path) -> None:
     """JSON allows "\\ud83d" alone (a JavaScript gateway that cut a string between an emoji's two halves
     writes it); UTF-8 cannot hold it. Before, the whole record was quarantined as invalid JSON."""
     line = good(1).replace('"r-1"', '"r-1", "note": "cut \\ud83d"')
@@ -371,8 +371,19 @@ def test_a_lone_surrogate_escape_becomes_the_replacement_character_not_a_lost_re
     entry, quarantine = ingest_lines(tmp_path, [text, json.dumps({**json.loads(good(2)), "tenant_id": "acct-\udc00"})])
     assert (entry["ingested"], entry["quarantined"]) == (2, 0), quarantine
     rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
-    assert rows["r-1"]["prompt_text"].endswith("question \ufffd")
-    assert rows["r-2"]["tenant_id"] == "acct-\ufffd"
+    assert rows["r-1"]["prompt_text"].endswith("question \\ud83d")
+    assert rows["r-2"]["tenant_id"] == "acct-\\udc00"
+
+
+def test_customer_ids_differing_only_in_a_lone_surrogate_stay_two_customers(tmp_path: Path) -> None:
+    """A gateway writes a header's non-UTF-8 bytes as "\\udcXX" escapes: ``caf\\udce9`` and ``caf\\udce8``
+    are two customers. Made U+FFFD both, they became one: one packet, and a leak between them read as
+    the customer's own text."""
+    lines = [json.dumps({**json.loads(good(i)), "tenant_id": "caf" + chr(e)}) for i, e in ((1, 0xDCE9), (2, 0xDCE8))]
+    entry, quarantine = ingest_lines(tmp_path, lines)
+    assert (entry["ingested"], entry["quarantined"]) == (2, 0), quarantine
+    tenants = {r["request_id"]: r["tenant_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert tenants == {"r-1": "caf\\udce9", "r-2": "caf\\udce8"}
 
 
 def test_a_lone_surrogate_inside_a_json_string_field_is_mended_too(tmp_path: Path) -> None:
@@ -389,7 +400,7 @@ def test_a_lone_surrogate_inside_a_json_string_field_is_mended_too(tmp_path: Pat
     result = api.ingest(tmp_path / "case", [path], fmt="litellm")
     assert result.manifest["files"][0]["ingested"] == 1
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
-    assert row["prompt_text"].endswith("hi \ufffd")
+    assert row["prompt_text"].endswith("hi \\ud83d")
 
 
 def test_the_surrogate_fallback_reads_numbers_and_bytes_as_orjson_does() -> None:
@@ -400,7 +411,7 @@ def test_the_surrogate_fallback_reads_numbers_and_bytes_as_orjson_does() -> None
 
     from forensics.ingest.fields import json_value
 
-    assert json_value('{"a": 18446744073709551616, "b": "\\ud800"}') == {"a": 18446744073709551616.0, "b": "\ufffd"}
+    assert json_value('{"a": 18446744073709551616, "b": "\\ud800"}') == {"a": 18446744073709551616.0, "b": "\\ud800"}
     assert orjson.loads('{"a": 18446744073709551616}') == {"a": 18446744073709551616.0}
     with pytest.raises(orjson.JSONDecodeError):
         json_value(b'{"a": "\xed\xa0\xbd"}')

@@ -58,8 +58,8 @@ def json_value(text: str | bytes) -> Any:
     """orjson's parse; a lone surrogate escape (``"\\ud83d"``: valid JSON that orjson refuses, written by a
     JavaScript gateway that cuts a string inside an emoji) is parsed again, as strictly as orjson would
     otherwise (no NaN or infinities; an integer beyond 64 bits a float, as orjson reads it), with each lone
-    surrogate made U+FFFD. Nesting deeper than Python's recursion allows (about 900) is refused, as orjson
-    refuses beyond 1,024. Raises orjson's JSONDecodeError."""
+    surrogate written as its escape's text (:func:`_mended`). Nesting deeper than Python's recursion allows
+    (about 900) is refused, as orjson refuses beyond 1,024. Raises orjson's JSONDecodeError."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -74,9 +74,11 @@ def json_value(text: str | bytes) -> Any:
 
 
 def _mended(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    """``value`` with every lone surrogate in its strings (keys too) written as the six characters of its
+    escape (``\\udc00``). Not U+FFFD: two customer ids that differ only there (a gateway writes a header's
+    non-UTF-8 bytes as ``\\udcXX``) must stay two customers, and the evidence shows what was sent."""
     if isinstance(value, str):
-        return LONE_SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub(_escape, value)
     if isinstance(value, list):
         return [_mended(v) for v in value]
     if isinstance(value, dict):
@@ -84,11 +86,15 @@ def _mended(value: Any) -> Any:
     return value
 
 
+def _escape(surrogate: re.Match[str]) -> str:
+    return f"\\u{ord(surrogate.group()):04x}"
+
+
 def loads(text: str) -> Any:
     """Parse JSON; raise RecordError with the position on failure.
 
     A lone surrogate escape (``"\\ud83d"``) is valid JSON that orjson refuses: such a line is parsed again
-    and the surrogate becomes U+FFFD (the replacement character), so one cut emoji does not cost the record.
+    and the surrogate becomes the text of its escape (``\\ud83d``), so one cut emoji does not cost the record.
     """
     try:
         return json_value(text)
