@@ -324,7 +324,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
                         "(see anomalies.signature_outside_scope): check the window and the model list")
     if shared_ids:
         warnings.append(
-            f"{shared_ids['ids']} engine request id(s) are each carried by several exchanges in the window "
+            f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "
             f"({shared_ids['exchanges']} exchanges: two customers sending the same id, or two gateways): the engine "
             "logs cannot tell those exchanges apart, so no engine record was attributed to any of them and each was "
             f"judged by its own prompt size alone; {shared_ids['signature']} of those ids carry the engine's bug "

@@ -1,7 +1,7 @@
 -- id: engine_rid_shared
 -- kind: anomaly
--- title: Engine request ids that several exchanges in the window carry: their engine records are attributed to none
--- returns: one exchange inside the window whose engine id (its rid, else its request id) appears in the engine logs and is also carried by another exchange in the window (two customers sending the same client-supplied id, or two gateways). The engine logs name a request only by that id, so its records cannot be told apart: the scan attributes the engine's bug signature to none of them, and each is judged by its own prompt size alone. `engine_signature` says whether the shared id carries the bug's signature (over-limit on prefill, output on decode); those rows deserve a look by hand.
+-- title: Engine request ids that several exchanges carry: their engine records are attributed to none
+-- returns: one exchange inside the window whose engine id (its rid, else its request id) appears in the engine logs and is also carried by another exchange, in the window or not (two customers sending the same client-supplied id, or two gateways). The engine logs name a request only by that id, so its records cannot be told apart: the scan attributes the engine's bug signature to none of them, and each is judged by its own prompt size alone. `engine_signature` says whether the shared id carries the bug's signature (over-limit on prefill, output on decode); those rows deserve a look by hand.
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
 WITH in_window AS (
@@ -9,11 +9,11 @@ WITH in_window AS (
   FROM exchanges
   WHERE coalesce(received_at, completed_at) >= $window_start AND coalesce(received_at, completed_at) < $window_end
 ),
-shared AS (
-  SELECT engine_rid, count(DISTINCT (request_id, tenant_id)) AS exchanges_sharing
-  FROM in_window
-  WHERE engine_rid IN (SELECT rid FROM engine_events WHERE rid IS NOT NULL)
-  GROUP BY engine_rid
+shared AS (  -- counted over every exchange, as engine_signature and ingest count them
+  SELECT coalesce(rid, request_id) AS engine_rid, count(DISTINCT (request_id, tenant_id)) AS exchanges_sharing
+  FROM exchanges
+  WHERE coalesce(rid, request_id) IN (SELECT rid FROM engine_events WHERE rid IS NOT NULL)
+  GROUP BY 1
   HAVING count(DISTINCT (request_id, tenant_id)) > 1
 ),
 over AS (

@@ -1,7 +1,7 @@
 -- id: engine_signature
 -- kind: suspect
 -- title: The engine's own signature of the bug: over-limit on prefill, yet output was generated
--- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges in the window carry (two customers sending the same client-supplied id) cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size).
+-- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges carry (two customers sending the same client-supplied id), in the window or not, cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size). Ingest withholds such an id's engine keys from every exchange for the same reason.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -12,10 +12,10 @@ WITH over AS (
   WHERE event IN ('over_limit', 'exceeds_max_tokens') AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'
   GROUP BY rid
 ),
-attributable AS (  -- engine ids that name exactly one exchange in the window
+attributable AS (  -- engine ids that name exactly one exchange: an over-limit line of a long prompt sent
+  -- before the window must not make a later one-line question with the same id a suspect
   SELECT coalesce(rid, request_id) AS engine_rid
   FROM exchanges
-  WHERE coalesce(received_at, completed_at) >= $window_start AND coalesce(received_at, completed_at) < $window_end
   GROUP BY 1
   HAVING count(DISTINCT (request_id, tenant_id)) = 1
 ),

@@ -5,7 +5,7 @@
 -- Not a suspect by itself: SGLang aborts the request on each of these (prepare_abort before the transfer is
 -- committed), so the guard fired and nothing was generated from the wrong pages; output seen afterwards is
 -- normally a retry. The incident's bug is the opposite case -- no guard fired (see engine_signature).
--- The engine names a request only by its rid (or bootstrap room): when another exchange in the window carries
+-- The engine names a request only by its rid (or bootstrap room): when another exchange (in the window or not) carries
 -- the same id (two customers sending the same client-supplied id), the engine line may be either's, and
 -- `engine_id_shared` is true (see engine_rid_shared).
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
@@ -24,10 +24,9 @@ fault_kinds AS (
   SELECT request_id, tenant_id, string_agg(DISTINCT event, ';' ORDER BY event) AS fault_events
   FROM faults GROUP BY request_id, tenant_id
 ),
-shared AS (  -- engine ids that several exchanges in the window carry
+shared AS (  -- engine ids that several exchanges carry, in the window or not
   SELECT coalesce(rid, request_id) AS engine_rid
   FROM exchanges
-  WHERE coalesce(received_at, completed_at) >= $window_start AND coalesce(received_at, completed_at) < $window_end
   GROUP BY 1
   HAVING count(DISTINCT (request_id, tenant_id)) > 1
 ),
