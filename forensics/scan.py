@@ -322,6 +322,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if outside:
         warnings.append(f"{outside} request(s) carry the engine's bug signature outside the case's window or models "
                         "(see anomalies.signature_outside_scope): check the window and the model list")
+    unknown = anomalies.get("unknown_token_count", {}).get("rows", 0)
+    if unknown:
+        warnings.append(f"{unknown} response(s) in scope have no trusted prompt size (no prompt text and no engine record; "
+                        "a reported 1 token is the placeholder's figure, not a count): the scan cannot say whether they "
+                        "overflowed the pool (see anomalies.unknown_token_count): find their prompts' sizes elsewhere "
+                        "(the engine logs, a spend log written with its prompts) before the list is final")
     if shared_ids:
         warnings.append(
             f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "

@@ -46,7 +46,11 @@ Only where it matters (the band)
 A reported figure is *implausible* when no tokenizer could produce it from the text: fewer tokens
 than bytes / 16 (a ratio no BPE vocabulary reaches on real text), or more than one token per
 byte plus a template allowance. The incident's placeholder, ``prompt_tokens = 1`` on a prompt of
-megabytes, fails the first test by orders of magnitude.
+megabytes, fails the first test by orders of magnitude. With no text to test it against (a spend log
+written without prompts, a request body cut away), a reported figure is taken as it is, except the
+placeholder's own: at most :data:`PLACEHOLDER_TOKENS` tokens is no count (``unknown``), since no chat
+request is that short once its template is applied, and the scan lists such a response as one whose
+size it cannot tell.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ TEMPLATE_TOKENS_PER_MESSAGE = 16
 TEMPLATE_TOKENS_FIXED = 64
 #: Tokens per UTF-8 byte (after the tokenizer's normaliser) no tokenizer exceeds: see the module notes.
 BAND_TOKENS_PER_BYTE = 4
+#: The placeholder's reported size: a figure this small, with no text to check it, is no count.
+PLACEHOLDER_TOKENS = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +104,12 @@ def plausible(reported: int, text_bytes: int, messages: int = 1) -> bool:
     low = math.floor(text_bytes / MAX_BYTES_PER_TOKEN)
     high = text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
     return low <= reported <= high
+
+
+def unchecked_count(reported: int) -> bool:
+    """Whether a reported figure with no text to test it against is taken as the prompt's size: any
+    but the placeholder's (see the module notes)."""
+    return reported > PLACEHOLDER_TOKENS
 
 
 def band_bound(text_bytes: int, messages: int) -> int:
@@ -171,7 +183,7 @@ class Counter:
             return TokenCount(reported, "reported", reported, reported), is_plausible
         if text_bytes is not None and (text or truncated):
             return estimate(text_bytes), is_plausible
-        if reported is not None and text_bytes is None:
+        if reported is not None and text_bytes is None and unchecked_count(reported):
             return TokenCount(reported, "reported", reported, reported), None
         return TokenCount(None, "unknown", None, None), is_plausible
 

@@ -334,3 +334,34 @@ def test_every_scan_query_on_the_capped_connection_runs_again_uncapped_when_it_m
     scan(root, _config())
     assert calls["failed"] >= 15  # the 11 query files and the scan's own 4 checks
     assert ((root / "suspects.csv").read_bytes(), json.loads((root / "scan.json").read_text())["suspect_counts"]) == expected
+
+
+def _spend_row(request_id: str, org: str, start: str, prompt_tokens: int, answer: str) -> dict[str, Any]:
+    """A LiteLLM spend-log row as written by default (``store_prompts_in_spend_logs`` off): no prompt."""
+    return {"request_id": request_id, "call_type": "acompletion", "api_key": "k", "spend": 0.0,
+            "total_tokens": prompt_tokens + 5, "prompt_tokens": prompt_tokens, "completion_tokens": 5,
+            "startTime": start, "endTime": start, "model": MODEL, "model_group": MODEL, "status": "success",
+            "messages": {}, "proxy_server_request": {}, "metadata": {"user_api_key_org_id": org},
+            "response": {"id": request_id, "object": "chat.completion", "model": MODEL,
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}}
+
+
+def test_the_placeholders_one_token_with_no_prompt_to_check_is_no_count(tmp_path: Path) -> None:
+    """A spend log without prompts gives only the gateway's figure. The placeholder's 1 was trusted as the
+    prompt's size: the over-long request passed as a one-token question and the scan said clean. It is
+    now no count at all: the response is listed as one whose size is unknown, with a warning."""
+    from forensics.api import ingest
+
+    logs = tmp_path / "spend.jsonl"
+    logs.write_text(json.dumps(_spend_row("sl-ph", "org-a", "2026-08-30T01:00:00", 1, "Patient: R. Lee, MRN 9384017")) + "\n"
+                    + json.dumps(_spend_row("sl-normal", "org-b", "2026-08-30T01:00:05", 120, "a normal answer")) + "\n")
+    case = tmp_path / "case"
+    ingest(case, [logs], config=_config())
+    rows = {r["request_id"]: r for r in pq.read_table(case / "exchanges.parquet").to_pylist()}
+    assert (rows["sl-ph"]["prompt_tokens"], rows["sl-ph"]["prompt_tokens_source"]) == (None, "unknown")
+    assert rows["sl-ph"]["reported_prompt_tokens"] == 1
+    assert (rows["sl-normal"]["prompt_tokens"], rows["sl-normal"]["prompt_tokens_source"]) == (120, "reported")
+    result = scan(case, _config())
+    rec = json.loads((case / "scan.json").read_text(encoding="utf-8"))
+    assert [r["request_id"] for r in rec["anomalies"]["unknown_token_count"]["listed"]] == ["sl-ph"]
+    assert result.suspects == 0 and any("unknown_token_count" in w for w in rec["warnings"])

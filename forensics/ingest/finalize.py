@@ -798,7 +798,7 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
             cols["reported_prompt_tokens_plausible"][i] = ok
             if ok and cols["prompt_tokens_source"][i] in ("estimate", "unknown"):
                 _set_count(cols, i, reported, "reported")
-        elif reported is not None and cols["prompt_tokens_source"][i] == "unknown":
+        elif reported is not None and cols["prompt_tokens_source"][i] == "unknown" and tokens.unchecked_count(reported):
             _set_count(cols, i, reported, "reported")
         keys = engine.get(cols["request_id"][i])
         if keys is None:
