@@ -45,7 +45,9 @@ Only where it matters (the band)
 
 A reported figure is *implausible* when no tokenizer could produce it from the text: fewer tokens
 than bytes / 16 (a ratio no BPE vocabulary reaches on real text), or more than one token per
-byte plus a template allowance. The incident's placeholder, ``prompt_tokens = 1`` on a prompt of
+byte plus a template allowance (no upper bound when the prompt has image, audio or file parts: the
+text is then only part of it, and a plausible reported figure, which counted them, comes first). The
+incident's placeholder, ``prompt_tokens = 1`` on a prompt of
 megabytes, fails the first test by orders of magnitude. With no text to test it against (a spend log
 written without prompts, a request body cut away), a reported figure is taken as it is, except the
 placeholder's own: at most :data:`PLACEHOLDER_TOKENS` tokens is no count (``unknown``), since no chat
@@ -97,13 +99,17 @@ def estimate(text_bytes: int) -> TokenCount:
     )
 
 
-def plausible(reported: int, text_bytes: int, messages: int = 1) -> bool:
-    """Whether a reported prompt token count could belong to a text of ``text_bytes`` bytes."""
+def plausible(reported: int, text_bytes: int, messages: int = 1, nontext: int = 0) -> bool:
+    """Whether a reported prompt token count could belong to a text of ``text_bytes`` bytes.
+
+    With ``nontext`` parts (images, audio, files: no text, any number of tokens) the text is only part
+    of the prompt, so only the lower bound holds.
+    """
     if reported < 0:
         return False
     low = math.floor(text_bytes / MAX_BYTES_PER_TOKEN)
     high = text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
-    return low <= reported <= high
+    return low <= reported and (nontext > 0 or reported <= high)
 
 
 def unchecked_count(reported: int) -> bool:
@@ -163,17 +169,23 @@ class Counter:
         self.band.highest_bound = max(self.band.highest_bound, bound)
         return True
 
-    def count(self, text: str | None, text_bytes: int | None, reported: int | None, truncated: bool, messages: int) -> tuple[TokenCount, bool | None]:
+    def count(self, text: str | None, text_bytes: int | None, reported: int | None, truncated: bool, messages: int,
+              nontext: int = 0) -> tuple[TokenCount, bool | None]:
         """The trusted count for a prompt and whether the reported figure is plausible.
 
         ``text_bytes`` is the original prompt's size (for a truncated log text, reconstructed from
         the truncation marker). A truncated text is never tokenized: it is not the whole prompt.
+        With ``nontext`` parts (images, audio, files) the text is not the whole prompt either: a
+        plausible reported figure, which counted them, comes first; without one the text's count is
+        all there is, and is never decided by the band (the parts may hold any number of tokens).
         """
         is_plausible: bool | None = None
         if reported is not None and text_bytes is not None:
-            is_plausible = plausible(reported, text_bytes, messages)
+            is_plausible = plausible(reported, text_bytes, messages, nontext)
+        if nontext and reported is not None and is_plausible:
+            return TokenCount(reported, "reported", reported, reported), is_plausible
         if (self._tokenizer is not None and text is not None and not truncated
-                and not (text_bytes is not None and self._decided_below(text, text_bytes, messages))):
+                and (nontext or not (text_bytes is not None and self._decided_below(text, text_bytes, messages)))):
             self.band.counted += 1
             if self.deferred:
                 return PENDING, is_plausible

@@ -365,3 +365,26 @@ def test_the_placeholders_one_token_with_no_prompt_to_check_is_no_count(tmp_path
     rec = json.loads((case / "scan.json").read_text(encoding="utf-8"))
     assert [r["request_id"] for r in rec["anomalies"]["unknown_token_count"]["listed"]] == ["sl-ph"]
     assert result.suspects == 0 and any("unknown_token_count" in w for w in rec["warnings"])
+
+
+def test_a_prompt_with_an_image_keeps_the_gateways_count_above_the_ceiling(tmp_path: Path) -> None:
+    """An image part carries no text but many tokens: the gateway's figure far above the text's size is
+    the whole prompt's, not an impossible one. It was refused as implausible for the 38 bytes of text,
+    the prompt counted as 10 tokens, and the over-long request missed."""
+    from forensics.api import ingest
+
+    record = {"id": "img-1", "call_type": "acompletion", "startTime": 1788051600.0, "endTime": 1788051605.0,
+              "model": MODEL, "model_group": MODEL, "prompt_tokens": CEILING + 5_000, "completion_tokens": 5,
+              "messages": [{"role": "user", "content": [
+                  {"type": "text", "text": "What does this scanned contract say?"},
+                  {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 50}}]}],
+              "response": {"choices": [{"index": 0, "message": {"content": "It says..."}}]},
+              "metadata": {"user_api_key_team_id": "team-img"}}
+    logs = tmp_path / "callbacks.jsonl"
+    logs.write_text(json.dumps(record) + "\n")
+    case = tmp_path / "case"
+    ingest(case, [logs], config=_config())
+    (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    assert row["prompt_nontext_parts"] == 1 and row["reported_prompt_tokens_plausible"] is True
+    assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (CEILING + 5_000, "reported")
+    assert scan(case, _config()).suspects == 1

@@ -63,7 +63,7 @@ def record_hash(line: bytes) -> str:
 def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported: int | None, ctx: FileContext) -> dict[str, Any]:
     """Prompt length, truncation and trusted token count for an exchange row."""
     if prompt_text is None:
-        tc, ok = ctx.counter.count(None, None, reported, False, messages)
+        tc, ok = ctx.counter.count(None, None, reported, False, messages, nontext)
         return {
             "prompt_text": None, "prompt_chars": None, "prompt_bytes": None, "prompt_messages": messages,
             "prompt_truncated": False,
@@ -72,7 +72,7 @@ def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported
             "prompt_tokens_source": tc.source, "prompt_tokens_low": tc.low, "prompt_tokens_high": tc.high,
         }
     truncated, chars, nbytes = truncation(prompt_text)
-    tc, ok = ctx.counter.count(prompt_text, nbytes, reported, truncated, messages)
+    tc, ok = ctx.counter.count(prompt_text, nbytes, reported, truncated, messages, nontext)
     return {
         "prompt_text": prompt_text,
         "prompt_chars": chars,

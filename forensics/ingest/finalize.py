@@ -787,16 +787,19 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
     cols = {name: table.column(name).to_pylist() for name in (
         "request_id", "prompt_bytes", "prompt_messages", "reported_prompt_tokens", "prompt_tokens",
         "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens_plausible",
-        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated", "source_sha256")}
+        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated", "source_sha256", "prompt_nontext_parts")}
     n = table.num_rows
     for i in range(n):
         if cols["prompt_tokens_source"][i] is None:
             cols["prompt_tokens_source"][i] = "unknown"
         nbytes, msgs, reported = cols["prompt_bytes"][i], cols["prompt_messages"][i] or 1, cols["reported_prompt_tokens"][i]
+        nontext = cols["prompt_nontext_parts"][i] or 0
         if reported is not None and nbytes is not None:
-            ok = tokens.plausible(reported, nbytes, msgs)
+            ok = tokens.plausible(reported, nbytes, msgs, nontext)
             cols["reported_prompt_tokens_plausible"][i] = ok
-            if ok and cols["prompt_tokens_source"][i] in ("estimate", "unknown"):
+            # With images or files the tokenizer counted the text alone; the gateway counted them too.
+            if ok and (cols["prompt_tokens_source"][i] in ("estimate", "unknown")
+                       or (nontext and cols["prompt_tokens_source"][i] == "tokenizer")):
                 _set_count(cols, i, reported, "reported")
         elif reported is not None and cols["prompt_tokens_source"][i] == "unknown" and tokens.unchecked_count(reported):
             _set_count(cols, i, reported, "reported")
@@ -814,7 +817,7 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
             continue
         if over_limit_len is not None:
             _set_count(cols, i, over_limit_len, "engine")
-        elif prefill_len is not None and nbytes is not None and tokens.plausible(prefill_len, nbytes, msgs):
+        elif prefill_len is not None and nbytes is not None and tokens.plausible(prefill_len, nbytes, msgs, nontext):
             _set_count(cols, i, prefill_len, "engine")
     for name in ("reported_prompt_tokens_plausible", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
                  "prompt_tokens_high", "rid", "prefill_node", "decode_node", "bootstrap_room"):
