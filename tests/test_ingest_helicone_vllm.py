@@ -105,6 +105,18 @@ def test_helicone_wrong_token_type_costs_the_figure_not_the_row(tmp_path: Path) 
     assert "prompt_tokens = 'many' is not a whole number" in x[0]["problems"]
 
 
+def test_helicone_request_body_cut_short_keeps_the_row_marked_truncated_with_a_note(tmp_path: Path) -> None:
+    # An export's size limit cuts the longest prompts: the row must say its prompt is longer than
+    # anything read, not pass for a request without one.
+    body = json.dumps({"model": "glm-5.3", "messages": [{"role": "user", "content": "secret " * 100}]})
+    entry, q, x = ingest(tmp_path, "export.jsonl", jsonl([row(1, request_body=body[:200]), row(2)]))
+    assert (entry["ingested"], q) == (2, [])
+    cut, whole = x
+    assert (cut["request_id"], cut["prompt_text"], cut["prompt_truncated"]) == ("h-1", None, True)
+    assert "request_body is cut short (its JSON ends early); the prompt text is unknown" in cut["problems"]
+    assert (whole["prompt_truncated"], whole["problems"]) == (False, None)
+
+
 def test_helicone_csv_record_with_unterminated_quote_is_quarantined(tmp_path: Path) -> None:
     data = as_csv([row(1)]) + 'h-2,2026-08-29T10:00:00Z,,200,,,glm-5.3,org-1,u,"{""messages"": [\n'
     entry, q, x = ingest(tmp_path, "export.csv", data)

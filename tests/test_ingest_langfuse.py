@@ -174,6 +174,18 @@ def test_wrong_usage_figures_and_unknown_output_cost_the_value_not_the_row(tmp_p
     assert "usage_details is a list, not an object of counts" in three["problems"]
 
 
+def test_an_input_cut_short_keeps_the_row_marked_truncated_with_a_note(tmp_path: Path) -> None:
+    # An export's size limit cuts the longest prompts: the row must say its prompt is longer than
+    # anything read, not pass for a one-token prompt.
+    long_input = json.dumps([{"role": "user", "content": "secret " * 1000}])
+    entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl([obs(1, input=long_input[:3000]), obs(2)])))
+    assert (entry["ingested"], q) == (2, [])
+    cut, whole = x
+    assert (cut["request_id"], cut["prompt_text"], cut["prompt_truncated"]) == ("obs-1", None, True)
+    assert "input is cut short (its JSON ends early); the prompt text is unknown" in cut["problems"]
+    assert whole["prompt_truncated"] is False
+
+
 def test_an_open_generation_is_incomplete_and_an_error_level_a_failure(tmp_path: Path) -> None:
     rows = [obs(1, end_time=None, output=""), obs(2, level="ERROR", output="", status_message="upstream 500")]
     _, _, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))

@@ -179,12 +179,14 @@ class HeliconeParser:
         received, assumed1 = time_field(obj, "request_created_at", ctx.zone)
         completed, assumed2 = time_field(obj, "response_created_at", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
-        request, _ = json_string(obj.get("request_body"), "request_body", "row")
+        request, request_cut = json_string(obj.get("request_body"), "request_body", "row")
         if request is not None and not isinstance(request, Mapping):
             raise RecordError(f"request_body is a {type(request).__name__}, expected the chat request object")
         request = request or {}
         response, cut = json_string(obj.get("response_body"), "response_body", "row")
         problems: list[str] = []
+        if request_cut:
+            problems.append("request_body is cut short (its JSON ends early); the prompt text is unknown")
         if cut:
             problems.append("response_body is cut short (its JSON ends early); the response text is unknown")
         prompt, nontext, n_messages = body_prompt(request, "request_body")
@@ -222,6 +224,9 @@ class HeliconeParser:
             "problems": "; ".join(problems) or None,
         }
         row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        if request_cut:
+            # The export kept the start of the request only: the prompt is longer than anything read.
+            row["prompt_truncated"] = True
         return row
 
     @staticmethod

@@ -244,6 +244,9 @@ class LangfuseParser:
             "problems": "; ".join(problems) or None,
         }
         row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        if input_cut:
+            # The export kept the start of the input only: the prompt is longer than anything read.
+            row["prompt_truncated"] = True
         return row
 
     @staticmethod
