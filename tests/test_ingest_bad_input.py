@@ -115,6 +115,25 @@ def test_bad_records_are_quarantined(tmp_path: Path, line: str, reason: str) -> 
     assert reconciles(entry)
 
 
+def test_split_response_lines_that_also_carry_the_tenant_are_read_as_responses(tmp_path: Path) -> None:
+    # Some gateways write tenant_id on both halves: the line's content, not that field, makes it a
+    # request or a response.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(good(1) + "\n" + good(2) + "\n")
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "the answer"}}]}
+    chunk = {"choices": [{"index": 0, "delta": {"content": "streamed"}}]}
+    half = {"timestamp": "2026-08-30T03:12:19Z", "tenant_id": "acct-1", "status_code": 200}
+    (logs / "responses.jsonl").write_text(json.dumps({**half, "request_id": "r-1", "body": answer}) + "\n"
+                                          + json.dumps({**half, "request_id": "r-2", "chunks": [chunk]}) + "\n")
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    assert pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows == 0
+    assert [(f["ingested"], f["quarantined"]) for f in result.manifest["files"]] == [(2, 0), (2, 0)]
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["request_id"], r["tenant_id"], r["response_text"], r["orphan"]) for r in rows] == [
+        ("r-1", "acct-1", "the answer", None), ("r-2", "acct-1", "streamed", None)]
+
+
 def spend_log(**changes: object) -> str:
     rec = {"request_id": "x", "startTime": "2026-08-29T10:00:00Z", "team_id": "t", "call_type": "acompletion",
            "api_key": "k", "messages": [{"role": "user", "content": "hello there, general kenobi"}], **changes}

@@ -30,8 +30,12 @@ from forensics.ingest.registry import LogFormat, RecordKind, register
 
 
 def _is_request(obj: Mapping[str, Any]) -> bool:
+    # The content decides: some gateways write tenant_id on the response lines too, so tenant_id
+    # only tells a line that is neither (a body held as a JSON string, say) for a request.
     body = obj.get("body")
-    return "tenant_id" in obj or (isinstance(body, Mapping) and ("messages" in body or "prompt" in body))
+    if isinstance(body, Mapping) and ("messages" in body or "prompt" in body):
+        return True
+    return "tenant_id" in obj and not _is_response(obj)
 
 
 def _is_response(obj: Mapping[str, Any]) -> bool:
