@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -112,6 +113,25 @@ def test_overlapping_engine_logs_count_events_once(tmp_path: Path) -> None:
     d2.write_text("\n".join(lines) + "\n")
     result = api.ingest(tmp_path / "case", [d1, d2])
     assert result.manifest["tables"]["engine_events"] == 3
+    assert result.manifest["reconciled"]
+
+
+def test_a_rotated_engine_log_is_its_nodes_log_and_its_overlap_counts_once(tmp_path: Path) -> None:
+    # logrotate's copytruncate leaves the last lines of the rotated log at the head of the new one;
+    # whatever the rotation suffix, the lines are the node's and the repeated ones count once.
+    lines = [f"[2026-08-29 10:00:0{i} TP0] Decode batch, #running-req: {i}" for i in range(6)]
+    logs = tmp_path / "engine"
+    logs.mkdir()
+    with gzip.open(logs / "decode-1_0.log.2.gz", "wt") as fh:
+        fh.write("\n".join(lines[:2]) + "\n")
+    (logs / "decode-1_0.log-20260829").write_text("\n".join(lines[1:4]) + "\n")
+    (logs / "decode-1_0.log.1").write_text("\n".join(lines[3:5]) + "\n")
+    (logs / "decode-1_0.log").write_text("\n".join(lines[4:]) + "\n")
+    result = api.ingest(tmp_path / "case", [logs])
+    events = pq.read_table(tmp_path / "case" / "engine_events.parquet").to_pylist()
+    assert sorted(e["message"] for e in events) == lines
+    assert {(e["node"], e["rank"], e["role"]) for e in events} == {("decode-1", 0, "decode")}
+    assert sum(f["duplicate"] for f in result.manifest["files"]) == 3
     assert result.manifest["reconciled"]
 
 

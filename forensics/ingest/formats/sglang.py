@@ -2,8 +2,9 @@
 
 A file mixes JSON request-log lines and the scheduler's text lines. Every line becomes an engine
 event: recognised messages get their fields, anything else is kept as ``unknown`` with its raw
-text. The node is the file name's hostname (``{hostname}_{rank}.log``); the role comes from the
-line's ``type=`` field, else from the hostname.
+text. The node is the file name's hostname (``{hostname}_{rank}.log``, rotated copies such as
+``.log.1`` or ``.log-20260829`` included); the role comes from the line's ``type=`` field, else
+from the hostname.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from forensics.ingest.timeparse import TimeError, to_micros
 
 TEXT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ?(.*)$", re.S)
 FILE_NAME = re.compile(r"^(?P<host>.+?)_(?P<rank>\d+)\.log$")
+#: What logrotate puts after ``.log``: a number (``.1``) or a date (``-20260829``, dateext).
+ROTATED = re.compile(r"\.log(?:\.\d+|-\d{8})$")
 
 STARTUP_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 STARTUP_CONTEXT = re.compile(r"context_len=(\d+)")
@@ -46,11 +49,14 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 @lru_cache(maxsize=256)
 def node_of(file_name: str) -> tuple[str, int | None]:
-    """Hostname and rank from ``{hostname}_{rank}.log`` (compression suffixes ignored)."""
+    """Hostname and rank from ``{hostname}_{rank}.log`` (compression and rotation suffixes ignored)."""
     name = file_name
     for suffix in (".gz", ".zst"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
+    # A rotated log is the same node's log: its lines must meet those of its successor, which an
+    # overlapping rotation (copytruncate) repeats, under one node.
+    name = ROTATED.sub(".log", name)
     m = FILE_NAME.match(name)
     if m:
         rank = int(m.group("rank"))
