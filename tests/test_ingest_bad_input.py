@@ -134,6 +134,19 @@ def test_split_response_lines_that_also_carry_the_tenant_are_read_as_responses(t
         ("r-1", "acct-1", "the answer", None), ("r-2", "acct-1", "streamed", None)]
 
 
+def test_split_response_with_null_chunks_beside_its_body_is_read_from_the_body(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(good(1) + "\n")
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "the answer"}}]}
+    (logs / "responses.jsonl").write_text(json.dumps({"request_id": "r-1", "timestamp": "2026-08-30T03:12:19Z",
+                                                      "status_code": 200, "chunks": None, "body": answer}) + "\n")
+    api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    assert pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows == 0
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["request_id"], row["response_text"], row["orphan"]) == ("r-1", "the answer", None)
+
+
 def spend_log(**changes: object) -> str:
     rec = {"request_id": "x", "startTime": "2026-08-29T10:00:00Z", "team_id": "t", "call_type": "acompletion",
            "api_key": "k", "messages": [{"role": "user", "content": "hello there, general kenobi"}], **changes}

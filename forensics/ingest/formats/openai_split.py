@@ -114,7 +114,7 @@ class OpenAISplitParser:
         problems: list[str] = []
         status_code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)  # HTTP: three digits
         text: str | None
-        if "chunks" in obj:
+        if obj.get("chunks") is not None:  # exporters write "chunks": null beside a non-streamed body
             chunks = maybe_json(obj["chunks"], "chunks")
             if not isinstance(chunks, list):
                 raise RecordError(f"chunks is a {type(chunks).__name__}, expected a list")
