@@ -117,6 +117,17 @@ def test_helicone_request_body_cut_short_keeps_the_row_marked_truncated_with_a_n
     assert (whole["prompt_truncated"], whole["problems"]) == (False, None)
 
 
+@pytest.mark.parametrize("layout", ["jsonl", "csv"])
+def test_helicone_plain_text_response_keeps_the_row_and_its_prompt(tmp_path: Path, layout: str) -> None:
+    # An upstream error page stored as the response: the prompt may be a leak's source all the same.
+    rows = [row(1, status=502, response_body="Bad Gateway"), row(2)]
+    entry, q, x = ingest(tmp_path, f"export.{layout}", jsonl(rows) if layout == "jsonl" else as_csv(rows), fmt="helicone")
+    assert (entry["ingested"], q) == (2, [])
+    failed = x[0]
+    assert (failed["request_id"], failed["status"], failed["status_code"]) == ("h-1", "failure", 502)
+    assert (failed["prompt_text"], failed["response_text"]) == ("<|user|>\nhello there", "Bad Gateway")
+
+
 def test_helicone_csv_record_with_unterminated_quote_is_quarantined(tmp_path: Path) -> None:
     data = as_csv([row(1)]) + 'h-2,2026-08-29T10:00:00Z,,200,,,glm-5.3,org-1,u,"{""messages"": [\n'
     entry, q, x = ingest(tmp_path, "export.csv", data)

@@ -231,6 +231,11 @@ class HeliconeParser:
 
     @staticmethod
     def _response(response: Any) -> tuple[str | None, str | None, dict[str, Any]]:
+        if isinstance(response, str):
+            # Not JSON (json_string keeps such text as it is): an upstream error page ("Bad Gateway")
+            # or a provider answering in plain text. The text is the answer, as Cloudflare and
+            # Langfuse read it; the row keeps its prompt.
+            return response, None, {}
         # A streamed answer is stored either reassembled (choices) or as its chunks (streamed_data).
         if isinstance(response, Mapping) and "choices" not in response and isinstance(response.get("streamed_data"), list):
             return chunks_text(response["streamed_data"], "response_body.streamed_data")
