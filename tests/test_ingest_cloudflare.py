@@ -275,6 +275,20 @@ def test_a_workers_ai_answer_is_read(tmp_path: Path) -> None:
     assert [r["response_text"] for r in x] == ["from workers ai", "plain"]
 
 
+def test_an_answer_that_cannot_be_read_is_noted_in_problems(tmp_path: Path) -> None:
+    # The row is kept without its response text: problems must say why, or a reader takes the
+    # empty text for an empty answer.
+    sse = ('data: {"choices": [{"index": 0, "delta": {"content": "A"}}]}\n\ndata: {broken\n\n'
+           'data: {"choices": [{"index": 0, "delta": {"content": "C"}}]}\n\ndata: [DONE]\n\n')
+    anthropic = {"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "an answer"}]}
+    path = write(tmp_path / "logs.jsonl", [log(1, response=sse), log(2, provider="anthropic", response=anthropic), log(3)], "jsonl")
+    _, q, x = ingest(tmp_path, path)
+    assert q == [] and [(r["response_text"], r["response_truncated"]) for r in x] == [(None, True), (None, False), ("hi", False)]
+    assert [r["problems"] for r in x] == [
+        "response is an event stream whose event 2 of 3 is not valid JSON; the response text is unknown",
+        "response is a dict of a shape not known to hold the answer; response text unknown", None]
+
+
 # --- the simulator writes the format --------------------------------------------------------------
 
 

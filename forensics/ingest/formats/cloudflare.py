@@ -334,10 +334,8 @@ def _is_log(keys: set[str]) -> bool:
 
 
 
-def _sse_chunks(text: str, field: str) -> tuple[list[Any], bool]:
-    """The chunk objects of a server-sent-events body (``data: {...}`` lines), and whether the
-    last event is cut short."""
-    out: list[Any] = []
+def _sse_events(text: str) -> Iterator[str]:
+    """The data of a server-sent-events body's events (``data: ...`` lines), ``[DONE]`` left out."""
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("data:"):
@@ -345,9 +343,23 @@ def _sse_chunks(text: str, field: str) -> tuple[list[Any], bool]:
         data = line[5:].strip()
         if data == "[DONE]" or not data:
             continue
+        yield data
+
+
+def _sse_chunks(text: str, field: str, problems: list[str]) -> tuple[list[Any], bool]:
+    """The chunk objects of a server-sent-events body, and whether an event cannot be read (the
+    answer is then not whole). An unreadable event before the last is noted in ``problems``; the
+    last one is the stream cut short, which ``response_truncated`` says."""
+    out: list[Any] = []
+    events = _sse_events(text)
+    for data in events:
         try:
             out.append(json_value(data))
         except orjson.JSONDecodeError:
+            after = sum(1 for _ in events)
+            if after:
+                problems.append(f"{field} is an event stream whose event {len(out) + 1} of {len(out) + 1 + after} "
+                                "is not valid JSON; the response text is unknown")
             return out, True
     return out, False
 
@@ -428,7 +440,7 @@ class CloudflareParser:
         request = request or {}
         response, response_cut = self._side(obj, "response", problems)
         prompt, nontext, n_messages = body_prompt(request, "request")
-        text, finish, usage, stream_cut = self._response(response)
+        text, finish, usage, stream_cut = self._response(response, problems)
         response_cut = response_cut or stream_cut
         code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)
         duration = opt_int(obj.get("duration"), "duration", problems, 0, 10**12)
@@ -516,11 +528,12 @@ class CloudflareParser:
         return item.get("query")
 
     @staticmethod
-    def _response(response: Any) -> tuple[str | None, str | None, dict[str, Any], bool]:
-        """Text, finish reason, usage and whether a streamed body is cut short."""
+    def _response(response: Any, problems: list[str]) -> tuple[str | None, str | None, dict[str, Any], bool]:
+        """Text, finish reason, usage and whether a streamed body is cut short; an answer that is
+        there but cannot be read is noted in ``problems``."""
         if isinstance(response, str):
             if response.lstrip().startswith(("data:", "event:", ":")):  # the raw event stream of a streamed answer
-                items, cut = _sse_chunks(response, "response")
+                items, cut = _sse_chunks(response, "response", problems)
                 streamed, finish, usage = chunks_text(items, "response")
                 return streamed, finish, usage, cut
             return response, None, {}, False  # a provider answering in plain text
@@ -532,6 +545,10 @@ class CloudflareParser:
             if isinstance(answer, str):
                 return answer, None, dict(used) if isinstance(used, Mapping) else {}, False
         text, finish, usage = response_text(response, "response")
+        if text is None and isinstance(response, Mapping) and response and "error" not in response:
+            # Another provider's answer (Anthropic's content list, say): the answer is there, unread.
+            problems.append(f"response is a {type(response).__name__} of a shape not known to hold the answer; "
+                            "response text unknown")
         return text, finish, usage, False
 
 
