@@ -27,6 +27,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -269,10 +270,20 @@ def atomic_open(path: Path, mode: str = "w", encoding: str | None = "utf-8", new
             yield fh
 
 
+def json_text(data: Any, **options: Any) -> str:
+    """``json.dumps(data, ensure_ascii=False, **options)``, with a lone surrogate (a file name's bytes that
+    are not UTF-8, as Python reads them) written as its escape: valid JSON that UTF-8 can hold, and read
+    back as the same name."""
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, ensure_ascii=False, **options))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as stable, sorted, indented JSON (byte-identical for equal data)."""
     with atomic_open(path) as fh:
-        fh.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        fh.write(json_text(data, indent=2, sort_keys=True) + "\n")
 
 
 def rows_batch(rows: list[dict[str, Any]], table_schema: pa.Schema) -> pa.RecordBatch:

@@ -142,3 +142,24 @@ def test_run_with_nothing_found_exits_zero(tmp_path: Path) -> None:
         main(["run", str(logs / "case.toml"), "--out", str(tmp_path / "out"), "--quiet"])
     assert exc.value.code == 0
     assert (tmp_path / "out" / "e2e" / "notifications.csv").read_text().count("\n") == 1  # header only
+
+
+@needs_stages
+def test_a_log_whose_file_name_is_not_utf8_is_read_and_named(tmp_path: Path) -> None:
+    """A Latin-1 file name (a Windows or zip export): the run stopped with an internal error writing
+    the manifest, after every row of that file had been quarantined. Its rows are now read; the tables
+    show the name's odd byte as \\xe9 and the manifests record the name exactly, so verify finds it."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    logs = write_logs(tmp_path / "logs")
+    os.rename(logs / "gateway" / "spend.jsonl", os.fsencode(logs / "gateway") + b"/spend-caf\xe9.jsonl")
+    report = api.run(logs, tmp_path / "out").report.report_dir
+    notes = (report / "notifications.csv").read_text()
+    assert "acme,exposed" in notes and "globex,recipient" in notes
+    files = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))["files"]
+    assert [(f["path"], f["ingested"], f["quarantined"]) for f in files] == [("gateway/spend-caf\udce9.jsonl", 3, 0)]
+    sources = {r["source_file"] for r in pq.read_table(report / "case" / "exchanges.parquet").to_pylist()}
+    assert sources == {"gateway/spend-caf\\xe9.jsonl"}
+    assert api.verify(report).ok and api.verify(report, rerun=True).ok

@@ -21,6 +21,7 @@ import glob
 import itertools
 import multiprocessing
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -125,6 +126,16 @@ def named_path(path: Path) -> Path:
     """The absolute name a file was found under: its folders resolved, its own name kept, so a
     symlink is recorded as the link (the name the evidence was given under), not its target."""
     return Path(_real_folder(str(path.parent))) / path.name
+
+
+def table_text(name: str) -> str:
+    """A file name as the tables' ``source_file`` holds it: bytes of the name that are not UTF-8 (which
+    Python reads as lone surrogates, and Arrow cannot store) written as ``\\xNN``. The manifests
+    record the name exactly (a JSON escape per such byte)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace") if _LONE_SURROGATE.search(name) else name
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def display_path(path: Path, base: Path | None = None) -> str:
@@ -600,7 +611,7 @@ def ingest(
                 known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
             run_files.append(known[sha])
             for part, span in enumerate(spans):
-                units.append(Unit(str(path), shown, sha, detected, part, span, cfg.timezone, cfg.tenant_field,
+                units.append(Unit(str(path), table_text(shown), sha, detected, part, span, cfg.timezone, cfg.tenant_field,
                                   str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
                                   profile if detected == "mapped" else None,
                                   cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.artifacts import REPORT_FORMAT, ReportManifest
+from forensics.case import json_text
 from forensics.errors import CaseError
 from forensics.report import safe
 from forensics.review import OWN_FILES
@@ -107,7 +108,7 @@ def write(report_dir: Path, body: ReportManifest, exclude: set[str]) -> ReportMa
     """Add output hashes to ``body`` and write manifest.json (sorted keys, stable bytes)."""
     body = dataclasses.replace(body, outputs=tuple(output_hashes(report_dir, exclude | {MANIFEST, SIGNATURE})),
                                outputs_excluded=tuple(sorted(exclude)))
-    safe.write_text(report_dir / MANIFEST, json.dumps(body.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    safe.write_text(report_dir / MANIFEST, json_text(body.to_json(), indent=2, sort_keys=True) + "\n")
     return body
 
 
