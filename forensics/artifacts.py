@@ -458,6 +458,8 @@ class Searched(Record):
     sources: str
     lookback: str
     same_decode_node: bool
+    # SHA-256 of the suspects.parquet searched: a report refuses a case scanned again since.
+    suspects_sha256: str | None = _optional()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import re
@@ -278,6 +279,15 @@ def json_text(data: Any, **options: Any) -> str:
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_json(path: Path, data: Any) -> None:

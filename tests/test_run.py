@@ -9,6 +9,7 @@ import pytest
 
 from forensics import api
 from forensics.cli import main
+from forensics.config import load_case_file
 from forensics.errors import ConfigError
 from forensics.run import find_case_file
 
@@ -163,3 +164,26 @@ def test_a_log_whose_file_name_is_not_utf8_is_read_and_named(tmp_path: Path) -> 
     sources = {r["source_file"] for r in pq.read_table(report / "case" / "exchanges.parquet").to_pylist()}
     assert sources == {"gateway/spend-caf\\xe9.jsonl"}
     assert api.verify(report).ok and api.verify(report, rerun=True).ok
+
+
+@needs_stages
+def test_a_report_refuses_a_match_of_other_suspects(tmp_path: Path) -> None:
+    """Scanned again with a narrower window after the match, the case held the new suspects beside the old
+    match's evidence: the report named recipients that were no longer suspects, and verify said OK. The
+    report now refuses until the match is run again."""
+    from forensics.errors import CaseError
+
+    logs = write_logs(tmp_path / "logs")
+    config = load_case_file(logs / "case.toml")
+    case = tmp_path / "case"
+    api.ingest(case, [logs / "gateway"], config=config)
+    api.scan(case, config)
+    api.match(case, config)
+    narrower = load_case_file(logs / "case.toml")
+    narrower.set("window_end", "2026-08-28T10:30:00Z", "option")  # before the suspect response
+    assert api.scan(case, narrower).suspects == 0
+    with pytest.raises(CaseError, match="scanned again after the match"):
+        api.report(case, narrower, tmp_path / "out")
+    api.match(case, narrower)
+    rd = api.report(case, narrower, tmp_path / "out").report_dir
+    assert "recipient" not in (rd / "notifications.csv").read_text()

@@ -43,7 +43,7 @@ import xxhash
 
 from forensics import engine, schema
 from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCounts, MatchRecord, RequestKey, Searched
-from forensics.case import Case, atomic_open, write_json, write_table
+from forensics.case import Case, atomic_open, file_sha256, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
 from forensics.match.findings import RegionScorer, csv_text, decide, passages_text, record_facts
@@ -113,6 +113,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     with helpers_running(workers_to_start(path, p, tuning.inline_bytes) if path.is_file() else 0,
                          tuning.wait_for_workers) as helpers:
         targets, info = load_targets(c, p)
+        suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
         index = TargetIndex(targets, p.k)
         scanner = Scanner(index, p)
         helpers.start(scanner)
@@ -192,6 +193,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                     "suspect response completed (completed_at, else received_at)",
             lookback=f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
             same_decode_node=p.same_decode_node,
+            suspects_sha256=suspects_sha256,
         ),
         findings=FindingCounts(
             total=len(evidence),

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from forensics import artifacts, schema
 from forensics.artifacts import IngestManifest, MatchRecord, RequestKey, ScanRecord
-from forensics.case import Case, row_group_batches
+from forensics.case import Case, file_sha256, row_group_batches
 from forensics.config import iso as config_iso
 from forensics.errors import CaseError
 from forensics.report.severity import Classifier, Hit
@@ -149,6 +149,12 @@ def load(case_dir: Path, classifier: Classifier, models: list[str]) -> CaseData:
     case.require("suspects", "scan")
     case.require("evidence", "match")
     scan, match, ingest = read_records(case_dir)  # before any query: a bad record stops the report first
+    searched = match.searched.suspects_sha256
+    if searched is not None and searched != file_sha256(case.table_path("suspects")):
+        # The evidence names recipients of the suspects searched: read against others, the list mixes two scans.
+        raise CaseError("the match stage searched other suspects than suspects.parquet now holds (the case was scanned "
+                        "again after the match)", file=case_dir / "match.json",
+                        fix=f"run `forensics match --case {case_dir}` again, then the report")
     con = case.connect()
     try:
         suspects = [

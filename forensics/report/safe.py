@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
-from forensics.case import atomic_open, atomic_path, make_private_dirs
+from forensics.case import atomic_open, atomic_path, file_sha256, make_private_dirs
 from forensics.errors import OutputError
 
 #: Characters kept in a folder name; everything else becomes ``_``.
@@ -157,10 +157,4 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_file = file_sha256
