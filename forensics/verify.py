@@ -193,10 +193,15 @@ def _read_csv(path: Path) -> list[dict[str, str]] | None:
         return list(csv.DictReader(fh))
 
 
+#: How a value that forensics.csvfile neutralises starts once escaped: the ``'`` before it is the added one.
+_NEUTRALISED_START = tuple(csvfile.escape_controls(ch) for ch in csvfile.QUOTED_START)
+
+
 def _unneutralised(text: str) -> str:
-    """A CSV cell without the ``'`` that forensics.csvfile puts before a formula-like value (so
-    single ids can be joined and compared with the joined ``request_ids`` cell)."""
-    if text.startswith("'") and (text[1:2] in ("=", "+", "-", "@") or text[1:].startswith(("\\t", "\\r"))):
+    """A CSV cell without the ``'`` that forensics.csvfile puts before a formula-like value or a
+    value that starts with ``'`` (so single ids can be joined and compared with the joined
+    ``request_ids`` cell, where only the first id can carry one)."""
+    if text.startswith("'") and text[1:].startswith(_NEUTRALISED_START):
         return text[1:]
     return text
 

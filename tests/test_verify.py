@@ -8,10 +8,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_report_case import make_case
 from test_run import write_logs
 
+from forensics import schema
+from forensics.case import write_table
 from forensics.cli import main
 from forensics.report import report, verify
 
@@ -55,6 +59,22 @@ def built(tmp_path: Path) -> Path:
 
 def _notification_lines(report_dir: Path) -> list[bytes]:
     return (report_dir / "notifications.csv").read_bytes().split(b"\r\n")
+
+
+def test_a_request_id_starting_with_a_quote_after_the_first_verifies(tmp_path: Path) -> None:
+    """suspects.csv writes the id 'r as ''r, while in notifications.csv's request_ids only the first
+    id carries the neutralising quote, so a later 'r stays bare. Before, verify stripped the added
+    quote only before a formula character and called an honest report drift."""
+    case, cfg, _ = make_case(tmp_path)
+    table = pq.read_table(case / "suspects.parquet").to_pylist()
+    initech = next(s for s in table if s["request_id"] == "r-initech-1")
+    table += [dict(initech, request_id=rid) for rid in ("&r-initech-2", "'r-initech-3")]
+    write_table(case / "suspects.parquet", pa.Table.from_pylist(table, schema=schema.SUSPECTS), schema.SUSPECTS)
+    report_dir = report(case, cfg, tmp_path / "out").report_dir
+    rows = [line for line in _notification_lines(report_dir) if line.startswith(b"initech,recipient,")]
+    assert b",&r-initech-2;'r-initech-3;r-initech-1," in rows[0]
+    assert b"''r-initech-3,initech," in (report_dir / "suspects.csv").read_bytes()
+    assert verify(report_dir).ok, _problems(report_dir)
 
 
 def test_a_deleted_notification_row_fails_verify_even_with_the_hash_fixed(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
