@@ -101,6 +101,23 @@ def test_exposed_packet_shows_own_spans_masked_with_actions(built: tuple[Path, P
     assert all(s["reference"].startswith("ref-") and "globex" not in s["reference"] for s in req["spans"])
 
 
+def test_the_teams_multi_line_texts_keep_their_lines(tmp_path: Path) -> None:
+    """A multi-line [report] actions_taken or contact, or case description, written with TOML's
+    triple quotes. Before, every notice.md showed them on one line with a literal \\n between."""
+    case, cfg, _ = make_case(tmp_path)
+    cfg.description = "Leak through the KV pool.\nSee ticket 42."
+    cfg.sections["report"] = {"contact": "the incident desk\n+1 555 0100.",
+                              "actions_taken": "We stopped the engine.\nWe purged the caches.\n\n- We rotated keys.\n"}
+    rd = report(case, cfg, tmp_path / "out").report_dir
+    md = next((rd / "packets").glob("acme-*")).joinpath("notice.md").read_text(encoding="utf-8")
+    # A backslash at a line's end is a Markdown hard break; a blank line a new paragraph; each line still escaped.
+    assert "## What we did\n\nWe stopped the engine.\\\nWe purged the caches.\n\n\\- We rotated keys.\n\n## What" in md
+    assert "contact the incident desk\\\n\\+1 555 0100.\n" in md
+    assert "\\n" not in md
+    assert "| description | Leak through the KV pool.<br>See ticket 42. |" in (rd / "summary.md").read_text(encoding="utf-8")
+    assert "<td>Leak through the KV pool.<br>See ticket 42.</td>" in (rd / "summary.html").read_text(encoding="utf-8")
+
+
 def test_references_resolve_for_the_team(built: tuple[Path, Path]) -> None:
     _, rd = built
     refs = {r["reference"]: r for r in csv.DictReader(io.StringIO((rd / "references.csv").read_text()))}

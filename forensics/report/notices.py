@@ -453,13 +453,13 @@ def render_packet_md(p: dict[str, Any]) -> str:
                             if any(x.get("confirmed_by_person") for x in r["foreign_passages"]) else ""))
         lines.append("")
     lines += ["## What we did", ""]
-    lines.append(e(p["actions_taken"], None, paragraph=True) if p.get("actions_taken") else
+    lines.append(safe.md_lines(p["actions_taken"]) if p.get("actions_taken") else
                  "We traced the fault in our logs. We found every request it affected. We are writing to each "
                  "customer involved.")
     lines += ["", "## What you should do", ""] + [f"{i}. {a}" for i, a in enumerate(p["actions"], 1)] + [""]
     lines += ["## Contact", ""]
     # The sentence ends with its own full stop, so one written at the end of the contact is dropped.
-    lines.append(f"For questions about this notice, contact {e(p['contact'].rstrip('.'), None)}." if p.get("contact") else
+    lines.append(f"For questions about this notice, contact {safe.md_lines(p['contact'].rstrip('.'), inline=True)}." if p.get("contact") else
                  "For questions about this notice, reply to the person who sent it to you.")
     lines.append(f"Please quote the case name {e(p['case'])} and the references in this notice.")
     lines += ["", "## Details for your technical team", "",

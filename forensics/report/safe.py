@@ -152,6 +152,38 @@ def md_escape(value: str, limit: int | None = 200, *, paragraph: bool = False) -
     return _MD_LINE_START.sub(lambda m: "\\" + m.group(1) if m.group(1) else m.group(2) + "\\" + m.group(3), text)
 
 
+#: A line end in text the team wrote (a case file's multi-line string): LF, CRLF or a lone CR.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(value: str) -> list[str]:
+    """The lines of text the team wrote in the case file (``description``, ``[report]`` texts).
+
+    Only for the team's own text, which is shown with its line breaks: text from the logs shows a
+    line break as an escape (:func:`clean_text`), so that two different ids never read the same.
+    """
+    return _LINE_END.split(value)
+
+
+def md_lines(value: str, *, inline: bool = False) -> str:
+    """Text the team wrote, which may span lines, as Markdown paragraphs: each line escaped as
+    :func:`md_escape` escapes a paragraph's start (a later line could otherwise begin a list or a
+    heading), a line break kept as a hard break and a blank line starting a new paragraph.
+
+    ``inline``: the text continues a sentence, so its first line starts no paragraph.
+    """
+    paragraphs: list[list[str]] = [[]]
+    for line in text_lines(value.strip()):
+        line = line.strip()  # surrounding blanks would read as a code block or a hard break
+        if line:
+            starts = not (inline and len(paragraphs) == 1 and not paragraphs[0])
+            paragraphs[-1].append(md_escape(line, None, paragraph=starts))
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    # A backslash at a line's end is a hard break (CommonMark); trailing spaces would be lost to editors.
+    return "\n\n".join("\\\n".join(lines) for lines in paragraphs if lines)
+
+
 def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of bytes."""
     return hashlib.sha256(data).hexdigest()

@@ -20,6 +20,11 @@ from forensics.report.notices import Notice
 Section = tuple[str, list[Any]]  # (title, blocks); a block is str (paragraph), ("table", head, rows), ("plot", id)
 
 
+class TeamText(str):
+    """A table value the team wrote in the case file (the description): shown with its own line
+    breaks, where a value from the logs shows a line break as an escape (safe.clean_text)."""
+
+
 def _section(obj: JsonObject, key: str) -> JsonObject:
     """``obj[key]`` when it is a JSON object, else an empty one: for the free-form sections of a
     stage record (match.json's null), whose keys the artifacts do not type."""
@@ -124,7 +129,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["logs cover", f"{c['first_received'] or '?'} to {c['last_received'] or '?'}"],
     ]
     if cfg.description:
-        scope.append(["description", safe.shorten(cfg.description, 500)])
+        scope.append(["description", TeamText(safe.shorten(cfg.description, 500))])
     counts = count_rows(
         [{"request_id": s.request_id, "tenant_id": s.tenant_id, "engine_signature": str(s.engine_signature)} for s in data.suspects],
         [f.evidence.to_row() for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
@@ -260,6 +265,19 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     return out
 
 
+def _md_cell(value: Any) -> str:
+    # A table cell holds no line break: the team's own ones become <br>, the only HTML written.
+    if isinstance(value, TeamText):
+        return "<br>".join(safe.md_escape(line) for line in safe.text_lines(value.strip()))
+    return safe.md_escape(str(value))
+
+
+def _html_cell(value: Any) -> str:
+    if isinstance(value, TeamText):
+        return "<br>".join(escape(safe.clean_text(line)) for line in safe.text_lines(value.strip()))
+    return escape(safe.clean_text(str(value)))
+
+
 def render_md(title: str, secs: list[Section]) -> str:
     """Markdown with tables; plots are linked SVG files in plots/."""
     lines = [f"# {safe.md_escape(title)}", ""]
@@ -272,7 +290,7 @@ def render_md(title: str, secs: list[Section]) -> str:
                 lines.append("| " + " | ".join(b[1]) + " |")
                 lines.append("|" + "---|" * len(b[1]))
                 for row in b[2]:
-                    lines.append("| " + " | ".join(safe.md_escape(str(v)) for v in row) + " |")
+                    lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
                 lines.append("")
             elif b[0] == "plot":
                 lines += [f"![{b[1]}](plots/{b[1]}.svg)", ""]
@@ -304,7 +322,7 @@ def render_html(title: str, secs: list[Section], svgs: dict[str, str]) -> str:
             elif b[0] == "table":
                 out.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in b[1]) + "</tr>")
                 for row in b[2]:
-                    out.append("<tr>" + "".join(f"<td>{escape(safe.clean_text(str(v)))}</td>" for v in row) + "</tr>")
+                    out.append("<tr>" + "".join(f"<td>{_html_cell(v)}</td>" for v in row) + "</tr>")
                 out.append("</table>")
             elif b[0] == "plot":
                 out.append(f"<figure>{svgs[b[1]]}</figure>")
