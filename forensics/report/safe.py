@@ -133,20 +133,33 @@ _MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 _MD_ENTITY = re.compile(r"&(?=#?\w+;)")
 #: At the start of a paragraph these begin a heading, list, quote or rule.
 _MD_LINE_START = re.compile(r"^([#+=-])|^(\d+)([.)])")
+#: What GFM's autolink extension makes a link of with no markup at all: a scheme's ``://`` (GitHub
+#: takes http and https, GitLab any scheme) and ``www.`` in any case; and a ``//host`` that starts no
+#: scheme (linkify, as in editors' previews). A backslash escape inside each leaves plain text.
+_MD_AUTOLINK = re.compile(r":(?=//)|(?<=[Ww][Ww][Ww])\.|(?<=(?<![:/])/)/")
+#: An email address's ``@`` (and so ``mailto:`` and ``xmpp:`` too). GitHub's parser (cmark-gfm) finds
+#: addresses in the text once joined, escapes and character references decoded, so only an element
+#: between the two halves keeps them apart: ``<wbr>``, which renders as nothing.
+_MD_EMAIL_AT = re.compile(r"(?<=\S)@(?=\S)")
 
 
-def md_escape(value: str, limit: int | None = 200, *, paragraph: bool = False) -> str:
+def md_escape(value: str, limit: int | None = 200, *, paragraph: bool = False, links: bool = False) -> str:
     """Text safe inside a Markdown table cell or inline (``paragraph``: at the start of a
     paragraph), with no markup and no line breaks.
 
     Escaped only where Markdown would read markup, so prose keeps its parentheses and names
     their underscores; control characters are visible escapes (``clean_text``). A heading, list
     or quote can only begin a paragraph, never a table cell, so only a paragraph escapes them.
+    A web or email address is kept from becoming a link a reader clicks (a hostile id; an email's
+    ``@`` gets a ``<wbr>`` before it), unless ``links``: for the team's own text, whose contact
+    address should stay a link.
     """
     text = clean_text(value, limit)
     text = _MD_ANYWHERE.sub(r"\\\1", text)
     text = _MD_UNDERSCORE.sub(r"\\_", text)
     text = _MD_ENTITY.sub(r"\\&", text)
+    if not links:
+        text = _MD_EMAIL_AT.sub("<wbr>@", _MD_AUTOLINK.sub(r"\\\g<0>", text))
     if not paragraph:
         return text
     return _MD_LINE_START.sub(lambda m: "\\" + m.group(1) if m.group(1) else m.group(2) + "\\" + m.group(3), text)
@@ -170,14 +183,15 @@ def md_lines(value: str, *, inline: bool = False) -> str:
     :func:`md_escape` escapes a paragraph's start (a later line could otherwise begin a list or a
     heading), a line break kept as a hard break and a blank line starting a new paragraph.
 
-    ``inline``: the text continues a sentence, so its first line starts no paragraph.
+    ``inline``: the text continues a sentence, so its first line starts no paragraph. Addresses
+    stay links: the text is the team's own.
     """
     paragraphs: list[list[str]] = [[]]
     for line in text_lines(value.strip()):
         line = line.strip()  # surrounding blanks would read as a code block or a hard break
         if line:
             starts = not (inline and len(paragraphs) == 1 and not paragraphs[0])
-            paragraphs[-1].append(md_escape(line, None, paragraph=starts))
+            paragraphs[-1].append(md_escape(line, None, paragraph=starts, links=True))
         elif paragraphs[-1]:
             paragraphs.append([])
     # A backslash at a line's end is a hard break (CommonMark); trailing spaces would be lost to editors.

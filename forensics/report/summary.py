@@ -266,9 +266,9 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
 
 
 def _md_cell(value: Any) -> str:
-    # A table cell holds no line break: the team's own ones become <br>, the only HTML written.
+    # A table cell holds no line break: the team's own ones become <br>; its addresses stay links.
     if isinstance(value, TeamText):
-        return "<br>".join(safe.md_escape(line) for line in safe.text_lines(value.strip()))
+        return "<br>".join(safe.md_escape(line, links=True) for line in safe.text_lines(value.strip()))
     return safe.md_escape(str(value))
 
 
