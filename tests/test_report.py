@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,35 @@ def test_notification_rows(built: tuple[Path, Path]) -> None:
     assert keys == sorted(keys)
     for r in rows.values():
         assert (rd / r["packet"] / "notice.json").is_file()
+
+
+def _read_back(cell: str) -> str:
+    """A CSV cell read back as the README's outputs section says: the value as logged."""
+    def one(m: re.Match[str]) -> str:
+        return {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}.get(m[1]) or chr(int(m[1][1:], 16))
+
+    return re.sub(r"\\(\\|[tnr]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", one, cell.removeprefix("'"))
+
+
+def test_rows_are_sorted_on_the_values_as_logged_which_the_readme_says(built: tuple[Path, Path]) -> None:
+    """outputs.md promises each CSV sorted on its key columns; the fixture's =SUM(A1) is written
+    '=SUM(A1) after ../../etc/passwd\\x1b..., so a check on the cells as written saw the order broken.
+    The rows stay sorted on the ids as logged; before, the README said neither that nor how to read them back."""
+    _, rd = built
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert "**Sorted on the values as logged.**" in readme and "read each cell back first" in readme
+    assert _read_back("'=SUM(A1)") == "=SUM(A1)" and _read_back("a\\x1b\\\\n") == "a\x1b\\n"
+    for name, key in (("notifications.csv", ("tenant_id", "role")), ("suspects.csv", ("received_at", "request_id")),
+                      ("evidence.csv", ("recipient_request_id", "source_request_id"))):
+        rows = list(csv.DictReader(io.StringIO((rd / name).read_text(encoding="utf-8"))))
+        logged = [tuple(_read_back(r[k]) for k in key) for r in rows]
+        assert logged == sorted(logged), name
+    rows = _notifications(rd)
+    written = [(r["tenant_id"], r["role"]) for r in rows]
+    assert written != sorted(written)  # what the README warns of: the cells as written are out of order
+    for r in rows:
+        ids = _read_back(r["request_ids"]).split(";")
+        assert ids == sorted(ids), r["request_ids"]
 
 
 def test_no_packet_holds_another_tenants_id_or_text(built: tuple[Path, Path]) -> None:
