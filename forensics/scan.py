@@ -322,6 +322,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if outside:
         warnings.append(f"{outside} request(s) carry the engine's bug signature outside the case's window or models "
                         "(see anomalies.signature_outside_scope): check the window and the model list")
+    nobody = sorted(r for r, t in zip(suspects.column("request_id").to_pylist(), suspects.column("tenant_id").to_pylist(),
+                                      strict=True) if t is None)
+    if nobody:
+        warnings.append(f"{len(nobody)} suspect response(s) name no customer (a response that joined no request, such "
+                        "as an answer to a request id two customers sent): they are searched, but nobody can be told "
+                        f"until other logs name their customer: {', '.join(nobody[:5])}{', ...' if len(nobody) > 5 else ''}")
     unknown = anomalies.get("unknown_token_count", {}).get("rows", 0)
     if unknown:
         warnings.append(f"{unknown} response(s) in scope have no trusted prompt size (no prompt text and no engine record; "

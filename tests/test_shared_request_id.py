@@ -401,3 +401,41 @@ def test_an_engine_count_on_a_shared_id_is_nobodys_so_a_small_prompt_sharing_it_
     notices = list(csv.DictReader(io.StringIO((rd / "notifications.csv").read_text(encoding="utf-8"))))
     assert "bolt" not in {n["tenant_id"] for n in notices}
     assert [(n["tenant_id"], n["role"]) for n in notices] == [("acme", "exposed"), ("globex", "recipient")]
+
+
+def test_a_suspect_response_whose_customer_no_log_names_goes_to_nobody_and_is_said(tmp_path: Path) -> None:
+    """Two customers sent r-1 through split logs, so its over-long answer joins neither request: a suspect
+    with no customer. It was listed as a recipient with an empty name and a notice addressed to nobody
+    (packet e3b0c44298, the hash of the empty string). It is still searched, but only the summary names
+    it, for the team to find its customer in other logs."""
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    requests = [json.dumps({"request_id": rid, "timestamp": t, "tenant_id": tenant,
+                            "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": text}]}})
+                for rid, tenant, t, text in (("r-1", "org-a", "2026-08-30T01:00:00Z", "confidential memo " * 3000),
+                                             ("r-1", "org-b", "2026-08-30T01:00:00.5Z", "hi"),
+                                             ("r-2", "org-c", "2026-08-30T02:00:00Z", "short question"))]
+    responses = [json.dumps({"request_id": rid, "timestamp": t, "status_code": 200,
+                             "body": {"model": "glm-5.3",
+                                      "choices": [{"index": 0, "message": {"content": text}, "finish_reason": "stop"}],
+                                      "usage": {"prompt_tokens": tokens, "completion_tokens": 5}}})
+                 for rid, t, text, tokens in (("r-1", "2026-08-30T01:00:05Z", "answer one", 13_000),
+                                              ("r-2", "2026-08-30T02:00:01Z", "answer", 4))]
+    (logs / "requests.jsonl").write_text("\n".join(requests) + "\n")
+    (logs / "responses.jsonl").write_text("\n".join(responses) + "\n")
+    (tmp_path / "case.toml").write_text('name = "nobody"\nmodel = "glm-5.3"\nwindow_start = "2026-08-27T00:00:00Z"\n'
+                                        'window_end = "2026-09-09T00:00:00Z"\nreal_ceiling_tokens = 8192\n'
+                                        '[[inputs]]\npath = "logs"\nformat = "openai-split"\n')
+    rd = api.run(tmp_path / "case.toml", tmp_path / "out").report.report_dir
+    suspects = [(r["request_id"], r["tenant_id"]) for r in csv.DictReader(open(rd / "suspects.csv", newline=""))]
+    assert ("r-1", "") in suspects  # searched
+    rows = list(csv.DictReader(open(rd / "notifications.csv", newline="")))
+    assert all(r["tenant_id"] for r in rows)
+    assert not (rd / "packets" / "e3b0c44298").exists()
+    summary = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "name no customer" in summary and "r-1" in summary
+    scan_warnings = json.loads((rd / "scan.json").read_text(encoding="utf-8"))["warnings"]
+    assert any("name no customer" in w for w in scan_warnings)
+    assert api.verify(rd).ok

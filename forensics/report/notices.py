@@ -153,7 +153,9 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     ``recipient``: a customer that received a suspect response; its tier is the best of its
     suspects' cross-tenant findings, and ``possible`` for a suspect with none. ``exposed``: a
     customer whose content a cross-tenant finding located in someone else's response.
-    ``first_seen``/``last_seen`` are when the leaking requests were received.
+    ``first_seen``/``last_seen`` are when the leaking requests were received. A request whose customer
+    no log names (a response that joined no request) gives no row: there is nobody to tell until the
+    team finds its customer (the summary lists such suspects, :func:`unattributed`).
     """
     cross = [f for f in data.findings if f.cross_tenant]
     # Requests are (request id, tenant): two customers may send the same request id.
@@ -174,6 +176,8 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
     notices = []
     for role, table in (("exposed", exposed), ("recipient", recipients)):
         for tenant, e in table.items():
+            if not tenant:
+                continue
             first, last = _times(e["times"])
             hits: list[Hit] = e["hits"]
             notices.append(Notice(
@@ -184,6 +188,14 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
             ))
     notices.sort(key=lambda n: (n.tenant_id, n.role))
     return notices
+
+
+def unattributed(data: CaseData) -> list[str]:
+    """Request ids of the suspects, and of the sources of cross-tenant findings, whose customer no log
+    names: searched like any other, but nobody's to be told."""
+    ids = {s.request_id for s in data.suspects if not s.tenant_id}
+    ids |= {f.source_key.request_id for f in data.findings if f.cross_tenant and not f.source_tenant}
+    return sorted(ids)
 
 
 def _possible_phone(text: str) -> bool:

@@ -15,7 +15,7 @@ from forensics.artifacts import Json, JsonObject, RequestKey
 from forensics.config import CaseConfig
 from forensics.report import plots, safe
 from forensics.report.data import CaseData, iso
-from forensics.report.notices import Notice
+from forensics.report.notices import Notice, unattributed
 
 Section = tuple[str, list[Any]]  # (title, blocks); a block is str (paragraph), ("table", head, rows), ("plot", id)
 
@@ -237,6 +237,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         "Token counts that are estimates carry an error band; suspects whose band straddles the ceiling are "
         "marked borderline and should be reviewed by hand.",
     ] + limitations_damage
+    nobody = unattributed(data)
+    if nobody:
+        limitations.append(
+            f"{len(nobody)} suspect response(s) or leaked texts name no customer (a response that joined no request, "
+            "such as an answer to a request id two customers sent): they were searched like any other, but no notice "
+            "can go to their customer until other logs name it. Request ids: "
+            + ", ".join(safe.shorten(r, 80) for r in nobody[:20]) + (", ..." if len(nobody) > 20 else "") + ".")
     # notifications.csv joins a row's request ids with ";": an id that holds one cannot be told apart there.
     split = sorted({n.packet for n in notices if any(";" in r for r in n.request_ids)})
     if split:
