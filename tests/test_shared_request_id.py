@@ -358,6 +358,8 @@ def test_ingest_split_logs_keep_both_customers_requests_and_give_a_shared_respon
                     ("r-2", "team-a", None, "answer r-2"), ("r-1", None, "response_only", "answer r-1")]
     assert result.manifest.duplicate_requests == 0 and result.manifest.request_id_collisions == 1
     assert any("given to neither" in n for n in result.manifest.notes)
+    # A response names no tenant by its nature: not a request that lacks one (set tenant_field would not help).
+    assert result.manifest.requests_without_tenant == 0 and not any("name no tenant" in n for n in result.manifest.notes)
 
 
 def test_an_engine_count_on_a_shared_id_is_nobodys_so_a_small_prompt_sharing_it_is_no_suspect(tmp_path: Path) -> None:

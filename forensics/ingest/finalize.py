@@ -584,7 +584,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     stats = con.execute(
         f"""SELECT count(*), min(received_at), max(received_at),
                    count(*) FILTER (WHERE orphan = 'request_only'), count(*) FILTER (WHERE orphan = 'response_only'),
-                   count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL),
+                   count(*) FILTER (WHERE prompt_truncated), count(*) FILTER (WHERE tenant_id IS NULL AND orphan IS DISTINCT FROM 'response_only'),
                    count(*) FILTER (WHERE reported_prompt_tokens_plausible = false),
                    count(*) FILTER (WHERE problems IS NOT NULL),
                    count(*) FILTER (WHERE damage IS NOT NULL)
