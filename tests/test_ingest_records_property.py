@@ -254,6 +254,20 @@ def test_epoch_units_told_apart_by_magnitude(value: Any) -> None:
     assert micros == MICROS_2026
 
 
+@pytest.mark.parametrize("value, zone, expected", [
+    ("2016-12-31T23:59:60Z", "UTC", "2016-12-31T23:59:59.999999+00:00"),
+    ("2016-12-31T23:59:60.5Z", "UTC", "2016-12-31T23:59:59.999999+00:00"),
+    ("2017-01-01T08:59:60+09:00", "UTC", "2016-12-31T23:59:59.999999+00:00"),
+    ("2016-12-31 23:59:60", "UTC", "2016-12-31T23:59:59.999999+00:00"),
+])
+def test_a_leap_second_is_the_last_microsecond_of_its_minute(value: str, zone: str, expected: str) -> None:
+    """A leap second is valid ISO 8601 that Python's datetime cannot hold: its record was quarantined as
+    "not an ISO 8601 time". It now keeps its place, just before the next minute."""
+    micros, assumed = to_micros(value, zone)
+    assert micros == (dt.datetime.fromisoformat(expected) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    assert assumed == (not value.endswith(("Z", "+09:00")))
+
+
 def test_nanoseconds_keep_their_microseconds_exactly() -> None:
     # 2^53 < this value: read through a float it would lose the last digits
     assert to_micros(1787754732626112999)[0] == MICROS_2026
@@ -263,6 +277,7 @@ def test_nanoseconds_keep_their_microseconds_exactly() -> None:
 @pytest.mark.parametrize("value", [
     10**20, 1e20, -1, -(10**12), "1969-12-31T23:59:59Z", "0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00",
     float("nan"), float("inf"), "nan", "infinity", "1_000", "²", "9" * 5000, True, None, [], {},
+    "2016-12-31T23:59:61Z", "2016-12-31T24:59:60Z",
 ])
 def test_values_that_are_not_times_in_range_are_refused(value: Any) -> None:
     with pytest.raises(TimeError):

@@ -90,6 +90,21 @@ def _number(text: str) -> int | float | None:
     return float(text)
 
 
+_LEAP = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d):60(?:[.,]\d+)?(.*)")
+
+
+def _leap_second(text: str) -> dt.datetime | None:
+    """A leap second (``23:59:60``, valid ISO 8601 that Python's datetime cannot hold) as the last
+    microsecond before it ends, so it keeps its place among its neighbours; None for anything else."""
+    m = _LEAP.fullmatch(text)
+    if m is None:
+        return None
+    try:
+        return dt.datetime.fromisoformat(f"{m.group(1)}:59.999999{m.group(2)}")
+    except ValueError:
+        return None
+
+
 def to_micros(value: object, zone: str = "UTC") -> tuple[int, bool]:
     """Microseconds since the epoch (UTC) and whether the zone had to be assumed.
 
@@ -116,7 +131,10 @@ def to_micros(value: object, zone: str = "UTC") -> tuple[int, bool]:
     try:
         t = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise TimeError(f"{_shown(value)} is not an ISO 8601 time or epoch number") from None
+        leap = _leap_second(text)
+        if leap is None:
+            raise TimeError(f"{_shown(value)} is not an ISO 8601 time or epoch number") from None
+        t = leap
     assumed = t.tzinfo is None
     if assumed:
         try:
