@@ -28,6 +28,7 @@ largest ``context_len`` for the advertised window (the widest band); the disagre
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ ENGINE_SIGNATURE_REASON = "engine_signature"
 BORDERLINE_REASON = "borderline"
 #: The anomaly listing exchanges whose engine request id another exchange in the window shares.
 SHARED_ENGINE_ID_QUERY = "engine_rid_shared"
+#: The anomaly of the bug signature outside the scope; its rows say why (other model, outside window, no gateway record).
+OUTSIDE_SCOPE_QUERY = "signature_outside_scope"
 
 
 @dataclasses.dataclass
@@ -276,6 +279,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         anomalies: dict[str, dict[str, Any]] = {}
         exposure: list[dict[str, Any]] = []
         shared_ids: dict[str, int] = {}
+        outside_why: collections.Counter[str] = collections.Counter()
         for query in scan_queries:
             table = q.run_query(con, query, params)
             counts[query.id] = table.num_rows
@@ -288,6 +292,8 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
                                        strict=True):
                     reasons.setdefault(RequestKey(rid, tenant), set()).add(query.id)
             elif query.kind == "anomaly":
+                if query.id == OUTSIDE_SCOPE_QUERY and table.num_rows:
+                    outside_why = collections.Counter(table.column("why").to_pylist())
                 if query.id == SHARED_ENGINE_ID_QUERY and table.num_rows:
                     ids = table.column("engine_rid").to_pylist()
                     sig = table.column("engine_signature").to_pylist()
@@ -318,10 +324,14 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     ceiling = int(config.real_ceiling_tokens)  # type: ignore[arg-type]
     below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist() if rep is not None and rep < ceiling)
     warnings = _limit_warnings(ceiling, engine_limits, limits)
-    outside = anomalies.get("signature_outside_scope", {}).get("rows", 0)
-    if outside:
-        warnings.append(f"{outside} request(s) carry the engine's bug signature outside the case's window or models "
+    scope = outside_why["other model"] + outside_why["outside window"]
+    if scope:
+        warnings.append(f"{scope} request(s) carry the engine's bug signature outside the case's window or models "
                         "(see anomalies.signature_outside_scope): check the window and the model list")
+    if outside_why["no gateway record"]:
+        warnings.append(f"{outside_why['no gateway record']} engine request(s) carry the bug's signature but no gateway "
+                        "log holds their request (see anomalies.signature_outside_scope, why = no gateway record): a "
+                        "customer received a corrupted answer that the case cannot name; add the missing gateway logs")
     nobody = sorted(r for r, t in zip(suspects.column("request_id").to_pylist(), suspects.column("tenant_id").to_pylist(),
                                       strict=True) if t is None)
     if nobody:

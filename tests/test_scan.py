@@ -388,3 +388,19 @@ def test_a_prompt_with_an_image_keeps_the_gateways_count_above_the_ceiling(tmp_p
     assert row["prompt_nontext_parts"] == 1 and row["reported_prompt_tokens_plausible"] is True
     assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (CEILING + 5_000, "reported")
     assert scan(case, _config()).suspects == 1
+
+
+def test_a_bug_signature_with_no_gateway_record_is_warned_as_a_gap_in_the_gateway_logs(tmp_path: Path) -> None:
+    """The engine served r-lost with the bug's signature, but no gateway log holds its request. The warning
+    sent the team to the window and the model list, which are right; the gateway logs are what is missing."""
+    ex = [exchange("r-sig", tenant_id="globex", prompt_tokens=1, reported_prompt_tokens=1),
+          exchange("r-late", tenant_id="acme", prompt_tokens=1, reported_prompt_tokens=1, received_at="2026-09-10T00:00:00Z")]
+    ev = [startup("prefill-0"), startup("decode-0")]
+    ev += signature_events("r-sig", 1) + signature_events("r-lost", 2) + signature_events("r-late", 3)
+    root = write_case(tmp_path / "case", ex, ev)
+    scan(root, _config())
+    warnings = json.loads((root / "scan.json").read_text(encoding="utf-8"))["warnings"]
+    gap = [w for w in warnings if "no gateway log holds their request" in w]
+    scope = [w for w in warnings if "check the window and the model list" in w]
+    assert len(gap) == 1 and gap[0].startswith("1 engine request(s)")
+    assert len(scope) == 1 and scope[0].startswith("1 request(s)")
