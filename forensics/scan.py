@@ -200,6 +200,28 @@ def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
             )
 
 
+def _model_key(name: str) -> str:
+    """A model name without case, surrounding spaces or a provider prefix (``openai/glm-5.3``)."""
+    return name.strip().rsplit("/", 1)[-1].strip().casefold()
+
+
+def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:
+    """Warnings for the in-window requests whose model differs from a case model only in case, spaces
+    or a provider prefix: the scan leaves them out, and they are most likely the same model."""
+    wanted = {_model_key(m): m for m in cfg.models}
+    rows = q.with_memory_to_spare(con, lambda: con.execute(
+        """SELECT coalesce(model_routed, model) AS m, count(*) FROM exchanges
+           WHERE NOT coalesce(list_contains($models, model) OR list_contains($models, model_routed), false)
+             AND coalesce(received_at, completed_at) >= $start AND coalesce(received_at, completed_at) < $end
+             AND coalesce(model_routed, model) IS NOT NULL
+           GROUP BY 1 ORDER BY 1""",
+        {"models": list(cfg.models), "start": cfg.window_start, "end": cfg.window_end}).fetchall())
+    return [f"{n} request(s) in the window name the model {name!r}, which differs from the case's "
+            f"{wanted[_model_key(name)]!r} only in case, spaces or a provider prefix: the scan left them out; if it "
+            "is the same model, add it to the case file's models"
+            for name, n in rows if _model_key(name) in wanted]
+
+
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
     """The limits the engine's own over-limit lines name (a cross-check of the ceiling)."""
     rows = q.with_memory_to_spare(con, lambda: con.execute(
@@ -271,6 +293,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         # case's tables do not change while the scan runs.
         q.materialize_views(con, all_queries)
         engine_limits = _engine_limits(con)
+        near_models = _near_models(con, config)
         params = _params(config)
         task.advance()
 
@@ -323,7 +346,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     # Suspects a gateway's own count would have missed (the placeholder's 1, or any figure below the ceiling).
     ceiling = int(config.real_ceiling_tokens)  # type: ignore[arg-type]
     below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist() if rep is not None and rep < ceiling)
-    warnings = _limit_warnings(ceiling, engine_limits, limits)
+    warnings = _limit_warnings(ceiling, engine_limits, limits) + near_models
     scope = outside_why["other model"] + outside_why["outside window"]
     if scope:
         warnings.append(f"{scope} request(s) carry the engine's bug signature outside the case's window or models "

@@ -404,3 +404,21 @@ def test_a_bug_signature_with_no_gateway_record_is_warned_as_a_gap_in_the_gatewa
     scope = [w for w in warnings if "check the window and the model list" in w]
     assert len(gap) == 1 and gap[0].startswith("1 engine request(s)")
     assert len(scope) == 1 and scope[0].startswith("1 request(s)")
+
+
+def test_a_model_name_differing_only_in_case_spaces_or_prefix_is_warned(tmp_path: Path) -> None:
+    """Requests above the ceiling on "GLM-5.3", "glm-5.3 " or "openai/glm-5.3" were left out without a word
+    (only the exposure band counted them): most likely the same model under another spelling."""
+    ex = [exchange("r-ok", prompt_tokens=900000),
+          exchange("r-upper", tenant_id="globex", model="GLM-5.3", prompt_tokens=900000),
+          exchange("r-space", tenant_id="globex", model="glm-5.3 ", prompt_tokens=900000),
+          exchange("r-prefix", tenant_id="initech", model="openai/glm-5.3", model_routed="openai/glm-5.3", prompt_tokens=900000),
+          exchange("r-other", tenant_id="initech", model="other-model", prompt_tokens=900000),
+          exchange("r-late", tenant_id="initech", model="GLM-5.3", prompt_tokens=900000, received_at="2026-09-10T00:00:00Z")]
+    root = write_case(tmp_path / "case", ex, [startup("prefill-0"), startup("decode-0")])
+    result = scan(root, _config())
+    assert result.suspects == 1
+    warnings = json.loads((root / "scan.json").read_text(encoding="utf-8"))["warnings"]
+    near = sorted(w.split(" in the window name the model ")[1].split(",")[0] for w in warnings if "provider prefix" in w)
+    assert near == ["'GLM-5.3'", "'glm-5.3 '", "'openai/glm-5.3'"]
+    assert all(w.startswith("1 request(s)") for w in warnings if "provider prefix" in w)
