@@ -266,10 +266,16 @@ def test_parquet_nanosecond_times_and_zoned_times_are_read(tmp_path: Path) -> No
 
 def test_cut_parquet_file_is_a_clear_error_or_a_whole_file_problem(tmp_path: Path) -> None:
     whole = golden_files(("langfuse_parquet",))[0].read_bytes()
-    path = tmp_path / "cut.parquet"
+    (tmp_path / "logs").mkdir()
+    path = tmp_path / "logs" / "cut.parquet"
     path.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(InputError, match="cannot tell the format"):
+    # Named or found in a folder, the damage is what is told, not a format to pass (which would not help).
+    with pytest.raises(InputError, match="Parquet file is damaged or cut short before any row could be read"):
         api.ingest(tmp_path / "case", [path])
+    found = api.ingest(tmp_path / "case3", [tmp_path / "logs"])
+    assert found.manifest["files"][0]["status"] == "skipped: damaged before its first line"
+    reasons = [q["reason"] for q in pq.read_table(tmp_path / "case3" / "quarantine.parquet").to_pylist()]
+    assert len(reasons) == 1 and "Parquet file is damaged or cut short" in reasons[0] and "--format" not in reasons[0]
     result = api.ingest(tmp_path / "case2", [path], fmt="langfuse")
     (entry,) = result.manifest["files"]
     assert entry["status"] == "ingested with problems" and entry["reconciled"] and entry["ingested"] == 0

@@ -38,6 +38,7 @@ from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
+from forensics.ingest.parquet import head_damage as parquet_head_damage
 from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.reader import (
     FileProblem,
@@ -553,7 +554,8 @@ def ingest(
                     # Like a file of no known format: kept out, with a quarantine row naming the candidates.
                     skip, detected = (Skip("skipped: format ambiguous", f"{ambiguous.message}; file skipped. Fix: {ambiguous.fix}"),
                                       None)
-                damaged = head_damage(path) if detected is None and seen.compression else None
+                damaged = (None if detected is not None else head_damage(path) if seen.compression
+                           else parquet_head_damage(path) if parquet else None)
                 if detected is None and explicit:
                     if damaged:  # nothing could be read: a format would not help
                         raise InputError(f"no line can be read from this file: {damaged}", file=path,

@@ -140,6 +140,15 @@ def read_rows(path: Path, problems: list[FileProblem], span: Span | None = None)
             f"the rows before were read. {FIX}", "corrupt"))
 
 
+def head_damage(path: Path) -> str | None:
+    """Why no row could be read from the start of a Parquet file (cut short, its footer lost, or
+    corrupt before its first row), or None: what to tell where its format could not be told."""
+    problems: list[FileProblem] = []
+    for _ in read_rows(path, problems):
+        return None
+    return problems[0].reason.split("; the rows before were read")[0] if problems else None
+
+
 def peek_rows(path: Path, limit: int = 20) -> list[str]:
     """Up to ``limit`` rows from the start of a Parquet file as JSON lines, for format sniffing."""
     lines: list[str] = []
