@@ -309,3 +309,48 @@ def test_a_log_rewritten_under_its_name_keeps_both_copies(tmp_path: Path) -> Non
     (live / "a.jsonl").write_text(spend(3) + "\n" + spend(4) + "\n")
     result = api.ingest(tmp_path / "case", [live])
     assert len(result.manifest["files"]) == 2 and len(rows(tmp_path / "case")) == 4
+
+
+def _spend_and_split(folder: Path, spend_prompt: str, split_prompt: str) -> None:
+    """One request (chatcmpl-77 of acme) in a LiteLLM spend log and in split request/response logs."""
+    folder.mkdir()
+    spend = {"request_id": "chatcmpl-77", "call_type": "acompletion", "api_key": "88dc", "startTime": "2026-08-30T03:12:09.0",
+             "endTime": "2026-08-30T03:12:19.0", "model": "openai/glm-5.3", "model_group": "glm-5.3",
+             "organization_id": "acme", "team_id": "", "status": "success", "messages": {},
+             "proxy_server_request": {"model": "glm-5.3", "messages": [{"role": "user", "content": spend_prompt}]},
+             "response": {"id": "chatcmpl-77", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                                            "finish_reason": "stop"}]}, "metadata": {}}
+    (folder / "spend.jsonl").write_text(json.dumps(spend) + "\n")
+    (folder / "requests.jsonl").write_text(json.dumps({
+        "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:09Z", "tenant_id": "acme",
+        "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": split_prompt}]}}) + "\n")
+    (folder / "responses.jsonl").write_text(json.dumps({
+        "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:19Z", "status_code": 200,
+        "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}}) + "\n")
+
+
+def test_a_request_in_a_spend_log_and_in_split_logs_is_one_row_the_complete_copy(tmp_path: Path) -> None:
+    """The spend log kept the prompt's head and tail only; the split logs kept it whole. Both were kept as
+    two rows of one request (counted twice by the scan, one of them marked as a truncated copy). The
+    complete copy wins, as it does among copies of one kind; the other's line is a duplicate."""
+    full = "CONFIDENTIAL " + "lorem ipsum dolor " * 400
+    head, tail = full[:716], full[-1332:]
+    cut = head + f"... (litellm_truncated skipped {len(full) - len(head) - len(tail)} chars. Truncation is a DB storage safeguard.) ..." + tail
+    _spend_and_split(tmp_path / "logs", cut, full)
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["request_id"], r["tenant_id"], r["record_kind"], r["prompt_truncated"], r["damage"]) for r in rows] == [
+        ("chatcmpl-77", "acme", "split", False, None)]
+    assert rows[0]["prompt_text"].endswith(full) and rows[0]["response_text"] == "ok"
+    duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
+    assert duplicates == {"spend.jsonl": 1, "requests.jsonl": 0, "responses.jsonl": 0}
+
+
+def test_a_request_in_a_spend_log_and_in_split_logs_equally_complete_is_the_split_pair(tmp_path: Path) -> None:
+    """Equally complete, the kinds' precedence decides (payload over split over spend log): the split pair."""
+    _spend_and_split(tmp_path / "logs", "the same short question", "the same short question")
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["record_kind"], r["prompt_truncated"]) for r in rows] == [("split", False)]
+    duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
+    assert duplicates == {"spend.jsonl": 1, "requests.jsonl": 0, "responses.jsonl": 0}

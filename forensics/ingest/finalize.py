@@ -434,7 +434,44 @@ WITH keys AS (
   WINDOW copies AS (PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                                  CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
-SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash FROM ranked
+SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash,
+       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality
+FROM ranked
+"""
+
+#: The same request logged whole (a callback, a spend log, a Helicone row) and in split logs: the
+#: whole record and the joined pair compete by what each holds, in the order the copies of one kind
+#: do (a truncated prompt, a truncated or missing answer, damage, then the kind's precedence: payload
+#: over split over spend log; a tie keeps the whole record). The loser's lines become duplicates:
+#: before, both were kept, one request counted twice, and its suspect row could show the copy that
+#: did not make it one. Only a request half one customer sent joins (as in the split join).
+CROSS_KIND_SQL = """
+WITH req AS (
+  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality,
+         count(*) OVER (PARTITION BY request_id) AS senders
+  FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
+), resp AS (
+  SELECT request_id, source_sha256, source_line, record_hash, quality FROM ranked
+  WHERE rn = 1 AND record_kind IN {response_halves}
+), pair AS (
+  -- the joined row: its prompt's flags from the request half, its answer's from the response half
+  SELECT q.request_id, q.tenant_id, q.source_sha256 AS q_sha, q.source_line AS q_line, q.record_hash AS q_hash,
+         a.source_sha256 AS a_sha, a.source_line AS a_line, a.record_hash AS a_hash,
+         [q.quality[1], coalesce(a.quality[2], 0), q.quality[3], coalesce(a.quality[4], 1),
+          greatest(q.quality[5], coalesce(a.quality[5], 0)), q.quality[6]] AS quality
+  FROM req q LEFT JOIN resp a ON a.request_id = q.request_id
+  WHERE q.senders = 1
+), whole AS (
+  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality FROM ranked
+  WHERE rn = 1 AND record_kind NOT IN {halves}
+), contest AS (
+  SELECT w.source_sha256 AS w_sha, w.source_line AS w_line, w.record_hash AS w_hash, p.*, p.quality < w.quality AS split_wins
+  FROM whole w JOIN pair p ON p.request_id = w.request_id AND p.tenant_id IS NOT DISTINCT FROM w.tenant_id
+)
+-- the losing records, one row each (equality keys, so marking them is a hash join however many there are)
+SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM contest WHERE split_wins
+UNION ALL SELECT q_sha, q_line, q_hash FROM contest WHERE NOT split_wins
+UNION ALL SELECT a_sha, a_line, a_hash FROM contest WHERE NOT split_wins AND a_sha IS NOT NULL
 """
 
 
@@ -462,6 +499,12 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                band_ceilings: dict[str, int]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
+    con.execute(f"""CREATE TEMP TABLE cross_losers AS {CROSS_KIND_SQL.format(
+        halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"))}""")
+    # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
+    con.execute("""UPDATE ranked SET rn = 2 FROM cross_losers x
+                   WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
+                     AND ranked.record_hash IS NOT DISTINCT FROM x.hash AND ranked.rn = 1""")
     for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
