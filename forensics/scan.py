@@ -424,7 +424,8 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set
         FROM _flagged f
         JOIN exchanges x ON x.request_id = f.request_id AND x.tenant_id IS NOT DISTINCT FROM f.tenant_id
         -- one row per suspect even if the exchanges held a request twice
-        QUALIFY row_number() OVER (PARTITION BY x.request_id, x.tenant_id ORDER BY x.received_at NULLS LAST) = 1
+        QUALIFY row_number() OVER (PARTITION BY x.request_id, x.tenant_id
+                                   ORDER BY x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash) = 1
         ORDER BY x.received_at NULLS LAST, x.request_id, x.tenant_id NULLS LAST
         """
     ).to_arrow_table())
