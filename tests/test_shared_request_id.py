@@ -358,6 +358,7 @@ def test_ingest_split_logs_keep_both_customers_requests_and_give_a_shared_respon
                     ("r-2", "team-a", None, "answer r-2"), ("r-1", None, "response_only", "answer r-1")]
     assert result.manifest.duplicate_requests == 0 and result.manifest.request_id_collisions == 1
     assert any("given to neither" in n for n in result.manifest.notes)
+    assert not any("had different answers" in n for n in result.manifest.notes)  # one answer to r-1
     # A response names no tenant by its nature: not a request that lacks one (set tenant_field would not help).
     assert result.manifest.requests_without_tenant == 0 and not any("name no tenant" in n for n in result.manifest.notes)
 
@@ -441,3 +442,24 @@ def test_a_suspect_response_whose_customer_no_log_names_goes_to_nobody_and_is_sa
     scan_warnings = json.loads((rd / "scan.json").read_text(encoding="utf-8"))["warnings"]
     assert any("name no customer" in w for w in scan_warnings)
     assert api.verify(rd).ok
+
+
+def test_different_answers_to_an_id_two_customers_sent_are_named_in_the_notes(tmp_path: Path) -> None:
+    """beta and gamma both sent id "1" through split logs, and each got its own answer. An answer names no
+    customer, so the two cannot be told apart: one is kept, the other counted as its copy. That second
+    answer (maybe the leak) vanished with nothing but a duplicate count; the notes now name the id."""
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    requests = [json.dumps({"request_id": "1", "timestamp": t, "tenant_id": tenant,
+                            "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": f"from {tenant}"}]}})
+                for tenant, t in (("beta", "2026-08-30T01:00:00Z"), ("gamma", "2026-08-30T03:00:00Z"))]
+    responses = [json.dumps({"request_id": "1", "timestamp": t, "status_code": 200,
+                             "body": {"choices": [{"index": 0, "message": {"content": text}, "finish_reason": "stop"}]}})
+                 for t, text in (("2026-08-30T01:00:05Z", "BETA ANSWER"), ("2026-08-30T03:00:05Z", "GAMMA ANSWER"))]
+    (logs / "requests.jsonl").write_text("\n".join(requests) + "\n")
+    (logs / "responses.jsonl").write_text("\n".join(responses) + "\n")
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    notes = [n for n in result.manifest.notes if "had different answers" in n]
+    assert len(notes) == 1 and '"1"' in notes[0]

@@ -514,6 +514,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     reused = [rid for (rid,) in con.execute(
         f"""SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND spread_us > {REUSED_ID_SECONDS * 1_000_000}
             ORDER BY request_id, tenant_id""").fetchall()]
+    # A response half names no customer: the different answers to an id two customers sent cannot be
+    # told apart, so one is kept and the others count as its copies; the notes name those ids.
+    shared_answers = [rid for (rid,) in con.execute(
+        f"""SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND record_kind IN {half_kinds("response")}
+              AND request_id IN (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds("request")}
+                                 GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1)
+            ORDER BY request_id""").fetchall()]
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
     # The engine logs name a request by its id alone: an id several kept requests carry (two customers'
     # client-supplied ids) cannot say whose request the engine served, so its engine records are
@@ -683,6 +690,12 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      f"different requests (copies received more than {REUSED_ID_SECONDS} s apart): one row is kept per "
                      f"request id and customer, so the others were counted as duplicates and not searched: {shown}. "
                      "Fix: re-export those requests with unique ids (a client-supplied id need not be unique)")
+    if shared_answers:
+        shown = first_few([safe_id(r) for r in shared_answers])
+        notes.append(f"{len(shared_answers)} request id{'s' if len(shared_answers) > 1 else ''} sent by several customers "
+                     f"had different answers in the split response logs; an answer names no customer, so one was kept "
+                     f"(a response with no request) and the others were counted as duplicates and not searched: {shown}. "
+                     "Fix: find whose each answer was in other logs (the gateway's access log) and check those answers by hand")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
     return {
