@@ -154,6 +154,45 @@ def test_fixed_server_rejects_honestly_and_is_no_false_alarm(serve: Serve, capsy
     assert code == 0 and "warning: L0.9-p1a: rejected" in stdout
 
 
+def _refuse_above(srv: ProbeServer, tokens: int, status: int, message: str) -> None:
+    """Answer every prompt above ``tokens`` (the engine's count) with ``status``, as a gateway might."""
+    engine, handle = srv.engine, srv.engine.handle
+
+    def refusing(body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, str], dict[str, Any]]:
+        if engine.prompt_tokens(body["messages"][-1]["content"]) > tokens:
+            engine.received.append({"body": body, "headers": headers})
+            return status, {}, {"error": {"message": message}}
+        return handle(body, headers)
+
+    engine.handle = refusing  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_an_auth_or_url_error_at_a_level_is_untested_not_an_honest_refusal(
+        serve: Serve, status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Calibration and the 0.5 level pass; every larger prompt gets an answer that says nothing about its size.
+    srv = serve("healthy")
+    _refuse_above(srv, POOL, status, "invalid api key")
+    out = tmp_path / "r"
+    code, stdout, _ = _cli(_args(srv, "--find-ceiling", "--out", str(out)), capsys)
+    assert code == 2 and "UNTESTED" in stdout and "CLEAN" not in stdout
+    assert f"warning: L0.9-p1a: HTTP {status}" in stdout and "rejected at" not in stdout
+    data = json.loads((out / "probe.json").read_text())
+    assert data["verdict"] == "untested" and data["untested_levels"] == [0.9, 0.99]
+    assert {r["label"]: r["flags"] for r in data["requests"]}["L0.9-p1a"] == ["error"]
+    # No size failed, so there is no ceiling to report: nothing claims one.
+    assert data["ceiling"] is None and "ceiling" not in stdout and "## Ceiling" not in (out / "probe.md").read_text()
+
+
+@pytest.mark.parametrize("status", [413, 422])
+def test_a_413_or_422_is_a_size_refusal_like_a_400(serve: Serve, status: int) -> None:
+    srv = serve("healthy")
+    _refuse_above(srv, POOL, status, f"Input length exceeds the maximum allowed length ({POOL} tokens)")
+    result = probe(_settings(srv))
+    assert result.verdict == "clean"
+    assert _by_label(result)["L0.9-p1a"].flags == ["rejected_below_advertised"]
+
+
 def _word_tokenizer(tmp_path: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
 

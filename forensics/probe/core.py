@@ -18,8 +18,10 @@ back to back. Each answer is checked for:
     punctuation and spaces) counts as addressing its own prompt. A model that refuses or
     answers in prose only will be flagged: read the report before blaming the cache.
 ``rejected_below_advertised`` (a warning, not a finding)
-    an HTTP 4xx (other than 429) for a prompt planned below the advertised maximum: the
-    endpoint refuses honestly, but its real ceiling is lower than advertised.
+    a size refusal (HTTP 400, 413 or 422) for a prompt planned below the advertised maximum:
+    the endpoint refuses honestly, but its real ceiling is lower than advertised. Any other
+    4xx (401, 403, 404, ...) says nothing about the size: it is an error, and a level with
+    nothing but errors is untested.
 
 Answers are never written to the report (on a broken deployment they may hold another
 customer's text): only their size, SHA-256 and the markers found in them.
@@ -50,6 +52,10 @@ DEFAULT_LEVELS = (0.5, 0.9, 0.99)
 # Covers the default plan (levels 0.5, 0.9, 0.99, one pair) for a 1,048,576-token window.
 DEFAULT_MAX_TOTAL_TOKENS = 6_000_000
 FINDING_FLAGS = ("leak", "placeholder_usage", "incoherent")
+# How engines refuse a prompt that is too long: vLLM and SGLang answer 400 ("maximum context
+# length", "exceeds the maximum"), TGI 422, a proxy's body limit 413. A 401, 403 or 404 is about
+# the key or the URL, so counting it as a refusal would call an untested level clean.
+SIZE_REFUSAL_STATUSES = frozenset({400, 413, 422})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +146,8 @@ class RequestRecord:
 
     @property
     def rejected(self) -> bool:
-        """Refused by the endpoint with a client error (4xx other than 429)."""
-        return self.status is not None and 400 <= self.status < 500 and self.status != 429
+        """Refused by the endpoint as too large (HTTP 400, 413 or 422); other 4xx are errors."""
+        return self.status in SIZE_REFUSAL_STATUSES
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form: evidence only, never the answer text."""
@@ -213,14 +219,14 @@ class ProbeResult:
             elif "error" in r.flags:
                 out.append(f"{r.label}: {r.error}")
         for level in self.untested_levels:
-            out.append(f"level {level:g}: no request got an answer or a rejection, so it is untested")
+            out.append(f"level {level:g}: no request got an answer or a size refusal, so it is untested")
         if self.stopped:
             out.append(self.stopped)
         return out
 
     @property
     def untested_levels(self) -> list[float]:
-        """Levels where every request failed without an answer or a clean rejection (or was never sent)."""
+        """Levels where every request failed without an answer or a size refusal (or was never sent)."""
         out = []
         for level in self.settings.levels:
             rs = [r for r in self.requests if r.phase == "level" and r.level == level]
@@ -435,12 +441,15 @@ def probe(settings: ProbeSettings, client: ChatClient | None = None,
     return ProbeResult(settings, calibration, run.records, ceiling, budget, run.spent, run.stopped)
 
 
-def _find_ceiling(run: _Run, cal: Calibration, on_request: Callable[[RequestRecord], None] | None) -> CeilingResult:
+def _find_ceiling(run: _Run, cal: Calibration,
+                  on_request: Callable[[RequestRecord], None] | None) -> CeilingResult | None:
     """Bisect between the largest healthy size seen and the advertised maximum.
 
     Each step is one fresh prompt: on a broken deployment an over-pool prompt is answered from the
     previous prompt's stale pages (foreign markers) or from nothing (no own markers), and an
-    honest one rejects it; either way the size fails.
+    honest one rejects it; either way the size fails. None when nothing bounds the ceiling: no
+    size failed and the request at the advertised maximum got neither an answer nor a refusal
+    (its error, or the budget stop, is among the warnings).
     """
     n = run.s.max_input_tokens
     healthy = [r.planned_tokens for r in run.records if r.good]
@@ -463,9 +472,9 @@ def _find_ceiling(run: _Run, cal: Calibration, on_request: Callable[[RequestReco
         return CeilingResult(lo, None, 0, (), None)
     if hi is None:  # nothing failed yet: try the advertised maximum itself first
         rec = step(n)
-        if rec is None or not (rec.good or rec.answered or rec.rejected):
-            stopped = run.stopped or (rec.error if rec else None)
-            return CeilingResult(lo, None, len(steps), tuple(steps), stopped or "the request at the advertised maximum failed")
+        if rec is None or not (rec.answered or rec.rejected):
+            # "healthy up to the maximum" would be a claim nothing tested (a 401, a timeout).
+            return None
         if rec.good:
             return CeilingResult(rec.planned_tokens, None, len(steps), tuple(steps), None)
         hi = rec.planned_tokens
