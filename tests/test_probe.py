@@ -7,6 +7,7 @@ with ``prompt_tokens = 1``; ``fixed`` rejects it with HTTP 400; ``healthy`` hold
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import socket
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import replace as dataclasses_replace
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,104 @@ def test_a_413_or_422_is_a_size_refusal_like_a_400(serve: Serve, status: int) ->
     result = probe(_settings(srv))
     assert result.verdict == "clean"
     assert _by_label(result)["L0.9-p1a"].flags == ["rejected_below_advertised"]
+
+
+Respond = Callable[[BaseHTTPRequestHandler, dict[str, Any]], None]
+
+
+def _answer_above(srv: ProbeServer, tokens: int, respond: Respond) -> None:
+    """Let ``respond`` write the whole HTTP answer to every prompt above ``tokens``; the engine answers the rest."""
+    engine, base = srv.engine, srv.httpd.RequestHandlerClass
+
+    class Handler(base):  # type: ignore[misc, valid-type]
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.loads(raw)
+            if engine.prompt_tokens(body["messages"][-1]["content"]) > tokens:
+                engine.received.append({"body": body, "headers": dict(self.headers.items())})
+                respond(self, body)
+                return
+            self.rfile = io.BytesIO(raw)  # the engine's handler reads the body again
+            super().do_POST()
+
+    srv.httpd.RequestHandlerClass = Handler
+
+
+def _send(handler: BaseHTTPRequestHandler, raw: bytes, content_type: str = "application/json") -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
+def _completion(srv: ProbeServer, body: dict[str, Any], content: Any, usage: Any = None) -> bytes:
+    """A chat completion answering ``body`` with ``content`` as given (any JSON value) and the engine's usage."""
+    n = srv.engine.prompt_tokens(body["messages"][-1]["content"])
+    out = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": n, "completion_tokens": 9} if usage is None else usage}
+    return json.dumps(out).encode()
+
+
+def _events(*chunks: Any) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_content_as_a_list_of_text_parts_is_read_as_the_joined_text(serve: Serve, stream: bool) -> None:
+    srv = serve("healthy")
+
+    def parts(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        answer = srv.engine.answer(body["messages"][-1]["content"])
+        content = [{"type": "text", "text": answer[:20]}, {"type": "text", "text": answer[20:]}]
+        if not body["stream"]:
+            _send(handler, _completion(srv, body, content))
+            return
+        usage = {"prompt_tokens": srv.engine.prompt_tokens(body["messages"][-1]["content"]), "completion_tokens": 9}
+        _send(handler, _events({"choices": [{"delta": {"content": content}}]}, {"choices": [], "usage": usage}),
+              "text/event-stream")
+
+    _answer_above(srv, 0, parts)  # every request, calibration too
+    result = probe(_settings(srv, stream=stream))
+    assert result.verdict == "clean"
+    assert all(r.good and r.own_markers_found == 2 for r in result.requests)
+
+
+def _content_number(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    _send(handler, _completion(srv, body, 12345))
+
+
+def _usage_list(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    _send(handler, _completion(srv, body, srv.engine.answer(body["messages"][-1]["content"]), usage=[1, 2]))
+
+
+def _chunk_list(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    _send(handler, _events([1, 2]), "text/event-stream")
+
+
+def _delta_number(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    _send(handler, _events({"choices": [{"delta": {"content": 7}}]}), "text/event-stream")
+
+
+@pytest.mark.parametrize(("respond", "stream", "reason"), [
+    (_content_number, False, "HTTP 200 but choices[0].message.content is a number, not a string or a list of content parts"),
+    (_usage_list, False, "HTTP 200 but usage is a list, not an object"),
+    (_chunk_list, True, "HTTP 200 but a stream chunk is a list, not an object"),
+    (_delta_number, True, "HTTP 200 but a stream chunk's delta.content is a number, not a string or a list of content parts"),
+])
+def test_an_answer_of_the_wrong_shape_is_an_error_in_the_report(
+        serve: Serve, respond: Callable[..., None], stream: bool, reason: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    _answer_above(srv, POOL, lambda handler, body: respond(srv, handler, body))
+    out = tmp_path / "r"
+    code, stdout, err = _cli(_args(srv, "--out", str(out), *(["--stream"] if stream else [])), capsys)
+    assert code == 2 and "UNTESTED" in stdout and "internal error" not in err and "Traceback" not in err
+    assert f"warning: L0.9-p1a: {reason}" in stdout
+    data = json.loads((out / "probe.json").read_text())
+    rec = {r["label"]: r for r in data["requests"]}["L0.9-p1a"]
+    assert rec["status"] == 200 and rec["error"] == reason and rec["flags"] == ["error"]
+    assert data["untested_levels"] == [0.9, 0.99]
 
 
 def _word_tokenizer(tmp_path: Path) -> Path:

@@ -145,8 +145,12 @@ class ChatClient:
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
             return Reply(200, None, None, None, attempt, "HTTP 200 without choices[0].message.content")
-        prompt_tokens, completion_tokens = _usage(data)
-        return Reply(200, content or "", prompt_tokens, completion_tokens, attempt, None)
+        try:
+            text = _text(content, "choices[0].message.content")
+            prompt_tokens, completion_tokens = _usage(data.get("usage"))
+        except _Malformed as exc:
+            return Reply(200, None, None, None, attempt, f"HTTP 200 but {exc}")
+        return Reply(200, text, prompt_tokens, completion_tokens, attempt, None)
 
     def _read_stream(self, resp: http.client.HTTPResponse, attempt: int, deadline: float) -> Reply:
         parts: list[str] = []
@@ -166,21 +170,78 @@ class ChatClient:
                 chunk = json.loads(data)
             except ValueError:
                 return Reply(200, None, None, None, attempt, "stream chunk is not JSON")
-            for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    parts.append(piece)
-            if chunk.get("usage"):
-                prompt_tokens, completion_tokens = _usage(chunk)
+            try:
+                parts.append(_chunk_text(chunk))
+                # Servers may send "usage": null (or {}) on every chunk before the last one.
+                if chunk.get("usage") not in (None, {}):
+                    prompt_tokens, completion_tokens = _usage(chunk["usage"])
+            except _Malformed as exc:
+                return Reply(200, None, None, None, attempt, f"HTTP 200 but {exc}")
         if not done:
             return Reply(200, None, None, None, attempt, "stream ended without data: [DONE]")
         return Reply(200, "".join(parts), prompt_tokens, completion_tokens, attempt, None)
 
 
-def _usage(data: dict[str, Any]) -> tuple[int | None, int | None]:
-    usage = data.get("usage") or {}
+class _Malformed(ValueError):
+    """An HTTP 200 answer of a shape the probe cannot read; the message says which field and why."""
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _text(value: Any, where: str) -> str:
+    # A string, null (no text: the answer is empty) or, as OpenAI-compatible servers may send, a
+    # list of content parts whose text parts are the answer (other parts, e.g. a refusal, hold none).
+    if value is None or isinstance(value, str):
+        return value or ""
+    if not isinstance(value, list):
+        raise _Malformed(f"{where} is {_json_type(value)}, not a string or a list of content parts")
+    texts = []
+    for part in value:
+        if not isinstance(part, dict):
+            raise _Malformed(f"{where} is a list holding {_json_type(part)}, not content parts")
+        if part.get("type", "text") == "text":
+            if not isinstance(part.get("text"), str):
+                raise _Malformed(f"{where} has a text part whose text is {_json_type(part.get('text'))}")
+            texts.append(part["text"])
+    return "".join(texts)
+
+
+def _chunk_text(chunk: Any) -> str:
+    if not isinstance(chunk, dict):
+        raise _Malformed(f"a stream chunk is {_json_type(chunk)}, not an object")
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list):
+        raise _Malformed(f"a stream chunk's choices is {_json_type(choices)}, not a list")
+    pieces = []
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise _Malformed(f"a stream chunk's choice is {_json_type(choice)}, not an object")
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise _Malformed(f"a stream chunk's delta is {_json_type(delta)}, not an object")
+        pieces.append(_text(delta.get("content"), "a stream chunk's delta.content"))
+    return "".join(pieces)
+
+
+def _usage(usage: Any) -> tuple[int | None, int | None]:
+    if usage is None:
+        return None, None
+    if not isinstance(usage, dict):
+        raise _Malformed(f"usage is {_json_type(usage)}, not an object")
     p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    return (p if isinstance(p, int) else None, c if isinstance(c, int) else None)
+    # bool is an int in Python, not a count in JSON.
+    return (p if isinstance(p, int) and not isinstance(p, bool) else None,
+            c if isinstance(c, int) and not isinstance(c, bool) else None)
 
 
 def _retry_after(value: str | None) -> float | None:
