@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import stat
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace as dataclasses_replace
 from http.server import BaseHTTPRequestHandler
@@ -416,6 +417,49 @@ def test_a_stream_trickling_past_the_timeout_is_cut_off(serve: Serve, capsys: py
     srv = serve("healthy", chunk_delay=0.15)
     code, _, err = _cli(_args(srv, "--stream", "--timeout", "0.5", "--retries", "0"), capsys)
     assert code == 2 and "timeout after 0.5 s (stream)" in err
+
+
+def _trickle(srv: ProbeServer, handler: BaseHTTPRequestHandler, head: bytes, body: bytes, delay: float) -> None:
+    """Write ``head`` at once, then ``body`` a byte every ``delay`` seconds until done, the client gone or the server stopped."""
+    try:
+        handler.wfile.write(head)
+        handler.wfile.flush()
+        for i in range(len(body)):
+            if srv.engine.release.wait(delay):
+                return
+            handler.wfile.write(body[i:i + 1])
+            handler.wfile.flush()
+    except OSError:
+        pass
+
+
+def _trickled_json(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    # Headers and Content-Length at once, then the body a byte at a time: every read is quick.
+    raw = _completion(srv, body, srv.engine.answer(body["messages"][-1]["content"]))
+    head = (f"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n").encode()
+    _trickle(srv, handler, head, raw, 0.02)
+
+
+def _trickled_event(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    # One server-sent event whose line never ends: a line reader waits for its newline forever.
+    head = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+    _trickle(srv, handler, head, b'data: {"choices": [{"delta": {"content": "' + b"a" * 1000, 0.02)
+
+
+@pytest.mark.parametrize(("respond", "stream", "message"), [
+    (_trickled_json, False, "timeout after 0.5 s"),
+    (_trickled_event, True, "timeout after 0.5 s (stream)"),
+])
+def test_a_body_trickled_a_byte_at_a_time_is_cut_off_at_the_timeout(
+        serve: Serve, respond: Callable[..., None], stream: bool, message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    _answer_above(srv, POOL, lambda handler, body: respond(srv, handler, body))
+    start = time.monotonic()
+    code, stdout, _ = _cli(_args(srv, "--levels", "0.9", "--timeout", "0.5", "--retries", "0",
+                                 *(["--stream"] if stream else [])), capsys)
+    assert time.monotonic() - start < 3  # two trickled requests of 0.5 s each, not the whole body
+    assert code == 2 and f"warning: L0.9-p1a: {message}" in stdout
 
 
 def test_connection_refused_means_could_not_test(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import socket
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from forensics.errors import ProbeError
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 ERROR_EXCERPT = 300
+READ_CHUNK = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,14 +124,17 @@ class ChatClient:
         conn = self._connection()
         try:
             conn.request("POST", self._path, body=payload, headers=headers)
+            sock = conn.sock  # the response reads from it even after the connection hands it over
+            _time_left(sock, deadline)
             resp = conn.getresponse()
             if resp.status != 200:
-                excerpt = self._redact(resp.read(ERROR_EXCERPT * 4).decode("utf-8", "replace"))[:ERROR_EXCERPT]
+                raw = _read(resp, sock, deadline, ERROR_EXCERPT * 4)
+                excerpt = self._redact(raw.decode("utf-8", "replace"))[:ERROR_EXCERPT]
                 return (Reply(resp.status, None, None, None, attempt, f"HTTP {resp.status}: {' '.join(excerpt.split())}"),
                         _retry_after(resp.getheader("Retry-After")))
             if s.stream:
-                return self._read_stream(resp, attempt, deadline), None
-            return self._read_json(resp.read(), attempt), None
+                return self._read_stream(_lines(resp, sock, deadline), attempt), None
+            return self._read_json(_read(resp, sock, deadline, None), attempt), None
         except TimeoutError:
             return Reply(None, None, None, None, attempt, f"timeout after {s.timeout:g} s"), None
         except ConnectionRefusedError:
@@ -152,13 +157,17 @@ class ChatClient:
             return Reply(200, None, None, None, attempt, f"HTTP 200 but {exc}")
         return Reply(200, text, prompt_tokens, completion_tokens, attempt, None)
 
-    def _read_stream(self, resp: http.client.HTTPResponse, attempt: int, deadline: float) -> Reply:
+    def _read_stream(self, lines: Iterator[bytes], attempt: int) -> Reply:
         parts: list[str] = []
         prompt_tokens = completion_tokens = None
         done = False
-        for raw in resp:
-            if time.monotonic() > deadline:  # a server trickling bytes must not hold the probe forever
+        while True:
+            try:
+                raw = next(lines, None)
+            except TimeoutError:
                 return Reply(200, None, None, None, attempt, f"timeout after {self.settings.timeout:g} s (stream)")
+            if raw is None:
+                break
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
                 continue  # blank separators, comments (": keep-alive"), event: lines
@@ -180,6 +189,44 @@ class ChatClient:
         if not done:
             return Reply(200, None, None, None, attempt, "stream ended without data: [DONE]")
         return Reply(200, "".join(parts), prompt_tokens, completion_tokens, attempt, None)
+
+
+def _time_left(sock: socket.socket, deadline: float) -> None:
+    # The socket timeout bounds each read, not the request: a server trickling a byte at a time
+    # would never trip it. Every read gets only what is left of --timeout.
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    sock.settimeout(left)
+
+
+def _read(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float, limit: int | None) -> bytes:
+    """The body up to ``limit`` bytes (None: all of it), within the deadline."""
+    buf = bytearray()
+    while limit is None or len(buf) < limit:
+        _time_left(sock, deadline)
+        chunk = resp.read1(READ_CHUNK if limit is None else min(READ_CHUNK, limit - len(buf)))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def _lines(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> Iterator[bytes]:
+    """The body's lines (without their newline), read within the deadline."""
+    pending = bytearray()
+    while True:
+        _time_left(sock, deadline)
+        chunk = resp.read1(READ_CHUNK)
+        if not chunk:
+            break
+        pending += chunk
+        if b"\n" in chunk:
+            *lines, rest = pending.split(b"\n")
+            pending = bytearray(rest)
+            yield from (bytes(line) for line in lines)
+    if pending:
+        yield bytes(pending)
 
 
 class _Malformed(ValueError):
