@@ -462,6 +462,43 @@ def test_a_body_trickled_a_byte_at_a_time_is_cut_off_at_the_timeout(
     assert code == 2 and f"warning: L0.9-p1a: {message}" in stdout
 
 
+def _huge_json(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any], length: bool) -> None:
+    # A real answer padded to 6 MB, with or without a Content-Length that says so up front.
+    raw = _completion(srv, body, srv.engine.answer(body["messages"][-1]["content"]) + " x" * 3_000_000)
+    head = "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n" + (f"Content-Length: {len(raw)}\r\n" if length else "")
+    try:
+        handler.wfile.write(head.encode() + b"\r\n" + raw)
+    except OSError:  # the probe hung up once it had read enough
+        pass
+
+
+def _huge_stream(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    answer = srv.engine.answer(body["messages"][-1]["content"])
+    try:
+        handler.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        handler.wfile.write(_events({"choices": [{"delta": {"content": answer}}]}, *[{"choices": [{"delta": {"content": " x" * 1000}}]}] * 3000))
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(("respond", "stream"), [
+    (lambda srv, handler, body: _huge_json(srv, handler, body, length=True), False),
+    (lambda srv, handler, body: _huge_json(srv, handler, body, length=False), False),
+    (_huge_stream, True),
+], ids=["json-with-length", "json-until-close", "stream"])
+def test_an_answer_over_the_size_cap_is_an_error_not_read_whole(
+        serve: Serve, respond: Callable[..., None], stream: bool, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    _answer_above(srv, POOL, lambda handler, body: respond(srv, handler, body))
+    out = tmp_path / "r"
+    code, stdout, _ = _cli(_args(srv, "--levels", "0.9", "--out", str(out), *(["--stream"] if stream else [])), capsys)
+    reason = "HTTP 200 but the answer is over 4 MiB, far more than --max-tokens 64 asks for; not read further"
+    assert code == 2 and f"warning: L0.9-p1a: {reason}" in stdout
+    rec = {r["label"]: r for r in json.loads((out / "probe.json").read_text())["requests"]}["L0.9-p1a"]
+    assert rec["error"] == reason and rec["answer_sha256"] is None
+
+
 def test_connection_refused_means_could_not_test(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

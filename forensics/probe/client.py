@@ -22,6 +22,11 @@ from forensics.errors import ProbeError
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 ERROR_EXCERPT = 300
 READ_CHUNK = 65536
+# The probe asks for two markers, --max-tokens 64 by default: a few hundred bytes of JSON, some
+# 20 KB streamed (an event of a few hundred bytes per token). 4 MiB leaves room for thousands of
+# tokens; an answer larger than that is a broken or hostile server, and reading it whole could
+# exhaust the memory of the machine running the probe.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +139,15 @@ class ChatClient:
                         _retry_after(resp.getheader("Retry-After")))
             if s.stream:
                 return self._read_stream(_lines(resp, sock, deadline), attempt), None
-            return self._read_json(_read(resp, sock, deadline, None), attempt), None
+            if resp.length is not None and resp.length > MAX_REPLY_BYTES:
+                raise _TooLarge
+            raw = _read(resp, sock, deadline, MAX_REPLY_BYTES + 1)
+            if len(raw) > MAX_REPLY_BYTES:
+                raise _TooLarge
+            return self._read_json(raw, attempt), None
+        except _TooLarge:
+            return Reply(200, None, None, None, attempt, f"HTTP 200 but the answer is over {MAX_REPLY_BYTES >> 20} MiB, far more "
+                                                         f"than --max-tokens {s.max_tokens} asks for; not read further"), None
         except TimeoutError:
             return Reply(None, None, None, None, attempt, f"timeout after {s.timeout:g} s"), None
         except ConnectionRefusedError:
@@ -200,12 +213,16 @@ def _time_left(sock: socket.socket, deadline: float) -> None:
     sock.settimeout(left)
 
 
-def _read(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float, limit: int | None) -> bytes:
-    """The body up to ``limit`` bytes (None: all of it), within the deadline."""
+class _TooLarge(Exception):
+    """The answer is over MAX_REPLY_BYTES."""
+
+
+def _read(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float, limit: int) -> bytes:
+    """The body up to ``limit`` bytes, within the deadline."""
     buf = bytearray()
-    while limit is None or len(buf) < limit:
+    while len(buf) < limit:
         _time_left(sock, deadline)
-        chunk = resp.read1(READ_CHUNK if limit is None else min(READ_CHUNK, limit - len(buf)))
+        chunk = resp.read1(min(READ_CHUNK, limit - len(buf)))
         if not chunk:
             break
         buf += chunk
@@ -213,13 +230,17 @@ def _read(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float, 
 
 
 def _lines(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> Iterator[bytes]:
-    """The body's lines (without their newline), read within the deadline."""
+    """The body's lines (without their newline), read within the deadline; _TooLarge past MAX_REPLY_BYTES."""
     pending = bytearray()
+    total = 0
     while True:
         _time_left(sock, deadline)
         chunk = resp.read1(READ_CHUNK)
         if not chunk:
             break
+        total += len(chunk)
+        if total > MAX_REPLY_BYTES:
+            raise _TooLarge
         pending += chunk
         if b"\n" in chunk:
             *lines, rest = pending.split(b"\n")
