@@ -551,6 +551,23 @@ def test_bad_options_are_an_error_not_a_traceback(serve: Serve, capsys: pytest.C
     assert srv.engine.received == []
 
 
+def test_a_base_url_with_credentials_or_a_query_is_refused_without_echoing_them(
+        serve: Serve, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Neither was ever sent (only host, port and path are), and the URL is written into the report.
+    srv = serve("healthy")
+    port = srv.httpd.server_address[1]
+    out = tmp_path / "r"
+    for url, message in ((f"http://probe:s3cret@127.0.0.1:{port}/v1", "holds a user name or password"),
+                         ("http://probe:s3cret@127.0.0.1:bad/v1", "holds a user name or password"),
+                         ("ftp://probe:s3cret@127.0.0.1/v1", "is not an http(s) URL"),
+                         (f"http://127.0.0.1:{port}/v1?key=s3cret", "has a query string"),
+                         ("http://[::1/v1", "is not an http(s) URL")):
+        code, stdout, err = _cli(["--base-url", url, "--model", "m", "--max-input-tokens", "20000", "--out", str(out)], capsys)
+        assert code == 2 and message in err and "Traceback" not in err and "internal error" not in err, url
+        assert "s3cret" not in stdout + err and ("[redacted]" in err or "[::1" in url)
+    assert srv.engine.received == [] and not out.exists()
+
+
 # --- prompts and repeatability ------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import re
 import socket
 import time
 import urllib.parse
@@ -67,18 +68,31 @@ class ChatClient:
     def __init__(self, settings: ClientSettings, sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self._sleep = sleep
-        parsed = urllib.parse.urlsplit(settings.base_url)
+        shown = shown_url(settings.base_url)
+        try:
+            parsed = urllib.parse.urlsplit(settings.base_url)
+        except ValueError:  # e.g. an unclosed [ of an IPv6 address
+            parsed = urllib.parse.urlsplit("")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ProbeError(
-                f"--base-url {settings.base_url!r} is not an http(s) URL",
+                f"--base-url {shown!r} is not an http(s) URL",
                 fix="give the API root, e.g. http://127.0.0.1:8000/v1",
             )
+        # Only the host, port and path are used: a user name, password or query would silently
+        # not be sent, and the URL is written into the report.
+        if "@" in parsed.netloc:
+            raise ProbeError(f"--base-url {shown!r} holds a user name or password, which the probe does not send "
+                             "and must not write into its report",
+                             fix="leave them out of the URL; give the API key with --api-key-env")
+        if parsed.query:
+            raise ProbeError(f"--base-url {shown!r} has a query string, which the probe does not send",
+                             fix="give the API root alone, e.g. http://127.0.0.1:8000/v1")
         self._scheme = parsed.scheme
         self._host = parsed.hostname
         try:
             self._port = parsed.port
         except ValueError:
-            raise ProbeError(f"--base-url {settings.base_url!r} has a bad port", fix="e.g. http://127.0.0.1:8000/v1") from None
+            raise ProbeError(f"--base-url {shown!r} has a bad port", fix="e.g. http://127.0.0.1:8000/v1") from None
         self._path = parsed.path.rstrip("/") + "/chat/completions"
 
     def _redact(self, text: str) -> str:
@@ -202,6 +216,12 @@ class ChatClient:
         if not done:
             return Reply(200, None, None, None, attempt, "stream ended without data: [DONE]")
         return Reply(200, "".join(parts), prompt_tokens, completion_tokens, attempt, None)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or written: any user name, password and query replaced by [redacted]."""
+    url = re.sub(r"^((?:[^:/?#]+:)?//)?[^/?#]*@", r"\1[redacted]@", url)
+    return re.sub(r"\?[^#]*", "?[redacted]", url, count=1)
 
 
 def _time_left(sock: socket.socket, deadline: float) -> None:

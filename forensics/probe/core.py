@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import ProbeError
-from forensics.probe.client import ChatClient, ClientSettings, Reply
+from forensics.probe.client import ChatClient, ClientSettings, Reply, shown_url
 from forensics.probe.prompts import MarkerIndex, MarkerSource, Prompt, build_prompt
 from forensics.tokens import plausible
 
@@ -249,7 +249,7 @@ class ProbeResult:
         return {
             "tool": "forensics probe",
             "verdict": self.verdict,
-            "endpoint": {"base_url": c.base_url, "model": c.model, "stream": c.stream,
+            "endpoint": {"base_url": shown_url(c.base_url), "model": c.model, "stream": c.stream,
                          "api_key_env": s.api_key_env, "api_key_sent": c.api_key is not None},
             "parameters": {"max_input_tokens": s.max_input_tokens, "levels": list(s.levels), "pairs": s.pairs,
                            "find_ceiling": s.find_ceiling, "max_total_tokens": s.max_total_tokens, "seed": s.seed,
