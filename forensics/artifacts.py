@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Self
 
 from forensics import schema
-from forensics.errors import CaseError
+from forensics.errors import CaseError, json_name
 
 #: The format of REPORT/manifest.json (the stages' formats are in forensics.schema).
 REPORT_FORMAT = "forensics-report/1"
@@ -73,12 +73,6 @@ def _optional() -> Any:
     return dataclasses.field(default=None, kw_only=True, metadata={"omit_none": True})
 
 
-def _json_name(value: Any) -> str:
-    """What a JSON value is, in words, for an error message."""
-    return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
-
-
 @dataclasses.dataclass(frozen=True)
 class Record:
     """Base of every artifact: ``to_json``/``from_json`` by field, nested records recursively."""
@@ -105,7 +99,7 @@ class Record:
         """The artifact of a parsed JSON object; CaseError naming the file and key when it is not one."""
         label = where or "the record"
         if not isinstance(data, Mapping):
-            raise CaseError(f"{label} is {_json_name(data)}, expected an object", file=file, fix=_FIX)
+            raise CaseError(f"{label} is {json_name(data)}, expected an object", file=file, fix=_FIX)
         if cls.FORMAT is not None and data.get("format") != cls.FORMAT:
             raise CaseError(f"format is {data.get('format')!r}, expected {cls.FORMAT!r}", file=file,
                             fix="re-run the stage that writes it with this version of forensics")
@@ -177,24 +171,24 @@ def _load(hint: Any, value: Json, file: Path | None, path: str) -> Any:
                 return _load(option, value, file, path)
             except CaseError:
                 continue
-        raise CaseError(f"{path} is {_json_name(value)}, expected {_type_name(hint)}", file=file, fix=_FIX)
+        raise CaseError(f"{path} is {json_name(value)}, expected {_type_name(hint)}", file=file, fix=_FIX)
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint.from_json(value, file=file, where=path)
     if origin is tuple:
         if not isinstance(value, list):
-            raise CaseError(f"{path} is {_json_name(value)}, expected an array", file=file, fix=_FIX)
+            raise CaseError(f"{path} is {json_name(value)}, expected an array", file=file, fix=_FIX)
         item = typing.get_args(hint)[0]
         return tuple(_load(item, v, file, f"{path}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
-            raise CaseError(f"{path} is {_json_name(value)}, expected an object", file=file, fix=_FIX)
+            raise CaseError(f"{path} is {json_name(value)}, expected an object", file=file, fix=_FIX)
         item = typing.get_args(hint)[1]
         return {k: _load(item, v, file, f"{path}.{k}") for k, v in value.items()}
     ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
           float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
           str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool)}[hint]
     if not ok(value):
-        raise CaseError(f"{path} is {_json_name(value)}, expected {_type_name(hint)}", file=file, fix=_FIX)
+        raise CaseError(f"{path} is {json_name(value)}, expected {_type_name(hint)}", file=file, fix=_FIX)
     return value
 
 

@@ -85,3 +85,9 @@ class MissingExtraError(ForensicsError, ImportError):
     Also an ImportError, so code that treats the part as optional (``pytest.importorskip``,
     ``try: import ... except ImportError``) keeps working.
     """
+
+
+def json_name(value: object) -> str:
+    """What a JSON value is, in words, for an error message ("an object", "an array", "null", ...)."""
+    return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)

@@ -275,8 +275,8 @@ def _delta_number(srv: ProbeServer, handler: BaseHTTPRequestHandler, body: dict[
 
 @pytest.mark.parametrize(("respond", "stream", "reason"), [
     (_content_number, False, "HTTP 200 but choices[0].message.content is a number, not a string or a list of content parts"),
-    (_usage_list, False, "HTTP 200 but usage is a list, not an object"),
-    (_chunk_list, True, "HTTP 200 but a stream chunk is a list, not an object"),
+    (_usage_list, False, "HTTP 200 but usage is an array, not an object"),
+    (_chunk_list, True, "HTTP 200 but a stream chunk is an array, not an object"),
     (_delta_number, True, "HTTP 200 but a stream chunk's delta.content is a number, not a string or a list of content parts"),
 ])
 def test_an_answer_of_the_wrong_shape_is_an_error_in_the_report(

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from forensics.errors import ProbeError
+from forensics.errors import ProbeError, json_name
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 ERROR_EXCERPT = 300
@@ -274,49 +274,37 @@ class _Malformed(ValueError):
     """An HTTP 200 answer of a shape the probe cannot read; the message says which field and why."""
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, list) else "an object"
-
-
 def _text(value: Any, where: str) -> str:
     # A string, null (no text: the answer is empty) or, as OpenAI-compatible servers may send, a
     # list of content parts whose text parts are the answer (other parts, e.g. a refusal, hold none).
     if value is None or isinstance(value, str):
         return value or ""
     if not isinstance(value, list):
-        raise _Malformed(f"{where} is {_json_type(value)}, not a string or a list of content parts")
+        raise _Malformed(f"{where} is {json_name(value)}, not a string or a list of content parts")
     texts = []
     for part in value:
         if not isinstance(part, dict):
-            raise _Malformed(f"{where} is a list holding {_json_type(part)}, not content parts")
+            raise _Malformed(f"{where} is an array holding {json_name(part)}, not content parts")
         if part.get("type", "text") == "text":
             if not isinstance(part.get("text"), str):
-                raise _Malformed(f"{where} has a text part whose text is {_json_type(part.get('text'))}")
+                raise _Malformed(f"{where} has a text part whose text is {json_name(part.get('text'))}")
             texts.append(part["text"])
     return "".join(texts)
 
 
 def _chunk_text(chunk: Any) -> str:
     if not isinstance(chunk, dict):
-        raise _Malformed(f"a stream chunk is {_json_type(chunk)}, not an object")
+        raise _Malformed(f"a stream chunk is {json_name(chunk)}, not an object")
     choices = chunk.get("choices") or []
     if not isinstance(choices, list):
-        raise _Malformed(f"a stream chunk's choices is {_json_type(choices)}, not a list")
+        raise _Malformed(f"a stream chunk's choices is {json_name(choices)}, not a list")
     pieces = []
     for choice in choices:
         if not isinstance(choice, dict):
-            raise _Malformed(f"a stream chunk's choice is {_json_type(choice)}, not an object")
+            raise _Malformed(f"a stream chunk's choice is {json_name(choice)}, not an object")
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
-            raise _Malformed(f"a stream chunk's delta is {_json_type(delta)}, not an object")
+            raise _Malformed(f"a stream chunk's delta is {json_name(delta)}, not an object")
         pieces.append(_text(delta.get("content"), "a stream chunk's delta.content"))
     return "".join(pieces)
 
@@ -325,7 +313,7 @@ def _usage(usage: Any) -> tuple[int | None, int | None]:
     if usage is None:
         return None, None
     if not isinstance(usage, dict):
-        raise _Malformed(f"usage is {_json_type(usage)}, not an object")
+        raise _Malformed(f"usage is {json_name(usage)}, not an object")
     p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
     # bool is an int in Python, not a count in JSON.
     return (p if isinstance(p, int) and not isinstance(p, bool) else None,
