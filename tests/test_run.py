@@ -187,3 +187,33 @@ def test_a_report_refuses_a_match_of_other_suspects(tmp_path: Path) -> None:
     api.match(case, narrower)
     rd = api.report(case, narrower, tmp_path / "out").report_dir
     assert "recipient" not in (rd / "notifications.csv").read_text()
+
+
+@needs_stages
+def test_a_report_refuses_a_case_file_whose_window_the_scan_did_not_use(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Scanned with --window-end, then reported with --config case.toml: summary.md and the manifest stated the
+    case file's window while the suspects came from another, and verify said OK. The report now refuses,
+    naming both values."""
+    logs = write_logs(tmp_path / "logs")
+    case, toml = str(tmp_path / "case"), str(logs / "case.toml")
+    for argv in (["ingest", "--case", case, "--config", toml, str(logs / "gateway")],
+                 ["scan", "--case", case, "--config", toml, "--window-end", "2026-08-28T10:30:00Z"],
+                 ["match", "--case", case]):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--quiet"])
+        assert exc.value.code in (0, 1)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--case", case, "--config", toml, "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "window_end = 2026-09-09T00:00:00Z (the scan used 2026-08-28T10:30:00Z)" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "e2e").exists()
+    # The case file the scan did use is accepted.
+    (logs / "case.toml").write_text(CASE_TOML.replace("2026-09-09T00:00:00Z", "2026-08-28T10:30:00Z"), encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--case", case, "--config", toml, "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 0
+    assert "| window | 2026-08-27T00:00:00Z to 2026-08-28T10:30:00Z (end exclusive) |" in (
+        tmp_path / "out" / "e2e" / "summary.md").read_text(encoding="utf-8")

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
-from forensics.artifacts import JsonObject, ReportManifest, ReportParameters
+from forensics.artifacts import JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, find_symlink, folder_lock, make_private_dirs, replace_folder
-from forensics.config import CaseConfig, load_saved
-from forensics.errors import CaseError, OutputError
+from forensics.config import CaseConfig, iso, load_saved
+from forensics.errors import CaseError, ConfigError, OutputError
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
 from forensics.report import manifest, notices, safe, summary
@@ -40,7 +40,7 @@ from forensics.report.manifest import VerifyResult, verify
 from forensics.report.severity import default_classifier, patterns_text
 from forensics.review import LEDGERS, OWN_FILES
 
-__all__ = ["ReportResult", "VerifyResult", "report", "report_dir_for", "report_folder", "verify", "write_report"]
+__all__ = ["ReportResult", "VerifyResult", "check_scan_scope", "report", "report_dir_for", "report_folder", "verify", "write_report"]
 
 #: Stage records copied into the report folder (and hashed with the other outputs).
 STAGE_RECORDS = ("scan.json", "match.json")
@@ -298,6 +298,39 @@ def _config_for(case: Path, config: CaseConfig | None) -> CaseConfig:
             if getattr(config, key) == "auto" and isinstance(getattr(saved, key), int):
                 config.set(key, getattr(saved, key), saved.source(key) if saved.source(key) != "default" else "auto-detected")
     return config
+
+
+def check_scan_scope(case: Path, config: CaseConfig) -> None:
+    """Refuse a case file whose models, window or limits differ from those the case was scanned with.
+
+    The report states them as its scope (summary.md, the manifest's ``parameters.case``, which
+    ``verify --rerun`` scans with again): taken from another case file than the scan's, the report
+    would describe a search that never ran and verify would find nothing wrong. Refused rather than
+    replaced by the scan's values, so the manifest never records values as coming from a case file
+    that does not hold them.
+    """
+    case = Path(case)
+    if not (case / "scan.json").is_file():
+        return  # not scanned: the report says which stage to run
+    used = ScanRecord.read(case / "scan.json", "scan").parameters
+    scanned = {"models": used.models, "window_start": used.window_start, "window_end": used.window_end,
+               "real_ceiling_tokens": used.real_ceiling_tokens, "advertised_window_tokens": used.advertised_window_tokens}
+    config = _config_for(case, config)  # "auto" limits as the scan resolved them
+    given = {"models": ", ".join(config.models),
+             "window_start": iso(config.window_start) if config.window_start else None,
+             "window_end": iso(config.window_end) if config.window_end else None,
+             "real_ceiling_tokens": config.real_ceiling_tokens, "advertised_window_tokens": config.advertised_window_tokens}
+    differ = [f"{key} = {_shown(given[key])} (the scan used {_shown(scanned[key])})" for key in scanned
+              if given[key] != scanned[key] and given[key] != "auto"]  # "auto" the scan left unresolved: nothing to state
+    if differ:
+        raise ConfigError(f"the case file says {'; '.join(differ)}: the report would state a scope the scan did not use",
+                          file=config.file, fix=f"give --config the case file the scan used (or make this one say what it "
+                                                f"used), or scan and match again with this one: forensics scan --case {case} "
+                                                f"--config {config.file}, then forensics match --case {case}")
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None or value == "" else str(value)
 
 
 def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None,
