@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,11 @@ def find_case_file(path: Path) -> Path:
                       fix="name one of them, or call the one to use case.toml")
 
 
+def _pattern_base(pattern: Path) -> Path:
+    """The folder of a glob pattern before its first wildcard (``logs`` for ``logs/*/x.jsonl``)."""
+    return Path(*itertools.takewhile(lambda part: not glob.has_magic(part), pattern.parts))
+
+
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None,
         engine: str | None = None) -> RunResult:
     """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
@@ -123,9 +129,12 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
     report_dir = report_dir_for(Path(out), cfg.name)
     for spec in cfg.inputs:
-        # A report inside an input folder would be ingested by the next run and change its result.
-        if spec.path.is_dir() and report_dir.resolve().is_relative_to(spec.path.resolve()):
-            raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder {spec.path}",
+        # A report inside an input folder would be ingested by the next run and change its result. For a
+        # pattern, the folder before its first wildcard (where ingest expands it from).
+        folder = _pattern_base(spec.path) if glob.has_magic(str(spec.path)) else spec.path
+        if folder.is_dir() and report_dir.resolve().is_relative_to(folder.resolve()):
+            raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder {folder}"
+                              + (f" (of the pattern {spec.path})" if folder != spec.path else ""),
                               file=cfg.file, fix="choose an --out outside the input folders")
     stages: list[StageTiming] = []
     with report_folder(Path(out), cfg.name) as building:

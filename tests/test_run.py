@@ -91,6 +91,19 @@ def test_run_refuses_a_report_inside_an_input_folder(tmp_path: Path, capsys: pyt
     assert "outside the input folders" in capsys.readouterr().err
 
 
+def test_run_refuses_a_report_inside_the_folder_of_an_input_pattern(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``path = "logs/*"`` with --out logs/reports: the guard looked only at folder inputs, so the next run
+    ingested the previous report. The folder before the pattern's first wildcard is checked too."""
+    logs = write_logs(tmp_path / "logs")
+    (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "*"'), encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(logs / "reports"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "lies inside the input folder" in err and "outside the input folders" in err
+    assert not (logs / "reports").exists()
+
+
 needs_stages = pytest.mark.skipif(
     not (hasattr(api, "scan") and hasattr(api, "match")), reason="the scan and match stages are not in this checkout yet"
 )
