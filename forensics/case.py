@@ -221,19 +221,21 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def replace_folder(new: Path, final: Path, aside: Path) -> None:
+def replace_folder(new: Path, final: Path, aside: Path) -> Path | None:
     """Put the folder ``new`` at ``final``, replacing the folder there, then delete the old one.
 
     With renameat2(RENAME_EXCHANGE) the swap is one atomic step: a reader sees the old folder or
     the new one, never a mix or nothing. Elsewhere the old folder is renamed to ``aside`` and the
     new one renamed in (two renames: only for an instant is there no folder at ``final``).
+
+    Returns where the old folder is left when it cannot be deleted (None once it is gone): the new
+    one is in place by then, so that is for the caller to tell, not a failure of the swap.
     """
     if not os.path.lexists(final):
         os.rename(new, final)
-        return
+        return None
     if _exchange(new, final):
-        shutil.rmtree(new)  # now the old folder
-        return
+        return _remove_old(new)  # now the old folder
     try:
         os.rename(final, aside)
         os.rename(new, final)
@@ -241,7 +243,16 @@ def replace_folder(new: Path, final: Path, aside: Path) -> None:
         if not os.path.lexists(final) and os.path.isdir(aside):
             os.rename(aside, final)
         raise
-    shutil.rmtree(aside)
+    return _remove_old(aside)
+
+
+def _remove_old(old: Path) -> Path | None:
+    """Delete a replaced folder; its path when that fails (a folder in it not writable for this user)."""
+    try:
+        shutil.rmtree(old)
+    except OSError:
+        return Path(old)
+    return None
 
 
 @contextlib.contextmanager

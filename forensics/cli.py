@@ -870,6 +870,7 @@ def report(
 
         check_scan_scope(case, cfg)
     result = api.report(case, cfg, out_dir, progress=_progress(quiet), sign=sign)
+    _warn_leftovers(result)
     sealed = read_seal(result.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())
@@ -877,6 +878,12 @@ def report(
         _render_report(result)
         _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
+
+
+def _warn_leftovers(result: ReportResult) -> None:
+    # Even with --quiet or --json: an old report left on disk holds customer data someone must delete.
+    for w in result.warnings:
+        err.print(f"warning: {w}", markup=False)
 
 
 def _render_seal(sealed: Seal) -> None:
@@ -933,6 +940,7 @@ def run(
     engine = settings["engine"]
     result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign,
                      engine=str(engine) if engine is not None else None)
+    _warn_leftovers(result.report)
     sealed = read_seal(result.report.report_dir)
     if as_json:
         _emit_json(result.summary() | sealed.summary())

@@ -137,7 +137,8 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
                               + (f" (of the pattern {spec.path})" if folder != spec.path else ""),
                               file=cfg.file, fix="choose an --out outside the input folders")
     stages: list[StageTiming] = []
-    with report_folder(Path(out), cfg.name) as building:
+    warnings: list[str] = []
+    with report_folder(Path(out), cfg.name, warnings=warnings) as building:
         case_dir = building / CASE_SUBDIR
         t0 = time.monotonic()
         # One call for every [[inputs]] entry but the mapped ones, each with its own format, so the case
@@ -168,4 +169,5 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         sign_report(building, sign)  # inside the folder before it is swapped in
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir
+    reported.warnings = warnings
     return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -230,3 +234,83 @@ def test_a_report_refuses_a_case_file_whose_window_the_scan_did_not_use(
     assert exc.value.code == 0
     assert "| window | 2026-08-27T00:00:00Z to 2026-08-28T10:30:00Z (end exclusive) |" in (
         tmp_path / "out" / "e2e" / "summary.md").read_text(encoding="utf-8")
+
+
+def _permission_bits_apply() -> list[str]:
+    """A command prefix under which this user is held to permission bits: none for a plain user, setpriv
+    dropping the override capabilities for root; the test is skipped where neither works."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"] if setpriv else []
+    if not prefix or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("running as root and cannot drop CAP_DAC_OVERRIDE (setpriv): permission bits would not apply")
+    return prefix
+
+
+def _cli_as_user(prefix: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, sys.executable, "-m", "forensics", *args], capture_output=True, text=True)
+
+
+@needs_stages
+def test_a_read_only_report_folder_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A report folder made read-only (frozen by an auditor): the new report was swapped in, then removing the old
+    one failed with an internal error, leaving it half deleted as .NAME+new-*, and every later run failed the same
+    way. The run is now refused up front, naming the folder and the fix; the old report stays whole."""
+    prefix = _permission_bits_apply()
+    logs, out = write_logs(tmp_path / "logs"), tmp_path / "out"
+    rd = api.run(logs, out).report.report_dir
+    before = (rd / "manifest.json").read_bytes()
+    os.chmod(rd, 0o555)
+    try:
+        proc = _cli_as_user(prefix, "run", str(logs), "--out", str(out), "--quiet")
+        assert proc.returncode == 2, proc.stderr
+        assert "cannot write" in proc.stderr and f"chmod -R u+w {rd}" in proc.stderr and "internal error" not in proc.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".e2e+lock", "e2e"]
+        assert (rd / "manifest.json").read_bytes() == before and api.verify(rd).ok
+    finally:
+        os.chmod(rd, 0o700)
+
+
+@needs_stages
+def test_a_leftover_that_cannot_be_deleted_is_a_warning_naming_it(tmp_path: Path) -> None:
+    """The leftover of an earlier run (.NAME+new-*) holding a read-only folder: every later run stopped with an
+    internal error. The run now writes its report and warns, naming the leftover and how to delete it."""
+    prefix = _permission_bits_apply()
+    logs, out = write_logs(tmp_path / "logs"), tmp_path / "out"
+    leftover = out / ".e2e+new-abcd1234"
+    (leftover / "packets").mkdir(parents=True)
+    (leftover / "packets" / "notice.md").write_text("an old notice", encoding="utf-8")
+    os.chmod(leftover / "packets", 0o555)
+    try:
+        proc = _cli_as_user(prefix, "run", str(logs), "--out", str(out), "--quiet")
+        assert proc.returncode == 1, proc.stderr
+        assert f"warning: {leftover}: an old report folder could not be deleted" in proc.stderr
+        assert f"chmod -R u+w {leftover} && rm -rf {leftover}" in proc.stderr and "internal error" not in proc.stderr
+        assert api.verify(out / "e2e").ok
+    finally:
+        os.chmod(leftover / "packets", 0o700)
+
+
+def test_an_old_folder_that_cannot_be_deleted_after_the_swap_is_returned_not_raised(tmp_path: Path) -> None:
+    """Once the new folder is in place, failing to delete the old one is no failure of the swap: its path is
+    returned for the caller to warn about (it raised PermissionError, and the run reported an internal error)."""
+    prefix = _permission_bits_apply()
+    final, new, aside = tmp_path / "report", tmp_path / "new", tmp_path / "aside"
+    (final / "plots").mkdir(parents=True)
+    (final / "plots" / "a.svg").write_text("old", encoding="utf-8")
+    new.mkdir()
+    (new / "summary.md").write_text("new", encoding="utf-8")
+    os.chmod(final / "plots", 0o555)
+    code = ("import sys; from pathlib import Path; from forensics.case import replace_folder; "
+            "print(replace_folder(*map(Path, sys.argv[1:])))")
+    proc = subprocess.run([*prefix, sys.executable, "-c", code, str(new), str(final), str(aside)], capture_output=True, text=True)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert (final / "summary.md").read_text(encoding="utf-8") == "new"
+        left = Path(proc.stdout.strip())
+        assert left in (new, aside) and (left / "plots" / "a.svg").read_text(encoding="utf-8") == "old"
+    finally:
+        for folder in (new, aside):
+            if (folder / "plots").is_dir():
+                os.chmod(folder / "plots", 0o700)

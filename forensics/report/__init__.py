@@ -62,6 +62,7 @@ class ReportResult:
     cross_tenant_findings: int
     packets: list[str]
     outputs: list[JsonObject]  # path, size, sha256 of each output (manifest.json's outputs)
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what the user must clean up, once written
 
     @property
     def has_findings(self) -> bool:
@@ -85,6 +86,7 @@ class ReportResult:
             "customers_exposed": sum(1 for n in self.notices if n.role == "exposed"),
             "customers_recipient": sum(1 for n in self.notices if n.role == "recipient"),
             "by_role_and_tier": tiers, "packets": len(self.packets), "outputs": len(self.outputs),
+            "warnings": self.warnings,
         }
 
 
@@ -215,18 +217,32 @@ def _check_replaceable(final: Path, carried: str | None) -> None:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise OutputError(f"the report folder holds files forensics did not write ({shown}); a new report replaces "
                           "the whole folder", file=final, fix="move those files out of it, or choose another --out")
+    # Checked before any work: found only once the new report is in place, the old one would be left half deleted.
+    for folder in (final, *sorted(p for p in final.rglob("*") if p.is_dir())):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OutputError("the report folder holds a folder this user cannot write, so the old report could not be "
+                              "removed when the new one replaces it", file=folder,
+                              fix=f"make it writable (chmod -R u+w {final}), or choose another --out")
+
+
+def _leftover(path: Path) -> str:
+    """The warning for an old report (or a killed run's leftover) that could not be deleted."""
+    return (f"{path}: an old report folder could not be deleted (a folder in it is not writable); it still holds "
+            f"customer data. Fix: chmod -R u+w {path} && rm -rf {path}")
 
 
 @contextlib.contextmanager
-def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterator[Path]:
+def report_folder(out: Path, case_name: str, keep: Path | None = None, warnings: list[str] | None = None) -> Iterator[Path]:
     """Lock ``OUT/<case name>`` and yield a fresh private folder to build its new report in.
 
     When the block ends without an error the new folder replaces the report folder (atomically
     where the system can, see :func:`forensics.case.replace_folder`); otherwise it is deleted
     and the old report stays as it was. ``keep``: a case folder being read that lies inside the
     old report folder (``run``'s ``case/``), moved into the new one. ``OUT`` itself may exist
-    (its mode is left alone) or is created private; it must not be a file.
+    (its mode is left alone) or is created private; it must not be a file. ``warnings`` gets a
+    line for each old folder that could not be deleted (the new report is in place all the same).
     """
+    warnings = [] if warnings is None else warnings
     out = Path(out)
     if os.path.lexists(out) and not out.is_dir():
         raise OutputError("--out is not a folder", file=out, fix="give --out a folder (or a path that does not exist yet)")
@@ -238,7 +254,10 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
         # Leftovers of a run killed mid-way (only a run holding this lock makes or removes them).
         for stale in sorted(glob.glob(glob.escape(str(out / f".{final.name}+")) + "*")):
             if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
-                shutil.rmtree(stale)
+                try:
+                    shutil.rmtree(stale)
+                except OSError:  # in the way of nothing: the new report is built under another name
+                    warnings.append(_leftover(Path(stale)))
         building = Path(tempfile.mkdtemp(prefix=f".{final.name}+new-", dir=out))
         moved = False
         try:
@@ -248,13 +267,15 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None) -> Iterat
             if carried is not None:
                 moved = True
                 os.rename(final / carried, building / carried)
-            replace_folder(building, final, out / f".{final.name}+old-{os.getpid()}")
+            left = replace_folder(building, final, out / f".{final.name}+old-{os.getpid()}")
         except BaseException:
             # Stopped before the swap: the case folder carried over goes back to the old report.
             if moved and carried and os.path.isdir(building / carried) and not os.path.lexists(final / carried):
                 os.rename(building / carried, final / carried)
             shutil.rmtree(building, ignore_errors=True)
             raise
+        if left is not None:
+            warnings.append(_leftover(left))
 
 
 def _carry_ledgers(final: Path, building: Path) -> None:
@@ -345,10 +366,12 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
     case = Path(case)
     config = _config_for(case, config)
     reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
-    with reading, report_folder(out, config.name, keep=case) as building:
+    warnings: list[str] = []
+    with reading, report_folder(out, config.name, keep=case, warnings=warnings) as building:
         result = write_report(case, config, building, progress)
         sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
+    result.warnings = warnings
     return result
 
 
