@@ -5,6 +5,7 @@ Exit codes: 0 clean, 1 findings, 2 error. This is the only module that prints or
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -194,6 +195,26 @@ err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 QUIET_HELP = "Print nothing but errors (on stderr); the exit code tells the outcome. --json still prints its JSON."
+
+
+#: What to do about an OSError the machine causes, not forensics: by errno, the fix.
+_SYSTEM_ERRORS = {
+    errno.ENOSPC: "free space on the disk (the one holding --out or --case, or TMPDIR for temporary files), "
+                  "or give them folders on another disk; then run again",
+    errno.EDQUOT: "free space within your disk quota (where --out or --case lie, or TMPDIR for temporary files), "
+                  "or give them folders elsewhere; then run again",
+    errno.EROFS: "give --out (or --case) a folder on a writable file system (temporary files go to TMPDIR)",
+    errno.EACCES: "give this user access to it (or choose another folder), then run again",
+    errno.EPERM: "give this user access to it (or choose another folder), then run again",
+}
+
+
+def _system_error(exc: BaseException) -> ForensicsError | None:
+    """A full disk, a quota, a read-only file system or a denied permission as the user's error (None for others)."""
+    if not isinstance(exc, OSError) or exc.errno not in _SYSTEM_ERRORS:
+        return None
+    # Some writers (Arrow's) name no file; the fix then names the folders a stage writes.
+    return ForensicsError(os.strerror(exc.errno), file=exc.filename, fix=_SYSTEM_ERRORS[exc.errno])
 
 
 def _click_outcome(exc: BaseException) -> int | None:
@@ -1249,6 +1270,10 @@ def main(argv: list[str] | None = None) -> None:
         outcome = _click_outcome(exc)
         if outcome is not None:
             sys.exit(outcome)
+        system = _system_error(exc)
+        if system is not None:  # the machine's doing (a full disk...), not a bug: told as bad input is
+            err.print(f"error: {system}", markup=False)
+            sys.exit(EXIT_ERROR)
         if os.environ.get("FORENSICS_DEBUG"):
             raise
         err.print(

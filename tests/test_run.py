@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -314,3 +315,25 @@ def test_an_old_folder_that_cannot_be_deleted_after_the_swap_is_returned_not_rai
         for folder in (new, aside):
             if (folder / "plots").is_dir():
                 os.chmod(folder / "plots", 0o700)
+
+
+@needs_stages
+@pytest.mark.parametrize(("code", "fix"), [(errno.ENOSPC, "free space on the disk"), (errno.EDQUOT, "disk quota"),
+                                           (errno.EROFS, "writable file system"), (errno.EACCES, "give this user access")])
+def test_a_full_disk_is_an_error_naming_the_file_and_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch, code: int, fix: str) -> None:
+    """A full disk (or a quota, a read-only file system, a denied permission) was an "internal error ... this is a
+    bug in forensics". It is now one line naming the file and the fix, exit 2."""
+    from forensics.report import safe
+
+    def full(path: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(safe, "write_text", full)
+    logs = write_logs(tmp_path / "logs")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {tmp_path / 'out'}/") and f": {os.strerror(code)}. Fix: " in err and fix in err
+    assert "internal error" not in err and "bug" not in err and len(err.splitlines()) == 1
