@@ -257,7 +257,8 @@ NUMERIC_KEYS = ("real_ceiling_tokens", "advertised_window_tokens")
 def _parse_tokens(value: Any, key: str) -> int | str:
     if value == "auto":
         return "auto"
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and other scripts' digits.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     lo, hi = TOKEN_BOUNDS
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:

@@ -25,8 +25,8 @@ advertised_window_tokens = 8192
 #: Bad values per numeric key, as TOML literals. Every numeric setting must be listed here
 #: (test_the_table_covers_every_numeric_setting), so a new knob cannot skip validation.
 BAD: dict[str, list[str]] = {
-    "real_ceiling_tokens": ["0", "-5", "1e20", "100000000000000000000", "nan", "inf", "2000.5"],
-    "advertised_window_tokens": ["0", "-1", "1e30", "99999999999999999999", "nan", "-inf"],
+    "real_ceiling_tokens": ["0", "-5", "1e20", "100000000000000000000", "nan", "inf", "2000.5", '"²"', '"８１９２"', '"٨١٩٢"'],
+    "advertised_window_tokens": ["0", "-1", "1e30", "99999999999999999999", "nan", "-inf", '"²"'],
     "k": ["1", "1e20", "100000000000000000000", "nan", "inf", "5.0", "true"],
     "min_tokens": ["0", "-3", "10000000000", "nan", "inf"],
     "confirm_tokens": ["0", "10000000000", "nan", "-inf"],
