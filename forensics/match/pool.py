@@ -10,12 +10,13 @@ import io
 import multiprocessing
 import os
 import pickle
+import signal
 import stat
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +108,10 @@ class Helpers:
         if n:
             try:
                 self._ctx.set_forkserver_preload(["forensics.match"])
-                forkserver.ensure_running()
+                # Python's resource tracker, started with the fork server, unblocks SIGINT once it is up: first.
+                resource_tracker.ensure_running()
+                with _sigint_blocked():
+                    forkserver.ensure_running()
             except OSError as exc:
                 self.n, self.failed = 0, f"{type(exc).__name__}: {exc}"
 
@@ -131,7 +135,7 @@ class Helpers:
         pool = None
         try:
             # Workers that die with this process (kill -9 included) and ignore Ctrl-C: see forensics.workers.
-            pool = self._starting = process_pool(self.n, self._ctx, init_worker_from, (str(payload),))
+            pool = self._starting = process_pool(self.n, self._ctx, _init_worker, (str(payload),))
             # Workers start on demand: have them all start (and report) before they take jobs.
             for f in [pool.submit(worker_ready) for _ in range(self.n)]:
                 f.result()
@@ -205,6 +209,39 @@ class Helpers:
         if self._held is not None:
             os.close(self._held)
             self._held = None
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Hold back SIGINT in this thread for the block; one that arrives meanwhile is delivered after it.
+
+    A process started meanwhile inherits the blocked signal: the fork server (and the workers it forks)
+    never takes Ctrl-C, which reaches the whole process group, as a KeyboardInterrupt with its own
+    traceback (in the second it spends importing the matcher); this process handles it. Python's own
+    fork server ignores SIGINT only once its imports are done.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _init_worker(payload: str) -> None:
+    """Pool initializer: :func:`init_worker_from`, or a quiet exit when the scanner file is gone.
+
+    The run removes it when it stops (Ctrl-C, an error) while its workers still start: a worker
+    then has nothing to do, and the traceback the pool would print is no news to the user.
+    """
+    try:
+        init_worker_from(payload)
+    except FileNotFoundError as exc:
+        if exc.filename != payload:
+            raise
+        os._exit(1)  # not sys.exit: the pool reports any exception of an initializer, SystemExit too
 
 
 class _WithoutTexts(pickle.Pickler):
