@@ -336,6 +336,8 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             value = (base / str(value)).resolve()
         if key in ("name", "tenant_field", "description") and not isinstance(value, str):
             raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
+        if key == "name" and not value.strip():  # it names the report folder and every notice
+            raise ConfigError("required key 'name' is empty", file=file, fix=f"give the case a name, such as: {EXAMPLES['name']}")
         try:
             cfg.set(key, value, "file")
         except ConfigError as exc:

@@ -57,6 +57,8 @@ def test_a_good_case_file(tmp_path: Path) -> None:
         (("model = ", "modle = "), "unknown key 'modle'"),
         (('real_ceiling_tokens = 681280\n', ""), "missing required key 'real_ceiling_tokens'"),
         (('model = "glm-5.3"\n', ""), "missing required key 'model'"),
+        (('name = "glm-5.3-kv-pool"', 'name = ""'), "required key 'name' is empty"),
+        (('name = "glm-5.3-kv-pool"', 'name = " \t "'), "required key 'name' is empty"),
         (('model = "glm-5.3"\n', 'model = "a"\nmodels = ["b"]\n'), "both 'model' and 'models'"),
         (("681280", "-5"), "real_ceiling_tokens = -5 is not a positive whole number"),
         (("681280", '"lots"'), "is not a positive whole number"),
