@@ -886,10 +886,6 @@ def report(
     if sign is not None:  # a bad key must fail before the report is written, not after it
         check_private_key(sign)
     cfg = api.make_config(config) if config is not None else None
-    if cfg is not None:
-        from forensics.report import check_scan_scope
-
-        check_scan_scope(case, cfg)
     result = api.report(case, cfg, out_dir, progress=_progress(quiet), sign=sign)
     _warn_leftovers(result)
     sealed = read_seal(result.report_dir)

@@ -120,6 +120,9 @@ def test_iso_times_always_have_four_digit_years(tmp_path: Path) -> None:
     assert iso(dt.datetime(5, 3, 4, 1, 2, 3, 7, tzinfo=dt.UTC)) == "0005-03-04T01:02:03.000007Z"
     case, cfg, _ = make_case(tmp_path)
     cfg.set("window_start", "0999-01-01T00:00:00Z", "option")
+    scanned = json.loads((case / "scan.json").read_text(encoding="utf-8"))  # as if scanned with that window
+    scanned["parameters"]["window_start"] = "0999-01-01T00:00:00Z"
+    (case / "scan.json").write_text(json.dumps(scanned), encoding="utf-8")
     md = (report(case, cfg, tmp_path / "out").report_dir / "summary.md").read_text(encoding="utf-8")
     assert "| window | 0999-01-01T00:00:00Z to 2026-09-02T00:00:00Z (end exclusive) |" in md
 

@@ -364,6 +364,8 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
     in, so a report is never in place unsigned when a signature was asked for.
     """
     case = Path(case)
+    if config is not None:
+        check_scan_scope(case, config)
     config = _config_for(case, config)
     reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
     warnings: list[str] = []
