@@ -311,22 +311,26 @@ def test_a_log_rewritten_under_its_name_keeps_both_copies(tmp_path: Path) -> Non
     assert len(result.manifest["files"]) == 2 and len(rows(tmp_path / "case")) == 4
 
 
-def _spend_and_split(folder: Path, spend_prompt: str, split_prompt: str) -> None:
-    """One request (chatcmpl-77 of acme) in a LiteLLM spend log and in split request/response logs."""
+def _spend_and_split(folder: Path, spend_prompt: str, split_prompt: str | None, answer: str = "ok",
+                     split_answer: str | None = "ok", split_time: str = "2026-08-30T03:12:09Z") -> None:
+    """One request (chatcmpl-77 of acme) in a LiteLLM spend log and in split request/response logs (a
+    half left out when its text is None)."""
     folder.mkdir()
     spend = {"request_id": "chatcmpl-77", "call_type": "acompletion", "api_key": "88dc", "startTime": "2026-08-30T03:12:09.0",
              "endTime": "2026-08-30T03:12:19.0", "model": "openai/glm-5.3", "model_group": "glm-5.3",
              "organization_id": "acme", "team_id": "", "status": "success", "messages": {},
              "proxy_server_request": {"model": "glm-5.3", "messages": [{"role": "user", "content": spend_prompt}]},
-             "response": {"id": "chatcmpl-77", "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+             "response": {"id": "chatcmpl-77", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
                                                             "finish_reason": "stop"}]}, "metadata": {}}
     (folder / "spend.jsonl").write_text(json.dumps(spend) + "\n")
-    (folder / "requests.jsonl").write_text(json.dumps({
-        "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:09Z", "tenant_id": "acme",
-        "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": split_prompt}]}}) + "\n")
-    (folder / "responses.jsonl").write_text(json.dumps({
-        "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:19Z", "status_code": 200,
-        "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}}) + "\n")
+    if split_prompt is not None:
+        (folder / "requests.jsonl").write_text(json.dumps({
+            "request_id": "chatcmpl-77", "timestamp": split_time, "tenant_id": "acme",
+            "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": split_prompt}]}}) + "\n")
+    if split_answer is not None:
+        (folder / "responses.jsonl").write_text(json.dumps({
+            "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:19Z", "status_code": 200,
+            "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": split_answer}}]}}) + "\n")
 
 
 def test_a_request_in_a_spend_log_and_in_split_logs_is_one_row_the_complete_copy(tmp_path: Path) -> None:
@@ -354,3 +358,41 @@ def test_a_request_in_a_spend_log_and_in_split_logs_equally_complete_is_the_spli
     assert [(r["record_kind"], r["prompt_truncated"]) for r in rows] == [("split", False)]
     duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
     assert duplicates == {"spend.jsonl": 1, "requests.jsonl": 0, "responses.jsonl": 0}
+
+
+def _cut(full: str) -> str:
+    head, tail = full[:716], full[-1332:]
+    return head + f"... (litellm_truncated skipped {len(full) - len(head) - len(tail)} chars. Truncation is a DB storage safeguard.) ..." + tail
+
+
+def test_a_whole_record_and_a_split_pair_that_each_hold_what_the_other_lacks_are_both_kept(tmp_path: Path) -> None:
+    """The spend log holds the prompt cut and the only answer (another customer's secret in it); the split
+    logs hold the full prompt and no answer. The pair won on its prompt and the answer was lost with the
+    spend row: the leak vanished. Neither holds everything, so both are kept, as before the contest."""
+    full = "CONFIDENTIAL " + "lorem ipsum dolor " * 400
+    _spend_and_split(tmp_path / "logs", _cut(full), full, answer="globex secret: vault code 7741-ALPHA", split_answer=None)
+    api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted((r["record_kind"], r["response_text"]) for r in rows) == [
+        ("spend_log", "globex secret: vault code 7741-ALPHA"), ("split", None)]
+
+
+def test_a_split_pair_hours_from_the_whole_record_with_its_id_is_named_as_a_reused_id(tmp_path: Path) -> None:
+    """acme's req chatcmpl-77 at 03:12 in the spend log and at 05:00 in the split logs, other prompts: two
+    requests under one id. One is kept, as for copies of one kind, and the note names the id (it had been
+    counted as a duplicate without a word)."""
+    _spend_and_split(tmp_path / "logs", "the first question", "a later, other question", split_time="2026-08-30T05:00:00Z")
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    assert len(pq.read_table(tmp_path / "case" / "exchanges.parquet")) == 1
+    assert any("reused by one customer" in n and "chatcmpl-77" in n for n in result.manifest["notes"])
+
+
+def test_a_whole_record_and_its_lone_response_half_are_one_row(tmp_path: Path) -> None:
+    """The request line of the split logs is missing; its response half has the spend log's answer. It was
+    kept as a second row, a response naming no customer, though only acme's records hold the id."""
+    _spend_and_split(tmp_path / "logs", "the same short question", None)
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["tenant_id"], r["record_kind"], r["orphan"]) for r in rows] == [("acme", "spend_log", None)]
+    duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
+    assert duplicates == {"spend.jsonl": 0, "responses.jsonl": 1}

@@ -435,43 +435,70 @@ WITH keys AS (
                                  CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
 SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash,
-       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality
+       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality, received_us
 FROM ranked
 """
 
 #: The same request logged whole (a callback, a spend log, a Helicone row) and in split logs: the
-#: whole record and the joined pair compete by what each holds, in the order the copies of one kind
-#: do (a truncated prompt, a truncated or missing answer, damage, then the kind's precedence: payload
-#: over split over spend log; a tie keeps the whole record). The loser's lines become duplicates:
-#: before, both were kept, one request counted twice, and its suspect row could show the copy that
-#: did not make it one. Only a request half one customer sent joins (as in the split join).
+#: whole record and the joined pair (or a response half whose id only one customer's whole records
+#: hold) compete by what each holds, as the copies of one kind do: a truncated prompt, a truncated or
+#: missing answer, damage, then the kind's precedence (payload over split over spend log; a tie
+#: keeps the whole record). One side wins only if it holds at least as much on every count: where
+#: each holds what the other lacks (the full prompt in one, the only answer in the other) both are
+#: kept, so no text is lost. The loser's lines become duplicates: before, both were always kept, one
+#: request counted twice, and its suspect row could show the copy that did not make it one. A pair
+#: received more than REUSED_ID_SECONDS from its whole record is another request under the same id:
+#: the one kept is chosen the same way, and the id is named in the notes (``reused``). Only a
+#: request half one customer sent joins (as in the split join).
 CROSS_KIND_SQL = """
 WITH req AS (
-  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality,
+  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality, received_us,
          count(*) OVER (PARTITION BY request_id) AS senders
   FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
 ), resp AS (
   SELECT request_id, source_sha256, source_line, record_hash, quality FROM ranked
   WHERE rn = 1 AND record_kind IN {response_halves}
+), whole AS (
+  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality, received_us FROM ranked
+  WHERE rn = 1 AND record_kind NOT IN {halves}
 ), pair AS (
   -- the joined row: its prompt's flags from the request half, its answer's from the response half
   SELECT q.request_id, q.tenant_id, q.source_sha256 AS q_sha, q.source_line AS q_line, q.record_hash AS q_hash,
-         a.source_sha256 AS a_sha, a.source_line AS a_line, a.record_hash AS a_hash,
+         a.source_sha256 AS a_sha, a.source_line AS a_line, a.record_hash AS a_hash, q.received_us,
          [q.quality[1], coalesce(a.quality[2], 0), q.quality[3], coalesce(a.quality[4], 1),
           greatest(q.quality[5], coalesce(a.quality[5], 0)), q.quality[6]] AS quality
   FROM req q LEFT JOIN resp a ON a.request_id = q.request_id
   WHERE q.senders = 1
-), whole AS (
-  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality FROM ranked
-  WHERE rn = 1 AND record_kind NOT IN {halves}
+  UNION ALL
+  -- a response half with no request half, whose id one customer's whole records alone hold: no prompt
+  SELECT a.request_id, o.tenant_id, NULL, NULL, NULL, a.source_sha256, a.source_line, a.record_hash, NULL,
+         [0, a.quality[2], 1, a.quality[4], a.quality[5], a.quality[6]]
+  FROM resp a
+  JOIN (SELECT request_id, min(tenant_id) AS tenant_id FROM whole GROUP BY 1 HAVING count(DISTINCT tenant_id) = 1) o
+    USING (request_id)
+  WHERE a.request_id NOT IN (SELECT request_id FROM req)
 ), contest AS (
-  SELECT w.source_sha256 AS w_sha, w.source_line AS w_line, w.record_hash AS w_hash, p.*, p.quality < w.quality AS split_wins
+  SELECT w.request_id, w.tenant_id, w.source_sha256 AS w_sha, w.source_line AS w_line, w.record_hash AS w_hash,
+         p.q_sha, p.q_line, p.q_hash, p.a_sha, p.a_line, p.a_hash,
+         p.quality[1] <= w.quality[1] AND p.quality[2] <= w.quality[2] AND p.quality[3] <= w.quality[3]
+           AND p.quality[4] <= w.quality[4] AND p.quality[5] <= w.quality[5] AS pair_holds_all,
+         w.quality[1] <= p.quality[1] AND w.quality[2] <= p.quality[2] AND w.quality[3] <= p.quality[3]
+           AND w.quality[4] <= p.quality[4] AND w.quality[5] <= p.quality[5] AS whole_holds_all,
+         p.quality < w.quality AS pair_ranks_first,
+         abs(p.received_us - w.received_us) > {reused_us} AS reused
   FROM whole w JOIN pair p ON p.request_id = w.request_id AND p.tenant_id IS NOT DISTINCT FROM w.tenant_id
 )
--- the losing records, one row each (equality keys, so marking them is a hash join however many there are)
-SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM contest WHERE split_wins
-UNION ALL SELECT q_sha, q_line, q_hash FROM contest WHERE NOT split_wins
-UNION ALL SELECT a_sha, a_line, a_hash FROM contest WHERE NOT split_wins AND a_sha IS NOT NULL
+SELECT *, CASE WHEN pair_holds_all AND pair_ranks_first THEN 'whole'
+               WHEN whole_holds_all AND NOT pair_ranks_first THEN 'pair' END AS loser
+FROM contest
+"""
+
+#: The records that lose the whole-or-split contest, one row each (equality keys: marking them is a
+#: hash join however many there are).
+CROSS_LOSERS_SQL = """
+SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cross_kind WHERE loser = 'whole'
+UNION ALL SELECT q_sha, q_line, q_hash FROM cross_kind WHERE loser = 'pair' AND q_sha IS NOT NULL
+UNION ALL SELECT a_sha, a_line, a_hash FROM cross_kind WHERE loser = 'pair' AND a_sha IS NOT NULL
 """
 
 
@@ -499,12 +526,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                band_ceilings: dict[str, int]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
-    con.execute(f"""CREATE TEMP TABLE cross_losers AS {CROSS_KIND_SQL.format(
-        halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"))}""")
+    con.execute(f"""CREATE TEMP TABLE cross_kind AS {CROSS_KIND_SQL.format(
+        halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
+        reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
     # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
-    con.execute("""UPDATE ranked SET rn = 2 FROM cross_losers x
-                   WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
-                     AND ranked.record_hash IS NOT DISTINCT FROM x.hash AND ranked.rn = 1""")
+    con.execute(f"""UPDATE ranked SET rn = 2 FROM ({CROSS_LOSERS_SQL}) x
+                    WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
+                      AND ranked.record_hash IS NOT DISTINCT FROM x.hash AND ranked.rn = 1""")
     for sha, n in con.execute("SELECT source_sha256, count(*) FROM ranked WHERE rn > 1 GROUP BY 1").fetchall():
         duplicates[sha] += n
     dup_requests = con.execute("SELECT count(*) FROM ranked WHERE rn > 1").fetchall()[0][0]
@@ -512,7 +540,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     # One row is kept per (request id, customer): a client that reuses its own ids for different requests
     # loses all but one of them from the search, so the notes name them.
     reused = [rid for (rid,) in con.execute(
-        f"""SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND spread_us > {REUSED_ID_SECONDS * 1_000_000}
+        f"""SELECT request_id FROM (
+              SELECT request_id, tenant_id FROM ranked WHERE rn = 1 AND variants > 1 AND spread_us > {REUSED_ID_SECONDS * 1_000_000}
+              UNION SELECT request_id, tenant_id FROM cross_kind WHERE reused AND loser IS NOT NULL)
             ORDER BY request_id, tenant_id""").fetchall()]
     # A response half names no customer: the different answers to an id two customers sent cannot be
     # told apart, so one is kept and the others count as its copies; the notes name those ids.
