@@ -183,6 +183,10 @@ class Counter:
         if reported is not None and text_bytes is not None:
             is_plausible = plausible(reported, text_bytes, messages, nontext)
         if nontext and reported is not None and is_plausible:
+            if not unchecked_count(reported):
+                # The placeholder's 1 passes the text's lower bound (a few bytes of template), and the
+                # text is not the whole prompt: nothing tells its size.
+                return TokenCount(None, "unknown", None, None), is_plausible
             return TokenCount(reported, "reported", reported, reported), is_plausible
         if (self._tokenizer is not None and text is not None and not truncated
                 and (nontext or not (text_bytes is not None and self._decided_below(text, text_bytes, messages)))):

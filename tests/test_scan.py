@@ -422,3 +422,66 @@ def test_a_model_name_differing_only_in_case_spaces_or_prefix_is_warned(tmp_path
     near = sorted(w.split(" in the window name the model ")[1].split(",")[0] for w in warnings if "provider prefix" in w)
     assert near == ["'GLM-5.3'", "'glm-5.3 '", "'openai/glm-5.3'"]
     assert all(w.startswith("1 request(s)") for w in warnings if "provider prefix" in w)
+
+
+def _image_case(root: Path, text: str | None, engine: bool, tokenizer: bool) -> tuple[Path, CaseConfig]:
+    """An image prompt in split logs whose gateway count is the placeholder's 1, with or without the
+    engine's prefill line (12,000 tokens, above the 8,192-token pool) and a tokenizer file."""
+    (root / "split").mkdir(parents=True)
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    if text is not None:
+        parts.insert(0, {"type": "text", "text": text})
+    (root / "split" / "requests.jsonl").write_text(json.dumps({
+        "request_id": "img-1", "timestamp": "2026-08-29T03:00:00Z", "tenant_id": "acme",
+        "body": {"model": MODEL, "messages": [{"role": "user", "content": parts}]}}) + "\n")
+    (root / "split" / "responses.jsonl").write_text(json.dumps({
+        "request_id": "img-1", "timestamp": "2026-08-29T03:00:09Z", "status_code": 200,
+        "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a cat"}}],
+                 "usage": {"prompt_tokens": 1, "completion_tokens": 3}}}) + "\n")
+    inputs = [root / "split"]
+    if engine:
+        (root / "engine").mkdir()
+        (root / "engine" / "prefill-0_0.log").write_text(
+            "[2026-08-29 00:00:05 TP0] server_args=ServerArgs(model_path='m', tp_size=8, disaggregation_mode='prefill', "
+            "served_model_name='glm-5.3')\n"
+            "[2026-08-29 00:00:38 TP0] max_total_num_tokens=8192, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            "max_running_requests=64, context_len=16384\n"
+            "[2026-08-29 03:00:01 TP0] ReqTimeStats(rid=img-1, bootstrap_room=5226, input_len=12000, cached_input_len=0, "
+            "output_len=0, type=prefill): transfer_duration=35.89ms\n")
+        inputs.append(root / "engine")
+    values: dict[str, Any] = {"real_ceiling_tokens": 8192, "advertised_window_tokens": 16384}
+    if tokenizer:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({"[UNK]": 0, "describe": 1}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.save(str(root / "tokenizer.json"))
+        values["tokenizer"] = str(root / "tokenizer.json")
+    cfg = _config(**values)
+    from forensics.api import ingest
+
+    ingest(root / "case", inputs, config=cfg)
+    return root / "case", cfg
+
+
+@pytest.mark.parametrize("tokenizer", [False, True], ids=["estimate", "tokenizer"])
+def test_an_image_prompts_engine_count_decides_with_or_without_a_tokenizer(tmp_path: Path, tokenizer: bool) -> None:
+    """The engine counted 12,000 tokens, the image's included. With a tokenizer file the text's own count
+    (5 tokens) stood, the engine's figure was never read, and the suspect was missed; without one it was
+    found. The text is only part of such a prompt: the engine's figure decides either way."""
+    case, cfg = _image_case(tmp_path, "describe this picture please", engine=True, tokenizer=tokenizer)
+    (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (12000, "engine")
+    assert scan(case, cfg).suspects == 1
+
+
+def test_an_image_prompts_placeholder_count_is_no_count(tmp_path: Path) -> None:
+    """An image-only prompt whose gateway logged the placeholder's 1: the few bytes of template text let 1
+    pass as plausible, and the image part made the gateway's figure come first. It is no count: the
+    prompt's size is unknown, and the scan says so."""
+    case, cfg = _image_case(tmp_path, None, engine=False, tokenizer=False)
+    (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (None, "unknown")
+    scan(case, cfg)
+    rec = json.loads((case / "scan.json").read_text(encoding="utf-8"))
+    assert rec["anomalies"]["unknown_token_count"]["rows"] == 1 and any("unknown_token_count" in w for w in rec["warnings"])

@@ -883,9 +883,11 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
         if reported is not None and nbytes is not None:
             ok = tokens.plausible(reported, nbytes, msgs, nontext)
             cols["reported_prompt_tokens_plausible"][i] = ok
+            if ok and nontext and not tokens.unchecked_count(reported):
+                _set_count(cols, i, None, "unknown")  # the placeholder's 1 on a prompt its text is only part of
             # With images or files the tokenizer counted the text alone; the gateway counted them too.
-            if ok and (cols["prompt_tokens_source"][i] in ("estimate", "unknown")
-                       or (nontext and cols["prompt_tokens_source"][i] == "tokenizer")):
+            elif ok and (cols["prompt_tokens_source"][i] in ("estimate", "unknown")
+                         or (nontext and cols["prompt_tokens_source"][i] == "tokenizer")):
                 _set_count(cols, i, reported, "reported")
         elif reported is not None and cols["prompt_tokens_source"][i] == "unknown" and tokens.unchecked_count(reported):
             _set_count(cols, i, reported, "reported")
@@ -897,9 +899,11 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
         cols["prefill_node"][i] = cols["prefill_node"][i] or prefill
         cols["decode_node"][i] = cols["decode_node"][i] or decode
         cols["bootstrap_room"][i] = cols["bootstrap_room"][i] if cols["bootstrap_room"][i] is not None else room
-        if cols["prompt_tokens_source"][i] == "tokenizer" or tokens.band_decided(
+        # A count of the text alone (the tokenizer's, or one the band decided) stands against the engine's,
+        # unless the prompt has image, audio or file parts: the engine counted those too.
+        if not nontext and (cols["prompt_tokens_source"][i] == "tokenizer" or tokens.band_decided(
                 cols["prompt_tokens_source"][i], nbytes, msgs, cols["prompt_truncated"][i],
-                (band_ceilings or {}).get(cols["source_sha256"][i])):
+                (band_ceilings or {}).get(cols["source_sha256"][i]))):
             continue
         if over_limit_len is not None:
             _set_count(cols, i, over_limit_len, "engine")
@@ -912,7 +916,7 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
     return table
 
 
-def _set_count(cols: dict[str, list[Any]], i: int, value: int, source: str) -> None:
+def _set_count(cols: dict[str, list[Any]], i: int, value: int | None, source: str) -> None:
     cols["prompt_tokens"][i] = value
     cols["prompt_tokens_low"][i] = value
     cols["prompt_tokens_high"][i] = value
