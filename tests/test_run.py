@@ -337,3 +337,31 @@ def test_a_full_disk_is_an_error_naming_the_file_and_the_fix(tmp_path: Path, cap
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {tmp_path / 'out'}/") and f": {os.strerror(code)}. Fix: " in err and fix in err
     assert "internal error" not in err and "bug" not in err and len(err.splitlines()) == 1
+
+
+@needs_stages
+def test_odd_file_names_of_an_engine_log_and_of_a_skipped_file_are_read_and_shown(tmp_path: Path) -> None:
+    """An SGLang log whose name holds a byte that is not UTF-8 had every line quarantined (its node, named
+    after the file, could not be stored); a file of no known format under such a name stopped the run
+    with an internal error while the summary showed the note naming it."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    logs = write_logs(tmp_path / "logs")
+    (logs / "engine").mkdir()
+    engine = os.fsencode(logs / "engine") + b"/prefill-\xe9_0.log"
+    with open(engine, "w", encoding="utf-8") as fh:
+        fh.write("[2026-08-28 10:59:00 TP0] server_args=ServerArgs(model_path='m', disaggregation_mode='prefill', "
+                 "served_model_name='glm-5.3')\n[2026-08-28 10:59:01 TP0] max_total_num_tokens=2000, context_len=8192\n")
+    with open(os.fsencode(logs / "gateway") + b"/notes\xe9.txt", "w", encoding="utf-16") as fh:
+        fh.write("not UTF-8: skipped, and a note names it\n")
+    (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    report = api.run(logs, tmp_path / "out").report.report_dir
+    files = {f["path"]: f for f in json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))["files"]}
+    assert files["engine/prefill-\udce9_0.log"]["ingested"] == 2 and files["engine/prefill-\udce9_0.log"]["quarantined"] == 0
+    nodes = {r["node"] for r in pq.read_table(report / "case" / "engine_events.parquet").to_pylist()}
+    assert nodes == {"prefill-\\xe9"}
+    assert "notes\\udce9.txt" in (report / "summary.md").read_text(encoding="utf-8")
+    assert "notes\\udce9.txt" in (report / "summary.html").read_text(encoding="utf-8")
+    assert api.verify(report).ok

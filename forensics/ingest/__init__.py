@@ -1252,8 +1252,8 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
         counts["status"] = skip.status
     else:
         log_format = FORMATS.get(unit.fmt)
-        ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter, Path(unit.path).name,
-                          unit.profile)
+        ctx = FileContext(unit.shown, unit.sha, unit.fmt, unit.zone, unit.tenant_field, counter,
+                          table_text(Path(unit.path).name), unit.profile)  # an engine log's node is named by it
         problems: list[FileProblem] = []
         # A format that parses a line's bytes reads them undecoded: a line is decoded only when
         # its bytes are left to the text parser (see LogFormat.parse_raw).

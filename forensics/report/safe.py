@@ -77,8 +77,11 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a private (0600) UTF-8 text file atomically (``\\n`` line ends on every platform)."""
-    write_bytes(path, text.encode("utf-8"))
+    """Write a private (0600) UTF-8 text file atomically (``\\n`` line ends on every platform).
+
+    A lone surrogate (a file name's byte that is not UTF-8, as a note names the file) is written as its
+    escape, ``\\udce9``, as the manifests write it: no note can stop a report."""
+    write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def new_private_dir(path: Path) -> Path:
