@@ -202,6 +202,35 @@ def test_band_counts_of_a_grown_log_are_the_complete_files_alone(tmp_path: Path)
     assert bands[0]["rows_by_file"] == bands[1]["rows_by_file"] and len(bands[0]["rows_by_file"]) == 1
 
 
+def test_band_counts_of_a_case_begun_by_a_version_that_summed_them_are_carried_on(tmp_path: Path) -> None:
+    """A case whose manifest has the band's sum alone (an earlier version), ingested into twice more: the
+    second ingest dropped the earlier sum, and a scan whose ceiling those rows could reach was let through."""
+    from forensics.scan import scan
+
+    lines = _band_logs(tmp_path).read_bytes().splitlines(keepends=True)
+    parts = []
+    for n, (a, b) in enumerate(((0, 20), (20, 40), (40, 60))):
+        parts.append(tmp_path / f"part{n}.jsonl")
+        parts[-1].write_bytes(b"".join(lines[a:b]))
+    config = api.make_config(tokenizer=_worst_case_tokenizer(tmp_path), real_ceiling_tokens=CEILING_BAND)
+    case = tmp_path / "case"
+    api.ingest(case, [parts[0]], config=config)
+    manifest = json.loads((case / "manifest.json").read_text())
+    first = manifest["prompt_tokens_band"].pop("rows_by_file")  # as the earlier version wrote it
+    assert first and manifest["prompt_tokens_band"]["rows"]["decided_below"] > 0
+    (case / "manifest.json").write_text(json.dumps(manifest))
+    api.ingest(case, [parts[1]], config=config)
+    api.ingest(case, [parts[2]], config=config)
+    fresh = tmp_path / "fresh"
+    api.ingest(fresh, parts, config=config)
+    rows = [json.loads((c / "manifest.json").read_text())["prompt_tokens_band"]["rows"] for c in (case, fresh)]
+    assert rows[0] == rows[1]
+    cfg = _scan_config()
+    cfg.set("real_ceiling_tokens", 150, "option")
+    with pytest.raises(ConfigError, match="ingest the logs again"):
+        scan(case, cfg)
+
+
 def test_scan_ceiling_below_a_band_decision_is_refused(tmp_path: Path) -> None:
     from forensics.scan import scan
 

@@ -630,8 +630,10 @@ def ingest(
         work = batched(units, {sha: e for sha, e in known.items() if sha not in parquet_files})
         earlier_band = manifest.get("prompt_tokens_band", {})  # earlier runs into this case
         band_by_file = {sha: BandStats(**rows) for sha, rows in earlier_band.get("rows_by_file", {}).items()}
-        # A case ingested before the counts were kept per file has only their sum, kept as it is.
-        band_unfiled = BandStats() if "rows_by_file" in earlier_band else BandStats(**earlier_band.get("rows", {}))
+        # A case ingested before the counts were kept per file has only their sum, carried on as it is.
+        band_unfiled = BandStats(**(earlier_band.get("rows_unfiled", {}) if "rows_by_file" in earlier_band
+                                    else earlier_band.get("rows", {})))
+        band_unfiled.ceiling = None
         band_files: dict[str, int] = dict(earlier_band.get("ceiling_by_file", {}))
         for e in replaced:
             band_files.pop(e["sha256"], None)
@@ -663,8 +665,8 @@ def ingest(
 
     case_manifest = finalize(c, list(known.values()), cfg, progress, [skipped_inputs[k] for k in sorted(skipped_inputs)],
                              band_files)
-    band = band_unfiled
-    for stats in band_by_file.values():
+    band = BandStats()
+    for stats in [band_unfiled, *band_by_file.values()]:
         band.add(stats)
     band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     if replaced:
@@ -687,6 +689,7 @@ def ingest(
         # Per file (SHA-256), so a log replaced by its grown copy takes its rows out of the sum.
         "rows_by_file": {sha: _band_counts(band_by_file[sha]) for sha in sorted(band_by_file)
                          if band_by_file[sha].counted or band_by_file[sha].decided_below},
+        **({"rows_unfiled": _band_counts(band_unfiled)} if band_unfiled.counted or band_unfiled.decided_below else {}),
         # Per file (SHA-256): the ceiling its rows were decided against (the finaliser needs it on later runs).
         "ceiling_by_file": dict(sorted(band_files.items())),
     })
