@@ -181,6 +181,8 @@ def test_a_log_whose_file_name_is_not_utf8_is_read_and_named(tmp_path: Path) -> 
     assert [(f["path"], f["ingested"], f["quarantined"]) for f in files] == [("gateway/spend-caf\udce9.jsonl", 3, 0)]
     sources = {r["source_file"] for r in pq.read_table(report / "case" / "exchanges.parquet").to_pylist()}
     assert sources == {"gateway/spend-caf\\xe9.jsonl"}
+    (entry,) = json.loads((report / "manifest.json").read_text(encoding="utf-8"))["inputs"]
+    assert entry["path"].endswith("spend-caf\udce9.jsonl") and entry["time_range"]
     assert api.verify(report).ok and api.verify(report, rerun=True).ok
 
 

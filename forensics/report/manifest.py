@@ -93,7 +93,8 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
         if "sha256" not in entry and p.is_file():
             entry["sha256"] = safe.sha256_file(p)
         if "time_range" not in entry and ranges:
-            for key in (str(p), str(p.resolve()), str(raw)):
+            # The tables name a file whose name is not UTF-8 by its \xNN form (ingest.table_text).
+            for key in (str(p), str(p.resolve()), str(raw), os.fsencode(str(raw)).decode("utf-8", "backslashreplace")):
                 if key in ranges:
                     entry["time_range"] = ranges[key]
                     break
