@@ -396,3 +396,17 @@ def test_a_whole_record_and_its_lone_response_half_are_one_row(tmp_path: Path) -
     assert [(r["tenant_id"], r["record_kind"], r["orphan"]) for r in rows] == [("acme", "spend_log", None)]
     duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
     assert duplicates == {"spend.jsonl": 0, "responses.jsonl": 1}
+
+
+def test_a_lone_response_half_never_takes_the_place_of_the_record_naming_the_customer(tmp_path: Path) -> None:
+    """A spend log written without prompts holds acme's answer; the split logs hold the same answer's
+    response half and no request half. The half outranked the spend row (split over spend log) and was
+    kept, naming no customer: acme dropped off the list. A lone half may lose, never win."""
+    _spend_and_split(tmp_path / "logs", "", None)
+    spend = tmp_path / "logs" / "spend.jsonl"
+    record = json.loads(spend.read_text())
+    record["proxy_server_request"] = {}  # no prompt stored
+    spend.write_text(json.dumps(record) + "\n")
+    api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["tenant_id"], r["record_kind"]) for r in rows if r["tenant_id"] == "acme"] == [("acme", "spend_log")]

@@ -488,7 +488,9 @@ WITH req AS (
          abs(p.received_us - w.received_us) > {reused_us} AS reused
   FROM whole w JOIN pair p ON p.request_id = w.request_id AND p.tenant_id IS NOT DISTINCT FROM w.tenant_id
 )
-SELECT *, CASE WHEN pair_holds_all AND pair_ranks_first THEN 'whole'
+-- A lone response half names no customer: it may lose, never make the whole record that names one lose.
+SELECT *, CASE WHEN q_sha IS NULL THEN CASE WHEN whole_holds_all THEN 'pair' END
+               WHEN pair_holds_all AND pair_ranks_first THEN 'whole'
                WHEN whole_holds_all AND NOT pair_ranks_first THEN 'pair' END AS loser
 FROM contest
 """
