@@ -11,8 +11,10 @@ staged file must never leak into a new run) and is not among the hashed report o
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import itertools
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -102,9 +104,22 @@ def find_case_file(path: Path) -> Path:
                       fix="name one of them, or call the one to use case.toml")
 
 
-def _pattern_base(pattern: Path) -> Path:
-    """The folder of a glob pattern before its first wildcard (``logs`` for ``logs/*/x.jsonl``)."""
-    return Path(*itertools.takewhile(lambda part: not glob.has_magic(part), pattern.parts))
+def report_reachable(spec_path: Path, report_dir: Path) -> bool:
+    """Whether an input path could read the report folder: a folder holding it, or a pattern that could
+    match it or a folder around it (a matched folder is read whole; ``**`` reaches anything below its
+    base). ``logs/*.jsonl`` beside ``logs/reports/`` cannot: the next run would not ingest the report."""
+    report = Path(os.path.realpath(report_dir))
+    if spec_path.exists() or not glob.has_magic(str(spec_path)):  # a folder named with [ ] is a folder
+        return spec_path.is_dir() and report.is_relative_to(Path(os.path.realpath(spec_path)))
+    parts = spec_path.parts
+    fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
+    base = Path(os.path.realpath(Path(*fixed))) if fixed else Path(os.path.realpath("."))
+    if not report.is_relative_to(base):
+        return False
+    inner, wanted = report.relative_to(base).parts, parts[len(fixed):]
+    if "**" in wanted:
+        return True
+    return all(fnmatch.fnmatchcase(name, part) for name, part in zip(inner, wanted))
 
 
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None,
@@ -129,13 +144,10 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
     report_dir = report_dir_for(Path(out), cfg.name)
     for spec in cfg.inputs:
-        # A report inside an input folder would be ingested by the next run and change its result. For a
-        # pattern, the folder before its first wildcard (where ingest expands it from).
-        folder = _pattern_base(spec.path) if glob.has_magic(str(spec.path)) else spec.path
-        if folder.is_dir() and report_dir.resolve().is_relative_to(folder.resolve()):
-            raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder {folder}"
-                              + (f" (of the pattern {spec.path})" if folder != spec.path else ""),
-                              file=cfg.file, fix="choose an --out outside the input folders")
+        # A report an input could read would be ingested by the next run and change its result.
+        if report_reachable(spec.path, report_dir):
+            raise ConfigError(f"the report folder {report_dir.resolve()} lies inside the input folder or pattern "
+                              f"{spec.path}", file=cfg.file, fix="choose an --out outside the input folders")
     stages: list[StageTiming] = []
     warnings: list[str] = []
     with report_folder(Path(out), cfg.name, warnings=warnings) as building:

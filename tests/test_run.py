@@ -109,6 +109,20 @@ def test_run_refuses_a_report_inside_the_folder_of_an_input_pattern(tmp_path: Pa
     assert not (logs / "reports").exists()
 
 
+@pytest.mark.parametrize("pattern, refused", [
+    ("*", True), ("**/*.jsonl", True), ("rep*/c*", True), ("rep*/x", False), ("*.jsonl", False), ("gateway/*.jsonl", False),
+    ("g*/*", False),
+])
+def test_a_pattern_input_is_refused_only_when_it_could_reach_the_report(tmp_path: Path, pattern: str, refused: bool) -> None:
+    """A pattern beside the case file (``*.jsonl``) cannot reach ``reports/...``; it was refused as if its
+    whole folder were read. ``*`` (which matches the reports folder, walked whole) and ``**`` can."""
+    from forensics.run import report_reachable
+
+    (tmp_path / "gateway").mkdir()
+    report = tmp_path / "reports" / "case"
+    assert report_reachable(tmp_path / pattern, report) is refused
+
+
 needs_stages = pytest.mark.skipif(
     not (hasattr(api, "scan") and hasattr(api, "match")), reason="the scan and match stages are not in this checkout yet"
 )
