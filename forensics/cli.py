@@ -1266,12 +1266,12 @@ def main(argv: list[str] | None = None) -> None:
         outcome = _click_outcome(exc)
         if outcome is not None:
             sys.exit(outcome)
+        if os.environ.get("FORENSICS_DEBUG"):  # a developer's view: which write failed, where
+            raise
         system = _system_error(exc)
         if system is not None:  # the machine's doing (a full disk...), not a bug: told as bad input is
             err.print(f"error: {system}", markup=False)
             sys.exit(EXIT_ERROR)
-        if os.environ.get("FORENSICS_DEBUG"):
-            raise
         err.print(
             f"internal error: {type(exc).__name__}: {exc} (this is a bug in forensics; "
             "re-run with FORENSICS_DEBUG=1 for the traceback and report it)",

@@ -353,6 +353,9 @@ def test_a_full_disk_is_an_error_naming_the_file_and_the_fix(tmp_path: Path, cap
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {tmp_path / 'out'}/") and f": {os.strerror(code)}. Fix: " in err and fix in err
     assert "internal error" not in err and "bug" not in err and len(err.splitlines()) == 1
+    monkeypatch.setenv("FORENSICS_DEBUG", "1")  # a developer asks for the traceback: it is raised, as for a bug
+    with pytest.raises(OSError):
+        main(["run", str(logs), "--out", str(tmp_path / "out2"), "--quiet"])
 
 
 @needs_stages
