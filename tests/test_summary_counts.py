@@ -166,3 +166,20 @@ def test_two_ids_that_differ_only_by_a_real_newline_never_render_alike(tmp_path:
     for raw in (REAL_NEWLINE, BACKSLASH_N):
         assert f"| {md_escape(raw)} | exposed |" in md
     assert md_escape(REAL_NEWLINE) != md_escape(BACKSLASH_N)
+
+
+def test_the_scan_scope_check_reads_the_models_as_a_set(tmp_path: Path) -> None:
+    """The same models listed in another order are the same scope; the check compared them as one string
+    and refused the case file."""
+    from forensics.errors import ConfigError
+    from forensics.report import check_scan_scope
+
+    case, cfg, _ = make_case(tmp_path)
+    scanned = json.loads((case / "scan.json").read_text(encoding="utf-8"))
+    scanned["parameters"]["models"] = "glm-5.3, qwen3-235b"
+    (case / "scan.json").write_text(json.dumps(scanned), encoding="utf-8")
+    cfg.set("models", ["qwen3-235b", "glm-5.3"], "option")
+    check_scan_scope(case, cfg)
+    cfg.set("models", ["glm-5.3"], "option")
+    with pytest.raises(ConfigError, match="the scan used glm-5.3, qwen3-235b"):
+        check_scan_scope(case, cfg)

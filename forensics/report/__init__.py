@@ -334,10 +334,12 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
     if not (case / "scan.json").is_file():
         return  # not scanned: the report says which stage to run
     used = ScanRecord.read(case / "scan.json", "scan").parameters
-    scanned = {"models": used.models, "window_start": used.window_start, "window_end": used.window_end,
+    # The models are a set: the same ones listed in another order are the same scope.
+    scanned = {"models": ", ".join(sorted({m.strip() for m in (used.models or "").split(",") if m.strip()})),
+               "window_start": used.window_start, "window_end": used.window_end,
                "real_ceiling_tokens": used.real_ceiling_tokens, "advertised_window_tokens": used.advertised_window_tokens}
     config = _config_for(case, config)  # "auto" limits as the scan resolved them
-    given = {"models": ", ".join(config.models),
+    given = {"models": ", ".join(sorted(set(config.models))),
              "window_start": iso(config.window_start) if config.window_start else None,
              "window_end": iso(config.window_end) if config.window_end else None,
              "real_ceiling_tokens": config.real_ceiling_tokens, "advertised_window_tokens": config.advertised_window_tokens}
