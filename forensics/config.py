@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import json
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -336,7 +337,9 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             value = (base / str(value)).resolve()
         if key in ("name", "tenant_field", "description") and not isinstance(value, str):
             raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
-        if key == "name" and not value.strip():  # it names the report folder and every notice
+        # It names the report folder and every notice: a name with nothing visible (spaces, zero-width
+        # or format characters) is as good as none.
+        if key == "name" and not any(unicodedata.category(ch)[0] not in "CZ" for ch in value):
             raise ConfigError("required key 'name' is empty", file=file, fix=f"give the case a name, such as: {EXAMPLES['name']}")
         try:
             cfg.set(key, value, "file")

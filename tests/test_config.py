@@ -59,6 +59,7 @@ def test_a_good_case_file(tmp_path: Path) -> None:
         (('model = "glm-5.3"\n', ""), "missing required key 'model'"),
         (('name = "glm-5.3-kv-pool"', 'name = ""'), "required key 'name' is empty"),
         (('name = "glm-5.3-kv-pool"', 'name = " \t "'), "required key 'name' is empty"),
+        (('name = "glm-5.3-kv-pool"', 'name = "\u200b\u00ad\ufeff"'), "required key 'name' is empty"),
         (('model = "glm-5.3"\n', 'model = "a"\nmodels = ["b"]\n'), "both 'model' and 'models'"),
         (("681280", "-5"), "real_ceiling_tokens = -5 is not a positive whole number"),
         (("681280", '"lots"'), "is not a positive whole number"),
