@@ -514,6 +514,11 @@ def safe_id(value: str | None) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def shown_ids(ids: list[str]) -> str:
+    """The first few of ``ids`` for a note, each quoted and escaped (:func:`safe_id`)."""
+    return first_few([safe_id(r) for r in ids])
+
+
 def first_few(names: list[str], n: int = 5) -> str:
     """The first ``n`` of ``names`` for a note, with ", ..." when there are more."""
     return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
@@ -710,20 +715,20 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                                                              AND abs(a.t - b.t) <= {REUSED_ID_SECONDS * 1_000_000}
                 ORDER BY 1""").fetchall()]
         if same_start:
-            shown = first_few([safe_id(r) for r in same_start])
+            shown = shown_ids(same_start)
             notes.append(f"{len(same_start)} of them {'carry' if len(same_start) > 1 else 'carries'} the same start time "
                          f"under each tenant: most likely one request whose records name its customer in different fields "
                          f"(the tenant rule takes the first field set), so its own text may read as another customer's: "
                          f"{shown}. Fix: set tenant_field in the case file to the field that names the customer in "
                          "every record, and ingest again")
     if reused:
-        shown = first_few([safe_id(r) for r in reused])
+        shown = shown_ids(reused)
         notes.append(f"{len(reused)} request id{'s were' if len(reused) > 1 else ' was'} reused by one customer for "
                      f"different requests (copies received more than {REUSED_ID_SECONDS} s apart): one row is kept per "
                      f"request id and customer, so the others were counted as duplicates and not searched: {shown}. "
                      "Fix: re-export those requests with unique ids (a client-supplied id need not be unique)")
     if shared_answers:
-        shown = first_few([safe_id(r) for r in shared_answers])
+        shown = shown_ids(shared_answers)
         notes.append(f"{len(shared_answers)} request id{'s' if len(shared_answers) > 1 else ''} sent by several customers "
                      f"had different answers in the split response logs; an answer names no customer, so one was kept "
                      f"(a response with no request) and the others were counted as duplicates and not searched: {shown}. "
