@@ -270,7 +270,8 @@ def _cli_as_user(prefix: list[str], *args: str) -> subprocess.CompletedProcess[s
 
 
 @needs_stages
-def test_a_read_only_report_folder_is_refused_before_any_work(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [0o555, 0o300], ids=["read-only", "unlistable"])
+def test_a_read_only_report_folder_is_refused_before_any_work(tmp_path: Path, mode: int) -> None:
     """A report folder made read-only (frozen by an auditor): the new report was swapped in, then removing the old
     one failed with an internal error, leaving it half deleted as .NAME+new-*, and every later run failed the same
     way. The run is now refused up front, naming the folder and the fix; the old report stays whole."""
@@ -278,11 +279,13 @@ def test_a_read_only_report_folder_is_refused_before_any_work(tmp_path: Path) ->
     logs, out = write_logs(tmp_path / "logs"), tmp_path / "out"
     rd = api.run(logs, out).report.report_dir
     before = (rd / "manifest.json").read_bytes()
-    os.chmod(rd, 0o555)
+    os.chmod(rd, mode)  # an unlistable folder (write and enter, no read) cannot be emptied either
     try:
         proc = _cli_as_user(prefix, "run", str(logs), "--out", str(out), "--quiet")
         assert proc.returncode == 2, proc.stderr
-        assert "cannot write" in proc.stderr and f"chmod -R u+w {rd}" in proc.stderr and "internal error" not in proc.stderr
+        assert str(rd) in proc.stderr and "internal error" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+        if mode == 0o555:  # an unlistable one is already refused as it is listed (permission denied)
+            assert "cannot read and write" in proc.stderr and f"chmod -R u+rwx {rd}" in proc.stderr
         assert sorted(p.name for p in out.iterdir()) == [".e2e+lock", "e2e"]
         assert (rd / "manifest.json").read_bytes() == before and api.verify(rd).ok
     finally:
@@ -303,7 +306,7 @@ def test_a_leftover_that_cannot_be_deleted_is_a_warning_naming_it(tmp_path: Path
         proc = _cli_as_user(prefix, "run", str(logs), "--out", str(out), "--quiet")
         assert proc.returncode == 1, proc.stderr
         assert f"warning: {leftover}: an old report folder could not be deleted" in proc.stderr
-        assert f"chmod -R u+w {leftover} && rm -rf {leftover}" in proc.stderr and "internal error" not in proc.stderr
+        assert f"chmod -R u+rwx {leftover} && rm -rf {leftover}" in proc.stderr and "internal error" not in proc.stderr
         assert api.verify(out / "e2e").ok
     finally:
         os.chmod(leftover / "packets", 0o700)
@@ -384,3 +387,12 @@ def test_odd_file_names_of_an_engine_log_and_of_a_skipped_file_are_read_and_show
     assert "notes\\udce9.txt" in (report / "summary.md").read_text(encoding="utf-8")
     assert "notes\\udce9.txt" in (report / "summary.html").read_text(encoding="utf-8")
     assert api.verify(report).ok
+
+
+def test_the_commands_a_warning_gives_quote_the_path() -> None:
+    """The leftover warning's fix is a line to paste into a shell: with --out "/srv/My Reports" the unquoted
+    path made rm -rf delete /srv/My and Reports/..."""
+    from forensics.report import _leftover
+
+    line = _leftover(Path("/srv/My Reports/.case+old-1"))
+    assert "chmod -R u+rwx '/srv/My Reports/.case+old-1' && rm -rf '/srv/My Reports/.case+old-1'" in line

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -219,16 +220,19 @@ def _check_replaceable(final: Path, carried: str | None) -> None:
                           "the whole folder", file=final, fix="move those files out of it, or choose another --out")
     # Checked before any work: found only once the new report is in place, the old one would be left half deleted.
     for folder in (final, *sorted(p for p in final.rglob("*") if p.is_dir())):
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise OutputError("the report folder holds a folder this user cannot write, so the old report could not be "
-                              "removed when the new one replaces it", file=folder,
-                              fix=f"make it writable (chmod -R u+w {final}), or choose another --out")
+        # Removing a folder's entries takes listing it (read) as well as writing and entering it.
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            raise OutputError("the report folder holds a folder this user cannot read and write, so the old report could "
+                              "not be removed when the new one replaces it", file=folder,
+                              fix=f"make it readable and writable (chmod -R u+rwx {shlex.quote(str(final))}), or choose "
+                                  "another --out")
 
 
 def _leftover(path: Path) -> str:
     """The warning for an old report (or a killed run's leftover) that could not be deleted."""
-    return (f"{path}: an old report folder could not be deleted (a folder in it is not writable); it still holds "
-            f"customer data. Fix: chmod -R u+w {path} && rm -rf {path}")
+    quoted = shlex.quote(str(path))  # a line to copy into a shell: a space in --out must not split it
+    return (f"{path}: an old report folder could not be deleted (a folder in it cannot be read or written); it still "
+            f"holds customer data. Fix: chmod -R u+rwx {quoted} && rm -rf {quoted}")
 
 
 @contextlib.contextmanager
@@ -347,9 +351,11 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
               if given[key] != scanned[key] and given[key] != "auto"]  # "auto" the scan left unresolved: nothing to state
     if differ:
         raise ConfigError(f"the case file says {'; '.join(differ)}: the report would state a scope the scan did not use",
-                          file=config.file, fix=f"give --config the case file the scan used (or make this one say what it "
-                                                f"used), or scan and match again with this one: forensics scan --case {case} "
-                                                f"--config {config.file}, then forensics match --case {case}")
+                          file=config.file, fix="give --config the case file the scan used (or make this one say what it "
+                                                "used), or scan and match again with this one: forensics scan --case "
+                                                f"{shlex.quote(str(case))}"
+                                                + (f" --config {shlex.quote(str(config.file))}" if config.file else "")
+                                                + f", then forensics match --case {shlex.quote(str(case))}")
 
 
 def _shown(value: Any) -> str:
