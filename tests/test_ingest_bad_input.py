@@ -313,6 +313,16 @@ def test_utf16_and_32_without_a_bom_are_told_by_their_zero_bytes(tmp_path: Path,
         api.ingest(tmp_path / "case", [path], fmt="openai-split")
 
 
+@pytest.mark.parametrize("text", ["{\x00", "{\x00a\x00b\x00c\x00"])
+def test_a_few_zero_bytes_in_a_short_utf8_file_are_a_bad_line_not_utf16(tmp_path: Path, text: str) -> None:
+    """A NUL in a short line falls on one side of its byte pair by chance: the three-byte file "{\\x00\\n"
+    was called UTF-16 and refused whole (found by the any-mix-of-lines property test)."""
+    path = tmp_path / "spend.jsonl"
+    path.write_text(text + "\n", encoding="utf-8")
+    (entry,) = api.ingest(tmp_path / "case", [path], fmt="openai-split").manifest["files"]
+    assert (entry["lines"], entry["ingested"], entry["quarantined"]) == (1, 0, 1), entry
+
+
 @pytest.mark.parametrize("where", ["start", "only"])
 def test_zero_bytes_a_crash_or_copytruncate_left_are_a_bad_line_not_utf16(tmp_path: Path, where: str) -> None:
     """logrotate's copytruncate, or a crash, leaves a run of NUL bytes at the start of a log. Before, a

@@ -401,6 +401,10 @@ def head_damage(path: Path) -> str | None:
     return reason.replace(" after line 0 ", " before its first line ")
 
 
+#: Fewest zero bytes in a file's first 4 KiB that can make it UTF-16/32 without a byte order mark.
+MIN_ENCODING_ZEROS = 16
+
+
 def foreign_encoding(path: Path) -> str | None:
     """The name of a non-UTF-8 text encoding the file's first bytes betray (UTF-16/32), or None."""
     try:
@@ -419,7 +423,9 @@ def foreign_encoding(path: Path) -> str | None:
     # so is binary data, whose zero bytes fall anywhere.
     runs = [len(r) for r in re.findall(rb"\x00+", head)]
     zeros = sum(runs)
-    if not zeros or zeros < len(head) // 16 or sum(n for n in runs if n >= 4) * 2 > zeros:
+    # A few zero bytes tell nothing (a NUL in a short UTF-8 line of "{\x00" sits on one side by chance):
+    # UTF-16 of one short JSON line already has more.
+    if zeros < MIN_ENCODING_ZEROS or zeros < len(head) // 16 or sum(n for n in runs if n >= 4) * 2 > zeros:
         return None
     quads = [head[i::4].count(0) for i in range(4)]
     n4 = len(head) // 4
