@@ -474,7 +474,8 @@ WITH req AS (
   SELECT a.request_id, o.tenant_id, NULL, NULL, NULL, a.source_sha256, a.source_line, a.record_hash, NULL,
          [0, a.quality[2], 1, a.quality[4], a.quality[5], a.quality[6]]
   FROM resp a
-  JOIN (SELECT request_id, min(tenant_id) AS tenant_id FROM whole GROUP BY 1 HAVING count(DISTINCT tenant_id) = 1) o
+  JOIN (SELECT request_id, min(tenant_id) AS tenant_id FROM whole GROUP BY 1
+        HAVING count(DISTINCT tenant_id) = 1 AND count(tenant_id) = count(*)) o  -- one named customer, no unnamed one
     USING (request_id)
   WHERE a.request_id NOT IN (SELECT request_id FROM req)
 ), contest AS (
@@ -556,7 +557,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     shared_answers = [rid for (rid,) in con.execute(
         f"""SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND record_kind IN {half_kinds("response")}
               AND request_id IN (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds("request")}
-                                 GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1)
+                                 -- several senders, as the split join counts them (an unnamed one too)
+                                 GROUP BY 1 HAVING count(*) > 1)
             ORDER BY request_id""").fetchall()]
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
     # The engine logs name a request by its id alone: an id several kept requests carry (two customers'
