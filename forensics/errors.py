@@ -1,11 +1,13 @@
 """The toolkit's errors: every failure a user can cause is one of these.
 
 Each error carries what went wrong, where (file and line when there is one) and how to fix it,
-so the CLI can print one clear line and exit 2 instead of a traceback.
+so the CLI can print one clear line and exit 2 instead of a traceback. The helpers at the end word
+the values those messages (and the notes and warnings of the stages) name.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -91,3 +93,19 @@ def json_name(value: object) -> str:
     """What a JSON value is, in words, for an error message ("an object", "an array", "null", ...)."""
     return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def safe_id(value: str | None) -> str:
+    """An id as a note shows it: quoted, control characters escaped, cut to 60 characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def shown_ids(ids: list[str]) -> str:
+    """The first few of ``ids`` for a note, each quoted and escaped (:func:`safe_id`)."""
+    return first_few([safe_id(r) for r in ids])
+
+
+def first_few(names: list[str], n: int = 5) -> str:
+    """The first ``n`` of ``names`` for a note, with ", ..." when there are more."""
+    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")

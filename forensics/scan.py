@@ -41,7 +41,7 @@ from forensics import schema
 from forensics.artifacts import Anomaly, Limit, RequestKey, ScanLimits, ScanParameters, ScanRecord, SuspectCounts
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
-from forensics.errors import ConfigError, QueryError
+from forensics.errors import ConfigError, QueryError, shown_ids
 from forensics.progress import Reporter, reporter
 from forensics.tokens import check_band
 
@@ -360,7 +360,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if nobody:
         warnings.append(f"{len(nobody)} suspect response(s) name no customer (a response that joined no request, such "
                         "as an answer to a request id two customers sent): they are searched, but nobody can be told "
-                        f"until other logs name their customer: {', '.join(nobody[:5])}{', ...' if len(nobody) > 5 else ''}")
+                        f"until other logs name their customer: {shown_ids(nobody)}")
     unknown = anomalies.get("unknown_token_count", {}).get("rows", 0)
     if unknown:
         warnings.append(f"{unknown} response(s) in scope have no trusted prompt size (no prompt text and no engine record; "

@@ -440,7 +440,8 @@ def test_a_suspect_response_whose_customer_no_log_names_goes_to_nobody_and_is_sa
     summary = (rd / "summary.md").read_text(encoding="utf-8")
     assert "name no customer" in summary and "r-1" in summary
     scan_warnings = json.loads((rd / "scan.json").read_text(encoding="utf-8"))["warnings"]
-    assert any("name no customer" in w for w in scan_warnings)
+    # The ids are quoted and escaped, as the notes show them (a hostile id must not drive the terminal).
+    assert any("name no customer" in w and w.endswith(': "r-1"') for w in scan_warnings)
     assert api.verify(rd).ok
 
 

@@ -478,7 +478,8 @@ def ingest(
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
     input that holds ``paths``).
     """
-    from forensics.ingest.finalize import finalize, first_few
+    from forensics.errors import first_few
+    from forensics.ingest.finalize import finalize
 
     _real_folder.cache_clear()  # a folder's link may have moved since the last run in this process
     cfg = config or CaseConfig()

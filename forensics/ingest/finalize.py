@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 from collections import Counter as Tally
 from collections import deque
@@ -50,7 +49,7 @@ from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink
 from forensics.config import CaseConfig, iso
-from forensics.errors import CaseError
+from forensics.errors import CaseError, shown_ids
 from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -507,22 +506,6 @@ UNION ALL SELECT a_sha, a_line, a_hash FROM cross_kind WHERE loser = 'pair' AND 
 
 #: Copies of one request received further apart than this are another request reusing its id.
 REUSED_ID_SECONDS = 1
-
-
-def safe_id(value: str | None) -> str:
-    """An id as a note shows it: quoted, control characters escaped, cut to 60 characters."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def shown_ids(ids: list[str]) -> str:
-    """The first few of ``ids`` for a note, each quoted and escaped (:func:`safe_id`)."""
-    return first_few([safe_id(r) for r in ids])
-
-
-def first_few(names: list[str], n: int = 5) -> str:
-    """The first ``n`` of ``names`` for a note, with ", ..." when there are more."""
-    return ", ".join(names[:n]) + (", ..." if len(names) > n else "")
 
 
 def winners_sql() -> str:
