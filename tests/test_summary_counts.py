@@ -180,6 +180,8 @@ def test_the_scan_scope_check_reads_the_models_as_a_set(tmp_path: Path) -> None:
     (case / "scan.json").write_text(json.dumps(scanned), encoding="utf-8")
     cfg.set("models", ["qwen3-235b", "glm-5.3"], "option")
     check_scan_scope(case, cfg)
+    cfg.set("models", ["qwen3-235b", "glm-5.3 "], "option")  # as the scan record reads it: spaces trimmed
+    check_scan_scope(case, cfg)
     cfg.set("models", ["glm-5.3"], "option")
     with pytest.raises(ConfigError, match="the scan used glm-5.3, qwen3-235b"):
         check_scan_scope(case, cfg)

@@ -343,7 +343,7 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
                "window_start": used.window_start, "window_end": used.window_end,
                "real_ceiling_tokens": used.real_ceiling_tokens, "advertised_window_tokens": used.advertised_window_tokens}
     config = _config_for(case, config)  # "auto" limits as the scan resolved them
-    given = {"models": ", ".join(sorted(set(config.models))),
+    given = {"models": ", ".join(sorted({m.strip() for m in config.models if m.strip()})),  # as scan.json lists them
              "window_start": iso(config.window_start) if config.window_start else None,
              "window_end": iso(config.window_end) if config.window_end else None,
              "real_ceiling_tokens": config.real_ceiling_tokens, "advertised_window_tokens": config.advertised_window_tokens}
