@@ -286,10 +286,24 @@ def json_text(data: Any, **options: Any) -> str:
     """``json.dumps(data, ensure_ascii=False, **options)``, with a lone surrogate (a file name's bytes that
     are not UTF-8, as Python reads them) written as its escape: valid JSON that UTF-8 can hold, and read
     back as the same name."""
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(data, ensure_ascii=False, **options))
+    return surrogates_escaped(json.dumps(data, ensure_ascii=False, **options))
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A UTF-16 surrogate with no partner: what Python reads for a name's bytes that are not UTF-8
+#: (``os.fsdecode``), and what JSON's grammar allows as an escape; UTF-8 cannot hold it.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogates_escaped(text: str) -> str:
+    """``text`` with each lone surrogate written as the six characters of its escape (``\\udce9``)."""
+    return LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def table_text(name: str) -> str:
+    """A file name as the tables' ``source_file`` holds it: bytes of the name that are not UTF-8 (which
+    Python reads as lone surrogates, and Arrow cannot store) written as ``\\xNN``. The manifests
+    record the name exactly (a JSON escape per such byte, :func:`json_text`)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace") if LONE_SURROGATE.search(name) else name
 
 
 def file_sha256(path: Path) -> str:

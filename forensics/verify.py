@@ -30,12 +30,13 @@ from typing import Any
 
 from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
+from forensics.case import file_sha256
 from forensics.config import CaseConfig, InputSpec, load_case_file
 from forensics.errors import CaseError, ConfigError
 from forensics.progress import Reporter
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
 from forensics.report.notices import packet_path
-from forensics.report.safe import sha256_file, write_bytes
+from forensics.report.safe import write_bytes
 from forensics.report.summary import count_rows
 from forensics.schema import TIERS
 
@@ -54,7 +55,7 @@ def manifest_sha256(report_dir: Path) -> str:
     path = Path(report_dir) / MANIFEST
     if not path.is_file():
         raise CaseError("no manifest.json in the report folder", file=report_dir, fix="give the folder `forensics report` wrote")
-    return sha256_file(path)
+    return file_sha256(path)
 
 
 def keygen(path: Path) -> tuple[Path, Path]:

@@ -21,7 +21,6 @@ import glob
 import itertools
 import multiprocessing
 import os
-import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +32,7 @@ import pyarrow.parquet as pq
 
 from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
-from forensics.case import STAGING_OPTIONS, Case, ParquetSink, rows_batch, write_json
+from forensics.case import STAGING_OPTIONS, Case, ParquetSink, rows_batch, table_text, write_json
 from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
@@ -127,16 +126,6 @@ def named_path(path: Path) -> Path:
     """The absolute name a file was found under: its folders resolved, its own name kept, so a
     symlink is recorded as the link (the name the evidence was given under), not its target."""
     return Path(_real_folder(str(path.parent))) / path.name
-
-
-def table_text(name: str) -> str:
-    """A file name as the tables' ``source_file`` holds it: bytes of the name that are not UTF-8 (which
-    Python reads as lone surrogates, and Arrow cannot store) written as ``\\xNN``. The manifests
-    record the name exactly (a JSON escape per such byte)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace") if _LONE_SURROGATE.search(name) else name
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def display_path(path: Path, base: Path | None = None) -> str:

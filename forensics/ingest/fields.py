@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from forensics import schema
+from forensics.case import surrogates_escaped
 from forensics.ingest.timeparse import RANGE_HINT, TimeError, to_micros
 
 
@@ -31,11 +32,6 @@ class NoTenant(RecordError):
             f"no tenant: none of {fields} is set in this record",
             fix="set tenant_field (case file or --tenant-field) to the field that names the customer",
         )
-
-
-#: A UTF-16 surrogate with no partner: JSON's grammar allows its escape (a JavaScript gateway that cuts a
-#: string between the two halves of an emoji writes one), UTF-8 cannot hold it.
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _no_constant(name: str) -> Any:
@@ -78,16 +74,12 @@ def _mended(value: Any) -> Any:
     escape (``\\udc00``). Not U+FFFD: two customer ids that differ only there (a gateway writes a header's
     non-UTF-8 bytes as ``\\udcXX``) must stay two customers, and the evidence shows what was sent."""
     if isinstance(value, str):
-        return LONE_SURROGATE.sub(_escape, value)
+        return surrogates_escaped(value)
     if isinstance(value, list):
         return [_mended(v) for v in value]
     if isinstance(value, dict):
         return {_mended(k): _mended(v) for k, v in value.items()}
     return value
-
-
-def _escape(surrogate: re.Match[str]) -> str:
-    return f"\\u{ord(surrogate.group()):04x}"
 
 
 def loads(text: str) -> Any:

@@ -31,7 +31,7 @@ from typing import Any
 
 from forensics import schema
 from forensics.artifacts import JsonObject, ReportManifest, ReportParameters, ScanRecord
-from forensics.case import Case, case_lock, find_symlink, folder_lock, make_private_dirs, replace_folder
+from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, iso, load_saved
 from forensics.errors import CaseError, ConfigError, OutputError
 from forensics.progress import Reporter, reporter
@@ -112,7 +112,7 @@ def _query_hashes() -> list[dict[str, str]]:
     root = _queries_root()
     if root is None:
         return []
-    return [{"path": p.relative_to(root).as_posix(), "sha256": safe.sha256_file(p)} for p in sorted(root.rglob("*.sql"))]
+    return [{"path": p.relative_to(root).as_posix(), "sha256": file_sha256(p)} for p in sorted(root.rglob("*.sql"))]
 
 
 def _table_csv(case_dir: Path, name: str, columns: tuple[str, ...], order: str) -> bytes:
@@ -464,7 +464,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         reconciliation={k: v for k, v in data.ingest.to_json().items() if k in RECONCILIATION_KEYS},
         parameters=ReportParameters(case=cfg_json, scan=data.scan.parameters.to_json(),
                                     match=data.match.parameters, report=config.section("report")),
-        stage_records={r: safe.sha256_file(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
+        stage_records={r: file_sha256(case / r) for r in STAGE_RECORDS if (case / r).is_file()},
         queries=tuple(_query_hashes()),
         severity_patterns={"path": "forensics/report/patterns/severity.toml",
                            "sha256": safe.sha256_bytes(patterns_text().encode("utf-8"))},
@@ -473,7 +473,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
                               "notifications": len(rows), "packets": len(packets)},
         # What verify holds the ledgers to: this prefix must stay as it was (lines may follow).
         ledgers=ledgers or None,
-        case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": safe.sha256_file(Path(config.file))}
+        case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": file_sha256(Path(config.file))}
                    if has_case_file and config.file is not None else None),
     )
     written = manifest.write(report_dir, body, NOT_OUTPUTS)

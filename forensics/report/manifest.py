@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.artifacts import REPORT_FORMAT, ReportManifest
-from forensics.case import json_text
+from forensics.case import file_sha256, json_text, table_text
 from forensics.errors import CaseError
 from forensics.report import safe
 from forensics.review import OWN_FILES
@@ -55,7 +55,7 @@ def output_hashes(report_dir: Path, exclude: set[str]) -> list[dict[str, Any]]:
             # The ledgers grow after rendering: the manifest's "ledgers" and verify's chain checks cover them.
             # Hidden files are left out at the top only (a ledger's lock); one inside a packet would ship with it.
             continue
-        rows.append({"path": rel, "size": p.stat().st_size, "sha256": safe.sha256_file(p)})
+        rows.append({"path": rel, "size": p.stat().st_size, "sha256": file_sha256(p)})
     return rows
 
 
@@ -91,10 +91,10 @@ def input_entries(files: list[dict[str, Any]], root: Path, ranges: dict[str, lis
         if "size" not in entry and p.is_file():
             entry["size"] = p.stat().st_size
         if "sha256" not in entry and p.is_file():
-            entry["sha256"] = safe.sha256_file(p)
+            entry["sha256"] = file_sha256(p)
         if "time_range" not in entry and ranges:
             # The tables name a file whose name is not UTF-8 by its \xNN form (ingest.table_text).
-            for key in (str(p), str(p.resolve()), str(raw), os.fsencode(str(raw)).decode("utf-8", "backslashreplace")):
+            for key in (str(p), str(p.resolve()), str(raw), table_text(str(raw))):
                 if key in ranges:
                     entry["time_range"] = ranges[key]
                     break
@@ -192,7 +192,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
         checked += 1
         if not p.is_file():
             drift.append(Drift(kind, e["path"], "missing"))
-        elif "sha256" in e and safe.sha256_file(p) != e["sha256"]:
+        elif "sha256" in e and file_sha256(p) != e["sha256"]:
             drift.append(Drift(kind, e["path"], "changed"))
         elif kind == "case_file":
             drift += checks.case_file_parameters(man, p, root)
@@ -202,7 +202,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
         p = report_dir / rel
         if not p.is_file():
             drift.append(Drift("output", rel, "missing"))
-        elif safe.sha256_file(p) != o["sha256"]:
+        elif file_sha256(p) != o["sha256"]:
             drift.append(Drift("output", rel, "changed"))
     exclude = set(man.outputs_excluded) | {MANIFEST, SIGNATURE}
     for o in output_hashes(report_dir, exclude):

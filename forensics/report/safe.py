@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
-from forensics.case import atomic_open, atomic_path, file_sha256, make_private_dirs
+from forensics.case import atomic_open, atomic_path, make_private_dirs
 from forensics.errors import OutputError
 
 #: Characters kept in a folder name; everything else becomes ``_``.
@@ -205,5 +205,3 @@ def sha256_bytes(data: bytes) -> str:
     """Hex SHA-256 of bytes."""
     return hashlib.sha256(data).hexdigest()
 
-
-sha256_file = file_sha256
