@@ -11,8 +11,8 @@
 * ``summary`` queries (the exposure band by day) describe the incident's surface.
 
 A request is (request_id, tenant_id) throughout: two customers may send the same request id. The
-engine logs name a request only by its rid (or bootstrap room), so an id that several exchanges in
-the window carry cannot be attributed: its engine records make none of them a suspect (each is
+engine logs name a request only by its rid (or bootstrap room), so an id that several exchanges
+carry (in the window or not) cannot be attributed: its engine records make none of them a suspect (each is
 still judged by its own prompt size), and scan.json warns and lists them (``engine_rid_shared``).
 
 It writes ``CASE/suspects.parquet`` (schema.SUSPECTS), ``CASE/suspects.csv`` (spec/outputs.md),
@@ -49,7 +49,7 @@ from forensics.tokens import check_band
 ANOMALY_ROWS_KEPT = 200
 ENGINE_SIGNATURE_REASON = "engine_signature"
 BORDERLINE_REASON = "borderline"
-#: The anomaly listing exchanges whose engine request id another exchange in the window shares.
+#: The anomaly listing exchanges in the window whose engine request id another exchange (in it or not) shares.
 SHARED_ENGINE_ID_QUERY = "engine_rid_shared"
 #: The anomaly of the bug signature outside the scope; its rows say why (other model, outside window, no gateway record).
 OUTSIDE_SCOPE_QUERY = "signature_outside_scope"
@@ -370,7 +370,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if shared_ids:
         warnings.append(
             f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "
-            f"({shared_ids['exchanges']} exchanges: two customers sending the same id, or two gateways): the engine "
+            f"({shared_ids['exchanges']} of them in the window: two customers sending the same id, or two gateways): the engine "
             "logs cannot tell those exchanges apart, so no engine record was attributed to any of them and each was "
             f"judged by its own prompt size alone; {shared_ids['signature']} of those ids carry the engine's bug "
             "signature (see anomalies.engine_rid_shared): check them by hand")

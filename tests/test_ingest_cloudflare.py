@@ -286,7 +286,7 @@ def test_an_answer_that_cannot_be_read_is_noted_in_problems(tmp_path: Path) -> N
     assert q == [] and [(r["response_text"], r["response_truncated"]) for r in x] == [(None, True), (None, False), ("hi", False)]
     assert [r["problems"] for r in x] == [
         "response is an event stream whose event 2 of 3 is not valid JSON; the response text is unknown",
-        "response is a dict of a shape not known to hold the answer; response text unknown", None]
+        "response is an object of a shape not known to hold the answer; response text unknown", None]
 
 
 # --- the simulator writes the format --------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_scan_flags_the_right_tenant_and_attributes_a_shared_engine_id_to_neithe
     assert [(r["request_id"], r["tenant_id"], r["engine_signature"]) for r in shared["listed"]] == [
         ("client-7", "acme", True), ("client-7", "bolt", True)]
     (warning,) = [w for w in record["warnings"] if "engine_rid_shared" in w]
-    assert warning.startswith("1 engine request id(s) of exchanges in the window are each carried by several exchanges (2 exchanges")
+    assert warning.startswith("1 engine request id(s) of exchanges in the window are each carried by several exchanges (2 of them in the window")
     assert "1 of those ids carry the engine's bug signature" in warning
     assert result.engine_signature == 1
 

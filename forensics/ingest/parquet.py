@@ -116,6 +116,10 @@ def _line(number: int, row: dict[str, Any] | str) -> Line:
     return Line(number, raw.decode("utf-8"), raw)
 
 
+#: How a damage reason goes on (:func:`read_rows`); :func:`head_damage` keeps what comes before it.
+ROWS_BEFORE = "; the rows before were read"
+
+
 def read_rows(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
     """Yield one Line per row (``span`` is ignored: a Parquet file is read whole by one worker).
 
@@ -136,8 +140,8 @@ def read_rows(path: Path, problems: list[FileProblem], span: Span | None = None)
     except (pa.ArrowException, OSError, ValueError) as exc:
         where = f"after row {number}" if number else "before any row could be read"
         problems.append(FileProblem(
-            number, f"Parquet file is damaged or cut short {where} ({type(exc).__name__}: {str(exc)[:200]}); "
-            f"the rows before were read. {FIX}", "corrupt"))
+            number, f"Parquet file is damaged or cut short {where} ({type(exc).__name__}: {str(exc)[:200]})"
+            f"{ROWS_BEFORE}. {FIX}", "corrupt"))
 
 
 def head_damage(path: Path) -> str | None:
@@ -146,7 +150,7 @@ def head_damage(path: Path) -> str | None:
     problems: list[FileProblem] = []
     for _ in read_rows(path, problems):
         return None
-    return problems[0].reason.split("; the rows before were read")[0] if problems else None
+    return problems[0].reason.split(ROWS_BEFORE)[0] if problems else None
 
 
 def peek_rows(path: Path, limit: int = 20) -> list[str]:

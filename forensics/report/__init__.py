@@ -231,8 +231,8 @@ def _check_replaceable(final: Path, carried: str | None) -> None:
 def _leftover(path: Path) -> str:
     """The warning for an old report (or a killed run's leftover) that could not be deleted."""
     quoted = shlex.quote(str(path))  # a line to copy into a shell: a space in --out must not split it
-    return (f"{path}: an old report folder could not be deleted (a folder in it cannot be read or written); it still "
-            f"holds customer data. Fix: chmod -R u+rwx {quoted} && rm -rf {quoted}")
+    return (f"{path}: an old report folder could not be deleted (most often a folder in it that cannot be read or "
+            f"written); it still holds customer data. Fix: chmod -R u+rwx {quoted} && rm -rf {quoted}")
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 import orjson
 import zstandard
 
+from forensics.errors import json_name
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
@@ -547,7 +548,7 @@ class CloudflareParser:
         text, finish, usage = response_text(response, "response")
         if text is None and isinstance(response, Mapping) and response and "error" not in response:
             # Another provider's answer (Anthropic's content list, say): the answer is there, unread.
-            problems.append(f"response is a {type(response).__name__} of a shape not known to hold the answer; "
+            problems.append(f"response is {json_name(response)} of a shape not known to hold the answer; "
                             "response text unknown")
         return text, finish, usage, False
 
