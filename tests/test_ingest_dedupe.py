@@ -312,7 +312,8 @@ def test_a_log_rewritten_under_its_name_keeps_both_copies(tmp_path: Path) -> Non
 
 
 def _spend_and_split(folder: Path, spend_prompt: str, split_prompt: str | None, answer: str = "ok",
-                     split_answer: str | None = "ok", split_time: str = "2026-08-30T03:12:09Z") -> None:
+                     split_answer: str | None = "ok", split_time: str = "2026-08-30T03:12:09Z",
+                     answer_time: str = "2026-08-30T03:12:19Z") -> None:
     """One request (chatcmpl-77 of acme) in a LiteLLM spend log and in split request/response logs (a
     half left out when its text is None)."""
     folder.mkdir()
@@ -329,7 +330,7 @@ def _spend_and_split(folder: Path, spend_prompt: str, split_prompt: str | None, 
             "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": split_prompt}]}}) + "\n")
     if split_answer is not None:
         (folder / "responses.jsonl").write_text(json.dumps({
-            "request_id": "chatcmpl-77", "timestamp": "2026-08-30T03:12:19Z", "status_code": 200,
+            "request_id": "chatcmpl-77", "timestamp": answer_time, "status_code": 200,
             "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": split_answer}}]}}) + "\n")
 
 
@@ -410,3 +411,15 @@ def test_a_lone_response_half_never_takes_the_place_of_the_record_naming_the_cus
     api.ingest(tmp_path / "case", [tmp_path / "logs"])
     rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert [(r["tenant_id"], r["record_kind"]) for r in rows if r["tenant_id"] == "acme"] == [("acme", "spend_log")]
+
+
+def test_a_lone_response_half_hours_from_the_whole_record_is_another_request_and_is_kept(tmp_path: Path) -> None:
+    """A split response half with no request half, answered hours after acme's spend-log record with the same
+    id, is another request's answer: it lost to the record as a copy and vanished without a note."""
+    _spend_and_split(tmp_path / "logs", "the same short question", None, split_answer="another answer, later",
+                     answer_time="2026-08-30T09:40:00Z")
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted((r["tenant_id"] or "", r["response_text"]) for r in rows) == [
+        ("", "another answer, later"), ("acme", "ok")]
+    assert {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]} == {"spend.jsonl": 0, "responses.jsonl": 0}
