@@ -106,20 +106,38 @@ def find_case_file(path: Path) -> Path:
 
 def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     """Whether an input path could read the report folder: a folder holding it, or a pattern that could
-    match it or a folder around it (a matched folder is read whole; ``**`` reaches anything below its
-    base). ``logs/*.jsonl`` beside ``logs/reports/`` cannot: the next run would not ingest the report."""
+    match it or a folder around it (a matched folder is read whole, links followed). ``logs/*.jsonl``
+    beside ``logs/reports/`` cannot: the next run would not ingest the report.
+
+    For a pattern, both what it matches now (a matched folder, or a link to one, around the report)
+    and what it could match once the report exists (its parts against the report's path below the
+    pattern's fixed part, as glob matches them: hidden names only by a part that starts with ".",
+    ``**`` any number of folders).
+    """
     report = Path(os.path.realpath(report_dir))
     if spec_path.exists() or not glob.has_magic(str(spec_path)):  # a folder named with [ ] is a folder
         return spec_path.is_dir() and report.is_relative_to(Path(os.path.realpath(spec_path)))
+    for found in glob.iglob(str(spec_path), recursive=True):
+        if os.path.isdir(found) and report.is_relative_to(Path(os.path.realpath(found))):
+            return True
     parts = spec_path.parts
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
     base = Path(os.path.realpath(Path(*fixed))) if fixed else Path(os.path.realpath("."))
     if not report.is_relative_to(base):
         return False
-    inner, wanted = report.relative_to(base).parts, parts[len(fixed):]
-    if "**" in wanted:
+    return _could_match(report.relative_to(base).parts, parts[len(fixed):])
+
+
+def _could_match(names: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
+    """Whether the pattern parts ``wanted`` match the path ``names`` or a folder around it (whose whole
+    tree is then read), as glob matches parts."""
+    if not names or not wanted:  # the pattern reaches the report's folder, a folder around it, or into it
         return True
-    return all(fnmatch.fnmatchcase(name, part) for name, part in zip(inner, wanted))
+    if wanted[0] == "**":  # zero or more folders, never hidden ones
+        return _could_match(names, wanted[1:]) or (not names[0].startswith(".") and _could_match(names[1:], wanted))
+    if names[0].startswith(".") and not wanted[0].startswith("."):
+        return False
+    return fnmatch.fnmatchcase(names[0], wanted[0]) and _could_match(names[1:], wanted[1:])
 
 
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None,

@@ -111,7 +111,7 @@ def test_run_refuses_a_report_inside_the_folder_of_an_input_pattern(tmp_path: Pa
 
 @pytest.mark.parametrize("pattern, refused", [
     ("*", True), ("**/*.jsonl", True), ("rep*/c*", True), ("rep*/x", False), ("*.jsonl", False), ("gateway/*.jsonl", False),
-    ("g*/*", False),
+    ("g*/*", False), ("2026-*/**/*.json", False), ("link*", True), ("link/*", True), ("link/*.json", False), (".rep*/*", False),
 ])
 def test_a_pattern_input_is_refused_only_when_it_could_reach_the_report(tmp_path: Path, pattern: str, refused: bool) -> None:
     """A pattern beside the case file (``*.jsonl``) cannot reach ``reports/...``; it was refused as if its
@@ -119,7 +119,9 @@ def test_a_pattern_input_is_refused_only_when_it_could_reach_the_report(tmp_path
     from forensics.run import report_reachable
 
     (tmp_path / "gateway").mkdir()
-    report = tmp_path / "reports" / "case"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # a link an input pattern follows to the report
+    report = tmp_path / ("elsewhere/case" if pattern.startswith("link") else "reports/case")
     assert report_reachable(tmp_path / pattern, report) is refused
 
 
