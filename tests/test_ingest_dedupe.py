@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from conftest import table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -423,3 +424,19 @@ def test_a_lone_response_half_hours_from_the_whole_record_is_another_request_and
     assert sorted((r["tenant_id"] or "", r["response_text"]) for r in rows) == [
         ("", "another answer, later"), ("acme", "ok")]
     assert {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]} == {"spend.jsonl": 0, "responses.jsonl": 0}
+
+
+@pytest.mark.parametrize("answer, answer_time, rows", [
+    ("ok", "2026-08-30T03:15:19Z", [("acme", "ok")]),  # the same answer, exported minutes late: a copy
+    ("a different answer", "2026-08-30T03:12:19Z", [("", "a different answer"), ("acme", "ok")]),  # same second
+])
+def test_a_lone_response_half_is_a_copy_only_of_the_same_answer(tmp_path: Path, answer: str, answer_time: str,
+                                                                rows: list[tuple[str, str]]) -> None:
+    """Told by time alone, the same answer logged minutes late was a second row (one request counted twice),
+    and a different answer in the same second was dropped as a copy. The answers are compared."""
+    _spend_and_split(tmp_path / "logs", "the same short question", None, split_answer=answer, answer_time=answer_time)
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    got = sorted((r["tenant_id"] or "", r["response_text"]) for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert got == rows
+    duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
+    assert duplicates == {"spend.jsonl": 0, "responses.jsonl": 1 if len(rows) == 1 else 0}

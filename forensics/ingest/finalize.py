@@ -419,8 +419,7 @@ WITH keys AS (
   SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
          coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
          prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash,
-         d.damage IS NOT NULL AS damaged, epoch_us(received_at) AS received_us,
-         epoch_us(completed_at) AS completed_us
+         d.damage IS NOT NULL AS damaged, epoch_us(received_at) AS received_us
   FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
@@ -435,8 +434,7 @@ WITH keys AS (
                                  CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
 SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash,
-       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality, received_us,
-       completed_us
+       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality, received_us
 FROM ranked
 """
 
@@ -457,23 +455,23 @@ WITH req AS (
          count(*) OVER (PARTITION BY request_id) AS senders
   FROM ranked WHERE rn = 1 AND record_kind IN {request_halves}
 ), resp AS (
-  SELECT request_id, source_sha256, source_line, record_hash, quality, completed_us FROM ranked
+  SELECT request_id, source_sha256, source_line, record_hash, quality FROM ranked
   WHERE rn = 1 AND record_kind IN {response_halves}
 ), whole AS (
-  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality, received_us, completed_us FROM ranked
+  SELECT request_id, tenant_id, source_sha256, source_line, record_hash, quality, received_us FROM ranked
   WHERE rn = 1 AND record_kind NOT IN {halves}
 ), pair AS (
   -- the joined row: its prompt's flags from the request half, its answer's from the response half
   SELECT q.request_id, q.tenant_id, q.source_sha256 AS q_sha, q.source_line AS q_line, q.record_hash AS q_hash,
          a.source_sha256 AS a_sha, a.source_line AS a_line, a.record_hash AS a_hash, q.received_us,
-         NULL::BIGINT AS completed_us, [q.quality[1], coalesce(a.quality[2], 0), q.quality[3], coalesce(a.quality[4], 1),
+         [q.quality[1], coalesce(a.quality[2], 0), q.quality[3], coalesce(a.quality[4], 1),
           greatest(q.quality[5], coalesce(a.quality[5], 0)), q.quality[6]] AS quality
   FROM req q LEFT JOIN resp a ON a.request_id = q.request_id
   WHERE q.senders = 1
   UNION ALL
   -- a response half with no request half, whose id one customer's whole records alone hold: no prompt
   SELECT a.request_id, o.tenant_id, NULL, NULL, NULL, a.source_sha256, a.source_line, a.record_hash, NULL,
-         a.completed_us, [0, a.quality[2], 1, a.quality[4], a.quality[5], a.quality[6]]
+         [0, a.quality[2], 1, a.quality[4], a.quality[5], a.quality[6]]
   FROM resp a
   JOIN (SELECT request_id, min(tenant_id) AS tenant_id FROM whole GROUP BY 1
         HAVING count(DISTINCT tenant_id) = 1 AND count(tenant_id) = count(*)) o  -- one named customer, no unnamed one
@@ -487,15 +485,13 @@ WITH req AS (
          w.quality[1] <= p.quality[1] AND w.quality[2] <= p.quality[2] AND w.quality[3] <= p.quality[3]
            AND w.quality[4] <= p.quality[4] AND w.quality[5] <= p.quality[5] AS whole_holds_all,
          p.quality < w.quality AS pair_ranks_first,
-         -- another request under the same id: its start (a lone response half: its end) far from the record's;
-         -- unknown times do not tell
-         coalesce(CASE WHEN p.q_sha IS NULL THEN abs(p.completed_us - w.completed_us)
-                       ELSE abs(p.received_us - w.received_us) END > {reused_us}, false) AS reused
+         -- another request under the same id: its start far from the record's (unknown times do not tell)
+         coalesce(abs(p.received_us - w.received_us) > {reused_us}, false) AS reused
   FROM whole w JOIN pair p ON p.request_id = w.request_id AND p.tenant_id IS NOT DISTINCT FROM w.tenant_id
 )
 -- A lone response half names no customer: it may lose, never make the whole record that names one lose,
--- and only to the same request (an answer hours away is another one's: kept, as a response with no request).
-SELECT *, CASE WHEN q_sha IS NULL THEN CASE WHEN whole_holds_all AND NOT reused THEN 'pair' END
+-- and only as a copy of the record's answer (the texts are compared after this query, lone_half_copies).
+SELECT *, CASE WHEN q_sha IS NULL THEN CASE WHEN whole_holds_all THEN 'pair' END
                WHEN pair_holds_all AND pair_ranks_first THEN 'whole'
                WHEN whole_holds_all AND NOT pair_ranks_first THEN 'pair' END AS loser
 FROM contest
@@ -526,6 +522,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     con.execute(f"""CREATE TEMP TABLE cross_kind AS {CROSS_KIND_SQL.format(
         halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
         reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
+    _keep_other_answers(con, _paths(segments))
     # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
     con.execute(f"""UPDATE ranked SET rn = 2 FROM ({CROSS_LOSERS_SQL}) x
                     WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
@@ -1042,6 +1039,28 @@ class _StagedRows:
         if not parts:
             return schema.EXCHANGES_STAGED.empty_table().append_column("_pos", pa.array([], pa.int64()))
         return pa.concat_tables(parts)
+
+
+def _keep_other_answers(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
+    """A lone split response half loses to the whole record holding its id only as a copy of that
+    record's answer: where the two answers differ (another request under the same id, at any time,
+    or an answer the whole record does not hold) both are kept. By time alone, an answer logged a few
+    seconds late was a second row, and a different one in the same second was dropped."""
+    lone = con.execute("""SELECT w_sha, w_line, a_sha, a_line FROM cross_kind WHERE q_sha IS NULL AND loser = 'pair'
+                          ORDER BY a_sha, a_line""").fetchall()
+    if not lone:
+        return
+    staged = _StagedRows(paths)
+    answers = [staged.gather([(i, sha, line) for i, (*_, sha, line) in enumerate(pairs)]) for pairs in
+               ([(w_sha, w_line) for w_sha, w_line, _, _ in lone], [(a_sha, a_line) for _, _, a_sha, a_line in lone])]
+    whole, half = ({p: t for p, t in zip(table.column("_pos").to_pylist(), table.column("response_text").to_pylist())}
+                   for table in answers)
+    other = [(a_sha, a_line) for i, (_, _, a_sha, a_line) in enumerate(lone) if whole.get(i) != half.get(i)]
+    if other:
+        con.register("other_answers", pa.table({"sha": [s for s, _ in other], "line": [n for _, n in other]}))
+        con.execute("""UPDATE cross_kind SET loser = NULL FROM other_answers o
+                       WHERE cross_kind.q_sha IS NULL AND cross_kind.a_sha = o.sha AND cross_kind.a_line = o.line""")
+        con.unregister("other_answers")
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
