@@ -24,7 +24,7 @@ from forensics.case import locked_case
 from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
 from forensics.engine import executor_for
 from forensics.errors import ConfigError
-from forensics.ingest import IngestResult, ingest
+from forensics.ingest import IngestResult, ingest, side_entry
 from forensics.match import match
 from forensics.progress import Reporter
 from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
@@ -116,9 +116,10 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     """
     report = Path(os.path.realpath(report_dir))
     if spec_path.exists() or not glob.has_magic(str(spec_path)):  # a folder named with [ ] is a folder
-        return spec_path.is_dir() and report.is_relative_to(Path(os.path.realpath(spec_path)))
+        return spec_path.is_dir() and _walk_reaches(report, Path(os.path.realpath(spec_path)))
     for found in glob.iglob(str(spec_path), recursive=True):
-        if os.path.isdir(found) and report.is_relative_to(Path(os.path.realpath(found))):
+        real = Path(os.path.realpath(found))
+        if real.is_relative_to(report) or (os.path.isdir(found) and _walk_reaches(report, real)):
             return True
     parts = spec_path.parts
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
@@ -128,14 +129,26 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     return _could_match(report.relative_to(base).parts, parts[len(fixed):])
 
 
+def _walk_reaches(report: Path, folder: Path) -> bool:
+    """Whether reading ``folder`` whole reaches ``report``: it lies inside, and not under a hidden folder or
+    a dataset writer's bookkeeping folder, which a folder walk skips."""
+    return report.is_relative_to(folder) and not any(_unwalked(name) for name in report.relative_to(folder).parts)
+
+
+def _unwalked(name: str) -> bool:
+    return name.startswith(".") or side_entry(name, folder=True)
+
+
 def _could_match(names: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
     """Whether the pattern parts ``wanted`` match the path ``names`` or a folder around it (whose whole
-    tree is then read), as glob matches parts."""
-    if not names or not wanted:  # the pattern reaches the report's folder, a folder around it, or into it
+    tree is then read), as glob matches parts and ingest keeps its matches (no bookkeeping folders)."""
+    if not names:  # the pattern reaches the report's folder or into it
         return True
+    if not wanted:  # a folder around the report, read whole
+        return not any(_unwalked(name) for name in names)
     if wanted[0] == "**":  # zero or more folders, never hidden ones
-        return _could_match(names, wanted[1:]) or (not names[0].startswith(".") and _could_match(names[1:], wanted))
-    if names[0].startswith(".") and not wanted[0].startswith("."):
+        return _could_match(names, wanted[1:]) or (not _unwalked(names[0]) and _could_match(names[1:], wanted))
+    if (names[0].startswith(".") and not wanted[0].startswith(".")) or side_entry(names[0], folder=True):
         return False
     return fnmatch.fnmatchcase(names[0], wanted[0]) and _could_match(names[1:], wanted[1:])
 

@@ -125,6 +125,27 @@ def test_a_pattern_input_is_refused_only_when_it_could_reach_the_report(tmp_path
     assert report_reachable(tmp_path / pattern, report) is refused
 
 
+@pytest.mark.parametrize("out, refused", [("case", True), (".out/case", False), ("_temporary/case", False)])
+def test_a_folder_input_reaches_a_report_only_where_its_walk_goes(tmp_path: Path, out: str, refused: bool) -> None:
+    """A folder walk skips hidden and bookkeeping folders: a report there is never read, and was refused."""
+    from forensics.run import report_reachable
+
+    (tmp_path / "gateway").mkdir()
+    assert report_reachable(tmp_path / "gateway", tmp_path / "gateway" / out) is refused
+
+
+def test_a_report_a_pattern_reads_through_a_link_inside_a_log_folder_is_refused(tmp_path: Path) -> None:
+    """gateway/latest links to the folder holding the first run's report: glob's ** follows it, so the
+    second run would read that report; the check looked only at matched folders around it."""
+    from forensics.run import report_reachable
+
+    (tmp_path / "gateway" / "node1").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "case" / "packets").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "case" / "packets" / "notice.json").write_text("{}")
+    (tmp_path / "gateway" / "latest").symlink_to(tmp_path / "elsewhere")
+    assert report_reachable(tmp_path / "gateway" / "**" / "*.json", tmp_path / "elsewhere" / "case")
+
+
 needs_stages = pytest.mark.skipif(
     not (hasattr(api, "scan") and hasattr(api, "match")), reason="the scan and match stages are not in this checkout yet"
 )
