@@ -440,3 +440,57 @@ def test_a_lone_response_half_is_a_copy_only_of_the_same_answer(tmp_path: Path, 
     assert got == rows
     duplicates = {Path(f["path"]).name: f["duplicate"] for f in result.manifest["files"]}
     assert duplicates == {"spend.jsonl": 0, "responses.jsonl": 1 if len(rows) == 1 else 0}
+
+
+_MAPPED_CASE = """name = "mapped"
+model = "glm-5.3"
+window_start = "2026-01-01T00:00:00Z"
+window_end = "2027-01-01T00:00:00Z"
+real_ceiling_tokens = 100000
+
+[[inputs]]
+format = "mapped"
+path = "gw.json"
+time_format = "epoch_ms"
+
+[inputs.fields]
+request_id = "meta.rid"
+tenant_id = "account.org"
+received_at = "ts_start"
+completed_at = "ts_end"
+model = "req.model"
+prompt_messages = "req.messages"
+response_text = "resp.choices.0.message.content"
+status = "http_status"
+
+[[inputs]]
+path = "responses.jsonl"
+"""
+
+
+@pytest.mark.parametrize("half_answer, rows", [
+    ("answer one", [("r-1", "acme", "answer one"), ("r-2", "acme", "answer two")]),
+    ("answer two", [("r-1", "", "answer two"), ("r-1", "acme", "answer one"), ("r-2", "acme", "answer two")]),
+])
+def test_a_lone_half_is_compared_with_its_own_records_answer_when_records_share_a_line(
+        tmp_path: Path, half_answer: str, rows: list[tuple[str, str, str]]) -> None:
+    """Two whole records on one line (a minified JSON array): r-1's answer was looked up by file and line
+    alone and read as r-2's, so a copy of r-1's answer was kept twice and r-2's text under r-1's id dropped."""
+    from forensics.config import load_case_file
+
+    t0 = 1787990000000
+    whole = [{"meta": {"rid": rid}, "account": {"org": "acme"}, "ts_start": t0 + i * 1000, "ts_end": t0 + i * 1000 + 500,
+              "req": {"model": "glm-5.3", "messages": [{"role": "user", "content": f"question {rid}"}]},
+              "resp": {"choices": [{"message": {"content": answer}, "finish_reason": "stop"}]}, "http_status": 200}
+             for i, (rid, answer) in enumerate((("r-1", "answer one"), ("r-2", "answer two")))]
+    (tmp_path / "gw.json").write_text(json.dumps(whole))  # one line
+    (tmp_path / "responses.jsonl").write_text(json.dumps({
+        "request_id": "r-1", "timestamp": t0 + 500, "status_code": 200,
+        "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": half_answer}}]}}) + "\n")
+    (tmp_path / "case.toml").write_text(_MAPPED_CASE)
+    cfg = load_case_file(tmp_path / "case.toml")
+    api.ingest(tmp_path / "case", [cfg.inputs[1].path], config=cfg)
+    api.ingest(tmp_path / "case", [cfg.inputs[0].path], fmt="mapped", config=cfg, profile=cfg.inputs[0].profile)
+    got = sorted((r["request_id"], r["tenant_id"] or "", r["response_text"])
+                 for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert got == rows

@@ -522,7 +522,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     con.execute(f"""CREATE TEMP TABLE cross_kind AS {CROSS_KIND_SQL.format(
         halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
         reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
-    _keep_other_answers(con, _paths(segments))
+    _keep_other_answers(con)
     # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
     con.execute(f"""UPDATE ranked SET rn = 2 FROM ({CROSS_LOSERS_SQL}) x
                     WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
@@ -1041,26 +1041,37 @@ class _StagedRows:
         return pa.concat_tables(parts)
 
 
-def _keep_other_answers(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
+#: The lone response halves that hold another answer than the whole record they competed with: their
+#: staged rows found by file, line and record hash (records sharing a line are told apart), and only
+#: those rows' answers read and hashed.
+OTHER_ANSWERS_SQL = """
+WITH cand AS (
+  SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash FROM cross_kind WHERE q_sha IS NULL AND loser = 'pair'
+), wanted AS (
+  SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
+), answers AS (
+  SELECT s.source_sha256 AS sha, s.source_line AS line, s.record_hash AS hash,
+         s.response_text IS NULL AS none, md5(coalesce(s.response_text, '')) AS digest
+  FROM staged s SEMI JOIN wanted k
+    ON s.source_sha256 = k.sha AND s.source_line = k.line AND s.record_hash IS NOT DISTINCT FROM k.hash
+)
+SELECT c.a_sha AS sha, c.a_line AS line, c.a_hash AS hash FROM cand c
+JOIN answers w ON w.sha = c.w_sha AND w.line = c.w_line AND w.hash IS NOT DISTINCT FROM c.w_hash
+JOIN answers a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT FROM c.a_hash
+WHERE w.none <> a.none OR w.digest <> a.digest
+"""
+
+
+def _keep_other_answers(con: duckdb.DuckDBPyConnection) -> None:
     """A lone split response half loses to the whole record holding its id only as a copy of that
     record's answer: where the two answers differ (another request under the same id, at any time,
     or an answer the whole record does not hold) both are kept. By time alone, an answer logged a few
     seconds late was a second row, and a different one in the same second was dropped."""
-    lone = con.execute("""SELECT w_sha, w_line, a_sha, a_line FROM cross_kind WHERE q_sha IS NULL AND loser = 'pair'
-                          ORDER BY a_sha, a_line""").fetchall()
-    if not lone:
+    if not con.execute("SELECT count(*) FROM cross_kind WHERE q_sha IS NULL AND loser = 'pair'").fetchall()[0][0]:
         return
-    staged = _StagedRows(paths)
-    answers = [staged.gather([(i, sha, line) for i, (*_, sha, line) in enumerate(pairs)]) for pairs in
-               ([(w_sha, w_line) for w_sha, w_line, _, _ in lone], [(a_sha, a_line) for _, _, a_sha, a_line in lone])]
-    whole, half = ({p: t for p, t in zip(table.column("_pos").to_pylist(), table.column("response_text").to_pylist())}
-                   for table in answers)
-    other = [(a_sha, a_line) for i, (_, _, a_sha, a_line) in enumerate(lone) if whole.get(i) != half.get(i)]
-    if other:
-        con.register("other_answers", pa.table({"sha": [s for s, _ in other], "line": [n for _, n in other]}))
-        con.execute("""UPDATE cross_kind SET loser = NULL FROM other_answers o
-                       WHERE cross_kind.q_sha IS NULL AND cross_kind.a_sha = o.sha AND cross_kind.a_line = o.line""")
-        con.unregister("other_answers")
+    con.execute(f"""UPDATE cross_kind SET loser = NULL FROM ({OTHER_ANSWERS_SQL}) o
+                    WHERE cross_kind.q_sha IS NULL AND cross_kind.a_sha = o.sha AND cross_kind.a_line = o.line
+                      AND cross_kind.a_hash IS NOT DISTINCT FROM o.hash""")
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
