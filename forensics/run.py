@@ -117,13 +117,18 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     report = Path(os.path.realpath(report_dir))
     if spec_path.exists() or not glob.has_magic(str(spec_path)):  # a folder named with [ ] is a folder
         return spec_path.is_dir() and _walk_reaches(report, Path(os.path.realpath(spec_path)))
-    for found in glob.iglob(str(spec_path), recursive=True):
-        real = Path(os.path.realpath(found))
-        if real.is_relative_to(report) or (os.path.isdir(found) and _walk_reaches(report, real)):
-            return True
     parts = spec_path.parts
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
-    base = Path(os.path.realpath(Path(*fixed))) if fixed else Path(os.path.realpath("."))
+    fixed_folder = Path(*fixed) if fixed else Path()
+    for found in map(Path, glob.iglob(str(spec_path), recursive=True)):
+        # What ingest keeps of the matches (_expand_pattern): none under a bookkeeping folder, or one itself.
+        inner = found.relative_to(fixed_folder).parts if found.is_relative_to(fixed_folder) else found.parts
+        if any(side_entry(part, folder=True) for part in inner[:-1]) or side_entry(found.name, found.is_dir()):
+            continue
+        real = Path(os.path.realpath(found))
+        if real.is_relative_to(report) or (found.is_dir() and _walk_reaches(report, real)):
+            return True
+    base = Path(os.path.realpath(fixed_folder))
     if not report.is_relative_to(base):
         return False
     return _could_match(report.relative_to(base).parts, parts[len(fixed):])

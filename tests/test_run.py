@@ -419,3 +419,16 @@ def test_the_commands_a_warning_gives_quote_the_path() -> None:
 
     line = _leftover(Path("/srv/My Reports/.case+old-1"))
     assert "chmod -R u+rwx '/srv/My Reports/.case+old-1' && rm -rf '/srv/My Reports/.case+old-1'" in line
+
+
+@pytest.mark.parametrize("pattern", ["**", "*/*"])
+def test_a_report_in_a_bookkeeping_folder_is_out_of_a_patterns_reach(tmp_path: Path, pattern: str) -> None:
+    """A first run's report in logs/_temporary/: ingest drops matches under a bookkeeping folder, but the
+    reach check looked at every glob match and refused the second run."""
+    from forensics.run import report_reachable
+
+    report = tmp_path / "logs" / "_temporary" / "case"
+    (report / "packets").mkdir(parents=True)
+    (report / "packets" / "notice.json").write_text("{}")
+    (tmp_path / "logs" / "gateway.jsonl").write_text("")
+    assert not report_reachable(tmp_path / "logs" / pattern, report)
