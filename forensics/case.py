@@ -308,10 +308,20 @@ def table_text(name: str) -> str:
 
 def file_sha256(path: Path) -> str:
     """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
+        return sha256_of(fh)
+
+
+def sha256_of(fh: IO[bytes], limit: int | None = None) -> str:
+    """Hex SHA-256 of what ``fh`` reads from where it stands: all of it, or its first ``limit`` bytes."""
+    h = hashlib.sha256()
+    left = limit
+    while chunk := fh.read(1 << 20 if left is None else min(1 << 20, left)):
+        h.update(chunk)
+        if left is not None:
+            left -= len(chunk)
+            if not left:
+                break
     return h.hexdigest()
 
 

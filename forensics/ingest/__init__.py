@@ -34,7 +34,7 @@ from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, rows_batch, table_text, write_json
 from forensics.config import CaseConfig, Profile, save
-from forensics.errors import CaseError, ConfigError, InputError
+from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import head_damage as parquet_head_damage
@@ -467,7 +467,6 @@ def ingest(
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
     input that holds ``paths``).
     """
-    from forensics.errors import first_few
     from forensics.ingest.finalize import finalize
 
     _real_folder.cache_clear()  # a folder's link may have moved since the last run in this process

@@ -490,7 +490,7 @@ WITH req AS (
   FROM whole w JOIN pair p ON p.request_id = w.request_id AND p.tenant_id IS NOT DISTINCT FROM w.tenant_id
 )
 -- A lone response half names no customer: it may lose, never make the whole record that names one lose,
--- and only as a copy of the record's answer (the texts are compared after this query, lone_half_copies).
+-- and only as a copy of the record's answer (the texts are compared after this query: _keep_other_answers).
 SELECT *, CASE WHEN q_sha IS NULL THEN CASE WHEN whole_holds_all THEN 'pair' END
                WHEN pair_holds_all AND pair_ranks_first THEN 'whole'
                WHEN whole_holds_all AND NOT pair_ranks_first THEN 'pair' END AS loser

@@ -26,6 +26,8 @@ import numpy as np
 import xxhash
 import zstandard
 
+from forensics.case import sha256_of
+
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 BOM = b"\xef\xbb\xbf"
@@ -91,16 +93,8 @@ def open_regular(path: Path, buffering: int = -1) -> BinaryIO:
 def sha256_file(path: Path, limit: int | None = None) -> str:
     """SHA-256 of a file's bytes as stored (compressed files are hashed compressed); of its first ``limit``
     bytes when given (fewer when the file is shorter)."""
-    h = hashlib.sha256()
-    left = limit
     with open_regular(path) as fh:
-        while chunk := fh.read(CHUNK if left is None else min(CHUNK, left)):
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
-                if not left:
-                    break
-    return h.hexdigest()
+        return sha256_of(fh, limit)
 
 
 def compression_of(path: Path) -> str | None:
