@@ -24,7 +24,7 @@ from forensics.case import locked_case
 from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
 from forensics.engine import executor_for
 from forensics.errors import ConfigError
-from forensics.ingest import IngestResult, ingest, side_entry
+from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
 from forensics.match import match
 from forensics.progress import Reporter
 from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
@@ -121,9 +121,7 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
     fixed_folder = Path(*fixed) if fixed else Path()
     for found in map(Path, glob.iglob(str(spec_path), recursive=True)):
-        # What ingest keeps of the matches (_expand_pattern): none under a bookkeeping folder, or one itself.
-        inner = found.relative_to(fixed_folder).parts if found.is_relative_to(fixed_folder) else found.parts
-        if any(side_entry(part, folder=True) for part in inner[:-1]) or side_entry(found.name, found.is_dir()):
+        if pattern_drops(found, fixed_folder):  # ingest leaves it out too
             continue
         real = Path(os.path.realpath(found))
         if real.is_relative_to(report) or (found.is_dir() and _walk_reaches(report, real)):

@@ -304,6 +304,13 @@ def _unlisted(errors: list[OSError], given: Path) -> list[Skipped]:
     return out
 
 
+def pattern_drops(match: Path, base: Path) -> bool:
+    """Whether a glob match below the pattern's fixed folder ``base`` is left out, as a folder walk
+    leaves it: a dataset writer's bookkeeping entry, or one inside such a folder."""
+    inner = match.relative_to(base).parts if match.is_relative_to(base) else match.parts
+    return any(side_entry(part, folder=True) for part in inner[:-1]) or side_entry(match.name, match.is_dir())
+
+
 def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
     """The files a glob pattern matches (``**`` spans folders; hidden names are not matched), in
     sorted order, folders walked as :func:`expand_inputs` walks them. No match is an error: a
@@ -318,8 +325,7 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     skipped: list[Skipped] = []
     seen: set[Path] = set()
     for match in map(Path, matches):
-        inner = match.relative_to(base).parts if match.is_relative_to(base) else match.parts
-        if any(side_entry(part, folder=True) for part in inner[:-1]) or side_entry(match.name, match.is_dir()):
+        if pattern_drops(match, base):
             continue  # a dataset writer's bookkeeping, as in a folder walk
         if match.is_dir():
             if exclude is None or match.resolve() != exclude:

@@ -25,7 +25,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -338,12 +338,11 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
     if not (case / "scan.json").is_file():
         return  # not scanned: the report says which stage to run
     used = ScanRecord.read(case / "scan.json", "scan").parameters
-    # The models are a set: the same ones listed in another order are the same scope.
-    scanned = {"models": ", ".join(sorted({m.strip() for m in (used.models or "").split(",") if m.strip()})),
+    scanned = {"models": _model_set((used.models or "").split(",")),
                "window_start": used.window_start, "window_end": used.window_end,
                "real_ceiling_tokens": used.real_ceiling_tokens, "advertised_window_tokens": used.advertised_window_tokens}
     config = _config_for(case, config)  # "auto" limits as the scan resolved them
-    given = {"models": ", ".join(sorted({m.strip() for m in config.models if m.strip()})),  # as scan.json lists them
+    given = {"models": _model_set(config.models),
              "window_start": iso(config.window_start) if config.window_start else None,
              "window_end": iso(config.window_end) if config.window_end else None,
              "real_ceiling_tokens": config.real_ceiling_tokens, "advertised_window_tokens": config.advertised_window_tokens}
@@ -356,6 +355,12 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
                                                 f"{shlex.quote(str(case))}"
                                                 + (f" --config {shlex.quote(str(config.file))}" if config.file else "")
                                                 + f", then forensics match --case {shlex.quote(str(case))}")
+
+
+def _model_set(names: Iterable[str]) -> str:
+    """Model names as a set, in words: the same ones listed in another order, or spaced otherwise (as
+    scan.json's one line lists them), are the same scope."""
+    return ", ".join(sorted({name.strip() for name in names if name.strip()}))
 
 
 def _shown(value: Any) -> str:

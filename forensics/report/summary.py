@@ -13,6 +13,7 @@ from typing import Any
 
 from forensics.artifacts import Json, JsonObject, RequestKey
 from forensics.config import CaseConfig
+from forensics.errors import first_few
 from forensics.report import plots, safe
 from forensics.report.data import CaseData, iso
 from forensics.report.notices import Notice, unattributed
@@ -243,7 +244,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             f"{len(nobody)} suspect response(s) or leaked texts name no customer (a response that joined no request, "
             "such as an answer to a request id two customers sent): they were searched like any other, but no notice "
             "can go to their customer until other logs name it. Request ids: "
-            + ", ".join(safe.shorten(r, 80) for r in nobody[:20]) + (", ..." if len(nobody) > 20 else "") + ".")
+            + first_few([safe.shorten(r, 80) for r in nobody], 20) + ".")
     # notifications.csv joins a row's request ids with ";": an id that holds one cannot be told apart there.
     split = sorted({n.packet for n in notices if any(";" in r for r in n.request_ids)})
     if split:
