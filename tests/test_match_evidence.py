@@ -658,6 +658,27 @@ def test_vectorised_region_facts_equal_the_one_by_one_computation(seed: int, hel
     assert checked > 20
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_matched_k_grams_are_those_inside_blocks_of_k_or_more(seed: int) -> None:
+    from types import SimpleNamespace
+
+    from forensics.match.findings import _block_arrays, _matched_kgrams
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 7))
+    cands = []
+    for _ in range(int(rng.integers(0, 30))):
+        blocks, pos = [], int(rng.integers(0, 50))
+        for _ in range(int(rng.integers(0, 6))):  # some candidates have no block of k tokens, some none at all
+            size = int(rng.integers(1, 12))
+            blocks.append((pos, size))
+            pos += size + int(rng.integers(0, 4))
+        cands.append(SimpleNamespace(blocks=tuple(blocks)))
+    owner, pos = _matched_kgrams(*_block_arrays(cands), k)  # type: ignore[arg-type]
+    expected = [(i, a + j) for i, c in enumerate(cands) for a, size in c.blocks for j in range(size - k + 1)]
+    assert list(zip(owner.tolist(), pos.tolist())) == expected
+
+
 def test_a_mean_weight_of_one_half_stays_one_half_when_three_tenants_held_a_k_gram() -> None:
     from types import SimpleNamespace
 

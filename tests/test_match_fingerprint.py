@@ -6,6 +6,7 @@ import subprocess
 import sys
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -196,3 +197,44 @@ def test_fast_path_equals_reference_path_in_long_texts(multi: int, hard: int) ->
     fast, ref = tokenize(text), _tokenize_reference(text)
     assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
     assert np.array_equal(fast.hash, ref.hash)
+
+
+def _reference_align(a: list[int], b: list[int], edge_gap: int, max_gap: int) -> tuple[Any, ...] | None:
+    """The alignment rule as :func:`align` documents it, written plainly (the faster code must agree)."""
+    from rapidfuzz.distance import LCSseq
+
+    blocks = [(m.a, m.b, m.size) for m in LCSseq.opcodes(a, b).as_matching_blocks() if m.size > 0]
+    if not blocks:
+        return None
+    parts: list[list[tuple[int, int, int]]] = [[blocks[0]]]
+    for prev, cur in zip(blocks, blocks[1:]):
+        if max(cur[0] - (prev[0] + prev[2]), cur[1] - (prev[1] + prev[2])) > max_gap:
+            parts.append([])
+        parts[-1].append(cur)
+    kept = max(parts, key=lambda part: sum(size for _, _, size in part))
+
+    def stray(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
+        lo, hi = (x, y) if x[0] < y[0] else (y, x)
+        return x[2] == 1 and max(hi[0] - (lo[0] + lo[2]), hi[1] - (lo[1] + lo[2])) >= edge_gap
+
+    while len(kept) > 1 and stray(kept[0], kept[1]):
+        kept.pop(0)
+    while len(kept) > 1 and stray(kept[-1], kept[-2]):
+        kept.pop()
+    a0, b0, a1, b1 = kept[0][0], kept[0][1], kept[-1][0] + kept[-1][2], kept[-1][1] + kept[-1][2]
+    matched = sum(s for _, _, s in kept)
+    return (a0, a1, b0, b1, matched, max(s for _, _, s in kept), 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0)),
+            tuple(kept))
+
+
+@settings(max_examples=400, deadline=None)
+@given(tokens, tokens, st.integers(min_value=0, max_value=4), st.integers(min_value=0, max_value=10))
+def test_alignment_follows_its_documented_rule(a: list[int], b: list[int], edge_gap: int, max_gap: int) -> None:
+    al = align(a, b, edge_gap, max_gap)
+    expected = _reference_align(a, b, edge_gap, max_gap)
+    got = None if al is None else (al.a_start, al.a_end, al.b_start, al.b_end, al.matched, al.longest_run, al.score,
+                                   al.blocks)
+    assert got == expected
+    # the same from arrays of 64-bit hashes, as the verification holds them
+    al2 = align(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64), edge_gap, max_gap)
+    assert al2 == al

@@ -48,3 +48,31 @@ def test_freed_memory_beyond_the_cap_goes_back_to_the_kernel() -> None:
     assert before - resident() > 150 << 20
     assert memory.give_back_above(64 << 20) is False  # nothing new to give back
     assert int(sum(b.sum() for b in blocks)) == 200 * (1 << 17)  # live arrays untouched
+
+
+def test_fewer_collections_holds_inside_the_block_and_puts_everything_back() -> None:
+    import gc
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with pytest.raises(RuntimeError):
+        with memory.fewer_collections(every=12_345):
+            assert gc.get_threshold()[0] == 12_345 and gc.get_threshold()[1:] == before[1:]
+            assert gc.get_freeze_count() > frozen  # what was alive before is not walked inside
+            raise RuntimeError("the stage failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_garbage_cycles_made_inside_the_block_are_still_collected() -> None:
+    import gc
+    import weakref
+
+    class Node:
+        other: Node | None = None
+
+    with memory.fewer_collections():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        gc.collect()
+        assert gone() is None

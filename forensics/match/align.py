@@ -45,18 +45,45 @@ def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 
     either edge is then dropped when at least this many unmatched tokens separate it from the
     next block.
     """
-    la, lb = _as_ints(a), _as_ints(b)
+    found = align_ints(_as_ints(a), _as_ints(b), edge_gap, max_gap)
+    if found is None:
+        return None
+    a0, a1, b0, b1, matched, longest, score, blocks = found
+    return Alignment(a0, a1, b0, b1, matched, longest, score, tuple(blocks))
+
+
+#: What :func:`align_ints` finds: a start, a end, b start, b end, matched, longest run, score, blocks.
+Found = tuple[int, int, int, int, int, int, float, list[tuple[int, int, int]]]
+
+
+def align_ints(la: list[int], lb: list[int], edge_gap: int = 2, max_gap: int = 8) -> Found | None:
+    """:func:`align` on lists of int64 hashes, as a plain tuple: the verification aligns some hundred
+    thousand short slices a case, where building arrays and a frozen dataclass per call cost more than
+    the alignment itself."""
     if not la or not lb:
         return None
     blocks = [(m.a, m.b, m.size) for m in LCSseq.opcodes(la, lb).as_matching_blocks() if m.size > 0]
     if not blocks:
         return None
-    parts: list[list[tuple[int, int, int]]] = [[blocks[0]]]
-    for prev, cur in zip(blocks, blocks[1:]):
-        if max(cur[0] - (prev[0] + prev[2]), cur[1] - (prev[1] + prev[2])) > max_gap:
-            parts.append([])
-        parts[-1].append(cur)
-    blocks = max(parts, key=lambda part: sum(size for _, _, size in part))  # first of equals: deterministic
+    # The part with the most matched tokens (the first of equals: deterministic), parts cut where more
+    # than max_gap unmatched tokens separate two blocks in either text.
+    lo = best_lo = 0
+    best_hi = len(blocks)
+    best = -1
+    prev = blocks[0]
+    total = prev[2]
+    for i in range(1, len(blocks)):
+        cur = blocks[i]
+        if cur[0] - (prev[0] + prev[2]) > max_gap or cur[1] - (prev[1] + prev[2]) > max_gap:
+            if total > best:
+                best, best_lo, best_hi = total, lo, i
+            lo, total = i, 0
+        total += cur[2]
+        prev = cur
+    if total > best:
+        best_lo, best_hi = lo, len(blocks)
+    if best_lo or best_hi < len(blocks):
+        blocks = blocks[best_lo:best_hi]
 
     def isolated(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
         # x and y are neighbouring blocks; is the gap between them wide enough to call x stray?
@@ -69,6 +96,10 @@ def align(a: np.ndarray | list[int], b: np.ndarray | list[int], edge_gap: int = 
         blocks.pop()
     a0, b0 = blocks[0][0], blocks[0][1]
     a1, b1 = blocks[-1][0] + blocks[-1][2], blocks[-1][1] + blocks[-1][2]
-    matched = sum(s for _, _, s in blocks)
+    matched = longest = 0
+    for _, _, size in blocks:
+        matched += size
+        if size > longest:
+            longest = size
     score = 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0))
-    return Alignment(a0, a1, b0, b1, matched, max(s for _, _, s in blocks), score, tuple(blocks))
+    return a0, a1, b0, b1, matched, longest, score, blocks

@@ -28,7 +28,6 @@ from forensics.match.targets import request_key
 from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, admissible, assign_tier, evalue_tier
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
-_NO_POSITIONS = np.zeros(0, np.int64)
 
 
 def score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
@@ -101,10 +100,9 @@ class RegionScorer:
         self._rows: dict[PairKey, dict[str, Any]] = {}
         self._stale: set[PairKey] = set()
 
-    def add(self, cands: list[Candidate], release: bool = False) -> None:
-        """Score the regions ``cands`` and keep them (after every earlier batch); ``release``: drop each
-        candidate's k-gram positions once used (the caller keeps no other use for them)."""
-        self.collect(self.score(cands, release))
+    def add(self, cands: list[Candidate]) -> None:
+        """Score the regions ``cands`` and keep them (after every earlier batch)."""
+        self.collect(self.score(cands))
 
     def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
         """Keep the regions :meth:`score` gave for a batch (after every earlier batch's) and build the rows
@@ -123,17 +121,17 @@ class RegionScorer:
         for key in fresh:
             built[key] = self._row(key, per_pair[key])
 
-    def score(self, cands: list[Candidate], release: bool = False) -> list[tuple[PairKey, Region]]:
+    def score(self, cands: list[Candidate]) -> list[tuple[PairKey, Region]]:
         """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
         targets, p, bits = self.targets, self.p, self.bits
         vocab, df = self.vocab, self.df
-        positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p)
-        if release:
-            for c in cands:
-                c.kgram_positions = _NO_POSITIONS
         if not cands:
             return []
-        facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k)
+        blocks = _block_arrays(cands)
+        positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p,
+                                                                      _matched_kgrams(*blocks, p.k))
+        facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k,
+                              blocks)
         scored: list[tuple[PairKey, Region]] = []
         for i in np.flatnonzero(facts.any_informative).tolist():
             c = cands[i]
@@ -246,7 +244,8 @@ class RegionFacts(NamedTuple):
 
 
 def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.ndarray, positions: np.ndarray,
-                  informative: np.ndarray, weight: np.ndarray, bounds: np.ndarray, k: int) -> RegionFacts:
+                  informative: np.ndarray, weight: np.ndarray, bounds: np.ndarray, k: int,
+                  blocks: tuple[np.ndarray, np.ndarray] | None = None) -> RegionFacts:
     """Each candidate's evidence counts from its k-gram facts (:func:`_kgram_facts`), every candidate at once;
     ``hashes``: the targets' token hashes one target after another, target i's from ``hash_offset[i]``.
 
@@ -297,10 +296,8 @@ def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.nd
                  - np.bincount(offset[owner] + b, minlength=total + 1))
         return np.cumsum(edges[:total]) > 0
 
-    n_blocks = np.array([len(c.blocks) for c in cands], dtype=np.int64)
-    blocks = np.array([b for c in cands for b in c.blocks], dtype=np.int64).reshape(-1, 2)
-    block_owner = np.repeat(np.arange(n, dtype=np.int64), n_blocks)
-    matched = cover(block_owner, blocks[:, 0] - tok_start[block_owner], blocks[:, 1])
+    block, block_owner = blocks if blocks is not None else _block_arrays(cands)
+    matched = cover(block_owner, block[:, 0] - tok_start[block_owner], block[:, 1])
     token_owner = np.repeat(np.arange(n, dtype=np.int64), span)
     # Different words among the matched tokens: (candidate, token hash) pairs, counted once each.
     at = np.flatnonzero(matched & (n_informative > 0)[token_owner])
@@ -321,21 +318,38 @@ def _region_facts(cands: list[Candidate], hashes: np.ndarray, hash_offset: np.nd
     return RegionFacts(n_informative > 0, rarity, singles_out, informative_tokens, distinct, matched, offset)
 
 
+def _block_arrays(cands: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate's matching blocks as rows (target token index, size), candidates in order, and the
+    candidate of each row."""
+    n_blocks = np.array([len(c.blocks) for c in cands], dtype=np.int64)
+    blocks = np.array([b for c in cands for b in c.blocks], dtype=np.int64).reshape(-1, 2)
+    return blocks, np.repeat(np.arange(len(cands), dtype=np.int64), n_blocks)
+
+
+def _matched_kgrams(blocks: np.ndarray, owner: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate, target position) of every k-gram lying inside a matching block of ``k`` or more tokens,
+    from :func:`_block_arrays`: the candidates' matched k-grams, derived here for a whole batch at once
+    rather than kept as an array per candidate."""
+    big = blocks[:, 1] >= k
+    start, count, who = blocks[big, 0], blocks[big, 1] - k + 1, owner[big]
+    step = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(who, count), np.repeat(start, count) + step
+
+
 def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders,
-                 p: MatchParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 p: MatchParams, kgrams: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
     informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
-    0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``.
+    0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``. ``kgrams``: the matched
+    k-grams as (candidate, target position), :func:`_matched_kgrams`.
 
     Every candidate at once: the per-candidate array calls were most of scoring's time, and the
     counts are integers, the same whatever the grouping.
     """
     start, h_tenant, h_time, common_mask = holders
-    lens = np.array([len(c.kgram_positions) for c in cands], dtype=np.int64)
-    if not cands or not lens.sum():
+    owner, pos = kgrams
+    if not cands or not len(pos):
         return np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float64), np.zeros(len(cands) + 1, np.int64)
-    owner = np.repeat(np.arange(len(cands), dtype=np.int64), lens)
-    pos = np.concatenate([np.asarray(c.kgram_positions, dtype=np.int64) for c in cands])
     # Distinct positions per candidate, candidates in order: a lexsort and a dedupe.
     order = lexsort_ints((pos, owner))
     owner, pos = owner[order], pos[order]

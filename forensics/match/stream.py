@@ -28,12 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from forensics.match.align import align
+from forensics.match.align import align_ints
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, TargetIndex
 from forensics.match.order import lexsort_ints
 from forensics.match.tiers import MatchParams
-from forensics.memory import give_back_above, keep_freed_memory
+from forensics.memory import collect_less_often, give_back_above, keep_freed_memory
 
 
 def tenant_code(tenant: str | None) -> int:
@@ -42,7 +42,7 @@ def tenant_code(tenant: str | None) -> int:
     return xxhash.xxh64_intdigest(key, seed=SEED) >> 1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Candidate:
     """One verified region between a target response and a source text (before rarity)."""
 
@@ -60,8 +60,8 @@ class Candidate:
     score: float
     matched: int
     longest_run: int
-    kgram_positions: np.ndarray  # target k-gram positions lying inside matching blocks
-    blocks: tuple[tuple[int, int], ...] = ()  # matching blocks as (target token index, size)
+    # Matching blocks as (target token index, size); the matched k-grams are those inside blocks of k or more.
+    blocks: tuple[tuple[int, int], ...] = ()
     later: bool = False  # the source arrived after the target completed: it cannot be the cause (null)
 
 
@@ -492,32 +492,32 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
     out: list[Candidate] = []
     seen: set[tuple[int, int, int, int]] = set()  # per (text, target), as each was verified alone
     last = -1
-    shash, sstart, send = tk.hash, tk.start, tk.end
+    # Python lists, sliced per cluster: converting two small arrays per alignment cost as much as aligning.
+    shash, sstart, send = tk.hash.view(np.int64), tk.start, tk.end
     for key_, t_, qa_, qb_, sa_, sb_ in zip(key.tolist(), ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(),
                                             sb.tolist()):
         if key_ != last:
             seen.clear()
             last = key_
             ttok = index.targets[t_].tokens
+            thash, tstart, tend = ttok.hash.view(np.int64), ttok.start, ttok.end
             source, kind, later = meta[key_ // n_t]
-        al = align(ttok.hash[qa_:qb_], shash[sa_:sb_])
+        al = align_ints(thash[qa_:qb_].tolist(), shash[sa_:sb_].tolist())
         if al is None:
             continue
-        a0, a1, b0, b1 = qa_ + al.a_start, qa_ + al.a_end, sa_ + al.b_start, sa_ + al.b_end
+        a0, a1, b0, b1 = qa_ + al[0], qa_ + al[1], sa_ + al[2], sa_ + al[3]
         span = (a0, a1, int(sstart[b0]), int(send[b1 - 1]))
         if span in seen:
             continue
         seen.add(span)
-        kpos = [np.arange(qa_ + a, qa_ + a + size - k + 1) for a, _, size in al.blocks if size >= k]
         out.append(Candidate(
             target=t_, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
             source_kind=kind,
             tok_start=a0, tok_end=a1,
-            recipient_start=int(ttok.start[a0]), recipient_end=int(ttok.end[a1 - 1]),
+            recipient_start=int(tstart[a0]), recipient_end=int(tend[a1 - 1]),
             source_start=span[2], source_end=span[3],
-            score=al.score, matched=al.matched, longest_run=al.longest_run,
-            kgram_positions=np.concatenate(kpos) if kpos else np.zeros(0, np.int64),
-            blocks=tuple((qa_ + a, size) for a, _, size in al.blocks), later=later,
+            score=al[6], matched=al[4], longest_run=al[5],
+            blocks=tuple([(qa_ + a, size) for a, _, size in al[7]]), later=later,
         ))
     return out
 
@@ -763,6 +763,7 @@ def init_worker(scanner: Scanner) -> None:
     global _WORKER
     _WORKER = scanner
     keep_freed_memory()
+    collect_less_often()
 
 
 def init_worker_from(payload: str) -> None:

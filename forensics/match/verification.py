@@ -75,7 +75,7 @@ def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: d
         jobs = [(job, holders_file) for job in _verify_tasks(path, kept, rows, sources,
                                                              4 * (helpers.n + 1) if helpers.n else 0)]
         for found, n in ordered(helpers, verify_and_score_in_worker,
-                                lambda job: (scorer.score(verify_task(index, p, job[0]), release=True), len(job[0].rows)),
+                                lambda job: (scorer.score(verify_task(index, p, job[0])), len(job[0].rows)),
                                 jobs, per_worker=in_flight):
             scorer.collect(found)
             task.advance(n)
@@ -102,7 +102,7 @@ def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
             raise WorkerUnfit(f"cannot read the holder counts ({type(exc).__name__}: {exc})") from None
         _SCORER = (holders_file, RegionScorer(scanner.index.targets, holders, scanner.p))
-    found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task), release=True)
+    found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task))
     give_back_above()
     return found, len(task.rows)
 
