@@ -2,6 +2,7 @@
 passages), the decode-node facts, the null model and E-values, the tiers, and the CSV text."""
 
 
+import bisect
 import dataclasses
 import math
 from pathlib import Path
@@ -192,15 +193,17 @@ class RegionScorer:
             null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
             informative = sum(x.informative for x in kept)
             strength = sum(x.strength for x in kept)
-        fid_key = "\x1f".join(map(str, (tgt.request_id, _tenant_part(tgt.tenant_id), c.source_request_id,
-                                         _tenant_part(c.source_tenant_id), c.source_kind, *main)))
+        source_request_id, source_tenant_id, source_kind = c.source_request_id, c.source_tenant_id, c.source_kind
+        # One f-string, not a join over str() of each part (the same text: a row is built per candidate pair).
+        fid_key = (f"{tgt.request_id}\x1f{_tenant_part(tgt.tenant_id)}\x1f{source_request_id}\x1f"
+                   f"{_tenant_part(source_tenant_id)}\x1f{source_kind}\x1f{main[0]}\x1f{main[1]}\x1f{main[2]}\x1f{main[3]}")
         return {
             "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
             "recipient_request_id": tgt.request_id,
             "recipient_tenant_id": tgt.tenant_id,
-            "source_request_id": c.source_request_id,
-            "source_tenant_id": c.source_tenant_id,
-            "source_kind": c.source_kind,
+            "source_request_id": source_request_id,
+            "source_tenant_id": source_tenant_id,
+            "source_kind": source_kind,
             "relation": best.relation,
             "tier": None,
             "tier_rule": None,
@@ -721,18 +724,25 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
     and the customer had not sent them itself before the first answer that gave it each (``holders``): a
     suspect answer quoting the customer's own text back leaves it the customer's own.
     """
+    # Per customer, its suspects by completion time (and index): those completed by a time are a prefix.
     by_tenant: dict[str | None, list[int]] = {}
     for i, t in enumerate(targets):
-        if not t.control and t.gids is not None and len(t.gids):
+        if not t.control and t.gids is not None and len(t.gids) and t.deadline_us != NO_TIME:
             by_tenant.setdefault(t.tenant_id, []).append(i)
+    for ids in by_tenant.values():
+        ids.sort(key=lambda i: (targets[i].deadline_us, i))
+    deadlines = {tenant: [targets[i].deadline_us for i in ids] for tenant, ids in by_tenant.items()}
     kgrams: dict[int, np.ndarray] = {}
     for r in rows:
         r["_carried_from"] = None
         received = r["_source_received_us"]
         if r["relation"] != "cross_tenant" or received == NO_TIME:
             continue
-        earlier = [i for i in by_tenant.get(r["source_tenant_id"], ())
-                   if i != r["_target"] and targets[i].deadline_us != NO_TIME and targets[i].deadline_us <= received]
+        theirs = by_tenant.get(r["source_tenant_id"])
+        if theirs is None:
+            continue
+        earlier = [i for i in theirs[:bisect.bisect_right(deadlines[r["source_tenant_id"]], received)]
+                   if i != r["_target"]]
         if not earlier:
             continue  # most sources: their customer received no suspect response before
         tgt = targets[r["_target"]]
@@ -748,7 +758,7 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
         # part count together), and whether the customer had sent it itself before then (its own text).
         first = np.full(len(g), NO_TIME_MAX, dtype=np.int64)
         giver = np.full(len(g), -1, dtype=np.int64)
-        for i in sorted(earlier, key=lambda i: (targets[i].deadline_us, i)):
+        for i in earlier:  # by completion time
             if i not in kgrams:
                 kgrams[i] = np.unique(targets[i].gids)
             new = np.isin(g, kgrams[i], assume_unique=True) & (giver < 0)
@@ -791,6 +801,10 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
                     break
 
 
+#: Which copy of a passage :func:`_collapse_same_tenant_copies` keeps first: on the suspect's decode node, unknown, elsewhere.
+_NODE_RANK = {True: 0, None: 1, False: 2}
+
+
 def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per passage and source tenant: a tenant that sent the same text in several requests
     (every turn of a conversation resends it) exposed it once.
@@ -807,14 +821,18 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        node = {True: 0, None: 1, False: 2}[r["same_decode_node"]]
-        return (node, -r["_main_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+        return (_NODE_RANK[r["same_decode_node"]], -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
+                r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["_target"], r["source_tenant_id"]), []).append(r)
     out = []
     for group in groups.values():
+        if len(group) == 1:  # most (recipient, source tenant) pairs: one row, nothing to collapse
+            group[0]["other_source_requests"] = 0
+            out.append(group[0])
+            continue
         kept: list[dict[str, Any]] = []
         for r in sorted(group, key=rank):
             a, b = r["recipient_start"], r["recipient_end"]
