@@ -25,6 +25,7 @@ from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case
 from forensics.engine import executor_for
 from forensics.errors import ConfigError
 from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
+from forensics.ingest.patterns import glob_matches
 from forensics.match import match
 from forensics.progress import Reporter
 from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
@@ -120,7 +121,7 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     parts = spec_path.parts
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
     fixed_folder = Path(*fixed) if fixed else Path()
-    for found in map(Path, glob.iglob(str(spec_path), recursive=True)):
+    for found in map(Path, glob_matches(str(spec_path))[0]):  # as ingest expands it: ** follows no folder link
         if pattern_drops(found, fixed_folder):  # ingest leaves it out too
             continue
         real = Path(os.path.realpath(found))

@@ -465,3 +465,54 @@ def test_a_symlink_loop_named_explicitly_says_so(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="symlink that cannot be followed") as exc:
         api.ingest(tmp_path / "case", [tmp_path / "loop1"])
     assert "no such file" not in str(exc.value)
+
+
+def _tree_without_links(root: Path) -> None:
+    for rel in ["a/x.jsonl", "a/b/y.json", "a/b/c/x.jsonl", "a/.h/x.jsonl", ".top/x.jsonl", "x.jsonl", "b/a/z.json",
+                "b/_tmp/x.jsonl", "c1/q.txt"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("{}\n")
+
+
+@pytest.mark.parametrize("pattern", ["**", "**/*", "**/*.jsonl", "*/**", "a/**", "a/**/x.jsonl", "**/a/**", "**/.h/*",
+                                     "**/b", "a*/**/*", "**/**/*.json", "a/*/**/x.jsonl", "**/c?", "**b/*", "nope/**",
+                                     "x.jsonl/**", "*.jsonl"])
+def test_a_pattern_matches_what_glob_matches_where_no_link_is_met(tmp_path: Path, pattern: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import glob
+
+    from forensics.ingest.patterns import glob_matches
+
+    _tree_without_links(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for given in (pattern, str(tmp_path / pattern)):
+        # glob also gives "nope/" for a folder that does not exist, and "x.jsonl/" for a file: no such folder here
+        expected = sorted({p for p in glob.glob(given, recursive=True) if not p.endswith(os.sep) or os.path.isdir(p)})
+        assert glob_matches(given) == (expected, [])
+
+
+def test_a_double_star_pattern_names_the_folder_links_it_does_not_follow(tmp_path: Path) -> None:
+    """``**`` followed every link to a folder: two links to a folder above them made the search endless,
+    and a link to a folder elsewhere read it as if it lay under the pattern's folder."""
+    logs = logs_folder(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "other.jsonl").write_text(request(9) + "\n")
+    (logs / "gateway" / "up").symlink_to("..")
+    (logs / "gateway" / "again").symlink_to("..")
+    (logs / "away").symlink_to(tmp_path / "elsewhere")
+    result = api.ingest(tmp_path / "case", [logs / "**" / "*.jsonl"])
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds == {"again": "symlink_to_folder", "away": "symlink_to_folder", "up": "symlink_to_folder"}
+    assert result.manifest["tables"]["exchanges"] == 2  # requests.jsonl, once; nothing from elsewhere
+    assert sorted(Path(r["source_file"]).name for r in quarantine(tmp_path / "case")) == ["again", "away", "up"]
+
+
+def test_a_double_star_pattern_whose_files_lie_only_beyond_links_says_so(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "other.jsonl").write_text(request(9) + "\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "node1").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InputError) as exc:
+        api.ingest(tmp_path / "case", [tmp_path / "logs" / "**" / "*.jsonl"])
+    assert "did not follow 1 link(s) to folders" in str(exc.value) and "node1" in str(exc.value)
+    assert "give the folder a link points to" in str(exc.value)

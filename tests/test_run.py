@@ -134,16 +134,35 @@ def test_a_folder_input_reaches_a_report_only_where_its_walk_goes(tmp_path: Path
     assert report_reachable(tmp_path / "gateway", tmp_path / "gateway" / out) is refused
 
 
-def test_a_report_a_pattern_reads_through_a_link_inside_a_log_folder_is_refused(tmp_path: Path) -> None:
-    """gateway/latest links to the folder holding the first run's report: glob's ** follows it, so the
-    second run would read that report; the check looked only at matched folders around it."""
+@pytest.mark.parametrize("pattern, refused", [("gateway/**/*.json", False), ("gateway/*/case/packets/*.json", True)])
+def test_a_report_a_pattern_reads_through_a_link_inside_a_log_folder_is_refused(tmp_path: Path, pattern: str,
+                                                                               refused: bool) -> None:
+    """gateway/latest links to the folder holding the first run's report. A ``*`` part follows the link, as
+    ingest does, so the second run would read that report; the check looked only at matched folders around
+    it. A ``**`` part never follows a link to a folder (ingest names it as not followed): out of reach."""
     from forensics.run import report_reachable
 
     (tmp_path / "gateway" / "node1").mkdir(parents=True)
     (tmp_path / "elsewhere" / "case" / "packets").mkdir(parents=True)
     (tmp_path / "elsewhere" / "case" / "packets" / "notice.json").write_text("{}")
     (tmp_path / "gateway" / "latest").symlink_to(tmp_path / "elsewhere")
-    assert report_reachable(tmp_path / "gateway" / "**" / "*.json", tmp_path / "elsewhere" / "case")
+    assert report_reachable(tmp_path / pattern, tmp_path / "elsewhere" / "case") is refused
+
+
+def test_run_with_a_double_star_pattern_ends_on_folder_links_that_loop(tmp_path: Path) -> None:
+    """``logs/**/*.jsonl`` with two links to folders above them: glob followed every link, 2**n paths deep
+    until the names grew too long (it never ended). The run now reads the logs and names each link."""
+    logs = write_logs(tmp_path / "logs")
+    (logs / "gateway" / "up").symlink_to("..")
+    (logs / "gateway" / "again").symlink_to("..")
+    (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "**/*.jsonl"'), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "forensics", "run", str(logs), "--out", str(tmp_path / "out"), "--quiet",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    manifest = json.loads((tmp_path / "out" / "e2e" / "case" / "manifest.json").read_text(encoding="utf-8"))
+    skipped = {Path(e["path"]).name: e["kind"] for e in manifest["skipped_inputs"]}
+    assert skipped == {"up": "symlink_to_folder", "again": "symlink_to_folder"}
+    assert manifest["tables"]["exchanges"] > 0
 
 
 needs_stages = pytest.mark.skipif(

@@ -39,6 +39,7 @@ from forensics.ingest import formats  # noqa: F401  (registers every format modu
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import head_damage as parquet_head_damage
 from forensics.ingest.parquet import is_parquet, peek_rows
+from forensics.ingest.patterns import glob_matches
 from forensics.ingest.reader import (
     FileProblem,
     Line,
@@ -304,6 +305,12 @@ def _unlisted(errors: list[OSError], given: Path) -> list[Skipped]:
     return out
 
 
+def _link_not_followed(link: Path) -> Skipped:
+    """A link to a folder that a ``**`` pattern met (:func:`forensics.ingest.patterns.glob_matches`)."""
+    return Skipped(link, "symlink_to_folder", "symlink to a folder, met by a ** pattern; not followed (its files would be "
+                   "read twice, or forever in a loop). Fix: give that folder itself as an input, or a pattern naming it")
+
+
 def pattern_drops(match: Path, base: Path) -> bool:
     """Whether a glob match below the pattern's fixed folder ``base`` is left out, as a folder walk
     leaves it: a dataset writer's bookkeeping entry, or one inside such a folder."""
@@ -315,14 +322,18 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     """The files a glob pattern matches (``**`` spans folders; hidden names are not matched), in
     sorted order, folders walked as :func:`expand_inputs` walks them. No match is an error: a
     pattern matching nothing must not look like a clean, empty incident."""
-    matches = sorted(glob.glob(str(pattern), recursive=True))
+    matches, links = glob_matches(str(pattern))
+    base = Path(*[part for part in itertools.takewhile(lambda p: not glob.has_magic(p), pattern.parts)])
+    files: list[tuple[Path, bool]] = []
+    skipped = [_link_not_followed(Path(link)) for link in links if not pattern_drops(Path(link), base)]
     if not matches:
+        if skipped:
+            raise InputError(f"no file matches this pattern; its ** did not follow {len(skipped)} link(s) to folders: "
+                             f"{first_few([str(s.path) for s in skipped])}", file=pattern,
+                             fix="give the folder a link points to as an input (or a pattern naming it)")
         raise InputError("no file matches this pattern", file=pattern,
                          fix="check the pattern (relative to the case file's folder; ** matches folders at any depth)")
-    base = Path(*[part for part in itertools.takewhile(lambda p: not glob.has_magic(p), pattern.parts)])
     root = os.path.realpath(base)
-    files: list[tuple[Path, bool]] = []
-    skipped: list[Skipped] = []
     seen: set[Path] = set()
     for match in map(Path, matches):
         if pattern_drops(match, base):
