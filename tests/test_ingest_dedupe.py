@@ -494,3 +494,55 @@ def test_a_lone_half_is_compared_with_its_own_records_answer_when_records_share_
     got = sorted((r["request_id"], r["tenant_id"] or "", r["response_text"])
                  for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
     assert got == rows
+
+
+def _spend_without_answer(folder: Path) -> None:
+    spend = folder / "spend.jsonl"
+    record = json.loads(spend.read_text())
+    record["response"] = {}  # the callback lost the answer; the spend log kept the prompt
+    spend.write_text(json.dumps(record) + "\n")
+
+
+def test_a_whole_record_that_lost_its_answer_takes_it_from_the_lone_split_response_half(tmp_path: Path) -> None:
+    """The spend log holds acme's full prompt and no answer; the split response log holds the answer and no
+    request half is there. Both were kept: the spend row with no answer (searched with no text, so the
+    customers its answer exposed were missed) and the answer as a response naming no customer."""
+    _spend_and_split(tmp_path / "logs", "the long question", None, split_answer="globex secret: vault code 7741-ALPHA")
+    _spend_without_answer(tmp_path / "logs")
+    result = api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert [(r["tenant_id"], r["record_kind"], r["orphan"], r["response_text"]) for r in rows] == [
+        ("acme", "spend_log", None, "globex secret: vault code 7741-ALPHA")]
+    (row,) = rows
+    assert row["prompt_text"].endswith("the long question")
+    assert Path(row["response_source_file"]).name == "responses.jsonl" and row["response_source_line"] == 1
+    assert row["status_code"] == 200
+    files = {Path(f["path"]).name: (f["ingested"], f["duplicate"], f["reconciled"]) for f in result.manifest["files"]}
+    assert files == {"spend.jsonl": (1, 0, True), "responses.jsonl": (1, 0, True)}  # the half is part of the row
+    assert any("took it from the split response log" in n for n in result.manifest["notes"])
+
+
+@pytest.mark.parametrize("answer_time", ["2026-08-30T09:40:00Z", "2026-08-30T03:10:00Z"])
+def test_a_lone_response_half_answered_hours_after_or_before_the_record_does_not_fill_it(tmp_path: Path,
+                                                                                         answer_time: str) -> None:
+    """Another request under the same id (hours later), or an answer before the request began: not this
+    record's answer, so both are kept as they were."""
+    _spend_and_split(tmp_path / "logs", "the long question", None, split_answer="another answer", answer_time=answer_time)
+    _spend_without_answer(tmp_path / "logs")
+    api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    got = sorted((r["tenant_id"] or "", r["response_text"]) for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert got == [("", "another answer"), ("acme", None)]
+
+
+def test_an_answer_a_shared_id_cannot_place_fills_no_record(tmp_path: Path) -> None:
+    """Two customers' whole records under one id, neither with an answer: a response half names no customer,
+    so its answer is given to neither."""
+    _spend_and_split(tmp_path / "logs", "the long question", None, split_answer="whose answer?")
+    _spend_without_answer(tmp_path / "logs")
+    spend = tmp_path / "logs" / "spend.jsonl"
+    other = json.loads(spend.read_text())
+    other["organization_id"] = "globex"
+    spend.write_text(spend.read_text() + json.dumps(other) + "\n")
+    api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    got = sorted((r["tenant_id"] or "", r["response_text"]) for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert got == [("", "whose answer?"), ("acme", None), ("globex", None)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -451,3 +452,29 @@ def test_a_report_in_a_bookkeeping_folder_is_out_of_a_patterns_reach(tmp_path: P
     (report / "packets" / "notice.json").write_text("{}")
     (tmp_path / "logs" / "gateway.jsonl").write_text("")
     assert not report_reachable(tmp_path / "logs" / pattern, report)
+
+
+@needs_stages
+def test_a_suspect_whose_answer_only_the_split_response_log_kept_exposes_its_source(tmp_path: Path) -> None:
+    """The spend log lost r-3's answer (the callback failed); the split response log kept it, with acme's
+    secret in it. The suspect was searched with no text and acme was missing from the list."""
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    lines = spend.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[2])
+    assert record["request_id"] == "r-3"
+    answer = record["response"]["choices"][0]["message"]["content"]
+    record["response"] = {}
+    spend.write_text("\n".join([*lines[:2], json.dumps(record)]) + "\n", encoding="utf-8")
+    (logs / "split").mkdir()
+    (logs / "split" / "responses.jsonl").write_text(json.dumps({
+        "request_id": "r-3", "timestamp": "2026-08-28T11:00:05Z", "status_code": 200,
+        "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}]}}) + "\n", encoding="utf-8")
+    case = CASE_TOML + '\n[[inputs]]\nformat = "openai-split"\npath = "split"\n'
+    (logs / "case.toml").write_text(case, encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 1
+    with open(tmp_path / "out" / "e2e" / "notifications.csv", newline="", encoding="utf-8") as fh:
+        listed = {(r["tenant_id"], r["role"]) for r in csv.DictReader(fh)}
+    assert ("acme", "exposed") in listed and ("globex", "recipient") in listed

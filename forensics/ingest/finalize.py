@@ -523,6 +523,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
         reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
     _keep_other_answers(con)
+    fills = _answer_fills(con)
     # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
     con.execute(f"""UPDATE ranked SET rn = 2 FROM ({CROSS_LOSERS_SQL}) x
                     WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
@@ -567,6 +568,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         ORDER BY f.ord, r.source_line""").to_arrow_reader(KEPT_BATCH))
 
     notes: list[str] = []
+    # The staged response halves whose answers go into whole records, read as those records are written.
+    answers = _StagedRows(_paths(segments)) if fills else None
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     writer = _BackgroundWriter(sink)
 
@@ -585,7 +588,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
             if len(chosen) < batch.num_rows:
                 batch = batch.take(pa.array(chosen, pa.int64()))
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
-        return _with_damage(pa.Table.from_batches([batch]), damage), {r[1]: r[4:9] for r in rows if r[3]}
+        table = _with_answers(_with_damage(pa.Table.from_batches([batch]), damage), fills, answers)
+        return table, {r[1]: r[4:9] for r in rows if r[3]}
 
     def batch_rows(segment: Staged, batches: _Batches) -> None:
         """Write the kept rows of a batch segment's files: chosen file by file (in the pieces each file's
@@ -618,7 +622,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                 engine.update({r[1]: r[4:9] for r in rows if r[3]})  # by request id: the same keys whichever file asks
         if not take:
             return
-        rows_kept = _with_damage(table.take(pa.array(take, pa.int64())), values=damage)
+        rows_kept = _with_answers(_with_damage(table.take(pa.array(take, pa.int64())), values=damage), fills, answers)
         whole = _enrich(rows_kept, engine, band_ceilings).combine_chunks()
         offsets = np.cumsum([0] + sizes).tolist()
         writer.write_batch(pa.concat_tables([whole.slice(a, b - a) for a, b in zip(offsets, offsets[1:])]))
@@ -723,6 +727,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "Fix: find whose each answer was in other logs (the gateway's access log) and check those answers by hand")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
+    if fills:
+        notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
+                     "response log of their id (response_source_file and response_source_line say where)")
     return {
         "rows": rows,
         "duplicate_requests": dup_requests,
@@ -1072,6 +1079,91 @@ def _keep_other_answers(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""UPDATE cross_kind SET loser = NULL FROM ({OTHER_ANSWERS_SQL}) o
                     WHERE cross_kind.q_sha IS NULL AND cross_kind.a_sha = o.sha AND cross_kind.a_line = o.line
                       AND cross_kind.a_hash IS NOT DISTINCT FROM o.hash""")
+
+
+#: A lone split response half answered at most this long after the whole record it competed with was
+#: received is that request's answer (a long prompt's answer takes minutes; another request reusing the id
+#: comes hours apart, as the notes' reused ids show).
+ANSWER_FILL_SECONDS = 3600
+
+#: The whole records with no answer (none logged, or empty: the callback lost it) that a lone split response
+#: half of their id answers: the half holds an answer, was answered after the record's start (a second of
+#: clock slack) and within ANSWER_FILL_SECONDS, and is the one half for the id that competed with the record.
+#: The answer goes into the record's row; the half's line is part of that row, as a joined half is.
+ANSWER_FILLS_SQL = """
+WITH cand AS (
+  SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash, count(*) OVER (PARTITION BY w_sha, w_line, w_hash) AS halves
+  FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL
+), wanted AS (
+  SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
+), facts AS (
+  SELECT s.source_sha256 AS sha, s.source_line AS line, s.record_hash AS hash,
+         coalesce(s.response_text, '') = '' AS no_answer, epoch_us(s.received_at) AS received_us,
+         epoch_us(s.completed_at) AS completed_us
+  FROM staged s SEMI JOIN wanted k
+    ON s.source_sha256 = k.sha AND s.source_line = k.line AND s.record_hash IS NOT DISTINCT FROM k.hash
+)
+SELECT c.w_sha, c.w_line, c.w_hash, c.a_sha, c.a_line, c.a_hash, d.damage AS a_damage FROM cand c
+JOIN facts w ON w.sha = c.w_sha AND w.line = c.w_line AND w.hash IS NOT DISTINCT FROM c.w_hash
+JOIN facts a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT FROM c.a_hash
+LEFT JOIN line_damage d ON d.source_sha256 = c.a_sha AND d.source_line = c.a_line
+WHERE c.halves = 1 AND w.no_answer AND NOT a.no_answer
+  AND a.completed_us - w.received_us BETWEEN -1000000 AND {window_us}
+"""
+
+#: Answer columns a filled record takes from its response half (the half's where it has one, else the
+#: record's own). The prompt's columns, its token counts included, stay the record's.
+ANSWER_COLUMNS = ("completed_at", "status", "status_code", "finish_reason", "response_truncated",
+                  "reported_completion_tokens", "completion_tokens", "model_routed")
+
+#: Where a filled record's answer comes from: (input SHA-256, line, record hash) -> the half's SHA-256,
+#: line and the damage of its line.
+AnswerFills = dict[tuple[str, int, str | None], tuple[str, int, str | None]]
+
+
+def _answer_fills(con: duckdb.DuckDBPyConnection) -> AnswerFills:
+    """Fill the whole records that lost their answer from their lone split response half (ANSWER_FILLS_SQL):
+    the halves leave the split join (``rn = 0``: neither kept as a row of their own nor copies), and the
+    records to fill are returned. Before, the record stayed with no answer and the half a response naming no
+    customer: the suspect was searched with no text, and the customers its answer exposed were missed."""
+    if not con.execute("SELECT count(*) FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL").fetchall()[0][0]:
+        return {}
+    con.execute(f"CREATE TEMP TABLE answer_fills AS {ANSWER_FILLS_SQL.format(window_us=ANSWER_FILL_SECONDS * 1_000_000)}")
+    con.execute("""UPDATE ranked SET rn = 0 FROM answer_fills f
+                   WHERE ranked.source_sha256 = f.a_sha AND ranked.source_line = f.a_line
+                     AND ranked.record_hash IS NOT DISTINCT FROM f.a_hash AND ranked.rn = 1""")
+    return {(w_sha, w_line, w_hash): (a_sha, a_line, a_damage) for w_sha, w_line, w_hash, a_sha, a_line, a_damage in
+            con.execute("SELECT w_sha, w_line, w_hash, a_sha, a_line, a_damage FROM answer_fills").fetchall()}
+
+
+def _with_answers(table: pa.Table, fills: AnswerFills, staged: _StagedRows | None) -> pa.Table:
+    """``table`` (whole records, with their ``damage``) with each record in ``fills`` given its response half's
+    answer (:data:`ANSWER_COLUMNS`, the text, where it was logged) and the damage of the half's line."""
+    if not fills or staged is None or table.num_rows == 0:
+        return table
+    keys = zip(table.column("source_sha256").to_pylist(), table.column("source_line").to_pylist(),
+               table.column("record_hash").to_pylist())
+    at = [(i, fills[key]) for i, key in enumerate(keys) if key in fills]
+    if not at:
+        return table
+    halves = staged.gather([(i, a_sha, a_line) for i, (a_sha, a_line, _) in at])
+    half = {name: halves.column(name).to_pylist() for name in
+            (*ANSWER_COLUMNS, "response_text", "source_file", "source_line", "problems")}
+    names = (*ANSWER_COLUMNS, "response_text", "response_source_file", "response_source_line", "problems", "damage")
+    cols = {name: table.column(name).to_pylist() for name in names}
+    for j, (i, (_, _, a_damage)) in enumerate(at):
+        for name in ANSWER_COLUMNS:
+            if half[name][j] is not None:
+                cols[name][i] = half[name][j]
+        cols["response_text"][i] = half["response_text"][j]
+        cols["response_source_file"][i], cols["response_source_line"][i] = half["source_file"][j], half["source_line"][j]
+        cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], half["problems"][j]) if x) or None
+        cols["damage"][i] = schema.join_damage((cols["damage"][i], a_damage,
+                                                "truncated_copy_only" if cols["response_truncated"][i] else None))
+    for name in names:
+        idx = table.schema.get_field_index(name)
+        table = table.set_column(idx, table.schema.field(idx), pa.array(cols[name], table.schema.field(idx).type))
+    return table
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
