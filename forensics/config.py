@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import glob
 import json
 import tomllib
 import unicodedata
@@ -415,7 +416,11 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
                     raise ConfigError(f"inputs[{i}] has {what} but format = {fmt!r}", file=file,
                                       fix='a mapping profile is read only with format = "mapped"; set it, or remove '
                                           f"{what}")
-        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt, profile))
+        raw = str(item["path"])
+        # The case file's folder is a fixed part of a relative pattern: a "[" in its name ("INC-7 [sev1]") is
+        # no character class, and unescaped it made every pattern match nothing.
+        folder = Path(glob.escape(str(base.resolve()))) if glob.has_magic(raw) and glob.has_magic(str(base)) else base
+        specs.append(InputSpec((folder / raw).resolve(), fmt, profile))
     return specs
 
 

@@ -121,7 +121,7 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     parts = spec_path.parts
     fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
     fixed_folder = Path(*fixed) if fixed else Path()
-    for found in map(Path, glob_matches(str(spec_path))[0]):  # as ingest expands it: ** follows no folder link
+    for found in map(Path, glob_matches(str(spec_path)).matches):  # as ingest expands it: ** follows no folder link
         if pattern_drops(found, fixed_folder):  # ingest leaves it out too
             continue
         real = Path(os.path.realpath(found))

@@ -476,7 +476,8 @@ def _tree_without_links(root: Path) -> None:
 
 @pytest.mark.parametrize("pattern", ["**", "**/*", "**/*.jsonl", "*/**", "a/**", "a/**/x.jsonl", "**/a/**", "**/.h/*",
                                      "**/b", "a*/**/*", "**/**/*.json", "a/*/**/x.jsonl", "**/c?", "**b/*", "nope/**",
-                                     "x.jsonl/**", "*.jsonl"])
+                                     "x.jsonl/**", "*.jsonl", "*/*", "a/*/*", "a/b/c/x.jsonl", "[ab]/*", ".top/*", "*/.h/*",
+                                     "b/_tmp/*", "nope/*", "./a/*", "a/../b/*", "a//b/*"])
 def test_a_pattern_matches_what_glob_matches_where_no_link_is_met(tmp_path: Path, pattern: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import glob
@@ -488,7 +489,11 @@ def test_a_pattern_matches_what_glob_matches_where_no_link_is_met(tmp_path: Path
     for given in (pattern, str(tmp_path / pattern)):
         # glob also gives "nope/" for a folder that does not exist, and "x.jsonl/" for a file: no such folder here
         expected = sorted({p for p in glob.glob(given, recursive=True) if not p.endswith(os.sep) or os.path.isdir(p)})
-        assert glob_matches(given) == (expected, [])
+        found = glob_matches(given)
+        # as ingest reads them: "a//b" and "a/b", "a/" and "a" are one path
+        assert (sorted({Path(m) for m in found.matches}), found.links, found.unlisted) == (
+            sorted({Path(m) for m in expected}), [], [])
+        assert len(found.matches) == len(set(found.matches))
 
 
 def test_a_double_star_pattern_names_the_folder_links_it_does_not_follow(tmp_path: Path) -> None:
@@ -502,7 +507,7 @@ def test_a_double_star_pattern_names_the_folder_links_it_does_not_follow(tmp_pat
     (logs / "away").symlink_to(tmp_path / "elsewhere")
     result = api.ingest(tmp_path / "case", [logs / "**" / "*.jsonl"])
     kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
-    assert kinds == {"again": "symlink_to_folder", "away": "symlink_to_folder", "up": "symlink_to_folder"}
+    assert kinds == {"again": "symlink_to_folder", "away": "symlink_outside_root", "up": "symlink_to_folder"}
     assert result.manifest["tables"]["exchanges"] == 2  # requests.jsonl, once; nothing from elsewhere
     assert sorted(Path(r["source_file"]).name for r in quarantine(tmp_path / "case")) == ["again", "away", "up"]
 
@@ -514,5 +519,63 @@ def test_a_double_star_pattern_whose_files_lie_only_beyond_links_says_so(tmp_pat
     (tmp_path / "logs" / "node1").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(InputError) as exc:
         api.ingest(tmp_path / "case", [tmp_path / "logs" / "**" / "*.jsonl"])
-    assert "did not follow 1 link(s) to folders" in str(exc.value) and "node1" in str(exc.value)
+    assert "the search passed over 1 entry" in str(exc.value) and "node1 (symlink_outside_root)" in str(exc.value)
     assert "give the folder a link points to" in str(exc.value)
+
+
+def _links_beside_logs(tmp_path: Path) -> Path:
+    logs = logs_folder(tmp_path)
+    (tmp_path / "outside" / "node9").mkdir(parents=True)
+    (tmp_path / "outside" / "node9" / "gateway.jsonl").write_text(request(9) + "\n")
+    (tmp_path / "outside" / "x.jsonl").write_text(request(8) + "\n")
+    (logs / "gateway" / "ext").symlink_to(tmp_path / "outside")
+    (logs / "real").mkdir()
+    (logs / "real" / "gateway.jsonl").write_text(request(7) + "\n")
+    (logs / "node1").symlink_to("real")
+    return logs
+
+
+@pytest.mark.parametrize("pattern", ["**/*", "**/node*/gateway.jsonl", "**", "**/ext", "gateway/**/x.jsonl"])
+def test_a_link_to_a_folder_below_double_star_is_never_read_and_named_once(tmp_path: Path, pattern: str) -> None:
+    """A ``*`` or a name after ``**`` matched a link to a folder and read it (the files outside the input
+    folder too), while the manifest said the link was not followed; ``logs/**`` named one link twice."""
+    logs = _links_beside_logs(tmp_path)
+    try:
+        result = api.ingest(tmp_path / "case", [logs / pattern])
+    except InputError as exc:  # nothing but links: the error names them
+        assert "search passed over" in str(exc)
+        return
+    read = [Path(f["path"]).relative_to(logs).as_posix() for f in result.run_files if f["status"] == "ingested"]
+    assert read and not [r for r in read if r.startswith(("gateway/ext", "node1"))]
+    skipped = [Path(e["path"]).relative_to(logs).as_posix() for e in result.manifest["skipped_inputs"]]
+    assert len(skipped) == len(set(skipped))
+    kinds = {Path(e["path"]).name: e["kind"] for e in result.manifest["skipped_inputs"]}
+    assert kinds.get("ext") in (None, "symlink_outside_root") and kinds.get("node1") in (None, "symlink_to_folder")
+
+
+def test_a_folder_a_pattern_cannot_list_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """glob passed over a folder it could not list without a word: node-b's logs were missing from a case
+    that looked complete, though a walk of the same folder names it."""
+    logs = logs_folder(tmp_path)
+    (logs / "node-b").mkdir()
+    (logs / "node-b" / "b.jsonl").write_text(request(3) + "\n")
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path).name == "node-b":  # tests run as root, so a real EACCES cannot be made
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for i, pattern in enumerate(["*/*.jsonl", "**/*.jsonl"]):
+        result = api.ingest(tmp_path / f"case{i}", [logs / pattern])
+        assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("node-b", "unreadable")]
+
+
+def test_a_pattern_never_reads_the_case_folder_inside_it(tmp_path: Path) -> None:
+    """``logs/**/*`` with the case in logs/case: the second ingest read the case's own tables as inputs."""
+    logs = logs_folder(tmp_path)
+    api.ingest(logs / "case", [logs / "**" / "*"])
+    result = api.ingest(logs / "case", [logs / "**" / "*"])
+    assert not [f for f in result.manifest["files"] if "case" in Path(f["path"]).relative_to(logs).parts[:1]]
+    assert result.manifest["tables"]["exchanges"] == 2

@@ -478,3 +478,16 @@ def test_a_suspect_whose_answer_only_the_split_response_log_kept_exposes_its_sou
     with open(tmp_path / "out" / "e2e" / "notifications.csv", newline="", encoding="utf-8") as fh:
         listed = {(r["tenant_id"], r["role"]) for r in csv.DictReader(fh)}
     assert ("acme", "exposed") in listed and ("globex", "recipient") in listed
+
+
+@needs_stages
+def test_a_relative_pattern_works_in_a_case_folder_named_with_brackets(tmp_path: Path) -> None:
+    """"[INC-7] leak": the case file's folder is a fixed part of a relative pattern, but its "[" was read as a
+    character class and every pattern matched nothing."""
+    logs = write_logs(tmp_path / "[INC-7] leak")
+    (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "gateway/*.jsonl"'), encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+    assert exc.value.code == 1
+    manifest = json.loads((tmp_path / "out" / "e2e" / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert [Path(f["path"]).name for f in manifest["files"]] == ["spend.jsonl"]

@@ -305,12 +305,6 @@ def _unlisted(errors: list[OSError], given: Path) -> list[Skipped]:
     return out
 
 
-def _link_not_followed(link: Path) -> Skipped:
-    """A link to a folder that a ``**`` pattern met (:func:`forensics.ingest.patterns.glob_matches`)."""
-    return Skipped(link, "symlink_to_folder", "symlink to a folder, met by a ** pattern; not followed (its files would be "
-                   "read twice, or forever in a loop). Fix: give that folder itself as an input, or a pattern naming it")
-
-
 def pattern_drops(match: Path, base: Path) -> bool:
     """Whether a glob match below the pattern's fixed folder ``base`` is left out, as a folder walk
     leaves it: a dataset writer's bookkeeping entry, or one inside such a folder."""
@@ -321,30 +315,41 @@ def pattern_drops(match: Path, base: Path) -> bool:
 def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
     """The files a glob pattern matches (``**`` spans folders; hidden names are not matched), in
     sorted order, folders walked as :func:`expand_inputs` walks them. No match is an error: a
-    pattern matching nothing must not look like a clean, empty incident."""
-    matches, links = glob_matches(str(pattern))
+    pattern matching nothing must not look like a clean, empty incident.
+
+    What the search passed over is said, as a folder walk says it: a link to a folder met below a
+    ``**`` part (never followed, see :mod:`forensics.ingest.patterns`) and a folder it could not list
+    are skipped entries; the case folder (``exclude``) is never read, whatever the pattern matches."""
+    found = glob_matches(str(pattern))
     base = Path(*[part for part in itertools.takewhile(lambda p: not glob.has_magic(p), pattern.parts)])
-    files: list[tuple[Path, bool]] = []
-    skipped = [_link_not_followed(Path(link)) for link in links if not pattern_drops(Path(link), base)]
+    root = os.path.realpath(base)
+
+    def outside_case(path: Path) -> bool:
+        return exclude is None or not path.resolve().is_relative_to(exclude)
+
+    passed = _unlisted(found.unlisted, base)
+    passed += [problem for link in map(Path, found.links) if not pattern_drops(link, base) and outside_case(link)
+               for problem in [_check_entry(link, root)] if problem is not None]
+    matches = [m for m in map(Path, found.matches) if not pattern_drops(m, base) and outside_case(m)]
     if not matches:
-        if skipped:
-            raise InputError(f"no file matches this pattern; its ** did not follow {len(skipped)} link(s) to folders: "
-                             f"{first_few([str(s.path) for s in skipped])}", file=pattern,
-                             fix="give the folder a link points to as an input (or a pattern naming it)")
+        if passed:
+            raise InputError(f"no file matches this pattern; the search passed over {len(passed)} "
+                             f"{'entry' if len(passed) == 1 else 'entries'}: "
+                             f"{first_few([f'{s.path} ({s.kind})' for s in passed])}", file=pattern,
+                             fix="give the folder a link points to as an input, or let the account running forensics "
+                                 "list the folders named")
         raise InputError("no file matches this pattern", file=pattern,
                          fix="check the pattern (relative to the case file's folder; ** matches folders at any depth)")
-    root = os.path.realpath(base)
+    files: list[tuple[Path, bool]] = []
+    skipped: list[Skipped] = []
     seen: set[Path] = set()
-    for match in map(Path, matches):
-        if pattern_drops(match, base):
-            continue  # a dataset writer's bookkeeping, as in a folder walk
+    for match in matches:
         if match.is_dir():
-            if exclude is None or match.resolve() != exclude:
-                more, also = expand_inputs([match], exclude)
-                # ``logs/**/*`` matches a folder and the files in it: each file is read once.
-                files += [f for f in more if f[0] not in seen]
-                skipped += [s for s in also if s.path not in seen]
-                seen.update([f[0] for f in more] + [s.path for s in also])
+            more, also = expand_inputs([match], exclude)
+            # ``logs/**/*`` matches a folder and the files in it: each file is read once.
+            files += [f for f in more if f[0] not in seen]
+            skipped += [s for s in also if s.path not in seen]
+            seen.update([f[0] for f in more] + [s.path for s in also])
             continue
         if match in seen:
             continue
@@ -353,6 +358,10 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
         if problem is None:
             files.append((match, False))
         else:
+            skipped.append(problem)
+    for problem in passed:  # a link or folder the walk of a matched folder named already is named once
+        if problem.path not in seen:
+            seen.add(problem.path)
             skipped.append(problem)
     return files, skipped
 
