@@ -26,6 +26,7 @@ import ctypes
 import gc
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,6 +131,13 @@ def reusing_freed_memory() -> Iterator[None]:
 YOUNG_COLLECTION_EVERY = 100_000
 
 
+#: Process-wide, as the collector's settings are: how many blocks of :func:`fewer_collections` are open (two
+#: stages in two threads of one process), the threshold to restore when the last one ends, and whether the
+#: first one froze what was alive (it does not when the host process had frozen objects itself).
+_COLLECTIONS_LOCK = threading.Lock()
+_collections_state: dict[str, Any] = {"open": 0, "threshold": None, "froze": False}
+
+
 @contextlib.contextmanager
 def fewer_collections(every: int = YOUNG_COLLECTION_EVERY) -> Iterator[None]:
     """Run Python's cyclic garbage collector less often inside the block, and never over what was alive
@@ -140,15 +148,30 @@ def fewer_collections(every: int = YOUNG_COLLECTION_EVERY) -> Iterator[None]:
     and over as they pile up: on the 1 GB benchmark incident a row cost about 60% more with it on. None of
     them forms a reference cycle the stage relies on the collector to free, and what existed before the
     block (the targets, the index) is not its garbage: those are frozen (:func:`gc.freeze`) until it ends.
+
+    The settings are the process's: blocks open at once (two stages in two threads) share them, and the
+    last to end restores what the first found. Objects the host process froze itself stay frozen (a
+    server that forks its workers freezes its objects to keep their pages shared): it then freezes
+    nothing of its own.
     """
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(every, *old[1:])
+    state = _collections_state
+    with _COLLECTIONS_LOCK:
+        if state["open"] == 0:
+            state["threshold"] = gc.get_threshold()
+            state["froze"] = gc.get_freeze_count() == 0
+            if state["froze"]:
+                gc.freeze()
+            gc.set_threshold(every, *state["threshold"][1:])
+        state["open"] += 1
     try:
         yield
     finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
+        with _COLLECTIONS_LOCK:
+            state["open"] -= 1
+            if state["open"] == 0:
+                gc.set_threshold(*state["threshold"])
+                if state["froze"]:
+                    gc.unfreeze()
 
 
 def collect_less_often(every: int = YOUNG_COLLECTION_EVERY) -> None:

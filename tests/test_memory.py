@@ -76,3 +76,32 @@ def test_garbage_cycles_made_inside_the_block_are_still_collected() -> None:
         del a, b
         gc.collect()
         assert gone() is None
+
+
+def test_fewer_collections_keeps_what_the_host_process_froze() -> None:
+    """A server that freezes its objects before forking workers found them unfrozen after a match."""
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with memory.fewer_collections():
+            pass
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (a frozen object the block freed leaves the count)
+    finally:
+        gc.unfreeze()
+
+
+def test_blocks_open_at_once_restore_the_settings_the_first_found() -> None:
+    """Two stages in two threads: the second saved the first's raised threshold and restored it last, so
+    the process kept it for good."""
+    import gc
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    first, second = memory.fewer_collections(), memory.fewer_collections()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold() != before  # the second block still runs
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
