@@ -597,7 +597,10 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         for fmt in sorted(by_format):  # one call per format, as `forensics run` does
             plain = [p for p in by_format[fmt] if p not in mapped]
             if plain:
-                api.ingest(case_dir, plain, fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress)
+                # Stages run one by one list each file they read, not the folder they were given: a file of no
+                # known format there (a README beside the logs) was a quarantine row, not an error.
+                api.ingest(case_dir, plain, fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress,
+                           found_in_folder=not cfg.inputs)
         for spec in cfg.inputs:  # each mapped entry on its own, with its profile
             if spec.profile is not None:
                 api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile)

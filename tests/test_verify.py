@@ -252,6 +252,27 @@ def test_rerun_of_a_report_built_stage_by_stage_with_options(tmp_path: Path, cap
     assert "rerun manifest.json: not re-run: the recorded input spend.jsonl is missing (give --inputs FOLDER when the inputs moved)" in problems
 
 
+def test_rerun_of_a_stage_by_stage_report_whose_log_folder_holds_other_files(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`forensics ingest incident/` on a folder holding a README beside the logs (as sample_logs does), then
+    the stages one by one: the re-run named each recorded file, the README too, and stopped on it ("cannot
+    tell the format of this file") where the ingest of the folder had made it a quarantine row."""
+    logs = write_logs(tmp_path / "incident")
+    (logs / "README.md").write_text("# Incident 4711\nLogs exported on 2026-09-10.\n", encoding="utf-8")
+    case = str(tmp_path / "case")
+    _call(["ingest", str(logs), "--case", case, "-q"], capsys)
+    _call(["scan", "--case", case, "--model", "glm-5.3", "--window-start", "2026-08-27T00:00:00Z",
+           "--window-end", "2026-09-09T00:00:00Z", "--ceiling", "2000", "-q"], capsys)
+    _call(["match", "--case", case, "-q"], capsys)
+    code, out, _ = _call(["report", "--case", case, "--out", str(tmp_path / "out"), "--json", "-q"], capsys)
+    report_dir = Path(json.loads(out)["report"])
+    statuses = {Path(f["path"]).name: f["status"] for f in json.loads((Path(case) / "manifest.json").read_text())["files"]}
+    assert statuses["README.md"] == "skipped: format not recognised"
+    code, out, err = _call(["verify", str(report_dir), "--rerun"], capsys)
+    assert code == 0, out + err
+    assert "re-run compared byte for byte" in out
+
+
 def test_parameters_the_manifest_says_came_from_the_case_file_must_be_the_case_files(
         run_report: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     """A report built with a later window_start (fewer customers told), its manifest pointed back at the

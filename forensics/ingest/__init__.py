@@ -481,6 +481,7 @@ def ingest(
     progress: Reporter | None = None,
     profile: Profile | None = None,
     path_formats: Sequence[str | None] | None = None,
+    found_in_folder: bool = False,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
@@ -489,7 +490,8 @@ def ingest(
     and the files under it, so inputs of several formats are finalised once (as ``forensics run``
     does with the case file's ``[[inputs]]``). A file named explicitly whose format cannot be told
     is an error (before anything is written); one found in a folder becomes a whole-file
-    quarantine row. ``fmt="mapped"`` reads
+    quarantine row. ``found_in_folder``: every file of ``paths`` is taken as found in a folder (what
+    ``verify --rerun`` needs to repeat, file by file, an ingest that was given the folder). ``fmt="mapped"`` reads
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
     input that holds ``paths``).
     """
@@ -521,6 +523,8 @@ def ingest(
     skipped: list[Skipped] = []
     for given, entry_format in zip(paths, entry_formats):
         entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root)
+        if found_in_folder:
+            entry_found = [(path, False) for path, _ in entry_found]
         found.extend(entry_found)
         forced.extend([entry_format] * len(entry_found))
         skipped.extend(entry_skipped)
