@@ -249,6 +249,18 @@ def test_unreadable_file_in_a_folder_is_a_row(tmp_path: Path, monkeypatch: pytes
     assert "Permission denied" in result.manifest["skipped_inputs"][0]["reason"]
 
 
+def _unlistable(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Folders named ``name`` cannot be listed (tests run as root, so a real EACCES cannot be made)."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path).name == name:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 def test_a_subfolder_that_cannot_be_listed_is_a_row_and_a_folder_named_so_is_an_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A node's folder whose permissions forbid listing it held logs nobody read. Before, the walk passed
@@ -256,14 +268,7 @@ def test_a_subfolder_that_cannot_be_listed_is_a_row_and_a_folder_named_so_is_an_
     logs = logs_folder(tmp_path)
     (logs / "node-b").mkdir()
     (logs / "node-b" / "b.jsonl").write_text(request(3) + "\n")
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if Path(path).name == "node-b":  # tests run as root, so a real EACCES cannot be made
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _unlistable(monkeypatch, "node-b")
     result = api.ingest(tmp_path / "case", [logs])
     (entry,) = result.manifest["skipped_inputs"]
     assert (Path(entry["path"]).name, entry["kind"]) == ("node-b", "unreadable")
@@ -559,14 +564,7 @@ def test_a_folder_a_pattern_cannot_list_is_a_row(tmp_path: Path, monkeypatch: py
     logs = logs_folder(tmp_path)
     (logs / "node-b").mkdir()
     (logs / "node-b" / "b.jsonl").write_text(request(3) + "\n")
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if Path(path).name == "node-b":  # tests run as root, so a real EACCES cannot be made
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _unlistable(monkeypatch, "node-b")
     for i, pattern in enumerate(["*/*.jsonl", "**/*.jsonl"]):
         result = api.ingest(tmp_path / f"case{i}", [logs / pattern])
         assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("node-b", "unreadable")]
