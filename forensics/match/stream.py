@@ -492,7 +492,8 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
     out: list[Candidate] = []
     seen: set[tuple[int, int, int, int]] = set()  # per (text, target), as each was verified alone
     last = -1
-    # Python lists, sliced per cluster: converting two small arrays per alignment cost as much as aligning.
+    # Each cluster's slices go to the aligner as int lists (align_ints): the whole flush's tokens as lists cost
+    # more (most are aligned over a few dozen tokens), arrays and a dataclass per call as much as the alignment.
     shash, sstart, send = tk.hash.view(np.int64), tk.start, tk.end
     for key_, t_, qa_, qb_, sa_, sb_ in zip(key.tolist(), ct.tolist(), qa.tolist(), qb.tolist(), sa.tolist(),
                                             sb.tolist()):
