@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import glob
 import json
 import tomllib
 import unicodedata
@@ -416,11 +415,9 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
                     raise ConfigError(f"inputs[{i}] has {what} but format = {fmt!r}", file=file,
                                       fix='a mapping profile is read only with format = "mapped"; set it, or remove '
                                           f"{what}")
-        raw = str(item["path"])
-        # The case file's folder is a fixed part of a relative pattern: a "[" in its name ("INC-7 [sev1]") is
-        # no character class, and unescaped it made every pattern match nothing.
-        folder = Path(glob.escape(str(base.resolve()))) if glob.has_magic(raw) and glob.has_magic(str(base)) else base
-        specs.append(InputSpec((folder / raw).resolve(), fmt, profile))
+        # A "[" in the case file's folder ("[INC-7] leak") is no character class: a pattern's fixed part is
+        # the folders that exist as written (forensics.ingest.patterns.split_pattern).
+        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt, profile))
     return specs
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import csv
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.case import file_sha256
 from forensics.config import CaseConfig, InputSpec, load_case_file
 from forensics.errors import CaseError, ConfigError
+from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
 from forensics.report.notices import packet_path
@@ -573,6 +575,14 @@ def _copy_ledger_prefixes(report_dir: Path, man: ReportManifest, target: Path) -
             write_bytes(target / name, b"\n".join(lines) + b"\n")
 
 
+def _input_present(path: Path) -> bool:
+    """Whether a recorded input is there to re-run from: a pattern (``gateway/*.jsonl``) when it still
+    matches something, as ingest expands it (a pattern is no path that exists)."""
+    if path.exists() or not glob.has_magic(str(path)):
+        return path.exists()
+    return bool(glob_matches(path).matches)
+
+
 def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter | None = None) -> list[Drift]:
     """Re-run ingest, scan, match and report from the inputs and parameters the report records,
     into a temporary folder, and list every output that is not byte-identical."""
@@ -585,7 +595,8 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
     if not by_format:
         raise CaseError("the report records no inputs to re-run from", file=report_dir / MANIFEST,
                         fix="--rerun needs a report whose manifest lists its inputs")
-    missing = sorted(Path(os.path.relpath(p, root)).as_posix() for paths in by_format.values() for p in paths if not p.exists())
+    missing = sorted(Path(os.path.relpath(p, root)).as_posix() for paths in by_format.values() for p in paths
+                     if not _input_present(p))
     if missing:  # the hash check has already named it; say why nothing was compared
         return [Drift("rerun", MANIFEST, f"not re-run: the recorded input {missing[0]} is missing "
                       "(give --inputs FOLDER when the inputs moved)")]

@@ -565,7 +565,7 @@ def test_a_folder_a_pattern_cannot_list_is_a_row(tmp_path: Path, monkeypatch: py
     (logs / "node-b").mkdir()
     (logs / "node-b" / "b.jsonl").write_text(request(3) + "\n")
     _unlistable(monkeypatch, "node-b")
-    for i, pattern in enumerate(["*/*.jsonl", "**/*.jsonl"]):
+    for i, pattern in enumerate(["*/*.jsonl", "**/*.jsonl", "*", "**", "**/*", "node-*"]):
         result = api.ingest(tmp_path / f"case{i}", [logs / pattern])
         assert [(Path(e["path"]).name, e["kind"]) for e in result.manifest["skipped_inputs"]] == [("node-b", "unreadable")]
 

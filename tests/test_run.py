@@ -481,13 +481,28 @@ def test_a_suspect_whose_answer_only_the_split_response_log_kept_exposes_its_sou
 
 
 @needs_stages
-def test_a_relative_pattern_works_in_a_case_folder_named_with_brackets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["absolute", "from inside", "case file from inside", "through a link"])
+def test_a_relative_pattern_works_in_a_case_folder_named_with_brackets(tmp_path: Path, how: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """"[INC-7] leak": the case file's folder is a fixed part of a relative pattern, but its "[" was read as a
-    character class and every pattern matched nothing."""
+    character class and every pattern matched nothing; escaped, the escape went into the report's record of
+    its inputs, and a re-run after the folder moved matched nothing again."""
     logs = write_logs(tmp_path / "[INC-7] leak")
     (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "gateway/*.jsonl"'), encoding="utf-8")
+    (tmp_path / "current").symlink_to(logs)
+    given = {"absolute": str(logs), "from inside": ".", "case file from inside": "case.toml",
+             "through a link": str(tmp_path / "current")}[how]
+    monkeypatch.chdir(logs)
     with pytest.raises(SystemExit) as exc:
-        main(["run", str(logs), "--out", str(tmp_path / "out"), "--quiet"])
+        main(["run", given, "--out", str(tmp_path / "out"), "--quiet"])
     assert exc.value.code == 1
     manifest = json.loads((tmp_path / "out" / "e2e" / "case" / "manifest.json").read_text(encoding="utf-8"))
     assert [Path(f["path"]).name for f in manifest["files"]] == ["spend.jsonl"]
+    report = json.loads((tmp_path / "out" / "e2e" / "manifest.json").read_text(encoding="utf-8"))
+    assert [i["path"] for i in report["parameters"]["case"]["values"]["inputs"]] == ["gateway/*.jsonl"]
+    moved = tmp_path / "[INC-8] moved"
+    logs.rename(moved)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(tmp_path / "out" / "e2e"), "--inputs", str(moved), "--rerun"])
+    assert exc.value.code == 0

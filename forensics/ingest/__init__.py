@@ -39,7 +39,7 @@ from forensics.ingest import formats  # noqa: F401  (registers every format modu
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.parquet import head_damage as parquet_head_damage
 from forensics.ingest.parquet import is_parquet, peek_rows
-from forensics.ingest.patterns import glob_matches
+from forensics.ingest.patterns import glob_matches, split_pattern
 from forensics.ingest.reader import (
     FileProblem,
     Line,
@@ -320,8 +320,8 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     What the search passed over is said, as a folder walk says it: a link to a folder met below a
     ``**`` part (never followed, see :mod:`forensics.ingest.patterns`) and a folder it could not list
     are skipped entries; the case folder (``exclude``) is never read, whatever the pattern matches."""
-    found = glob_matches(str(pattern))
-    base = Path(*[part for part in itertools.takewhile(lambda p: not glob.has_magic(p), pattern.parts)])
+    found = glob_matches(pattern)
+    base = split_pattern(pattern)[0]
     root = os.path.realpath(base)
 
     def outside_case(path: Path) -> bool:
@@ -345,6 +345,13 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     seen: set[Path] = set()
     for match in matches:
         if match.is_dir():
+            try:  # a folder the pattern matched but that cannot be listed is a row, as in a walk
+                os.scandir(match).close()
+            except OSError as exc:
+                also = _unlisted([exc if exc.filename else OSError(exc.errno, exc.strerror, str(match))], base)
+                skipped += [s for s in also if s.path not in seen]
+                seen.update(s.path for s in also)
+                continue
             more, also = expand_inputs([match], exclude)
             # ``logs/**/*`` matches a folder and the files in it: each file is read once.
             files += [f for f in more if f[0] not in seen]

@@ -20,6 +20,7 @@ import fnmatch
 import glob
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 RECURSIVE = "**"
 
@@ -36,9 +37,24 @@ class Expansion:
     unlisted: list[OSError]  # folders the search could not list (their ``filename`` names them)
 
 
-def glob_matches(pattern: str) -> Expansion:
+def split_pattern(pattern: Path) -> tuple[Path, list[str]]:
+    """``pattern``'s fixed folder and the parts after it. The fixed folder is every leading part without a
+    wildcard, and every one that exists as written: a case folder named "[INC-7] leak" is that folder,
+    not a character class (glob read it as one and the pattern matched nothing)."""
+    fixed: list[str] = []
+    parts = list(pattern.parts)
+    while parts:
+        part = parts[0]
+        if glob.has_magic(part) and not os.path.lexists(os.path.join(*fixed, part)):
+            break
+        fixed.append(parts.pop(0))
+    return Path(*fixed), parts
+
+
+def glob_matches(pattern: str | Path) -> Expansion:
     """The paths ``pattern`` matches, as ``glob.glob(pattern, recursive=True)`` gives them where no link to a
-    folder lies below a ``**`` part; hidden names are matched only by a part that starts with ``.``.
+    folder lies below a ``**`` part; hidden names are matched only by a part that starts with ``.``. Its fixed
+    folder is taken as written (:func:`split_pattern`).
 
     Below a ``**`` part, a link to a folder is neither descended into nor matched (whether a ``**``, a
     ``*`` or a plain name after it meets it): it is listed in ``links``. Folders that cannot be listed are
@@ -46,9 +62,12 @@ def glob_matches(pattern: str) -> Expansion:
     this follows the files: ``a/**`` matches ``a/`` only when ``a`` is a folder (glob gives ``nope/`` for a
     folder that does not exist).
     """
-    start = os.sep if os.path.isabs(pattern) else ""
+    fixed, parts = split_pattern(Path(pattern))
     search = _Search()
-    found = set(search.match(start, [p for p in pattern.split(os.sep) if p], below=False))
+    start = "" if fixed == Path() else str(fixed)
+    if parts and start and not os.path.isdir(start):
+        return Expansion([], [], [])
+    found = set(search.match(start, parts, below=False)) if parts else ({start} if os.path.lexists(start) else set())
     return Expansion(sorted(found), sorted(search.links), sorted(search.unlisted, key=lambda e: str(e.filename)))
 
 
