@@ -50,7 +50,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, shown_ids
-from forensics.ingest.registry import half_kinds, joined_sql, precedence_sql
+from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
 
@@ -273,7 +273,8 @@ def finalize(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize-events") as side:
         side_tables = side.submit(others)
         try:
-            exchanges_stats = _exchanges(c, con, ex_segments, order, duplicates, band_ceilings or {})
+            exchanges_stats = _exchanges(c, con, ex_segments, order, duplicates, band_ceilings or {},
+                                         _unnamed_request_halves(files))
         finally:
             wait([side_tables])  # never leave the thread writing into a case being torn down
         task.advance()
@@ -516,14 +517,15 @@ def winners_sql() -> str:
 
 
 def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], order: dict[str, int], duplicates: Tally[str],
-               band_ceilings: dict[str, int]) -> dict[str, Any]:
-    """Write exchanges.parquet; count losers per file; return stats for the manifest."""
+               band_ceilings: dict[str, int], unnamed_requests: int = 0) -> dict[str, Any]:
+    """Write exchanges.parquet; count losers per file; return stats for the manifest. ``unnamed_requests``:
+    split request lines quarantined because they name no customer (:func:`_answer_fills`)."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
     con.execute(f"""CREATE TEMP TABLE cross_kind AS {CROSS_KIND_SQL.format(
         halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
         reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
     _keep_other_answers(con)
-    fills = _answer_fills(con)
+    fills, withheld = _answer_fills(con, unnamed_requests)
     # The losers of the whole-or-split contest drop out as copies (a response half with its request half).
     con.execute(f"""UPDATE ranked SET rn = 2 FROM ({CROSS_LOSERS_SQL}) x
                     WHERE ranked.source_sha256 = x.sha AND ranked.source_line = x.line
@@ -568,8 +570,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         ORDER BY f.ord, r.source_line""").to_arrow_reader(KEPT_BATCH))
 
     notes: list[str] = []
-    # The staged response halves whose answers go into whole records, read as those records are written.
-    answers = _StagedRows(_paths(segments)) if fills else None
+    # The answers that go into whole records, read from the staged response halves before the records are written.
+    answers = _Answers(fills, _paths(segments)) if fills else None
     sink = ParquetSink(c.table_path("exchanges"), schema.EXCHANGES)
     writer = _BackgroundWriter(sink)
 
@@ -588,7 +590,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
             if len(chosen) < batch.num_rows:
                 batch = batch.take(pa.array(chosen, pa.int64()))
         damage = {r[0]: r[2] for r in rows if r[2] is not None}
-        table = _with_answers(_with_damage(pa.Table.from_batches([batch]), damage), fills, answers)
+        table = _with_answers(_with_damage(pa.Table.from_batches([batch]), damage), answers)
         return table, {r[1]: r[4:9] for r in rows if r[3]}
 
     def batch_rows(segment: Staged, batches: _Batches) -> None:
@@ -622,7 +624,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                 engine.update({r[1]: r[4:9] for r in rows if r[3]})  # by request id: the same keys whichever file asks
         if not take:
             return
-        rows_kept = _with_answers(_with_damage(table.take(pa.array(take, pa.int64())), values=damage), fills, answers)
+        rows_kept = _with_answers(_with_damage(table.take(pa.array(take, pa.int64())), values=damage), answers)
         whole = _enrich(rows_kept, engine, band_ceilings).combine_chunks()
         offsets = np.cumsum([0] + sizes).tolist()
         writer.write_batch(pa.concat_tables([whole.slice(a, b - a) for a, b in zip(offsets, offsets[1:])]))
@@ -727,6 +729,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "Fix: find whose each answer was in other logs (the gateway's access log) and check those answers by hand")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
+    if withheld:
+        notes.append(f"{withheld} whole records have no answer and the split response log holds one for their id, but "
+                     "split request lines that name no customer were quarantined (one may be that answer's request): "
+                     "those answers were kept as responses naming no customer. Fix: set tenant_field so the split "
+                     "request lines name their customer, and ingest again")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -1085,15 +1092,22 @@ def _keep_other_answers(con: duckdb.DuckDBPyConnection) -> None:
 #: received is that request's answer (a long prompt's answer takes minutes; another request reusing the id
 #: comes hours apart, as the notes' reused ids show).
 ANSWER_FILL_SECONDS = 3600
+#: ... and, where the record says when it completed, at most this far from that (the gateway and the
+#: split logger write the same answer within seconds of each other).
+ANSWER_FILL_SKEW_SECONDS = 60
 
 #: The whole records with no answer (none logged, or empty: the callback lost it) that a lone split response
 #: half of their id answers: the half holds an answer, was answered after the record's start (a second of
-#: clock slack) and within ANSWER_FILL_SECONDS, and is the one half for the id that competed with the record.
-#: The answer goes into the record's row; the half's line is part of that row, as a joined half is.
+#: clock slack) and within ANSWER_FILL_SECONDS, within ANSWER_FILL_SKEW_SECONDS of the record's own
+#: completion where it has one, and is the one half for the id that competed with the record; and the
+#: customer sent that id once (an id it reused, which the notes name, holds several requests: whose answer
+#: it is cannot be told). The answer goes into the record's row; the half's line is part of that row, as a
+#: joined half is.
 ANSWER_FILLS_SQL = """
 WITH cand AS (
   SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash, count(*) OVER (PARTITION BY w_sha, w_line, w_hash) AS halves
   FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL
+    AND request_id NOT IN (SELECT request_id FROM ranked WHERE variants > 1 AND spread_us > {reused_us})
 ), wanted AS (
   SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
 ), facts AS (
@@ -1109,6 +1123,7 @@ JOIN facts a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT
 LEFT JOIN line_damage d ON d.source_sha256 = c.a_sha AND d.source_line = c.a_line
 WHERE c.halves = 1 AND w.no_answer AND NOT a.no_answer
   AND a.completed_us - w.received_us BETWEEN -1000000 AND {window_us}
+  AND (w.completed_us IS NULL OR abs(a.completed_us - w.completed_us) <= {skew_us})
 """
 
 #: Answer columns a filled record takes from its response half (the half's where it has one, else the
@@ -1121,44 +1136,77 @@ ANSWER_COLUMNS = ("completed_at", "status", "status_code", "finish_reason", "res
 AnswerFills = dict[tuple[str, int, str | None], tuple[str, int, str | None]]
 
 
-def _answer_fills(con: duckdb.DuckDBPyConnection) -> AnswerFills:
+def _unnamed_request_halves(files: list[dict[str, Any]]) -> int:
+    """Lines quarantined for naming no customer in files of a format that writes split request halves."""
+    requesting = {f.name for f in FORMATS if any(k.half == "request" for k in f.kinds)}
+    return sum(f.get("no_tenant") or 0 for f in files if f.get("format") in requesting)
+
+
+def _answer_fills(con: duckdb.DuckDBPyConnection, unnamed_requests: int) -> tuple[AnswerFills, int]:
     """Fill the whole records that lost their answer from their lone split response half (ANSWER_FILLS_SQL):
     the halves leave the split join (``rn = 0``: neither kept as a row of their own nor copies), and the
-    records to fill are returned. Before, the record stayed with no answer and the half a response naming no
-    customer: the suspect was searched with no text, and the customers its answer exposed were missed."""
+    records to fill are returned, with how many were not filled because ``unnamed_requests`` split request
+    lines named no customer (quarantined: one of them may be the missing request half of an answer, and
+    the answer that customer's, not the record's). Before, the record stayed with no answer and the half
+    a response naming no customer: the suspect was searched with no text, and the customers its answer
+    exposed were missed."""
     if not con.execute("SELECT count(*) FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL").fetchall()[0][0]:
-        return {}
-    con.execute(f"CREATE TEMP TABLE answer_fills AS {ANSWER_FILLS_SQL.format(window_us=ANSWER_FILL_SECONDS * 1_000_000)}")
+        return {}, 0
+    con.execute(f"""CREATE TEMP TABLE answer_fills AS {ANSWER_FILLS_SQL.format(
+        window_us=ANSWER_FILL_SECONDS * 1_000_000, skew_us=ANSWER_FILL_SKEW_SECONDS * 1_000_000,
+        reused_us=REUSED_ID_SECONDS * 1_000_000)}""")
+    if unnamed_requests:
+        return {}, con.execute("SELECT count(*) FROM answer_fills").fetchall()[0][0]
     con.execute("""UPDATE ranked SET rn = 0 FROM answer_fills f
                    WHERE ranked.source_sha256 = f.a_sha AND ranked.source_line = f.a_line
                      AND ranked.record_hash IS NOT DISTINCT FROM f.a_hash AND ranked.rn = 1""")
     return {(w_sha, w_line, w_hash): (a_sha, a_line, a_damage) for w_sha, w_line, w_hash, a_sha, a_line, a_damage in
-            con.execute("SELECT w_sha, w_line, w_hash, a_sha, a_line, a_damage FROM answer_fills").fetchall()}
+            con.execute("SELECT w_sha, w_line, w_hash, a_sha, a_line, a_damage FROM answer_fills").fetchall()}, 0
 
 
-def _with_answers(table: pa.Table, fills: AnswerFills, staged: _StagedRows | None) -> pa.Table:
-    """``table`` (whole records, with their ``damage``) with each record in ``fills`` given its response half's
+class _Answers:
+    """The answers of every filled record, read from the staged response halves once, file by file (in the
+    records' order, halves spread over several gateway replicas' logs decoded a staged file per record)."""
+
+    COLUMNS = (*ANSWER_COLUMNS, "response_text", "source_file", "source_line", "problems")
+
+    def __init__(self, fills: AnswerFills, paths: list[Path]) -> None:
+        keys = sorted(fills, key=lambda w: fills[w][:2])  # by the half's file and line
+        staged = _StagedRows(paths)
+        table = staged.gather([(i, *fills[w][:2]) for i, w in enumerate(keys)]) if keys else None
+        self.at = {w: i for i, w in enumerate(keys)}
+        # gather keeps the keys' order: row i of the table is the half of keys[i]
+        self.table = table.select(list(self.COLUMNS)) if table is not None else None
+        self.damage = {w: fills[w][2] for w in keys}
+
+    def rows(self, keys: list[tuple[str, int, str | None]]) -> dict[str, list[Any]]:
+        """The answer columns of the halves of ``keys`` (filled records), in that order."""
+        assert self.table is not None
+        part = self.table.take(pa.array([self.at[k] for k in keys], pa.int64()))
+        return {name: part.column(name).to_pylist() for name in self.COLUMNS}
+
+
+def _with_answers(table: pa.Table, answers: _Answers | None) -> pa.Table:
+    """``table`` (whole records, with their ``damage``) with each filled record given its response half's
     answer (:data:`ANSWER_COLUMNS`, the text, where it was logged) and the damage of the half's line."""
-    if not fills or staged is None or table.num_rows == 0:
+    if answers is None or table.num_rows == 0:
         return table
     keys = zip(table.column("source_sha256").to_pylist(), table.column("source_line").to_pylist(),
                table.column("record_hash").to_pylist())
-    at = [(i, fills[key]) for i, key in enumerate(keys) if key in fills]
+    at = [(i, key) for i, key in enumerate(keys) if key in answers.at]
     if not at:
         return table
-    halves = staged.gather([(i, a_sha, a_line) for i, (a_sha, a_line, _) in at])
-    half = {name: halves.column(name).to_pylist() for name in
-            (*ANSWER_COLUMNS, "response_text", "source_file", "source_line", "problems")}
+    half = answers.rows([key for _, key in at])
     names = (*ANSWER_COLUMNS, "response_text", "response_source_file", "response_source_line", "problems", "damage")
     cols = {name: table.column(name).to_pylist() for name in names}
-    for j, (i, (_, _, a_damage)) in enumerate(at):
+    for j, (i, key) in enumerate(at):
         for name in ANSWER_COLUMNS:
             if half[name][j] is not None:
                 cols[name][i] = half[name][j]
         cols["response_text"][i] = half["response_text"][j]
         cols["response_source_file"][i], cols["response_source_line"][i] = half["source_file"][j], half["source_line"][j]
         cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], half["problems"][j]) if x) or None
-        cols["damage"][i] = schema.join_damage((cols["damage"][i], a_damage,
+        cols["damage"][i] = schema.join_damage((cols["damage"][i], answers.damage[key],
                                                 "truncated_copy_only" if cols["response_truncated"][i] else None))
     for name in names:
         idx = table.schema.get_field_index(name)
