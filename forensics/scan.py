@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 
 from forensics import queries as q
-from forensics import schema
+from forensics import schema, tokens
 from forensics.artifacts import Anomaly, Limit, RequestKey, ScanLimits, ScanParameters, ScanRecord, SuspectCounts
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
@@ -267,6 +267,10 @@ def _params(cfg: CaseConfig) -> dict[str, Any]:
         "window_end": cfg.window_end,
         "ceiling": cfg.real_ceiling_tokens,
         "advertised_window": adv if isinstance(adv, int) else None,
+        # forensics.tokens.band_bound's terms, for the queries that test an engine count against the text.
+        "band_tokens_per_byte": tokens.BAND_TOKENS_PER_BYTE,
+        "template_tokens_per_message": tokens.TEMPLATE_TOKENS_PER_MESSAGE,
+        "template_tokens_fixed": tokens.TEMPLATE_TOKENS_FIXED,
     }
 
 

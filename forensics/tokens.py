@@ -108,8 +108,12 @@ def plausible(reported: int, text_bytes: int, messages: int = 1, nontext: int = 
     if reported < 0:
         return False
     low = math.floor(text_bytes / MAX_BYTES_PER_TOKEN)
-    high = text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
-    return low <= reported and (nontext > 0 or reported <= high)
+    return low <= reported and (nontext > 0 or reported <= text_bytes + template_tokens(messages))
+
+
+def template_tokens(messages: int) -> int:
+    """Most tokens a chat template adds to a prompt of ``messages`` messages (the slack of :func:`plausible`)."""
+    return TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
 
 
 def unchecked_count(reported: int) -> bool:

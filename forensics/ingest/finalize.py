@@ -882,7 +882,8 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
     cols = {name: table.column(name).to_pylist() for name in (
         "request_id", "prompt_bytes", "prompt_messages", "reported_prompt_tokens", "prompt_tokens",
         "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high", "reported_prompt_tokens_plausible",
-        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated", "source_sha256", "prompt_nontext_parts")}
+        "rid", "prefill_node", "decode_node", "bootstrap_room", "prompt_truncated", "source_sha256", "prompt_nontext_parts",
+        "problems")}
     n = table.num_rows
     for i in range(n):
         if cols["prompt_tokens_source"][i] is None:
@@ -908,18 +909,40 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
         cols["prefill_node"][i] = cols["prefill_node"][i] or prefill
         cols["decode_node"][i] = cols["decode_node"][i] or decode
         cols["bootstrap_room"][i] = cols["bootstrap_room"][i] if cols["bootstrap_room"][i] is not None else room
+        source, current = cols["prompt_tokens_source"][i], cols["prompt_tokens"][i]
+        engine_count = over_limit_len if over_limit_len is not None else prefill_len
         # A count of the text alone (the tokenizer's, or one the band decided) stands against the engine's,
-        # unless the prompt has image, audio or file parts: the engine counted those too.
-        if not nontext and (cols["prompt_tokens_source"][i] == "tokenizer" or tokens.band_decided(
-                cols["prompt_tokens_source"][i], nbytes, msgs, cols["prompt_truncated"][i],
-                (band_ceilings or {}).get(cols["source_sha256"][i]))):
+        # unless the prompt has image, audio or file parts (the engine counted those too), or, for the
+        # tokenizer's, the engine's count is what the chat template adds to it: at least the text's and at most
+        # the template's few tokens more (the engine counted the templated prompt; 2005 against 1997 decides
+        # a 2000-token ceiling).
+        if not nontext and (source == "tokenizer" or tokens.band_decided(
+                source, nbytes, msgs, cols["prompt_truncated"][i], (band_ceilings or {}).get(cols["source_sha256"][i]))):
+            if (source == "tokenizer" and current is not None and engine_count is not None
+                    and current <= engine_count <= current + tokens.template_tokens(msgs)):
+                _set_count(cols, i, engine_count, "engine")
             continue
         if over_limit_len is not None:
-            _set_count(cols, i, over_limit_len, "engine")
-        elif prefill_len is not None and nbytes is not None and tokens.plausible(prefill_len, nbytes, msgs, nontext):
-            _set_count(cols, i, prefill_len, "engine")
+            if (nbytes is not None and not cols["prompt_truncated"][i] and not nontext
+                    and over_limit_len > tokens.band_bound(nbytes, msgs)):
+                # A line of another request under this id (more tokens than any tokenizer makes of the prompt's
+                # text): the gateway's count stands, and the scan makes no signature of it.
+                cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], (
+                    f"engine_input_len: the engine's over-limit line names {over_limit_len} tokens, impossible for "
+                    f"this prompt's {nbytes} bytes; not used")) if x)
+            else:
+                _set_count(cols, i, over_limit_len, "engine")
+        elif prefill_len is not None:
+            # The engine never lowers a plausible count the gateway reported: a prompt list cut by the
+            # engine's log length (vLLM's --max-log-len) counts fewer tokens than were sent.
+            lowers = source == "reported" and current is not None and prefill_len < current
+            if nbytes is None:  # no text logged (spend logs by default): any figure but the placeholder's
+                if tokens.unchecked_count(prefill_len) and not lowers:
+                    _set_count(cols, i, prefill_len, "engine")
+            elif tokens.plausible(prefill_len, nbytes, msgs, nontext) and not lowers:
+                _set_count(cols, i, prefill_len, "engine")
     for name in ("reported_prompt_tokens_plausible", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
-                 "prompt_tokens_high", "rid", "prefill_node", "decode_node", "bootstrap_room"):
+                 "prompt_tokens_high", "rid", "prefill_node", "decode_node", "bootstrap_room", "problems"):
         idx = table.schema.get_field_index(name)
         table = table.set_column(idx, table.schema.field(idx), pa.array(cols[name], table.schema.field(idx).type))
     return table

@@ -1,16 +1,27 @@
 -- id: engine_signature
 -- kind: suspect
 -- title: The engine's own signature of the bug: over-limit on prefill, yet output was generated
--- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges carry (two customers sending the same client-supplied id), in the window or not, cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size). Ingest withholds such an id's engine keys from every exchange for the same reason.
+-- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges carry (two customers sending the same client-supplied id), in the window or not, cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size). Ingest withholds such an id's engine keys from every exchange for the same reason. An over-limit count the exchange's own prompt cannot have (more tokens than any tokenizer makes of its logged text, the chat template's few tokens aside: a line naming another request under the id) is not its signature; ingest keeps the gateway's count for it and names it in the row's problems.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
-WITH over AS (
-  SELECT rid, max(input_len) AS engine_input_len, max("limit") AS engine_limit,
-         string_agg(DISTINCT node, ';' ORDER BY node) AS over_limit_nodes
+-- param: band_tokens_per_byte BIGINT most tokens a tokenizer makes of one byte of text (forensics.tokens)
+-- param: template_tokens_per_message BIGINT tokens a chat template may add per message (forensics.tokens)
+-- param: template_tokens_fixed BIGINT tokens a chat template may add per prompt (forensics.tokens)
+WITH over_lines AS (
+  SELECT rid, input_len, "limit", node
   FROM engine_events
   WHERE event IN ('over_limit', 'exceeds_max_tokens') AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'
-  GROUP BY rid
+),
+over AS (  -- per exchange, the over-limit lines its prompt can have (its whole text known: forensics.tokens.band_bound)
+  SELECT x.request_id, x.tenant_id, o.rid, max(o.input_len) AS engine_input_len, max(o."limit") AS engine_limit,
+         string_agg(DISTINCT o.node, ';' ORDER BY o.node) AS over_limit_nodes
+  FROM exchanges x JOIN over_lines o ON o.rid = coalesce(x.rid, x.request_id)
+  WHERE x.prompt_bytes IS NULL OR coalesce(x.prompt_truncated, false) OR coalesce(x.prompt_nontext_parts, 0) > 0
+     OR o.input_len IS NULL
+     OR o.input_len <= $band_tokens_per_byte * x.prompt_bytes
+                       + $template_tokens_per_message * greatest(coalesce(x.prompt_messages, 1), 1) + $template_tokens_fixed
+  GROUP BY x.request_id, x.tenant_id, o.rid
 ),
 attributable AS (  -- engine ids that name exactly one exchange: an over-limit line of a long prompt sent
   -- before the window must not make a later one-line question with the same id a suspect
@@ -35,7 +46,7 @@ SELECT
   o.engine_input_len, o.engine_limit, o.over_limit_nodes, d.decode_nodes, d.decode_output_len,
   length(coalesce(x.response_text, '')) > 0 AS gateway_answer
 FROM exchanges x
-JOIN over o ON o.rid = coalesce(x.rid, x.request_id)
+JOIN over o ON o.request_id = x.request_id AND o.tenant_id IS NOT DISTINCT FROM x.tenant_id
 JOIN attributable a ON a.engine_rid = o.rid
 LEFT JOIN decoded d ON d.request_id = x.request_id AND d.tenant_id IS NOT DISTINCT FROM x.tenant_id
 WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
