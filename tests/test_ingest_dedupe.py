@@ -14,6 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics import api
+from forensics.config import config_from_mapping
+from forensics.ingest.formats.sglang import node_of
+from forensics.scan import scan
 
 
 def spend(i: int, tenant: str = "team-a", prompt: str = "hello world", **extra: object) -> str:
@@ -135,6 +138,39 @@ def test_a_rotated_engine_log_is_its_nodes_log_and_its_overlap_counts_once(tmp_p
     assert {(e["node"], e["rank"], e["role"]) for e in events} == {("decode-1", 0, "decode")}
     assert sum(f["duplicate"] for f in result.manifest["files"]) == 3
     assert result.manifest["reconciled"]
+
+
+@pytest.mark.parametrize("name", ["10.0.4.12_0.log", "10.0.4.12_0.log.3", "10.0.4.12_0.log.3.gz", "10.0.4.12_0.log-20260827",
+                                  "10.0.4.12_0.log-2026082713", "10.0.4.12_0.log.2026-08-27", "10.0.4.12_0.log.2026-08-27_13",
+                                  "10.0.4.12_0.log.2026-08-27_13-05", "10.0.4.12_0.log.2026-08-27.zst"])
+def test_every_common_rotation_suffix_is_the_nodes_log(name: str) -> None:
+    # logrotate (numbered, dateext, hourly) and Python's TimedRotatingFileHandler (daily, hourly, by the minute)
+    # each leave the node's older lines under their own suffix: they are still the node's.
+    assert node_of(name) == ("10.0.4.12", 0)
+
+
+def test_a_node_logging_under_timed_rotation_keeps_its_startup_line_and_its_role(tmp_path: Path) -> None:
+    """Before, a day's file of Python's TimedRotatingFileHandler (``.log.2026-08-27``) was a node of its own: the
+    prefill node's startup line sat under a node with no role, so --ceiling auto took the smaller decode pool
+    and a prompt the prefill pool held became a suspect."""
+    prompt = " ".join(f"line {i} of the depot ledger" for i in range(250))
+    (tmp_path / "spend.jsonl").write_text(spend(1, "acme", prompt, prompt_tokens=1700) + "\n")
+    eng = tmp_path / "engine"
+    eng.mkdir()
+    startup = "[2026-08-27 00:00:05 TP0] max_total_num_tokens={}, chunked_prefill_size=8192, context_len=8192\n"
+    stats = ("[2026-08-29 10:01:0{} TP0] ReqTimeStats(rid=chatcmpl-1, bootstrap_room=11, input_len=1700, cached_input_len=0, "
+             "output_len={}, type={}): x\n")
+    for host, pool, role in (("10.0.4.12", 2000, "prefill"), ("10.0.5.7", 1500, "decode")):
+        (eng / f"{host}_0.log.2026-08-27").write_text(startup.format(pool))
+        (eng / f"{host}_0.log").write_text(stats.format(1 if role == "prefill" else 3, 0 if role == "prefill" else 50, role))
+    case = tmp_path / "case"
+    api.ingest(case, [tmp_path / "spend.jsonl", eng])
+    cfg = config_from_mapping({"name": "t", "model": "glm-5.3", "window_start": "2026-08-27T00:00:00Z",
+                               "window_end": "2026-09-01T00:00:00Z", "real_ceiling_tokens": "auto"}, base=tmp_path)
+    result = scan(case, cfg)
+    lim = result.record["limits"]["real_ceiling_tokens"]
+    assert (lim["value"], lim["nodes_used"], lim["per_node"]) == (2000, "prefill", {"10.0.4.12": [2000], "10.0.5.7": [1500]})
+    assert result.suspects == 0
 
 
 LINE = st.one_of(

@@ -3,8 +3,8 @@
 A file mixes JSON request-log lines and the scheduler's text lines. Every line becomes an engine
 event: recognised messages get their fields, anything else is kept as ``unknown`` with its raw
 text. The node is the file name's hostname (``{hostname}_{rank}.log``, rotated copies such as
-``.log.1`` or ``.log-20260829`` included); the role comes from the line's ``type=`` field, else
-from the hostname.
+``.log.1``, ``.log-20260829`` or ``.log.2026-08-29`` included); the role comes from the line's
+``type=`` field, else from the hostname.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from forensics.ingest.timeparse import TimeError, to_micros
 
 TEXT_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)(?: ([^\]]*))?\] ?(.*)$", re.S)
 FILE_NAME = re.compile(r"^(?P<host>.+?)_(?P<rank>\d+)\.log$")
-#: What logrotate puts after ``.log``: a number (``.1``) or a date (``-20260829``, dateext).
-ROTATED = re.compile(r"\.log(?:\.\d+|-\d{8})$")
+#: What a rotation puts after ``.log``: a number (``.1``), logrotate's dateext date (``-20260829``, hourly
+#: ``-2026082913``) or Python's TimedRotatingFileHandler's (``.2026-08-29``, ``.2026-08-29_13``, ``_13-05``,
+#: ``_13-05-09``).
+ROTATED = re.compile(r"\.log(?:\.\d+|[.-]\d{8}(?:\d{2})?|[.-]\d{4}-\d\d-\d\d(?:_\d\d(?:-\d\d){0,2})?)$")
 
 STARTUP_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")
 STARTUP_CONTEXT = re.compile(r"context_len=(\d+)")

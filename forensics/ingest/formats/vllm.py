@@ -24,10 +24,10 @@ pool size and the advertised window, as SGLang's startup line does. Every line i
 engine event; one not understood stays ``unknown`` with its raw text. vLLM's default time format
 has no year, so such a line's ``time`` is null (a ``--log-config`` with a full date fills it).
 
-The node is the file name's hostname (``{hostname}_{rank}.log``). In a disaggregated deployment
-(a prefill and a decode vLLM instance per request, NixlConnector) the hostname names the role, as
-for SGLang (``prefill-2``, ``decode-5``): the decode node is then known, which the matcher's
-mechanism evidence uses. A hostname naming neither is a server doing both (role null).
+The node is the file name's hostname (``{hostname}_{rank}.log``, its rotated copies included, as
+for SGLang). In a disaggregated deployment (a prefill and a decode vLLM instance per request,
+NixlConnector) the hostname names the role, as for SGLang (``prefill-2``, ``decode-5``): the decode
+node is then known, which the matcher's mechanism evidence uses. A hostname naming neither is a server doing both (role null).
 """
 
 from __future__ import annotations
