@@ -206,20 +206,26 @@ def _model_key(name: str) -> str:
 
 
 def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:
-    """Warnings for the in-window requests whose model differs from a case model only in case, spaces
-    or a provider prefix: the scan leaves them out, and they are most likely the same model."""
+    """Warnings for the in-window requests whose model, asked for or routed to, differs from a case model
+    only in case, spaces or a provider prefix: the scan leaves them out, and they are most likely the same model."""
     wanted = {_model_key(m): m for m in cfg.models}
     rows = q.with_memory_to_spare(con, lambda: con.execute(
-        """SELECT coalesce(model_routed, model) AS m, count(*) FROM exchanges
+        """SELECT model, model_routed, count(*) FROM exchanges
            WHERE NOT coalesce(list_contains($models, model) OR list_contains($models, model_routed), false)
              AND coalesce(received_at, completed_at) >= $start AND coalesce(received_at, completed_at) < $end
-             AND coalesce(model_routed, model) IS NOT NULL
-           GROUP BY 1 ORDER BY 1""",
+           GROUP BY 1, 2""",
         {"models": list(cfg.models), "start": cfg.window_start, "end": cfg.window_end}).fetchall())
+    # The scan matches a row on either name, exactly: the near one, added to the models, brings the row
+    # back. The name asked for comes first; the routed one often carries a quantisation suffix (-FP8).
+    counts: collections.Counter[str] = collections.Counter()
+    for asked, routed, n in rows:
+        near = [name for name in (asked, routed) if name is not None and _model_key(name) in wanted]
+        if near:
+            counts[near[0]] += n
     return [f"{n} request(s) in the window name the model {name!r}, which differs from the case's "
             f"{wanted[_model_key(name)]!r} only in case, spaces or a provider prefix: the scan left them out; if it "
-            "is the same model, add it to the case file's models"
-            for name, n in rows if _model_key(name) in wanted]
+            f"is the same model, add {name!r} to the case file's models (or give it as one more --model)"
+            for name, n in sorted(counts.items())]
 
 
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:

@@ -424,6 +424,26 @@ def test_a_model_name_differing_only_in_case_spaces_or_prefix_is_warned(tmp_path
     assert all(w.startswith("1 request(s)") for w in warnings if "provider prefix" in w)
 
 
+def test_a_near_model_name_is_warned_whether_it_was_asked_for_or_routed_to(tmp_path: Path) -> None:
+    """A customer asking for "GLM-5.3", routed to "hosted_vllm/zai-org/GLM-5.3-FP8", was left out without a word:
+    the warning looked at the routed name only. Either name near a case model is named, with the fix that
+    brings the request back into the scan."""
+    ex = [exchange("r-ok", prompt_tokens=900000),
+          exchange("r-asked", tenant_id="acme", model="GLM-5.3", model_routed="hosted_vllm/zai-org/GLM-5.3-FP8",
+                   prompt_tokens=900000),
+          exchange("r-routed", tenant_id="globex", model="glm5", model_routed="openai/GLM-5.3 ", prompt_tokens=900000),
+          exchange("r-far", tenant_id="initech", model="other-model", model_routed="hosted_vllm/other-model",
+                   prompt_tokens=900000)]
+    root = write_case(tmp_path / "case", ex, [startup("prefill-0"), startup("decode-0")])
+    assert scan(root, _config()).suspects == 1
+    near = [w for w in json.loads((root / "scan.json").read_text(encoding="utf-8"))["warnings"] if "provider prefix" in w]
+    assert [w.split(", which")[0] for w in near] == ["1 request(s) in the window name the model 'GLM-5.3'",
+                                                     "1 request(s) in the window name the model 'openai/GLM-5.3 '"]
+    # the advice names the very spelling to add: with it in the case's models, both requests are suspects
+    assert "add 'GLM-5.3' to the case file's models" in near[0]
+    assert scan(root, _config(model=None, models=[MODEL, "GLM-5.3", "openai/GLM-5.3 "])).suspects == 3
+
+
 def _image_case(root: Path, text: str | None, engine: bool, tokenizer: bool) -> tuple[Path, CaseConfig]:
     """An image prompt in split logs whose gateway count is the placeholder's 1, with or without the
     engine's prefill line (12,000 tokens, above the 8,192-token pool) and a tokenizer file."""
