@@ -163,10 +163,21 @@ class CaseConfig:
             )
         c, a = self.real_ceiling_tokens, self.advertised_window_tokens
         if isinstance(c, int) and isinstance(a, int) and c > a:
+            # An engine's own startup lines are not a slip of the hand: vLLM refuses to start unless its KV
+            # cache holds one request of the maximum length, so its pool is routinely above the window.
+            if self.source("real_ceiling_tokens") == "auto-detected":
+                raise ConfigError(
+                    f"real_ceiling_tokens ({c}, read from the engine's startup lines) is above advertised_window_tokens "
+                    f"({a})", file=self.file,
+                    fix="this engine's pool is larger than the window: a prompt the window admits cannot overflow it, "
+                        "so there is nothing to scan for; if the provider advertised a larger window, give "
+                        "advertised_window_tokens as that number",
+                )
             raise ConfigError(
                 f"real_ceiling_tokens ({c}) is above advertised_window_tokens ({a})",
                 file=self.file,
-                fix="the real pool ceiling is the smaller figure; check the two values are not swapped",
+                fix="the real pool ceiling is the smaller figure; check the two values are not swapped (if the pool "
+                    "really is larger than the window, a prompt the window admits cannot overflow it: nothing to scan for)",
             )
 
     def to_json(self) -> dict[str, Any]:

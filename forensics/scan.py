@@ -149,8 +149,8 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
         if value is None and key == "real_ceiling_tokens":
             raise ConfigError(
                 "real_ceiling_tokens is not set", file=cfg.file,
-                fix='add real_ceiling_tokens = 681280 (or "auto" to read it from the engine logs) to the case file, '
-                    "or pass --ceiling",
+                fix='it has no default (it decides who is a suspect): add real_ceiling_tokens = 681280 (or "auto" to '
+                    "read it from the engine logs) to the case file, or pass --ceiling",
             )
         if value == "auto":
             if detected is None:

@@ -32,6 +32,7 @@ class Setting:
     result: bool = True  # False: changes how the tool runs, never what it finds
     metavar: str | None = None  # what the option takes in --help; default by kind (N, NUMBER, TEXT...)
     command: str | None = None  # the command of the option; default: scan for the top level, else the section
+    required: bool = False  # no default: the case file or the option must give it
 
     @property
     def option_command(self) -> str:
@@ -52,7 +53,8 @@ class Setting:
         if self.default not in (None, ""):
             parts.append(f"default {_shown(self.default)}")
         detail = ", ".join(parts)
-        return f"{self.help[0].upper()}{self.help[1:]}." + (f" {detail[0].upper()}{detail[1:]}." if detail else "")
+        required = f" Required: no default; give it here or as {self.key} in the case file." if self.required else ""
+        return f"{self.help[0].upper()}{self.help[1:]}." + (f" {detail[0].upper()}{detail[1:]}." if detail else "") + required
 
     def bounds(self) -> tuple[int | float, int | float]:
         """(low, high) of a ranged setting; ValueError for one without a range."""
@@ -113,8 +115,10 @@ def _m(key: str, kind: str, default: Any, low: float | None, high: float | None,
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("real_ceiling_tokens", "", "tokens", "auto", "the KV pool's real size in tokens; auto: from the engine's "
-            "startup lines", 1, 1_000_000_000, cli="--ceiling"),
+    # Required: a pool size read, unasked, from whichever engine logs the case holds would decide who is a
+    # suspect; "auto" must be chosen like a number.
+    Setting("real_ceiling_tokens", "", "tokens", None, "the KV pool's real size in tokens; auto: from the engine's "
+            "startup lines", 1, 1_000_000_000, cli="--ceiling", required=True),
     Setting("advertised_window_tokens", "", "tokens", "auto", "the context window the provider advertised; auto: from "
             "the engine's startup lines", 1, 1_000_000_000, cli="--advertised-window"),
     Setting("tokenizer", "", "file", None, "the model's tokenizers JSON file, for exact token counts; none: estimates",
@@ -217,8 +221,8 @@ def markdown() -> str:
         lines += [f"## {titles.get(name, '[' + name + ']')}", "",
                   "| key | allowed | default | option | what it does |", "|---|---|---|---|---|"]
         for s in section(name):
-            default = _shown(s.default)
+            default = "required" if s.required else f"`{_shown(s.default)}`"
             what = s.help + ("" if s.result else " (how it runs, never what it finds)")
-            lines.append(f"| `{s.key}` | {s.allowed()} | {('`' + default + '`') if default else ''} | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
+            lines.append(f"| `{s.key}` | {s.allowed()} | {default} | {('`' + s.cli + '`') if s.cli else ''} | {what} |")
         lines.append("")
     return "\n".join(lines)

@@ -164,6 +164,22 @@ def test_bad_configuration_is_one_error_naming_the_setting(tmp_path: Path, value
     assert not (root / "suspects.csv").exists()
 
 
+def test_an_engine_pool_larger_than_its_window_is_not_called_a_swap(tmp_path: Path) -> None:
+    """vLLM refuses to start unless its KV cache holds one request of the maximum length, so its startup lines
+    give a pool above the window (2,000,000 tokens, 131,072 per request). The error said the two values may be
+    swapped; such a pool simply cannot be overflowed by one request the window admits."""
+    root = write_case(tmp_path / "case", [exchange("r-1")], [startup("gpu-a", pool=2_000_000, context=131_072)])
+    with pytest.raises(ConfigError) as info:
+        scan(root, _config(real_ceiling_tokens="auto", advertised_window_tokens="auto"))
+    text = str(info.value)
+    assert "real_ceiling_tokens (2000000, read from the engine's startup lines)" in text and "(131072)" in text
+    assert "swapped" not in text
+    assert "a prompt the window admits cannot overflow it" in text and "nothing to scan for" in text
+    # Both given by hand, a swap is the likelier slip, and the message still says so.
+    with pytest.raises(ConfigError, match="swapped"):
+        scan(root, _config(real_ceiling_tokens=2_000_000, advertised_window_tokens=131_072))
+
+
 @pytest.mark.parametrize(("key", "message"), [("models", "model is not set"), ("window_start", "window_start is not set"),
                                               ("real_ceiling_tokens", "real_ceiling_tokens is not set")])
 def test_missing_settings_name_the_option(tmp_path: Path, key: str, message: str) -> None:

@@ -33,6 +33,17 @@ def test_validation_reads_its_types_and_ranges_from_the_table() -> None:
     assert notices.MASK_POLICIES == settings.get("report", "mask").choices
 
 
+def test_top_level_defaults_are_what_a_run_without_the_key_uses() -> None:
+    """scan --help and docs/settings.md said --ceiling defaults to "auto", yet a scan without it stops on
+    "real_ceiling_tokens is not set": the ceiling is required (a guessed pool would change who is a suspect)."""
+    table = {s.key: s.default for s in settings.section("")}
+    assert table == {key: getattr(config.CaseConfig(), key) for key in table}
+    ceiling = " ".join(cli.help_text("scan").split("--ceiling", 1)[1].split("--advertised-window")[0].split())
+    assert 'default "auto"' not in ceiling and "Required: no default" in ceiling
+    row = next(line for line in settings.markdown().splitlines() if line.startswith("| `real_ceiling_tokens` |"))
+    assert row.split(" | ")[2] == "required"
+
+
 @pytest.mark.parametrize("setting", [s for s in settings.SETTINGS if s.cli], ids=lambda s: s.name)
 def test_every_named_option_exists_on_its_command(setting: settings.Setting) -> None:
     text = cli.help_text(setting.option_command)
