@@ -16,6 +16,30 @@ Later stages report character offsets into ``prompt_text``, so its construction 
   string item) joined with ``\\n``; other parts (images, audio, files) carry no prompt text and are
   counted in ``prompt_nontext_parts``.
 * ``null`` content (an assistant turn with only tool calls) contributes an empty ``TEXT``.
+* The model reads more than the message texts, and the engine counts it: tool calls, tool
+  definitions and a system prompt given beside the messages are rendered too (see
+  :func:`render_request`), so the prompt's size, token count and matchable text include them:
+
+  - A message's tool calls (``tool_calls``, each ``{"function": {"name", "arguments"}}``, and the
+    legacy ``function_call``) follow its ``TEXT``, each as ``<|tool_call|>\\nNAME\\nARGUMENTS``,
+    joined with ``\\n`` (a message with no text is its calls alone). ``ARGUMENTS`` is the string as
+    sent (what the model wrote, byte for byte); arguments given as an object are written as compact
+    JSON with sorted keys, and so is a call of another shape (no ``function``, ``name`` or
+    ``arguments``), whole, after ``<|tool_call|>\\n``.
+  - In a list ``content``, an Anthropic ``tool_use`` part is a call like those, its ``input`` as
+    ``ARGUMENTS``, and a ``tool_result`` part contributes the text of its ``content`` (a string or
+    text parts; its other parts are counted in ``prompt_nontext_parts``).
+  - The request's top-level ``system`` (Anthropic's Messages API: a string, used as is, or a list
+    of text blocks, read as a list ``content``; anything else as compact JSON with sorted keys)
+    comes first, as a block ``<|system|>\\nTEXT``.
+  - Then the tool definitions (``tools``, then the legacy ``functions``), one block
+    ``<|tools|>\\n`` followed by each definition as compact JSON with sorted keys (a string as it
+    is), one per line.
+  - "Compact JSON with sorted keys" is orjson's (no spaces, non-ASCII text as it is), so the same
+    request gives the same text on every run whatever the key order it was logged with.
+  - The system and tools blocks each count as a message in ``prompt_messages``.
+
+  A request with none of these renders exactly as its messages alone.
 * A legacy completions ``prompt`` (a string, or a list of strings) is used without role markers;
   a list is joined with ``\\n\\n``.
 
@@ -58,6 +82,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 #: The format (name/version) each stage writes into its JSON record, so a reader can tell what it
@@ -282,8 +307,10 @@ TABLES: Mapping[str, pa.Schema] = {
 }
 
 
-def _content_text(content: Any) -> tuple[str, int]:
-    """Text of one message ``content`` and how many non-text parts it had."""
+def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int]:
+    """Text of one message ``content`` and how many non-text parts it had. With ``tool_parts`` (a
+    prompt's content, not an answer's: where it is, for errors) Anthropic ``tool_use`` and
+    ``tool_result`` parts are text too."""
     if content is None:
         return "", 0
     if isinstance(content, str):
@@ -291,37 +318,121 @@ def _content_text(content: Any) -> tuple[str, int]:
     if isinstance(content, list):
         texts: list[str] = []
         nontext = 0
-        for part in content:
+        for j, part in enumerate(content):
             if isinstance(part, str):
                 texts.append(part)
             elif isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
+            elif tool_parts and isinstance(part, Mapping) and part.get("type") == "tool_use":
+                texts.append(_call_text(part.get("name"), part.get("input"), f"{tool_parts}[{j}]"))
+            elif tool_parts and isinstance(part, Mapping) and part.get("type") == "tool_result":
+                result = part.get("content")
+                if result is None or isinstance(result, str | list):
+                    text, n = _content_text(result)
+                else:
+                    text, n = _json_text(result, f"{tool_parts}[{j}].content"), 0
+                texts.append(text)
+                nontext += n
             else:
                 nontext += 1
         return "\n".join(texts), nontext
     raise TypeError(f"message content is a {type(content).__name__}, expected a string or a list of parts")
 
 
-def render_messages(messages: Sequence[Any]) -> tuple[str, int]:
-    """Render a chat ``messages`` array into the canonical prompt text.
+def _json_text(value: Any, where: str) -> str:
+    """``value`` as compact JSON with sorted keys (non-ASCII text as it is): the same text every run.
+    Raises ``TypeError`` naming ``where`` for a value JSON cannot hold (nested over 255 deep)."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode("utf-8")
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(f"{where} cannot be written as JSON ({exc})") from None
 
-    Returns the text and the number of non-text content parts. Raises ``TypeError`` (with a
-    message fit for a quarantine row) when the array is not a list of message objects.
+
+def _call_text(name: Any, arguments: Any, where: str) -> str:
+    """One tool call as prompt text: ``<|tool_call|>``, its name and its arguments on three lines."""
+    name_text = name if isinstance(name, str) else "" if name is None else _json_text(name, where)
+    args_text = arguments if isinstance(arguments, str) else "" if arguments is None else _json_text(arguments, where)
+    return f"<|tool_call|>\n{name_text}\n{args_text}"
+
+
+def _calls_text(msg: Mapping[str, Any], where: str) -> list[str]:
+    """The tool calls of one message (legacy ``function_call``, then ``tool_calls``) as prompt text."""
+    texts: list[str] = []
+    for key in ("function_call", "tool_calls"):
+        value = msg.get(key)
+        if _absent(value):
+            continue
+        for j, call in enumerate(value if isinstance(value, list) else [value]):
+            at = f"{where}.{key}[{j}]" if isinstance(value, list) else f"{where}.{key}"
+            function = call.get("function") if isinstance(call, Mapping) and "function" in call else call
+            if isinstance(function, Mapping) and ("name" in function or "arguments" in function):
+                texts.append(_call_text(function.get("name"), function.get("arguments"), at))
+            else:  # a call of another shape: all of it
+                texts.append(f"<|tool_call|>\n{_json_text(call, at)}")
+    return texts
+
+
+def _absent(value: Any) -> bool:
+    """A request part that holds nothing: null, an empty string, list or object."""
+    return value is None or (isinstance(value, str | list | Mapping) and not value)
+
+
+def request_parts(body: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+    """What a chat request body holds beside its messages that the model reads: its top-level
+    ``system`` and its tool definitions (``tools``, then the legacy ``functions``), for
+    :func:`render_request`."""
+    tools: list[Any] = []
+    for key in ("tools", "functions"):
+        value = body.get(key)
+        if not _absent(value):
+            tools.extend(value if isinstance(value, list) else [value])
+    return body.get("system"), tools
+
+
+def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
+    """Render a chat request into the canonical prompt text (see the module notes): the top-level
+    ``system``, the tool definitions, then the ``messages`` with their tool calls.
+
+    Returns the text, the number of non-text parts and the number of messages (each message, and
+    the system and tools blocks when present). Raises ``TypeError`` (with a message fit for a
+    quarantine row) when ``messages`` is not a list of message objects, or a part cannot be read.
     """
     if not isinstance(messages, list):
         raise TypeError(f"messages is a {type(messages).__name__}, expected a list")
     blocks: list[str] = []
     nontext = 0
+    if not _absent(system):
+        if isinstance(system, str | list):
+            text, nontext = _content_text(system, tool_parts="system")
+        else:
+            text = _json_text(system, "system")
+        blocks.append(f"<|system|>\n{text}")
+    if tools:
+        blocks.append("<|tools|>\n" + "\n".join(t if isinstance(t, str) else _json_text(t, "tools") for t in tools))
     for i, msg in enumerate(messages):
         if not isinstance(msg, Mapping):
             raise TypeError(f"messages[{i}] is a {type(msg).__name__}, expected an object")
         role = msg.get("role") or "user"
         if not isinstance(role, str):
             raise TypeError(f"messages[{i}].role is a {type(role).__name__}, expected a string")
-        text, n = _content_text(msg.get("content"))
+        text, n = _content_text(msg.get("content"), tool_parts=f"messages[{i}].content")
         nontext += n
+        calls = _calls_text(msg, f"messages[{i}]")
+        if calls:
+            text = "\n".join(([text] if text else []) + calls)
         blocks.append(f"<|{role}|>\n{text}")
-    return "\n\n".join(blocks), nontext
+    return "\n\n".join(blocks), nontext, len(blocks)
+
+
+def render_messages(messages: Sequence[Any]) -> tuple[str, int]:
+    """Render a chat ``messages`` array into the canonical prompt text (:func:`render_request` with
+    no system or tools beside the messages).
+
+    Returns the text and the number of non-text content parts. Raises ``TypeError`` (with a
+    message fit for a quarantine row) when the array is not a list of message objects.
+    """
+    text, nontext, _ = render_request(messages)
+    return text, nontext
 
 
 def render_prompt(prompt: Any) -> str:

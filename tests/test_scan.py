@@ -521,3 +521,114 @@ def test_an_image_prompts_placeholder_count_is_no_count(tmp_path: Path) -> None:
     scan(case, cfg)
     rec = json.loads((case / "scan.json").read_text(encoding="utf-8"))
     assert rec["anomalies"]["unknown_token_count"]["rows"] == 1 and any("unknown_token_count" in w for w in rec["warnings"])
+
+
+# An agent's conversation whose 11 KB are almost all the arguments of one tool call, and a request whose
+# bulk is its tool definitions and an Anthropic-style top-level system: the engine reads (and counts) both.
+AGENT_CODE = "\n".join(f"def handler_{i}(event, context):\n    return process(event, depth={i})" for i in range(160))
+AGENT_BODY = {"model": MODEL, "messages": [
+    {"role": "user", "content": "Write the handlers module for the billing service."},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "handlers.py", "content": AGENT_CODE})}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "written"},
+    {"role": "user", "content": "Now summarise what you wrote."}]}
+LEDGER_BODY = {"model": MODEL, "system": "You are the ledger agent. " * 100, "messages": [{"role": "user", "content": "What is entry 7?"}],
+               "tools": [{"type": "function", "function": {"name": f"tool_{i}", "description": "Look up the ledger entry " * 8,
+                          "parameters": {"type": "object", "properties": {"entry": {"type": "string"}}}}} for i in range(40)]}
+# The agent's call in Anthropic's Messages API (LiteLLM's /v1/messages): a tool_use part, a system of blocks.
+CLAUDE_BODY = {"model": MODEL, "system": [{"type": "text", "text": "You write billing code.", "cache_control": {"type": "ephemeral"}}],
+               "tools": [{"name": "write_file", "description": "Write a file.", "input_schema": {"type": "object"}}], "messages": [
+    {"role": "user", "content": "Write the handlers module for the billing service."},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "write_file",
+                                       "input": {"path": "handlers.py", "content": AGENT_CODE}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "written"},
+                                 {"type": "text", "text": "Now summarise what you wrote."}]}]}
+# None of those parts, or empty ones: the prompt is its messages alone, as it always was.
+PLAIN_BODY = {"model": MODEL, "system": "", "tools": [], "messages": [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "hi there"}, {"type": "image_url", "image_url": {"url": "data:,x"}}]},
+    {"role": "assistant", "content": None, "tool_calls": []},
+    {"role": "user", "content": "and?"}]}
+PLAIN_TEXT = "<|system|>\nBe brief.\n\n<|user|>\nhi there\n\n<|assistant|>\n\n\n<|user|>\nand?"
+GATEWAYS = ("litellm-spend-log", "litellm-payload", "openai-split", "helicone", "langfuse", "cloudflare-ai-gateway")
+
+
+def _gateway_logs(folder: Path, gateway: str, requests: list[tuple[str, str, dict[str, Any], int]]) -> Path:
+    """``requests`` (id, tenant, request body, the gateway's prompt_tokens) as ``gateway`` logs them, in ``folder``."""
+    folder.mkdir(parents=True)
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for n, (rid, tenant, body, reported) in enumerate(requests):
+        start = f"2026-08-29T10:0{n}:00"
+        answer = {"id": rid, "object": "chat.completion", "model": MODEL, "usage": {"prompt_tokens": reported, "completion_tokens": 5},
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done."}, "finish_reason": "stop"}]}
+        if gateway == "litellm-spend-log":
+            lines.setdefault("spend.jsonl", []).append(_spend_row(rid, tenant, start, reported, "Done.") | {"proxy_server_request": body})
+        elif gateway == "litellm-payload":  # LiteLLM puts a system string into the messages, the tools into model_parameters
+            system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+            lines.setdefault("callbacks.jsonl", []).append({
+                "id": rid, "call_type": "acompletion", "startTime": 1788000000.0 + n, "endTime": 1788000001.0 + n,
+                "model": MODEL, "model_group": MODEL, "messages": system + body["messages"], "response": answer,
+                "model_parameters": {"tools": body.get("tools", []), "max_tokens": 100}, "prompt_tokens": reported,
+                "completion_tokens": 5, "metadata": {"user_api_key_org_id": tenant}})
+        elif gateway == "openai-split":
+            lines.setdefault("requests.jsonl", []).append({"request_id": rid, "timestamp": start + "Z", "tenant_id": tenant, "body": body})
+            lines.setdefault("responses.jsonl", []).append({"request_id": rid, "timestamp": start + ".5Z", "status_code": 200, "body": answer})
+        elif gateway == "helicone":
+            lines.setdefault("export.jsonl", []).append({
+                "request_id": rid, "request_created_at": start + "Z", "response_created_at": start + ".5Z", "status": 200,
+                "prompt_tokens": reported, "completion_tokens": 5, "model": MODEL, "organization_id": tenant,
+                "request_body": json.dumps(body), "response_body": json.dumps(answer)})
+        elif gateway == "langfuse":  # Langfuse's OpenAI integration logs the tools beside the messages
+            lines.setdefault("observations.jsonl", []).append({
+                "id": rid, "trace_id": f"t-{rid}", "type": "GENERATION", "start_time": start.replace("T", " ") + ".000000",
+                "end_time": start.replace("T", " ") + ".500000", "input": {k: v for k, v in body.items() if k != "model"},
+                "output": {"role": "assistant", "content": "Done."}, "provided_model_name": MODEL,
+                "usage_details": {"input": reported, "output": 5}, "project_id": tenant})
+        else:
+            lines.setdefault("logs.jsonl", []).append({
+                "id": rid, "created_at": start + "Z", "provider": "openai", "model": MODEL, "path": "chat/completions",
+                "success": True, "status_code": 200, "tokens_in": reported, "tokens_out": 5, "duration": 500,
+                "metadata": json.dumps({"tenant_id": tenant}), "request": json.dumps(body), "response": json.dumps(answer)})
+    for name, records in lines.items():
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+def test_tool_calls_tool_definitions_and_a_top_level_system_are_part_of_the_prompt(tmp_path: Path, gateway: str) -> None:
+    """The prompt text was the message texts only: an agent's 11 KB of tool-call arguments, or 40 tool
+    definitions and a 2.6 KB system, left 133 and 25 bytes. The gateway's true 2,600 tokens were ruled
+    impossible for them, a 33-token (6-token) estimate replaced it, and the over-long requests were missed;
+    with the placeholder's 1 too. The model reads those parts: they are now in the text, its size and count."""
+    from forensics.api import ingest
+
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("agent", "acme", AGENT_BODY, 2600), ("ledger", "initech", LEDGER_BODY, 2600),
+                                                       ("agent-1", "acme", AGENT_BODY, 1), ("claude", "umbrella", CLAUDE_BODY, 2600),
+                                                       ("plain", "globex", PLAIN_BODY, 10)])
+    cfg = _config(real_ceiling_tokens=2000)
+    ingest(tmp_path / "case", [logs], config=cfg)
+    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert AGENT_CODE.replace("\n", "\\n") in rows["agent"]["prompt_text"] and rows["agent"]["prompt_bytes"] > 11000
+    assert "You are the ledger agent." in rows["ledger"]["prompt_text"] and "tool_39" in rows["ledger"]["prompt_text"]
+    assert rows["agent"]["reported_prompt_tokens_plausible"] and rows["ledger"]["reported_prompt_tokens_plausible"]
+    claude = rows["claude"]["prompt_text"]
+    assert all(t in claude for t in (AGENT_CODE.replace("\n", "\\n"), "You write billing code.", "Write a file.", "\nwritten\n"))
+    assert rows["claude"]["prompt_nontext_parts"] == 0
+    scan(tmp_path / "case", cfg)
+    found = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "suspects.parquet").to_pylist()}
+    assert sorted(found) == ["agent", "agent-1", "claude", "ledger"]
+    for rid in ("agent", "ledger", "claude"):
+        assert (found[rid]["reasons"], found[rid]["prompt_tokens"], found[rid]["prompt_tokens_source"]) == ("above_ceiling", 2600, "reported")
+    assert found["agent-1"]["prompt_tokens_source"] == "estimate" and found["agent-1"]["prompt_tokens"] > 2000
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+def test_a_prompt_with_no_tools_or_top_level_system_is_its_messages_alone(tmp_path: Path, gateway: str) -> None:
+    """Empty ``tools``, ``system`` and ``tool_calls`` add nothing: the text, its offsets and its counts are
+    those of the messages, as before tool calls and definitions were read."""
+    from forensics.api import ingest
+
+    ingest(tmp_path / "case", [_gateway_logs(tmp_path / "logs", gateway, [("plain", "globex", PLAIN_BODY, 10)])], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["prompt_text"], row["prompt_messages"], row["prompt_nontext_parts"]) == (PLAIN_TEXT, 4, 1)
+    assert row["prompt_bytes"] == len(PLAIN_TEXT.encode("utf-8"))

@@ -351,15 +351,15 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | No
 
 def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int, int]:
     """The prompt of an OpenAI-style request body: (text, non-text parts, messages) from its
-    ``messages`` (or legacy ``prompt``); (None, 0, 0) when it has neither. ``where`` names the body
-    in errors (``request_body``, ``request``)."""
+    ``messages`` with what the model reads beside them (a top-level ``system``, tool definitions:
+    see forensics.schema), or from a legacy ``prompt``; (None, 0, 0) when it has neither. ``where``
+    names the body in errors (``request_body``, ``request``)."""
     try:
         if "messages" in request:
             messages = request["messages"]
             if not isinstance(messages, list):
                 raise RecordError(f"{where}.messages is a {type(messages).__name__}, expected a list of messages")
-            text, nontext = schema.render_messages(messages)
-            return text, nontext, len(messages)
+            return schema.render_request(messages, *schema.request_parts(request))
         if "prompt" in request:
             return schema.render_prompt(request["prompt"]), 0, 1
     except TypeError as exc:

@@ -265,9 +265,11 @@ class LangfuseParser:
                 return schema.render_prompt(request), 0, 1
             if isinstance(request, Mapping):
                 if "messages" in request:
-                    request = request["messages"]
-                    if not isinstance(request, list):
-                        raise RecordError(f"input.messages is a {type(request).__name__}, expected a list of messages")
+                    # Langfuse's OpenAI integration logs the tool definitions beside the messages.
+                    messages = request["messages"]
+                    if not isinstance(messages, list):
+                        raise RecordError(f"input.messages is a {type(messages).__name__}, expected a list of messages")
+                    return schema.render_request(messages, *schema.request_parts(request))
                 elif "prompt" in request:
                     return schema.render_prompt(request["prompt"]), 0, 1
                 elif "role" in request and "content" in request:
@@ -276,8 +278,7 @@ class LangfuseParser:
                     raise RecordError("input is an object with neither messages, prompt nor role and content",
                                       fix="check that the export holds the model calls' inputs (GENERATION rows)")
             if isinstance(request, list):
-                text, nontext = schema.render_messages(request)
-                return text, nontext, len(request)
+                return schema.render_request(request)
         except TypeError as exc:
             raise RecordError(f"input: {exc}") from None
         raise RecordError(f"input is a {type(request).__name__}, expected messages or text")

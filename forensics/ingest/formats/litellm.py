@@ -106,7 +106,8 @@ class LiteLLMParser:
         row.update(provenance(ctx, line_number, "", kind))
         return "exchanges", row
 
-    def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any) -> dict[str, Any]:
+    def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any,
+                parts: Mapping[str, Any]) -> dict[str, Any]:
         received, assumed1 = time_field(obj, "startTime", ctx.zone)
         completed, assumed2 = time_field(obj, "endTime", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
@@ -115,7 +116,7 @@ class LiteLLMParser:
         metadata = maybe_json(obj.get("metadata"), "metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise RecordError(f"metadata is a {type(metadata).__name__}, expected an object")
-        prompt, nontext, n_messages = self._prompt(messages)
+        prompt, nontext, n_messages = self._prompt(messages, parts)
         text, finish, usage = response_text(obj.get("response"))
         problems: list[str] = []
         reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
@@ -150,13 +151,14 @@ class LiteLLMParser:
         return row
 
     @staticmethod
-    def _prompt(messages: Any) -> tuple[str | None, int, int]:
+    def _prompt(messages: Any, parts: Mapping[str, Any]) -> tuple[str | None, int, int]:
+        """The prompt of the chat ``messages`` with what ``parts`` (the request body, or the payload's
+        ``model_parameters``) holds beside them that the model reads: a top-level system, tool definitions."""
         if messages is None or messages == {} or messages == "":
             return None, 0, 0
         try:
             if isinstance(messages, list):
-                text, nontext = schema.render_messages(messages)
-                return text, nontext, len(messages)
+                return schema.render_request(messages, *schema.request_parts(parts))
             if isinstance(messages, str):
                 return schema.render_prompt(messages), 0, 1
         except TypeError as exc:
@@ -173,7 +175,7 @@ class LiteLLMParser:
                 messages = psr["prompt"]
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
-        row = self._common(obj, ctx, request_id, messages)
+        row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {})
         if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
             row["stream"] = psr["stream"]
         return row
@@ -181,7 +183,11 @@ class LiteLLMParser:
     def _payload(self, obj: dict[str, Any], ctx: FileContext, event: Any) -> dict[str, Any]:
         request_id = req_str(obj, "id")
         messages = maybe_json(obj.get("messages"), "messages")
-        row = self._common(obj, ctx, request_id, messages)
+        # The payload logs the request's other parameters, tool definitions among them, apart from the
+        # messages. Not its system: LiteLLM puts a top-level system string into the messages.
+        params = maybe_json(obj.get("model_parameters"), "model_parameters")
+        tools = {k: params[k] for k in ("tools", "functions") if k in params} if isinstance(params, Mapping) else {}
+        row = self._common(obj, ctx, request_id, messages, tools)
         if event == "failure":
             row["status"] = "failure"
         return row

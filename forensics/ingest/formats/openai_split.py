@@ -87,8 +87,7 @@ class OpenAISplitParser:
         try:
             if "messages" in body:
                 messages = maybe_json(body["messages"], "body.messages")
-                prompt, nontext = schema.render_messages(messages)
-                n_messages = len(messages)
+                prompt, nontext, n_messages = schema.render_request(messages, *schema.request_parts(body))
             elif "prompt" in body:
                 prompt, n_messages = schema.render_prompt(body["prompt"]), 1
             else:
