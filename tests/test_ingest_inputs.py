@@ -309,8 +309,8 @@ def test_a_file_that_becomes_unreadable_after_the_walk_is_a_row(tmp_path: Path, 
     (logs / "swapped.jsonl").write_text(request(3) + "\n")
     found = ingest_mod.expand_inputs
 
-    def walk_then_swap(paths: Any, exclude: Any = None) -> Any:
-        out = found(paths, exclude)
+    def walk_then_swap(paths: Any, exclude: Any = None, literal: bool = False) -> Any:
+        out = found(paths, exclude, literal)
         (logs / "swapped.jsonl").unlink()
         os.mkfifo(logs / "swapped.jsonl")  # replaced between the walk and the first read
         return out
@@ -577,3 +577,18 @@ def test_a_pattern_never_reads_the_case_folder_inside_it(tmp_path: Path) -> None
     result = api.ingest(logs / "case", [logs / "**" / "*"])
     assert not [f for f in result.manifest["files"] if "case" in Path(f["path"]).relative_to(logs).parts[:1]]
     assert result.manifest["tables"]["exchanges"] == 2
+
+
+def test_a_wildcard_that_is_also_an_entrys_name_is_an_error_not_a_silent_choice(tmp_path: Path) -> None:
+    """A stray folder literally named ``*`` beside node-1 and node-2 (left by a shell loop that matched
+    nothing): ``logs/*/spend.jsonl`` read it alone and said nothing of the two nodes."""
+    logs = tmp_path / "logs"
+    for node in ("node-1", "node-2", "*"):
+        (logs / node).mkdir(parents=True)
+        (logs / node / "spend.jsonl").write_text(request(len(node)) + "\n")
+    with pytest.raises(InputError) as exc:
+        api.ingest(tmp_path / "case", [logs / "*" / "spend.jsonl"])
+    assert "is both the name of an entry" in str(exc.value) and "node-1, node-2" in str(exc.value)
+    assert "'[*]'" in str(exc.value)
+    result = api.ingest(tmp_path / "case", [logs / "[*]" / "spend.jsonl"])  # the stray folder alone, as written
+    assert [Path(f["path"]).parent.name for f in result.run_files] == ["*"]

@@ -218,14 +218,16 @@ def _check_entry(path: Path, root: str) -> Skipped | None:
     return None
 
 
-def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
+def expand_inputs(paths: Sequence[Path], exclude: Path | None = None,
+                  literal: bool = False) -> tuple[list[tuple[Path, bool]], list[Skipped]]:
     """Files to read, each with whether it was named explicitly (not found in a folder), and the
     folder entries skipped.
 
     Folders are walked recursively in sorted order; hidden files and folders are left out, so are
     a dataset writer's bookkeeping files and folders (:data:`SIDE_FILES`, :data:`SIDE_FOLDERS`:
     ``_SUCCESS``, ``.crc``, ``_temporary/``...) and ``exclude`` (the case folder itself, when it
-    lies inside an input folder). Only regular
+    lies inside an input folder). ``literal``: the paths are names found on disk (a search's matches, the
+    files a report records), never patterns, even where they hold ``*`` or ``[``. Only regular
     files are read: a symlink is followed only when its target is a regular file inside the folder
     given (the input root); other links, FIFOs, sockets and devices are skipped with a reason. A
     file named explicitly that is none of these is an error.
@@ -235,7 +237,10 @@ def expand_inputs(paths: Sequence[Path], exclude: Path | None = None) -> tuple[l
     skip = exclude.resolve() if exclude is not None else None
     for path in paths:
         path = Path(path)
-        if not path.exists() and glob.has_magic(str(path)):
+        if glob.has_magic(str(path)) and path.exists():
+            if not literal:  # a name that is also a wildcard matching other entries is an error, not a choice
+                split_pattern(path)
+        elif glob.has_magic(str(path)) and not literal:
             # A pattern (logs/*.jsonl, logs/**/*.gz): its matches are read as if found in the folder
             # before the first wildcard (that folder is their input root).
             more, also = _expand_pattern(path, skip)
@@ -352,7 +357,7 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
                 skipped += [s for s in also if s.path not in seen]
                 seen.update(s.path for s in also)
                 continue
-            more, also = expand_inputs([match], exclude)
+            more, also = expand_inputs([match], exclude, literal=True)
             # ``logs/**/*`` matches a folder and the files in it: each file is read once.
             files += [f for f in more if f[0] not in seen]
             skipped += [s for s in also if s.path not in seen]
@@ -529,7 +534,7 @@ def ingest(
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
     skipped: list[Skipped] = []
     for given, entry_format in zip(paths, entry_formats):
-        entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root)
+        entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root, literal=found_in_folder)
         if found_in_folder:
             entry_found = [(path, False) for path, _ in entry_found]
         found.extend(entry_found)

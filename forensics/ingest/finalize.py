@@ -936,8 +936,14 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
             # The engine never lowers a plausible count the gateway reported: a prompt list cut by the
             # engine's log length (vLLM's --max-log-len) counts fewer tokens than were sent.
             lowers = source == "reported" and current is not None and prefill_len < current
-            if nbytes is None:  # no text logged (spend logs by default): any figure but the placeholder's
-                if tokens.unchecked_count(prefill_len) and not lowers:
+            if nbytes is None:  # no text logged (spend logs by default)
+                if source == "reported" and current is not None and current != prefill_len:
+                    # Nothing tells which is right: the gateway's own figure (not the placeholder's, which is
+                    # no count) or a line of another request under the id. The gateway's stands, and the row says so.
+                    cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], (
+                        f"engine_input_len: the engine logged {prefill_len} prompt tokens under this id, the gateway "
+                        f"reported {current}; no text to tell which is this request's")) if x)
+                elif tokens.unchecked_count(prefill_len):  # any figure but the placeholder's
                     _set_count(cols, i, prefill_len, "engine")
             elif tokens.plausible(prefill_len, nbytes, msgs, nontext) and not lowers:
                 _set_count(cols, i, prefill_len, "engine")

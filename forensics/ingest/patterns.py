@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from forensics.errors import InputError
+
 RECURSIVE = "**"
 
 #: What a folder that does not exist, or is a file, raises when listed: no match, nothing unread.
@@ -39,14 +41,31 @@ class Expansion:
 
 def split_pattern(pattern: Path) -> tuple[Path, list[str]]:
     """``pattern``'s fixed folder and the parts after it. The fixed folder is every leading part without a
-    wildcard, and every one that exists as written: a case folder named "[INC-7] leak" is that folder,
-    not a character class (glob read it as one and the pattern matched nothing)."""
+    wildcard, and every one that exists as written and, read as a wildcard, would match nothing else: a case
+    folder named "[INC-7] leak" is that folder, not a character class (glob read it as one and the pattern
+    matched nothing). A part that is both (a stray folder named ``*`` beside ``node-1``) is an error: either
+    reading silently leaves files out.
+    """
     fixed: list[str] = []
     parts = list(pattern.parts)
     while parts:
         part = parts[0]
-        if glob.has_magic(part) and not os.path.lexists(os.path.join(*fixed, part)):
-            break
+        if glob.has_magic(part):
+            if not os.path.lexists(os.path.join(*fixed, part)):
+                break
+            folder = os.path.join(*fixed) if fixed else os.curdir
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []
+            others = sorted(n for n in fnmatch.filter(names, part) if n != part
+                            and not (n.startswith(".") and not part.startswith(".")))
+            if others:
+                raise InputError(
+                    f"the pattern's part {part!r} is both the name of an entry of {folder} and a wildcard matching "
+                    f"{len(others)} other entries ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})",
+                    file=pattern, fix=f"rename that entry, or write the part as {glob.escape(part)!r} to mean it alone "
+                                      "(or give the folders you mean without a wildcard)")
         fixed.append(parts.pop(0))
     return Path(*fixed), parts
 
