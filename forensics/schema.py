@@ -32,7 +32,8 @@ Later stages report character offsets into ``prompt_text``, so its construction 
   - The request's top-level ``system`` (Anthropic's Messages API: a string, used as is, or a list
     of text blocks, read as a list ``content``; anything else as compact JSON with sorted keys)
     comes first, as a block ``<|system|>\\nTEXT``.
-  - Then the tool definitions (``tools``, then the legacy ``functions``), one block
+  - Then the tool definitions (``tools``, then the legacy ``functions``), after the leading
+    ``system`` messages too (LiteLLM's callback payload moves a top-level system into them), one block
     ``<|tools|>\\n`` followed by each definition as compact JSON with sorted keys (a string as it
     is), one per line.
   - "Compact JSON with sorted keys" is orjson's (no spaces, non-ASCII text as it is), so the same
@@ -79,6 +80,7 @@ Times are ``timestamp[us, tz=UTC]``. ``bootstrap_room`` is ``uint64`` (SGLang dr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -341,11 +343,18 @@ def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int
 
 def _json_text(value: Any, where: str) -> str:
     """``value`` as compact JSON with sorted keys (non-ASCII text as it is): the same text every run.
-    Raises ``TypeError`` naming ``where`` for a value JSON cannot hold (nested over 255 deep)."""
+
+    orjson writes at most 255 levels; the loader reads up to 1,024, so a deeper value (valid JSON a
+    client sent) is written by the standard library instead. Raises ``TypeError`` naming ``where`` only
+    for a value neither can write."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode("utf-8")
-    except orjson.JSONEncodeError as exc:
-        raise TypeError(f"{where} cannot be written as JSON ({exc})") from None
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except (RecursionError, TypeError, ValueError) as exc:
+        raise TypeError(f"{where} cannot be written as JSON ({type(exc).__name__})") from None
 
 
 def _call_text(name: Any, arguments: Any, where: str) -> str:
@@ -407,9 +416,16 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
         else:
             text = _json_text(system, "system")
         blocks.append(f"<|system|>\n{text}")
-    if tools:
-        blocks.append("<|tools|>\n" + "\n".join(t if isinstance(t, str) else _json_text(t, "tools") for t in tools))
+    tools_block = ("<|tools|>\n" + "\n".join(t if isinstance(t, str) else _json_text(t, "tools") for t in tools)
+                   if tools else None)
+    # The tools follow the system prompt, whether it came beside the messages or as their leading system
+    # messages (LiteLLM's callback payload moves a top-level system into them): one request, one text.
+    leading = next((i for i, m in enumerate(messages) if not (isinstance(m, Mapping) and m.get("role") == "system")),
+                   len(messages))
     for i, msg in enumerate(messages):
+        if i == leading and tools_block is not None:
+            blocks.append(tools_block)
+            tools_block = None
         if not isinstance(msg, Mapping):
             raise TypeError(f"messages[{i}] is a {type(msg).__name__}, expected an object")
         role = msg.get("role") or "user"
@@ -421,6 +437,8 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
         if calls:
             text = "\n".join(([text] if text else []) + calls)
         blocks.append(f"<|{role}|>\n{text}")
+    if tools_block is not None:  # no message after the system ones
+        blocks.append(tools_block)
     return "\n\n".join(blocks), nontext, len(blocks)
 
 

@@ -632,3 +632,57 @@ def test_a_prompt_with_no_tools_or_top_level_system_is_its_messages_alone(tmp_pa
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert (row["prompt_text"], row["prompt_messages"], row["prompt_nontext_parts"]) == (PLAIN_TEXT, 4, 1)
     assert row["prompt_bytes"] == len(PLAIN_TEXT.encode("utf-8"))
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+DEEP_BODY = {"model": MODEL, "tools": [{"type": "function", "function": {"name": "deep", "parameters": _deep(300)}}],
+             "messages": [{"role": "user", "content": "hello"},
+                          {"role": "assistant", "content": None, "tool_calls": [
+                              {"id": "c1", "type": "function", "function": {"name": "f", "arguments": _deep(300)}}]}]}
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+def test_tool_parts_nested_deeper_than_orjson_writes_are_rendered_not_quarantined(tmp_path: Path, gateway: str) -> None:
+    """A tool definition or arguments object 300 levels deep (valid JSON the loader reads) could not be written
+    by orjson (255 levels): the whole record was quarantined, its prompt and answer out of the search."""
+    from forensics.api import ingest
+
+    ingest(tmp_path / "case", [_gateway_logs(tmp_path / "logs", gateway, [("deep", "acme", DEEP_BODY, 10)])], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"].startswith("<|tools|>\n") and row["prompt_text"].count('{"k":') >= 600
+    assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
+
+
+def test_a_payload_whose_model_parameters_are_cut_is_still_ingested(tmp_path: Path) -> None:
+    """model_parameters holding a cut JSON string quarantined the whole callback payload: the field was read
+    for its tool definitions only, and never needed before."""
+    from forensics.api import ingest
+
+    logs = _gateway_logs(tmp_path / "logs", "litellm-payload", [("r1", "acme", PLAIN_BODY, 10)])
+    record = json.loads((logs / "callbacks.jsonl").read_text(encoding="utf-8"))
+    record["model_parameters"] = '{"max_tokens": 100, "temperature": 0.'
+    (logs / "callbacks.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"] == PLAIN_TEXT
+
+
+def test_one_request_renders_one_text_in_the_payload_and_the_spend_log(tmp_path: Path) -> None:
+    """The callback payload carries a top-level system as a leading system message, the spend log beside the
+    messages: with tools, the payload's text put the tools before the system and the spend log's after it,
+    so offsets and previews depended on which copy was kept."""
+    from forensics.api import ingest
+
+    body = {"model": MODEL, "system": "Sys.", "tools": [{"name": "t"}], "messages": [{"role": "user", "content": "q"}]}
+    texts = {}
+    for gateway in GATEWAYS:
+        ingest(tmp_path / gateway / "case", [_gateway_logs(tmp_path / gateway / "logs", gateway, [("r1", "acme", body, 10)])],
+               config=_config())
+        texts[gateway] = pq.read_table(tmp_path / gateway / "case" / "exchanges.parquet").column("prompt_text")[0].as_py()
+    assert set(texts.values()) == {'<|system|>\nSys.\n\n<|tools|>\n{"name":"t"}\n\n<|user|>\nq'}, texts

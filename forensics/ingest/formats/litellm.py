@@ -185,7 +185,10 @@ class LiteLLMParser:
         messages = maybe_json(obj.get("messages"), "messages")
         # The payload logs the request's other parameters, tool definitions among them, apart from the
         # messages. Not its system: LiteLLM puts a top-level system string into the messages.
-        params = maybe_json(obj.get("model_parameters"), "model_parameters")
+        try:
+            params = maybe_json(obj.get("model_parameters"), "model_parameters")
+        except RecordError:  # a cut string: its tools are not readable, the record is (it never needed them before)
+            params = None
         tools = {k: params[k] for k in ("tools", "functions") if k in params} if isinstance(params, Mapping) else {}
         row = self._common(obj, ctx, request_id, messages, tools)
         if event == "failure":
