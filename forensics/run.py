@@ -24,7 +24,7 @@ from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case
 from forensics.engine import executor_for
 from forensics.errors import ConfigError
 from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
-from forensics.ingest.patterns import glob_matches, split_pattern
+from forensics.ingest.patterns import glob_matches
 from forensics.match import match
 from forensics.progress import Reporter
 from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
@@ -117,8 +117,9 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     report = Path(os.path.realpath(report_dir))
     if spec_path.exists() or not glob.has_magic(str(spec_path)):  # a folder named with [ ] is a folder
         return spec_path.is_dir() and _walk_reaches(report, Path(os.path.realpath(spec_path)))
-    fixed_folder, rest = split_pattern(spec_path)
-    for found in map(Path, glob_matches(spec_path).matches):  # as ingest expands it: ** follows no folder link
+    expansion = glob_matches(spec_path)  # as ingest expands it: ** follows no folder link
+    fixed_folder = expansion.fixed
+    for found in map(Path, expansion.matches):
         if pattern_drops(found, fixed_folder):  # ingest leaves it out too
             continue
         real = Path(os.path.realpath(found))
@@ -127,7 +128,7 @@ def report_reachable(spec_path: Path, report_dir: Path) -> bool:
     base = Path(os.path.realpath(fixed_folder))
     if not report.is_relative_to(base):
         return False
-    return _could_match(report.relative_to(base).parts, tuple(rest))
+    return _could_match(report.relative_to(base).parts, tuple(expansion.rest))
 
 
 def _walk_reaches(report: Path, folder: Path) -> bool:

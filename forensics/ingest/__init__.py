@@ -326,7 +326,7 @@ def _expand_pattern(pattern: Path, exclude: Path | None) -> tuple[list[tuple[Pat
     ``**`` part (never followed, see :mod:`forensics.ingest.patterns`) and a folder it could not list
     are skipped entries; the case folder (``exclude``) is never read, whatever the pattern matches."""
     found = glob_matches(pattern)
-    base = split_pattern(pattern)[0]
+    base = found.fixed
     root = os.path.realpath(base)
 
     def outside_case(path: Path) -> bool:

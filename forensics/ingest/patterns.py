@@ -37,6 +37,8 @@ class Expansion:
     matches: list[str]  # sorted, each once
     links: list[str]  # links to folders met below a ``**`` part and not followed, sorted
     unlisted: list[OSError]  # folders the search could not list (their ``filename`` names them)
+    fixed: Path  # the pattern's fixed folder (:func:`split_pattern`): the matches' input root
+    rest: list[str]  # the pattern's parts after it
 
 
 def split_pattern(pattern: Path) -> tuple[Path, list[str]]:
@@ -85,9 +87,10 @@ def glob_matches(pattern: str | Path) -> Expansion:
     search = _Search()
     start = "" if fixed == Path() else str(fixed)
     if parts and start and not os.path.isdir(start):
-        return Expansion([], [], [])
+        return Expansion([], [], [], fixed, parts)
     found = set(search.match(start, parts, below=False)) if parts else ({start} if os.path.lexists(start) else set())
-    return Expansion(sorted(found), sorted(search.links), sorted(search.unlisted, key=lambda e: str(e.filename)))
+    return Expansion(sorted(found), sorted(search.links), sorted(search.unlisted, key=lambda e: str(e.filename)),
+                     fixed, parts)
 
 
 def _join(folder: str, name: str) -> str:
