@@ -1084,24 +1084,36 @@ class _StagedRows:
         return pa.concat_tables(parts)
 
 
-#: The lone response halves that hold another answer than the whole record they competed with: their
-#: staged rows found by file, line and record hash (records sharing a line are told apart), and only
-#: those rows' answers read and hashed.
+#: What the two queries over the (whole record, lone response half) pairs of ``cand`` need of both sides'
+#: staged rows, found by file, line and record hash (records sharing a line are told apart), only those
+#: rows read: whether the answer is missing (none) or empty, its digest, and the record's times.
+#: ``w`` and ``a`` are the record's and the half's facts.
+PAIR_FACTS_SQL = """
+wanted AS (
+  SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
+), facts AS (
+  SELECT s.source_sha256 AS sha, s.source_line AS line, s.record_hash AS hash,
+         s.response_text IS NULL AS none, coalesce(s.response_text, '') = '' AS no_answer,
+         md5(coalesce(s.response_text, '')) AS digest,
+         epoch_us(s.received_at) AS received_us, epoch_us(s.completed_at) AS completed_us
+  FROM staged s SEMI JOIN wanted k
+    ON s.source_sha256 = k.sha AND s.source_line = k.line AND s.record_hash IS NOT DISTINCT FROM k.hash
+), pairs AS (
+  SELECT c.*, w.none AS w_none, w.no_answer AS w_no_answer, w.digest AS w_digest, w.received_us AS w_received_us,
+         w.completed_us AS w_completed_us, a.none AS a_none, a.no_answer AS a_no_answer, a.digest AS a_digest,
+         a.completed_us AS a_completed_us
+  FROM cand c
+  JOIN facts w ON w.sha = c.w_sha AND w.line = c.w_line AND w.hash IS NOT DISTINCT FROM c.w_hash
+  JOIN facts a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT FROM c.a_hash
+)"""
+
+#: The lone response halves that hold another answer than the whole record they competed with.
 OTHER_ANSWERS_SQL = """
 WITH cand AS (
   SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash FROM cross_kind WHERE q_sha IS NULL AND loser = 'pair'
-), wanted AS (
-  SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
-), answers AS (
-  SELECT s.source_sha256 AS sha, s.source_line AS line, s.record_hash AS hash,
-         s.response_text IS NULL AS none, md5(coalesce(s.response_text, '')) AS digest
-  FROM staged s SEMI JOIN wanted k
-    ON s.source_sha256 = k.sha AND s.source_line = k.line AND s.record_hash IS NOT DISTINCT FROM k.hash
-)
-SELECT c.a_sha AS sha, c.a_line AS line, c.a_hash AS hash FROM cand c
-JOIN answers w ON w.sha = c.w_sha AND w.line = c.w_line AND w.hash IS NOT DISTINCT FROM c.w_hash
-JOIN answers a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT FROM c.a_hash
-WHERE w.none <> a.none OR w.digest <> a.digest
+), """ + PAIR_FACTS_SQL + """
+SELECT a_sha AS sha, a_line AS line, a_hash AS hash FROM pairs
+WHERE w_none <> a_none OR w_digest <> a_digest
 """
 
 
@@ -1137,22 +1149,12 @@ WITH cand AS (
   SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash, count(*) OVER (PARTITION BY w_sha, w_line, w_hash) AS halves
   FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL
     AND request_id NOT IN (SELECT request_id FROM ranked WHERE variants > 1 AND spread_us > {reused_us})
-), wanted AS (
-  SELECT w_sha AS sha, w_line AS line, w_hash AS hash FROM cand UNION SELECT a_sha, a_line, a_hash FROM cand
-), facts AS (
-  SELECT s.source_sha256 AS sha, s.source_line AS line, s.record_hash AS hash,
-         coalesce(s.response_text, '') = '' AS no_answer, epoch_us(s.received_at) AS received_us,
-         epoch_us(s.completed_at) AS completed_us
-  FROM staged s SEMI JOIN wanted k
-    ON s.source_sha256 = k.sha AND s.source_line = k.line AND s.record_hash IS NOT DISTINCT FROM k.hash
-)
-SELECT c.w_sha, c.w_line, c.w_hash, c.a_sha, c.a_line, c.a_hash, d.damage AS a_damage FROM cand c
-JOIN facts w ON w.sha = c.w_sha AND w.line = c.w_line AND w.hash IS NOT DISTINCT FROM c.w_hash
-JOIN facts a ON a.sha = c.a_sha AND a.line = c.a_line AND a.hash IS NOT DISTINCT FROM c.a_hash
-LEFT JOIN line_damage d ON d.source_sha256 = c.a_sha AND d.source_line = c.a_line
-WHERE c.halves = 1 AND w.no_answer AND NOT a.no_answer
-  AND a.completed_us - w.received_us BETWEEN -1000000 AND {window_us}
-  AND (w.completed_us IS NULL OR abs(a.completed_us - w.completed_us) <= {skew_us})
+), """ + PAIR_FACTS_SQL + """  -- (PAIR_FACTS_SQL holds no braces: this query is formatted)
+SELECT p.w_sha, p.w_line, p.w_hash, p.a_sha, p.a_line, p.a_hash, d.damage AS a_damage FROM pairs p
+LEFT JOIN line_damage d ON d.source_sha256 = p.a_sha AND d.source_line = p.a_line
+WHERE p.halves = 1 AND p.w_no_answer AND NOT p.a_no_answer
+  AND p.a_completed_us - p.w_received_us BETWEEN -1000000 AND {window_us}
+  AND (p.w_completed_us IS NULL OR abs(p.a_completed_us - p.w_completed_us) <= {skew_us})
 """
 
 #: Answer columns a filled record takes from its response half (the half's where it has one, else the
