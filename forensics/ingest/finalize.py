@@ -927,9 +927,9 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
                     and over_limit_len > tokens.band_bound(nbytes, msgs)):
                 # A line of another request under this id (more tokens than any tokenizer makes of the prompt's
                 # text): the gateway's count stands, and the scan makes no signature of it.
-                cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], (
+                cols["problems"][i] = _with_problem(cols["problems"][i], (
                     f"engine_input_len: the engine's over-limit line names {over_limit_len} tokens, impossible for "
-                    f"this prompt's {nbytes} bytes; not used")) if x)
+                    f"this prompt's {nbytes} bytes; not used"))
             else:
                 _set_count(cols, i, over_limit_len, "engine")
         elif prefill_len is not None:
@@ -940,18 +940,29 @@ def _enrich(batch: pa.RecordBatch | pa.Table, engine: dict[str, tuple[Any, ...]]
                 if source == "reported" and current is not None and current != prefill_len:
                     # Nothing tells which is right: the gateway's own figure (not the placeholder's, which is
                     # no count) or a line of another request under the id. The gateway's stands, and the row says so.
-                    cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], (
+                    cols["problems"][i] = _with_problem(cols["problems"][i], (
                         f"engine_input_len: the engine logged {prefill_len} prompt tokens under this id, the gateway "
-                        f"reported {current}; no text to tell which is this request's")) if x)
+                        f"reported {current}; no text to tell which is this request's"))
                 elif tokens.unchecked_count(prefill_len):  # any figure but the placeholder's
                     _set_count(cols, i, prefill_len, "engine")
             elif tokens.plausible(prefill_len, nbytes, msgs, nontext) and not lowers:
                 _set_count(cols, i, prefill_len, "engine")
-    for name in ("reported_prompt_tokens_plausible", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
-                 "prompt_tokens_high", "rid", "prefill_node", "decode_node", "bootstrap_room", "problems"):
+    return _set_columns(table, cols, ("reported_prompt_tokens_plausible", "prompt_tokens", "prompt_tokens_source",
+                                      "prompt_tokens_low", "prompt_tokens_high", "rid", "prefill_node", "decode_node",
+                                      "bootstrap_room", "problems"))
+
+
+def _set_columns(table: pa.Table, cols: dict[str, list[Any]], names: tuple[str, ...]) -> pa.Table:
+    """``table`` with the columns ``names`` replaced by the values in ``cols``, each keeping its type."""
+    for name in names:
         idx = table.schema.get_field_index(name)
         table = table.set_column(idx, table.schema.field(idx), pa.array(cols[name], table.schema.field(idx).type))
     return table
+
+
+def _with_problem(problems: str | None, problem: str | None) -> str | None:
+    """A row's ``problems`` with one more (``; ``-joined; None when there is none)."""
+    return "; ".join(x for x in (problems, problem) if x) or None
 
 
 def _set_count(cols: dict[str, list[Any]], i: int, value: int | None, source: str) -> None:
@@ -1236,13 +1247,10 @@ def _with_answers(table: pa.Table, answers: _Answers | None) -> pa.Table:
                 cols[name][i] = half[name][j]
         cols["response_text"][i] = half["response_text"][j]
         cols["response_source_file"][i], cols["response_source_line"][i] = half["source_file"][j], half["source_line"][j]
-        cols["problems"][i] = "; ".join(x for x in (cols["problems"][i], half["problems"][j]) if x) or None
+        cols["problems"][i] = _with_problem(cols["problems"][i], half["problems"][j])
         cols["damage"][i] = schema.join_damage((cols["damage"][i], answers.damage[key],
                                                 "truncated_copy_only" if cols["response_truncated"][i] else None))
-    for name in names:
-        idx = table.schema.get_field_index(name)
-        table = table.set_column(idx, table.schema.field(idx), pa.array(cols[name], table.schema.field(idx).type))
-    return table
+    return _set_columns(table, cols, names)
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
