@@ -44,9 +44,25 @@ Later stages report character offsets into ``prompt_text``, so its construction 
 * A legacy completions ``prompt`` (a string, or a list of strings) is used without role markers;
   a list is joined with ``\\n\\n``.
 
-The response text is the assistant content of ``choices[0]`` (for streams: the ``delta.content``
-pieces of choice 0 concatenated in order). When a response has several choices, each becomes a
-block ``<|choice N|>\\nTEXT`` joined with ``\\n\\n`` (every choice may carry foreign content).
+The response text is what the customer received in ``choices[0]``: its assistant content (for
+streams: the ``delta.content`` pieces of choice 0 concatenated in order), and what a reasoning model
+or an agent's model wrote beside it, which stale pages reach as much as the content (see
+:func:`render_answer`):
+
+* The reasoning (``reasoning_content``, as SGLang, DeepSeek and LiteLLM write it, or ``reasoning``,
+  as vLLM and OpenRouter do; for streams their pieces in order; Anthropic ``thinking`` parts of a
+  list content) comes first, as a block ``<|reasoning|>\\nREASONING``; the answer follows it as a
+  block ``<|assistant|>\\nTEXT`` (``\\n\\n`` between them), and is left out when it is empty (an
+  answer cut short while the model was still reasoning).
+* The tool calls (``tool_calls``, the legacy ``function_call``, Anthropic ``tool_use`` parts) follow
+  the content as the prompt's do: ``<|tool_call|>\\nNAME\\nARGUMENTS``, joined with ``\\n``. A
+  streamed call is its pieces joined per call (by ``index``): the name, and the arguments in order.
+* An Anthropic Messages answer (``content`` a list of blocks, no ``choices``) is read the same way.
+
+A response with none of these renders exactly as its content alone. When a response has several
+choices, each becomes a block ``<|choice N|>\\nTEXT`` joined with ``\\n\\n`` (every choice may
+carry foreign content). (The reasoning of earlier assistant turns resent in a request is not part
+of the prompt text: most chat templates drop it, and it is matched as the earlier answer's text.)
 
 Damaged input: the ``damage`` column
 ------------------------------------
@@ -326,13 +342,13 @@ def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int
             elif isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
                 texts.append(part["text"])
             elif tool_parts and isinstance(part, Mapping) and part.get("type") == "tool_use":
-                texts.append(_call_text(part.get("name"), part.get("input"), f"{tool_parts}[{j}]"))
+                texts.append(call_text(part.get("name"), part.get("input"), f"{tool_parts}[{j}]"))
             elif tool_parts and isinstance(part, Mapping) and part.get("type") == "tool_result":
                 result = part.get("content")
                 if result is None or isinstance(result, str | list):
                     text, n = _content_text(result)
                 else:
-                    text, n = _json_text(result, f"{tool_parts}[{j}].content"), 0
+                    text, n = json_text(result, f"{tool_parts}[{j}].content"), 0
                 texts.append(text)
                 nontext += n
             else:
@@ -341,7 +357,7 @@ def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int
     raise TypeError(f"message content is a {type(content).__name__}, expected a string or a list of parts")
 
 
-def _json_text(value: Any, where: str) -> str:
+def json_text(value: Any, where: str) -> str:
     """``value`` as compact JSON with sorted keys (non-ASCII text as it is): the same text every run.
 
     orjson writes at most 255 levels; the loader reads up to 1,024, so a deeper value (valid JSON a
@@ -357,10 +373,10 @@ def _json_text(value: Any, where: str) -> str:
         raise TypeError(f"{where} cannot be written as JSON ({type(exc).__name__})") from None
 
 
-def _call_text(name: Any, arguments: Any, where: str) -> str:
-    """One tool call as prompt text: ``<|tool_call|>``, its name and its arguments on three lines."""
-    name_text = name if isinstance(name, str) else "" if name is None else _json_text(name, where)
-    args_text = arguments if isinstance(arguments, str) else "" if arguments is None else _json_text(arguments, where)
+def call_text(name: Any, arguments: Any, where: str) -> str:
+    """One tool call as text (in a prompt or an answer): ``<|tool_call|>``, its name and its arguments on three lines."""
+    name_text = name if isinstance(name, str) else "" if name is None else json_text(name, where)
+    args_text = arguments if isinstance(arguments, str) else "" if arguments is None else json_text(arguments, where)
     return f"<|tool_call|>\n{name_text}\n{args_text}"
 
 
@@ -375,9 +391,9 @@ def _calls_text(msg: Mapping[str, Any], where: str) -> list[str]:
             at = f"{where}.{key}[{j}]" if isinstance(value, list) else f"{where}.{key}"
             function = call.get("function") if isinstance(call, Mapping) and "function" in call else call
             if isinstance(function, Mapping) and ("name" in function or "arguments" in function):
-                texts.append(_call_text(function.get("name"), function.get("arguments"), at))
+                texts.append(call_text(function.get("name"), function.get("arguments"), at))
             else:  # a call of another shape: all of it
-                texts.append(f"<|tool_call|>\n{_json_text(call, at)}")
+                texts.append(f"<|tool_call|>\n{json_text(call, at)}")
     return texts
 
 
@@ -414,9 +430,9 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
         if isinstance(system, str | list):
             text, nontext = _content_text(system, tool_parts="system")
         else:
-            text = _json_text(system, "system")
+            text = json_text(system, "system")
         blocks.append(f"<|system|>\n{text}")
-    tools_block = ("<|tools|>\n" + "\n".join(t if isinstance(t, str) else _json_text(t, "tools") for t in tools)
+    tools_block = ("<|tools|>\n" + "\n".join(t if isinstance(t, str) else json_text(t, "tools") for t in tools)
                    if tools else None)
     # The tools follow the system prompt, whether it came beside the messages or as their leading system
     # messages (LiteLLM's callback payload moves a top-level system into them): one request, one text.
@@ -460,6 +476,54 @@ def render_prompt(prompt: Any) -> str:
     if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
         return "\n\n".join(prompt)
     raise TypeError(f"prompt is a {type(prompt).__name__}, expected a string or a list of strings")
+
+
+def render_answer(content: str, reasoning: str = "", calls: Sequence[str] = ()) -> str:
+    """One choice's response text from its content, its reasoning and its tool calls (each already
+    rendered by :func:`call_text`), as the module notes describe."""
+    body = "\n".join(([content] if content else []) + list(calls)) if calls else content
+    if not reasoning:
+        return body
+    return f"<|reasoning|>\n{reasoning}\n\n<|assistant|>\n{body}" if body else f"<|reasoning|>\n{reasoning}"
+
+
+def answer_parts(message: Mapping[str, Any], where: str) -> tuple[str, str, list[str]]:
+    """The content, reasoning and rendered tool calls of an assistant ``message`` (a ChatCompletion
+    message, a whole chunk delta, or an Anthropic Messages answer). Raises ``TypeError`` naming
+    ``where`` when the content is neither a string nor a list of parts, or a call cannot be written."""
+    reasoning = reasoning_text(message)
+    content = message.get("content")
+    calls: list[str] = []
+    if isinstance(content, list):
+        texts: list[str] = []
+        thoughts: list[str] = [reasoning] if reasoning else []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                texts.append(part)
+            elif not isinstance(part, Mapping):
+                continue
+            elif part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif part.get("type") == "thinking" and isinstance(part.get("thinking"), str):
+                thoughts.append(part["thinking"])
+            elif part.get("type") == "tool_use":
+                calls.append(call_text(part.get("name"), part.get("input"), f"{where}.content[{j}]"))
+        content, reasoning = "\n".join(texts), "\n".join(t for t in thoughts if t)
+    elif content is None:
+        content = ""
+    elif not isinstance(content, str):
+        raise TypeError(f"response content is a {type(content).__name__}, expected a string")
+    return content, reasoning, calls + _calls_text(message, where)
+
+
+def reasoning_text(message: Mapping[str, Any]) -> str:
+    """A message's or delta's reasoning: ``reasoning_content``, else ``reasoning`` (vLLM's newer name);
+    empty when neither is a non-empty string (OpenRouter's ``reasoning`` object, say)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def render_choices(texts: Iterable[str]) -> str:

@@ -280,13 +280,25 @@ def test_an_answer_that_cannot_be_read_is_noted_in_problems(tmp_path: Path) -> N
     # empty text for an empty answer.
     sse = ('data: {"choices": [{"index": 0, "delta": {"content": "A"}}]}\n\ndata: {broken\n\n'
            'data: {"choices": [{"index": 0, "delta": {"content": "C"}}]}\n\ndata: [DONE]\n\n')
-    anthropic = {"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "an answer"}]}
-    path = write(tmp_path / "logs.jsonl", [log(1, response=sse), log(2, provider="anthropic", response=anthropic), log(3)], "jsonl")
+    other = {"id": "resp_1", "object": "response", "output": [{"type": "message", "content": [{"type": "output_text", "text": "x"}]}]}
+    path = write(tmp_path / "logs.jsonl", [log(1, response=sse), log(2, provider="openai", response=other), log(3)], "jsonl")
     _, q, x = ingest(tmp_path, path)
     assert q == [] and [(r["response_text"], r["response_truncated"]) for r in x] == [(None, True), (None, False), ("hi", False)]
     assert [r["problems"] for r in x] == [
         "response is an event stream whose event 2 of 3 is not valid JSON; the response text is unknown",
         "response is an object of a shape not known to hold the answer; response text unknown", None]
+
+
+def test_an_anthropic_answer_is_read_with_its_thinking_and_tool_use(tmp_path: Path) -> None:
+    """Anthropic's Messages answer (content blocks, no choices) was a shape not known to hold the answer:
+    its text, and any foreign passage in it, was out of the search."""
+    anthropic = {"id": "msg_1", "type": "message", "role": "assistant", "stop_reason": "tool_use", "content": [
+        {"type": "thinking", "thinking": "The user wants the file.", "signature": "sig"},
+        {"type": "text", "text": "an answer"}, {"type": "tool_use", "id": "toolu_1", "name": "write", "input": {"path": "a.py"}}]}
+    path = write(tmp_path / "logs.jsonl", [log(1, provider="anthropic", response=anthropic)], "jsonl")
+    _, q, x = ingest(tmp_path, path)
+    assert q == [] and [(r["response_text"], r["finish_reason"], r["problems"]) for r in x] == [
+        ('<|reasoning|>\nThe user wants the file.\n\n<|assistant|>\nan answer\n<|tool_call|>\nwrite\n{"path":"a.py"}', "tool_use", None)]
 
 
 # --- the simulator writes the format --------------------------------------------------------------

@@ -255,18 +255,15 @@ def truncation(text: str) -> tuple[bool, int, int]:
     return True, visible + skipped, int(round(visible_bytes + skipped * ratio))
 
 
-def message_text(message: Any) -> str:
-    """The assistant text of a ChatCompletion ``message`` or chunk ``delta``."""
+def message_text(message: Any, where: str = "response") -> str:
+    """The answer text of a ChatCompletion ``message`` (or an Anthropic Messages answer): its
+    reasoning, content and tool calls, rendered as forensics.schema describes."""
     if not isinstance(message, Mapping):
         return ""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return schema._content_text(content)[0]
-    raise RecordError(f"response content is a {type(content).__name__}, expected a string")
+    try:
+        return schema.render_answer(*schema.answer_parts(message, where))
+    except TypeError as exc:
+        raise RecordError(str(exc)) from None
 
 
 def response_text(resp: Any, field: str = "response") -> tuple[str | None, str | None, dict[str, Any]]:
@@ -288,6 +285,10 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
     usage_value = resp.get("usage")
     usage: Mapping[str, Any] = usage_value if isinstance(usage_value, Mapping) else {}
     if choices is None:
+        if isinstance(resp.get("content"), list) and resp.get("type", "message") == "message":
+            # An Anthropic Messages answer: its content blocks are the answer (text, thinking, tool use).
+            stop = resp.get("stop_reason")
+            return message_text(resp, field), stop if isinstance(stop, str) else None, dict(usage)
         return None, None, dict(usage)
     if not isinstance(choices, list):
         raise RecordError(f"{field}.choices is a {type(choices).__name__}, expected a list")
@@ -299,7 +300,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
         idx = choice.get("index", i)
         idx = idx if isinstance(idx, int) else i
         if "message" in choice:
-            texts[idx] = message_text(choice.get("message"))
+            texts[idx] = message_text(choice.get("message"), f"{field}.choices[{i}].message")
         elif isinstance(choice.get("text"), str):  # legacy completions
             texts[idx] = choice["text"]
         else:
@@ -311,11 +312,12 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
 
 
 def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | None, dict[str, Any]]:
-    """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order."""
+    """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order (the
+    content, the reasoning, and each tool call's name and arguments), rendered as a whole answer."""
     # A streamed answer has a chunk per token or so: this loop runs hundreds of times per record,
-    # so plain dicts and string contents (the shape every export writes) take the short way, and
-    # anything else the general checks of maybe_json / message_text, with the same results.
-    pieces: dict[int, list[str]] = {}
+    # so plain dicts with a string content and nothing else (the shape every export writes) take the
+    # short way, and anything else the general checks of maybe_json / _Streamed.add, with the same results.
+    answers: dict[int, _Streamed] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
     for n, chunk in enumerate(chunks):
@@ -335,18 +337,93 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | No
             delta = choice.get("delta")
             if delta is None and "message" in choice:
                 delta = choice["message"]
-            content = delta.get("content") if type(delta) is dict else None
-            text = content if type(content) is str else message_text(delta)
-            piece = pieces.get(idx)
-            if piece is None:
-                pieces[idx] = piece = []
-            piece.append(text)
+            answer = answers.get(idx)
+            if answer is None:
+                answers[idx] = answer = _Streamed()
+            if type(delta) is dict and type(content := delta.get("content")) is str and (
+                    len(delta) == 1 or (len(delta) == 2 and "role" in delta) or _plain(delta)):
+                answer.content.append(content)
+            else:
+                answer.add(delta, f"{field}[{n}].choices[{i}]")
             reason = choice.get("finish_reason")
             if reason is not None and isinstance(reason, str):
                 finish = reason
-    if not pieces:
+    if not answers:
         return "", finish, usage
-    return schema.render_choices("".join(pieces[k]) for k in sorted(pieces)), finish, usage
+    return schema.render_choices(answers[k].text() for k in sorted(answers)), finish, usage
+
+
+def _plain(delta: dict[str, Any]) -> bool:
+    """A delta with nothing but its content to add (its reasoning and calls absent or empty)."""
+    return not (delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls") or delta.get("function_call"))
+
+
+class _Streamed:
+    """One choice of a streamed answer, gathered piece by piece."""
+
+    __slots__ = ("calls", "content", "reasoning")
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        # (legacy function call or tool call, its index) -> [name, argument pieces]
+        self.calls: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
+
+    def add(self, delta: Any, where: str) -> None:
+        """The pieces of one ``delta`` (any shape; a whole ``message`` too)."""
+        if not isinstance(delta, Mapping):
+            return
+        content = delta.get("content")
+        if isinstance(content, list):  # text parts (and a whole message's thinking and tool use)
+            try:
+                text, thought, calls = schema.answer_parts({"content": content}, where)
+            except TypeError as exc:
+                raise RecordError(str(exc)) from None
+            self.content.append(text)
+            if thought:
+                self.reasoning.append(thought)
+            for call in calls:
+                self.calls[(2, len(self.calls))] = ([call], [])
+        elif isinstance(content, str):
+            self.content.append(content)
+        elif content is not None:
+            raise RecordError(f"response content is a {type(content).__name__}, expected a string")
+        reasoning = schema.reasoning_text(delta)
+        if reasoning:
+            self.reasoning.append(reasoning)
+        function_call = delta.get("function_call")
+        if isinstance(function_call, Mapping):
+            self._call((0, 0), function_call)
+        tool_calls = delta.get("tool_calls")
+        for j, call in enumerate(tool_calls if isinstance(tool_calls, list) else []):
+            if not isinstance(call, Mapping):
+                continue
+            k = call.get("index", j)
+            function = call.get("function")
+            self._call((1, k if type(k) is int else j), function if isinstance(function, Mapping) else call)
+
+    def _call(self, key: tuple[int, int], piece: Mapping[str, Any]) -> None:
+        name, arguments = self.calls.setdefault(key, ([], []))
+        got = piece.get("name")
+        # The name comes whole in a call's first piece; a server that repeats it in every piece adds nothing.
+        if isinstance(got, str) and got and "".join(name) != got:
+            name.append(got)
+        args = piece.get("arguments")
+        if isinstance(args, str):
+            arguments.append(args)
+        elif args is not None:
+            try:
+                arguments.append(schema.json_text(args, "tool_calls.arguments"))
+            except TypeError as exc:
+                raise RecordError(str(exc)) from None
+
+    def text(self) -> str:
+        """The choice's answer text (see forensics.schema)."""
+        calls: list[str] = []
+        for key in sorted(self.calls):
+            name, arguments = self.calls[key]
+            calls.append(name[0] if key[0] == 2 else schema.call_text("".join(name), "".join(arguments), "tool_calls"))
+        return schema.render_answer("".join(self.content), "".join(self.reasoning), calls)
 
 
 def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int, int]:

@@ -69,6 +69,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "model_parameters": ("model_parameters", "modelParameters"),
 }
 #: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
+#: An output holding one of these is an assistant message (its text, reasoning or tool calls).
+ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_content", "reasoning"))
 PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
 #: Langfuse's ``input`` and Anthropic's ``input_tokens`` leave out the prompt tokens served from (or written to)
 #: a cache, which these keys count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum:
@@ -294,13 +296,13 @@ class LangfuseParser:
         if isinstance(response, list):
             if all(isinstance(c, Mapping) and "choices" in c for c in response):
                 return chunks_text(response, "output")
-            if all(isinstance(m, Mapping) and "content" in m for m in response):
-                return schema.render_choices(message_text(m) for m in response), None, {}
+            if all(isinstance(m, Mapping) and not ANSWER_KEYS.isdisjoint(m) for m in response):
+                return schema.render_choices(message_text(m, f"output[{i}]") for i, m in enumerate(response)), None, {}
         elif isinstance(response, Mapping):
             if "choices" in response or ("error" in response and "content" not in response):
                 return response_text(response, "output")
-            if "content" in response:
-                return message_text(response), None, {}
+            if not ANSWER_KEYS.isdisjoint(response):
+                return message_text(response, "output"), None, {}
             if isinstance(response.get("text"), str):
                 return response["text"], None, {}
         problems.append(f"output is a {type(response).__name__} of a shape not known to hold the answer; response text unknown")
