@@ -58,6 +58,9 @@ class FakeEngine:
         self.echo_auth = False
         self.usage = True
         self.chunk_delay = 0.0  # seconds between streamed chunks (a trickling server)
+        # A reasoning model that spends its few tokens thinking: the answer in this field
+        # ("reasoning_content" as SGLang writes it, "reasoning" as vLLM does), the content null.
+        self.reasoning = ""
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.reset()
@@ -133,8 +136,10 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
                 return
             answer, usage, model = data["answer"], data["usage"], body.get("model")
             if not body.get("stream"):
+                message = {"role": "assistant", "content": None, engine.reasoning: answer} if engine.reasoning else {
+                    "role": "assistant", "content": answer}
                 out = {"id": "cmpl-1", "object": "chat.completion", "model": model,
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}
+                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
                 if usage:
                     out["usage"] = usage
                 self._json(200, {}, out)
@@ -147,7 +152,7 @@ def _handler(engine: FakeEngine) -> type[BaseHTTPRequestHandler]:
                 engine.release.wait(engine.chunk_delay)
                 self.wfile.flush()
                 chunk = {"object": "chat.completion.chunk", "model": model,
-                         "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                         "choices": [{"index": 0, "delta": {engine.reasoning or "content": piece}, "finish_reason": None}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if usage and (body.get("stream_options") or {}).get("include_usage"):
                 last = {"object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}

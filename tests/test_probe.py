@@ -131,6 +131,21 @@ def test_cli_buggy_exits_1_with_the_evidence_in_a_private_report(serve: Serve, t
 
 
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_reasoning_models_answer_is_searched_in_its_reasoning_too(serve: Serve, stream: bool, field: str) -> None:
+    """A reasoning model given --max-tokens 64 spends them thinking: the markers, its own and a leaked
+    prompt's, are in ``reasoning_content`` (SGLang) or ``reasoning`` (vLLM) and the content is null. The
+    probe read the content alone: every answer was "incoherent", the leak unseen."""
+    srv = serve("buggy", reasoning=field)
+    recs = _by_label(probe(_settings(srv, stream=stream)))
+    assert recs["L0.5-p1a"].good and recs["L0.5-p1a"].own_markers_found >= 1
+    for label in ("L0.9-p1a", "L0.9-p1b", "L0.99-p1a", "L0.99-p1b"):
+        assert "leak" in recs[label].flags and list(recs[label].foreign) == ["L0.5-p1b"]
+    healthy = probe(_settings(serve("healthy", reasoning=field), stream=stream))
+    assert healthy.verdict == "clean" and all(r.good and r.own_markers_found == 2 for r in healthy.requests)
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_healthy_server_is_clean(serve: Serve, stream: bool, capsys: pytest.CaptureFixture[str]) -> None:
     srv = serve("healthy")
     result = probe(_settings(srv, stream=stream))

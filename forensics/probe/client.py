@@ -174,11 +174,16 @@ class ChatClient:
     def _read_json(self, raw: bytes, attempt: int) -> Reply:
         try:
             data = json.loads(raw)
-            content = data["choices"][0]["message"]["content"]
+            message = data["choices"][0]["message"]
+            if not isinstance(message, dict):
+                raise TypeError(message)
+            content = message["content"] if "content" in message or not _reasoning(message) else None
         except (ValueError, KeyError, IndexError, TypeError):
             return Reply(200, None, None, None, attempt, "HTTP 200 without choices[0].message.content")
         try:
-            text = _text(content, "choices[0].message.content")
+            # A reasoning model writes its reasoning beside the content (and may spend --max-tokens
+            # on it alone): markers, its own or a leaked prompt's, can be in either.
+            text = _joined(_reasoning(message), _text(content, "choices[0].message.content"))
             prompt_tokens, completion_tokens = _usage(data.get("usage"))
         except _Malformed as exc:
             return Reply(200, None, None, None, attempt, f"HTTP 200 but {exc}")
@@ -305,8 +310,23 @@ def _chunk_text(chunk: Any) -> str:
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise _Malformed(f"a stream chunk's delta is {json_name(delta)}, not an object")
-        pieces.append(_text(delta.get("content"), "a stream chunk's delta.content"))
+        pieces.append(_joined(_reasoning(delta), _text(delta.get("content"), "a stream chunk's delta.content")))
     return "".join(pieces)
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    """The reasoning a message or delta carries: ``reasoning_content`` (SGLang, DeepSeek) or ``reasoning``
+    (vLLM); empty when neither is text."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(message.get(key), str) and message[key]:
+            return str(message[key])
+    return ""
+
+
+def _joined(reasoning: str, content: str) -> str:
+    # A line break between the two, so that a marker at the end of one and the start of the other
+    # are not read as one.
+    return f"{reasoning}\n{content}" if reasoning and content else reasoning or content
 
 
 def _usage(usage: Any) -> tuple[int | None, int | None]:
