@@ -43,6 +43,10 @@ Later stages report character offsets into ``prompt_text``, so its construction 
   A request with none of these renders exactly as its messages alone.
 * A legacy completions ``prompt`` (a string, or a list of strings) is used without role markers;
   a list is joined with ``\\n\\n``.
+* A Responses API request (``/v1/responses``) renders as a chat request: its ``instructions`` are the
+  top-level system, its ``input`` (a string: one user message; or a list of items) the messages; a
+  list content's ``input_text`` and ``output_text`` parts are text parts; see :func:`_from_items`
+  for the items that are not messages.
 
 The response text is what the customer received in ``choices[0]``: its assistant content (for
 streams: the ``delta.content`` pieces of choice 0 concatenated in order), and what a reasoning model
@@ -50,14 +54,18 @@ or an agent's model wrote beside it, which stale pages reach as much as the cont
 :func:`render_answer`):
 
 * The reasoning (``reasoning_content``, as SGLang, DeepSeek and LiteLLM write it, or ``reasoning``,
-  as vLLM and OpenRouter do; for streams their pieces in order; Anthropic ``thinking`` parts of a
-  list content) comes first, as a block ``<|reasoning|>\\nREASONING``; the answer follows it as a
+  as vLLM and OpenRouter do; for streams their pieces in order; ``thinking`` parts of a list
+  content, Anthropic's a string, Mistral's a list of text parts) comes first, as a block ``<|reasoning|>\\nREASONING``; the answer follows it as a
   block ``<|assistant|>\\nTEXT`` (``\\n\\n`` between them), and is left out when it is empty (an
   answer cut short while the model was still reasoning).
 * The tool calls (``tool_calls``, the legacy ``function_call``, Anthropic ``tool_use`` parts) follow
   the content as the prompt's do: ``<|tool_call|>\\nNAME\\nARGUMENTS``, joined with ``\\n``. A
-  streamed call is its pieces joined per call (by ``index``): the name, and the arguments in order.
-* An Anthropic Messages answer (``content`` a list of blocks, no ``choices``) is read the same way.
+  streamed call is its pieces joined per call (by ``index``, else by ``id``, else the call of the
+  piece before): the name, and the arguments in order.
+* An Anthropic Messages answer (``content`` a list of blocks, no ``choices``) is read the same way,
+  and so is a Responses API answer (its ``output`` items: ``reasoning`` items' ``reasoning_text``
+  content, else their summary, as the reasoning; ``message`` items' ``output_text`` parts as the
+  content; ``function_call`` items as the tool calls).
 
 A response with none of these renders exactly as its content alone. When a response has several
 choices, each becomes a block ``<|choice N|>\\nTEXT`` joined with ``\\n\\n`` (every choice may
@@ -325,6 +333,11 @@ TABLES: Mapping[str, pa.Schema] = {
 }
 
 
+#: Content part types whose ``text`` is text: Chat Completions' and Anthropic's ``text``, the Responses
+#: API's ``input_text`` (a request) and ``output_text`` (an answer, or an earlier one resent).
+TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
+
+
 def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int]:
     """Text of one message ``content`` and how many non-text parts it had. With ``tool_parts`` (a
     prompt's content, not an answer's: where it is, for errors) Anthropic ``tool_use`` and
@@ -339,7 +352,7 @@ def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int
         for j, part in enumerate(content):
             if isinstance(part, str):
                 texts.append(part)
-            elif isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+            elif isinstance(part, Mapping) and part.get("type", "text") in TEXT_PARTS and isinstance(part.get("text"), str):
                 texts.append(part["text"])
             elif tool_parts and isinstance(part, Mapping) and part.get("type") == "tool_use":
                 texts.append(call_text(part.get("name"), part.get("input"), f"{tool_parts}[{j}]"))
@@ -361,16 +374,50 @@ def json_text(value: Any, where: str) -> str:
     """``value`` as compact JSON with sorted keys (non-ASCII text as it is): the same text every run.
 
     orjson writes at most 255 levels; the loader reads up to 1,024, so a deeper value (valid JSON a
-    client sent) is written by the standard library instead. Raises ``TypeError`` naming ``where`` only
-    for a value neither can write."""
+    client sent) is written by the standard library instead, and one deeper than it recurses (about
+    1,000 levels) without recursion. Raises ``TypeError`` naming ``where`` only for a value none can write."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode("utf-8")
     except orjson.JSONEncodeError:
         pass
     try:
         return json.dumps(value, default=str, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    except (RecursionError, TypeError, ValueError) as exc:
+    except RecursionError:
+        return _json_deep(value)
+    except (TypeError, ValueError) as exc:
         raise TypeError(f"{where} cannot be written as JSON ({type(exc).__name__})") from None
+
+
+class _Raw(str):
+    """Text :func:`_json_deep` writes as it is (a bracket, a separator, a key)."""
+
+
+def _json_deep(value: Any) -> str:
+    """What ``json.dumps`` with sorted keys and compact separators writes, for a value nested deeper than
+    it can recurse: the same text, built with a stack of what is left to write."""
+    out: list[str] = []
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, _Raw):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append("{")
+            todo.append(_Raw("}"))
+            keys = sorted(item, key=str)
+            for i in range(len(keys) - 1, -1, -1):
+                todo.append(item[keys[i]])
+                todo.append(_Raw(("," if i else "") + json.dumps(str(keys[i]), ensure_ascii=False) + ":"))
+        elif isinstance(item, list | tuple):
+            out.append("[")
+            todo.append(_Raw("]"))
+            for i in range(len(item) - 1, -1, -1):
+                todo.append(item[i])
+                if i:
+                    todo.append(_Raw(","))
+        else:
+            out.append(json.dumps(item, default=str, ensure_ascii=False))
+    return "".join(out)
 
 
 def call_text(name: Any, arguments: Any, where: str) -> str:
@@ -385,7 +432,7 @@ def _calls_text(msg: Mapping[str, Any], where: str) -> list[str]:
     texts: list[str] = []
     for key in ("function_call", "tool_calls"):
         value = msg.get(key)
-        if _absent(value):
+        if absent(value):
             continue
         for j, call in enumerate(value if isinstance(value, list) else [value]):
             at = f"{where}.{key}[{j}]" if isinstance(value, list) else f"{where}.{key}"
@@ -397,21 +444,22 @@ def _calls_text(msg: Mapping[str, Any], where: str) -> list[str]:
     return texts
 
 
-def _absent(value: Any) -> bool:
+def absent(value: Any) -> bool:
     """A request part that holds nothing: null, an empty string, list or object."""
     return value is None or (isinstance(value, str | list | Mapping) and not value)
 
 
 def request_parts(body: Mapping[str, Any]) -> tuple[Any, list[Any]]:
     """What a chat request body holds beside its messages that the model reads: its top-level
-    ``system`` and its tool definitions (``tools``, then the legacy ``functions``), for
-    :func:`render_request`."""
+    ``system`` (a Responses API request's ``instructions``) and its tool definitions (``tools``, then
+    the legacy ``functions``), for :func:`render_request`."""
     tools: list[Any] = []
     for key in ("tools", "functions"):
         value = body.get(key)
-        if not _absent(value):
+        if not absent(value):
             tools.extend(value if isinstance(value, list) else [value])
-    return body.get("system"), tools
+    system = body.get("system")
+    return (body.get("instructions") if absent(system) else system), tools
 
 
 def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
@@ -421,14 +469,19 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
     Returns the text, the number of non-text parts and the number of messages (each message, and
     the system and tools blocks when present). Raises ``TypeError`` (with a message fit for a
     quarantine row) when ``messages`` is not a list of message objects, or a part cannot be read.
+    A Responses API input list (items with a ``type`` and no ``role``) is read as its messages
+    (see :func:`_from_items`).
     """
     if not isinstance(messages, list):
         raise TypeError(f"messages is a {type(messages).__name__}, expected a list")
     blocks: list[str] = []
     nontext = 0
-    if not _absent(system):
+    if any(isinstance(m, Mapping) and "role" not in m and m.get("type") not in (None, "message") for m in messages):
+        messages, nontext = _from_items(messages)  # a Responses API input (LiteLLM logs it as the messages)
+    if not absent(system):
         if isinstance(system, str | list):
-            text, nontext = _content_text(system, tool_parts="system")
+            text, n = _content_text(system, tool_parts="system")
+            nontext += n
         else:
             text = json_text(system, "system")
         blocks.append(f"<|system|>\n{text}")
@@ -456,6 +509,49 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
     if tools_block is not None:  # no message after the system ones
         blocks.append(tools_block)
     return "\n\n".join(blocks), nontext, len(blocks)
+
+
+def is_responses_input(value: Any) -> bool:
+    """Whether a request body's ``input`` is a Responses API input: a string, or a list of items (objects).
+    An embeddings or moderation request's ``input`` may be a list of strings or of token ids: not a prompt."""
+    return isinstance(value, str) or (isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value))
+
+
+def render_responses_input(value: Any, instructions: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
+    """Render a Responses API request (``/v1/responses``) as :func:`render_request` renders a chat
+    request: its ``instructions`` as the top-level system, its tool definitions, and its ``input``, a
+    string (one user message) or a list of items (see :func:`render_request`). Raises ``TypeError``
+    as :func:`render_request` does."""
+    if isinstance(value, str):
+        return render_request([{"role": "user", "content": value}], instructions, tools)
+    if not isinstance(value, list):
+        raise TypeError(f"input is a {type(value).__name__}, expected a string or a list of items")
+    return render_request(value, instructions, tools)
+
+
+def _from_items(items: list[Any]) -> tuple[list[Any], int]:
+    """Responses API input items as chat messages, and how many carry no text. A message item (with a
+    ``role``) is a message; a ``function_call`` (or ``custom_tool_call``) item is an assistant message
+    holding that call; a ``function_call_output`` (``custom_tool_call_output``) item is a ``tool`` message
+    holding its output; a ``reasoning`` item is left out (as the reasoning of earlier turns is in a chat
+    request); any other (an item reference, a built-in tool's call) carries no text."""
+    messages: list[Any] = []
+    other = 0
+    for i, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        if not isinstance(item, Mapping) or "role" in item or kind in (None, "message"):
+            messages.append(item)  # a message (or not an object: render_request names it)
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item.get("arguments", item.get("input"))
+            messages.append({"role": "assistant", "content": None,
+                             "tool_calls": [{"function": {"name": item.get("name"), "arguments": arguments}}]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = item.get("output")
+            messages.append({"role": "tool", "content": output if output is None or isinstance(output, str | list)
+                             else json_text(output, f"input[{i}].output")})
+        elif kind != "reasoning":
+            other += 1
+    return messages, other
 
 
 def render_messages(messages: Sequence[Any]) -> tuple[str, int]:
@@ -502,10 +598,11 @@ def answer_parts(message: Mapping[str, Any], where: str) -> tuple[str, str, list
                 texts.append(part)
             elif not isinstance(part, Mapping):
                 continue
-            elif part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+            elif part.get("type", "text") in TEXT_PARTS and isinstance(part.get("text"), str):
                 texts.append(part["text"])
-            elif part.get("type") == "thinking" and isinstance(part.get("thinking"), str):
-                thoughts.append(part["thinking"])
+            elif part.get("type") == "thinking" and isinstance(part.get("thinking"), str | list):
+                # Anthropic's thinking is a string; Mistral's (Magistral) a list of text parts.
+                thoughts.append(part["thinking"] if isinstance(part["thinking"], str) else _content_text(part["thinking"])[0])
             elif part.get("type") == "tool_use":
                 calls.append(call_text(part.get("name"), part.get("input"), f"{where}.content[{j}]"))
         content, reasoning = "\n".join(texts), "\n".join(t for t in thoughts if t)

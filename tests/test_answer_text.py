@@ -157,3 +157,150 @@ def test_a_streamed_answer_with_reasoning_is_searched_whole(tmp_path: Path) -> N
     texts = {r["request_id"]: r["response_text"] for r in pq.read_table(case / "exchanges.parquet").to_pylist()}
     assert texts["think"] == f"<|reasoning|>\nThe user wants a summary. {LEAKED} so I should be brief.\n\n<|assistant|>\nHere is the summary you asked for."
     assert texts["call"] == f"<|tool_call|>\nsave_note\n{json.dumps({'note': LEAKED}, ensure_ascii=False)}"
+
+
+# --- the Responses API (/v1/responses): its requests and answers read as chat ones are ----------------------
+
+RESPONSES_BODY = {"model": MODEL, "instructions": "Answer briefly.", "tools": [{"type": "function", "name": "lookup"}], "input": [
+    {"role": "user", "content": [{"type": "input_text", "text": "What is due?"}, {"type": "input_image", "image_url": "data:,x"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "earlier thinking"}]},
+    {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"q": "invoices"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "Invoice 42 is due."},
+    {"type": "item_reference", "id": "msg_0"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Invoice 42."}]},
+    {"role": "user", "content": "And after that?"}]}
+RESPONSES_PROMPT = ('<|system|>\nAnswer briefly.\n\n<|tools|>\n{"name":"lookup","type":"function"}\n\n<|user|>\nWhat is due?\n\n'
+                    '<|assistant|>\n<|tool_call|>\nlookup\n{"q": "invoices"}\n\n<|tool|>\nInvoice 42 is due.\n\n'
+                    '<|assistant|>\nInvoice 42.\n\n<|user|>\nAnd after that?')
+
+
+def _responses_answer(rid: str, reported: int, text: str, reasoning: str = "", status: str = "completed") -> dict[str, Any]:
+    output: list[dict[str, Any]] = [{"type": "reasoning", "id": "rs_2", "summary": [],
+                                     "content": [{"type": "reasoning_text", "text": reasoning}]}] if reasoning else []
+    output += [{"type": "message", "id": "msg_1", "role": "assistant", "status": status,
+                "content": [{"type": "output_text", "text": text, "annotations": []}]},
+               {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": '{"q": "next"}'}]
+    return {"id": f"resp_{rid}", "object": "response", "model": MODEL, "status": status, "output": output,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "usage": {"input_tokens": reported, "input_tokens_details": {"cached_tokens": reported // 2}, "output_tokens": 9}}
+
+
+def test_a_responses_api_answer_renders_as_a_chat_answer() -> None:
+    text, finish, usage = response_text(_responses_answer("r", 812, "Invoice 43.", "Check the next one.", status="incomplete"))
+    assert text == ('<|reasoning|>\nCheck the next one.\n\n<|assistant|>\nInvoice 43.\n<|tool_call|>\nlookup\n{"q": "next"}')
+    assert finish == "max_output_tokens" and (usage["prompt_tokens"], usage["completion_tokens"]) == (812, 9)
+    summary_only = {"object": "response", "status": "completed", "output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "A summary."}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Yes."}, {"type": "refusal", "refusal": "x"}]}]}
+    assert response_text(summary_only)[:2] == ("<|reasoning|>\nA summary.\n\n<|assistant|>\nYes.", "completed")
+
+
+RESPONSES_GATEWAYS = ("litellm-spend-log", "openai-split", "helicone", "langfuse", "cloudflare-ai-gateway")
+
+
+@pytest.mark.parametrize("gateway", RESPONSES_GATEWAYS)
+def test_a_responses_api_exchange_is_read_from_every_gateway(tmp_path: Path, gateway: str) -> None:
+    """A /v1/responses request has ``input`` and ``instructions``, no ``messages``: split logs quarantined it,
+    the others kept it with no prompt text (its size unknown, its text out of the search), and its answer
+    (``output`` items) was no text either."""
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("resp", "acme", RESPONSES_BODY, 812)],
+                         answers={"resp": _responses_answer("resp", 812, "Invoice 43.")})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["prompt_text"], row["prompt_nontext_parts"], row["prompt_messages"]) == (RESPONSES_PROMPT, 2, 7)
+    assert row["response_text"] == 'Invoice 43.\n<|tool_call|>\nlookup\n{"q": "next"}'
+    assert row["reported_prompt_tokens"] == 812
+
+
+@pytest.mark.parametrize("gateway", ["openai-split", "helicone", "langfuse"])
+def test_a_leak_between_chat_and_responses_api_customers_is_found_both_ways(tmp_path: Path, gateway: str) -> None:
+    """A Responses API customer's passage leaks into a chat customer's answer, and a chat customer's into a
+    Responses API answer's reasoning: both were out of the search before."""
+    other = LEAKED.replace("Margarethe", "Ingeborg").replace("Halvorsen", "Brekkestad").replace("Quillfeather", "Osterwald")
+    requests = [("src-r", "initech", {"model": MODEL, "input": f"File this for me: {LEAKED}."}, 60),
+                ("src-c", "globex", {"model": MODEL, "messages": [{"role": "user", "content": f"Keep this: {other}."}]}, 60),
+                ("sus-c", "acme", {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}, 2600),
+                ("sus-r", "umbrella", {"model": MODEL, "input": PROMPT}, 2600)]
+    logs = _gateway_logs(tmp_path / "logs", gateway, requests,
+                         messages={"sus-c": {"role": "assistant", "content": f"Summary: {LEAKED} and no more."}},
+                         answers={"sus-r": _responses_answer("sus-r", 2600, "Nothing to add.", f"Recall that {other} fits.")})
+    cfg = _config(real_ceiling_tokens=2000)
+    case = tmp_path / "case"
+    api.ingest(case, [logs], config=cfg)
+    api.scan(case, cfg)
+    assert sorted(r["request_id"] for r in pq.read_table(case / "suspects.parquet").to_pylist()) == ["sus-c", "sus-r"]
+    api.match(case, cfg)
+    found = {(r["recipient_request_id"], r["source_request_id"], r["source_tenant_id"])
+             for r in pq.read_table(case / "evidence.parquet").to_pylist()}
+    assert found == {("sus-c", "src-r", "initech"), ("sus-r", "src-c", "globex")}
+
+
+# --- shapes an adversarial review found: each read as its unstreamed form is, none a lost record ----------
+
+@pytest.mark.parametrize("gateway", ["litellm-payload", "openai-split", "helicone"])
+def test_tool_call_arguments_nested_deeper_than_python_recurses_keep_the_record(tmp_path: Path, gateway: str) -> None:
+    """Arguments 1,010 levels deep (the loader reads 1,024; the standard library writes about 1,000) sent the
+    whole record to quarantine once answers' tool calls were rendered: the row, and its answer, were gone."""
+    message = {"role": "assistant", "content": "ok", "tool_calls": [{"id": "c", "type": "function",
+                                                                     "function": {"name": "f", "arguments": {"DEEP": 1}}}]}
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("deep", "acme", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}, 10)],
+                         {"deep": message})
+    deep = '{"k":' * 1010 + '"leaf"' + "}" * 1010  # more levels than json.dumps writes: spliced in as text
+    for path in logs.iterdir():
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace('{"DEEP": 1}', deep).replace('{\\"DEEP\\": 1}', deep.replace('"', '\\"')), encoding="utf-8")
+        assert "DEEP" not in path.read_text(encoding="utf-8")
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["response_text"].startswith('ok\n<|tool_call|>\nf\n{"k":{"k":') and row["response_text"].count('{"k":') == 1010
+
+
+# (delta or message, rendered): a whole message given as one streamed delta reads as it does unstreamed
+ODD: list[dict[str, Any]] = [
+    {"content": "", "function_call": {}},
+    {"content": None, "function_call": {}},
+    {"content": None, "tool_calls": {"function": {"name": "f", "arguments": "LEAK"}}},  # an object, not a list
+    {"content": None, "function_call": "LEAK"},
+    {"content": None, "tool_calls": [{"function": {"name": {"n": 1}, "arguments": "x"}}]},  # a name that is no string
+    {"content": None, "tool_calls": [{"kind": "custom", "payload": "LEAK"}]},  # a call of another shape
+    {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Mistral thinks"}]}, {"type": "text", "text": "Ok."}]},
+    {"content": None, "tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "a"}},
+                                     {"index": 1, "function": {"name": "g", "arguments": "b"}}]},
+]
+
+
+@pytest.mark.parametrize("message", ODD)
+def test_an_odd_message_reads_the_same_streamed_whole_or_unstreamed(message: dict[str, Any]) -> None:
+    unstreamed = response_text({"choices": [{"index": 0, "message": {"role": "assistant", **message}}]})[0]
+    assert chunks_text([{"choices": [{"index": 0, "delta": message}]}])[0] == unstreamed
+    assert "LEAK" not in json.dumps(message) or "LEAK" in unstreamed
+
+
+def test_streamed_parallel_calls_without_an_index_stay_apart_by_id() -> None:
+    chunks = [{"choices": [{"delta": {"tool_calls": [{"id": "a", "function": {"name": "get_weather", "arguments": '{"city":'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"function": {"arguments": '"Oslo"}'}}]}}]},  # no id: the call before
+              {"choices": [{"delta": {"tool_calls": [{"id": "b", "function": {"name": "get_time", "arguments": '{"tz":"CET"}'}}]}}]}]
+    assert chunks_text(chunks)[0] == '<|tool_call|>\nget_weather\n{"city":"Oslo"}\n<|tool_call|>\nget_time\n{"tz":"CET"}'
+
+
+def test_mistral_thinking_parts_are_reasoning() -> None:
+    message = {"role": "assistant", "content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Hm."}]},
+                                                {"type": "text", "text": "Yes."}]}
+    assert response_text({"choices": [{"message": message}]})[0] == "<|reasoning|>\nHm.\n\n<|assistant|>\nYes."
+
+
+def test_an_assistant_message_alone_and_responses_output_items_in_langfuse(tmp_path: Path) -> None:
+    """A mapping profile pointing at the message, and Langfuse output holding a Responses API answer's items,
+    read as no answer."""
+    assert response_text({"role": "assistant", "content": "A", "reasoning_content": "LEAK"})[0] == \
+        "<|reasoning|>\nLEAK\n\n<|assistant|>\nA"
+    output = [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Think."}]},
+              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Said."}]},
+              {"type": "function_call", "name": "f", "arguments": "{}"}]
+    logs = _gateway_logs(tmp_path / "logs", "langfuse", [("lf", "acme", {"model": MODEL, "messages": [{"role": "user", "content": "q"}]}, 10)],
+                         answers={"lf": output})  # type: ignore[dict-item]
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["response_text"], row["problems"]) == ("<|reasoning|>\nThink.\n\n<|assistant|>\nSaid.\n<|tool_call|>\nf\n{}", None)

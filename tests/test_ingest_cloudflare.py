@@ -280,7 +280,7 @@ def test_an_answer_that_cannot_be_read_is_noted_in_problems(tmp_path: Path) -> N
     # empty text for an empty answer.
     sse = ('data: {"choices": [{"index": 0, "delta": {"content": "A"}}]}\n\ndata: {broken\n\n'
            'data: {"choices": [{"index": 0, "delta": {"content": "C"}}]}\n\ndata: [DONE]\n\n')
-    other = {"id": "resp_1", "object": "response", "output": [{"type": "message", "content": [{"type": "output_text", "text": "x"}]}]}
+    other = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}]}
     path = write(tmp_path / "logs.jsonl", [log(1, response=sse), log(2, provider="openai", response=other), log(3)], "jsonl")
     _, q, x = ingest(tmp_path, path)
     assert q == [] and [(r["response_text"], r["response_truncated"]) for r in x] == [(None, True), (None, False), ("hi", False)]
@@ -330,3 +330,37 @@ def test_one_simulated_incident_gives_the_same_suspects_and_notifications_as_lit
     assert len(_rows(litellm / "suspects.csv", suspects)) > 5
     notified = ("tenant_id", "role", "tier", "request_ids", "n_findings", "highest_severity", "severity_kinds")
     assert _rows(litellm / "notifications.csv", notified) == _rows(cloudflare_report / "notifications.csv", notified)
+
+
+def _sse(*events: Any) -> str:
+    return "".join(f"event: {e.get('type', 'x')}\ndata: {json.dumps(e)}\n\n" for e in events)
+
+
+def test_an_anthropic_or_responses_api_event_stream_is_read_and_an_unknown_one_is_noted(tmp_path: Path) -> None:
+    """A streamed answer that is not ChatCompletion chunks (Anthropic's Messages events, the Responses API's)
+    read as an empty answer with nothing in problems: a leak in it was silently never searched."""
+    anthropic = _sse(
+        {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 12}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "see."}},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Here it is."}},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "t1", "name": "save", "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '{"note": '}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": '"ship it"}'}},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}},
+        {"type": "message_stop"})
+    completed = {"object": "response", "status": "completed", "output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "From responses."}]}]}
+    responses = _sse({"type": "response.created", "response": {"status": "in_progress", "output": []}},
+                     {"type": "response.output_text.delta", "delta": "From "},
+                     {"type": "response.completed", "response": completed})
+    unknown = _sse({"type": "something.else", "payload": "x"})
+    path = write(tmp_path / "logs.jsonl", [log(1, provider="anthropic", response=anthropic), log(2, response=responses),
+                                          log(3, response=unknown)], "jsonl")
+    _, q, x = ingest(tmp_path, path)
+    assert q == [] and [(r["response_text"], r["finish_reason"], r["problems"]) for r in x] == [
+        ('<|reasoning|>\nLet me see.\n\n<|assistant|>\nHere it is.\n<|tool_call|>\nsave\n{"note": "ship it"}', "tool_use", None),
+        ("From responses.", "completed", None),
+        (None, None, "response is an event stream of a shape not known to hold the answer; response text unknown")]

@@ -146,6 +146,31 @@ def test_a_reasoning_models_answer_is_searched_in_its_reasoning_too(serve: Serve
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_nested_too_deep_is_an_error_not_a_traceback(serve: Serve, stream: bool) -> None:
+    """A hostile server's answer of 100,000 nested arrays made the JSON reader recurse past Python's limit."""
+    srv = serve("healthy")
+    deep = b"[" * 100_000 + b"]" * 100_000
+    _answer_above(srv, POOL, lambda handler, body: _send(handler, b"data: " + deep + b"\n\n" if body["stream"] else deep,
+                                                         "text/event-stream" if body["stream"] else "application/json"))
+    rec = _by_label(probe(_settings(srv, stream=stream)))["L0.9-p1a"]
+    assert rec.flags == ["error"] and "nested too deep" in (rec.error or "")
+
+
+def test_mistral_thinking_parts_are_searched(serve: Serve) -> None:
+    """Magistral writes its reasoning as a content part ``{"type": "thinking", "thinking": [text parts]}``."""
+    srv = serve("buggy")
+
+    def thinking(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        stale = srv.engine.pool[len(srv.engine.pool) // 3:]
+        parts = [{"type": "thinking", "thinking": [{"type": "text", "text": srv.engine.answer(stale)}]}, {"type": "text", "text": "ok"}]
+        _send(handler, _completion(srv, body, parts, usage={"prompt_tokens": 1, "completion_tokens": 9}))
+
+    _answer_above(srv, POOL, thinking)
+    recs = _by_label(probe(_settings(srv)))
+    assert "leak" in recs["L0.9-p1a"].flags and list(recs["L0.9-p1a"].foreign) == ["L0.5-p1b"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_healthy_server_is_clean(serve: Serve, stream: bool, capsys: pytest.CaptureFixture[str]) -> None:
     srv = serve("healthy")
     result = probe(_settings(srv, stream=stream))

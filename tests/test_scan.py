@@ -554,16 +554,18 @@ GATEWAYS = ("litellm-spend-log", "litellm-payload", "openai-split", "helicone", 
 
 
 def _gateway_logs(folder: Path, gateway: str, requests: list[tuple[str, str, dict[str, Any], int]],
-                  messages: dict[str, dict[str, Any]] | None = None) -> Path:
+                  messages: dict[str, dict[str, Any]] | None = None, answers: dict[str, dict[str, Any]] | None = None) -> Path:
     """``requests`` (id, tenant, request body, the gateway's prompt_tokens) as ``gateway`` logs them, in ``folder``;
-    each answered with its assistant message in ``messages`` (by id; "Done." when absent)."""
+    each answered with its assistant message in ``messages`` (by id; "Done." when absent), or with its whole
+    answer in ``answers`` (a Responses API answer, say)."""
     folder.mkdir(parents=True)
     lines: dict[str, list[dict[str, Any]]] = {}
     for n, (rid, tenant, body, reported) in enumerate(requests):
         start = f"2026-08-29T10:0{n}:00"
         message = (messages or {}).get(rid, {"role": "assistant", "content": "Done."})
-        answer = {"id": rid, "object": "chat.completion", "model": MODEL, "usage": {"prompt_tokens": reported, "completion_tokens": 5},
-                  "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        answer = (answers or {}).get(rid) or {
+            "id": rid, "object": "chat.completion", "model": MODEL, "usage": {"prompt_tokens": reported, "completion_tokens": 5},
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
         if gateway == "litellm-spend-log":
             lines.setdefault("spend.jsonl", []).append(_spend_row(rid, tenant, start, reported, "Done.") | {"proxy_server_request": body, "response": answer})
         elif gateway == "litellm-payload":  # LiteLLM puts a system string into the messages, the tools into model_parameters
@@ -585,7 +587,7 @@ def _gateway_logs(folder: Path, gateway: str, requests: list[tuple[str, str, dic
             lines.setdefault("observations.jsonl", []).append({
                 "id": rid, "trace_id": f"t-{rid}", "type": "GENERATION", "start_time": start.replace("T", " ") + ".000000",
                 "end_time": start.replace("T", " ") + ".500000", "input": {k: v for k, v in body.items() if k != "model"},
-                "output": message, "provided_model_name": MODEL,
+                "output": (answers or {}).get(rid) or message, "provided_model_name": MODEL,
                 "usage_details": {"input": reported, "output": 5}, "project_id": tenant})
         else:
             lines.setdefault("logs.jsonl", []).append({

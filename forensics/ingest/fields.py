@@ -255,6 +255,10 @@ def truncation(text: str) -> tuple[bool, int, int]:
     return True, visible + skipped, int(round(visible_bytes + skipped * ratio))
 
 
+#: An object holding one of these (and a role) is an assistant message: its text, reasoning or tool calls.
+ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_content", "reasoning"))
+
+
 def message_text(message: Any, where: str = "response") -> str:
     """The answer text of a ChatCompletion ``message`` (or an Anthropic Messages answer): its
     reasoning, content and tool calls, rendered as forensics.schema describes."""
@@ -289,6 +293,10 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
             # An Anthropic Messages answer: its content blocks are the answer (text, thinking, tool use).
             stop = resp.get("stop_reason")
             return message_text(resp, field), stop if isinstance(stop, str) else None, dict(usage)
+        if isinstance(resp.get("output"), list):
+            return _responses_answer(resp["output"], resp, field), _responses_finish(resp), _responses_usage(usage)
+        if "role" in resp and not ANSWER_KEYS.isdisjoint(resp):  # the assistant message alone
+            return message_text(resp, field), None, dict(usage)
         return None, None, dict(usage)
     if not isinstance(choices, list):
         raise RecordError(f"{field}.choices is a {type(choices).__name__}, expected a list")
@@ -309,6 +317,103 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
             finish = choice["finish_reason"]
     text = schema.render_choices(texts[k] for k in sorted(texts)) if texts else ""
     return text, finish, dict(usage)
+
+
+def _responses_answer(output: list[Any], resp: Mapping[str, Any], field: str) -> str:
+    """The answer text of a Responses API answer's ``output`` items: its messages' text, its reasoning
+    items' text (their ``reasoning_text`` content, else their summary) and its function calls, rendered
+    as a chat answer is (see forensics.schema)."""
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: list[str] = []
+    try:
+        for i, item in enumerate(output):
+            if not isinstance(item, Mapping):
+                continue
+            kind, where = item.get("type"), f"{field}.output[{i}]"
+            if kind == "message" or "role" in item:
+                text, thought, item_calls = schema.answer_parts(item, where)
+                content.extend([text] if text else [])
+                reasoning.extend([thought] if thought else [])
+                calls.extend(item_calls)
+            elif kind == "reasoning":
+                for key in ("content", "summary"):
+                    parts = item.get(key)
+                    texts = [p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str)] \
+                        if isinstance(parts, list) else []
+                    if any(texts):
+                        reasoning.append("\n".join(texts))
+                        break
+            elif kind in ("function_call", "custom_tool_call"):
+                calls.append(schema.call_text(item.get("name"), item.get("arguments", item.get("input")), where))
+    except TypeError as exc:
+        raise RecordError(str(exc)) from None
+    return schema.render_answer("\n".join(content), "\n".join(reasoning), calls)
+
+
+def _responses_finish(resp: Mapping[str, Any]) -> str | None:
+    """A Responses API answer's finish: why it is incomplete (``max_output_tokens``), else its status."""
+    details = resp.get("incomplete_details")
+    if resp.get("status") == "incomplete" and isinstance(details, Mapping) and isinstance(details.get("reason"), str):
+        return str(details["reason"])
+    status = resp.get("status")
+    return status if isinstance(status, str) else None
+
+
+def _responses_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """A Responses API answer's usage with the chat names beside its own: its ``input_tokens`` count the
+    whole prompt, cached tokens included (``input_tokens_details.cached_tokens`` is a part of them)."""
+    named = dict(usage)
+    for theirs, ours in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        if theirs in named and ours not in named:
+            named[ours] = named[theirs]
+    return named
+
+
+def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, dict[str, Any]] | None:
+    """The answer of a streamed event list that is not ChatCompletion chunks: the Responses API's (its
+    ``response.completed`` event, or ``response.incomplete``, holds the whole answer) or Anthropic's
+    Messages stream (content blocks started, then grown by deltas: text, thinking and a tool use's JSON
+    input). None when the events are of neither kind."""
+    blocks: dict[int, dict[str, Any]] = {}
+    stop: str | None = None
+    usage: dict[str, Any] = {}
+    anthropic = False
+    for n, event in enumerate(events):
+        if not isinstance(event, Mapping):
+            continue
+        kind = event.get("type")
+        if kind in ("response.completed", "response.incomplete", "response.failed") and isinstance(event.get("response"), Mapping):
+            return response_text(event["response"], f"{field}[{n}].response")
+        index = event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), Mapping):
+            anthropic = True
+            got = event["message"].get("usage")
+            usage = dict(got) if isinstance(got, Mapping) else usage
+        elif kind == "content_block_start" and type(index) is int and isinstance(event.get("content_block"), Mapping):
+            anthropic = True
+            block = dict(event["content_block"])
+            if block.get("type") == "tool_use":
+                block["input"] = ""  # grown by its input_json_delta pieces: the JSON as the model wrote it
+            blocks[index] = block
+        elif kind == "content_block_delta" and type(index) is int and isinstance(event.get("delta"), Mapping):
+            anthropic = True
+            block = blocks.setdefault(index, {"type": "text", "text": ""})
+            for key, piece in (("text", "text"), ("thinking", "thinking"), ("input", "partial_json")):
+                value = event["delta"].get(piece)
+                if isinstance(value, str):
+                    before = block.get(key)
+                    block[key] = (before if isinstance(before, str) else "") + value
+        elif kind == "message_delta":
+            anthropic = True
+            delta, got = event.get("delta"), event.get("usage")
+            if isinstance(delta, Mapping) and isinstance(delta.get("stop_reason"), str):
+                stop = delta["stop_reason"]
+            if isinstance(got, Mapping):
+                usage.update(got)
+    if not anthropic:
+        return None
+    return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
 
 
 def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | None, dict[str, Any]]:
@@ -361,18 +466,25 @@ def _plain(delta: dict[str, Any]) -> bool:
 class _Streamed:
     """One choice of a streamed answer, gathered piece by piece."""
 
-    __slots__ = ("calls", "content", "reasoning")
+    __slots__ = ("calls", "content", "ids", "last", "reasoning")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        # (legacy function call or tool call, its index) -> [name, argument pieces]
-        self.calls: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
+        # key -> [name pieces, argument pieces, the call's first piece]; keys sort as the calls are
+        # rendered unstreamed: the legacy function call, then the tool calls by index (or by first sight)
+        self.calls: dict[tuple[int, int], tuple[list[str], list[str], Any]] = {}
+        self.ids: dict[str, tuple[int, int]] = {}
+        self.last: tuple[int, int] | None = None
 
     def add(self, delta: Any, where: str) -> None:
-        """The pieces of one ``delta`` (any shape; a whole ``message`` too)."""
+        """The pieces of one ``delta`` (any shape; a whole ``message`` too), read by the rules of an
+        unstreamed message (forensics.schema.answer_parts) piece by piece."""
         if not isinstance(delta, Mapping):
             return
+        reasoning = schema.reasoning_text(delta)
+        if reasoning:
+            self.reasoning.append(reasoning)
         content = delta.get("content")
         if isinstance(content, list):  # text parts (and a whole message's thinking and tool use)
             try:
@@ -383,54 +495,73 @@ class _Streamed:
             if thought:
                 self.reasoning.append(thought)
             for call in calls:
-                self.calls[(2, len(self.calls))] = ([call], [])
+                self.calls[(-1, len(self.calls))] = ([], [], call)  # Anthropic tool use parts come first, as unstreamed
         elif isinstance(content, str):
             self.content.append(content)
         elif content is not None:
             raise RecordError(f"response content is a {type(content).__name__}, expected a string")
-        reasoning = schema.reasoning_text(delta)
-        if reasoning:
-            self.reasoning.append(reasoning)
-        function_call = delta.get("function_call")
-        if isinstance(function_call, Mapping):
-            self._call((0, 0), function_call)
-        tool_calls = delta.get("tool_calls")
-        for j, call in enumerate(tool_calls if isinstance(tool_calls, list) else []):
-            if not isinstance(call, Mapping):
+        for kind, key in ((0, "function_call"), (1, "tool_calls")):
+            value = delta.get(key)
+            if schema.absent(value):
                 continue
-            k = call.get("index", j)
-            function = call.get("function")
-            self._call((1, k if type(k) is int else j), function if isinstance(function, Mapping) else call)
+            for j, call in enumerate(value if isinstance(value, list) else [value]):
+                self._piece(kind, call, f"{where}.delta.{key}[{j}]")
 
-    def _call(self, key: tuple[int, int], piece: Mapping[str, Any]) -> None:
-        name, arguments = self.calls.setdefault(key, ([], []))
-        got = piece.get("name")
-        # The name comes whole in a call's first piece; a server that repeats it in every piece adds nothing.
-        if isinstance(got, str) and got and "".join(name) != got:
-            name.append(got)
-        args = piece.get("arguments")
-        if isinstance(args, str):
-            arguments.append(args)
-        elif args is not None:
-            try:
-                arguments.append(schema.json_text(args, "tool_calls.arguments"))
-            except TypeError as exc:
-                raise RecordError(str(exc)) from None
+    def _piece(self, kind: int, call: Any, where: str) -> None:
+        """One piece of a call: the legacy function call is one call; a tool call is the one its ``index``
+        names, else its ``id``, else the call the pieces before it were of."""
+        function = call.get("function") if isinstance(call, Mapping) and "function" in call else call
+        if not (isinstance(function, Mapping) and ("name" in function or "arguments" in function)):
+            if not (isinstance(call, Mapping) and set(call) <= {"index", "id", "type", "function"}):
+                self.calls[(2, len(self.calls))] = ([], [], _whole_call(call, where))  # a call of another shape: all of it
+            return
+        index = call.get("index") if isinstance(call, Mapping) else None
+        ident = call.get("id") if isinstance(call, Mapping) else None
+        if kind == 0:
+            key = (0, 0)
+        elif type(index) is int:
+            key = (1, index)
+        elif isinstance(ident, str) and ident:
+            key = self.ids.setdefault(ident, (1, 1 << 62 | len(self.ids)))
+        else:
+            key = self.last if self.last is not None and self.last[0] == 1 else (1, 1 << 62 | len(self.ids))
+        self.last = key
+        name, arguments, _ = self.calls.setdefault(key, ([], [], None))
+        got, args = function.get("name"), function.get("arguments")
+        try:
+            piece = got if isinstance(got, str) or got is None else schema.json_text(got, where)
+            # The name comes whole in a call's first piece; a server that repeats it in every piece adds nothing.
+            if piece and "".join(name) != piece:
+                name.append(piece)
+            if isinstance(args, str):
+                arguments.append(args)
+            elif args is not None:
+                arguments.append(schema.json_text(args, where))
+        except TypeError as exc:
+            raise RecordError(str(exc)) from None
 
     def text(self) -> str:
         """The choice's answer text (see forensics.schema)."""
         calls: list[str] = []
         for key in sorted(self.calls):
-            name, arguments = self.calls[key]
-            calls.append(name[0] if key[0] == 2 else schema.call_text("".join(name), "".join(arguments), "tool_calls"))
+            name, arguments, whole = self.calls[key]
+            calls.append(whole if whole is not None else schema.call_text("".join(name), "".join(arguments), "tool_calls"))
         return schema.render_answer("".join(self.content), "".join(self.reasoning), calls)
+
+
+def _whole_call(call: Any, where: str) -> str:
+    """A call of another shape than ``{"function": {"name", "arguments"}}``, whole, as its unstreamed text."""
+    try:
+        return f"<|tool_call|>\n{schema.json_text(call, where)}"
+    except TypeError as exc:
+        raise RecordError(str(exc)) from None
 
 
 def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int, int]:
     """The prompt of an OpenAI-style request body: (text, non-text parts, messages) from its
     ``messages`` with what the model reads beside them (a top-level ``system``, tool definitions:
-    see forensics.schema), or from a legacy ``prompt``; (None, 0, 0) when it has neither. ``where``
-    names the body in errors (``request_body``, ``request``)."""
+    see forensics.schema), from a legacy ``prompt``, or from a Responses API ``input``; (None, 0, 0)
+    when it has none. ``where`` names the body in errors (``request_body``, ``request``)."""
     try:
         if "messages" in request:
             messages = request["messages"]
@@ -439,6 +570,8 @@ def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int
             return schema.render_request(messages, *schema.request_parts(request))
         if "prompt" in request:
             return schema.render_prompt(request["prompt"]), 0, 1
+        if schema.is_responses_input(request.get("input")):  # a Responses API request (/v1/responses)
+            return schema.render_responses_input(request["input"], *schema.request_parts(request))
     except TypeError as exc:
         raise RecordError(f"{where}.{exc}") from None
     return None, 0, 0

@@ -178,6 +178,8 @@ class ChatClient:
             if not isinstance(message, dict):
                 raise TypeError(message)
             content = message["content"] if "content" in message or not _reasoning(message) else None
+        except RecursionError:
+            return Reply(200, None, None, None, attempt, "HTTP 200 but the answer is JSON nested too deep to read")
         except (ValueError, KeyError, IndexError, TypeError):
             return Reply(200, None, None, None, attempt, "HTTP 200 without choices[0].message.content")
         try:
@@ -209,6 +211,8 @@ class ChatClient:
                 break
             try:
                 chunk = json.loads(data)
+            except RecursionError:
+                return Reply(200, None, None, None, attempt, "HTTP 200 but a stream chunk is JSON nested too deep to read")
             except ValueError:
                 return Reply(200, None, None, None, attempt, "stream chunk is not JSON")
             try:
@@ -294,6 +298,10 @@ def _text(value: Any, where: str) -> str:
             if not isinstance(part.get("text"), str):
                 raise _Malformed(f"{where} has a text part whose text is {json_name(part.get('text'))}")
             texts.append(part["text"])
+        elif part.get("type") == "thinking" and isinstance(part.get("thinking"), str | list):
+            # A reasoning model's thinking in the content (Anthropic: a string; Mistral: text parts).
+            thinking = part["thinking"]
+            texts.append(thinking if isinstance(thinking, str) else _text(thinking, f"{where} thinking"))
     return "".join(texts)
 
 
@@ -324,8 +332,7 @@ def _reasoning(message: dict[str, Any]) -> str:
 
 
 def _joined(reasoning: str, content: str) -> str:
-    # A line break between the two, so that a marker at the end of one and the start of the other
-    # are not read as one.
+    # Both are searched for markers, as one text (the search ignores what lies between markers).
     return f"{reasoning}\n{content}" if reasoning and content else reasoning or content
 
 

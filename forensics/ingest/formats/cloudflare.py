@@ -39,6 +39,7 @@ from forensics.ingest.fields import (
     as_str,
     body_prompt,
     chunks_text,
+    events_text,
     first_objects,
     get_path,
     json_string,
@@ -535,6 +536,12 @@ class CloudflareParser:
         if isinstance(response, str):
             if response.lstrip().startswith(("data:", "event:", ":")):  # the raw event stream of a streamed answer
                 items, cut = _sse_chunks(response, "response", problems)
+                if items and not any(isinstance(i, Mapping) and "choices" in i for i in items):
+                    got = events_text(items, "response")  # the Responses API's events, or Anthropic's
+                    if got is None:
+                        problems.append("response is an event stream of a shape not known to hold the answer; response text unknown")
+                        return None, None, {}, cut
+                    return (*got, cut)
                 streamed, finish, usage = chunks_text(items, "response")
                 return streamed, finish, usage, cut
             return response, None, {}, False  # a provider answering in plain text

@@ -30,6 +30,7 @@ from typing import Any
 from forensics import schema
 from forensics.ingest.base import FileContext, Output, Quarantined, SkippedRecord, prompt_fields, provenance
 from forensics.ingest.fields import (
+    ANSWER_KEYS,
     INT64_MAX,
     NoTenant,
     RecordError,
@@ -69,8 +70,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "model_parameters": ("model_parameters", "modelParameters"),
 }
 #: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
-#: An output holding one of these is an assistant message (its text, reasoning or tool calls).
-ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_content", "reasoning"))
+#: Output items of a Responses API answer.
+RESPONSES_ITEMS = frozenset(("message", "reasoning", "function_call", "custom_tool_call"))
 PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
 #: Langfuse's ``input`` and Anthropic's ``input_tokens`` leave out the prompt tokens served from (or written to)
 #: a cache, which these keys count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum:
@@ -274,10 +275,12 @@ class LangfuseParser:
                     return schema.render_request(messages, *schema.request_parts(request))
                 elif "prompt" in request:
                     return schema.render_prompt(request["prompt"]), 0, 1
+                elif schema.is_responses_input(request.get("input")):  # a Responses API call's parameters
+                    return schema.render_responses_input(request["input"], *schema.request_parts(request))
                 elif "role" in request and "content" in request:
                     request = [request]
                 else:
-                    raise RecordError("input is an object with neither messages, prompt nor role and content",
+                    raise RecordError("input is an object with neither messages, prompt, input nor role and content",
                                       fix="check that the export holds the model calls' inputs (GENERATION rows)")
             if isinstance(request, list):
                 return schema.render_request(request)
@@ -294,13 +297,15 @@ class LangfuseParser:
         if isinstance(response, str):
             return response, None, {}
         if isinstance(response, list):
+            if any(isinstance(m, Mapping) and m.get("type") in RESPONSES_ITEMS for m in response):
+                return response_text({"output": response}, "output")  # a Responses API answer's output items
             if all(isinstance(c, Mapping) and "choices" in c for c in response):
                 return chunks_text(response, "output")
             if all(isinstance(m, Mapping) and not ANSWER_KEYS.isdisjoint(m) for m in response):
                 return schema.render_choices(message_text(m, f"output[{i}]") for i, m in enumerate(response)), None, {}
         elif isinstance(response, Mapping):
-            if "choices" in response or ("error" in response and "content" not in response):
-                return response_text(response, "output")
+            if "choices" in response or isinstance(response.get("output"), list) or ("error" in response and "content" not in response):
+                return response_text(response, "output")  # a ChatCompletion or a Responses API answer
             if not ANSWER_KEYS.isdisjoint(response):
                 return message_text(response, "output"), None, {}
             if isinstance(response.get("text"), str):

@@ -173,6 +173,10 @@ class LiteLLMParser:
             messages = maybe_json(psr.get("messages"), "proxy_server_request.messages")
             if messages is None and "prompt" in psr:
                 messages = psr["prompt"]
+            elif messages is None and schema.is_responses_input(psr.get("input")):  # a Responses API request
+                messages = psr["input"]
+                if isinstance(messages, str):
+                    messages = [{"role": "user", "content": messages}]
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
         row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {})

@@ -90,8 +90,10 @@ class OpenAISplitParser:
                 prompt, nontext, n_messages = schema.render_request(messages, *schema.request_parts(body))
             elif "prompt" in body:
                 prompt, n_messages = schema.render_prompt(body["prompt"]), 1
+            elif schema.is_responses_input(body.get("input")):  # a Responses API request (/v1/responses)
+                prompt, nontext, n_messages = schema.render_responses_input(body["input"], *schema.request_parts(body))
             else:
-                raise RecordError("body has neither 'messages' nor 'prompt'")
+                raise RecordError("body has neither 'messages', 'prompt' nor a Responses API 'input'")
         except TypeError as exc:
             raise RecordError(f"body.{exc}") from None
         row: dict[str, Any] = {
