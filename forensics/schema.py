@@ -335,7 +335,7 @@ TABLES: Mapping[str, pa.Schema] = {
 
 #: Content part types whose ``text`` is text: Chat Completions' and Anthropic's ``text``, the Responses
 #: API's ``input_text`` (a request) and ``output_text`` (an answer, or an earlier one resent).
-TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
+TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 def _content_text(content: Any, tool_parts: str | None = None) -> tuple[str, int]:
@@ -476,7 +476,7 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
         raise TypeError(f"messages is a {type(messages).__name__}, expected a list")
     blocks: list[str] = []
     nontext = 0
-    if any(isinstance(m, Mapping) and "role" not in m and m.get("type") not in (None, "message") for m in messages):
+    if any(isinstance(m, Mapping) and "role" not in m and isinstance(m.get("type"), str) and m["type"] != "message" for m in messages):
         messages, nontext = _from_items(messages)  # a Responses API input (LiteLLM logs it as the messages)
     if not absent(system):
         if isinstance(system, str | list):
@@ -511,10 +511,47 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
     return "\n\n".join(blocks), nontext, len(blocks)
 
 
-def is_responses_input(value: Any) -> bool:
-    """Whether a request body's ``input`` is a Responses API input: a string, or a list of items (objects).
-    An embeddings or moderation request's ``input`` may be a list of strings or of token ids: not a prompt."""
-    return isinstance(value, str) or (isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value))
+#: Keys only a Responses API request body has beside its ``input`` (an embeddings, moderation or speech
+#: body has an ``input`` too, and a speech body ``instructions`` with its ``voice``).
+RESPONSES_REQUEST_KEYS = frozenset(("instructions", "previous_response_id", "max_output_tokens", "reasoning", "text",
+                                    "store", "conversation", "truncation", "include", "background", "tools", "tool_choice",
+                                    "parallel_tool_calls", "prompt_cache_key", "stream", "temperature", "top_p"))
+#: Body keys of the other requests that have an ``input``: embeddings, and speech.
+NOT_RESPONSES_KEYS = frozenset(("encoding_format", "dimensions", "voice", "input_type"))
+
+
+def is_responses_request(body: Mapping[str, Any], declared: bool = False) -> bool:
+    """Whether a request ``body`` is a Responses API request (``/v1/responses``): its ``input`` a list of
+    Responses items (each a message, with a ``role``, or an item of a Responses ``type``), or a string
+    beside a key only such a request has (or ``declared`` by the gateway, as LiteLLM's ``call_type``). An
+    embeddings, moderation or speech request's ``input`` (strings, token ids, or text and image parts) is
+    not a prompt."""
+    value = body.get("input")
+    if not NOT_RESPONSES_KEYS.isdisjoint(body):
+        return False
+    if isinstance(value, str):
+        return declared or not RESPONSES_REQUEST_KEYS.isdisjoint(body)
+    return isinstance(value, list) and bool(value) and all(_responses_item(v) for v in value)
+
+
+def _responses_item(item: Any) -> bool:
+    """A Responses API input item: a message (a ``role``) or an item of a Responses type."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    return "role" in item or (isinstance(kind, str) and (
+        kind in ("message", "reasoning", "item_reference") or kind.endswith(("_call", "_call_output"))))
+
+
+def is_responses_output(resp: Mapping[str, Any]) -> bool:
+    """Whether an answer is a Responses API answer: ``object`` is ``response``, or its ``output`` is a list
+    holding an item of a Responses type (another provider's ``output`` of strings is not)."""
+    output = resp.get("output")
+    if not isinstance(output, list):
+        return False
+    return resp.get("object") == "response" or any(
+        isinstance(item, Mapping) and isinstance(item.get("type"), str)
+        and item["type"] in ("message", "reasoning", "function_call", "custom_tool_call") for item in output)
 
 
 def render_responses_input(value: Any, instructions: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
@@ -538,7 +575,7 @@ def _from_items(items: list[Any]) -> tuple[list[Any], int]:
     messages: list[Any] = []
     other = 0
     for i, item in enumerate(items):
-        kind = item.get("type") if isinstance(item, Mapping) else None
+        kind = item.get("type") if isinstance(item, Mapping) and isinstance(item.get("type"), str) else None
         if not isinstance(item, Mapping) or "role" in item or kind in (None, "message"):
             messages.append(item)  # a message (or not an object: render_request names it)
         elif kind in ("function_call", "custom_tool_call"):

@@ -180,7 +180,7 @@ def _responses_answer(rid: str, reported: int, text: str, reasoning: str = "", s
     output += [{"type": "message", "id": "msg_1", "role": "assistant", "status": status,
                 "content": [{"type": "output_text", "text": text, "annotations": []}]},
                {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": '{"q": "next"}'}]
-    return {"id": f"resp_{rid}", "object": "response", "model": MODEL, "status": status, "output": output,
+    return {"id": f"resp_{rid}", "object": "response", "model": MODEL, "status": status, "error": None, "output": output,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "usage": {"input_tokens": reported, "input_tokens_details": {"cached_tokens": reported // 2}, "output_tokens": 9}}
 
@@ -218,10 +218,10 @@ def test_a_leak_between_chat_and_responses_api_customers_is_found_both_ways(tmp_
     """A Responses API customer's passage leaks into a chat customer's answer, and a chat customer's into a
     Responses API answer's reasoning: both were out of the search before."""
     other = LEAKED.replace("Margarethe", "Ingeborg").replace("Halvorsen", "Brekkestad").replace("Quillfeather", "Osterwald")
-    requests = [("src-r", "initech", {"model": MODEL, "input": f"File this for me: {LEAKED}."}, 60),
+    requests = [("src-r", "initech", {"model": MODEL, "input": f"File this for me: {LEAKED}.", "max_output_tokens": 400}, 60),
                 ("src-c", "globex", {"model": MODEL, "messages": [{"role": "user", "content": f"Keep this: {other}."}]}, 60),
                 ("sus-c", "acme", {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}, 2600),
-                ("sus-r", "umbrella", {"model": MODEL, "input": PROMPT}, 2600)]
+                ("sus-r", "umbrella", {"model": MODEL, "input": PROMPT, "max_output_tokens": 400}, 2600)]
     logs = _gateway_logs(tmp_path / "logs", gateway, requests,
                          messages={"sus-c": {"role": "assistant", "content": f"Summary: {LEAKED} and no more."}},
                          answers={"sus-r": _responses_answer("sus-r", 2600, "Nothing to add.", f"Recall that {other} fits.")})
@@ -304,3 +304,93 @@ def test_an_assistant_message_alone_and_responses_output_items_in_langfuse(tmp_p
     api.ingest(tmp_path / "case", [logs], config=_config())
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert (row["response_text"], row["problems"]) == ("<|reasoning|>\nThink.\n\n<|assistant|>\nSaid.\n<|tool_call|>\nf\n{}", None)
+
+
+# --- what a second review found ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gateway", RESPONSES_GATEWAYS)
+def test_a_responses_answer_carrying_error_null_is_no_failure(tmp_path: Path, gateway: str) -> None:
+    """Every Responses API answer carries ``"error": null``: it was read as an error body, its text lost and
+    the row marked failed."""
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("resp", "acme", RESPONSES_BODY, 1)],
+                         answers={"resp": _responses_answer("resp", 1, "Invoice 43.")})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["status"], row["response_text"].split("\n")[0], row["reported_prompt_tokens"]) == ("success", "Invoice 43.", 1)
+
+
+@pytest.mark.parametrize("gateway", ["helicone", "langfuse", "openai-split"])
+def test_a_part_or_item_type_that_is_no_string_is_no_error(tmp_path: Path, gateway: str) -> None:
+    """A content part's or an output item's ``type`` given as a list or an object raised "unhashable type" and
+    quarantined the record (and marked its neighbours damaged)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": [{"type": {"k": 1}, "text": "x"}, {"type": "text", "text": "hello"}]}]}
+    message = {"role": "assistant", "content": [{"type": ["x"], "text": "y"}, {"type": "text", "text": "fine"}]}
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("odd", "acme", body, 10)], {"odd": message})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["prompt_text"], row["response_text"]) == ("<|user|>\nhello", "fine")
+
+
+def test_an_output_of_strings_is_no_responses_answer() -> None:
+    """Another provider's ``{"output": [strings]}`` (Replicate) read as an empty Responses answer, silently."""
+    assert response_text({"status": "succeeded", "output": ["Hello", " world"]}) == (None, None, {})
+
+
+@pytest.mark.parametrize("gateway", ["openai-split", "helicone"])
+def test_stored_stream_events_of_another_api_are_read_or_left_unknown(tmp_path: Path, gateway: str) -> None:
+    """Split logs' ``chunks`` and Helicone's ``streamed_data`` holding Anthropic's or the Responses API's events
+    read as an empty answer; events of no known kind now leave the text unknown, not empty."""
+    anthropic = [{"type": "message_start", "message": {"usage": {"input_tokens": 5}}},
+                 {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "streamed words"}},
+                 {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}]
+    responses = [{"type": "response.completed", "response": _responses_answer("r", 7, "completed words")}]
+    unknown = [{"type": "something.else"}]
+    requests = [(rid, "acme", {"model": MODEL, "messages": [{"role": "user", "content": "q"}]}, 10) for rid in ("a", "r", "u")]
+    logs = _gateway_logs(tmp_path / "logs", gateway, requests)
+    for path in logs.iterdir():
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        for record, events in zip(records, (anthropic, responses, unknown)):
+            if gateway == "openai-split" and "body" in record and "status_code" in record:
+                del record["body"]
+                record["chunks"] = events
+            elif gateway == "helicone":
+                record["response_body"] = json.dumps({"streamed_data": events})
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    rows = {r["request_id"]: r["response_text"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert rows == {"a": "streamed words", "r": 'completed words\n<|tool_call|>\nlookup\n{"q": "next"}', "u": None}
+
+
+def test_streamed_calls_with_no_index_and_with_an_id_stay_apart() -> None:
+    chunks = [{"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": '{"x":1}'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"id": "call_b", "function": {"name": "g", "arguments": '{"y":2}'}}]}}]},
+              {"choices": [{"delta": {"tool_calls": [{"index": 1 << 62, "function": {"name": "h", "arguments": "{}"}}]}}]}]
+    assert chunks_text(chunks)[0] == '<|tool_call|>\nh\n{}\n<|tool_call|>\nf\n{"x":1}\n<|tool_call|>\ng\n{"y":2}'
+
+
+@pytest.mark.parametrize("gateway", ["litellm-spend-log", "helicone", "cloudflare-ai-gateway", "openai-split"])
+def test_an_embeddings_or_speech_input_is_no_prompt(tmp_path: Path, gateway: str) -> None:
+    """A string ``input`` became a chat prompt whatever the request: an embedded document was then a source of
+    leaks. Only a body with a key a Responses API request has makes it one."""
+    bodies = [("emb", {"model": "embed", "input": "secret doc", "encoding_format": "float"}),
+              ("tts", {"model": "tts", "input": "read this", "voice": "alloy", "instructions": "calm"}),
+              ("bare", {"model": "embed", "input": "secret doc"}),
+              ("resp", {"model": MODEL, "input": "a real question", "max_output_tokens": 50})]
+    logs = _gateway_logs(tmp_path / "logs", gateway, [(rid, "acme", body, 10) for rid, body in bodies])
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    rows = {r["request_id"]: r["prompt_text"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert rows.get("resp") == "<|user|>\na real question"
+    assert all(rows.get(rid) is None for rid in ("emb", "tts", "bare"))
+
+
+@pytest.mark.parametrize("gateway", ["litellm-spend-log", "helicone", "cloudflare-ai-gateway"])
+def test_a_bare_responses_request_is_known_by_its_answer(tmp_path: Path, gateway: str) -> None:
+    """The SDK's ``responses.create(model=..., input=...)`` sends nothing else: where the record holds the
+    answer, a Responses API answer says the ``input`` is a prompt."""
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("bare", "acme", {"model": MODEL, "input": "a real question"}, 10)],
+                         answers={"bare": _responses_answer("bare", 10, "An answer.")})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"] == "<|user|>\na real question"

@@ -259,6 +259,12 @@ def truncation(text: str) -> tuple[bool, int, int]:
 ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_content", "reasoning"))
 
 
+def error_body(value: Any) -> bool:
+    """An API error body: an ``error`` that is set, and no ``choices`` (a Responses API answer always
+    carries ``"error": null``)."""
+    return isinstance(value, Mapping) and "choices" not in value and value.get("error") not in (None, "", {})
+
+
 def message_text(message: Any, where: str = "response") -> str:
     """The answer text of a ChatCompletion ``message`` (or an Anthropic Messages answer): its
     reasoning, content and tool calls, rendered as forensics.schema describes."""
@@ -283,7 +289,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
         return chunks_text(resp, field)
     if not isinstance(resp, Mapping):
         raise RecordError(f"{field} is a {type(resp).__name__}, expected a ChatCompletion object or chunk list")
-    if "error" in resp and "choices" not in resp:
+    if error_body(resp):
         return None, None, {}
     choices = resp.get("choices")
     usage_value = resp.get("usage")
@@ -293,7 +299,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
             # An Anthropic Messages answer: its content blocks are the answer (text, thinking, tool use).
             stop = resp.get("stop_reason")
             return message_text(resp, field), stop if isinstance(stop, str) else None, dict(usage)
-        if isinstance(resp.get("output"), list):
+        if schema.is_responses_output(resp):
             return _responses_answer(resp["output"], resp, field), _responses_finish(resp), _responses_usage(usage)
         if "role" in resp and not ANSWER_KEYS.isdisjoint(resp):  # the assistant message alone
             return message_text(resp, field), None, dict(usage)
@@ -416,20 +422,25 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
     return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
 
 
-def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | None, dict[str, Any]]:
+def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, str | None, dict[str, Any]]:
     """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order (the
-    content, the reasoning, and each tool call's name and arguments), rendered as a whole answer."""
+    content, the reasoning, and each tool call's name and arguments), rendered as a whole answer.
+    A list of another API's stream events is read by :func:`events_text`; of an unknown kind, the
+    text is None (unknown, not an empty answer)."""
     # A streamed answer has a chunk per token or so: this loop runs hundreds of times per record,
     # so plain dicts with a string content and nothing else (the shape every export writes) take the
     # short way, and anything else the general checks of maybe_json / _Streamed.add, with the same results.
     answers: dict[int, _Streamed] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
+    events: list[Mapping[str, Any]] = []  # objects that are no chunk: another API's stream events
     for n, chunk in enumerate(chunks):
         if type(chunk) is not dict:
             chunk = maybe_json(chunk, f"{field}[{n}]")
             if not isinstance(chunk, Mapping):
                 raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
+        if "choices" not in chunk and isinstance(chunk.get("type"), str):
+            events.append(chunk)
         chunk_usage = chunk.get("usage")
         if chunk_usage is not None and isinstance(chunk_usage, Mapping):
             usage = dict(chunk_usage)
@@ -453,6 +464,8 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str, str | No
             reason = choice.get("finish_reason")
             if reason is not None and isinstance(reason, str):
                 finish = reason
+    if not answers and events:  # the Responses API's or Anthropic's events; of another kind, the text is unknown
+        return events_text(events, field) or (None, finish, usage)
     if not answers:
         return "", finish, usage
     return schema.render_choices(answers[k].text() for k in sorted(answers)), finish, usage
@@ -471,11 +484,12 @@ class _Streamed:
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        # key -> [name pieces, argument pieces, the call's first piece]; keys sort as the calls are
-        # rendered unstreamed: the legacy function call, then the tool calls by index (or by first sight)
-        self.calls: dict[tuple[int, int], tuple[list[str], list[str], Any]] = {}
-        self.ids: dict[str, tuple[int, int]] = {}
-        self.last: tuple[int, int] | None = None
+        # key -> (name pieces, argument pieces, the whole call's text for a call of another shape); keys sort
+        # as the calls are rendered unstreamed: content tool use parts, the legacy function call, the tool
+        # calls by index, then those with no index in the order first seen (by id, or none)
+        self.calls: dict[tuple[int, int, int], tuple[list[str], list[str], str | None]] = {}
+        self.ids: dict[str, tuple[int, int, int]] = {}
+        self.last: tuple[int, int, int] | None = None
 
     def add(self, delta: Any, where: str) -> None:
         """The pieces of one ``delta`` (any shape; a whole ``message`` too), read by the rules of an
@@ -495,7 +509,7 @@ class _Streamed:
             if thought:
                 self.reasoning.append(thought)
             for call in calls:
-                self.calls[(-1, len(self.calls))] = ([], [], call)  # Anthropic tool use parts come first, as unstreamed
+                self.calls[(-1, 0, len(self.calls))] = ([], [], call)  # Anthropic tool use parts come first, as unstreamed
         elif isinstance(content, str):
             self.content.append(content)
         elif content is not None:
@@ -513,18 +527,18 @@ class _Streamed:
         function = call.get("function") if isinstance(call, Mapping) and "function" in call else call
         if not (isinstance(function, Mapping) and ("name" in function or "arguments" in function)):
             if not (isinstance(call, Mapping) and set(call) <= {"index", "id", "type", "function"}):
-                self.calls[(2, len(self.calls))] = ([], [], _whole_call(call, where))  # a call of another shape: all of it
+                self.calls[(2, 0, len(self.calls))] = ([], [], _whole_call(call, where))  # a call of another shape: all of it
             return
         index = call.get("index") if isinstance(call, Mapping) else None
         ident = call.get("id") if isinstance(call, Mapping) else None
         if kind == 0:
-            key = (0, 0)
+            key = (0, 0, 0)
         elif type(index) is int:
-            key = (1, index)
+            key = (1, 0, index)
         elif isinstance(ident, str) and ident:
-            key = self.ids.setdefault(ident, (1, 1 << 62 | len(self.ids)))
-        else:
-            key = self.last if self.last is not None and self.last[0] == 1 else (1, 1 << 62 | len(self.ids))
+            key = self.ids.get(ident) or self._new_key(ident)
+        else:  # a piece of the call before it, or a call of its own with no index or id
+            key = self.last if self.last is not None and self.last[0] == 1 else self._new_key("")
         self.last = key
         name, arguments, _ = self.calls.setdefault(key, ([], [], None))
         got, args = function.get("name"), function.get("arguments")
@@ -539,6 +553,13 @@ class _Streamed:
                 arguments.append(schema.json_text(args, where))
         except TypeError as exc:
             raise RecordError(str(exc)) from None
+
+    def _new_key(self, ident: str) -> tuple[int, int, int]:
+        """A key for a tool call with no index, after every indexed one; remembered by its ``ident`` if it has one."""
+        key = (1, 1, sum(1 for k in self.calls if k[:2] == (1, 1)))
+        if ident:
+            self.ids[ident] = key
+        return key
 
     def text(self) -> str:
         """The choice's answer text (see forensics.schema)."""
@@ -557,11 +578,12 @@ def _whole_call(call: Any, where: str) -> str:
         raise RecordError(str(exc)) from None
 
 
-def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int, int]:
+def body_prompt(request: Mapping[str, Any], where: str, answer: Any = None) -> tuple[str | None, int, int]:
     """The prompt of an OpenAI-style request body: (text, non-text parts, messages) from its
     ``messages`` with what the model reads beside them (a top-level ``system``, tool definitions:
     see forensics.schema), from a legacy ``prompt``, or from a Responses API ``input``; (None, 0, 0)
-    when it has none. ``where`` names the body in errors (``request_body``, ``request``)."""
+    when it has none. ``where`` names the body in errors (``request_body``, ``request``); the record's
+    ``answer``, when it is a Responses API answer, says that a bare ``input`` is such a request's."""
     try:
         if "messages" in request:
             messages = request["messages"]
@@ -570,7 +592,8 @@ def body_prompt(request: Mapping[str, Any], where: str) -> tuple[str | None, int
             return schema.render_request(messages, *schema.request_parts(request))
         if "prompt" in request:
             return schema.render_prompt(request["prompt"]), 0, 1
-        if schema.is_responses_input(request.get("input")):  # a Responses API request (/v1/responses)
+        declared = isinstance(answer, Mapping) and schema.is_responses_output(answer)
+        if schema.is_responses_request(request, declared):  # a Responses API request (/v1/responses)
             return schema.render_responses_input(request["input"], *schema.request_parts(request))
     except TypeError as exc:
         raise RecordError(f"{where}.{exc}") from None

@@ -39,6 +39,7 @@ from forensics.ingest.fields import (
     as_str,
     body_prompt,
     chunks_text,
+    error_body,
     events_text,
     first_objects,
     get_path,
@@ -441,7 +442,7 @@ class CloudflareParser:
             raise RecordError(f"request is a {type(request).__name__}, expected the chat request object")
         request = request or {}
         response, response_cut = self._side(obj, "response", problems)
-        prompt, nontext, n_messages = body_prompt(request, "request")
+        prompt, nontext, n_messages = body_prompt(request, "request", response)
         text, finish, usage, stream_cut = self._response(response, problems)
         response_cut = response_cut or stream_cut
         code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)
@@ -454,7 +455,7 @@ class CloudflareParser:
             completion = opt_count(usage.get("completion_tokens"), "response.usage.completion_tokens", problems)
         success = obj.get("success")
         failed = (success is False or (code is not None and code >= 400)
-                  or (isinstance(response, Mapping) and "error" in response and "choices" not in response))
+                  or error_body(response))
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
         stream = request.get("stream")
         row: dict[str, Any] = {

@@ -27,6 +27,7 @@ from forensics.ingest.fields import (
     as_str,
     body_prompt,
     chunks_text,
+    error_body,
     first_objects,
     get_path,
     json_string,
@@ -189,7 +190,7 @@ class HeliconeParser:
             problems.append("request_body is cut short (its JSON ends early); the prompt text is unknown")
         if cut:
             problems.append("response_body is cut short (its JSON ends early); the response text is unknown")
-        prompt, nontext, n_messages = body_prompt(request, "request_body")
+        prompt, nontext, n_messages = body_prompt(request, "request_body", response)
         text, finish, usage = self._response(response)
         status = obj.get("status", obj.get("response_status"))
         # Helicone writes -1 (and other negatives) for a request that never got a response.
@@ -201,7 +202,7 @@ class HeliconeParser:
         if completion is None:
             completion = opt_count(usage.get("completion_tokens"), "response_body.usage.completion_tokens", problems)
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
-        failed = (code is not None and (code < 0 or code >= 400)) or (isinstance(response, Mapping) and "error" in response)
+        failed = (code is not None and (code < 0 or code >= 400)) or error_body(response)
         stream = request.get("stream")
         row: dict[str, Any] = {
             "request_id": request_id,

@@ -36,6 +36,7 @@ from forensics.ingest.fields import (
     RecordError,
     as_str,
     chunks_text,
+    error_body,
     first_objects,
     get_path,
     json_string,
@@ -70,8 +71,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "model_parameters": ("model_parameters", "modelParameters"),
 }
 #: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
-#: Output items of a Responses API answer.
-RESPONSES_ITEMS = frozenset(("message", "reasoning", "function_call", "custom_tool_call"))
 PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
 #: Langfuse's ``input`` and Anthropic's ``input_tokens`` leave out the prompt tokens served from (or written to)
 #: a cache, which these keys count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum:
@@ -221,7 +220,7 @@ class LangfuseParser:
             stream = stream.lower() == "true"  # Langfuse keeps model parameters as strings
 
         level = opt_str(obj, "level")
-        failed = (level or "").upper() == "ERROR" or (isinstance(response, Mapping) and "error" in response and "choices" not in response)
+        failed = (level or "").upper() == "ERROR" or error_body(response)
         model_value, model_key = _field(obj, "model")
         user_value, user_key = _field(obj, "user_id")
         # No end and no output: an observation still open when exported (the call never answered).
@@ -275,7 +274,7 @@ class LangfuseParser:
                     return schema.render_request(messages, *schema.request_parts(request))
                 elif "prompt" in request:
                     return schema.render_prompt(request["prompt"]), 0, 1
-                elif schema.is_responses_input(request.get("input")):  # a Responses API call's parameters
+                elif schema.is_responses_request(request):  # a Responses API call's parameters
                     return schema.render_responses_input(request["input"], *schema.request_parts(request))
                 elif "role" in request and "content" in request:
                     request = [request]
@@ -297,14 +296,14 @@ class LangfuseParser:
         if isinstance(response, str):
             return response, None, {}
         if isinstance(response, list):
-            if any(isinstance(m, Mapping) and m.get("type") in RESPONSES_ITEMS for m in response):
+            if schema.is_responses_output({"output": response}):
                 return response_text({"output": response}, "output")  # a Responses API answer's output items
             if all(isinstance(c, Mapping) and "choices" in c for c in response):
                 return chunks_text(response, "output")
             if all(isinstance(m, Mapping) and not ANSWER_KEYS.isdisjoint(m) for m in response):
                 return schema.render_choices(message_text(m, f"output[{i}]") for i, m in enumerate(response)), None, {}
         elif isinstance(response, Mapping):
-            if "choices" in response or isinstance(response.get("output"), list) or ("error" in response and "content" not in response):
+            if "choices" in response or schema.is_responses_output(response) or (error_body(response) and "content" not in response):
                 return response_text(response, "output")  # a ChatCompletion or a Responses API answer
             if not ANSWER_KEYS.isdisjoint(response):
                 return message_text(response, "output"), None, {}

@@ -173,7 +173,7 @@ class LiteLLMParser:
             messages = maybe_json(psr.get("messages"), "proxy_server_request.messages")
             if messages is None and "prompt" in psr:
                 messages = psr["prompt"]
-            elif messages is None and schema.is_responses_input(psr.get("input")):  # a Responses API request
+            elif messages is None and schema.is_responses_request(psr, declared=_responses_call(obj)):
                 messages = psr["input"]
                 if isinstance(messages, str):
                     messages = [{"role": "user", "content": messages}]
@@ -198,6 +198,12 @@ class LiteLLMParser:
         if event == "failure":
             row["status"] = "failure"
         return row
+
+
+def _responses_call(obj: Mapping[str, Any]) -> bool:
+    """Whether a spend-log row is of a Responses API call: its ``call_type``, or its answer's shape."""
+    response = obj.get("response")
+    return "responses" in str(obj.get("call_type")) or (isinstance(response, Mapping) and schema.is_responses_output(response))
 
 
 _parser = LiteLLMParser()

@@ -30,7 +30,7 @@ from forensics.config import PROFILE_PROMPT_KEYS as PROMPT_KEYS
 from forensics.config import PROFILE_REQUIRED, CaseConfig, Profile
 from forensics.errors import ConfigError
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
-from forensics.ingest.fields import RecordError, json_value, loads_object, opt_count, response_text, truncation, whole_number
+from forensics.ingest.fields import RecordError, error_body, json_value, loads_object, opt_count, response_text, truncation, whole_number
 from forensics.ingest.formats.helicone import CSV_ERROR
 from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
@@ -430,7 +430,7 @@ def _response(rec: _Record) -> tuple[str | None, str | None, dict[str, Any], boo
                 text, finish, usage = response_text(value, f"profile key response_text ({path!r})")
             except RecordError as exc:
                 raise rec.fail("response_text", str(exc).split(". Fix:")[0]) from None
-            error = isinstance(value, Mapping) and "error" in value and "choices" not in value
+            error = error_body(value)
         else:
             raise rec.fail("response_text", f"a {type(value).__name__}, expected text, a ChatCompletion object or a chunk list")
         if text:

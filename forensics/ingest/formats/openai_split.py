@@ -16,6 +16,7 @@ from forensics.ingest.fields import (
     RecordError,
     as_str,
     chunks_text,
+    error_body,
     first_objects,
     loads_object,
     maybe_json,
@@ -90,7 +91,7 @@ class OpenAISplitParser:
                 prompt, nontext, n_messages = schema.render_request(messages, *schema.request_parts(body))
             elif "prompt" in body:
                 prompt, n_messages = schema.render_prompt(body["prompt"]), 1
-            elif schema.is_responses_input(body.get("input")):  # a Responses API request (/v1/responses)
+            elif schema.is_responses_request(body):  # a Responses API request (/v1/responses)
                 prompt, nontext, n_messages = schema.render_responses_input(body["input"], *schema.request_parts(body))
             else:
                 raise RecordError("body has neither 'messages', 'prompt' nor a Responses API 'input'")
@@ -126,7 +127,7 @@ class OpenAISplitParser:
             stream = None
         body = maybe_json(obj.get("body"), "body")
         model = body.get("model") if isinstance(body, Mapping) and isinstance(body.get("model"), str) else None
-        failed = (status_code is not None and status_code >= 400) or (isinstance(body, Mapping) and "error" in body)
+        failed = (status_code is not None and status_code >= 400) or error_body(body)
         return {
             "request_id": request_id,
             "model_routed": model,
