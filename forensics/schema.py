@@ -531,16 +531,18 @@ def is_responses_request(body: Mapping[str, Any], declared: bool = False) -> boo
         return False
     if isinstance(value, str):
         return declared or not RESPONSES_REQUEST_KEYS.isdisjoint(body)
-    return isinstance(value, list) and bool(value) and all(_responses_item(v) for v in value)
-
-
-def _responses_item(item: Any) -> bool:
-    """A Responses API input item: a message (a ``role``) or an item of a Responses type."""
-    if not isinstance(item, Mapping):
+    if not (isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value)):
         return False
-    kind = item.get("type")
-    return "role" in item or (isinstance(kind, str) and (
-        kind in ("message", "reasoning", "item_reference") or kind.endswith(("_call", "_call_output"))))
+    if declared or not RESPONSES_REQUEST_KEYS.isdisjoint(body):
+        return True
+    # A list of items: messages (a role), or items of any type (Responses adds new kinds: MCP listings,
+    # approvals, compactions) but content parts, which a multimodal moderation input is.
+    return any("role" in v for v in value) or all(
+        isinstance(v.get("type"), str) and v["type"] not in CONTENT_PART_TYPES for v in value)
+
+
+#: Content part types: a list of these alone is a moderation or embeddings input, not Responses items.
+CONTENT_PART_TYPES = ("text", "image_url", "image", "input_text", "input_image", "audio", "input_audio", "file")
 
 
 def is_responses_output(resp: Mapping[str, Any]) -> bool:
@@ -569,19 +571,26 @@ def render_responses_input(value: Any, instructions: Any = None, tools: Sequence
 def _from_items(items: list[Any]) -> tuple[list[Any], int]:
     """Responses API input items as chat messages, and how many carry no text. A message item (with a
     ``role``) is a message; a ``function_call`` (or ``custom_tool_call``) item is an assistant message
-    holding that call; a ``function_call_output`` (``custom_tool_call_output``) item is a ``tool`` message
-    holding its output; a ``reasoning`` item is left out (as the reasoning of earlier turns is in a chat
-    request); any other (an item reference, a built-in tool's call) carries no text."""
+    holding that call, and so is another ``*_call`` item with a name or arguments (an MCP tool's call the
+    server ran, followed by its ``output`` as a ``tool`` message); a ``function_call_output``
+    (``custom_tool_call_output``) item is a ``tool`` message holding its output; a ``reasoning`` item is
+    left out (as the reasoning of earlier turns is in a chat request); any other (an item reference, a
+    tool listing) carries no text."""
     messages: list[Any] = []
     other = 0
     for i, item in enumerate(items):
         kind = item.get("type") if isinstance(item, Mapping) and isinstance(item.get("type"), str) else None
         if not isinstance(item, Mapping) or "role" in item or kind in (None, "message"):
             messages.append(item)  # a message (or not an object: render_request names it)
-        elif kind in ("function_call", "custom_tool_call"):
+        elif kind in ("function_call", "custom_tool_call") or (
+                isinstance(kind, str) and kind.endswith("_call") and ("name" in item or "arguments" in item)):
             arguments = item.get("arguments", item.get("input"))
             messages.append({"role": "assistant", "content": None,
                              "tool_calls": [{"function": {"name": item.get("name"), "arguments": arguments}}]})
+            if kind not in ("function_call", "custom_tool_call") and not absent(item.get("output")):
+                output = item["output"]  # a call the server ran itself (an MCP tool's): its output is in the item
+                messages.append({"role": "tool", "content": output if isinstance(output, str | list)
+                                 else json_text(output, f"input[{i}].output")})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output")
             messages.append({"role": "tool", "content": output if output is None or isinstance(output, str | list)

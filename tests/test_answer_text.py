@@ -367,7 +367,18 @@ def test_streamed_calls_with_no_index_and_with_an_id_stay_apart() -> None:
     chunks = [{"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": '{"x":1}'}}]}}]},
               {"choices": [{"delta": {"tool_calls": [{"id": "call_b", "function": {"name": "g", "arguments": '{"y":2}'}}]}}]},
               {"choices": [{"delta": {"tool_calls": [{"index": 1 << 62, "function": {"name": "h", "arguments": "{}"}}]}}]}]
-    assert chunks_text(chunks)[0] == '<|tool_call|>\nh\n{}\n<|tool_call|>\nf\n{"x":1}\n<|tool_call|>\ng\n{"y":2}'
+    assert chunks_text(chunks)[0] == '<|tool_call|>\nf\n{"x":1}\n<|tool_call|>\ng\n{"y":2}\n<|tool_call|>\nh\n{}'
+
+
+def test_streamed_calls_reusing_index_0_or_sent_whole_without_index_stay_apart() -> None:
+    """Ollama (and LiteLLM's ollama_chat) send every call at index 0 with its own id; some servers send whole
+    calls with neither: they were merged into one call ("read_file\n{...}{...}")."""
+    reused = [{"choices": [{"delta": {"tool_calls": [{"index": 0, "id": f"call_{n}", "function": {"name": "read_file", "arguments": args}}]}}]}
+              for n, args in ((1, '{"path":"a.rs"}'), (2, '{"path":"b.rs"}'))]
+    assert chunks_text(reused)[0] == '<|tool_call|>\nread_file\n{"path":"a.rs"}\n<|tool_call|>\nread_file\n{"path":"b.rs"}'
+    whole = {"content": None, "tool_calls": [{"function": {"name": "f", "arguments": '{"x":1}'}}, {"function": {"name": "g", "arguments": '{"y":2}'}}]}
+    assert chunks_text([{"choices": [{"delta": whole}]}])[0] == response_text({"choices": [{"message": whole}]})[0] == \
+        '<|tool_call|>\nf\n{"x":1}\n<|tool_call|>\ng\n{"y":2}'
 
 
 @pytest.mark.parametrize("gateway", ["litellm-spend-log", "helicone", "cloudflare-ai-gateway", "openai-split"])
@@ -394,3 +405,56 @@ def test_a_bare_responses_request_is_known_by_its_answer(tmp_path: Path, gateway
     api.ingest(tmp_path / "case", [logs], config=_config())
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert row["prompt_text"] == "<|user|>\na real question"
+
+
+# --- what a third review found -------------------------------------------------------------------------
+
+MCP_BODY = {"model": MODEL, "tools": [{"type": "mcp", "server_label": "git"}], "input": [
+    {"role": "user", "content": "list my repos"},
+    {"type": "mcp_list_tools", "server_label": "git", "tools": [{"name": "repos"}]},
+    {"type": "mcp_call", "name": "repos", "arguments": "{}", "output": "alpha, beta"},
+    {"role": "user", "content": "and the newest?"}]}
+
+
+@pytest.mark.parametrize("gateway", ["openai-split", "langfuse", "helicone"])
+def test_a_multi_turn_responses_input_with_new_item_kinds_is_read(tmp_path: Path, gateway: str) -> None:
+    """Items the Responses API added later (MCP listings and calls) made the whole input no prompt: split logs
+    and Langfuse quarantined it, the others kept no text."""
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("mcp", "acme", MCP_BODY, 10)])
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"] == ('<|tools|>\n{"server_label":"git","type":"mcp"}\n\n<|user|>\nlist my repos\n\n'
+                                  '<|assistant|>\n<|tool_call|>\nrepos\n{}\n\n<|tool|>\nalpha, beta\n\n<|user|>\nand the newest?')
+
+
+def test_langfuse_knows_a_bare_responses_input_by_its_output(tmp_path: Path) -> None:
+    logs = _gateway_logs(tmp_path / "logs", "langfuse", [("bare", "acme", {"model": MODEL, "input": "a real question"}, 10)],
+                         answers={"bare": _responses_answer("bare", 10, "An answer.")})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"] == "<|user|>\na real question"
+
+
+@pytest.mark.parametrize("gateway", ["openai-split", "helicone", "langfuse", "cloudflare-ai-gateway"])
+@pytest.mark.parametrize("body", [{"error": {}}, {"error": ""}, {"error": None, "detail": "upstream timeout"},
+                                  {"object": "response", "status": "failed", "error": {"code": "server_error"}, "output": []}])
+def test_an_error_body_still_marks_the_row_failed(tmp_path: Path, gateway: str, body: dict[str, Any]) -> None:
+    """An answer with an ``error`` key is an error, as it always was; only a Responses answer's null error is not."""
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("e", "acme", {"model": MODEL, "messages": [{"role": "user", "content": "q"}]}, 10)],
+                         answers={"e": body})
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert (row["status"], row["response_text"]) == ("failure", None)
+
+
+def test_a_responses_stream_cut_before_its_last_event_keeps_what_it_streamed() -> None:
+    done_item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "LEAKED passage"}]}
+    assert chunks_text([{"type": "response.created", "response": {}},
+                        {"type": "response.output_item.done", "item": done_item}])[0] == "LEAKED passage"
+    assert chunks_text([{"type": "response.created", "response": {}},
+                        {"type": "response.reasoning_text.delta", "delta": "Thinking "},
+                        {"type": "response.output_text.delta", "delta": "LEAKED "},
+                        {"type": "response.output_text.delta", "delta": "passage"}])[0] == \
+        "<|reasoning|>\nThinking \n\n<|assistant|>\nLEAKED passage"
+    # Chunks of another API with no type at all (Gemini's candidates): unknown, not an empty answer.
+    assert chunks_text([{"candidates": [{"content": {"parts": [{"text": "x"}]}}]}])[0] is None

@@ -260,9 +260,11 @@ ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_co
 
 
 def error_body(value: Any) -> bool:
-    """An API error body: an ``error`` that is set, and no ``choices`` (a Responses API answer always
-    carries ``"error": null``)."""
-    return isinstance(value, Mapping) and "choices" not in value and value.get("error") not in (None, "", {})
+    """An answer body with an ``error`` key: an API error, unless it is a Responses API answer (which
+    always carries ``"error"``, null when it succeeded, and its own ``status``)."""
+    if not (isinstance(value, Mapping) and "error" in value):
+        return False
+    return not schema.is_responses_output(value) or value.get("error") is not None or value.get("status") == "failed"
 
 
 def message_text(message: Any, where: str = "response") -> str:
@@ -289,7 +291,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
         return chunks_text(resp, field)
     if not isinstance(resp, Mapping):
         raise RecordError(f"{field} is a {type(resp).__name__}, expected a ChatCompletion object or chunk list")
-    if error_body(resp):
+    if error_body(resp) and "choices" not in resp:
         return None, None, {}
     choices = resp.get("choices")
     usage_value = resp.get("usage")
@@ -385,12 +387,18 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
     stop: str | None = None
     usage: dict[str, Any] = {}
     anthropic = False
+    items: list[Any] = []  # a Responses stream cut before its last event: the items it finished,
+    deltas: dict[str, list[str]] = {"content": [], "reasoning": []}  # else the text it streamed
     for n, event in enumerate(events):
         if not isinstance(event, Mapping):
             continue
         kind = event.get("type")
         if kind in ("response.completed", "response.incomplete", "response.failed") and isinstance(event.get("response"), Mapping):
             return response_text(event["response"], f"{field}[{n}].response")
+        if kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
+            items.append(event["item"])
+        elif kind in RESPONSES_DELTAS and isinstance(event.get("delta"), str):
+            deltas[RESPONSES_DELTAS[kind]].append(event["delta"])
         index = event.get("index")
         if kind == "message_start" and isinstance(event.get("message"), Mapping):
             anthropic = True
@@ -417,9 +425,18 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
                 stop = delta["stop_reason"]
             if isinstance(got, Mapping):
                 usage.update(got)
-    if not anthropic:
-        return None
-    return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
+    if anthropic:
+        return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
+    if items:
+        return _responses_answer(items, {}, field), None, {}
+    if deltas["content"] or deltas["reasoning"]:
+        return schema.render_answer("".join(deltas["content"]), "".join(deltas["reasoning"])), None, {}
+    return None
+
+
+#: The Responses API's streamed text events: which part of the answer each grows.
+RESPONSES_DELTAS = {"response.output_text.delta": "content", "response.reasoning_text.delta": "reasoning",
+                    "response.reasoning_summary_text.delta": "reasoning"}
 
 
 def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, str | None, dict[str, Any]]:
@@ -434,12 +451,15 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
     finish: str | None = None
     usage: dict[str, Any] = {}
     events: list[Mapping[str, Any]] = []  # objects that are no chunk: another API's stream events
+    chunked = False  # whether any object is a ChatCompletion chunk (has choices)
     for n, chunk in enumerate(chunks):
         if type(chunk) is not dict:
             chunk = maybe_json(chunk, f"{field}[{n}]")
             if not isinstance(chunk, Mapping):
                 raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
-        if "choices" not in chunk and isinstance(chunk.get("type"), str):
+        if "choices" in chunk:
+            chunked = True
+        elif isinstance(chunk.get("type"), str):
             events.append(chunk)
         chunk_usage = chunk.get("usage")
         if chunk_usage is not None and isinstance(chunk_usage, Mapping):
@@ -464,7 +484,7 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
             reason = choice.get("finish_reason")
             if reason is not None and isinstance(reason, str):
                 finish = reason
-    if not answers and events:  # the Responses API's or Anthropic's events; of another kind, the text is unknown
+    if chunks and not chunked:  # the Responses API's or Anthropic's events; of another kind, the text is unknown
         return events_text(events, field) or (None, finish, usage)
     if not answers:
         return "", finish, usage
@@ -479,17 +499,18 @@ def _plain(delta: dict[str, Any]) -> bool:
 class _Streamed:
     """One choice of a streamed answer, gathered piece by piece."""
 
-    __slots__ = ("calls", "content", "ids", "last", "reasoning")
+    __slots__ = ("calls", "content", "current", "ident", "last", "reasoning")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        # key -> (name pieces, argument pieces, the whole call's text for a call of another shape); keys sort
-        # as the calls are rendered unstreamed: content tool use parts, the legacy function call, the tool
-        # calls by index, then those with no index in the order first seen (by id, or none)
-        self.calls: dict[tuple[int, int, int], tuple[list[str], list[str], str | None]] = {}
-        self.ids: dict[str, tuple[int, int, int]] = {}
-        self.last: tuple[int, int, int] | None = None
+        # (group, arrival) -> (name pieces, argument pieces, the whole text of a call of another shape); the
+        # groups sort as an unstreamed message renders them: content tool use parts, the legacy function
+        # call, then the tool calls, each group in the order its calls first came
+        self.calls: dict[tuple[int, int], tuple[list[str], list[str], str | None]] = {}
+        self.current: dict[Any, tuple[int, int]] = {}  # the call a piece's index (or id) now stands for
+        self.ident: dict[tuple[int, int], str] = {}  # a call's id, once a piece gave one
+        self.last: tuple[int, int] | None = None
 
     def add(self, delta: Any, where: str) -> None:
         """The pieces of one ``delta`` (any shape; a whole ``message`` too), read by the rules of an
@@ -509,57 +530,60 @@ class _Streamed:
             if thought:
                 self.reasoning.append(thought)
             for call in calls:
-                self.calls[(-1, 0, len(self.calls))] = ([], [], call)  # Anthropic tool use parts come first, as unstreamed
+                self.calls[(0, len(self.calls))] = ([], [], call)
         elif isinstance(content, str):
             self.content.append(content)
         elif content is not None:
             raise RecordError(f"response content is a {type(content).__name__}, expected a string")
-        for kind, key in ((0, "function_call"), (1, "tool_calls")):
+        for group, key in ((1, "function_call"), (2, "tool_calls")):
             value = delta.get(key)
             if schema.absent(value):
                 continue
             for j, call in enumerate(value if isinstance(value, list) else [value]):
-                self._piece(kind, call, f"{where}.delta.{key}[{j}]")
+                self._piece(group, call, f"{where}.delta.{key}[{j}]")
 
-    def _piece(self, kind: int, call: Any, where: str) -> None:
-        """One piece of a call: the legacy function call is one call; a tool call is the one its ``index``
-        names, else its ``id``, else the call the pieces before it were of."""
+    def _piece(self, group: int, call: Any, where: str) -> None:
+        """One piece of a call. The legacy function call is one call; a tool call's piece belongs to the call
+        its ``index`` (else its ``id``) names, else to the call of the piece before it. A piece starts a new
+        call when its id differs from the id of the call its index names (a server reusing index 0), or,
+        with neither, when it names another function than a call already whole (calls sent one by one)."""
         function = call.get("function") if isinstance(call, Mapping) and "function" in call else call
         if not (isinstance(function, Mapping) and ("name" in function or "arguments" in function)):
             if not (isinstance(call, Mapping) and set(call) <= {"index", "id", "type", "function"}):
-                self.calls[(2, 0, len(self.calls))] = ([], [], _whole_call(call, where))  # a call of another shape: all of it
+                self.calls[(group, len(self.calls))] = ([], [], _whole_call(call, where))  # another shape: all of it
             return
         index = call.get("index") if isinstance(call, Mapping) else None
-        ident = call.get("id") if isinstance(call, Mapping) else None
-        if kind == 0:
-            key = (0, 0, 0)
-        elif type(index) is int:
-            key = (1, 0, index)
-        elif isinstance(ident, str) and ident:
-            key = self.ids.get(ident) or self._new_key(ident)
-        else:  # a piece of the call before it, or a call of its own with no index or id
-            key = self.last if self.last is not None and self.last[0] == 1 else self._new_key("")
-        self.last = key
-        name, arguments, _ = self.calls.setdefault(key, ([], [], None))
+        ident = call.get("id") if isinstance(call, Mapping) and isinstance(call.get("id"), str) and call["id"] else None
         got, args = function.get("name"), function.get("arguments")
         try:
-            piece = got if isinstance(got, str) or got is None else schema.json_text(got, where)
-            # The name comes whole in a call's first piece; a server that repeats it in every piece adds nothing.
-            if piece and "".join(name) != piece:
-                name.append(piece)
-            if isinstance(args, str):
-                arguments.append(args)
-            elif args is not None:
-                arguments.append(schema.json_text(args, where))
+            name_piece = got if isinstance(got, str) or got is None else schema.json_text(got, where)
+            args_piece = args if isinstance(args, str) or args is None else schema.json_text(args, where)
         except TypeError as exc:
             raise RecordError(str(exc)) from None
-
-    def _new_key(self, ident: str) -> tuple[int, int, int]:
-        """A key for a tool call with no index, after every indexed one; remembered by its ``ident`` if it has one."""
-        key = (1, 1, sum(1 for k in self.calls if k[:2] == (1, 1)))
+        slot: Any = "function" if group == 1 else ("index", index) if type(index) is int else ("id", ident) if ident else None
+        key = self.current.get(slot) if slot is not None else self.last
+        if key is not None and key[0] != group:
+            key = None
+        if key is not None and ident and self.ident.get(key, ident) != ident:
+            key = None  # the same index, another call
+        if key is not None and slot is None and name_piece and "".join(self.calls[key][0]) not in ("", name_piece) \
+                and self.calls[key][1]:
+            key = None  # no index or id: a new function named after a call already whole
+        if key is None:
+            key = (group, len(self.calls))
+            self.calls[key] = ([], [], None)
+        if slot is not None:
+            self.current[slot] = key
         if ident:
-            self.ids[ident] = key
-        return key
+            self.ident.setdefault(key, ident)
+            self.current[("id", ident)] = key
+        self.last = key
+        name, arguments, _ = self.calls[key]
+        # The name comes whole in a call's first piece; a server that repeats it in every piece adds nothing.
+        if name_piece and "".join(name) != name_piece:
+            name.append(name_piece)
+        if args_piece is not None:
+            arguments.append(args_piece)
 
     def text(self) -> str:
         """The choice's answer text (see forensics.schema)."""

@@ -455,7 +455,7 @@ class CloudflareParser:
             completion = opt_count(usage.get("completion_tokens"), "response.usage.completion_tokens", problems)
         success = obj.get("success")
         failed = (success is False or (code is not None and code >= 400)
-                  or error_body(response))
+                  or (error_body(response) and "choices" not in response))
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
         stream = request.get("stream")
         row: dict[str, Any] = {

@@ -190,8 +190,8 @@ class LangfuseParser:
         request, input_cut = json_string(obj.get("input"), "input", "observation")
         if input_cut:
             problems.append("input is cut short (its JSON ends early); the prompt text is unknown")
-        prompt, nontext, n_messages = self._prompt(request)
         response, output_cut = json_string(obj.get("output"), "output", "observation")
+        prompt, nontext, n_messages = self._prompt(request, response)
         if output_cut:
             problems.append("output is cut short (its JSON ends early); the response text is unknown")
         text, finish, response_usage = self._response(response, problems)
@@ -220,7 +220,7 @@ class LangfuseParser:
             stream = stream.lower() == "true"  # Langfuse keeps model parameters as strings
 
         level = opt_str(obj, "level")
-        failed = (level or "").upper() == "ERROR" or error_body(response)
+        failed = (level or "").upper() == "ERROR" or (error_body(response) and "choices" not in response)
         model_value, model_key = _field(obj, "model")
         user_value, user_key = _field(obj, "user_id")
         # No end and no output: an observation still open when exported (the call never answered).
@@ -257,9 +257,10 @@ class LangfuseParser:
         return time_field(obj, key, zone, required=required)
 
     @staticmethod
-    def _prompt(request: Any) -> tuple[str | None, int, int]:
+    def _prompt(request: Any, answer: Any = None) -> tuple[str | None, int, int]:
         """The prompt of an observation's input: chat messages, one message, an object holding
-        ``messages`` (or ``prompt``), or plain text."""
+        ``messages`` (or ``prompt``, or a Responses API ``input``, known by its keys or by the
+        observation's ``answer``), or plain text."""
         try:
             if request is None:
                 return None, 0, 0
@@ -274,7 +275,7 @@ class LangfuseParser:
                     return schema.render_request(messages, *schema.request_parts(request))
                 elif "prompt" in request:
                     return schema.render_prompt(request["prompt"]), 0, 1
-                elif schema.is_responses_request(request):  # a Responses API call's parameters
+                elif schema.is_responses_request(request, isinstance(answer, Mapping) and schema.is_responses_output(answer)):
                     return schema.render_responses_input(request["input"], *schema.request_parts(request))
                 elif "role" in request and "content" in request:
                     request = [request]
@@ -303,7 +304,7 @@ class LangfuseParser:
             if all(isinstance(m, Mapping) and not ANSWER_KEYS.isdisjoint(m) for m in response):
                 return schema.render_choices(message_text(m, f"output[{i}]") for i, m in enumerate(response)), None, {}
         elif isinstance(response, Mapping):
-            if "choices" in response or schema.is_responses_output(response) or (error_body(response) and "content" not in response):
+            if "choices" in response or schema.is_responses_output(response) or ("error" in response and "content" not in response):
                 return response_text(response, "output")  # a ChatCompletion or a Responses API answer
             if not ANSWER_KEYS.isdisjoint(response):
                 return message_text(response, "output"), None, {}

@@ -430,7 +430,7 @@ def _response(rec: _Record) -> tuple[str | None, str | None, dict[str, Any], boo
                 text, finish, usage = response_text(value, f"profile key response_text ({path!r})")
             except RecordError as exc:
                 raise rec.fail("response_text", str(exc).split(". Fix:")[0]) from None
-            error = error_body(value)
+            error = error_body(value) and "choices" not in value
         else:
             raise rec.fail("response_text", f"a {type(value).__name__}, expected text, a ChatCompletion object or a chunk list")
         if text:
