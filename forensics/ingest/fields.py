@@ -302,7 +302,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
             stop = resp.get("stop_reason")
             return message_text(resp, field), stop if isinstance(stop, str) else None, dict(usage)
         if schema.is_responses_output(resp):
-            return _responses_answer(resp["output"], resp, field), _responses_finish(resp), _responses_usage(usage)
+            return _responses_answer(resp["output"], field), _responses_finish(resp), _responses_usage(usage)
         if "role" in resp and not ANSWER_KEYS.isdisjoint(resp):  # the assistant message alone
             return message_text(resp, field), None, dict(usage)
         return None, None, dict(usage)
@@ -327,7 +327,7 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
     return text, finish, dict(usage)
 
 
-def _responses_answer(output: list[Any], resp: Mapping[str, Any], field: str) -> str:
+def _responses_answer(output: list[Any], field: str) -> str:
     """The answer text of a Responses API answer's ``output`` items: its messages' text, its reasoning
     items' text (their ``reasoning_text`` content, else their summary) and its function calls, rendered
     as a chat answer is (see forensics.schema)."""
@@ -428,7 +428,7 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
     if anthropic:
         return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
     if items:
-        return _responses_answer(items, {}, field), None, {}
+        return _responses_answer(items, field), None, {}
     if deltas["content"] or deltas["reasoning"]:
         return schema.render_answer("".join(deltas["content"]), "".join(deltas["reasoning"])), None, {}
     return None
