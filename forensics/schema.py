@@ -451,15 +451,14 @@ def absent(value: Any) -> bool:
 
 def request_parts(body: Mapping[str, Any]) -> tuple[Any, list[Any]]:
     """What a chat request body holds beside its messages that the model reads: its top-level
-    ``system`` (a Responses API request's ``instructions``) and its tool definitions (``tools``, then
-    the legacy ``functions``), for :func:`render_request`."""
+    ``system`` and its tool definitions (``tools``, then the legacy ``functions``), for
+    :func:`render_request`."""
     tools: list[Any] = []
     for key in ("tools", "functions"):
         value = body.get(key)
         if not absent(value):
             tools.extend(value if isinstance(value, list) else [value])
-    system = body.get("system")
-    return (body.get("instructions") if absent(system) else system), tools
+    return body.get("system"), tools
 
 
 def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
@@ -476,7 +475,7 @@ def render_request(messages: Sequence[Any], system: Any = None, tools: Sequence[
         raise TypeError(f"messages is a {type(messages).__name__}, expected a list")
     blocks: list[str] = []
     nontext = 0
-    if any(isinstance(m, Mapping) and "role" not in m and isinstance(m.get("type"), str) and m["type"] != "message" for m in messages):
+    if any(isinstance(m, Mapping) and "role" not in m and responses_kind(m.get("type")) for m in messages):
         messages, nontext = _from_items(messages)  # a Responses API input (LiteLLM logs it as the messages)
     if not absent(system):
         if isinstance(system, str | list):
@@ -556,16 +555,27 @@ def is_responses_output(resp: Mapping[str, Any]) -> bool:
         and item["type"] in ("message", "reasoning", "function_call", "custom_tool_call") for item in output)
 
 
-def render_responses_input(value: Any, instructions: Any = None, tools: Sequence[Any] = ()) -> tuple[str, int, int]:
-    """Render a Responses API request (``/v1/responses``) as :func:`render_request` renders a chat
+def render_responses_input(body: Mapping[str, Any]) -> tuple[str, int, int]:
+    """Render a Responses API request body (``/v1/responses``) as :func:`render_request` renders a chat
     request: its ``instructions`` as the top-level system, its tool definitions, and its ``input``, a
     string (one user message) or a list of items (see :func:`render_request`). Raises ``TypeError``
     as :func:`render_request` does."""
+    value, (system, tools) = body.get("input"), request_parts(body)
+    instructions = body.get("instructions") if absent(system) else system
     if isinstance(value, str):
         return render_request([{"role": "user", "content": value}], instructions, tools)
     if not isinstance(value, list):
         raise TypeError(f"input is a {type(value).__name__}, expected a string or a list of items")
     return render_request(value, instructions, tools)
+
+
+def responses_kind(kind: Any) -> bool:
+    """Whether an item ``type`` is one of the Responses API's kinds that are no message: calls and their
+    outputs (``function_call``, ``mcp_call``, ``*_call_output``), ``reasoning``, item references, MCP
+    listings and approvals, compactions. (A chat message dumped by another library may carry a ``type``
+    of its own, LangChain's ``human`` or ``ai``: it stays a message.)"""
+    return isinstance(kind, str) and (kind in ("reasoning", "item_reference", "compaction")
+                                      or kind.endswith(("_call", "_call_output")) or kind.startswith("mcp_"))
 
 
 def _from_items(items: list[Any]) -> tuple[list[Any], int]:
@@ -580,7 +590,7 @@ def _from_items(items: list[Any]) -> tuple[list[Any], int]:
     other = 0
     for i, item in enumerate(items):
         kind = item.get("type") if isinstance(item, Mapping) and isinstance(item.get("type"), str) else None
-        if not isinstance(item, Mapping) or "role" in item or kind in (None, "message"):
+        if not isinstance(item, Mapping) or "role" in item or not responses_kind(kind):
             messages.append(item)  # a message (or not an object: render_request names it)
         elif kind in ("function_call", "custom_tool_call") or (
                 isinstance(kind, str) and kind.endswith("_call") and ("name" in item or "arguments" in item)):

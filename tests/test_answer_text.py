@@ -452,9 +452,43 @@ def test_a_responses_stream_cut_before_its_last_event_keeps_what_it_streamed() -
     assert chunks_text([{"type": "response.created", "response": {}},
                         {"type": "response.output_item.done", "item": done_item}])[0] == "LEAKED passage"
     assert chunks_text([{"type": "response.created", "response": {}},
-                        {"type": "response.reasoning_text.delta", "delta": "Thinking "},
-                        {"type": "response.output_text.delta", "delta": "LEAKED "},
-                        {"type": "response.output_text.delta", "delta": "passage"}])[0] == \
+                        {"type": "response.reasoning_text.delta", "output_index": 0, "delta": "Thinking "},
+                        {"type": "response.output_text.delta", "output_index": 1, "delta": "LEAKED "},
+                        {"type": "response.output_text.delta", "output_index": 1, "delta": "passage"}])[0] == \
         "<|reasoning|>\nThinking \n\n<|assistant|>\nLEAKED passage"
-    # Chunks of another API with no type at all (Gemini's candidates): unknown, not an empty answer.
-    assert chunks_text([{"candidates": [{"content": {"parts": [{"text": "x"}]}}]}])[0] is None
+    # The item being written when the stream stopped keeps its text beside the items that finished.
+    assert chunks_text([{"type": "response.output_item.done", "output_index": 0,
+                         "item": {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Think."}]}},
+                        {"type": "response.output_item.added", "output_index": 1, "item": {"type": "message"}},
+                        {"type": "response.output_text.delta", "output_index": 1, "delta": "LEAKED PASSAGE"}])[0] == \
+        "<|reasoning|>\nThink.\n\n<|assistant|>\nLEAKED PASSAGE"
+
+
+# --- what a fourth review found ------------------------------------------------------------------------
+
+def test_chat_shapes_of_other_libraries_read_as_before() -> None:
+    """A LangChain message dumped with its own ``type`` (human, ai) made the whole list Responses items: the
+    prompt was empty. Chat streams holding only an error or a usage object read as unknown, not empty."""
+    from forensics.ingest.fields import body_prompt
+    assert body_prompt({"messages": [{"type": "human", "content": "langchain human"}, {"type": "ai", "content": "langchain ai"}]},
+                       "request") == ("<|user|>\nlangchain human\n\n<|user|>\nlangchain ai", 0, 2)
+    for chunks in ([{"error": {"message": "boom"}}], [{"object": "error", "type": "BadRequestError", "message": "bad"}],
+                   [{"usage": {"prompt_tokens": 3}}], [{"candidates": [{"content": {"parts": [{"text": "x"}]}}]}]):
+        assert chunks_text(chunks)[0] == ""  # as before this round: no text (Gemini's stream is not read)
+
+
+def test_instructions_in_a_chat_body_are_not_read() -> None:
+    """``instructions`` is a Responses API key; a chat body carrying one (the engines ignore it) gained a system block."""
+    from forensics.ingest.fields import body_prompt
+    assert body_prompt({"messages": [{"role": "user", "content": "q"}], "instructions": "ignored"}, "request")[0] == "<|user|>\nq"
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    ({"text": "answer", "reasoning": None}, "answer"),
+    ({"text": "answer", "tool_calls": []}, "answer"),
+    ({"text": "answer", "reasoning": [{"type": "reasoning", "text": "x"}]}, "answer"),  # the Vercel AI SDK's shape
+    ({"text": "answer", "reasoning": "thinking"}, "<|reasoning|>\nthinking\n\n<|assistant|>\nanswer"),
+])
+def test_a_langfuse_output_with_text_keeps_it(output: dict[str, Any], expected: str) -> None:
+    from forensics.ingest.formats.langfuse import LangfuseParser
+    assert LangfuseParser._response(output, []) == (expected, None, {})

@@ -387,18 +387,21 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
     stop: str | None = None
     usage: dict[str, Any] = {}
     anthropic = False
-    items: list[Any] = []  # a Responses stream cut before its last event: the items it finished,
-    deltas: dict[str, list[str]] = {"content": [], "reasoning": []}  # else the text it streamed
+    # A Responses stream cut before its last event: per output item, the item if it finished, else the text
+    # streamed for it (the item that was being written when the stream stopped is where a leak may be)
+    items: dict[int, Any] = {}
+    deltas: dict[tuple[int, str], list[str]] = {}
     for n, event in enumerate(events):
         if not isinstance(event, Mapping):
             continue
         kind = event.get("type")
         if kind in ("response.completed", "response.incomplete", "response.failed") and isinstance(event.get("response"), Mapping):
             return response_text(event["response"], f"{field}[{n}].response")
+        at = event["output_index"] if type(event.get("output_index")) is int else 0
         if kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
-            items.append(event["item"])
+            items[at] = event["item"]
         elif kind in RESPONSES_DELTAS and isinstance(event.get("delta"), str):
-            deltas[RESPONSES_DELTAS[kind]].append(event["delta"])
+            deltas.setdefault((at, RESPONSES_DELTAS[kind]), []).append(event["delta"])
         index = event.get("index")
         if kind == "message_start" and isinstance(event.get("message"), Mapping):
             anthropic = True
@@ -427,11 +430,20 @@ def events_text(events: list[Any], field: str) -> tuple[str | None, str | None, 
                 usage.update(got)
     if anthropic:
         return message_text({"content": [blocks[k] for k in sorted(blocks)]}, field), stop, usage
-    if items:
-        return _responses_answer(items, field), None, {}
-    if deltas["content"] or deltas["reasoning"]:
-        return schema.render_answer("".join(deltas["content"]), "".join(deltas["reasoning"])), None, {}
+    if items or deltas:
+        streamed = {at: [_streamed_item(part, deltas[at, part]) for part in ("reasoning", "content") if (at, part) in deltas]
+                    for at, _ in deltas if at not in items}
+        output = [item for at in sorted(set(items) | set(streamed)) for item in ([items[at]] if at in items else streamed[at])]
+        return _responses_answer(output, field), None, {}
     return None
+
+
+def _streamed_item(part: str, pieces: list[str]) -> dict[str, Any]:
+    """An output item of a Responses stream that never finished, from the text streamed for it."""
+    text = "".join(pieces)
+    if part == "reasoning":
+        return {"type": "reasoning", "content": [{"type": "reasoning_text", "text": text}]}
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
 #: The Responses API's streamed text events: which part of the answer each grows.
@@ -442,8 +454,8 @@ RESPONSES_DELTAS = {"response.output_text.delta": "content", "response.reasoning
 def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, str | None, dict[str, Any]]:
     """Reassemble streamed ChatCompletionChunk objects: delta pieces per choice, in order (the
     content, the reasoning, and each tool call's name and arguments), rendered as a whole answer.
-    A list of another API's stream events is read by :func:`events_text`; of an unknown kind, the
-    text is None (unknown, not an empty answer)."""
+    A list of another API's stream events (objects with a ``type``) is read by :func:`events_text`;
+    of an unknown kind, the text is None (unknown, not an empty answer)."""
     # A streamed answer has a chunk per token or so: this loop runs hundreds of times per record,
     # so plain dicts with a string content and nothing else (the shape every export writes) take the
     # short way, and anything else the general checks of maybe_json / _Streamed.add, with the same results.
@@ -459,8 +471,8 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
                 raise RecordError(f"{field}[{n}] is a {type(chunk).__name__}, expected a chunk object")
         if "choices" in chunk:
             chunked = True
-        elif isinstance(chunk.get("type"), str):
-            events.append(chunk)
+        elif isinstance(chunk.get("type"), str) and "error" not in chunk and chunk.get("object") != "error":
+            events.append(chunk)  # (a chat error chunk, vLLM's {"object": "error", "type": ...}, is none)
         chunk_usage = chunk.get("usage")
         if chunk_usage is not None and isinstance(chunk_usage, Mapping):
             usage = dict(chunk_usage)
@@ -484,7 +496,7 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
             reason = choice.get("finish_reason")
             if reason is not None and isinstance(reason, str):
                 finish = reason
-    if chunks and not chunked:  # the Responses API's or Anthropic's events; of another kind, the text is unknown
+    if events and not chunked:  # the Responses API's or Anthropic's events; of another kind, the text is unknown
         return events_text(events, field) or (None, finish, usage)
     if not answers:
         return "", finish, usage
@@ -618,7 +630,7 @@ def body_prompt(request: Mapping[str, Any], where: str, answer: Any = None) -> t
             return schema.render_prompt(request["prompt"]), 0, 1
         declared = isinstance(answer, Mapping) and schema.is_responses_output(answer)
         if schema.is_responses_request(request, declared):  # a Responses API request (/v1/responses)
-            return schema.render_responses_input(request["input"], *schema.request_parts(request))
+            return schema.render_responses_input(request)
     except TypeError as exc:
         raise RecordError(f"{where}.{exc}") from None
     return None, 0, 0

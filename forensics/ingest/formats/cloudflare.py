@@ -537,7 +537,8 @@ class CloudflareParser:
         if isinstance(response, str):
             if response.lstrip().startswith(("data:", "event:", ":")):  # the raw event stream of a streamed answer
                 items, cut = _sse_chunks(response, "response", problems)
-                if items and not any(isinstance(i, Mapping) and "choices" in i for i in items):
+                if items and not any(isinstance(i, Mapping) and ("choices" in i or "error" in i or i.get("object") == "error")
+                                     for i in items):  # no chat chunk, and no chat error either
                     got = events_text(items, "response")  # the Responses API's events, or Anthropic's
                     if got is None:
                         problems.append("response is an event stream of a shape not known to hold the answer; response text unknown")

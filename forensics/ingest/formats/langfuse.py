@@ -276,7 +276,7 @@ class LangfuseParser:
                 elif "prompt" in request:
                     return schema.render_prompt(request["prompt"]), 0, 1
                 elif schema.is_responses_request(request, isinstance(answer, Mapping) and schema.is_responses_output(answer)):
-                    return schema.render_responses_input(request["input"], *schema.request_parts(request))
+                    return schema.render_responses_input(request)
                 elif "role" in request and "content" in request:
                     request = [request]
                 else:
@@ -301,17 +301,33 @@ class LangfuseParser:
                 return response_text({"output": response}, "output")  # a Responses API answer's output items
             if all(isinstance(c, Mapping) and "choices" in c for c in response):
                 return chunks_text(response, "output")
-            if all(isinstance(m, Mapping) and not ANSWER_KEYS.isdisjoint(m) for m in response):
-                return schema.render_choices(message_text(m, f"output[{i}]") for i, m in enumerate(response)), None, {}
+            if all(isinstance(m, Mapping) and _is_message(m) for m in response):
+                return schema.render_choices(message_text(_with_text(m), f"output[{i}]") for i, m in enumerate(response)), None, {}
         elif isinstance(response, Mapping):
             if "choices" in response or schema.is_responses_output(response) or ("error" in response and "content" not in response):
                 return response_text(response, "output")  # a ChatCompletion or a Responses API answer
-            if not ANSWER_KEYS.isdisjoint(response):
-                return message_text(response, "output"), None, {}
+            if _is_message(response):
+                return message_text(_with_text(response), "output"), None, {}
             if isinstance(response.get("text"), str):
                 return response["text"], None, {}
         problems.append(f"output is a {type(response).__name__} of a shape not known to hold the answer; response text unknown")
         return None, None, {}
+
+
+def _is_message(output: Mapping[str, Any]) -> bool:
+    """An output that is an assistant message: a ``content`` (or a ``role`` beside an answer key), or tool
+    calls or reasoning text that are there (a null or empty one beside a ``text``, as the Vercel AI SDK
+    writes, is not)."""
+    return ("content" in output or ("role" in output and not ANSWER_KEYS.isdisjoint(output))
+            or not schema.absent(output.get("tool_calls")) or not schema.absent(output.get("function_call"))
+            or bool(schema.reasoning_text(output)))
+
+
+def _with_text(output: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An output message whose answer is its ``text`` (no ``content``): that text as its content."""
+    if output.get("content") is None and isinstance(output.get("text"), str):
+        return {**output, "content": output["text"]}
+    return output
 
 
 _parser = LangfuseParser()

@@ -169,17 +169,20 @@ class LiteLLMParser:
         request_id = req_str(obj, "request_id")
         psr = maybe_json(obj.get("proxy_server_request"), "proxy_server_request")
         messages: Any = None
+        parts: dict[str, Any] = psr if isinstance(psr, dict) else {}
         if isinstance(psr, dict):
             messages = maybe_json(psr.get("messages"), "proxy_server_request.messages")
             if messages is None and "prompt" in psr:
                 messages = psr["prompt"]
             elif messages is None and schema.is_responses_request(psr, declared=_responses_call(obj)):
-                messages = psr["input"]
+                messages = psr["input"]  # its instructions are its system prompt
                 if isinstance(messages, str):
                     messages = [{"role": "user", "content": messages}]
+                if schema.absent(psr.get("system")):
+                    parts = {**psr, "system": psr.get("instructions")}
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
-        row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {})
+        row = self._common(obj, ctx, request_id, messages, parts)
         if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
             row["stream"] = psr["stream"]
         return row

@@ -92,7 +92,7 @@ class OpenAISplitParser:
             elif "prompt" in body:
                 prompt, n_messages = schema.render_prompt(body["prompt"]), 1
             elif schema.is_responses_request(body):  # a Responses API request (/v1/responses)
-                prompt, nontext, n_messages = schema.render_responses_input(body["input"], *schema.request_parts(body))
+                prompt, nontext, n_messages = schema.render_responses_input(body)
             else:
                 raise RecordError("body has neither 'messages', 'prompt' nor a Responses API 'input'")
         except TypeError as exc:
