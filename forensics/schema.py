@@ -534,14 +534,9 @@ def is_responses_request(body: Mapping[str, Any], declared: bool = False) -> boo
         return False
     if declared or not RESPONSES_REQUEST_KEYS.isdisjoint(body):
         return True
-    # A list of items: messages (a role), or items of any type (Responses adds new kinds: MCP listings,
-    # approvals, compactions) but content parts, which a multimodal moderation input is.
-    return any("role" in v for v in value) or all(
-        isinstance(v.get("type"), str) and v["type"] not in CONTENT_PART_TYPES for v in value)
-
-
-#: Content part types: a list of these alone is a moderation or embeddings input, not Responses items.
-CONTENT_PART_TYPES = ("text", "image_url", "image", "input_text", "input_image", "audio", "input_audio", "file")
+    # A list of items: messages (a role), or items of the Responses API's kinds alone (a multimodal
+    # moderation input's content parts, or another embeddings API's typed inputs, are not).
+    return any("role" in v for v in value) or all(v.get("type") == "message" or responses_kind(v.get("type")) for v in value)
 
 
 def is_responses_output(resp: Mapping[str, Any]) -> bool:

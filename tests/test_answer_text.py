@@ -492,3 +492,11 @@ def test_instructions_in_a_chat_body_are_not_read() -> None:
 def test_a_langfuse_output_with_text_keeps_it(output: dict[str, Any], expected: str) -> None:
     from forensics.ingest.formats.langfuse import LangfuseParser
     assert LangfuseParser._response(output, []) == (expected, None, {})
+
+
+def test_an_input_of_typed_items_of_no_responses_kind_is_no_prompt() -> None:
+    """An embeddings API's typed inputs (``[{"type": "query", "text": ...}]``) became one empty user message."""
+    from forensics.ingest.fields import body_prompt
+    assert body_prompt({"model": "embed", "input": [{"type": "query", "text": "q"}]}, "request") == (None, 0, 0)
+    assert body_prompt({"model": "m", "input": [{"type": "mcp_list_tools", "tools": []}, {"type": "message", "role": "user",
+                                                                                         "content": "hi"}]}, "request")[0] == "<|user|>\nhi"

@@ -280,7 +280,7 @@ class LangfuseParser:
                 elif "role" in request and "content" in request:
                     request = [request]
                 else:
-                    raise RecordError("input is an object with neither messages, prompt, input nor role and content",
+                    raise RecordError("input is an object with neither messages, prompt nor role and content (nor is it a Responses API request)",
                                       fix="check that the export holds the model calls' inputs (GENERATION rows)")
             if isinstance(request, list):
                 return schema.render_request(request)

@@ -94,7 +94,7 @@ class OpenAISplitParser:
             elif schema.is_responses_request(body):  # a Responses API request (/v1/responses)
                 prompt, nontext, n_messages = schema.render_responses_input(body)
             else:
-                raise RecordError("body has neither 'messages', 'prompt' nor a Responses API 'input'")
+                raise RecordError("body has neither 'messages' nor 'prompt' (nor is it a Responses API request)")
         except TypeError as exc:
             raise RecordError(f"body.{exc}") from None
         row: dict[str, Any] = {
