@@ -437,6 +437,7 @@ def test_langfuse_knows_a_bare_responses_input_by_its_output(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("gateway", ["openai-split", "helicone", "langfuse", "cloudflare-ai-gateway"])
 @pytest.mark.parametrize("body", [{"error": {}}, {"error": ""}, {"error": None, "detail": "upstream timeout"},
+                                  {"object": "error", "message": "too long", "type": "BadRequestError", "code": 400},
                                   {"object": "response", "status": "failed", "error": {"code": "server_error"}, "output": []}])
 def test_an_error_body_still_marks_the_row_failed(tmp_path: Path, gateway: str, body: dict[str, Any]) -> None:
     """An answer with an ``error`` key is an error, as it always was; only a Responses answer's null error is not."""
@@ -500,3 +501,20 @@ def test_an_input_of_typed_items_of_no_responses_kind_is_no_prompt() -> None:
     assert body_prompt({"model": "embed", "input": [{"type": "query", "text": "q"}]}, "request") == (None, 0, 0)
     assert body_prompt({"model": "m", "input": [{"type": "mcp_list_tools", "tools": []}, {"type": "message", "role": "user",
                                                                                          "content": "hi"}]}, "request")[0] == "<|user|>\nhi"
+
+
+@pytest.mark.parametrize("gateway", ["litellm-spend-log", "litellm-payload"])
+def test_a_legacy_prompt_list_through_litellm_is_read_not_quarantined(tmp_path: Path, gateway: str) -> None:
+    """A /v1/completions request whose ``prompt`` is a list of strings was read as chat messages through LiteLLM
+    and quarantined ("messages[0] is a str"), its neighbours marked damaged; the other gateways read it."""
+    body = {"model": MODEL, "prompt": ["first part", "second part"], "messages": ["first part", "second part"]}
+    logs = _gateway_logs(tmp_path / "logs", gateway, [("legacy", "acme", body, 10)])
+    if gateway == "litellm-spend-log":  # the spend log keeps the prompt in the request body only
+        path = logs / "spend.jsonl"
+        record = json.loads(path.read_text(encoding="utf-8"))
+        del record["proxy_server_request"]["messages"]
+        path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    api.ingest(tmp_path / "case", [logs], config=_config())
+    assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
+    (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert row["prompt_text"] == "first part\n\nsecond part"

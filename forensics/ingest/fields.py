@@ -260,8 +260,11 @@ ANSWER_KEYS = frozenset(("content", "tool_calls", "function_call", "reasoning_co
 
 
 def error_body(value: Any) -> bool:
-    """An answer body with an ``error`` key: an API error, unless it is a Responses API answer (which
-    always carries ``"error"``, null when it succeeded, and its own ``status``)."""
+    """An answer body with an ``error`` key, or vLLM's and SGLang's ``{"object": "error", ...}``: an API
+    error, unless it is a Responses API answer (which always carries ``"error"``, null when it
+    succeeded, and its own ``status``)."""
+    if isinstance(value, Mapping) and value.get("object") == "error":
+        return True
     if not (isinstance(value, Mapping) and "error" in value):
         return False
     return not schema.is_responses_output(value) or value.get("error") is not None or value.get("status") == "failed"

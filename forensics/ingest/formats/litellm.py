@@ -157,6 +157,8 @@ class LiteLLMParser:
         if messages is None or messages == {} or messages == "":
             return None, 0, 0
         try:
+            if isinstance(messages, list) and messages and all(isinstance(m, str) for m in messages):
+                return schema.render_prompt(messages), 0, 1  # a legacy completions prompt given as a list
             if isinstance(messages, list):
                 return schema.render_request(messages, *schema.request_parts(parts))
             if isinstance(messages, str):
