@@ -107,7 +107,7 @@ class LiteLLMParser:
         return "exchanges", row
 
     def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any,
-                parts: Mapping[str, Any]) -> dict[str, Any]:
+                parts: Mapping[str, Any], responses: bool = False) -> dict[str, Any]:
         received, assumed1 = time_field(obj, "startTime", ctx.zone)
         completed, assumed2 = time_field(obj, "endTime", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
@@ -116,7 +116,7 @@ class LiteLLMParser:
         metadata = maybe_json(obj.get("metadata"), "metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise RecordError(f"metadata is a {type(metadata).__name__}, expected an object")
-        prompt, nontext, n_messages = self._prompt(messages, parts)
+        prompt, nontext, n_messages = self._prompt(messages, parts, responses)
         text, finish, usage = response_text(obj.get("response"))
         problems: list[str] = []
         reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
@@ -151,12 +151,15 @@ class LiteLLMParser:
         return row
 
     @staticmethod
-    def _prompt(messages: Any, parts: Mapping[str, Any]) -> tuple[str | None, int, int]:
+    def _prompt(messages: Any, parts: Mapping[str, Any], responses: bool = False) -> tuple[str | None, int, int]:
         """The prompt of the chat ``messages`` with what ``parts`` (the request body, or the payload's
-        ``model_parameters``) holds beside them that the model reads: a top-level system, tool definitions."""
+        ``model_parameters``) holds beside them that the model reads: a top-level system, tool definitions;
+        with ``responses``, of the Responses API request body ``parts``."""
         if messages is None or messages == {} or messages == "":
             return None, 0, 0
         try:
+            if responses:
+                return schema.render_responses_input(parts)
             if isinstance(messages, list) and messages and all(isinstance(m, str) for m in messages):
                 return schema.render_prompt(messages), 0, 1  # a legacy completions prompt given as a list
             if isinstance(messages, list):
@@ -171,20 +174,16 @@ class LiteLLMParser:
         request_id = req_str(obj, "request_id")
         psr = maybe_json(obj.get("proxy_server_request"), "proxy_server_request")
         messages: Any = None
-        parts: dict[str, Any] = psr if isinstance(psr, dict) else {}
+        responses = False
         if isinstance(psr, dict):
             messages = maybe_json(psr.get("messages"), "proxy_server_request.messages")
             if messages is None and "prompt" in psr:
                 messages = psr["prompt"]
             elif messages is None and schema.is_responses_request(psr, declared=_responses_call(obj)):
-                messages = psr["input"]  # its instructions are its system prompt
-                if isinstance(messages, str):
-                    messages = [{"role": "user", "content": messages}]
-                if schema.absent(psr.get("system")):
-                    parts = {**psr, "system": psr.get("instructions")}
+                messages, responses = psr["input"], True
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
-        row = self._common(obj, ctx, request_id, messages, parts)
+        row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {}, responses)
         if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
             row["stream"] = psr["stream"]
         return row
