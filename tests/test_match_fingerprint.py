@@ -199,6 +199,19 @@ def test_fast_path_equals_reference_path_in_long_texts(multi: int, hard: int) ->
     assert np.array_equal(fast.hash, ref.hash)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=60), st.data())
+def test_segment_sums_are_reduceat_mod_2_64(values: list[int], data: st.DataObject) -> None:
+    """The token hashes' segment sums (prefix-sum differences) equal numpy's reduceat, wrap-around included."""
+    from forensics.match.fingerprint import _segment_sums
+
+    w = np.array(values, dtype=np.uint64)
+    starts = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=len(w) - 1), min_size=1)))
+    ts = np.array(starts, dtype=np.intp)
+    with np.errstate(over="ignore"):
+        assert _segment_sums(w, ts).tolist() == np.add.reduceat(w, ts).tolist()
+
+
 def _reference_align(a: list[int], b: list[int], edge_gap: int, max_gap: int) -> tuple[Any, ...] | None:
     """The alignment rule as :func:`align` documents it, written plainly (the faster code must agree)."""
     from rapidfuzz.distance import LCSseq

@@ -228,11 +228,13 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
     if not text:
         return _EMPTY, _NO_CPS
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-    info = _info[cps]
+    # ``take`` where a table is read at every character: fancy indexing by a uint32 array costs
+    # about twice as much (it converts and checks the indices first).
+    info = _info.take(cps)
     if not info.all():
         _fill(np.unique(cps[info == _UNKNOWN]))
-        info = _info[cps]
-    cls = _INFO_CLASS[info]
+        info = _info.take(cps)
+    cls = _INFO_CLASS.take(info)
     wide, ignore = False, _NONE
     multi = hard = _NONE
     special = np.flatnonzero(info >= _F_WIDE)
@@ -273,12 +275,12 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
             lens[ignore] = 0
             npos = np.cumsum(lens) - lens
             fwd, inv = _powers(int(npos[-1]) + 1)
-            w = _sval[cps] * fwd[npos]
+            w = _sval.take(cps) * fwd[npos]
             w[ignore] = 0
-            h = np.add.reduceat(w, ts) * inv[npos[ts]]
+            h = _segment_sums(w, ts) * inv[npos[ts]]
         else:
             fwd, inv = _powers(len(cps))
-            h = np.add.reduceat(_sval[cps] * fwd[: len(cps)], ts) * inv[ts]
+            h = _segment_sums(_sval.take(cps) * fwd[: len(cps)], ts) * inv[ts]
             if len(odd):
                 h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
     hashes = mix64(h)
@@ -288,6 +290,20 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
     if len(hard):
         start, end, hashes = _splice_reference(text, info, hard, start, end, hashes)
     return Tokens(start, end, hashes), cps
+
+
+def _segment_sums(w: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """``np.add.reduceat(w, ts)`` for increasing ``ts`` (``w[ts[i]:ts[i+1]]`` summed, the last to the
+    end), mod 2**64, by differences of one prefix sum: the same values (wrapping addition is exact
+    mod 2**64), at half the cost on a megabyte group."""
+    prefix = np.empty(len(w) + 1, dtype=np.uint64)
+    prefix[0] = 0
+    with np.errstate(over="ignore"):
+        np.cumsum(w, out=prefix[1:])
+        ends = np.empty_like(ts)
+        ends[:-1] = ts[1:]
+        ends[-1] = len(w)
+        return prefix.take(ends) - prefix.take(ts)
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -512,12 +528,13 @@ def _without_punctuation(tk: Tokens, cps: np.ndarray) -> Tokens:
     ``cps``: the code points of the text it came from."""
     if len(tk) == 0:
         return tk
-    first = cps[tk.start]
-    new = np.unique(first[~_PUNCT_KNOWN[first]])
-    for cp in new.tolist():
-        _PUNCT[cp] = unicodedata.category(chr(cp)).startswith("P") and cp != 0x5F
-        _PUNCT_KNOWN[cp] = True
-    keep = ~(_PUNCT[first] & (tk.end - tk.start == 1))
+    first = cps.take(tk.start)
+    known = _PUNCT_KNOWN.take(first)
+    if not known.all():
+        for cp in np.unique(first[~known]).tolist():
+            _PUNCT[cp] = unicodedata.category(chr(cp)).startswith("P") and cp != 0x5F
+            _PUNCT_KNOWN[cp] = True
+    keep = ~(_PUNCT.take(first) & (tk.end - tk.start == 1))
     return Tokens(tk.start[keep], tk.end[keep], tk.hash[keep])
 
 
