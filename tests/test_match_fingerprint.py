@@ -212,6 +212,20 @@ def test_segment_sums_are_reduceat_mod_2_64(values: list[int], data: st.DataObje
         assert _segment_sums(w, ts).tolist() == np.add.reduceat(w, ts).tolist()
 
 
+def test_powers_are_exact_as_the_tables_grow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The powers of the token hash's base and of its inverse, grown in steps, are P**i and P**-i mod 2**64."""
+    from forensics.match import fingerprint
+
+    monkeypatch.setattr(fingerprint, "_pow", [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)])
+    base = 0x9E3779B97F4A7C15
+    inverse = pow(base, -1, 2**64)
+    for n in (3, 1_500, 5_000, 70_001):
+        fwd, inv = fingerprint._powers(n)
+        assert len(fwd) >= n and len(inv) == len(fwd)
+        for i in {0, 1, n // 2, n - 1, len(fwd) - 1, *range(0, len(fwd), 997)}:
+            assert int(fwd[i]) == pow(base, i, 2**64) and int(inv[i]) == pow(inverse, i, 2**64)
+
+
 def _reference_align(a: list[int], b: list[int], edge_gap: int, max_gap: int) -> tuple[Any, ...] | None:
     """The alignment rule as :func:`align` documents it, written plainly (the faster code must agree)."""
     from rapidfuzz.distance import LCSseq

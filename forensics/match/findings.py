@@ -761,7 +761,7 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
         for i in earlier:  # by completion time
             if i not in kgrams:
                 kgrams[i] = np.unique(targets[i].gids)
-            new = np.isin(g, kgrams[i], assume_unique=True) & (giver < 0)
+            new = _members(g, kgrams[i]) & (giver < 0)
             first[new], giver[new] = targets[i].deadline_us, i
         carried = giver >= 0
         if holders is not None and carried.any():
@@ -771,6 +771,15 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
             carried[np.unique(seg[own])] = False  # the customer had sent it itself before: its own text
         if int(carried.sum()) >= CARRIED_SHARE * len(g):
             r["_carried_from"] = int(giver[carried][np.argmin(first[carried])])  # the first answer to give it
+
+
+def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_set)`` for a sorted, unique ``sorted_set``: one binary search per value
+    (``isin`` sorts both arrays again at every call, and the carried-on test calls it per earlier answer)."""
+    if not len(sorted_set):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[at] == values
 
 
 def _explain_away(rows: list[dict[str, Any]]) -> None:

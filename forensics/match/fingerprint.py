@@ -177,13 +177,15 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``P**i`` and ``P**-i`` mod 2**64 for ``i < n`` (cached, grown by doubling)."""
     if len(_pow[0]) < n:
         size = max(n, 2 * len(_pow[0]), 1024)
+        # Doubled by one array product each time (P**(m+i) = P**i * P**m): numpy's cumprod is not
+        # vectorised, and computing a megabyte group's powers with it was a third of the first call.
+        fwd, inv = _pow
         with np.errstate(over="ignore"):
-            fwd = np.full(size, _P, dtype=np.uint64)
-            fwd[0] = 1
-            inv = np.full(size, _P_INV, dtype=np.uint64)
-            inv[0] = 1
-            _pow[0] = np.cumprod(fwd, dtype=np.uint64)
-            _pow[1] = np.cumprod(inv, dtype=np.uint64)
+            while len(fwd) < size:
+                more = min(len(fwd), size - len(fwd))
+                fwd = np.concatenate([fwd, fwd[:more] * (fwd[-1] * _P)])
+                inv = np.concatenate([inv, inv[:more] * (inv[-1] * _P_INV)])
+        _pow[0], _pow[1] = fwd, inv
     return _pow[0], _pow[1]
 
 
