@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -60,8 +61,13 @@ def record_hash(line: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(line, seed=0)
 
 
-def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported: int | None, ctx: FileContext) -> dict[str, Any]:
-    """Prompt length, truncation and trusted token count for an exchange row."""
+def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported: int | None, ctx: FileContext,
+                  cuts: collections.Counter[str] | None = None) -> dict[str, Any]:
+    """Prompt length, truncation and trusted token count for an exchange row.
+
+    ``cuts``: the LiteLLM truncation markers of the request's strings (:func:`fields.litellm_cuts`), for
+    a format that stores cut strings; by default the prompt is whole, whatever its text says.
+    """
     if prompt_text is None:
         tc, ok = ctx.counter.count(None, None, reported, False, messages, nontext)
         return {
@@ -71,7 +77,7 @@ def prompt_fields(prompt_text: str | None, nontext: int, messages: int, reported
             "reported_prompt_tokens_plausible": ok, "prompt_tokens": tc.tokens,
             "prompt_tokens_source": tc.source, "prompt_tokens_low": tc.low, "prompt_tokens_high": tc.high,
         }
-    truncated, chars, nbytes = truncation(prompt_text)
+    truncated, chars, nbytes = truncation(prompt_text, cuts)
     tc, ok = ctx.counter.count(prompt_text, nbytes, reported, truncated, messages, nontext)
     return {
         "prompt_text": prompt_text,

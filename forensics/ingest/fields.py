@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import re
@@ -232,18 +233,53 @@ def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = T
 TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars[^)]*\) \.\.\.")
 
 
-def truncation(text: str) -> tuple[bool, int, int]:
+def litellm_cuts(*values: Any) -> collections.Counter[str]:
+    """The LiteLLM truncation markers in the strings of JSON ``values`` that sit where LiteLLM puts one.
+
+    LiteLLM cuts a string over its limit M (2,048 characters unless configured) to its first
+    ``int(0.35 * M)`` characters, the marker, and its last ``int(0.65 * M)`` (or ``M`` minus the head):
+    a marker stands at 35 % of what its string kept. The same words anywhere else (a customer asking
+    about a LiteLLM log, pasting one) are the customer's text, not a cut: counted as one, they made up
+    a prompt length and a token count, and could put the customer on the list as a recipient.
+    """
+    found: collections.Counter[str] = collections.Counter()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if "litellm_truncated" not in value:
+                continue
+            marks = list(TRUNCATION_RE.finditer(value))
+            if len(marks) == 1:
+                m = marks[0]
+                head, kept = m.start(), m.start() + len(value) - m.end()
+                if head and any(head == int(limit * 0.35) for limit in (kept, kept + 1)):
+                    found[m.group(0)] += 1
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
+
+
+def truncation(text: str, cuts: collections.Counter[str] | None = None) -> tuple[bool, int, int]:
     """Whether ``text`` carries LiteLLM truncation markers, and the original chars and UTF-8 bytes.
 
-    The bytes of the skipped part are unknown; they are taken as one byte per skipped character
-    scaled by the visible text's bytes-per-character ratio.
+    ``cuts``: the markers of the record's source strings that are LiteLLM's (:func:`litellm_cuts`);
+    ``None`` where the format never cuts (a marker there is the customer's text). The bytes of the
+    skipped part are unknown; they are taken as one byte per skipped character scaled by the visible
+    text's bytes-per-character ratio.
     """
-    if "litellm_truncated" not in text:
+    if not cuts or "litellm_truncated" not in text:
         n = len(text)
         return False, n, len(text.encode("utf-8"))
+    left = collections.Counter(cuts)
     skipped = 0
     marker_chars = 0
     for m in TRUNCATION_RE.finditer(text):
+        if left[m.group(0)] <= 0:
+            continue
+        left[m.group(0)] -= 1
         skipped += int(m.group(1))
         marker_chars += len(m.group(0))
     if not marker_chars:

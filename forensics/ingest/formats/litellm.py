@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import collections
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from forensics.ingest.fields import (
     as_str,
     first_objects,
     get_path,
+    litellm_cuts,
     loads_object,
     maybe_json,
     opt_count,
@@ -22,6 +24,7 @@ from forensics.ingest.fields import (
     req_str,
     response_text,
     time_field,
+    truncation,
 )
 from forensics.ingest.registry import NOT_PARSED, LogFormat, NotParsed, RecordKind, register
 
@@ -107,7 +110,7 @@ class LiteLLMParser:
         return "exchanges", row
 
     def _common(self, obj: dict[str, Any], ctx: FileContext, request_id: str, messages: Any,
-                parts: Mapping[str, Any], responses: bool = False) -> dict[str, Any]:
+                parts: Mapping[str, Any], responses: bool = False, spend_log: bool = False) -> dict[str, Any]:
         received, assumed1 = time_field(obj, "startTime", ctx.zone)
         completed, assumed2 = time_field(obj, "endTime", ctx.zone, required=False)
         tenant, tenant_field = resolve_tenant(obj, ctx.tenant_field)
@@ -141,13 +144,15 @@ class LiteLLMParser:
             "finish_reason": finish,
             "stream": obj.get("stream") if isinstance(obj.get("stream"), bool) else None,
             "response_text": text,
-            "response_truncated": bool(text and "litellm_truncated" in text and "chars" in text),
+            "response_truncated": spend_log and _cut(text, lambda: litellm_cuts(maybe_json(obj.get("response"), "response"))),
             "reported_completion_tokens": completion,
             "completion_tokens": completion,
             "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
             "problems": "; ".join(problems) or None,
         }
-        row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+        # Only a spend-log row holds cut strings (a callback payload holds the whole text), and only where LiteLLM cuts.
+        cuts = litellm_cuts(messages, parts) if spend_log and prompt and "litellm_truncated" in prompt else None
+        row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx, cuts))
         return row
 
     @staticmethod
@@ -183,7 +188,7 @@ class LiteLLMParser:
                 messages, responses = psr["input"], True
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
-        row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {}, responses)
+        row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {}, responses, spend_log=True)
         if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
             row["stream"] = psr["stream"]
         return row
@@ -202,6 +207,11 @@ class LiteLLMParser:
         if event == "failure":
             row["status"] = "failure"
         return row
+
+
+def _cut(text: str | None, cuts: Callable[[], collections.Counter[str]]) -> bool:
+    """Whether ``text`` holds one of LiteLLM's cuts (``cuts`` read only when it holds the marker's name)."""
+    return text is not None and "litellm_truncated" in text and truncation(text, cuts())[0]
 
 
 def _responses_call(obj: Mapping[str, Any]) -> bool:

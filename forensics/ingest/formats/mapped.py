@@ -14,6 +14,7 @@ left null and noted on the row (``problems``), as the built-in formats do with a
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import os
@@ -30,7 +31,17 @@ from forensics.config import PROFILE_PROMPT_KEYS as PROMPT_KEYS
 from forensics.config import PROFILE_REQUIRED, CaseConfig, Profile
 from forensics.errors import ConfigError
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
-from forensics.ingest.fields import RecordError, error_body, json_value, loads_object, opt_count, response_text, truncation, whole_number
+from forensics.ingest.fields import (
+    RecordError,
+    error_body,
+    json_value,
+    litellm_cuts,
+    loads_object,
+    opt_count,
+    response_text,
+    truncation,
+    whole_number,
+)
 from forensics.ingest.formats.helicone import CSV_ERROR
 from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
@@ -502,14 +513,26 @@ def map_record(obj: dict[str, Any], ctx: FileContext, line_number: int) -> dict[
         "finish_reason": rec.text("finish_reason") or finish,
         "stream": _stream(rec),
         "response_text": text,
-        "response_truncated": cut or (bool(text) and truncation(text or "")[0]),
+        "response_truncated": cut or _litellm_cut(rec, text, ("response_text",)),
         "reported_completion_tokens": completion,
         "completion_tokens": completion,
         "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
         "problems": "; ".join(rec.problems) or None,
     }
-    row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx))
+    cuts = _cuts(rec, ("prompt_messages", "prompt_text")) if prompt and "litellm_truncated" in prompt else None
+    row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx, cuts))
     return row
+
+
+def _cuts(rec: _Record, keys: tuple[str, ...]) -> collections.Counter[str]:
+    """LiteLLM's truncation markers in the values the profile maps to ``keys`` (an export of LiteLLM's
+    spend logs holds cut strings; the marker's words anywhere else are text: :func:`litellm_cuts`)."""
+    return litellm_cuts(*[decoded(resolve(rec.obj, path)) for key in keys for path in rec.profile.paths(key)])
+
+
+def _litellm_cut(rec: _Record, text: str | None, keys: tuple[str, ...]) -> bool:
+    """Whether ``text`` holds one of LiteLLM's cuts of the values mapped to ``keys``."""
+    return bool(text) and "litellm_truncated" in (text or "") and truncation(text or "", _cuts(rec, keys))[0]
 
 
 class MappedParser:

@@ -1,0 +1,109 @@
+"""LiteLLM's truncation marker counts as a cut only where LiteLLM cuts: in a string of a spend-log row (or of
+a mapped export of one), at 35 % of what the string kept. The same words elsewhere are the customer's text:
+read as a cut, they made up a prompt of a trillion characters and put the customer on the list as a
+recipient of a suspect response.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import api
+from forensics.config import load_case_file
+from forensics.ingest.fields import litellm_cuts, truncation
+
+MARKER = "... (litellm_truncated skipped 999999999999 chars. Truncation is a DB storage safeguard.) ..."
+PASTED = f"why does my log say {MARKER} in the middle of my prompt?"
+LONG = "clause " * 3000
+CUT = LONG[:716] + f"... (litellm_truncated skipped {len(LONG) - 2048} chars. Truncation is a DB storage safeguard.) ..." + LONG[-1332:]
+
+
+def spend(prompt: str, answer: str = "ok") -> dict[str, Any]:
+    return {"request_id": "chatcmpl-1", "call_type": "acompletion", "api_key": "k", "startTime": "2026-08-29T10:00:00Z",
+            "endTime": "2026-08-29T10:00:05Z", "model": "openai/glm-5.3", "model_group": "glm-5.3", "team_id": "team-a",
+            "status": "success", "proxy_server_request": {"messages": [{"role": "user", "content": prompt}]},
+            "response": {"choices": [{"index": 0, "message": {"content": answer}, "finish_reason": "stop"}]}}
+
+
+def payload(prompt: str, answer: str = "ok") -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "call_type": "acompletion", "startTime": 1787997000.0, "endTime": 1787997005.0,
+            "model": "glm-5.3", "model_group": "glm-5.3", "messages": [{"role": "user", "content": prompt}],
+            "response": {"choices": [{"index": 0, "message": {"content": answer}}]},
+            "metadata": {"user_api_key_org_id": "acme"}}
+
+
+def ingested(tmp_path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    path = tmp_path / "litellm.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    api.ingest(tmp_path / "case", [path], fmt="litellm")
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.parametrize("make", [spend, payload], ids=["spend_log", "callback_payload"])
+def test_a_prompt_that_quotes_the_marker_is_whole(tmp_path: Path, make: Any) -> None:
+    row = ingested(tmp_path, make(PASTED))
+    assert row["prompt_truncated"] is False
+    assert row["prompt_chars"] == len(row["prompt_text"]) < 200
+    assert row["prompt_tokens"] < 100
+
+
+@pytest.mark.parametrize("make", [spend, payload], ids=["spend_log", "callback_payload"])
+def test_an_answer_that_quotes_the_marker_is_whole(tmp_path: Path, make: Any) -> None:
+    assert ingested(tmp_path, make("hello", answer=PASTED))["response_truncated"] is False
+
+
+def test_a_spend_log_cut_is_still_read_as_one(tmp_path: Path) -> None:
+    row = ingested(tmp_path, spend(CUT, answer=CUT))
+    assert row["prompt_truncated"] is True and row["response_truncated"] is True
+    assert row["prompt_chars"] == len(row["prompt_text"]) - len(CUT) + len(LONG)  # the whole string's length
+
+
+def test_a_callback_payload_is_never_cut(tmp_path: Path) -> None:
+    """LiteLLM cuts only the strings it stores in its spend-log table: a payload holds the whole text."""
+    row = ingested(tmp_path, payload(CUT))
+    assert row["prompt_truncated"] is False and row["prompt_chars"] == len(row["prompt_text"])
+
+
+@pytest.mark.parametrize("limit", [2048, 1000, 10_000])
+def test_a_cut_at_any_configured_limit_is_recognised(limit: int) -> None:
+    """``MAX_STRING_LENGTH_PROMPT_IN_DB`` may be set: the head is int(0.35 * limit), the tail the rest
+    (LiteLLM's Python and JavaScript round the tail differently: both are recognised)."""
+    text = "word " * 5000
+    head = int(limit * 0.35)
+    for tail in (limit - head, int(limit * 0.65)):
+        marker = f"... (litellm_truncated skipped {len(text) - head - tail} chars) ..."
+        cut = text[:head] + marker + text[len(text) - tail:]
+        assert litellm_cuts({"messages": [{"content": cut}]}) == {marker: 1}
+        assert truncation(f"<|user|>\n{cut}", litellm_cuts([cut]))[1] == len("<|user|>\n") + len(text)
+
+
+def test_the_marker_anywhere_else_in_a_string_is_text() -> None:
+    assert not litellm_cuts(PASTED, [PASTED], {"a": PASTED}, MARKER, MARKER + LONG, LONG + MARKER)
+    assert truncation(PASTED, litellm_cuts(PASTED)) == (False, len(PASTED), len(PASTED.encode()))
+    assert truncation(CUT) == (False, len(CUT), len(CUT.encode()))  # no cuts given: the format never cuts
+
+
+def test_a_mapped_export_of_spend_logs_is_read_as_litellm_cuts_them(tmp_path: Path) -> None:
+    records = [{"rid": "r-1", "org": "acme", "ts": "2026-08-29T10:00:00Z", "messages": [{"role": "user", "content": CUT}], "model": "glm-5.3",
+                "answer": "ok"},
+               {"rid": "r-2", "org": "acme", "ts": "2026-08-29T10:00:01Z", "messages": [{"role": "user", "content": PASTED}], "model": "glm-5.3",
+                "answer": PASTED}]
+    (tmp_path / "export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (tmp_path / "case.toml").write_text(
+        'name = "marker"\nmodel = "glm-5.3"\nwindow_start = "2026-01-01T00:00:00Z"\nwindow_end = "2027-01-01T00:00:00Z"\n'
+        'real_ceiling_tokens = 100000\n\n[[inputs]]\nformat = "mapped"\npath = "export.jsonl"\n\n[inputs.fields]\n'
+        'request_id = "rid"\ntenant_id = "org"\nreceived_at = "ts"\nmodel = "model"\nprompt_messages = "messages"\nresponse_text = "answer"\n',
+        encoding="utf-8")
+    cfg = load_case_file(tmp_path / "case.toml")
+    api.ingest(tmp_path / "case", [cfg.inputs[0].path], fmt="mapped", config=cfg, profile=cfg.inputs[0].profile)
+    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert rows["r-1"]["prompt_truncated"] is True
+    assert rows["r-2"]["prompt_truncated"] is False and rows["r-2"]["response_truncated"] is False
+    assert rows["r-2"]["prompt_chars"] == len(rows["r-2"]["prompt_text"])
