@@ -352,3 +352,25 @@ def test_inputs_given_through_a_symlink_verify_as_through_the_folder(run_report:
     alias.symlink_to(incident, target_is_directory=True)
     assert verify(report_dir, inputs_root=incident).ok
     assert verify(report_dir, inputs_root=alias).ok, _problems(report_dir, inputs_root=alias)
+
+
+@pytest.mark.parametrize("what", ["packet_folder", "file"])
+def test_a_symbolic_link_in_a_report_is_named(built: Path, tmp_path: Path, what: str) -> None:
+    """A packet folder replaced by a link to a copy holding one more file (or a file replaced by a link to
+    an identical copy) verified OK: the link was followed and the extra file never seen, while anything
+    that follows links (a zip, cp -rL) ships it to the customer. A report holds files only."""
+    packet = sorted(p for p in (built / "packets").iterdir() if p.is_dir())[0]
+    elsewhere = tmp_path / "elsewhere"
+    if what == "packet_folder":
+        shutil.copytree(packet, elsewhere)
+        (elsewhere / "extra-notes.md").write_text("internal: ask legal before sending\n", encoding="utf-8")
+        shutil.rmtree(packet)
+        packet.symlink_to(elsewhere, target_is_directory=True)
+        link = packet
+    else:
+        link = built / "notifications.csv"
+        shutil.copy(link, elsewhere)
+        link.unlink()
+        link.symlink_to(elsewhere)
+    rel = link.relative_to(built).as_posix()
+    assert any(p.startswith(f"output {rel}: a symbolic link") for p in _problems(built)), _problems(built)

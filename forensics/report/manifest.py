@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.artifacts import REPORT_FORMAT, ReportManifest
-from forensics.case import file_sha256, json_text, table_text
+from forensics.case import file_sha256, json_text, symlinks_under, table_text
 from forensics.errors import CaseError
 from forensics.report import safe
 from forensics.review import OWN_FILES
@@ -208,6 +208,11 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
     for o in output_hashes(report_dir, exclude):
         if o["path"] not in recorded:
             drift.append(Drift("output", o["path"], "unexpected"))
+    for link in symlinks_under(report_dir):
+        # A report holds files only (run refuses to write through a link): a linked file or folder is hashed
+        # as its target is now, and whatever else the target holds would ship with the packet unseen.
+        drift.append(Drift("output", link.relative_to(report_dir).as_posix(),
+                           "a symbolic link (every output is a file of the report folder itself)"))
     drift += checks.consistency(report_dir, man)
     if rerun:
         drift += checks.rerun(report_dir, man, root, progress)
