@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,6 +55,21 @@ def cell(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ";".join(cell(v) for v in value)
     return str(value)
+
+
+#: The escapes :func:`escape_controls` writes (a doubled backslash; unicode_escape's forms).
+_ESCAPE = re.compile(r"\\(\\|[ntr]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+_NAMED = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+
+
+def uncell(shown: str) -> str | None:
+    """The string a text cell was written from (the inverse of :func:`cell` on strings), or None when no
+    string is written as ``shown`` (a cell edited by hand, a number's text is its own string)."""
+    for body in ((shown[1:], shown) if shown.startswith("'") else (shown,)):
+        raw = _ESCAPE.sub(lambda m: _NAMED.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), body)
+        if cell(raw) == shown:
+            return raw
+    return None
 
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

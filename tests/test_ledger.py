@@ -10,8 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from test_report_case import make_case
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_report_case import HOSTILE, make_case
 
+from forensics import csvfile
 from forensics.cli import main
 from forensics.config import config_from_mapping
 from forensics.errors import CaseError, ConfigError
@@ -190,3 +193,45 @@ def test_a_hostile_tenant_id_is_printed_with_its_control_characters_escaped(
     assert "\x1b" not in printed and "evil\\x1b[31m" in printed
     assert _cli(["audit", str(rd), "--now", "2026-09-01T10:00:00Z"]) == 1
     assert "\x1b" not in capsys.readouterr().out
+
+
+def test_audit_csv_shows_each_id_as_notifications_csv_does(built: tuple[Path, object, Path]) -> None:
+    """audit.csv wrote the ids it had read from notifications.csv's cells through the CSV writer again:
+    '=SUM(A1) became ''=SUM(A1) and an escaped control character's backslash was doubled, so the cell no
+    longer read back as the customer's id."""
+    _, _, rd = built
+    for tenant in ("=SUM(A1)", HOSTILE):
+        assert _notify(rd, tenant, "2026-08-31T12:00:00Z") == 0
+    assert _cli(["audit", str(rd), "--now", "2026-09-01T10:00:00Z", "-q"]) == 1
+    audit_cells = {r["tenant_id"] for r in csv.DictReader(io.StringIO((rd / "audit.csv").read_text(encoding="utf-8")))}
+    assert audit_cells == set(_tenants(rd))
+    assert {csvfile.uncell(c) for c in audit_cells} >= {"=SUM(A1)", HOSTILE}
+
+
+def _listed(*tenants: str) -> list[dict[str, str]]:
+    return [{"tenant_id": csvfile.cell(t), "role": "recipient", "tier": "possible"} for t in tenants]
+
+
+def _notice(tenant: str, ref: str) -> dict[str, str]:
+    return {"tenant_id": tenant, "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": ref,
+            "recorded_at": "2026-09-01T09:00:00Z", "seq": 1}
+
+
+@pytest.mark.parametrize("typed", ["raw", "shown"])
+def test_a_notice_counts_for_the_customer_whose_id_it_names(typed: str) -> None:
+    """Two customers: 'acme' + newline + 'prod', shown in the CSV as acme\\nprod, and one whose id is that
+    shown text itself (a backslash and an n). The notice naming the second was credited to the first, and
+    the second was listed as not notified and overdue."""
+    newline, literal = "acme\nprod", "acme\\nprod"
+    report_time = dt.datetime(2026, 8, 31, 10, tzinfo=dt.UTC)
+    now = dt.datetime(2026, 9, 5, 12, tzinfo=dt.UTC)
+    notice = _notice(literal if typed == "raw" else csvfile.cell(literal), "SENT")
+    rows = {r["tenant_id"]: r for r in ledger._rows(_listed(newline, literal), [], [], [], [], [notice], report_time, now, 72)}
+    assert rows[literal]["status"] == "notified" and rows[literal]["ref"] == "SENT"
+    assert rows[newline]["status"] == "not notified" and rows[newline]["overdue"] is True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_text_cell_reads_back_as_the_string_it_was_written_from(text: str) -> None:
+    assert csvfile.uncell(csvfile.cell(text)) == text

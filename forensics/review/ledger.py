@@ -135,6 +135,22 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _raw(shown: str) -> str:
+    """A customer's id as its logs hold it, from the cell a report CSV shows (as is if none writes it so)."""
+    raw = csvfile.uncell(shown)
+    return shown if raw is None else raw
+
+
+def _named(tenant: str, listed: set[str]) -> str:
+    """The customer a notice names: the id as its logs hold it, else as notifications.csv shows it (copied
+    from there: control characters escaped, a formula start quoted). An id that reads as two customers,
+    one each way, is the one whose logs hold it: the other is named by its own id."""
+    if tenant in listed:
+        return tenant
+    raw = csvfile.uncell(tenant)
+    return raw if raw is not None and raw in listed else tenant
+
+
 def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -164,15 +180,16 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
           sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float) -> list[dict[str, Any]]:
-    """One audit row per customer; customers are compared as notifications.csv writes them (csvfile.cell)."""
+    """One audit row per customer; customers are compared by their ids as the logs hold them (the report's
+    CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell."""
     on_list: dict[str, list[dict[str, str]]] = {}
     for r in listed:
-        on_list.setdefault(r["tenant_id"], []).append(r)
+        on_list.setdefault(_raw(r["tenant_id"]), []).append(r)
     # Which findings concern which customer (either side), to build each one's decision trail.
     concerns: dict[str, set[str]] = {}
     for e in evidence + review:
         for side in ("recipient_tenant_id", "source_tenant_id"):
-            concerns.setdefault(e.get(side, ""), set()).add(e.get("finding_id", ""))
+            concerns.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts).items()}
     confirmed_at: dict[str, str] = {}
     for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
@@ -180,16 +197,13 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
             confirmed_at.setdefault(csvfile.cell(v["finding_id"]), v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     for n in sent:
-        # The id as the customer's logs hold it, or as notifications.csv shows it (copied from there:
-        # control characters escaped, a formula start quoted); a shown form names only that customer.
-        shown = n["tenant_id"] if n["tenant_id"] in on_list else csvfile.cell(n["tenant_id"])
-        by_tenant.setdefault(shown, []).append(n)
+        by_tenant.setdefault(_named(n["tenant_id"], set(on_list)), []).append(n)
     # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
-    by_machine = {s.get("tenant_id", "") for s in suspects}
+    by_machine = {_raw(s.get("tenant_id", "")) for s in suspects}
     for e in evidence:
         cross = e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id")
         if cross and decided.get(e.get("finding_id", "")) != "dismiss":
-            by_machine.update((e.get("recipient_tenant_id", ""), e.get("source_tenant_id", "")))
+            by_machine.update((_raw(e.get("recipient_tenant_id", "")), _raw(e.get("source_tenant_id", ""))))
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
