@@ -234,3 +234,21 @@ def test_helicone_csv_record_with_a_long_prompt_is_read(tmp_path: Path) -> None:
     entry, q, x = ingest(tmp_path, "export.csv", as_csv([row(1, request_body=body), row(2)]), fmt="helicone")
     assert (entry["ingested"], entry["quarantined"]) == (2, 0), q
     assert max(len(r["prompt_text"] or "") for r in x) >= len(long_text)
+
+
+def test_helicone_csv_record_with_a_stray_byte_costs_that_record_only(tmp_path: Path) -> None:
+    """A Latin-1 byte inside a quoted field that spans two lines: the record was cut at the bad line, its
+    quotes fell out of step, and every later record was read from inside a quoted field (quarantined as
+    unterminated): the valid records of two other customers were lost."""
+    rows = [row(1, user_id="caf\u00e9\nau lait"),
+            row(2, organization_id="org-globex"), row(3, organization_id="org-initech")]
+    data = as_csv(rows).encode("utf-8").replace("caf\u00e9".encode(), b"caf\xe9")
+    path = tmp_path / "export.csv"
+    path.write_bytes(data)
+    result = api.ingest(tmp_path / "case", [path], fmt="helicone")
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and (entry["ingested"], entry["quarantined"]) == (2, 1)
+    q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert q[0]["source_line"] == 2 and "UTF-8" in q[0]["reason"]
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted(r["request_id"] for r in x) == ["h-2", "h-3"]

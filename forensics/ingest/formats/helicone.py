@@ -66,29 +66,30 @@ def _csv_header(line: str) -> list[str] | None:
 def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str | None, bytes]]:
     """Group physical lines into CSV records: a record ends where its double quotes balance.
 
-    Yields (first line number, record text, record bytes); an undecodable line is yielded alone
-    with no text so the caller quarantines it as not UTF-8.
+    Yields (first line number, record text, record bytes); a record holding an undecodable line is
+    yielded with no text, so the caller quarantines it as not UTF-8. Its quotes are counted in its
+    bytes (a double quote is the byte 0x22 in UTF-8 and in the single-byte encodings a stray byte
+    comes from): a record cut at the bad line left the quotes out of step, and every record after it
+    was read from inside a quoted field (quarantined as unterminated, the customers' records lost).
     """
-    start, quotes = 0, 0
+    start, quotes, readable = 0, 0, True
     texts: list[str] = []
     raws: list[bytes] = []
     for line in lines:
-        if line.text is None:
-            if texts:  # the record around it cannot be read either
-                yield start, "\n".join(texts), b"\n".join(raws)
-                texts, raws, quotes = [], [], 0
-            yield line.number, None, line.raw
-            continue
-        if not texts:
+        if not raws:
             start = line.number
-        texts.append(line.text)
         raws.append(line.raw)
-        quotes += line.text.count('"')
+        if line.text is None:
+            readable = False
+            quotes += line.raw.count(b'"')
+        else:
+            texts.append(line.text)
+            quotes += line.text.count('"')
         if quotes % 2 == 0:
-            yield start, "\n".join(texts), b"\n".join(raws)
-            texts, raws, quotes = [], [], 0
-    if texts:
-        yield start, "\n".join(texts), b"\n".join(raws)
+            yield start, "\n".join(texts) if readable else None, b"\n".join(raws)
+            texts, raws, quotes, readable = [], [], 0, True
+    if raws:
+        yield start, "\n".join(texts) if readable else None, b"\n".join(raws)
 
 
 def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
