@@ -464,3 +464,28 @@ def test_different_answers_to_an_id_two_customers_sent_are_named_in_the_notes(tm
     result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
     notes = [n for n in result.manifest.notes if "had different answers" in n]
     assert len(notes) == 1 and '"1"' in notes[0]
+
+
+@pytest.mark.parametrize("second", ["answer B with LEAKED text", "answer A"])
+def test_different_answers_to_one_customers_request_are_named_in_the_notes(tmp_path: Path, second: str) -> None:
+    """One request, two answers in the split response log (a retried request logs each): one row is kept
+    per request id and customer, and the second answer (maybe the leak) was counted as a duplicate and
+    named nowhere. The same answer logged twice is a plain copy: no note."""
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(json.dumps(
+        {"request_id": "r-2", "timestamp": "2026-08-28T10:00:00Z", "tenant_id": "acme",
+         "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello"}]}}) + "\n")
+    (logs / "responses.jsonl").write_text("".join(json.dumps(
+        {"request_id": "r-2", "timestamp": t, "status_code": 200,
+         "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}}) + "\n"
+        for t, text in (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:07:00Z", second))))
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    notes = [n for n in result.manifest.notes if "had different answers" in n]
+    if second == "answer A":
+        assert not notes
+    else:
+        assert len(notes) == 1 and '"r-2"' in notes[0] and "one customer" in notes[0]
+    assert result.manifest.duplicate_requests == 1

@@ -549,6 +549,15 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                                  -- several senders, as the split join counts them (an unnamed one too)
                                  GROUP BY 1 HAVING count(*) > 1)
             ORDER BY request_id""").fetchall()]
+    # One customer's request with several different answers in the split response log (a retried or replayed
+    # request logs each): one row is kept per request id and customer, so the others go unsearched; the notes
+    # name those ids (before, they were counted as duplicates and named nowhere).
+    several = set(shared_answers)
+    other_answers = [rid for (rid,) in con.execute(
+        f"""SELECT s.request_id FROM staged s
+            WHERE s.record_kind IN {half_kinds("response")} AND s.request_id IN (
+              SELECT request_id FROM ranked WHERE rn = 1 AND variants > 1 AND record_kind IN {half_kinds("response")})
+            GROUP BY 1 HAVING count(DISTINCT s.response_text) > 1 ORDER BY 1""").fetchall() if rid not in several]
     con.execute(f"CREATE TEMP TABLE engine_keys AS {ENGINE_KEYS_SQL}")
     # The engine logs name a request by its id alone: an id several kept requests carry (two customers'
     # client-supplied ids) cannot say whose request the engine served, so its engine records are
@@ -727,6 +736,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      f"had different answers in the split response logs; an answer names no customer, so one was kept "
                      f"(a response with no request) and the others were counted as duplicates and not searched: {shown}. "
                      "Fix: find whose each answer was in other logs (the gateway's access log) and check those answers by hand")
+    if other_answers:
+        shown = shown_ids(other_answers)
+        notes.append(f"{len(other_answers)} request id{'s' if len(other_answers) > 1 else ''} of one customer had different "
+                     f"answers in the split response logs (a retried or replayed request logs each): one row is kept per "
+                     f"request id and customer, so one answer was searched and the others were counted as duplicates: "
+                     f"{shown}. Fix: read those answers by hand (`forensics query`), or re-export them under ids of their "
+                     "own and ingest again")
     if orphan_req or orphan_resp:
         notes.append(f"split logs: {orphan_req} requests with no response, {orphan_resp} responses with no request (kept, flagged)")
     if withheld:
