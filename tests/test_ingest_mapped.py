@@ -607,3 +607,14 @@ def test_a_mapped_parquet_file_is_read_one_row_group_and_a_few_rows_at_a_time(
     lines = list(read_records(tmp_path / "export.parquet", []))
     assert [json.loads(line.text or "")["id"] for line in lines] == [f"r{n}" for n in range(100)]
     assert calls == [(parquet.BATCH_ROWS, [g]) for g in range(4)]
+
+
+@pytest.mark.parametrize("digits", ["9" * 5000, "-" + "9" * 5000, "1" + "0" * 40])
+def test_an_epoch_of_thousands_of_digits_is_out_of_range_not_an_internal_error(digits: str) -> None:
+    """int() refuses strings of more than 4,300 digits: the record was quarantined by the catch-all, with a
+    ValueError's text ("use sys.set_int_max_str_digits()") as its reason."""
+    from forensics.ingest.formats.mapped import parse_time
+    from forensics.ingest.timeparse import TimeError
+
+    with pytest.raises(TimeError, match="1970"):
+        parse_time(digits, "epoch_s", "UTC")

@@ -256,6 +256,9 @@ def parse_time(value: Any, time_format: str, zone: str) -> tuple[int, bool]:
             number = value
         elif isinstance(value, str) and NUMBER.fullmatch(value.strip()):
             text = value.strip()
+            if text.lstrip("+-").isdigit() and len(text.lstrip("+-")) > 30:
+                # Far beyond every unit's range (and int() refuses more than 4,300 digits).
+                return _in_range(MIN_MICROS - 1 if text.startswith("-") else MAX_MICROS + 1, value), False
             number = int(text) if text.lstrip("+-").isdigit() else float(text)
         else:
             raise TimeError(f"{_shown(value)} is not an epoch number (time_format = \"{time_format}\")")
