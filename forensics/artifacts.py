@@ -166,6 +166,8 @@ def _load(hint: Any, value: Json, file: Path | None, path: str) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # its own message names what inside the value is wrong
+            return _load(options[0], value, file, path)
         for option in options:
             try:
                 return _load(option, value, file, path)
@@ -195,8 +197,13 @@ def _load(hint: Any, value: Json, file: Path | None, path: str) -> Any:
 def _type_name(hint: Any) -> str:
     names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", type(None): "null"}
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    return " or ".join(names.get(a, "an object" if isinstance(a, type) and issubclass(a, Record) else "an array")
-                       for a in args)
+    def name(a: Any) -> str:
+        origin = typing.get_origin(a) or a
+        if isinstance(origin, type) and (issubclass(origin, Record) or issubclass(origin, Mapping)):
+            return "an object"
+        return names.get(a, "an array")
+
+    return " or ".join(name(a) for a in args)
 
 
 # ------------------------------------------------------------------------------------------

@@ -425,7 +425,10 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
             drift.append(Drift("ledger", name, f"hash chain broken at {c.problem}"))
         if rec is None:  # every line came after the report was rendered
             continue
-        n = int(rec.get("entries", 0))
+        n = rec.get("entries", 0)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            drift.append(Drift("ledger", name, f"the manifest records {_json(n)} as its line count, not a whole number"))
+            continue
         if n > len(c.hashes) or (n and c.hashes[n - 1] != rec.get("head")):
             drift.append(Drift("ledger", name, f"the {n} line(s) the report was rendered with are no longer there unchanged"))
             continue

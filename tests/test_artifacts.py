@@ -133,6 +133,25 @@ def test_verify_names_the_bad_key_of_an_edited_manifest(report_dir: Path, tmp_pa
     assert "manifest.json is not a report manifest (outputs is a string, expected an array)" in err
 
 
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("case_file", {"path": 5}, "case_file.path is a number, expected a string"),
+    ("ledgers", [], "ledgers is an array, expected an object"),
+])
+def test_an_edited_manifest_names_the_type_it_expected(report_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       key: str, value: object, message: str) -> None:
+    """Before: "case_file is an object, expected an array or null" and "ledgers is an array, expected an
+    array or null", the wrong fix named."""
+    copy = tmp_path / "report"
+    shutil.copytree(report_dir, copy)
+    man = json.loads((copy / "manifest.json").read_text())
+    man[key] = value
+    (copy / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["verify", str(copy)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err, err
+
+
 def test_request_keys_compare_as_the_pairs_the_tables_hold() -> None:
     keys = [RequestKey("b", None), RequestKey("b", "t2"), RequestKey("a", "t9"), RequestKey("b", "t1")]
     assert sorted(keys, key=RequestKey.sort_key) == [("a", "t9"), ("b", "t1"), ("b", "t2"), ("b", None)]

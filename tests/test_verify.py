@@ -374,3 +374,27 @@ def test_a_symbolic_link_in_a_report_is_named(built: Path, tmp_path: Path, what:
         link.symlink_to(elsewhere)
     rel = link.relative_to(built).as_posix()
     assert any(p.startswith(f"output {rel}: a symbolic link") for p in _problems(built)), _problems(built)
+
+
+@pytest.mark.parametrize("entries", ["x", -1, [1], True])
+def test_a_ledger_line_count_that_is_not_a_whole_number_is_drift(run_report: tuple[Path, str],
+                                                                 capsys: pytest.CaptureFixture[str], entries: object) -> None:
+    """Before, verify stopped with an internal error (ValueError, TypeError, IndexError: "this is a bug")."""
+    report_dir, _ = run_report
+    assert _call(["review", str(report_dir), "--finding", _a_finding(report_dir), "--verdict", "escalate",
+                  "--analyst", "A. Analyst", "--reason", "to legal"], capsys)[0] == 0
+    assert _call(["run", str(report_dir.parent.parent / "incident"), "--out", str(report_dir.parent), "-q"], capsys)[0] == 1
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    man["ledgers"]["verdicts.jsonl"]["entries"] = entries
+    path.write_text(json.dumps(man), encoding="utf-8")
+    code, out, err = _call(["verify", str(report_dir)], capsys)
+    assert code == 1 and "internal error" not in err, err
+    assert "ledger verdicts.jsonl: the manifest records" in out and "not a whole number" in out
+
+
+def _a_finding(report_dir: Path) -> str:
+    import csv
+
+    with open(report_dir / "evidence.csv", encoding="utf-8", newline="") as fh:
+        return next(csv.DictReader(fh))["finding_id"]
