@@ -89,6 +89,15 @@ def test_viewer_is_deterministic_and_does_not_disturb_the_report(page: Path) -> 
     assert exc.value.code == 0
 
 
+def test_viewer_is_the_same_whatever_way_the_report_folder_is_named(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given as ".", the folder named none: the title lost the report's name and the bytes differed."""
+    first = page.read_bytes()
+    rd = page.parent
+    monkeypatch.chdir(rd)
+    assert viewer.build(Path("."), rd.parent.parent / "case").read_bytes() == first
+    assert f"Evidence viewer: {rd.name}".encode() in first
+
+
 def test_viewer_without_the_case_is_a_clear_error(tmp_path: Path) -> None:
     case, cfg, _ = make_case(tmp_path)
     rd = report(case, cfg, tmp_path / "out").report_dir

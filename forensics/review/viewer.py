@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +248,8 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
                 "recipient_parts": window(rtext, [(a, b) for a, b, _, _ in ps]),
                 "source_parts": window(stext, [(c, d) for _, _, c, d in ps]),
             })
-        title = "Evidence viewer: " + safe.clean_text(report_dir.name, 120)
+        # The folder's own name however it was given ("." names none): the same report, the same bytes.
+        title = "Evidence viewer: " + safe.clean_text(Path(os.path.abspath(report_dir)).name, 120)
         csp = (f"default-src 'none'; script-src {_csp_hash(SCRIPT)}; style-src {_csp_hash(CSS)}; "
                "img-src 'none'; base-uri 'none'; form-action 'none'")
         from html import escape
