@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_scan import GATEWAYS, MODEL, _config, _gateway_logs
 
-from forensics import api
+from forensics import api, schema
 from forensics.ingest.fields import RecordError, chunks_text, response_text
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "save_note", "arguments": '{"note": "ship it"}'}}
@@ -518,3 +518,22 @@ def test_a_legacy_prompt_list_through_litellm_is_read_not_quarantined(tmp_path: 
     assert not pq.read_table(tmp_path / "case" / "quarantine.parquet").num_rows
     (row,) = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert row["prompt_text"] == "first part\n\nsecond part"
+
+
+def test_two_choices_under_one_index_both_keep_their_text() -> None:
+    """The later choice replaced the earlier one's text (maybe the leak), and a boolean index was read as 1."""
+    same = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "LEAKED text A"}},
+                        {"index": 0, "message": {"role": "assistant", "content": "B"}}]}
+    boolean = {"choices": [{"index": True, "message": {"role": "assistant", "content": "LEAKED text C"}},
+                           {"index": 1, "message": {"role": "assistant", "content": "D"}}]}
+    assert response_text(same)[0] == schema.render_choices(["LEAKED text A", "B"])
+    assert response_text(boolean)[0] == schema.render_choices(["LEAKED text C", "D"])
+    ordered = {"choices": [{"index": 1, "message": {"content": "second"}}, {"index": 0, "message": {"content": "first"}}]}
+    assert response_text(ordered)[0] == schema.render_choices(["first", "second"])
+
+
+def test_a_streamed_boolean_index_is_no_index() -> None:
+    chunks = [{"choices": [{"index": True, "delta": {"content": "LEAKED "}}]},
+              {"choices": [{"index": 1, "delta": {"content": "other"}}]},
+              {"choices": [{"index": 0, "delta": {"content": "text"}}]}]
+    assert chunks_text(chunks, "response")[0] == schema.render_choices(["LEAKED text", "other"])

@@ -347,19 +347,21 @@ def response_text(resp: Any, field: str = "response") -> tuple[str | None, str |
         return None, None, dict(usage)
     if not isinstance(choices, list):
         raise RecordError(f"{field}.choices is a {type(choices).__name__}, expected a list")
-    texts: dict[int, str] = {}
+    # By index, then place: two choices under one index (or a boolean one, which is no index) both keep
+    # their text; the later one replaced the earlier, which might be the one holding the leak.
+    texts: dict[tuple[int, int], str] = {}
     finish: str | None = None
     for i, choice in enumerate(choices):
         if not isinstance(choice, Mapping):
             raise RecordError(f"{field}.choices[{i}] is not an object")
         idx = choice.get("index", i)
-        idx = idx if isinstance(idx, int) else i
+        key = (idx if type(idx) is int else i, i)
         if "message" in choice:
-            texts[idx] = message_text(choice.get("message"), f"{field}.choices[{i}].message")
+            texts[key] = message_text(choice.get("message"), f"{field}.choices[{i}].message")
         elif isinstance(choice.get("text"), str):  # legacy completions
-            texts[idx] = choice["text"]
+            texts[key] = choice["text"]
         else:
-            texts[idx] = ""
+            texts[key] = ""
         if finish is None and isinstance(choice.get("finish_reason"), str):
             finish = choice["finish_reason"]
     text = schema.render_choices(texts[k] for k in sorted(texts)) if texts else ""
@@ -519,8 +521,8 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
             if type(choice) is not dict and not isinstance(choice, Mapping):
                 raise RecordError(f"{field}[{n}].choices[{i}] is not an object")
             idx = choice.get("index", 0)
-            if type(idx) is not int:
-                idx = idx if isinstance(idx, int) else 0
+            if type(idx) is not int:  # a boolean is no index: True was choice 1
+                idx = 0
             delta = choice.get("delta")
             if delta is None and "message" in choice:
                 delta = choice["message"]
