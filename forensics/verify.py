@@ -37,7 +37,7 @@ from forensics.errors import CaseError, ConfigError
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
-from forensics.report.notices import packet_path
+from forensics.report.notices import packet_path, render_packet_md
 from forensics.report.safe import write_bytes
 from forensics.report.summary import count_rows
 from forensics.schema import TIERS
@@ -317,6 +317,16 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             drift.append(Drift("consistency", f"{packet}/notice.json",
                                f"is the notice of tenant {csvfile.cell(tenant)!r} (packet {packet_path(tenant)}), "
                                f"not of {packet_of[packet]!r} as notifications.csv says"))
+        md_path = report_dir / packet / "notice.md"
+        if md_path.is_file():
+            # The letter is rendered from notice.json alone: another customer's letter, or an edited one, is not it.
+            try:
+                letter = render_packet_md(notice)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                letter = None
+            if letter is None or md_path.read_bytes() != letter.encode("utf-8"):
+                drift.append(Drift("consistency", f"{packet}/notice.md",
+                                   "is not the letter of the packet's notice.json (another customer's, or edited)"))
         if sorted(notice.get("roles", [])) != sorted(roles[packet]):
             drift.append(Drift("consistency", f"{packet}/notice.json",
                                f"roles {sorted(notice.get('roles', []))} differ from notifications.csv's {sorted(roles[packet])}"))
@@ -391,7 +401,9 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     for name, rows, columns in (("suspects.csv", suspects, ("request_id", "tenant_id")),
                                 ("evidence.csv", evidence, ("recipient_request_id", "recipient_tenant_id", "source_request_id",
                                                             "source_tenant_id", "tier")),
-                                ("notifications.csv", notifications, ("tenant_id", "role", "tier", "packet"))):
+                                # Every column verify recomputes: one deleted went unchecked.
+                                ("notifications.csv", notifications, ("tenant_id", "role", "tier", "n_requests",
+                                                                      "request_ids", "packet", "n_findings"))):
         absent = [c for c in columns if rows and c not in rows[0]]
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]

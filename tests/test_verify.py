@@ -398,3 +398,29 @@ def _a_finding(report_dir: Path) -> str:
 
     with open(report_dir / "evidence.csv", encoding="utf-8", newline="") as fh:
         return next(csv.DictReader(fh))["finding_id"]
+
+
+def test_another_customers_letter_in_a_packet_is_named(built: Path) -> None:
+    """notice.json was checked, not the letter: one customer's notice.md copied over another's verified OK."""
+    first, second = sorted(p for p in (built / "packets").iterdir() if p.is_dir())[:2]
+    shutil.copy(second / "notice.md", first / "notice.md")
+    rel = (first / "notice.md").relative_to(built).as_posix()
+    _rehash(built, rel)
+    assert any(p.startswith(f"consistency {rel}: is not the letter") for p in _problems(built)), _problems(built)
+
+
+@pytest.mark.parametrize("column", ["request_ids", "n_requests", "n_findings"])
+def test_a_column_of_notifications_csv_deleted_is_named(built: Path, column: str) -> None:
+    """A column verify recomputes, deleted with the manifest rehashed, was skipped and the report said OK."""
+    import csv
+
+    path = built / "notifications.csv"
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    header = [c for c in rows[0] if c != column]
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore", lineterminator="\r\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    _rehash(built, "notifications.csv")
+    assert f"consistency notifications.csv: has no column {column!r}" in _problems(built)
