@@ -235,3 +235,16 @@ def test_a_notice_counts_for_the_customer_whose_id_it_names(typed: str) -> None:
 @given(st.text())
 def test_a_text_cell_reads_back_as_the_string_it_was_written_from(text: str) -> None:
     assert csvfile.uncell(csvfile.cell(text)) == text
+
+
+def test_a_notice_to_an_id_on_no_row_of_the_list_is_recorded_with_a_warning(
+        built: tuple[Path, object, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo was recorded silently: the customer it was meant for stayed unnotified until someone audited."""
+    _, _, rd = built
+    capsys.readouterr()
+    assert _notify(rd, "acmee", "2026-08-31T12:00:00Z") == 0
+    err = capsys.readouterr().err
+    assert "warning: acmee is on no row of notifications.csv" in err
+    for tenant in ("acme", "=SUM(A1)", "'=SUM(A1)", HOSTILE):  # as the logs hold it, or as the CSV shows it
+        assert _notify(rd, tenant, "2026-08-31T12:00:00Z") == 0
+        assert "warning" not in capsys.readouterr().err

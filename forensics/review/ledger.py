@@ -151,6 +151,13 @@ def _named(tenant: str, listed: set[str]) -> str:
     return raw if raw is not None and raw in listed else tenant
 
 
+def not_on_list(report_dir: Path, tenants: list[str]) -> list[str]:
+    """The ids among ``tenants`` that name no customer of the report's notifications.csv (read as the audit
+    reads them): a typo recorded as a notice leaves the customer it was meant for unnotified."""
+    listed = {_raw(r["tenant_id"]) for r in _csv_rows(Path(report_dir) / "notifications.csv")}
+    return [t for t in tenants if _named(t, listed) not in listed]
+
+
 def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
