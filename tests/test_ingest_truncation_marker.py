@@ -107,3 +107,41 @@ def test_a_mapped_export_of_spend_logs_is_read_as_litellm_cuts_them(tmp_path: Pa
     assert rows["r-1"]["prompt_truncated"] is True
     assert rows["r-2"]["prompt_truncated"] is False and rows["r-2"]["response_truncated"] is False
     assert rows["r-2"]["prompt_chars"] == len(rows["r-2"]["prompt_text"])
+
+
+#: The note current LiteLLM versions put in the marker: parentheses of its own.
+CURRENT_NOTE = ("Truncation is a DB storage safeguard. Full, untruncated data is logged to logging callbacks (OTEL, "
+                "Datadog, etc.). To increase the truncation limit, set `MAX_STRING_LENGTH_PROMPT_IN_DB` in your env.")
+
+
+def litellm_cut(text: str, note: str = CURRENT_NOTE, limit: int = 2048) -> str:
+    """What LiteLLM's spend-log writer makes of a long string (its Python code's rounding)."""
+    head, tail = int(limit * 0.35), int(limit * 0.65)
+    return f"{text[:head]}... (litellm_truncated skipped {len(text) - head - tail} chars. {note}) ...{text[len(text) - tail:]}"
+
+
+def test_the_current_note_with_its_own_parentheses_is_a_cut(tmp_path: Path) -> None:
+    """The marker pattern stopped at the note's "(OTEL, Datadog, etc.)": current LiteLLM's cuts were read as text."""
+    row = ingested(tmp_path, spend(litellm_cut(LONG), answer=litellm_cut(LONG)))
+    assert row["prompt_truncated"] is True and row["response_truncated"] is True
+    assert row["prompt_chars"] == len("<|user|>\n") + len(LONG)
+
+
+def test_a_marker_quoted_inside_a_string_litellm_then_cut_leaves_the_cut_read() -> None:
+    quoted = "my log says ... (litellm_truncated skipped 5 chars) ... why? " + LONG
+    cut = litellm_cut(quoted)
+    cuts = litellm_cuts(cut)
+    assert sum(cuts.values()) == 1 and "skipped 5 chars" not in next(iter(cuts))
+    assert truncation(cut, cuts)[:2] == (True, len(quoted))
+
+
+def test_a_short_string_with_the_marker_at_35_percent_is_text() -> None:
+    hostile = "a" * 35 + "... (litellm_truncated skipped 999999999999 chars) ..." + "b" * 65
+    assert not litellm_cuts(hostile)
+
+
+def test_a_cut_counted_in_utf16_units_is_recognised() -> None:
+    """A JavaScript port of the writer counts UTF-16 units: ten emoji in the head move the marker ten characters."""
+    text = "\U0001f600" * 10 + LONG
+    cut = text[:706] + "... (litellm_truncated skipped 1 chars) ..." + text[-1332:]
+    assert sum(litellm_cuts(cut).values()) == 1

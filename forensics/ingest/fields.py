@@ -229,18 +229,27 @@ def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = T
 
 # LiteLLM keeps 35 % head and 65 % tail of strings over 2,048 characters and puts this marker
 # between them; the skipped count lets us reconstruct the original length. A count of more than
-# twelve digits (a terabyte string) is not LiteLLM's and would overflow the length columns.
-TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars[^)]*\) \.\.\.")
+# twelve digits (a terabyte string) is not LiteLLM's and would overflow the length columns. The
+# note after the count holds parentheses of its own in current versions ("(OTEL, Datadog, etc.)").
+TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars(?:[^()]|\([^()]*\))*\) \.\.\.")
+
+#: The shortest limit taken for LiteLLM's (2,048 unless configured): a marker at 35 % of a shorter string
+#: is a customer's text that only looks like a cut.
+MIN_CUT_LIMIT = 256
+_MENDED = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
 
 
 def litellm_cuts(*values: Any) -> collections.Counter[str]:
     """The LiteLLM truncation markers in the strings of JSON ``values`` that sit where LiteLLM puts one.
 
-    LiteLLM cuts a string over its limit M (2,048 characters unless configured) to its first
-    ``int(0.35 * M)`` characters, the marker, and its last ``int(0.65 * M)`` (or ``M`` minus the head):
-    a marker stands at 35 % of what its string kept. The same words anywhere else (a customer asking
-    about a LiteLLM log, pasting one) are the customer's text, not a cut: counted as one, they made up
-    a prompt length and a token count, and could put the customer on the list as a recipient.
+    LiteLLM cuts a string over its limit M (2,048 characters unless configured, at least
+    :data:`MIN_CUT_LIMIT` here) to its first ``int(0.35 * M)`` characters, the marker, and its last
+    ``int(0.65 * M)`` (or ``M`` minus the head): a marker stands at 35 % of what its string kept. A few
+    characters of slack cover a cut counted in UTF-16 units (ports of LiteLLM in JavaScript) and a
+    lone surrogate the ingest wrote as its escape. The same words anywhere else (a customer asking
+    about a LiteLLM log, pasting one; a marker quoted inside a string LiteLLM then cut) are the
+    customer's text, not a cut: counted as one, they made up a prompt length and a token count, and
+    could put the customer on the list as a recipient.
     """
     found: collections.Counter[str] = collections.Counter()
     stack = list(values)
@@ -249,11 +258,14 @@ def litellm_cuts(*values: Any) -> collections.Counter[str]:
         if isinstance(value, str):
             if "litellm_truncated" not in value:
                 continue
-            marks = list(TRUNCATION_RE.finditer(value))
-            if len(marks) == 1:
-                m = marks[0]
-                head, kept = m.start(), m.start() + len(value) - m.end()
-                if head and any(head == int(limit * 0.35) for limit in (kept, kept + 1)):
+            slack = None
+            for m in TRUNCATION_RE.finditer(value):
+                kept = len(value) - len(m.group(0))
+                if kept < MIN_CUT_LIMIT - 1:
+                    continue
+                if slack is None:
+                    slack = 2 + sum(1 for ch in value if ord(ch) > 0xFFFF) + 5 * len(_MENDED.findall(value))
+                if abs(m.start() - int(kept * 0.35)) <= slack:
                     found[m.group(0)] += 1
         elif isinstance(value, Mapping):
             stack.extend(value.values())
