@@ -252,3 +252,14 @@ def test_helicone_csv_record_with_a_stray_byte_costs_that_record_only(tmp_path: 
     assert q[0]["source_line"] == 2 and "UTF-8" in q[0]["reason"]
     x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert sorted(r["request_id"] for r in x) == ["h-2", "h-3"]
+
+
+def test_helicone_csv_a_torn_line_between_records_costs_that_line_only(tmp_path: Path) -> None:
+    """An undecodable line between records, holding a stray double-quote byte, opened a quoted field that
+    never closed: the three records after it became one quarantined record."""
+    lines = as_csv([row(i) for i in range(1, 6)]).encode("utf-8").split(b"\n")
+    data = b"\n".join([*lines[:3], b'\x00\x9f\x8c"\xff\x01 garbage', *lines[3:]])
+    path = tmp_path / "export.csv"
+    path.write_bytes(data)
+    entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
+    assert entry["reconciled"] and (entry["ingested"], entry["quarantined"]) == (5, 1)

@@ -63,19 +63,23 @@ def _csv_header(line: str) -> list[str] | None:
         return None
 
 
-def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str | None, bytes]]:
-    """Group physical lines into CSV records: a record ends where its double quotes balance.
+def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | None, bytes]]:
+    """Group physical lines into CSV records of ``fields`` fields: a record ends where its double quotes balance.
 
     Yields (first line number, record text, record bytes); a record holding an undecodable line is
     yielded with no text, so the caller quarantines it as not UTF-8. Its quotes are counted in its
     bytes (a double quote is the byte 0x22 in UTF-8 and in the single-byte encodings a stray byte
     comes from): a record cut at the bad line left the quotes out of step, and every record after it
-    was read from inside a quoted field (quarantined as unterminated, the customers' records lost).
+    was read from inside a quoted field (the customers' records lost). A record an undecodable line
+    opens (a torn write's stray quote byte) ends before a line that is a whole record by itself.
     """
     start, quotes, readable = 0, 0, True
     texts: list[str] = []
     raws: list[bytes] = []
     for line in lines:
+        if raws and not readable and line.text is not None and _whole_record(line.text, fields):
+            yield start, None, b"\n".join(raws)
+            texts, raws, quotes, readable = [], [], 0, True
         if not raws:
             start = line.number
         raws.append(line.raw)
@@ -90,6 +94,16 @@ def _records(lines: Iterator[Line]) -> Iterator[tuple[int, str | None, bytes]]:
             texts, raws, quotes, readable = [], [], 0, True
     if raws:
         yield start, "\n".join(texts) if readable else None, b"\n".join(raws)
+
+
+def _whole_record(text: str, fields: int) -> bool:
+    """Whether one line is a CSV record of ``fields`` fields by itself."""
+    if text.count('"') % 2:
+        return False
+    try:
+        return len(next(csv.reader([text], strict=True))) == fields
+    except (csv.Error, StopIteration):
+        return False
 
 
 def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
@@ -117,7 +131,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     if header is None:
         return
     csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide, and only ever raised: no other reader lowers it
-    for number, text, raw in _records(lines):
+    for number, text, raw in _records(lines, len(header)):
         if text is None or not text.strip():
             yield Line(number, text, raw)
             continue
