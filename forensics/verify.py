@@ -293,9 +293,11 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
     drift: list[Drift] = []
     roles: dict[str, set[str]] = {}
     packet_of: dict[str, str] = {}
+    ids_of: dict[tuple[str, str], list[str]] = {}
     for row in notifications:
         roles.setdefault(row.get("packet", ""), set()).add(row.get("role", ""))
         packet_of[row.get("packet", "")] = row.get("tenant_id", "")
+        ids_of[(row.get("packet", ""), row.get("role", ""))] = _id_list(row.get("request_ids", ""))
     folder = report_dir / "packets"
     present = {f"packets/{p.name}" for p in folder.iterdir()} if folder.is_dir() else set()
     for extra in sorted(present - set(roles)):
@@ -327,6 +329,17 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             if letter is None or md_path.read_bytes() != letter.encode("utf-8"):
                 drift.append(Drift("consistency", f"{packet}/notice.md",
                                    "is not the letter of the packet's notice.json (another customer's, or edited)"))
+        for role in sorted(roles[packet]):
+            # The requests the notice tells of are the row's: a letter rewritten around another customer's
+            # request (its notice.json and notice.md both) verified OK.
+            part = notice.get(role)
+            requests = part.get("requests") if isinstance(part, dict) else None
+            told = ([str(r.get("request_id")) for r in requests if isinstance(r, dict)]
+                    if isinstance(requests, list) else None)
+            have = sorted(";".join(_unneutralised(csvfile.cell(i)) for i in told).split(";")) if told else []
+            if told is None or have != ids_of[(packet, role)]:
+                drift.append(Drift("consistency", f"{packet}/notice.json",
+                                   f"the {role} requests it tells of differ from notifications.csv's request_ids"))
         if sorted(notice.get("roles", [])) != sorted(roles[packet]):
             drift.append(Drift("consistency", f"{packet}/notice.json",
                                f"roles {sorted(notice.get('roles', []))} differ from notifications.csv's {sorted(roles[packet])}"))

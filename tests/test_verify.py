@@ -376,6 +376,15 @@ def test_a_symbolic_link_in_a_report_is_named(built: Path, tmp_path: Path, what:
     assert any(p.startswith(f"output {rel}: a symbolic link") for p in _problems(built)), _problems(built)
 
 
+def test_a_case_folder_moved_and_linked_back_is_no_drift(run_report: tuple[Path, str], tmp_path: Path) -> None:
+    """The case folder beside the outputs is not one of them: a link to it is no output (nothing ships)."""
+    rd, _ = run_report
+    assert (rd / "case").is_dir() and _problems(rd) == []
+    shutil.move(rd / "case", tmp_path / "case-elsewhere")
+    (rd / "case").symlink_to(tmp_path / "case-elsewhere", target_is_directory=True)
+    assert _problems(rd) == []
+
+
 @pytest.mark.parametrize("entries", ["x", -1, [1], True])
 def test_a_ledger_line_count_that_is_not_a_whole_number_is_drift(run_report: tuple[Path, str],
                                                                  capsys: pytest.CaptureFixture[str], entries: object) -> None:
@@ -424,3 +433,21 @@ def test_a_column_of_notifications_csv_deleted_is_named(built: Path, column: str
         writer.writerows(rows)
     _rehash(built, "notifications.csv")
     assert f"consistency notifications.csv: has no column {column!r}" in _problems(built)
+
+
+def test_a_letter_rewritten_around_another_request_is_named(built: Path) -> None:
+    """notice.json and notice.md rewritten together (one request of the customer's swapped for another's),
+    the manifest rehashed: the packet's own pair agreed, and nothing compared it with the list."""
+    from forensics.report.notices import render_packet_md
+
+    packet = next(p for p in sorted((built / "packets").iterdir()) if p.is_dir()
+                  and any(json.loads((p / "notice.json").read_text(encoding="utf-8")).get(r) for r in ("recipient", "exposed")))
+    notice = json.loads((packet / "notice.json").read_text(encoding="utf-8"))
+    role = "recipient" if notice.get("recipient") else "exposed"
+    notice[role]["requests"][0]["request_id"] = "r-someone-else"
+    (packet / "notice.json").write_text(json.dumps(notice, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    (packet / "notice.md").write_text(render_packet_md(notice), encoding="utf-8")
+    rel = packet.relative_to(built).as_posix()
+    _rehash(built, f"{rel}/notice.json", f"{rel}/notice.md")
+    assert f"consistency {rel}/notice.json: the {role} requests it tells of differ from notifications.csv's request_ids" \
+        in _problems(built), _problems(built)
