@@ -1072,9 +1072,8 @@ def notified(
     else:
         rows = [ledger.check(tenant or "", channel or "", at or "", ref or "")]
     written = ledger.record(report_dir, rows)
-    for tenant in ledger.not_on_list(report_dir, [e["tenant_id"] for e in written]):
-        err.print(_text(f"warning: {tenant} is on no row of notifications.csv: recorded, but check the id (the audit "
-                        "lists it as notified and not on the list; the customer it was meant for stays unnotified)"))
+    for warning in ledger.naming_warnings(report_dir, [e["tenant_id"] for e in written]):
+        err.print(_text(f"warning: {warning}"))
     if as_json:
         _emit_json(written)
     elif not quiet:

@@ -248,3 +248,17 @@ def test_a_notice_to_an_id_on_no_row_of_the_list_is_recorded_with_a_warning(
     for tenant in ("acme", "=SUM(A1)", "'=SUM(A1)", HOSTILE):  # as the logs hold it, or as the CSV shows it
         assert _notify(rd, tenant, "2026-08-31T12:00:00Z") == 0
         assert "warning" not in capsys.readouterr().err
+
+
+def test_an_id_that_names_two_customers_is_credited_as_logged_with_a_warning(tmp_path: Path) -> None:
+    """'=acme is one customer's id as logged and the other's (=acme) as notifications.csv shows it: the
+    notice goes to the first, silently, though the analyst may have copied the second's cell."""
+    rd = tmp_path / "report"
+    rd.mkdir()
+    (rd / "notifications.csv").write_text(csvfile.csv_text(["tenant_id", "role"], [["=acme", "exposed"], ["'=acme", "exposed"]]),
+                                          encoding="utf-8")
+    assert ledger.naming_warnings(rd, ["=acme", "acme"]) == [
+        "acme is on no row of notifications.csv: recorded, but check the id (the audit lists it as notified and not on "
+        "the list; the customer it was meant for stays unnotified)"]
+    (warning,) = ledger.naming_warnings(rd, ["'=acme"])
+    assert "names two customers" in warning and "=acme" in warning

@@ -151,11 +151,23 @@ def _named(tenant: str, listed: set[str]) -> str:
     return raw if raw is not None and raw in listed else tenant
 
 
-def not_on_list(report_dir: Path, tenants: list[str]) -> list[str]:
-    """The ids among ``tenants`` that name no customer of the report's notifications.csv (read as the audit
-    reads them): a typo recorded as a notice leaves the customer it was meant for unnotified."""
+def naming_warnings(report_dir: Path, tenants: list[str]) -> list[str]:
+    """What to tell about the ids ``tenants`` recorded as notices, read against the report's notifications.csv
+    as the audit reads them: an id on no row (a typo leaves the customer it was meant for unnotified), and
+    an id that names two customers, one as its logs hold it (the one credited) and one as the CSV shows it."""
     listed = {_raw(r["tenant_id"]) for r in _csv_rows(Path(report_dir) / "notifications.csv")}
-    return [t for t in tenants if _named(t, listed) not in listed]
+    warnings = []
+    for tenant in tenants:
+        if _named(tenant, listed) not in listed:
+            warnings.append(f"{tenant} is on no row of notifications.csv: recorded, but check the id (the audit lists "
+                            "it as notified and not on the list; the customer it was meant for stays unnotified)")
+            continue
+        shown_as = csvfile.uncell(tenant)
+        if tenant in listed and shown_as is not None and shown_as != tenant and shown_as in listed:
+            warnings.append(f"{tenant} names two customers of notifications.csv: the one whose logs hold this id, "
+                            f"credited, and the one whose id {shown_as} the CSV shows this way; to notify that one, "
+                            "record its id as its logs hold it")
+    return warnings
 
 
 def _t(text: str) -> dt.datetime:
