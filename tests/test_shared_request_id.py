@@ -489,3 +489,21 @@ def test_different_answers_to_one_customers_request_are_named_in_the_notes(tmp_p
     else:
         assert len(notes) == 1 and '"r-2"' in notes[0] and "one customer" in notes[0]
     assert result.manifest.duplicate_requests == 1
+
+
+def test_different_answers_with_no_request_are_named_without_a_customer(tmp_path: Path) -> None:
+    """Two different answers to an id no request line names: noted, and not as one customer's request."""
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(json.dumps(
+        {"request_id": "r-1", "timestamp": "2026-08-28T10:00:00Z", "tenant_id": "acme",
+         "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello"}]}}) + "\n")
+    (logs / "responses.jsonl").write_text("".join(json.dumps(
+        {"request_id": "r-9", "timestamp": t, "status_code": 200,
+         "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}}) + "\n"
+        for t, text in (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:00:06Z", "answer B"))))
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    (note,) = [n for n in result.manifest.notes if "had different answers" in n]
+    assert '"r-9"' in note and "or by none the request logs name" in note

@@ -549,10 +549,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                                  -- several senders, as the split join counts them (an unnamed one too)
                                  GROUP BY 1 HAVING count(*) > 1)
             ORDER BY request_id""").fetchall()]
-    # One customer's request with several different answers in the split response log (a retried or replayed
-    # request logs each): one row is kept per request id and customer, so the others go unsearched; the notes
-    # name those ids (before, they were counted as duplicates and named nowhere).
-    several = set(shared_answers)
+    # A request id with several different answers in the split response log, sent by one customer or by none
+    # the request logs name (a retried or replayed request logs each): one row is kept per request id and
+    # customer, so the others go unsearched; the notes name those ids (before, they were counted as
+    # duplicates and named nowhere). Ids several customers sent, or one reused, have notes of their own.
+    several = set(shared_answers) | set(reused)  # named by their own notes
     other_answers = [rid for (rid,) in con.execute(
         f"""SELECT s.request_id FROM staged s
             WHERE s.record_kind IN {half_kinds("response")} AND s.request_id IN (
@@ -738,9 +739,10 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "Fix: find whose each answer was in other logs (the gateway's access log) and check those answers by hand")
     if other_answers:
         shown = shown_ids(other_answers)
-        notes.append(f"{len(other_answers)} request id{'s' if len(other_answers) > 1 else ''} of one customer had different "
-                     f"answers in the split response logs (a retried or replayed request logs each): one row is kept per "
-                     f"request id and customer, so one answer was searched and the others were counted as duplicates: "
+        notes.append(f"{len(other_answers)} request id{'s' if len(other_answers) > 1 else ''} had different answers in the "
+                     f"split response logs, sent by one customer or by none the request logs name (a retried or replayed "
+                     f"request logs each answer): one row is kept per request id and customer, so one answer was searched "
+                     f"and the others were counted as duplicates: "
                      f"{shown}. Fix: read those answers by hand (`forensics query`), or re-export them under ids of their "
                      "own and ingest again")
     if orphan_req or orphan_resp:
