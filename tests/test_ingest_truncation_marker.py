@@ -145,3 +145,22 @@ def test_a_cut_counted_in_utf16_units_is_recognised() -> None:
     text = "\U0001f600" * 10 + LONG
     cut = text[:706] + "... (litellm_truncated skipped 1 chars) ..." + text[-1332:]
     assert sum(litellm_cuts(cut).values()) == 1
+
+
+@pytest.mark.parametrize("filler", ["\U0001f600" * 300, "\\ud83d" * 60])
+def test_a_short_prompt_with_emoji_or_escapes_and_the_marker_is_text(filler: str) -> None:
+    """The slack once counted every emoji and escaped surrogate of the string: a 381-character prompt
+    quoting the marker read as a cut of a trillion characters."""
+    prompt = "why does my log say ... (litellm_truncated skipped 999999999999 chars) ... here? " + filler
+    assert not litellm_cuts(prompt)
+
+
+def test_an_unclosed_marker_typed_before_a_real_cut_does_not_hide_it() -> None:
+    """Matches do not overlap: "... (litellm_truncated skipped 12 chars" left open, then the real marker,
+    then ":) ..." was one long match that swallowed the real cut."""
+    text = "see ... (litellm_truncated skipped 12 chars and more " + LONG + " bye " + LONG + " ok:) ..."
+    cut = litellm_cut(text, note="Truncation is a DB storage safeguard.")
+    cuts = litellm_cuts(cut)
+    assert sum(cuts.values()) == 1
+    rendered = f"<|user|>\n{cut}"
+    assert truncation(rendered, cuts)[:2] == (True, len("<|user|>\n") + len(text))

@@ -230,8 +230,10 @@ def time_field(obj: Mapping[str, Any], field: str, zone: str, required: bool = T
 # LiteLLM keeps 35 % head and 65 % tail of strings over 2,048 characters and puts this marker
 # between them; the skipped count lets us reconstruct the original length. A count of more than
 # twelve digits (a terabyte string) is not LiteLLM's and would overflow the length columns. The
-# note after the count holds parentheses of its own in current versions ("(OTEL, Datadog, etc.)").
-TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars(?:[^()]|\([^()]*\))*\) \.\.\.")
+# note after the count holds parentheses of its own in current versions ("(OTEL, Datadog, etc.)"),
+# never another marker: an unclosed one a customer typed must not swallow the real one after it.
+TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) chars"
+                           r"(?:[^()]|\((?!litellm_truncated)[^()]*\))*\) \.\.\.")
 
 #: The shortest limit taken for LiteLLM's (2,048 unless configured): a marker at 35 % of a shorter string
 #: is a customer's text that only looks like a cut.
@@ -239,17 +241,26 @@ MIN_CUT_LIMIT = 256
 _MENDED = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
 
 
+def _code_points(text: str) -> int:
+    """Code points LiteLLM (Python) counted: a lone surrogate the ingest wrote as its 6-character escape was one."""
+    return len(text) - 5 * len(_MENDED.findall(text)) if "\\ud" in text else len(text)
+
+
+def _utf16_units(text: str) -> int:
+    """UTF-16 units a JavaScript port of LiteLLM's writer counted."""
+    return _code_points(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
 def litellm_cuts(*values: Any) -> collections.Counter[str]:
     """The LiteLLM truncation markers in the strings of JSON ``values`` that sit where LiteLLM puts one.
 
     LiteLLM cuts a string over its limit M (2,048 characters unless configured, at least
     :data:`MIN_CUT_LIMIT` here) to its first ``int(0.35 * M)`` characters, the marker, and its last
-    ``int(0.65 * M)`` (or ``M`` minus the head): a marker stands at 35 % of what its string kept. A few
-    characters of slack cover a cut counted in UTF-16 units (ports of LiteLLM in JavaScript) and a
-    lone surrogate the ingest wrote as its escape. The same words anywhere else (a customer asking
-    about a LiteLLM log, pasting one; a marker quoted inside a string LiteLLM then cut) are the
-    customer's text, not a cut: counted as one, they made up a prompt length and a token count, and
-    could put the customer on the list as a recipient.
+    ``int(0.65 * M)`` (or ``M`` minus the head): a marker stands at 35 % of what its string kept,
+    counted in code points (LiteLLM) or UTF-16 units (ports of it in JavaScript). The same words
+    anywhere else (a customer asking about a LiteLLM log, pasting one; a marker quoted inside a string
+    LiteLLM then cut) are the customer's text, not a cut: counted as one, they made up a prompt length
+    and a token count, and could put the customer on the list as a recipient.
     """
     found: collections.Counter[str] = collections.Counter()
     stack = list(values)
@@ -258,15 +269,13 @@ def litellm_cuts(*values: Any) -> collections.Counter[str]:
         if isinstance(value, str):
             if "litellm_truncated" not in value:
                 continue
-            slack = None
             for m in TRUNCATION_RE.finditer(value):
-                kept = len(value) - len(m.group(0))
-                if kept < MIN_CUT_LIMIT - 1:
-                    continue
-                if slack is None:
-                    slack = 2 + sum(1 for ch in value if ord(ch) > 0xFFFF) + 5 * len(_MENDED.findall(value))
-                if abs(m.start() - int(kept * 0.35)) <= slack:
-                    found[m.group(0)] += 1
+                head, tail = value[:m.start()], value[m.end():]
+                for count in (_code_points, _utf16_units):
+                    kept = count(head) + count(tail)
+                    if kept >= MIN_CUT_LIMIT - 1 and any(count(head) == int(limit * 0.35) for limit in (kept, kept + 1)):
+                        found[m.group(0)] += 1
+                        break
         elif isinstance(value, Mapping):
             stack.extend(value.values())
         elif isinstance(value, list):
