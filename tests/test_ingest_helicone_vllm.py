@@ -263,3 +263,22 @@ def test_helicone_csv_a_torn_line_between_records_costs_that_line_only(tmp_path:
     path.write_bytes(data)
     entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
     assert entry["reconciled"] and (entry["ingested"], entry["quarantined"]) == (5, 1)
+
+
+@pytest.mark.parametrize("damage", ["csv_like_line_in_a_damaged_body", "torn_line_before_a_multiline_record"])
+def test_helicone_csv_damage_costs_the_damaged_lines_only(tmp_path: Path, damage: str) -> None:
+    """A Latin-1 byte in a multi-line body whose later line looks like a record by itself split the record
+    there; a torn line's stray quote before a multi-line record swallowed the records after it."""
+    body = "caf\u00e9\nh-x,2026-08-29T10:00:00Z,,200,5,2,glm-5.3,org-1,u,{},{}\nau lait"
+    rows = [row(1), row(2, user_id=body if damage.startswith("csv") else "line one\nline two"), row(3), row(4)]
+    data = as_csv(rows).encode("utf-8").replace("caf\u00e9".encode(), b"caf\xe9")
+    if damage.startswith("torn"):
+        lines = data.split(b"\n")
+        data = b"\n".join([*lines[:2], b'\x00\x9f\x8c"\xff\x01 garbage', *lines[2:]])
+    path = tmp_path / "export.csv"
+    path.write_bytes(data)
+    entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    kept = sorted(r["request_id"] for r in x)
+    assert entry["reconciled"] and entry["quarantined"] == 1
+    assert kept == (["h-1", "h-3", "h-4"] if damage.startswith("csv") else ["h-1", "h-2", "h-3", "h-4"])

@@ -12,6 +12,7 @@ format therefore reads its own files (:func:`read_records`) and is never split a
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 from collections.abc import Iterator, Mapping
@@ -63,45 +64,62 @@ def _csv_header(line: str) -> list[str] | None:
         return None
 
 
+#: How far a record holding an undecodable line is read before its quotes are taken as out of step (lines
+#: and bytes): such a record is held whole while it is read, to be read again from its second line.
+DAMAGED_RECORD_LINES = 10_000
+DAMAGED_RECORD_BYTES = 64 << 20
+
+
 def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | None, bytes]]:
     """Group physical lines into CSV records of ``fields`` fields: a record ends where its double quotes balance.
 
     Yields (first line number, record text, record bytes); a record holding an undecodable line is
-    yielded with no text, so the caller quarantines it as not UTF-8. Its quotes are counted in its
-    bytes (a double quote is the byte 0x22 in UTF-8 and in the single-byte encodings a stray byte
-    comes from): a record cut at the bad line left the quotes out of step, and every record after it
-    was read from inside a quoted field (the customers' records lost). A record an undecodable line
-    opens (a torn write's stray quote byte) ends before a line that is a whole record by itself.
+    yielded with no text, so the caller quarantines it as not UTF-8. Such a record's quotes are counted
+    in its bytes (a double quote is the byte 0x22 in UTF-8 and in the single-byte encodings a stray
+    byte comes from), and it stands only if its lines, so grouped, make a record of ``fields`` fields
+    (a bad byte inside a quoted field that spans lines). Otherwise its first line goes alone (a torn
+    write's stray quote byte) and the lines after it are grouped again: a record cut at the bad line, or
+    opened by a stray quote, left the quotes out of step, and every record after it was read from inside
+    a quoted field (the customers' records lost).
     """
-    start, quotes, readable = 0, 0, True
-    texts: list[str] = []
-    raws: list[bytes] = []
-    for line in lines:
-        if raws and not readable and line.text is not None and _whole_record(line.text, fields):
-            yield start, None, b"\n".join(raws)
-            texts, raws, quotes, readable = [], [], 0, True
-        if not raws:
-            start = line.number
-        raws.append(line.raw)
-        if line.text is None:
-            readable = False
-            quotes += line.raw.count(b'"')
+    again: collections.deque[Line] = collections.deque()
+
+    def take() -> Line | None:
+        return again.popleft() if again else next(lines, None)
+
+    while (first := take()) is not None:
+        group = [first]
+        quotes = _quotes(first)
+        readable = first.text is not None
+        size = len(first.raw)
+        while quotes % 2:
+            if not readable and (len(group) >= DAMAGED_RECORD_LINES or size >= DAMAGED_RECORD_BYTES):
+                break
+            line = take()
+            if line is None:
+                break
+            group.append(line)
+            quotes += _quotes(line)
+            readable = readable and line.text is not None
+            size += len(line.raw)
+        raw = b"\n".join(line.raw for line in group)
+        if readable:
+            yield first.number, "\n".join(line.text or "" for line in group), raw
+        elif len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
+            yield first.number, None, raw
         else:
-            texts.append(line.text)
-            quotes += line.text.count('"')
-        if quotes % 2 == 0:
-            yield start, "\n".join(texts) if readable else None, b"\n".join(raws)
-            texts, raws, quotes, readable = [], [], 0, True
-    if raws:
-        yield start, "\n".join(texts) if readable else None, b"\n".join(raws)
+            yield first.number, None if first.text is None else first.text, first.raw
+            again.extendleft(reversed(group[1:]))
 
 
-def _whole_record(text: str, fields: int) -> bool:
-    """Whether one line is a CSV record of ``fields`` fields by itself."""
-    if text.count('"') % 2:
-        return False
+def _quotes(line: Line) -> int:
+    return line.raw.count(b'"') if line.text is None else line.text.count('"')
+
+
+def _fits(raw: bytes, fields: int) -> bool:
+    """Whether the bytes of a record, read leniently, are a CSV record of ``fields`` fields."""
     try:
-        return len(next(csv.reader([text], strict=True))) == fields
+        return len(next(csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True))) == fields
     except (csv.Error, StopIteration):
         return False
 
