@@ -329,6 +329,12 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             if letter is None or md_path.read_bytes() != letter.encode("utf-8"):
                 drift.append(Drift("consistency", f"{packet}/notice.md",
                                    "is not the letter of the packet's notice.json (another customer's, or edited)"))
+        for role in ("recipient", "exposed"):
+            if role in notice and role not in roles[packet]:
+                # The letter renders every section notice.json holds: one the list does not call for (another
+                # customer's exposed requests copied in) would tell this customer of them.
+                drift.append(Drift("consistency", f"{packet}/notice.json",
+                                   f"holds {role} requests, and notifications.csv gives the customer no {role} row"))
         for role in sorted(roles[packet]):
             # The requests the notice tells of are the row's: a letter rewritten around another customer's
             # request (its notice.json and notice.md both) verified OK.
@@ -340,9 +346,12 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             if told is None or have != ids_of[(packet, role)]:
                 drift.append(Drift("consistency", f"{packet}/notice.json",
                                    f"the {role} requests it tells of differ from notifications.csv's request_ids"))
-        if sorted(notice.get("roles", [])) != sorted(roles[packet]):
+        told_roles = notice.get("roles", [])
+        if not isinstance(told_roles, list) or not all(isinstance(r, str) for r in told_roles):
+            drift.append(Drift("consistency", f"{packet}/notice.json", f"roles is {_json(told_roles)}, not a list of roles"))
+        elif sorted(told_roles) != sorted(roles[packet]):
             drift.append(Drift("consistency", f"{packet}/notice.json",
-                               f"roles {sorted(notice.get('roles', []))} differ from notifications.csv's {sorted(roles[packet])}"))
+                               f"roles {sorted(told_roles)} differ from notifications.csv's {sorted(roles[packet])}"))
     return drift
 
 

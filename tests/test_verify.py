@@ -451,3 +451,49 @@ def test_a_letter_rewritten_around_another_request_is_named(built: Path) -> None
     _rehash(built, f"{rel}/notice.json", f"{rel}/notice.md")
     assert f"consistency {rel}/notice.json: the {role} requests it tells of differ from notifications.csv's request_ids" \
         in _problems(built), _problems(built)
+
+
+def test_a_section_the_list_does_not_call_for_is_named(built: Path) -> None:
+    """Another customer's exposed section copied into a recipient-only notice (roles unchanged, the letter
+    re-rendered, the manifest rehashed) verified OK, and the letter told of the other customer's data."""
+    from forensics.report.notices import render_packet_md
+
+    notices = {p: json.loads((p / "notice.json").read_text(encoding="utf-8"))
+               for p in sorted((built / "packets").iterdir()) if p.is_dir()}
+    giver = next(n for n in notices.values() if n.get("exposed"))
+    packet, notice = next((p, n) for p, n in notices.items() if "exposed" not in n)
+    notice["exposed"] = giver["exposed"]
+    (packet / "notice.json").write_text(json.dumps(notice, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    (packet / "notice.md").write_text(render_packet_md(notice), encoding="utf-8")
+    rel = packet.relative_to(built).as_posix()
+    _rehash(built, f"{rel}/notice.json", f"{rel}/notice.md")
+    assert any(p.startswith(f"consistency {rel}/notice.json: holds exposed requests") for p in _problems(built))
+
+
+@pytest.mark.parametrize("roles", [5, None, [1, "exposed"], [{}, {}]])
+def test_a_notice_whose_roles_are_not_a_list_of_roles_is_drift(built: Path, roles: object) -> None:
+    """Before, sorted() of them stopped verify with an internal error."""
+    packet = next(p for p in sorted((built / "packets").iterdir()) if p.is_dir())
+    notice = json.loads((packet / "notice.json").read_text(encoding="utf-8"))
+    notice["roles"] = roles
+    (packet / "notice.json").write_text(json.dumps(notice), encoding="utf-8")
+    rel = packet.relative_to(built).as_posix()
+    assert any(p.startswith(f"consistency {rel}/notice.json: roles is") for p in _problems(built))
+
+
+def test_a_linked_manifest_or_packet_is_named_whatever_the_manifest_excludes(built: Path, tmp_path: Path) -> None:
+    """Links were skipped under every name the (unsigned) manifest excludes: manifest.json itself, or packets
+    once an edit listed them there."""
+    path = built / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    man["outputs_excluded"] = sorted({*man.get("outputs_excluded", []), "packets"})
+    (tmp_path / "manifest.json").write_text(json.dumps(man), encoding="utf-8")
+    path.unlink()
+    path.symlink_to(tmp_path / "manifest.json")
+    packet = next(p for p in sorted((built / "packets").iterdir()) if p.is_dir())
+    shutil.copytree(packet, tmp_path / "packet")
+    shutil.rmtree(packet)
+    packet.symlink_to(tmp_path / "packet", target_is_directory=True)
+    problems = _problems(built)
+    assert "output manifest.json: a symbolic link (every output is a file of the report folder itself)" in problems
+    assert any(p.startswith(f"output {packet.relative_to(built).as_posix()}: a symbolic link") for p in problems)

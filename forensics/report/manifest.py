@@ -46,6 +46,11 @@ def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
 
 
+#: Folders of a report that hold no outputs (the case beside them): links inside them ship with no packet.
+#: A fixed set, not the manifest's own list of exclusions, which whoever edits the manifest can extend.
+CASE_FOLDERS = frozenset({"case"})
+
+
 def output_hashes(report_dir: Path, exclude: set[str]) -> list[dict[str, Any]]:
     """SHA-256 and size of every file under the report folder except ``exclude`` (top-level names)."""
     rows = []
@@ -213,7 +218,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
         # as its target is now, and whatever else the target holds would ship with the packet unseen. What
         # the outputs leave out (the case folder beside them) is no output.
         rel = link.relative_to(report_dir).as_posix()
-        if rel.split("/")[0] not in exclude:
+        if rel.split("/")[0] not in CASE_FOLDERS:
             drift.append(Drift("output", rel, "a symbolic link (every output is a file of the report folder itself)"))
     drift += checks.consistency(report_dir, man)
     if rerun:
