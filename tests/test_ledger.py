@@ -262,3 +262,15 @@ def test_an_id_that_names_two_customers_is_credited_as_logged_with_a_warning(tmp
         "the list; the customer it was meant for stays unnotified)"]
     (warning,) = ledger.naming_warnings(rd, ["'=acme"])
     assert "names two customers" in warning and "=acme" in warning
+
+
+def test_a_tenant_id_is_recorded_as_given_not_stripped(tmp_path: Path) -> None:
+    """"acme\\u00a0" was stripped to "acme": another customer of the list, credited with no warning."""
+    rd = tmp_path / "report"
+    rd.mkdir()
+    (rd / "notifications.csv").write_text(csvfile.csv_text(["tenant_id", "role"], [["acme", "exposed"], ["acme\u00a0", "exposed"]]),
+                                          encoding="utf-8")
+    notice = ledger.check("acme\u00a0", "email", "2026-09-01T09:00:00Z", "T-1")
+    assert notice["tenant_id"] == "acme\u00a0" and ledger.naming_warnings(rd, [notice["tenant_id"]]) == []
+    with pytest.raises(ConfigError, match="empty"):
+        ledger.check(" \t", "email", "2026-09-01T09:00:00Z", "T-1")
