@@ -164,3 +164,20 @@ def test_an_unclosed_marker_typed_before_a_real_cut_does_not_hide_it() -> None:
     assert sum(cuts.values()) == 1
     rendered = f"<|user|>\n{cut}"
     assert truncation(rendered, cuts)[:2] == (True, len("<|user|>\n") + len(text))
+
+
+def test_a_cut_of_text_holding_an_escape_written_as_text_is_recognised() -> None:
+    """Pasted JSON writes an emoji as the twelve characters \\ud83d\\ude80: counted as two lone surrogates the
+    ingest had escaped, they moved the head by ten and the cut was missed (an over-length prompt read short)."""
+    text = json.dumps({"title": "Launch \U0001f680"}) + " " + LONG
+    assert "\\ud83d" in text
+    cut = litellm_cut(text)
+    assert sum(litellm_cuts(cut).values()) == 1
+    assert truncation(cut, litellm_cuts(cut))[:2] == (True, len(text))
+
+
+def test_many_markers_in_one_string_are_judged_in_one_pass() -> None:
+    """Each marker recounted the whole string on both sides of it: minutes for a pasted log of a few hundred
+    kilobytes. The answer is what counts here; benchmarks measure time."""
+    pasted = "... (litellm_truncated skipped 1 chars) ... \U0001f600 \\ud83d " * 5000
+    assert not litellm_cuts(pasted)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -241,14 +242,29 @@ MIN_CUT_LIMIT = 256
 _MENDED = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
 
 
-def _code_points(text: str) -> int:
-    """Code points LiteLLM (Python) counted: a lone surrogate the ingest wrote as its 6-character escape was one."""
-    return len(text) - 5 * len(_MENDED.findall(text)) if "\\ud" in text else len(text)
-
-
-def _utf16_units(text: str) -> int:
-    """UTF-16 units a JavaScript port of LiteLLM's writer counted."""
-    return _code_points(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+def _cuts_in(value: str) -> Iterator[re.Match[str]]:
+    """The markers of one string at LiteLLM's place (:func:`litellm_cuts`), in one pass over it whatever
+    their number: the characters LiteLLM counted differently (an astral character is two UTF-16 units; a
+    lone surrogate, one code point, the ingest wrote as its six-character escape, which a customer's
+    pasted JSON may hold as text too) are located once and counted on each side of a marker by bisection."""
+    astral = [] if value.isascii() else [i for i, ch in enumerate(value) if ord(ch) > 0xFFFF]
+    escaped = [e.start() for e in _MENDED.finditer(value)] if "\\ud" in value else []
+    for m in TRUNCATION_RE.finditer(value):
+        head_chars, tail_chars = m.start(), len(value) - m.end()
+        a_head = bisect.bisect_left(astral, m.start())
+        a_tail = len(astral) - bisect.bisect_left(astral, m.end())
+        e_head = bisect.bisect_left(escaped, m.start())
+        e_tail = len(escaped) - bisect.bisect_left(escaped, m.end())
+        for wide in (0, 1):  # code points (LiteLLM), UTF-16 units (its JavaScript ports)
+            for mended in ((0, 1) if escaped else (0,)):
+                head = head_chars + wide * a_head - 5 * mended * e_head
+                kept = head + tail_chars + wide * a_tail - 5 * mended * e_tail
+                if kept >= MIN_CUT_LIMIT - 1 and any(head == int(limit * 0.35) for limit in (kept, kept + 1)):
+                    yield m
+                    break
+            else:
+                continue
+            break
 
 
 def litellm_cuts(*values: Any) -> collections.Counter[str]:
@@ -269,13 +285,7 @@ def litellm_cuts(*values: Any) -> collections.Counter[str]:
         if isinstance(value, str):
             if "litellm_truncated" not in value:
                 continue
-            for m in TRUNCATION_RE.finditer(value):
-                head, tail = value[:m.start()], value[m.end():]
-                for count in (_code_points, _utf16_units):
-                    kept = count(head) + count(tail)
-                    if kept >= MIN_CUT_LIMIT - 1 and any(count(head) == int(limit * 0.35) for limit in (kept, kept + 1)):
-                        found[m.group(0)] += 1
-                        break
+            found.update(m.group(0) for m in _cuts_in(value))
         elif isinstance(value, Mapping):
             stack.extend(value.values())
         elif isinstance(value, list):
