@@ -282,3 +282,28 @@ def test_helicone_csv_damage_costs_the_damaged_lines_only(tmp_path: Path, damage
     kept = sorted(r["request_id"] for r in x)
     assert entry["reconciled"] and entry["quarantined"] == 1
     assert kept == (["h-1", "h-3", "h-4"] if damage.startswith("csv") else ["h-1", "h-2", "h-3", "h-4"])
+
+
+def test_helicone_csv_a_damaged_one_line_record_with_a_stray_quote_costs_that_record_only(tmp_path: Path) -> None:
+    """A damaged line that is a whole record by itself, with a quote inside an unquoted field: its group ran to
+    the next odd line and was taken as one record (only its first row was parsed), and the records after it
+    were lost."""
+    rows = [row(1, user_id='caf\u00e9 5" screen'), row(2), row(3), row(4, user_id="line one\nline two"), row(5), row(6)]
+    text = as_csv(rows).replace('"caf\u00e9 5"" screen"', 'caf\u00e9 5" screen')
+    path = tmp_path / "export.csv"
+    path.write_bytes(text.encode("utf-8").replace("caf\u00e9".encode(), b"caf\xe9"))
+    entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
+    x = sorted(r["request_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert entry["reconciled"] and entry["quarantined"] == 1 and x == ["h-2", "h-3", "h-4", "h-5", "h-6"]
+
+
+def test_helicone_csv_a_damaged_field_of_thousands_of_lines_costs_that_record_only(tmp_path: Path) -> None:
+    """At 10,000 lines the damaged record was cut, its lines read one by one and its closing line opened a
+    field that ran to the end of the file: the six records after it were lost."""
+    body = "\n".join(["caf\u00e9 first"] + [f"line {i}" for i in range(10_500)])
+    rows = [row(1), row(2, user_id=body), *[row(i) for i in range(3, 9)]]
+    path = tmp_path / "export.csv"
+    path.write_bytes(as_csv(rows).encode("utf-8").replace("caf\u00e9".encode(), b"caf\xe9"))
+    entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
+    x = sorted(r["request_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert entry["reconciled"] and entry["quarantined"] == 1 and x == ["h-1", *[f"h-{i}" for i in range(3, 9)]]

@@ -64,9 +64,9 @@ def _csv_header(line: str) -> list[str] | None:
         return None
 
 
-#: How far a record holding an undecodable line is read before its quotes are taken as out of step (lines
-#: and bytes): such a record is held whole while it is read, to be read again from its second line.
-DAMAGED_RECORD_LINES = 10_000
+#: How far a record holding an undecodable line is read before its quotes are taken as out of step: such a
+#: record is held whole while it is read, to be read again from its second line. (Bytes, not lines: a
+#: prompt's field may span many thousands.)
 DAMAGED_RECORD_BYTES = 64 << 20
 
 
@@ -93,7 +93,7 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
         readable = first.text is not None
         size = len(first.raw)
         while quotes % 2:
-            if not readable and (len(group) >= DAMAGED_RECORD_LINES or size >= DAMAGED_RECORD_BYTES):
+            if not readable and size >= DAMAGED_RECORD_BYTES:
                 break
             line = take()
             if line is None:
@@ -117,11 +117,14 @@ def _quotes(line: Line) -> int:
 
 
 def _fits(raw: bytes, fields: int) -> bool:
-    """Whether the bytes of a record, read leniently, are a CSV record of ``fields`` fields."""
+    """Whether the bytes of a group of lines, read leniently, are one CSV record of ``fields`` fields (a
+    damaged line that is a record by itself, its stray quote opening a field, does not make one of the
+    lines after it)."""
     try:
-        return len(next(csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True))) == fields
-    except (csv.Error, StopIteration):
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True))
+    except csv.Error:
         return False
+    return len(rows) == 1 and len(rows[0]) == fields
 
 
 def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
