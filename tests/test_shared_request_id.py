@@ -466,44 +466,38 @@ def test_different_answers_to_an_id_two_customers_sent_are_named_in_the_notes(tm
     assert len(notes) == 1 and '"1"' in notes[0]
 
 
+def _one_request_two_answers(tmp_path: Path, answered_id: str, answers: tuple[tuple[str, str], ...]) -> list[str]:
+    """Split logs: acme's request r-1 or r-2 (the answered id's, when it is one), and two answers to
+    ``answered_id`` ((time, text) each); the ingest's notes on different answers."""
+    from forensics import api
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(json.dumps(
+        {"request_id": answered_id if answered_id == "r-2" else "r-1", "timestamp": "2026-08-28T10:00:00Z",
+         "tenant_id": "acme", "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello"}]}}) + "\n")
+    (logs / "responses.jsonl").write_text("".join(json.dumps(
+        {"request_id": answered_id, "timestamp": t, "status_code": 200,
+         "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}}) + "\n"
+        for t, text in answers))
+    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    assert result.manifest.duplicate_requests == 1
+    return [n for n in result.manifest.notes if "had different answers" in n]
+
+
 @pytest.mark.parametrize("second", ["answer B with LEAKED text", "answer A"])
 def test_different_answers_to_one_customers_request_are_named_in_the_notes(tmp_path: Path, second: str) -> None:
     """One request, two answers in the split response log (a retried request logs each): one row is kept
     per request id and customer, and the second answer (maybe the leak) was counted as a duplicate and
     named nowhere. The same answer logged twice is a plain copy: no note."""
-    from forensics import api
-
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "requests.jsonl").write_text(json.dumps(
-        {"request_id": "r-2", "timestamp": "2026-08-28T10:00:00Z", "tenant_id": "acme",
-         "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello"}]}}) + "\n")
-    (logs / "responses.jsonl").write_text("".join(json.dumps(
-        {"request_id": "r-2", "timestamp": t, "status_code": 200,
-         "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}}) + "\n"
-        for t, text in (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:07:00Z", second))))
-    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
-    notes = [n for n in result.manifest.notes if "had different answers" in n]
+    notes = _one_request_two_answers(tmp_path, "r-2", (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:07:00Z", second)))
     if second == "answer A":
         assert not notes
     else:
         assert len(notes) == 1 and '"r-2"' in notes[0] and "one customer" in notes[0]
-    assert result.manifest.duplicate_requests == 1
 
 
 def test_different_answers_with_no_request_are_named_without_a_customer(tmp_path: Path) -> None:
     """Two different answers to an id no request line names: noted, and not as one customer's request."""
-    from forensics import api
-
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "requests.jsonl").write_text(json.dumps(
-        {"request_id": "r-1", "timestamp": "2026-08-28T10:00:00Z", "tenant_id": "acme",
-         "body": {"model": "glm-5.3", "messages": [{"role": "user", "content": "hello"}]}}) + "\n")
-    (logs / "responses.jsonl").write_text("".join(json.dumps(
-        {"request_id": "r-9", "timestamp": t, "status_code": 200,
-         "body": {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}}) + "\n"
-        for t, text in (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:00:06Z", "answer B"))))
-    result = api.ingest(tmp_path / "case", [logs], fmt="openai-split")
-    (note,) = [n for n in result.manifest.notes if "had different answers" in n]
+    (note,) = _one_request_two_answers(tmp_path, "r-9", (("2026-08-28T10:00:05Z", "answer A"), ("2026-08-28T10:00:06Z", "answer B")))
     assert '"r-9"' in note and "or by none the request logs name" in note
