@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -307,3 +308,36 @@ def test_helicone_csv_a_damaged_field_of_thousands_of_lines_costs_that_record_on
     entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
     x = sorted(r["request_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
     assert entry["reconciled"] and entry["quarantined"] == 1 and x == ["h-1", *[f"h-{i}" for i in range(3, 9)]]
+
+
+def test_helicone_csv_the_rest_of_a_damaged_record_does_not_swallow_the_records_after_it(tmp_path: Path) -> None:
+    """A damaged record one field short across two lines: its first line went alone, and its closing line's
+    quote opened a record that ran to the next multi-line record (h-3 to h-7 lost)."""
+    header, r1, *_ = as_csv([row(1)]).split("\n")
+    damaged = r1.replace("h-1", "h-2").rsplit(",", 3)[0] + ',"caf\u00e9 line one\nline two",{}'
+    rest = as_csv([row(3), row(4), row(5), row(6, user_id="line one\nline two"), row(7)]).split("\n", 1)[1]
+    path = tmp_path / "export.csv"
+    path.write_bytes("\n".join([header, r1, damaged, rest]).encode("utf-8").replace("caf\u00e9".encode(), b"caf\xe9"))
+    entry = api.ingest(tmp_path / "case", [path], fmt="helicone").manifest["files"][0]
+    x = sorted(r["request_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
+    assert entry["reconciled"] and x == ["h-1", "h-3", "h-4", "h-5", "h-6", "h-7"]
+
+
+def test_helicone_csv_a_torn_line_before_millions_of_empty_lines_is_read_in_bounded_memory() -> None:
+    """Each line held cost far more than its bytes: a torn quote followed by 16 million empty lines held
+    3.75 GB. Each line now counts what holding it costs, so the group stops at the limit."""
+    from forensics.ingest.formats.helicone import DAMAGED_RECORD_BYTES, LINE_COST, _records
+    from forensics.ingest.reader import Line
+
+    n = 2 * DAMAGED_RECORD_BYTES // LINE_COST
+    read = 0
+
+    def lines() -> Iterator[Line]:
+        nonlocal read
+        yield Line(1, None, b'\xff" torn')
+        for i in range(2, n + 2):
+            read += 1
+            yield Line(i, "", b"")
+
+    assert next(_records(lines(), 11)) == (1, None, b'\xff" torn')
+    assert read <= DAMAGED_RECORD_BYTES // LINE_COST  # stopped at the limit, not held to the end

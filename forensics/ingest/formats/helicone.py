@@ -65,9 +65,10 @@ def _csv_header(line: str) -> list[str] | None:
 
 
 #: How far a record holding an undecodable line is read before its quotes are taken as out of step: such a
-#: record is held whole while it is read, to be read again from its second line. (Bytes, not lines: a
-#: prompt's field may span many thousands.)
+#: record is held whole while it is read, to be read again from its second line. Each line counts its
+#: bytes plus what holding it costs (a field of millions of empty lines is no small record).
 DAMAGED_RECORD_BYTES = 64 << 20
+LINE_COST = 256
 
 
 def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | None, bytes]]:
@@ -91,7 +92,7 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
         group = [first]
         quotes = _quotes(first)
         readable = first.text is not None
-        size = len(first.raw)
+        size = len(first.raw) + LINE_COST
         while quotes % 2:
             if not readable and size >= DAMAGED_RECORD_BYTES:
                 break
@@ -101,13 +102,15 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
             group.append(line)
             quotes += _quotes(line)
             readable = readable and line.text is not None
-            size += len(line.raw)
+            size += len(line.raw) + LINE_COST
         raw = b"\n".join(line.raw for line in group)
-        if readable:
-            yield first.number, "\n".join(line.text or "" for line in group), raw
-        elif len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
-            yield first.number, None, raw
+        if len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
+            yield first.number, "\n".join(line.text or "" for line in group) if readable else None, raw
+        elif readable and quotes % 2:
+            yield first.number, "\n".join(line.text or "" for line in group), raw  # its quote runs to the end
         else:
+            # Not one record: a damaged line, or the rest of a damaged record (a closing quote left over),
+            # opened it. Its first line goes alone; the lines after it are read again.
             yield first.number, None if first.text is None else first.text, first.raw
             again.extendleft(reversed(group[1:]))
 
@@ -120,11 +123,12 @@ def _fits(raw: bytes, fields: int) -> bool:
     """Whether the bytes of a group of lines, read leniently, are one CSV record of ``fields`` fields (a
     damaged line that is a record by itself, its stray quote opening a field, does not make one of the
     lines after it)."""
+    reader = csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True)
     try:
-        rows = list(csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True))
+        first = next(reader, None)
+        return first is not None and len(first) == fields and next(reader, None) is None
     except csv.Error:
         return False
-    return len(rows) == 1 and len(rows[0]) == fields
 
 
 def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
