@@ -7,7 +7,7 @@ import collections
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -255,16 +255,16 @@ def _cuts_in(value: str) -> Iterator[re.Match[str]]:
         a_tail = len(astral) - bisect.bisect_left(astral, m.end())
         e_head = bisect.bisect_left(escaped, m.start())
         e_tail = len(escaped) - bisect.bisect_left(escaped, m.end())
-        for wide in (0, 1):  # code points (LiteLLM), UTF-16 units (its JavaScript ports)
-            for mended in ((0, 1) if escaped else (0,)):
-                head = head_chars + wide * a_head - 5 * mended * e_head
-                kept = head + tail_chars + wide * a_tail - 5 * mended * e_tail
-                if kept >= MIN_CUT_LIMIT - 1 and any(head == int(limit * 0.35) for limit in (kept, kept + 1)):
-                    yield m
-                    break
-            else:
-                continue
-            break
+        if any(_placed(head_chars + wide * a_head - 5 * mended * e_head,
+                       head_chars + tail_chars + wide * (a_head + a_tail) - 5 * mended * (e_head + e_tail))
+               for wide in (0, 1)  # code points (LiteLLM), UTF-16 units (its JavaScript ports)
+               for mended in ((0, 1) if escaped else (0,))):
+            yield m
+
+
+def _placed(head: int, kept: int) -> bool:
+    """Whether a marker after ``head`` of the ``kept`` characters of its string is where LiteLLM puts it."""
+    return kept >= MIN_CUT_LIMIT - 1 and any(head == int(limit * 0.35) for limit in (kept, kept + 1))
 
 
 def litellm_cuts(*values: Any) -> collections.Counter[str]:
@@ -291,6 +291,12 @@ def litellm_cuts(*values: Any) -> collections.Counter[str]:
         elif isinstance(value, list):
             stack.extend(value)
     return found
+
+
+def holds_cut(text: str | None, cuts: Callable[[], collections.Counter[str]]) -> bool:
+    """Whether ``text`` holds one of LiteLLM's cuts; ``cuts`` (:func:`litellm_cuts` of the record's source
+    values) is read only when the text holds the marker's name."""
+    return text is not None and "litellm_truncated" in text and truncation(text, cuts())[0]
 
 
 def truncation(text: str, cuts: collections.Counter[str] | None = None) -> tuple[bool, int, int]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -16,6 +15,7 @@ from forensics.ingest.fields import (
     as_str,
     first_objects,
     get_path,
+    holds_cut,
     litellm_cuts,
     loads_object,
     maybe_json,
@@ -24,7 +24,6 @@ from forensics.ingest.fields import (
     req_str,
     response_text,
     time_field,
-    truncation,
 )
 from forensics.ingest.registry import NOT_PARSED, LogFormat, NotParsed, RecordKind, register
 
@@ -144,14 +143,16 @@ class LiteLLMParser:
             "finish_reason": finish,
             "stream": obj.get("stream") if isinstance(obj.get("stream"), bool) else None,
             "response_text": text,
-            "response_truncated": spend_log and _cut(text, lambda: litellm_cuts(maybe_json(obj.get("response"), "response"))),
+            "response_truncated": spend_log and holds_cut(text, lambda: litellm_cuts(maybe_json(obj.get("response"), "response"))),
             "reported_completion_tokens": completion,
             "completion_tokens": completion,
             "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
             "problems": "; ".join(problems) or None,
         }
         # Only a spend-log row holds cut strings (a callback payload holds the whole text), and only where LiteLLM cuts.
-        cuts = litellm_cuts(messages, parts) if spend_log and prompt and "litellm_truncated" in prompt else None
+        # (The messages once: ``parts``, the request body, may hold them too.)
+        cuts = (litellm_cuts(messages, *[v for v in parts.values() if v is not messages])
+                if spend_log and prompt and "litellm_truncated" in prompt else None)
         row.update(prompt_fields(prompt, nontext, n_messages, reported, ctx, cuts))
         return row
 
@@ -207,11 +208,6 @@ class LiteLLMParser:
         if event == "failure":
             row["status"] = "failure"
         return row
-
-
-def _cut(text: str | None, cuts: Callable[[], collections.Counter[str]]) -> bool:
-    """Whether ``text`` holds one of LiteLLM's cuts (``cuts`` read only when it holds the marker's name)."""
-    return text is not None and "litellm_truncated" in text and truncation(text, cuts())[0]
 
 
 def _responses_call(obj: Mapping[str, Any]) -> bool:

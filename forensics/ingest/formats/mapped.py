@@ -34,12 +34,12 @@ from forensics.ingest.base import FileContext, Output, Quarantined, prompt_field
 from forensics.ingest.fields import (
     RecordError,
     error_body,
+    holds_cut,
     json_value,
     litellm_cuts,
     loads_object,
     opt_count,
     response_text,
-    truncation,
     whole_number,
 )
 from forensics.ingest.formats.helicone import CSV_ERROR
@@ -516,7 +516,7 @@ def map_record(obj: dict[str, Any], ctx: FileContext, line_number: int) -> dict[
         "finish_reason": rec.text("finish_reason") or finish,
         "stream": _stream(rec),
         "response_text": text,
-        "response_truncated": cut or _litellm_cut(rec, text, ("response_text",)),
+        "response_truncated": cut or holds_cut(text, lambda: _cuts(rec, ("response_text",))),
         "reported_completion_tokens": completion,
         "completion_tokens": completion,
         "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
@@ -531,11 +531,6 @@ def _cuts(rec: _Record, keys: tuple[str, ...]) -> collections.Counter[str]:
     """LiteLLM's truncation markers in the values the profile maps to ``keys`` (an export of LiteLLM's
     spend logs holds cut strings; the marker's words anywhere else are text: :func:`litellm_cuts`)."""
     return litellm_cuts(*[decoded(resolve(rec.obj, path)) for key in keys for path in rec.profile.paths(key)])
-
-
-def _litellm_cut(rec: _Record, text: str | None, keys: tuple[str, ...]) -> bool:
-    """Whether ``text`` holds one of LiteLLM's cuts of the values mapped to ``keys``."""
-    return bool(text) and "litellm_truncated" in (text or "") and truncation(text or "", _cuts(rec, keys))[0]
 
 
 class MappedParser:
