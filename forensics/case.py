@@ -90,24 +90,22 @@ def find_symlink(root: Path) -> Path | None:
     """The first symbolic link at or under ``root`` (walked without following links), or None."""
     if os.path.islink(root):
         return Path(root)
-    return next(iter(symlinks_under(root)), None)
+    return next(symlinks_under(root), None)
 
 
-def symlinks_under(root: Path) -> list[Path]:
-    """Every symbolic link under ``root`` (not ``root`` itself), walked without following links, sorted."""
+def symlinks_under(root: Path) -> Iterator[Path]:
+    """The symbolic links under ``root`` (not ``root`` itself), walked without following links, as found."""
     if not os.path.isdir(root):
-        return []
-    found = []
+        return
     stack = [Path(root)]
     while stack:
         folder = stack.pop()
         with os.scandir(folder) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
                 if entry.is_symlink():
-                    found.append(Path(entry.path))
+                    yield Path(entry.path)
                 elif entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
-    return sorted(found)
 
 
 def _pid_in(fd: int) -> str:

@@ -213,7 +213,7 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
     for o in output_hashes(report_dir, exclude):
         if o["path"] not in recorded:
             drift.append(Drift("output", o["path"], "unexpected"))
-    for link in symlinks_under(report_dir):
+    for link in sorted(symlinks_under(report_dir)):
         # A report holds files only (run refuses to write through a link): a linked file or folder is hashed
         # as its target is now, and whatever else the target holds would ship with the packet unseen. What
         # the outputs leave out (the case folder beside them) is no output.
