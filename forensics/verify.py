@@ -25,6 +25,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,12 @@ def _id_list(cell: str) -> list[str]:
     return sorted(_unneutralised(cell).split(";")) if cell else []
 
 
+def _ids_of(cells: Iterable[str]) -> list[str]:
+    """The ids of single-id cells as :func:`_id_list` reads their joined ``request_ids`` cell."""
+    shown = [_unneutralised(c) for c in cells]
+    return sorted(";".join(shown).split(";")) if shown else []
+
+
 def _best_tier(tiers: list[str]) -> str:
     known = [t for t in tiers if t in TIERS]
     return min(known, key=TIERS.index, default="possible")
@@ -251,7 +258,7 @@ def expected_notifications(suspects: list[dict[str, str]], evidence: list[dict[s
             acc["tiers"].append(tier)
             acc["n_findings"] += 1
     return {
-        key: {"tier": _best_tier(e["tiers"]), "n_requests": str(len(e["ids"])), "request_ids": sorted(";".join(_unneutralised(i) for i in e["ids"]).split(";")),
+        key: {"tier": _best_tier(e["tiers"]), "n_requests": str(len(e["ids"])), "request_ids": _ids_of(e["ids"]),
               "n_findings": str(e["n_findings"])}
         for key, e in rows.items()
         if key[0]  # a request whose customer no log names is nobody's to tell (the summary lists it)
@@ -342,7 +349,7 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             requests = part.get("requests") if isinstance(part, dict) else None
             told = ([str(r.get("request_id")) for r in requests if isinstance(r, dict)]
                     if isinstance(requests, list) else None)
-            have = sorted(";".join(_unneutralised(csvfile.cell(i)) for i in told).split(";")) if told else []
+            have = _ids_of(csvfile.cell(i) for i in told or [])
             if told is None or have != ids_of[(packet, role)]:
                 drift.append(Drift("consistency", f"{packet}/notice.json",
                                    f"the {role} requests it tells of differ from notifications.csv's request_ids"))

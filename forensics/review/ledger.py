@@ -215,8 +215,9 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         if v["verdict"] == "confirm" and decided.get(csvfile.cell(v["finding_id"])) == "confirm":
             confirmed_at.setdefault(csvfile.cell(v["finding_id"]), v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
+    listed_ids = set(on_list)
     for n in sent:
-        by_tenant.setdefault(_named(n["tenant_id"], set(on_list)), []).append(n)
+        by_tenant.setdefault(_named(n["tenant_id"], listed_ids), []).append(n)
     # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
     by_machine = {_raw(s.get("tenant_id", "")) for s in suspects}
     for e in evidence:
