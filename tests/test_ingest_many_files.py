@@ -493,3 +493,32 @@ def test_a_batchs_quarantine_rows_over_several_row_groups_give_the_same_case_tab
         api.ingest(tmp_path / "alone", [folder])
     assert batched.manifest.tables.quarantine == 9000 and batched.manifest.reconciled
     assert _case_bytes(tmp_path / "batched") == _case_bytes(tmp_path / "alone")
+
+
+@pytest.mark.parametrize("grown", ["first", "last"])
+def test_a_log_that_grew_keeps_the_rows_of_the_small_files_staged_with_it(tmp_path: Path, grown: str) -> None:
+    """A live log ingested while short was staged in a batch with other small files (the engine logs).
+    Ingested again once complete, it replaces its short copy, and its batch went with it: the other files,
+    already in the case, were not staged again, and the engine events of the whole case were lost (the
+    manifest still reconciled). The batch keeps their rows; the case is the one a fresh ingest gives."""
+    logs = tmp_path / "logs"
+    (logs / "engine").mkdir(parents=True)
+    for p in sorted((ROOT / "sample_logs" / "engine").iterdir()):
+        (logs / "engine" / p.name).write_bytes(p.read_bytes())
+    # Named to sort first or last among the batch's files (the batch is named after its first).
+    live = logs / ("a-live.jsonl" if grown == "first" else "z-live.jsonl")
+    complete = DAY.read_bytes()
+    live.write_bytes(complete[:300_000])  # cut mid-line, as a log still being written
+    inputs = [live, logs / "engine"]
+    early = api.ingest(tmp_path / "case", inputs)
+    assert early.manifest.tables.engine_events > 0
+    assert any(".batch." in p.name for p in (tmp_path / "case" / "staging").iterdir())
+    live.write_bytes(complete[:900_000])  # still small: staged in a batch of its own this time
+    again = api.ingest(tmp_path / "case", inputs)
+    fresh = api.ingest(tmp_path / "fresh", inputs)
+    assert again.manifest.tables == fresh.manifest.tables
+    assert again.manifest.tables.engine_events == early.manifest.tables.engine_events
+    assert again.manifest.reconciled
+    for table in ("exchanges", "engine_events", "quarantine"):
+        assert _records(table_rows(tmp_path / "case" / f"{table}.parquet")) == _records(
+            table_rows(tmp_path / "fresh" / f"{table}.parquet")), table

@@ -655,7 +655,7 @@ def ingest(
             skipped_inputs[shown] = {"path": shown, "kind": item.kind, "reason": item.reason}
             run_files.append({**_zero_counts(), "path": shown, "sha256": None, "format": None, "status": f"skipped: {item.kind}"})
 
-        _clear_staging(c.staging, {u.sha for u in units} | {e["sha256"] for e in replaced})
+        _clear_staging(c.staging, {u.sha for u in units} | {e["sha256"] for e in replaced}, set(known))
         rep = reporter(progress)
         task = rep.task("ingest", total=sum(u.size() for u in units) or None)
         work = batched(units, {sha: e for sha, e in known.items() if sha not in parquet_files})
@@ -970,24 +970,46 @@ def _warm() -> None:
     """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
 
 
-def _clear_staging(staging: Path, shas: set[str]) -> None:
-    """Remove whatever the staging folder holds of the files about to be staged.
+def _clear_staging(staging: Path, shas: set[str], case_shas: set[str]) -> None:
+    """Remove whatever the staging folder holds of the files about to be staged (``shas``: those and the
+    copies of grown logs they replace); ``case_shas``: the files of the case.
 
     A file is staged as one file per table that gets rows and per part; an earlier ingest of the same
     content that stopped before finalising (or staged it in more parts, or with other settings) may have
     left files this run does not write again, and the finaliser reads every staging file of the content.
+    A batch of small files keeps the rows of its other files of the case: they are not staged again.
     """
     if not shas or not staging.is_dir():
         return
     with os.scandir(staging) as entries:
         # a temporary file too: what a run that died while writing it left
         found = [(e.name, Path(e.path)) for e in entries if not e.is_dir(follow_symlinks=False)]
-    stale = [path for name, path in found if staged_content(name) in shas]
-    # A batch named after another file may hold one about to be staged: read again, it would count twice.
-    stale += [path for name, path in found
-              if is_batch(name) and staged_content(name) not in shas and not shas.isdisjoint(_members_or_none(path))]
-    for path in stale:
-        path.unlink(missing_ok=True)
+    for name, path in found:
+        if is_batch(name):
+            # A batch holding a file about to be staged (read again, it would count twice) also holds small files
+            # this run does not stage again (already in the case): they keep their rows.
+            members = _members_or_none(path)
+            if staged_content(name) in shas or not shas.isdisjoint(members):
+                _keep_in_batch(path, [sha for sha in members if sha in case_shas and sha not in shas])
+        elif staged_content(name) in shas:
+            path.unlink(missing_ok=True)
+
+
+def _keep_in_batch(path: Path, kept: list[str]) -> None:
+    """Keep only the rows of the files ``kept`` (in staging order) in the batch staging file ``path``: written
+    again, in a batch named after the first of them; with none, the batch is removed."""
+    import pyarrow.compute as pc  # here, not at import: the staging workers never need it
+
+    if kept:
+        table = pq.read_table(path)
+        rows = table.filter(pc.is_in(table.column("source_sha256"), value_set=pa.array(kept, pa.string())))
+        # pieces[2] of "{sha}.batch.{table}.parquet": the table the batch stages
+        target = batch_path(path.parent, kept[0], path.name.split(".")[2])
+        with ParquetSink(target, with_members(rows.schema, kept), STAGING_OPTIONS) as sink:
+            sink.write_batch(rows)
+        if target == path:
+            return
+    path.unlink(missing_ok=True)
 
 
 def _members_or_none(path: Path) -> list[str]:
