@@ -311,7 +311,7 @@ EVIDENCE = pa.schema(
         pa.field("recipient_decode_node", pa.string()),
         pa.field("source_decode_node", pa.string()),
         pa.field("seconds_before", pa.float64()),  # source received this long before the suspect request
-        pa.field("records_since_source_on_node", pa.int64()),  # records that decode node served since the source
+        pa.field("records_since_source_on_node", pa.int64()),  # records that decode node served since the source (with those the engine logs place nowhere)
         pa.field("mechanism_factor", pa.float64()),  # chance of a source this recent on that node (null: not on it)
         pa.field("expected_by_chance_with_mechanism", pa.float64()),  # E-value of expected_by_chance x mechanism_factor
         pa.field("recipient_damage", pa.string()),  # exchanges.damage of the suspect record (null: clean)

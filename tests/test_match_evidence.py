@@ -506,6 +506,86 @@ def test_a_passage_sent_twice_is_attributed_to_the_copy_on_the_suspects_decode_n
     assert f["source_request_id"] == "a1" and f["other_source_requests"] == 1
 
 
+@pytest.mark.parametrize("shown_by", ["engine_signature", "placeholder_usage"])
+def test_a_prompt_the_engine_swapped_for_the_placeholder_is_no_source(tmp_path: Path, shown_by: str) -> None:
+    # acme's conversation: a1 (prefilled), then a2 resending it with more, over the limit: the engine shows a2
+    # was served the one-token placeholder, so a2's prompt never reached a cache page. bolt's answer holds
+    # the passage and the "more" of a2. The stale page it came from is a1's: a2 holding more of it was
+    # cited instead (and its records-since figure with it); a text a2 alone held named acme.
+    rng = np.random.default_rng(21)
+    passage, more = words_text(rng, 30), words_text(rng, 8)
+    placeholder = {"reported_prompt_tokens": 1} if shown_by == "placeholder_usage" else {}
+    a1 = exchange("a1", "acme", 0, prompt=f"{words_text(rng, 20)} {passage}", decode_node="decode-1")
+    a2 = exchange("a2", "acme", 3, prompt=f"{words_text(rng, 20)} {passage} {more} {words_text(rng, 20)}",
+                  response=words_text(rng, 15), decode_node="decode-0", **placeholder)
+    b1 = exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {more} {words_text(rng, 10)}",
+                  decode_node="decode-1")
+    signature = ("a2",) if shown_by == "engine_signature" else ()
+    res = match(make_case(tmp_path / "both", [a1, a2, b1], ["a2", "b1"], engine_signature=signature), config())
+    cited = {r["source_request_id"] for r in res.cross_tenant + _review(tmp_path / "both") if r["source_tenant_id"] == "acme"}
+    assert cited == {"a1"}
+    res = match(make_case(tmp_path / "alone", [a2, b1], ["a2", "b1"], engine_signature=signature), config())
+    assert not [r for r in res.cross_tenant + _review(tmp_path / "alone") if r["source_tenant_id"] == "acme"]
+    # A suspect the engine does not show served the placeholder may have been prefilled: its prompt is a source.
+    a2_unshown = {**a2, "reported_prompt_tokens": None}
+    res = match(make_case(tmp_path / "unshown", [a2_unshown, b1], ["a2", "b1"]), config())
+    assert {r["source_request_id"] for r in res.cross_tenant} == {"a2"}
+
+
+def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> dict[str, Any]:
+    """bolt's suspect b1 (decode-1, minute 100) holds 8 words of acme's a1 (decode-1, ``source_minute``);
+    two records a minute go to decode-1 and decode-2 in turn. ``gap``: "log" drops decode-1's records
+    between a1 and b1 from the engine logs (no decode node, same model); "model" gives them to a model the
+    engine does not serve (no decode node either). The a1/b1 row of evidence or review."""
+    rng = np.random.default_rng(23)
+    doc = words(rng, 60)
+    rows = [exchange(f"o{i}", f"t{i % 30}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                     decode_node=f"decode-{1 + i % 2}") for i in range(600)]
+    for i in range(200):
+        minute = 0.25 + i / 2
+        node, extra = f"decode-{1 + i % 2}", {}
+        if node == "decode-1" and minute < 100 and gap == "log":
+            node = None
+        elif node == "decode-1" and minute < 100 and gap == "model":
+            node, extra = None, {"model": "llama-4"}
+        rows.append(exchange(f"m{i}", f"t{i % 30}", minute, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                             decode_node=node, **extra))
+    rows.append(exchange("a1", "acme", source_minute, prompt=" ".join(doc), decode_node="decode-1"))
+    rows.append(exchange("b1", "bolt", 100, prompt="q", decode_node="decode-1",
+                         response=f"{words_text(rng, 10)} {' '.join(doc[20:28])} {words_text(rng, 10)}"))
+    case = make_case(root, rows, ["b1"])
+    match(case, config())
+    (row,) = [r for name in ("evidence.csv", "review.csv") for r in csv.DictReader((case / name).open())
+              if r["recipient_request_id"] == "b1" and r["source_request_id"] == "a1"]
+    return row
+
+
+def test_a_gap_in_a_decode_nodes_log_does_not_make_an_old_source_its_latest_occupant(tmp_path: Path) -> None:
+    whole = _recency_case(tmp_path / "whole", None)
+    gap = _recency_case(tmp_path / "gap", "log")
+    other_model = _recency_case(tmp_path / "model", "model")
+    # 100 of the 200 records between them ran on decode-1: the logs show them, or cannot place them.
+    assert int(whole["records_since_source_on_node"]) == 101
+    assert int(gap["records_since_source_on_node"]) == 101
+    # Before, the gap read as 1 record since the source: the strongest evidence a node can give.
+    assert float(gap["expected_by_chance_with_mechanism"]) >= float(whole["expected_by_chance_with_mechanism"])
+    # Records of a model the engine does not serve never ran on its nodes: they count for nothing.
+    assert int(other_model["records_since_source_on_node"]) == 1
+
+
+def test_a_source_received_after_the_suspect_is_no_earlier_occupant_of_its_node(tmp_path: Path) -> None:
+    just_before = _recency_case(tmp_path / "before", None, source_minute=99.9)
+    after = _recency_case(tmp_path / "after", None, source_minute=100.2)  # the suspect completes at minute 101
+    assert int(just_before["records_since_source_on_node"]) == 1
+    assert float(just_before["mechanism_factor"]) < 1
+    # Received while the suspect was answered: on its node, but not a page it could decode from. Before, the
+    # negative count read as the latest occupant (factor 1 / n); now it counts as a source elsewhere.
+    assert after["same_decode_node"] == "true" and float(after["seconds_before"]) < 0
+    assert after["records_since_source_on_node"] == ""
+    assert float(after["mechanism_factor"]) > 1
+    assert float(after["expected_by_chance_with_mechanism"]) > float(after["expected_by_chance"])
+
+
 def test_copies_of_a_passage_are_compared_on_that_passage_so_the_latest_copy_is_cited(tmp_path: Path) -> None:
     # The same customer sent the passage twice, both times on the suspect's decode node. Only the older
     # request also holds a phrase the answer happens to repeat far from the passage: that phrase says

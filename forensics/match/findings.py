@@ -411,6 +411,9 @@ class RecordFacts:
     node_share: dict[str, float]  # share of records with a known decode node that ran on each
     has_damage_column: bool
     node_times: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # received times per decode node
+    # Received times of the records of the models the engine logs serve (those of any record with a decode
+    # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
+    unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
@@ -418,6 +421,15 @@ class RecordFacts:
         if t is None:
             return 0
         return int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
+
+    def records_since_on_node_at_most(self, node: str, since_us: int, until_us: int) -> int:
+        """:meth:`records_on_node_since` plus the records of the engine's models received in [since, until)
+        whose node the engine logs do not show: any of them may have run on ``node``. With a day of one
+        node's log missing, the node's count since a day-old source would read a few records, as if the
+        source were its latest occupant; this count stays where the logs cannot tell."""
+        t = self.unplaced_times
+        unplaced = int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
+        return self.records_on_node_since(node, since_us, until_us) + unplaced
 
     def records_before(self, when_us: int) -> int:
         """Records received before ``when_us`` (the corpus a target's search covered)."""
@@ -430,18 +442,28 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
 
     pf = pq.ParquetFile(path)
     has_damage = "damage" in pf.schema_arrow.names
-    cols = ["request_id", "tenant_id", "received_at", "decode_node"] + (["damage"] if has_damage else [])
+    cols = ["request_id", "tenant_id", "received_at", "decode_node", "model"] + (["damage"] if has_damage else [])
     wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
     per_node: dict[str, list[np.ndarray]] = {}
+    # Per model, the received times of its records with no decode node (kept for the engine's models only).
+    unplaced: dict[str | None, list[np.ndarray]] = {}
+    engine_models: set[str | None] = set()
     for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
         nodes = batch.column("decode_node")
         for nd in pc.unique(nodes.drop_null()).to_pylist():
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
+        models = batch.column("model")
+        engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
+        no_node = batch.filter(pc.and_(pc.is_null(nodes), pc.is_valid(rec)))
+        for md in pc.unique(no_node.column("model")).to_pylist():
+            mask = pc.is_null(no_node.column("model")) if md is None else pc.equal(no_node.column("model"), md)
+            at = no_node.column("received_at").filter(pc.fill_null(mask, False))
+            unplaced.setdefault(md, []).append(at.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy())
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
@@ -452,8 +474,10 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
                     damage[(rid, ten)] = dm
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
+    hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
-                        {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times)
+                        {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
+                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64))
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -512,9 +536,16 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     for r in rows:
         r["expected_by_chance"] = float(f"{model.expected(r['strength_bits'], r['search_size']):.4g}")
         tgt = targets[r["_target"]]
+        # Only a source received before the suspect can have left the pages it decodes from: one received
+        # after it (while it was still being answered) is no earlier occupant of the node, however close.
+        before_it = r["same_decode_node"] and r["seconds_before"] is not None and r["_source_received_us"] < tgt.received_us
         r["records_since_source_on_node"] = (
-            facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
-            if r["same_decode_node"] and r["seconds_before"] is not None else None)
+            facts.records_since_on_node_at_most(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
+            if before_it else None)
+        # The records the logs place on the node: the window is placed by these (a gap in a log then narrows
+        # it), a candidate is tested with the count above (a gap then moves its source further back).
+        r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
+                                                                  tgt.received_us) if before_it else None)
     mechanism_known = bool(facts.node_share)
     # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
     served_before = {i: facts.records_on_node_since(t.decode_node, NO_TIME, t.received_us) if t.decode_node else 0
@@ -544,9 +575,9 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_product_test"] = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
                                                    model.expected(-math.inf, r["search_size"]), before)
     # The recent-occupant test (recent.py): its window is placed by what the product test alone confirms.
-    placed = [r["records_since_source_on_node"] for r in rows
+    placed = [r["_records_since_placed"] for r in rows
               if not r["control"] and not r["_explained_by"] and r["relation"] == "cross_tenant"
-              and r["records_since_source_on_node"] is not None
+              and r["_records_since_placed"] is not None
               and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
     window = recent.choose_window(placed) if mechanism_known else None
     for r in rows:
@@ -632,7 +663,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "decode_node_evidence": ("present: expected_by_chance_with_mechanism = the chance candidates a search "
                                  "expects with expected_by_chance x mechanism_factor at most this one's "
                                  "(chance.with_mechanism); mechanism_factor = records the suspect's decode node served since "
-                                 "the source / records it served before the suspect when the source ran there, "
+                                 "the source (with the records of the engine's models the logs place on no node) / "
+                                 "records it served before the suspect when the source ran there before it, "
                                  "1 / that node's share of records when it ran elsewhere or on none, 1 when the "
                                  "suspect's node is unknown" if mechanism_known else
                                  "absent: no decode node in the exchanges (gateway logs only); findings rest on "

@@ -105,6 +105,12 @@ class Scanner:
         self.control_t = np.array([x.control for x in t], dtype=bool)
         # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
         self._control_own = np.append(self.control_t, False)
+        # A suspect the engine shows was served the one-token placeholder (its over-limit line, or usage
+        # counting one prompt token): its prompt never reached a KV cache, so no stale page holds it and it
+        # is no source. Its customer still held the text (an earlier turn of the conversation, prefilled,
+        # is the source to cite: the over-limit copy holds the whole conversation and would win).
+        self._unprefilled_own = np.append(np.array([not x.control and (x.engine_signature or x.placeholder_usage)
+                                                    for x in t], dtype=bool), False)
         self.t_code = np.array([tenant_code(x.tenant_id) for x in t], dtype=np.int64)
         # When each tenant first received a suspect response: its texts after that may carry leaked text on
         # (a conversation resends its answers), so they are no chance source for the later-text null.
@@ -235,8 +241,10 @@ class Scanner:
         h_gid = np.concatenate([hg, hg[mine]])
         h_tenant = np.concatenate([code[ht], -(own[ht][mine] + 1)])
         h_time = np.concatenate([held_at[ht], when[ht][mine]])
-        # Sources: everything but a suspect's own (leaked) response; never hits on common text.
-        src = ~((kind[text] == 1) & is_suspect[text]) & ~self.common[gid]
+        # Sources: everything but a suspect's own (leaked) response and the prompts the engine never
+        # prefilled; never hits on common text.
+        src = (~((kind[text] == 1) & is_suspect[text]) & ~((kind[text] == 0) & self._unprefilled_own[own[text]])
+               & ~self.common[gid])
         pos, gid, text, chars = pos[src], gid[src], text[src], chars[src]
         hits = np.zeros((0, 6), HIT_DTYPE)
         if len(gid):
