@@ -592,3 +592,25 @@ def test_a_wildcard_that_is_also_an_entrys_name_is_an_error_not_a_silent_choice(
     assert "'[*]'" in str(exc.value)
     result = api.ingest(tmp_path / "case", [logs / "[*]" / "spend.jsonl"])  # the stray folder alone, as written
     assert [Path(f["path"]).parent.name for f in result.run_files] == ["*"]
+
+
+@pytest.mark.parametrize(("setting", "first", "then"), [("timezone", "Asia/Tokyo", "UTC"),
+                                                        ("tenant_field", "metadata.user_api_key_team_id", "auto")])
+def test_a_case_ingested_with_other_settings_refuses_more_files(tmp_path: Path, setting: str, first: str,
+                                                                 then: str) -> None:
+    """Ingested again with another time zone, the files already in the case kept their rows read the first
+    way (engine times nine hours off), while the manifest named only the new zone: a repeat of the run from
+    a fresh case gave another report. The second ingest now stops before writing anything."""
+    from forensics.config import CaseConfig
+    from forensics.errors import ConfigError
+
+    sample = Path(__file__).resolve().parent.parent / "sample_logs"
+    engine, gateway = sample / "engine", sample / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    api.ingest(tmp_path / "case", [engine], config=CaseConfig(**{setting: first}))
+    before = (tmp_path / "case" / "manifest.json").read_bytes()
+    with pytest.raises(ConfigError) as err:
+        api.ingest(tmp_path / "case", [engine, gateway], config=CaseConfig(**{setting: then}))
+    assert setting in str(err.value) and "new case folder" in err.value.fix
+    assert (tmp_path / "case" / "manifest.json").read_bytes() == before
+    # With the settings it was ingested with, files are added as before.
+    assert api.ingest(tmp_path / "case", [gateway], config=CaseConfig(**{setting: first})).manifest.reconciled

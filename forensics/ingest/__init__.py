@@ -527,6 +527,7 @@ def ingest(
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
+    _check_same_reading(manifest, cfg, c.root)
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
     plan: list[tuple[Path, str, str | None, list[Span], Skip | None, Examined]] = []
@@ -968,6 +969,23 @@ def _misfit(row: dict[str, Any], table_schema: pa.Schema) -> str | None:
 
 def _warm() -> None:
     """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
+
+
+def _check_same_reading(manifest: dict[str, Any], cfg: CaseConfig, root: Path) -> None:
+    """Refuse to add files to a case whose rows were read with other settings: the files already in it are
+    not read again, so the case would hold rows read both ways while its manifest names only the new way
+    (a time zone changed, and a day's records read nine hours apart from the rest)."""
+    if not manifest.get("files"):
+        return
+    now = {"timezone": cfg.timezone, "tenant_field": cfg.tenant_field,
+           "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None}
+    changed = [f"{key} {manifest.get(key)!r} then, {value!r} now" for key, value in now.items()
+               if key in manifest and manifest.get(key) != value]
+    if changed:
+        raise ConfigError(f"this case was ingested with other settings ({'; '.join(changed)}): the files already in it "
+                          "would keep the rows read the earlier way", file=root / "manifest.json",
+                          fix="ingest into a new case folder (forensics run always starts afresh), or ingest with the "
+                              "settings the case was ingested with")
 
 
 def _clear_staging(staging: Path, shas: set[str], case_shas: set[str]) -> None:
