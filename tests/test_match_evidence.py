@@ -532,6 +532,32 @@ def test_a_prompt_the_engine_swapped_for_the_placeholder_is_no_source(tmp_path: 
     assert {r["source_request_id"] for r in res.cross_tenant} == {"a2"}
 
 
+@pytest.mark.parametrize(("later", "named"), [(0, True), (1, True), (2, False), (-3, True)])
+def test_a_passage_many_customers_sent_later_is_public_text_not_the_early_senders_secret(
+        tmp_path: Path, later: int, named: bool) -> None:
+    # acme sent a passage the evening before bolt's suspect answer holds it. ``later`` other customers
+    # send the same passage afterwards, independently (a licence header, a famous text): with two of them,
+    # more than two customers sent it (as held by three before the suspect), which names nobody. Before, only the
+    # senders before the suspect counted, so the first of many senders was named exposed, confirmed.
+    # -3: three customers send it after each received a suspect answer holding it (resending what leaked
+    # to them): that says nothing about the passage, and acme is still named.
+    rng = np.random.default_rng(25)
+    passage = words_text(rng, 40)
+    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
+            for i in range(200)]
+    rows += [exchange("a1", "acme", 0, prompt=f"review this header: {passage}"),
+             exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}")]
+    suspects = ["b1"]
+    for i in range(abs(later)):
+        if later < 0:  # each first received the passage in a suspect answer of its own
+            rows.append(exchange(f"r{i}", f"late{i}", 20 + i, prompt="q", response=f"{words_text(rng, 5)} {passage}"))
+            suspects.append(f"r{i}")
+        rows.append(exchange(f"l{i}", f"late{i}", 60 + i, prompt=f"does this allow commercial use? {passage}"))
+    res = match(make_case(tmp_path / "case", rows, suspects), config())
+    acme = [f for f in res.findings if f["source_tenant_id"] == "acme" and f["recipient_request_id"] == "b1"]
+    assert bool(acme) == named
+
+
 def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> dict[str, Any]:
     """bolt's suspect b1 (decode-1, minute 100) holds 8 words of acme's a1 (decode-1, ``source_minute``);
     two records a minute go to decode-1 and decode-2 in turn. ``gap``: "log" drops decode-1's records

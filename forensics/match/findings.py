@@ -19,7 +19,7 @@ from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
 from forensics.match.order import lexsort_ints
-from forensics.match.rarity import Holders, holder_entries
+from forensics.match.rarity import Holders, first_suspects, holder_entries, independent_holders
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
@@ -97,6 +97,7 @@ class RegionScorer:
         self.bits: dict[int, np.ndarray] = {}
         self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
         self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
+        self.first_suspects = first_suspects(targets)
         self.per_pair: dict[PairKey, list[Region]] = {}
         self._rows: dict[PairKey, dict[str, Any]] = {}
         self._stale: set[PairKey] = set()
@@ -130,7 +131,7 @@ class RegionScorer:
             return []
         blocks = _block_arrays(cands)
         positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p,
-                                                                      _matched_kgrams(*blocks, p.k))
+                                                                      _matched_kgrams(*blocks, p.k), self.first_suspects)
         facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k,
                               blocks)
         scored: list[tuple[PairKey, Region]] = []
@@ -339,12 +340,13 @@ def _matched_kgrams(blocks: np.ndarray, owner: np.ndarray, k: int) -> tuple[np.n
     return np.repeat(who, count), np.repeat(start, count) + step
 
 
-def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders,
-                 p: MatchParams, kgrams: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders, p: MatchParams,
+                 kgrams: tuple[np.ndarray, np.ndarray],
+                 first: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
     informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
     0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``. ``kgrams``: the matched
-    k-grams as (candidate, target position), :func:`_matched_kgrams`.
+    k-grams as (candidate, target position), :func:`_matched_kgrams`; ``first``: :func:`first_suspects`.
 
     Every candidate at once: the per-candidate array calls were most of scoring's time, and the
     counts are integers, the same whatever the grouping.
@@ -378,7 +380,10 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     own = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
     # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
     own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
-    common = (holders_then > p.max_tenants) | common_mask[g]
+    # Text more customers sent, over all time, than the recipient and max_tenants others is public text.
+    ever = np.bincount(seg, weights=((ten >= 0) & (when < deadline[tt])) | independent_holders(first, ten, when),
+                       minlength=len(g))
+    common = (holders_then > p.max_tenants) | (ever > p.max_tenants) | common_mask[g]
     # A later text is searched over all time: text many tenants held by then is common for it.
     common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)
     informative = ~own & ~common

@@ -5,7 +5,7 @@ the recipient's own context (see ``match/__init__.py``, step 3)."""
 
 import numpy as np
 
-from forensics.match.index import TargetIndex
+from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.stream import (
     tenant_code,
 )
@@ -90,9 +90,37 @@ def holder_entries(start: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nda
     return seg, start[g][seg] + (np.arange(int(n.sum())) - first[seg])
 
 
-def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
-                   g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def first_suspects(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
+    """Each customer that received a suspect response: its tenant code (sorted) and when it first did."""
+    first: dict[int, int] = {}
+    for x in targets:
+        if not x.control and x.received_us != NO_TIME:
+            code = tenant_code(x.tenant_id)
+            first[code] = min(first.get(code, x.received_us), x.received_us)
+    codes = sorted(first)
+    return np.array(codes, dtype=np.int64), np.array([first[c] for c in codes], dtype=np.int64)
+
+
+def independent_holders(first: tuple[np.ndarray, np.ndarray], ten: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """Which holder entries (tenant codes ``ten``, first held at ``when``) count over all time: a customer's
+    text, not the recipient's own context (``ten`` >= 0), held before that customer had received any suspect
+    response (``first``: :func:`first_suspects`). A text many customers sent, even after the suspect, is
+    public text (a licence, a famous passage; a model can write it unprompted), not anyone's secret; a
+    customer that had received a suspect response may be resending what leaked into it, so its copies say
+    nothing either way."""
+    codes, times = first
+    if not len(codes):
+        return ten >= 0
+    at = np.minimum(np.searchsorted(codes, ten), len(codes) - 1)
+    limit = np.where(codes[at] == ten, times[at], np.iinfo(np.int64).max)
+    return (ten >= 0) & (when <= limit)
+
+
+def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.ndarray,
+                  max_tenants: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
+    Tenants holding it then is infinite where it is common: then, or over all time (more than ``max_tenants``
+    :func:`independent_holders`).
 
     "Then" is before the target response completed; "held by its tenant" is before it was sent.
     """
@@ -103,8 +131,12 @@ def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray,
     deadline = np.array([x.deadline_us for x in index.targets], dtype=np.int64)
     received = np.array([x.received_us for x in index.targets], dtype=np.int64)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
-    then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g)).astype(np.float64)
+    held_then = (ten >= 0) & (when < deadline[tt])
+    then = np.bincount(seg, weights=held_then, minlength=len(g)).astype(np.float64)
     then[common[g]] = np.inf
+    ever = np.bincount(seg, weights=held_then | independent_holders(first_suspects(index.targets), ten, when),
+                       minlength=len(g))
+    then[ever > max_tenants] = np.inf
     own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
     tenant_held = np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0
     return then, own_prompt, tenant_held

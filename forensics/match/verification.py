@@ -39,7 +39,7 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
     n_gids = max(index.kgram_count, 1)
     pairs, inverse = np.unique(hits[:, 0].astype(np.int64) * n_gids + g, return_inverse=True)
     inverse = inverse.reshape(-1)
-    then, own_prompt, tenant_held = pair_evidence(index, holders, pairs // n_gids, pairs % n_gids)
+    then, own_prompt, tenant_held = pair_evidence(index, holders, pairs // n_gids, pairs % n_gids, p.max_tenants)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
     rows_all = np.unique(hits[:, 2])
     row_code = np.array([tenant_code(sources[int(r)][1]) for r in rows_all], dtype=np.int64)
