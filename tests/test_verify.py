@@ -497,3 +497,25 @@ def test_a_linked_manifest_or_packet_is_named_whatever_the_manifest_excludes(bui
     problems = _problems(built)
     assert "output manifest.json: a symbolic link (every output is a file of the report folder itself)" in problems
     assert any(p.startswith(f"output {packet.relative_to(built).as_posix()}: a symbolic link") for p in problems)
+
+
+def test_a_copy_of_a_tree_whose_logs_lie_beside_the_case_file_still_verifies(tmp_path: Path) -> None:
+    """``[[inputs]] path = "../logs/engine"``: inputs outside the case file's folder were recorded by their
+    absolute path, so the copy of the whole tree gave another scan.json and its re-run drifted."""
+    from forensics.run import run
+
+    sample = Path(__file__).resolve().parent.parent / "sample_logs"
+    tree = tmp_path / "tree"
+    (tree / "casefile").mkdir(parents=True)
+    for part in ("gateway", "engine"):
+        shutil.copytree(sample / part, tree / "logs" / part)
+    text = (sample / "case.toml").read_text(encoding="utf-8")
+    text = text.replace('path = "gateway"', 'path = "../logs/gateway"').replace('path = "engine"', 'path = "../logs/engine"')
+    assert "../logs/engine" in text
+    (tree / "casefile" / "case.toml").write_text(text, encoding="utf-8")
+    result = run(tree / "casefile" / "case.toml", tree / "reports")
+    copy = tmp_path / "copy"
+    shutil.copytree(tree, copy, symlinks=True)
+    moved = copy / result.report.report_dir.relative_to(tree)
+    assert str(tree).encode() not in (moved / "scan.json").read_bytes()
+    assert verify(moved, rerun=True).ok

@@ -130,13 +130,14 @@ def named_path(path: Path) -> Path:
 
 
 def display_path(path: Path, base: Path | None = None) -> str:
-    """A path as recorded in outputs: relative to ``base`` (the case file's folder when there is
-    one, else the working folder) when inside it, so tables do not depend on where a run started."""
+    """A path as recorded in outputs, so tables do not depend on where a run started: relative to
+    ``base``, the case file's folder (``../logs/...`` for inputs beside it: a copy of the whole tree
+    still verifies); without a case file, relative to the working folder when inside it, else as given."""
     try:
         rel = os.path.relpath(named_path(path), _real_folder(str((base or Path.cwd()).absolute())))
     except ValueError:  # another drive (Windows)
         return str(path)
-    return str(path) if rel.startswith("..") else rel
+    return str(path) if rel.startswith("..") and base is None else rel
 
 
 @dataclasses.dataclass(frozen=True)
