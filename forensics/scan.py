@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,28 @@ def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:
             for name, n in sorted(counts.items())]
 
 
+def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Warnings for tenant ids that look alike. Ids that are the same text by Unicode's canonical
+    equivalence (a name typed on another system) are one customer to the matcher; ids that differ only in
+    case, spaces or compatibility forms stay two customers, and an analyst should know which they are."""
+    ids = [t for (t,) in q.with_memory_to_spare(con, lambda: con.execute(
+        "SELECT DISTINCT tenant_id FROM exchanges WHERE tenant_id IS NOT NULL ORDER BY 1").fetchall())]
+    canonical: dict[str, list[str]] = collections.defaultdict(list)
+    loose: dict[str, list[str]] = collections.defaultdict(list)
+    for tenant in ids:
+        canonical[unicodedata.normalize("NFC", tenant)].append(tenant)
+        loose[" ".join(unicodedata.normalize("NFKC", tenant).casefold().split())].append(tenant)
+    warnings = [f"the tenant ids {', '.join(ascii(t) for t in group)} are the same text written with other Unicode "
+                f"code points (canonically equivalent): the matcher takes them for one customer, whose own text "
+                f"never names it exposed to itself; the list and the notices keep each id as logged"
+                for group in canonical.values() if len(group) > 1]
+    warnings += [f"the tenant ids {', '.join(ascii(t) for t in group)} differ only in case, spaces or character "
+                 f"forms: the matcher takes them for different customers; if they are one, read the findings "
+                 f"between them as that customer's own text"
+                 for group in loose.values() if len({unicodedata.normalize('NFC', t) for t in group}) > 1]
+    return warnings
+
+
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
     """The limits the engine's own over-limit lines name (a cross-check of the ceiling)."""
     rows = q.with_memory_to_spare(con, lambda: con.execute(
@@ -304,6 +327,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         q.materialize_views(con, all_queries)
         engine_limits = _engine_limits(con)
         near_models = _near_models(con, config)
+        near_tenants = _near_tenants(con)
         params = _params(config)
         task.advance()
 
@@ -356,7 +380,7 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     # Suspects a gateway's own count would have missed (the placeholder's 1, or any figure below the ceiling).
     ceiling = int(config.real_ceiling_tokens)  # type: ignore[arg-type]
     below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist() if rep is not None and rep < ceiling)
-    warnings = _limit_warnings(ceiling, engine_limits, limits) + near_models
+    warnings = _limit_warnings(ceiling, engine_limits, limits) + near_models + near_tenants
     scope = outside_why["other model"] + outside_why["outside window"]
     if scope:
         warnings.append(f"{scope} request(s) carry the engine's bug signature outside the case's window or models "

@@ -578,6 +578,24 @@ def test_a_leak_in_a_script_written_without_spaces_is_found(tmp_path: Path, scri
     assert [f["source_request_id"] for f in res.findings if f["source_tenant_id"] == "acme"] == ["a1"]
 
 
+def test_a_customers_id_logged_in_another_unicode_form_is_still_that_customer(tmp_path: Path) -> None:
+    # The same name, composed (NFC) in one record and decomposed (NFD) in another: its own earlier text in its
+    # suspect answer named it exposed to itself, confirmed.
+    import unicodedata
+
+    rng = np.random.default_rng(29)
+    own = words_text(rng, 40)
+    nfc = "Payne-Reed / Équipe Zürich"
+    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
+            for i in range(60)]
+    rows += [exchange("a1", unicodedata.normalize("NFD", nfc), 0, prompt=f"summarise: {own}"),
+             exchange("b1", nfc, 5, prompt="q", response=f"{words_text(rng, 10)} {own} {words_text(rng, 10)}")]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert not res.cross_tenant
+    (row,) = [f for f in res.findings if f["source_request_id"] == "a1"]
+    assert row["relation"] == "same_tenant"
+
+
 def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> dict[str, Any]:
     """bolt's suspect b1 (decode-1, minute 100) holds 8 words of acme's a1 (decode-1, ``source_minute``);
     two records a minute go to decode-1 and decode-2 in turn. ``gap``: "log" drops decode-1's records

@@ -460,6 +460,26 @@ def test_a_near_model_name_is_warned_whether_it_was_asked_for_or_routed_to(tmp_p
     assert scan(root, _config(model=None, models=[MODEL, "GLM-5.3", "openai/GLM-5.3 "])).suspects == 3
 
 
+def test_tenant_ids_that_look_alike_are_warned(tmp_path: Path) -> None:
+    """One customer's name logged once composed and once decomposed (typed on another system) was two
+    customers, its own text naming it exposed to itself, without a word. Canonically equivalent ids are
+    one customer to the matcher, and said so; ids differing only in case or spaces stay two, and are named."""
+    import unicodedata
+
+    nfc = "Équipe Zürich"
+    ex = [exchange("r-ok", prompt_tokens=900000, tenant_id=nfc),
+          exchange("r-nfd", tenant_id=unicodedata.normalize("NFD", nfc)),
+          exchange("r-a", tenant_id="Acme Corp"), exchange("r-b", tenant_id="acme  corp"),
+          exchange("r-c", tenant_id="initech")]
+    root = write_case(tmp_path / "case", ex, [startup("prefill-0"), startup("decode-0")])
+    scan(root, _config())
+    warnings = [w for w in json.loads((root / "scan.json").read_text(encoding="utf-8"))["warnings"] if "tenant ids" in w]
+    assert len(warnings) == 2
+    assert ascii(nfc) in warnings[0] and ascii(unicodedata.normalize("NFD", nfc)) in warnings[0]
+    assert "one customer" in warnings[0]
+    assert "'Acme Corp'" in warnings[1] and "'acme  corp'" in warnings[1] and "different customers" in warnings[1]
+
+
 def _image_case(root: Path, text: str | None, engine: bool, tokenizer: bool) -> tuple[Path, CaseConfig]:
     """An image prompt in split logs whose gateway count is the placeholder's 1, with or without the
     engine's prefill line (12,000 tokens, above the 8,192-token pool) and a tokenizer file."""

@@ -23,6 +23,7 @@ from forensics.match.rarity import Holders, first_suspects, holder_entries, inde
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
+    same_customer,
     tenant_code,
 )
 from forensics.match.targets import request_key
@@ -141,7 +142,7 @@ class RegionScorer:
             if not admissible(c.score, info_tokens, distinct, p):
                 continue
             tgt = targets[c.target]
-            relation = "same_tenant" if c.source_tenant_id == tgt.tenant_id else "cross_tenant"
+            relation = "same_tenant" if same_customer(c.source_tenant_id, tgt.tenant_id) else "cross_tenant"
             rarity, singles_out = float(facts.rarity[i]), float(facts.singles_out[i])
             matched = facts.matched[facts.offset[i] : facts.offset[i + 1]]
             if c.target not in bits:
@@ -370,7 +371,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     deadline = np.array([t.deadline_us for t in targets], dtype=np.int64)
     received = np.array([t.received_us for t in targets], dtype=np.int64)
     codes = np.array([tenant_code(t.tenant_id) for t in targets], dtype=np.int64)
-    cross = np.array([c.source_tenant_id != targets[c.target].tenant_id for c in cands], dtype=bool)
+    cross = np.array([not same_customer(c.source_tenant_id, targets[c.target].tenant_id) for c in cands], dtype=bool)
     later = np.array([c.later for c in cands], dtype=bool)
     seg, flat = holder_entries(start, g)
     ten, when = h_tenant[flat], h_time[flat]
@@ -838,7 +839,7 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
         for i, r in enumerate(group):
             own = sum(b - a for a, b, _, _ in r["passages"])
             for s in group[:i]:
-                if s["strength_bits"] <= r["strength_bits"] or s["source_tenant_id"] == r["source_tenant_id"]:
+                if s["strength_bits"] <= r["strength_bits"] or same_customer(s["source_tenant_id"], r["source_tenant_id"]):
                     continue
                 shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
                              for c, d, _, _ in s["passages"])
