@@ -448,7 +448,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
 
     pf = pq.ParquetFile(path)
     has_damage = "damage" in pf.schema_arrow.names
-    cols = ["request_id", "tenant_id", "received_at", "decode_node", "model"] + (["damage"] if has_damage else [])
+    has_model = "model" in pf.schema_arrow.names
+    cols = (["request_id", "tenant_id", "received_at", "decode_node"] + (["model"] if has_model else [])
+            + (["damage"] if has_damage else []))
     wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
@@ -463,12 +465,12 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
         nodes = batch.column("decode_node")
         for nd in pc.unique(nodes.drop_null()).to_pylist():
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
-        models = batch.column("model")
+        models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
         engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
-        no_node = batch.filter(pc.and_(pc.is_null(nodes), pc.is_valid(rec)))
-        for md in pc.unique(no_node.column("model")).to_pylist():
-            mask = pc.is_null(no_node.column("model")) if md is None else pc.equal(no_node.column("model"), md)
-            at = no_node.column("received_at").filter(pc.fill_null(mask, False))
+        no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
+        for md in pc.unique(models.filter(no_node)).to_pylist():
+            mask = pc.and_(no_node, pc.is_null(models) if md is None else pc.fill_null(pc.equal(models, md), False))
+            at = batch.column("received_at").filter(mask)
             unplaced.setdefault(md, []).append(at.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy())
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
