@@ -596,6 +596,26 @@ def test_a_customers_id_logged_in_another_unicode_form_is_still_that_customer(tm
     assert row["relation"] == "same_tenant"
 
 
+def test_a_leak_resent_under_the_other_unicode_form_of_the_same_id_is_not_that_customers_text(tmp_path: Path) -> None:
+    # vega's passage leaked into Zürich's suspect answer x1 (id composed); Zürich's client resends it under the
+    # decomposed id; rho's suspect answer holds it. Only vega is named for it, as with one id form: the
+    # carried-on test grouped a customer's suspects by the id as logged.
+    import unicodedata
+
+    rng = np.random.default_rng(5)
+    passage = words_text(rng, 40)
+    nfc = "Équipe Zürich"
+    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
+            for i in range(100)]
+    rows += [exchange("v1", "vega", 0, prompt=f"confidential: {passage}"),
+             exchange("x1", nfc, 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}"),
+             exchange("x2", unicodedata.normalize("NFD", nfc), 10, prompt=f"what is this? {passage} {words_text(rng, 5)}",
+                      response=words_text(rng, 10)),
+             exchange("r1", "rho", 20, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}")]
+    res = match(make_case(tmp_path / "case", rows, ["x1", "r1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant if f["recipient_request_id"] == "r1"} == {"vega"}
+
+
 def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> dict[str, Any]:
     """bolt's suspect b1 (decode-1, minute 100) holds 8 words of acme's a1 (decode-1, ``source_minute``);
     two records a minute go to decode-1 and decode-2 in turn. ``gap``: "log" drops decode-1's records

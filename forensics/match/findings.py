@@ -23,6 +23,7 @@ from forensics.match.rarity import Holders, first_suspects, holder_entries, inde
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
+    customer_key,
     same_customer,
     tenant_code,
 )
@@ -515,9 +516,9 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # same customer also sent that text earlier (a conversation resends itself): those are left out.
     # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
     # the answer): the reverse of a leak, not a chance likeness; those are left out too.
-    earlier = {(r["_target"], r["source_tenant_id"]) for r in rows if not r["_later"]}
+    earlier = {(r["_target"], customer_key(r["source_tenant_id"])) for r in rows if not r["_later"]}
     later = [r for r in rows if r["_later"] and r["relation"] == "cross_tenant"
-             and (r["_target"], r["source_tenant_id"]) not in earlier]
+             and (r["_target"], customer_key(r["source_tenant_id"])) not in earlier]
     copies = [r for r in later if r["longest_run"] >= 2 * p.min_run]
     later = [r for r in later if r["longest_run"] < 2 * p.min_run]
     rows = [r for r in rows if not r["_later"]]
@@ -719,7 +720,7 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
         if best["_explained_by"] or best.get("_carried_from") is not None or any(r["expected_by_chance_with_mechanism"] == e
-                                        and r["source_tenant_id"] != best["source_tenant_id"] for r in group):
+                                        and not same_customer(r["source_tenant_id"], best["source_tenant_id"]) for r in group):
             continue
         if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
                 and best["expected_by_chance"] <= TEXT_EVALUE_CEILING):
@@ -768,7 +769,7 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
     by_tenant: dict[str | None, list[int]] = {}
     for i, t in enumerate(targets):
         if not t.control and t.gids is not None and len(t.gids) and t.deadline_us != NO_TIME:
-            by_tenant.setdefault(t.tenant_id, []).append(i)
+            by_tenant.setdefault(customer_key(t.tenant_id), []).append(i)
     for ids in by_tenant.values():
         ids.sort(key=lambda i: (targets[i].deadline_us, i))
     deadlines = {tenant: [targets[i].deadline_us for i in ids] for tenant, ids in by_tenant.items()}
@@ -778,10 +779,10 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
         received = r["_source_received_us"]
         if r["relation"] != "cross_tenant" or received == NO_TIME:
             continue
-        theirs = by_tenant.get(r["source_tenant_id"])
+        theirs = by_tenant.get(customer_key(r["source_tenant_id"]))
         if theirs is None:
             continue
-        earlier = [i for i in theirs[:bisect.bisect_right(deadlines[r["source_tenant_id"]], received)]
+        earlier = [i for i in theirs[:bisect.bisect_right(deadlines[customer_key(r["source_tenant_id"])], received)]
                    if i != r["_target"]]
         if not earlier:
             continue  # most sources: their customer received no suspect response before
@@ -875,7 +876,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["_target"], r["source_tenant_id"]), []).append(r)
+        groups.setdefault((r["_target"], customer_key(r["source_tenant_id"])), []).append(r)
     out = []
     for group in groups.values():
         if len(group) == 1:  # most (recipient, source tenant) pairs: one row, nothing to collapse

@@ -48,9 +48,14 @@ def tenant_code(tenant: str | None) -> int:
     return xxhash.xxh64_intdigest(key, seed=SEED) >> 1
 
 
+def customer_key(tenant: str | None) -> str | None:
+    """The key of the customer a tenant id names (:func:`tenant_code`): the id under NFC."""
+    return None if tenant is None else unicodedata.normalize("NFC", tenant)
+
+
 def same_customer(a: str | None, b: str | None) -> bool:
     """Whether two tenant ids name one customer (:func:`tenant_code`)."""
-    return a == b or (a is not None and b is not None and unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b))
+    return a == b or customer_key(a) == customer_key(b)
 
 
 @dataclasses.dataclass(slots=True)
