@@ -558,26 +558,6 @@ def test_a_passage_many_customers_sent_later_is_public_text_not_the_early_sender
     assert bool(acme) == named
 
 
-@pytest.mark.parametrize("script", [(0x0E01, 0x0E2E), (0x0E81, 0x0EAE), (0x1000, 0x1020), (0x1780, 0x17B3)],
-                         ids=["thai", "lao", "myanmar", "khmer"])
-def test_a_leak_in_a_script_written_without_spaces_is_found(tmp_path: Path, script: tuple[int, int]) -> None:
-    # A paragraph of Thai (or Lao, Myanmar, Khmer) has no spaces between words: read as words it was a few
-    # tokens, less than one k-gram, and its owner was never named. Phrases of 60-100 letters: such texts
-    # put spaces between phrases, not words.
-    rng = np.random.default_rng(27)
-    letters = [chr(c) for c in range(script[0], script[1] + 1)]
-
-    def paragraph(phrases: int) -> str:
-        return " ".join("".join(rng.choice(letters, size=int(rng.integers(60, 100)))) for _ in range(phrases))
-
-    source = paragraph(8)
-    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=paragraph(3), response=paragraph(2)) for i in range(60)]
-    rows += [exchange("a1", "acme", 0, prompt=f"please check this contract: {source}"),
-             exchange("b1", "bolt", 5, prompt="q", response=f"{paragraph(2)} {source[40:330]} {paragraph(2)}")]
-    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
-    assert [f["source_request_id"] for f in res.findings if f["source_tenant_id"] == "acme"] == ["a1"]
-
-
 def test_a_customers_id_logged_in_another_unicode_form_is_still_that_customer(tmp_path: Path) -> None:
     # The same name, composed (NFC) in one record and decomposed (NFD) in another: its own earlier text in its
     # suspect answer named it exposed to itself, confirmed.

@@ -78,12 +78,6 @@ _INFO_CLASS = np.array([SPACE, SPACE, WORD, PUNCT, IDEO, WORD, PUNCT, SPACE, PUN
 _multi: dict[int, np.ndarray] = {}  # code point -> hashes of the tokens its normalised form is
 
 _IDEO_RANGES = (
-    # Scripts written without spaces between words, which a word tokenizer reads as one token per
-    # phrase: a leaked Thai paragraph was 4 tokens, less than one k-gram, and never found. Each of their
-    # characters is a token, as an ideograph is (their combining vowels and tone marks included).
-    (0x0E00, 0x0EFF),  # Thai, Lao
-    (0x1000, 0x109F),  # Myanmar
-    (0x1780, 0x17FF),  # Khmer
     (0x3040, 0x30FF),  # Hiragana, Katakana
     (0x31F0, 0x31FF),
     (0x3400, 0x4DBF),  # CJK extension A
@@ -524,8 +518,8 @@ def _pieces(text: str, size: int) -> list[tuple[int, str]]:
 
 
 #: What the matcher's tokens are (match.json records it with the versions).
-MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph, and each character of Thai, Lao, "
-                "Myanmar and Khmer; punctuation marks (Unicode P*) are not tokens")
+MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph; punctuation marks (Unicode P*) "
+                "are not tokens")
 
 _PUNCT_KNOWN = np.zeros(_SIZE, dtype=bool)
 _PUNCT = np.zeros(_SIZE, dtype=bool)
