@@ -600,7 +600,7 @@ def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> di
     """bolt's suspect b1 (decode-1, minute 100) holds 8 words of acme's a1 (decode-1, ``source_minute``);
     two records a minute go to decode-1 and decode-2 in turn. ``gap``: "log" drops decode-1's records
     between a1 and b1 from the engine logs (no decode node, same model); "model" gives them to a model the
-    engine does not serve (no decode node either). The a1/b1 row of evidence or review."""
+    engine does not serve (no decode node either); "failed" makes them failed calls no engine logged. The a1/b1 row of evidence or review."""
     rng = np.random.default_rng(23)
     doc = words(rng, 60)
     rows = [exchange(f"o{i}", f"t{i % 30}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
@@ -612,6 +612,8 @@ def _recency_case(root: Path, gap: str | None, source_minute: float = 0.0) -> di
             node = None
         elif node == "decode-1" and minute < 100 and gap == "model":
             node, extra = None, {"model": "llama-4"}
+        elif node == "decode-1" and minute < 100 and gap == "failed":  # refused before any engine ran them
+            node, extra = None, {"status": "failure"}
         rows.append(exchange(f"m{i}", f"t{i % 30}", minute, prompt=words_text(rng, 30), response=words_text(rng, 20),
                              decode_node=node, **extra))
     rows.append(exchange("a1", "acme", source_minute, prompt=" ".join(doc), decode_node="decode-1"))
@@ -633,8 +635,12 @@ def test_a_gap_in_a_decode_nodes_log_does_not_make_an_old_source_its_latest_occu
     assert int(gap["records_since_source_on_node"]) == 101
     # Before, the gap read as 1 record since the source: the strongest evidence a node can give.
     assert float(gap["expected_by_chance_with_mechanism"]) >= float(whole["expected_by_chance_with_mechanism"])
-    # Records of a model the engine does not serve never ran on its nodes: they count for nothing.
+    # Records of a model the engine does not serve never ran on its nodes: they count for nothing; nor do
+    # failed calls no engine logged (they made the factor exceed 1: worse than a source on another node).
     assert int(other_model["records_since_source_on_node"]) == 1
+    failed = _recency_case(tmp_path / "failed", "failed")
+    assert int(failed["records_since_source_on_node"]) == 1
+    assert float(gap["mechanism_factor"]) <= 1
 
 
 def test_a_source_received_after_the_suspect_is_no_earlier_occupant_of_its_node(tmp_path: Path) -> None:
