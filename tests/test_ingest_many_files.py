@@ -522,3 +522,41 @@ def test_a_log_that_grew_keeps_the_rows_of_the_small_files_staged_with_it(tmp_pa
     for table in ("exchanges", "engine_events", "quarantine"):
         assert _records(table_rows(tmp_path / "case" / f"{table}.parquet")) == _records(
             table_rows(tmp_path / "fresh" / f"{table}.parquet")), table
+
+
+def test_a_run_stopped_while_a_batch_is_written_again_leaves_a_case_that_takes_more_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped between writing a batch again (without the grown log's short copy) and removing the earlier
+    one, a run left the engine logs in two batches: every later ingest stopped with an internal error. The
+    next run keeps each file's rows in the batch written again, and the case is the one a fresh ingest of
+    the same files gives."""
+    logs = tmp_path / "logs"
+    (logs / "engine").mkdir(parents=True)
+    for p in sorted((ROOT / "sample_logs" / "engine").iterdir()):
+        (logs / "engine" / p.name).write_bytes(p.read_bytes())
+    complete = DAY.read_bytes()
+    live = logs / "a-live.jsonl"
+    live.write_bytes(complete[:300_000])
+    api.ingest(tmp_path / "case", [live, logs / "engine"])
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "a-live.jsonl").write_bytes(live.read_bytes())
+    live.write_bytes(complete[:900_000])
+    real_unlink = Path.unlink
+
+    def stopped(self: Path, missing_ok: bool = False) -> None:
+        if ".batch." in self.name:
+            raise KeyboardInterrupt
+        real_unlink(self, missing_ok=missing_ok)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "unlink", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            api.ingest(tmp_path / "case", [live, logs / "engine"])
+    other = logs / "b-other.jsonl"
+    other.write_bytes(complete[:50_000].rsplit(b"\n", 1)[0] + b"\n")
+    later = api.ingest(tmp_path / "case", [other])
+    fresh = api.ingest(tmp_path / "fresh", [tmp_path / "short" / "a-live.jsonl", logs / "engine", other])
+    assert later.manifest.tables == fresh.manifest.tables
+    for table in ("exchanges", "engine_events", "quarantine"):
+        assert _records(table_rows(tmp_path / "case" / f"{table}.parquet")) == _records(
+            table_rows(tmp_path / "fresh" / f"{table}.parquet")), table

@@ -998,19 +998,27 @@ def _clear_staging(staging: Path, shas: set[str], case_shas: set[str]) -> None:
     left files this run does not write again, and the finaliser reads every staging file of the content.
     A batch of small files keeps the rows of its other files of the case: they are not staged again.
     """
-    if not shas or not staging.is_dir():
+    if not staging.is_dir():
         return
     with os.scandir(staging) as entries:
         # a temporary file too: what a run that died while writing it left
         found = [(e.name, Path(e.path)) for e in entries if not e.is_dir(follow_symlinks=False)]
+    batches = [(name, path, _members_or_none(path)) for name, path in found if is_batch(name)]
+    # A run stopped inside _keep_in_batch, between writing a batch again and removing the earlier one,
+    # leaves files in two batches of a table: the one holding fewer files is the one written again.
+    holder: dict[tuple[str, str], tuple[int, str]] = {}
+    for name, _, members in batches:
+        for sha in members:
+            key = (name.split(".")[2], sha)
+            holder[key] = min(holder.get(key, (len(members), name)), (len(members), name))
+    for name, path, members in batches:
+        mine = [sha for sha in members if holder[(name.split(".")[2], sha)][1] == name]
+        # A batch holding a file about to be staged (read again, it would count twice) also holds small files
+        # this run does not stage again (already in the case): they keep their rows.
+        if staged_content(name) in shas or not shas.isdisjoint(members) or len(mine) < len(members):
+            _keep_in_batch(path, [sha for sha in mine if sha in case_shas and sha not in shas])
     for name, path in found:
-        if is_batch(name):
-            # A batch holding a file about to be staged (read again, it would count twice) also holds small files
-            # this run does not stage again (already in the case): they keep their rows.
-            members = _members_or_none(path)
-            if staged_content(name) in shas or not shas.isdisjoint(members):
-                _keep_in_batch(path, [sha for sha in members if sha in case_shas and sha not in shas])
-        elif staged_content(name) in shas:
+        if not is_batch(name) and staged_content(name) in shas:
             path.unlink(missing_ok=True)
 
 
