@@ -614,3 +614,21 @@ def test_a_case_ingested_with_other_settings_refuses_more_files(tmp_path: Path, 
     assert (tmp_path / "case" / "manifest.json").read_bytes() == before
     # With the settings it was ingested with, files are added as before.
     assert api.ingest(tmp_path / "case", [gateway], config=CaseConfig(**{setting: first})).manifest.reconciled
+
+
+def test_a_linked_input_folder_beside_the_case_file_is_named_as_found(tmp_path: Path) -> None:
+    """proj/gateway links to ../store/gw (evidence kept on another volume): the input is named gateway/...
+    as the case file gives it, not by where the link leads (which differs from machine to machine)."""
+    from forensics.config import load_case_file
+
+    day = Path(__file__).resolve().parent.parent / "sample_logs" / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "store" / "gw").mkdir(parents=True)
+    (tmp_path / "store" / "gw" / day.name).write_bytes(day.read_bytes())
+    (tmp_path / "proj" / "gateway").symlink_to(Path("..") / "store" / "gw")
+    (tmp_path / "proj" / "case.toml").write_text(
+        'name = "x"\nmodel = "glm-5.3"\nwindow_start = "2026-08-25T00:00:00Z"\nwindow_end = "2026-08-31T00:00:00Z"\n'
+        'real_ceiling_tokens = 8192\n[[inputs]]\nformat = "litellm"\npath = "gateway"\n', encoding="utf-8")
+    cfg = load_case_file(tmp_path / "proj" / "case.toml")
+    result = api.ingest(tmp_path / "case", [tmp_path / "proj" / "gateway"], config=cfg)
+    assert [f["paths"] for f in result.manifest.files] == [[f"gateway/{day.name}"]]

@@ -135,6 +135,12 @@ def display_path(path: Path, base: Path | None = None) -> str:
     still verifies); without a case file, relative to the working folder when inside it, else as given."""
     try:
         rel = os.path.relpath(named_path(path), _real_folder(str((base or Path.cwd()).absolute())))
+        if rel.startswith(".."):
+            # A folder inside the base linked to one outside it: named as found (gateway/...), not by where
+            # the link leads (which depends on the machine).
+            given = os.path.relpath(os.path.abspath(path), os.path.abspath(base or Path.cwd()))
+            if not given.startswith(".."):
+                return given
     except ValueError:  # another drive (Windows)
         return str(path)
     return str(path) if rel.startswith("..") and base is None else rel
