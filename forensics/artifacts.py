@@ -269,6 +269,8 @@ class IngestManifest(Record):
     tool: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # With a tokenizer: the size band that decided rows without it (the rule, counts, ceiling per file).
     prompt_tokens_band: JsonObject | None = _optional()
+    # With a tokenizer: its file's SHA-256 (two tokenizers are most often both named tokenizer.json).
+    tokenizer_sha256: str | None = _optional()
     schema_version: str = _version(schema.CASE_FORMAT)
 
 

@@ -632,3 +632,32 @@ def test_a_linked_input_folder_beside_the_case_file_is_named_as_found(tmp_path: 
     cfg = load_case_file(tmp_path / "proj" / "case.toml")
     result = api.ingest(tmp_path / "case", [tmp_path / "proj" / "gateway"], config=cfg)
     assert [f["paths"] for f in result.manifest.files] == [[f"gateway/{day.name}"]]
+
+
+def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path: Path) -> None:
+    """Hugging Face tokenizers are all named tokenizer.json: compared by name, another model's tokenizer was
+    accepted into a case (the same prompt 4 tokens in one row, 27 in the next). Compared by content, it is
+    refused, and the same file under another name is taken as the same tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from forensics.config import CaseConfig
+    from forensics.errors import ConfigError
+
+    def tokenizer(folder: str, vocab: dict[str, int]) -> Path:
+        (tmp_path / folder).mkdir()
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.save(str(tmp_path / folder / "tokenizer.json"))
+        return tmp_path / folder / "tokenizer.json"
+
+    a = tokenizer("model_a", {"[UNK]": 0, "hello": 1, "there": 2})
+    b = tokenizer("model_b", {"[UNK]": 0, "hello": 1, "there": 2, "friend": 3})
+    same = tmp_path / "copy-of-a.json"
+    same.write_bytes(a.read_bytes())
+    sample = Path(__file__).resolve().parent.parent / "sample_logs"
+    engine, gateway = sample / "engine", sample / "gateway" / "litellm-callbacks-2026-08-27.jsonl"
+    api.ingest(tmp_path / "case", [engine], config=CaseConfig(tokenizer=str(a)))
+    with pytest.raises(ConfigError) as err:
+        api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(b)))
+    assert "SHA-256" in str(err.value)
+    assert api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(same))).manifest.reconciled

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
-from forensics.case import STAGING_OPTIONS, Case, ParquetSink, rows_batch, table_text, write_json
+from forensics.case import STAGING_OPTIONS, Case, ParquetSink, file_sha256, rows_batch, table_text, write_json
 from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
@@ -988,6 +988,12 @@ def _check_same_reading(manifest: dict[str, Any], cfg: CaseConfig, root: Path) -
            "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None}
     changed = [f"{key} {manifest.get(key)!r} then, {value!r} now" for key, value in now.items()
                if key in manifest and manifest.get(key) != value]
+    # The tokenizer by its content where the case recorded it: the same file under another name is the same.
+    if cfg.tokenizer and manifest.get("tokenizer_sha256"):
+        changed = [c for c in changed if not c.startswith("tokenizer ")]
+        if file_sha256(Path(cfg.tokenizer)) != manifest["tokenizer_sha256"]:
+            changed.append(f"tokenizer {manifest.get('tokenizer')!r} then, another file {Path(cfg.tokenizer).name!r} now "
+                           "(its SHA-256 differs)")
     if changed:
         raise ConfigError(f"this case was ingested with other settings ({'; '.join(changed)}): the files already in it "
                           "would keep the rows read the earlier way", file=root / "manifest.json",

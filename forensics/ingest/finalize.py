@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
-from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink
+from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, shown_ids
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql
@@ -324,6 +324,7 @@ def finalize(
         zone_assumed_rows=assumed,
         tenant_field=cfg.tenant_field,
         tokenizer=Path(cfg.tokenizer).name if cfg.tokenizer else None,
+        tokenizer_sha256=file_sha256(Path(cfg.tokenizer)) if cfg.tokenizer else None,
         tables=TableCounts(exchanges=stats["rows"], engine_events=events_rows, quarantine=quarantine_rows),
         duplicate_requests=stats["duplicate_requests"],
         superseded_variants=stats["superseded_variants"],
