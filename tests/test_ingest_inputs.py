@@ -661,3 +661,28 @@ def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path:
         api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(b)))
     assert "SHA-256" in str(err.value)
     assert api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(same))).manifest.reconciled
+
+
+def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_path: Path) -> None:
+    """A live log beside the case file's folder, ingested while short without the case file (named by its
+    path) and again once grown with it (named ../logs/...): the complete copy replaces the short one, as
+    under one name. Before, both stayed, the short copy's cut line quarantined twice over."""
+    import gzip as gz
+
+    from forensics.config import load_case_file
+
+    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "logs").mkdir()
+    live = tmp_path / "logs" / "live.jsonl"
+    live.write_bytes(full[:300_000])
+    (tmp_path / "proj" / "case.toml").write_text(
+        'name = "x"\nmodel = "glm-5.3"\nwindow_start = "2026-08-25T00:00:00Z"\nwindow_end = "2026-08-31T00:00:00Z"\n'
+        'real_ceiling_tokens = 8192\n', encoding="utf-8")
+    api.ingest(tmp_path / "case", [live])
+    live.write_bytes(full[:900_000])
+    again = api.ingest(tmp_path / "case", [live], config=load_case_file(tmp_path / "proj" / "case.toml"))
+    assert [f["paths"] for f in again.manifest.files] == [["../logs/live.jsonl"]]
+    fresh = api.ingest(tmp_path / "fresh", [live], config=load_case_file(tmp_path / "proj" / "case.toml"))
+    assert again.manifest.tables == fresh.manifest.tables

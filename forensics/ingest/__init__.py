@@ -640,7 +640,13 @@ def ingest(
                 run_files.append({**_zero_counts(), "path": shown, "sha256": sha, "format": entry.get("format"),
                                   "status": "already ingested (same SHA-256)"})
                 continue
-            for old in [s for s, e in known.items() if e.get("paths") == [shown] and _starts(path, e)]:
+            # The same name; or the same one file named by another rule (a case begun when inputs beside the
+            # case file's folder were named by their absolute path, or ingested once without the case file).
+            named = str(named_path(path))
+            for old in [s for s, e in known.items()
+                        if (e.get("paths") == [shown] or (len(e.get("paths") or ()) == 1
+                                                          and e.get("abs_paths", [e.get("abs_path")]) == [named]))
+                        and _starts(path, e)]:
                 replaced.append(known.pop(old))  # the earlier copy of a log that grew: the complete one replaces it
             known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
             if seen.parquet:
