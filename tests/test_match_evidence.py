@@ -635,12 +635,32 @@ def test_a_gap_in_a_decode_nodes_log_does_not_make_an_old_source_its_latest_occu
     assert int(gap["records_since_source_on_node"]) == 101
     # Before, the gap read as 1 record since the source: the strongest evidence a node can give.
     assert float(gap["expected_by_chance_with_mechanism"]) >= float(whole["expected_by_chance_with_mechanism"])
-    # Records of a model the engine does not serve never ran on its nodes: they count for nothing; nor do
-    # failed calls no engine logged (they made the factor exceed 1: worse than a source on another node).
+    # Records of a model the engine does not serve never ran on its nodes: they count for nothing.
     assert int(other_model["records_since_source_on_node"]) == 1
+    # Failed calls no engine logged count (a call a node ran may fail after streaming, in a gap of its log).
     failed = _recency_case(tmp_path / "failed", "failed")
-    assert int(failed["records_since_source_on_node"]) == 1
-    assert float(gap["mechanism_factor"]) <= 1
+    assert int(failed["records_since_source_on_node"]) == 101
+
+
+def test_the_recency_factor_of_a_source_on_the_suspects_node_is_at_most_one(tmp_path: Path) -> None:
+    # acme's a1 is decode-1's latest occupant before bolt's b1, but 40 calls the logs place on no node came in
+    # between (a retry storm refused at the gateway) and the node had served 10 records before: counted as
+    # possible occupants, they made the factor 41 / 11, worse than a source on another node (1 / share).
+    rng = np.random.default_rng(23)
+    doc = words(rng, 60)
+    rows = [exchange(f"o{i}", f"t{i % 30}", -60 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                     decode_node=f"decode-{1 + i % 2}") for i in range(20)]
+    rows.append(exchange("a1", "acme", 99.9, prompt=" ".join(doc), decode_node="decode-1"))
+    rows += [exchange(f"f{i}", "zeta", 99.91 + i * 0.001, prompt=words_text(rng, 10), status="failure")
+             for i in range(40)]
+    rows.append(exchange("b1", "bolt", 100, prompt="q", decode_node="decode-1",
+                         response=f"{words_text(rng, 10)} {' '.join(doc[20:28])} {words_text(rng, 10)}"))
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    match(case, config())
+    (row,) = [r for name in ("evidence.csv", "review.csv") for r in csv.DictReader((case / name).open())
+              if r["source_request_id"] == "a1"]
+    assert int(row["records_since_source_on_node"]) == 41
+    assert float(row["mechanism_factor"]) <= 1
 
 
 def test_a_source_received_after_the_suspect_is_no_earlier_occupant_of_its_node(tmp_path: Path) -> None:

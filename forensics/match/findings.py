@@ -419,8 +419,7 @@ class RecordFacts:
     has_damage_column: bool
     node_times: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # received times per decode node
     # Received times of the records of the models the engine logs serve (those of any record with a decode
-    # node) whose own node the logs do not show, failed calls left out: a gap in a node's log hides its
-    # records among them.
+    # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
     unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
@@ -450,9 +449,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
 
     pf = pq.ParquetFile(path)
     has_damage = "damage" in pf.schema_arrow.names
-    has_model, has_status = "model" in pf.schema_arrow.names, "status" in pf.schema_arrow.names
+    has_model = "model" in pf.schema_arrow.names
     cols = (["request_id", "tenant_id", "received_at", "decode_node"] + (["model"] if has_model else [])
-            + (["status"] if has_status else []) + (["damage"] if has_damage else []))
+            + (["damage"] if has_damage else []))
     wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
@@ -469,11 +468,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
         models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
         engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
-        # A failed call with no engine line was refused before any node ran it (an over-limit prompt
-        # outside the window): it occupied none.
+        # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
+        # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        if has_status:
-            no_node = pc.and_(no_node, pc.invert(pc.fill_null(pc.equal(batch.column("status"), "failure"), False)))
         for md in pc.unique(models.filter(no_node)).to_pylist():
             mask = pc.and_(no_node, pc.is_null(models) if md is None else pc.fill_null(pc.equal(models, md), False))
             at = batch.column("received_at").filter(mask)
