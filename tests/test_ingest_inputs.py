@@ -632,6 +632,12 @@ def test_a_linked_input_folder_beside_the_case_file_is_named_as_found(tmp_path: 
     cfg = load_case_file(tmp_path / "proj" / "case.toml")
     result = api.ingest(tmp_path / "case", [tmp_path / "proj" / "gateway"], config=cfg)
     assert [f["paths"] for f in result.manifest.files] == [[f"gateway/{day.name}"]]
+    # Through the link and back out ("gateway/../other"): named where the file is, not "other/..." (the
+    # name's ".." undone without following the link), which is no file beside the case file.
+    (tmp_path / "store" / "other").mkdir()
+    (tmp_path / "store" / "other" / "a.jsonl").write_bytes(day.read_bytes())
+    result = api.ingest(tmp_path / "case2", [tmp_path / "proj" / "gateway" / ".." / "other" / "a.jsonl"], config=cfg)
+    assert [f["paths"] for f in result.manifest.files] == [["../store/other/a.jsonl"]]
 
 
 def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path: Path) -> None:
@@ -661,6 +667,15 @@ def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path:
         api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(b)))
     assert "SHA-256" in str(err.value)
     assert api.ingest(tmp_path / "case", [gateway], config=CaseConfig(tokenizer=str(same))).manifest.reconciled
+    # A case begun before the content was recorded cannot tell which file read its rows: another file of the
+    # same name is taken (by name, as before), and its content is not recorded as the case's.
+    manifest = json.loads((tmp_path / "case" / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["tokenizer_sha256"]
+    manifest["tokenizer"] = "tokenizer.json"
+    (tmp_path / "case" / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    later = api.ingest(tmp_path / "case", [sample / "gateway" / "litellm-callbacks-2026-08-28.jsonl.gz"],
+                       config=CaseConfig(tokenizer=str(b)))
+    assert "tokenizer_sha256" not in later.manifest.to_json()
 
 
 def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_path: Path) -> None:
@@ -686,3 +701,58 @@ def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_pat
     assert [f["paths"] for f in again.manifest.files] == [["../logs/live.jsonl"]]
     fresh = api.ingest(tmp_path / "fresh", [live], config=load_case_file(tmp_path / "proj" / "case.toml"))
     assert again.manifest.tables == fresh.manifest.tables
+
+
+def test_a_grown_log_known_under_two_names_replaces_its_short_copy(tmp_path: Path) -> None:
+    """The short copy was recorded under two names (once without the case file, once with it): the grown
+    log, named the second way, matched neither the one name nor a single-name entry, and both copies stayed."""
+    import gzip as gz
+
+    from forensics.config import load_case_file
+
+    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "logs").mkdir()
+    live = tmp_path / "logs" / "live.jsonl"
+    live.write_bytes(full[:300_000])
+    (tmp_path / "proj" / "case.toml").write_text(
+        'name = "x"\nmodel = "glm-5.3"\nwindow_start = "2026-08-25T00:00:00Z"\nwindow_end = "2026-08-31T00:00:00Z"\n'
+        'real_ceiling_tokens = 8192\n', encoding="utf-8")
+    cfg = load_case_file(tmp_path / "proj" / "case.toml")
+    api.ingest(tmp_path / "case", [live])
+    assert len(api.ingest(tmp_path / "case", [live], config=cfg).manifest.files[0]["paths"]) == 2
+    live.write_bytes(full[:900_000])
+    again = api.ingest(tmp_path / "case", [live], config=cfg)
+    assert len(again.manifest.files) == 1
+    assert again.manifest.tables == api.ingest(tmp_path / "fresh", [live], config=cfg).manifest.tables
+
+
+def test_one_run_given_a_live_log_under_two_names_as_it_grows_keeps_both(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linked folder and its target name one live log, which grows between the two hashes: the entry this
+    run had just added was taken for the earlier copy and dropped while its parts were still to be staged
+    (an internal error). Only files of the case before the run can be replaced."""
+    import gzip as gz
+
+    import forensics.ingest as ingest_module
+
+    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    (tmp_path / "store" / "gw").mkdir(parents=True)
+    (tmp_path / "proj").mkdir()
+    live = tmp_path / "store" / "gw" / "live.jsonl"
+    live.write_bytes(full[:300_000])
+    (tmp_path / "proj" / "gateway").symlink_to(Path("..") / "store" / "gw")
+    real_scan, calls = ingest_module.scan_file, []
+
+    def growing(path: Path, *args: Any, **kwargs: Any) -> Any:
+        out = real_scan(path, *args, **kwargs)
+        calls.append(path)
+        if len(calls) == 1:
+            live.write_bytes(full[:900_000])
+        return out
+
+    monkeypatch.setattr(ingest_module, "scan_file", growing)
+    result = api.ingest(tmp_path / "case", [tmp_path / "proj" / "gateway" / "live.jsonl", live])
+    assert len(calls) == 2 and len(result.manifest.files) == 2

@@ -138,8 +138,10 @@ def display_path(path: Path, base: Path | None = None) -> str:
         if rel.startswith(".."):
             # A folder inside the base linked to one outside it: named as found (gateway/...), not by where
             # the link leads (which depends on the machine).
-            given = os.path.relpath(os.path.abspath(path), os.path.abspath(base or Path.cwd()))
-            if not given.startswith(".."):
+            folder = os.path.abspath(base or Path.cwd())
+            given = os.path.relpath(os.path.abspath(path), folder)
+            # (abspath drops "link/.." without following the link: the name must lead to the same file)
+            if not given.startswith("..") and os.path.realpath(os.path.join(folder, given)) == os.path.realpath(path):
                 return given
     except ValueError:  # another drive (Windows)
         return str(path)
@@ -534,6 +536,7 @@ def ingest(
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
+    in_case = set(known)  # the files of the case before this run: only those can be a grown log's earlier copy
     _check_same_reading(manifest, cfg, c.root)
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
@@ -643,9 +646,8 @@ def ingest(
             # The same name; or the same one file named by another rule (a case begun when inputs beside the
             # case file's folder were named by their absolute path, or ingested once without the case file).
             named = str(named_path(path))
-            for old in [s for s, e in known.items()
-                        if (e.get("paths") == [shown] or (len(e.get("paths") or ()) == 1
-                                                          and e.get("abs_paths", [e.get("abs_path")]) == [named]))
+            for old in [s for s, e in known.items() if s in in_case
+                        and (e.get("paths") == [shown] or e.get("abs_paths", [e.get("abs_path")]) == [named])
                         and _starts(path, e)]:
                 replaced.append(known.pop(old))  # the earlier copy of a log that grew: the complete one replaces it
             known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
@@ -738,6 +740,10 @@ def ingest(
         # Per file (SHA-256): the ceiling its rows were decided against (the finaliser needs it on later runs).
         "ceiling_by_file": dict(sorted(band_files.items())),
     })
+    if manifest.get("files") and manifest.get("tokenizer") and not manifest.get("tokenizer_sha256"):
+        # A case begun before the tokenizer's content was recorded: which file read its earlier rows is not known,
+        # so this run's file is not recorded as the case's either.
+        case_manifest = dataclasses.replace(case_manifest, tokenizer_sha256=None)
     write_json(c.manifest_path, case_manifest.to_json())
     save(cfg, c.config_path)
     by_sha = {f["sha256"]: f for f in case_manifest.files}
