@@ -678,10 +678,9 @@ def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path:
     assert "tokenizer_sha256" not in later.manifest.to_json()
 
 
-def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_path: Path) -> None:
-    """A live log beside the case file's folder, ingested while short without the case file (named by its
-    path) and again once grown with it (named ../logs/...): the complete copy replaces the short one, as
-    under one name. Before, both stayed, the short copy's cut line quarantined twice over."""
+def _live_log_beside_a_case_file(tmp_path: Path) -> tuple[bytes, Path, Any]:
+    """A sample day's records (all of them), a live log of their first 300 KB in logs/ and a case file in
+    proj/ beside it (its configuration)."""
     import gzip as gz
 
     from forensics.config import load_case_file
@@ -695,31 +694,26 @@ def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_pat
     (tmp_path / "proj" / "case.toml").write_text(
         'name = "x"\nmodel = "glm-5.3"\nwindow_start = "2026-08-25T00:00:00Z"\nwindow_end = "2026-08-31T00:00:00Z"\n'
         'real_ceiling_tokens = 8192\n', encoding="utf-8")
+    return full, live, load_case_file(tmp_path / "proj" / "case.toml")
+
+
+def test_a_grown_log_named_by_another_rule_still_replaces_its_short_copy(tmp_path: Path) -> None:
+    """A live log beside the case file's folder, ingested while short without the case file (named by its
+    path) and again once grown with it (named ../logs/...): the complete copy replaces the short one, as
+    under one name. Before, both stayed, the short copy's cut line quarantined twice over."""
+    full, live, cfg = _live_log_beside_a_case_file(tmp_path)
     api.ingest(tmp_path / "case", [live])
     live.write_bytes(full[:900_000])
-    again = api.ingest(tmp_path / "case", [live], config=load_case_file(tmp_path / "proj" / "case.toml"))
+    again = api.ingest(tmp_path / "case", [live], config=cfg)
     assert [f["paths"] for f in again.manifest.files] == [["../logs/live.jsonl"]]
-    fresh = api.ingest(tmp_path / "fresh", [live], config=load_case_file(tmp_path / "proj" / "case.toml"))
+    fresh = api.ingest(tmp_path / "fresh", [live], config=cfg)
     assert again.manifest.tables == fresh.manifest.tables
 
 
 def test_a_grown_log_known_under_two_names_replaces_its_short_copy(tmp_path: Path) -> None:
     """The short copy was recorded under two names (once without the case file, once with it): the grown
     log, named the second way, matched neither the one name nor a single-name entry, and both copies stayed."""
-    import gzip as gz
-
-    from forensics.config import load_case_file
-
-    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
-                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "logs").mkdir()
-    live = tmp_path / "logs" / "live.jsonl"
-    live.write_bytes(full[:300_000])
-    (tmp_path / "proj" / "case.toml").write_text(
-        'name = "x"\nmodel = "glm-5.3"\nwindow_start = "2026-08-25T00:00:00Z"\nwindow_end = "2026-08-31T00:00:00Z"\n'
-        'real_ceiling_tokens = 8192\n', encoding="utf-8")
-    cfg = load_case_file(tmp_path / "proj" / "case.toml")
+    full, live, cfg = _live_log_beside_a_case_file(tmp_path)
     api.ingest(tmp_path / "case", [live])
     assert len(api.ingest(tmp_path / "case", [live], config=cfg).manifest.files[0]["paths"]) == 2
     live.write_bytes(full[:900_000])

@@ -532,6 +532,12 @@ def test_a_prompt_the_engine_swapped_for_the_placeholder_is_no_source(tmp_path: 
     assert {r["source_request_id"] for r in res.cross_tenant} == {"a2"}
 
 
+def _background(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
+    """``n`` unrelated exchanges of customers t0, t1, ... before minute 0: the traffic the null is drawn from."""
+    return [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
+            for i in range(n)]
+
+
 @pytest.mark.parametrize(("later", "named"), [(0, True), (1, True), (2, False), (-3, True)])
 def test_a_passage_many_customers_sent_later_is_public_text_not_the_early_senders_secret(
         tmp_path: Path, later: int, named: bool) -> None:
@@ -543,8 +549,7 @@ def test_a_passage_many_customers_sent_later_is_public_text_not_the_early_sender
     # to them): that says nothing about the passage, and acme is still named.
     rng = np.random.default_rng(25)
     passage = words_text(rng, 40)
-    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
-            for i in range(200)]
+    rows = _background(rng, 200)
     rows += [exchange("a1", "acme", 0, prompt=f"review this header: {passage}"),
              exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}")]
     suspects = ["b1"]
@@ -566,8 +571,7 @@ def test_a_customers_id_logged_in_another_unicode_form_is_still_that_customer(tm
     rng = np.random.default_rng(29)
     own = words_text(rng, 40)
     nfc = "Payne-Reed / Équipe Zürich"
-    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
-            for i in range(60)]
+    rows = _background(rng, 60)
     rows += [exchange("a1", unicodedata.normalize("NFD", nfc), 0, prompt=f"summarise: {own}"),
              exchange("b1", nfc, 5, prompt="q", response=f"{words_text(rng, 10)} {own} {words_text(rng, 10)}")]
     res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
@@ -585,8 +589,7 @@ def test_a_leak_resent_under_the_other_unicode_form_of_the_same_id_is_not_that_c
     rng = np.random.default_rng(5)
     passage = words_text(rng, 40)
     nfc = "Équipe Zürich"
-    rows = [exchange(f"o{i}", f"t{i}", -300 + i, prompt=words_text(rng, 30), response=words_text(rng, 20))
-            for i in range(100)]
+    rows = _background(rng, 100)
     rows += [exchange("v1", "vega", 0, prompt=f"confidential: {passage}"),
              exchange("x1", nfc, 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}"),
              exchange("x2", unicodedata.normalize("NFD", nfc), 10, prompt=f"what is this? {passage} {words_text(rng, 5)}",
