@@ -748,5 +748,63 @@ def test_one_run_given_a_live_log_under_two_names_as_it_grows_keeps_both(tmp_pat
         return out
 
     monkeypatch.setattr(ingest_module, "scan_file", growing)
+    monkeypatch.setattr(ingest_module, "MAX_WORKERS", 1)  # hashed one after the other: it grows in between
     result = api.ingest(tmp_path / "case", [tmp_path / "proj" / "gateway" / "live.jsonl", live])
     assert len(calls) == 2 and len(result.manifest.files) == 2
+
+
+def test_a_short_copy_replaced_and_given_again_in_the_same_run_is_staged(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grown live log replaced the case's short copy; a lagging replica holding that short copy, given
+    through a link and as itself and growing between the two hashes, then took the short copy's entry (added
+    again by this run) for the case's: removed while its parts were still to be staged (an internal error)."""
+    import gzip as gz
+
+    import forensics.ingest as ingest_module
+
+    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "replica").mkdir()
+    live, replica = tmp_path / "logs" / "live.jsonl", tmp_path / "replica" / "live.jsonl"
+    live.write_bytes(full[:300_000])
+    api.ingest(tmp_path / "case", [live])
+    live.write_bytes(full[:900_000])
+    replica.write_bytes(full[:300_000])
+    (tmp_path / "replink").symlink_to("replica")
+    real_scan = ingest_module.scan_file
+
+    def growing(path: Path, *args: Any, **kwargs: Any) -> Any:
+        out = real_scan(path, *args, **kwargs)
+        if "replink" in str(path):
+            replica.write_bytes(full[:600_000])
+        return out
+
+    monkeypatch.setattr(ingest_module, "scan_file", growing)
+    monkeypatch.setattr(ingest_module, "MAX_WORKERS", 1)
+    result = api.ingest(tmp_path / "case", [live, tmp_path / "replink" / "live.jsonl", replica])
+    assert len(result.manifest.files) == 3 and result.manifest.reconciled
+
+
+def test_a_case_that_recorded_one_file_per_entry_keeps_a_second_copy_when_the_first_grows(tmp_path: Path) -> None:
+    """A case begun by a version that recorded only an entry's first file (``abs_path``, no ``abs_paths``)
+    held one content under two files, a/live.jsonl and b/copy.jsonl. The grown a/live.jsonl replaced the entry
+    on its one recorded file, and b/copy.jsonl, still holding the content, was named nowhere in the case."""
+    import gzip as gz
+
+    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    live, copy = tmp_path / "a" / "live.jsonl", tmp_path / "b" / "copy.jsonl"
+    live.write_bytes(full[:300_000])
+    copy.write_bytes(full[:300_000])
+    api.ingest(tmp_path / "case", [live, copy])
+    path = tmp_path / "case" / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for entry in manifest["files"]:
+        del entry["abs_paths"]
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    live.write_bytes(full[:900_000])
+    result = api.ingest(tmp_path / "case", [live])
+    assert any(str(copy) in p or p.endswith("b/copy.jsonl") for f in result.manifest.files for p in f["paths"])

@@ -536,7 +536,9 @@ def ingest(
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
-    in_case = set(known)  # the files of the case before this run: only those can be a grown log's earlier copy
+    # The entries of the case before this run (by identity: an entry this run removed and then added again is a
+    # new one): only those can be a grown log's earlier copy.
+    in_case = {id(e) for e in known.values()}
     _check_same_reading(manifest, cfg, c.root)
 
     # Decide every file's format before writing anything, so an error leaves the case unchanged.
@@ -646,9 +648,8 @@ def ingest(
             # The same name; or the same one file named by another rule (a case begun when inputs beside the
             # case file's folder were named by their absolute path, or ingested once without the case file).
             named = str(named_path(path))
-            for old in [s for s, e in known.items() if s in in_case
-                        and (e.get("paths") == [shown] or e.get("abs_paths", [e.get("abs_path")]) == [named])
-                        and _starts(path, e)]:
+            for old in [s for s, e in known.items() if id(e) in in_case
+                        and (e.get("paths") == [shown] or _one_file(e) == named) and _starts(path, e)]:
                 replaced.append(known.pop(old))  # the earlier copy of a log that grew: the complete one replaces it
             known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
             if seen.parquet:
@@ -758,6 +759,15 @@ def ingest(
 def _band_counts(stats: BandStats) -> dict[str, int]:
     """One file's band figures for the manifest (the ceiling is the case's, recorded once)."""
     return {"counted": stats.counted, "decided_below": stats.decided_below, "highest_bound": stats.highest_bound}
+
+
+def _one_file(entry: dict[str, Any]) -> str | None:
+    """The one file (resolved path) an entry of the case was read from under all its names, else None. A case
+    begun before ``abs_paths`` was kept recorded only its first name's file: that is the one file only when
+    the entry has one name."""
+    if "abs_paths" in entry:
+        return entry["abs_paths"][0] if len(entry["abs_paths"]) == 1 else None
+    return entry.get("abs_path") if len(entry.get("paths") or ()) == 1 else None
 
 
 def _starts(path: Path, entry: dict[str, Any]) -> bool:
