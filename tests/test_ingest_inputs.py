@@ -678,15 +678,18 @@ def test_another_tokenizer_under_the_same_file_name_is_another_setting(tmp_path:
     assert "tokenizer_sha256" not in later.manifest.to_json()
 
 
+def _sample_day() -> bytes:
+    """The sample's gateway log of 26 August, decompressed: the records of a live log in the tests below."""
+    return gzip.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
+                            / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+
+
 def _live_log_beside_a_case_file(tmp_path: Path) -> tuple[bytes, Path, Any]:
     """A sample day's records (all of them), a live log of their first 300 KB in logs/ and a case file in
     proj/ beside it (its configuration)."""
-    import gzip as gz
-
     from forensics.config import load_case_file
 
-    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
-                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    full = _sample_day()
     (tmp_path / "proj").mkdir()
     (tmp_path / "logs").mkdir()
     live = tmp_path / "logs" / "live.jsonl"
@@ -727,12 +730,9 @@ def test_one_run_given_a_live_log_under_two_names_as_it_grows_keeps_both(tmp_pat
     """A linked folder and its target name one live log, which grows between the two hashes: the entry this
     run had just added was taken for the earlier copy and dropped while its parts were still to be staged
     (an internal error). Only files of the case before the run can be replaced."""
-    import gzip as gz
-
     import forensics.ingest as ingest_module
 
-    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
-                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
+    full = _sample_day()
     (tmp_path / "store" / "gw").mkdir(parents=True)
     (tmp_path / "proj").mkdir()
     live = tmp_path / "store" / "gw" / "live.jsonl"
@@ -758,14 +758,11 @@ def test_a_short_copy_replaced_and_given_again_in_the_same_run_is_staged(tmp_pat
     """The grown live log replaced the case's short copy; a lagging replica holding that short copy, given
     through a link and as itself and growing between the two hashes, then took the short copy's entry (added
     again by this run) for the case's: removed while its parts were still to be staged (an internal error)."""
-    import gzip as gz
-
     import forensics.ingest as ingest_module
 
-    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
-                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "replica").mkdir()
+    full = _sample_day()
+    for folder in ("logs", "replica"):
+        (tmp_path / folder).mkdir()
     live, replica = tmp_path / "logs" / "live.jsonl", tmp_path / "replica" / "live.jsonl"
     live.write_bytes(full[:300_000])
     api.ingest(tmp_path / "case", [live])
@@ -790,12 +787,9 @@ def test_a_case_that_recorded_one_file_per_entry_keeps_a_second_copy_when_the_fi
     """A case begun by a version that recorded only an entry's first file (``abs_path``, no ``abs_paths``)
     held one content under two files, a/live.jsonl and b/copy.jsonl. The grown a/live.jsonl replaced the entry
     on its one recorded file, and b/copy.jsonl, still holding the content, was named nowhere in the case."""
-    import gzip as gz
-
-    full = gz.decompress((Path(__file__).resolve().parent.parent / "sample_logs" / "gateway"
-                          / "litellm-callbacks-2026-08-26.jsonl.gz").read_bytes())
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+    full = _sample_day()
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
     live, copy = tmp_path / "a" / "live.jsonl", tmp_path / "b" / "copy.jsonl"
     live.write_bytes(full[:300_000])
     copy.write_bytes(full[:300_000])
