@@ -19,11 +19,12 @@ from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
 from forensics.match.order import lexsort_ints
-from forensics.match.rarity import Holders, first_suspects, holder_entries, independent_holders
+from forensics.match.rarity import Holders, holder_entries, independent_holders
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
     customer_key,
+    first_suspects,
     same_customer,
     tenant_code,
 )

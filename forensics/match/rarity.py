@@ -5,10 +5,8 @@ the recipient's own context (see ``match/__init__.py``, step 3)."""
 
 import numpy as np
 
-from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.stream import (
-    tenant_code,
-)
+from forensics.match.index import TargetIndex
+from forensics.match.stream import first_suspects, tenant_code
 from forensics.match.tiers import MatchParams
 
 #: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask.
@@ -88,17 +86,6 @@ def holder_entries(start: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nda
     seg = np.repeat(np.arange(len(g)), n)
     first = np.cumsum(n) - n
     return seg, start[g][seg] + (np.arange(int(n.sum())) - first[seg])
-
-
-def first_suspects(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
-    """Each customer that received a suspect response: its tenant code (sorted) and when it first did."""
-    first: dict[int, int] = {}
-    for x in targets:
-        if not x.control and x.received_us != NO_TIME:
-            code = tenant_code(x.tenant_id)
-            first[code] = min(first.get(code, x.received_us), x.received_us)
-    codes = sorted(first)
-    return np.array(codes, dtype=np.int64), np.array([first[c] for c in codes], dtype=np.int64)
 
 
 def independent_holders(first: tuple[np.ndarray, np.ndarray], ten: np.ndarray, when: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ import xxhash
 
 from forensics.match.align import align_ints
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
-from forensics.match.index import NO_TIME, TargetIndex
+from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.order import lexsort_ints
 from forensics.match.tiers import MatchParams
 from forensics.memory import collect_less_often, give_back_above, keep_freed_memory
@@ -44,8 +44,19 @@ def tenant_code(tenant: str | None) -> int:
     Unicode's canonical equivalence (``Zürich`` with ``ü`` as one character or as ``u`` and a combining
     mark: a name typed on another system) get the same code: one customer, whose own text never names it
     exposed to itself. The ids stay as logged everywhere else."""
-    key = b"\x00<none>" if tenant is None else unicodedata.normalize("NFC", tenant).encode("utf-8", "surrogatepass")
+    key = b"\x00<none>" if tenant is None else str(customer_key(tenant)).encode("utf-8", "surrogatepass")
     return xxhash.xxh64_intdigest(key, seed=SEED) >> 1
+
+
+def first_suspects(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
+    """Each customer that received a suspect response: its tenant code (sorted) and when it first did."""
+    first: dict[int, int] = {}
+    for x in targets:
+        if not x.control and x.received_us != NO_TIME:
+            code = tenant_code(x.tenant_id)
+            first[code] = min(first.get(code, x.received_us), x.received_us)
+    codes = sorted(first)
+    return np.array(codes, dtype=np.int64), np.array([first[c] for c in codes], dtype=np.int64)
 
 
 def customer_key(tenant: str | None) -> str | None:
@@ -130,11 +141,7 @@ class Scanner:
         self.t_code = np.array([tenant_code(x.tenant_id) for x in t], dtype=np.int64)
         # When each tenant first received a suspect response: its texts after that may carry leaked text on
         # (a conversation resends its answers), so they are no chance source for the later-text null.
-        self.first_suspect: dict[int, int] = {}
-        for x in t:
-            if not x.control and x.received_us != NO_TIME:
-                code_ = tenant_code(x.tenant_id)
-                self.first_suspect[code_] = min(self.first_suspect.get(code_, x.received_us), x.received_us)
+        self.first_suspect = dict(zip(*(a.tolist() for a in first_suspects(t)), strict=True))
         # What this process has seen of who holds each k-gram: a k-gram more than max_tenants
         # tenants held before the earliest deadline of the targets containing it is common for
         # every one of them, so its hits need not even be produced (exact, whatever the order:
