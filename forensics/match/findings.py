@@ -379,13 +379,13 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     ten, when = h_tenant[flat], h_time[flat]
     cand = owner[seg]
     tt = tgt_of[cand]
-    holders_then = np.bincount(seg, weights=(ten >= 0) & (when < deadline[tt]), minlength=len(g))
+    held_then = (ten >= 0) & (when < deadline[tt])
+    holders_then = np.bincount(seg, weights=held_then, minlength=len(g))
     own = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
     # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
     own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
     # Text more customers sent, over all time, than the recipient and max_tenants others is public text.
-    ever = np.bincount(seg, weights=((ten >= 0) & (when < deadline[tt])) | independent_holders(first, ten, when),
-                       minlength=len(g))
+    ever = np.bincount(seg, weights=held_then | independent_holders(first, ten, when), minlength=len(g))
     common = (holders_then > p.max_tenants) | (ever > p.max_tenants) | common_mask[g]
     # A later text is searched over all time: text many tenants held by then is common for it.
     common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)
@@ -474,8 +474,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
         for md in pc.unique(models.filter(no_node)).to_pylist():
             mask = pc.and_(no_node, pc.is_null(models) if md is None else pc.fill_null(pc.equal(models, md), False))
-            at = batch.column("received_at").filter(mask)
-            unplaced.setdefault(md, []).append(at.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy())
+            unplaced.setdefault(md, []).append(rec.filter(mask).to_numpy())
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
