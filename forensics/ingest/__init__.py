@@ -59,6 +59,7 @@ from forensics.ingest.staging import (
     batch_path,
     is_batch,
     staged_content,
+    staged_key,
     staged_path,
     with_members,
 )
@@ -1006,16 +1007,17 @@ def _check_same_reading(manifest: dict[str, Any], cfg: CaseConfig, root: Path) -
     (a time zone changed, and a day's records read nine hours apart from the rest)."""
     if not manifest.get("files"):
         return
-    now = {"timezone": cfg.timezone, "tenant_field": cfg.tenant_field,
-           "tokenizer": Path(cfg.tokenizer).name if cfg.tokenizer else None}
+    # The tokenizer by its content where the case recorded it (the same file under another name is the
+    # same), else by its name.
+    by_content = bool(cfg.tokenizer and manifest.get("tokenizer_sha256"))
+    now: dict[str, Any] = {"timezone": cfg.timezone, "tenant_field": cfg.tenant_field}
+    if not by_content:
+        now["tokenizer"] = Path(cfg.tokenizer).name if cfg.tokenizer else None
     changed = [f"{key} {manifest.get(key)!r} then, {value!r} now" for key, value in now.items()
                if key in manifest and manifest.get(key) != value]
-    # The tokenizer by its content where the case recorded it: the same file under another name is the same.
-    if cfg.tokenizer and manifest.get("tokenizer_sha256"):
-        changed = [c for c in changed if not c.startswith("tokenizer ")]
-        if file_sha256(Path(cfg.tokenizer)) != manifest["tokenizer_sha256"]:
-            changed.append(f"tokenizer {manifest.get('tokenizer')!r} then, another file {Path(cfg.tokenizer).name!r} now "
-                           "(its SHA-256 differs)")
+    if by_content and file_sha256(Path(str(cfg.tokenizer))) != manifest["tokenizer_sha256"]:
+        changed.append(f"tokenizer {manifest.get('tokenizer')!r} then, another file {Path(str(cfg.tokenizer)).name!r} now "
+                       "(its SHA-256 differs)")
     if changed:
         raise ConfigError(f"this case was ingested with other settings ({'; '.join(changed)}): the files already in it "
                           "would keep the rows read the earlier way", file=root / "manifest.json",
@@ -1037,35 +1039,35 @@ def _clear_staging(staging: Path, shas: set[str], case_shas: set[str]) -> None:
     with os.scandir(staging) as entries:
         # a temporary file too: what a run that died while writing it left
         found = [(e.name, Path(e.path)) for e in entries if not e.is_dir(follow_symlinks=False)]
-    batches = [(name, path, _members_or_none(path)) for name, path in found if is_batch(name)]
+    # (name, table, path, files) of each finished batch staging file
+    batches = [(name, key[1], path, _members_or_none(path)) for name, path in found
+               if is_batch(name) and (key := staged_key(name)) is not None]
     # A run stopped inside _keep_in_batch, between writing a batch again and removing the earlier one,
     # leaves files in two batches of a table: the one holding fewer files is the one written again.
     holder: dict[tuple[str, str], tuple[int, str]] = {}
-    for name, _, members in batches:
+    for name, table, _, members in batches:
         for sha in members:
-            key = (name.split(".")[2], sha)
-            holder[key] = min(holder.get(key, (len(members), name)), (len(members), name))
-    for name, path, members in batches:
-        mine = [sha for sha in members if holder[(name.split(".")[2], sha)][1] == name]
+            holder[(table, sha)] = min(holder.get((table, sha), (len(members), name)), (len(members), name))
+    for name, table, path, members in batches:
+        mine = [sha for sha in members if holder[(table, sha)][1] == name]
         # A batch holding a file about to be staged (read again, it would count twice) also holds small files
         # this run does not stage again (already in the case): they keep their rows.
         if staged_content(name) in shas or not shas.isdisjoint(members) or len(mine) < len(members):
-            _keep_in_batch(path, [sha for sha in mine if sha in case_shas and sha not in shas])
+            _keep_in_batch(path, table, [sha for sha in mine if sha in case_shas and sha not in shas])
     for name, path in found:
         if not is_batch(name) and staged_content(name) in shas:
             path.unlink(missing_ok=True)
 
 
-def _keep_in_batch(path: Path, kept: list[str]) -> None:
-    """Keep only the rows of the files ``kept`` (in staging order) in the batch staging file ``path``: written
-    again, in a batch named after the first of them; with none, the batch is removed."""
+def _keep_in_batch(path: Path, table: str, kept: list[str]) -> None:
+    """Keep only the rows of the files ``kept`` (in staging order) in the batch staging file ``path`` of
+    ``table``: written again, in a batch named after the first of them; with none, the batch is removed."""
     import pyarrow.compute as pc  # here, not at import: the staging workers never need it
 
     if kept:
-        table = pq.read_table(path)
-        rows = table.filter(pc.is_in(table.column("source_sha256"), value_set=pa.array(kept, pa.string())))
-        # pieces[2] of "{sha}.batch.{table}.parquet": the table the batch stages
-        target = batch_path(path.parent, kept[0], path.name.split(".")[2])
+        staged = pq.read_table(path)
+        rows = staged.filter(pc.is_in(staged.column("source_sha256"), value_set=pa.array(kept, pa.string())))
+        target = batch_path(path.parent, kept[0], table)
         with ParquetSink(target, with_members(rows.schema, kept), STAGING_OPTIONS) as sink:
             sink.write_batch(rows)
         if target == path:
