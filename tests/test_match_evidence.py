@@ -538,24 +538,29 @@ def _background(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
             for i in range(n)]
 
 
-@pytest.mark.parametrize(("later", "named"), [(0, True), (1, True), (2, False), (-3, True)])
+@pytest.mark.parametrize(("later", "received", "named"),
+                         [(0, None, True), (1, None, True), (2, None, False), (3, "passage", True), (3, "other", False)])
 def test_a_passage_many_customers_sent_later_is_public_text_not_the_early_senders_secret(
-        tmp_path: Path, later: int, named: bool) -> None:
+        tmp_path: Path, later: int, received: str | None, named: bool) -> None:
     # acme sent a passage the evening before bolt's suspect answer holds it. ``later`` other customers
     # send the same passage afterwards, independently (a licence header, a famous text): with two of them,
     # more than two customers sent it (as held by three before the suspect), which names nobody. Before, only the
     # senders before the suspect counted, so the first of many senders was named exposed, confirmed.
-    # -3: three customers send it after each received a suspect answer holding it (resending what leaked
-    # to them): that says nothing about the passage, and acme is still named.
+    # "passage": each later sender first received the passage in a suspect answer of its own (resending what
+    # leaked to it): that says nothing about the passage, and acme is still named.
+    # "other": each first received a suspect answer holding other text (in a long incident most customers
+    # receive one). Their copies still show the passage is public: before, any suspect answer received
+    # discounted a customer's later copies, and acme was named exposed, confirmed.
     rng = np.random.default_rng(25)
     passage = words_text(rng, 40)
     rows = _background(rng, 200)
     rows += [exchange("a1", "acme", 0, prompt=f"review this header: {passage}"),
              exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}")]
     suspects = ["b1"]
-    for i in range(abs(later)):
-        if later < 0:  # each first received the passage in a suspect answer of its own
-            rows.append(exchange(f"r{i}", f"late{i}", 20 + i, prompt="q", response=f"{words_text(rng, 5)} {passage}"))
+    for i in range(later):
+        if received is not None:
+            held = passage if received == "passage" else words_text(rng, 40)
+            rows.append(exchange(f"r{i}", f"late{i}", 20 + i, prompt="q", response=f"{words_text(rng, 5)} {held}"))
             suspects.append(f"r{i}")
         rows.append(exchange(f"l{i}", f"late{i}", 60 + i, prompt=f"does this allow commercial use? {passage}"))
     res = match(make_case(tmp_path / "case", rows, suspects), config())

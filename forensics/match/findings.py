@@ -23,9 +23,10 @@ from forensics.match.rarity import Holders, holder_entries, independent_holders
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
+    SuspectReceipts,
     customer_key,
-    first_suspects,
     same_customer,
+    suspect_receipts,
     tenant_code,
 )
 from forensics.match.targets import request_key
@@ -100,7 +101,7 @@ class RegionScorer:
         self.bits: dict[int, np.ndarray] = {}
         self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
         self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
-        self.first_suspects = first_suspects(targets)
+        self.receipts = suspect_receipts(targets)
         self.per_pair: dict[PairKey, list[Region]] = {}
         self._rows: dict[PairKey, dict[str, Any]] = {}
         self._stale: set[PairKey] = set()
@@ -134,7 +135,7 @@ class RegionScorer:
             return []
         blocks = _block_arrays(cands)
         positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p,
-                                                                      _matched_kgrams(*blocks, p.k), self.first_suspects)
+                                                                      _matched_kgrams(*blocks, p.k), self.receipts)
         facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k,
                               blocks)
         scored: list[tuple[PairKey, Region]] = []
@@ -345,11 +346,11 @@ def _matched_kgrams(blocks: np.ndarray, owner: np.ndarray, k: int) -> tuple[np.n
 
 def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders, p: MatchParams,
                  kgrams: tuple[np.ndarray, np.ndarray],
-                 first: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 receipts: SuspectReceipts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
     informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
     0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``. ``kgrams``: the matched
-    k-grams as (candidate, target position), :func:`_matched_kgrams`; ``first``: :func:`first_suspects`.
+    k-grams as (candidate, target position), :func:`_matched_kgrams`; ``receipts``: :func:`suspect_receipts`.
 
     Every candidate at once: the per-candidate array calls were most of scoring's time, and the
     counts are integers, the same whatever the grouping.
@@ -385,7 +386,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
     own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
     # Text more customers sent, over all time, than the recipient and max_tenants others is public text.
-    ever = np.bincount(seg, weights=held_then | independent_holders(first, ten, when), minlength=len(g))
+    ever = np.bincount(seg, weights=held_then | independent_holders(receipts, g[seg], ten, when), minlength=len(g))
     common = (holders_then > p.max_tenants) | (ever > p.max_tenants) | common_mask[g]
     # A later text is searched over all time: text many tenants held by then is common for it.
     common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)

@@ -6,7 +6,7 @@ the recipient's own context (see ``match/__init__.py``, step 3)."""
 import numpy as np
 
 from forensics.match.index import TargetIndex
-from forensics.match.stream import first_suspects, tenant_code
+from forensics.match.stream import SuspectReceipts, suspect_receipts, tenant_code
 from forensics.match.tiers import MatchParams
 
 #: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask.
@@ -88,19 +88,15 @@ def holder_entries(start: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nda
     return seg, start[g][seg] + (np.arange(int(n.sum())) - first[seg])
 
 
-def independent_holders(first: tuple[np.ndarray, np.ndarray], ten: np.ndarray, when: np.ndarray) -> np.ndarray:
-    """Which holder entries (tenant codes ``ten``, first held at ``when``) count over all time: a customer's
-    text, not the recipient's own context (``ten`` >= 0), held before that customer had received any suspect
-    response (``first``: :func:`first_suspects`). A text many customers sent, even after the suspect, is
-    public text (a licence, a famous passage; a model can write it unprompted), not anyone's secret; a
-    customer that had received a suspect response may be resending what leaked into it, so its copies say
-    nothing either way."""
-    codes, times = first
-    if not len(codes):
-        return ten >= 0
-    at = np.minimum(np.searchsorted(codes, ten), len(codes) - 1)
-    limit = np.where(codes[at] == ten, times[at], np.iinfo(np.int64).max)
-    return (ten >= 0) & (when <= limit)
+def independent_holders(receipts: SuspectReceipts, gid: np.ndarray, ten: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """Which holder entries (k-gram ids ``gid``, tenant codes ``ten``, first held at ``when``) count over all
+    time: a customer's text, not the recipient's own context (``ten`` >= 0), held no later than that customer
+    received that k-gram in a suspect response (``receipts``: :func:`suspect_receipts`). A text many customers
+    sent, even after the suspect, is public text (a licence, a famous passage; a model can write it
+    unprompted), not anyone's secret; a customer resending what leaked into an answer it received says
+    nothing either way. Only that text: a customer that received some other suspect answer still sent this
+    text on its own (most customers of a long incident receive one)."""
+    return (ten >= 0) & (when <= receipts.before(gid, ten))
 
 
 def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.ndarray,
@@ -121,7 +117,7 @@ def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.nda
     held_then = (ten >= 0) & (when < deadline[tt])
     then = np.bincount(seg, weights=held_then, minlength=len(g)).astype(np.float64)
     then[common[g]] = np.inf
-    ever = np.bincount(seg, weights=held_then | independent_holders(first_suspects(index.targets), ten, when),
+    ever = np.bincount(seg, weights=held_then | independent_holders(suspect_receipts(index.targets), g[seg], ten, when),
                        minlength=len(g))
     then[ever > max_tenants] = np.inf
     own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
