@@ -1013,3 +1013,27 @@ def test_match_json_records_e3_on_the_controls_only_when_it_runs(tmp_path: Path)
     for name, cfg in (("rules", {"tiering": "rules"}), ("off", {"unexplained_evalue": 0.001})):
         res = match(make_case(tmp_path / name, rows, ["b1"], engine_signature=("b1",)), config(**cfg))
         assert "E3" not in res.report["null"]["rules"]
+
+
+@pytest.mark.parametrize(("ann_node", "named"), [("decode-2", {"ben"}), (None, {"ann", "ben"}), ("decode-1", {"ann", "ben"})])
+def test_a_passage_two_customers_sent_names_the_one_whose_copy_ran_on_the_suspects_node(
+        tmp_path: Path, ann_node: str | None, named: set[str]) -> None:
+    # ann and ben both sent the same passage (an article both pasted, one vendor's system prompt): the text
+    # cannot tell them apart. ben's request was the latest on the suspect's decode node; ann's ran hours
+    # before on another node. Stale pages come from the suspect's node: before, both were named exposed,
+    # confirmed. Where ann's node is unknown (a gap in the engine logs), or hers ran on the suspect's node
+    # too, nothing tells them apart and both stay.
+    rng = np.random.default_rng(41)
+    passage = words_text(rng, 40)
+    rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                     decode_node=f"decode-{i % 4}") for i in range(300)]
+    rows += [exchange("a1", "ann", -200, prompt=f"summarise this article: {passage}", decode_node=ann_node),
+             exchange("n1", "ben", 0, prompt=f"translate this article: {passage}", decode_node="decode-1"),
+             exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}",
+                      decode_node="decode-1")]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == named
+    if "ann" not in named:
+        (why,) = [r["why_not_notified"] for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
+        (ben,) = [f["finding_id"] for f in res.cross_tenant if f["source_tenant_id"] == "ben"]
+        assert "ran on the suspect's decode node" in why and ben in why

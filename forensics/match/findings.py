@@ -531,6 +531,18 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     _explain_away([r for r in rows if r["_carried_from"] is None])
     for r in rows:
         r.setdefault("_explained_by", None)
+        tgt = targets[r["_target"]]
+        # Only a source received before the suspect can have left the pages it decodes from: one received
+        # after it (while it was still being answered) is no earlier occupant of the node, however close.
+        before_it = r["same_decode_node"] and r["seconds_before"] is not None and r["_source_received_us"] < tgt.received_us
+        r["records_since_source_on_node"] = (
+            facts.records_since_on_node_at_most(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
+            if before_it else None)
+        # The records the logs place on the node: the window is placed by these (a gap in a log then narrows
+        # it), a candidate is tested with the count above (a gap then moves its source further back).
+        r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
+                                                                  tgt.received_us) if before_it else None)
+    _prefer_the_node([r for r in rows if r["_carried_from"] is None])
     _explain_away(later)
     # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
     # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
@@ -547,17 +559,6 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                                  len(controls) + len(suspects))
     for r in rows:
         r["expected_by_chance"] = float(f"{model.expected(r['strength_bits'], r['search_size']):.4g}")
-        tgt = targets[r["_target"]]
-        # Only a source received before the suspect can have left the pages it decodes from: one received
-        # after it (while it was still being answered) is no earlier occupant of the node, however close.
-        before_it = r["same_decode_node"] and r["seconds_before"] is not None and r["_source_received_us"] < tgt.received_us
-        r["records_since_source_on_node"] = (
-            facts.records_since_on_node_at_most(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
-            if before_it else None)
-        # The records the logs place on the node: the window is placed by these (a gap in a log then narrows
-        # it), a candidate is tested with the count above (a gap then moves its source further back).
-        r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
-                                                                  tgt.received_us) if before_it else None)
     mechanism_known = bool(facts.node_share)
     # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
     served_before = {i: facts.records_on_node_since(t.decode_node, NO_TIME, t.received_us) if t.decode_node else 0
@@ -605,6 +606,11 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             decision = (f"{r['source_tenant_id']} had received this passage itself, in its suspect response "
                         f"{earlier.request_id}, before it sent this request: a conversation carrying leaked text on, "
                         f"not that customer's own text (the customer it came from is named where its copy matches)")
+        elif r["_explained_by"] and p.tiering == "evalue" and r.get("_explained_by_node"):
+            decision = (
+                f"the same response text matches another customer's text as strongly (finding {r['_explained_by']}), "
+                f"whose copy ran on the suspect's decode node before it; this copy ran elsewhere, and stale pages "
+                f"come from the suspect's node")
         elif r["_explained_by"] and p.tiering == "evalue":
             decision = (
                 f"the same response text matches another customer's text more strongly (finding "
@@ -853,6 +859,39 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
                              for c, d, _, _ in s["passages"])
                 if own and shared * 2 >= own:
                     r["_explained_by"] = s["finding_id"]
+                    break
+
+
+def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
+    """Where the text cannot tell two customers apart, let the engine logs: mark each cross-tenant pair,
+    not yet explained, whose passages lie mostly inside those of another customer's pair at least as strong
+    (the same passage sent by both: :func:`_explain_away` keeps both) when that pair's source ran on the
+    suspect's decode node before it and this one's is known to have run elsewhere (another node, or that
+    node only after the suspect arrived). Stale pages come from the suspect's node: the text then names one
+    customer, not two. ``_explained_by`` is that pair's finding id, ``_explained_by_node`` True.
+
+    Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap in
+    the engine logs) both pairs stay, as the text alone leaves them.
+    """
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["relation"] == "cross_tenant" and not r["_explained_by"]:
+            by_target.setdefault(r["_target"], []).append(r)
+    for group in by_target.values():
+        on_node = [s for s in group if s["records_since_source_on_node"] is not None]
+        if not on_node:
+            continue
+        for r in group:
+            if r["same_decode_node"] is None or r["records_since_source_on_node"] is not None:
+                continue
+            own = sum(b - a for a, b, _, _ in r["passages"])
+            for s in sorted(on_node, key=lambda s: (-s["strength_bits"], s["finding_id"])):
+                if s["strength_bits"] < r["strength_bits"] or same_customer(s["source_tenant_id"], r["source_tenant_id"]):
+                    continue
+                shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
+                             for c, d, _, _ in s["passages"])
+                if own and shared * 2 >= own:
+                    r["_explained_by"], r["_explained_by_node"] = s["finding_id"], True
                     break
 
 
