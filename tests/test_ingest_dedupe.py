@@ -303,7 +303,9 @@ def test_one_customer_reusing_a_request_id_for_another_request_is_named_in_the_n
     """A client that supplies its own ids sent "chatcmpl-7" twice, forty minutes apart, with different
     prompts. One row per (request id, customer) is kept, so the other request's text is not searched.
     Before, it was counted as a duplicate and nothing said so: a leak in it vanished and the run reported
-    nobody to notify. Copies of one request (the same start time) are still plain duplicates."""
+    nobody to notify. "chatcmpl-8" was logged twice at the same start with different prompts: a client fanning
+    out requests under one id, or one request logged again with other text. It is not called reused, but its
+    other copy's text is not searched either, and a note of its own names it (before, nothing did)."""
     path = tmp_path / "a.jsonl"
     later = {"startTime": "2026-08-29T10:47:00Z", "endTime": "2026-08-29T10:47:05Z"}
     path.write_text(spend(7, prompt="first question") + "\n" + spend(7, prompt="an unrelated second request", **later)
@@ -314,6 +316,9 @@ def test_one_customer_reusing_a_request_id_for_another_request_is_named_in_the_n
     (note,) = [n for n in result.manifest["notes"] if "reused" in n]
     assert note.startswith("1 request id was reused by one customer for different requests") and "chatcmpl-7" in note
     assert "chatcmpl-8" not in note
+    (other,) = [n for n in result.manifest["notes"] if "holding different prompts" in n]
+    assert other.startswith("1 request id had copies received within 1 s") and "chatcmpl-8" in other
+    assert "chatcmpl-7" not in other
 
 
 def test_one_request_attributed_to_two_customers_by_different_fields_is_named_in_the_notes(tmp_path: Path) -> None:

@@ -421,7 +421,8 @@ WITH keys AS (
   SELECT request_id, tenant_id, record_kind, source_sha256, source_line, source_file,
          coalesce(prompt_truncated, false) AS pt, coalesce(response_truncated, false) AS rt,
          prompt_chars IS NULL AS no_prompt, response_text IS NULL AS no_response, record_hash,
-         d.damage IS NOT NULL AS damaged, epoch_us(received_at) AS received_us
+         d.damage IS NOT NULL AS damaged, epoch_us(received_at) AS received_us,
+         CASE WHEN NOT coalesce(prompt_truncated, false) THEN nullif(prompt_chars, 0) END AS whole_chars
   FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
@@ -429,13 +430,17 @@ WITH keys AS (
                                        source_sha256, record_hash) AS rn,
     count(DISTINCT record_hash) OVER copies AS variants,
     -- Copies of one request share its start; copies far apart are another request under the same id.
-    max(received_us) OVER copies - min(received_us) OVER copies AS spread_us
+    max(received_us) OVER copies - min(received_us) OVER copies AS spread_us,
+    -- Copies of one kind with whole prompts of different lengths are different requests, however close in time
+    -- (a client fanning out requests under one id); kinds may log a prompt differently, so only one kind's compare.
+    count(DISTINCT (record_kind, whole_chars)) OVER copies
+      > count(DISTINCT CASE WHEN whole_chars IS NOT NULL THEN record_kind END) OVER copies AS other_prompts
   FROM keys
   -- The copies of one request: its id, whole records and each kind of split half apart, one customer's.
   WINDOW copies AS (PARTITION BY request_id, CASE WHEN record_kind IN {halves} THEN record_kind ELSE 'whole' END,
                                  CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
-SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, record_hash,
+SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, other_prompts, record_hash,
        [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality, received_us
 FROM ranked
 """
@@ -542,6 +547,13 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
               SELECT request_id, tenant_id FROM ranked WHERE rn = 1 AND variants > 1 AND spread_us > {REUSED_ID_SECONDS * 1_000_000}
               UNION SELECT request_id, tenant_id FROM cross_kind WHERE reused AND loser IS NOT NULL)
             ORDER BY request_id, tenant_id""").fetchall()]
+    # Copies received together whose whole prompts differ: a client fanning out requests under one id, or a log
+    # writing one request again with other text. Either way one is kept and the others' text goes unsearched.
+    other_prompts = [rid for (rid,) in con.execute(
+        f"""SELECT DISTINCT request_id FROM ranked
+            WHERE rn = 1 AND variants > 1 AND other_prompts AND spread_us <= {REUSED_ID_SECONDS * 1_000_000}
+              AND request_id NOT IN (SELECT request_id FROM cross_kind WHERE reused AND loser IS NOT NULL)
+            ORDER BY request_id""").fetchall()]
     # A response half names no customer: the different answers to an id two customers sent cannot be
     # told apart, so one is kept and the others count as its copies; the notes name those ids.
     shared_answers = [rid for (rid,) in con.execute(
@@ -554,7 +566,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     # the request logs name (a retried or replayed request logs each): one row is kept per request id and
     # customer, so the others go unsearched; the notes name those ids (before, they were counted as
     # duplicates and named nowhere). Ids several customers sent, or one reused, have notes of their own.
-    several = set(shared_answers) | set(reused)  # named by their own notes
+    several = set(shared_answers) | set(reused) | set(other_prompts)  # named by their own notes
     other_answers = [rid for (rid,) in con.execute(
         f"""SELECT s.request_id FROM staged s
             WHERE s.record_kind IN {half_kinds("response")} AND s.request_id IN (
@@ -732,6 +744,14 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      f"different requests (copies received more than {REUSED_ID_SECONDS} s apart): one row is kept per "
                      f"request id and customer, so the others were counted as duplicates and not searched: {shown}. "
                      "Fix: re-export those requests with unique ids (a client-supplied id need not be unique)")
+    if other_prompts:
+        shown = shown_ids(other_prompts)
+        notes.append(f"{len(other_prompts)} request id{'s' if len(other_prompts) > 1 else ''} had copies received within "
+                     f"{REUSED_ID_SECONDS} s of each other holding different prompts (a client sending several requests "
+                     f"under one id, or a log writing one request again with other text): one row is kept per request id "
+                     f"and customer, so the other copies' text was not searched: {shown}. Fix: read those copies by hand "
+                     "(`forensics query` on the staged rows, or the logs), or re-export them under ids of their own and "
+                     "ingest again")
     if shared_answers:
         shown = shown_ids(shared_answers)
         notes.append(f"{len(shared_answers)} request id{'s' if len(shared_answers) > 1 else ''} sent by several customers "
@@ -1178,7 +1198,7 @@ ANSWER_FILLS_SQL = """
 WITH cand AS (
   SELECT w_sha, w_line, w_hash, a_sha, a_line, a_hash, count(*) OVER (PARTITION BY w_sha, w_line, w_hash) AS halves
   FROM cross_kind WHERE q_sha IS NULL AND loser IS NULL
-    AND request_id NOT IN (SELECT request_id FROM ranked WHERE variants > 1 AND spread_us > {reused_us})
+    AND request_id NOT IN (SELECT request_id FROM ranked WHERE variants > 1 AND (spread_us > {reused_us} OR other_prompts))
 ), """ + PAIR_FACTS_SQL + """  -- (PAIR_FACTS_SQL holds no braces: this query is formatted)
 SELECT p.w_sha, p.w_line, p.w_hash, p.a_sha, p.a_line, p.a_hash, d.damage AS a_damage FROM pairs p
 LEFT JOIN line_damage d ON d.source_sha256 = p.a_sha AND d.source_line = p.a_line
