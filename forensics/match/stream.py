@@ -33,7 +33,7 @@ import xxhash
 from forensics.match.align import align_ints
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.order import lexsort_ints
+from forensics.match.order import earliest_per_pair, lexsort_ints, unique_ints, unique_ints_first
 from forensics.match.tiers import MatchParams
 from forensics.memory import collect_less_often, give_back_above, keep_freed_memory
 
@@ -198,6 +198,8 @@ class Scanner:
         # least twice the next): a chunk's new pairs are one more run, merged only while it is as
         # large as the one before, so each pair is merged O(log n) times, not once per chunk.
         self._seen: list[np.ndarray] = []
+        # Every holder tenant code this process has seen, sorted (first_holdings: earliest_per_pair).
+        self.holder_codes = np.zeros(0, np.int64)
 
     def _learn(self, gid: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> None:
         early = (tenant >= 0) & (when < self.min_deadline[gid]) & ~self.common[gid]
@@ -205,7 +207,7 @@ class Scanner:
             return
         g = gid[early]
         keys = mix64(g.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ tenant[early].astype(np.uint64))
-        keys, first = np.unique(keys, return_index=True)
+        keys, first = unique_ints_first(keys)
         for run in self._seen:
             if not len(keys):
                 break
@@ -299,7 +301,7 @@ class Scanner:
         held_at[1::2] = np.where(done == NO_TIME, NO_TIME, done + 1)
         hold = ((kind[text] == 0) | ~is_suspect[text]) & ~self.common[gid]
         n_gids = max(self.index.kgram_count, 1)
-        pairs = np.unique(text[hold] * n_gids + gid[hold])
+        pairs = unique_ints(text[hold] * n_gids + gid[hold])
         ht, hg = pairs // n_gids, pairs % n_gids
         self._learn(hg, code[ht], held_at[ht])
         mine = (kind[ht] == 0) & is_target[ht]  # the target's own prompt: marked -(target + 1)
@@ -337,7 +339,7 @@ class Scanner:
                 hits[:, 0], hits[:, 1], hits[:, 2] = tgt[at], tpos[at], batch["row0"] + so // 2
                 hits[:, 3], hits[:, 4], hits[:, 5] = kind[so] + 2 * later[at], pos[wo], chars[wo]
         sources = {int(r): (rids[int(r) - batch["row0"]], tenants[int(r) - batch["row0"]],
-                            int(when[2 * (int(r) - batch["row0"])])) for r in np.unique(hits[:, 2])}
+                            int(when[2 * (int(r) - batch["row0"])])) for r in unique_ints(hits[:, 2])}
         return BatchResult(h_gid if len(h_gid) else empty, h_tenant if len(h_tenant) else empty,
                            h_time if len(h_time) else empty, hits, sources, stats)
 
@@ -811,8 +813,13 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
     waiting = 0
     for row, texts in read_rows(task.path, task.row_group, task.first_row, task.rows):
         sel = kept[bounds[row][0] : bounds[row][1]]
-        for kind_no in np.unique(sel[:, 3]).tolist():
-            ks = sel[sel[:, 3] == kind_no]
+        if not len(sel):
+            continue
+        kind_col = sel[:, 3]
+        # Most rows' hits are of one kind (the prompt): then no search for the kinds, and no copy.
+        one = bool((kind_col == kind_col[0]).all())
+        for kind_no in ([int(kind_col[0])] if one else unique_ints(kind_col).tolist()):
+            ks = sel if one else sel[kind_col == kind_no]
             text = texts[kind_no % 2]
             if len(text) <= WINDOW_MIN_CHARS:
                 short.append((row, kind_no, ks, text))
@@ -858,24 +865,25 @@ _READER: RowReader | None = None
 def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
     """Read a range of rows from the Parquet file with ``reader`` and scan it."""
     return first_holdings(merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
-                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]))
+                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]), scanner)
 
 
-def first_holdings(res: BatchResult) -> BatchResult:
+def first_holdings(res: BatchResult, scanner: Scanner | None = None) -> BatchResult:
     """``res`` with one holder entry per (k-gram, tenant), its earliest time.
 
     What the parent keeps of them anyway (:class:`forensics.match.rarity.HolderCounts`); done
     here, by whoever scanned the rows, the parent receives and sorts a fraction of the entries
     (a conversation resends its text in every request): its share of the pass was the longest.
+    ``scanner``: keeps the tenant codes seen for :func:`earliest_per_pair` from task to task.
     """
     g, t, w = res.holder_gid, res.holder_tenant, res.holder_time
     if len(g) < 2:
         return res
-    order = np.lexsort((w, t, g))
-    g, t, w = g[order], t[order], w[order]
-    first = np.ones(len(g), dtype=bool)
-    first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
-    return dataclasses.replace(res, holder_gid=g[first], holder_tenant=t[first], holder_time=w[first])
+    codes = scanner.holder_codes if scanner is not None else np.zeros(0, np.int64)
+    g, t, w, codes = earliest_per_pair(g, t, w, codes)
+    if scanner is not None:
+        scanner.holder_codes = codes
+    return dataclasses.replace(res, holder_gid=g, holder_tenant=t, holder_time=w)
 
 
 def scan_rows_in_worker(task: ScanTask) -> BatchResult:

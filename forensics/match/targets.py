@@ -38,6 +38,17 @@ def request_key(request_id: str, tenant_id: str | None) -> tuple[str, bool, str]
     return RequestKey(request_id, tenant_id).sort_key()
 
 
+#: A control candidate's response text is kept with it while the sample is drawn when it is at most this
+#: many UTF-8 bytes: at most ``control_size`` candidates per length class are held, so at most
+#: ``control_size`` x 32 KiB of such text over all classes (6 MiB at the default 200), where the second read
+#: of the column for every chosen text took 0.2 s (a third of the targets' loading) on the 1 GB benchmark
+#: incident. Longer texts are read again once chosen.
+KEEP_CONTROL_TEXT_BYTES = 16 << 10
+
+#: A control target's text not read yet (see :func:`_fill_texts`); compared by identity.
+_UNREAD = "\x00unread"
+
+
 def _size_class(nbytes: int) -> int:
     """Length class of a response for matching the control sample to the suspects: log2 of its bytes."""
     return int(nbytes).bit_length()
@@ -93,7 +104,9 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
             key = (-xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed), -tenant_code(tenants[i]))
             if len(heap) >= p.control_size and key <= heap[0][:2]:
                 continue
-            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, ""))
+            # A short text is kept with its candidate (KEEP_CONTROL_TEXT_BYTES); a longer one is read again once chosen.
+            text = (texts[i].as_py() or "") if sizes[i] <= KEEP_CONTROL_TEXT_BYTES else _UNREAD
+            item = (*key, row0 + i, Target(rid, tenants[i], received, deadline, nodes[i], False, True, text))
             if len(heap) < p.control_size:
                 heapq.heappush(heap, item)
             else:
@@ -138,10 +151,11 @@ def _length_matched(heaps: dict[int, list[tuple[int, int, int, Target]]], suspec
 
 
 def _fill_texts(path: Path, chosen: dict[int, Target]) -> None:
-    """Read the response texts of the rows ``chosen`` (a second pass over that one column)."""
-    if not chosen:
+    """Read the response texts of the rows ``chosen`` that were not kept with them (a second pass over
+    that one column, up to the last such row)."""
+    rows = sorted(row for row, t in chosen.items() if t.text is _UNREAD)
+    if not rows:
         return
-    rows = sorted(chosen)
     row0, j = 0, 0
     for batch in _iter_exchanges(path, ["response_text"], 4096):
         n = batch.num_rows
