@@ -429,6 +429,9 @@ class RecordFacts:
     # Received times of the records of the models the engine logs serve (those of any record with a decode
     # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
     unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    # The requests of ``node`` asked of a model the engine logs never place on a node: another deployment
+    # served them, so their pages were never in the engine's pool.
+    off_engine: frozenset[tuple[str, str | None]] = frozenset()
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
@@ -463,6 +466,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
     wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
+    model_of: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
     per_node: dict[str, list[np.ndarray]] = {}
     # Per model, the received times of its records with no decode node (kept for the engine's models only).
@@ -485,17 +489,22 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
-            for rid, ten, nd, dm in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                        sel.column("decode_node").to_pylist(), dmg):
+            mdl = sel.column("model").to_pylist() if has_model else [None] * sel.num_rows
+            for rid, ten, nd, dm, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                            sel.column("decode_node").to_pylist(), dmg, mdl):
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
+                    model_of[(rid, ten)] = md
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
+    # Only where the engine logs place some records (and so name the models they serve) and the model is named.
+    off_engine = frozenset(k for k, md in model_of.items()
+                           if node[k] is None and md is not None and engine_models and md not in engine_models)
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
-                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64))
+                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64), off_engine)
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -528,6 +537,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["source_decode_node"] = src_node
         r["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
                                  else tgt.decode_node == src_node)
+        r["_off_engine"] = (r["source_request_id"], r["source_tenant_id"]) in facts.off_engine
         known = tgt.received_us != NO_TIME and r["_source_received_us"] != NO_TIME
         r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
@@ -617,8 +627,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         elif r["_explained_by"] and p.tiering == "evalue" and r.get("_explained_by_node"):
             decision = (
                 f"the same response text matches another customer's text as strongly (finding {r['_explained_by']}), "
-                f"whose copy ran on the suspect's decode node before it; this copy ran elsewhere, and stale pages "
-                f"come from the suspect's node")
+                f"whose copy ran on the suspect's decode node before it; this copy did not (it ran on another node, "
+                f"on another model's deployment, or after the suspect arrived), and stale pages come from that node")
         elif r["_explained_by"] and p.tiering == "evalue":
             decision = (
                 f"the same response text matches another customer's text more strongly (finding "
@@ -874,12 +884,13 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
     """Where the text cannot tell two customers apart, let the engine logs: mark each cross-tenant pair,
     not yet explained, whose passages lie mostly inside those of another customer's pair at least as strong
     (the same passage sent by both: :func:`_explain_away` keeps both) when that pair's source ran on the
-    suspect's decode node before it and this one's is known to have run elsewhere (another node, or that
-    node only after the suspect arrived). Stale pages come from the suspect's node: the text then names one
+    suspect's decode node before it and this one's is known to have run elsewhere (another node, that node
+    only after the suspect arrived, or another model's deployment). Stale pages come from the suspect's node: the text then names one
     customer, not two. ``_explained_by`` is that pair's finding id, ``_explained_by_node`` True.
 
-    Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap in
-    the engine logs) both pairs stay, as the text alone leaves them.
+    A request of a model the engine logs never place on a node counts as elsewhere (another deployment served
+    it). Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap
+    in the engine logs) both pairs stay, as the text alone leaves them.
     """
     by_target: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
@@ -890,7 +901,7 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
         if not on_node:
             continue
         for r in group:
-            if r["same_decode_node"] is None or r["records_since_source_on_node"] is not None:
+            if (r["same_decode_node"] is None and not r["_off_engine"]) or r["records_since_source_on_node"] is not None:
                 continue
             own = sum(b - a for a, b, _, _ in r["passages"])
             for s in sorted(on_node, key=lambda s: (-s["strength_bits"], s["finding_id"])):
@@ -913,7 +924,8 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
 
     Among rows of one recipient and one source tenant, a row whose passage (its strongest) overlaps
     one of a kept row's passages by at least half of the shorter span is a copy of it; one is kept:
-    a source on the recipient's decode node first (where stale pages come from), then the one whose
+    a source on the recipient's decode node first (where stale pages come from; one sent to a model the
+    engine does not serve ranks with those on other nodes, after those whose node is unknown), then the one whose
     copy of that passage matches best, then the most recent (the latest occupant's);
     ``other_source_requests`` counts the rest.
 
@@ -923,7 +935,9 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (_NODE_RANK[r["same_decode_node"]], -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
+        # A copy sent to a model the engine does not serve ran elsewhere, as one on another node did.
+        place = _NODE_RANK[False] if r.get("_off_engine") else _NODE_RANK[r["same_decode_node"]]
+        return (place, -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
                 r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
