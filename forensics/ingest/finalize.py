@@ -433,7 +433,8 @@ WITH keys AS (
     max(received_us) OVER copies - min(received_us) OVER copies AS spread_us,
     -- Copies of one kind with whole prompts of different lengths are different requests, however close in time
     -- (a client fanning out requests under one id); kinds may log a prompt differently, so only one kind's compare.
-    count(DISTINCT (record_kind, whole_chars)) OVER copies
+    -- (a struct with a NULL field is no NULL: the CASE leaves out the copies whose prompt does not count)
+    count(DISTINCT CASE WHEN whole_chars IS NOT NULL THEN (record_kind, whole_chars) END) OVER copies
       > count(DISTINCT CASE WHEN whole_chars IS NOT NULL THEN record_kind END) OVER copies AS other_prompts
   FROM keys
   -- The copies of one request: its id, whole records and each kind of split half apart, one customer's.
