@@ -552,7 +552,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     # writing one request again with other text. Either way one is kept and the others' text goes unsearched.
     other_prompts = [rid for (rid,) in con.execute(
         f"""SELECT DISTINCT request_id FROM ranked
-            WHERE rn = 1 AND variants > 1 AND other_prompts AND spread_us <= {REUSED_ID_SECONDS * 1_000_000}
+            WHERE rn = 1 AND variants > 1 AND other_prompts AND coalesce(spread_us, 0) <= {REUSED_ID_SECONDS * 1_000_000}
               AND request_id NOT IN (SELECT request_id FROM cross_kind WHERE reused AND loser IS NOT NULL)
             ORDER BY request_id""").fetchall()]
     # A response half names no customer: the different answers to an id two customers sent cannot be

@@ -429,8 +429,8 @@ class RecordFacts:
     # Received times of the records of the models the engine logs serve (those of any record with a decode
     # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
     unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    # The requests of ``node`` asked of a model the engine logs never place on a node: another deployment
-    # served them, so their pages were never in the engine's pool.
+    # The findings' source requests (keys of ``node``) asked of a model the engine logs never place on a node:
+    # another deployment served them, so their pages were never in the engine's pool.
     off_engine: frozenset[tuple[str, str | None]] = frozenset()
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
@@ -885,11 +885,11 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
     not yet explained, whose passages lie mostly inside those of another customer's pair at least as strong
     (the same passage sent by both: :func:`_explain_away` keeps both) when that pair's source ran on the
     suspect's decode node before it and this one's is known to have run elsewhere (another node, that node
-    only after the suspect arrived, or another model's deployment). Stale pages come from the suspect's node: the text then names one
-    customer, not two. ``_explained_by`` is that pair's finding id, ``_explained_by_node`` True.
+    only after the suspect arrived, or another model's deployment: a model the engine logs never place on
+    a node). Stale pages come from the suspect's node: the text then names one customer, not two.
+    ``_explained_by`` is that pair's finding id, ``_explained_by_node`` True.
 
-    A request of a model the engine logs never place on a node counts as elsewhere (another deployment served
-    it). Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap
+    Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap
     in the engine logs) both pairs stay, as the text alone leaves them.
     """
     by_target: dict[int, list[dict[str, Any]]] = {}
