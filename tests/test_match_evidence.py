@@ -1015,22 +1015,24 @@ def test_match_json_records_e3_on_the_controls_only_when_it_runs(tmp_path: Path)
         assert "E3" not in res.report["null"]["rules"]
 
 
-@pytest.mark.parametrize(("ann_node", "ann_model", "named"),
-                         [("decode-2", "glm-5.3", {"ben"}), (None, "glm-5.3", {"ann", "ben"}),
-                          ("decode-1", "glm-5.3", {"ann", "ben"}), (None, "llama-4-maverick", {"ben"})])
+@pytest.mark.parametrize(("ann_node", "ann_model", "ann_minute", "named"),
+                         [("decode-2", "glm-5.3", -200, {"ben"}), (None, "glm-5.3", -200, {"ann", "ben"}),
+                          ("decode-1", "glm-5.3", -200, {"ann", "ben"}), (None, "llama-4-maverick", -200, {"ann", "ben"}),
+                          ("decode-1", "glm-5.3", 5, {"ann", "ben"})])
 def test_a_passage_two_customers_sent_names_the_one_whose_copy_ran_on_the_suspects_node(
-        tmp_path: Path, ann_node: str | None, ann_model: str, named: set[str]) -> None:
+        tmp_path: Path, ann_node: str | None, ann_model: str, ann_minute: float, named: set[str]) -> None:
     # ann and ben both sent the same passage (an article both pasted, one vendor's system prompt): the text
     # cannot tell them apart. ben's request was the latest on the suspect's decode node; ann's ran hours
     # before on another node. Stale pages come from the suspect's node: before, both were named exposed,
     # confirmed. Where ann's node is unknown (a gap in the engine logs), or hers ran on the suspect's node
-    # too, nothing tells them apart and both stay. Hers sent to a model the engine logs never place on a node
-    # ran on another deployment: elsewhere too.
+    # too, nothing tells them apart and both stay. So do they when hers went to a model whose records the engine
+    # logs do not place (its name may be another spelling of the engine's model), and when hers ran on the
+    # suspect's node in the same minute as the suspect (timestamps that close cannot order them).
     rng = np.random.default_rng(41)
     passage = words_text(rng, 40)
     rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
                      decode_node=f"decode-{i % 4}") for i in range(300)]
-    rows += [exchange("a1", "ann", -200, prompt=f"summarise this article: {passage}", decode_node=ann_node,
+    rows += [exchange("a1", "ann", ann_minute, prompt=f"summarise this article: {passage}", decode_node=ann_node,
                       model=ann_model),
              exchange("n1", "ben", 0, prompt=f"translate this article: {passage}", decode_node="decode-1"),
              exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}",
@@ -1043,19 +1045,20 @@ def test_a_passage_two_customers_sent_names_the_one_whose_copy_ran_on_the_suspec
         assert "ran on the suspect's decode node" in why and ben in why
 
 
-def test_a_copy_sent_to_another_models_deployment_is_cited_after_one_the_engine_may_have_run(tmp_path: Path) -> None:
-    # acme sent the passage twice: to the affected model (its node not in the engine logs: a gap) and, later,
-    # to another model that the engine logs never place on a node (another deployment served it, so its pages
-    # were never in this engine's pool). Both copies were "node unknown", and the later one was cited, with
-    # the decode-node evidence of a request that cannot have left the pages.
-    rng = np.random.default_rng(43)
+def test_the_node_reason_is_given_only_where_the_node_is_what_keeps_a_customer_off_the_list(tmp_path: Path) -> None:
+    # Three customers sent the passage: with max_tenants 4 it is not common, but it does not single out
+    # anyone (rarity), so nobody is named. ann's copy ran on another node: her review reason must still be
+    # the rarity, not the node copy (ben is not on the list either).
+    rng = np.random.default_rng(47)
     passage = words_text(rng, 40)
     rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
                      decode_node=f"decode-{i % 4}") for i in range(300)]
-    rows += [exchange("a1", "acme", -100, prompt=f"summarise: {passage}", decode_node=None),
-             exchange("a2", "acme", -10, prompt=f"summarise: {passage}", model="llama-4-maverick"),
+    rows += [exchange("a1", "ann", -200, prompt=f"summarise this article: {passage}", decode_node="decode-2"),
+             exchange("c1", "cyd", -150, prompt=f"shorten this article: {passage}", decode_node="decode-3"),
+             exchange("n1", "ben", 0, prompt=f"translate this article: {passage}", decode_node="decode-1"),
              exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}",
                       decode_node="decode-1")]
-    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
-    (row,) = [f for f in res.cross_tenant if f["source_tenant_id"] == "acme"]
-    assert row["source_request_id"] == "a1" and row["other_source_requests"] == 1
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config(max_tenants=4))
+    assert not res.cross_tenant
+    why = {r["source_tenant_id"]: r["why_not_notified"] for r in _review(tmp_path / "case")}
+    assert why["ann"].startswith("mostly text other tenants also held") and "rarity" in why["ben"]

@@ -20,14 +20,12 @@ from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
 from forensics.match.order import lexsort_ints
-from forensics.match.rarity import Holders, holder_entries, independent_holders
+from forensics.match.rarity import Holders, holder_entries
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
-    SuspectReceipts,
     customer_key,
     same_customer,
-    suspect_receipts,
     tenant_code,
 )
 from forensics.match.targets import request_key
@@ -102,7 +100,6 @@ class RegionScorer:
         self.bits: dict[int, np.ndarray] = {}
         self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
         self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
-        self.receipts = suspect_receipts(targets)
         self.per_pair: dict[PairKey, list[Region]] = {}
         self._rows: dict[PairKey, dict[str, Any]] = {}
         self._stale: set[PairKey] = set()
@@ -136,7 +133,7 @@ class RegionScorer:
             return []
         blocks = _block_arrays(cands)
         positions, informative_all, weight_all, bounds = _kgram_facts(cands, targets, self.holders, p,
-                                                                      _matched_kgrams(*blocks, p.k), self.receipts)
+                                                                      _matched_kgrams(*blocks, p.k))
         facts = _region_facts(cands, self.hashes, self.hash_offset, positions, informative_all, weight_all, bounds, p.k,
                               blocks)
         scored: list[tuple[PairKey, Region]] = []
@@ -351,17 +348,16 @@ def _matched_kgrams(blocks: np.ndarray, owner: np.ndarray, k: int) -> tuple[np.n
 
 
 def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders, p: MatchParams,
-                 kgrams: tuple[np.ndarray, np.ndarray],
-                 receipts: SuspectReceipts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 kgrams: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
     informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
     0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``. ``kgrams``: the matched
-    k-grams as (candidate, target position), :func:`_matched_kgrams`; ``receipts``: :func:`suspect_receipts`.
+    k-grams as (candidate, target position), :func:`_matched_kgrams`;.
 
     Every candidate at once: the per-candidate array calls were most of scoring's time, and the
     counts are integers, the same whatever the grouping.
     """
-    start, h_tenant, h_time, common_mask = holders
+    start, h_tenant, h_time, common_mask, independent = holders
     owner, pos = kgrams
     if not cands or not len(pos):
         return np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float64), np.zeros(len(cands) + 1, np.int64)
@@ -392,7 +388,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     # Cross-tenant: text the recipient's tenant already held when it sent the request is not news to it.
     own |= cross[owner] & (np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0)
     # Text more customers sent, over all time, than the recipient and max_tenants others is public text.
-    ever = np.bincount(seg, weights=held_then | independent_holders(receipts, g[seg], ten, when), minlength=len(g))
+    ever = np.bincount(seg, weights=held_then | independent[flat], minlength=len(g))
     common = (holders_then > p.max_tenants) | (ever > p.max_tenants) | common_mask[g]
     # A later text is searched over all time: text many tenants held by then is common for it.
     common |= later[owner] & (np.bincount(seg, weights=ten >= 0, minlength=len(g)) > p.max_tenants)
@@ -429,9 +425,6 @@ class RecordFacts:
     # Received times of the records of the models the engine logs serve (those of any record with a decode
     # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
     unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    # The findings' source requests (keys of ``node``) asked of a model the engine logs never place on a node:
-    # another deployment served them, so their pages were never in the engine's pool.
-    off_engine: frozenset[tuple[str, str | None]] = frozenset()
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
@@ -466,7 +459,6 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
     wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
-    model_of: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
     per_node: dict[str, list[np.ndarray]] = {}
     # Per model, the received times of its records with no decode node (kept for the engine's models only).
@@ -489,22 +481,17 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
-            mdl = sel.column("model").to_pylist() if has_model else [None] * sel.num_rows
-            for rid, ten, nd, dm, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                            sel.column("decode_node").to_pylist(), dmg, mdl):
+            for rid, ten, nd, dm in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                        sel.column("decode_node").to_pylist(), dmg):
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
-                    model_of[(rid, ten)] = md
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
-    # Only where the engine logs place some records (and so name the models they serve) and the model is named.
-    off_engine = frozenset(k for k, md in model_of.items()
-                           if node[k] is None and md is not None and engine_models and md not in engine_models)
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
-                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64), off_engine)
+                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64))
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -537,7 +524,6 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["source_decode_node"] = src_node
         r["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
                                  else tgt.decode_node == src_node)
-        r["_off_engine"] = (r["source_request_id"], r["source_tenant_id"]) in facts.off_engine
         known = tgt.received_us != NO_TIME and r["_source_received_us"] != NO_TIME
         r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
@@ -624,12 +610,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             decision = (f"{r['source_tenant_id']} had received this passage itself, in its suspect response "
                         f"{earlier.request_id}, before it sent this request: a conversation carrying leaked text on, "
                         f"not that customer's own text (the customer it came from is named where its copy matches)")
-        elif r["_explained_by"] and p.tiering == "evalue" and r.get("_explained_by_node"):
-            decision = (
-                f"the same response text matches another customer's text as strongly (finding {r['_explained_by']}), "
-                f"whose copy ran on the suspect's decode node before it; this copy did not (it ran on another node, "
-                f"on another model's deployment, or after the suspect arrived), and stale pages come from that node")
-        elif r["_explained_by"] and p.tiering == "evalue":
+        elif r["_explained_by"] and p.tiering == "evalue" and not r.get("_explained_by_node"):
             decision = (
                 f"the same response text matches another customer's text more strongly (finding "
                 f"{r['_explained_by']}): this weaker likeness is what similar texts share")
@@ -642,6 +623,11 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             hidden = tgt.prompt_truncated and not (tgt.engine_signature or tgt.placeholder_usage)
             decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"],
                                    r["expected_by_chance"], hidden)
+            if r["_explained_by"] and isinstance(decision, tuple):  # only then is the node what keeps it off
+                decision = (
+                    f"the same response text matches another customer's text as strongly (finding "
+                    f"{r['_explained_by']}), whose copy ran on the suspect's decode node before it; this copy ran on "
+                    f"another node, and stale pages come from the suspect's node")
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
@@ -835,7 +821,7 @@ def _mark_carried_on(rows: list[dict[str, Any]], targets: list[Target], k: int, 
             first[new], giver[new] = targets[i].deadline_us, i
         carried = giver >= 0
         if holders is not None and carried.any():
-            start, h_tenant, h_time, _ = holders
+            start, h_tenant, h_time, _, _ = holders
             seg, flat = holder_entries(start, g)
             own = (h_tenant[flat] == tenant_code(r["source_tenant_id"])) & (h_time[flat] < first[seg])
             carried[np.unique(seg[own])] = False  # the customer had sent it itself before: its own text
@@ -884,13 +870,14 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
     """Where the text cannot tell two customers apart, let the engine logs: mark each cross-tenant pair,
     not yet explained, whose passages lie mostly inside those of another customer's pair at least as strong
     (the same passage sent by both: :func:`_explain_away` keeps both) when that pair's source ran on the
-    suspect's decode node before it and this one's is known to have run elsewhere (another node, that node
-    only after the suspect arrived, or another model's deployment: a model the engine logs never place on
-    a node). Stale pages come from the suspect's node: the text then names one customer, not two.
-    ``_explained_by`` is that pair's finding id, ``_explained_by_node`` True.
+    suspect's decode node before it and this one's on another node of the engine logs. Stale pages come from
+    the suspect's node: the text then names one customer, not two. ``_explained_by`` is that pair's finding
+    id, ``_explained_by_node`` True.
 
-    Only a known place decides: with the suspect's node or the source's unknown (gateway logs only, a gap
-    in the engine logs) both pairs stay, as the text alone leaves them.
+    Only a known other node decides: with the suspect's node or the source's unknown (gateway logs only, a
+    gap in the engine logs, another model's records) both pairs stay, as the text alone leaves them, and so
+    do they when the other copy ran on the suspect's node too, even after it arrived (timestamps of a second,
+    or clocks a little apart, cannot order two records that close).
     """
     by_target: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
@@ -901,7 +888,7 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
         if not on_node:
             continue
         for r in group:
-            if (r["same_decode_node"] is None and not r["_off_engine"]) or r["records_since_source_on_node"] is not None:
+            if r["same_decode_node"] is not False:
                 continue
             own = sum(b - a for a, b, _, _ in r["passages"])
             for s in sorted(on_node, key=lambda s: (-s["strength_bits"], s["finding_id"])):
@@ -924,8 +911,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
 
     Among rows of one recipient and one source tenant, a row whose passage (its strongest) overlaps
     one of a kept row's passages by at least half of the shorter span is a copy of it; one is kept:
-    a source on the recipient's decode node first (where stale pages come from; one sent to a model the
-    engine does not serve ranks with those on other nodes, after those whose node is unknown), then the one whose
+    a source on the recipient's decode node first (where stale pages come from), then the one whose
     copy of that passage matches best, then the most recent (the latest occupant's);
     ``other_source_requests`` counts the rest.
 
@@ -935,9 +921,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        # A copy sent to a model the engine does not serve ran elsewhere, as one on another node did.
-        place = _NODE_RANK[False] if r.get("_off_engine") else _NODE_RANK[r["same_decode_node"]]
-        return (place, -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
+        return (_NODE_RANK[r["same_decode_node"]], -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
                 r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}

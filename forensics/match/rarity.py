@@ -5,13 +5,14 @@ the recipient's own context (see ``match/__init__.py``, step 3)."""
 
 import numpy as np
 
-from forensics.match.index import TargetIndex
-from forensics.match.order import earliest_per_pair
-from forensics.match.stream import SuspectReceipts, suspect_receipts, tenant_code
+from forensics.match.index import NO_TIME, TargetIndex
+from forensics.match.order import earliest_per_pair, unique_ints
+from forensics.match.stream import tenant_code
 from forensics.match.tiers import MatchParams
 
-#: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask.
-Holders = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: What :meth:`HolderCounts.finish` gives: CSR start per k-gram id, tenant codes, first times, common mask,
+#: and per entry whether it counts over all time (:func:`independent_entries`).
+Holders = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class HolderCounts:
@@ -26,6 +27,7 @@ class HolderCounts:
     def __init__(self, index: TargetIndex, p: MatchParams, compact_entries: int) -> None:
         n = index.kgram_count
         self.n = n
+        self.index = index
         self.cap = p.max_tenants
         self.compact_entries = compact_entries
         self.common = np.zeros(n, dtype=bool)
@@ -62,11 +64,12 @@ class HolderCounts:
         self.pending = self.compacted = int(keep.sum())
 
     def finish(self) -> Holders:
-        """CSR start per gid, tenant codes and first times sorted by (gid, tenant), and the common mask."""
+        """CSR start per gid, tenant codes and first times sorted by (gid, tenant), the common mask, and which
+        entries count over all time (:func:`independent_entries`)."""
         self.compact()
         g, t, w = self.parts[0] if self.parts else (np.zeros(0, np.int64),) * 3
         start = np.searchsorted(g, np.arange(self.n + 1))
-        return start, t, w, self.common
+        return start, t, w, self.common, independent_entries(self.index, start, t, w)
 
 
 def without_common(hits: list[np.ndarray], index: TargetIndex, common: np.ndarray) -> list[np.ndarray]:
@@ -88,26 +91,37 @@ def holder_entries(start: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nda
     return seg, start[g][seg] + (np.arange(int(n.sum())) - first[seg])
 
 
-def independent_holders(receipts: SuspectReceipts, gid: np.ndarray, ten: np.ndarray, when: np.ndarray) -> np.ndarray:
-    """Which holder entries (k-gram ids ``gid``, tenant codes ``ten``, first held at ``when``) count over all
-    time: a customer's text, not the recipient's own context (``ten`` >= 0), held no later than that customer
-    received that k-gram in a suspect response (``receipts``: :func:`suspect_receipts`). A text many customers
-    sent, even after the suspect, is public text (a licence, a famous passage; a model can write it
-    unprompted), not anyone's secret; a customer resending what leaked into an answer it received says
-    nothing either way. Only that text: a customer that received some other suspect answer still sent this
-    text on its own (most customers of a long incident receive one)."""
-    return (ten >= 0) & (when <= receipts.before(gid, ten))
+def independent_entries(index: TargetIndex, start: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """Which holder entries (CSR ``start`` per k-gram id, tenant codes, first held at ``when``) count over all
+    time: a customer's text, not the recipient's own context (tenant code >= 0), held no later than that
+    customer received that k-gram in a suspect response. A text many customers sent, even after the suspect,
+    is public text (a licence, a famous passage; a model can write it unprompted), not anyone's secret; a
+    customer resending what leaked into an answer it received says nothing either way. Only that text: a
+    customer that received some other suspect answer still sent this text on its own (most customers of a
+    long incident receive one).
+
+    Suspect by suspect, over the entries of its own k-grams: no table of every suspect k-gram and customer
+    is built (millions of rows on a big case, in every process that scores).
+    """
+    independent = tenant >= 0
+    for x in index.targets:
+        if x.control or x.received_us == NO_TIME or x.gids is None or not len(x.gids):
+            continue
+        _, flat = holder_entries(start, unique_ints(x.gids))
+        later = flat[(tenant[flat] == tenant_code(x.tenant_id)) & (when[flat] > x.received_us)]
+        independent[later] = False
+    return independent
 
 
 def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.ndarray,
                   max_tenants: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (target, k-gram id) pairs: tenants holding it then, in the target's own prompt, held by its tenant.
     Tenants holding it then is infinite where it is common: then, or over all time (more than ``max_tenants``
-    :func:`independent_holders`).
+    :func:`independent_entries`).
 
     "Then" is before the target response completed; "held by its tenant" is before it was sent.
     """
-    start, h_tenant, h_time, common = holders
+    start, h_tenant, h_time, common, independent = holders
     seg, flat = holder_entries(start, g)
     ten, when = h_tenant[flat], h_time[flat]
     tt = t[seg]
@@ -117,8 +131,7 @@ def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.nda
     held_then = (ten >= 0) & (when < deadline[tt])
     then = np.bincount(seg, weights=held_then, minlength=len(g)).astype(np.float64)
     then[common[g]] = np.inf
-    ever = np.bincount(seg, weights=held_then | independent_holders(suspect_receipts(index.targets), g[seg], ten, when),
-                       minlength=len(g))
+    ever = np.bincount(seg, weights=held_then | independent[flat], minlength=len(g))
     then[ever > max_tenants] = np.inf
     own_prompt = np.bincount(seg, weights=ten == -(tt + 1), minlength=len(g)) > 0
     tenant_held = np.bincount(seg, weights=(ten == codes[tt]) & (when <= received[tt]), minlength=len(g)) > 0

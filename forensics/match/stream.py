@@ -59,48 +59,6 @@ def first_suspects(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(codes, dtype=np.int64), np.array([first[c] for c in codes], dtype=np.int64)
 
 
-@dataclasses.dataclass(frozen=True)
-class SuspectReceipts:
-    """When each customer first received each target k-gram in a suspect response: ``keys`` (sorted)
-    are ``k-gram id x len(codes) + the customer's place in codes`` (its tenant codes, sorted), ``times``
-    the earliest receipt of each."""
-
-    codes: np.ndarray
-    keys: np.ndarray
-    times: np.ndarray
-
-    def before(self, gid: np.ndarray, tenant: np.ndarray) -> np.ndarray:
-        """For (k-gram id, tenant code) pairs, when that customer first received that k-gram in a suspect
-        response (the suspect's received time), the int64 maximum when it never did."""
-        never = np.full(len(gid), np.iinfo(np.int64).max, dtype=np.int64)
-        if not len(self.keys) or not len(gid):
-            return never
-        place = np.minimum(np.searchsorted(self.codes, tenant), len(self.codes) - 1)
-        key = gid.astype(np.int64) * len(self.codes) + place
-        at = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
-        found = (self.codes[place] == tenant) & (self.keys[at] == key)
-        return np.where(found, self.times[at], never)
-
-
-def suspect_receipts(targets: list[Target]) -> SuspectReceipts:
-    """:class:`SuspectReceipts` of the suspect (non-control) targets, from their k-gram ids (``Target.gids``,
-    set by the :class:`TargetIndex` built over them)."""
-    sus = [x for x in targets if not x.control and x.received_us != NO_TIME and x.gids is not None and len(x.gids)]
-    code_of = np.array([tenant_code(x.tenant_id) for x in sus], dtype=np.int64)
-    codes = np.unique(code_of)
-    if not sus:
-        return SuspectReceipts(codes, np.zeros(0, np.int64), np.zeros(0, np.int64))
-    place = np.searchsorted(codes, code_of)
-    sizes = np.array([len(x.gids) for x in sus], dtype=np.int64)
-    keys = np.concatenate([x.gids for x in sus]).astype(np.int64) * len(codes) + np.repeat(place, sizes)
-    times = np.repeat(np.array([x.received_us for x in sus], dtype=np.int64), sizes)
-    order = np.lexsort((times, keys))  # per key, the earliest receipt first
-    keys, times = keys[order], times[order]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    return SuspectReceipts(codes, keys[first], times[first])
-
-
 def customer_key(tenant: str | None) -> str | None:
     """The key of the customer a tenant id names (:func:`tenant_code`): the id under NFC."""
     return None if tenant is None else unicodedata.normalize("NFC", tenant)
