@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forensics.match.order import earliest_per_pair, lexsort_ints, unique_ints, unique_ints_first
+from forensics.match.order import lexsort_ints, unique_ints, unique_ints_first
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -55,24 +55,3 @@ def test_unique_ints_is_numpys_unique(seed: int) -> None:
     assert got.dtype == want.dtype and np.array_equal(got, want)
     got_first, want_first = unique_ints_first(values), np.unique(values, return_index=True)
     assert all(np.array_equal(a, b) for a, b in zip(got_first, want_first))
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_earliest_per_pair_is_the_first_of_the_lexsort(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    codes = np.zeros(0, np.int64)
-    for _ in range(3):  # the cache of codes grows from call to call
-        n = int(rng.integers(0, 300))
-        g = rng.integers(0, int(rng.choice([5, 2**31 - 1])), n).astype(rng.choice([np.int32, np.int64]))
-        tenants = np.concatenate([rng.integers(0, 2**63 - 1, 4), -rng.integers(1, 50, 3)])  # codes and own prompts
-        t = rng.choice(tenants, n)
-        w = rng.integers(-(2**62), 2**62, n)
-        order = np.lexsort((w, t, g))
-        keep = np.ones(n, dtype=bool)
-        keep[1:] = (g[order][1:] != g[order][:-1]) | (t[order][1:] != t[order][:-1])
-        want = (g[order][keep], t[order][keep], w[order][keep])
-        for kind in ("quicksort", "stable"):
-            *got, new_codes = earliest_per_pair(g, t, w, codes, kind=kind)
-            assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want))
-            assert np.array_equal(new_codes, np.unique(np.concatenate([codes, t])))
-        codes = new_codes

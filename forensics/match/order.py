@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
@@ -75,36 +74,3 @@ def unique_ints_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     at = np.flatnonzero(starts)
     return ordered[at], np.minimum.reduceat(perm, at)
-
-
-def earliest_per_pair(g: np.ndarray, t: np.ndarray, w: np.ndarray, codes: np.ndarray,
-                      kind: Literal["quicksort", "stable"] = "quicksort") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One entry per pair (``g``, ``t``), sorted by ``g`` then ``t``, with the smallest ``w`` of its entries:
-    what ``np.lexsort((w, t, g))`` and keeping the first entry of each pair give (the holders' k-gram ids,
-    tenant codes and times). ``g`` non-negative, below 2**31; ``t`` any 64-bit integers, few distinct.
-
-    ``codes``: sorted distinct ``t`` values seen before (a cache the caller keeps); returned with this
-    call's added. Each ``t`` is replaced by its rank among them, so that (``g``, rank) is one integer,
-    sorted once (``kind``: "stable" where the entries are runs already in order), and the smallest ``w``
-    of each pair is a minimum per run: half the time of the lexsort of three columns.
-    """
-    if len(codes):
-        at = np.minimum(np.searchsorted(codes, t), len(codes) - 1)
-        missing = t[codes[at] != t]
-    else:
-        missing = t
-    if len(missing):
-        codes = unique_ints(np.concatenate([codes, missing]))
-        at = np.searchsorted(codes, t)
-    if len(g) == 0:
-        return g, t, w, codes
-    # Below 2**62: g below 2**31, and fewer codes than 2**31 (each is some entry's).
-    key = g.astype(np.int64) * len(codes) + at
-    order = np.argsort(key, kind=kind)
-    key = key[order]
-    new = np.empty(len(key), dtype=bool)
-    new[0] = True
-    np.not_equal(key[1:], key[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    first = order[starts]
-    return g[first], t[first], np.minimum.reduceat(w[order], starts), codes

@@ -6,7 +6,7 @@ the recipient's own context (see ``match/__init__.py``, step 3)."""
 import numpy as np
 
 from forensics.match.index import NO_TIME, TargetIndex
-from forensics.match.order import earliest_per_pair, unique_ints
+from forensics.match.order import unique_ints
 from forensics.match.stream import tenant_code
 from forensics.match.tiers import MatchParams
 
@@ -37,7 +37,6 @@ class HolderCounts:
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending = 0
         self.compacted = 0
-        self._codes = np.zeros(0, np.int64)  # every tenant code seen, sorted (see earliest_per_pair)
 
     def add(self, g: np.ndarray, t: np.ndarray, w: np.ndarray) -> None:
         """Record that tenant ``t`` held k-gram ``g`` at time ``w`` (element-wise)."""
@@ -54,9 +53,11 @@ class HolderCounts:
         g = np.concatenate([x[0] for x in self.parts])
         t = np.concatenate([x[1] for x in self.parts])
         w = np.concatenate([x[2] for x in self.parts])
-        # The parts are runs already sorted by (k-gram, tenant) (each a task's first_holdings): a stable
-        # sort merges them.
-        g, t, w, self._codes = earliest_per_pair(g, t, w, self._codes, kind="stable")
+        order = np.lexsort((w, t, g))
+        g, t, w = g[order], t[order], w[order]
+        first = np.ones(len(g), dtype=bool)
+        first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+        g, t, w = g[first], t[first], w[first]
         early = (t >= 0) & (w < self.min_deadline[g])
         self.common |= np.bincount(g[early], minlength=self.n) > self.cap
         keep = ~self.common[g]

@@ -33,7 +33,7 @@ import xxhash
 from forensics.match.align import align_ints
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, Target, TargetIndex
-from forensics.match.order import earliest_per_pair, lexsort_ints, unique_ints, unique_ints_first
+from forensics.match.order import lexsort_ints, unique_ints, unique_ints_first
 from forensics.match.tiers import MatchParams
 from forensics.memory import collect_less_often, give_back_above, keep_freed_memory
 
@@ -156,8 +156,6 @@ class Scanner:
         # least twice the next): a chunk's new pairs are one more run, merged only while it is as
         # large as the one before, so each pair is merged O(log n) times, not once per chunk.
         self._seen: list[np.ndarray] = []
-        # Every holder tenant code this process has seen, sorted (first_holdings: earliest_per_pair).
-        self.holder_codes = np.zeros(0, np.int64)
 
     def _learn(self, gid: np.ndarray, tenant: np.ndarray, when: np.ndarray) -> None:
         early = (tenant >= 0) & (when < self.min_deadline[gid]) & ~self.common[gid]
@@ -823,25 +821,24 @@ _READER: RowReader | None = None
 def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
     """Read a range of rows from the Parquet file with ``reader`` and scan it."""
     return first_holdings(merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
-                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]), scanner)
+                                 for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]))
 
 
-def first_holdings(res: BatchResult, scanner: Scanner | None = None) -> BatchResult:
+def first_holdings(res: BatchResult) -> BatchResult:
     """``res`` with one holder entry per (k-gram, tenant), its earliest time.
 
     What the parent keeps of them anyway (:class:`forensics.match.rarity.HolderCounts`); done
     here, by whoever scanned the rows, the parent receives and sorts a fraction of the entries
     (a conversation resends its text in every request): its share of the pass was the longest.
-    ``scanner``: keeps the tenant codes seen for :func:`earliest_per_pair` from task to task.
     """
     g, t, w = res.holder_gid, res.holder_tenant, res.holder_time
     if len(g) < 2:
         return res
-    codes = scanner.holder_codes if scanner is not None else np.zeros(0, np.int64)
-    g, t, w, codes = earliest_per_pair(g, t, w, codes)
-    if scanner is not None:
-        scanner.holder_codes = codes
-    return dataclasses.replace(res, holder_gid=g, holder_tenant=t, holder_time=w)
+    order = np.lexsort((w, t, g))
+    g, t, w = g[order], t[order], w[order]
+    first = np.ones(len(g), dtype=bool)
+    first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
+    return dataclasses.replace(res, holder_gid=g[first], holder_tenant=t[first], holder_time=w[first])
 
 
 def scan_rows_in_worker(task: ScanTask) -> BatchResult:
