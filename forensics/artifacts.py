@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Self
@@ -56,6 +57,12 @@ class RequestKey(NamedTuple):
     def sort_key(self) -> tuple[str, bool, str]:
         """The order of every table of requests: by id, then tenant, no tenant last."""
         return (self.request_id, self.tenant_id is None, self.tenant_id or "")
+
+
+def customer_key(tenant: str | None) -> str | None:
+    """The key of the customer a tenant id names: the id under NFC. Ids that are the same text by Unicode's
+    canonical equivalence (a name typed on another system) name one customer."""
+    return None if tenant is None else unicodedata.normalize("NFC", tenant)
 
 
 def _key(name: str) -> dict[str, str]:

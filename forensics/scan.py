@@ -39,7 +39,16 @@ import pyarrow as pa
 
 from forensics import queries as q
 from forensics import schema, tokens
-from forensics.artifacts import Anomaly, Limit, RequestKey, ScanLimits, ScanParameters, ScanRecord, SuspectCounts
+from forensics.artifacts import (
+    Anomaly,
+    Limit,
+    RequestKey,
+    ScanLimits,
+    ScanParameters,
+    ScanRecord,
+    SuspectCounts,
+    customer_key,
+)
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
 from forensics.errors import ConfigError, QueryError, shown_ids
@@ -238,7 +247,7 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
     canonical: dict[str, list[str]] = collections.defaultdict(list)
     loose: dict[str, list[str]] = collections.defaultdict(list)
     for tenant in ids:
-        canonical[unicodedata.normalize("NFC", tenant)].append(tenant)
+        canonical[str(customer_key(tenant))].append(tenant)
         loose[" ".join(unicodedata.normalize("NFKC", tenant).casefold().split())].append(tenant)
     warnings = [f"the tenant ids {', '.join(ascii(t) for t in group)} are the same text written with other Unicode "
                 f"code points (canonically equivalent): the matcher takes them for one customer, whose own text "
@@ -247,7 +256,7 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
     warnings += [f"the tenant ids {', '.join(ascii(t) for t in group)} differ only in case, spaces or character "
                  f"forms: the matcher takes them for different customers; if they are one, read the findings "
                  f"between them as that customer's own text"
-                 for group in loose.values() if len({unicodedata.normalize('NFC', t) for t in group}) > 1]
+                 for group in loose.values() if len({customer_key(t) for t in group}) > 1]
     return warnings
 
 

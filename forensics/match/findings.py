@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics import csvfile
+from forensics.artifacts import customer_key
 from forensics.case import row_group_batches
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
@@ -24,7 +25,6 @@ from forensics.match.rarity import Holders, holder_entries
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
-    customer_key,
     same_customer,
     tenant_code,
 )
@@ -352,7 +352,7 @@ def _kgram_facts(cands: list[Candidate], targets: list[Target], holders: Holders
     """Per candidate, its distinct matched k-gram positions (ascending) and for each whether it is
     informative (neither own context nor common) and its weight, 1 / (tenants holding it then),
     0 where not informative; candidate i's are ``[bounds[i], bounds[i + 1])``. ``kgrams``: the matched
-    k-grams as (candidate, target position), :func:`_matched_kgrams`;.
+    k-grams as (candidate, target position), :func:`_matched_kgrams`.
 
     Every candidate at once: the per-candidate array calls were most of scoring's time, and the
     counts are integers, the same whatever the grouping.
@@ -535,6 +535,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     _explain_away([r for r in rows if r["_carried_from"] is None])
     for r in rows:
         r.setdefault("_explained_by", None)
+        r["_explained_by_node"] = False
         tgt = targets[r["_target"]]
         # Only a source received before the suspect can have left the pages it decodes from: one received
         # after it (while it was still being answered) is no earlier occupant of the node, however close.
@@ -610,7 +611,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             decision = (f"{r['source_tenant_id']} had received this passage itself, in its suspect response "
                         f"{earlier.request_id}, before it sent this request: a conversation carrying leaked text on, "
                         f"not that customer's own text (the customer it came from is named where its copy matches)")
-        elif r["_explained_by"] and p.tiering == "evalue" and not r.get("_explained_by_node"):
+        elif r["_explained_by"] and p.tiering == "evalue" and not r["_explained_by_node"]:
             decision = (
                 f"the same response text matches another customer's text more strongly (finding "
                 f"{r['_explained_by']}): this weaker likeness is what similar texts share")
@@ -855,15 +856,19 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
     for group in by_target.values():
         group.sort(key=lambda r: (-r["strength_bits"], r["finding_id"]))
         for i, r in enumerate(group):
-            own = sum(b - a for a, b, _, _ in r["passages"])
             for s in group[:i]:
                 if s["strength_bits"] <= r["strength_bits"] or same_customer(s["source_tenant_id"], r["source_tenant_id"]):
                     continue
-                shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
-                             for c, d, _, _ in s["passages"])
-                if own and shared * 2 >= own:
+                if _mostly_inside(r, s):
                     r["_explained_by"] = s["finding_id"]
                     break
+
+
+def _mostly_inside(r: dict[str, Any], s: dict[str, Any]) -> bool:
+    """Whether at least half of pair ``r``'s passages (their recipient characters) lie inside ``s``'s."""
+    own = sum(b - a for a, b, _, _ in r["passages"])
+    shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"] for c, d, _, _ in s["passages"])
+    return bool(own) and shared * 2 >= own
 
 
 def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
@@ -890,13 +895,10 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
         for r in group:
             if r["same_decode_node"] is not False:
                 continue
-            own = sum(b - a for a, b, _, _ in r["passages"])
             for s in sorted(on_node, key=lambda s: (-s["strength_bits"], s["finding_id"])):
                 if s["strength_bits"] < r["strength_bits"] or same_customer(s["source_tenant_id"], r["source_tenant_id"]):
                     continue
-                shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"]
-                             for c, d, _, _ in s["passages"])
-                if own and shared * 2 >= own:
+                if _mostly_inside(r, s):
                     r["_explained_by"], r["_explained_by_node"] = s["finding_id"], True
                     break
 

@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import os
 import pickle
-import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from forensics.artifacts import customer_key
 from forensics.match.align import align_ints
 from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
 from forensics.match.index import NO_TIME, Target, TargetIndex
@@ -57,11 +57,6 @@ def first_suspects(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
             first[code] = min(first.get(code, x.received_us), x.received_us)
     codes = sorted(first)
     return np.array(codes, dtype=np.int64), np.array([first[c] for c in codes], dtype=np.int64)
-
-
-def customer_key(tenant: str | None) -> str | None:
-    """The key of the customer a tenant id names (:func:`tenant_code`): the id under NFC."""
-    return None if tenant is None else unicodedata.normalize("NFC", tenant)
 
 
 def same_customer(a: str | None, b: str | None) -> bool:
