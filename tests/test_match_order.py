@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forensics.match.order import lexsort_ints, unique_ints, unique_ints_first
+from forensics.match.order import lexsort_ints, unique_ints, unique_ints_first, unique_ints_inverse
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -55,3 +55,40 @@ def test_unique_ints_is_numpys_unique(seed: int) -> None:
     assert got.dtype == want.dtype and np.array_equal(got, want)
     got_first, want_first = unique_ints_first(values), np.unique(values, return_index=True)
     assert all(np.array_equal(a, b) for a, b in zip(got_first, want_first))
+    got_inverse, want_inverse = unique_ints_inverse(values), np.unique(values, return_inverse=True)
+    assert all(np.array_equal(a, b.reshape(-1)) for a, b in zip(got_inverse, want_inverse))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_independent_entries_batched_is_suspect_by_suspect(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Holder entries a customer first held after it received that k-gram in a suspect answer: the same
+    whether the suspects are looked at one by one or many together (the batch size is how it runs)."""
+    from types import SimpleNamespace
+
+    from forensics.match import rarity
+    from forensics.match.index import NO_TIME
+    from forensics.match.stream import tenant_code
+
+    rng = np.random.default_rng(seed)
+    n_gids, tenants = int(rng.integers(1, 40)), [f"t{i}" for i in range(5)]
+    counts = rng.integers(0, 5, n_gids)
+    start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    codes = np.array([tenant_code(x) for x in tenants] + [-1, -2], dtype=np.int64)
+    tenant = codes[rng.integers(0, len(codes), int(counts.sum()))]
+    when = rng.integers(0, 100, int(counts.sum())).astype(np.int64)
+    targets = [SimpleNamespace(control=bool(rng.random() < 0.2), tenant_id=str(rng.choice(tenants)),
+                               received_us=NO_TIME if rng.random() < 0.1 else int(rng.integers(0, 100)),
+                               gids=rng.integers(0, n_gids, int(rng.integers(0, 12))).astype(np.int32))
+               for _ in range(int(rng.integers(0, 15)))]
+    index = SimpleNamespace(targets=targets)
+    want = tenant >= 0
+    for x in targets:  # the rule as written: that customer's entries of the suspect's k-grams, held after it
+        if x.control or x.received_us == NO_TIME:
+            continue
+        for g in set(x.gids.tolist()):
+            for e in range(int(start[g]), int(start[g + 1])):
+                if tenant[e] == tenant_code(x.tenant_id) and when[e] > x.received_us:
+                    want[e] = False
+    for batch in (1, 3, 1 << 18):
+        monkeypatch.setattr(rarity, "INDEPENDENT_BATCH", batch)
+        assert np.array_equal(rarity.independent_entries(index, start, tenant, when), want)  # type: ignore[arg-type]

@@ -53,11 +53,16 @@ class HolderCounts:
         g = np.concatenate([x[0] for x in self.parts])
         t = np.concatenate([x[1] for x in self.parts])
         w = np.concatenate([x[2] for x in self.parts])
-        order = np.lexsort((w, t, g))
-        g, t, w = g[order], t[order], w[order]
+        # Sorted by (k-gram, tenant) only, each run's first time taken by a reduction: a third sort key (the
+        # time) cost a whole pass of the lexsort more (about a fifth of its time) for the same entries.
+        order = np.lexsort((t, g))
+        g, t = g[order], t[order]
         first = np.ones(len(g), dtype=bool)
         first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
-        g, t, w = g[first], t[first], w[first]
+        at = np.flatnonzero(first)
+        del first
+        w = np.minimum.reduceat(w[order], at) if len(at) else w[:0]
+        g, t = g[at], t[at]
         early = (t >= 0) & (w < self.min_deadline[g])
         self.common |= np.bincount(g[early], minlength=self.n) > self.cap
         keep = ~self.common[g]
@@ -101,17 +106,42 @@ def independent_entries(index: TargetIndex, start: np.ndarray, tenant: np.ndarra
     customer that received some other suspect answer still sent this text on its own (most customers of a
     long incident receive one).
 
-    Suspect by suspect, over the entries of its own k-grams: no table of every suspect k-gram and customer
-    is built (millions of rows on a big case, in every process that scores).
+    Suspects a batch at a time (about :data:`INDEPENDENT_BATCH` of their distinct k-grams), over the entries
+    of their own k-grams: no table of every suspect k-gram and customer is built (millions of rows on a big
+    case, in every process that scores), nor a loop of small array steps per suspect.
     """
     independent = tenant >= 0
+    batch: list[tuple[np.ndarray, int, int]] = []
+    size = 0
     for x in index.targets:
         if x.control or x.received_us == NO_TIME or x.gids is None or not len(x.gids):
             continue
-        _, flat = holder_entries(start, unique_ints(x.gids))
-        later = flat[(tenant[flat] == tenant_code(x.tenant_id)) & (when[flat] > x.received_us)]
-        independent[later] = False
+        g = unique_ints(x.gids)
+        batch.append((g, tenant_code(x.tenant_id), x.received_us))
+        size += len(g)
+        if size >= INDEPENDENT_BATCH:
+            _resent(start, tenant, when, batch, independent)
+            batch, size = [], 0
+    _resent(start, tenant, when, batch, independent)
     return independent
+
+
+#: Distinct suspect k-grams whose holder entries :func:`independent_entries` looks at together.
+INDEPENDENT_BATCH = 1 << 18
+
+
+def _resent(start: np.ndarray, tenant: np.ndarray, when: np.ndarray, batch: list[tuple[np.ndarray, int, int]],
+            independent: np.ndarray) -> None:
+    """Clear ``independent`` for the holder entries of each suspect's k-grams (``batch``: k-gram ids, the
+    suspect's tenant code, when it was received) that its customer first held after it was received."""
+    if not batch:
+        return
+    g = np.concatenate([b[0] for b in batch])
+    counts = [len(b[0]) for b in batch]
+    code = np.repeat(np.array([b[1] for b in batch], dtype=np.int64), counts)
+    received = np.repeat(np.array([b[2] for b in batch], dtype=np.int64), counts)
+    seg, flat = holder_entries(start, g)
+    independent[flat[(tenant[flat] == code[seg]) & (when[flat] > received[seg])]] = False
 
 
 def pair_evidence(index: TargetIndex, holders: Holders, t: np.ndarray, g: np.ndarray,

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from forensics.match import stream
 from forensics.match.findings import PairKey, Region, RegionScorer
 from forensics.match.index import TargetIndex
-from forensics.match.order import lexsort_ints
+from forensics.match.order import lexsort_ints, unique_ints, unique_ints_inverse
 from forensics.match.pool import Helpers, WorkerUnfit, ordered
 from forensics.match.rarity import Holders, pair_evidence
 from forensics.match.stream import (
@@ -37,11 +37,10 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
         return hits
     g = index.gid_flat[index.gid_offset[hits[:, 0]] + hits[:, 1]]
     n_gids = max(index.kgram_count, 1)
-    pairs, inverse = np.unique(hits[:, 0].astype(np.int64) * n_gids + g, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    pairs, inverse = unique_ints_inverse(hits[:, 0].astype(np.int64) * n_gids + g)
     then, own_prompt, tenant_held = pair_evidence(index, holders, pairs // n_gids, pairs % n_gids, p.max_tenants)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
-    rows_all = np.unique(hits[:, 2])
+    rows_all = unique_ints(hits[:, 2])
     row_code = np.array([tenant_code(sources[int(r)][1]) for r in rows_all], dtype=np.int64)
     same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
@@ -67,7 +66,7 @@ def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: d
     """
     if len(kept) == 0:
         return {"informative_hits": 0, "texts_verified": 0}
-    rows = np.unique(kept[:, 2])
+    rows = unique_ints(kept[:, 2])
     task = reporter(progress).task("match: verifying candidate regions", len(rows))
     try:
         holders_file = helpers.share(scorer.holders)  # None without workers: every task runs here
