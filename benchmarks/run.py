@@ -31,7 +31,8 @@
    run the bare DuckDB ``read_json -> Parquet`` copy of the same gateway files, and, at 1x, our
    ingest of the gateway files alone (the like-for-like comparison with that copy).
 3. Prints seconds and MB/s per stage, the ratios to the DuckDB copy, the match stage's tokens
-   searched per second per core, and peak RSS: of every process (parent and workers), of all of
+   searched per second per core, how right the list is against the merged seeds' truths (``distinct``:
+   pairs and exposed customers, precision and recall), and peak RSS: of every process (parent and workers), of all of
    them together, and per stage, at each scale factor, then the growth of the total from the
    first factor to the last.
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import csv
 import json
 import math
 import os
@@ -69,6 +71,8 @@ REQUEST_ID = re.compile(rb"chatcmpl-([0-9a-f]{24})")
 #: Bytes rewritten at once (cut at a line end).
 BLOCK = 16 << 20
 DONE = ".complete"
+#: The seeds a ``distinct`` incident merges, with their truth files.
+SEEDS = "seeds.json"
 
 
 def base_incident(work: Path, seed: int, corpus: Path) -> Path:
@@ -170,6 +174,9 @@ def _distinct(folder: Path, work: Path, size_mb: float, seed: int, corpus: Path)
         for src in sorted((base / "engine").iterdir()):
             with open(folder / "engine" / (src.name if i == 0 else _seed_node(src.name, s)), "wb") as out:
                 _append(src, out, fraction, 0)
+    # Which seeds' truths score the run (benchmarks/run.py prints how right its list is against them).
+    (folder / SEEDS).write_text(json.dumps([{"seed": s, "truth": str(base / "truth.json"), "fraction": round(f, 4)}
+                                            for s, base, f in parts], indent=1))
     return f"seeds {seed}..{parts[-1][0]}, the last one {parts[-1][2]:.0%}"
 
 
@@ -278,8 +285,35 @@ def measure_factor(work: Path, factor: int, size_mb: int, seed: int, corpus: Pat
         warm_page_cache([folder / "gateway"])
         ours = measure(ingest_gateway, folder / "gateway", case)
         shutil.rmtree(case, ignore_errors=True)
+    quality = None if ingest_only else score_list(out, folder / SEEDS)
     shutil.rmtree(out, ignore_errors=True)
-    return {"factor": factor, "size_mb": size_mb, "gateway_mb": gateway_mb, "engine_mb": engine_mb, "run": run, "duckdb": duck, "ingest": ours}
+    return {"factor": factor, "size_mb": size_mb, "gateway_mb": gateway_mb, "engine_mb": engine_mb, "run": run,
+            "duckdb": duck, "ingest": ours, "quality": quality}
+
+
+def score_list(out: Path, seeds_file: Path) -> dict[str, Any] | None:
+    """How right the run's list is against the merged seeds' truths: pairs (recipient request, source tenant)
+    and exposed customers, precision and recall; None when the incident has no truths (``repeat``, or built
+    before they were recorded). The last seed is cut short, so a few of its true pairs have no suspect left:
+    recall is a little low, precision is not affected."""
+    reports = [p for p in out.glob("*/evidence.csv") if p.parent.name != "case"]
+    if not seeds_file.is_file() or len(reports) != 1:
+        return None
+    truth_pairs: set[tuple[str, str]] = set()
+    truth_exposed: set[str] = set()
+    for part in json.loads(seeds_file.read_text()):
+        truth = json.loads(Path(part["truth"]).read_text())
+        truth_pairs |= {(f["recipient_request_id"], f["source_tenant_id"]) for f in truth["fragments"] if f["is_leak"]}
+        truth_exposed |= set(truth["exposed"])
+    with reports[0].open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["relation"] == "cross_tenant"]
+    pairs = {(r["recipient_request_id"], r["source_tenant_id"]) for r in rows}
+    exposed = {r["source_tenant_id"] for r in rows}
+    right, right_exposed = len(pairs & truth_pairs), len(exposed & truth_exposed)
+    return {"pairs": len(pairs), "true_pairs": right, "pair_precision": round(right / max(len(pairs), 1), 3),
+            "pair_recall": round(right / max(len(truth_pairs), 1), 3), "exposed": len(exposed),
+            "exposed_precision": round(right_exposed / max(len(exposed), 1), 3),
+            "exposed_recall": round(right_exposed / max(len(truth_exposed), 1), 3)}
 
 
 def report(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -327,6 +361,12 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
                       f"{searched['tokens'] / match_cpu / 1e6:.2f}M tokens per CPU-second")
                 summary[f"match_mtok_per_cpu_s_{k}x"] = round(searched["tokens"] / match_cpu / 1e6, 3)
             summary[f"texts_verified_{k}x"] = searched["source_texts_verified"]
+        q = r.get("quality")
+        if q is not None:
+            print(f"the list against the merged seeds' truths: pairs P {q['pair_precision']:.3f} R {q['pair_recall']:.3f} "
+                  f"({q['true_pairs']:,} of {q['pairs']:,} named pairs true), exposed customers P "
+                  f"{q['exposed_precision']:.3f} R {q['exposed_recall']:.3f}")
+            summary[f"pair_precision_{k}x"], summary[f"pair_recall_{k}x"] = q["pair_precision"], q["pair_recall"]
         print("peak RSS per process:")
         for p in run.processes:
             print(f"  {p.role:<8} pid {p.pid:<8} first seen in {p.first_phase!r:<42} {_mb(p.rss_bytes):>10}")

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from match_helpers import config, exchange, make_case
+from match_helpers import at, config, exchange, make_case
 
 from forensics.errors import ConfigError
+from forensics.lab.cases import suspect_rows, write_case
 from forensics.match import match
 from forensics.match.chance import MIN_NULL, NullModel, calibration, with_mechanism
 from forensics.match.tiers import MatchParams, evalue_tier
@@ -292,11 +293,12 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     assert none["row"]["same_decode_node"] in (None, "")
     # The text evidence is the same; the mechanism moves the combined figure: a recent source on the
     # suspect's node (1 of its 100 records before) lowers it, one elsewhere (or on no node) raises it.
+    # (The source elsewhere is in review now: its figures are read from review.csv, rounded to 3 digits.)
     text = {float(x["row"]["expected_by_chance"]) for x in (same, other, none)}
-    assert len(text) == 1
+    assert max(text) == pytest.approx(min(text), rel=5e-3)
     e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in
          (("same", same), ("other", other), ("none", none))}
-    assert e["same"] < text.pop() < e["other"]
+    assert e["same"] < min(text) <= max(text) < e["other"]
     assert e["none"] == pytest.approx(e["other"], rel=0.05)  # shares differ by the one record
     assert int(same["row"]["records_since_source_on_node"]) >= 1
     assert same["report"]["null"]["decode_node_evidence"].startswith("present")
@@ -529,7 +531,8 @@ def test_a_prompt_the_engine_swapped_for_the_placeholder_is_no_source(tmp_path: 
     # A suspect the engine does not show served the placeholder may have been prefilled: its prompt is a source.
     a2_unshown = {**a2, "reported_prompt_tokens": None}
     res = match(make_case(tmp_path / "unshown", [a2_unshown, b1], ["a2", "b1"]), config())
-    assert {r["source_request_id"] for r in res.cross_tenant} == {"a2"}
+    # (a candidate: in review, as the engine logs place its copy on another node than bolt's)
+    assert {r["source_request_id"] for r in res.cross_tenant + _review(tmp_path / "unshown")} == {"a2"}
 
 
 def _background(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
@@ -1017,17 +1020,18 @@ def test_match_json_records_e3_on_the_controls_only_when_it_runs(tmp_path: Path)
 
 @pytest.mark.parametrize(("ann_node", "ann_model", "ann_minute", "named"),
                          [("decode-2", "glm-5.3", -200, {"ben"}), (None, "glm-5.3", -200, {"ann", "ben"}),
-                          ("decode-1", "glm-5.3", -200, {"ann", "ben"}), (None, "llama-4-maverick", -200, {"ann", "ben"}),
-                          ("decode-1", "glm-5.3", 5, {"ann", "ben"})])
+                          ("decode-1", "glm-5.3", -200, {"ann", "ben"}), (None, "llama-4-maverick", -200, {"ben"}),
+                          (None, "openai/GLM-5.3", -200, {"ann", "ben"}), ("decode-1", "glm-5.3", 5, {"ann", "ben"})])
 def test_a_passage_two_customers_sent_names_the_one_whose_copy_ran_on_the_suspects_node(
         tmp_path: Path, ann_node: str | None, ann_model: str, ann_minute: float, named: set[str]) -> None:
     # ann and ben both sent the same passage (an article both pasted, one vendor's system prompt): the text
     # cannot tell them apart. ben's request was the latest on the suspect's decode node; ann's ran hours
     # before on another node. Stale pages come from the suspect's node: before, both were named exposed,
     # confirmed. Where ann's node is unknown (a gap in the engine logs), or hers ran on the suspect's node
-    # too, nothing tells them apart and both stay. So do they when hers went to a model whose records the engine
-    # logs do not place (its name may be another spelling of the engine's model), and when hers ran on the
-    # suspect's node in the same minute as the suspect (timestamps that close cannot order them).
+    # too, nothing tells them apart and both stay. So do they when hers went to the engine's model under another
+    # spelling (a provider prefix, capitals), and when hers ran on the suspect's node in the same minute as the
+    # suspect (timestamps that close cannot order them). Hers sent to a model no placed record asked for ran
+    # on another deployment: ben alone.
     rng = np.random.default_rng(41)
     passage = words_text(rng, 40)
     rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
@@ -1042,7 +1046,7 @@ def test_a_passage_two_customers_sent_names_the_one_whose_copy_ran_on_the_suspec
     if "ann" not in named:
         (why,) = [r["why_not_notified"] for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
         (ben,) = [f["finding_id"] for f in res.cross_tenant if f["source_tenant_id"] == "ben"]
-        assert "ran on the suspect's decode node" in why and ben in why
+        assert ("ran on the suspect's decode node" in why and ben in why) if ann_node else "llama-4-maverick" in why
 
 
 def test_the_node_reason_is_given_only_where_the_node_is_what_keeps_a_customer_off_the_list(tmp_path: Path) -> None:
@@ -1062,3 +1066,115 @@ def test_the_node_reason_is_given_only_where_the_node_is_what_keeps_a_customer_o
     assert not res.cross_tenant
     why = {r["source_tenant_id"]: r["why_not_notified"] for r in _review(tmp_path / "case")}
     assert why["ann"].startswith("mostly text other tenants also held") and "rarity" in why["ben"]
+
+
+def _lone_source_case(rng: np.random.Generator, ann: dict[str, Any], nodes: bool = True) -> list[dict[str, Any]]:
+    """ann alone sent a 40-word passage hours before the suspect; bolt's suspect answer (on decode-1) holds it."""
+    passage = words_text(rng, 40)
+    node = (lambda i: {"decode_node": f"decode-{i % 4}"}) if nodes else (lambda i: {})
+    rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20), **node(i))
+            for i in range(300)]
+    rows += [exchange("a1", "ann", -200, prompt=f"summarise this article: {passage}", **ann),
+             exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 10)} {passage} {words_text(rng, 10)}",
+                      **node(1))]
+    return rows
+
+
+@pytest.mark.parametrize(("ann", "why"), [
+    ({"decode_node": "decode-2"}, "decode node decode-2"),
+    ({"model": "llama-4-maverick"}, "never place on a node"),
+    ({"model": "Meta/Llama-4-Maverick", "model_routed": "llama-4-maverick"}, "never place on a node"),
+])
+def test_a_source_the_engine_logs_place_elsewhere_goes_to_review_however_strong(
+        tmp_path: Path, ann: dict[str, Any], why: str) -> None:
+    # On the 1 GB benchmark incident (six seeds merged, their customers drawing text from one corpus) 388 pairs
+    # named a customer whose copy of a passage ran on another seed's node, or went to a model the engines never
+    # serve: strong verbatim text (E down to 1e-17) that a source elsewhere only multiplied by the node's
+    # 1 / share. Stale pages come from the suspect's own node, and a KV pool serves one model: such a copy is
+    # not the pages the suspect decoded from. It goes to review, saying why.
+    rng = np.random.default_rng(61)
+    res = match(make_case(tmp_path / "case", _lone_source_case(rng, ann), ["b1"]), config())
+    assert "ann" not in {f["source_tenant_id"] for f in res.cross_tenant}
+    (row,) = [r for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
+    assert why in row["why_not_notified"]
+    assert float(row["expected_by_chance"]) < 1e-6  # the text alone would have named her
+
+
+@pytest.mark.parametrize("ann", [{}, {"decode_node": "decode-1"}, {"model": "openai/GLM-5.3"}, {"model": None}])
+def test_a_source_the_engine_logs_do_not_place_elsewhere_stays_on_the_list(tmp_path: Path, ann: dict[str, Any]) -> None:
+    # Node unknown (a gap in the engine logs), on the suspect's node, the engine's model under another spelling,
+    # or no model named: nothing rules her copy out.
+    rng = np.random.default_rng(61)
+    res = match(make_case(tmp_path / "case", _lone_source_case(rng, ann), ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def test_without_engine_logs_a_source_is_never_placed_elsewhere(tmp_path: Path) -> None:
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"model": "llama-4-maverick"}, nodes=False)
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def test_a_placed_record_naming_no_model_leaves_the_served_models_unknown(tmp_path: Path) -> None:
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"model": "llama-4-maverick"})
+    rows = [dict(r, model=None) if r["request_id"] == "o5" else r for r in rows]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def _over_limit(rid: str) -> dict[str, Any]:
+    return {"source_file": "prefill-0.log", "source_line": 1, "node": "prefill-0", "role": "prefill", "time": at(-200),
+            "event": "over_limit", "rid": rid, "input_len": 700_000, "limit": 681_279,
+            "message": f"rid={rid} Input length (700000 tokens) exceeds the maximum allowed length (681279 tokens)"}
+
+
+@pytest.mark.parametrize(("shared", "named"), [(False, set()), (True, {"ann"})])
+def test_a_prompt_the_engine_refused_over_its_limit_is_no_stale_page(tmp_path: Path, shared: bool,
+                                                                     named: set[str]) -> None:
+    # The engine refused ann's request as over its limit (outside the incident's window, so no suspect): its
+    # prompt never reached a KV cache. Its node is unknown (never decoded), and it was named exposed, confirmed.
+    # An engine id two exchanges carry cannot say which was refused (as the scan's engine signature): then
+    # nothing rules her copy out.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {})
+    if shared:
+        rows.append(exchange("a1", "zed", -300, prompt=words_text(rng, 20)))
+    case = write_case(tmp_path / "case", rows, engine_events=[_over_limit("a1")],
+                      suspects=suspect_rows(rows, ["b1"]))
+    res = match(case, config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == named
+    if not named:
+        (row,) = [r for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
+        assert "refused as over the engine's limit" in row["why_not_notified"]
+
+
+def test_e3_does_not_name_a_candidate_the_engine_logs_place_elsewhere(tmp_path: Path) -> None:
+    rows = _e3_case(np.random.default_rng(3))
+    rows = [dict(r, decode_node="decode-2") if r["request_id"] == "a1" else
+            dict(r, decode_node="decode-1") if r["request_id"] == "b1" else r for r in rows]
+    strict = {"confirm_evalue": 0.0, "probable_evalue": 1e-300}
+    res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)),
+                config(**strict, unexplained_evalue=1000.0))
+    assert not res.cross_tenant
+    assert "acme" in {r["source_tenant_id"] for r in _review(tmp_path / "case")}
+
+
+def _decoded(rid: str, node: str, minute: float) -> dict[str, Any]:
+    return {"source_file": f"{node}.log", "source_line": 1, "node": node, "role": "decode", "time": at(minute),
+            "event": "req_time_stats", "rid": rid, "message": f"rid={rid} decode"}
+
+
+def test_a_source_retried_on_the_suspects_node_is_not_placed_elsewhere(tmp_path: Path) -> None:
+    # ann's request was decoded on decode-2, failed, and was retried on decode-1, the suspect's node: the
+    # exchanges name one decode node (decode-2), the engine logs both. Her copy may be the suspect's pages.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"decode_node": "decode-2"})
+    events = [_decoded("a1", "decode-2", -200), _decoded("a1", "decode-1", -199), _decoded("o1", "decode-1", -599)]
+    res = match(write_case(tmp_path / "retried", rows, engine_events=events, suspects=suspect_rows(rows, ["b1"])),
+                config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+    once = match(write_case(tmp_path / "once", rows, engine_events=events[:1] + events[2:],
+                            suspects=suspect_rows(rows, ["b1"])), config())
+    assert not once.cross_tenant

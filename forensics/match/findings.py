@@ -425,6 +425,17 @@ class RecordFacts:
     # Received times of the records of the models the engine logs serve (those of any record with a decode
     # node) whose own node the logs do not show: a gap in a node's log hides its records among them.
     unplaced_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    #: The deployments (:func:`deployment`) each request asked for or was routed to, for the findings' requests
+    #: and the targets.
+    models: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
+    #: The deployments of the records the engine logs place on a decode node: the models the engines serve
+    #: (empty when a placed record names no model).
+    engine_models: frozenset[str] = frozenset()
+    #: Requests (of the findings) that the engine refused as over its limit: their prompt never reached a cache.
+    unprefilled: frozenset[tuple[str, str | None]] = frozenset()
+    #: Every decode node of the requests (of the findings) the engine logs show decoded on more than one (a
+    #: retry); ``node`` names one of them.
+    decode_nodes: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
@@ -447,16 +458,38 @@ class RecordFacts:
         return int(np.searchsorted(self.times, when_us, side="left"))
 
 
-def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
-    """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times."""
+def deployment(model: str | None) -> str | None:
+    """A model name as the deployment it names: without a provider prefix, case or spaces around it
+    (``openai/GLM-5.3`` and ``glm-5.3`` are one). None for no name."""
+    if model is None:
+        return None
+    name = model.strip().rsplit("/", 1)[-1].strip().casefold()
+    return name or None
+
+
+def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
+                 engine_events: Path | None = None) -> RecordFacts:
+    """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
+    deployments of those requests and of ``target_keys``; which of ``keys`` the engine refused over its limit
+    and which it decoded on more than one node (from ``engine_events``, by the engine's id of a request only one
+    exchange carries)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
-    has_damage = "damage" in pf.schema_arrow.names
-    has_model = "model" in pf.schema_arrow.names
-    cols = (["request_id", "tenant_id", "received_at", "decode_node"] + (["model"] if has_model else [])
+    names = pf.schema_arrow.names
+    has_damage = "damage" in names
+    has_model = "model" in names
+    model_cols = [c for c in ("model", "model_routed") if c in names]
+    has_rid = "rid" in names
+    cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols + (["rid"] if has_rid else [])
             + (["damage"] if has_damage else []))
-    wanted = pa.array(sorted({k[0] for k in keys}), pa.string())
+    modelled = keys | (target_keys or set())
+    wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
+    over, retried = _engine_facts(engine_events)
+    over_set = pa.array(sorted(over | set(retried)), pa.string())
+    rid_owners: dict[str, set[tuple[str, str | None]]] = {}
+    deployments: dict[tuple[str, str | None], frozenset[str]] = {}
+    served: set[str] = set()
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
@@ -472,6 +505,14 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
         models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
         engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
+        for c in model_cols:
+            served.update(d for d in map(deployment, pc.unique(batch.column(c).filter(pc.is_valid(nodes))).to_pylist()) if d)
+        if len(over_set):
+            engine_rid = pc.coalesce(batch.column("rid"), batch.column("request_id")) if has_rid else batch.column("request_id")
+            named = pc.is_in(engine_rid, value_set=over_set)
+            for erid, rid, ten in zip(engine_rid.filter(named).to_pylist(), batch.column("request_id").filter(named).to_pylist(),
+                                      batch.column("tenant_id").filter(named).to_pylist()):
+                rid_owners.setdefault(erid, set()).add((rid, ten))
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
@@ -481,17 +522,58 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]]) -> RecordFacts:
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
-            for rid, ten, nd, dm in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                        sel.column("decode_node").to_pylist(), dmg):
+            asked = zip(*(sel.column(c).to_pylist() for c in model_cols)) if model_cols else iter(lambda: (), None)
+            for rid, ten, nd, dm, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                            sel.column("decode_node").to_pylist(), dmg, asked):
+                if (rid, ten) in modelled:
+                    deployments[(rid, ten)] = deployments.get((rid, ten), frozenset()) | {d for d in map(deployment, md) if d}
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
+    # An engine id two exchanges carry cannot say which of them was refused (as the scan's engine_signature).
+    unprefilled = frozenset(k for erid, owners in rid_owners.items() if erid in over and len(owners) == 1
+                            for k in owners if k in keys)
+    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if erid in retried and len(owners) == 1
+                    for k in owners if k in keys}
+    if None in engine_models:  # a placed record that names no model: which models the engines serve is unknown
+        served = set()
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
-                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64))
+                        np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
+                        deployments, frozenset(served), unprefilled, decode_nodes)
+
+
+def _engine_facts(engine_events: Path | None) -> tuple[set[str], dict[str, frozenset[str]]]:
+    """From the engine logs: the ids of the requests a prefill node (or a node of no stated role) refused as over
+    its limit, and the decode nodes of each request decoded on more than one (a retry: the exchanges name one)."""
+    if engine_events is None or not engine_events.is_file():
+        return set(), {}
+    import pyarrow.compute as pc
+
+    pf = pq.ParquetFile(engine_events)
+    if not {"event", "rid", "role", "node"} <= set(pf.schema_arrow.names):
+        return set(), {}
+    over: set[str] = set()
+    pairs: list[pa.Table] = []  # (rid, decode node), distinct per batch: Arrow strings, not a dict of every rid
+    for batch in row_group_batches(pf, ["event", "rid", "role", "node"], 65536):
+        rid, role = batch.column("rid"), batch.column("role")
+        mask = pc.and_(pc.is_in(batch.column("event"), value_set=pa.array(["over_limit", "exceeds_max_tokens"])),
+                       pc.and_(pc.is_valid(rid), pc.fill_null(pc.not_equal(role, "decode"), True)))
+        over.update(rid.filter(mask).to_pylist())
+        on = pc.and_(pc.fill_null(pc.equal(role, "decode"), False), pc.is_valid(rid))
+        pairs.append(pa.table({"rid": rid.filter(on), "node": batch.column("node").filter(on)})
+                     .group_by(["rid", "node"]).aggregate([]))
+    decoded: dict[str, frozenset[str]] = {}
+    if pairs:
+        distinct = pa.concat_tables(pairs).group_by(["rid", "node"]).aggregate([])
+        per_rid = distinct.group_by("rid").aggregate([("node", "count"), ("node", "list")])
+        per_rid = per_rid.filter(pc.greater(per_rid.column("node_count"), 1))
+        decoded = {r: frozenset(nodes) for r, nodes in zip(per_rid.column("rid").to_pylist(),
+                                                           per_rid.column("node_list").to_pylist())}
+    return over, decoded
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -548,6 +630,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
                                                                   tgt.received_us) if before_it else None)
     _prefer_the_node([r for r in rows if r["_carried_from"] is None])
+    for r in rows:
+        r["_ruled_out"] = _ruled_out_by_engine(r, targets[r["_target"]], facts)
     _explain_away(later)
     # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
     # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
@@ -629,6 +713,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                     f"the same response text matches another customer's text as strongly (finding "
                     f"{r['_explained_by']}), whose copy ran on the suspect's decode node before it; this copy ran on "
                     f"another node, and stale pages come from the suspect's node")
+            elif r["_ruled_out"] and isinstance(decision, tuple):  # likewise: said only where it decides
+                decision = r["_ruled_out"]
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
@@ -732,6 +818,10 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
     for t, group in by_target.items():
         tgt = targets[t]
         if not (tgt.control or tgt.engine_signature or tgt.placeholder_usage) or any(r["tier"] for r in group):
+            continue
+        # A copy the engine logs rule out as the stale pages is no answer to "whose pages", however strong.
+        group = [r for r in group if not r.get("_ruled_out")]
+        if not group:
             continue
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
@@ -862,6 +952,35 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
                 if _mostly_inside(r, s):
                     r["_explained_by"] = s["finding_id"]
                     break
+
+
+def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> str | None:
+    """Why the engine logs rule this cross-tenant source copy out as the stale pages the suspect decoded from,
+    or None. The logs must show it: a prompt the engine refused as over its limit (it never reached a cache);
+    with the suspect's decode node known, a copy decoded on another node, or sent to a model that no record
+    the logs place on a node asked for (another deployment: a KV pool serves one model) and that the suspect
+    did not ask for. A copy whose node is simply unknown (a gap in the logs, gateway logs only) stays as the
+    text leaves it. Such a pair goes to review with this reason; it still explains weaker likenesses away.
+    """
+    if r["relation"] != "cross_tenant":
+        return None
+    key = (r["source_request_id"], r["source_tenant_id"])
+    if r["source_kind"] == "prompt" and key in facts.unprefilled:
+        return ("the engine logs show this request refused as over the engine's limit: its prompt never reached "
+                "a KV cache, so no stale page holds it (the text may still come from another copy)")
+    if tgt.decode_node is None:
+        return None
+    if r["same_decode_node"] is False and tgt.decode_node not in facts.decode_nodes.get(key, frozenset()):
+        return (f"the engine logs place this copy on decode node {r['source_decode_node']} and the suspect on "
+                f"{tgt.decode_node}: stale pages come from the suspect's own node (the text may still come from "
+                f"another copy the logs do not show)")
+    sent_to = facts.models.get(key, frozenset())
+    if (r["source_decode_node"] is None and facts.engine_models and sent_to and not sent_to & facts.engine_models
+            and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
+        return (f"this copy was sent to {', '.join(sorted(sent_to))}, a model the engine logs never place on a node "
+                f"(another deployment; a KV pool serves one model), not the suspect's: no stale page of the suspect's "
+                f"node holds it")
+    return None
 
 
 def _mostly_inside(r: dict[str, Any], s: dict[str, Any]) -> bool:
