@@ -16,7 +16,7 @@ import xxhash
 
 from forensics import csvfile
 from forensics.artifacts import customer_key
-from forensics.case import row_group_batches
+from forensics.case import Case, row_group_batches
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
@@ -468,11 +468,11 @@ def deployment(model: str | None) -> str | None:
 
 
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
-                 engine_events: Path | None = None) -> RecordFacts:
+                 case: Case | None = None) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
     deployments of those requests and of ``target_keys``; which of ``keys`` the engine refused over its limit
-    and which it decoded on more than one node (from ``engine_events``, by the engine's id of a request only one
-    exchange carries)."""
+    and which it decoded on more than one node (from the engine logs of ``case``, by the engine's id of a request
+    only one exchange carries)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
@@ -485,7 +485,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
             + (["damage"] if has_damage else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
-    over, retried = _engine_facts(engine_events)
+    over, retried = _engine_facts(case) if case is not None else (set(), {})
     over_set = pa.array(sorted(over | set(retried)), pa.string())
     rid_owners: dict[str, set[tuple[str, str | None]]] = {}
     deployments: dict[tuple[str, str | None], frozenset[str]] = {}
@@ -546,34 +546,23 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         deployments, frozenset(served), unprefilled, decode_nodes)
 
 
-def _engine_facts(engine_events: Path | None) -> tuple[set[str], dict[str, frozenset[str]]]:
-    """From the engine logs: the ids of the requests a prefill node (or a node of no stated role) refused as over
-    its limit, and the decode nodes of each request decoded on more than one (a retry: the exchanges name one)."""
-    if engine_events is None or not engine_events.is_file():
-        return set(), {}
-    import pyarrow.compute as pc
+def _engine_facts(case: Case) -> tuple[set[str], dict[str, frozenset[str]]]:
+    """From the case's engine logs: the ids of the requests a prefill node (or a node of no stated role) refused
+    as over its limit, and the decode nodes of each request decoded on more than one (a retry: the exchanges
+    name one). Two DuckDB queries over the engine events (a case without engine logs has none)."""
+    from forensics.queries import with_memory_to_spare  # here: worker processes never query
 
-    pf = pq.ParquetFile(engine_events)
-    if not {"event", "rid", "role", "node"} <= set(pf.schema_arrow.names):
-        return set(), {}
-    over: set[str] = set()
-    pairs: list[pa.Table] = []  # (rid, decode node), distinct per batch: Arrow strings, not a dict of every rid
-    for batch in row_group_batches(pf, ["event", "rid", "role", "node"], 65536):
-        rid, role = batch.column("rid"), batch.column("role")
-        mask = pc.and_(pc.is_in(batch.column("event"), value_set=pa.array(["over_limit", "exceeds_max_tokens"])),
-                       pc.and_(pc.is_valid(rid), pc.fill_null(pc.not_equal(role, "decode"), True)))
-        over.update(rid.filter(mask).to_pylist())
-        on = pc.and_(pc.fill_null(pc.equal(role, "decode"), False), pc.is_valid(rid))
-        pairs.append(pa.table({"rid": rid.filter(on), "node": batch.column("node").filter(on)})
-                     .group_by(["rid", "node"]).aggregate([]))
-    decoded: dict[str, frozenset[str]] = {}
-    if pairs:
-        distinct = pa.concat_tables(pairs).group_by(["rid", "node"]).aggregate([])
-        per_rid = distinct.group_by("rid").aggregate([("node", "count"), ("node", "list")])
-        per_rid = per_rid.filter(pc.greater(per_rid.column("node_count"), 1))
-        decoded = {r: frozenset(nodes) for r, nodes in zip(per_rid.column("rid").to_pylist(),
-                                                           per_rid.column("node_list").to_pylist())}
-    return over, decoded
+    con = case.connect(memory_cap=True)
+    try:
+        over = with_memory_to_spare(con, lambda: con.execute(
+            "SELECT DISTINCT rid FROM engine_events WHERE event IN ('over_limit', 'exceeds_max_tokens') "
+            "AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'").fetchall())
+        retried = with_memory_to_spare(con, lambda: con.execute(
+            "SELECT rid, list(DISTINCT node ORDER BY node) FROM engine_events WHERE role = 'decode' AND rid IS NOT NULL "
+            "GROUP BY rid HAVING count(DISTINCT node) > 1").fetchall())
+    finally:
+        con.close()
+    return {r for (r,) in over}, {r: frozenset(nodes) for r, nodes in retried}
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
