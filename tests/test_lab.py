@@ -467,6 +467,35 @@ def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: P
     assert engine["decode-0_0.log"] == one and engine["decode-0-s2_0.log"] == two[: len(engine["decode-0-s2_0.log"])]
     assert node_of("decode-0-s2_0.log") == ("decode-0-s2", 0)
     assert (folder / "case.toml").read_text() == 'name = "seed1"\n'
+    # The seeds it merges, whose truths score the run's list.
+    assert [(p["seed"], Path(p["truth"]).parent.name) for p in json.loads((folder / "seeds.json").read_text())] == [
+        (1, "base-seed1"), (2, "base-seed2")]
+
+
+def _truth_file(path: Path, pairs: list[tuple[str, str]], exposed: list[str]) -> dict[str, Any]:
+    path.write_text(json.dumps({"fragments": [{"recipient_request_id": r, "source_tenant_id": t, "is_leak": True}
+                                              for r, t in pairs]
+                                             + [{"recipient_request_id": "rX", "source_tenant_id": "tX", "is_leak": False}],
+                                "exposed": exposed}))
+    return {"seed": 0, "truth": str(path), "fraction": 1.0}
+
+
+def test_end_to_end_benchmark_scores_the_list_against_every_merged_seeds_truth(tmp_path: Path) -> None:
+    bench_run: Any = _run_benchmark_module()
+    seeds = [_truth_file(tmp_path / "t1.json", [("r1", "ann"), ("r2", "ben")], ["ann", "ben"]),
+             _truth_file(tmp_path / "t2.json", [("r3", "cyd")], ["cyd"])]
+    (tmp_path / "seeds.json").write_text(json.dumps(seeds))
+    (tmp_path / "out" / "report").mkdir(parents=True)
+    (tmp_path / "out" / "case").mkdir()
+    rows = [("recipient_request_id", "source_tenant_id", "relation"), ("r1", "ann", "cross_tenant"),
+            ("r1", "ann", "cross_tenant"), ("r3", "cyd", "cross_tenant"), ("r3", "dan", "cross_tenant"),
+            ("r2", "eve", "same_tenant")]
+    (tmp_path / "out" / "report" / "evidence.csv").write_text("".join(",".join(r) + "\r\n" for r in rows))
+    (tmp_path / "out" / "case" / "evidence.csv").write_text("not the report\n")
+    assert bench_run.score_list(tmp_path / "out", tmp_path / "seeds.json") == {
+        "pairs": 3, "true_pairs": 2, "pair_precision": 0.667, "pair_recall": 0.667, "exposed": 3,
+        "exposed_precision": 0.667, "exposed_recall": 0.667}
+    assert bench_run.score_list(tmp_path / "out", tmp_path / "none.json") is None  # a repeat-shaped incident
 
 
 def test_end_to_end_benchmark_prints_the_stage_table_of_a_run(tmp_path: Path, capsys: Any) -> None:
