@@ -239,17 +239,11 @@ def test_lookback_and_same_decode_node_narrow_the_search(tmp_path: Path) -> None
         exchange("b1", "bolt", 60, prompt="hi", response=f"{p1} {p2}", decode_node="d1"),
     ]
     case = make_case(tmp_path / "case", rows, ["b1"])
-
-    def searched(**params: object) -> tuple[set[str], set[str]]:
-        found = {f["source_request_id"] for f in match(case, config(**params)).findings}
-        with (case / "review.csv").open(newline="") as fh:
-            return found, {r["source_request_id"] for r in csv.DictReader(fh)}
-
-    # a1 ran on another decode node than the suspect: a candidate, in review (the engine logs place it elsewhere)
-    assert searched() == ({"a2"}, {"a1"})
-    assert searched(lookback_minutes=30) == ({"a2"}, set())  # not searched at all
-    assert searched(same_decode_node=True) == ({"a2"}, set())
-    assert match(case, config(same_decode_node=True)).report["searched"]["same_decode_node"] is True
+    assert {f["source_request_id"] for f in match(case, config()).findings} == {"a1", "a2"}
+    assert {f["source_request_id"] for f in match(case, config(lookback_minutes=30)).findings} == {"a2"}
+    r = match(case, config(same_decode_node=True))
+    assert {f["source_request_id"] for f in r.findings} == {"a2"}
+    assert r.report["searched"]["same_decode_node"] is True
 
 
 @pytest.mark.parametrize("variant", ["nfd", "crlf", "cjk_emoji", "fullwidth_case"])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from match_helpers import at, config, exchange, make_case
 
+from forensics.config import CaseConfig
 from forensics.errors import ConfigError
 from forensics.lab.cases import suspect_rows, write_case
 from forensics.match import match
@@ -1082,8 +1083,8 @@ def _lone_source_case(rng: np.random.Generator, ann: dict[str, Any], nodes: bool
 
 @pytest.mark.parametrize(("ann", "why"), [
     ({"decode_node": "decode-2"}, "decode node decode-2"),
-    ({"model": "llama-4-maverick"}, "never place on a node"),
-    ({"model": "Meta/Llama-4-Maverick", "model_routed": "llama-4-maverick"}, "never place on a node"),
+    ({"model": "llama-4-maverick"}, "no engine node served"),
+    ({"model": "Meta/Llama-4-Maverick", "model_routed": "llama-4-maverick"}, "no engine node served"),
 ])
 def test_a_source_the_engine_logs_place_elsewhere_goes_to_review_however_strong(
         tmp_path: Path, ann: dict[str, Any], why: str) -> None:
@@ -1124,36 +1125,29 @@ def test_a_placed_record_naming_no_model_leaves_the_served_models_unknown(tmp_pa
     assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
 
 
-def _over_limit(rid: str) -> dict[str, Any]:
-    return {"source_file": "prefill-0.log", "source_line": 1, "node": "prefill-0", "role": "prefill", "time": at(-200),
-            "event": "over_limit", "rid": rid, "input_len": 700_000, "limit": 681_279,
-            "message": f"rid={rid} Input length (700000 tokens) exceeds the maximum allowed length (681279 tokens)"}
-
-
-@pytest.mark.parametrize(("shared", "named"), [(False, set()), (True, {"ann"})])
-def test_a_prompt_the_engine_refused_over_its_limit_is_no_stale_page(tmp_path: Path, shared: bool,
-                                                                     named: set[str]) -> None:
-    # The engine refused ann's request as over its limit (outside the incident's window, so no suspect): its
-    # prompt never reached a KV cache. Its node is unknown (never decoded), and it was named exposed, confirmed.
-    # An engine id two exchanges carry cannot say which was refused (as the scan's engine signature): then
-    # nothing rules her copy out.
+@pytest.mark.parametrize(("low", "ceiling", "named"),
+                         [(700_000, 681_280, set()), (600_000, 681_280, {"ann"}), (700_000, None, {"ann"})])
+def test_a_prompt_above_the_pool_ceiling_is_no_stale_page(tmp_path: Path, low: int, ceiling: int | None,
+                                                          named: set[str]) -> None:
+    # ann's request (outside the incident's window, so no suspect) held more tokens than the KV pool: the engine
+    # refused it, or served the placeholder in its place, and no cache ever held its prompt. Its node is unknown
+    # (never decoded), and it was named exposed, confirmed. Only a count above the ceiling even at the low end of
+    # its band rules it out (a prompt that may fit may have been prefilled), and only with a ceiling known.
     rng = np.random.default_rng(61)
-    rows = _lone_source_case(rng, {})
-    if shared:
-        rows.append(exchange("a1", "zed", -300, prompt=words_text(rng, 20)))
-    case = write_case(tmp_path / "case", rows, engine_events=[_over_limit("a1")],
-                      suspects=suspect_rows(rows, ["b1"]))
-    res = match(case, config())
+    rows = _lone_source_case(rng, {"prompt_tokens": low, "prompt_tokens_low": low, "prompt_tokens_high": low})
+    cfg = CaseConfig(sections={"match": {}}, real_ceiling_tokens=ceiling)
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), cfg)
     assert {f["source_tenant_id"] for f in res.cross_tenant} == named
     if not named:
         (row,) = [r for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
-        assert "refused as over the engine's limit" in row["why_not_notified"]
+        assert "longer than the real pool ceiling" in row["why_not_notified"]
 
 
 def test_e3_does_not_name_a_candidate_the_engine_logs_place_elsewhere(tmp_path: Path) -> None:
     rows = _e3_case(np.random.default_rng(3))
+    # (decode-1's log runs from the first prompt to the suspect: it was running when acme's copy ran elsewhere)
     rows = [dict(r, decode_node="decode-2") if r["request_id"] == "a1" else
-            dict(r, decode_node="decode-1") if r["request_id"] == "b1" else r for r in rows]
+            dict(r, decode_node="decode-1") if r["request_id"] in ("b1", "p0") else r for r in rows]
     strict = {"confirm_evalue": 0.0, "probable_evalue": 1e-300}
     res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)),
                 config(**strict, unexplained_evalue=1000.0))
@@ -1178,3 +1172,81 @@ def test_a_source_retried_on_the_suspects_node_is_not_placed_elsewhere(tmp_path:
     once = match(write_case(tmp_path / "once", rows, engine_events=events[:1] + events[2:],
                             suspects=suspect_rows(rows, ["b1"])), config())
     assert not once.cross_tenant
+
+
+def test_a_node_whose_log_was_not_running_then_is_not_another_node(tmp_path: Path) -> None:
+    # Decode logs exported one file per day make a node of each day's file: the suspect's node (today's file)
+    # places no record at the time of ann's copy (yesterday's file, another "node"). That is no evidence her
+    # copy ran elsewhere: she stays named.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"decode_node": "decode-1-day1"})
+    rows = [dict(r, decode_node="decode-1-day2") if r["request_id"] == "b1" else r for r in rows]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def test_a_customer_is_ruled_out_only_where_every_copy_of_the_passage_is(tmp_path: Path) -> None:
+    # ann sent the passage to the engine's model (node unknown: a gap in the decode log), then to another model:
+    # the collapse of her copies kept the later one, which the engine logs rule out, and she went to review.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {})
+    (a1,) = [r for r in rows if r["request_id"] == "a1"]
+    rows.append(dict(a1, request_id="a2", received_at=at(-100), completed_at=at(-99), model="llama-4-maverick"))
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert [f["source_request_id"] for f in res.cross_tenant] == ["a1"]
+
+
+def test_the_suspects_own_retry_on_the_sources_node_keeps_the_source(tmp_path: Path) -> None:
+    # bolt's suspect request was decoded on decode-1, then retried on decode-3 (the exchanges name the first):
+    # ann's copy ran on decode-3 just before. Her copy may be the pages the retry decoded from.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"decode_node": "decode-3"})
+    events = [_decoded("b1", "decode-1", 5), _decoded("b1", "decode-3", 5.2), _decoded("o1", "decode-1", -599)]
+    res = match(write_case(tmp_path / "case", rows, engine_events=events, suspects=suspect_rows(rows, ["b1"])),
+                config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def test_a_copy_ruled_out_does_not_explain_away_the_sources_on_the_suspects_node(tmp_path: Path) -> None:
+    # bolt's suspect decoded pages holding ann's paragraph and ben's, both sent just before on its node. zed
+    # pasted the whole article, on another node: zed's pair is stronger and explained ann's and ben's away, and
+    # nobody was named (zed, ruled out, is in review). The pages came from the node: ann and ben are named.
+    rng = np.random.default_rng(71)
+    one, two = words_text(rng, 40), words_text(rng, 40)
+    rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
+                     decode_node=f"decode-{i % 4}") for i in range(300)]
+    rows += [exchange("z1", "zed", -200, prompt=f"the article: {one} {two} {words_text(rng, 20)}", decode_node="decode-2"),
+             exchange("a1", "ann", -2, prompt=f"first part: {one}", decode_node="decode-1"),
+             exchange("n1", "ben", -1, prompt=f"second part: {two}", decode_node="decode-1"),
+             exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 5)} {one} {two} {words_text(rng, 5)}",
+                      decode_node="decode-1")]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann", "ben"}
+    assert "zed" in {r["source_tenant_id"] for r in _review(tmp_path / "case")}
+
+
+@pytest.mark.parametrize(("placed", "named"), [
+    ({"model": None, "model_routed": "glm-5.3"}, set()),  # the routed name says which model
+    ({"model": ""}, {"ann"}),  # names no model: which models the engines serve is unknown
+    ({"model": "openai/"}, {"ann"}),
+])
+def test_the_models_the_engines_serve_are_known_only_where_every_placed_record_names_one(
+        tmp_path: Path, placed: dict[str, Any], named: set[str]) -> None:
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"model": "llama-4-maverick"})
+    rows = [dict(r, **placed) if r["request_id"] == "o5" else r for r in rows]
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == named
+
+
+@pytest.mark.parametrize(("ann_model", "case_models"), [
+    ("GLM 5.3", []), ("glm_5.3", []), ("ｇｌｍ－５．３", []), ("glm\u20115.3", []), ("glm-5.3-fp8", ["glm-5.3", "glm-5.3-fp8"]),
+])
+def test_spellings_of_the_engines_model_are_not_another_deployment(tmp_path: Path, ann_model: str,
+                                                                   case_models: list[str]) -> None:
+    # Written with other separators, width or a non-breaking hyphen, or a name the case file lists as one of its
+    # models: the engine's model, not another deployment.
+    rng = np.random.default_rng(61)
+    rows = _lone_source_case(rng, {"model": ann_model})
+    res = match(make_case(tmp_path / "case", rows, ["b1"]), CaseConfig(models=case_models, sections={"match": {}}))
+    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}

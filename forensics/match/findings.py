@@ -6,6 +6,8 @@ import bisect
 import dataclasses
 import itertools
 import math
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -428,14 +430,19 @@ class RecordFacts:
     #: The deployments (:func:`deployment`) each request asked for or was routed to, for the findings' requests
     #: and the targets.
     models: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
-    #: The deployments of the records the engine logs place on a decode node: the models the engines serve
-    #: (empty when a placed record names no model).
+    #: The deployments the engines serve: of the records the engine logs place on a decode node, and the case's
+    #: models (empty when a placed record names no model: then unknown).
     engine_models: frozenset[str] = frozenset()
-    #: Requests (of the findings) that the engine refused as over its limit: their prompt never reached a cache.
+    #: Requests (of the findings) whose prompt is above the real pool ceiling even at the low end of its count.
     unprefilled: frozenset[tuple[str, str | None]] = frozenset()
-    #: Every decode node of the requests (of the findings) the engine logs show decoded on more than one (a
-    #: retry); ``node`` names one of them.
+    #: Every decode node of the requests the engine logs show decoded on more than one (a retry; ``node`` and a
+    #: target's ``decode_node`` name one of them).
     decode_nodes: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
+
+    def logging_at(self, node: str, when_us: int) -> bool:
+        """Whether ``node``'s log was running at ``when_us``: it places records on the node before and after."""
+        t = self.node_times.get(node)
+        return t is not None and len(t) > 0 and when_us != NO_TIME and int(t[0]) <= when_us <= int(t[-1])
 
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
@@ -459,20 +466,26 @@ class RecordFacts:
 
 
 def deployment(model: str | None) -> str | None:
-    """A model name as the deployment it names: without a provider prefix, case or spaces around it
-    (``openai/GLM-5.3`` and ``glm-5.3`` are one). None for no name."""
+    """A model name as the deployment it names: without a provider prefix, case, width or the separators a
+    name is written with (``openai/GLM-5.3``, ``glm_5.3`` and ``GLM 5.3`` are one: ``glm-5-3``). None for no
+    name."""
     if model is None:
         return None
-    name = model.strip().rsplit("/", 1)[-1].strip().casefold()
+    name = unicodedata.normalize("NFKC", model).strip().rsplit("/", 1)[-1].casefold()
+    name = _SEPARATORS.sub("-", name).strip("-")
     return name or None
 
 
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
-                 case: Case | None = None) -> RecordFacts:
+                 case: Case | None = None, ceiling: int | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
-    deployments of those requests and of ``target_keys``; which of ``keys`` the engine refused over its limit
-    and which it decoded on more than one node (from the engine logs of ``case``, by the engine's id of a request
-    only one exchange carries)."""
+    deployments of those requests and of ``target_keys``, and the models the engines serve (those of the records
+    placed on a decode node, and ``case_models``); which of ``keys`` hold a prompt above ``ceiling`` even at the
+    low end of its count, and which the engine logs of ``case`` show decoded on more than one node (by the
+    engine's id of a request only one exchange carries)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
@@ -481,15 +494,18 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     has_model = "model" in names
     model_cols = [c for c in ("model", "model_routed") if c in names]
     has_rid = "rid" in names
+    has_low = "prompt_tokens_low" in names
     cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols + (["rid"] if has_rid else [])
-            + (["damage"] if has_damage else []))
+            + (["prompt_tokens_low"] if has_low else []) + (["damage"] if has_damage else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
-    over, retried = _engine_facts(case) if case is not None else (set(), {})
-    over_set = pa.array(sorted(over | set(retried)), pa.string())
+    retried = _retried_decodes(case) if case is not None else {}
+    retried_set = pa.array(sorted(retried), pa.string())
     rid_owners: dict[str, set[tuple[str, str | None]]] = {}
     deployments: dict[tuple[str, str | None], frozenset[str]] = {}
     served: set[str] = set()
+    served_unknown = False
+    over_ceiling: set[tuple[str, str | None]] = set()
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
@@ -505,13 +521,22 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
         models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
         engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
-        for c in model_cols:
-            served.update(d for d in map(deployment, pc.unique(batch.column(c).filter(pc.is_valid(nodes))).to_pylist()) if d)
-        if len(over_set):
+        if model_cols:
+            placed = pa.table({c: batch.column(c).filter(pc.is_valid(nodes)) for c in model_cols})
+            for names_asked in placed.group_by(model_cols).aggregate([]).to_pylist():
+                named = {d for d in map(deployment, names_asked.values()) if d}
+                served |= named
+                # A placed record that names no model (no name, or one that names no deployment): which models the
+                # engines serve is then unknown.
+                served_unknown = served_unknown or not named
+        else:
+            served_unknown = served_unknown or bool(pc.any(pc.is_valid(nodes)).as_py())
+        if len(retried_set):
             engine_rid = pc.coalesce(batch.column("rid"), batch.column("request_id")) if has_rid else batch.column("request_id")
-            named = pc.is_in(engine_rid, value_set=over_set)
-            for erid, rid, ten in zip(engine_rid.filter(named).to_pylist(), batch.column("request_id").filter(named).to_pylist(),
-                                      batch.column("tenant_id").filter(named).to_pylist()):
+            named_rid = pc.is_in(engine_rid, value_set=retried_set)
+            for erid, rid, ten in zip(engine_rid.filter(named_rid).to_pylist(),
+                                      batch.column("request_id").filter(named_rid).to_pylist(),
+                                      batch.column("tenant_id").filter(named_rid).to_pylist()):
                 rid_owners.setdefault(erid, set()).add((rid, ten))
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
@@ -522,47 +547,45 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
+            low = sel.column("prompt_tokens_low").to_pylist() if has_low else [None] * sel.num_rows
             asked = zip(*(sel.column(c).to_pylist() for c in model_cols)) if model_cols else iter(lambda: (), None)
-            for rid, ten, nd, dm, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                            sel.column("decode_node").to_pylist(), dmg, asked):
+            for rid, ten, nd, dm, lo, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                                sel.column("decode_node").to_pylist(), dmg, low, asked):
                 if (rid, ten) in modelled:
                     deployments[(rid, ten)] = deployments.get((rid, ten), frozenset()) | {d for d in map(deployment, md) if d}
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
+                    if ceiling is not None and lo is not None and lo > ceiling:
+                        over_ceiling.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
-    # An engine id two exchanges carry cannot say which of them was refused (as the scan's engine_signature).
-    unprefilled = frozenset(k for erid, owners in rid_owners.items() if erid in over and len(owners) == 1
-                            for k in owners if k in keys)
-    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if erid in retried and len(owners) == 1
-                    for k in owners if k in keys}
-    if None in engine_models:  # a placed record that names no model: which models the engines serve is unknown
+    # An engine id two exchanges carry cannot say which of them ran where (as the scan's engine_signature).
+    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if len(owners) == 1 for k in owners}
+    if served and not served_unknown:
+        served |= {d for d in map(deployment, case_models) if d}
+    else:
         served = set()
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
                         np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
-                        deployments, frozenset(served), unprefilled, decode_nodes)
+                        deployments, frozenset(served), frozenset(over_ceiling), decode_nodes)
 
 
-def _engine_facts(case: Case) -> tuple[set[str], dict[str, frozenset[str]]]:
-    """From the case's engine logs: the ids of the requests a prefill node (or a node of no stated role) refused
-    as over its limit, and the decode nodes of each request decoded on more than one (a retry: the exchanges
-    name one). Two DuckDB queries over the engine events (a case without engine logs has none)."""
+def _retried_decodes(case: Case) -> dict[str, frozenset[str]]:
+    """From the case's engine logs: the decode nodes of each request (by engine id) decoded on more than one (a
+    retry: the exchanges name one of them). One DuckDB query (a case without engine logs has no events)."""
     from forensics.queries import with_memory_to_spare  # here: worker processes never query
 
     con = case.connect(memory_cap=True)
     try:
-        over = with_memory_to_spare(con, lambda: con.execute(
-            "SELECT DISTINCT rid FROM engine_events WHERE event IN ('over_limit', 'exceeds_max_tokens') "
-            "AND rid IS NOT NULL AND role IS DISTINCT FROM 'decode'").fetchall())
-        retried = with_memory_to_spare(con, lambda: con.execute(
+        rows = with_memory_to_spare(con, lambda: con.execute(
             "SELECT rid, list(DISTINCT node ORDER BY node) FROM engine_events WHERE role = 'decode' AND rid IS NOT NULL "
             "GROUP BY rid HAVING count(DISTINCT node) > 1").fetchall())
     finally:
         con.close()
-    return {r for (r,) in over}, {r: frozenset(nodes) for r, nodes in retried}
+    return {r: frozenset(nodes) for r, nodes in rows}
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -600,6 +623,10 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
         r["source_damage"] = facts.damage.get((r["source_request_id"], r["source_tenant_id"]))
         r["search_size"] = search_before[r["_target"]]
+        # Only a source received before the suspect can have left the pages it decodes from: one received
+        # after it (while it was still being answered) is no earlier occupant of the node, however close.
+        r["_on_node_before"] = bool(r["same_decode_node"] and known and r["_source_received_us"] < tgt.received_us)
+        r["_ruled_out"] = _ruled_out_by_engine(r, tgt, facts)
     rows = _collapse_same_tenant_copies(rows)
     later = _collapse_same_tenant_copies(later)
     _mark_carried_on(rows, targets, p.k, holders)
@@ -608,9 +635,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r.setdefault("_explained_by", None)
         r["_explained_by_node"] = False
         tgt = targets[r["_target"]]
-        # Only a source received before the suspect can have left the pages it decodes from: one received
-        # after it (while it was still being answered) is no earlier occupant of the node, however close.
-        before_it = r["same_decode_node"] and r["seconds_before"] is not None and r["_source_received_us"] < tgt.received_us
+        before_it = r["_on_node_before"]
         r["records_since_source_on_node"] = (
             facts.records_since_on_node_at_most(tgt.decode_node or "", r["_source_received_us"], tgt.received_us)
             if before_it else None)
@@ -619,8 +644,6 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
                                                                   tgt.received_us) if before_it else None)
     _prefer_the_node([r for r in rows if r["_carried_from"] is None])
-    for r in rows:
-        r["_ruled_out"] = _ruled_out_by_engine(r, targets[r["_target"]], facts)
     _explain_away(later)
     # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
     # suspect got with a later text (the same steps as for the findings: a pair explained by a stronger one
@@ -925,7 +948,9 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
     Stale pages leak one customer's text; another customer's similar text (the same form filled
     with other values, another article on the same subject) then matches the leaked passage
     too, more weakly. The response text is explained by the stronger source; the weaker likeness
-    is what similar texts share. Pairs of equal strength (the same passage sent by both) stay.
+    is what similar texts share. Pairs of equal strength (the same passage sent by both) stay, and so does a
+    pair whose source ran on the suspect's decode node before it against a stronger copy the engine logs rule
+    out (:func:`_ruled_out_by_engine`): the pages came from the node, whatever else the text resembles.
     """
     by_target: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
@@ -938,37 +963,51 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
             for s in group[:i]:
                 if s["strength_bits"] <= r["strength_bits"] or same_customer(s["source_tenant_id"], r["source_tenant_id"]):
                     continue
+                if s.get("_ruled_out") and r.get("_on_node_before"):
+                    continue  # a copy that cannot be the pages does not outweigh one that ran where they come from
                 if _mostly_inside(r, s):
                     r["_explained_by"] = s["finding_id"]
                     break
 
 
 def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> str | None:
-    """Why the engine logs rule this cross-tenant source copy out as the stale pages the suspect decoded from,
-    or None. The logs must show it: a prompt the engine refused as over its limit (it never reached a cache);
-    with the suspect's decode node known, a copy decoded on another node, or sent to a model that no record
-    the logs place on a node asked for (another deployment: a KV pool serves one model) and that the suspect
-    did not ask for. A copy whose node is simply unknown (a gap in the logs, gateway logs only) stays as the
-    text leaves it. Such a pair goes to review with this reason; it still explains weaker likenesses away.
+    """Why this cross-tenant source copy cannot be the stale pages the suspect decoded from, or None. Each
+    reason rests on what the logs show, never on what they lack:
+    - a prompt whose token count is above the real pool ceiling even at the low end of its band: no KV cache
+      of that pool ever held it (the engine refused it, or served the placeholder in its place);
+    - with the suspect's decode node known: a copy decoded on another node (none of the nodes the engine logs
+      show either request decoded on, a retry included, in common) at a time the suspect's node's own log was
+      running (a node whose log files are named per day, or a gap, is not "another node");
+    - with the suspect's decode node known: a copy whose node is unknown, sent to a model no engine serves (no
+      record placed on a node, nor the case's own models, asked for it, compared as deployments) and not the
+      suspect's model: another deployment, and a KV pool serves one model.
+    A copy whose node is simply unknown stays as the text leaves it. Such a pair goes to review with this
+    reason; it still explains weaker likenesses away, except of a source that ran on the suspect's node.
     """
     if r["relation"] != "cross_tenant":
         return None
     key = (r["source_request_id"], r["source_tenant_id"])
     if r["source_kind"] == "prompt" and key in facts.unprefilled:
-        return ("the engine logs show this request refused as over the engine's limit: its prompt never reached "
-                "a KV cache, so no stale page holds it (the text may still come from another copy)")
+        return ("this prompt is longer than the real pool ceiling even at the low end of its token count: no KV "
+                "cache held it (the engine refused it or served the placeholder), so no stale page does (the text "
+                "may still come from another copy)")
     if tgt.decode_node is None:
         return None
-    if r["same_decode_node"] is False and tgt.decode_node not in facts.decode_nodes.get(key, frozenset()):
-        return (f"the engine logs place this copy on decode node {r['source_decode_node']} and the suspect on "
-                f"{tgt.decode_node}: stale pages come from the suspect's own node (the text may still come from "
-                f"another copy the logs do not show)")
+    src_node = r["source_decode_node"]
+    if r["same_decode_node"] is False and src_node is not None:
+        ran_on = facts.decode_nodes.get(key, frozenset({src_node}))
+        suspect_on = facts.decode_nodes.get((tgt.request_id, tgt.tenant_id), frozenset({tgt.decode_node}))
+        if not ran_on & suspect_on and facts.logging_at(tgt.decode_node, r["_source_received_us"]):
+            return (f"the engine logs place this copy on decode node {src_node} and the suspect on "
+                    f"{tgt.decode_node}, whose log was running then: stale pages come from the suspect's own node "
+                    f"(the text may still come from another copy the logs do not show)")
+        return None
     sent_to = facts.models.get(key, frozenset())
-    if (r["source_decode_node"] is None and facts.engine_models and sent_to and not sent_to & facts.engine_models
+    if (src_node is None and facts.engine_models and sent_to and not sent_to & facts.engine_models
             and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
-        return (f"this copy was sent to {', '.join(sorted(sent_to))}, a model the engine logs never place on a node "
-                f"(another deployment; a KV pool serves one model), not the suspect's: no stale page of the suspect's "
-                f"node holds it")
+        return (f"this copy was sent to {', '.join(sorted(sent_to))}, a model no engine node served (no record the "
+                f"engine logs place on a node asked for it, nor is it one of the case's models): another deployment "
+                f"(a KV pool serves one model), so no stale page of the suspect's node holds it")
     return None
 
 
@@ -1021,7 +1060,9 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
 
     Among rows of one recipient and one source tenant, a row whose passage (its strongest) overlaps
     one of a kept row's passages by at least half of the shorter span is a copy of it; one is kept:
-    a source on the recipient's decode node first (where stale pages come from), then the one whose
+    a copy the engine logs do not rule out first (:func:`_ruled_out_by_engine`: a customer is ruled out only
+    where every copy of the passage is), a source on the recipient's decode node next (where stale pages come
+    from), then the one whose
     copy of that passage matches best, then the most recent (the latest occupant's);
     ``other_source_requests`` counts the rest.
 
@@ -1031,8 +1072,8 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (_NODE_RANK[r["same_decode_node"]], -r["_main_bits"], -r["_source_received_us"], r["source_request_id"],
-                r["source_kind"])
+        return (r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]], -r["_main_bits"],
+                -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
