@@ -1207,24 +1207,6 @@ def test_the_suspects_own_retry_on_the_sources_node_keeps_the_source(tmp_path: P
     assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
 
 
-def test_a_copy_ruled_out_does_not_explain_away_the_sources_on_the_suspects_node(tmp_path: Path) -> None:
-    # bolt's suspect decoded pages holding ann's paragraph and ben's, both sent just before on its node. zed
-    # pasted the whole article, on another node: zed's pair is stronger and explained ann's and ben's away, and
-    # nobody was named (zed, ruled out, is in review). The pages came from the node: ann and ben are named.
-    rng = np.random.default_rng(71)
-    one, two = words_text(rng, 40), words_text(rng, 40)
-    rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=words_text(rng, 30), response=words_text(rng, 20),
-                     decode_node=f"decode-{i % 4}") for i in range(300)]
-    rows += [exchange("z1", "zed", -200, prompt=f"the article: {one} {two} {words_text(rng, 20)}", decode_node="decode-2"),
-             exchange("a1", "ann", -2, prompt=f"first part: {one}", decode_node="decode-1"),
-             exchange("n1", "ben", -1, prompt=f"second part: {two}", decode_node="decode-1"),
-             exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 5)} {one} {two} {words_text(rng, 5)}",
-                      decode_node="decode-1")]
-    res = match(make_case(tmp_path / "case", rows, ["b1"]), config())
-    assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann", "ben"}
-    assert "zed" in {r["source_tenant_id"] for r in _review(tmp_path / "case")}
-
-
 @pytest.mark.parametrize(("placed", "named"), [
     ({"model": None, "model_routed": "glm-5.3"}, set()),  # the routed name says which model
     ({"model": ""}, {"ann"}),  # names no model: which models the engines serve is unknown
