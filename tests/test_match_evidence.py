@@ -1125,22 +1125,41 @@ def test_a_placed_record_naming_no_model_leaves_the_served_models_unknown(tmp_pa
     assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
 
 
-@pytest.mark.parametrize(("low", "ceiling", "named"),
-                         [(700_000, 681_280, set()), (600_000, 681_280, {"ann"}), (700_000, None, {"ann"})])
-def test_a_prompt_above_the_pool_ceiling_is_no_stale_page(tmp_path: Path, low: int, ceiling: int | None,
-                                                          named: set[str]) -> None:
-    # ann's request (outside the incident's window, so no suspect) held more tokens than the KV pool: the engine
-    # refused it, or served the placeholder in its place, and no cache ever held its prompt. Its node is unknown
-    # (never decoded), and it was named exposed, confirmed. Only a count above the ceiling even at the low end of
-    # its band rules it out (a prompt that may fit may have been prefilled), and only with a ceiling known.
+def _over_limit(rid: str, minute: float) -> dict[str, Any]:
+    return {"source_file": "prefill-0.log", "source_line": 1, "node": "prefill-0", "role": "prefill", "time": at(minute),
+            "event": "over_limit", "rid": rid, "input_len": 700_000, "limit": 681_279,
+            "message": f"rid={rid} Input length (700000 tokens) exceeds the maximum allowed length (681279 tokens)"}
+
+
+def _prefilled(rid: str, minute: float, tokens: int) -> dict[str, Any]:
+    return {"source_file": "prefill-1.log", "source_line": 1, "node": "prefill-1", "role": "prefill", "time": at(minute),
+            "event": "req_time_stats", "rid": rid, "input_len": tokens, "message": f"rid={rid} input_len={tokens}"}
+
+
+@pytest.mark.parametrize(("case", "named"), [
+    ("refused", set()),
+    # prefilled after all (another node's bigger pool, a retry): it reached a cache
+    ("refused, then prefilled", {"ann"}),
+    # ingest did not take the line's count as this prompt's (a line of another request under the id)
+    ("count not the engine's", {"ann"}),
+    ("id of two exchanges", {"ann"}),  # the engine's id names two exchanges: which one was refused is unknown
+])
+def test_a_prompt_the_engine_refused_and_never_prefilled_is_no_stale_page(tmp_path: Path, case: str,
+                                                                          named: set[str]) -> None:
+    # The engine refused ann's request as over its limit (outside the incident's window, so no suspect): its
+    # prompt reached no KV cache. Its node is unknown (never decoded), and it was named exposed, confirmed.
     rng = np.random.default_rng(61)
-    rows = _lone_source_case(rng, {"prompt_tokens": low, "prompt_tokens_low": low, "prompt_tokens_high": low})
-    cfg = CaseConfig(sections={"match": {}}, real_ceiling_tokens=ceiling)
-    res = match(make_case(tmp_path / "case", rows, ["b1"]), cfg)
+    counted = {"prompt_tokens": 700_000, "prompt_tokens_low": 700_000, "prompt_tokens_high": 700_000,
+               "prompt_tokens_source": "reported" if case == "count not the engine's" else "engine"}
+    rows = _lone_source_case(rng, counted)
+    if case == "id of two exchanges":
+        rows.append(exchange("a1", "zed", -300, prompt=words_text(rng, 20)))
+    events = [_over_limit("a1", -200)] + ([_prefilled("a1", -199, 690_000)] if case.endswith("prefilled") else [])
+    res = match(write_case(tmp_path / "case", rows, engine_events=events, suspects=suspect_rows(rows, ["b1"])), config())
     assert {f["source_tenant_id"] for f in res.cross_tenant} == named
     if not named:
         (row,) = [r for r in _review(tmp_path / "case") if r["source_tenant_id"] == "ann"]
-        assert "longer than the real pool ceiling" in row["why_not_notified"]
+        assert "refused as over the engine's limit and never prefilled" in row["why_not_notified"]
 
 
 def test_e3_does_not_name_a_candidate_the_engine_logs_place_elsewhere(tmp_path: Path) -> None:
@@ -1232,3 +1251,27 @@ def test_spellings_of_the_engines_model_are_not_another_deployment(tmp_path: Pat
     rows = _lone_source_case(rng, {"model": ann_model})
     res = match(make_case(tmp_path / "case", rows, ["b1"]), CaseConfig(models=case_models, sections={"match": {}}))
     assert {f["source_tenant_id"] for f in res.cross_tenant} == {"ann"}
+
+
+def test_e3_names_no_one_when_the_strongest_candidate_is_ruled_out(tmp_path: Path) -> None:
+    # bolt's answer holds ann's 40-word passage; ann's copy ran on another node while bolt's node was logging, so it
+    # goes to review. Elsewhere in the answer, five common words cyd sent on bolt's node: E3 then named cyd, a
+    # likeness, as the suspect had no finding left. The strongest candidate is ruled out: E3 names no one.
+    rng = np.random.default_rng(1)
+    common = [f"c{i:02d}y" for i in range(40)]
+
+    def mixed(n: int) -> str:  # background text: half of it common words
+        return " ".join(common[rng.integers(0, 40)] if rng.random() < 0.5 else VOCAB[rng.integers(0, 5000)]
+                        for _ in range(n))
+
+    passage = words_text(rng, 40)
+    other = " ".join(common[i] for i in rng.integers(0, 40, size=5))
+    rows = [exchange(f"o{i}", f"t{i}", -600 + i, prompt=mixed(30), response=mixed(20), decode_node=f"decode-{i % 4}")
+            for i in range(300)]
+    rows += [exchange("a1", "ann", -200, prompt=f"summarise this article: {passage}", decode_node="decode-2"),
+             exchange("c1", "cyd", -3, prompt=f"{words_text(rng, 20)} {other} {words_text(rng, 20)}", decode_node="decode-1"),
+             exchange("b1", "bolt", 5, prompt="q", decode_node="decode-1",
+                      response=f"{words_text(rng, 10)} {passage} {words_text(rng, 15)} {other} {words_text(rng, 10)}")]
+    res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
+    assert not res.cross_tenant
+    assert {r["source_tenant_id"] for r in _review(tmp_path / "case")} >= {"ann", "cyd"}

@@ -157,9 +157,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     del scorer  # its regions: the rows hold what the findings need
     keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in rows}
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
-    ceiling = config.real_ceiling_tokens if isinstance(config.real_ceiling_tokens, int) else None
-    facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, c, ceiling,
-                         tuple(config.models))
+    facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, c, tuple(config.models))
     rows, null = decide(rows, targets, p, facts, held)
     evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
     review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]

@@ -433,7 +433,7 @@ class RecordFacts:
     #: The deployments the engines serve: of the records the engine logs place on a decode node, and the case's
     #: models (empty when a placed record names no model: then unknown).
     engine_models: frozenset[str] = frozenset()
-    #: Requests (of the findings) whose prompt is above the real pool ceiling even at the low end of its count.
+    #: Requests (of the findings) the engine refused as over its limit and never prefilled.
     unprefilled: frozenset[tuple[str, str | None]] = frozenset()
     #: Every decode node of the requests the engine logs show decoded on more than one (a retry; ``node`` and a
     #: target's ``decode_node`` name one of them).
@@ -480,12 +480,12 @@ _SEPARATORS = re.compile(r"[\W_]+")
 
 
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
-                 case: Case | None = None, ceiling: int | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
+                 case: Case | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
     deployments of those requests and of ``target_keys``, and the models the engines serve (those of the records
-    placed on a decode node, and ``case_models``); which of ``keys`` hold a prompt above ``ceiling`` even at the
-    low end of its count, and which the engine logs of ``case`` show decoded on more than one node (by the
-    engine's id of a request only one exchange carries)."""
+    placed on a decode node, and ``case_models``); from the engine logs of ``case`` (by the engine's id of a
+    request only one exchange carries), which requests ran on more than one decode node, and which of ``keys``
+    the engine refused over its limit and never prefilled (ingest took the refusal's count as the prompt's)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
@@ -494,18 +494,18 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     has_model = "model" in names
     model_cols = [c for c in ("model", "model_routed") if c in names]
     has_rid = "rid" in names
-    has_low = "prompt_tokens_low" in names
+    has_count = "prompt_tokens_source" in names
     cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols + (["rid"] if has_rid else [])
-            + (["prompt_tokens_low"] if has_low else []) + (["damage"] if has_damage else []))
+            + (["prompt_tokens_source"] if has_count else []) + (["damage"] if has_damage else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
-    retried = _retried_decodes(case) if case is not None else {}
-    retried_set = pa.array(sorted(retried), pa.string())
+    retried, refused = _engine_facts(case) if case is not None else ({}, set())
+    retried_set = pa.array(sorted(set(retried) | refused), pa.string())
+    counted_by_engine: set[tuple[str, str | None]] = set()
     rid_owners: dict[str, set[tuple[str, str | None]]] = {}
     deployments: dict[tuple[str, str | None], frozenset[str]] = {}
     served: set[str] = set()
     served_unknown = False
-    over_ceiling: set[tuple[str, str | None]] = set()
     node: dict[tuple[str, str | None], str | None] = {}
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
@@ -547,22 +547,27 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
-            low = sel.column("prompt_tokens_low").to_pylist() if has_low else [None] * sel.num_rows
+            count = sel.column("prompt_tokens_source").to_pylist() if has_count else [None] * sel.num_rows
             asked = zip(*(sel.column(c).to_pylist() for c in model_cols)) if model_cols else iter(lambda: (), None)
-            for rid, ten, nd, dm, lo, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                                sel.column("decode_node").to_pylist(), dmg, low, asked):
+            for rid, ten, nd, dm, src, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                                 sel.column("decode_node").to_pylist(), dmg, count, asked):
                 if (rid, ten) in modelled:
                     deployments[(rid, ten)] = deployments.get((rid, ten), frozenset()) | {d for d in map(deployment, md) if d}
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm
-                    if ceiling is not None and lo is not None and lo > ceiling:
-                        over_ceiling.add((rid, ten))
+                    if src == "engine":
+                        counted_by_engine.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
     # An engine id two exchanges carry cannot say which of them ran where (as the scan's engine_signature).
-    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if len(owners) == 1 for k in owners}
+    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if erid in retried and len(owners) == 1
+                    for k in owners}
+    # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
+    # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
+    unprefilled = frozenset(k for erid, owners in rid_owners.items() if erid in refused and len(owners) == 1
+                            for k in owners if k in counted_by_engine)
     if served and not served_unknown:
         served |= {d for d in map(deployment, case_models) if d}
     else:
@@ -570,22 +575,29 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
                         np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
-                        deployments, frozenset(served), frozenset(over_ceiling), decode_nodes)
+                        deployments, frozenset(served), unprefilled, decode_nodes)
 
 
-def _retried_decodes(case: Case) -> dict[str, frozenset[str]]:
-    """From the case's engine logs: the decode nodes of each request (by engine id) decoded on more than one (a
-    retry: the exchanges name one of them). One DuckDB query (a case without engine logs has no events)."""
+def _engine_facts(case: Case) -> tuple[dict[str, frozenset[str]], set[str]]:
+    """From the case's engine logs, by engine id: the decode nodes of each request decoded on more than one (a
+    retry: the exchanges name one of them); and the requests a prefill node (or one of no stated role) refused as
+    over its limit that no line shows prefilled after all (more than the placeholder's one token, on any node).
+    Two DuckDB queries (a case without engine logs has no events)."""
     from forensics.queries import with_memory_to_spare  # here: worker processes never query
 
     con = case.connect(memory_cap=True)
     try:
-        rows = with_memory_to_spare(con, lambda: con.execute(
+        retried = with_memory_to_spare(con, lambda: con.execute(
             "SELECT rid, list(DISTINCT node ORDER BY node) FROM engine_events WHERE role = 'decode' AND rid IS NOT NULL "
             "GROUP BY rid HAVING count(DISTINCT node) > 1").fetchall())
+        refused = with_memory_to_spare(con, lambda: con.execute(
+            "SELECT rid FROM engine_events WHERE rid IS NOT NULL AND role IS DISTINCT FROM 'decode' "
+            "GROUP BY rid HAVING bool_or(event IN ('over_limit', 'exceeds_max_tokens')) "
+            "AND NOT coalesce(bool_or(event NOT IN ('over_limit', 'exceeds_max_tokens') AND input_len > 1), false)"
+        ).fetchall())
     finally:
         con.close()
-    return {r: frozenset(nodes) for r, nodes in rows}
+    return {r: frozenset(nodes) for r, nodes in retried}, {r for (r,) in refused}
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -628,7 +640,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_on_node_before"] = bool(r["same_decode_node"] and known and r["_source_received_us"] < tgt.received_us)
         r["_ruled_out"] = _ruled_out_by_engine(r, tgt, facts)
     rows = _collapse_same_tenant_copies(rows)
-    later = _collapse_same_tenant_copies(later)
+    later = _collapse_same_tenant_copies(later, mind_ruled_out=False)
     _mark_carried_on(rows, targets, p.k, holders)
     _explain_away([r for r in rows if r["_carried_from"] is None])
     for r in rows:
@@ -831,13 +843,11 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
         tgt = targets[t]
         if not (tgt.control or tgt.engine_signature or tgt.placeholder_usage) or any(r["tier"] for r in group):
             continue
-        # A copy the engine logs rule out as the stale pages is no answer to "whose pages", however strong.
-        group = [r for r in group if not r.get("_ruled_out")]
-        if not group:
-            continue
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
-        if best["_explained_by"] or best.get("_carried_from") is not None or any(r["expected_by_chance_with_mechanism"] == e
+        # The strongest candidate is a copy the engine logs rule out as the pages: the text's best answer to
+        # "whose pages" is ruled out, and a weaker one is most often a likeness of it; E3 names no one.
+        if best.get("_ruled_out") or best["_explained_by"] or best.get("_carried_from") is not None or any(r["expected_by_chance_with_mechanism"] == e
                                         and not same_customer(r["source_tenant_id"], best["source_tenant_id"]) for r in group):
             continue
         if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
@@ -974,8 +984,8 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
 def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> str | None:
     """Why this cross-tenant source copy cannot be the stale pages the suspect decoded from, or None. Each
     reason rests on what the logs show, never on what they lack:
-    - a prompt whose token count is above the real pool ceiling even at the low end of its band: no KV cache
-      of that pool ever held it (the engine refused it, or served the placeholder in its place);
+    - a prompt the engine refused as over its limit (the over-limit line ingest took as its count: not one of
+      another request under the id) that no line shows prefilled after all: no KV cache held it;
     - with the suspect's decode node known: a copy decoded on another node (none of the nodes the engine logs
       show either request decoded on, a retry included, in common) at a time the suspect's node's own log was
       running (a node whose log files are named per day, or a gap, is not "another node");
@@ -989,9 +999,8 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
         return None
     key = (r["source_request_id"], r["source_tenant_id"])
     if r["source_kind"] == "prompt" and key in facts.unprefilled:
-        return ("this prompt is longer than the real pool ceiling even at the low end of its token count: no KV "
-                "cache held it (the engine refused it or served the placeholder), so no stale page does (the text "
-                "may still come from another copy)")
+        return ("the engine logs show this request refused as over the engine's limit and never prefilled: its "
+                "prompt reached no KV cache, so no stale page holds it (the text may still come from another copy)")
     if tgt.decode_node is None:
         return None
     src_node = r["source_decode_node"]
@@ -1001,14 +1010,16 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
         if not ran_on & suspect_on and facts.logging_at(tgt.decode_node, r["_source_received_us"]):
             return (f"the engine logs place this copy on decode node {src_node} and the suspect on "
                     f"{tgt.decode_node}, whose log was running then: stale pages come from the suspect's own node "
-                    f"(the text may still come from another copy the logs do not show)")
+                    f"(the text may still come from another copy, or an earlier attempt of a retried call, that the "
+                    f"logs do not show)")
         return None
     sent_to = facts.models.get(key, frozenset())
     if (src_node is None and facts.engine_models and sent_to and not sent_to & facts.engine_models
             and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
         return (f"this copy was sent to {', '.join(sorted(sent_to))}, a model no engine node served (no record the "
                 f"engine logs place on a node asked for it, nor is it one of the case's models): another deployment "
-                f"(a KV pool serves one model), so no stale page of the suspect's node holds it")
+                f"(a KV pool serves one model), so no stale page of the suspect's node holds it (unless a first "
+                f"attempt of a call that fell back to it ran on the engines)")
     return None
 
 
@@ -1055,7 +1066,7 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
 _NODE_RANK = {True: 0, None: 1, False: 2}
 
 
-def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: bool = True) -> list[dict[str, Any]]:
     """One row per passage and source tenant: a tenant that sent the same text in several requests
     (every turn of a conversation resends it) exposed it once.
 
@@ -1065,7 +1076,8 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     where every copy of the passage is), a source on the recipient's decode node next (where stale pages come
     from), then the one whose
     copy of that passage matches best, then the most recent (the latest occupant's);
-    ``other_source_requests`` counts the rest.
+    ``other_source_requests`` counts the rest. The later-text null (``mind_ruled_out`` False) keeps its copies as
+    before the engine's rule: its chance matches are never findings, and it must not lean to weaker ones.
 
     Copies are compared on the passage they share (the row's strongest), not on the pair's total:
     an older copy that also shares some other phrase with the response is no likelier the source
@@ -1073,7 +1085,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]]) -> list[dict[str, A
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]], -r["_main_bits"],
+        return (mind_ruled_out and r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]], -r["_main_bits"],
                 -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
