@@ -988,7 +988,7 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
       another request under the id) that no line shows prefilled after all: no KV cache held it;
     - with the suspect's decode node known: a copy decoded on another node (none of the nodes the engine logs
       show either request decoded on, a retry included, in common) at a time the suspect's node's own log was
-      running (a node whose log files are named per day, or a gap, is not "another node");
+      running (a node whose log files are named per day is not "another node" outside its day);
     - with the suspect's decode node known: a copy whose node is unknown, sent to a model no engine serves (no
       record placed on a node, nor the case's own models, asked for it, compared as deployments) and not the
       suspect's model: another deployment, and a KV pool serves one model.
