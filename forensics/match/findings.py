@@ -4,6 +4,7 @@ passages), the decode-node facts, the null model and E-values, the tiers, and th
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -465,6 +466,7 @@ class RecordFacts:
         return int(np.searchsorted(self.times, when_us, side="left"))
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def deployment(model: str | None) -> str | None:
     """A model name as the deployment it names: without a provider prefix, case, width or the separators a
     name is written with (``openai/GLM-5.3``, ``glm_5.3`` and ``GLM 5.3`` are one: ``glm-5-3``). None for no
@@ -477,6 +479,12 @@ def deployment(model: str | None) -> str | None:
 
 
 _SEPARATORS = re.compile(r"[\W_]+")
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _deployments(names: tuple[str | None, ...]) -> frozenset[str]:
+    """The deployments a record's model names (asked for, routed to) name."""
+    return frozenset(d for d in map(deployment, names) if d)
 
 
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
@@ -552,7 +560,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
             for rid, ten, nd, dm, src, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
                                                  sel.column("decode_node").to_pylist(), dmg, count, asked):
                 if (rid, ten) in modelled:
-                    deployments[(rid, ten)] = deployments.get((rid, ten), frozenset()) | {d for d in map(deployment, md) if d}
+                    asked_for = _deployments(md)
+                    known = deployments.get((rid, ten))
+                    deployments[(rid, ten)] = asked_for if known is None else known | asked_for
                 if (rid, ten) in keys:
                     node[(rid, ten)] = nd
                     damage[(rid, ten)] = dm

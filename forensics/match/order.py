@@ -75,22 +75,3 @@ def unique_ints_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     at = np.flatnonzero(starts)
     return ordered[at], np.minimum.reduceat(perm, at)
 
-
-def unique_ints_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` for a 1-D integer array: its distinct values, sorted, and
-    for each value the position of its distinct value.
-
-    ``np.unique`` finds the inverse through a stable sort of indices; an unstable sort gives the same
-    distinct values and the same inverse (equal values share one position whatever their order), in about
-    half the time on the match stage's (target, k-gram) keys.
-    """
-    perm = np.argsort(values)
-    ordered = values[perm]
-    inverse = np.empty(len(values), dtype=np.intp)
-    if len(ordered) == 0:
-        return ordered, inverse
-    starts = np.empty(len(ordered), dtype=bool)
-    starts[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    inverse[perm] = np.cumsum(starts) - 1
-    return ordered[starts], inverse
