@@ -46,7 +46,7 @@ from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCou
 from forensics.case import Case, atomic_open, file_sha256, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
-from forensics.match.findings import RegionScorer, csv_text, decide, passages_text, record_facts
+from forensics.match.findings import RegionScorer, csv_text, decide, engine_facts, passages_text, record_facts
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
@@ -112,6 +112,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     path = c.table_path("exchanges")
     with helpers_running(workers_to_start(path, p, tuning.inline_bytes) if path.is_file() else 0,
                          tuning.wait_for_workers) as helpers:
+        engine_seen = engine_facts(c)  # first (while the workers start): see engine_facts
         targets, info = load_targets(c, p)
         suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
         index = TargetIndex(targets, p.k)
@@ -157,7 +158,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     del scorer  # its regions: the rows hold what the findings need
     keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in rows}
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
-    facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, c, tuple(config.models))
+    facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, engine_seen,
+                         tuple(config.models))
     rows, null = decide(rows, targets, p, facts, held)
     evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
     review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]

@@ -415,6 +415,10 @@ def _merge_passages(spans: list[tuple[int, int, int, int]]) -> list[tuple[int, i
     return [(a, b, c, d) for a, b, c, d in out]
 
 
+#: What :func:`engine_facts` gives: decode nodes per engine id run on several, engine ids refused and never prefilled.
+EngineFacts = tuple[dict[str, frozenset[str]], set[str]]
+
+
 @dataclasses.dataclass
 class RecordFacts:
     """What the engine and the ingest recorded about the requests of the findings (no text)."""
@@ -488,12 +492,13 @@ def _deployments(names: tuple[str | None, ...]) -> frozenset[str]:
 
 
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
-                 case: Case | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
+                 engine: EngineFacts | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
     deployments of those requests and of ``target_keys``, and the models the engines serve (those of the records
-    placed on a decode node, and ``case_models``); from the engine logs of ``case`` (by the engine's id of a
-    request only one exchange carries), which requests ran on more than one decode node, and which of ``keys``
-    the engine refused over its limit and never prefilled (ingest took the refusal's count as the prompt's)."""
+    placed on a decode node, and ``case_models``); from the ``engine`` facts (:func:`engine_facts`, by the
+    engine's id of a request only one exchange carries), which requests ran on more than one decode node, and
+    which of ``keys`` the engine refused over its limit and never prefilled (ingest took the refusal's count as
+    the prompt's)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
@@ -507,7 +512,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
             + (["prompt_tokens_source"] if has_count else []) + (["damage"] if has_damage else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
-    retried, refused = _engine_facts(case) if case is not None else ({}, set())
+    retried, refused = engine if engine is not None else ({}, set())
     retried_set = pa.array(sorted(set(retried) | refused), pa.string())
     counted_by_engine: set[tuple[str, str | None]] = set()
     rid_owners: dict[str, set[tuple[str, str | None]]] = {}
@@ -588,11 +593,12 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         deployments, frozenset(served), unprefilled, decode_nodes)
 
 
-def _engine_facts(case: Case) -> tuple[dict[str, frozenset[str]], set[str]]:
+def engine_facts(case: Case) -> EngineFacts:
     """From the case's engine logs, by engine id: the decode nodes of each request decoded on more than one (a
     retry: the exchanges name one of them); and the requests a prefill node (or one of no stated role) refused as
     over its limit that no line shows prefilled after all (more than the placeholder's one token, on any node).
-    Two DuckDB queries (a case without engine logs has no events)."""
+    Two DuckDB queries (a case without engine logs has no events). The match stage runs them first, while its
+    process holds little: DuckDB's memory is its own, and at the end of the stage it would add to the peak."""
     from forensics.queries import with_memory_to_spare  # here: worker processes never query
 
     con = case.connect(memory_cap=True)
