@@ -19,8 +19,9 @@
 4. The evidence model (``chance.py``, :func:`decide`): every candidate's strength in bits, its
    E-value from the case's own null (control responses against earlier texts, suspects against
    later ones: never written, they are chance matches), the decode-node evidence's factor, and the
-   tier from their product; a likeness explained by a stronger source goes to review. Findings go
-   to evidence.*, every other candidate to review.* with why.
+   tier from their product; a likeness explained by a stronger source goes to review, and so does a copy
+   the engine logs place where the suspect's stale pages cannot come from. Findings go to evidence.*,
+   every other candidate to review.* with why.
 
 Modules, one concern each: ``targets.py`` (step 1's targets and control sample), ``index.py``
 (their k-gram index), ``stream.py`` (the per-batch scan and verification work a process does),

@@ -1090,10 +1090,9 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
     one of a kept row's passages by at least half of the shorter span is a copy of it; one is kept:
     a copy the engine logs do not rule out first (:func:`_ruled_out_by_engine`: a customer is ruled out only
     where every copy of the passage is), a source on the recipient's decode node next (where stale pages come
-    from), then the one whose
-    copy of that passage matches best, then the most recent (the latest occupant's);
-    ``other_source_requests`` counts the rest. The later-text null (``mind_ruled_out`` False) keeps its copies as
-    before the engine's rule: its chance matches are never findings, and it must not lean to weaker ones.
+    from), then the one whose copy of that passage matches best, then the most recent (the latest occupant's);
+    ``other_source_requests`` counts the rest. The later-text null (``mind_ruled_out`` False) keeps its copies
+    as before the engine's rule: its chance matches are never findings, and it must not lean to weaker ones.
 
     Copies are compared on the passage they share (the row's strongest), not on the pair's total:
     an older copy that also shares some other phrase with the response is no likelier the source
