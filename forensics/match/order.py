@@ -74,4 +74,3 @@ def unique_ints_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     at = np.flatnonzero(starts)
     return ordered[at], np.minimum.reduceat(perm, at)
-
