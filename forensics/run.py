@@ -207,6 +207,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
 
         t0 = time.monotonic()
         matched = match_stage(case_dir, cfg, progress=progress)
+        warnings.extend(matched.summary()["warnings"])
         stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()

@@ -1275,3 +1275,34 @@ def test_e3_names_no_one_when_the_strongest_candidate_is_ruled_out(tmp_path: Pat
     res = match(make_case(tmp_path / "case", rows, ["b1"], engine_signature=("b1",)), config())
     assert not res.cross_tenant
     assert {r["source_tenant_id"] for r in _review(tmp_path / "case")} >= {"ann", "cyd"}
+
+
+def test_a_model_no_engine_served_is_named_in_the_stages_warnings(tmp_path: Path) -> None:
+    # An alias of the case's model that the case file does not list, on a route whose ids never reach the engine,
+    # sends every customer that used it to review: the stage says which names it treated as another model.
+    rng = np.random.default_rng(61)
+    res = match(make_case(tmp_path / "case", _lone_source_case(rng, {"model": "claude-sonnet-4-5"}), ["b1"]), config())
+    assert not res.cross_tenant
+    (warning,) = [w for w in res.summary()["warnings"] if "no engine node served" in w]
+    assert "claude-sonnet-4-5 (1)" in warning and "models" in warning
+    plain = match(make_case(tmp_path / "plain", _lone_source_case(np.random.default_rng(61), {}), ["b1"]), config())
+    assert not [w for w in plain.summary()["warnings"] if "no engine node served" in w]
+
+
+@pytest.mark.parametrize(("control", "kept"), [(False, "a2"), (True, "a1")])
+def test_the_nulls_rows_keep_a_customers_strongest_copy_whatever_the_engine_rule(control: bool, kept: str) -> None:
+    # One customer's two copies of a passage a response matched, neither placed on a node: a1 stronger, ruled out
+    # (sent to a model no engine node served), a2 weaker.
+    # A suspect's row keeps the copy the engine logs do not rule out; a control's row (the null the E-values are
+    # fitted to) keeps the stronger chance match, as before the rule, not leaning to weaker ones.
+    from forensics.match.findings import _collapse_same_tenant_copies
+
+    def row(rid: str, bits: float, ruled_out: str | None) -> dict[str, Any]:
+        return {"_target": 0, "source_tenant_id": "ann", "source_request_id": rid, "source_kind": "prompt",
+                "recipient_start": 10, "recipient_end": 60, "passages": [(10, 60, 0, 50)], "control": control,
+                "_ruled_out": ruled_out, "same_decode_node": None, "_main_bits": bits,
+                "_source_received_us": 1, "finding_id": f"f-{rid}", "recipient_request_id": "b1",
+                "recipient_tenant_id": "bolt"}
+
+    (one,) = _collapse_same_tenant_copies([row("a1", 90.0, "another model"), row("a2", 40.0, None)])
+    assert one["source_request_id"] == kept

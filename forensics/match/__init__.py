@@ -47,7 +47,15 @@ from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCou
 from forensics.case import Case, atomic_open, file_sha256, write_json, write_table
 from forensics.config import CaseConfig
 from forensics.match import tuning as tuning_defaults
-from forensics.match.findings import RegionScorer, csv_text, decide, engine_facts, passages_text, record_facts
+from forensics.match.findings import (
+    RegionScorer,
+    csv_text,
+    decide,
+    engine_facts,
+    passages_text,
+    record_facts,
+    unserved_in_review,
+)
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
@@ -73,6 +81,8 @@ class MatchResult:
     #: Figures of this run that depend on how it ran (e.g. raw k-gram hits before each process
     #: retired common text): useful to tune, never written, as outputs must be byte-identical.
     run_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Candidates in review only as sent to a model no engine node served, per model (findings.unserved_in_review).
+    unserved_models: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def cross_tenant(self) -> list[Finding]:
@@ -88,7 +98,11 @@ class MatchResult:
             "control": self.report.control.to_json(),
             "outputs": ["evidence.parquet", "evidence.csv", "review.parquet", "review.csv", "match.json"],
             "warnings": ([f"worker processes failed ({self.run_stats['workers_failed']}); this process did their "
-                          "share, with the same results"] if self.run_stats.get("workers_failed") else []),
+                          "share, with the same results"] if self.run_stats.get("workers_failed") else [])
+                        + ([f"{sum(self.unserved_models.values())} candidates are in review.csv only as sent to a model "
+                            f"no engine node served: " + ", ".join(f"{m} ({n})" for m, n in self.unserved_models.items())
+                            + "; if one of these names the case's model (an alias, another spelling), list it in the "
+                              "case file's models and run again"] if self.unserved_models else []),
         }
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
@@ -236,6 +250,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             fh.write(csv_text(part_rows, schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
     write_json(c.root / "match.json", report.to_json())
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
+                       unserved_models=unserved_in_review(rows),
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
                                   "jobs_on_workers": helpers.jobs["workers"],
                                   "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,

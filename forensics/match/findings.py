@@ -654,6 +654,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         # Only a source received before the suspect can have left the pages it decodes from: one received
         # after it (while it was still being answered) is no earlier occupant of the node, however close.
         r["_on_node_before"] = bool(r["same_decode_node"] and known and r["_source_received_us"] < tgt.received_us)
+        r["_unserved"] = _unserved_models(r, tgt, facts)
         r["_ruled_out"] = _ruled_out_by_engine(r, tgt, facts)
     rows = _collapse_same_tenant_copies(rows)
     later = _collapse_same_tenant_copies(later, mind_ruled_out=False)
@@ -1029,14 +1030,37 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
                     f"(the text may still come from another copy, or an earlier attempt of a retried call, that the "
                     f"logs do not show)")
         return None
-    sent_to = facts.models.get(key, frozenset())
-    if (src_node is None and facts.engine_models and sent_to and not sent_to & facts.engine_models
-            and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
+    sent_to = r["_unserved"]
+    if sent_to:
         return (f"this copy was sent to {', '.join(sorted(sent_to))}, a model no engine node served (no record the "
                 f"engine logs place on a node asked for it, nor is it one of the case's models): another deployment "
                 f"(a KV pool serves one model), so no stale page of the suspect's node holds it (unless a first "
                 f"attempt of a call that fell back to it ran on the engines)")
     return None
+
+
+def _unserved_models(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> frozenset[str]:
+    """The models (deployments) a cross-tenant source copy whose node is unknown was sent to, when no engine
+    node served them and the suspect, whose node is known, did not ask for them (see
+    :func:`_ruled_out_by_engine`); else empty."""
+    if r["relation"] != "cross_tenant" or tgt.decode_node is None or r["source_decode_node"] is not None:
+        return frozenset()
+    sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
+    if (facts.engine_models and sent_to and not sent_to & facts.engine_models
+            and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
+        return sent_to
+    return frozenset()
+
+
+def unserved_in_review(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Per model no engine node served: the candidates in review for that reason alone (a customer's copy sent to
+    it), so that an alias of the case's model the case file does not list shows up."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if not r["control"] and not r["tier"] and r["_unserved"] and r["why_not_notified"] == r["_ruled_out"]:
+            for name in r["_unserved"]:
+                counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _mostly_inside(r: dict[str, Any], s: dict[str, Any]) -> bool:
@@ -1091,8 +1115,9 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
     a copy the engine logs do not rule out first (:func:`_ruled_out_by_engine`: a customer is ruled out only
     where every copy of the passage is), a source on the recipient's decode node next (where stale pages come
     from), then the one whose copy of that passage matches best, then the most recent (the latest occupant's);
-    ``other_source_requests`` counts the rest. The later-text null (``mind_ruled_out`` False) keeps its copies
-    as before the engine's rule: its chance matches are never findings, and it must not lean to weaker ones.
+    ``other_source_requests`` counts the rest. The null keeps its copies as before the engine's rule: the
+    control responses' rows (whose strengths the null is fitted to, like the later-text rows, collapsed with
+    ``mind_ruled_out`` False) must not lean to weaker chance matches.
 
     Copies are compared on the passage they share (the row's strongest), not on the pair's total:
     an older copy that also shares some other phrase with the response is no likelier the source
@@ -1100,8 +1125,8 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
     since the source) back to the older request.
     """
     def rank(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (mind_ruled_out and r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]], -r["_main_bits"],
-                -r["_source_received_us"], r["source_request_id"], r["source_kind"])
+        return (mind_ruled_out and not r["control"] and r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]],
+                -r["_main_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
     groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
     for r in rows:
