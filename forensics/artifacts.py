@@ -65,6 +65,11 @@ def customer_key(tenant: str | None) -> str | None:
     return None if tenant is None else unicodedata.normalize("NFC", tenant)
 
 
+def model_key(name: str) -> str:
+    """A model name without case, surrounding spaces or a provider prefix (``openai/glm-5.3``): one model."""
+    return name.strip().rsplit("/", 1)[-1].strip().casefold()
+
+
 def _key(name: str) -> dict[str, str]:
     """Field metadata: the JSON key of a field whose Python name differs."""
     return {"json": name}

@@ -48,6 +48,7 @@ from forensics.artifacts import (
     ScanRecord,
     SuspectCounts,
     customer_key,
+    model_key,
 )
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
@@ -210,15 +211,10 @@ def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
             )
 
 
-def _model_key(name: str) -> str:
-    """A model name without case, surrounding spaces or a provider prefix (``openai/glm-5.3``)."""
-    return name.strip().rsplit("/", 1)[-1].strip().casefold()
-
-
 def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:
     """Warnings for the in-window requests whose model, asked for or routed to, differs from a case model
     only in case, spaces or a provider prefix: the scan leaves them out, and they are most likely the same model."""
-    wanted = {_model_key(m): m for m in cfg.models}
+    wanted = {model_key(m): m for m in cfg.models}
     rows = q.with_memory_to_spare(con, lambda: con.execute(
         """SELECT model, model_routed, count(*) FROM exchanges
            WHERE NOT coalesce(list_contains($models, model) OR list_contains($models, model_routed), false)
@@ -229,11 +225,11 @@ def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:
     # back. The name asked for comes first; the routed one often carries a quantisation suffix (-FP8).
     counts: collections.Counter[str] = collections.Counter()
     for asked, routed, n in rows:
-        near = [name for name in (asked, routed) if name is not None and _model_key(name) in wanted]
+        near = [name for name in (asked, routed) if name is not None and model_key(name) in wanted]
         if near:
             counts[near[0]] += n
     return [f"{n} request(s) in the window name the model {name!r}, which differs from the case's "
-            f"{wanted[_model_key(name)]!r} only in case, spaces or a provider prefix: the scan left them out; if it "
+            f"{wanted[model_key(name)]!r} only in case, spaces or a provider prefix: the scan left them out; if it "
             f"is the same model, add {name!r} to the case file's models (or give it as one more --model)"
             for name, n in sorted(counts.items())]
 
