@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from forensics import csvfile
-from forensics.artifacts import customer_key
+from forensics.artifacts import customer_key, model_key
 from forensics.case import Case, row_group_batches
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
@@ -415,8 +415,9 @@ def _merge_passages(spans: list[tuple[int, int, int, int]]) -> list[tuple[int, i
     return [(a, b, c, d) for a, b, c, d in out]
 
 
-#: What :func:`engine_facts` gives: decode nodes per engine id run on several, engine ids refused and never prefilled.
-EngineFacts = tuple[dict[str, frozenset[str]], set[str]]
+#: What :func:`engine_facts` gives, per request (request id, tenant): the decode nodes of those decoded on several,
+#: and those refused and never prefilled.
+EngineFacts = tuple[dict[tuple[str, str | None], frozenset[str]], set[tuple[str, str | None]]]
 
 
 @dataclasses.dataclass
@@ -472,13 +473,12 @@ class RecordFacts:
 
 @functools.lru_cache(maxsize=1 << 12)
 def deployment(model: str | None) -> str | None:
-    """A model name as the deployment it names: without a provider prefix, case, width or the separators a
-    name is written with (``openai/GLM-5.3``, ``glm_5.3`` and ``GLM 5.3`` are one: ``glm-5-3``). None for no
-    name."""
+    """A model name as the deployment it names: the scan's :func:`~forensics.artifacts.model_key` (no provider
+    prefix, case or spaces around it), and no width or separators either (``openai/GLM-5.3``, ``glm_5.3`` and
+    ``GLM 5.3`` are one: ``glm-5-3``). None for no name."""
     if model is None:
         return None
-    name = unicodedata.normalize("NFKC", model).strip().rsplit("/", 1)[-1].casefold()
-    name = _SEPARATORS.sub("-", name).strip("-")
+    name = _SEPARATORS.sub("-", model_key(unicodedata.normalize("NFKC", model))).strip("-")
     return name or None
 
 
@@ -495,10 +495,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                  engine: EngineFacts | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
     deployments of those requests and of ``target_keys``, and the models the engines serve (those of the records
-    placed on a decode node, and ``case_models``); from the ``engine`` facts (:func:`engine_facts`, by the
-    engine's id of a request only one exchange carries), which requests ran on more than one decode node, and
-    which of ``keys`` the engine refused over its limit and never prefilled (ingest took the refusal's count as
-    the prompt's)."""
+    placed on a decode node, and ``case_models``); from the ``engine`` facts (:func:`engine_facts`), which
+    requests ran on more than one decode node, and which of ``keys`` the engine refused over its limit and never
+    prefilled (ingest took the refusal's count as the prompt's)."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
     pf = pq.ParquetFile(path)
@@ -506,16 +505,13 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     has_damage = "damage" in names
     has_model = "model" in names
     model_cols = [c for c in ("model", "model_routed") if c in names]
-    has_rid = "rid" in names
     has_count = "prompt_tokens_source" in names
-    cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols + (["rid"] if has_rid else [])
+    cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols
             + (["prompt_tokens_source"] if has_count else []) + (["damage"] if has_damage else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
-    retried, refused = engine if engine is not None else ({}, set())
-    retried_set = pa.array(sorted(set(retried) | refused), pa.string())
+    decode_nodes, refused = engine if engine is not None else ({}, set())
     counted_by_engine: set[tuple[str, str | None]] = set()
-    rid_owners: dict[str, set[tuple[str, str | None]]] = {}
     deployments: dict[tuple[str, str | None], frozenset[str]] = {}
     served: set[str] = set()
     served_unknown = False
@@ -544,13 +540,6 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                 served_unknown = served_unknown or not named
         else:
             served_unknown = served_unknown or bool(pc.any(pc.is_valid(nodes)).as_py())
-        if len(retried_set):
-            engine_rid = pc.coalesce(batch.column("rid"), batch.column("request_id")) if has_rid else batch.column("request_id")
-            named_rid = pc.is_in(engine_rid, value_set=retried_set)
-            for erid, rid, ten in zip(engine_rid.filter(named_rid).to_pylist(),
-                                      batch.column("request_id").filter(named_rid).to_pylist(),
-                                      batch.column("tenant_id").filter(named_rid).to_pylist()):
-                rid_owners.setdefault(erid, set()).add((rid, ten))
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
@@ -576,13 +565,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
-    # An engine id two exchanges carry cannot say which of them ran where (as the scan's engine_signature).
-    decode_nodes = {k: retried[erid] for erid, owners in rid_owners.items() if erid in retried and len(owners) == 1
-                    for k in owners}
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
-    unprefilled = frozenset(k for erid, owners in rid_owners.items() if erid in refused and len(owners) == 1
-                            for k in owners if k in counted_by_engine)
+    unprefilled = frozenset(refused & counted_by_engine & keys)
     if served and not served_unknown:
         served |= {d for d in map(deployment, case_models) if d}
     else:
@@ -594,26 +579,31 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
 
 
 def engine_facts(case: Case) -> EngineFacts:
-    """From the case's engine logs, by engine id: the decode nodes of each request decoded on more than one (a
-    retry: the exchanges name one of them); and the requests a prefill node (or one of no stated role) refused as
-    over its limit that no line shows prefilled after all (more than the placeholder's one token, on any node).
+    """From the case's engine logs, per request (request id, tenant) whose engine id no other exchange carries (the
+    ``rid_owners`` view, as every engine query decides it): the decode nodes of each decoded on more than one (a
+    retry: the exchanges name one of them); and those a prefill node (or one of no stated role) refused as over
+    its limit that no line shows prefilled after all (more than the placeholder's one token, on any node).
     Two DuckDB queries (a case without engine logs has no events). The match stage runs them first, while its
     process holds little: DuckDB's memory is its own, and at the end of the stage it would add to the peak."""
-    from forensics.queries import with_memory_to_spare  # here: worker processes never query
+    from forensics import queries as q  # here: worker processes never query
 
     con = case.connect(memory_cap=True)
     try:
-        retried = with_memory_to_spare(con, lambda: con.execute(
-            "SELECT rid, list(DISTINCT node ORDER BY node) FROM engine_events WHERE role = 'decode' AND rid IS NOT NULL "
-            "GROUP BY rid HAVING count(DISTINCT node) > 1").fetchall())
-        refused = with_memory_to_spare(con, lambda: con.execute(
-            "SELECT rid FROM engine_events WHERE rid IS NOT NULL AND role IS DISTINCT FROM 'decode' "
+        q.install_views(con, [x for x in q.load_queries() if x.kind == "view"])
+        retried = q.with_memory_to_spare(con, lambda: con.execute(
+            "WITH decoded AS (SELECT rid, list(DISTINCT node ORDER BY node) AS nodes FROM engine_events "
+            "WHERE role = 'decode' AND rid IS NOT NULL GROUP BY rid HAVING count(DISTINCT node) > 1) "
+            "SELECT o.request_id, o.tenant_id, d.nodes FROM decoded d JOIN rid_owners o ON o.engine_rid = d.rid "
+            "WHERE o.exchanges_named = 1").fetchall())
+        refused = q.with_memory_to_spare(con, lambda: con.execute(
+            "WITH refused AS (SELECT rid FROM engine_events WHERE rid IS NOT NULL AND role IS DISTINCT FROM 'decode' "
             "GROUP BY rid HAVING bool_or(event IN ('over_limit', 'exceeds_max_tokens')) "
-            "AND NOT coalesce(bool_or(event NOT IN ('over_limit', 'exceeds_max_tokens') AND input_len > 1), false)"
-        ).fetchall())
+            "AND NOT coalesce(bool_or(event NOT IN ('over_limit', 'exceeds_max_tokens') AND input_len > 1), false)) "
+            "SELECT o.request_id, o.tenant_id FROM refused r JOIN rid_owners o ON o.engine_rid = r.rid "
+            "WHERE o.exchanges_named = 1").fetchall())
     finally:
         con.close()
-    return {r: frozenset(nodes) for r, nodes in retried}, {r for (r,) in refused}
+    return {(rid, ten): frozenset(nodes) for rid, ten, nodes in retried}, {(rid, ten) for rid, ten in refused}
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
