@@ -145,6 +145,25 @@ def test_damaged_fragment_found(tmp_path: Path, length: int) -> None:
     assert f["tier"] in ("confirmed", "probable")
 
 
+def test_a_heavily_damaged_fragment_is_found_by_its_intact_core(tmp_path: Path) -> None:
+    # Pairs of words kept between runs of changed ones, around ten intact words: strung together the
+    # alignment scores 69, under any candidate's threshold, and the leak was never even a candidate.
+    rng = np.random.default_rng(43)
+    doc = words(rng, 300)
+    frag = doc[100:128]
+    kept = {1, 2, 6, 7, *range(9, 19), 21, 22, 25, 26}
+    damaged = [w if i in kept else "XX" + w for i, w in enumerate(frag)]
+    response = " ".join(words(rng, 20)) + " " + " ".join(damaged) + " " + " ".join(words(rng, 20))
+    rows = [exchange("a1", "acme", 0, prompt=" ".join(doc)), exchange("b1", "bolt", 5, prompt="hi", response=response)]
+    f = only(match(make_case(tmp_path / "case", rows, ["b1"]), config()).findings, "b1", "a1")
+    # the densest run of blocks that reaches the threshold: the core, the pair before it and the two after
+    passage = " ".join(damaged[6:27])
+    start = response.index(passage)
+    assert (f["recipient_start"], f["recipient_end"]) == (start, start + len(passage))
+    assert f["matched_tokens"] == 16 and f["score"] == round(100 * 32 / 42, 2)
+    assert f["tier"] in ("confirmed", "probable")
+
+
 def test_a_passage_whose_punctuation_the_decode_dropped_is_found(tmp_path: Path) -> None:
     # A mark every few words (as in a list of names and amounts): with marks as tokens, no 5-token
     # window of the source survives their loss, and the leak was never even a candidate.

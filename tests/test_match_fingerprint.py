@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import unicodedata
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,21 @@ def test_alignment_finds_an_embedded_damaged_run() -> None:
     assert al is not None
     assert (al.a_start, al.a_end, al.b_start, al.b_end) == (3, 43, 50, 90)
     assert al.matched == 39 and al.longest_run == 20
+
+
+def test_a_loose_alignment_gives_way_to_its_densest_run_that_reaches_the_score() -> None:
+    # Two-token blocks three tokens apart around a ten-token core: 18 of 30 tokens match (score 60).
+    a = [1, 2, -1, -2, -3, 3, 4, -4, -5, -6, *range(10, 20), -7, -8, -9, 5, 6, -10, -11, -12, 7, 8]
+    b = [x if x > 0 else x - 100 for x in a]
+    loose = align(a, b)
+    assert loose is not None and (loose.matched, loose.score) == (18, 60.0)
+    assert align(a, b, min_score=50) == loose  # reached already: nothing changes
+    dense = align(a, b, min_score=70, min_matched=8)
+    assert dense is not None
+    # the most matched tokens at score >= 70: the core with the two pairs before it (the first of equals)
+    assert (dense.a_start, dense.a_end, dense.matched, dense.score, dense.longest_run) == (0, 20, 14, 70.0, 10)
+    assert align(a, b, min_score=90, min_matched=8).matched == 10  # only the core reaches 90
+    assert align(a, b, min_score=90, min_matched=11) == loose  # a core too short to be evidence: as it was
 
 
 def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,6 +268,57 @@ def _reference_align(a: list[int], b: list[int], edge_gap: int, max_gap: int) ->
     matched = sum(s for _, _, s in kept)
     return (a0, a1, b0, b1, matched, max(s for _, _, s in kept), 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0)),
             tuple(kept))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens, tokens, st.floats(min_value=0, max_value=100), st.integers(min_value=0, max_value=12))
+def test_a_minimum_score_keeps_the_densest_run_that_reaches_it(a: list[int], b: list[int], min_score: float,
+                                                                min_matched: int) -> None:
+    loose = _reference_align(a, b, 2, 8)
+    got = align(a, b, min_score=min_score, min_matched=min_matched)
+    if loose is None or loose[6] >= min_score:
+        assert got == align(a, b)
+        return
+    kept = loose[7]
+    runs: list[tuple[int, float, int, int]] = []  # every run of the kept blocks that reaches the score: (matched, score, -lo), the best last
+    for lo in range(len(kept)):
+        for hi in range(lo + 1, len(kept) + 1):
+            part = kept[lo:hi]
+            matched = sum(size for _, _, size in part)
+            span = (part[-1][0] + part[-1][2] - part[0][0]) + (part[-1][1] + part[-1][2] - part[0][1])
+            if Fraction(200 * matched) >= Fraction(min_score) * span:  # reaches, exactly
+                runs.append((matched, 100.0 * 2 * matched / span, -lo, hi))
+    best = max(runs)  # a single block scores 100: there is always one
+    assert got is not None
+    if best[0] < min_matched:
+        assert got == align(a, b)
+    else:
+        part = kept[-best[2]:best[3]]
+        assert got.blocks == part and got.matched == best[0] and got.score == best[1] >= min_score
+        assert (got.a_start, got.b_start) == part[0][:2]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=40),
+       st.sampled_from([0.0, 50.0, 60.0, 70.0, 200 / 3, 76.19047619047619, 85.0, 99.9, 100.0]))
+def test_densest_part_is_the_best_run_by_its_documented_rule(steps: list[tuple[int, int, int]],
+                                                             min_score: float) -> None:
+    from forensics.match.align import densest_part
+
+    blocks, a, b = [], 0, 0
+    for gap_a, gap_b, size in steps:  # blocks in order in both texts, with the gaps drawn
+        a, b = a + gap_a, b + gap_b
+        blocks.append((a, b, size))
+        a, b = a + size, b + size
+    best = None
+    for lo in range(len(blocks)):
+        for hi in range(lo + 1, len(blocks) + 1):
+            matched = sum(size for _, _, size in blocks[lo:hi])
+            span = (blocks[hi - 1][0] + blocks[hi - 1][2] - blocks[lo][0]) + (blocks[hi - 1][1] + blocks[hi - 1][2] - blocks[lo][1])
+            key = (matched, 100.0 * 2 * matched / span, -lo)
+            if Fraction(200 * matched) >= Fraction(min_score) * span and (best is None or key > best[0]):
+                best = (key, (lo, hi))
+    assert densest_part(blocks, min_score) == (None if best is None else best[1])
 
 
 @settings(max_examples=400, deadline=None)

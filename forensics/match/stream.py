@@ -529,7 +529,8 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
             ttok = index.targets[t_].tokens
             thash, tstart, tend = ttok.hash.view(np.int64), ttok.start, ttok.end
             source, kind, later = meta[key_ // n_t]
-        al = align_ints(thash[qa_:qb_].tolist(), shash[sa_:sb_].tolist())
+        al = align_ints(thash[qa_:qb_].tolist(), shash[sa_:sb_].tolist(), min_score=p.probable_score,
+                        min_matched=p.min_tokens)
         if al is None:
             continue
         a0, a1, b0, b1 = qa_ + al[0], qa_ + al[1], sa_ + al[2], sa_ + al[3]
