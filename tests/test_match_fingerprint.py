@@ -136,6 +136,12 @@ def test_a_loose_alignment_gives_way_to_its_densest_run_that_reaches_the_score()
     assert (dense.a_start, dense.a_end, dense.matched, dense.score, dense.longest_run) == (0, 20, 14, 70.0, 10)
     assert align(a, b, min_score=90, min_matched=8).matched == 10  # only the core reaches 90
     assert align(a, b, min_score=90, min_matched=11) == loose  # a core too short to be evidence: as it was
+    # a stray word two tokens before the core is trimmed off, as at the edges of any alignment
+    gap = [-20, -21, -22, -23, -24, -25]
+    a = [1, 2, *gap, 3, -30, -31, *range(10, 20), *gap, 4, 5, *gap, 6, 7, *gap, 8, 9]
+    b = [x if x > 0 else x - 100 for x in a]
+    dense = align(a, b, min_score=70, min_matched=8)
+    assert dense is not None and dense.blocks[0] == (11, 11, 10) and dense.a_start == 11
 
 
 def test_many_texts_and_long_texts_tokenize_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,13 +295,23 @@ def test_a_minimum_score_keeps_the_densest_run_that_reaches_it(a: list[int], b: 
             if Fraction(200 * matched) >= Fraction(min_score) * span:  # reaches, exactly
                 runs.append((matched, 100.0 * 2 * matched / span, -lo, hi))
     best = max(runs)  # a single block scores 100: there is always one
+    part = list(kept[-best[2]:best[3]])
+    trimmed = list(part)  # its stray edge blocks dropped as the loose part's were (edge_gap 2)
+    while len(trimmed) > 1 and trimmed[0][2] == 1 and max(trimmed[1][0] - trimmed[0][0], trimmed[1][1] - trimmed[0][1]) - 1 >= 2:
+        trimmed.pop(0)
+    while len(trimmed) > 1 and trimmed[-1][2] == 1 and max(trimmed[-1][0] - trimmed[-2][0] - trimmed[-2][2],
+                                                           trimmed[-1][1] - trimmed[-2][1] - trimmed[-2][2]) >= 2:
+        trimmed.pop()
+    matched = sum(size for _, _, size in trimmed)
+    span = (trimmed[-1][0] + trimmed[-1][2] - trimmed[0][0]) + (trimmed[-1][1] + trimmed[-1][2] - trimmed[0][1])
+    if 100.0 * 2 * matched / span >= min_score:
+        part = trimmed
     assert got is not None
-    if best[0] < min_matched:
+    if sum(size for _, _, size in part) < min_matched:
         assert got == align(a, b)
     else:
-        part = kept[-best[2]:best[3]]
-        assert got.blocks == part and got.matched == best[0] and got.score == best[1] >= min_score
-        assert (got.a_start, got.b_start) == part[0][:2]
+        assert got.blocks == tuple(part) and got.score >= min_score
+        assert (got.a_start, got.b_start) == part[0][:2] and got.matched == sum(size for _, _, size in part)
 
 
 @settings(max_examples=300, deadline=None)

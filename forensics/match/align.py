@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from fractions import Fraction
 
 import numpy as np
 from rapidfuzz.distance import LCSseq
@@ -100,15 +99,7 @@ def align_ints(la: list[int], lb: list[int], edge_gap: int = 2, max_gap: int = 8
     if best_lo or best_hi < len(blocks):
         blocks = blocks[best_lo:best_hi]
 
-    def isolated(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
-        # x and y are neighbouring blocks; is the gap between them wide enough to call x stray?
-        lo, hi = (x, y) if x[0] < y[0] else (y, x)
-        return max(hi[0] - (lo[0] + lo[2]), hi[1] - (lo[1] + lo[2])) >= edge_gap
-
-    while len(blocks) > 1 and blocks[0][2] == 1 and isolated(blocks[0], blocks[1]):
-        blocks.pop(0)
-    while len(blocks) > 1 and blocks[-1][2] == 1 and isolated(blocks[-1], blocks[-2]):
-        blocks.pop()
+    _trim_edges(blocks, edge_gap)
     a0, b0 = blocks[0][0], blocks[0][1]
     a1, b1 = blocks[-1][0] + blocks[-1][2], blocks[-1][1] + blocks[-1][2]
     matched = longest = 0
@@ -119,9 +110,32 @@ def align_ints(la: list[int], lb: list[int], edge_gap: int = 2, max_gap: int = 8
     score = 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0))
     if score < min_score and len(blocks) > 1:
         part = densest_part(blocks, min_score)
-        if part is not None and sum(size for _, _, size in blocks[part[0]:part[1]]) >= min_matched:
-            return _summary(blocks[part[0]:part[1]])
+        if part is not None:
+            # Its edges trimmed as the part's were (a stray block beside a gap mostly lowers a score), unless
+            # that left it under min_score (a low min_score or edge_gap can).
+            core = _summary(blocks[part[0]:part[1]])
+            trimmed = _summary(_trim_edges(blocks[part[0]:part[1]], edge_gap))
+            if trimmed[6] >= min_score:
+                core = trimmed
+            if core[4] >= min_matched:
+                return core
     return a0, a1, b0, b1, matched, longest, score, blocks
+
+
+def _trim_edges(blocks: list[tuple[int, int, int]], edge_gap: int) -> list[tuple[int, int, int]]:
+    """Drop, in place, one-token blocks at either edge separated from the next by at least ``edge_gap``
+    unmatched tokens (in either text); returns ``blocks``."""
+
+    def isolated(x: tuple[int, int, int], y: tuple[int, int, int]) -> bool:
+        # x and y are neighbouring blocks; is the gap between them wide enough to call x stray?
+        lo, hi = (x, y) if x[0] < y[0] else (y, x)
+        return max(hi[0] - (lo[0] + lo[2]), hi[1] - (lo[1] + lo[2])) >= edge_gap
+
+    while len(blocks) > 1 and blocks[0][2] == 1 and isolated(blocks[0], blocks[1]):
+        blocks.pop(0)
+    while len(blocks) > 1 and blocks[-1][2] == 1 and isolated(blocks[-1], blocks[-2]):
+        blocks.pop()
+    return blocks
 
 
 def _summary(blocks: list[tuple[int, int, int]]) -> Found:
@@ -137,12 +151,13 @@ def densest_part(blocks: list[tuple[int, int, int]], min_score: float) -> tuple[
     the higher score, then the first); None when no run does (a single block scores 100).
 
     "Reaches" is exact: ``200 * matched >= min_score * span``, in rationals (``min_score`` as the
-    binary fraction it is). A run reaches it when ``g(lo) <= f(hi)``, integer functions of its first
-    and last block; the first ``lo`` that does for a given ``hi`` is found by bisection over the
-    running minimum of ``g``. So O(n log n) in the blocks, not quadratic: a customer's long revision
-    of its own earlier document aligns as thousands of short blocks.
+    binary fraction it is; a run that reaches it also passes a float comparison of its score). A run
+    reaches it when ``g(lo) <= f(hi)``, integer functions of its first and last block; the first
+    ``lo`` that does for a given ``hi`` is found by bisection over the running minimum of ``g``. So
+    O(n log n) in the blocks, not quadratic: a customer's long revision of its own earlier document
+    aligns as thousands of short blocks.
     """
-    num, den = Fraction(min_score).as_integer_ratio()
+    num, den = float(min_score).as_integer_ratio()  # exact, as Fraction(min_score) but cheaper
     scale = 200 * den  # reaches: scale * matched >= num * span
     before: list[int] = []  # matched tokens before each block
     neg_low: list[int] = []  # minus the running minimum of g: non-decreasing, for bisect
