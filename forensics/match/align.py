@@ -99,27 +99,18 @@ def align_ints(la: list[int], lb: list[int], edge_gap: int = 2, max_gap: int = 8
     if best_lo or best_hi < len(blocks):
         blocks = blocks[best_lo:best_hi]
 
-    _trim_edges(blocks, edge_gap)
-    a0, b0 = blocks[0][0], blocks[0][1]
-    a1, b1 = blocks[-1][0] + blocks[-1][2], blocks[-1][1] + blocks[-1][2]
-    matched = longest = 0
-    for _, _, size in blocks:
-        matched += size
-        if size > longest:
-            longest = size
-    score = 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0))
-    if score < min_score and len(blocks) > 1:
+    found = _summary(_trim_edges(blocks, edge_gap))
+    if found[6] < min_score and len(blocks) > 1:
         part = densest_part(blocks, min_score)
         if part is not None:
             # Its edges trimmed as the part's were (a stray block beside a gap mostly lowers a score), unless
             # that left it under min_score (a low min_score or edge_gap can).
-            core = _summary(blocks[part[0]:part[1]])
-            trimmed = _summary(_trim_edges(blocks[part[0]:part[1]], edge_gap))
-            if trimmed[6] >= min_score:
-                core = trimmed
+            core = _summary(_trim_edges(blocks[part[0]:part[1]], edge_gap))
+            if core[6] < min_score:
+                core = _summary(blocks[part[0]:part[1]])
             if core[4] >= min_matched:
                 return core
-    return a0, a1, b0, b1, matched, longest, score, blocks
+    return found
 
 
 def _trim_edges(blocks: list[tuple[int, int, int]], edge_gap: int) -> list[tuple[int, int, int]]:
@@ -139,10 +130,14 @@ def _trim_edges(blocks: list[tuple[int, int, int]], edge_gap: int) -> list[tuple
 
 
 def _summary(blocks: list[tuple[int, int, int]]) -> Found:
+    """What :func:`align_ints` returns for ``blocks`` (one or more, in order): span, counts, score."""
     a0, b0 = blocks[0][0], blocks[0][1]
     a1, b1 = blocks[-1][0] + blocks[-1][2], blocks[-1][1] + blocks[-1][2]
-    matched = sum(size for _, _, size in blocks)
-    longest = max(size for _, _, size in blocks)
+    matched = longest = 0
+    for _, _, size in blocks:
+        matched += size
+        if size > longest:
+            longest = size
     return a0, a1, b0, b1, matched, longest, 100.0 * 2 * matched / ((a1 - a0) + (b1 - b0)), blocks
 
 
