@@ -521,7 +521,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     per_node: dict[str, list[np.ndarray]] = {}
     # Per model, the received times of its records with no decode node (kept for the engine's models only).
     unplaced: dict[str | None, list[np.ndarray]] = {}
-    engine_models: set[str | None] = set()
+    placed_models: set[str | None] = set()  # the ``model`` values of the records placed on a node, as written
     for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
@@ -529,17 +529,18 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         for nd in pc.unique(nodes.drop_null()).to_pylist():
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
         models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
-        engine_models.update(pc.unique(models.filter(pc.is_valid(nodes))).to_pylist())
         if model_cols:
             placed = pa.table({c: batch.column(c).filter(pc.is_valid(nodes)) for c in model_cols})
             for names_asked in placed.group_by(model_cols).aggregate([]).to_pylist():
+                placed_models.add(names_asked.get("model"))
                 named = {d for d in map(deployment, names_asked.values()) if d}
                 served |= named
                 # A placed record that names no model (no name, or one that names no deployment): which models the
                 # engines serve is then unknown.
                 served_unknown = served_unknown or not named
-        else:
-            served_unknown = served_unknown or bool(pc.any(pc.is_valid(nodes)).as_py())
+        elif pc.any(pc.is_valid(nodes)).as_py():
+            placed_models.add(None)
+            served_unknown = True
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
@@ -564,7 +565,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         counted_by_engine.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
-    hidden = [a for md, parts in unplaced.items() if md in engine_models for a in parts]
+    hidden = [a for md, parts in unplaced.items() if md in placed_models for a in parts]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
