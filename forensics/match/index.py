@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from forensics.match.fingerprint import Tokens, kgrams, tokenize_many
+from forensics.match.order import run_starts
 
 NO_TIME = np.iinfo(np.int64).min
 
@@ -74,10 +75,7 @@ class TargetIndex:
         order = np.argsort(h, kind="stable")
         h, o, p = h[order], o[order], p[order]
         # The runs of equal hashes, read off the sorted array (np.unique would sort it again).
-        starts = np.ones(len(h), dtype=bool)
-        np.not_equal(h[1:], h[:-1], out=starts[1:])
-        first = np.flatnonzero(starts)
-        del starts
+        first = run_starts(h)
         self.unique = h[first]
         counts = np.diff(np.append(first, len(h)))
         # 32-bit positions, targets and k-gram ids (a case's targets hold far fewer than 2**31 k-grams): the

@@ -69,8 +69,12 @@ def unique_ints_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ordered = values[perm]
     if len(ordered) < 2:
         return ordered, perm
-    starts = np.empty(len(ordered), dtype=bool)
-    starts[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    at = np.flatnonzero(starts)
+    at = run_starts(ordered)
     return ordered[at], np.minimum.reduceat(perm, at)
+
+
+def run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted 1-D array ``ordered`` begins (empty for no values)."""
+    starts = np.ones(len(ordered), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return np.flatnonzero(starts)
