@@ -239,9 +239,10 @@ def test_kept_rows_stream_is_taken_file_by_file_in_line_order() -> None:
                       "damage": [None, "quarantined_neighbour", None, None], "has_keys": [True, False, False, True],
                       "k1": ["p", None, None, "q"]})
     kept = finalize_module._KeptRows(pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=3)))
-    assert kept.take_until(0, 3) == [(1, "a", None, True, "p")]
+    rows = finalize_module._kept_tuples
+    assert rows(kept.take_until(0, 3)) == [(1, "a", None, True, "p")]
     assert kept.any_until(0, 10) and not kept.any_until(1, 10)
-    assert kept.take_until(0, 10) == [(5, "b", "quarantined_neighbour", False, None)]
-    assert kept.take_until(0, 99) == [] and not kept.exhausted()
-    assert [r[0] for r in kept.take_until(1, 9)] == [2, 9]  # across the stream's batches
+    assert rows(kept.take_until(0, 10)) == [(5, "b", "quarantined_neighbour", False, None)]
+    assert rows(kept.take_until(0, 99)) == [] and not kept.exhausted()
+    assert [r[0] for r in rows(kept.take_until(1, 9))] == [2, 9]  # across the stream's batches
     assert kept.exhausted()

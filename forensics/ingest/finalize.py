@@ -399,18 +399,24 @@ def _with_damage(table: pa.Table, line_damage: dict[int, str] | None = None,
                  values: list[str | None] | None = None) -> pa.Table:
     """Set the ``damage`` column: the reasons of the record's line(s) (``values`` row by row, or from
     ``line_damage`` by ``source_line``, or a ``damage`` column already there) plus ``truncated_copy_only``."""
-    if values is not None:
-        lines = values
-    elif line_damage is not None:
-        lines = [line_damage.get(n) for n in table.column("source_line").to_pylist()]
-    elif "damage" in table.column_names:
-        lines = table.column("damage").to_pylist()
+    clean = ((values is None and line_damage is not None and not line_damage)
+             or (values is None and line_damage is None and "damage" not in table.column_names))
+    if clean and not (pc.any(table.column("prompt_truncated")).as_py() or pc.any(table.column("response_truncated")).as_py()):
+        # Most records are undamaged: their column is empty, and is made without a value per row.
+        column = pa.nulls(table.num_rows, pa.string())
     else:
-        lines = [None] * table.num_rows
-    pt = table.column("prompt_truncated").to_pylist()
-    rt = table.column("response_truncated").to_pylist()
-    values = [schema.join_damage((d, "truncated_copy_only" if p or r else None)) for d, p, r in zip(lines, pt, rt)]
-    column = pa.array(values, pa.string())
+        if values is not None:
+            lines = values
+        elif line_damage is not None:
+            lines = [line_damage.get(n) for n in table.column("source_line").to_pylist()]
+        elif "damage" in table.column_names:
+            lines = table.column("damage").to_pylist()
+        else:
+            lines = [None] * table.num_rows
+        pt = table.column("prompt_truncated").to_pylist()
+        rt = table.column("response_truncated").to_pylist()
+        values = [schema.join_damage((d, "truncated_copy_only" if p or r else None)) for d, p, r in zip(lines, pt, rt)]
+        column = pa.array(values, pa.string())
     if "damage" in table.column_names:
         return table.set_column(table.schema.get_field_index("damage"), pa.field("damage", pa.string()), column)
     return table.append_column(pa.field("damage", pa.string()), column)
@@ -603,19 +609,18 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         """The kept rows of ``batch`` (of file ``ord_``) with their damage, and their engine keys."""
         lines = batch.column("source_line")
         rows = kept.take_until(ord_, pc.max(lines).as_py())
-        if not rows:
+        if rows.num_rows == 0:
             return None
         if pc.count_distinct(lines).as_py() == len(lines):
-            mask = pc.is_in(lines, value_set=pa.array([r[0] for r in rows], pa.int64()))
+            mask = pc.is_in(lines, value_set=rows.column("source_line").combine_chunks())
             if mask.true_count < batch.num_rows:  # most batches are kept whole: their text is not copied
                 batch = batch.filter(mask)
         else:  # records sharing a line (a JSON array on one line): chosen by line and content
-            chosen = _kept_on_shared_lines(lines.to_pylist(), batch.column("record_hash").to_pylist(), rows)
+            chosen = _kept_on_shared_lines(lines.to_pylist(), batch.column("record_hash").to_pylist(), _kept_tuples(rows))
             if len(chosen) < batch.num_rows:
                 batch = batch.take(pa.array(chosen, pa.int64()))
-        damage = {r[0]: r[2] for r in rows if r[2] is not None}
-        table = _with_answers(_with_damage(pa.Table.from_batches([batch]), damage), answers)
-        return table, {r[1]: r[4:9] for r in rows if r[3]}
+        table = _with_answers(_with_damage(pa.Table.from_batches([batch]), _kept_damage(rows)), answers)
+        return table, _kept_engine_keys(rows)
 
     def batch_rows(segment: Staged, batches: _Batches) -> None:
         """Write the kept rows of a batch segment's files: chosen file by file (in the pieces each file's
@@ -633,7 +638,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
             lo, hi = bounds[sha]
             for at in range(lo, hi, ROW_GROUP_ROWS):
                 piece = lines[at:min(at + ROW_GROUP_ROWS, hi)].tolist()
-                rows = kept.take_until(order[sha], max(piece))
+                rows = _kept_tuples(kept.take_until(order[sha], max(piece)))
                 if not rows:
                     continue
                 by_line = {r[0]: r for r in rows}
@@ -814,42 +819,49 @@ KEPT_BATCH = 8192
 
 class _KeptRows:
     """The stream of kept exchange rows, ``(file ord, line, request_id, damage, has_keys,
-    *engine keys (5), record_hash)`` in (file, line) order, read forward in step with the staged files."""
+    *engine keys (5), record_hash)`` in (file, line) order, read forward in step with the staged files.
+
+    Rows are handed out as Arrow slices of the query's batches, not as Python tuples: a case's kept rows
+    are most of its records, and making a tuple of each was a good part of the finaliser's own time."""
 
     def __init__(self, reader: pa.RecordBatchReader) -> None:
         self._reader = reader
-        self._rows: list[tuple[Any, ...]] = []
+        self._batch: pa.RecordBatch | None = None
+        self._ords = np.empty(0, np.int64)
+        self._lines = np.empty(0, np.int64)
         self._at = 0
 
     def _fill(self) -> bool:
         """Make sure a row is waiting; False at the end of the stream."""
-        while self._at >= len(self._rows):
+        while self._at >= len(self._ords):
             try:
                 batch = self._reader.read_next_batch()
             except StopIteration:
                 return False
-            self._rows = list(zip(*(column.to_pylist() for column in batch.columns)))
-            self._at = 0
+            self._batch, self._at = batch, 0
+            self._ords = batch.column(0).to_numpy(zero_copy_only=False)
+            self._lines = batch.column(1).to_numpy(zero_copy_only=False)
         return True
 
     def any_until(self, ord_: int, line: int) -> bool:
         """Whether the next kept row is of file ``ord_`` at or before ``line``."""
         if not self._fill():
             return False
-        row = self._rows[self._at]
-        return bool(row[0] == ord_ and row[1] <= line)
+        return bool(self._ords[self._at] == ord_ and self._lines[self._at] <= line)
 
-    def take_until(self, ord_: int, line: int) -> list[tuple[Any, ...]]:
-        """The kept rows of file ``ord_`` up to ``line`` (without the ord): ``(line, request_id,
-        damage, has_keys, *engine keys (5), record_hash)``."""
-        taken: list[tuple[Any, ...]] = []
-        while self._fill():
-            row = self._rows[self._at]
-            if row[0] != ord_ or row[1] > line:
-                break
-            taken.append(row[1:])
-            self._at += 1
-        return taken
+    def take_until(self, ord_: int, line: int) -> pa.Table:
+        """The kept rows of file ``ord_`` up to ``line``, with the ord column (an empty table when none)."""
+        pieces: list[pa.RecordBatch] = []
+        while self._fill() and self._ords[self._at] == ord_ and self._lines[self._at] <= line:
+            at = self._at
+            # The rows are in (ord, line) order: this file's run ends where the ord changes, and within
+            # it the lines up to ``line`` come first.
+            run_end = at + int(np.searchsorted(self._ords[at:], ord_, side="right"))
+            end = at + int(np.searchsorted(self._lines[at:run_end], line, side="right"))
+            assert self._batch is not None
+            pieces.append(self._batch.slice(at, end - at))
+            self._at = end
+        return pa.Table.from_batches(pieces, schema=self._reader.schema)
 
     def exhausted(self) -> bool:
         """Whether every kept row was taken."""
@@ -858,6 +870,26 @@ class _KeptRows:
     def close(self) -> None:
         """Release the query's result."""
         self._reader.close()
+
+
+def _kept_tuples(kept: pa.Table) -> list[tuple[Any, ...]]:
+    """Rows of :meth:`_KeptRows.take_until` as tuples, without the ord: ``(line, request_id, damage,
+    has_keys, *engine keys (5), record_hash)``."""
+    return list(zip(*(kept.column(i).to_pylist() for i in range(1, kept.num_columns))))
+
+
+def _kept_engine_keys(kept: pa.Table) -> dict[str, tuple[Any, ...]]:
+    """The engine keys of the kept rows that have them, by request id."""
+    with_keys = kept.filter(kept.column("has_keys"))
+    names = ("prefill_node", "decode_node", "bootstrap_room", "over_limit_len", "prefill_len")
+    return dict(zip(with_keys.column("request_id").to_pylist(),
+                    zip(*(with_keys.column(name).to_pylist() for name in names))))
+
+
+def _kept_damage(kept: pa.Table) -> dict[int, str]:
+    """The damage of the kept rows that have any, by line."""
+    damaged = kept.filter(pc.is_valid(kept.column("damage")))
+    return dict(zip(damaged.column("source_line").to_pylist(), damaged.column("damage").to_pylist()))
 
 
 class _BackgroundWriter:
