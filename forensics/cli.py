@@ -869,7 +869,8 @@ def match_cmd(
 def report(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been scanned and matched."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
-                                          help="Case file; default: the settings the case was ingested with (config.json)."),
+                                          help="Case file, the one the case was ingested and scanned with (another is refused); "
+                                               "default: the settings its ingest and scan saved (config.json)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),

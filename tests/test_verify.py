@@ -273,6 +273,64 @@ def test_rerun_of_a_stage_by_stage_report_whose_log_folder_holds_other_files(tmp
     assert "re-run compared byte for byte" in out
 
 
+def _stages(logs: Path, case: str, capsys: pytest.CaptureFixture[str], *ingest: str) -> None:
+    """Scan and match ``case`` with the case file of ``logs``, after ingesting ``ingest`` (paths and options)."""
+    assert _call(["ingest", *ingest, "--case", case, "-q"], capsys)[0] == 0
+    _call(["scan", "--case", case, "--config", str(logs / "case.toml"), "-q"], capsys)
+    _call(["match", "--case", case, "-q"], capsys)
+
+
+def test_report_refuses_a_case_file_whose_inputs_the_case_did_not_ingest(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A case ingested from one log of the incident, reported with the case file of the whole incident:
+    the manifest named the case file's inputs as the report's, and verify --rerun ingested them all and
+    called the report drifted in 36 places (tried on sample_logs: the gateway folder ingested alone)."""
+    logs = write_logs(tmp_path / "incident")
+    (logs / "gateway" / "more.jsonl").write_text((logs / "gateway" / "spend.jsonl").read_text().replace("r-", "m-"))
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway" / "spend.jsonl"), "--config", str(logs / "case.toml"))
+    code, out, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2, out + err
+    assert "inputs include 1 file this case did not ingest" in err and "more.jsonl" in err
+    assert "Fix: give --config the case file the ingest used" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_refuses_a_case_file_that_leaves_out_an_ingested_file_or_reads_another_zone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "incident")
+    other = tmp_path / "other.jsonl"
+    other.write_text((logs / "gateway" / "spend.jsonl").read_text().replace("r-", "o-"))
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway"), str(other), "--timezone", "Europe/Paris")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2
+    assert "timezone = UTC (the ingest used Europe/Paris)" in err
+    assert "inputs leave out 1 file this case ingested" in err and "other.jsonl" in err
+
+
+def test_report_takes_the_case_file_the_ingest_used_and_refuses_a_copy_of_its_logs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The case file the ingest read is accepted, and its report re-runs byte for byte. A copy of the same
+    logs elsewhere is refused: the manifest records where the inputs were read, so a re-run from the copy
+    records other paths (and verify calls the manifest's inputs drifted)."""
+    logs = write_logs(tmp_path / "incident")
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    copy = tmp_path / "copy"
+    shutil.copytree(logs, copy)
+    code, _, err = _call(["report", "--case", case, "--config", str(copy / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "inputs include 1 file this case ingested from another path" in err, err
+    code, out, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out"),
+                            "--json", "-q"], capsys)
+    assert code == 1, out + err  # the leak is found
+    assert verify(Path(json.loads(out)["report"]), rerun=True).ok
+    with (logs / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as log:  # the log grew since
+        log.write("\n")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "changed in size since the ingest read them" in err, err
+
+
 def test_parameters_the_manifest_says_came_from_the_case_file_must_be_the_case_files(
         run_report: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     """A report built with a later window_start (fewer customers told), its manifest pointed back at the

@@ -33,7 +33,7 @@ from forensics import schema
 from forensics.artifacts import JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, iso, load_saved
-from forensics.errors import CaseError, ConfigError, OutputError
+from forensics.errors import CaseError, ConfigError, OutputError, first_few
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
 from forensics.report import manifest, notices, safe, summary
@@ -41,7 +41,7 @@ from forensics.report.manifest import VerifyResult, verify
 from forensics.report.severity import default_classifier, patterns_text
 from forensics.review import LEDGERS, OWN_FILES
 
-__all__ = ["ReportResult", "VerifyResult", "check_scan_scope", "report", "report_dir_for", "report_folder", "verify", "write_report"]
+__all__ = ["ReportResult", "VerifyResult", "check_ingest_scope", "check_scan_scope", "report", "report_dir_for", "report_folder", "verify", "write_report"]
 
 #: Stage records copied into the report folder (and hashed with the other outputs).
 STAGE_RECORDS = ("scan.json", "match.json")
@@ -357,6 +357,95 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
                                                 + f", then forensics match --case {shlex.quote(str(case))}")
 
 
+def check_ingest_scope(case: Path, config: CaseConfig) -> None:
+    """Refuse a case file whose inputs or reading settings differ from those the case was ingested with.
+
+    The report's manifest records the case file's inputs, time zone, tenant field and tokenizer, and
+    ``verify --rerun`` ingests from them again: taken from a case ingested otherwise (other logs, or the
+    same logs read in another zone), the manifest would name logs the report never read, and the re-run
+    would build other tables and call a sound report drifted. Refused, as :func:`check_scan_scope`
+    refuses another scope.
+
+    The case file's inputs must list the files the ingest read, at the paths it read them (the manifest
+    records them relative to the case file, and the re-run records where it reads them), and of the size
+    it read (verify checks every input's SHA-256; a log grown since would give the re-run more lines).
+    A case file input that cannot be listed (moved away) is not compared: verify names missing inputs.
+    """
+    from forensics.artifacts import IngestManifest
+
+    case = Path(case)
+    if not (case / "manifest.json").is_file():
+        return  # not ingested: the report says which stage to run
+    ingested = IngestManifest.read(case / "manifest.json", "ingest")
+    differ = [f"{key} = {_shown(given)} (the ingest used {_shown(used)})"
+              for key, given, used in (("timezone", config.timezone, ingested.timezone),
+                                       ("tenant_field", config.tenant_field, ingested.tenant_field))
+              if used is not None and given != used]
+    tokenizer = Path(config.tokenizer) if config.tokenizer else None
+    used_sha = ingested.tokenizer_sha256
+    if (tokenizer is None) != (ingested.tokenizer is None) or (
+            tokenizer is not None and used_sha and tokenizer.is_file() and file_sha256(tokenizer) != used_sha):
+        differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
+                      f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
+    if config.inputs:
+        differ += _inputs_differ(case, config, ingested.files)
+    if differ:
+        raise ConfigError(f"the case file says {'; '.join(differ)}: the report's manifest would name inputs and "
+                          "settings the case was not read with, and verify --rerun would ingest those instead",
+                          file=config.file, fix="give --config the case file the ingest used, or ingest again with this "
+                                                "one (forensics run CASE.toml runs every stage from it)")
+
+
+def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[JsonObject]) -> list[str]:
+    """How the files ``config``'s inputs list differ from the ingested ``files`` (the ingest manifest's
+    entries), in words; empty when they are the same files (see :func:`check_ingest_scope`)."""
+    from forensics.errors import InputError
+    from forensics.ingest import display_path, expand_inputs
+    from forensics.ingest.reader import sha256_file
+
+    try:
+        found, _ = expand_inputs([spec.path for spec in config.inputs], exclude=case)
+    except (InputError, OSError):
+        return []  # an input moved away: nothing to compare
+    read: dict[str, tuple[Any, str, str]] = {}  # real path -> (size read, SHA-256, path as recorded)
+    unplaced: dict[str, str] = {}  # SHA-256 -> path as recorded, for an entry that records no absolute path
+    for f in files:
+        places = [p for p in f.get("abs_paths") or [f.get("abs_path")] if p]
+        if f.get("sha256") and not places:  # written by an older version: compared by content alone
+            unplaced.setdefault(f["sha256"], str(f.get("path")))
+        for p in places if f.get("sha256") else ():
+            read[os.path.realpath(p)] = (f.get("size"), f["sha256"], str(f.get("path") or p))
+    named = {os.path.realpath(path): display_path(path) for path, _ in found}
+    elsewhere: dict[str, str] = {}  # a file read at another path: SHA-256 -> the case file's path of it
+    unread: list[str] = []
+    matched: set[str] = set()
+    by_sha = {sha: shown for _, sha, shown in read.values()}
+    try:
+        grown = [shown for real, shown in named.items() if real in read and os.stat(real).st_size != read[real][0]]
+        for real, shown in named.items():
+            if real not in read:
+                sha = sha256_file(Path(real))
+                if sha in unplaced:
+                    matched.add(sha)
+                elif sha in by_sha:
+                    elsewhere.setdefault(sha, shown)
+                else:
+                    unread.append(shown)
+    except OSError:
+        return []  # an input went away while it was listed: verify names missing inputs
+    left_out = [shown for real, (_, sha, shown) in read.items() if real not in named and sha not in elsewhere]
+    left_out += [shown for sha, shown in unplaced.items() if sha not in matched]
+    differ = []
+    for what, paths in (("this case did not ingest", unread), ("this case ingested from another path", list(elsewhere.values())),
+                        ("changed in size since the ingest read them", grown)):
+        if paths:
+            differ.append(f"inputs include {len(paths)} file{'s' if len(paths) > 1 else ''} {what} ({first_few(sorted(paths), 3)})")
+    if left_out:
+        differ.append(f"inputs leave out {len(left_out)} file{'s' if len(left_out) > 1 else ''} this case ingested "
+                      f"({first_few(sorted(left_out), 3)})")
+    return differ
+
+
 def _model_set(names: Iterable[str]) -> str:
     """Model names as a set, in words: the same ones listed in another order, or spaced otherwise (as
     scan.json's one line lists them), are the same scope."""
@@ -379,6 +468,7 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
     case = Path(case)
     if config is not None:
         check_scan_scope(case, config)
+        check_ingest_scope(case, config)
     config = _config_for(case, config)
     reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
     warnings: list[str] = []
