@@ -116,7 +116,9 @@ def make_case(tmp: Path, *, name: str = "test-case", no_findings: bool = False) 
          "recipient_start": 4, "recipient_end": 30, "source_start": 10, "source_end": 36, "rarity": 1.0},
     ]
     write_table(case / "evidence.parquet", pa.Table.from_pylist(evidence, schema=schema.EVIDENCE), schema.EVIDENCE)
-    files = [{"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "size": p.stat().st_size,
+    # Named as an ingest with the case file names them: relative to its folder.
+    files = [{"path": p.relative_to(tmp).as_posix(), "paths": [p.relative_to(tmp).as_posix()], "abs_path": str(p),
+              "abs_paths": [str(p)], "sha256": hashlib.sha256(p.read_bytes()).hexdigest(), "size": p.stat().st_size,
               "format": f, "lines": 1, "ingested": 1, "quarantined": 0, "blank": 0, "duplicate": 0}
              for p, f in ((gateway, "litellm"), (engine, "sglang"))]
     write_stage_records(

@@ -292,7 +292,7 @@ def test_report_refuses_a_case_file_whose_inputs_the_case_did_not_ingest(tmp_pat
     code, out, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
     assert code == 2, out + err
     assert "inputs include 1 file this case did not ingest" in err and "more.jsonl" in err
-    assert "Fix: give --config the case file the ingest used" in err
+    assert "Fix: ingest the logs again with this case file" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -309,6 +309,44 @@ def test_report_refuses_a_case_file_that_leaves_out_an_ingested_file_or_reads_an
     assert "inputs leave out 1 file this case ingested" in err and "other.jsonl" in err
 
 
+def test_report_refuses_a_case_file_whose_re_run_would_name_or_read_its_logs_otherwise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review of the check's first form, which compared where the files lie. Each was accepted,
+    and verify --rerun called the report drifted: logs ingested without the case file (the tables name them
+    by another path than a re-run from the case file does); a README in a folder the case file reads as
+    litellm (sniffed, it was no log; forced, it is a quarantined line); a log ingested in two versions."""
+    from forensics.ingest import reader
+
+    logs = write_logs(tmp_path / "incident")
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway"))  # no case file: named from the working folder
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "1 file this case recorded under another name" in err, err
+
+    (logs / "gateway" / "README.md").write_text("# notes\n", encoding="utf-8")
+    case = str(tmp_path / "case-readme")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "inputs read 1 file otherwise than the ingest did (gateway/README.md: no known format, here litellm)" in err
+    (logs / "gateway" / "README.md").unlink()
+
+    case = str(tmp_path / "case-versions")
+    log = logs / "gateway" / "spend.jsonl"
+    whole = log.read_text(encoding="utf-8")
+    log.write_text(whole.splitlines(keepends=True)[0], encoding="utf-8")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    log.write_text(whole.replace("r-", "v-"), encoding="utf-8")  # other content under the same name
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "1 file ingested in more than one version under that name" in err, err
+
+    # A file no ingested file has the size of is refused without being read.
+    (logs / "gateway" / "big.jsonl").write_bytes(b"{}\n" * 100_000)
+    monkeypatch.setattr(reader, "sha256_file", lambda *a, **k: pytest.fail("hashed a file no ingested file has the size of"))
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "this case did not ingest (gateway/big.jsonl)" in err, err
+
+
 def test_report_takes_the_case_file_the_ingest_used_and_refuses_a_copy_of_its_logs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The case file the ingest read is accepted, and its report re-runs byte for byte. A copy of the same
@@ -320,7 +358,7 @@ def test_report_takes_the_case_file_the_ingest_used_and_refuses_a_copy_of_its_lo
     copy = tmp_path / "copy"
     shutil.copytree(logs, copy)
     code, _, err = _call(["report", "--case", case, "--config", str(copy / "case.toml"), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and "inputs include 1 file this case ingested from another path" in err, err
+    assert code == 2 and "inputs include 1 file this case ingested from another folder" in err, err
     code, out, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out"),
                             "--json", "-q"], capsys)
     assert code == 1, out + err  # the leak is found

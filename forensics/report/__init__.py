@@ -366,10 +366,11 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
     would build other tables and call a sound report drifted. Refused, as :func:`check_scan_scope`
     refuses another scope.
 
-    The case file's inputs must list the files the ingest read, at the paths it read them (the manifest
-    records them relative to the case file, and the re-run records where it reads them), and of the size
-    it read (verify checks every input's SHA-256; a log grown since would give the re-run more lines).
-    A case file input that cannot be listed (moved away) is not compared: verify names missing inputs.
+    The case file's inputs must list the files the ingest read, under the names it recorded them by (the
+    tables' ``source_file``: a re-run names them relative to the case file), of the size it read (a log grown
+    since would give the re-run more lines), in the format and mapping profile the case file gives them
+    (:func:`_inputs_differ`). An input that cannot be listed (moved away) is not compared: verify names
+    missing inputs itself.
     """
     from forensics.artifacts import IngestManifest
 
@@ -383,8 +384,8 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
               if used is not None and given != used]
     tokenizer = Path(config.tokenizer) if config.tokenizer else None
     used_sha = ingested.tokenizer_sha256
-    if (tokenizer is None) != (ingested.tokenizer is None) or (
-            tokenizer is not None and used_sha and tokenizer.is_file() and file_sha256(tokenizer) != used_sha):
+    if (tokenizer.name if tokenizer else None) != ingested.tokenizer or (
+            tokenizer is not None and isinstance(used_sha, str) and tokenizer.is_file() and file_sha256(tokenizer) != used_sha):
         differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
@@ -392,54 +393,91 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
     if differ:
         raise ConfigError(f"the case file says {'; '.join(differ)}: the report's manifest would name inputs and "
                           "settings the case was not read with, and verify --rerun would ingest those instead",
-                          file=config.file, fix="give --config the case file the ingest used, or ingest again with this "
-                                                "one (forensics run CASE.toml runs every stage from it)")
+                          file=config.file, fix="ingest the logs again with this case file (forensics run CASE.toml runs "
+                                                "every stage from it), or give --config the case file the ingest used")
 
 
-def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[JsonObject]) -> list[str]:
+def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list[str]:
     """How the files ``config``'s inputs list differ from the ingested ``files`` (the ingest manifest's
-    entries), in words; empty when they are the same files (see :func:`check_ingest_scope`)."""
+    entries), in words; empty when a re-run from them reads the same files under the same names.
+
+    Files are matched by the name the ingest records (``source_file`` in the tables): relative to the case
+    file's folder, as a re-run names them. A file under no recorded name is hashed only when an ingested
+    file has its size (so a file never ingested is refused without reading it)."""
     from forensics.errors import InputError
-    from forensics.ingest import display_path, expand_inputs
+    from forensics.ingest import display_path, expand_inputs, named_path
     from forensics.ingest.reader import sha256_file
 
-    try:
-        found, _ = expand_inputs([spec.path for spec in config.inputs], exclude=case)
-    except (InputError, OSError):
-        return []  # an input moved away: nothing to compare
-    read: dict[str, tuple[Any, str, str]] = {}  # real path -> (size read, SHA-256, path as recorded)
-    unplaced: dict[str, str] = {}  # SHA-256 -> path as recorded, for an entry that records no absolute path
+    base = Path(config.file).parent if config.file else None
+    recorded: dict[str, list[dict[str, Any]]] = {}  # name -> entries (several: other content under one name)
     for f in files:
-        places = [p for p in f.get("abs_paths") or [f.get("abs_path")] if p]
-        if f.get("sha256") and not places:  # written by an older version: compared by content alone
-            unplaced.setdefault(f["sha256"], str(f.get("path")))
-        for p in places if f.get("sha256") else ():
-            read[os.path.realpath(p)] = (f.get("size"), f["sha256"], str(f.get("path") or p))
-    named = {os.path.realpath(path): display_path(path) for path, _ in found}
-    elsewhere: dict[str, str] = {}  # a file read at another path: SHA-256 -> the case file's path of it
+        if not isinstance(f, dict) or not isinstance(f.get("sha256"), str):
+            continue
+        names: list[Any] = f["paths"] if isinstance(f.get("paths"), list) else [f.get("path")]
+        for name in names:
+            if isinstance(name, str):
+                recorded.setdefault(name, []).append(f)
+    shas = {f["sha256"] for entries in recorded.values() for f in entries}
+    sizes = {f.get("size") for entries in recorded.values() for f in entries}
     unread: list[str] = []
-    matched: set[str] = set()
-    by_sha = {sha: shown for _, sha, shown in read.values()}
-    try:
-        grown = [shown for real, shown in named.items() if real in read and os.stat(real).st_size != read[real][0]]
-        for real, shown in named.items():
-            if real not in read:
-                sha = sha256_file(Path(real))
-                if sha in unplaced:
-                    matched.add(sha)
-                elif sha in by_sha:
-                    elsewhere.setdefault(sha, shown)
-                else:
-                    unread.append(shown)
-    except OSError:
-        return []  # an input went away while it was listed: verify names missing inputs
-    left_out = [shown for real, (_, sha, shown) in read.items() if real not in named and sha not in elsewhere]
-    left_out += [shown for sha, shown in unplaced.items() if sha not in matched]
+    renamed: dict[str, str] = {}  # SHA-256 -> the name a re-run gives it
+    grown: list[str] = []
+    moved: list[str] = []
+    versions: list[str] = []
+    formats: list[str] = []
+    named: set[str] = set()
+    listed_all = True
+    for spec in config.inputs:
+        try:
+            found, _ = expand_inputs([spec.path], exclude=case)
+        except (InputError, OSError):
+            listed_all = False  # moved away: verify names missing inputs; what it held cannot be compared
+            continue
+        for path, _ in found:
+            name = display_path(path, base)
+            named.add(name)
+            try:
+                size = path.stat().st_size
+                entries = recorded.get(name)
+                if entries is None:
+                    sha = sha256_file(path) if size in sizes else None
+                    if sha is not None and sha in shas:
+                        renamed.setdefault(sha, name)
+                    else:
+                        unread.append(name)
+                    continue
+            except OSError:
+                unread.append(name)  # unreadable now: a re-run could not read it either
+                continue
+            if len(entries) > 1:
+                versions.append(name)
+                continue
+            entry = entries[0]
+            places = entry.get("abs_paths")
+            if isinstance(places, list) and places and str(named_path(path)) not in places:
+                moved.append(name)  # a copy elsewhere: the manifest records where the inputs lie
+                continue
+            if isinstance(entry.get("size"), int) and size != entry["size"]:
+                grown.append(name)
+            forced = spec.format if spec.format != "auto" else None
+            if forced is not None and entry.get("format") != forced:
+                formats.append(f"{name}: {entry.get('format') or 'no known format'}, here {forced}")
+            elif spec.profile is not None and entry.get("profile") != spec.profile.to_json():
+                formats.append(f"{name}: another mapping profile")
+    left_out = [name for name, entries in recorded.items()
+                if name not in named and not any(f["sha256"] in renamed for f in entries)] if listed_all else []
     differ = []
-    for what, paths in (("this case did not ingest", unread), ("this case ingested from another path", list(elsewhere.values())),
-                        ("changed in size since the ingest read them", grown)):
-        if paths:
-            differ.append(f"inputs include {len(paths)} file{'s' if len(paths) > 1 else ''} {what} ({first_few(sorted(paths), 3)})")
+    for what, names in (("this case did not ingest", unread),
+                        ("this case recorded under another name (ingested without this case file, or from another folder)",
+                         list(renamed.values())),
+                        ("this case ingested from another folder", moved),
+                        ("changed in size since the ingest read them", grown),
+                        ("ingested in more than one version under that name", versions)):
+        if names:
+            differ.append(f"inputs include {len(names)} file{'s' if len(names) > 1 else ''} {what} ({first_few(sorted(names), 3)})")
+    if formats:
+        differ.append(f"inputs read {len(formats)} file{'s' if len(formats) > 1 else ''} otherwise than the ingest did "
+                      f"({first_few(sorted(formats), 3)})")
     if left_out:
         differ.append(f"inputs leave out {len(left_out)} file{'s' if len(left_out) > 1 else ''} this case ingested "
                       f"({first_few(sorted(left_out), 3)})")
