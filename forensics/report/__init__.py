@@ -468,7 +468,8 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list
                 if name not in named and not any(f["sha256"] in renamed for f in entries)] if listed_all else []
     differ = []
     for what, names in (("this case did not ingest", unread),
-                        ("this case recorded under another name (ingested without this case file, or from another folder)",
+                        ("this case recorded under another name than a re-run from this case file gives it (ingested without this "
+                         "case file, through a linked folder, or from another folder)",
                          list(renamed.values())),
                         ("this case ingested from another folder", moved),
                         ("changed in size since the ingest read them", grown),
@@ -504,15 +505,16 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
     in, so a report is never in place unsigned when a signature was asked for.
     """
     case = Path(case)
-    if config is not None:
-        check_scan_scope(case, config)
-        check_ingest_scope(case, config)
-    config = _config_for(case, config)
     reading = case_lock(case, shared=True) if case.is_dir() else contextlib.nullcontext()
     warnings: list[str] = []
-    with reading, report_folder(out, config.name, keep=case, warnings=warnings) as building:
-        result = write_report(case, config, building, progress)
-        sign_report(building, sign)
+    with reading:  # the checks read the stage records the report is built from: no stage may change them meanwhile
+        if config is not None:
+            check_scan_scope(case, config)
+            check_ingest_scope(case, config)
+        config = _config_for(case, config)
+        with report_folder(out, config.name, keep=case, warnings=warnings) as building:
+            result = write_report(case, config, building, progress)
+            sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
     result.warnings = warnings
     return result
