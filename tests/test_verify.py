@@ -327,7 +327,8 @@ def test_report_refuses_a_case_file_whose_re_run_would_name_or_read_its_logs_oth
     case = str(tmp_path / "case-readme")
     _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
     code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2 and "inputs read 1 file otherwise than the ingest did (gateway/README.md: no known format, here litellm)" in err
+    assert code == 2 and ("inputs read 1 file otherwise than the ingest did (gateway/README.md: skipped: format not recognised, "
+                          "here litellm)") in err, err
     (logs / "gateway" / "README.md").unlink()
 
     case = str(tmp_path / "case-versions")
@@ -345,6 +346,55 @@ def test_report_refuses_a_case_file_whose_re_run_would_name_or_read_its_logs_oth
     monkeypatch.setattr(reader, "sha256_file", lambda *a, **k: pytest.fail("hashed a file no ingested file has the size of"))
     code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "this case did not ingest (gateway/big.jsonl)" in err, err
+
+
+def test_verify_rerun_of_a_run_whose_folder_holds_a_file_it_skips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A UTF-16 export in the gateway folder is skipped ("not UTF-8") whatever the format the case file gives:
+    the check's second form read its missing format as another reading, and verify --rerun of the run's own
+    report stopped with exit 2 (found by a review)."""
+    logs = write_logs(tmp_path / "incident")
+    (logs / "gateway" / "export-utf16.jsonl").write_text((logs / "gateway" / "spend.jsonl").read_text().splitlines()[0],
+                                                         encoding="utf-16")
+    code, out, err = _call(["run", str(logs / "case.toml"), "--out", str(tmp_path / "out"), "--json", "-q"], capsys)
+    assert code == 1, out + err
+    code, out, err = _call(["verify", str(tmp_path / "out" / "e2e"), "--rerun"], capsys)
+    assert code == 0 and "0 problem(s)" in out, out + err
+
+
+def test_report_refuses_a_reading_the_case_file_would_not_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a review, each accepted with a re-run that drifts: the case file leaves the format to sniffing
+    but the ingest forced it (a README read as litellm); the ingest decided rows by their size against another
+    ceiling than the case file's (with a tokenizer); a link out of the folder the ingest never saw."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    logs = write_logs(tmp_path / "incident")
+    (logs / "gateway" / "README.md").write_text("# notes\nsome text\n", encoding="utf-8")
+    (logs / "case.toml").write_text((logs / "case.toml").read_text().replace('format = "litellm"\n', ""), encoding="utf-8")
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--format", "litellm", "--config", str(logs / "case.toml"))
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "(gateway/README.md: litellm, here sniffed again)" in err, err
+    (logs / "gateway" / "README.md").unlink()
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(logs / "tokenizer.json"))
+    text = (logs / "case.toml").read_text()
+    (logs / "case.toml").write_text(text.replace('real_ceiling_tokens = 2000', 'real_ceiling_tokens = 2000\ntokenizer = "tokenizer.json"'),
+                                    encoding="utf-8")
+    (logs / "ingest.toml").write_text(text.replace('real_ceiling_tokens = 2000', 'real_ceiling_tokens = 1500\ntokenizer = "tokenizer.json"'),
+                                      encoding="utf-8")
+    case = str(tmp_path / "case-ceiling")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "ingest.toml"))
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "real_ceiling_tokens = 2000 at ingest (the ingest decided rows by their size against 1500)" in err, err
+
+    (logs / "case.toml").write_text(text, encoding="utf-8")
+    case = str(tmp_path / "case-link")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    (logs / "gateway" / "old.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "inputs hold other entries that are not read than the ingest found (gateway/old.jsonl" in err, err
 
 
 def test_report_takes_the_case_file_the_ingest_used_and_refuses_a_copy_of_its_logs(

@@ -389,7 +389,8 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
         differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
-        differ += _inputs_differ(case, config, ingested.files)
+        differ += _inputs_differ(case, config, ingested.files, ingested.skipped_inputs)
+    differ += _ceiling_differs(config, ingested.files, ingested.prompt_tokens_band)
     if differ:
         raise ConfigError(f"the case file says {'; '.join(differ)}: the report's manifest would name inputs and "
                           "settings the case was not read with, and verify --rerun would ingest those instead",
@@ -397,7 +398,44 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
                                                 "every stage from it), or give --config the case file the ingest used")
 
 
-def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list[str]:
+def _ceiling_differs(config: CaseConfig, files: Iterable[Any], band: Any) -> list[str]:
+    """With a tokenizer, the ceiling the ingest decided rows against by their size (``prompt_tokens_band``'s
+    ``ceiling_by_file``), where it is not the case file's: a re-run would count other rows exactly."""
+    if not config.tokenizer:
+        return []  # no rows decided by size (a tokenizer the ingest had is named by the tokenizer check)
+    expected = config.real_ceiling_tokens if isinstance(config.real_ceiling_tokens, int) else None
+    by_file = band.get("ceiling_by_file") if isinstance(band, dict) else None
+    by_file = by_file if isinstance(by_file, dict) else {}
+    used = {by_file.get(f["sha256"]) for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str)
+            and f.get("format") and str(f.get("status") or "").startswith("ingested")}
+    if used and used != {expected}:
+        shown = ", ".join(sorted(_shown(c) for c in used))
+        return [f"real_ceiling_tokens = {_shown(expected)} at ingest (the ingest decided rows by their size against {shown})"]
+    return []
+
+
+def _read_alike(entry: dict[str, Any], spec: Any, path: Path) -> bool:
+    """Whether a re-run reads ``path`` as the ingest did (``entry``: its manifest entry): in the format the case
+    file gives it (``spec``) or, with none, the one sniffed again; skipped or read alike."""
+    from forensics.ingest import sniff
+    from forensics.ingest.registry import AmbiguousFormat
+
+    status, fmt = str(entry.get("status") or ""), entry.get("format")
+    if status.startswith("skipped: not UTF-8"):
+        return True  # skipped whatever the format
+    if spec.format != "auto":
+        # A file skipped as of no known format, ambiguous or damaged at its head was sniffed: forced, it is read.
+        return status.startswith("skipped: Parquet") or fmt == spec.format
+    if status.startswith("skipped: Parquet"):
+        return False  # only a format given for it skips a Parquet file so
+    try:
+        sniffed = sniff(path)
+    except (AmbiguousFormat, OSError):
+        sniffed = None
+    return sniffed is None if status.startswith("skipped") else fmt == sniffed
+
+
+def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped_inputs: Iterable[Any] = ()) -> list[str]:
     """How the files ``config``'s inputs list differ from the ingested ``files`` (the ingest manifest's
     entries), in words; empty when a re-run from them reads the same files under the same names.
 
@@ -418,7 +456,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list
             if isinstance(name, str):
                 recorded.setdefault(name, []).append(f)
     shas = {f["sha256"] for entries in recorded.values() for f in entries}
-    sizes = {f.get("size") for entries in recorded.values() for f in entries}
+    sizes = {f["size"] for entries in recorded.values() for f in entries if isinstance(f.get("size"), int)}
     unread: list[str] = []
     renamed: dict[str, str] = {}  # SHA-256 -> the name a re-run gives it
     grown: list[str] = []
@@ -426,13 +464,15 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list
     versions: list[str] = []
     formats: list[str] = []
     named: set[str] = set()
+    special: set[tuple[str, str]] = set()  # entries not read (links out, devices...): (name, kind)
     listed_all = True
     for spec in config.inputs:
         try:
-            found, _ = expand_inputs([spec.path], exclude=case)
+            found, passed = expand_inputs([spec.path], exclude=case)
         except (InputError, OSError):
             listed_all = False  # moved away: verify names missing inputs; what it held cannot be compared
             continue
+        special |= {(display_path(item.path, base), item.kind) for item in passed}
         for path, _ in found:
             name = display_path(path, base)
             named.add(name)
@@ -459,9 +499,9 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list
                 continue
             if isinstance(entry.get("size"), int) and size != entry["size"]:
                 grown.append(name)
-            forced = spec.format if spec.format != "auto" else None
-            if forced is not None and entry.get("format") != forced:
-                formats.append(f"{name}: {entry.get('format') or 'no known format'}, here {forced}")
+            if not _read_alike(entry, spec, path):
+                formats.append(f"{name}: {entry.get('format') or str(entry.get('status') or 'no known format')}, "
+                               f"here {spec.format if spec.format != 'auto' else 'sniffed again'}")
             elif spec.profile is not None and entry.get("profile") != spec.profile.to_json():
                 formats.append(f"{name}: another mapping profile")
     left_out = [name for name, entries in recorded.items()
@@ -482,6 +522,10 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any]) -> list
     if left_out:
         differ.append(f"inputs leave out {len(left_out)} file{'s' if len(left_out) > 1 else ''} this case ingested "
                       f"({first_few(sorted(left_out), 3)})")
+    recorded_special = {(str(e.get("path")), str(e.get("kind"))) for e in skipped_inputs if isinstance(e, dict)}
+    if listed_all and special != recorded_special:
+        changed = sorted(f"{name} ({kind})" for name, kind in special ^ recorded_special)
+        differ.append(f"inputs hold other entries that are not read than the ingest found ({first_few(changed, 3)})")
     return differ
 
 
