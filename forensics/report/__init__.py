@@ -368,8 +368,10 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
 
     The case file's inputs must list the files the ingest read, under the names it recorded them by (the
     tables' ``source_file``: a re-run names them relative to the case file), of the size it read (a log grown
-    since would give the re-run more lines), in the format and mapping profile the case file gives them
-    (:func:`_inputs_differ`). An input that cannot be listed (moved away) is not compared: verify names
+    since would give the re-run more lines), read alike (the format the case file gives, or the one sniffed
+    again; the same mapping profile) and with the same entries not read (:func:`_inputs_differ`); with a
+    tokenizer, the ceiling rows were decided against by their size must be the case file's
+    (:func:`_ceiling_differs`). An input that cannot be listed (moved away) is not compared: verify names
     missing inputs itself.
     """
     from forensics.artifacts import IngestManifest
@@ -390,7 +392,8 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
         differ += _inputs_differ(case, config, ingested.files, ingested.skipped_inputs)
-    differ += _ceiling_differs(config, ingested.files, ingested.prompt_tokens_band)
+    if ingested.tokenizer is not None:  # (without one no row was decided by its size)
+        differ += _ceiling_differs(config, ingested.files, ingested.prompt_tokens_band)
     if differ:
         raise ConfigError(f"the case file says {'; '.join(differ)}: the report's manifest would name inputs and "
                           "settings the case was not read with, and verify --rerun would ingest those instead",
@@ -399,10 +402,10 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
 
 
 def _ceiling_differs(config: CaseConfig, files: Iterable[Any], band: Any) -> list[str]:
-    """With a tokenizer, the ceiling the ingest decided rows against by their size (``prompt_tokens_band``'s
+    """The ceiling an ingest with a tokenizer decided rows against by their size (``prompt_tokens_band``'s
     ``ceiling_by_file``), where it is not the case file's: a re-run would count other rows exactly."""
     if not config.tokenizer:
-        return []  # no rows decided by size (a tokenizer the ingest had is named by the tokenizer check)
+        return []  # the tokenizer check names the difference
     expected = config.real_ceiling_tokens if isinstance(config.real_ceiling_tokens, int) else None
     by_file = band.get("ceiling_by_file") if isinstance(band, dict) else None
     by_file = by_file if isinstance(by_file, dict) else {}
