@@ -388,6 +388,10 @@ def test_report_refuses_a_reading_the_case_file_would_not_repeat(tmp_path: Path,
     _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "ingest.toml"))
     code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "real_ceiling_tokens = 2000 at ingest (the ingest decided rows by their size against 1500)" in err, err
+    shutil.copy(logs / "tokenizer.json", logs / "copy.json")  # the same tokenizer under another name: the manifest names it
+    (logs / "copy.toml").write_text((logs / "case.toml").read_text().replace("tokenizer.json", "copy.json"), encoding="utf-8")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "copy.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "tokenizer = copy.json (the ingest used tokenizer.json)" in err, err
 
     (logs / "case.toml").write_text(text, encoding="utf-8")
     case = str(tmp_path / "case-link")
@@ -395,6 +399,39 @@ def test_report_refuses_a_reading_the_case_file_would_not_repeat(tmp_path: Path,
     (logs / "gateway" / "old.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
     code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "inputs hold other entries that are not read than the ingest found (gateway/old.jsonl" in err, err
+
+
+def test_report_refuses_another_mapping_profile_or_a_missing_input_beside_unread_files_and_reads_odd_manifests(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the first review: another mapping profile in the case file passed (its re-run drifts); one
+    input that cannot be listed turned the whole comparison off; a hand-edited manifest's odd values were
+    internal errors."""
+    golden = Path(__file__).parent / "golden" / "ingest" / "mapped_json_array"
+    logs = tmp_path / "mapped"
+    shutil.copytree(golden, logs)
+    case = str(tmp_path / "case-mapped")
+    _stages(logs, case, capsys, "--format", "mapped", "--config", str(logs / "case.toml"), str(logs / "export.json"))
+    text = (logs / "case.toml").read_text(encoding="utf-8")
+    (logs / "case.toml").write_text(text.replace('tenant_id = "tenant.name"', 'tenant_id = "model"'), encoding="utf-8")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "(export.json: another mapping profile)" in err, err
+
+    logs = write_logs(tmp_path / "incident")
+    case = str(tmp_path / "case")
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    (logs / "gateway" / "later.jsonl").write_text((logs / "gateway" / "spend.jsonl").read_text().replace("r-", "l-"))
+    (logs / "case.toml").write_text((logs / "case.toml").read_text() + '[[inputs]]\nformat = "litellm"\npath = "archive"\n')
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "1 file this case did not ingest (gateway/later.jsonl)" in err, err
+
+    manifest = Path(case) / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["files"][0]["size"] = [data["files"][0]["size"]]
+    data["files"][0]["paths"] = ["gateway/spend.jsonl", 7]
+    data["files"].append({"path": "x\u0000y", "abs_paths": ["/nowhere/\u0000"], "sha256": ["not", "a", "hash"]})
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    code, _, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "internal error" not in err and "did not ingest" in err, err
 
 
 def test_report_takes_the_case_file_the_ingest_used_and_refuses_a_copy_of_its_logs(
