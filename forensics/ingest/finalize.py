@@ -399,8 +399,7 @@ def _with_damage(table: pa.Table, line_damage: dict[int, str] | None = None,
                  values: list[str | None] | None = None) -> pa.Table:
     """Set the ``damage`` column: the reasons of the record's line(s) (``values`` row by row, or from
     ``line_damage`` by ``source_line``, or a ``damage`` column already there) plus ``truncated_copy_only``."""
-    clean = ((values is None and line_damage is not None and not line_damage)
-             or (values is None and line_damage is None and "damage" not in table.column_names))
+    clean = values is None and not line_damage and (line_damage is not None or "damage" not in table.column_names)
     if clean and not (pc.any(table.column("prompt_truncated")).as_py() or pc.any(table.column("response_truncated")).as_py()):
         # Most records are undamaged: their column is empty, and is made without a value per row.
         column = pa.nulls(table.num_rows, pa.string())

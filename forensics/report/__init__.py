@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from forensics import schema
-from forensics.artifacts import JsonObject, ReportManifest, ReportParameters, ScanRecord
+from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
-from forensics.config import CaseConfig, iso, load_saved
-from forensics.errors import CaseError, ConfigError, OutputError, first_few
+from forensics.config import CaseConfig, InputSpec, iso, load_saved
+from forensics.errors import CaseError, ConfigError, InputError, OutputError, first_few
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
 from forensics.report import manifest, notices, safe, summary
@@ -374,8 +374,6 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
     (:func:`_ceiling_differs`). An input that cannot be listed (moved away) is not compared: verify names
     missing inputs itself.
     """
-    from forensics.artifacts import IngestManifest
-
     case = Path(case)
     if not (case / "manifest.json").is_file():
         return  # not ingested: the report says which stage to run
@@ -417,7 +415,7 @@ def _ceiling_differs(config: CaseConfig, files: Iterable[Any], band: Any) -> lis
     return []
 
 
-def _read_alike(entry: dict[str, Any], spec: Any, path: Path) -> bool:
+def _read_alike(entry: dict[str, Any], spec: InputSpec, path: Path) -> bool:
     """Whether a re-run reads ``path`` as the ingest did (``entry``: its manifest entry): in the format the case
     file gives it (``spec``) or, with none, the one sniffed again; skipped or read alike."""
     from forensics.ingest import sniff
@@ -445,9 +443,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
     Files are matched by the name the ingest records (``source_file`` in the tables): relative to the case
     file's folder, as a re-run names them. A file under no recorded name is hashed only when an ingested
     file has its size (so a file never ingested is refused without reading it)."""
-    from forensics.errors import InputError
     from forensics.ingest import display_path, expand_inputs, named_path
-    from forensics.ingest.reader import sha256_file
 
     base = Path(config.file).parent if config.file else None
     recorded: dict[str, list[dict[str, Any]]] = {}  # name -> entries (several: other content under one name)
@@ -483,7 +479,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
                 size = path.stat().st_size
                 entries = recorded.get(name)
                 if entries is None:
-                    sha = sha256_file(path) if size in sizes else None
+                    sha = file_sha256(path) if size in sizes else None
                     if sha is not None and sha in shas:
                         renamed.setdefault(sha, name)
                     else:
