@@ -1306,3 +1306,31 @@ def test_the_nulls_rows_keep_a_customers_strongest_copy_whatever_the_engine_rule
 
     (one,) = _collapse_same_tenant_copies([row("a1", 90.0, "another model"), row("a2", 40.0, None)])
     assert one["source_request_id"] == kept
+
+
+def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path) -> None:
+    # A key is one run of letters and digits: as one token it made no k-gram, so a response that held
+    # another customer's key and nothing else of theirs gave no candidate at all.
+    rng = np.random.default_rng(11)
+    key = "sk-proj-4fQ9zT1mXw7LbR2cVn8KpD3sHj6YgE0aUo5iNt"
+    prompt = f"{words_text(rng, 40)} set OPENAI_API_KEY={key} before {words_text(rng, 40)}"
+    response = f"{words_text(rng, 30)} the key is {key} and {words_text(rng, 30)}"
+    rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("c1", "crux", 2, prompt=words_text(rng, 80)),
+            exchange("b1", "bolt", 5, prompt="q", response=response)]
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    (f,) = result.cross_tenant
+    assert (f["source_tenant_id"], f["tier"]) == ("acme", "confirmed")
+    spans = [tuple(int(x) for x in part.replace("=", ":").split(":")) for part in f["passages"].split(";")]
+    secret = key.split("-")[-1]  # "sk" and "proj" are words of their own, common to every such key
+    assert any(secret in response[a:b] and secret in prompt[c:d] for a, b, c, d in spans)
+
+
+def test_an_example_key_every_customer_pastes_is_no_finding(tmp_path: Path) -> None:
+    # The pieces of a machine-made token are text like any other: held by many customers, they are public.
+    rng = np.random.default_rng(12)
+    example = "AKIAIOSFODNN7EXAMPLE"
+    rows = [exchange(f"a{i}", f"t{i}", i, prompt=f"{words_text(rng, 30)} aws_access_key_id = {example} "
+                                                 f"{words_text(rng, 30)}") for i in range(5)]
+    rows.append(exchange("b1", "bolt", 9, prompt="q", response=f"{words_text(rng, 20)} {example} {words_text(rng, 20)}"))
+    result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
+    assert not result.cross_tenant

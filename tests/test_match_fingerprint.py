@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.match.align import align
-from forensics.match.fingerprint import kgrams, tokenize
+from forensics.match.fingerprint import kgrams, tokenize, tokenize_many
 
 
 def pieces(text: str) -> list[str]:
@@ -348,3 +348,70 @@ def test_alignment_follows_its_documented_rule(a: list[int], b: list[int], edge_
     # the same from arrays of 64-bit hashes, as the verification holds them
     al2 = align(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64), edge_gap, max_gap)
     assert al2 == al
+
+
+def _shown(text: str) -> list[str]:
+    tk = tokenize_many([text])[0]
+    return [text[a:b] for a, b in zip(tk.start.tolist(), tk.end.tolist())]
+
+
+def test_machine_made_tokens_are_matched_as_pieces_and_words_stay_whole() -> None:
+    key = "simtok_ZMXY0R0nCp0ZNVZATtGsF9Fc3g8gvd"
+    text = f'key "{key}", internationalization, x86_64 read_file_path_now'
+    shown = _shown(text)
+    assert shown[0] == "key" and shown[-3:] == ["internationalization", "x86_64", "read_file_path_now"]
+    pieces = shown[1:-3]
+    assert "".join(pieces) == key and 5 <= len(pieces) <= 20
+    # Pieces compare without case and width, like every token, and are not the words of their letters.
+    tk = tokenize_many([text])[0]
+    for variant in (text.upper(), text.replace(key, unicodedata.normalize("NFKC", key).translate(_FULLWIDTH))):
+        other = tokenize_many([variant])[0]
+        assert len(other) == len(tk) and (other.hash == tk.hash).all()
+    card = tokenize_many(["card12345678"])[0]
+    assert len(card) > 1 and tokenize_many(["card"])[0].hash[0] not in card.hash
+
+
+_FULLWIDTH = {c: c + 0xFEE0 for c in range(0x21, 0x7F)}
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 5, 9])
+def test_a_key_missing_its_first_characters_still_shares_its_other_pieces(cut: int) -> None:
+    # Where a piece ends depends on the characters there, not on where the token began: a leak that starts
+    # inside a key, or changes one of its characters, keeps the rest of its pieces.
+    key = "sk_live_7f3KqP9xWz2LmN4bVc8RtY1uIo6EaS5dGh0J"
+    whole = tokenize_many([key])[0]
+    part = tokenize_many([key[cut:]])[0]
+    assert len(set(part.hash.tolist()) & set(whole.hash.tolist())) >= len(part) - 2
+    changed = tokenize_many([key[:20] + "#" + key[21:]])[0]  # one character garbled: now two tokens
+    assert len(set(changed.hash.tolist()) & set(whole.hash.tolist())) >= len(whole) - 4
+
+
+def test_a_key_tokenizes_alike_alone_and_among_other_texts() -> None:
+    key = "AKSIM7Q2XW9RTZ4LMNP0"
+    alone = tokenize_many([key])[0]
+    many, owner, first = tokenize_many(["w" * 30, f"see {key}.", key * 2])
+    mine = slice(int(first[1]) + 1, int(first[2]))
+    assert (many.hash[mine] == alone.hash).all()
+    assert (many.start[mine] - 4 == alone.start).all() and (many.end[mine] - 4 == alone.end).all()
+    assert len(alone) > 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="aB3_0Ｚ９ é-", max_size=60), min_size=1, max_size=4))
+def test_matched_tokens_cover_each_text_as_its_tokens_do(texts: list[str]) -> None:
+    # The pieces of a machine-made token tile it exactly; every other token is as tokenize gives it.
+    many, owner, first = tokenize_many(texts)
+    for t, text in enumerate(texts):
+        mine = slice(int(first[t]), int(first[t + 1]))
+        s, e = many.start[mine], many.end[mine]
+        words = tokenize(text)
+        joined = [(a, b) for a, b in zip(words.start.tolist(), words.end.tolist()) if text[a:b] != "-"]
+        pieces = list(zip(s.tolist(), e.tolist()))
+        assert all(a < b for a, b in pieces) and all(b <= c for (_, b), (c, _) in zip(pieces, pieces[1:]))
+        # Group the pieces back by the token they fall in.
+        for a, b in joined:
+            inside = [(c, d) for c, d in pieces if a <= c < b]
+            assert inside and inside[0][0] == a and inside[-1][1] == b
+            assert all(d == c2 for (_, d), (c2, _) in zip(inside, inside[1:]))
+            if len(inside) > 1:
+                assert b - a >= 12 and any(ch.isdigit() for ch in text[a:b])

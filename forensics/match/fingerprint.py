@@ -517,9 +517,88 @@ def _pieces(text: str, size: int) -> list[tuple[int, str]]:
     return out
 
 
+#: A token of at least this many ASCII letters, digits and ``_`` (or characters that are those once normalised,
+#: as fullwidth forms are), one of them a digit, is machine-made (an API
+#: key, a hash, a card or account number, an identifier with a version in it) and is matched as pieces of
+#: about CODE_PIECE_CHARS characters: as one word, a leaked 40-character key was a single token, too short for
+#: any k-gram, while a model's tokenizer makes ten or more tokens of it and it is the most private text a
+#: conversation holds. Words of prose (no digit) stay whole, so a long common word is not worth several.
+CODE_MIN_CHARS = 12
+#: Characters per piece of a machine-made token on average: about what a model's tokenizer gives such text
+#: per token. Where a piece ends depends on the two characters around the cut alone (content-defined, as
+#: rsync and deduplicating stores cut files), so a key that reaches the answer without its first characters,
+#: or with one of them changed, still shares its other pieces with the original.
+CODE_PIECE_CHARS = 4
+#: Mixed into a piece's hash, so that a piece is never the same token as a word of its letters.
+_PIECE_SALT = np.uint64(0x7C0D_E5A1_7C0D_E5A1)
+
 #: What the matcher's tokens are (match.json records it with the versions).
 MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph; punctuation marks (Unicode P*) "
-                "are not tokens")
+                f"are not tokens; a run of {CODE_MIN_CHARS} or more ASCII letters, digits and _ holding a digit is "
+                f"pieces of about {CODE_PIECE_CHARS} characters, cut where two characters decide")
+
+# Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), and
+# whether a digit; filled as code points are first met, like the punctuation tables below.
+_CODE_KNOWN = np.zeros(_SIZE, dtype=bool)
+_CODE_CHAR = np.zeros(_SIZE, dtype=bool)
+_DIGIT = np.zeros(_SIZE, dtype=bool)
+_CODE_FORMS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_")
+
+
+def _learn_code_chars(cps: np.ndarray) -> None:
+    """Fill the code-character tables for the (unique, already mapped) code points ``cps``."""
+    for cp in cps.tolist():
+        seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
+        _CODE_CHAR[cp] = len(seq) == 1 and seq[0] in _CODE_FORMS
+        _DIGIT[cp] = len(seq) == 1 and 0x30 <= seq[0] <= 0x39
+        _CODE_KNOWN[cp] = True
+
+
+def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
+    """``tk`` with every machine-made token (:data:`CODE_MIN_CHARS`) replaced by its pieces, each with its
+    own offsets and hash; ``cps``: the code points of the text ``tk`` came from.
+
+    A piece starts at the token's start and before every character that, with the one before it, hashes to
+    a multiple of :data:`CODE_PIECE_CHARS` (case folded, as every token is compared)."""
+    lengths = tk.end - tk.start
+    long_ = np.flatnonzero(lengths >= CODE_MIN_CHARS)
+    if len(long_) == 0:
+        return tk
+    n = lengths[long_]
+    first = np.cumsum(n) - n
+    at = np.repeat(tk.start[long_], n) + (np.arange(int(n.sum())) - np.repeat(first, n))
+    c = cps.take(at)
+    known = _CODE_KNOWN.take(c)
+    if not known.all():
+        _learn_code_chars(np.unique(c[~known]))
+    code = np.logical_and.reduceat(_CODE_CHAR.take(c), first) & np.logical_or.reduceat(_DIGIT.take(c), first)
+    if not code.any():
+        return tk
+    keep_chars = np.repeat(code, n)
+    at, c, n, tokens = at[keep_chars], c[keep_chars], n[code], long_[code]
+    v = _sval.take(c)
+    opens = np.zeros(len(at), dtype=bool)
+    with np.errstate(over="ignore"):
+        opens[1:] = (mix64(v[:-1] * _P + v[1:]) % np.uint64(CODE_PIECE_CHARS)) == 0
+    token_first = np.cumsum(n) - n
+    opens[token_first] = True  # every token's first character opens its first piece
+    piece_first = np.flatnonzero(opens)
+    piece_len = np.diff(np.append(piece_first, len(at)))
+    within = np.arange(len(at)) - np.repeat(piece_first, piece_len)
+    fwd, _ = _powers(int(piece_len.max()))
+    with np.errstate(over="ignore"):
+        piece_hash = mix64(np.add.reduceat(v * fwd.take(within), piece_first) ^ _PIECE_SALT)
+    pieces = np.diff(np.append(np.searchsorted(piece_first, token_first), len(piece_first)))  # per token
+    counts = np.ones(len(tk), dtype=np.int64)
+    counts[tokens] = pieces
+    start, end, hashes = np.repeat(tk.start, counts), np.repeat(tk.end, counts), np.repeat(tk.hash, counts)
+    slots = np.repeat((np.cumsum(counts) - counts)[tokens], pieces) + (
+        np.arange(len(piece_first)) - np.repeat(np.cumsum(pieces) - pieces, pieces))
+    start[slots] = at.take(piece_first)
+    end[slots] = at.take(piece_first) + piece_len
+    hashes[slots] = piece_hash
+    return Tokens(start, end, hashes)
+
 
 _PUNCT_KNOWN = np.zeros(_SIZE, dtype=bool)
 _PUNCT = np.zeros(_SIZE, dtype=bool)
@@ -573,7 +652,8 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
             size += len(pieces[j]) + 1
             j += 1
         group = pieces[i:j]
-        tk = _without_punctuation(*_tokenize("\n".join(group)))
+        tk, cps = _tokenize("\n".join(group))
+        tk = _split_codes(_without_punctuation(tk, cps), cps)
         piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
             piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
