@@ -1308,13 +1308,15 @@ def test_the_nulls_rows_keep_a_customers_strongest_copy_whatever_the_engine_rule
     assert one["source_request_id"] == kept
 
 
-def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("said", ["the key is {key} and", "API 키는 {key}입니다", "clé:{key}é"])
+def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path, said: str) -> None:
     # A key is one run of letters and digits: as one token it made no k-gram, so a response that held
-    # another customer's key and nothing else of theirs gave no candidate at all.
+    # another customer's key and nothing else of theirs gave no candidate at all (nor did one glued to a
+    # Korean particle or an accented letter, once keys were pieces).
     rng = np.random.default_rng(11)
     key = "sk-proj-4fQ9zT1mXw7LbR2cVn8KpD3sHj6YgE0aUo5iNt"
     prompt = f"{words_text(rng, 40)} set OPENAI_API_KEY={key} before {words_text(rng, 40)}"
-    response = f"{words_text(rng, 30)} the key is {key} and {words_text(rng, 30)}"
+    response = f"{words_text(rng, 30)} {said.format(key=key)} {words_text(rng, 30)}"
     rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("c1", "crux", 2, prompt=words_text(rng, 80)),
             exchange("b1", "bolt", 5, prompt="q", response=response)]
     result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
@@ -1327,6 +1329,7 @@ def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path) -> 
 
 def test_an_example_key_every_customer_pastes_is_no_finding(tmp_path: Path) -> None:
     # The pieces of a machine-made token are text like any other: held by many customers, they are public.
+    # (Held by one or two, an example key is named like any text they alone sent: docs/evidence-model.md.)
     rng = np.random.default_rng(12)
     example = "AKIAIOSFODNN7EXAMPLE"
     rows = [exchange(f"a{i}", f"t{i}", i, prompt=f"{words_text(rng, 30)} aws_access_key_id = {example} "

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics.match.align import align
-from forensics.match.fingerprint import kgrams, tokenize, tokenize_many
+from forensics.match.fingerprint import CODE_MAX_PIECES, kgrams, tokenize, tokenize_many
 
 
 def pieces(text: str) -> list[str]:
@@ -415,3 +415,40 @@ def test_matched_tokens_cover_each_text_as_its_tokens_do(texts: list[str]) -> No
             assert all(d == c2 for (_, d), (c2, _) in zip(inside, inside[1:]))
             if len(inside) > 1:
                 assert b - a >= 12 and any(ch.isdigit() for ch in text[a:b])
+
+
+def test_a_key_glued_to_other_letters_is_cut_out_of_its_word() -> None:
+    key = "sk_live_7f3KqP9xWz2LmN4bVc8RtY1uIo6EaS5dGh0J"
+    glued, spaced = tokenize_many([f"API 키는 {key}입니다"])[0], tokenize_many([f"API 키는 {key} 입니다"])[0]
+    assert (glued.hash == spaced.hash).all() and len(glued) > 6
+    accented = f"clé:{key}e\u0301"  # the rest of the word hashes as that word alone, in either Unicode form
+    shown = _shown(accented)
+    assert shown[0] == "clé" and shown[-1] == "e\u0301" and "".join(shown[1:-1]) == key
+    assert tokenize_many([accented])[0].hash[-1] == tokenize_many(["\u00e9"])[0].hash[0]
+
+
+def test_runs_of_one_character_are_one_piece_and_a_run_has_at_most_so_many_pieces() -> None:
+    # A cut between two equal characters would make "0.3333333333333333" sixteen tokens of evidence.
+    assert _shown("0.3333333333333333 9999999999999999 2222222222222x") == [
+        "0", "3333333333333333", "9999999999999999", "2222222222222x"]
+    glued = tokenize_many(["키9999999999999999 키 9999999999999999"])[0].hash.tolist()
+    assert glued[:2] == glued[2:]
+    periodic = "a0" * 5000
+    assert 1 < len(_shown(periodic)) <= CODE_MAX_PIECES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "B", "3", "_", "0", "９", "é", "e\u0301", "가", "키", " ", "7f3K", "x9Q2"]),
+                max_size=40))
+def test_machine_made_runs_cut_alike_in_either_unicode_form(parts: list[str]) -> None:
+    text = "".join(parts)
+    forms = [unicodedata.normalize(f, text) for f in ("NFC", "NFD", "NFKC")]
+    hashes = [tokenize_many([f])[0].hash.tolist() for f in forms]
+    assert hashes[0] == hashes[1] == hashes[2]
+
+
+def test_a_long_run_before_a_key_does_not_use_up_the_keys_pieces() -> None:
+    key = "sk_live_7f3KqP9xWz2LmN4bVc8RtY1uIo6EaS5dGh0J"
+    alone = tokenize_many([key])[0]
+    after = tokenize_many(["ab12" * 100 + " " + key])[0]
+    assert len(alone) > 5 and (after.hash[-len(alone):] == alone.hash).all()

@@ -517,31 +517,40 @@ def _pieces(text: str, size: int) -> list[tuple[int, str]]:
     return out
 
 
-#: A token of at least this many ASCII letters, digits and ``_`` (or characters that are those once normalised,
-#: as fullwidth forms are), one of them a digit, is machine-made (an API
-#: key, a hash, a card or account number, an identifier with a version in it) and is matched as pieces of
-#: about CODE_PIECE_CHARS characters: as one word, a leaked 40-character key was a single token, too short for
-#: any k-gram, while a model's tokenizer makes ten or more tokens of it and it is the most private text a
-#: conversation holds. Words of prose (no digit) stay whole, so a long common word is not worth several.
+#: A run of at least this many ASCII letters, digits and ``_`` (or characters that are those once normalised,
+#: as fullwidth forms are), one of them a digit, is machine-made (an API key, a hash, a card or account
+#: number, an identifier with a version in it) and is matched as pieces of about CODE_PIECE_CHARS characters:
+#: as one word, a leaked 40-character key was a single token, too short for any k-gram, while a model's
+#: tokenizer makes ten or more tokens of it and it is the most private text a conversation holds. Words of
+#: prose (no digit) stay whole, so a long common word is not worth several. Such a run glued to other letters
+#: ("{key}입니다", a Korean particle) is cut out of its word, and the rest of the word is a token of its own.
 CODE_MIN_CHARS = 12
-#: Characters per piece of a machine-made token on average: about what a model's tokenizer gives such text
+#: Characters per piece of a machine-made run on average: about what a model's tokenizer gives such text
 #: per token. Where a piece ends depends on the two characters around the cut alone (content-defined, as
 #: rsync and deduplicating stores cut files), so a key that reaches the answer without its first characters,
-#: or with one of them changed, still shares its other pieces with the original.
+#: or with a character dropped or garbled, still shares its other pieces with the original. Two equal
+#: characters are never cut apart: a run of one character ("9999999999999999") is one piece, as its
+#: information is one character's.
 CODE_PIECE_CHARS = 4
+#: Pieces of one run at most (the rest of a longer run is its last piece): a periodic run ("1212...") cut
+#: into thousands of equal pieces on both sides would make every piece of one a hit on every piece of the
+#: other.
+CODE_MAX_PIECES = 32
 #: Mixed into a piece's hash, so that a piece is never the same token as a word of its letters.
 _PIECE_SALT = np.uint64(0x7C0D_E5A1_7C0D_E5A1)
 
 #: What the matcher's tokens are (match.json records it with the versions).
 MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph; punctuation marks (Unicode P*) "
                 f"are not tokens; a run of {CODE_MIN_CHARS} or more ASCII letters, digits and _ holding a digit is "
-                f"pieces of about {CODE_PIECE_CHARS} characters, cut where two characters decide")
+                f"pieces of about {CODE_PIECE_CHARS} characters (at most {CODE_MAX_PIECES}), cut where two different "
+                "characters decide, and the rest of its word a token")
 
 # Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), and
 # whether a digit; filled as code points are first met, like the punctuation tables below.
 _CODE_KNOWN = np.zeros(_SIZE, dtype=bool)
 _CODE_CHAR = np.zeros(_SIZE, dtype=bool)
 _DIGIT = np.zeros(_SIZE, dtype=bool)
+_MARK = np.zeros(_SIZE, dtype=bool)  # a combining mark once normalised (it joins the letter before it)
 _CODE_FORMS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_")
 
 
@@ -551,15 +560,20 @@ def _learn_code_chars(cps: np.ndarray) -> None:
         seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
         _CODE_CHAR[cp] = len(seq) == 1 and seq[0] in _CODE_FORMS
         _DIGIT[cp] = len(seq) == 1 and 0x30 <= seq[0] <= 0x39
+        _MARK[cp] = bool(seq) and unicodedata.category(chr(seq[0])).startswith("M")
         _CODE_KNOWN[cp] = True
 
 
 def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
-    """``tk`` with every machine-made token (:data:`CODE_MIN_CHARS`) replaced by its pieces, each with its
-    own offsets and hash; ``cps``: the code points of the text ``tk`` came from.
+    """``tk`` with every word that holds a machine-made run (:data:`CODE_MIN_CHARS`) cut up: the run into
+    pieces, what the word holds before and after it into tokens of their own, each with its own offsets
+    and hash; ``cps``: the code points of the text ``tk`` came from.
 
-    A piece starts at the token's start and before every character that, with the one before it, hashes to
-    a multiple of :data:`CODE_PIECE_CHARS` (case folded, as every token is compared)."""
+    A piece starts where its run starts and before every character that differs from the one before it
+    and, with it, hashes to a multiple of :data:`CODE_PIECE_CHARS` (case folded, as every token is
+    compared), up to :data:`CODE_MAX_PIECES` pieces. The rest of a word hashes as the word it would be
+    alone. Words holding a character that stands for several tokens ("¼", from the reference path) stay whole.
+    """
     lengths = tk.end - tk.start
     long_ = np.flatnonzero(lengths >= CODE_MIN_CHARS)
     if len(long_) == 0:
@@ -571,32 +585,87 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     known = _CODE_KNOWN.take(c)
     if not known.all():
         _learn_code_chars(np.unique(c[~known]))
-    code = np.logical_and.reduceat(_CODE_CHAR.take(c), first) & np.logical_or.reduceat(_DIGIT.take(c), first)
-    if not code.any():
+    # Most long words are prose: only those holding a digit are looked at further.
+    with_digit = np.logical_or.reduceat(_DIGIT.take(c), first)
+    if not with_digit.any():
         return tk
-    keep_chars = np.repeat(code, n)
-    at, c, n, tokens = at[keep_chars], c[keep_chars], n[code], long_[code]
-    v = _sval.take(c)
-    opens = np.zeros(len(at), dtype=bool)
-    with np.errstate(over="ignore"):
-        opens[1:] = (mix64(v[:-1] * _P + v[1:]) % np.uint64(CODE_PIECE_CHARS)) == 0
+    chars = np.repeat(with_digit, n)
+    long_, n, at, c = long_[with_digit], n[with_digit], at[chars], c[chars]
+    total = len(c)
     token_first = np.cumsum(n) - n
-    opens[token_first] = True  # every token's first character opens its first piece
-    piece_first = np.flatnonzero(opens)
-    piece_len = np.diff(np.append(piece_first, len(at)))
-    within = np.arange(len(at)) - np.repeat(piece_first, piece_len)
-    fwd, _ = _powers(int(piece_len.max()))
+    opens_token = np.zeros(total, dtype=bool)
+    opens_token[token_first] = True
+    info = _info.take(c)
+    # Words holding a character that stands for several tokens (from the reference path) stay whole.
+    whole = ~np.logical_and.reduceat((info == _F_WORD) | (info == _F_WIDE) | (info == _F_IGNORE), token_first)
+    code = _CODE_CHAR.take(c)
+    # A letter with a combining mark after it is the accented letter it spells ("e" + "\u0301" is "é"),
+    # which is no code character: the run ends before it in either Unicode form.
+    code[:-1] &= ~(_MARK.take(c[1:]) & ~opens_token[1:])
+    code &= ~np.repeat(whole, n)
+    # Maximal runs of code characters inside each word; those long enough and holding a digit qualify.
+    run_open = code.copy()
+    run_open[1:] &= ~code[:-1] | opens_token[1:]
+    run_first = np.flatnonzero(run_open)
+    if len(run_first) == 0:
+        return tk
+    run_of = np.cumsum(run_open) - 1  # the run a code character is in (the last one opened)
+    run_len = np.bincount(run_of[code], minlength=len(run_first))
+    qualifies = (run_len >= CODE_MIN_CHARS) & np.logical_or.reduceat(_DIGIT.take(c), run_first)
+    if not qualifies.any():
+        return tk
+    in_run = code & qualifies.take(np.maximum(run_of, 0))
+    q_first = run_first[qualifies]
+    v = _sval.take(c)
+    cut = np.zeros(total, dtype=bool)
     with np.errstate(over="ignore"):
-        piece_hash = mix64(np.add.reduceat(v * fwd.take(within), piece_first) ^ _PIECE_SALT)
-    pieces = np.diff(np.append(np.searchsorted(piece_first, token_first), len(piece_first)))  # per token
-    counts = np.ones(len(tk), dtype=np.int64)
-    counts[tokens] = pieces
-    start, end, hashes = np.repeat(tk.start, counts), np.repeat(tk.end, counts), np.repeat(tk.hash, counts)
-    slots = np.repeat((np.cumsum(counts) - counts)[tokens], pieces) + (
-        np.arange(len(piece_first)) - np.repeat(np.cumsum(pieces) - pieces, pieces))
-    start[slots] = at.take(piece_first)
-    end[slots] = at.take(piece_first) + piece_len
-    hashes[slots] = piece_hash
+        cut[1:] = (in_run[1:] & in_run[:-1] & (v[1:] != v[:-1])
+                   & ((mix64(v[:-1] * _P + v[1:]) % np.uint64(CODE_PIECE_CHARS)) == 0))
+    cut[q_first] = False
+    cuts_so_far = np.cumsum(cut)
+    cut &= (cuts_so_far - cuts_so_far.take(run_first.take(np.maximum(run_of, 0)))) < CODE_MAX_PIECES
+    opens = opens_token | cut
+    opens[q_first] = True
+    after_run = q_first + run_len[qualifies]
+    opens[after_run[after_run < total]] = True
+    # Positions in the normalised text, as a word's hash counts them: a character that decomposes takes
+    # several, a format character none (a segment of format characters alone is no token).
+    lens = _slen.take(c).astype(np.int64)
+    lens[info == _F_IGNORE] = 0
+    npos = np.cumsum(lens) - lens
+    seg_first = np.flatnonzero(opens)
+    seg_len = np.diff(np.append(seg_first, total))
+    rel = npos - np.repeat(npos[seg_first], seg_len)
+    fwd, _ = _powers(int(rel.max()) + 1)
+    with np.errstate(over="ignore"):
+        seg_hash = mix64(np.add.reduceat(v * fwd.take(rel), seg_first))
+        piece = in_run.take(seg_first)
+        seg_hash[piece] = mix64(seg_hash[piece] ^ _PIECE_SALT)
+    seg_token = np.searchsorted(token_first, seg_first, side="right") - 1
+    keep = (np.add.reduceat(lens, seg_first) > 0) & ~whole.take(seg_token)
+    seg_first, seg_len, seg_hash, seg_token = seg_first[keep], seg_len[keep], seg_hash[keep], seg_token[keep]
+    # Words without a qualifying run keep their one token (one that is a single piece gets the piece's hash).
+    segments = np.bincount(seg_token, minlength=len(long_))
+    cut_words = np.zeros(len(long_), dtype=bool)
+    cut_words[np.searchsorted(token_first, q_first, side="right") - 1] = True
+    segments_kept = segments[cut_words]
+    take = np.repeat(cut_words, segments)
+    seg_first, seg_len, seg_hash = seg_first[take], seg_len[take], seg_hash[take]
+    cut_tokens = long_[cut_words]
+    # Every token moves up by the segments added before it (a scatter: np.repeat by counts over all the
+    # tokens cost a third of this function).
+    added = np.zeros(len(tk), dtype=np.int64)
+    added[cut_tokens] = segments_kept - 1
+    dest = np.arange(len(tk)) + (np.cumsum(added) - added)
+    size = len(tk) + int(added.sum())
+    start, end, hashes = (np.empty(size, dtype=tk.start.dtype), np.empty(size, dtype=tk.end.dtype),
+                          np.empty(size, dtype=tk.hash.dtype))
+    start[dest], end[dest], hashes[dest] = tk.start, tk.end, tk.hash
+    slots = np.repeat(dest[cut_tokens], segments_kept) + (
+        np.arange(len(seg_first)) - np.repeat(np.cumsum(segments_kept) - segments_kept, segments_kept))
+    start[slots] = at.take(seg_first)
+    end[slots] = at.take(seg_first) + seg_len
+    hashes[slots] = seg_hash
     return Tokens(start, end, hashes)
 
 
