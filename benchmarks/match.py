@@ -242,7 +242,9 @@ def build(corpus: Path, out: Path, n_suspects: int, scale: int, seed: int = 7,
 
 
 def _tokens(text: str) -> list[str]:
-    """The matcher's own tokens of ``text`` (shuffling these leaves no shared run of two tokens)."""
+    """The words of ``text`` as :func:`forensics.match.fingerprint.tokenize` reads them, punctuation marks
+    kept (shuffling these leaves no shared run of two words; a machine-made word, which the matcher cuts
+    into pieces, stays whole, and so do its pieces' runs)."""
     from forensics.match.fingerprint import tokenize
 
     tk = tokenize(text)

@@ -543,7 +543,10 @@ STOCK_RUN = 8
 
 
 def token_hashes(text: str) -> Any:
-    """Token hashes of ``text``, words as the matcher reads them (NFKC, case-folded, forensics.match.fingerprint)."""
+    """Token hashes of ``text`` as :func:`forensics.match.fingerprint.tokenize` reads them (NFKC, case-folded):
+    the matcher's words, but with punctuation marks kept and machine-made runs whole (``tokenize_many``
+    drops the one and cuts the other into pieces). The simulated incidents were built with these; keeping
+    them keeps every seed's incident the same."""
     from forensics.match.fingerprint import tokenize
 
     return tokenize(text).hash
