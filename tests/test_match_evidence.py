@@ -1308,7 +1308,7 @@ def test_the_nulls_rows_keep_a_customers_strongest_copy_whatever_the_engine_rule
     assert one["source_request_id"] == kept
 
 
-@pytest.mark.parametrize("said", ["the key is {key} and", "API 키는 {key}입니다", "clé:{key}é"])
+@pytest.mark.parametrize("said", ["the key is {key} and", "API 키는 {key}입니다", "clé:{key}é", "key: {shy}"])
 def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path, said: str) -> None:
     # A key is one run of letters and digits: as one token it made no k-gram, so a response that held
     # another customer's key and nothing else of theirs gave no candidate at all (nor did one glued to a
@@ -1316,7 +1316,8 @@ def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path, sai
     rng = np.random.default_rng(11)
     key = "sk-proj-4fQ9zT1mXw7LbR2cVn8KpD3sHj6YgE0aUo5iNt"
     prompt = f"{words_text(rng, 40)} set OPENAI_API_KEY={key} before {words_text(rng, 40)}"
-    response = f"{words_text(rng, 30)} {said.format(key=key)} {words_text(rng, 30)}"
+    shy = "\u00ad".join(key[i:i + 8] for i in range(0, len(key), 8))  # a renderer's soft hyphens
+    response = f"{words_text(rng, 30)} {said.format(key=key, shy=shy)} {words_text(rng, 30)}"
     rows = [exchange("a1", "acme", 0, prompt=prompt), exchange("c1", "crux", 2, prompt=words_text(rng, 80)),
             exchange("b1", "bolt", 5, prompt="q", response=response)]
     result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
@@ -1324,7 +1325,7 @@ def test_a_leaked_api_key_alone_is_found_and_spanned_exactly(tmp_path: Path, sai
     assert (f["source_tenant_id"], f["tier"]) == ("acme", "confirmed")
     spans = [tuple(int(x) for x in part.replace("=", ":").split(":")) for part in f["passages"].split(";")]
     secret = key.split("-")[-1]  # "sk" and "proj" are words of their own, common to every such key
-    assert any(secret in response[a:b] and secret in prompt[c:d] for a, b, c, d in spans)
+    assert any(secret in response[a:b].replace("\u00ad", "") and secret in prompt[c:d] for a, b, c, d in spans)
 
 
 def test_an_example_key_every_customer_pastes_is_no_finding(tmp_path: Path) -> None:

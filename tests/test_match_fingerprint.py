@@ -452,3 +452,45 @@ def test_a_long_run_before_a_key_does_not_use_up_the_keys_pieces() -> None:
     alone = tokenize_many([key])[0]
     after = tokenize_many(["ab12" * 100 + " " + key])[0]
     assert len(alone) > 5 and (after.hash[-len(alone):] == alone.hash).all()
+
+
+def test_format_characters_inside_a_key_are_nothing_as_everywhere() -> None:
+    # The tokenizer reads "foo\u200bbar" as "foobar"; a run goes on through them too (a renderer that
+    # breaks long strings with soft hyphens or zero-width spaces must not hide a key).
+    key = "sk_live_7f3KqP9xWz2LmN4bVc8RtY1uIo6EaS5dGh0J"
+    plain = tokenize_many([key])[0].hash.tolist()
+    for mark in ("\u200b", "\u00ad", "\u2060", "\ufe0f", "\u200d"):
+        broken = mark.join(key[i:i + 8] for i in range(0, len(key), 8))
+        assert tokenize_many([broken])[0].hash.tolist() == plain, repr(mark)
+    assert tokenize_many(["0123456789ab"])[0].hash.tolist() == tokenize_many(["012345\u200b6789ab"])[0].hash.tolist()
+
+
+def test_a_words_tokens_never_depend_on_text_after_it() -> None:
+    # Whether a run holds a digit is read from the run alone: a digit further on (one with a combining mark,
+    # in another word or another text of the group) once decided how an earlier word was cut.
+    for first, later in [("5éabcdefghijklm", "7\u0301éééééééééé"), ("abcdefghijklmn1\u0301", ""),
+                         ("abcdefghijklm1\u20e3", "")]:
+        alone = tokenize_many([first])[0]
+        with_later = tokenize_many([first, later])[0]
+        spaced = tokenize_many([first + " " + "lorem ipsum " * 100 + later])[0]
+        assert (with_later.hash[: len(alone)] == alone.hash).all()
+        assert (spaced.hash[: len(alone)] == alone.hash).all()
+    assert _shown("abcdefghijklmn1\u0301") == ["abcdefghijklmn1\u0301"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="a0g9_é\u0301\u200b¼1\u20e3 ", max_size=40), min_size=2, max_size=4))
+def test_a_texts_tokens_are_the_same_among_other_texts(texts: list[str]) -> None:
+    many, _, first = tokenize_many(texts)
+    for t, text in enumerate(texts):
+        alone = tokenize_many([text])[0]
+        mine = slice(int(first[t]), int(first[t + 1]))
+        assert many.hash[mine].tolist() == alone.hash.tolist()
+        assert many.start[mine].tolist() == alone.start.tolist() and many.end[mine].tolist() == alone.end.tolist()
+
+
+def test_no_run_is_cut_into_a_token_a_character() -> None:
+    # "0g" and "g0" both hash to a cut: without the rule against two cuts in a row, a text of such runs was a
+    # token a character, and matching one against another took minutes and gigabytes.
+    text = "0g0g0g0g0g0g " * 200
+    assert len(tokenize_many([text])[0]) <= len(text) // 4

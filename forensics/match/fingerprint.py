@@ -543,7 +543,8 @@ _PIECE_SALT = np.uint64(0x7C0D_E5A1_7C0D_E5A1)
 MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph; punctuation marks (Unicode P*) "
                 f"are not tokens; a run of {CODE_MIN_CHARS} or more ASCII letters, digits and _ holding a digit is "
                 f"pieces of about {CODE_PIECE_CHARS} characters (at most {CODE_MAX_PIECES}), cut where two different "
-                "characters decide, and the rest of its word a token")
+                "characters decide but never twice in a row, format characters inside it nothing, and the rest of its "
+                "word a token")
 
 # Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), and
 # whether a digit; filled as code points are first met, like the punctuation tables below.
@@ -569,10 +570,12 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     pieces, what the word holds before and after it into tokens of their own, each with its own offsets
     and hash; ``cps``: the code points of the text ``tk`` came from.
 
-    A piece starts where its run starts and before every character that differs from the one before it
-    and, with it, hashes to a multiple of :data:`CODE_PIECE_CHARS` (case folded, as every token is
-    compared), up to :data:`CODE_MAX_PIECES` pieces. The rest of a word hashes as the word it would be
-    alone. Words holding a character that stands for several tokens ("¼", from the reference path) stay whole.
+    A piece starts where its run starts and before every code character that differs from the code
+    character before it and, with it, hashes to a multiple of :data:`CODE_PIECE_CHARS` (case folded, as every
+    token is compared), unless that one opened a piece too, up to :data:`CODE_MAX_PIECES` pieces. Format
+    characters inside a run belong to it and count for nothing. The rest of a word hashes as the word it
+    would be alone. Words holding a character that stands for several tokens ("¼", from the reference path)
+    stay whole.
     """
     lengths = tk.end - tk.start
     long_ = np.flatnonzero(lengths >= CODE_MIN_CHARS)
@@ -598,40 +601,63 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     info = _info.take(c)
     # Words holding a character that stands for several tokens (from the reference path) stay whole.
     whole = ~np.logical_and.reduceat((info == _F_WORD) | (info == _F_WIDE) | (info == _F_IGNORE), token_first)
-    code = _CODE_CHAR.take(c)
+    ignored = info == _F_IGNORE
+    code = _CODE_CHAR.take(c) & ~np.repeat(whole, n)
+    # The characters before and after each one that are not format characters, in its own word: the
+    # tokenizer reads "0123\u200b4567" as "01234567", so a run goes on through format characters.
+    idx = np.arange(total)
+    word_first = np.repeat(token_first, n)
+    prev_real = np.empty(total, dtype=np.int64)
+    prev_real[0] = -1
+    prev_real[1:] = np.maximum.accumulate(np.where(ignored, -1, idx))[:-1]
+    next_real = np.empty(total, dtype=np.int64)
+    next_real[-1] = total
+    next_real[:-1] = np.minimum.accumulate(np.where(ignored, total, idx)[::-1])[::-1][1:]
+    has_prev = prev_real >= word_first
+    has_next = next_real < word_first + np.repeat(n, n)
+    after = np.minimum(next_real, total - 1)
     # A letter with a combining mark after it is the accented letter it spells ("e" + "\u0301" is "é"),
     # which is no code character: the run ends before it in either Unicode form.
-    code[:-1] &= ~(_MARK.take(c[1:]) & ~opens_token[1:])
-    code &= ~np.repeat(whole, n)
-    # Maximal runs of code characters inside each word; those long enough and holding a digit qualify.
-    run_open = code.copy()
-    run_open[1:] &= ~code[:-1] | opens_token[1:]
+    code &= ~(has_next & _MARK.take(c.take(after)))
+    in_code = code | (ignored & has_prev & has_next & code.take(np.maximum(prev_real, 0)) & code.take(after))
+    # Maximal runs inside each word; those of at least CODE_MIN_CHARS code characters, one a digit, qualify
+    # (a digit elsewhere in the word, or after it, is not the run's).
+    run_open = in_code.copy()
+    run_open[1:] &= ~in_code[:-1] | opens_token[1:]
     run_first = np.flatnonzero(run_open)
     if len(run_first) == 0:
         return tk
-    run_of = np.cumsum(run_open) - 1  # the run a code character is in (the last one opened)
+    run_of = np.cumsum(run_open) - 1  # the run a character is in (the last one opened)
     run_len = np.bincount(run_of[code], minlength=len(run_first))
-    qualifies = (run_len >= CODE_MIN_CHARS) & np.logical_or.reduceat(_DIGIT.take(c), run_first)
+    qualifies = (run_len >= CODE_MIN_CHARS) & np.logical_or.reduceat(_DIGIT.take(c) & code, run_first)
     if not qualifies.any():
         return tk
-    in_run = code & qualifies.take(np.maximum(run_of, 0))
+    in_run = in_code & qualifies.take(np.maximum(run_of, 0))
     q_first = run_first[qualifies]
+    ends = np.ones(total, dtype=bool)
+    ends[:-1] = ~in_code[1:] | opens_token[1:]
+    run_end = np.flatnonzero(in_code & ends)[qualifies] + 1
+    # A cut goes before a code character that differs from the code character before it in the run and
+    # whose pair with it hashes to 0 mod CODE_PIECE_CHARS, unless that one opened a piece too (pieces of
+    # one character would make some runs a token a character, "0g0g0g...").
     v = _sval.take(c)
-    cut = np.zeros(total, dtype=bool)
+    prev_code = np.empty(total, dtype=np.int64)
+    prev_code[0] = -1
+    prev_code[1:] = np.maximum.accumulate(np.where(code, idx, -1))[:-1]
+    pc = np.maximum(prev_code, 0)
+    pair = code & in_run & (prev_code >= run_first.take(np.maximum(run_of, 0)))
     with np.errstate(over="ignore"):
-        cut[1:] = (in_run[1:] & in_run[:-1] & (v[1:] != v[:-1])
-                   & ((mix64(v[:-1] * _P + v[1:]) % np.uint64(CODE_PIECE_CHARS)) == 0))
-    cut[q_first] = False
+        raw = pair & (v != v.take(pc)) & ((mix64(v.take(pc) * _P + v) % np.uint64(CODE_PIECE_CHARS)) == 0)
+    cut = raw & ~(raw.take(pc) & (prev_code >= 0))
     cuts_so_far = np.cumsum(cut)
     cut &= (cuts_so_far - cuts_so_far.take(run_first.take(np.maximum(run_of, 0)))) < CODE_MAX_PIECES
     opens = opens_token | cut
     opens[q_first] = True
-    after_run = q_first + run_len[qualifies]
-    opens[after_run[after_run < total]] = True
+    opens[run_end[run_end < total]] = True
     # Positions in the normalised text, as a word's hash counts them: a character that decomposes takes
     # several, a format character none (a segment of format characters alone is no token).
     lens = _slen.take(c).astype(np.int64)
-    lens[info == _F_IGNORE] = 0
+    lens[ignored] = 0
     npos = np.cumsum(lens) - lens
     seg_first = np.flatnonzero(opens)
     seg_len = np.diff(np.append(seg_first, total))
@@ -652,20 +678,20 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     take = np.repeat(cut_words, segments)
     seg_first, seg_len, seg_hash = seg_first[take], seg_len[take], seg_hash[take]
     cut_tokens = long_[cut_words]
-    # Every token moves up by the segments added before it (a scatter: np.repeat by counts over all the
-    # tokens cost a third of this function).
-    added = np.zeros(len(tk), dtype=np.int64)
-    added[cut_tokens] = segments_kept - 1
-    dest = np.arange(len(tk)) + (np.cumsum(added) - added)
-    size = len(tk) + int(added.sum())
-    start, end, hashes = (np.empty(size, dtype=tk.start.dtype), np.empty(size, dtype=tk.end.dtype),
-                          np.empty(size, dtype=tk.hash.dtype))
-    start[dest], end[dest], hashes[dest] = tk.start, tk.end, tk.hash
-    slots = np.repeat(dest[cut_tokens], segments_kept) + (
-        np.arange(len(seg_first)) - np.repeat(np.cumsum(segments_kept) - segments_kept, segments_kept))
-    start[slots] = at.take(seg_first)
-    end[slots] = at.take(seg_first) + seg_len
-    hashes[slots] = seg_hash
+    # Each cut word's token takes its first segment, and the others are inserted after it (np.insert: a
+    # scatter or a repeat by counts over all the tokens cost twice as much).
+    extra = segments_kept - 1
+    at_insert = np.repeat(cut_tokens + 1, extra)
+    now_at = cut_tokens + (np.cumsum(extra) - extra)
+    leading = np.zeros(len(seg_first), dtype=bool)
+    leading[np.cumsum(segments_kept) - segments_kept] = True
+    seg_start = at.take(seg_first)
+    columns = []
+    for old, new in ((tk.start, seg_start), (tk.end, seg_start + seg_len), (tk.hash, seg_hash)):
+        column = np.insert(old, at_insert, new[~leading].astype(old.dtype, copy=False))
+        column[now_at] = new[leading]
+        columns.append(column)
+    start, end, hashes = columns
     return Tokens(start, end, hashes)
 
 
