@@ -76,6 +76,12 @@ _slen = np.ones(_SIZE, dtype=np.uint8)
 # becomes several stand-alone tokens, "…" -> ". . .", is one punctuation token until expanded).
 _INFO_CLASS = np.array([SPACE, SPACE, WORD, PUNCT, IDEO, WORD, PUNCT, SPACE, PUNCT], dtype=np.uint8)
 _multi: dict[int, np.ndarray] = {}  # code point -> hashes of the tokens its normalised form is
+# Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), whether a
+# digit, and whether a combining mark (it joins the letter before it): what _split_codes reads.
+_CODE_CHAR = np.zeros(_SIZE, dtype=bool)
+_DIGIT = np.zeros(_SIZE, dtype=bool)
+_MARK = np.zeros(_SIZE, dtype=bool)
+_CODE_FORMS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_")
 
 _IDEO_RANGES = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -143,6 +149,9 @@ def _fill(cps: np.ndarray) -> None:
 def _classify(cp: int) -> None:
     """Fill the fast-path tables for original code point ``cp`` (its normalised form is known)."""
     seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
+    _CODE_CHAR[cp] = len(seq) == 1 and seq[0] in _CODE_FORMS
+    _DIGIT[cp] = len(seq) == 1 and 0x30 <= seq[0] <= 0x39
+    _MARK[cp] = bool(seq) and unicodedata.category(chr(seq[0])).startswith("M")
     classes = [int(_cls[m]) for m in seq]
     if not seq:
         _info[cp] = _F_IGNORE
@@ -546,25 +555,6 @@ MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph
                 "characters decide but never twice in a row, format characters inside it nothing, and the rest of its "
                 "word a token")
 
-# Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), and
-# whether a digit; filled as code points are first met, like the punctuation tables below.
-_CODE_KNOWN = np.zeros(_SIZE, dtype=bool)
-_CODE_CHAR = np.zeros(_SIZE, dtype=bool)
-_DIGIT = np.zeros(_SIZE, dtype=bool)
-_MARK = np.zeros(_SIZE, dtype=bool)  # a combining mark once normalised (it joins the letter before it)
-_CODE_FORMS = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyz_")
-
-
-def _learn_code_chars(cps: np.ndarray) -> None:
-    """Fill the code-character tables for the (unique, already mapped) code points ``cps``."""
-    for cp in cps.tolist():
-        seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
-        _CODE_CHAR[cp] = len(seq) == 1 and seq[0] in _CODE_FORMS
-        _DIGIT[cp] = len(seq) == 1 and 0x30 <= seq[0] <= 0x39
-        _MARK[cp] = bool(seq) and unicodedata.category(chr(seq[0])).startswith("M")
-        _CODE_KNOWN[cp] = True
-
-
 def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     """``tk`` with every word that holds a machine-made run (:data:`CODE_MIN_CHARS`) cut up: the run into
     pieces, what the word holds before and after it into tokens of their own, each with its own offsets
@@ -584,10 +574,7 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     n = lengths[long_]
     first = np.cumsum(n) - n
     at = np.repeat(tk.start[long_], n) + (np.arange(int(n.sum())) - np.repeat(first, n))
-    c = cps.take(at)
-    known = _CODE_KNOWN.take(c)
-    if not known.all():
-        _learn_code_chars(np.unique(c[~known]))
+    c = cps.take(at)  # every code point here is classified already (_tokenize filled the tables)
     # Most long words are prose: only those holding a digit are looked at further.
     with_digit = np.logical_or.reduceat(_DIGIT.take(c), first)
     if not with_digit.any():
@@ -627,12 +614,13 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     run_first = np.flatnonzero(run_open)
     if len(run_first) == 0:
         return tk
-    run_of = np.cumsum(run_open) - 1  # the run a character is in (the last one opened)
+    run_of = np.maximum(np.cumsum(run_open) - 1, 0)  # the run a character is in (the last one opened)
     run_len = np.bincount(run_of[code], minlength=len(run_first))
     qualifies = (run_len >= CODE_MIN_CHARS) & np.logical_or.reduceat(_DIGIT.take(c) & code, run_first)
     if not qualifies.any():
         return tk
-    in_run = in_code & qualifies.take(np.maximum(run_of, 0))
+    in_run = in_code & qualifies.take(run_of)
+    run_start = run_first.take(run_of)
     q_first = run_first[qualifies]
     ends = np.ones(total, dtype=bool)
     ends[:-1] = ~in_code[1:] | opens_token[1:]
@@ -645,12 +633,12 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     prev_code[0] = -1
     prev_code[1:] = np.maximum.accumulate(np.where(code, idx, -1))[:-1]
     pc = np.maximum(prev_code, 0)
-    pair = code & in_run & (prev_code >= run_first.take(np.maximum(run_of, 0)))
+    pair = code & in_run & (prev_code >= run_start)
     with np.errstate(over="ignore"):
         raw = pair & (v != v.take(pc)) & ((mix64(v.take(pc) * _P + v) % np.uint64(CODE_PIECE_CHARS)) == 0)
     cut = raw & ~(raw.take(pc) & (prev_code >= 0))
     cuts_so_far = np.cumsum(cut)
-    cut &= (cuts_so_far - cuts_so_far.take(run_first.take(np.maximum(run_of, 0)))) < CODE_MAX_PIECES
+    cut &= (cuts_so_far - cuts_so_far.take(run_start)) < CODE_MAX_PIECES
     opens = opens_token | cut
     opens[q_first] = True
     opens[run_end[run_end < total]] = True
@@ -715,7 +703,8 @@ def _without_punctuation(tk: Tokens, cps: np.ndarray) -> Tokens:
 
 
 def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
-    """Tokenize many texts in few array passes, for matching: without punctuation marks.
+    """Tokenize many texts in few array passes, for matching: without punctuation marks, and with
+    machine-made runs as pieces (:func:`_split_codes`).
 
     A punctuation mark (a one-character token of Unicode category P*, ``_`` excepted, which joins
     words) is left out (:data:`MATCH_TOKENS`): a decode from stale pages drops and garbles commas,
