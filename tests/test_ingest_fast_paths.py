@@ -17,9 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from conftest import table_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forensics import api
 from forensics.errors import InputError
+from forensics.ingest import fields as fields_module
 from forensics.ingest import finalize as finalize_module
 from forensics.ingest import registry as registry_module
 from forensics.ingest.fields import RecordError, chunks_text
@@ -68,6 +71,58 @@ def test_odd_chunk_shapes_take_the_general_way_with_the_same_meaning() -> None:
         {"choices": None},
     ]
     assert chunks_text(chunks) == ("abcd", None, {})
+
+
+_plain_delta = st.one_of(
+    st.fixed_dictionaries({"content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.text(max_size=5)}),
+    st.fixed_dictionaries({"content": st.text(max_size=5), "tool_calls": st.sampled_from([None, []])}),
+    st.fixed_dictionaries({"content": st.text(max_size=5), "reasoning_content": st.just("")}),
+)
+_odd_delta = st.one_of(
+    st.fixed_dictionaries({"content": st.text(max_size=5), "reasoning_content": st.just("why")}),
+    st.fixed_dictionaries({"content": st.sampled_from([None, 3])}),
+    st.fixed_dictionaries({"tool_calls": st.just([{"index": 0, "function": {"name": "f", "arguments": "{}"}}])}),
+    st.none(),
+)
+_usage = st.sampled_from([None, {"completion_tokens": 2}, {"prompt_tokens": 1}])
+_plain_chunk = st.fixed_dictionaries(
+    {"choices": st.lists(st.fixed_dictionaries(
+        {"delta": _plain_delta}, optional={"index": st.sampled_from([0, 1, True, "0"]),
+                                           "finish_reason": st.sampled_from([None, "stop", "length", 7])}),
+        min_size=1, max_size=1)},
+    optional={"usage": _usage})
+_odd_chunk = st.one_of(
+    st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries({"delta": _odd_delta}), min_size=1, max_size=1)},
+                          optional={"usage": _usage}),
+    st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries({"delta": _plain_delta}), min_size=2, max_size=2)}),
+    st.fixed_dictionaries({"choices": st.sampled_from([None, []]), "usage": st.just({"prompt_tokens": 9})}),
+    st.fixed_dictionaries({"choices": st.lists(st.fixed_dictionaries({"delta": _plain_delta}), max_size=1),
+                           "usage": st.just(5)}),
+    st.fixed_dictionaries({"type": st.just("response.output_text.delta"), "delta": st.text(max_size=3)}),
+    st.just('{"choices": [{"index": 0, "delta": {"content": "s"}}]}'),
+)
+
+
+def _outcome(chunks: list[Any]) -> Any:
+    try:
+        return chunks_text(chunks)
+    except RecordError as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_plain_chunk, max_size=6), st.one_of(st.none(), _odd_chunk), st.integers(0, 6))
+def test_the_one_pass_of_plain_chunks_reads_every_list_as_the_general_loop_does(
+        chunks: list[Any], odd: Any, at: int) -> None:
+    # Plain chunks, and half the time one of another shape, which sends the whole list the general way.
+    if odd is not None:
+        chunks.insert(at, odd)
+    fast = _outcome(chunks)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fields_module, "_plain_stream", lambda _chunks: None)
+        general = _outcome(chunks)
+    assert fast == general
 
 
 @pytest.mark.parametrize(("chunks", "problem"), [

@@ -537,6 +537,9 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
     # A streamed answer has a chunk per token or so: this loop runs hundreds of times per record,
     # so plain dicts with a string content and nothing else (the shape every export writes) take the
     # short way, and anything else the general checks of maybe_json / _Streamed.add, with the same results.
+    plain = _plain_stream(chunks)
+    if plain is not None:
+        return plain
     answers: dict[int, _Streamed] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
@@ -579,6 +582,50 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
     if not answers:
         return "", finish, usage
     return schema.render_choices(answers[k].text() for k in sorted(answers)), finish, usage
+
+
+def _plain_stream(chunks: list[Any]) -> tuple[str, str | None, dict[str, Any]] | None:
+    """:func:`chunks_text` of the one shape nearly every streamed answer has, in one tight pass: every chunk
+    a dict whose ``choices`` is empty or one choice of index 0 with a delta of string content alone (or with
+    its role, or empty reasoning and calls), ``usage`` absent or an object. None for anything else, which
+    the general loop reads (this pass has no effect of its own, so the result is the same either way)."""
+    pieces: list[str] = []
+    append = pieces.append
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    for chunk in chunks:
+        if type(chunk) is not dict:
+            return None
+        choices = chunk.get("choices")
+        if choices:
+            if type(choices) is not list or len(choices) != 1:
+                return None
+            choice = choices[0]
+            if type(choice) is not dict:
+                return None
+            idx = choice.get("index", 0)
+            if type(idx) is int and idx != 0:
+                return None
+            delta = choice.get("delta")
+            if type(delta) is not dict or type(content := delta.get("content")) is not str or not (
+                    len(delta) == 1 or (len(delta) == 2 and "role" in delta) or _plain(delta)):
+                return None
+            append(content)
+            reason = choice.get("finish_reason")
+            if reason is not None and isinstance(reason, str):
+                finish = reason
+        elif "choices" not in chunk:
+            return None  # another API's stream event, or an object of no known kind
+        chunk_usage = chunk.get("usage")
+        if chunk_usage is not None:
+            if type(chunk_usage) is not dict:
+                return None
+            usage = chunk_usage
+    if not pieces:
+        return None  # no choice at all: the general loop says what that is
+    answer = _Streamed()
+    answer.content = pieces
+    return schema.render_choices([answer.text()]), finish, dict(usage) if usage is not None else {}
 
 
 def _plain(delta: dict[str, Any]) -> bool:
