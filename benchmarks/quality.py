@@ -237,6 +237,8 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
     window = recent.get("window_records") if recent.get("ran") else None
     if not window:
         return None
+    # Gateway logs only: the window counts the records of the case's models, every node together.
+    since_column = "records_since_source_on_model" if recent.get("scope") == "models" else "records_since_source_on_node"
     path = case_dir / "exchanges.parquet"
     facts = record_facts(path, set())  # the records' times, as the match stage counts the records searched
     table = pq.read_table(path, columns=["request_id", "tenant_id", "received_at", "completed_at"])
@@ -257,7 +259,7 @@ def window_check(report_dir: Path, case_dir: Path, truth: dict[str, Any]) -> dic
         searched = facts.records_before(when)
         copies = 1 + int(r.get("other_source_requests") or 0)
         label = next(lab for lo, hi, lab in COPY_CLASSES if lo <= copies <= hi)
-        since = int(r["records_since_source_on_node"]) if r.get("records_since_source_on_node") else None
+        since = int(r[since_column]) if r.get(since_column) else None
         c = classes[label]
         c["candidates"] += 1
         c["in_window"] += int(since is not None and 1 <= since <= window)
@@ -372,6 +374,9 @@ def _recent_occupants(match_json: dict[str, Any]) -> str:
         return "n/a (match.json does not record it)"
     if not recent.get("ran"):
         return f"not run ({recent.get('why')})"
+    if recent.get("scope") == "models":
+        return (f"window of {recent.get('window_records')} records of the case's models (gateway logs only), placed by "
+                f"{recent.get('confirmed_findings_used')} findings the text alone confirms")
     return (f"window of {recent.get('window_records')} records, placed by {recent.get('confirmed_findings_used')} "
             "confirmed same-node findings")
 

@@ -413,6 +413,7 @@ class Finding:
     recipient_damage: str | None
     source_damage: str | None
     passages: str
+    records_since_source_on_model: int | None = None  # gateway logs only (see forensics.match.recent)
     why_not_notified: str | None = None  # review rows only
 
     @classmethod

@@ -276,7 +276,7 @@ EVIDENCE_CSV = (
     "source_end", "rarity", "relation", "tier_rule", "longest_run", "informative_tokens", "regions",
     "other_source_requests", "expected_by_chance", "strength_bits", "same_decode_node", "recipient_decode_node",
     "source_decode_node", "seconds_before", "records_since_source_on_node", "mechanism_factor",
-    "expected_by_chance_with_mechanism", "recipient_damage", "source_damage", "passages",
+    "expected_by_chance_with_mechanism", "recipient_damage", "source_damage", "passages", "records_since_source_on_model",
 )
 #: Columns of review.csv: evidence.csv's, then why the candidate put nobody on the list.
 REVIEW_CSV = EVIDENCE_CSV + ("why_not_notified",)
@@ -312,6 +312,7 @@ EVIDENCE = pa.schema(
         pa.field("source_decode_node", pa.string()),
         pa.field("seconds_before", pa.float64()),  # source received this long before the suspect request
         pa.field("records_since_source_on_node", pa.int64()),  # records that decode node served since the source (with those the engine logs place nowhere)
+        pa.field("records_since_source_on_model", pa.int64()),  # gateway logs only: records of the case's models received since the source, on any node
         pa.field("mechanism_factor", pa.float64()),  # chance of a source this recent on that node (null: not on it)
         pa.field("expected_by_chance_with_mechanism", pa.float64()),  # E-value of expected_by_chance x mechanism_factor
         pa.field("recipient_damage", pa.string()),  # exchanges.damage of the suspect record (null: clean)

@@ -85,10 +85,24 @@ def test_the_control_calibration_applies_both_tests() -> None:
     assert either_test(1.0, math.inf) == pytest.approx(1 / (1 - WINDOW_SHARE))
 
 
-def _case(root: Path, nodes: bool, weak_since: int) -> Path:
+def test_the_control_calibration_checks_the_window_alone_with_gateway_logs_only() -> None:
+    # No decode-node evidence (share 0), but the window test ran: its figure is checked on the controls too.
+    points: list[tuple[Any, ...]] = [(0, 3.0, 100.0, 1.0, 0.0, 0, 0.01)]
+    points += [(i, 2.0 + i % 5, 100.0, 1.0, 0.0, 0, 0.0) for i in range(1, 60)]
+    points += [(i, math.nan, 100.0, 1.0, 0.0, 0, 0.0) for i in range(60, 400)]
+    rows = calibration(points)["points"]
+    assert rows and all("observed_with_mechanism" in row for row in rows)
+    # Neither (the window did not run either): the text's E alone, nothing more to check.
+    rows = calibration([p[:6] + (None,) for p in points])["points"]
+    assert not any("observed_with_mechanism" in row for row in rows)
+
+
+def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3", between_model: str = "glm-5.3") -> Path:
     """Thirteen suspects on decode-0: twelve with a long leak from a source 1-10 records before them
     (confirmed by the text alone; they place the window), and one (b12) with a short, weak fragment
-    from the source ``weak_since`` records before it. Background traffic on two nodes."""
+    from the source ``weak_since`` records before it, that source on ``weak_model`` and the records between
+    the two on ``between_model``. Background traffic on two nodes. ``nodes``: the engine logs place every
+    record on its decode node (else gateway logs only)."""
     rng = np.random.default_rng(11)
     rows: list[dict[str, Any]] = []
     suspects = []
@@ -97,9 +111,9 @@ def _case(root: Path, nodes: bool, weak_since: int) -> Path:
     def node(name: str) -> str | None:
         return name if nodes else None
 
-    def add(rid: str, tenant: str, where: str, **texts: str) -> None:
+    def add(rid: str, tenant: str, where: str, model: str = "glm-5.3", **texts: str) -> None:
         nonlocal minute
-        rows.append(exchange(rid, tenant, minute, decode_node=node(where), **texts))
+        rows.append(exchange(rid, tenant, minute, decode_node=node(where), model=model, **texts))
         minute += 1
 
     for i in range(300):
@@ -110,9 +124,10 @@ def _case(root: Path, nodes: bool, weak_since: int) -> Path:
             weak = [COMMON[x] for x in rng.integers(0, len(COMMON), size=8)]
             weak[1] = doc[41]
             doc[40:48] = weak
-        add(f"a{j}", f"src{j}", "decode-0", prompt=" ".join(doc))
+        add(f"a{j}", f"src{j}", "decode-0", weak_model if j == 12 else "glm-5.3", prompt=" ".join(doc))
         for i in range((weak_since if j == 12 else 1 + j % 10) - 1):
-            add(f"f{j}_{i}", f"t{i % 40}", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
+            add(f"f{j}_{i}", f"t{i % 40}", "decode-0", between_model if j == 12 else "glm-5.3",
+                prompt=text(rng, 30), response=filler(rng, 20))
         frag = " ".join(doc[40:48] if j == 12 else doc[40:70])
         add(f"b{j}", f"rcp{j}", "decode-0", prompt="q", response=f"{filler(rng, 15)} {frag} {filler(rng, 15)}")
         suspects.append(f"b{j}")
@@ -155,11 +170,48 @@ def test_a_source_outside_the_window_pays_for_the_second_test(tmp_path: Path, mo
         float(off["expected_by_chance_with_mechanism"]) / (1 - WINDOW_SHARE), rel=0.01)
 
 
-def test_without_engine_logs_nothing_changes(tmp_path: Path) -> None:
+def test_with_gateway_logs_only_the_window_counts_the_records_of_the_case_models(tmp_path: Path) -> None:
+    # No decode node anywhere: the window is placed and applied over the records of the suspects' model the
+    # gateway received, every node together. Here one node serves the suspects, so the figures are the node's.
     row, null = _weak(_case(tmp_path / "gw", False, weak_since=8))
-    assert not null["recent_occupants"]["ran"]
-    assert null["recent_occupants"]["window_records"] is None
-    assert float(row["expected_by_chance_with_mechanism"]) == pytest.approx(float(row["expected_by_chance"]), rel=1e-3)
+    assert null["recent_occupants"]["ran"] and null["recent_occupants"]["scope"] == "models"
+    window = null["recent_occupants"]["window_records"]
+    assert 8 <= window < 20
+    assert "records_since_source_on_model" in null["decode_node_evidence"]
+    assert row["records_since_source_on_model"] == "8"  # the source and the 7 records after it
+    assert row["records_since_source_on_node"] == "" and row["mechanism_factor"] == "1.0"
+    e_text = float(row["expected_by_chance"])
+    searched = _searched(tmp_path / "gw", "b12")
+    assert float(row["expected_by_chance_with_mechanism"]) == pytest.approx(
+        either_test(e_text, e_text * window / searched), rel=0.01)
+    assert float(row["expected_by_chance_with_mechanism"]) < e_text / 10
+
+
+def test_with_gateway_logs_only_a_source_outside_the_window_pays_for_the_test(tmp_path: Path) -> None:
+    row, null = _weak(_case(tmp_path / "far", False, weak_since=40))
+    assert null["recent_occupants"]["ran"] and null["recent_occupants"]["window_records"] < 40
+    assert row["records_since_source_on_model"] == "40"
+    assert float(row["expected_by_chance_with_mechanism"]) == pytest.approx(
+        float(row["expected_by_chance"]) / (1 - WINDOW_SHARE), rel=0.01)
+
+
+def test_with_gateway_logs_only_other_models_records_do_not_count(tmp_path: Path) -> None:
+    # 39 records between the source and the suspect, all of another model (another deployment, other pages):
+    # among the suspect's model's records the source is the latest, inside the window.
+    row, null = _weak(_case(tmp_path / "between", False, weak_since=40, between_model="other-model"))
+    assert row["records_since_source_on_model"] == "1"
+    assert float(row["expected_by_chance_with_mechanism"]) < float(row["expected_by_chance"]) / 10
+    # A source of another model never held pages the suspect could decode from: not in the window, however recent.
+    row, _ = _weak(_case(tmp_path / "other", False, weak_since=8, weak_model="other-model"))
+    assert row["records_since_source_on_model"] == ""
+    assert float(row["expected_by_chance_with_mechanism"]) == pytest.approx(
+        float(row["expected_by_chance"]) / (1 - WINDOW_SHARE), rel=0.01)
+
+
+def test_with_engine_logs_the_model_count_is_left_empty(tmp_path: Path) -> None:
+    row, null = _weak(_case(tmp_path / "on", True, weak_since=8))
+    assert null["recent_occupants"]["scope"] == "node"
+    assert row["records_since_source_on_model"] == "" and row["records_since_source_on_node"] == "8"
 
 
 def _searched(case: Path, rid: str) -> int:

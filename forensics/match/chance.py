@@ -259,7 +259,8 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
         if window is not None:  # the recent-occupant test ran too (recent.combine)
             product = either_test(product, e * window if window > 0 else math.inf)
         combined.append(product)
-    mechanism = any(len(pt) >= 6 and pt[4] > 0 for pt in scored)
+    # The decode-node evidence, or the recent-occupant test alone (gateway logs only: no node, no factor).
+    mechanism = any(len(pt) >= 6 and (pt[4] > 0 or (len(pt) == 7 and pt[6] is not None)) for pt in scored)
     for t in CALIBRATION_POINTS:
         observed = sum(1 for e in evalues if e <= t)
         expected = sum(min(t, c) for c in ceilings)

@@ -444,6 +444,17 @@ class RecordFacts:
     #: Every decode node of the requests the engine logs show decoded on more than one (a retry; ``node`` and a
     #: target's ``decode_node`` name one of them).
     decode_nodes: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
+    #: The case's models as deployments (``[case] models``).
+    case_deployments: frozenset[str] = frozenset()
+    #: Received times of the records (sorted), by the deployments each asked for or was routed to (a record under
+    #: one key: the set of its deployments, empty when it names none).
+    deployment_times: dict[frozenset[str], np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def times_of(self, deployments: frozenset[str]) -> np.ndarray:
+        """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
+        parts = [t for key, t in sorted(self.deployment_times.items(), key=lambda kv: sorted(kv[0]))
+                 if not deployments.isdisjoint(key)]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
     def logging_at(self, node: str, when_us: int) -> bool:
         """Whether ``node``'s log was running at ``when_us``: it places records on the node before and after."""
@@ -522,6 +533,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # Per model, the received times of its records with no decode node (kept for the engine's models only).
     unplaced: dict[str | None, list[np.ndarray]] = {}
     placed_models: set[str | None] = set()  # the ``model`` values of the records placed on a node, as written
+    by_deployments: dict[frozenset[str], list[np.ndarray]] = {}
+    deployments_of: dict[tuple[Any, ...], frozenset[str]] = {}  # per (model, model_routed) as written
     for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
@@ -547,6 +560,20 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         for md in pc.unique(models.filter(no_node)).to_pylist():
             mask = pc.and_(no_node, pc.is_null(models) if md is None else pc.fill_null(pc.equal(models, md), False))
             unplaced.setdefault(md, []).append(rec.filter(mask).to_numpy())
+        if model_cols:
+            valid = pc.is_valid(rec)
+            written = zip(*(batch.column(c).filter(valid).to_pylist() for c in model_cols))
+            keys_here: dict[frozenset[str], int] = {}
+            code_list = []
+            for w in written:
+                key = deployments_of.get(w)
+                if key is None:
+                    key = deployments_of[w] = _deployments(w)
+                code_list.append(keys_here.setdefault(key, len(keys_here)))
+            codes = np.asarray(code_list, dtype=np.int64)
+            kept = rec.filter(valid).to_numpy()
+            for key, code in keys_here.items():
+                by_deployments.setdefault(key, []).append(kept[codes == code])
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
@@ -576,7 +603,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
                         np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
-                        deployments, frozenset(served), unprefilled, decode_nodes)
+                        deployments, frozenset(served), unprefilled, decode_nodes,
+                        frozenset(d for d in map(deployment, case_models) if d),
+                        {key: np.sort(np.concatenate(parts)) for key, parts in by_deployments.items()})
 
 
 def engine_facts(case: Case) -> EngineFacts:
@@ -663,6 +692,20 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         # it), a candidate is tested with the count above (a gap then moves its source further back).
         r["_records_since_placed"] = (facts.records_on_node_since(tgt.decode_node or "", r["_source_received_us"],
                                                                   tgt.received_us) if before_it else None)
+    # Gateway logs only: no record is placed on a node, but the gateway still orders the requests, and stale pages
+    # belong to requests of the case's models the service received shortly before the suspect, on whichever node.
+    # The case's models: those of its case file, and those the suspects asked for or were routed to (the scan chose
+    # them on the case file's models; a library call may give none).
+    case_models = facts.case_deployments.union(*(facts.models.get((t.request_id, t.tenant_id), frozenset())
+                                                 for t in targets if not t.control))
+    model_times = facts.times_of(case_models)
+    gateway_only = not facts.node_share and len(model_times) > 0
+    for r in rows:
+        tgt = targets[r["_target"]]
+        r["records_since_source_on_model"] = (
+            int(np.searchsorted(model_times, tgt.received_us, side="left")
+                - np.searchsorted(model_times, r["_source_received_us"], side="left"))
+            if gateway_only and _before_on_models(r, tgt, facts, case_models) else None)
     _prefer_the_node([r for r in rows if r["_carried_from"] is None])
     _explain_away(later)
     # The null: every cross-tenant pair a control response got is a chance match, and so is every pair a
@@ -710,14 +753,18 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_mechanism"] = (share if factor_known else 0.0, before)
         r["_product_test"] = chance.with_mechanism(r["expected_by_chance"] * factor, r["_mechanism"][0],
                                                    model.expected(-math.inf, r["search_size"]), before)
-    # The recent-occupant test (recent.py): its window is placed by what the product test alone confirms.
-    placed = [r["_records_since_placed"] for r in rows
+    # The recent-occupant test (recent.py): its window is placed by what the product test alone confirms. With
+    # gateway logs only it counts the records of the case's models the service received, on every node together
+    # (the product test is then the text's E-value alone).
+    placed_by, since_by = (("_records_since_placed", "records_since_source_on_node") if mechanism_known else
+                           ("records_since_source_on_model", "records_since_source_on_model"))
+    placed = [r[placed_by] for r in rows
               if not r["control"] and not r["_explained_by"] and r["relation"] == "cross_tenant"
-              and r["_records_since_placed"] is not None
+              and r[placed_by] is not None
               and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
-    window = recent.choose_window(placed) if mechanism_known else None
+    window = recent.choose_window(placed) if mechanism_known or gateway_only else None
     for r in rows:
-        r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r["records_since_source_on_node"], window,
+        r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r[since_by], window,
                                                records_before[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
         r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
@@ -763,7 +810,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         if window is None:
             return None
         return 0.0 if math.isinf(r["_in_window"]) else recent.window_evalue(
-            1.0, r["records_since_source_on_node"], window, records_before[r["_target"]])
+            1.0, r[since_by], window, records_before[r["_target"]])
 
     control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
                        *r["_mechanism"], in_window(r)) for r in null_rows if r["control"]]
@@ -810,15 +857,28 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                                  "records it served before the suspect when the source ran there before it, "
                                  "1 / that node's share of records when it ran elsewhere or on none, 1 when the "
                                  "suspect's node is unknown" if mechanism_known else
+                                 "absent: no decode node in the exchanges (gateway logs only); mechanism_factor 1, "
+                                 "and the recent-occupant test counts the records of the case's models the service "
+                                 "received since the source, on every node together (records_since_source_on_model)"
+                                 if gateway_only else
                                  "absent: no decode node in the exchanges (gateway logs only); findings rest on "
                                  "the text alone (mechanism_factor 1)"),
 
-        "recent_occupants": recent.record(window, len(placed)),
+        "recent_occupants": recent.record(window, len(placed), "node" if mechanism_known or not gateway_only else "models"),
         "rules": rules,
         "calibration": chance.calibration(points),
         "calibration_of_controls_with_mechanism": chance.calibration(points, control_points),
     }
     return rows, null
+
+
+def _before_on_models(r: dict[str, Any], tgt: Target, facts: RecordFacts, case_models: frozenset[str]) -> bool:
+    """Whether a candidate's source was received before the suspect, both asking for (or routed to) one of the case's
+    models: only then can its pages be the ones the suspect decoded from, on whichever node it ran."""
+    if tgt.received_us == NO_TIME or r["_source_received_us"] == NO_TIME or r["_source_received_us"] >= tgt.received_us:
+        return False
+    return (not case_models.isdisjoint(facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset()))
+            and not case_models.isdisjoint(facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())))
 
 
 def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int] | None:

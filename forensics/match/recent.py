@@ -21,9 +21,16 @@ Two tests on one candidate are two chances to be fooled, so they share the error
 of it, the window test the rest. A finding's ``expected_by_chance_with_mechanism`` is, when this test
 runs, ``min(product E / (1 - share), window E / share)`` (:func:`combine`): over a null search, at most
 (1 - share) t + share t = t chance candidates pass either test at a threshold t. The product test keeps
-most of the budget because it alone carries findings whose source lies outside the window. When the engine logs put no decode nodes in the case, or too few
+most of the budget because it alone carries findings whose source lies outside the window. When too few
 findings are confirmed to place the window (:data:`MIN_CONFIRMED`), the test does not run and
 nothing changes.
+
+With gateway logs only (no decode node in the case), no record is placed on a node, but the gateway still
+orders the requests, and the suspect's stale pages belong to one of the last requests of the case's
+models the service received, on whichever node: a few dozen per node, so the nodes' number times that.
+The test then asks whether the source is one of the last ``N`` records of the case's models received
+before the suspect (``records_since_source_on_model``), ``N`` placed the same way by the findings the
+text alone confirms, and the product test is the text's E-value itself (no node, no factor).
 """
 
 from __future__ import annotations
@@ -72,22 +79,30 @@ def combine(with_mechanism: float, in_window: float, window: int | None) -> floa
     return either_test(with_mechanism, in_window)
 
 
-def record(window: int | None, confirmed: int) -> dict[str, Any]:
-    """match.json's description of the test (``null.recent_occupants``)."""
+def record(window: int | None, confirmed: int, scope: str = "node") -> dict[str, Any]:
+    """match.json's description of the test (``null.recent_occupants``). ``scope``: ``node`` (the records of the
+    suspect's decode node) or ``models`` (gateway logs only: the records of the case's models, every node together)."""
+    where = ("on the suspect's decode node" if scope == "node" else
+             "among the records of the case's models the service received (gateway logs only: no decode node known)")
     if window is None:
-        why = (f"{confirmed} findings confirmed by the product test had their source on the suspect's decode node "
+        why = (f"{confirmed} findings confirmed by the product test had their source {where} "
                f"(< {MIN_CONFIRMED}): the window cannot be placed" if confirmed else
-               "no finding confirmed by the product test had its source on the suspect's decode node")
-        return {"ran": False, "why": why, "window_records": None, "confirmed_findings_used": confirmed}
+               f"no finding confirmed by the product test had its source {where}")
+        return {"ran": False, "scope": scope, "why": why, "window_records": None, "confirmed_findings_used": confirmed}
     return {
         "ran": True,
+        "scope": scope,
         "window_records": window,
-        "window": f"the last {window} records received on the suspect's decode node before it: the "
-                  f"{WINDOW_QUANTILE:g} quantile of records_since_source_on_node over the {confirmed} findings the "
-                  "product test confirms with their source on that node",
+        "window": (f"the last {window} records received on the suspect's decode node before it: the "
+                   f"{WINDOW_QUANTILE:g} quantile of records_since_source_on_node over the {confirmed} findings the "
+                   "product test confirms with their source on that node" if scope == "node" else
+                   f"the last {window} records of the case's models the service received before the suspect, on any "
+                   f"node (gateway logs only): the {WINDOW_QUANTILE:g} quantile of records_since_source_on_model over "
+                   f"the {confirmed} findings the text alone confirms with their source on those models"),
         "confirmed_findings_used": confirmed,
         "expected_by_chance_in_window": "expected_by_chance x window_records / records searched (a chance "
                                         "match's source is any searched record alike)",
-        "combined": f"expected_by_chance_with_mechanism = min(product test's E-value / {1 - WINDOW_SHARE:g}, "
-                    f"expected_by_chance_in_window / {WINDOW_SHARE:g}), the two tests sharing the error budget",
+        "combined": f"expected_by_chance_with_mechanism = min({'product test' if scope == 'node' else 'the text'}'s "
+                    f"E-value / {1 - WINDOW_SHARE:g}, expected_by_chance_in_window / {WINDOW_SHARE:g}), the two tests "
+                    "sharing the error budget",
     }

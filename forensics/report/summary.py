@@ -173,7 +173,13 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
             + (f" The null was too sparse to fit: {null['fallback']}." if null.get("fallback") else ""))
         evidence_model.append(f"Decode-node evidence: {null.get('decode_node_evidence', 'not recorded')}.")
         recent = _section(null, "recent_occupants")
-        if recent:
+        if recent and recent.get("ran") and recent.get("scope") == "models":
+            evidence_model.append(
+                f"Recent-occupant test, with gateway logs only: a source among the last {recent.get('window_records')} "
+                f"records of the case's models the service received before the suspect, on any node (placed by the "
+                f"{recent.get('confirmed_findings_used')} findings the text alone confirms; records_since_source_on_model) "
+                f"also counts: {recent.get('combined')}.")
+        elif recent:
             evidence_model.append(
                 f"Recent-occupant test: a source among the last {recent.get('window_records')} records on the "
                 f"suspect's decode node (placed by the {recent.get('confirmed_findings_used')} findings the product "
