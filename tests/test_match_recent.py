@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from match_helpers import config, exchange, make_case
 
+import forensics.match as fm
 from forensics.match import match, recent
 from forensics.match.chance import WINDOW_SHARE, calibration, either_test, with_mechanism
 from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, evalue_tier
@@ -90,11 +91,13 @@ def test_the_control_calibration_checks_the_window_alone_with_gateway_logs_only(
     points: list[tuple[Any, ...]] = [(0, 3.0, 100.0, 1.0, 0.0, 0, 0.01)]
     points += [(i, 2.0 + i % 5, 100.0, 1.0, 0.0, 0, 0.0) for i in range(1, 60)]
     points += [(i, math.nan, 100.0, 1.0, 0.0, 0, 0.0) for i in range(60, 400)]
-    rows = calibration(points)["points"]
+    rows = calibration(points, window_alone=True)["points"]
     assert rows and all("observed_with_mechanism" in row for row in rows)
     # Neither (the window did not run either): the text's E alone, nothing more to check.
-    rows = calibration([p[:6] + (None,) for p in points])["points"]
+    rows = calibration([p[:6] + (None,) for p in points], window_alone=True)["points"]
     assert not any("observed_with_mechanism" in row for row in rows)
+    # With engine logs, controls none of which has a known node are not checked by the window alone (as before).
+    assert not any("observed_with_mechanism" in row for row in calibration(points)["points"])
 
 
 def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3", between_model: str = "glm-5.3") -> Path:
@@ -232,3 +235,138 @@ def test_the_decode_node_evidence_alone_puts_nobody_on_the_list() -> None:
     assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=TEXT_EVALUE_CEILING)[0] == "probable"
     assert evalue_tier(0.00004, 1.0, p, 1.0, text_expected=0.05)[0] == "confirmed"
     assert evalue_tier(0.0004, 1.0, p, 1.0)[0] == "probable"  # no text figure given: as before
+
+
+def _controls_case(root: Path, control_model: str) -> Path:
+    """Gateway logs only (no decode node). Thirteen suspects on glm-5.3, each leaking a long passage of a source
+    1-10 records before it (they place the window). Twenty clean responses of suspect length on
+    ``control_model`` (the control sample), each sharing a weak likeness (8 tokens, one rare) with the glm-5.3
+    prompt received just before it: for a control, a cross-tenant chance match whose source is the latest glm-5.3 record before it."""
+    rng = np.random.default_rng(11)
+    rows: list[dict[str, Any]] = []
+    suspects = []
+    minute = 0.0
+
+    def add(rid: str, tenant: str, model: str = "glm-5.3", **texts: str) -> None:
+        nonlocal minute
+        rows.append(exchange(rid, tenant, minute, decode_node=None, model=model, **texts))
+        minute += 1
+
+    for i in range(300):
+        add(f"o{i}", f"t{i % 40}", prompt=text(rng, 30), response=filler(rng, 20))
+    for j in range(13):
+        doc = text(rng, 120).split()
+        add(f"a{j}", f"src{j}", prompt=" ".join(doc))
+        for i in range(j % 10):
+            add(f"f{j}_{i}", f"t{i % 40}", prompt=text(rng, 30), response=filler(rng, 20))
+        add(f"b{j}", f"rcp{j}", prompt="q", response=f"{filler(rng, 15)} {' '.join(doc[40:70])} {filler(rng, 15)}")
+        suspects.append(f"b{j}")
+        for i in range(20):
+            add(f"g{j}_{i}", f"t{i % 40}", prompt=text(rng, 30), response=filler(rng, 20))
+    for i in range(20):
+        doc = text(rng, 60).split()
+        weak = [COMMON[x] for x in rng.integers(0, len(COMMON), size=8)]  # a weak likeness: one rare word
+        weak[1] = doc[11]
+        doc[10:18] = weak
+        add(f"p{i}", f"ps{i}", prompt=" ".join(doc))  # glm-5.3, just before the control
+        add(f"k{i}", f"kc{i}", model=control_model, prompt="q",
+            response=f"{filler(rng, 25)} {' '.join(weak)} {filler(rng, 27)}")
+    return make_case(root, rows, suspects)
+
+
+def _control_rows(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    decide = fm.decide
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        rows, null = decide(*a, **kw)
+        seen.extend(r for r in rows if r["control"] and r["relation"] == "cross_tenant"
+                    and str(r["source_request_id"]).startswith("p"))
+        return rows, null
+
+    monkeypatch.setattr(fm, "decide", spy)
+    res = match(root, config())
+    return seen, res.report.to_json()["null"]
+
+
+def test_a_control_on_the_case_model_is_tested_by_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Gateway logs only: each control's chance source, the case-model prompt just before it, lies in the window.
+    rows, null = _control_rows(_controls_case(tmp_path / "same", "glm-5.3"), monkeypatch)
+    assert null["recent_occupants"]["ran"] and null["recent_occupants"]["scope"] == "models"
+    assert rows and all(r["records_since_source_on_model"] == 1 for r in rows)
+
+
+def test_a_control_off_the_case_models_is_still_tested_by_the_window(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same controls sent to another model (their chance sources are still the glm-5.3 record just before
+    # them, inside the window of the case's models). A suspect in their place would be scored by the window
+    # test; the controls, which stand in for suspects in the null checks, must be too.
+    rows, null = _control_rows(_controls_case(tmp_path / "other", "other-model"), monkeypatch)
+    assert null["recent_occupants"]["ran"] and null["recent_occupants"]["scope"] == "models"
+    assert rows
+    assert any(r["records_since_source_on_model"] is not None for r in rows), \
+        [r["records_since_source_on_model"] for r in rows]
+
+
+def test_the_control_false_positive_rate_does_not_depend_on_the_controls_model(tmp_path: Path) -> None:
+    # The same controls, the same chance sources; only the model the controls were sent to differs. The rate
+    # match.json reports (control.false_positive_rate) is the error rate the suspects' tiers are claimed to have.
+    rates = {}
+    for model in ("glm-5.3", "other-model"):
+        res = match(_controls_case(tmp_path / model, model), config())
+        rates[model] = res.report.to_json()["control"]["false_positive_rate"]
+    assert rates["other-model"] == rates["glm-5.3"], rates
+
+
+def _engine_controls_case(root: Path) -> Path:
+    """Thirteen suspects and their sources on decode-0 (the engine logs place them); every other record, the
+    control sample's among them, on no node known."""
+    rng = np.random.default_rng(11)
+    rows: list[dict[str, Any]] = []
+    suspects = []
+    minute = 0.0
+
+    def add(rid: str, tenant: str, placed: bool, **texts: str) -> None:
+        nonlocal minute
+        rows.append(exchange(rid, tenant, minute, decode_node="decode-0" if placed else None, **texts))
+        minute += 1
+
+    for i in range(300):
+        add(f"o{i}", f"t{i % 40}", False, prompt=text(rng, 30), response=filler(rng, 20))
+    for j in range(13):
+        doc = text(rng, 120).split()
+        add(f"a{j}", f"src{j}", True, prompt=" ".join(doc))
+        for i in range(j % 10):
+            add(f"f{j}_{i}", f"t{i % 40}", False, prompt=text(rng, 30), response=filler(rng, 20))
+        add(f"b{j}", f"rcp{j}", True, prompt="q", response=f"{filler(rng, 15)} {' '.join(doc[40:70])} {filler(rng, 15)}")
+        suspects.append(f"b{j}")
+        for i in range(20):
+            add(f"g{j}_{i}", f"t{i % 40}", False, prompt=text(rng, 30), response=filler(rng, 20))
+    return make_case(root, rows, suspects)
+
+
+def test_an_engine_log_case_keeps_its_control_calibration(tmp_path: Path) -> None:
+    null = match(_engine_controls_case(tmp_path / "c"), config()).report.to_json()["null"]
+    assert null["recent_occupants"]["ran"]  # the node test's window ran (13 confirmed same-node findings)
+    points = null["calibration_of_controls_with_mechanism"]["points"]
+    # No control has decode-node evidence: the window alone is no evidence to check them by when engine logs exist.
+    assert not any("observed_with_mechanism" in p for p in points), points
+
+
+def test_the_records_of_the_case_models_are_found_under_every_spelling_and_in_either_column(tmp_path: Path) -> None:
+    from forensics.lab.cases import write_case
+    from forensics.match.findings import record_facts
+
+    spelled = [("glm-5.3", None), ("openai/GLM 5.3", None), (None, "glm_5.3"), ("router-default", "GLM-5.3"),
+               ("glm-5.3", "glm-5.3"), ("other-model", None), (None, None), ("x" * 5000, None), ("glm-5.3" + " " * 300, None)]
+    rows = [exchange(f"r{i}", "t", float(i), model=model, model_routed=routed) for i, (model, routed) in enumerate(spelled)]
+    rows.append(exchange("late", "t", 99.0, received_at=None))  # no time: never counted
+    write_case(tmp_path, rows)
+    facts = record_facts(tmp_path / "exchanges.parquet", set())
+    minutes = [int((t - facts.times_of(frozenset({"glm-5-3"}))[0]) // 60_000_000) for t in facts.times_of(frozenset({"glm-5-3"}))]
+    # Every spelling of the one deployment, asked for or routed to, each record once; the 300 trailing spaces are
+    # still a name of it, a 5,000-character name is no model's.
+    assert minutes == [0, 1, 2, 3, 4, 8]
+    assert len(facts.times_of(frozenset({"other-model"}))) == 1
+    assert len(facts.times_of(frozenset())) == 0
+

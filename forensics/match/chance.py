@@ -207,7 +207,7 @@ Point = tuple[int, float, float] | tuple[int, float, float, float, float, int] |
     int, float, float, float, float, int, float | None]
 
 
-def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) -> dict[str, Any]:
+def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None, window_alone: bool = False) -> dict[str, Any]:
     """Observed against expected chance findings on the null, fitted on one half and scored on the other.
 
     ``points``: (control response number, strength, search size) of every chance match, and of
@@ -229,7 +229,8 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
     the tiers use, checked on matches known to be chance. A seventh figure, when given, is the
     recent-occupant window's share of the records searched (``recent.py``; 0: the source lies
     outside the window, None: that test did not run); the E-value with the mechanism is then that
-    of the two tests together.
+    of the two tests together. ``window_alone``: the window is the only evidence beside the text (gateway logs
+    only: no share, no factor), and is checked as the decode-node evidence is.
     """
     scored = points if scored is None else scored
     models = []
@@ -260,7 +261,8 @@ def calibration(points: Sequence[Point], scored: Sequence[Point] | None = None) 
             product = either_test(product, e * window if window > 0 else math.inf)
         combined.append(product)
     # The decode-node evidence, or the recent-occupant test alone (gateway logs only: no node, no factor).
-    mechanism = any(len(pt) >= 6 and (pt[4] > 0 or (len(pt) == 7 and pt[6] is not None)) for pt in scored)
+    mechanism = any(len(pt) >= 6 and (pt[4] > 0 or (window_alone and len(pt) == 7 and pt[6] is not None))
+                    for pt in scored)
     for t in CALIBRATION_POINTS:
         observed = sum(1 for e in evalues if e <= t)
         expected = sum(min(t, c) for c in ceilings)

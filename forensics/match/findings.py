@@ -9,6 +9,7 @@ import itertools
 import math
 import re
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -446,15 +447,18 @@ class RecordFacts:
     decode_nodes: dict[tuple[str, str | None], frozenset[str]] = dataclasses.field(default_factory=dict)
     #: The case's models as deployments (``[case] models``).
     case_deployments: frozenset[str] = frozenset()
-    #: Received times of the records (sorted), by the deployments each asked for or was routed to (a record under
-    #: one key: the set of its deployments, empty when it names none).
-    deployment_times: dict[frozenset[str], np.ndarray] = dataclasses.field(default_factory=dict)
+    #: Every record's received time (records without one left out), and per model column (asked for, routed to)
+    #: the :func:`deployment_code` of the deployment the record names there (0: none), row for row.
+    record_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    record_deployments: tuple[np.ndarray, ...] = ()
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
         """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
-        parts = [t for key, t in sorted(self.deployment_times.items(), key=lambda kv: sorted(kv[0]))
-                 if not deployments.isdisjoint(key)]
-        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        wanted = np.array(sorted(deployment_code(d) for d in deployments), np.uint64)
+        hit = np.zeros(len(self.record_times), bool)
+        for codes in self.record_deployments:
+            hit |= np.isin(codes, wanted)
+        return np.sort(self.record_times[hit])
 
     def logging_at(self, node: str, when_us: int) -> bool:
         """Whether ``node``'s log was running at ``when_us``: it places records on the node before and after."""
@@ -502,6 +506,75 @@ def _deployments(names: tuple[str | None, ...]) -> frozenset[str]:
     return frozenset(d for d in map(deployment, names) if d)
 
 
+def deployment_code(name: str) -> int:
+    """A deployment's name as a 64-bit code (never 0, which stands for none): the records' deployments are held as
+    codes, so a log naming a model per record holds eight bytes per record, not the names."""
+    return xxhash.xxh3_64_intdigest(name.encode("utf-8", "surrogatepass")) or 1
+
+
+class _DeploymentCodes:
+    """The :func:`deployment_code` of the deployment each value of a model column names, row for row, computed once
+    per distinct value (the values' own cache is emptied past :data:`CACHE_CHARS` characters of names). A value longer
+    than :data:`LONGEST_NAME` characters, spaces around it aside, is no model's name (a garbled or hostile log): it is coded as written, not
+    normalised first, which on a log naming a kilobyte-long model per record cost 40 microseconds a record."""
+
+    CACHE_CHARS = 1 << 23
+    LONGEST_NAME = 256
+
+    def __init__(self) -> None:
+        self._cache: dict[str, int] = {}
+        self._chars = 0
+
+    def _code(self, value: str | None) -> int:
+        if value is None:
+            return 0
+        code = self._cache.get(value)
+        if code is None and len(value) > self.LONGEST_NAME and len(value.strip()) > self.LONGEST_NAME:
+            return deployment_code(value)
+        if code is None:
+            named = deployment(value)
+            code = deployment_code(named) if named else 0
+            if self._chars > self.CACHE_CHARS:
+                self._cache.clear()
+                self._chars = 0
+            self._cache[value] = code
+            self._chars += len(value)
+        return code
+
+    def of(self, column: pa.Array) -> np.ndarray:
+        """The codes of ``column``'s values (a string column), row for row."""
+        import pyarrow.compute as pc  # here, not at import: worker processes never load it
+
+        encoded = pc.dictionary_encode(column)
+        codes = np.array([self._code(v) for v in encoded.dictionary.to_pylist()] + [0], np.uint64)
+        return codes[pc.fill_null(encoded.indices, len(codes) - 1).to_numpy(zero_copy_only=False)]
+
+
+def _grouped(times: np.ndarray, columns: list[pa.Array]) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
+    """``times`` split by the distinct combination of the ``columns``' values on their rows (None for null): each
+    combination's values and its times. Vectorised, so many distinct values (a hostile log naming a model per
+    record) cost what few do; a combination's Python work is done once, not once per row."""
+    import pyarrow.compute as pc  # here, not at import: worker processes never load it
+
+    code = np.zeros(len(times), np.int64)
+    names: list[list[Any]] = []
+    for column in columns:
+        encoded = pc.dictionary_encode(column)
+        values = encoded.dictionary.to_pylist() + [None]  # the last index stands for null
+        index = pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        code = code * len(values) + index
+        names.append(values)
+    distinct, inverse = np.unique(code, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    parts = np.split(times[order], np.flatnonzero(np.diff(inverse[order])) + 1) if len(times) else []
+    for value, part in zip(distinct.tolist(), parts):
+        combination: list[Any] = []
+        for values in reversed(names):  # the last column varies fastest in the code
+            value, at = divmod(value, len(values))
+            combination.append(values[at])
+        yield tuple(reversed(combination)), part
+
+
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
                  engine: EngineFacts | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
@@ -533,8 +606,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # Per model, the received times of its records with no decode node (kept for the engine's models only).
     unplaced: dict[str | None, list[np.ndarray]] = {}
     placed_models: set[str | None] = set()  # the ``model`` values of the records placed on a node, as written
-    by_deployments: dict[frozenset[str], list[np.ndarray]] = {}
-    deployments_of: dict[tuple[Any, ...], frozenset[str]] = {}  # per (model, model_routed) as written
+    record_times: list[np.ndarray] = []
+    record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
+    codes_of = _DeploymentCodes()
     for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         times.append(rec.drop_null().to_numpy())
@@ -557,23 +631,13 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        for md in pc.unique(models.filter(no_node)).to_pylist():
-            mask = pc.and_(no_node, pc.is_null(models) if md is None else pc.fill_null(pc.equal(models, md), False))
-            unplaced.setdefault(md, []).append(rec.filter(mask).to_numpy())
+        for (md,), part in _grouped(rec.filter(no_node).to_numpy(), [models.filter(no_node)]):
+            unplaced.setdefault(md, []).append(part)
         if model_cols:
             valid = pc.is_valid(rec)
-            written = zip(*(batch.column(c).filter(valid).to_pylist() for c in model_cols))
-            keys_here: dict[frozenset[str], int] = {}
-            code_list = []
-            for w in written:
-                key = deployments_of.get(w)
-                if key is None:
-                    key = deployments_of[w] = _deployments(w)
-                code_list.append(keys_here.setdefault(key, len(keys_here)))
-            codes = np.asarray(code_list, dtype=np.int64)
-            kept = rec.filter(valid).to_numpy()
-            for key, code in keys_here.items():
-                by_deployments.setdefault(key, []).append(kept[codes == code])
+            record_times.append(rec.filter(valid).to_numpy())
+            for parts, c in zip(record_deployments, model_cols):
+                parts.append(codes_of.of(batch.column(c).filter(valid)))
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
@@ -605,7 +669,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
                         deployments, frozenset(served), unprefilled, decode_nodes,
                         frozenset(d for d in map(deployment, case_models) if d),
-                        {key: np.sort(np.concatenate(parts)) for key, parts in by_deployments.items()})
+                        np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
+                        tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments))
 
 
 def engine_facts(case: Case) -> EngineFacts:
@@ -867,18 +932,19 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "recent_occupants": recent.record(window, len(placed), "node" if mechanism_known or not gateway_only else "models"),
         "rules": rules,
         "calibration": chance.calibration(points),
-        "calibration_of_controls_with_mechanism": chance.calibration(points, control_points),
+        "calibration_of_controls_with_mechanism": chance.calibration(points, control_points, window_alone=gateway_only),
     }
     return rows, null
 
 
 def _before_on_models(r: dict[str, Any], tgt: Target, facts: RecordFacts, case_models: frozenset[str]) -> bool:
-    """Whether a candidate's source was received before the suspect, both asking for (or routed to) one of the case's
-    models: only then can its pages be the ones the suspect decoded from, on whichever node it ran."""
+    """Whether a candidate's source was received before the suspect and asked for (or was routed to) one of the case's
+    models: only then can its pages be the ones the suspect decoded from, on whichever node it ran. The suspect's own
+    model is not asked: a suspect is on the case's models, and a control response, whatever its model, stands in for
+    one (so the controls check the test as the suspects get it)."""
     if tgt.received_us == NO_TIME or r["_source_received_us"] == NO_TIME or r["_source_received_us"] >= tgt.received_us:
         return False
-    return (not case_models.isdisjoint(facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset()))
-            and not case_models.isdisjoint(facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())))
+    return not case_models.isdisjoint(facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset()))
 
 
 def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams) -> set[int] | None:
