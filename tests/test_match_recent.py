@@ -370,3 +370,14 @@ def test_the_records_of_the_case_models_are_found_under_every_spelling_and_in_ei
     assert len(facts.times_of(frozenset({"other-model"}))) == 1
     assert len(facts.times_of(frozenset())) == 0
 
+
+
+def test_record_times_are_grouped_by_value_nulls_included() -> None:
+    import pyarrow as pa
+
+    from forensics.match.findings import _grouped
+
+    column = pa.array(["b", None, "a", "b", "a", None, "c", "b"])
+    groups = {value: part.tolist() for value, part in _grouped(np.arange(8) * 10, column)}
+    assert groups == {"a": [20, 40], "b": [0, 30, 70], "c": [60], None: [10, 50]}
+    assert list(_grouped(np.zeros(0, np.int64), pa.array([], pa.string()))) == []

@@ -550,29 +550,20 @@ class _DeploymentCodes:
         return codes[pc.fill_null(encoded.indices, len(codes) - 1).to_numpy(zero_copy_only=False)]
 
 
-def _grouped(times: np.ndarray, columns: list[pa.Array]) -> Iterator[tuple[tuple[Any, ...], np.ndarray]]:
-    """``times`` split by the distinct combination of the ``columns``' values on their rows (None for null): each
-    combination's values and its times. Vectorised, so many distinct values (a hostile log naming a model per
-    record) cost what few do; a combination's Python work is done once, not once per row."""
+def _grouped(times: np.ndarray, column: pa.Array) -> Iterator[tuple[Any, np.ndarray]]:
+    """``times`` split by the value of ``column`` on their rows (None for null): each distinct value and its times.
+    Vectorised, so many distinct values (a hostile log naming a model per record) cost what few do: a value's
+    Python work is done once, not once per row."""
     import pyarrow.compute as pc  # here, not at import: worker processes never load it
 
-    code = np.zeros(len(times), np.int64)
-    names: list[list[Any]] = []
-    for column in columns:
-        encoded = pc.dictionary_encode(column)
-        values = encoded.dictionary.to_pylist() + [None]  # the last index stands for null
-        index = pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
-        code = code * len(values) + index
-        names.append(values)
-    distinct, inverse = np.unique(code, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    parts = np.split(times[order], np.flatnonzero(np.diff(inverse[order])) + 1) if len(times) else []
-    for value, part in zip(distinct.tolist(), parts):
-        combination: list[Any] = []
-        for values in reversed(names):  # the last column varies fastest in the code
-            value, at = divmod(value, len(values))
-            combination.append(values[at])
-        yield tuple(reversed(combination)), part
+    encoded = pc.dictionary_encode(column)
+    values = encoded.dictionary.to_pylist() + [None]  # the last index stands for null
+    index = pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False)
+    order = np.argsort(index, kind="stable")
+    ordered = index[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, np.int64)
+    for at, part in zip(ordered[starts].tolist(), np.split(times[order], starts[1:])):
+        yield values[at], part
 
 
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
@@ -631,7 +622,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        for (md,), part in _grouped(rec.filter(no_node).to_numpy(), [models.filter(no_node)]):
+        for md, part in _grouped(rec.filter(no_node).to_numpy(), models.filter(no_node)):
             unplaced.setdefault(md, []).append(part)
         if model_cols:
             valid = pc.is_valid(rec)
