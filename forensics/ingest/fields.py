@@ -569,8 +569,8 @@ def chunks_text(chunks: list[Any], field: str = "chunks") -> tuple[str | None, s
             answer = answers.get(idx)
             if answer is None:
                 answers[idx] = answer = _Streamed()
-            if type(delta) is dict and type(content := delta.get("content")) is str and (
-                    len(delta) == 1 or (len(delta) == 2 and "role" in delta) or _plain(delta)):
+            content = _plain_content(delta)
+            if content is not None:
                 answer.content.append(content)
             else:
                 answer.add(delta, f"{field}[{n}].choices[{i}]")
@@ -606,9 +606,8 @@ def _plain_stream(chunks: list[Any]) -> tuple[str, str | None, dict[str, Any]] |
             idx = choice.get("index", 0)
             if type(idx) is int and idx != 0:
                 return None
-            delta = choice.get("delta")
-            if type(delta) is not dict or type(content := delta.get("content")) is not str or not (
-                    len(delta) == 1 or (len(delta) == 2 and "role" in delta) or _plain(delta)):
+            content = _plain_content(choice.get("delta"))
+            if content is None:
                 return None
             append(content)
             reason = choice.get("finish_reason")
@@ -626,6 +625,15 @@ def _plain_stream(chunks: list[Any]) -> tuple[str, str | None, dict[str, Any]] |
     answer = _Streamed()
     answer.content = pieces
     return schema.render_choices([answer.text()]), finish, dict(usage) if usage is not None else {}
+
+
+def _plain_content(delta: Any) -> str | None:
+    """A delta's content when the delta is a dict whose string content is all it adds (with its role, or empty
+    reasoning and calls: the shape every export writes); else None, and the delta is read in full."""
+    if type(delta) is dict and type(content := delta.get("content")) is str and (
+            len(delta) == 1 or (len(delta) == 2 and "role" in delta) or _plain(delta)):
+        return content
+    return None
 
 
 def _plain(delta: dict[str, Any]) -> bool:

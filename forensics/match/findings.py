@@ -543,22 +543,24 @@ class _DeploymentCodes:
 
     def of(self, column: pa.Array) -> np.ndarray:
         """The codes of ``column``'s values (a string column), row for row."""
-        import pyarrow.compute as pc  # here, not at import: worker processes never load it
+        values, index = _encoded(column)
+        return np.array([self._code(v) for v in values], np.uint64)[index]
 
-        encoded = pc.dictionary_encode(column)
-        codes = np.array([self._code(v) for v in encoded.dictionary.to_pylist()] + [0], np.uint64)
-        return codes[pc.fill_null(encoded.indices, len(codes) - 1).to_numpy(zero_copy_only=False)]
+
+def _encoded(column: pa.Array) -> tuple[list[Any], np.ndarray]:
+    """A column's distinct values (None last, for null) and, row for row, the index of its value among them."""
+    import pyarrow.compute as pc  # here, not at import: worker processes never load it
+
+    encoded = pc.dictionary_encode(column)
+    values = encoded.dictionary.to_pylist() + [None]
+    return values, pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False)
 
 
 def _grouped(times: np.ndarray, column: pa.Array) -> Iterator[tuple[Any, np.ndarray]]:
     """``times`` split by the value of ``column`` on their rows (None for null): each distinct value and its times.
     Vectorised, so many distinct values (a hostile log naming a model per record) cost what few do: a value's
     Python work is done once, not once per row."""
-    import pyarrow.compute as pc  # here, not at import: worker processes never load it
-
-    encoded = pc.dictionary_encode(column)
-    values = encoded.dictionary.to_pylist() + [None]  # the last index stands for null
-    index = pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False)
+    values, index = _encoded(column)
     order = np.argsort(index, kind="stable")
     ordered = index[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, np.int64)
@@ -599,6 +601,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     placed_models: set[str | None] = set()  # the ``model`` values of the records placed on a node, as written
     record_times: list[np.ndarray] = []
     record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
+    case_deployments = frozenset(d for d in map(deployment, case_models) if d)
     codes_of = _DeploymentCodes()
     for batch in row_group_batches(pf, cols, 65536):
         rec = batch.column("received_at").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
@@ -652,14 +655,14 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
     if served and not served_unknown:
-        served |= {d for d in map(deployment, case_models) if d}
+        served |= case_deployments
     else:
         served = set()
     return RecordFacts(node, damage, np.sort(np.concatenate(times)) if times else np.zeros(0, np.int64),
                         {n: len(v) / total for n, v in node_times.items()} if total else {}, has_damage, node_times,
                         np.sort(np.concatenate(hidden)) if hidden else np.zeros(0, np.int64),
                         deployments, frozenset(served), unprefilled, decode_nodes,
-                        frozenset(d for d in map(deployment, case_models) if d),
+                        case_deployments,
                         np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments))
 
@@ -754,8 +757,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # them on the case file's models; a library call may give none).
     case_models = facts.case_deployments.union(*(facts.models.get((t.request_id, t.tenant_id), frozenset())
                                                  for t in targets if not t.control))
-    model_times = facts.times_of(case_models)
-    gateway_only = not facts.node_share and len(model_times) > 0
+    model_times = facts.times_of(case_models) if not facts.node_share else np.zeros(0, np.int64)
+    gateway_only = len(model_times) > 0
     for r in rows:
         tgt = targets[r["_target"]]
         r["records_since_source_on_model"] = (
@@ -920,7 +923,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                                  "absent: no decode node in the exchanges (gateway logs only); findings rest on "
                                  "the text alone (mechanism_factor 1)"),
 
-        "recent_occupants": recent.record(window, len(placed), "node" if mechanism_known or not gateway_only else "models"),
+        "recent_occupants": recent.record(window, len(placed), "models" if gateway_only else "node"),
         "rules": rules,
         "calibration": chance.calibration(points),
         "calibration_of_controls_with_mechanism": chance.calibration(points, control_points, window_alone=gateway_only),

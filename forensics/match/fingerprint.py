@@ -555,6 +555,15 @@ MATCH_TOKENS = ("runs of letters, digits, marks and _; each symbol and ideograph
                 "characters decide but never twice in a row, format characters inside it nothing, and the rest of its "
                 "word a token")
 
+def _previous(mask: np.ndarray) -> np.ndarray:
+    """For each position, the last position before it where ``mask`` holds (-1: none)."""
+    out = np.empty(len(mask), dtype=np.int64)
+    if len(mask):
+        out[0] = -1
+        out[1:] = np.maximum.accumulate(np.where(mask, np.arange(len(mask)), -1))[:-1]
+    return out
+
+
 def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     """``tk`` with every word that holds a machine-made run (:data:`CODE_MIN_CHARS`) cut up: the run into
     pieces, what the word holds before and after it into tokens of their own, each with its own offsets
@@ -594,9 +603,7 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     # tokenizer reads "0123\u200b4567" as "01234567", so a run goes on through format characters.
     idx = np.arange(total)
     word_first = np.repeat(token_first, n)
-    prev_real = np.empty(total, dtype=np.int64)
-    prev_real[0] = -1
-    prev_real[1:] = np.maximum.accumulate(np.where(ignored, -1, idx))[:-1]
+    prev_real = _previous(~ignored)
     next_real = np.empty(total, dtype=np.int64)
     next_real[-1] = total
     next_real[:-1] = np.minimum.accumulate(np.where(ignored, total, idx)[::-1])[::-1][1:]
@@ -629,9 +636,7 @@ def _split_codes(tk: Tokens, cps: np.ndarray) -> Tokens:
     # whose pair with it hashes to 0 mod CODE_PIECE_CHARS, unless that one opened a piece too (pieces of
     # one character would make some runs a token a character, "0g0g0g...").
     v = _sval.take(c)
-    prev_code = np.empty(total, dtype=np.int64)
-    prev_code[0] = -1
-    prev_code[1:] = np.maximum.accumulate(np.where(code, idx, -1))[:-1]
+    prev_code = _previous(code)
     pc = np.maximum(prev_code, 0)
     pair = code & in_run & (prev_code >= run_start)
     with np.errstate(over="ignore"):
