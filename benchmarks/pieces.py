@@ -1,13 +1,19 @@
-"""The matcher's tokenizer with machine-made runs cut into pieces, against the same tokenizer without, in one run.
+"""The matcher's tokenizer as it runs, against two other forms of it, in one run.
 
     python benchmarks/pieces.py [--corpus ../shared/corpora] [--mb 15] [--rounds 11]
 
 Tokenizes about ``--mb`` MB of the corpora's text (documents and answers as the simulator reads them,
 at run time, in chat-sized texts of 2,000 characters) with ``forensics.match.fingerprint.tokenize_many`` as the matcher
-runs it, and with the step that cuts keys, hashes and long numbers into pieces (``_split_codes``)
-left out, alternating the two ``--rounds`` times. Prints the seconds of each, the ratio of their
-minima and of their medians, and how many more tokens the pieces make. Absolute times on a shared
-machine mislead; the ratios, taken in the same run, are the result.
+runs it, and two ways more, alternating the three ``--rounds`` times:
+
+- without the step that cuts keys, hashes and long numbers into pieces (``_split_codes``): what the
+  pieces cost, and how many more tokens they make;
+- with punctuation marks made into tokens and then dropped (``_without_punctuation`` over every token,
+  the matcher's path before stop 45), where the matcher now reads them as separators: the same tokens
+  (checked), and what that saves.
+
+Prints the seconds of each, the ratios of their minima and of their medians. Absolute times on a
+shared machine mislead; the ratios, taken in the same run, are the result.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from forensics.lab.simulate.text import load_corpus
 from forensics.match import fingerprint
@@ -38,27 +47,53 @@ def main() -> int:
     corpus = load_corpus(args.corpus)
     joined = "\n".join(corpus.documents + corpus.answers)[: int(args.mb * 1_000_000)]
     texts = [joined[i : i + 2000] for i in range(0, len(joined), 2000)]
-    with_pieces = fingerprint._split_codes
-    variants = {"with pieces": with_pieces, "without": lambda tk, cps: tk}
+    with_pieces, tokenize = fingerprint._split_codes, fingerprint._tokenize
+
+    def marks_dropped(text: str | None, match: bool = False) -> tuple[fingerprint.Tokens, np.ndarray]:
+        tk, cps = tokenize(text)  # the marks are tokens here ...
+        return (fingerprint._without_punctuation(tk, cps) if match else tk), cps  # ... and dropped after
+
+    variants: dict[str, dict[str, Any]] = {
+        "as it runs": {},
+        "without pieces": {"_split_codes": lambda tk, cps: tk},
+        "marks dropped": {"_tokenize": marks_dropped},
+    }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     tokens: dict[str, int] = {}
+    results: dict[str, Any] = {}
     fingerprint.tokenize_many(texts[:200])  # fill the character tables once, outside the timing
     try:
         for _ in range(args.rounds):
-            for name, step in variants.items():
-                fingerprint._split_codes = step
+            for name, patch in variants.items():
+                for attr, value in patch.items():
+                    setattr(fingerprint, attr, value)
                 t0 = time.perf_counter()
-                tokens[name] = len(fingerprint.tokenize_many(texts)[0])
+                results[name] = fingerprint.tokenize_many(texts)
                 seconds[name].append(time.perf_counter() - t0)
+                fingerprint._split_codes, fingerprint._tokenize = with_pieces, tokenize
+                tokens[name] = len(results[name][0])
+            same = all(np.array_equal(a, b) for a, b in zip(_flat(results["as it runs"]), _flat(results["marks dropped"])))
+            if not same:
+                print("the matcher's tokens differ from the marks-dropped form's", file=sys.stderr)
+                return 1
+            results.clear()
     finally:
-        fingerprint._split_codes = with_pieces
+        fingerprint._split_codes, fingerprint._tokenize = with_pieces, tokenize
     print(f"{len(joined) / 1e6:.1f} MB of corpus text in {len(texts):,} texts, {args.rounds} rounds alternating")
     for name, runs in seconds.items():
-        print(f"  {name:12} min {min(runs):.3f} s  median {statistics.median(runs):.3f} s  tokens {tokens[name]:,}")
-    a, b = seconds["with pieces"], seconds["without"]
-    print(f"ratio with / without: minima {min(a) / min(b):.3f}, medians {statistics.median(a) / statistics.median(b):.3f}; "
-          f"tokens {tokens['with pieces'] / tokens['without']:.4f}")
+        print(f"  {name:15} min {min(runs):.3f} s  median {statistics.median(runs):.3f} s  tokens {tokens[name]:,}")
+    a = seconds["as it runs"]
+    for other, label in (("without pieces", "with pieces / without"), ("marks dropped", "marks as separators / made and dropped")):
+        b = seconds[other]
+        print(f"ratio {label}: minima {min(a) / min(b):.3f}, medians {statistics.median(a) / statistics.median(b):.3f}; "
+              f"tokens {tokens['as it runs'] / tokens[other]:.4f}")
+    print("the matcher's tokens and the marks-dropped form's are identical (starts, ends, hashes, owners)")
     return 0
+
+
+def _flat(result: tuple[fingerprint.Tokens, np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    tk, owner, first = result
+    return [tk.start, tk.end, tk.hash, owner, first]
 
 
 if __name__ == "__main__":

@@ -198,6 +198,43 @@ def test_fast_path_equals_reference_path_for_every_bmp_character() -> None:
     assert np.array_equal(fast.hash, ref.hash)
 
 
+def _matcher_tokens_by_definition(text: str) -> tuple[list[int], list[int], list[int]]:
+    """The matcher's tokens as defined: the tokenizer's, without punctuation marks, keys as pieces."""
+    import forensics.match.fingerprint as fp
+
+    tk, cps = fp._tokenize(text)
+    tk = fp._split_codes(fp._without_punctuation(tk, cps), cps)
+    return tk.start.tolist(), tk.end.tolist(), tk.hash.tolist()
+
+
+def _matcher_tokens(text: str) -> tuple[list[int], list[int], list[int]]:
+    tk = tokenize_many([text])[0]
+    return tk.start.tolist(), tk.end.tolist(), tk.hash.tolist()
+
+
+# Marks that join words (Pc), marks that become several (…, ‼), marks among ideographs (・), symbols that
+# stay tokens, keys, and the characters that take the reference path (¼).
+_MARKS = list("‿⁀＿﹏_…‼・「」、。,.;:!?()[]{}'\"«»—–-¡¿$=+<>@#%&*/\\|~^`¼⑴") + ["ab12cd34ef56gh78"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_AWKWARD + _MARKS) | st.characters(), max_size=60).map("".join))
+def test_matcher_tokens_leave_punctuation_out_as_defined(text: str) -> None:
+    """The matcher reads punctuation marks as separators rather than making their tokens and dropping
+    them: the same tokens, offsets and hashes as the definition, whatever the characters."""
+    assert _matcher_tokens(text) == _matcher_tokens_by_definition(text)
+
+
+def test_matcher_tokens_leave_punctuation_out_for_every_bmp_character() -> None:
+    # Each character alone, inside a word, doubled, next to a mark and to a key; then a few at a time.
+    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
+    text = "".join(f"x{c}y {c}{c} ({c} {c}, a{c}12345678901234 " for c in chars)
+    assert _matcher_tokens(text) == _matcher_tokens_by_definition(text)
+    for c in "‿⁀＿¼…‼・,":
+        alone = f"{c} w{c}w {c}"
+        assert _matcher_tokens(alone) == _matcher_tokens_by_definition(alone), repr(c)
+
+
 @pytest.mark.parametrize("multi", [0, 1, 64, 65, 300])
 @pytest.mark.parametrize("hard", [0, 1, 5, 32])
 def test_fast_path_equals_reference_path_in_long_texts(multi: int, hard: int) -> None:
@@ -223,15 +260,20 @@ def test_fast_path_equals_reference_path_in_long_texts(multi: int, hard: int) ->
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=60), st.data())
-def test_segment_sums_are_reduceat_mod_2_64(values: list[int], data: st.DataObject) -> None:
-    """The token hashes' segment sums (prefix-sum differences) equal numpy's reduceat, wrap-around included."""
+def test_segment_sums_are_sums_mod_2_64(values: list[int], data: st.DataObject) -> None:
+    """The token hashes' segment sums (prefix-sum differences) are each segment's sum mod 2**64, wrap-around
+    included, whatever lies between the segments."""
     from forensics.match.fingerprint import _segment_sums
 
     w = np.array(values, dtype=np.uint64)
-    starts = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=len(w) - 1), min_size=1)))
-    ts = np.array(starts, dtype=np.intp)
+    bounds = sorted(data.draw(st.sets(st.integers(min_value=0, max_value=len(w)), min_size=2)))
+    ts = np.array(bounds[:-1], dtype=np.intp)
+    # each segment ends at the next one's start or before it (gaps between tokens)
+    te = np.array([data.draw(st.integers(min_value=a + 1, max_value=b)) for a, b in zip(bounds, bounds[1:])], dtype=np.intp)
+    assert _segment_sums(w, ts, te).tolist() == [sum(values[a:b]) % 2**64 for a, b in zip(ts.tolist(), te.tolist())]
+    ends = np.append(ts[1:], len(w))  # no gaps, the last to the end: what numpy's reduceat sums
     with np.errstate(over="ignore"):
-        assert _segment_sums(w, ts).tolist() == np.add.reduceat(w, ts).tolist()
+        assert _segment_sums(w, ts, ends).tolist() == np.add.reduceat(w, ts).tolist()
 
 
 def test_powers_are_exact_as_the_tables_grow(monkeypatch: pytest.MonkeyPatch) -> None:

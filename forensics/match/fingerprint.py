@@ -75,6 +75,14 @@ _slen = np.ones(_SIZE, dtype=np.uint8)
 # The class each ``_info`` value has on the fast path (a wide word is a word; a character that
 # becomes several stand-alone tokens, "…" -> ". . .", is one punctuation token until expanded).
 _INFO_CLASS = np.array([SPACE, SPACE, WORD, PUNCT, IDEO, WORD, PUNCT, SPACE, PUNCT], dtype=np.uint8)
+# The class of each original code point on the matcher's path (:func:`tokenize_many`), which leaves out
+# punctuation marks: one that is a token of its own (``_F_PUNCT``, ``_F_IDEO`` or ``_F_MULTI`` of Unicode
+# category P*) separates words as white space does there, so it never becomes a token to drop afterwards.
+# A punctuation mark that joins words ("‿", "＿": category Pc) is a word character and stays one.
+_MATCH_CLASS = np.zeros(_SIZE, dtype=np.uint8)
+# Original code points of category P* ("_" excepted) that are word characters: alone, such a one is a
+# one-character token the matcher leaves out, so a text holding one is filtered token by token.
+_WORD_MARK = np.zeros(_SIZE, dtype=bool)
 _multi: dict[int, np.ndarray] = {}  # code point -> hashes of the tokens its normalised form is
 # Whether a code point is, once normalised, one ASCII letter, digit or "_" (fullwidth "Ａ" is "a"), whether a
 # digit, and whether a combining mark (it joins the letter before it): what _split_codes reads.
@@ -176,6 +184,14 @@ def _classify(cp: int) -> None:
         _multi[cp] = _tokenize_reference(chr(cp)).hash
     else:  # e.g. "¼" -> "1", "⁄", "4": its first or last token may join a neighbour
         _info[cp] = _F_COMPLEX
+    mark = cp != 0x5F and unicodedata.category(chr(cp)).startswith("P")
+    if mark and _info[cp] == _F_WORD:
+        # Wide (one more special character, hashed alike) so that a text holding it is found among the
+        # few special ones: see _WORD_MARK.
+        _info[cp] = _F_WIDE
+    _WORD_MARK[cp] = mark and _info[cp] == _F_WIDE
+    own_token = _info[cp] in (_F_PUNCT, _F_IDEO, _F_MULTI)
+    _MATCH_CLASS[cp] = SPACE if mark and own_token else _INFO_CLASS[_info[cp]]
 
 
 def _pow_scalar(j: int) -> np.uint64:
@@ -234,8 +250,10 @@ def tokenize(text: str | None) -> Tokens:
     return _tokenize(text)[0]
 
 
-def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
-    """:func:`tokenize`, and the text's code points (one per ``str`` index) it worked on."""
+def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray]:
+    """:func:`tokenize`, and the text's code points (one per ``str`` index) it worked on; with ``match``,
+    the tokens without punctuation marks (:func:`_without_punctuation` of them, as :func:`tokenize_many`
+    reads a text), found without making the marks' tokens at all."""
     if not text:
         return _EMPTY, _NO_CPS
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
@@ -245,15 +263,19 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
     if not info.all():
         _fill(np.unique(cps[info == _UNKNOWN]))
         info = _info.take(cps)
-    cls = _INFO_CLASS.take(info)
+    cls = (_MATCH_CLASS if match else _INFO_CLASS).take(cps if match else info)
     wide, ignore = False, _NONE
+    marks = False  # tokens the matcher leaves out may remain: filter them (match only)
     multi = hard = _NONE
     special = np.flatnonzero(info >= _F_WIDE)
     if len(special):
         kinds = info[special]
         hard = special[kinds == _F_COMPLEX]
         if len(hard) > _MAX_SPLICES:
-            return _tokenize_reference(text, cps), cps
+            ref = _tokenize_reference(text, cps)
+            return (_without_punctuation(ref, cps) if match else ref), cps
+        # The reference path's tokens, spliced in, hold the marks, and so does a word that is one mark.
+        marks = match and (len(hard) > 0 or bool(_WORD_MARK.take(cps[special]).any()))
         ignore = special[kinds == _F_IGNORE]
         if len(ignore):
             # A run of format characters inside a word is nothing ("foo\u200bbar" is "foobar");
@@ -269,6 +291,8 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
             cls[ignore] = WORD
         wide = bool((kinds == _F_WIDE).any()) or len(ignore) > 0
         multi = special[kinds == _F_MULTI]
+        if match:
+            multi = multi[cls[multi] != SPACE]  # a mark: no token here to expand
     ts, te = _bounds(cls)
     if len(ts) == 0:
         return _EMPTY, cps
@@ -288,10 +312,10 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
             fwd, inv = _powers(int(npos[-1]) + 1)
             w = _sval.take(cps) * fwd[npos]
             w[ignore] = 0
-            h = _segment_sums(w, ts) * inv[npos[ts]]
+            h = _segment_sums(w, ts, te) * inv[npos[ts]]
         else:
             fwd, inv = _powers(len(cps))
-            h = _segment_sums(_sval.take(cps) * fwd[: len(cps)], ts) * inv[ts]
+            h = _segment_sums(_sval.take(cps) * fwd[: len(cps)], ts, te) * inv[ts]
             if len(odd):
                 h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
     hashes = mix64(h)
@@ -300,21 +324,21 @@ def _tokenize(text: str | None) -> tuple[Tokens, np.ndarray]:
         start, end, hashes = _expand_multi(cps, multi, start, end, hashes)
     if len(hard):
         start, end, hashes = _splice_reference(text, info, hard, start, end, hashes)
-    return Tokens(start, end, hashes), cps
+    tk = Tokens(start, end, hashes)
+    return (_without_punctuation(tk, cps) if marks else tk), cps
 
 
-def _segment_sums(w: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """``np.add.reduceat(w, ts)`` for increasing ``ts`` (``w[ts[i]:ts[i+1]]`` summed, the last to the
-    end), mod 2**64, by differences of one prefix sum: the same values (wrapping addition is exact
-    mod 2**64), at half the cost on a megabyte group."""
+def _segment_sums(w: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """``w[ts[i]:te[i]]`` summed for every ``i`` (segments in order, not overlapping), mod 2**64, by
+    differences of one prefix sum (wrapping addition is exact mod 2**64): half the cost of
+    ``np.add.reduceat`` on a megabyte group. Only the tokens' own characters count, so what lies
+    between tokens (white space, and the punctuation marks the matcher's path reads as such) adds
+    nothing."""
     prefix = np.empty(len(w) + 1, dtype=np.uint64)
     prefix[0] = 0
     with np.errstate(over="ignore"):
         np.cumsum(w, out=prefix[1:])
-        ends = np.empty_like(ts)
-        ends[:-1] = ts[1:]
-        ends[-1] = len(w)
-        return prefix.take(ends) - prefix.take(ts)
+        return prefix.take(te) - prefix.take(ts)
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -741,8 +765,8 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
             size += len(pieces[j]) + 1
             j += 1
         group = pieces[i:j]
-        tk, cps = _tokenize("\n".join(group))
-        tk = _split_codes(_without_punctuation(tk, cps), cps)
+        tk, cps = _tokenize("\n".join(group), match=True)
+        tk = _split_codes(tk, cps)
         piece_start = np.zeros(len(group), dtype=np.int64)
         if len(group) > 1:
             piece_start[1:] = np.cumsum([len(t) + 1 for t in group[:-1]])
