@@ -341,3 +341,81 @@ def test_helicone_csv_a_torn_line_before_millions_of_empty_lines_is_read_in_boun
 
     assert next(_records(lines(), 11)) == (1, None, b'\xff" torn')
     assert read <= DAMAGED_RECORD_BYTES // LINE_COST  # stopped at the limit, not held to the end
+
+
+def _torn(record: str) -> str:
+    """A CSV record cut inside its quoted request_body (a torn write), its line ended."""
+    return record[: record.index('""content""')] + "\n"
+
+
+def test_helicone_csv_a_record_cut_short_mid_file_costs_that_record_only(tmp_path: Path) -> None:
+    """A record cut inside a quoted field, its quotes never closing: every record after it was read as part of
+    it, one quarantine row, and six customers' records lost from a file the manifest called reconciled."""
+    header, *records = as_csv([row(i, organization_id=f"org-{i}") for i in range(1, 11)]).splitlines(keepends=True)
+    data = header + "".join(records[:3]) + _torn(records[3]) + "".join(records[4:])
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert sorted(r["tenant_id"] for r in x) == sorted(f"org-{i}" for i in (1, 2, 3, 5, 6, 7, 8, 9, 10))
+    assert len(q) == 1 and q[0]["source_line"] == 5 and "unterminated quoted field" in q[0]["reason"]
+    assert (entry["ingested"], entry["quarantined"]) == (9, 1)
+
+
+@pytest.mark.parametrize("multi_line_after", [False, True])
+def test_helicone_csv_a_cut_record_and_a_torn_fragment_cost_only_themselves(tmp_path: Path, multi_line_after: bool) -> None:
+    """A cut record, then a torn fragment that is no record: with no record of several lines after them the
+    quotes never close and the two are one cut record; with one (its first line closes the cut record's
+    quotes) the two lines are quarantined one by one. Either way every whole record after them is read."""
+    spans = "line one\nline two" if multi_line_after else "u"
+    header, *records = as_csv([row(i, user_id=spans if i == 5 else "u") for i in range(1, 7)]).splitlines(keepends=True)
+    data = header + records[0] + _torn(records[1]) + "half a line, torn\n" + "".join(records[2:])
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert sorted(r["request_id"] for r in x) == ["h-1", "h-3", "h-4", "h-5", "h-6"]
+    assert [r["source_line"] for r in q] == ([3, 4] if multi_line_after else [3])
+
+
+def test_helicone_csv_a_last_record_cut_inside_a_field_of_many_lines_stays_one_record(tmp_path: Path) -> None:
+    """Cut at the end of the file inside a quoted field of many lines: the lines after its first are the
+    field's, not records, and are not read as records (one quarantine row, not one a line)."""
+    body = json.dumps({"messages": [{"role": "user", "content": "\n".join(f"a,b,c {i}" for i in range(40))}]})
+    header, r1, *cut = as_csv([row(1), row(2, request_body=body)]).splitlines(keepends=True)
+    data = header + r1 + "".join(cut)[: len("".join(cut)) * 2 // 3]
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert [r["request_id"] for r in x] == ["h-1"]
+    assert len(q) == 1 and q[0]["source_line"] == 3 and "unterminated quoted field" in q[0]["reason"]
+
+
+@pytest.mark.parametrize("order", ["same", "swapped"])
+def test_helicone_csv_exports_appended_one_after_another_follow_their_own_header(tmp_path: Path, order: str) -> None:
+    """A second export appended with its header in another column order: its rows were read by the first
+    header, their customers taken from the user column (the wrong customers on the list)."""
+    first = as_csv([row(1), row(2)])
+    names = list(GOOD)
+    if order == "swapped":
+        a, b = names.index("organization_id"), names.index("user_id")
+        names[a], names[b] = names[b], names[a]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows([row(3, organization_id="org-2", user_id="u-3"), row(4, organization_id="org-2", user_id="u-4")])
+    entry, q, x = ingest(tmp_path, "export.csv", first + buf.getvalue())
+    assert q == [] and entry["ingested"] == 4
+    assert sorted((r["request_id"], r["tenant_id"], r["user_id"]) for r in x) == [
+        ("h-1", "org-1", "u-1"), ("h-2", "org-1", "u-1"), ("h-3", "org-2", "u-3"), ("h-4", "org-2", "u-4")]
+
+
+def test_helicone_csv_header_names_with_spaces_after_the_commas_are_read(tmp_path: Path) -> None:
+    header, *records = as_csv([row(1), row(2)]).splitlines(keepends=True)
+    entry, q, x = ingest(tmp_path, "export.csv", header.replace(",", ", ") + "".join(records))
+    assert entry["format"] == "helicone" and q == [] and sorted(r["request_id"] for r in x) == ["h-1", "h-2"]
+
+
+def test_csv_resync_finds_where_whole_records_begin_again() -> None:
+    from forensics.ingest.formats.helicone import _resync
+    from forensics.ingest.reader import Line
+
+    def lines(*texts: str) -> list[Line]:
+        return [Line(i + 1, t, t.encode()) for i, t in enumerate(texts)]
+
+    assert _resync(lines('a,"cut', "b,c", 'd,"e', 'f"'), 2) == 1  # the records after the cut line read whole
+    assert _resync(lines('a,"cut', "torn", "b,c"), 2) == 2  # the torn fragment belongs to the cut record
+    assert _resync(lines('a,"field', "of,many", "lines"), 2) == 3  # never whole again: the field's own lines
+    assert _resync(lines('a,"cut', 'b,"c'), 2) == 2  # a last record cut too

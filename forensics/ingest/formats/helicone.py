@@ -64,9 +64,10 @@ def _csv_header(line: str) -> list[str] | None:
         return None
 
 
-#: How far a record holding an undecodable line is read before its quotes are taken as out of step: such a
+#: How far a record whose quotes do not close is read before they are taken as out of step: such a
 #: record is held whole while it is read, to be read again from its second line. Each line counts its
-#: bytes plus what holding it costs (a field of millions of empty lines is no small record).
+#: bytes plus what holding it costs (a field of millions of empty lines is no small record). Far above
+#: any real record: a prompt at the advertised window of a million tokens is a few megabytes.
 DAMAGED_RECORD_BYTES = 64 << 20
 LINE_COST = 256
 
@@ -81,7 +82,10 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
     (a bad byte inside a quoted field that spans lines). Otherwise its first line goes alone (a torn
     write's stray quote byte) and the lines after it are grouped again: a record cut at the bad line, or
     opened by a stray quote, left the quotes out of step, and every record after it was read from inside
-    a quoted field (the customers' records lost).
+    a quoted field (the customers' records lost). A readable record whose quotes never close before the
+    end of the file was cut short: the records after it start where the rest of the file reads as whole
+    records again (:func:`_resync`), and only when it never does is the rest of the file that record
+    (the last record, cut at the end of the file, its quoted field holding the lines after its first).
     """
     again: collections.deque[Line] = collections.deque()
 
@@ -93,11 +97,13 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
         quotes = _quotes(first)
         readable = first.text is not None
         size = len(first.raw) + LINE_COST
+        at_end = False
         while quotes % 2:
-            if not readable and size >= DAMAGED_RECORD_BYTES:
+            if size >= DAMAGED_RECORD_BYTES:
                 break
             line = take()
             if line is None:
+                at_end = True
                 break
             group.append(line)
             quotes += _quotes(line)
@@ -106,13 +112,43 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
         raw = b"\n".join(line.raw for line in group)
         if len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
             yield first.number, "\n".join(line.text or "" for line in group) if readable else None, raw
-        elif readable and quotes % 2:
-            yield first.number, "\n".join(line.text or "" for line in group), raw  # its quote runs to the end
+        elif readable and quotes % 2 and at_end:
+            cut = _resync(group, fields)
+            torn = group[:cut]
+            yield first.number, "\n".join(line.text or "" for line in torn), b"\n".join(line.raw for line in torn)
+            again.extendleft(reversed(group[cut:]))
         else:
             # Not one record: a damaged line, or the rest of a damaged record (a closing quote left over),
             # opened it. Its first line goes alone; the lines after it are read again.
             yield first.number, None if first.text is None else first.text, first.raw
             again.extendleft(reversed(group[1:]))
+
+
+def _resync(group: list[Line], fields: int) -> int:
+    """Where the records after a record cut short begin: the first line after ``group[0]`` from which the
+    rest of ``group`` (every line to the end of the file) reads as whole records of ``fields`` fields, or
+    ``len(group)`` when no line does.
+
+    Read from line ``i``, a record ends at the first line where the quotes counted from ``i`` balance;
+    whether the rest reads whole from ``i`` is decided from the end backwards, so each line is parsed about
+    once (a record is parsed only when everything after it reads whole).
+    """
+    n = len(group)
+    parity = [0] * (n + 1)  # quotes in group[:k], mod 2
+    for k, line in enumerate(group):
+        parity[k + 1] = parity[k] ^ (_quotes(line) & 1)
+    # next_same[p][k]: the smallest k' >= k with parity[k'] == p (n + 1: none)
+    next_same = [[n + 1] * (n + 2), [n + 1] * (n + 2)]
+    for k in range(n, -1, -1):
+        next_same[0][k], next_same[1][k] = next_same[0][k + 1], next_same[1][k + 1]
+        next_same[parity[k]][k] = k
+    whole = [False] * (n + 1)
+    whole[n] = True
+    for i in range(n - 1, 0, -1):
+        end = next_same[parity[i]][i + 1]  # the record read from line i is group[i:end]
+        if end <= n and whole[end] and all(line.text is not None for line in group[i:end]):
+            whole[i] = _fits(b"\n".join(line.raw for line in group[i:end]), fields)
+    return next((i for i in range(1, n) if whole[i]), n)
 
 
 def _quotes(line: Line) -> int:
@@ -155,6 +191,8 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         break
     if header is None:
         return
+    # Names as the format's sniff reads them: "request_id, request_created_at" names request_created_at.
+    header = [name.strip() for name in header]
     csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide, and only ever raised: no other reader lowers it
     for number, text, raw in _records(lines, len(header)):
         if text is None or not text.strip():
@@ -162,13 +200,21 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
             continue
         obj: dict[str, Any]
         if text.count('"') % 2:
-            obj = {CSV_ERROR: "CSV record has an unterminated quoted field (it runs to the end of the file)"}
+            obj = {CSV_ERROR: "CSV record has an unterminated quoted field (its quotes never close: the record was "
+                              "cut short)"}
         else:
             try:
                 fields = next(csv.reader(io.StringIO(text, newline=""), strict=True))
             except csv.Error as exc:
                 fields, obj = [], {CSV_ERROR: f"CSV record cannot be read ({exc})"}
             else:
+                names = [name.strip() for name in fields]
+                if len(set(names)) == len(names) and set(names) == set(header):
+                    # The header again, maybe in another column order: exports appended one after another. The
+                    # rows after it follow it (read by the first, their customers could be another column's).
+                    header = names
+                    yield Line(number, "", raw)  # a header holds no record
+                    continue
                 if len(fields) != len(header):
                     obj = {CSV_ERROR: f"CSV record has {len(fields)} fields, the header has {len(header)}"}
                 else:
