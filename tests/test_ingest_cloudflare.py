@@ -364,3 +364,74 @@ def test_an_anthropic_or_responses_api_event_stream_is_read_and_an_unknown_one_i
         ('<|reasoning|>\nLet me see.\n\n<|assistant|>\nHere it is.\n<|tool_call|>\nsave\n{"note": "ship it"}', "tool_use", None),
         ("From responses.", "completed", None),
         (None, None, "response is an event stream of a shape not known to hold the answer; response text unknown")]
+
+
+# --- a record cut short in the middle of a file ------------------------------------------------------
+
+
+def _cut(text: str) -> str:
+    """A log's JSON cut in the middle of its request (a torn write): no closing quote or brace."""
+    return text[: text.index("hello there") + 5]
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("chunk", [7, 4096, None])
+def test_a_log_cut_short_mid_array_costs_that_log_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       indent: int | None, chunk: int | None) -> None:
+    """A log cut inside a string left the scanner out of step: the logs after it were read as part of it,
+    7 of 12 lost, and the file problem said the export was cut short."""
+    if chunk:
+        monkeypatch.setattr(cloudflare, "CHUNK", chunk)
+    texts = [json.dumps(log(i), indent=indent) for i in range(12)]
+    texts[4] = _cut(texts[4])
+    path = tmp_path / "logs.json"
+    path.write_text("[\n" + ",\n".join(texts) + "\n]\n")
+    entry, q, x = ingest(tmp_path, path)
+    assert [r["request_id"] for r in x] == [f"01J{i}" for i in range(12) if i != 4]
+    assert [r["source_line"] for r in x] == [1, 2, 3, 4, *range(6, 13)]
+    assert [r["source_line"] for r in q] == [5] and "invalid JSON" in q[0]["reason"]
+    assert not entry["problems"]
+
+
+def test_api_pages_with_one_cut_short_keep_every_whole_log(tmp_path: Path) -> None:
+    """Pages downloaded one after another, one download cut short and the next page appended on its own
+    line: the next page's logs were lost (read as part of the cut one)."""
+    pages = [json.dumps({"result": [log(p * 10 + i) for i in range(10)], "success": True}) for p in range(3)]
+    mid, first = tmp_path / "mid.json", tmp_path / "first.json"
+    mid.write_text(pages[0] + "\n" + _cut(pages[1]) + "\n" + pages[2] + "\n")
+    first.write_text(_cut(pages[0]) + "\n" + pages[1] + "\n")
+    entry, q, x = ingest(tmp_path, mid)
+    assert [r["request_id"] for r in x] == [f"01J{i}" for i in (*range(10), *range(20, 30))]
+    assert len(q) == 1 and q[0]["source_line"] == 11
+    result = api.ingest(tmp_path / "case2", [first])
+    x2 = pq.read_table(tmp_path / "case2" / "exchanges.parquet").to_pylist()
+    assert result.manifest["files"][0]["format"] == "cloudflare-ai-gateway"
+    assert [r["request_id"] for r in x2] == [f"01J{i}" for i in range(10, 20)]
+
+
+def test_a_gzip_array_with_a_log_cut_short_keeps_the_logs_after_it(tmp_path: Path) -> None:
+    texts = [json.dumps(log(i)) for i in range(300)]
+    texts[150] = _cut(texts[150])
+    path = tmp_path / "logs.json.gz"
+    path.write_bytes(gzip.compress(("[\n" + ",\n".join(texts) + "\n]").encode()))
+    entry, q, x = ingest(tmp_path, path)
+    assert len(x) == 299 and [r["source_line"] for r in q] == [151]
+
+
+def test_bad_logs_between_good_ones_do_not_make_the_file_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log that is not JSON but leaves the brackets in step (a bad literal) is quarantined where it is."""
+    scans: list[int] = []
+    real = cloudflare._scan
+
+    def counted(*args: Any) -> Any:
+        scans.append(1)
+        return (yield from real(*args))
+
+    monkeypatch.setattr(cloudflare, "_scan", counted)
+    texts = [json.dumps(log(i)) for i in range(40)]
+    for i in range(0, 40, 4):
+        texts[i] = texts[i].replace('"cached": false', '"cached": fals')
+    path = tmp_path / "logs.json"
+    path.write_text("[\n" + ",\n".join(texts) + "\n]\n")
+    entry, q, x = ingest(tmp_path, path)
+    assert len(x) == 30 and len(q) == 10 and len(scans) == 1

@@ -21,10 +21,11 @@ a single line.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import re
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -69,6 +70,7 @@ RESULT = b"result"
 HEAD_LIMIT = 64 << 20
 #: Longest top-level value that is not JSON (junk between pages) kept as one record to quarantine.
 JUNK_LIMIT = 4096
+_PAGE_HEAD = re.compile(rb'\{\s*"result"\s*:\s*\[')
 _KEY = re.compile(r'"([A-Za-z_][A-Za-z0-9_]*)"\s*:')
 _STRUCTURE = re.compile(rb'["\[\]{},:]')
 _SPACE = b" \t\r\n"
@@ -112,7 +114,8 @@ def _json_lines(path: Path) -> bool:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return True
+        # An API page cut short (a failed download, the next page appended on the next line) is pages still.
+        return _PAGE_HEAD.match(line) is None
     return not (isinstance(obj, dict) and isinstance(obj.get("result"), list))
 
 
@@ -122,22 +125,61 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     An array, an envelope or several of them are scanned a buffer at a time: only the record being
     read is held, whatever the file's size. A record cut off by the end of the file is yielded as
     it is (its parse quarantines it); an array left open is a ``truncated`` file problem.
+
+    A record cut short in the middle of the file (a torn write, a failed download with the next page
+    appended after it) leaves the scanner out of step: its strings and brackets no longer pair, and the
+    records after it would be read as part of it. So a record that is not whole JSON is searched for the
+    first line inside it that starts a log object or an API page (:func:`_resync_point`); when there is
+    one, the cut record ends there and the file is read again from it, with the brackets that held the
+    cut record (:class:`_Scanner`'s context).
     """
     if _json_lines(path):
         yield from read_lines(path, problems, span)
         return
-    scanner = _Scanner()
+    state: _Resume | None = _Resume()
+    while state is not None:
+        state = yield from _scan(path, problems, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resume:
+    """Where a scan of an array or envelope file starts: a byte offset of the decompressed stream, the
+    containers open there, the depth of the array holding records, and the records counted before."""
+
+    offset: int = 0
+    context: tuple[int, ...] = ()
+    records_at: int | None = None
+    count: int = 0
+
+
+def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[Line, None, _Resume | None]:
+    """The records from ``start`` on; returns where to read again when a record cut short was found."""
+    scanner = _Scanner(start.context, start.records_at, start.count, start.offset)
     try:
         with open_decompressed(path) as fh:
-            head: bytes | None = b""  # the file's first bytes, until a BOM can be told and dropped
+            head: bytes | None = b"" if start.offset == 0 else None  # the first bytes, until a BOM can be told
+            skip = start.offset
             while chunk := _read_some(fh):
+                if skip:
+                    drop = min(skip, len(chunk))
+                    chunk, skip = chunk[drop:], skip - drop
+                    if not chunk:
+                        continue
                 if head is not None:
                     head += chunk
                     if len(head) < len(BOM):
                         continue
+                    scanner.offset += len(head) - len(head.removeprefix(BOM))
                     chunk, head = head.removeprefix(BOM), None
-                yield from scanner.feed(chunk)
+                for line in scanner.feed(chunk):
+                    found = _after_cut(line, scanner)
+                    if found is None:
+                        yield line
+                        continue
+                    yield found[0]
+                    return found[1]
             if head:
+                scanner.offset += len(head) - len(head.removeprefix(BOM))
                 yield from scanner.feed(head.removeprefix(BOM))
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
         yield from scanner.finish()
@@ -146,16 +188,95 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
                                     f"({type(exc).__name__}: {exc}); the records before were read. Fix: copy or export the "
                                     "file again and re-ingest it",
                                     "truncated" if isinstance(exc, (EOFError, ZstdTruncatedError)) else "corrupt"))
-        return
+        return None
     except OSError as exc:
         yield from scanner.finish()
         problems.append(FileProblem(scanner.count, f"file could not be read after record {scanner.count} ({exc})", "unreadable"))
-        return
-    yield from scanner.finish()
+        return None
+    for line in scanner.finish():
+        found = _after_cut(line, scanner, last=True)
+        if found is not None:
+            yield found[0]
+            return found[1]
+        yield line
     if scanner.open_arrays:
         problems.append(FileProblem(scanner.count, f"the JSON array ends without its closing ']' after record {scanner.count}: "
                                     "the export was cut short. Fix: export the logs again (the records before were read)",
                                     "truncated"))
+    return None
+
+
+#: A JSON object or array bracket, or a whole string (skipped): how an object's end is found from its start.
+_OBJECT_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+#: Where a line inside a record begins with an object: a log object or an API page, maybe.
+_LINE_OBJECT = re.compile(rb"\n[ \t\r]*\{")
+
+
+def _object_end(raw: bytes, start: int) -> int | None:
+    """The end (exclusive) of the JSON object that starts at ``raw[start]``, by its brackets, or None."""
+    depth = 0
+    for m in _OBJECT_TOKEN.finditer(raw, start):
+        token = m.group()
+        if token[:1] == b'"':
+            continue
+        depth += 1 if token in (b"{", b"[") else -1
+        if depth == 0:
+            return m.end()
+    return None
+
+
+def _resync_point(raw: bytes) -> tuple[int, bool] | None:
+    """The first line inside ``raw`` (a record that is not whole JSON) that starts a whole log object or API
+    page, as (byte offset of its ``{``, whether it is a page), or None.
+
+    JSON holds no raw line break inside a string, so a line start is a place between values in the file as
+    written; an object there that parses whole and has a log's keys (or a page's ``result`` list) is where
+    the records go on after the cut one (a nested object of a pretty-printed log has not those keys).
+    """
+    for m in _LINE_OBJECT.finditer(raw):
+        at = m.end() - 1
+        end = _object_end(raw, at)
+        if end is None:
+            continue
+        try:
+            obj = orjson.loads(raw[at:end])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("result"), list):
+            return at, True
+        if isinstance(obj, dict) and _is_log(set(obj)):
+            return at, False
+    return None
+
+
+def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[Line, _Resume] | None:
+    """For a record just read that is not whole JSON: when the scanner is out of step after it (a log object
+    or page starts inside it, or after something that is no separator), the record up to there (cut short)
+    and where to read again; else None (the record as it is: a bad record between good ones).
+
+    Only a record with a string across a line break is looked at (a cut inside a string runs on to the next
+    line), and the file's last record (a cut between values nests the records after it inside it)."""
+    if not (scanner.last_broken or last):
+        return None
+    try:
+        orjson.loads(line.raw)
+        return None
+    except orjson.JSONDecodeError:
+        pass
+    window = scanner.held_from_last()
+    found = _resync_point(window)
+    if found is None:
+        return None
+    at, page = found
+    if at >= len(line.raw) and not window[len(line.raw):at].strip(_SPACE + b","):
+        return None  # the next record starts there anyway: the scanner is in step
+    cut = window[:at].rstrip(_SPACE + b",")
+    try:
+        text: str | None = cut.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    context, records_at = ((), None) if page else scanner.last_context
+    return Line(line.number, text, cut), _Resume(scanner.last_offset + at, context, records_at, line.number)
 
 
 class _Scanner:
@@ -167,18 +288,36 @@ class _Scanner:
     by a regular expression, so a prompt of megabytes costs a few calls, not a loop per character.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, context: tuple[int, ...] = (), records_at: int | None = None, count: int = 0,
+                 offset: int = 0) -> None:
         self.buf = bytearray()
         self.pos = 0  # next byte to look at
-        self.stack: list[int] = []  # open containers: ord('[') or ord('{')
-        self.records_at: int | None = None  # the stack depth whose array holds records
+        self.stack: list[int] = list(context)  # open containers: ord('[') or ord('{')
+        self.records_at = records_at  # the stack depth whose array holds records
+        self.offset = offset  # where buf[0] lies in the (decompressed) file
+        # The last record's start in the file, and the containers that held it with the depth of its array
+        # (taken when it starts: a record cut short may leave the brackets after it out of step).
+        self.last_offset = offset
+        self.start_context: tuple[tuple[int, ...], int | None] = ((), None)
+        self.last_context: tuple[tuple[int, ...], int | None] = ((), None)
+        self.last_index = 0  # where the last record starts in buf, while it is being yielded
+        self.string_start = 0  # where the string being read starts in buf
+        # A string of the record being read spans a line break, which JSON strings never hold: the record was
+        # cut short and the scanner took its strings for structure (and the last record's, once read).
+        self.broken = False
+        self.last_broken = False
         self.start: int | None = None  # where the record being read began
         self.in_string = False
         self.key_start: int | None = None  # a top-level object's key being read
         self.last_key: bytes | None = None
         self.expect_key = False
         self.junk = False  # a top-level value that is not JSON: runs to the end of its line
-        self.count = 0
+        self.count = count
+
+    def held_from_last(self) -> bytes:
+        """The bytes held from the start of the record being yielded on (valid only while it is yielded):
+        the record, and what the scanner has read after it."""
+        return bytes(self.buf[self.last_index:])
 
     @property
     def open_arrays(self) -> bool:
@@ -188,6 +327,14 @@ class _Scanner:
     def _record(self, end: int) -> Iterator[Line]:
         assert self.start is not None
         raw = bytes(self.buf[self.start:end]).strip(_SPACE)
+        self.last_broken, self.broken = self.broken, False
+        if raw:
+            lead = self.start
+            while self.buf[lead] in _SPACE:
+                lead += 1
+            self.last_index = lead
+            self.last_offset = self.offset + lead
+            self.last_context = self.start_context
         self.start = None
         if raw:
             self.count += 1
@@ -241,6 +388,8 @@ class _Scanner:
                 if end < 0:  # the string goes on in the next bytes
                     break
                 self.in_string = False
+                if buf.find(b"\n", self.string_start, end) >= 0:
+                    self.broken = True  # JSON has no line break inside a string: brackets out of step
                 self.pos = end + 1
                 if self.key_start is not None:
                     self.last_key = bytes(buf[self.key_start:end])
@@ -260,9 +409,11 @@ class _Scanner:
                 elif c == 0x7B:  # {  a record, unless it turns out to be an envelope
                     self.stack.append(c)
                     self.start, self.expect_key, self.last_key = self.pos, True, None
+                    self.start_context = ((), None)
                     self.pos += 1
                 else:
                     self.start, self.junk = self.pos, True
+                    self.start_context = ((), None)
                 continue
             if self.records_at is not None and depth == self.records_at and self.start is None:
                 while self.pos < n and buf[self.pos] in _SPACE:
@@ -271,6 +422,7 @@ class _Scanner:
                     break
                 if buf[self.pos] not in b",]":
                     self.start = self.pos  # the first byte of an element, whatever it is
+                    self.start_context = (tuple(self.stack), self.records_at)
             m = _STRUCTURE.search(buf, self.pos)
             if m is None:
                 self.pos = n
@@ -278,7 +430,7 @@ class _Scanner:
             i, c = m.start(), buf[m.start()]
             self.pos = i + 1
             if c == 0x22:  # "
-                self.in_string = True
+                self.in_string, self.string_start = True, i + 1
                 if depth == 1 and self.stack[0] == 0x7B and self.expect_key:
                     self.key_start, self.expect_key = i + 1, False
             elif c in b"[{":
@@ -309,6 +461,8 @@ class _Scanner:
             keep = min(keep, self.key_start)
         if keep:
             del buf[:keep]
+            self.offset += keep
+            self.string_start = max(0, self.string_start - keep)
             self.pos -= keep
             if self.start is not None:
                 self.start -= keep
