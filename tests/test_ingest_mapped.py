@@ -134,6 +134,22 @@ def test_an_unclosed_json_array_reads_what_is_complete_and_says_the_rest_is_miss
     assert result.manifest["files"][0]["reconciled"]
 
 
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_array_element_cut_inside_a_string_costs_that_element_only(tmp_path: Path, indent: int | None) -> None:
+    """An element cut short inside a string (a torn write) paired its quotes with the next elements': eight
+    records after it were neither read nor counted, and the file problem said the array was not closed."""
+    texts = [json.dumps(record(n), indent=indent) for n in range(1, 13)]
+    texts[4] = texts[4][: texts[4].index("question 5") + 4]  # cut inside the question
+    text = "[\n" + ",\n".join(texts) + "\n]\n"
+    (tmp_path / "gw.json").write_text(text, encoding="utf-8")
+    result = ingest(tmp_path, case_file(tmp_path, PROFILE.format(path="gw.json")))
+    assert sorted(int(r["request_id"][2:]) for r in rows(tmp_path)) == [n for n in range(1, 13) if n != 5]
+    [bad] = rows(tmp_path, "quarantine")
+    assert bad["source_line"] == text[: text.index(texts[4])].count("\n") + 1 and "invalid JSON" in bad["reason"]
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and not entry["problems"]
+
+
 def test_csv_with_a_json_string_column_a_quoted_line_break_and_a_strftime_time(tmp_path: Path) -> None:
     body = json.dumps({"messages": [{"role": "user", "content": "line one\nline two, \"quoted\""}]})
     (tmp_path / "gw.csv").write_text(

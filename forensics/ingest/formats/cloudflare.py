@@ -58,6 +58,7 @@ from forensics.ingest.fields import (
 from forensics.ingest.reader import BOM, CHUNK, FileProblem, Line, Span, ZstdTruncatedError, compression_of, read_lines
 from forensics.ingest.reader import _open as open_decompressed  # the same transparent .gz/.zst reading as every format
 from forensics.ingest.registry import LogFormat, RecordKind, register
+from forensics.ingest.resync import next_record
 
 #: Metadata keys ``tenant_field = "auto"`` tries, in order: the names teams give the customer.
 METADATA_TENANTS = ("tenant_id", "tenant", "organization_id", "org_id", "customer_id", "customer", "team_id")
@@ -129,7 +130,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     A record cut short in the middle of the file (a torn write, a failed download with the next page
     appended after it) leaves the scanner out of step: its strings and brackets no longer pair, and the
     records after it would be read as part of it. So a record that is not whole JSON is searched for the
-    first line inside it that starts a log object or an API page (:func:`_resync_point`); when there is
+    first line inside it that starts a log object or an API page (:func:`forensics.ingest.resync.next_record`); when there is
     one, the cut record ends there and the file is read again from it, with the brackets that held the
     cut record (:class:`_Scanner`'s context).
     """
@@ -206,47 +207,12 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
     return None
 
 
-#: A JSON object or array bracket, or a whole string (skipped): how an object's end is found from its start.
-_OBJECT_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-#: Where a line inside a record begins with an object: a log object or an API page, maybe.
-_LINE_OBJECT = re.compile(rb"\n[ \t\r]*\{")
-
-
-def _object_end(raw: bytes, start: int) -> int | None:
-    """The end (exclusive) of the JSON object that starts at ``raw[start]``, by its brackets, or None."""
-    depth = 0
-    for m in _OBJECT_TOKEN.finditer(raw, start):
-        token = m.group()
-        if token[:1] == b'"':
-            continue
-        depth += 1 if token in (b"{", b"[") else -1
-        if depth == 0:
-            return m.end()
-    return None
-
-
-def _resync_point(raw: bytes) -> tuple[int, bool] | None:
-    """The first line inside ``raw`` (a record that is not whole JSON) that starts a whole log object or API
-    page, as (byte offset of its ``{``, whether it is a page), or None.
-
-    JSON holds no raw line break inside a string, so a line start is a place between values in the file as
-    written; an object there that parses whole and has a log's keys (or a page's ``result`` list) is where
-    the records go on after the cut one (a nested object of a pretty-printed log has not those keys).
-    """
-    for m in _LINE_OBJECT.finditer(raw):
-        at = m.end() - 1
-        end = _object_end(raw, at)
-        if end is None:
-            continue
-        try:
-            obj = orjson.loads(raw[at:end])
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("result"), list):
-            return at, True
-        if isinstance(obj, dict) and _is_log(set(obj)):
-            return at, False
-    return None
+def _log_or_page(obj: Any) -> str | None:
+    """``page`` for an API page (its ``result`` list), ``log`` for a log object, else None (a nested object
+    of a pretty-printed log has not a log's keys)."""
+    if isinstance(obj, dict) and isinstance(obj.get("result"), list):
+        return "page"
+    return "log" if isinstance(obj, dict) and _is_log(set(obj)) else None
 
 
 def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[Line, _Resume] | None:
@@ -264,10 +230,10 @@ def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[Line,
     except orjson.JSONDecodeError:
         pass
     window = scanner.held_from_last()
-    found = _resync_point(window)
+    found = next_record(window, 0, _log_or_page)
     if found is None:
         return None
-    at, page = found
+    at, kind = found
     if at >= len(line.raw) and not window[len(line.raw):at].strip(_SPACE + b","):
         return None  # the next record starts there anyway: the scanner is in step
     cut = window[:at].rstrip(_SPACE + b",")
@@ -275,7 +241,7 @@ def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[Line,
         text: str | None = cut.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    context, records_at = ((), None) if page else scanner.last_context
+    context, records_at = ((), None) if kind == "page" else scanner.last_context
     return Line(line.number, text, cut), _Resume(scanner.last_offset + at, context, records_at, line.number)
 
 

@@ -47,6 +47,7 @@ from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular, peek_lines, read_lines
 from forensics.ingest.registry import LogFormat, RecordKind, register
+from forensics.ingest.resync import next_record
 from forensics.ingest.timeparse import MAX_MICROS, MIN_MICROS, NUMBER, RANGE_HINT, TimeError, to_micros
 
 PARQUET_MAGIC = b"PAR1"
@@ -102,11 +103,19 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
 
     The array is read whole (a JSON array has no record boundary a reader could stop at; export
     JSON Lines for logs bigger than memory). Each element is cut out by its brackets and parsed
-    on its own, so one broken element is one quarantined record, not a lost file.
+    on its own, so one broken element is one quarantined record, not a lost file. An element cut short
+    inside a string (a torn write) would pair its quotes with the next elements' and swallow them: a
+    string across a line break, which JSON never holds, marks it, and the elements go on at the first
+    line after its start that begins an object with keys the array's elements have
+    (:func:`forensics.ingest.resync.next_record`).
     """
     lines = list(read_lines(path, problems))
     data = b"\n".join(line.raw for line in lines)
     depth, begin, line_no, counted = 0, -1, 1, 0
+    keys: set[str] = set()  # the keys of the array's first whole element
+
+    def like_an_element(obj: Any) -> bool:
+        return isinstance(obj, dict) and len(obj) >= 2 and (not keys or 2 * len(keys & set(obj)) >= len(keys))
 
     def element(start: int, end: int) -> Line | None:
         nonlocal line_no, counted
@@ -124,28 +133,46 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
         return Line(line_no, text, stripped)
 
     closed = False
-    for m in _JSON_TOKEN.finditer(data):
-        token = m.group()
-        if token[:1] == b'"':
-            continue
-        if depth == 0:
-            if token != b"[" or closed:
-                break
-            depth, begin = 1, m.end()
-            continue
-        if token in (b"[", b"{"):
-            depth += 1
-        elif token in (b"]", b"}"):
-            depth -= 1
+    at: int | None = 0
+    while at is not None:
+        resume, at = at, None
+        for m in _JSON_TOKEN.finditer(data, resume):
+            token = m.group()
+            if token[:1] == b'"':
+                if depth > 1 and b"\n" in token:
+                    # A string across a line break: this element was cut short. The elements go on at the first
+                    # line that starts one (the cut element ends there); none: read on (a cut at the end).
+                    after = next_record(data, begin, like_an_element)
+                    if after is not None:
+                        end = after[0]
+                        while end > begin and data[end - 1] in b" \t\r\n,":
+                            end -= 1
+                        found = element(begin, end)
+                        if found is not None:
+                            yield found
+                        depth, begin, at = 1, after[0], after[0]
+                        break
+                continue
             if depth == 0:
+                if token != b"[" or closed:
+                    break
+                depth, begin = 1, m.end()
+                continue
+            if token in (b"[", b"{"):
+                depth += 1
+            elif token in (b"]", b"}"):
+                depth -= 1
+                if depth == 0:
+                    found = element(begin, m.start())
+                    if found is not None:
+                        yield found
+                    closed, begin = True, m.end()
+            elif depth == 1:  # a comma between elements
                 found = element(begin, m.start())
-                if found is not None:
-                    yield found
-                closed, begin = True, m.end()
-        elif depth == 1:  # a comma between elements
-            found = element(begin, m.start())
-            yield found if found is not None else Line(_line_of(data, m.start()), '"(an empty element)"', b"")
-            begin = m.end()
+                if found is not None and not keys and found.text is not None:
+                    keys = _keys_of(found.raw)
+                yield found if found is not None else Line(_line_of(data, m.start()), '"(an empty element)"', b"")
+                begin = m.end()
     if not closed:
         problems.append(FileProblem(len(lines), "the JSON array is not closed (the file is cut short, or is not one JSON "
                                                 "array); the elements before were read. Fix: export the file again",
@@ -153,6 +180,15 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     elif data[begin:].strip():
         problems.append(FileProblem(len(lines), "text follows the end of the JSON array; it was not read. Fix: export "
                                                 "one JSON array per file, or JSON Lines"))
+
+
+def _keys_of(raw: bytes) -> set[str]:
+    """The keys of a JSON object's text (none when it is not one)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return set()
+    return set(obj) if isinstance(obj, dict) else set()
 
 
 def _line_of(data: bytes, pos: int) -> int:
