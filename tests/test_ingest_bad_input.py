@@ -179,6 +179,19 @@ def test_tenant_field_that_names_no_customer_is_a_config_error(tmp_path: Path) -
     assert "organisation_id" in str(exc.value) and "spend.jsonl" in str(exc.value)
 
 
+def test_tenant_field_that_names_no_customer_is_a_config_error_with_engine_logs_beside(tmp_path: Path) -> None:
+    """Engine logs read in the same ingest parse (their lines name no customer): the typo went through, the
+    case had no exchanges, and `run` failed later naming the wrong cause (the model never appears)."""
+    path = tmp_path / "spend.jsonl"
+    path.write_text(spend_log() + "\n" + spend_log(request_id="y") + "\n")
+    engine = tmp_path / "decode-1_0.log"
+    engine.write_text("[2026-08-27 00:00:05 TP0] max_total_num_tokens=681280, chunked_prefill_size=8192, "
+                      "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576\n")
+    with pytest.raises(ConfigError) as exc:
+        api.ingest(tmp_path / "case", [path, engine], config=api.make_config(tenant_field="organisation_id"))
+    assert "organisation_id" in str(exc.value) and "spend.jsonl" in str(exc.value)
+
+
 def test_one_file_naming_no_customer_among_good_ones_does_not_stop_the_run(tmp_path: Path) -> None:
     # A hostile (or foreign) file whose records carry no tenant field is bad input: its records are
     # quarantined and a note names it; the rule is wrong only when no file names a customer.
@@ -196,6 +209,35 @@ def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None
     entry, q = ingest_lines(tmp_path, [spend_log(), spend_log(request_id="y", team_id="", api_key="")], name="spend.jsonl", fmt="litellm")
     assert (entry["ingested"], entry["quarantined"]) == (1, 1)
     assert q[0]["reason"].startswith("no tenant") and "tenant_field" in q[0]["reason"]
+
+
+@pytest.mark.parametrize("blank", [" ", "\t \u3000"])
+def test_a_tenant_of_white_space_only_names_no_customer_in_any_format(tmp_path: Path, blank: str) -> None:
+    """Helicone took " " as a customer (with a packet of its own) where a mapping profile quarantined the
+    same record: the list depended on the export's format."""
+    spend = tmp_path / "spend.jsonl"
+    spend.write_text(spend_log(team_id=blank, api_key="") + "\n" + spend_log(request_id="y", team_id=blank) + "\n")
+    helicone = tmp_path / "helicone.jsonl"
+    body = json.dumps({"messages": [{"role": "user", "content": "hello"}]})
+    helicone.write_text(json.dumps({"request_id": "h", "request_created_at": "2026-08-29T10:00:00Z", "request_body": body,
+                                    "response_body": "{}", "organization_id": blank}) + "\n")
+    split = tmp_path / "split.jsonl"
+    split.write_text(json.dumps({"request_id": "s", "timestamp": "2026-08-29T10:00:00Z", "tenant_id": blank,
+                                 "body": {"messages": [{"role": "user", "content": "hi"}]}}) + "\n")
+    result = api.ingest(tmp_path / "case", [spend, helicone, split])
+    tenants = [r["tenant_id"] for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()]
+    assert tenants == [spend_log_key("k")]  # the second spend log's next tenant field, its key
+    by_name = {Path(f["path"]).name: f for f in result.manifest["files"]}
+    assert [by_name[n]["quarantined"] for n in ("spend.jsonl", "helicone.jsonl", "split.jsonl")] == [1, 1, 1]
+
+
+def spend_log_key(key: str) -> str:
+    """The tenant id LiteLLM's tenant chain gives a record whose only customer field is its API key."""
+    from forensics.ingest.formats.litellm import resolve_tenant
+
+    tenant, _ = resolve_tenant({"api_key": key}, "auto")
+    assert tenant is not None
+    return tenant
 
 
 def test_every_quarantine_reason_names_a_fix(tmp_path: Path) -> None:

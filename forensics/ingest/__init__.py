@@ -837,7 +837,9 @@ def _check_tenants(entries: Any, cfg: CaseConfig) -> list[str]:
     lost to quarantine and the notification list would silently come out empty. Return the files
     where it named none (their records are quarantined, each with the reason): one such file among
     others is bad input, not a bad rule, and must not stop the run."""
-    entries = list(entries)
+    # Only gateway files name customers: engine logs read alongside (their lines parse, with no tenant) must
+    # not hide a rule that names none.
+    entries = [e for e in entries if e.get("format") not in FORMATS or FORMATS.get(e["format"]).table == "exchanges"]
     lost = [e for e in entries if e.get("no_tenant") and e["parsed"] == 0 and e["no_tenant"] == e["quarantined"]]
     if lost and not any(e["parsed"] for e in entries):
         entry = lost[0]

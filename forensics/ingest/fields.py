@@ -149,6 +149,12 @@ def req_str(obj: Mapping[str, Any], field: str) -> str:
     return as_str(value, field)
 
 
+def no_tenant_value(value: Any) -> bool:
+    """Whether a tenant field's value names no customer: absent, null, or only white space (spaces tell no
+    customer apart, and the formats must agree on it: the same export read another way gives the same list)."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def as_str(value: Any, field: str) -> str:
     """A string field; integers become their digits, anything else is a wrong type."""
     if isinstance(value, str):

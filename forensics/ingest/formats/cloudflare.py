@@ -48,6 +48,7 @@ from forensics.ingest.fields import (
     json_value,
     loads_object,
     maybe_json,
+    no_tenant_value,
     opt_count,
     opt_int,
     opt_str,
@@ -514,7 +515,7 @@ def resolve_tenant(obj: Mapping[str, Any], tenant_field: str, log_id: str, recor
         chain = (f"metadata.{tenant_field}",)
     for field in chain:
         value = get_path(obj, field)
-        if value is None or value == "":
+        if no_tenant_value(value):
             continue
         return as_str(value, field), field
     metadata = maybe_json(obj.get("metadata"), "metadata")

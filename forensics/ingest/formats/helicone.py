@@ -33,6 +33,7 @@ from forensics.ingest.fields import (
     get_path,
     json_string,
     loads_object,
+    no_tenant_value,
     opt_count,
     opt_int,
     opt_str,
@@ -228,7 +229,7 @@ def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]
     """The tenant id and the field that gave it (``auto`` means organization_id)."""
     field = TENANT_FIELD if tenant_field in ("auto", "") else tenant_field
     value = get_path(obj, field)
-    if value is None or value == "":
+    if no_tenant_value(value):
         raise NoTenant(field)
     return as_str(value, field), field
 

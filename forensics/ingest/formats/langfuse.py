@@ -42,6 +42,7 @@ from forensics.ingest.fields import (
     json_string,
     loads_object,
     message_text,
+    no_tenant_value,
     opt_count,
     opt_str,
     response_text,
@@ -118,7 +119,7 @@ def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]
         value, field = _field(obj, "project_id")
     else:
         value, field = get_path(obj, tenant_field), tenant_field
-    if value is None or value == "":
+    if no_tenant_value(value):
         raise NoTenant(field)
     return as_str(value, field), field
 

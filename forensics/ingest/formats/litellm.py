@@ -19,6 +19,7 @@ from forensics.ingest.fields import (
     litellm_cuts,
     loads_object,
     maybe_json,
+    no_tenant_value,
     opt_count,
     opt_str,
     req_str,
@@ -47,7 +48,7 @@ def resolve_tenant(record: Mapping[str, Any], tenant_field: str) -> tuple[str | 
     chain = TENANT_CHAIN if tenant_field in ("auto", "") else (tenant_field,)
     for field in chain:
         value = get_path(record, field)
-        if value is None or value == "":
+        if no_tenant_value(value):
             continue
         return as_str(value, field), field
     return None, None

@@ -20,6 +20,7 @@ from forensics.ingest.fields import (
     first_objects,
     loads_object,
     maybe_json,
+    no_tenant_value,
     opt_count,
     opt_int,
     opt_str,
@@ -78,7 +79,7 @@ class OpenAISplitParser:
         received, assumed = time_field(obj, "timestamp", ctx.zone)
         field = "tenant_id" if ctx.tenant_field in ("auto", "", "tenant_id") else ctx.tenant_field
         tenant_value = obj.get(field)
-        if tenant_value is None or tenant_value == "":
+        if no_tenant_value(tenant_value):
             raise NoTenant(field)
         tenant = as_str(tenant_value, field)
         body = maybe_json(obj.get("body"), "body")
