@@ -293,8 +293,24 @@ def load_case_file(path: str | Path) -> CaseConfig:
     return config_from_mapping(data, base=path.parent, file=path)
 
 
+def _nul_at(value: Any, where: str) -> str | None:
+    """The key path of the first string under ``value`` that holds a NUL character, or None."""
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _nul_at(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = None) -> CaseConfig:
     """Build a configuration from parsed case-file data (tests call this directly)."""
+    nul = _nul_at(data, "")
+    if nul is not None:
+        # No path, name or setting holds one: as a path it failed deep inside the file system calls.
+        raise ConfigError(f"{nul} holds a NUL character (\\u0000)", file=file, fix="remove it from the value")
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ConfigError(

@@ -73,6 +73,9 @@ def test_a_good_case_file(tmp_path: Path) -> None:
         (("[match]", "match = 3\n[scan]"), "unknown key 'match' in inputs[1]"),
         (("name = ", "scan = 3\nname = "), "[scan] must be a table"),
         (("k = 12", "k = 12\n[[broken"), "not valid TOML"),
+        # A NUL in a path failed as an internal error deep in the file system calls.
+        (('path = "logs/gateway"', 'path = "logs/gate\\u0000way"'), "inputs[0].path holds a NUL character"),
+        (('timezone = "Europe/Berlin"', 'tokenizer = "tok\\u0000.json"'), "tokenizer holds a NUL character"),
     ],
 )
 def test_bad_case_files_name_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
