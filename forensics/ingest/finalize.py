@@ -715,8 +715,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         f"SELECT count(*) FROM (SELECT request_id FROM read_parquet({_lit(c.table_path('exchanges'))}) GROUP BY 1 HAVING count(DISTINCT tenant_id) > 1)"
     ).fetchall()[0][0]
     if truncated:
-        notes.append(f"{truncated} prompts are truncated in the logs (LiteLLM keeps head and tail of long strings): "
-                     "their length is rebuilt from the truncation marker, and matching sees only head and tail")
+        notes.append(f"{truncated} prompts are truncated in the logs (LiteLLM keeps the head and tail of a long string and "
+                     "its length is rebuilt from the truncation marker; other exports cut a body short): matching sees "
+                     "only the text that was kept")
     if no_tenant:
         notes.append(f"{no_tenant} requests name no tenant (none of the tenant fields is set): set tenant_field")
     if implausible:
