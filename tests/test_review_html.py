@@ -174,3 +174,25 @@ def test_filters_keyboard_and_inert_hostile_text_in_chromium(page: Path, tmp_pat
     assert got["acme"] == 2 and got["acme_probable"] == 1 and got["all"] == 3
     assert got["current"] == 1  # j, j, down: third card (clamped to the last); k: back to the second
     assert got["fetched"] == []
+
+
+@needs_chromium
+def test_ids_with_invisible_or_bidirectional_characters_are_written_out(page: Path, tmp_path: Path) -> None:
+    """An id holding U+202E showed its end reversed ("abc\\u202egnp.exe" read "abcexe.png"), and one holding a line
+    break collapsed in the customer filter: the page now writes them out as the CSVs and notes do."""
+    text = page.read_text(encoding="utf-8")
+    data = _data(page)
+    data["findings"][0]["recipient_tenant"] = "abc\u202egnp.exe"
+    data["findings"][0]["recipient_request_id"] = "line1\nline2\u0000"
+    blob = json.dumps(data, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    m = re.search(r'(<script type="application/json" id="evidence">)(.*?)(</script>)', text, re.S)
+    assert m
+    target = tmp_path / "ids.html"
+    target.write_text(text[: m.start(2)] + blob + text[m.end(2):], encoding="utf-8")
+    proc = _chromium(tmp_path, target, "--dump-dom")
+    assert proc.stdout.count('class="card') == 3, proc.stderr[-2000:]
+    assert "recipient abc\\u202egnp.exe (line1\\u000aline2\\u0000)" in proc.stdout
+    options = re.findall(r"<option[^>]*>([^<]*)</option>", proc.stdout)
+    assert "abc\\u202egnp.exe" in options, options
+    shown = options + re.findall(r'<div class="meta">([^<]*)</div>', proc.stdout)
+    assert not any("\u202e" in t or "\n" in t for t in shown)  # the raw id stays only in attributes, for the filter
