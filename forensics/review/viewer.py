@@ -69,7 +69,8 @@ const list = document.getElementById('list');
 function el(tag, cls, text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!==undefined)e.textContent=text;return e;}
 // An id as the CSVs and notes show it: control, bidirectional and other invisible characters written out
 // (an id holding U+202E, the right-to-left override, would show its end reversed: "gnp.exe" read "exe.png").
-function shownId(t){return String(t).replace(/[\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2069\\ufeff]/g, ch=>'\\\\u'+ch.charCodeAt(0).toString(16).padStart(4,'0'));}
+const INVISIBLE = /[\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2069\\ufeff]/g;
+function shownId(t){return String(t).replace(INVISIBLE, ch=>'\\\\u'+ch.charCodeAt(0).toString(16).padStart(4,'0'));}
 function textBox(parts){
   const box = el('div','text');
   for (const p of parts){
@@ -107,7 +108,10 @@ for (const f of data.findings){
   cols.appendChild(left); cols.appendChild(right); c.appendChild(cols);
   list.appendChild(c); cards.push(c);
 }
-function fill(id, values){const s=document.getElementById(id);for(const v of [...values].sort()){const o=el('option',null,shownId(v));o.value=v;s.appendChild(o);}}
+function fill(id, values){
+  const s=document.getElementById(id);
+  for(const v of [...values].sort()){const o=el('option',null,shownId(v));o.value=v;s.appendChild(o);}
+}
 fill('f-customer', customers); fill('f-tier', new Set(data.findings.map(f=>f.tier)));
 fill('f-severity', new Set(data.findings.flatMap(f=>f.severity)));
 let current = -1;
