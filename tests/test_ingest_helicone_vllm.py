@@ -419,3 +419,14 @@ def test_csv_resync_finds_where_whole_records_begin_again() -> None:
     assert _resync(lines('a,"cut', "torn", "b,c"), 2) == 2  # the torn fragment belongs to the cut record
     assert _resync(lines('a,"field', "of,many", "lines"), 2) == 3  # never whole again: the field's own lines
     assert _resync(lines('a,"cut', 'b,"c'), 2) == 2  # a last record cut too
+
+
+def test_helicone_forced_on_a_json_array_says_so_once(tmp_path: Path) -> None:
+    """Forced on a JSON array (not a Helicone layout), every line was a CSV record of the wrong field count:
+    94 quarantine rows and no word of what the file was."""
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps([GOOD, row(2)], indent=2))
+    result = api.ingest(tmp_path / "case", [path], fmt="helicone")
+    entry = result.manifest["files"][0]
+    q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert entry["ingested"] == 0 and len(q) == 1 and "is a JSON array" in q[0]["reason"] and "jq -c" in q[0]["reason"]

@@ -183,6 +183,12 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         if line.text is None or not line.text.strip():
             yield line
             continue
+        if line.text.lstrip("\ufeff \t").startswith("["):
+            # Read as CSV, an array's every line was a record of the wrong number of fields, quarantined one by one.
+            problems.append(FileProblem(line.number, "the file is a JSON array, which this format does not read (it reads "
+                                        "CSV or JSON Lines): its records were not read. Fix: write one object a line "
+                                        "(jq -c '.[]' FILE > FILE.jsonl) and ingest that", "unreadable"))
+            return
         header = _csv_header(line.text)
         if header is None:  # JSON Lines: every line is a record
             yield line
