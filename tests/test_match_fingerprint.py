@@ -187,15 +187,28 @@ def test_fast_path_equals_reference_path(text: str) -> None:
     assert fast.hash.tolist() == ref.hash.tolist()
 
 
+def _bmp_in_texts(context: str) -> list[str]:
+    """Every BMP character in ``context`` (``{c}`` marks where), as texts the fast path reads itself: the
+    characters that take the reference path ("¼") a few to a text, since beyond _MAX_SPLICES of them a
+    text is read whole by the reference path and the fast path would not be tested at all."""
+    import forensics.match.fingerprint as fp
+
+    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
+    tokenize("".join(chars))  # fills the tables
+    complex_ = [c for c in chars if fp._info[ord(c)] == fp._F_COMPLEX]
+    assert 100 < len(complex_) and 8 < fp._MAX_SPLICES
+    plain = "".join(context.format(c=c) for c in chars if fp._info[ord(c)] != fp._F_COMPLEX)
+    return [plain] + ["".join(context.format(c=c) for c in complex_[i : i + 8]) for i in range(0, len(complex_), 8)]
+
+
 def test_fast_path_equals_reference_path_for_every_bmp_character() -> None:
     from forensics.match.fingerprint import _tokenize_reference
 
     # Each character alone, inside a word, doubled and next to punctuation.
-    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
-    text = "".join(f"x{c}y {c}{c} ({c} " for c in chars)
-    fast, ref = tokenize(text), _tokenize_reference(text)
-    assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
-    assert np.array_equal(fast.hash, ref.hash)
+    for text in _bmp_in_texts("x{c}y {c}{c} ({c} "):
+        fast, ref = tokenize(text), _tokenize_reference(text)
+        assert np.array_equal(fast.start, ref.start) and np.array_equal(fast.end, ref.end)
+        assert np.array_equal(fast.hash, ref.hash)
 
 
 def _matcher_tokens_by_definition(text: str) -> tuple[list[int], list[int], list[int]]:
@@ -227,9 +240,8 @@ def test_matcher_tokens_leave_punctuation_out_as_defined(text: str) -> None:
 
 def test_matcher_tokens_leave_punctuation_out_for_every_bmp_character() -> None:
     # Each character alone, inside a word, doubled, next to a mark and to a key; then a few at a time.
-    chars = [chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF]
-    text = "".join(f"x{c}y {c}{c} ({c} {c}, a{c}12345678901234 " for c in chars)
-    assert _matcher_tokens(text) == _matcher_tokens_by_definition(text)
+    for text in _bmp_in_texts("x{c}y {c}{c} ({c} {c}, a{c}12345678901234 "):
+        assert _matcher_tokens(text) == _matcher_tokens_by_definition(text)
     for c in "‿⁀＿¼…‼・,":
         alone = f"{c} w{c}w {c}"
         assert _matcher_tokens(alone) == _matcher_tokens_by_definition(alone), repr(c)

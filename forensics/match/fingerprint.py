@@ -155,20 +155,24 @@ def _fill(cps: np.ndarray) -> None:
 
 
 def _classify(cp: int) -> None:
-    """Fill the fast-path tables for original code point ``cp`` (its normalised form is known)."""
+    """Fill the fast-path tables for original code point ``cp`` (its normalised form is known).
+
+    ``_info`` is written last: a reader that finds it set (and so does not take the lock to fill it) finds
+    every other table of ``cp`` filled already.
+    """
     seq = _pool_list[_expoff[cp] : _expoff[cp] + _explen[cp]]
     _CODE_CHAR[cp] = len(seq) == 1 and seq[0] in _CODE_FORMS
     _DIGIT[cp] = len(seq) == 1 and 0x30 <= seq[0] <= 0x39
     _MARK[cp] = bool(seq) and unicodedata.category(chr(seq[0])).startswith("M")
     classes = [int(_cls[m]) for m in seq]
     if not seq:
-        _info[cp] = _F_IGNORE
+        info = _F_IGNORE
     elif all(c == SPACE for c in classes):
-        _info[cp] = _F_SPACE
+        info = _F_SPACE
     elif len(seq) > 255:  # longer than any form Unicode has; the length would not fit its table
-        _info[cp] = _F_COMPLEX
+        info = _F_COMPLEX
     elif all(c == WORD for c in classes):
-        _info[cp] = _F_WORD if len(seq) == 1 else _F_WIDE
+        info = _F_WORD if len(seq) == 1 else _F_WIDE
         _slen[cp] = len(seq)
         with np.errstate(over="ignore"):
             v = np.uint64(0)
@@ -176,22 +180,23 @@ def _classify(cp: int) -> None:
                 v = v + _val[m] * _pow_scalar(j)
         _sval[cp] = v
     elif len(seq) == 1:
-        _info[cp] = _F_PUNCT if classes[0] == PUNCT else _F_IDEO
+        info = _F_PUNCT if classes[0] == PUNCT else _F_IDEO
         _sval[cp] = _val[seq[0]]
     elif classes[0] != WORD and classes[-1] != WORD:
         # It cannot join a neighbouring word, so its tokens are its own: computed once here.
-        _info[cp] = _F_MULTI
+        info = _F_MULTI
         _multi[cp] = _tokenize_reference(chr(cp)).hash
     else:  # e.g. "¼" -> "1", "⁄", "4": its first or last token may join a neighbour
-        _info[cp] = _F_COMPLEX
+        info = _F_COMPLEX
     mark = cp != 0x5F and unicodedata.category(chr(cp)).startswith("P")
-    if mark and _info[cp] == _F_WORD:
+    if mark and info == _F_WORD:
         # Wide (one more special character, hashed alike) so that a text holding it is found among the
         # few special ones: see _WORD_MARK.
-        _info[cp] = _F_WIDE
-    _WORD_MARK[cp] = mark and _info[cp] == _F_WIDE
-    own_token = _info[cp] in (_F_PUNCT, _F_IDEO, _F_MULTI)
-    _MATCH_CLASS[cp] = SPACE if mark and own_token else _INFO_CLASS[_info[cp]]
+        info = _F_WIDE
+    _WORD_MARK[cp] = mark and info == _F_WIDE
+    own_token = info in (_F_PUNCT, _F_IDEO, _F_MULTI)
+    _MATCH_CLASS[cp] = SPACE if mark and own_token else _INFO_CLASS[info]
+    _info[cp] = info
 
 
 def _pow_scalar(j: int) -> np.uint64:
