@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
-#: A JSON bracket, or a whole string (skipped): how an object's end is found from its start.
-_OBJECT_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+#: The tokens that give JSON text its structure: a whole string (skipped, so a bracket or comma inside one does
+#: not count), a bracket or a comma.
+JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 #: A line inside a record that begins with an object.
 _LINE_OBJECT = re.compile(rb"\n[ \t\r]*\{")
 
@@ -24,9 +25,9 @@ _LINE_OBJECT = re.compile(rb"\n[ \t\r]*\{")
 def object_end(data: bytes, start: int) -> int | None:
     """The end (exclusive) of the JSON object that starts at ``data[start]``, by its brackets, or None."""
     depth = 0
-    for m in _OBJECT_TOKEN.finditer(data, start):
+    for m in JSON_TOKEN.finditer(data, start):
         token = m.group()
-        if token[:1] == b'"':
+        if token[:1] == b'"' or token == b",":
             continue
         depth += 1 if token in (b"{", b"[") else -1
         if depth == 0:

@@ -47,7 +47,7 @@ from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular, peek_lines, read_lines
 from forensics.ingest.registry import LogFormat, RecordKind, register
-from forensics.ingest.resync import next_record
+from forensics.ingest.resync import JSON_TOKEN, next_record
 from forensics.ingest.timeparse import MAX_MICROS, MIN_MICROS, NUMBER, RANGE_HINT, TimeError, to_micros
 
 PARQUET_MAGIC = b"PAR1"
@@ -93,11 +93,6 @@ def container(path: Path) -> str:
     return "csv"
 
 
-# The tokens of JSON text that give an array its structure: strings (skipped whole, so a bracket
-# or comma inside one does not count) and the brackets and commas themselves.
-_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.S)
-
-
 def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     """The elements of a top-level JSON array, each numbered by the line it starts on.
 
@@ -136,7 +131,7 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     at: int | None = 0
     while at is not None:
         resume, at = at, None
-        for m in _JSON_TOKEN.finditer(data, resume):
+        for m in JSON_TOKEN.finditer(data, resume):
             token = m.group()
             if token[:1] == b'"':
                 if depth > 1 and b"\n" in token:
