@@ -67,10 +67,6 @@ SCRIPT = """
 const data = JSON.parse(document.getElementById('evidence').textContent);
 const list = document.getElementById('list');
 function el(tag, cls, text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!==undefined)e.textContent=text;return e;}
-// An id as the CSVs and notes show it: control, bidirectional and other invisible characters written out
-// (an id holding U+202E, the right-to-left override, would show its end reversed: "gnp.exe" read "exe.png").
-const INVISIBLE = /[\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2069\\ufeff]/g;
-function shownId(t){return String(t).replace(INVISIBLE, ch=>'\\\\u'+ch.charCodeAt(0).toString(16).padStart(4,'0'));}
 function textBox(parts){
   const box = el('div','text');
   for (const p of parts){
@@ -92,8 +88,8 @@ for (const f of data.findings){
   h.appendChild(el('span', null, f.kind+' '+f.finding_id));
   if (f.verdict) h.appendChild(el('span','verdict',' - '+f.verdict+' by '+f.verdict_by));
   c.appendChild(h);
-  c.appendChild(el('div','meta','recipient '+shownId(f.recipient_tenant)+' ('+shownId(f.recipient_request_id)+')  <-  source '
-    +shownId(f.source_tenant)+' ('+shownId(f.source_request_id)+', '+f.source_kind+')'));
+  c.appendChild(el('div','meta','recipient '+f.recipient_tenant+' ('+f.recipient_request_id+')  <-  source '
+    +f.source_tenant+' ('+f.source_request_id+', '+f.source_kind+')'));
   c.appendChild(el('div','meta','severity: '+f.severity.join(', ')));
   const m = el('div','meta');
   for (const [k,v] of f.fields){ m.appendChild(el('b',null,k+': ')); m.appendChild(el('span',null,String(v)+'   ')); }
@@ -108,10 +104,7 @@ for (const f of data.findings){
   cols.appendChild(left); cols.appendChild(right); c.appendChild(cols);
   list.appendChild(c); cards.push(c);
 }
-function fill(id, values){
-  const s=document.getElementById(id);
-  for(const v of [...values].sort()){const o=el('option',null,shownId(v));o.value=v;s.appendChild(o);}
-}
+function fill(id, values){const s=document.getElementById(id);for(const v of [...values].sort()){const o=el('option',null,v);o.value=v;s.appendChild(o);}}
 fill('f-customer', customers); fill('f-tier', new Set(data.findings.map(f=>f.tier)));
 fill('f-severity', new Set(data.findings.flatMap(f=>f.severity)));
 let current = -1;
@@ -245,8 +238,12 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
             fid = str(r["finding_id"])
             findings.append({
                 "finding_id": fid, "kind": r["_kind"], "tier": r.get("tier") or "review",
-                "recipient_tenant": r.get("recipient_tenant_id") or "", "recipient_request_id": str(r["recipient_request_id"]),
-                "source_tenant": r.get("source_tenant_id") or "", "source_request_id": str(r["source_request_id"]),
+                # Ids as the CSVs and notes show them (csvfile.escape_controls): control, format and bidirectional
+                # characters written out, so an id holding U+202E cannot show its end reversed.
+                "recipient_tenant": safe.clean_text(r.get("recipient_tenant_id") or ""),
+                "recipient_request_id": safe.clean_text(str(r["recipient_request_id"])),
+                "source_tenant": safe.clean_text(r.get("source_tenant_id") or ""),
+                "source_request_id": safe.clean_text(str(r["source_request_id"])),
                 "source_kind": r.get("source_kind") or "prompt",
                 "severity": sorted({h.cls for h in classifier.find(spans_text)}) or [NONE],
                 "fields": [[k, _plain(r[k])] for k in FIELDS if r.get(k) not in (None, "")],
