@@ -15,18 +15,20 @@ How it stays vectorised
     compatibility-caseless match; NFKD and NFKC identify the same strings, and the per-character
     decomposed form lets a precomposed ``é`` and ``e`` + combining acute give the same sequence).
     The mapping lives in code-point-indexed numpy tables; a text becomes a ``uint32`` array
-    (``utf-32``), is classified and cut into tokens with array operations only: no Python loop
-    per token or per character. The reference path expands every character into its normalised
-    code points first; the fast path (what :func:`tokenize` runs) keeps one element per original
-    character, with each character's normalised form precomputed as a polynomial and a length,
-    and hands only the rare characters that could join a neighbour oddly to the reference path.
-    A property test over every BMP character holds the two paths equal.
+    (``utf-32``), is classified and cut into tokens with no Python loop per token or per character:
+    the common work (the tables read, the token bounds and hashes) is one compiled pass over the
+    array (:mod:`forensics.match.kernels`, numba), the rare cases are numpy array operations. The
+    reference path expands every character into its normalised code points first; the fast path
+    (what :func:`tokenize` runs) keeps one element per original character, with each character's
+    normalised form precomputed as a polynomial and a length, and hands only the rare characters
+    that could join a neighbour oddly to the reference path. A property test over every BMP
+    character holds the two paths equal.
 
 Hashes
     Every normalised code point gets a fixed-seed xxhash64 value; a token's hash is a polynomial
     of those values over its code points (mod 2**64, position-normalised so equal tokens hash
     equal wherever they occur), finalised with the splitmix64 mixer; a k-gram hash is the same
-    construction over k consecutive token hashes. All arithmetic is numpy ``uint64`` (wrapping), so
+    construction over k consecutive token hashes. All arithmetic is ``uint64`` (wrapping, numpy or compiled), so
     hashes are identical across processes, machines and Python versions (never ``hash()``). The
     Unicode database version is recorded in ``match.json`` because the mapping depends on it.
 """
@@ -37,6 +39,7 @@ import dataclasses
 import threading
 import unicodedata
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 import xxhash
@@ -75,6 +78,10 @@ _slen = np.ones(_SIZE, dtype=np.uint8)
 # The class each ``_info`` value has on the fast path (a wide word is a word; a character that
 # becomes several stand-alone tokens, "…" -> ". . .", is one punctuation token until expanded).
 _INFO_CLASS = np.array([SPACE, SPACE, WORD, PUNCT, IDEO, WORD, PUNCT, SPACE, PUNCT], dtype=np.uint8)
+# The same over every uint8 (what the compiled loop reads, ``_INFO_CLASS_256[_info[cp]]``), and a class read as itself.
+_INFO_CLASS_256 = np.zeros(256, dtype=np.uint8)
+_INFO_CLASS_256[: len(_INFO_CLASS)] = _INFO_CLASS
+_SAME_CLASS = np.arange(256, dtype=np.uint8)
 # The class of each original code point on the matcher's path (:func:`tokenize_many`), which leaves out
 # punctuation marks: one that is a token of its own (``_F_PUNCT``, ``_F_IDEO`` or ``_F_MULTI`` of Unicode
 # category P*) separates words as white space does there, so it never becomes a token to drop afterwards.
@@ -262,19 +269,23 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
     if not text:
         return _EMPTY, _NO_CPS
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-    # ``take`` where a table is read at every character: fancy indexing by a uint32 array costs
-    # about twice as much (it converts and checks the indices first).
-    info = _info.take(cps)
-    if not info.all():
-        _fill(np.unique(cps[info == _UNKNOWN]))
-        info = _info.take(cps)
-    cls = (_MATCH_CLASS if match else _INFO_CLASS).take(cps if match else info)
+    kernels = _kernels[0] if _kernels else _load_kernels()
+    # One pass finds the characters the tables do not know yet and the special ones; most texts hold none.
+    special, unknown = kernels.survey(cps, _info, _F_WIDE)
+    if unknown:
+        _fill(np.unique(cps[_info.take(cps) == _UNKNOWN]))
+        special, _ = kernels.survey(cps, _info, _F_WIDE)
+    table, remap = (_MATCH_CLASS, _SAME_CLASS) if match else (_info, _INFO_CLASS_256)
+
+    def class_at(at: np.ndarray) -> np.ndarray:
+        return remap.take(table.take(cps.take(at)))
+
     wide, ignore = False, _NONE
     marks = False  # tokens the matcher leaves out may remain: filter them (match only)
     multi = hard = _NONE
-    special = np.flatnonzero(info >= _F_WIDE)
+    cls = None  # each character's class, built only where a format character joins a word
     if len(special):
-        kinds = info[special]
+        kinds = _info.take(cps.take(special))
         hard = special[kinds == _F_COMPLEX]
         if len(hard) > _MAX_SPLICES:
             ref = _tokenize_reference(text, cps)
@@ -291,14 +302,18 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
             inner = (first > 0) & (last < len(cps) - 1)
             left = np.where(inner, first - 1, 0)
             right = np.where(inner, last + 1, 0)
-            joined = inner & (cls[left] == WORD) & (cls[right] == WORD)
+            joined = inner & (class_at(left) == WORD) & (class_at(right) == WORD)
             ignore = ignore[np.repeat(joined, last - first + 1)]
-            cls[ignore] = WORD
+            if len(ignore):
+                cls = remap.take(table.take(cps))
+                cls[ignore] = WORD
         wide = bool((kinds == _F_WIDE).any()) or len(ignore) > 0
         multi = special[kinds == _F_MULTI]
         if match:
-            multi = multi[cls[multi] != SPACE]  # a mark: no token here to expand
-    ts, te = _bounds(cls)
+            multi = multi[class_at(multi) != SPACE]  # a mark: no token here to expand
+    # Each token's bounds and hash: mix64 of its characters' sum(_sval[c_j] * P**(j - start)).
+    ts, te, hashes = (kernels.tokens_by_table(cps, table, _sval, _P, remap) if cls is None
+                      else kernels.tokens_by_class(cls, cps, _sval, _P))
     if len(ts) == 0:
         return _EMPTY, cps
     odd = _NONE
@@ -317,20 +332,53 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
             fwd, inv = _powers(int(npos[-1]) + 1)
             w = _sval.take(cps) * fwd[npos]
             w[ignore] = 0
-            h = _segment_sums(w, ts, te) * inv[npos[ts]]
-        else:
-            fwd, inv = _powers(len(cps))
-            h = _segment_sums(_sval.take(cps) * fwd[: len(cps)], ts, te) * inv[ts]
-            if len(odd):
-                h[odd] = _word_hashes(cps, ts[odd], te[odd], ignore)
-    hashes = mix64(h)
-    start, end = ts.astype(np.int64), te.astype(np.int64)
+            hashes = mix64(_segment_sums(w, ts, te) * inv[npos[ts]])
+        elif len(odd):
+            hashes[odd] = mix64(_word_hashes(cps, ts[odd], te[odd], ignore))
+    start, end = ts, te
     if len(multi):
         start, end, hashes = _expand_multi(cps, multi, start, end, hashes)
     if len(hard):
-        start, end, hashes = _splice_reference(text, info, hard, start, end, hashes)
+        start, end, hashes = _splice_reference(text, cps, hard, start, end, hashes)
     tk = Tokens(start, end, hashes)
     return (_without_punctuation(tk, cps) if marks else tk), cps
+
+
+#: The compiled loops (forensics.match.kernels), imported by the first text tokenized: numba's import
+#: costs a third of a second, which commands that never tokenize do not pay.
+_kernels: list[ModuleType] = []
+
+
+def _load_kernels() -> ModuleType:
+    from forensics.match import kernels
+
+    _kernels[:] = [kernels]
+    return kernels
+
+
+def array_tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
+                          p: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`forensics.match.kernels.tokens_by_class` as numpy array passes (what the tokenizer ran before the
+    compiled loop): the definition the tests and ``benchmarks/pieces.py`` hold the loop to. ``p`` must be
+    ``_P``, whose powers are cached."""
+    assert p == _P
+    ts, te = _bounds(cls)
+    fwd, inv = _powers(len(cps))
+    with np.errstate(over="ignore"):
+        return ts, te, mix64(_segment_sums(sval.take(cps) * fwd[: len(cps)], ts, te) * inv[ts])
+
+
+def array_tokens_by_table(cps: np.ndarray, table: np.ndarray, sval: np.ndarray, p: np.uint64,
+                          remap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`forensics.match.kernels.tokens_by_table` as numpy array passes (see :func:`array_tokens_by_class`)."""
+    cls = table.take(cps)
+    return array_tokens_by_class(cls if remap is None else remap.take(cls), cps, sval, p)
+
+
+def array_survey(cps: np.ndarray, info: np.ndarray, special_from: int) -> tuple[np.ndarray, int]:
+    """:func:`forensics.match.kernels.survey` as numpy array passes (see :func:`array_tokens_by_class`)."""
+    found = info.take(cps)
+    return np.flatnonzero(found >= special_from), int(np.count_nonzero(found == _UNKNOWN))
 
 
 def _segment_sums(w: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
@@ -387,7 +435,7 @@ def _bounds(cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(single | (word & ~prev_word)), np.flatnonzero(single | (word & ~next_word)) + 1
 
 
-def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.ndarray, end: np.ndarray,
+def _splice_reference(text: str, cps: np.ndarray, hard: np.ndarray, start: np.ndarray, end: np.ndarray,
                       hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Re-tokenize the white-space-delimited runs around the ``hard`` characters by the reference path.
 
@@ -396,7 +444,7 @@ def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.n
     hard character is searched for its run's ends (a whole-text pass per call cost as much as the
     rest of the tokenization of a megabyte group).
     """
-    runs = sorted({_run_around(info, pos) for pos in hard.tolist()})  # at most _MAX_SPLICES, disjoint
+    runs = sorted({_run_around(cps, pos) for pos in hard.tolist()})  # at most _MAX_SPLICES, disjoint
     starts, ends, hashes_out = [], [], []
     done = 0
     for lo, hi in runs:
@@ -410,27 +458,28 @@ def _splice_reference(text: str, info: np.ndarray, hard: np.ndarray, start: np.n
             np.concatenate([*hashes_out, hashes[done:]]))
 
 
-def _run_around(info: np.ndarray, pos: int) -> tuple[int, int]:
-    """The run of non-white-space characters around ``pos``: from just after the white space before
-    it (or the text's start) to the white space after it (or the text's end)."""
+def _run_around(cps: np.ndarray, pos: int) -> tuple[int, int]:
+    """The run of non-white-space characters around ``pos`` in the text whose code points are ``cps``: from
+    just after the white space before it (or the text's start) to the white space after it (or the text's
+    end)."""
     lo, width = 0, 64
     while True:
         left = max(0, pos - width)
-        found = np.flatnonzero(info[left:pos] == _F_SPACE)
+        found = np.flatnonzero(_info.take(cps[left:pos]) == _F_SPACE)
         if len(found):
             lo = left + int(found[-1]) + 1
             break
         if left == 0:
             break
         width *= 4
-    hi, width = len(info), 64
+    hi, width = len(cps), 64
     while True:
-        right = min(len(info), pos + width)
-        found = np.flatnonzero(info[pos:right] == _F_SPACE)
+        right = min(len(cps), pos + width)
+        found = np.flatnonzero(_info.take(cps[pos:right]) == _F_SPACE)
         if len(found):
             hi = pos + int(found[0])
             break
-        if right == len(info):
+        if right == len(cps):
             break
         width *= 4
     return lo, hi

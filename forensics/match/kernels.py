@@ -1,0 +1,107 @@
+"""Compiled loops for the tokenizer's per-character work (numba), imported on first use.
+
+The tokenizer's fast path (:mod:`forensics.match.fingerprint`) reads every character of every text the
+matcher searches: a class look-up, the token bounds and each token's polynomial hash. As numpy array
+passes that is a handful of passes over the text, each a temporary as long as the text; one compiled
+loop does them together in one pass, and the results are the same numbers (wrapping ``uint64``
+arithmetic is the ring of integers mod 2**64, whatever order it runs in). ``tests/test_match_kernels.py``
+holds them equal to the array passes.
+
+The loops are compiled once per machine (``cache=True`` keeps the machine code beside this file, or
+in the user's cache folder when this folder is read-only), so a process loads them instead of
+compiling; this module is imported only when a text is first tokenized, so commands that never
+tokenize do not load numba.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# The classes of fingerprint.py: a token is a run of WORD characters, or one character of a class
+# above WORD (a punctuation mark, a symbol, an ideograph); SPACE separates.
+_SPACE, _WORD = 0, 1
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _survey(cps: np.ndarray, info: np.ndarray, special_from: int) -> tuple[np.ndarray, int]:
+    n = len(cps)
+    special = np.empty(n, np.int64)
+    k = 0
+    unknown = 0
+    for i in range(n):
+        v = info[cps[i]]
+        unknown += v == 0
+        if v >= special_from:
+            special[k] = i
+            k += 1
+    return special[:k].copy(), unknown
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _tokens(cps: np.ndarray, cls: np.ndarray, table: np.ndarray, remap: np.ndarray, sval: np.ndarray,
+            p: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(cps)
+    by_class = len(cls) == n
+    # Slot 0 takes the writes that belong to no token (white space, the text before the first token), so
+    # the loop stores unconditionally and has no branch a text's word lengths could make it mispredict.
+    starts = np.empty(n + 1, np.int64)
+    ends = np.empty(n + 1, np.int64)
+    sums = np.empty(n + 1, np.uint64)
+    zero, one = np.uint64(0), np.uint64(1)
+    m = np.int64(0)
+    acc = zero
+    power = one
+    prev_word = zero
+    for i in range(n):
+        cp = cps[i]
+        c = cls[i] if by_class else remap[table[cp]]
+        word = np.uint64(c == _WORD)
+        not_space = np.int64(c != _SPACE)
+        goes_on = word & prev_word  # a word character after one: the same token
+        opens = not_space & np.int64(one - goes_on)
+        m += opens
+        starts[m * opens] = i
+        # acc = the token's sum(sval * p**(j - start)): reset where a token opens (its power back to 1).
+        power = power * goes_on + (one - goes_on)
+        acc = (acc & (zero - goes_on)) + sval[cp] * power
+        power *= p
+        at = m * not_space
+        sums[at] = acc
+        ends[at] = i + 1
+        prev_word = word
+    for t in range(1, m + 1):  # splitmix64's finaliser, as fingerprint.mix64
+        x = sums[t]
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        sums[t] = x ^ (x >> np.uint64(31))
+    return starts[1 : m + 1].copy(), ends[1 : m + 1].copy(), sums[1 : m + 1].copy()
+
+
+_NO_CLASS = np.zeros(0, np.uint8)
+_SAME = np.arange(256, dtype=np.uint8)
+
+
+def survey(cps: np.ndarray, info: np.ndarray, special_from: int) -> tuple[np.ndarray, int]:
+    """The positions of the characters whose ``info`` (a table indexed by code point) is ``special_from`` or
+    more, and how many characters have no ``info`` yet (0): one pass, no array as long as the text."""
+    special, unknown = _survey(cps, info, special_from)
+    return special, int(unknown)
+
+
+def tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
+                    p: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every token's start, end (exclusive) and hash, given each character's class ``cls``: the hash is
+    ``mix64(sum(sval[cps[j]] * p**(j - start)))`` over the token's characters, mod 2**64."""
+    starts, ends, sums = _tokens(cps, cls, _NO_CLASS, _SAME, sval, p)
+    return starts, ends, sums
+
+
+def tokens_by_table(cps: np.ndarray, table: np.ndarray, sval: np.ndarray, p: np.uint64,
+                    remap: np.ndarray = _SAME) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tokens_by_class` with each character's class read as ``remap[table[code point]]`` as the loop
+    goes, so no class array is built (``remap``: 256 entries, default the identity)."""
+    starts, ends, sums = _tokens(cps, _NO_CLASS, table, remap, sval, p)
+    return starts, ends, sums

@@ -1,0 +1,80 @@
+"""The tokenizer's compiled loops (forensics.match.kernels) give the numbers of the numpy array passes they
+replaced (fingerprint.array_*), on any classes, code points and tables: a user never sees the loops, only
+tokens, so a loop that differs from the passes would silently change every fingerprint and finding."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics.match import fingerprint, kernels
+
+_P = fingerprint._P
+# Code points from a small alphabet, so runs, repeats and every class boundary occur often.
+_ALPHABET = 40
+
+
+def _sval(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**64, size=_ALPHABET, dtype=np.uint64)
+
+
+def _equal(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
+    return len(a) == len(b) and all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cls=st.lists(st.integers(0, 3), max_size=300), seed=st.integers(0, 2**32 - 1))
+def test_tokens_by_class_are_the_array_passes(cls: list[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cps = rng.integers(0, _ALPHABET, size=len(cls)).astype("<u4")
+    classes = np.array(cls, dtype=np.uint8)
+    sval = _sval(seed)
+    got = kernels.tokens_by_class(classes, cps, sval, _P)
+    assert _equal(got, fingerprint.array_tokens_by_class(classes, cps, sval, _P))
+    # The code points as the tokenizer has them: a read-only view of the text's bytes.
+    frozen = np.frombuffer(cps.tobytes(), dtype="<u4")
+    assert _equal(kernels.tokens_by_class(classes, frozen, sval, _P), got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.integers(0, _ALPHABET - 1), max_size=300), seed=st.integers(0, 2**32 - 1),
+       remapped=st.booleans())
+def test_tokens_by_table_are_the_array_passes(text: list[int], seed: int, remapped: bool) -> None:
+    rng = np.random.default_rng(seed)
+    cps = np.frombuffer(np.array(text, dtype="<u4").tobytes(), dtype="<u4")
+    sval = _sval(seed)
+    if remapped:  # a table of info codes read through a class per code (the tokenizer's path outside the matcher)
+        table = rng.integers(0, 9, size=_ALPHABET).astype(np.uint8)
+        remap = np.zeros(256, dtype=np.uint8)
+        remap[:9] = rng.integers(0, 4, size=9)
+        got = kernels.tokens_by_table(cps, table, sval, _P, remap)
+        want = fingerprint.array_tokens_by_table(cps, table, sval, _P, remap)
+    else:
+        table = rng.integers(0, 4, size=_ALPHABET).astype(np.uint8)
+        got = kernels.tokens_by_table(cps, table, sval, _P)
+        want = fingerprint.array_tokens_by_table(cps, table, sval, _P)
+    assert _equal(got, want)
+
+
+def test_tokens_of_the_shapes_at_the_edges() -> None:
+    """No characters, only white space, one long word, only one-character tokens, a word at each end."""
+    sval = _sval(7)
+    for cls in ([], [0] * 50, [1] * 5000, [2] * 64, [3, 2, 3], [1, 1, 0, 0, 1], [0, 1, 2, 1, 1, 3, 0, 1]):
+        classes = np.array(cls, dtype=np.uint8)
+        cps = (np.arange(len(cls)) % _ALPHABET).astype("<u4")
+        got = kernels.tokens_by_class(classes, cps, sval, _P)
+        assert _equal(got, fingerprint.array_tokens_by_class(classes, cps, sval, _P)), cls
+    one_word = kernels.tokens_by_class(np.ones(5000, np.uint8), np.zeros(5000, "<u4"), sval, _P)
+    assert one_word[0].tolist() == [0] and one_word[1].tolist() == [5000]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(st.integers(0, _ALPHABET - 1), max_size=300), seed=st.integers(0, 2**32 - 1),
+       special_from=st.integers(0, 9))
+def test_survey_is_the_array_passes(text: list[int], seed: int, special_from: int) -> None:
+    info = np.random.default_rng(seed).integers(0, 9, size=_ALPHABET).astype(np.uint8)
+    cps = np.array(text, dtype="<u4")
+    special, unknown = kernels.survey(cps, info, special_from)
+    want_special, want_unknown = fingerprint.array_survey(cps, info, special_from)
+    assert special.tolist() == want_special.tolist() and unknown == want_unknown
