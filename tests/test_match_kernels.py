@@ -4,6 +4,8 @@ tokens, so a loop that differs from the passes would silently change every finge
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,3 +80,44 @@ def test_survey_is_the_array_passes(text: list[int], seed: int, special_from: in
     special, unknown = kernels.survey(cps, info, special_from)
     want_special, want_unknown = fingerprint.array_survey(cps, info, special_from)
     assert special.tolist() == want_special.tolist() and unknown == want_unknown
+
+
+def _index_over(kgram_hashes: np.ndarray, k: int) -> object:
+    from forensics.match.index import TargetIndex
+
+    idx = TargetIndex([], k)
+    idx.unique = np.unique(kgram_hashes.astype(np.uint64))
+    idx.build_lookup()
+    return idx
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=12), k=st.integers(1, 7),
+       seed=st.integers(0, 2**32 - 1), kept=st.floats(0.0, 1.0), crowded=st.booleans())
+def test_probe_kgrams_is_kgrams_then_probe(lengths: list[int], k: int, seed: int, kept: float, crowded: bool) -> None:
+    """The compiled probe finds exactly the k-grams the array passes find: within one text each, in the index."""
+    rng = np.random.default_rng(seed)
+    # Token hashes from a small vocabulary, so k-grams repeat within and across texts.
+    hashes = rng.integers(0, 12, size=sum(lengths)).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    owner = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    grams, where = fingerprint.kgrams_many(hashes, owner, k)
+    # The index: some of the texts' own k-grams (hits), and others (misses); crowded: hashes sharing top bits.
+    mine = grams[rng.random(len(grams)) < kept]
+    others = rng.integers(0, 2**64, size=200, dtype=np.uint64)
+    if crowded and len(mine):
+        others = (mine[0] & ~np.uint64(0xFFFF)) | rng.integers(0, 0xFFFF, size=200, dtype=np.uint64)
+    idx: Any = _index_over(np.concatenate([mine, others]), k)
+    pos, gid = idx.probe(grams)
+    got_pos, got_gid = idx.probe_kgrams(hashes, owner)
+    assert got_pos.tolist() == where[pos].tolist()
+    assert got_gid.tolist() == gid.tolist()
+    assert np.array_equal(idx.unique[got_gid], grams[pos])
+
+
+def test_probe_kgrams_on_an_empty_index_and_short_texts() -> None:
+    idx: Any = _index_over(np.zeros(0, np.uint64), 5)
+    assert [len(a) for a in idx.probe_kgrams(np.arange(20, dtype=np.uint64), np.zeros(20, np.int64))] == [0, 0]
+    full: Any = _index_over(fingerprint.kgrams(np.arange(20, dtype=np.uint64), 5), 5)
+    assert [len(a) for a in full.probe_kgrams(np.arange(4, dtype=np.uint64), np.zeros(4, np.int64))] == [0, 0]
+    pos, _ = full.probe_kgrams(np.arange(20, dtype=np.uint64), np.repeat([0, 1], 10))
+    assert pos.tolist() == [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15]  # none across the two texts

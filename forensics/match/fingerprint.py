@@ -51,6 +51,7 @@ _SIZE = 0x110000
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible mod 2**64
 _P_INV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 2**64))
 _Q = np.uint64(0xC2B2AE3D27D4EB4F)
+KGRAM_BASE = _Q  # the base of a k-gram's polynomial over its tokens' hashes (kgrams)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
@@ -269,7 +270,7 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
     if not text:
         return _EMPTY, _NO_CPS
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-    kernels = _kernels[0] if _kernels else _load_kernels()
+    kernels = compiled_kernels()
     # One pass finds the characters the tables do not know yet and the special ones; most texts hold none.
     special, unknown = kernels.survey(cps, _info, _F_WIDE)
     if unknown:
@@ -354,6 +355,11 @@ def _load_kernels() -> ModuleType:
 
     _kernels[:] = [kernels]
     return kernels
+
+
+def compiled_kernels() -> ModuleType:
+    """:mod:`forensics.match.kernels`, imported on first use (numba's import costs a third of a second)."""
+    return _kernels[0] if _kernels else _load_kernels()
 
 
 def array_tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,

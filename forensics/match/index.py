@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from forensics.match.fingerprint import Tokens, kgrams, tokenize_many
+from forensics.match.fingerprint import KGRAM_BASE, Tokens, compiled_kernels, kgrams, tokenize_many
 from forensics.match.order import run_starts
 
 NO_TIME = np.iinfo(np.int64).min
@@ -142,6 +142,15 @@ class TargetIndex:
             act, cur = act[go], cur[go] + 1
         hit = idx >= 0
         return pos[hit], idx[hit]
+
+    def probe_kgrams(self, token_hashes: np.ndarray, token_text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The k-grams over concatenated texts (``token_text``: each token's text) that are target k-grams: their
+        positions (a k-gram's first token) and k-gram ids. What :func:`kgrams_many` and :meth:`probe` find
+        together, in one compiled pass (``forensics.match.kernels.probe_kgrams``)."""
+        if len(self.unique) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return compiled_kernels().probe_kgrams(token_hashes, token_text, self.k, KGRAM_BASE, self.present,
+                                               self.shift, self.unique, self.bucket, self.dir_shift)
 
     def occurrences(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (hit number, target, target position) for the k-gram ids ``gids``."""

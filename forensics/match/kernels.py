@@ -105,3 +105,55 @@ def tokens_by_table(cps: np.ndarray, table: np.ndarray, sval: np.ndarray, p: np.
     goes, so no class array is built (``remap``: 256 entries, default the identity)."""
     starts, ends, sums = _tokens(cps, _NO_CLASS, table, remap, sval, p)
     return starts, ends, sums
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, present: np.ndarray,
+                  shift: np.uint64, unique: np.ndarray, bucket: np.ndarray,
+                  dir_shift: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    m = len(hashes) - k + 1
+    if m <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pos = np.empty(m, np.int64)
+    gid = np.empty(m, np.int64)
+    salt = np.uint64(k)
+    seven = np.uint64(7)
+    one = np.uint64(1)
+    found = 0
+    for i in range(m):
+        if owner[i] != owner[i + k - 1]:  # a k-gram across two texts
+            continue
+        g = np.uint64(0)
+        for j in range(k):
+            g = g * q + hashes[i + j]
+        x = g ^ salt
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        x = x ^ (x >> np.uint64(31))
+        slot = x >> shift
+        if (present[slot >> np.uint64(3)] >> (slot & seven)) & one == 0:
+            continue
+        b = x >> dir_shift
+        lo, hi = bucket[b], bucket[b + one]
+        while lo < hi:  # a bucket is sorted and holds about one hash
+            u = unique[lo]
+            if u >= x:
+                if u == x:
+                    pos[found] = i
+                    gid[found] = lo
+                    found += 1
+                break
+            lo += 1
+    return pos[:found].copy(), gid[:found].copy()
+
+
+def probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, present: np.ndarray,
+                 shift: np.uint64, unique: np.ndarray, bucket: np.ndarray,
+                 dir_shift: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    """The positions (into ``hashes``) of the k-grams, within one text each (``owner``: each token's text), whose
+    hash (``fingerprint.kgrams``, with ``q``) is one of the sorted ``unique``, and its index there: the presence
+    table ``present`` (one bit a slot, the top bits above ``shift``) and the directory ``bucket`` (by the top
+    bits above ``dir_shift``) of :class:`forensics.match.index.TargetIndex`, in one pass with no array of the
+    k-gram hashes."""
+    pos, gid = _probe_kgrams(hashes, owner, k, q, present, shift, unique, bucket, dir_shift)
+    return pos, gid

@@ -31,7 +31,7 @@ import xxhash
 
 from forensics.artifacts import customer_key
 from forensics.match.align import align_ints
-from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, kgrams_many, mix64, tokenize_many
+from forensics.match.fingerprint import GROUP_CHARS, SEED, Tokens, mix64, tokenize_many
 from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.order import lexsort_ints, unique_ints, unique_ints_first
 from forensics.match.tiers import MatchParams
@@ -232,9 +232,7 @@ class Scanner:
         is_target = own >= 0
         is_suspect = is_target & ~self._control_own[own]
         empty = np.zeros(0, np.int64)
-        kg, kpos = kgrams_many(tk.hash, owner, self.p.k)
-        pos, gid = self.index.probe(kg)
-        gpos = kpos[pos]
+        gpos, gid = self.index.probe_kgrams(tk.hash, owner)
         text = owner[gpos]
         timed = when[text] != NO_TIME
         chars = tk.start[gpos][timed]  # where each hit k-gram starts in its text (for verification windows)
