@@ -25,6 +25,14 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(x: np.uint64) -> np.uint64:
+    """The splitmix64 finaliser (fingerprint.mix64) of one value."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _survey(cps: np.ndarray, info: np.ndarray, special_from: int) -> tuple[np.ndarray, int]:
     n = len(cps)
@@ -72,11 +80,8 @@ def _tokens(cps: np.ndarray, cls: np.ndarray, table: np.ndarray, remap: np.ndarr
         sums[at] = acc
         ends[at] = i + 1
         prev_word = word
-    for t in range(1, m + 1):  # splitmix64's finaliser, as fingerprint.mix64
-        x = sums[t]
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        sums[t] = x ^ (x >> np.uint64(31))
+    for t in range(1, m + 1):
+        sums[t] = _mix(sums[t])
     return starts[1 : m + 1].copy(), ends[1 : m + 1].copy(), sums[1 : m + 1].copy()
 
 
@@ -126,10 +131,7 @@ def _probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, p
         g = np.uint64(0)
         for j in range(k):
             g = g * q + hashes[i + j]
-        x = g ^ salt
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        x = x ^ (x >> np.uint64(31))
+        x = _mix(g ^ salt)
         slot = x >> shift
         if (present[slot >> np.uint64(3)] >> (slot & seven)) & one == 0:
             continue
