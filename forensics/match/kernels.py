@@ -112,6 +112,11 @@ def tokens_by_table(cps: np.ndarray, table: np.ndarray, sval: np.ndarray, p: np.
     return starts, ends, sums
 
 
+#: K-grams hashed, then looked up, a block at a time: the look-ups of a block are independent loads of a table
+#: larger than the caches, which the processor overlaps; one k-gram at a time, each waited for the last.
+_PROBE_BLOCK = 256
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, present: np.ndarray,
                   shift: np.uint64, unique: np.ndarray, bucket: np.ndarray,
@@ -121,31 +126,40 @@ def _probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, p
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     pos = np.empty(m, np.int64)
     gid = np.empty(m, np.int64)
+    block = np.empty(_PROBE_BLOCK, np.uint64)
+    passed = np.empty(_PROBE_BLOCK, np.int64)
     salt = np.uint64(k)
     seven = np.uint64(7)
     one = np.uint64(1)
     found = 0
-    for i in range(m):
-        if owner[i] != owner[i + k - 1]:  # a k-gram across two texts
-            continue
-        g = np.uint64(0)
-        for j in range(k):
-            g = g * q + hashes[i + j]
-        x = _mix(g ^ salt)
-        slot = x >> shift
-        if (present[slot >> np.uint64(3)] >> (slot & seven)) & one == 0:
-            continue
-        b = x >> dir_shift
-        lo, hi = bucket[b], bucket[b + one]
-        while lo < hi:  # a bucket is sorted and holds about one hash
-            u = unique[lo]
-            if u >= x:
-                if u == x:
-                    pos[found] = i
-                    gid[found] = lo
-                    found += 1
-                break
-            lo += 1
+    for first in range(0, m, _PROBE_BLOCK):
+        last = min(m, first + _PROBE_BLOCK)
+        for i in range(first, last):
+            g = np.uint64(0)
+            for j in range(k):
+                g = g * q + hashes[i + j]
+            block[i - first] = _mix(g ^ salt)
+        # The presence table, with no branch: a k-gram across two texts (owner) never passes.
+        n = np.int64(0)
+        for i in range(first, last):
+            slot = block[i - first] >> shift
+            bit = (present[slot >> np.uint64(3)] >> (slot & seven)) & one
+            passed[n] = i
+            n += np.int64(bit) & np.int64(owner[i] == owner[i + k - 1])
+        for c in range(n):
+            i = passed[c]
+            x = block[i - first]
+            b = x >> dir_shift
+            lo, hi = bucket[b], bucket[b + one]
+            while lo < hi:  # a bucket is sorted and holds about one hash
+                u = unique[lo]
+                if u >= x:
+                    if u == x:
+                        pos[found] = i
+                        gid[found] = lo
+                        found += 1
+                    break
+                lo += 1
     return pos[:found].copy(), gid[:found].copy()
 
 
