@@ -1,6 +1,6 @@
-"""The tokenizer's compiled loops (forensics.match.kernels) give the numbers of the numpy array passes they
-replaced (fingerprint.array_*), on any classes, code points and tables: a user never sees the loops, only
-tokens, so a loop that differs from the passes would silently change every fingerprint and finding."""
+"""The match stage's compiled loops (forensics.match.kernels) and one-key sorts give the numbers of the numpy
+array passes they replaced (fingerprint.array_*, kgrams_many then probe, lexsort), on any input: a user never sees
+them, only tokens, hits and findings, so one that differed would silently change every fingerprint and finding."""
 
 from __future__ import annotations
 
@@ -121,3 +121,24 @@ def test_probe_kgrams_on_an_empty_index_and_short_texts() -> None:
     assert [len(a) for a in full.probe_kgrams(np.arange(4, dtype=np.uint64), np.zeros(4, np.int64))] == [0, 0]
     pos, _ = full.probe_kgrams(np.arange(20, dtype=np.uint64), np.repeat([0, 1], 10))
     assert pos.tolist() == [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15]  # none across the two texts
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 2**32 - 1),
+                                  st.one_of(st.integers(-(2**20), -1), st.integers(0, 2**63 - 1), st.sampled_from([0, 1, 2**63 - 1]))),
+                        max_size=200),
+       seed=st.integers(0, 2**32 - 1))
+def test_holder_entries_sort_as_the_lexsort_did(entries: list[tuple[int, int]], seed: int) -> None:
+    """The holder compaction's one-key sort (rarity.by_kgram_and_tenant) orders (k-gram, tenant) as lexsort: k-gram
+    ids up to 2**32 - 1, the 63-bit tenant codes, and the negative codes that mark a target's own prompt."""
+    from forensics.match.rarity import by_kgram_and_tenant
+
+    rng = np.random.default_rng(seed)
+    if entries:  # repeats, as a k-gram held by a tenant many times
+        entries = entries + [entries[i] for i in rng.integers(0, len(entries), size=len(entries))]
+    g = np.array([e[0] for e in entries], dtype=np.int64)
+    t = np.array([e[1] for e in entries], dtype=np.int64)
+    order = by_kgram_and_tenant(g, t)
+    want = np.lexsort((t, g))
+    assert g[order].tolist() == g[want].tolist()
+    assert t[order].tolist() == t[want].tolist()

