@@ -50,9 +50,7 @@ def main() -> int:
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}: pass --corpus", file=sys.stderr)
         return 2
-    corpus = load_corpus(args.corpus)
-    joined = "\n".join(corpus.documents + corpus.answers)[: int(args.mb * 1_000_000)]
-    texts = [joined[i : i + 2000] for i in range(0, len(joined), 2000)]
+    joined, texts = chat_sized_texts(args.corpus, args.mb)
     with_pieces, tokenize = fingerprint._split_codes, fingerprint._tokenize
 
     def marks_dropped(text: str | None, match: bool = False) -> tuple[fingerprint.Tokens, np.ndarray]:
@@ -109,6 +107,14 @@ def main() -> int:
     if checked:
         print(f"the matcher's tokens and the {' and '.join(checked)} form's are identical (starts, ends, hashes, owners)")
     return 0
+
+
+def chat_sized_texts(corpus_dir: Path, mb: float) -> tuple[str, list[str]]:
+    """About ``mb`` MB of the corpora's documents and answers (as the simulator reads them), and that text cut
+    into chat-sized texts of 2,000 characters (also what ``benchmarks/probe.py`` searches)."""
+    corpus = load_corpus(corpus_dir)
+    joined = "\n".join(corpus.documents + corpus.answers)[: int(mb * 1_000_000)]
+    return joined, [joined[i : i + 2000] for i in range(0, len(joined), 2000)]
 
 
 def _flat(result: tuple[fingerprint.Tokens, np.ndarray, np.ndarray]) -> list[np.ndarray]:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pieces import chat_sized_texts  # benchmarks/pieces.py, beside this script
 
-from forensics.lab.simulate.text import load_corpus
 from forensics.match import fingerprint
 from forensics.match.index import Target, TargetIndex
 from forensics.match.rarity import by_kgram_and_tenant
@@ -51,9 +51,7 @@ def main() -> int:
     if not args.corpus.is_dir():
         print(f"no corpus at {args.corpus}: pass --corpus", file=sys.stderr)
         return 2
-    corpus = load_corpus(args.corpus)
-    joined = "\n".join(corpus.documents + corpus.answers)[: int(args.mb * 1_000_000)]
-    texts = [joined[i : i + 2000] for i in range(0, len(joined), 2000)]
+    joined, texts = chat_sized_texts(args.corpus, args.mb)
     rng = np.random.default_rng(0)
     picked = rng.choice(len(texts), size=min(args.targets, len(texts)), replace=False)
     index = TargetIndex([Target(f"t{i}", "x", 0, 1, None, False, False, texts[int(i)]) for i in picked], 5)
