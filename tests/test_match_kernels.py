@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,3 +143,12 @@ def test_holder_entries_sort_as_the_lexsort_did(entries: list[tuple[int, int]], 
     want = np.lexsort((t, g))
     assert g[order].tolist() == g[want].tolist()
     assert t[order].tolist() == t[want].tolist()
+
+
+def test_the_loops_refuse_arrays_of_different_lengths() -> None:
+    """They read without bounds checks: a class or owner array of the wrong length is refused, never read past."""
+    with pytest.raises(ValueError, match="classes for"):
+        kernels.tokens_by_class(np.ones(3, np.uint8), np.zeros(5, "<u4"), _sval(1), _P)
+    idx: Any = _index_over(np.arange(10, dtype=np.uint64), 5)
+    with pytest.raises(ValueError, match="owners for"):
+        idx.probe_kgrams(np.arange(10, dtype=np.uint64), np.zeros(4, np.int64))

@@ -100,6 +100,8 @@ def tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
                     p: np.uint64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every token's start, end (exclusive) and hash, given each character's class ``cls``: the hash is
     ``mix64(sum(sval[cps[j]] * p**(j - start)))`` over the token's characters, mod 2**64."""
+    if len(cls) != len(cps):  # the loops read without bounds checks
+        raise ValueError(f"{len(cls)} classes for {len(cps)} characters")
     starts, ends, sums = _tokens(cps, cls, _NO_CLASS, _SAME, sval, p)
     return starts, ends, sums
 
@@ -171,5 +173,7 @@ def probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, pr
     table ``present`` (one bit a slot, the top bits above ``shift``) and the directory ``bucket`` (by the top
     bits above ``dir_shift``) of :class:`forensics.match.index.TargetIndex`, in one pass with no array of the
     k-gram hashes."""
+    if len(owner) != len(hashes):  # the loop reads without bounds checks
+        raise ValueError(f"{len(owner)} owners for {len(hashes)} tokens")
     pos, gid = _probe_kgrams(hashes, owner, k, q, present, shift, unique, bucket, dir_shift)
     return pos, gid
