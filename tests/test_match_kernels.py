@@ -18,8 +18,15 @@ _P = fingerprint._P
 _ALPHABET = 40
 
 
+def _full(small: np.ndarray) -> np.ndarray:
+    """A table over every code point (what the loops require), ``small`` in its first entries."""
+    table = np.zeros(0x110000, dtype=small.dtype)
+    table[: len(small)] = small
+    return table
+
+
 def _sval(seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2**64, size=_ALPHABET, dtype=np.uint64)
+    return _full(np.random.default_rng(seed).integers(0, 2**64, size=_ALPHABET, dtype=np.uint64))
 
 
 def _equal(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
@@ -48,13 +55,13 @@ def test_tokens_by_table_are_the_array_passes(text: list[int], seed: int, remapp
     cps = np.frombuffer(np.array(text, dtype="<u4").tobytes(), dtype="<u4")
     sval = _sval(seed)
     if remapped:  # a table of info codes read through a class per code (the tokenizer's path outside the matcher)
-        table = rng.integers(0, 9, size=_ALPHABET).astype(np.uint8)
+        table = _full(rng.integers(0, 9, size=_ALPHABET).astype(np.uint8))
         remap = np.zeros(256, dtype=np.uint8)
         remap[:9] = rng.integers(0, 4, size=9)
         got = kernels.tokens_by_table(cps, table, sval, _P, remap)
         want = fingerprint.array_tokens_by_table(cps, table, sval, _P, remap)
     else:
-        table = rng.integers(0, 4, size=_ALPHABET).astype(np.uint8)
+        table = _full(rng.integers(0, 4, size=_ALPHABET).astype(np.uint8))
         got = kernels.tokens_by_table(cps, table, sval, _P)
         want = fingerprint.array_tokens_by_table(cps, table, sval, _P)
     assert _equal(got, want)
@@ -76,7 +83,7 @@ def test_tokens_of_the_shapes_at_the_edges() -> None:
 @given(text=st.lists(st.integers(0, _ALPHABET - 1), max_size=300), seed=st.integers(0, 2**32 - 1),
        special_from=st.integers(0, 9))
 def test_survey_is_the_array_passes(text: list[int], seed: int, special_from: int) -> None:
-    info = np.random.default_rng(seed).integers(0, 9, size=_ALPHABET).astype(np.uint8)
+    info = _full(np.random.default_rng(seed).integers(0, 9, size=_ALPHABET).astype(np.uint8))
     cps = np.array(text, dtype="<u4")
     special, unknown = kernels.survey(cps, info, special_from)
     want_special, want_unknown = fingerprint.array_survey(cps, info, special_from)
@@ -152,3 +159,30 @@ def test_the_loops_refuse_arrays_of_different_lengths() -> None:
     idx: Any = _index_over(np.arange(10, dtype=np.uint64), 5)
     with pytest.raises(ValueError, match="owners for"):
         idx.probe_kgrams(np.arange(10, dtype=np.uint64), np.zeros(4, np.int64))
+
+
+def test_the_loops_refuse_tables_too_short_and_k_below_one() -> None:
+    """A table shorter than one entry per code point, a short class remap or k < 1 is refused (a direct call; the
+    tokenizer's own tables cover every code point)."""
+    full = np.zeros(0x110000, np.uint64)
+    cps = np.array([97, 98, 99, 32, 100], dtype="<u4")
+    with pytest.raises(ValueError, match="per code point"):
+        kernels.tokens_by_table(cps, np.ones(10, np.uint8), full, _P)
+    with pytest.raises(ValueError, match="per code point"):
+        kernels.tokens_by_class(np.ones(5, np.uint8), cps, np.zeros(_ALPHABET, np.uint64), _P)
+    with pytest.raises(ValueError, match="remap"):
+        kernels.tokens_by_table(cps, np.ones(0x110000, np.uint8), full, _P, np.zeros(9, np.uint8))
+    with pytest.raises(ValueError, match="per code point"):
+        kernels.survey(cps, np.ones(10, np.uint8), 5)
+    idx: Any = _index_over(np.arange(10, dtype=np.uint64), 5)
+    idx.k = 0
+    with pytest.raises(ValueError, match="k-grams of 0"):
+        idx.probe_kgrams(np.arange(10, dtype=np.uint64), np.zeros(10, np.int64))
+
+
+def test_holder_sort_refuses_ids_its_key_cannot_hold() -> None:
+    from forensics.match.rarity import by_kgram_and_tenant
+
+    for g in ([2**32], [-1]):
+        with pytest.raises(ValueError, match="k-gram ids"):
+            by_kgram_and_tenant(np.array(g, np.int64), np.zeros(1, np.int64))

@@ -28,9 +28,10 @@ Hashes
     Every normalised code point gets a fixed-seed xxhash64 value; a token's hash is a polynomial
     of those values over its code points (mod 2**64, position-normalised so equal tokens hash
     equal wherever they occur), finalised with the splitmix64 mixer; a k-gram hash is the same
-    construction over k consecutive token hashes. All arithmetic is ``uint64`` (wrapping, numpy or compiled), so
-    hashes are identical across processes, machines and Python versions (never ``hash()``). The
-    Unicode database version is recorded in ``match.json`` because the mapping depends on it.
+    construction over k consecutive token hashes. All arithmetic is ``uint64`` (wrapping, in numpy
+    or compiled loops), so hashes are identical across processes, machines and Python versions
+    (never ``hash()``). The Unicode database version is recorded in ``match.json`` because the
+    mapping depends on it.
 """
 
 from __future__ import annotations

@@ -87,11 +87,21 @@ def _tokens(cps: np.ndarray, cls: np.ndarray, table: np.ndarray, remap: np.ndarr
 
 _NO_CLASS = np.zeros(0, np.uint8)
 _SAME = np.arange(256, dtype=np.uint8)
+#: Every table a loop reads by code point covers them all (fingerprint's tables do): the loops read without
+#: bounds checks, so a shorter one is refused here rather than read past.
+_CODE_POINTS = 0x110000
+
+
+def _check_tables(*tables: np.ndarray) -> None:
+    for table in tables:
+        if len(table) < _CODE_POINTS:
+            raise ValueError(f"a table of {len(table)} entries, not one per code point ({_CODE_POINTS})")
 
 
 def survey(cps: np.ndarray, info: np.ndarray, special_from: int) -> tuple[np.ndarray, int]:
     """The positions of the characters whose ``info`` (a table indexed by code point) is ``special_from`` or
     more, and how many characters have no ``info`` yet (0): one pass, no array as long as the text."""
+    _check_tables(info)
     special, unknown = _survey(cps, info, special_from)
     return special, int(unknown)
 
@@ -102,6 +112,7 @@ def tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
     ``mix64(sum(sval[cps[j]] * p**(j - start)))`` over the token's characters, mod 2**64."""
     if len(cls) != len(cps):  # the loops read without bounds checks
         raise ValueError(f"{len(cls)} classes for {len(cps)} characters")
+    _check_tables(sval)
     starts, ends, sums = _tokens(cps, cls, _NO_CLASS, _SAME, sval, p)
     return starts, ends, sums
 
@@ -110,6 +121,9 @@ def tokens_by_table(cps: np.ndarray, table: np.ndarray, sval: np.ndarray, p: np.
                     remap: np.ndarray = _SAME) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`tokens_by_class` with each character's class read as ``remap[table[code point]]`` as the loop
     goes, so no class array is built (``remap``: 256 entries, default the identity)."""
+    _check_tables(table, sval)
+    if len(remap) < 256:
+        raise ValueError(f"a class remap of {len(remap)} entries, not 256")
     starts, ends, sums = _tokens(cps, _NO_CLASS, table, remap, sval, p)
     return starts, ends, sums
 
@@ -175,5 +189,7 @@ def probe_kgrams(hashes: np.ndarray, owner: np.ndarray, k: int, q: np.uint64, pr
     k-gram hashes."""
     if len(owner) != len(hashes):  # the loop reads without bounds checks
         raise ValueError(f"{len(owner)} owners for {len(hashes)} tokens")
+    if k < 1:
+        raise ValueError(f"k-grams of {k} tokens")
     pos, gid = _probe_kgrams(hashes, owner, k, q, present, shift, unique, bucket, dir_shift)
     return pos, gid
