@@ -1,11 +1,11 @@
-"""Compiled loops for the tokenizer's per-character work (numba), imported on first use.
+"""Compiled loops for the match pass's per-element work (numba), imported on first use.
 
 The tokenizer's fast path (:mod:`forensics.match.fingerprint`) reads every character of every text the
-matcher searches: a class look-up, the token bounds and each token's polynomial hash. As numpy array
-passes that is a handful of passes over the text, each a temporary as long as the text; one compiled
-loop does them together in one pass, and the results are the same numbers (wrapping ``uint64``
-arithmetic is the ring of integers mod 2**64, whatever order it runs in). ``tests/test_match_kernels.py``
-holds them equal to the array passes.
+matcher searches: a class look-up, the token bounds and each token's polynomial hash; the pass then hashes
+every k-gram of those tokens and looks it up in the targets' index. As numpy array passes that is a handful
+of passes over the text, each a temporary as long as the text; a compiled loop does each step in one pass,
+and the results are the same numbers (wrapping ``uint64`` arithmetic is the ring of integers mod 2**64,
+whatever order it runs in). ``tests/test_match_kernels.py`` holds them equal to the array passes.
 
 The loops are compiled once per machine (``cache=True`` keeps the machine code beside this file, or
 in the user's cache folder when this folder is read-only), so a process loads them instead of

@@ -81,7 +81,8 @@ class HolderCounts:
 def by_kgram_and_tenant(g: np.ndarray, t: np.ndarray) -> np.ndarray:
     """An order that sorts the entries by k-gram id ``g`` (below 2**32), then tenant code ``t``: ``np.lexsort((t, g))``
     but for the order of equal entries. One sort of a 64-bit key (the k-gram id above each tenant code's rank
-    among the codes present) costs about 0.4x the lexsort's two stable passes over the 63-bit codes."""
+    among the codes present) costs about 0.3-0.4x the lexsort's two stable passes over the 63-bit codes
+    (``benchmarks/probe.py``)."""
     if len(t) == 0:
         return np.zeros(0, np.int64)
     if g.min() < 0 or g.max() >= 2**32:  # the key holds the id in its top 32 bits
