@@ -1,4 +1,4 @@
-"""The matcher's tokenizer as it runs, against two other forms of it, in one run.
+"""The matcher's tokenizer as it runs, against three other forms of it, in one run.
 
     python benchmarks/pieces.py [--corpus ../shared/corpora] [--mb 15] [--rounds 11] [--only pieces|marks|loop]
 
