@@ -67,7 +67,7 @@ def main() -> int:
     }
     variants: dict[str, dict[str, Any]] = {"as it runs": {}}
     variants |= dict(forms[key] for key in (args.only or list(forms)))
-    compiled = fingerprint._load_kernels()
+    compiled = fingerprint.compiled_kernels()
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     tokens: dict[str, int] = {}
     results: dict[str, Any] = {}

@@ -278,15 +278,15 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
         _fill(np.unique(cps[_info.take(cps) == _UNKNOWN]))
         special, _ = kernels.survey(cps, _info, _F_WIDE)
     table, remap = (_MATCH_CLASS, _SAME_CLASS) if match else (_info, _INFO_CLASS_256)
-
-    def class_at(at: np.ndarray) -> np.ndarray:
-        return remap.take(table.take(cps.take(at)))
-
     wide, ignore = False, _NONE
     marks = False  # tokens the matcher leaves out may remain: filter them (match only)
     multi = hard = _NONE
     cls = None  # each character's class, built only where a format character joins a word
     if len(special):
+
+        def class_at(at: np.ndarray) -> np.ndarray:
+            return remap.take(table.take(cps.take(at)))
+
         kinds = _info.take(cps.take(special))
         hard = special[kinds == _F_COMPLEX]
         if len(hard) > _MAX_SPLICES:
@@ -351,16 +351,13 @@ def _tokenize(text: str | None, match: bool = False) -> tuple[Tokens, np.ndarray
 _kernels: list[ModuleType] = []
 
 
-def _load_kernels() -> ModuleType:
-    from forensics.match import kernels
-
-    _kernels[:] = [kernels]
-    return kernels
-
-
 def compiled_kernels() -> ModuleType:
     """:mod:`forensics.match.kernels`, imported on first use (numba's import costs a third of a second)."""
-    return _kernels[0] if _kernels else _load_kernels()
+    if not _kernels:
+        from forensics.match import kernels
+
+        _kernels[:] = [kernels]
+    return _kernels[0]
 
 
 def array_tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
@@ -849,7 +846,9 @@ def tokenize_many(texts: list[str]) -> tuple[Tokens, np.ndarray, np.ndarray]:
 
 
 def kgrams_many(token_hashes: np.ndarray, token_text: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """k-gram hashes over concatenated texts and the global positions where a k-gram lies in one text."""
+    """k-gram hashes over concatenated texts and the global positions where a k-gram lies in one text. (The match
+    pass hashes and probes in one compiled loop, ``TargetIndex.probe_kgrams``; this and ``TargetIndex.probe`` are
+    the array form the tests and ``benchmarks/probe.py`` hold it to.)"""
     g = kgrams(token_hashes, k)
     if len(g) == 0:
         return g, np.zeros(0, np.int64)

@@ -118,7 +118,8 @@ class TargetIndex:
         return len(self.unique)
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of ``hashes`` that are target k-grams, and their k-gram ids."""
+        """Positions of ``hashes`` that are target k-grams, and their k-gram ids (the array form of :meth:`probe_kgrams`,
+        which the match pass runs: the tests and ``benchmarks/probe.py`` hold the two equal)."""
         if len(hashes) == 0 or len(self.unique) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         slot = (hashes >> self.shift).astype(np.int64)
