@@ -171,8 +171,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
                     head += chunk
                     if len(head) < len(BOM):
                         continue
-                    scanner.offset += len(head) - len(head.removeprefix(BOM))
-                    chunk, head = head.removeprefix(BOM), None
+                    chunk, head = scanner.past_bom(head), None
                 for line in scanner.feed(chunk):
                     found = _after_cut(line, scanner)
                     if found is None:
@@ -181,8 +180,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
                     yield found[0]
                     return found[1]
             if head:
-                scanner.offset += len(head) - len(head.removeprefix(BOM))
-                yield from scanner.feed(head.removeprefix(BOM))
+                yield from scanner.feed(scanner.past_bom(head))
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
         yield from scanner.finish()
         what = compression_of(path) or "compressed"
@@ -280,6 +278,12 @@ class _Scanner:
         self.expect_key = False
         self.junk = False  # a top-level value that is not JSON: runs to the end of its line
         self.count = count
+
+    def past_bom(self, head: bytes) -> bytes:
+        """The file's first bytes without a byte order mark, the offsets moved past it."""
+        text = head.removeprefix(BOM)
+        self.offset += len(head) - len(text)
+        return text
 
     def held_from_last(self) -> bytes:
         """The bytes held from the start of the record being yielded on (valid only while it is yielded):
