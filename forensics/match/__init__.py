@@ -51,7 +51,7 @@ from forensics.match.findings import (
     RegionScorer,
     csv_text,
     decide,
-    engine_facts,
+    engine_facts_beside,
     passages_text,
     record_facts,
     unserved_in_review,
@@ -127,10 +127,11 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     path = c.table_path("exchanges")
     with helpers_running(workers_to_start(path, p, tuning.inline_bytes) if path.is_file() else 0,
                          tuning.wait_for_workers) as helpers:
-        engine_seen = engine_facts(c)  # first (while the workers start): see engine_facts
-        targets, info = load_targets(c, p)
-        suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
-        index = TargetIndex(targets, p.k)
+        with engine_facts_beside(c) as engine_facts_done:  # first (while the workers start): see engine_facts
+            targets, info = load_targets(c, p)
+            suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
+            index = TargetIndex(targets, p.k)
+            engine_seen = engine_facts_done()
         scanner = Scanner(index, p)
         helpers.start(scanner)
         # Building the index freed as much as it keeps (the targets' text tokenized at once): 137 MiB on

@@ -3,13 +3,15 @@ passages), the decode-node facts, the null model and E-values, the tiers, and th
 
 
 import bisect
+import contextlib
 import dataclasses
 import functools
 import itertools
 import math
 import re
+import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -667,23 +669,64 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments))
 
 
-def engine_facts(case: Case) -> EngineFacts:
+class QueryStopped(Exception):
+    """The queries of :func:`engine_facts_beside` were stopped: the stage left before it needed them."""
+
+
+class QueryWatch:
+    """The connection a thread's queries run on, so that another thread can stop them: between queries (the
+    next does not start) or during one (DuckDB's ``interrupt``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._con: Any = None
+        self._stopped = False
+
+    def running(self, con: Any) -> None:
+        """Called by the querying thread with its connection before each query; raises QueryStopped once
+        :meth:`stop` has been called."""
+        with self._lock:
+            if self._stopped:
+                raise QueryStopped()
+            self._con = con
+
+    def closing(self) -> None:
+        """Called by the querying thread before it closes its connection: nothing left to interrupt."""
+        with self._lock:
+            self._con = None
+
+    def stop(self) -> None:
+        """Stop the queries: the running one interrupted, no further one started. A query still starting may miss
+        the interrupt: call again until the querying thread has ended."""
+        with self._lock:
+            self._stopped = True
+            if self._con is not None:
+                with contextlib.suppress(Exception):  # a query that has just ended: nothing to interrupt
+                    self._con.interrupt()
+
+
+def engine_facts(case: Case, watch: QueryWatch | None = None) -> EngineFacts:
     """From the case's engine logs, per request (request id, tenant) whose engine id no other exchange carries (the
     ``rid_owners`` view, as every engine query decides it): the decode nodes of each decoded on more than one (a
     retry: the exchanges name one of them); and those a prefill node (or one of no stated role) refused as over
     its limit that no line shows prefilled after all (more than the placeholder's one token, on any node).
     Two DuckDB queries (a case without engine logs has no events). The match stage runs them first, while its
-    process holds little: DuckDB's memory is its own, and at the end of the stage it would add to the peak."""
+    process holds little: DuckDB's memory is its own, and at the end of the stage it would add to the peak; and
+    beside its own start (:func:`engine_facts_beside`), ``watch`` then able to stop them."""
     from forensics import queries as q  # here: worker processes never query
 
     con = case.connect(memory_cap=True)
     try:
+        if watch is not None:
+            watch.running(con)
         q.install_views(con, [x for x in q.load_queries() if x.kind == "view"])
         retried = q.with_memory_to_spare(con, lambda: con.execute(
             "WITH decoded AS (SELECT rid, list(DISTINCT node ORDER BY node) AS nodes FROM engine_events "
             "WHERE role = 'decode' AND rid IS NOT NULL GROUP BY rid HAVING count(DISTINCT node) > 1) "
             "SELECT o.request_id, o.tenant_id, d.nodes FROM decoded d JOIN rid_owners o ON o.engine_rid = d.rid "
             "WHERE o.exchanges_named = 1").fetchall())
+        if watch is not None:
+            watch.running(con)
         refused = q.with_memory_to_spare(con, lambda: con.execute(
             "WITH refused AS (SELECT rid FROM engine_events WHERE rid IS NOT NULL AND role IS DISTINCT FROM 'decode' "
             "GROUP BY rid HAVING bool_or(event IN ('over_limit', 'exceeds_max_tokens')) "
@@ -691,8 +734,46 @@ def engine_facts(case: Case) -> EngineFacts:
             "SELECT o.request_id, o.tenant_id FROM refused r JOIN rid_owners o ON o.engine_rid = r.rid "
             "WHERE o.exchanges_named = 1").fetchall())
     finally:
+        if watch is not None:
+            watch.closing()
         con.close()
     return {(rid, ten): frozenset(nodes) for rid, ten, nodes in retried}, {(rid, ten) for rid, ten in refused}
+
+
+@contextlib.contextmanager
+def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
+    """:func:`engine_facts` on a thread of its own while the block goes on; yields the function that waits for
+    them (and raises what they raised). DuckDB leaves the interpreter free while it queries, so the match stage
+    loads its targets and builds their index meanwhile (the queries took 0.7 s of its serial start on the 1 GB
+    benchmark incident). A block left before it waited (an error, Ctrl-C) stops the queries and waits for the
+    thread: no query outlives the stage."""
+    watch = QueryWatch()
+    done: list[EngineFacts] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(engine_facts(case, watch))
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="engine-facts", daemon=True)
+    thread.start()
+
+    def facts() -> EngineFacts:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return done[0]
+
+    try:
+        yield facts
+    finally:
+        # Again until the thread ends: an interrupt that comes as a query is starting (after the check in
+        # QueryWatch.running) is lost, and the query would run on.
+        while thread.is_alive():
+            watch.stop()
+            thread.join(0.05)
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,

@@ -1,0 +1,90 @@
+"""The engine's facts (retried and refused requests) are queried on a thread while the match stage loads its
+targets: the same facts as queried alone, their errors raised where the stage waits for them, and no query left
+running when the stage leaves early."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from match_helpers import at, exchange
+
+from forensics import queries
+from forensics.case import Case
+from forensics.lab.cases import write_case
+from forensics.match.findings import QueryStopped, QueryWatch, engine_facts, engine_facts_beside
+
+
+def _event(rid: str, node: str, role: str, minute: float, event: str, tokens: int) -> dict[str, Any]:
+    return {"source_file": f"{node}.log", "source_line": 1, "node": node, "role": role, "time": at(minute),
+            "event": event, "rid": rid, "input_len": tokens, "message": f"rid={rid} {event}"}
+
+
+def _case(root: Path) -> Case:
+    """ann's request decoded on two nodes (a retry); bob's refused as over the limit and never prefilled."""
+    rows = [exchange("a1", "ann", -10, prompt="one two three", response="four five"),
+            exchange("b1", "bob", -9, prompt="six seven", response="", prompt_tokens=700_000,
+                     prompt_tokens_source="engine"),
+            exchange("c1", "cid", -8, prompt="eight", response="nine")]
+    events = [_event("a1", "decode-1", "decode", -10, "req_time_stats", 3),
+              _event("a1", "decode-2", "decode", -9.5, "req_time_stats", 3),
+              _event("b1", "prefill-0", "prefill", -9, "over_limit", 700_000),
+              _event("c1", "decode-1", "decode", -8, "req_time_stats", 1)]
+    return Case(write_case(root, rows, engine_events=events))
+
+
+def test_the_facts_queried_beside_are_those_queried_alone(tmp_path: Path) -> None:
+    case = _case(tmp_path / "case")
+    alone = engine_facts(case)
+    assert alone == ({("a1", "ann"): frozenset({"decode-1", "decode-2"})}, {("b1", "bob")})
+    with engine_facts_beside(case) as facts:
+        assert facts() == alone
+        assert facts() == alone  # waiting again gives them again
+
+
+def test_a_failed_query_raises_where_the_stage_waits(tmp_path: Path) -> None:
+    case = _case(tmp_path / "case")
+    (case.root / "engine_events.parquet").write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(duckdb.Error) as alone:
+        engine_facts(case)
+    with engine_facts_beside(case) as facts, pytest.raises(duckdb.Error) as beside:
+        facts()
+    assert type(beside.value) is type(alone.value) and str(beside.value) == str(alone.value)
+
+
+def test_a_stage_that_leaves_early_stops_the_running_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first query made one that runs for about a minute: leaving the block must interrupt it, not wait for it
+    # (an interrupt lost as the query starts lets it end normally, and the test fails).
+    case = _case(tmp_path / "case")
+    started = threading.Event()
+    ended: list[str] = []
+
+    def slow(con: duckdb.DuckDBPyConnection, run: Any) -> Any:
+        started.set()
+        try:
+            return con.execute("SELECT sum(hash(i)) FROM range(10000000000) t(i)").fetchall()
+        except BaseException as exc:
+            ended.append(type(exc).__name__)
+            raise
+
+    monkeypatch.setattr(queries, "with_memory_to_spare", slow)
+    with pytest.raises(KeyError, match="the stage failed"), engine_facts_beside(case):
+        assert started.wait(60)
+        raise KeyError("the stage failed")  # the error the caller sees is its own, not the query's
+    assert ended == ["InterruptException"]
+    assert not [t for t in threading.enumerate() if t.name == "engine-facts"]
+
+
+def test_a_stopped_watch_starts_no_further_query() -> None:
+    watch = QueryWatch()
+    con = duckdb.connect(":memory:")
+    watch.running(con)
+    watch.closing()
+    watch.stop()  # nothing running: nothing to interrupt
+    with pytest.raises(QueryStopped):
+        watch.running(con)
+    assert con.execute("SELECT 1").fetchall() == [(1,)]  # the connection itself is left as it was
+    con.close()
