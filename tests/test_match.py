@@ -265,6 +265,36 @@ def test_lookback_and_same_decode_node_narrow_the_search(tmp_path: Path) -> None
     assert r.report["searched"]["same_decode_node"] is True
 
 
+@pytest.mark.parametrize("narrowed", [{"lookback_minutes": 30}, {"same_decode_node": True}])
+def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path: Path, narrowed: dict[str, Any]) -> None:
+    # A search narrowed to the last half hour (or to the suspect's decode node) covers only those records, and a
+    # finding's search size (its E-value's) counts only them. It counted every record received before the
+    # suspect, as if searched: 300 records of two days before made the finding look likelier by chance.
+    rng = np.random.default_rng(18)
+    passage = " ".join(words(rng, 40))
+    recent = [exchange("a1", "acme", 50, prompt=passage, decode_node="d1"),
+              exchange("b1", "bolt", 60, prompt="hi", response=passage, decode_node="d1")]
+    # (prompts only: no response to draw into the control sample, so both cases fit the same null)
+    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node="d0")
+           for i in range(300)]
+    alone = only(match(make_case(tmp_path / "alone", recent, ["b1"]), config(**narrowed)).findings, "b1", "a1")
+    among = make_case(tmp_path / "among", old + recent, ["b1"])
+    assert only(match(among, config(**narrowed)).findings, "b1", "a1")["expected_by_chance"] == alone["expected_by_chance"]
+    # Searched, the same records do count:
+    assert only(match(among, config()).findings, "b1", "a1")["expected_by_chance"] > alone["expected_by_chance"]
+
+
+def test_a_lookback_runs_back_from_the_completion_of_a_suspect_received_at_no_known_time(tmp_path: Path) -> None:
+    # Its receipt unknown, the lookback ran back from no time at all (which wrapped around) and searched nothing.
+    rng = np.random.default_rng(19)
+    passage = " ".join(words(rng, 40))
+    rows = [exchange("a0", "acme", 0, prompt=" ".join(words(rng, 40))),
+            exchange("a1", "acme", 50, prompt=passage),
+            dict(exchange("b1", "bolt", 60, prompt="hi", response=passage), received_at=None)]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    assert {f["source_request_id"] for f in match(case, config(lookback_minutes=30)).findings} == {"a1"}
+
+
 @pytest.mark.parametrize("variant", ["nfd", "crlf", "cjk_emoji", "fullwidth_case"])
 def test_offsets_survive_unicode_normalisation(tmp_path: Path, variant: str) -> None:
     rng = np.random.default_rng(16)

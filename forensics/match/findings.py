@@ -783,10 +783,12 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
     ``null`` section.
     """
-    # Records received before each target completed, once per target (every row of a target reads it).
+    # Records received before each target completed, once per target (every row of a target reads it), and those
+    # of them its search covered (a lookback, the suspect's decode node only).
     records_before = [facts.records_before(t.deadline_us) for t in targets]
-    # A search's size, per target, over the texts received before it completed (see SIZE_EXPONENT).
-    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, records_before[i]) for i, t in enumerate(targets)}
+    searched = [_records_searched(t, p, facts) for t in targets]
+    # A search's size, per target, over the texts it searched (see SIZE_EXPONENT).
+    search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, searched[i]) for i, t in enumerate(targets)}
     # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
     # same customer also sent that text earlier (a conversation resends itself): those are left out.
     # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
@@ -904,8 +906,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
               and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
     window = recent.choose_window(placed) if mechanism_known or gateway_only else None
     for r in rows:
-        r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r[since_by], window,
-                                               records_before[r["_target"]])
+        r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r[since_by], window, searched[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
         r["expected_by_chance_with_mechanism"] = float(f"{combined:.4g}")
         decision: tuple[str, str] | str
@@ -950,7 +951,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         if window is None:
             return None
         return 0.0 if math.isinf(r["_in_window"]) else recent.window_evalue(
-            1.0, r[since_by], window, records_before[r["_target"]])
+            1.0, r[since_by], window, searched[r["_target"]])
 
     control_points = [(r["_target"], r["strength_bits"], size_of[r["_target"]], r["mechanism_factor"],
                        *r["_mechanism"], in_window(r)) for r in null_rows if r["control"]]
@@ -1077,6 +1078,19 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
 #: chance matches expected at E <= 0.01 and 0.5-0.6x at E <= 0.5; with 0.5, 0.6-1.5x at E <= 0.01 to
 #: 0.1 on every seed (benchmarks/quality.py prints the table).
 SIZE_EXPONENT = 0.5
+
+
+def _records_searched(t: Target, p: MatchParams, facts: RecordFacts) -> int:
+    """The records a target's search covered, within the bounds the streaming pass applies (stream.Scanner):
+    received before it completed; with a lookback, no earlier than that long before it was received (completed,
+    when its receipt is unknown); with ``same_decode_node``, decoded on its node (none when that is unknown)."""
+    since = NO_TIME
+    if p.lookback_us:
+        anchor = t.received_us if t.received_us != NO_TIME else t.deadline_us
+        since = NO_TIME if anchor == NO_TIME else max(anchor - p.lookback_us, NO_TIME)
+    if p.same_decode_node:
+        return facts.records_on_node_since(t.decode_node, since, t.deadline_us) if t.decode_node else 0
+    return facts.records_before(t.deadline_us) - facts.records_before(since)
 
 
 def _search_size(positions: int, records: int) -> float:

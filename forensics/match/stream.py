@@ -123,7 +123,11 @@ class Scanner:
         nodes = sorted({x.decode_node for x in t if x.decode_node is not None})
         self.node_code = {n: i for i, n in enumerate(nodes)}
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
-        self.lookback_us = int(params.lookback_minutes * 60_000_000)
+        self.lookback_us = params.lookback_us
+        # The lookback runs back from a target's receipt, or from its completion when its receipt is unknown
+        # (NO_TIME less the lookback would wrap around and search nothing).
+        anchor = np.where(self.received == NO_TIME, self.deadline, self.received)
+        self.since = np.where(anchor == NO_TIME, NO_TIME, anchor - self.lookback_us)
         self.control_t = np.array([x.control for x in t], dtype=bool)
         # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
         self._control_own = np.append(self.control_t, False)
@@ -268,7 +272,7 @@ class Scanner:
             st = text[which]
             ok = (when[st] < self.deadline[tgt]) & (tgt != own[st])
             if self.lookback_us:
-                ok &= when[st] >= self.received[tgt] - self.lookback_us
+                ok &= when[st] >= self.since[tgt]
             if self.p.same_decode_node:
                 ok &= self.t_node[tgt] == node[st]
             # The suspects against texts that arrived after them (they cannot be the cause): the null of

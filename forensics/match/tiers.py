@@ -76,6 +76,11 @@ class MatchParams:
     workers: int = 0  # processes for the streaming pass; 0 = one per core (not a result parameter)
     batch_rows: int = 16  # at least this many rows per streamed batch (more when rows are short)
 
+    @property
+    def lookback_us(self) -> int:
+        """``lookback_minutes`` in microseconds (0: off), as the search and its size both take it."""
+        return int(self.lookback_minutes * 60_000_000)
+
     def record(self) -> dict[str, Any]:
         """The parameters that determine results (for match.json and manifests)."""
         d = dataclasses.asdict(self)
