@@ -1087,7 +1087,7 @@ def _records_searched(t: Target, p: MatchParams, facts: RecordFacts) -> int:
     since = NO_TIME
     if p.lookback_us:
         anchor = t.received_us if t.received_us != NO_TIME else t.deadline_us
-        since = NO_TIME if anchor == NO_TIME else max(anchor - p.lookback_us, NO_TIME)
+        since = max(anchor - p.lookback_us, NO_TIME)
     if p.same_decode_node:
         return facts.records_on_node_since(t.decode_node, since, t.deadline_us) if t.decode_node else 0
     return facts.records_before(t.deadline_us) - facts.records_before(since)

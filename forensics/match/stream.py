@@ -125,9 +125,9 @@ class Scanner:
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = params.lookback_us
         # The lookback runs back from a target's receipt, or from its completion when its receipt is unknown
-        # (NO_TIME less the lookback would wrap around and search nothing).
+        # (NO_TIME less the lookback would wrap around and search nothing); no further back than NO_TIME.
         anchor = np.where(self.received == NO_TIME, self.deadline, self.received)
-        self.since = np.where(anchor == NO_TIME, NO_TIME, anchor - self.lookback_us)
+        self.since = np.where(anchor < NO_TIME + self.lookback_us, NO_TIME, anchor - self.lookback_us)
         self.control_t = np.array([x.control for x in t], dtype=bool)
         # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
         self._control_own = np.append(self.control_t, False)
