@@ -265,34 +265,43 @@ def test_lookback_and_same_decode_node_narrow_the_search(tmp_path: Path) -> None
     assert r.report["searched"]["same_decode_node"] is True
 
 
-@pytest.mark.parametrize("narrowed", [{"lookback_minutes": 30}, {"same_decode_node": True}])
-def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path: Path, narrowed: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("narrowed", "old_node"), [({"lookback_minutes": 30}, "d1"), ({"same_decode_node": True}, "d0")])
+def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path: Path, narrowed: dict[str, Any],
+                                                                       old_node: str) -> None:
     # A search narrowed to the last half hour (or to the suspect's decode node) covers only those records, and a
-    # finding's search size (its E-value's) counts only them. It counted every record received before the
-    # suspect, as if searched: 300 records of two days before made the finding look likelier by chance.
+    # finding's search size (its E-value's) counts only them, as does the mechanism's count of the records the
+    # node served before the suspect. Both counted every record received before the suspect, as if searched:
+    # 300 records of two days before made the finding look likelier by chance, and its source's place on the
+    # node (the latest of 301 records rather than of 1) stronger evidence than it was.
     rng = np.random.default_rng(18)
     passage = " ".join(words(rng, 40))
     recent = [exchange("a1", "acme", 50, prompt=passage, decode_node="d1"),
               exchange("b1", "bolt", 60, prompt="hi", response=passage, decode_node="d1")]
     # (prompts only: no response to draw into the control sample, so both cases fit the same null)
-    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node="d0")
+    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node=old_node)
            for i in range(300)]
     alone = only(match(make_case(tmp_path / "alone", recent, ["b1"]), config(**narrowed)).findings, "b1", "a1")
-    among = make_case(tmp_path / "among", old + recent, ["b1"])
-    assert only(match(among, config(**narrowed)).findings, "b1", "a1")["expected_by_chance"] == alone["expected_by_chance"]
+    among = only(match(make_case(tmp_path / "among", old + recent, ["b1"]), config(**narrowed)).findings, "b1", "a1")
+    for column in ("expected_by_chance", "mechanism_factor", "expected_by_chance_with_mechanism"):
+        assert among[column] == alone[column], column
     # Searched, the same records do count:
-    assert only(match(among, config()).findings, "b1", "a1")["expected_by_chance"] > alone["expected_by_chance"]
+    searched = only(match(make_case(tmp_path / "searched", old + recent, ["b1"]), config()).findings, "b1", "a1")
+    assert searched["expected_by_chance"] > alone["expected_by_chance"]
 
 
 def test_a_lookback_runs_back_from_the_completion_of_a_suspect_received_at_no_known_time(tmp_path: Path) -> None:
     # Its receipt unknown, the lookback ran back from no time at all (which wrapped around) and searched nothing.
+    # From its completion (minute 61): acme's copy of minute 50 is searched, that of minute 0 is not, nor counted.
     rng = np.random.default_rng(19)
     passage = " ".join(words(rng, 40))
-    rows = [exchange("a0", "acme", 0, prompt=" ".join(words(rng, 40))),
+    rows = [exchange("a0", "acme", 0, prompt=f"{passage} " + " ".join(words(rng, 10))),
             exchange("a1", "acme", 50, prompt=passage),
             dict(exchange("b1", "bolt", 60, prompt="hi", response=passage), received_at=None)]
-    case = make_case(tmp_path / "case", rows, ["b1"])
-    assert {f["source_request_id"] for f in match(case, config(lookback_minutes=30)).findings} == {"a1"}
+    with_a0 = match(make_case(tmp_path / "case", rows, ["b1"]), config(lookback_minutes=30)).findings
+    assert {f["source_request_id"] for f in with_a0} == {"a1"}
+    assert only(with_a0, "b1", "a1")["other_source_requests"] == 0  # a0's copy was not searched
+    without = match(make_case(tmp_path / "without", rows[1:], ["b1"]), config(lookback_minutes=30)).findings
+    assert only(with_a0, "b1", "a1")["expected_by_chance"] == only(without, "b1", "a1")["expected_by_chance"]
 
 
 @pytest.mark.parametrize("variant", ["nfd", "crlf", "cjk_emoji", "fullwidth_case"])

@@ -4,6 +4,8 @@ running when the stage leaves early."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,43 @@ def test_a_stage_that_leaves_early_stops_the_running_query(tmp_path: Path, monke
     with pytest.raises(KeyError, match="the stage failed"), engine_facts_beside(case):
         assert started.wait(60)
         raise KeyError("the stage failed")  # the error the caller sees is its own, not the query's
+    assert ended == ["InterruptException"]
+    assert not [t for t in threading.enumerate() if t.name == "engine-facts"]
+
+
+def test_a_signal_while_the_stage_waits_for_the_facts_stops_the_query(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C while the stage waits: a join that a signal interrupts leaves the thread marked as ended while it
+    # runs on (python/cpython#90882), and the query ran on after the stage had left.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python delivers signals to the main thread only")
+    case = _case(tmp_path / "case")
+    started = threading.Event()
+    ended: list[str] = []
+
+    def slow(con: duckdb.DuckDBPyConnection, run: Any) -> Any:
+        started.set()
+        try:
+            return con.execute("SELECT sum(hash(i)) FROM range(10000000000) t(i)").fetchall()
+        except BaseException as exc:
+            ended.append(type(exc).__name__)
+            raise
+
+    class Stopped(Exception):
+        pass
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Stopped()
+
+    monkeypatch.setattr(queries, "with_memory_to_spare", slow)
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(Stopped), engine_facts_beside(case) as facts:
+            assert started.wait(60)
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            facts()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert ended == ["InterruptException"]
     assert not [t for t in threading.enumerate() if t.name == "engine-facts"]
 

@@ -750,18 +750,23 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
     watch = QueryWatch()
     done: list[EngineFacts] = []
     failed: list[BaseException] = []
+    # Not Thread.is_alive: a join that a signal interrupts (Ctrl-C while the stage waits here) leaves the thread
+    # marked as ended while it runs on (python/cpython#90882).
+    ended = threading.Event()
 
     def run() -> None:
         try:
             done.append(engine_facts(case, watch))
         except BaseException as exc:  # handed to the waiting thread, which raises it
             failed.append(exc)
+        finally:
+            ended.set()
 
     thread = threading.Thread(target=run, name="engine-facts", daemon=True)
     thread.start()
 
     def facts() -> EngineFacts:
-        thread.join()
+        ended.wait()
         if failed:
             raise failed[0]
         return done[0]
@@ -769,11 +774,12 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
     try:
         yield facts
     finally:
-        # Again until the thread ends: an interrupt that comes as a query is starting (after the check in
+        # Again until the queries have ended: an interrupt that comes as a query is starting (after the check in
         # QueryWatch.running) is lost, and the query would run on.
-        while thread.is_alive():
+        while not ended.is_set():
             watch.stop()
-            thread.join(0.05)
+            ended.wait(0.05)
+        thread.join()
 
 
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
@@ -867,12 +873,13 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["expected_by_chance"] = float(f"{model.expected(r['strength_bits'], r['search_size']):.4g}")
     mechanism_known = bool(facts.node_share)
     # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
-    served_before = {i: facts.records_on_node_since(t.decode_node, NO_TIME, t.received_us) if t.decode_node else 0
-                     for i, t in enumerate(targets)}
+    # (within the search's lookback: a chance candidate's source can lie nowhere earlier)
+    served_before = {i: facts.records_on_node_since(t.decode_node, _search_start(t, p), t.received_us)
+                     if t.decode_node else 0 for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
-        share = facts.node_share.get(tgt.decode_node or "", 0.0)
+        share = _node_share(tgt, p, facts)
         before = served_before[r["_target"]]
         if k is not None:
             # Chance puts a source on the suspect's node, at least this recent, k times in the n records that
@@ -957,7 +964,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                        *r["_mechanism"], in_window(r)) for r in null_rows if r["control"]]
     seen_controls = {c for c, *_ in control_points}
     # A control with no chance match still says whether its decode node is known (the table's column).
-    control_points += [(i, float("nan"), size_of[i], 1.0, facts.node_share.get(targets[i].decode_node or "", 0.0), 0,
+    control_points += [(i, float("nan"), size_of[i], 1.0, _node_share(targets[i], p, facts), 0,
                         None if window is None else 0.0) for i in controls if i not in seen_controls]
     null_e = [(r, model.expected(r["strength_bits"], size_of[r["_target"]])) for r in null_rows]
     searches = len(size_of)
@@ -1080,17 +1087,32 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
 SIZE_EXPONENT = 0.5
 
 
+def _search_start(t: Target, p: MatchParams) -> int:
+    """The earliest receipt a target's search covers (stream.Scanner's ``since``): NO_TIME without a lookback; with
+    one, that long before the target was received (completed, when its receipt is unknown)."""
+    if not p.lookback_us:
+        return NO_TIME
+    anchor = t.received_us if t.received_us != NO_TIME else t.deadline_us
+    return max(anchor - p.lookback_us, NO_TIME)
+
+
 def _records_searched(t: Target, p: MatchParams, facts: RecordFacts) -> int:
     """The records a target's search covered, within the bounds the streaming pass applies (stream.Scanner):
-    received before it completed; with a lookback, no earlier than that long before it was received (completed,
-    when its receipt is unknown); with ``same_decode_node``, decoded on its node (none when that is unknown)."""
-    since = NO_TIME
-    if p.lookback_us:
-        anchor = t.received_us if t.received_us != NO_TIME else t.deadline_us
-        since = max(anchor - p.lookback_us, NO_TIME)
+    received before it completed, and since :func:`_search_start`; with ``same_decode_node``, decoded on its node
+    (none when that is unknown)."""
+    since = _search_start(t, p)
     if p.same_decode_node:
         return facts.records_on_node_since(t.decode_node, since, t.deadline_us) if t.decode_node else 0
     return facts.records_before(t.deadline_us) - facts.records_before(since)
+
+
+def _node_share(t: Target, p: MatchParams, facts: RecordFacts) -> float:
+    """The share of the records searched for ``t`` that ran on its decode node (0: unknown): the node's share of
+    the records placed on a node; 1 when the search was held to that node (``same_decode_node``), every chance
+    candidate then found there."""
+    if p.same_decode_node and t.decode_node:
+        return 1.0
+    return facts.node_share.get(t.decode_node or "", 0.0)
 
 
 def _search_size(positions: int, records: int) -> float:
