@@ -57,10 +57,9 @@ def test_a_failed_query_raises_where_the_stage_waits(tmp_path: Path) -> None:
     assert type(beside.value) is type(alone.value) and str(beside.value) == str(alone.value)
 
 
-def test_a_stage_that_leaves_early_stops_the_running_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first query made one that runs for about a minute: leaving the block must interrupt it, not wait for it
-    # (an interrupt lost as the query starts lets it end normally, and the test fails).
-    case = _case(tmp_path / "case")
+def _slow_first_query(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[str]]:
+    """The engine facts' first query made one that runs for about a minute: an event set as it starts, and the
+    name of the exception that ended it (none if it ran to its end)."""
     started = threading.Event()
     ended: list[str] = []
 
@@ -73,6 +72,14 @@ def test_a_stage_that_leaves_early_stops_the_running_query(tmp_path: Path, monke
             raise
 
     monkeypatch.setattr(queries, "with_memory_to_spare", slow)
+    return started, ended
+
+
+def test_a_stage_that_leaves_early_stops_the_running_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Leaving the block must interrupt the query, not wait for it (an interrupt lost as the query starts lets it
+    # end normally, and the test fails).
+    case = _case(tmp_path / "case")
+    started, ended = _slow_first_query(monkeypatch)
     with pytest.raises(KeyError, match="the stage failed"), engine_facts_beside(case):
         assert started.wait(60)
         raise KeyError("the stage failed")  # the error the caller sees is its own, not the query's
@@ -87,24 +94,13 @@ def test_a_signal_while_the_stage_waits_for_the_facts_stops_the_query(tmp_path: 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("Python delivers signals to the main thread only")
     case = _case(tmp_path / "case")
-    started = threading.Event()
-    ended: list[str] = []
-
-    def slow(con: duckdb.DuckDBPyConnection, run: Any) -> Any:
-        started.set()
-        try:
-            return con.execute("SELECT sum(hash(i)) FROM range(10000000000) t(i)").fetchall()
-        except BaseException as exc:
-            ended.append(type(exc).__name__)
-            raise
-
     class Stopped(Exception):
         pass
 
     def handler(signum: int, frame: Any) -> None:
         raise Stopped()
 
-    monkeypatch.setattr(queries, "with_memory_to_spare", slow)
+    started, ended = _slow_first_query(monkeypatch)
     previous = signal.signal(signal.SIGINT, handler)
     try:
         with pytest.raises(Stopped), engine_facts_beside(case) as facts:
