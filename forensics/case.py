@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     import duckdb
 
 TABLE_FILES = {name: f"{name}.parquet" for name in schema.TABLES}
+#: The stage that writes each table (what to run again when one is damaged).
+TABLE_STAGES = {"exchanges": "ingest", "engine_events": "ingest", "quarantine": "ingest", "suspects": "scan",
+                "evidence": "match", "review": "match"}
 
 #: Parquet settings for case tables: zstd at a low level keeps megabyte prompts small on disk
 #: without making compression the ingest bottleneck.
@@ -497,7 +500,8 @@ class Case:
         return self.table_path(name).exists()
 
     def require(self, name: str, stage: str) -> Path:
-        """The table's path, or a CaseError saying which stage to run first."""
+        """The table's path, or a CaseError saying which stage to run first, or that the file is damaged
+        (:meth:`damaged`) when Parquet cannot read its footer."""
         path = self.table_path(name)
         if not path.exists():
             raise CaseError(
@@ -505,7 +509,23 @@ class Case:
                 file=self.root,
                 fix=f"run `forensics {stage} --case {self.root}` first",
             )
+        try:
+            pq.read_metadata(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IOError an OSError
+            raise self.damaged(name, exc) from None
         return path
+
+    def damaged(self, name: str, exc: BaseException) -> CaseError:
+        """The error for a case table that cannot be read (truncated, overwritten, not a Parquet file): which file,
+        why, and the stage that writes it again."""
+        reason = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+        return CaseError(
+            f"the case's {name} table cannot be read ({reason})",
+            file=self.table_path(name),
+            fix=f"restore the file from a copy, or run `forensics {TABLE_STAGES[name]}"
+                + (" LOGS..." if TABLE_STAGES[name] == "ingest" else "")
+                + f" --case {self.root}` again, and the stages after it (or `forensics run` with the case file)",
+        )
 
     def read_manifest(self) -> dict[str, Any]:
         """The ingest manifest, or an empty one for a new case."""
@@ -534,7 +554,11 @@ class Case:
             if path.exists():
                 # The path is ours, not user SQL; quote it as a string literal safely.
                 literal = "'" + str(path).replace("'", "''") + "'"
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({literal})")
+                try:
+                    con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({literal})")
+                except duckdb.Error as exc:  # DuckDB reads the file's footer here
+                    con.close()
+                    raise self.damaged(name, exc) from None
             else:
                 con.register(f"_empty_{name}", table_schema.empty_table())
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM _empty_{name}")

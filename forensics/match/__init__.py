@@ -124,9 +124,9 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
 
 def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | None,
            overrides: dict[str, Any] | None, tuning: Tuning) -> MatchResult:
-    path = c.table_path("exchanges")
-    with helpers_running(workers_to_start(path, p, tuning.inline_bytes) if path.is_file() else 0,
-                         tuning.wait_for_workers) as helpers:
+    c.require("suspects", "scan")  # (each missing or damaged table named before anything reads it)
+    path = c.require("exchanges", "ingest")
+    with helpers_running(workers_to_start(path, p, tuning.inline_bytes), tuning.wait_for_workers) as helpers:
         with engine_facts_beside(c) as engine_facts_done:  # first (while the workers start): see engine_facts
             targets, info = load_targets(c, p)
             suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
