@@ -289,6 +289,27 @@ def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path:
     assert searched["expected_by_chance"] > alone["expected_by_chance"]
 
 
+def test_the_window_test_of_a_narrowed_search_counts_only_the_records_it_searched(tmp_path: Path) -> None:
+    # Twelve leaks, each from the record just before its suspect on the suspect's node: enough confirmed findings
+    # to place the recent-occupant window. Its E-value (window / records searched) counted every record received
+    # before the suspect: 300 records of two days before, outside the lookback, made it 300 times stronger.
+    rng = np.random.default_rng(20)
+    recent = []
+    for i in range(12):
+        passage = " ".join(words(rng, 40))
+        recent += [exchange(f"a{i}", f"src{i}", 40 + 2 * i, prompt=passage, decode_node="d1"),
+                   exchange(f"b{i}", f"dst{i}", 41 + 2 * i, prompt="hi", response=passage, decode_node="d1")]
+    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node="d1")
+           for i in range(300)]
+    suspects = [f"b{i}" for i in range(12)]
+    alone = match(make_case(tmp_path / "alone", recent, suspects), config(lookback_minutes=30))
+    among = match(make_case(tmp_path / "among", old + recent, suspects), config(lookback_minutes=30))
+    assert among.report["null"]["recent_occupants"]["ran"]
+    assert ([f["expected_by_chance_with_mechanism"] for f in among.cross_tenant]
+            == [f["expected_by_chance_with_mechanism"] for f in alone.cross_tenant])
+    assert len(among.cross_tenant) == 12
+
+
 def test_a_lookback_runs_back_from_the_completion_of_a_suspect_received_at_no_known_time(tmp_path: Path) -> None:
     # Its receipt unknown, the lookback ran back from no time at all (which wrapped around) and searched nothing.
     # From its completion (minute 61): acme's copy of minute 50 is searched, that of minute 0 is not, nor counted.
