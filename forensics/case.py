@@ -511,6 +511,8 @@ class Case:
             )
         try:
             pq.read_metadata(path)
+        except PermissionError:
+            raise  # not damage: the CLI names the file and the permission
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IOError an OSError
             raise self.damaged(name, exc) from None
         return path
