@@ -18,6 +18,16 @@ REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Python makes one temporary folder per process for multiprocessing (the fork server's socket goes there) the
+    # first time it needs one, under the temporary folder of the moment. Tests that point the temporary folder into
+    # their tmp_path would put it there, and under pytest-xdist that path (.../popen-gw0/test_...) is too long for a
+    # socket (about 107 bytes): the match stage's workers then failed to start. Made now, it is short.
+    import multiprocessing.util
+
+    multiprocessing.util.get_temp_dir()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
 
