@@ -32,6 +32,7 @@ from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
     same_customer,
+    search_start,
     tenant_code,
 )
 from forensics.match.targets import request_key
@@ -874,7 +875,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     mechanism_known = bool(facts.node_share)
     # Per target, not per row: a suspect has hundreds of candidate rows, and each look-up is a search.
     # (within the search's lookback: a chance candidate's source can lie nowhere earlier)
-    served_before = {i: facts.records_on_node_since(t.decode_node, _search_start(t, p), t.received_us)
+    served_before = {i: facts.records_on_node_since(t.decode_node, search_start(t, p.lookback_us), t.received_us)
                      if t.decode_node else 0 for i, t in enumerate(targets)}
     for r in rows:
         tgt = targets[r["_target"]]
@@ -1087,20 +1088,11 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
 SIZE_EXPONENT = 0.5
 
 
-def _search_start(t: Target, p: MatchParams) -> int:
-    """The earliest receipt a target's search covers (stream.Scanner's ``since``): NO_TIME without a lookback; with
-    one, that long before the target was received (completed, when its receipt is unknown)."""
-    if not p.lookback_us:
-        return NO_TIME
-    anchor = t.received_us if t.received_us != NO_TIME else t.deadline_us
-    return max(anchor - p.lookback_us, NO_TIME)
-
-
 def _records_searched(t: Target, p: MatchParams, facts: RecordFacts) -> int:
     """The records a target's search covered, within the bounds the streaming pass applies (stream.Scanner):
-    received before it completed, and since :func:`_search_start`; with ``same_decode_node``, decoded on its node
+    received before it completed, and since :func:`~forensics.match.stream.search_start`; with ``same_decode_node``, decoded on its node
     (none when that is unknown)."""
-    since = _search_start(t, p)
+    since = search_start(t, p.lookback_us)
     if p.same_decode_node:
         return facts.records_on_node_since(t.decode_node, since, t.deadline_us) if t.decode_node else 0
     return facts.records_before(t.deadline_us) - facts.records_before(since)

@@ -111,6 +111,16 @@ NO_TIME_MAX = np.iinfo(np.int64).max
 CHUNK_CHARS = 4_000_000
 
 
+def search_start(target: Target, lookback_us: int) -> int:
+    """The earliest receipt a target's search covers: NO_TIME without a lookback; with one, that long before the
+    target was received, or completed when its receipt is unknown (NO_TIME less the lookback would search nothing).
+    The pass keeps sources from here on; the evidence model counts the records searched from here too."""
+    if not lookback_us:
+        return NO_TIME
+    anchor = target.received_us if target.received_us != NO_TIME else target.deadline_us
+    return max(anchor - lookback_us, NO_TIME)
+
+
 class Scanner:
     """Holds the broadcast targets and parameters; one per process."""
 
@@ -124,10 +134,7 @@ class Scanner:
         self.node_code = {n: i for i, n in enumerate(nodes)}
         self.t_node = np.array([self.node_code.get(x.decode_node, -1) if x.decode_node else -2 for x in t], dtype=np.int64)
         self.lookback_us = params.lookback_us
-        # The lookback runs back from a target's receipt, or from its completion when its receipt is unknown
-        # (NO_TIME less the lookback would wrap around and search nothing); no further back than NO_TIME.
-        anchor = np.where(self.received == NO_TIME, self.deadline, self.received)
-        self.since = np.where(anchor < NO_TIME + self.lookback_us, NO_TIME, anchor - self.lookback_us)
+        self.since = np.array([search_start(x, self.lookback_us) for x in t], dtype=np.int64)
         self.control_t = np.array([x.control for x in t], dtype=bool)
         # Indexed by a text's own target number, -1 (not a target) being the extra last entry.
         self._control_own = np.append(self.control_t, False)
