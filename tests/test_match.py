@@ -265,6 +265,13 @@ def test_lookback_and_same_decode_node_narrow_the_search(tmp_path: Path) -> None
     assert r.report["searched"]["same_decode_node"] is True
 
 
+def _old_prompts(rng: np.random.Generator, node: str) -> list[dict[str, Any]]:
+    """300 records of 20 tenants two days before the tests' suspects, on decode node ``node``: prompts only (no
+    response to draw into the control sample, so a case with them and one without fit the same null)."""
+    return [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node=node)
+            for i in range(300)]
+
+
 @pytest.mark.parametrize(("narrowed", "old_node"), [({"lookback_minutes": 30}, "d1"), ({"same_decode_node": True}, "d0")])
 def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path: Path, narrowed: dict[str, Any],
                                                                        old_node: str) -> None:
@@ -277,9 +284,7 @@ def test_records_a_narrowed_search_leaves_out_do_not_count_in_its_size(tmp_path:
     passage = " ".join(words(rng, 40))
     recent = [exchange("a1", "acme", 50, prompt=passage, decode_node="d1"),
               exchange("b1", "bolt", 60, prompt="hi", response=passage, decode_node="d1")]
-    # (prompts only: no response to draw into the control sample, so both cases fit the same null)
-    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node=old_node)
-           for i in range(300)]
+    old = _old_prompts(rng, old_node)
     alone = only(match(make_case(tmp_path / "alone", recent, ["b1"]), config(**narrowed)).findings, "b1", "a1")
     among = only(match(make_case(tmp_path / "among", old + recent, ["b1"]), config(**narrowed)).findings, "b1", "a1")
     for column in ("expected_by_chance", "mechanism_factor", "expected_by_chance_with_mechanism"):
@@ -299,8 +304,7 @@ def test_the_window_test_of_a_narrowed_search_counts_only_the_records_it_searche
         passage = " ".join(words(rng, 40))
         recent += [exchange(f"a{i}", f"src{i}", 40 + 2 * i, prompt=passage, decode_node="d1"),
                    exchange(f"b{i}", f"dst{i}", 41 + 2 * i, prompt="hi", response=passage, decode_node="d1")]
-    old = [exchange(f"o{i}", f"t{i % 20}", -3000 + i, prompt=" ".join(words(rng, 30)), decode_node="d1")
-           for i in range(300)]
+    old = _old_prompts(rng, "d1")
     suspects = [f"b{i}" for i in range(12)]
     alone = match(make_case(tmp_path / "alone", recent, suspects), config(lookback_minutes=30))
     among = match(make_case(tmp_path / "among", old + recent, suspects), config(lookback_minutes=30))
