@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import json
 import tomllib
 from pathlib import Path
@@ -634,3 +636,36 @@ def test_an_epoch_of_thousands_of_digits_is_out_of_range_not_an_internal_error(d
 
     with pytest.raises(TimeError, match="1970"):
         parse_time(digits, "epoch_s", "UTC")
+
+
+@pytest.mark.parametrize("row_end", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
+def test_csv_line_breaks_inside_a_quoted_field_are_kept_as_written(tmp_path: Path, row_end: str) -> None:
+    """A quoted field's line breaks are the customer's text: a CRLF or CR inside it was stored as LF, so the
+    stored answer (and every offset an evidence packet gives into it) differed from the export's bytes."""
+    answer = "Yes,\r\nsure\nthen\rdone\r\n"
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator=row_end)
+    writer.writerow(["id", "org", "when", "body", "answer"])
+    writer.writerow(["c-1", "acme", "29/08/2026 10:00:05", json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+                     answer])
+    writer.writerow(["c-2", "beta", "29/08/2026 11:00:00", "{}", "plain"])
+    (tmp_path / "gw.csv").write_bytes(out.getvalue().encode("utf-8"))
+    cfg = case_file(tmp_path, """
+[[inputs]]
+format = "mapped"
+path = "gw.csv"
+time_format = "%d/%m/%Y %H:%M:%S"
+[inputs.fields]
+request_id = "id"
+tenant_id = "org"
+received_at = "when"
+model = "id"
+prompt_messages = "body.messages"
+response_text = "answer"
+""")
+    result = ingest(tmp_path, cfg)
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and (entry["ingested"], entry["quarantined"]) == (2, 0)
+    got = {r["request_id"]: r for r in rows(tmp_path)}
+    assert got["c-1"]["response_text"] == answer and got["c-1"]["source_line"] == 2
+    assert got["c-2"]["response_text"] == "plain"

@@ -48,6 +48,9 @@ class Line:
     # The line ran on past the bytes hashed (a live log's last line, half written when the file was
     # hashed): ``raw`` is what was hashed of it, not a whole record.
     cut: bool = False
+    # The line's own ending as written (LF, CRLF or CR; empty for a last line without one): a record that
+    # spans lines (a quoted CSV field) joins its lines with these, so the field keeps the customer's bytes.
+    end: bytes = b"\n"
 
 
 #: What went wrong with a file as a whole (``FileProblem.kind``):
@@ -206,7 +209,7 @@ def cr_line_endings(path: Path) -> bool:
 
 
 def _universal_lines(fh: BinaryIO) -> Iterator[bytes]:
-    """Lines ended by CR, CRLF or LF (without their ending), read a chunk at a time."""
+    """Lines ended by CR, CRLF or LF (each with its ending, as a file's lines come), read a chunk at a time."""
     pending = bytearray()
     while chunk := fh.read(CHUNK):
         # Only the new bytes (and a CR left at the end of the last chunk) can hold a line end.
@@ -216,11 +219,11 @@ def _universal_lines(fh: BinaryIO) -> Iterator[bytes]:
         for m in NEWLINE.finditer(pending, scan):
             if m.group() == b"\r" and m.end() == len(pending):
                 break  # maybe the first half of a CRLF split between chunks
-            yield bytes(pending[start:m.start()])
+            yield bytes(pending[start:m.end()])
             start = m.end()
         del pending[:start]
-    if pending:  # the last line, or an empty one after a final CR
-        yield bytes(pending[:-1] if pending.endswith(b"\r") else pending)
+    if pending:  # the last line, maybe ended by a final CR
+        yield bytes(pending)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,17 +313,19 @@ def read_lines(path: Path, problems: list[FileProblem], span: Span | None = None
                     check.update(raw)
                 if number == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
+                whole = raw
                 if raw.endswith(b"\n"):
                     raw = raw[:-1]
                 if raw.endswith(b"\r"):
                     raw = raw[:-1]
+                end = whole[len(raw):]
                 text: str | None = None
                 if decode:
                     try:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError:
                         pass
-                yield Line(number, text, raw, cut)
+                yield Line(number, text, raw, cut, end)
             if check is not None and span is not None and span.end is not None and check.intdigest() != span.digest:
                 problems.append(FileProblem(
                     number, f"the file changed while it was read: its bytes {span.start:,}-{span.end:,} are not those "

@@ -110,13 +110,13 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
             quotes += _quotes(line)
             readable = readable and line.text is not None
             size += len(line.raw) + LINE_COST
-        raw = b"\n".join(line.raw for line in group)
+        raw = _joined_raw(group)
         if len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
-            yield first.number, "\n".join(line.text or "" for line in group) if readable else None, raw
+            yield first.number, _joined_text(group) if readable else None, raw
         elif readable and quotes % 2 and at_end:
             cut = _resync(group, fields)
             torn = group[:cut]
-            yield first.number, "\n".join(line.text or "" for line in torn), b"\n".join(line.raw for line in torn)
+            yield first.number, _joined_text(torn), _joined_raw(torn)
             again.extendleft(reversed(group[cut:]))
         else:
             # Not one record: a damaged line, or the rest of a damaged record (a closing quote left over),
@@ -148,8 +148,23 @@ def _resync(group: list[Line], fields: int) -> int:
     for i in range(n - 1, 0, -1):
         end = next_same[parity[i]][i + 1]  # the record read from line i is group[i:end]
         if end <= n and whole[end] and all(line.text is not None for line in group[i:end]):
-            whole[i] = _fits(b"\n".join(line.raw for line in group[i:end]), fields)
+            whole[i] = _fits(_joined_raw(group[i:end]), fields)
     return next((i for i in range(1, n) if whole[i]), n)
+
+
+def _joined_raw(group: list[Line]) -> bytes:
+    """The bytes of a record that spans ``group``'s lines, each line ended as it was written (a CRLF inside a
+    quoted field is the customer's text, not a line end to normalise)."""
+    if len(group) == 1:
+        return group[0].raw
+    return b"".join(line.raw + line.end for line in group[:-1]) + group[-1].raw
+
+
+def _joined_text(group: list[Line]) -> str:
+    """The text of a record that spans ``group``'s lines (all readable), ended as :func:`_joined_raw`."""
+    if len(group) == 1:
+        return group[0].text or ""
+    return "".join((line.text or "") + line.end.decode("ascii") for line in group[:-1]) + (group[-1].text or "")
 
 
 def _quotes(line: Line) -> int:
