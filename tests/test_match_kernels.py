@@ -4,6 +4,7 @@ them, only tokens, hits and findings, so one that differed would silently change
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -186,3 +187,24 @@ def test_holder_sort_refuses_ids_its_key_cannot_hold() -> None:
     for g in ([2**32], [-1]):
         with pytest.raises(ValueError, match="k-gram ids"):
             by_kgram_and_tenant(np.array(g, np.int64), np.zeros(1, np.int64))
+
+
+def test_loading_the_loops_beside_the_stage_ends_and_leaves_a_failure_to_the_stage(monkeypatch: pytest.MonkeyPatch,
+                                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The match stage loads the compiled loops on a thread while its targets load. The thread ends, and a failure
+    there prints no traceback (a thread's exception goes to stderr by default): the stage's own first call raises it,
+    with the stage's message."""
+    thread = fingerprint.kernels_loading_beside()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and fingerprint._kernels
+
+    def broken(texts: list[str]) -> Any:
+        raise RuntimeError("the loops cannot load")
+
+    uncaught: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)  # what prints a thread's traceback
+    monkeypatch.setattr(fingerprint, "tokenize_many", broken)
+    thread = fingerprint.kernels_loading_beside()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and not uncaught
+    assert "Traceback" not in capsys.readouterr().err

@@ -56,7 +56,7 @@ from forensics.match.findings import (
     record_facts,
     unserved_in_review,
 )
-from forensics.match.fingerprint import MATCH_TOKENS, SEED, unicode_version
+from forensics.match.fingerprint import MATCH_TOKENS, SEED, kernels_loading_beside, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
 from forensics.match.rarity import HolderCounts, without_common
@@ -127,10 +127,12 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     c.require("suspects", "scan")  # (each missing or damaged table named before anything reads it)
     path = c.require("exchanges", "ingest")
     with helpers_running(workers_to_start(path, p, tuning.inline_bytes), tuning.wait_for_workers) as helpers:
+        kernels = kernels_loading_beside()  # while the targets load (see there)
         with engine_facts_beside(c) as engine_facts_done:  # first (while the workers start): see engine_facts
             targets, info = load_targets(c, p)
             suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
             index = TargetIndex(targets, p.k)
+            kernels.join()  # done by now (the index tokenized the targets): no thread outlives its use
             engine_seen = engine_facts_done()
         scanner = Scanner(index, p)
         helpers.start(scanner)
