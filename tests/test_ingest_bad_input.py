@@ -95,6 +95,22 @@ def test_bom_and_crlf(tmp_path: Path) -> None:
     assert (entry["ingested"], entry["quarantined"]) == (2, 0)
 
 
+def test_a_byte_order_mark_at_a_later_line_start_is_the_next_log_appended(tmp_path: Path) -> None:
+    """Two logs that each begin with a byte order mark, appended (``cat a.jsonl b.jsonl``): the second log's first
+    record began with the mark and was quarantined as invalid JSON. Its bytes are hashed without the mark, as the
+    first log's first record is, so the same record in another copy is told a duplicate."""
+    bom = b"\xef\xbb\xbf"
+    data = bom + (good(1) + "\n" + good(2) + "\n").encode() + bom + (good(3) + "\n").encode() + bom + b"\n"
+    entry, q = ingest_lines(tmp_path, data)
+    assert (entry["ingested"], entry["quarantined"], entry["blank"]) == (3, 0, 1) and reconciles(entry)
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    again = tmp_path / "again"
+    again.mkdir()
+    _, _ = ingest_lines(again, (good(3) + "\n").encode())
+    copy = pq.read_table(again / "case" / "exchanges.parquet").to_pylist()
+    assert {r["request_id"]: r["record_hash"] for r in x}["r-3"] == copy[0]["record_hash"]
+
+
 @pytest.mark.parametrize(
     "line, reason",
     [

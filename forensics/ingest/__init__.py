@@ -51,6 +51,7 @@ from forensics.ingest.reader import (
     read_lines,
     scan_file,
     sha256_file,
+    without_bom,
 )
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
 from forensics.ingest.staging import (
@@ -1391,6 +1392,7 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
                            "covered by the file's SHA-256, so it was not read. Fix: ingest the file again once "
                            "the log is complete", _excerpt(line.text, line.raw))
                 continue
+            without_bom(line)
             result: Any = NOT_PARSED
             if parse_raw is not None and line.raw[:1] == b"{":
                 try:

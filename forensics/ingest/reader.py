@@ -181,6 +181,17 @@ def _open(path: Path, buffering: int = -1) -> BinaryIO:
     return raw
 
 
+def without_bom(line: Line) -> Line:
+    """``line`` without a byte order mark at its start, when it starts a record: logs appended one after another
+    (``cat a.jsonl b.jsonl``, exports that each begin with the mark) put a log's first bytes at a later line's
+    start, where the mark made a valid record invalid JSON or hid a CSV header. No record begins with one."""
+    if line.raw.startswith(BOM):
+        line.raw = line.raw[len(BOM):]
+        if line.text is not None and line.text.startswith("\ufeff"):
+            line.text = line.text[1:]
+    return line
+
+
 NEWLINE = re.compile(rb"\r\n|\r|\n")
 
 

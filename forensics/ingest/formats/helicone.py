@@ -40,7 +40,7 @@ from forensics.ingest.fields import (
     response_text,
     time_field,
 )
-from forensics.ingest.reader import FileProblem, Line, Span, read_lines
+from forensics.ingest.reader import FileProblem, Line, Span, read_lines, without_bom
 from forensics.ingest.registry import LogFormat, RecordKind, register
 
 #: Columns that only a Helicone request/response row has together (with ``request_id``).
@@ -94,6 +94,7 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
         return again.popleft() if again else next(lines, None)
 
     while (first := take()) is not None:
+        without_bom(first)  # the start of another export appended to this one
         group = [first]
         quotes = _quotes(first)
         readable = first.text is not None
@@ -195,6 +196,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
     lines = read_lines(path, problems, span)
     header: list[str] | None = None
     for line in lines:
+        without_bom(line)
         if line.text is None or not line.text.strip():
             yield line
             continue
