@@ -411,6 +411,51 @@ def test_api_pages_with_one_cut_short_keep_every_whole_log(tmp_path: Path) -> No
     assert [r["request_id"] for r in x2] == [f"01J{i}" for i in range(10, 20)]
 
 
+def _torn(text: str) -> str:
+    """A log with a piece torn out of its middle that joins two strings (the request's question and the answer):
+    every string still closes on its line, but a few of its brackets are gone, so the brackets after it are out
+    of step."""
+    return text[: text.index("hello there") + 4] + text[text.index('"hi"') + 2:]
+
+
+@pytest.mark.parametrize("shape", ["pages", "array"])
+@pytest.mark.parametrize("chunk", [4096, None])
+def test_a_log_torn_with_its_strings_whole_costs_that_log_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                shape: str, chunk: int | None) -> None:
+    """A piece torn out of a pretty-printed log between two strings leaves every string whole but brackets
+    missing: the scanner took a later bracket for the end of the records' array, and the logs after the torn
+    one on that page were read as nothing at all, not even counted (the file's counts still reconciled)."""
+    if chunk:
+        monkeypatch.setattr(cloudflare, "CHUNK", chunk)
+    if shape == "pages":
+        pages = [[json.dumps(log(p * 3 + i), indent=2) for i in range(3)] for p in range(2)]
+        pages[0][0] = _torn(pages[0][0])
+        text = "".join('{\n  "result": [\n' + ",\n".join(page) + '\n  ],\n  "success": true\n}\n' for page in pages)
+    else:
+        texts = [json.dumps(log(i), indent=2) for i in range(6)]
+        texts[0] = _torn(texts[0])
+        text = "[\n" + ",\n".join(texts) + "\n]\n"
+    path = tmp_path / "logs.json"
+    path.write_text(text, encoding="utf-8")
+    entry, q, x = ingest(tmp_path, path)
+    assert [r["request_id"] for r in x] == [f"01J{i}" for i in range(1, 6)]
+    assert [r["source_line"] for r in q] == [1] and "invalid JSON" in q[0]["reason"]
+    assert entry["lines"] == 6 and not entry["problems"]
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_stray_bracket_after_a_whole_log_costs_no_log(tmp_path: Path, indent: int | None) -> None:
+    """A whole log followed by a stray closing brace (a bad merge of two exports): the brace was taken for the end
+    of the records' array, and the logs after it were read as nothing. The log stands, the stray bytes are one
+    quarantined line, and the logs after them are read."""
+    texts = [json.dumps(log(i), indent=indent) for i in range(5)]
+    path = tmp_path / "logs.json"
+    path.write_text("[\n" + texts[0] + "\n}\n,\n" + ",\n".join(texts[1:]) + "\n]\n", encoding="utf-8")
+    entry, q, x = ingest(tmp_path, path)
+    assert [r["request_id"] for r in x] == [f"01J{i}" for i in range(5)]
+    assert [(r["source_line"], r["excerpt"]) for r in q] == [(2, "}")] and entry["lines"] == 6
+
+
 def test_a_gzip_array_with_a_log_cut_short_keeps_the_logs_after_it(tmp_path: Path) -> None:
     texts = [json.dumps(log(i)) for i in range(300)]
     texts[150] = _cut(texts[150])

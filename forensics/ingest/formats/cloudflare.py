@@ -177,7 +177,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
                     if found is None:
                         yield line
                         continue
-                    yield found[0]
+                    yield from found[0]
                     return found[1]
             if head:
                 yield from scanner.feed(scanner.past_bom(head))
@@ -196,7 +196,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
     for line in scanner.finish():
         found = _after_cut(line, scanner, last=True)
         if found is not None:
-            yield found[0]
+            yield from found[0]
             return found[1]
         yield line
     if scanner.open_arrays:
@@ -214,34 +214,49 @@ def _log_or_page(obj: Any) -> str | None:
     return "log" if isinstance(obj, dict) and _is_log(set(obj)) else None
 
 
-def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[Line, _Resume] | None:
-    """For a record just read that is not whole JSON: when the scanner is out of step after it (a log object
-    or page starts inside it, or after something that is no separator), the record up to there (cut short)
-    and where to read again; else None (the record as it is: a bad record between good ones).
+def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[list[Line], _Resume] | None:
+    """For a record just read that is not whole JSON, or that the brackets after it show out of step: when a
+    log object or page starts inside it or after it, the lines to yield (the record up to there, cut short; or
+    the record, whole, and what lies between it and the next one) and where to read again; else None (the
+    record as it is: a bad record between good ones).
 
-    Only a record with a string across a line break is looked at (a cut inside a string runs on to the next
-    line), and the file's last record (a cut between values nests the records after it inside it)."""
-    if not (scanner.last_broken or last):
+    Looked at: a record with a string across a line break (a cut inside a string runs on to the next line),
+    the file's last record (a cut between values nests the records after it inside it), and an array's record
+    followed by something that is no separator (a piece torn out between two strings leaves every string
+    whole but brackets missing, and a later bracket was taken for the end of the records' array)."""
+    out_of_step = scanner.last_context[1] is not None and scanner.byte_after_last(len(line.raw)) not in (None, *b",]")
+    if not (scanner.last_broken or last or out_of_step):
         return None
     try:
         orjson.loads(line.raw)
-        return None
+        whole = True
     except orjson.JSONDecodeError:
-        pass
+        whole = False
+    if whole and not out_of_step:
+        return None
     window = scanner.held_from_last()
-    found = next_record(window, 0, _log_or_page)
+    found = next_record(window, len(line.raw) - 1 if whole else 0, _log_or_page)
     if found is None:
         return None
     at, kind = found
     if at >= len(line.raw) and not window[len(line.raw):at].strip(_SPACE + b","):
         return None  # the next record starts there anyway: the scanner is in step
-    cut = window[:at].rstrip(_SPACE + b",")
-    try:
-        text: str | None = cut.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
     context, records_at = ((), None) if kind == "page" else scanner.last_context
-    return Line(line.number, text, cut), _Resume(scanner.last_offset + at, context, records_at, line.number)
+    if whole:
+        # The record stands; what lies between it and the next (brackets out of step, no whole log) is one more
+        # line, quarantined as not JSON, so that nothing read is left uncounted.
+        between = window[len(line.raw):at].strip(_SPACE + b",")
+        lines = [line, Line(line.number + 1, _text(between), between)]
+        return lines, _Resume(scanner.last_offset + at, context, records_at, line.number + 1)
+    cut = window[:at].rstrip(_SPACE + b",")
+    return [Line(line.number, _text(cut), cut)], _Resume(scanner.last_offset + at, context, records_at, line.number)
+
+
+def _text(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 class _Scanner:
@@ -284,6 +299,14 @@ class _Scanner:
         text = head.removeprefix(BOM)
         self.offset += len(head) - len(text)
         return text
+
+    def byte_after_last(self, size: int) -> int | None:
+        """The first byte after the record being yielded on (``size`` bytes from its start) that is not white
+        space, or None when the bytes read end first (valid only while it is yielded)."""
+        buf, i = self.buf, self.last_index + size
+        while i < len(buf) and buf[i] in _SPACE:
+            i += 1
+        return buf[i] if i < len(buf) else None
 
     def held_from_last(self) -> bytes:
         """The bytes held from the start of the record being yielded on (valid only while it is yielded):
