@@ -518,3 +518,40 @@ def test_the_surrogate_fallback_reads_numbers_and_bytes_as_orjson_does() -> None
     for bad in ('{"a": NaN, "b": "\\ud800"}', '{"a": 1e400, "b": "\\ud800"}', '{"a": [1,], "b": "\\ud800"}'):
         with pytest.raises(orjson.JSONDecodeError):
             json_value(bad)
+
+
+LITELLM_GOLDEN = Path(__file__).parent / "golden" / "ingest" / "litellm_payload" / "callbacks.jsonl"
+
+
+def _as_array(lines: list[str], pretty: bool) -> str:
+    objs = [json.loads(line) for line in lines if line.strip()]
+    return json.dumps(objs, indent=2) + "\n" if pretty else "[\n" + ",\n".join(json.dumps(o) for o in objs) + "\n]\n"
+
+
+@pytest.mark.parametrize("fmt", ["litellm", "openai-split"])
+def test_a_json_array_named_with_a_json_lines_format_is_one_clear_error(tmp_path: Path, fmt: str) -> None:
+    """A JSON array given to a format that reads JSON Lines was read line by line: every element's line
+    quarantined as invalid JSON (140 rows for four pretty-printed records), the last element alone taken, exit 0."""
+    path = tmp_path / "export.json"
+    path.write_text(_as_array([good(i) for i in range(4)], pretty=True), encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        api.ingest(tmp_path / "case", [path], fmt=fmt)  # type: ignore[arg-type]
+    assert "JSON array" in str(err.value) and "jq -c '.[]'" in str(err.value) and "export.json" in str(err.value)
+
+
+def test_a_json_array_in_a_folder_is_skipped_with_the_command_that_converts_it(tmp_path: Path) -> None:
+    """An array written one element per line is sniffed as LiteLLM's: its last element was ingested and the
+    others quarantined. Now the file is skipped, with one quarantine row saying how to convert it; the logs
+    beside it are read."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    lines = LITELLM_GOLDEN.read_text(encoding="utf-8").splitlines()
+    (logs / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (logs / "b.json").write_text(_as_array(lines, pretty=False), encoding="utf-8")
+    result = api.ingest(tmp_path / "case", [logs])
+    files = {Path(f["path"]).name: f for f in result.manifest["files"]}
+    assert files["a.jsonl"]["status"] == "ingested" and files["a.jsonl"]["ingested"] > 0
+    assert files["b.json"]["status"] == "skipped: a JSON array, not JSON Lines" and files["b.json"]["ingested"] == 0
+    q = [r for r in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist() if r["source_file"].endswith("b.json")]
+    assert len(q) == 1 and "jq -c '.[]'" in q[0]["reason"]
+    assert any("a JSON array where JSON Lines were expected" in n for n in result.manifest["notes"])

@@ -402,6 +402,8 @@ class Examined:
     ambiguous: tuple[str, ...] = ()
     compression: str | None = None
     size: int = 0
+    #: Its first non-blank line opens a JSON array, and the format given or sniffed reads JSON Lines.
+    json_array: bool = False
 
 
 def examine(path: Path, given: str | None, split_bytes: int) -> Examined:
@@ -426,13 +428,25 @@ def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | O
         compression = compression_of(path)
         misfit = parquet and given is not None and not FORMATS.get(given).parquet
         if given is not None or encoding is not None or misfit:
-            return Examined(scanned, parquet, encoding, compression=compression, size=size)
+            array = given is not None and not parquet and encoding is None and _json_array(path, given)
+            return Examined(scanned, parquet, encoding, compression=compression, size=size, json_array=array)
         try:
-            return Examined(scanned, parquet, encoding, sniff(path, parquet), compression=compression, size=size)
+            sniffed = sniff(path, parquet)
         except AmbiguousFormat as exc:
             return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression, size)
+        array = sniffed is not None and not parquet and _json_array(path, sniffed)
+        return Examined(scanned, parquet, encoding, sniffed, compression=compression, size=size, json_array=array)
     except OSError as exc:
         return Examined(exc)
+
+
+def _json_array(path: Path, fmt: str) -> bool:
+    """Whether a file of format ``fmt``, which reads JSON Lines, is a JSON array instead (its first non-blank
+    line opens one): read by lines, each element's line would be quarantined and the last one alone taken."""
+    if not FORMATS.get(fmt).json_lines:
+        return False
+    head = peek_lines(path, limit=1)
+    return bool(head) and head[0].lstrip("\ufeff \t\r\n").startswith("[")
 
 
 def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int, known: list[str]) -> list[Examined] | None:
@@ -611,6 +625,12 @@ def ingest(
                         file=path,
                         fix=f"pass --format ({', '.join(FORMATS.names())}) if it is one of them",
                     )
+                if detected is not None and skip is None and seen.json_array:
+                    problem = f"the file is a JSON array, and format {detected!r} reads JSON Lines (one object a line)"
+                    fix = "write one object a line (jq -c '.[]' FILE > FILE.jsonl) and ingest that"
+                    if explicit:
+                        raise InputError(problem, file=path, fix=fix)
+                    skip, detected = Skip(JSON_ARRAY_STATUS, f"{problem}; file skipped. Fix: {fix}"), None
                 if detected is None and damaged and skip is None:
                     skip = Skip("skipped: damaged before its first line",
                                 f"no line can be read from this file: {damaged}; file skipped. Fix: copy or export the "
@@ -974,6 +994,9 @@ def batched(units: list[Unit], entries: dict[str, dict[str, Any]]) -> list[Unit 
 
 
 #: A file found in a folder that no format reads, unless a :class:`Skip` says why.
+#: The status of a file skipped as a JSON array where its format reads JSON Lines.
+JSON_ARRAY_STATUS = "skipped: a JSON array, not JSON Lines"
+
 UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 

@@ -297,7 +297,8 @@ def finalize(
     skipped = [f["path"] for f in files if f["status"].startswith("skipped")]
     if skipped:
         notes.append(f"{len(skipped)} {'file was' if len(skipped) == 1 else 'files were'} skipped (no known format, not "
-                     f"UTF-8, Parquet where a text format was given, or damaged before its first line: see quarantine): "
+                     f"UTF-8, Parquet where a text format was given, a JSON array where JSON Lines were expected, or "
+                     f"damaged before its first line: see quarantine): "
                      f"{', '.join(skipped[:5])}")
     if skipped_inputs:
         notes.append(f"{len(skipped_inputs)} entries of the input folders are not regular files inside them and were not read "

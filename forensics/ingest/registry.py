@@ -100,6 +100,10 @@ class LogFormat:
     #: :data:`NOT_PARSED` for any line it does not settle cleanly (bytes that are not UTF-8 or not
     #: JSON, ...): that line is then decoded and given to ``parse``, so every reason stays the same.
     parse_raw: ParseRaw | None = None
+    #: Its records are JSON objects, one a line (JSON Lines): a file that is a JSON array instead is not read
+    #: line by line (every line quarantined, the last element alone taken), but skipped, or refused when named,
+    #: with the command that converts it.
+    json_lines: bool = False
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):

@@ -418,12 +418,14 @@ def _ceiling_differs(config: CaseConfig, files: Iterable[Any], band: Any) -> lis
 def _read_alike(entry: dict[str, Any], spec: InputSpec, path: Path) -> bool:
     """Whether a re-run reads ``path`` as the ingest did (``entry``: its manifest entry): in the format the case
     file gives it (``spec``) or, with none, the one sniffed again; skipped or read alike."""
-    from forensics.ingest import sniff
-    from forensics.ingest.registry import AmbiguousFormat
+    from forensics.ingest import JSON_ARRAY_STATUS, sniff
+    from forensics.ingest.registry import FORMATS, AmbiguousFormat
 
     status, fmt = str(entry.get("status") or ""), entry.get("format")
     if status.startswith("skipped: not UTF-8"):
         return True  # skipped whatever the format
+    if status == JSON_ARRAY_STATUS:  # skipped again, sniffed or given, unless given a format that reads arrays
+        return spec.format == "auto" or FORMATS.get(spec.format).json_lines
     if spec.format != "auto":
         # A file skipped as of no known format, ambiguous or damaged at its head was sniffed: forced, it is read.
         return status.startswith("skipped: Parquet") or fmt == spec.format

@@ -225,6 +225,7 @@ FORMAT = register(LogFormat(
     sniff=_parser.sniff,
     parse=_parser.parse,
     parse_raw=_parser.parse_raw,
+    json_lines=True,
     sniff_order=10,
     # A callback payload holds the whole text; a spend-log row's long strings are cut (the DB safeguard).
     kinds=(RecordKind("logging_payload", precedence=0), RecordKind("spend_log", precedence=2)),

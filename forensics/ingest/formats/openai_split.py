@@ -157,4 +157,5 @@ FORMAT = register(LogFormat(
     sniff_order=20,  # after litellm: a spend-log row also has request_id and a body-like field
     kinds=(RecordKind("split_request", precedence=1, half="request", joined="split"),
            RecordKind("split_response", precedence=1, half="response", joined="split")),
+    json_lines=True,
 ))
