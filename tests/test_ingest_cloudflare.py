@@ -482,3 +482,32 @@ def test_bad_logs_between_good_ones_do_not_make_the_file_read_again(tmp_path: Pa
     path.write_text("[\n" + ",\n".join(texts) + "\n]\n")
     entry, q, x = ingest(tmp_path, path)
     assert len(x) == 30 and len(q) == 10 and len(scans) == 1
+
+
+@pytest.mark.parametrize("chunk", [5, None])
+def test_an_api_error_page_saved_in_place_of_logs_is_said_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    chunk: int | None) -> None:
+    """An error response saved in place of a page ({"result": [], "success": false, "errors": [...]}, a rejected
+    token) read as an empty, clean page: "ingested", no problem, so a missing page of logs looked like a quiet
+    hour. Now it is a problem row saying those logs are missing, and the logs of the other pages, read whole, are
+    not marked damaged."""
+    if chunk:
+        monkeypatch.setattr(cloudflare, "CHUNK", chunk)
+    error = json.dumps({"result": [], "success": False, "errors": [{"code": 10000, "message": "Authentication error"}]})
+    pages = [json.dumps({"result": [log(p * 3 + i) for i in range(3)], "success": True}, indent=2) for p in range(2)]
+    path = tmp_path / "pages.json"
+    path.write_text(pages[0] + "\n" + error + "\n" + pages[1] + "\n", encoding="utf-8")
+    result = api.ingest(tmp_path / "case", [path])
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and entry["ingested"] == 6 and entry["status"] == "ingested with problems"
+    assert [d["kind"] for d in entry["stream_damage"]] == ["missing"] and '"success": false' in entry["problems"][0]
+    x = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert len(x) == 6 and all(r["damage"] is None for r in x)
+    q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
+    assert len(q) == 1 and "missing from the case" in q[0]["reason"]
+    assert any("API error responses" in n for n in result.manifest["notes"])
+    assert not any("were damaged" in n for n in result.manifest["notes"])
+    alone = tmp_path / "error.json"
+    alone.write_text(error + "\n", encoding="utf-8")
+    entry = api.ingest(tmp_path / "case2", [alone], fmt="cloudflare-ai-gateway").manifest["files"][0]
+    assert entry["status"] == "ingested with problems" and entry["quarantined"] == 1 and entry["reconciled"]

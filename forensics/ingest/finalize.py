@@ -312,7 +312,14 @@ def finalize(
         shown = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
         notes.append(f"{sum(kinds.values())} records hold no model call and were not ingested ({shown}); they are counted "
                      f"with the blank lines and listed by kind in skipped_records: {', '.join(f['path'] for f in passed_over[:5])}")
-    broken = [f["path"] for f in files if f["problems"]]
+    # A page of logs missing (an API error response saved in its place) is no damage to what was read.
+    missing = [f["path"] for f in files if f["problems"] and f.get("stream_damage")
+               and all(d.get("kind") == "missing" for d in f["stream_damage"])]
+    if missing:
+        notes.append(f"{len(missing)} {'file holds' if len(missing) == 1 else 'files hold'} API error responses saved in "
+                     f"place of pages of logs (\"success\": false): those pages' logs are missing from the case (see "
+                     f"quarantine): {', '.join(missing[:5])}")
+    broken = [f["path"] for f in files if f["problems"] and f["path"] not in missing]
     if broken:
         marked = exchanges_stats["records_from_damaged_input"]["by_reason"]["truncated_file"]
         notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}. "
@@ -363,7 +370,7 @@ WITH problem_rows AS (
 ), last_read AS (
   SELECT f.sha AS source_sha256, max(s.source_line) AS source_line
   FROM file_damage f JOIN staged s ON s.source_sha256 = f.sha AND s.source_line <= f.after_line
-  WHERE f.kind <> 'corrupt' GROUP BY f.sha, f.after_line
+  WHERE f.kind IN ('truncated', 'unreadable') GROUP BY f.sha, f.after_line
 ), whole_file AS (
   SELECT s.source_sha256, s.source_line FROM staged s JOIN file_damage f ON f.sha = s.source_sha256 AND f.kind = 'corrupt'
 ), reasons AS (

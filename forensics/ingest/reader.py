@@ -60,7 +60,9 @@ class Line:
 #: decoded before the damage was noticed, so no line of the file is beyond doubt; or a file's bytes
 #: changed between its hash and its reading (:class:`Span` digest).
 #: ``unreadable``: the operating system could not read on (an I/O error): like ``truncated``.
-PROBLEM_KINDS = ("truncated", "corrupt", "unreadable")
+#: ``missing``: a part of the file that should hold logs holds none (an API error response saved in place of a
+#: page): the logs it stands for are missing, and nothing that was read is in doubt.
+PROBLEM_KINDS = ("truncated", "corrupt", "unreadable", "missing")
 
 
 @dataclasses.dataclass

@@ -68,6 +68,9 @@ SIGNS = {"provider", "tokens_in", "tokens_out", "cached", "success", "duration",
          "request_head_complete", "response_head_complete", "model_type", "custom_cost"}
 #: Envelope key of the REST API's answer that holds the log objects.
 RESULT = b"result"
+#: The API envelope's flag: ``false`` on an error response (a rejected token, a rate limit), whose ``result``
+#: is empty: saved in place of a page, it holds none of that page's logs.
+SUCCESS = b"success"
 #: The most of a file's first line read to tell JSON Lines from an array or envelope.
 HEAD_LIMIT = 64 << 20
 #: Longest top-level value that is not JSON (junk between pages) kept as one record to quarantine.
@@ -199,6 +202,11 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
             yield from found[0]
             return found[1]
         yield line
+    if scanner.failed_pages:
+        pages = "an API page says" if scanner.failed_pages == 1 else f"{scanner.failed_pages} API pages say"
+        problems.append(FileProblem(scanner.count, f'{pages} "success": false: an error response (a rejected token, a rate '
+                                    "limit) saved in place of a page of logs, holding none of them; those logs are "
+                                    "missing from the case. Fix: download the page again and ingest it", "missing"))
     if scanner.open_arrays:
         problems.append(FileProblem(scanner.count, f"the JSON array ends without its closing ']' after record {scanner.count}: "
                                     "the export was cut short. Fix: export the logs again (the records before were read)",
@@ -293,6 +301,8 @@ class _Scanner:
         self.expect_key = False
         self.junk = False  # a top-level value that is not JSON: runs to the end of its line
         self.count = count
+        self.value_at: int | None = None  # where a top-level ``success`` value starts in buf, while it is read
+        self.failed_pages = 0  # API envelopes that say ``"success": false``
 
     def past_bom(self, head: bytes) -> bytes:
         """The file's first bytes without a byte order mark, the offsets moved past it."""
@@ -434,6 +444,8 @@ class _Scanner:
                     self.start, self.records_at = None, 2
                 self.stack.append(c)
             elif c in b"]}":
+                if depth == 1 and self.value_at is not None:
+                    self._top_value_ends(i)
                 if self.records_at is not None and depth == self.records_at and self.start is not None:
                     yield from self._record(i)
                 if self.stack:
@@ -443,16 +455,21 @@ class _Scanner:
                 if not self.stack and self.start is not None:  # a bare log object ends
                     yield from self._record(i + 1)
             elif c == 0x2C:  # ,
+                if depth == 1 and self.value_at is not None:
+                    self._top_value_ends(i)
                 if self.records_at is not None and depth == self.records_at and self.start is not None:
                     yield from self._record(i)
                 if depth == 1 and self.stack[0] == 0x7B:
                     self.expect_key = True
             elif c == 0x3A and depth == 1:  # :  after a top-level key
                 self.expect_key = False
+                self.value_at = i + 1 if self.last_key == SUCCESS else None  # a small value: held until read
         # Keep only what a record still needs: the record being read, or the unread rest.
         keep = self.pos if self.start is None else self.start
         if self.key_start is not None:
             keep = min(keep, self.key_start)
+        if self.value_at is not None:
+            keep = min(keep, self.value_at)
         if keep:
             del buf[:keep]
             self.offset += keep
@@ -462,6 +479,15 @@ class _Scanner:
                 self.start -= keep
             if self.key_start is not None:
                 self.key_start -= keep
+            if self.value_at is not None:
+                self.value_at -= keep
+
+    def _top_value_ends(self, end: int) -> None:
+        """A top-level ``success`` value ends at ``end``: count the envelope as failed when it is ``false``."""
+        assert self.value_at is not None
+        if bytes(self.buf[self.value_at:end]).strip(_SPACE) == b"false":
+            self.failed_pages += 1
+        self.value_at = None
 
     def finish(self) -> Iterator[Line]:
         """The end of the stream: a record left open is yielded as read (cut short)."""
