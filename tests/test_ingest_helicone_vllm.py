@@ -201,6 +201,14 @@ def test_vllm_prompt_with_escapes_and_double_quotes(tmp_path: Path) -> None:
     assert ev[0]["output_text"] == 'it\'s "quoted"\n\u00e9' and ev[0]["output_len"] == 2
 
 
+def test_vllm_output_with_a_lone_surrogate_escape_keeps_its_event(tmp_path: Path) -> None:
+    """An answer cut inside an emoji is logged by its repr with a lone surrogate escape: read, the surrogate did
+    not fit the table, and the safety net quarantined the event. It is kept, the surrogate written as its escape's
+    text, as the JSON formats write it."""
+    entry, ev = vllm_events(tmp_path, [r"Generated response r-6: output: 'a \ud83d b', output_token_ids: [1, 2], finish_reason: stop"])
+    assert entry["quarantined"] == 0 and ev[0]["output_text"] == "a \\ud83d b" and ev[0]["output_len"] == 2
+
+
 def test_vllm_prompt_token_ids_give_the_gateway_row_its_engine_count(tmp_path: Path) -> None:
     # The gateway copied the placeholder's prompt_tokens: 1; vLLM logged the ids it really ran on.
     prompt = "Please review the indemnity clause of the supplier agreement and list the risks. " * 4

@@ -36,6 +36,7 @@ import ast
 import re
 from typing import Any
 
+from forensics.case import surrogates_escaped
 from forensics.ingest.base import FileContext, Output
 from forensics.ingest.formats.sglang import node_of, role_of
 from forensics.ingest.registry import LogFormat, register
@@ -83,7 +84,9 @@ def py_string(text: str, pos: int) -> tuple[str | None, int]:
                 raise Unreadable(str(exc)) from None
             if not isinstance(value, str):
                 raise Unreadable("not a string")
-            return value, i + 1
+            # A lone surrogate (an answer cut inside an emoji) as its escape's text, as the JSON formats write it:
+            # the tables hold UTF-8, and the event would be lost.
+            return surrogates_escaped(value), i + 1
         i += 1
     raise Unreadable("unterminated quote")
 
