@@ -140,6 +140,8 @@ def test_helicone_csv_record_with_wrong_field_count_is_quarantined(tmp_path: Pat
     entry, q, _ = ingest(tmp_path, "export.csv", as_csv([row(1)]) + "h-2,2026-08-29T10:00:00Z,extra\n")
     assert (entry["ingested"], entry["quarantined"]) == (1, 1)
     assert "has 3 fields, the header has 11" in q[0]["reason"]
+    # The excerpt quotes the export's own text (it showed the reader's error object, {"_csv_error": ...}).
+    assert q[0]["excerpt"] == "h-2,2026-08-29T10:00:00Z,extra"
 
 
 def test_helicone_tenant_from_a_configured_path_into_a_json_string(tmp_path: Path) -> None:

@@ -1440,7 +1440,8 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
             if isinstance(result, Quarantined):
                 counts["quarantined"] += 1
                 counts["no_tenant"] += result.no_tenant
-                quarantine(line.number, result.reason, _excerpt(line.text, line.raw))
+                # From the bytes: a CSV record's text is the object the reader made of it, its bytes the export's.
+                quarantine(line.number, result.reason, _excerpt(None, line.raw))
             elif result is None:
                 counts["blank"] += 1
             elif isinstance(result, SkippedRecord):
