@@ -669,3 +669,17 @@ response_text = "answer"
     got = {r["request_id"]: r for r in rows(tmp_path)}
     assert got["c-1"]["response_text"] == answer and got["c-1"]["source_line"] == 2
     assert got["c-2"]["response_text"] == "plain"
+
+
+def test_a_file_named_on_the_command_line_finds_its_profile_through_a_glob_input(tmp_path: Path) -> None:
+    """`forensics ingest --format mapped --config CASE.toml FILE` looks for the [[inputs]] entry that holds FILE:
+    one whose path is a glob pattern (`logs/*.jsonl`, as `forensics run` expands it) held none, so the command
+    refused a file the case file's run reads."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = jsonl(logs / "gw-1.jsonl", [record(1), record(2)])
+    cfg = case_file(tmp_path, PROFILE.format(path="logs/*.jsonl"))
+    result = api.ingest(tmp_path / "case", [path], fmt="mapped", config=cfg)
+    assert result.manifest["files"][0]["ingested"] == 2
+    with pytest.raises(ConfigError, match="no \\[\\[inputs\\]\\] entry"):
+        api.ingest(tmp_path / "case2", [jsonl(tmp_path / "other.jsonl", [record(3)])], fmt="mapped", config=cfg)

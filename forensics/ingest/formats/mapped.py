@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import glob
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -45,6 +46,7 @@ from forensics.ingest.fields import (
 from forensics.ingest.formats.helicone import CSV_ERROR
 from forensics.ingest.formats.helicone import read_records as read_csv_or_lines
 from forensics.ingest.parquet import ROW_ERROR, read_rows
+from forensics.ingest.patterns import glob_matches
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular, peek_lines, read_lines
 from forensics.ingest.registry import LogFormat, RecordKind, register
 from forensics.ingest.resync import JSON_TOKEN, next_record
@@ -597,7 +599,7 @@ class MappedParser:
 def profile_for(paths: Sequence[Path], cfg: CaseConfig) -> Profile:
     """The profile of the case file's ``mapped`` input that holds every one of ``paths``."""
     found = {spec.profile for spec in cfg.inputs if spec.profile is not None
-             and all(_inside(Path(p), spec.path) for p in paths)}
+             and all(_held_by(Path(p), spec.path) for p in paths)}
     if len(found) == 1:
         return found.pop()
     if not found:
@@ -607,6 +609,14 @@ def profile_for(paths: Sequence[Path], cfg: CaseConfig) -> Profile:
                               "[inputs.fields] table (forensics profile suggest FILE prints a starting one)")
     raise ConfigError(f"{len(found)} mapped [[inputs]] entries hold {', '.join(str(p) for p in paths)}, with different "
                       "profiles", file=cfg.file, fix="ingest each entry's path on its own, or run the case file (forensics run)")
+
+
+def _held_by(path: Path, spec_path: Path) -> bool:
+    """Whether an [[inputs]] entry's ``path`` holds ``path``: the file or folder it names, or, for a glob pattern
+    (``logs/**/*.parquet``), one of the files or folders it matches, as the run expands it."""
+    if not spec_path.exists() and glob.has_magic(str(spec_path)):
+        return any(_inside(path, Path(match)) for match in glob_matches(spec_path).matches)
+    return _inside(path, spec_path)
 
 
 def _inside(path: Path, root: Path) -> bool:
