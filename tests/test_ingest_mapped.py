@@ -152,14 +152,8 @@ def test_a_json_array_element_cut_inside_a_string_costs_that_element_only(tmp_pa
     assert entry["reconciled"] and not entry["problems"]
 
 
-def test_csv_with_a_json_string_column_a_quoted_line_break_and_a_strftime_time(tmp_path: Path) -> None:
-    body = json.dumps({"messages": [{"role": "user", "content": "line one\nline two, \"quoted\""}]})
-    (tmp_path / "gw.csv").write_text(
-        "id,org,when,body,answer,tokens\n"
-        f'c-1,acme,29/08/2026 10:00:05,"{body.replace(chr(34), chr(34) * 2)}","Yes,\nsure",12\n'
-        'c-2,beta,29/08/2026 11:00:00,"{""messages"": []}",,\n', encoding="utf-8")
-    cfg = case_file(tmp_path, """
-timezone = "Europe/Berlin"
+#: A mapped CSV export's [[inputs]] entry (gw.csv: id, org, when, body, answer), its fields table open for more keys.
+CSV_INPUT = """
 [[inputs]]
 format = "mapped"
 path = "gw.csv"
@@ -168,11 +162,18 @@ time_format = "%d/%m/%Y %H:%M:%S"
 request_id = "id"
 tenant_id = "org"
 received_at = "when"
-model = "model_column_absent_here"
 prompt_messages = "body.messages"
 response_text = "answer"
-prompt_tokens = "tokens"
-""".replace('model = "model_column_absent_here"\n', 'model = ["model", "id"]\n'))
+"""
+
+
+def test_csv_with_a_json_string_column_a_quoted_line_break_and_a_strftime_time(tmp_path: Path) -> None:
+    body = json.dumps({"messages": [{"role": "user", "content": "line one\nline two, \"quoted\""}]})
+    (tmp_path / "gw.csv").write_text(
+        "id,org,when,body,answer,tokens\n"
+        f'c-1,acme,29/08/2026 10:00:05,"{body.replace(chr(34), chr(34) * 2)}","Yes,\nsure",12\n'
+        'c-2,beta,29/08/2026 11:00:00,"{""messages"": []}",,\n', encoding="utf-8")
+    cfg = case_file(tmp_path, 'timezone = "Europe/Berlin"\n' + CSV_INPUT + 'model = ["model", "id"]\nprompt_tokens = "tokens"\n')
     ingest(tmp_path, cfg)
     got = {r["request_id"]: r for r in rows(tmp_path)}
     c1 = got["c-1"]
@@ -650,19 +651,7 @@ def test_csv_line_breaks_inside_a_quoted_field_are_kept_as_written(tmp_path: Pat
                      answer])
     writer.writerow(["c-2", "beta", "29/08/2026 11:00:00", "{}", "plain"])
     (tmp_path / "gw.csv").write_bytes(out.getvalue().encode("utf-8"))
-    cfg = case_file(tmp_path, """
-[[inputs]]
-format = "mapped"
-path = "gw.csv"
-time_format = "%d/%m/%Y %H:%M:%S"
-[inputs.fields]
-request_id = "id"
-tenant_id = "org"
-received_at = "when"
-model = "id"
-prompt_messages = "body.messages"
-response_text = "answer"
-""")
+    cfg = case_file(tmp_path, CSV_INPUT + 'model = "id"\n')
     result = ingest(tmp_path, cfg)
     entry = result.manifest["files"][0]
     assert entry["reconciled"] and (entry["ingested"], entry["quarantined"]) == (2, 0)
