@@ -555,3 +555,12 @@ def test_a_json_array_in_a_folder_is_skipped_with_the_command_that_converts_it(t
     q = [r for r in pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist() if r["source_file"].endswith("b.json")]
     assert len(q) == 1 and "jq -c '.[]'" in q[0]["reason"]
     assert any("a JSON array where JSON Lines were expected" in n for n in result.manifest["notes"])
+
+
+@pytest.mark.parametrize("first", ["[]", '[{"a": 1}, {"b": 2}]'])
+def test_a_json_lines_file_whose_first_line_is_a_whole_array_is_read_as_json_lines(tmp_path: Path, first: str) -> None:
+    """A first line that is a whole JSON value by itself is a bad record of a JSON Lines file, not an array's
+    opening: that line quarantined, the records after it read."""
+    entry, q = ingest_lines(tmp_path, [first, good(1), good(2)], fmt="openai-split")
+    assert entry["status"] == "ingested" and (entry["quarantined"], entry["ingested"]) == (1, 2) and reconciles(entry)
+    assert q[0]["source_line"] == 1

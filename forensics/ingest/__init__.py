@@ -37,6 +37,7 @@ from forensics.config import CaseConfig, Profile, save
 from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
+from forensics.ingest.fields import json_value
 from forensics.ingest.parquet import head_damage as parquet_head_damage
 from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.patterns import glob_matches, split_pattern
@@ -446,7 +447,15 @@ def _json_array(path: Path, fmt: str) -> bool:
     if not FORMATS.get(fmt).json_lines:
         return False
     head = peek_lines(path, limit=1)
-    return bool(head) and head[0].lstrip("\ufeff \t\r\n").startswith("[")
+    if not head or not head[0].lstrip("\ufeff \t\r\n").startswith("["):
+        return False
+    # A line that is a whole JSON value by itself ("[]", a one-line array) is a bad record of a JSON Lines file,
+    # quarantined as such; an array's opening line ("[", '[{"a": 1},') is not.
+    try:
+        json_value(head[0])
+    except ValueError:
+        return True
+    return False
 
 
 def _examine_many(pairs: list[tuple[Path, str | None]], split_bytes: int, known: list[str]) -> list[Examined] | None:
