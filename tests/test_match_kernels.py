@@ -5,6 +5,7 @@ them, only tokens, hits and findings, so one that differed would silently change
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -191,20 +192,27 @@ def test_holder_sort_refuses_ids_its_key_cannot_hold() -> None:
 
 def test_loading_the_loops_beside_the_stage_ends_and_leaves_a_failure_to_the_stage(monkeypatch: pytest.MonkeyPatch,
                                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """The match stage loads the compiled loops on a thread while its targets load. The thread ends, and a failure
-    there prints no traceback (a thread's exception goes to stderr by default): the stage's own first call raises it,
-    with the stage's message."""
-    thread = fingerprint.kernels_loading_beside()
-    thread.join(timeout=120)
-    assert not thread.is_alive() and fingerprint._kernels
+    """The match stage loads the compiled loops on a thread while its targets load. The thread has ended when the
+    block does, also when the block fails (a process exiting while numba loads could abort), and a failure there prints
+    no traceback (a thread's exception goes to stderr by default): the stage's own first call raises it, with the
+    stage's message."""
+    with fingerprint.kernels_loading_beside():
+        pass
+    assert fingerprint._kernels  # loaded by the time the block ended
+    ended: list[str] = []
 
     def broken(texts: list[str]) -> Any:
-        raise RuntimeError("the loops cannot load")
+        try:
+            time.sleep(0.3)  # slower than the failing block
+            raise RuntimeError("the loops cannot load")
+        finally:
+            ended.append("loading ended")
 
     uncaught: list[Any] = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)  # what prints a thread's traceback
     monkeypatch.setattr(fingerprint, "tokenize_many", broken)
-    thread = fingerprint.kernels_loading_beside()
-    thread.join(timeout=120)
-    assert not thread.is_alive() and not uncaught
+    with pytest.raises(KeyError), fingerprint.kernels_loading_beside() as thread:
+        raise KeyError("the stage failed first: the loading is still waited for")
+    assert ended == ["loading ended"] and not uncaught
+    thread.join(timeout=60)
     assert "Traceback" not in capsys.readouterr().err

@@ -127,12 +127,11 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     c.require("suspects", "scan")  # (each missing or damaged table named before anything reads it)
     path = c.require("exchanges", "ingest")
     with helpers_running(workers_to_start(path, p, tuning.inline_bytes), tuning.wait_for_workers) as helpers:
-        kernels = kernels_loading_beside()  # while the targets load (see there)
-        with engine_facts_beside(c) as engine_facts_done:  # first (while the workers start): see engine_facts
+        # First (while the workers start): the engine's facts, and the compiled loops while the targets load.
+        with kernels_loading_beside(), engine_facts_beside(c) as engine_facts_done:
             targets, info = load_targets(c, p)
             suspects_sha256 = file_sha256(c.table_path("suspects"))  # what the report checks it was given
             index = TargetIndex(targets, p.k)
-            kernels.join()  # done by now (the index tokenized the targets): no thread outlives its use
             engine_seen = engine_facts_done()
         scanner = Scanner(index, p)
         helpers.start(scanner)

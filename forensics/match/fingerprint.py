@@ -36,10 +36,11 @@ Hashes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import numpy as np
@@ -360,24 +361,43 @@ def compiled_kernels() -> ModuleType:
     return _kernels[0]
 
 
-def kernels_loading_beside() -> threading.Thread:
-    """Start loading the compiled loops on a thread of their own (numba's import and the loops' machine code
-    from their cache, what a process's first :func:`tokenize_many` pays), and return the thread.
+@contextlib.contextmanager
+def kernels_loading_beside() -> Iterator[threading.Thread]:
+    """Load the compiled loops on a thread of their own while the block runs (numba's import and the loops'
+    machine code from their cache, what a process's first :func:`tokenize_many` pays); the thread is ended when
+    the block ends, however it ends.
 
-    The match stage's parent calls it first: it paid this half second in series with loading the targets,
-    which mostly waits on Parquet and DuckDB with the interpreter free (on the 1 GB benchmark incident its
-    pass then started 0.7-0.9 s sooner). A later call in the process waits for the import under way. What
-    goes wrong here is left to the stage's own first call, which raises it with the stage's message.
+    The match stage's parent runs its first steps in the block: it paid this half second in series with loading
+    the targets, which mostly waits on Parquet and DuckDB with the interpreter free (on the 1 GB benchmark
+    incident its pass then started 0.3-0.8 s sooner). A later call in the process waits for the import under way.
+    What goes wrong here is left to the stage's own first call, which raises it with the stage's message. The
+    block's end waits for the thread even when an interrupt or an error ends it: a process that exits while
+    numba loads inside it can abort ("terminate called ..."), after the interrupt's clean message.
     """
+    done = threading.Event()
+
     def load() -> None:
         try:
             tokenize_many(["load the compiled loops: word 42, x_y = 3.5%"])
         except Exception:  # the stage's own first call raises it, with its message
             pass
+        finally:
+            done.set()
 
     thread = threading.Thread(target=load, name="match-kernels", daemon=True)
     thread.start()
-    return thread
+    try:
+        yield thread
+    finally:
+        # An event, not Thread.join: an interrupted join marks the thread ended while it runs on (python/cpython#90882).
+        interrupt: BaseException | None = None
+        while not done.is_set():
+            try:
+                done.wait()
+            except BaseException as exc:  # a second Ctrl-C: the loading ends within a second, then it is raised
+                interrupt = exc
+        if interrupt is not None:
+            raise interrupt
 
 
 def array_tokens_by_class(cls: np.ndarray, cps: np.ndarray, sval: np.ndarray,
