@@ -511,3 +511,23 @@ def test_an_api_error_page_saved_in_place_of_logs_is_said_missing(tmp_path: Path
     alone.write_text(error + "\n", encoding="utf-8")
     entry = api.ingest(tmp_path / "case2", [alone], fmt="cloudflare-ai-gateway").manifest["files"][0]
     assert entry["status"] == "ingested with problems" and entry["quarantined"] == 1 and entry["reconciled"]
+
+
+def test_a_failed_call_is_no_missing_page_and_an_error_page_is_reported_after_a_resync(tmp_path: Path) -> None:
+    """Two faults a review found in the error-page report: a failed call logged as a bare pretty-printed log object
+    (`jq . logs.jsonl`) says "success": false too, and was counted as a missing page; and an error page before a
+    log cut short was forgotten when the file was read again from after the cut."""
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(log(1, success=False, status_code=500), indent=2) + "\n"
+                      + json.dumps(log(2), indent=2) + "\n", encoding="utf-8")
+    entry = api.ingest(tmp_path / "case", [failed], fmt="cloudflare-ai-gateway").manifest["files"][0]
+    assert (entry["status"], entry["ingested"], entry["stream_damage"]) == ("ingested", 2, [])
+    error = json.dumps({"result": [], "success": False, "errors": [{"code": 10000, "message": "Authentication error"}]})
+    page = json.dumps({"result": [log(10 + i) for i in range(3)], "success": True}, indent=2)
+    cut = page[: page.index('"hi"', page.index("01J11")) + 3] + page[page.index('"hi"', page.index("01J11")) + 4:]
+    pages = tmp_path / "pages.json"
+    pages.write_text(error + "\n" + cut + "\n", encoding="utf-8")
+    result = api.ingest(tmp_path / "case2", [pages], fmt="cloudflare-ai-gateway")
+    entry = result.manifest["files"][0]
+    assert entry["ingested"] == 2 and entry["quarantined"] == 2 and entry["reconciled"]
+    assert [d["kind"] for d in entry["stream_damage"]] == ["missing"]

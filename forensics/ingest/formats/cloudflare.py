@@ -155,11 +155,12 @@ class _Resume:
     context: tuple[int, ...] = ()
     records_at: int | None = None
     count: int = 0
+    failed_pages: int = 0  # API error pages met before (reported once, at the end of the file)
 
 
 def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[Line, None, _Resume | None]:
     """The records from ``start`` on; returns where to read again when a record cut short was found."""
-    scanner = _Scanner(start.context, start.records_at, start.count, start.offset)
+    scanner = _Scanner(start.context, start.records_at, start.count, start.offset, start.failed_pages)
     try:
         with open_decompressed(path) as fh:
             head: bytes | None = b"" if start.offset == 0 else None  # the first bytes, until a BOM can be told
@@ -181,7 +182,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
                         yield line
                         continue
                     yield from found[0]
-                    return found[1]
+                    return dataclasses.replace(found[1], failed_pages=scanner.failed_pages)
             if head:
                 yield from scanner.feed(scanner.past_bom(head))
     except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError) as exc:
@@ -200,7 +201,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
         found = _after_cut(line, scanner, last=True)
         if found is not None:
             yield from found[0]
-            return found[1]
+            return dataclasses.replace(found[1], failed_pages=scanner.failed_pages)
         yield line
     if scanner.failed_pages:
         pages = "an API page says" if scanner.failed_pages == 1 else f"{scanner.failed_pages} API pages say"
@@ -277,7 +278,7 @@ class _Scanner:
     """
 
     def __init__(self, context: tuple[int, ...] = (), records_at: int | None = None, count: int = 0,
-                 offset: int = 0) -> None:
+                 offset: int = 0, failed_pages: int = 0) -> None:
         self.buf = bytearray()
         self.pos = 0  # next byte to look at
         self.stack: list[int] = list(context)  # open containers: ord('[') or ord('{')
@@ -302,7 +303,9 @@ class _Scanner:
         self.junk = False  # a top-level value that is not JSON: runs to the end of its line
         self.count = count
         self.value_at: int | None = None  # where a top-level ``success`` value starts in buf, while it is read
-        self.failed_pages = 0  # API envelopes that say ``"success": false``
+        self.said_failure = False  # the top-level object being read says ``"success": false``
+        self.envelope_from: int | None = None  # the records counted when it turned out an API envelope
+        self.failed_pages = failed_pages  # API envelopes with no records that say ``"success": false``
 
     def past_bom(self, head: bytes) -> bytes:
         """The file's first bytes without a byte order mark, the offsets moved past it."""
@@ -413,6 +416,7 @@ class _Scanner:
                 elif c == 0x7B:  # {  a record, unless it turns out to be an envelope
                     self.stack.append(c)
                     self.start, self.expect_key, self.last_key = self.pos, True, None
+                    self.said_failure, self.envelope_from = False, None
                     self.start_context = ((), None)
                     self.pos += 1
                 else:
@@ -442,6 +446,7 @@ class _Scanner:
                         and self.last_key == RESULT):
                     # The API envelope: its result array holds the records; the envelope is no record.
                     self.start, self.records_at = None, 2
+                    self.envelope_from = self.count
                 self.stack.append(c)
             elif c in b"]}":
                 if depth == 1 and self.value_at is not None:
@@ -450,6 +455,8 @@ class _Scanner:
                     yield from self._record(i)
                 if self.stack:
                     self.stack.pop()
+                if depth == 1 and self.said_failure and self.envelope_from == self.count:
+                    self.failed_pages += 1  # an error response in place of a page: no records, "success": false
                 if self.records_at is not None and len(self.stack) < self.records_at:
                     self.records_at = None
                 if not self.stack and self.start is not None:  # a bare log object ends
@@ -483,10 +490,10 @@ class _Scanner:
                 self.value_at -= keep
 
     def _top_value_ends(self, end: int) -> None:
-        """A top-level ``success`` value ends at ``end``: count the envelope as failed when it is ``false``."""
+        """A top-level ``success`` value ends at ``end``: note whether it is ``false`` (counted when the object it
+        belongs to closes as an API envelope without records; a log object says the same of a failed call)."""
         assert self.value_at is not None
-        if bytes(self.buf[self.value_at:end]).strip(_SPACE) == b"false":
-            self.failed_pages += 1
+        self.said_failure = bytes(self.buf[self.value_at:end]).strip(_SPACE) == b"false"
         self.value_at = None
 
     def finish(self) -> Iterator[Line]:
