@@ -419,7 +419,7 @@ def _torn(text: str) -> str:
 
 
 @pytest.mark.parametrize("shape", ["pages", "array"])
-@pytest.mark.parametrize("chunk", [4096, None])
+@pytest.mark.parametrize("chunk", [64, 500, 4096, None])
 def test_a_log_torn_with_its_strings_whole_costs_that_log_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 shape: str, chunk: int | None) -> None:
     """A piece torn out of a pretty-printed log between two strings leaves every string whole but brackets
@@ -443,11 +443,16 @@ def test_a_log_torn_with_its_strings_whole_costs_that_log_only(tmp_path: Path, m
     assert entry["lines"] == 6 and not entry["problems"]
 
 
+@pytest.mark.parametrize("chunk", [64, 500, None])
 @pytest.mark.parametrize("indent", [None, 2])
-def test_a_stray_bracket_after_a_whole_log_costs_no_log(tmp_path: Path, indent: int | None) -> None:
+def test_a_stray_bracket_after_a_whole_log_costs_no_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        indent: int | None, chunk: int | None) -> None:
     """A whole log followed by a stray closing brace (a bad merge of two exports): the brace was taken for the end
     of the records' array, and the logs after it were read as nothing. The log stands, the stray bytes are one
-    quarantined line, and the logs after them are read."""
+    quarantined line, and the logs after them are read, wherever a read of the file ends (a first version looked
+    for the next log only in what the scanner held)."""
+    if chunk:
+        monkeypatch.setattr(cloudflare, "CHUNK", chunk)
     texts = [json.dumps(log(i), indent=indent) for i in range(5)]
     path = tmp_path / "logs.json"
     path.write_text("[\n" + texts[0] + "\n}\n,\n" + ",\n".join(texts[1:]) + "\n]\n", encoding="utf-8")

@@ -177,7 +177,7 @@ def _scan(path: Path, problems: list[FileProblem], start: _Resume) -> Generator[
                         continue
                     chunk, head = scanner.past_bom(head), None
                 for line in scanner.feed(chunk):
-                    found = _after_cut(line, scanner)
+                    found = _after_cut(line, scanner, ahead=lambda offset: _bytes_at(path, offset))
                     if found is None:
                         yield line
                         continue
@@ -223,7 +223,27 @@ def _log_or_page(obj: Any) -> str | None:
     return "log" if isinstance(obj, dict) and _is_log(set(obj)) else None
 
 
-def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[list[Line], _Resume] | None:
+#: How far past a record out of step the file is read again to find where whole records go on, when what the
+#: scanner holds ends first (a chunk boundary just after it): beyond any real log (a prompt of megabytes).
+LOOK_AHEAD = 32 << 20
+
+
+def _bytes_at(path: Path, offset: int, size: int = LOOK_AHEAD) -> bytes:
+    """Up to ``size`` bytes of the (decompressed) file from ``offset``: read again, only after a record out of step."""
+    try:
+        with open_decompressed(path) as fh:
+            while offset > 0:
+                skipped = fh.read(min(offset, CHUNK))
+                if not skipped:
+                    return b""
+                offset -= len(skipped)
+            return fh.read(size)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError):
+        return b""  # the scan reports what is wrong with the file
+
+
+def _after_cut(line: Line, scanner: _Scanner, last: bool = False,
+               ahead: Callable[[int], bytes] | None = None) -> tuple[list[Line], _Resume] | None:
     """For a record just read that is not whole JSON, or that the brackets after it show out of step: when a
     log object or page starts inside it or after it, the lines to yield (the record up to there, cut short; or
     the record, whole, and what lies between it and the next one) and where to read again; else None (the
@@ -245,6 +265,10 @@ def _after_cut(line: Line, scanner: _Scanner, last: bool = False) -> tuple[list[
         return None
     window = scanner.held_from_last()
     found = next_record(window, len(line.raw) - 1 if whole else 0, _log_or_page)
+    if found is None and ahead is not None and not last:
+        # What the scanner holds may end before the next record does: read on from the record's start.
+        window = ahead(scanner.last_offset)
+        found = next_record(window, len(line.raw) - 1 if whole else 0, _log_or_page)
     if found is None:
         return None
     at, kind = found
