@@ -598,8 +598,7 @@ class MappedParser:
 
 def profile_for(paths: Sequence[Path], cfg: CaseConfig) -> Profile:
     """The profile of the case file's ``mapped`` input that holds every one of ``paths``."""
-    found = {spec.profile for spec in cfg.inputs if spec.profile is not None
-             and all(_held_by(Path(p), spec.path) for p in paths)}
+    found = {spec.profile for spec in cfg.inputs if spec.profile is not None and _holds_all(spec.path, paths)}
     if len(found) == 1:
         return found.pop()
     if not found:
@@ -611,12 +610,22 @@ def profile_for(paths: Sequence[Path], cfg: CaseConfig) -> Profile:
                       "profiles", file=cfg.file, fix="ingest each entry's path on its own, or run the case file (forensics run)")
 
 
-def _held_by(path: Path, spec_path: Path) -> bool:
-    """Whether an [[inputs]] entry's ``path`` holds ``path``: the file or folder it names, or, for a glob pattern
-    (``logs/**/*.parquet``), one of the files or folders it matches, as the run expands it."""
-    if not spec_path.exists() and glob.has_magic(str(spec_path)):
-        return any(_inside(path, Path(match)) for match in glob_matches(spec_path).matches)
-    return _inside(path, spec_path)
+def _holds_all(spec_path: Path, paths: Sequence[Path]) -> bool:
+    """Whether an [[inputs]] entry's ``path`` holds every one of ``paths``: the file or folder it names, or, for a
+    glob pattern (``logs/**/*.parquet``), the files and folders it matches, as the run expands it (once, not per
+    path: thousands of files named at once)."""
+    if spec_path.exists() or not glob.has_magic(str(spec_path)):
+        return all(_inside(Path(p), spec_path) for p in paths)
+    roots = {os.path.realpath(match) for match in glob_matches(spec_path).matches}
+    for p in paths:
+        # The path itself or a folder above it is a match.
+        at = os.path.realpath(p)
+        while at not in roots:
+            up = os.path.dirname(at)
+            if up == at:
+                return False
+            at = up
+    return True
 
 
 def _inside(path: Path, root: Path) -> bool:
