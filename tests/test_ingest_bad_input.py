@@ -564,3 +564,12 @@ def test_a_json_lines_file_whose_first_line_is_a_whole_array_is_read_as_json_lin
     entry, q = ingest_lines(tmp_path, [first, good(1), good(2)], fmt="openai-split")
     assert entry["status"] == "ingested" and (entry["quarantined"], entry["ingested"]) == (1, 2) and reconciles(entry)
     assert q[0]["source_line"] == 1
+
+
+def test_a_compressed_json_array_is_refused_with_a_command_that_reads_it(tmp_path: Path) -> None:
+    """The conversion the error names must run on the file as given: jq alone cannot read a .gz file."""
+    path = tmp_path / "export.json.gz"
+    path.write_bytes(gzip.compress(_as_array([good(i) for i in range(3)], pretty=True).encode()))
+    with pytest.raises(InputError) as err:
+        api.ingest(tmp_path / "case", [path], fmt="openai-split")
+    assert "zcat FILE | jq -c '.[]' > FILE.jsonl" in str(err.value)

@@ -125,6 +125,15 @@ def test_json_array_records_keep_the_line_they_start_on(tmp_path: Path) -> None:
     assert bad["source_line"] == len(lines) - 1 and "invalid JSON" in bad["reason"]
 
 
+def test_an_empty_json_array_element_is_quarantined_saying_so(tmp_path: Path) -> None:
+    text = "[\n" + json.dumps(record(1)) + ",\n ,\n" + json.dumps(record(2)) + "\n]\n"
+    (tmp_path / "gw.json").write_text(text, encoding="utf-8")
+    ingest(tmp_path, case_file(tmp_path, PROFILE.format(path="gw.json")))
+    assert sorted(r["request_id"] for r in rows(tmp_path)) == ["r-1", "r-2"]
+    [bad] = rows(tmp_path, "quarantine")
+    assert bad["excerpt"] == '"(an empty element)"'
+
+
 def test_an_unclosed_json_array_reads_what_is_complete_and_says_the_rest_is_missing(tmp_path: Path) -> None:
     text = json.dumps([record(1), record(2)], indent=1)
     (tmp_path / "gw.json").write_text(text[: text.rindex("}")], encoding="utf-8")  # cut inside the second record

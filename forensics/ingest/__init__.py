@@ -636,7 +636,9 @@ def ingest(
                     )
                 if detected is not None and skip is None and seen.json_array:
                     problem = f"the file is a JSON array, and format {detected!r} reads JSON Lines (one object a line)"
-                    fix = "write one object a line (jq -c '.[]' FILE > FILE.jsonl) and ingest that"
+                    unpack = {"gzip": "zcat FILE | ", "zstd": "zstdcat FILE | "}.get(seen.compression or "", "")
+                    fix = (f"write one object a line ({unpack}jq -c '.[]' {'' if unpack else 'FILE '}> FILE.jsonl) "
+                           "and ingest that")
                     if explicit:
                         raise InputError(problem, file=path, fix=fix)
                     skip, detected = Skip(JSON_ARRAY_STATUS, f"{problem}; file skipped. Fix: {fix}"), None
@@ -1449,8 +1451,9 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
             if isinstance(result, Quarantined):
                 counts["quarantined"] += 1
                 counts["no_tenant"] += result.no_tenant
-                # From the bytes: a CSV record's text is the object the reader made of it, its bytes the export's.
-                quarantine(line.number, result.reason, _excerpt(None, line.raw))
+                # From the bytes: a CSV record's text is the object the reader made of it, its bytes the export's
+                # (a record with no bytes, an empty array element, keeps the text its reader gave it).
+                quarantine(line.number, result.reason, _excerpt(None, line.raw) if line.raw else _excerpt(line.text, line.raw))
             elif result is None:
                 counts["blank"] += 1
             elif isinstance(result, SkippedRecord):
