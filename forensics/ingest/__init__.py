@@ -1004,10 +1004,10 @@ def batched(units: list[Unit], entries: dict[str, dict[str, Any]]) -> list[Unit 
     return work
 
 
-#: A file found in a folder that no format reads, unless a :class:`Skip` says why.
 #: The status of a file skipped as a JSON array where its format reads JSON Lines.
 JSON_ARRAY_STATUS = "skipped: a JSON array, not JSON Lines"
 
+#: A file found in a folder that no format reads, unless a :class:`Skip` says why.
 UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
