@@ -183,6 +183,14 @@ def _open(path: Path, buffering: int = -1) -> BinaryIO:
     return raw
 
 
+def utf8_text(raw: bytes) -> str | None:
+    """A line's or record's text, or None when its bytes are not UTF-8 (the caller quarantines it as such)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def without_bom(line: Line) -> Line:
     """``line`` without a byte order mark at its start, when it starts a record: logs appended one after another
     (``cat a.jsonl b.jsonl``, exports that each begin with the mark) put a log's first bytes at a later line's

@@ -56,7 +56,17 @@ from forensics.ingest.fields import (
     response_text,
     time_field,
 )
-from forensics.ingest.reader import BOM, CHUNK, FileProblem, Line, Span, ZstdTruncatedError, compression_of, read_lines
+from forensics.ingest.reader import (
+    BOM,
+    CHUNK,
+    FileProblem,
+    Line,
+    Span,
+    ZstdTruncatedError,
+    compression_of,
+    read_lines,
+    utf8_text,
+)
 from forensics.ingest.reader import _open as open_decompressed  # the same transparent .gz/.zst reading as every format
 from forensics.ingest.registry import LogFormat, RecordKind, register
 from forensics.ingest.resync import next_record
@@ -263,12 +273,13 @@ def _after_cut(line: Line, scanner: _Scanner, last: bool = False,
         whole = False
     if whole and not out_of_step:
         return None
+    after = len(line.raw) - 1 if whole else 0  # a whole record stands: the next one is looked for after it
     window = scanner.held_from_last()
-    found = next_record(window, len(line.raw) - 1 if whole else 0, _log_or_page)
+    found = next_record(window, after, _log_or_page)
     if found is None and ahead is not None and not last:
         # What the scanner holds may end before the next record does: read on from the record's start.
         window = ahead(scanner.last_offset)
-        found = next_record(window, len(line.raw) - 1 if whole else 0, _log_or_page)
+        found = next_record(window, after, _log_or_page)
     if found is None:
         return None
     at, kind = found
@@ -279,17 +290,10 @@ def _after_cut(line: Line, scanner: _Scanner, last: bool = False,
         # The record stands; what lies between it and the next (brackets out of step, no whole log) is one more
         # line, quarantined as not JSON, so that nothing read is left uncounted.
         between = window[len(line.raw):at].strip(_SPACE + b",")
-        lines = [line, Line(line.number + 1, _text(between), between)]
+        lines = [line, Line(line.number + 1, utf8_text(between), between)]
         return lines, _Resume(scanner.last_offset + at, context, records_at, line.number + 1)
     cut = window[:at].rstrip(_SPACE + b",")
-    return [Line(line.number, _text(cut), cut)], _Resume(scanner.last_offset + at, context, records_at, line.number)
-
-
-def _text(raw: bytes) -> str | None:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    return [Line(line.number, utf8_text(cut), cut)], _Resume(scanner.last_offset + at, context, records_at, line.number)
 
 
 class _Scanner:
@@ -369,11 +373,7 @@ class _Scanner:
         self.start = None
         if raw:
             self.count += 1
-            try:
-                text: str | None = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            yield Line(self.count, text, raw)
+            yield Line(self.count, utf8_text(raw), raw)
 
     def _string_end(self, buf: bytearray, n: int) -> int:
         """Where the string being read ends (its closing quote), or -1 when it goes on past ``n``.
