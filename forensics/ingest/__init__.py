@@ -52,6 +52,7 @@ from forensics.ingest.reader import (
     read_lines,
     scan_file,
     sha256_file,
+    utf8_text,
     without_bom,
 )
 from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
@@ -429,24 +430,24 @@ def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | O
         compression = compression_of(path)
         misfit = parquet and given is not None and not FORMATS.get(given).parquet
         if given is not None or encoding is not None or misfit:
-            array = given is not None and not parquet and encoding is None and _json_array(path, given)
+            array = (given is not None and not parquet and encoding is None and FORMATS.get(given).json_lines
+                     and _json_array(peek_lines(path, limit=1)))
             return Examined(scanned, parquet, encoding, compression=compression, size=size, json_array=array)
+        head = None if parquet else peek_lines(path)  # read once: the sniff and the array check both look at it
         try:
-            sniffed = sniff(path, parquet)
+            sniffed = sniff(path, parquet, head)
         except AmbiguousFormat as exc:
             return Examined(scanned, parquet, encoding, None, tuple(exc.candidates), compression, size)
-        array = sniffed is not None and not parquet and _json_array(path, sniffed)
+        array = sniffed is not None and head is not None and FORMATS.get(sniffed).json_lines and _json_array(head)
         return Examined(scanned, parquet, encoding, sniffed, compression=compression, size=size, json_array=array)
     except OSError as exc:
         return Examined(exc)
 
 
-def _json_array(path: Path, fmt: str) -> bool:
-    """Whether a file of format ``fmt``, which reads JSON Lines, is a JSON array instead (its first non-blank
-    line opens one): read by lines, each element's line would be quarantined and the last one alone taken."""
-    if not FORMATS.get(fmt).json_lines:
-        return False
-    head = peek_lines(path, limit=1)
+def _json_array(head: list[str]) -> bool:
+    """Whether a file of a format that reads JSON Lines is a JSON array instead, told from its first non-blank
+    lines (``head``): the first opens one. Read by lines, each element's line would be quarantined and the last
+    one alone taken."""
     if not head or not head[0].lstrip("\ufeff \t\r\n").startswith("["):
         return False
     # A line that is a whole JSON value by itself ("[]", a one-line array) is a bad record of a JSON Lines file,
@@ -506,15 +507,16 @@ def _scan_files(paths: list[Path]) -> list[tuple[str, list[Span]] | OSError]:
         return list(threads.map(one, paths))
 
 
-def sniff(path: Path, parquet: bool | None = None) -> str | None:
+def sniff(path: Path, parquet: bool | None = None, head: list[str] | None = None) -> str | None:
     """The format of a file told from its first lines (and its name), or None when no registered
     format claims it; an :class:`AmbiguousFormat` naming the file when several do. A Parquet file's
-    first rows are shown to the formats as JSON lines, and only a format that reads Parquet may claim it."""
+    first rows are shown to the formats as JSON lines, and only a format that reads Parquet may claim it.
+    ``head``: a text file's first lines (:func:`peek_lines`) when the caller has read them already."""
     try:
         if is_parquet(path) if parquet is None else parquet:  # ``parquet``: already told
             name = FORMATS.sniff(peek_rows(path), path.name)
             return name if name is not None and FORMATS.get(name).parquet else None
-        return FORMATS.sniff(peek_lines(path), path.name)
+        return FORMATS.sniff(peek_lines(path) if head is None else head, path.name)
     except AmbiguousFormat as exc:
         raise AmbiguousFormat(exc.candidates, file=path) from None
 
@@ -902,14 +904,6 @@ def _parser_bug(exc: Exception) -> Quarantined:
     return Quarantined(f"unexpected {type(exc).__name__} while parsing: {str(exc)[:200]}. Fix: correct or re-export this "
                        "record and ingest the file again; please report the excerpt to the forensics maintainers (the "
                        "rest of the file was ingested)")
-
-
-def _decoded(raw: bytes) -> str | None:
-    """A line's text, or None when its bytes are not UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1435,7 +1429,7 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
                     result = _parser_bug(exc)
             if result is NOT_PARSED:
                 if parse_raw is not None:
-                    line.text = _decoded(line.raw)
+                    line.text = utf8_text(line.raw)
                 if line.text is None:
                     counts["quarantined"] += 1
                     quarantine(line.number, "line is not valid UTF-8. Fix: re-export the log as UTF-8 (or transcode it, e.g. with iconv)",

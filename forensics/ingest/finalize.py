@@ -319,7 +319,8 @@ def finalize(
         notes.append(f"{len(missing)} {'file holds' if len(missing) == 1 else 'files hold'} API error responses saved in "
                      f"place of pages of logs (\"success\": false): those pages' logs are missing from the case (see "
                      f"quarantine): {', '.join(missing[:5])}")
-    broken = [f["path"] for f in files if f["problems"] and f["path"] not in missing]
+    only_missing = set(missing)
+    broken = [f["path"] for f in files if f["problems"] and f["path"] not in only_missing]
     if broken:
         marked = exchanges_stats["records_from_damaged_input"]["by_reason"]["truncated_file"]
         notes.append(f"{len(broken)} files were damaged (truncated or corrupt); their readable lines were kept: {', '.join(broken[:5])}. "
