@@ -415,6 +415,52 @@ def test_helicone_csv_exports_appended_one_after_another_follow_their_own_header
         ("h-1", "org-1", "u-1"), ("h-2", "org-1", "u-1"), ("h-3", "org-2", "u-3"), ("h-4", "org-2", "u-4")]
 
 
+def _with_column_twice(rows: list[dict[str, object]], name: str, second: list[object]) -> str:
+    """``rows`` as CSV with a second column named ``name`` at the end, holding ``second``'s values."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*GOOD, name])
+    writer.writerows([[r[k] for k in GOOD] + [extra] for r, extra in zip(rows, second, strict=True)])
+    return buf.getvalue()
+
+
+def test_helicone_csv_a_column_named_twice_never_picks_one_of_two_customers(tmp_path: Path) -> None:
+    """A header naming the customer's column twice (two exports joined side by side): the last column's value
+    was the customer, silently. Where the two differ, the record is quarantined saying which columns; where they
+    agree, it is read."""
+    rows = [row(1, organization_id="org-1"), row(2, organization_id="org-2"), row(3, organization_id="org-3")]
+    data = _with_column_twice(rows, "organization_id", ["org-1", "org-evil", "org-3"])
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert sorted((r["request_id"], r["tenant_id"]) for r in x) == [("h-1", "org-1"), ("h-3", "org-3")]
+    assert len(q) == 1 and q[0]["source_line"] == 3
+    assert "'organization_id'" in q[0]["reason"] and "columns 8 and 12" in q[0]["reason"] and "Fix" in q[0]["reason"]
+    assert (entry["ingested"], entry["quarantined"]) == (2, 1)
+
+
+def test_helicone_csv_appended_exports_whose_header_names_a_column_twice_follow_their_own_header(tmp_path: Path) -> None:
+    """The appended export's header is told as a header when it names a column twice, as the first one does:
+    read as a record, its column names were a request."""
+    rows = [row(1), row(2)]
+    one = _with_column_twice(rows, "user_id", ["u-1", "u-1"])
+    entry, q, x = ingest(tmp_path, "export.csv", one + one.replace("h-1", "h-3").replace("h-2", "h-4"))
+    assert q == [] and sorted(r["request_id"] for r in x) == ["h-1", "h-2", "h-3", "h-4"]
+
+
+def test_helicone_csv_a_record_of_too_many_fields_over_several_lines_is_one_quarantine_row(tmp_path: Path) -> None:
+    """A record with a field too many whose quoted body spans lines: its lines were quarantined one by one, each
+    as a field whose quotes never close. It is one record, quarantined for its field count."""
+    body = json.dumps({"messages": [{"role": "user", "content": "line one"}]}, indent=2)
+    header, *records = as_csv([row(1), row(2, request_body=body), row(3)]).splitlines(keepends=True)
+    cut = records[0].count("\n")
+    lines = "".join(records).splitlines(keepends=True)
+    second = "".join(lines[cut: cut + body.count("\n") + 1])
+    data = header + "".join(lines[:cut]) + second.rstrip("\n") + ",an extra field\n" + "".join(lines[cut + body.count("\n") + 1:])
+    entry, q, x = ingest(tmp_path, "export.csv", data)
+    assert sorted(r["request_id"] for r in x) == ["h-1", "h-3"]
+    assert len(q) == 1 and q[0]["source_line"] == 3 and "12 fields, the header has 11" in q[0]["reason"], q
+    assert (entry["ingested"], entry["quarantined"]) == (2, 1)
+
+
 def test_helicone_csv_header_names_with_spaces_after_the_commas_are_read(tmp_path: Path) -> None:
     header, *records = as_csv([row(1), row(2)]).splitlines(keepends=True)
     entry, q, x = ingest(tmp_path, "export.csv", header.replace(",", ", ") + "".join(records))
@@ -432,6 +478,21 @@ def test_csv_resync_finds_where_whole_records_begin_again() -> None:
     assert _resync(lines('a,"cut', "torn", "b,c"), 2) == 2  # the torn fragment belongs to the cut record
     assert _resync(lines('a,"field', "of,many", "lines"), 2) == 3  # never whole again: the field's own lines
     assert _resync(lines('a,"cut', 'b,"c'), 2) == 2  # a last record cut too
+
+
+@pytest.mark.parametrize("texts", [
+    ('",', "g1,g2,g3", 'a"'),  # the whole record just after the damaged line
+    ('"""', ",,,,,,", "g1,g2,g3", '"",,",'),  # and further on
+])
+def test_csv_damaged_lines_whose_quotes_close_around_a_whole_record_do_not_take_it(texts: tuple[str, ...]) -> None:
+    """A group of lines whose quotes balance and that reads as one record of another field count is one bad record
+    (a field too many), unless a whole record starts inside it: then its first line is damage and the record after
+    it is a customer's."""
+    from forensics.ingest.formats.helicone import _records
+    from forensics.ingest.reader import Line
+
+    got = [text for _, text, _ in _records(iter([Line(i + 1, t, t.encode()) for i, t in enumerate(texts)]), 3)]
+    assert "g1,g2,g3" in got, got
 
 
 def test_helicone_forced_on_a_json_array_says_so_once(tmp_path: Path) -> None:

@@ -252,6 +252,44 @@ def test_parquet_bad_rows_are_quarantined_naming_row_and_column_across_batches(t
     assert x[0]["prompt_text"] == "<|user|>\nSummarise the indemnity clause."
 
 
+def test_parquet_a_count_of_nan_or_infinity_is_noted_not_read_as_absent(tmp_path: Path) -> None:
+    """JSON has no NaN: a row's NaN was written as null on its way to the parser, and the count read as absent with no
+    note. It is now noted as not a whole number, as a CSV or JSON export's would be."""
+    n = 4
+    path = parquet_file(tmp_path / "obs.parquet", {
+        "id": pa.array([f"obs-{i + 1}" for i in range(n)]),
+        "trace_id": pa.array(["t"] * n), "project_id": pa.array(["proj-1"] * n), "type": pa.array(["GENERATION"] * n),
+        "start_time": pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
+        "input": pa.array([MESSAGES] * n),
+        "usage_details": pa.array([[("input", 9.0)], [("input", float("nan"))], [("input", float("inf"))], [("input", 3.0)]],
+                                  pa.map_(pa.string(), pa.float64())),
+    })
+    entry, q, x = ingest(tmp_path, path)
+    assert q == [] and entry["ingested"] == n
+    by_id = {r["request_id"]: r for r in x}
+    assert by_id["obs-1"]["reported_prompt_tokens"] == 9 and by_id["obs-4"]["reported_prompt_tokens"] == 3
+    for rid, shown in (("obs-2", "'NaN'"), ("obs-3", "'Infinity'")):
+        assert by_id[rid]["reported_prompt_tokens"] is None
+        assert f"usage_details.input = {shown} is not a whole number" in (by_id[rid]["problems"] or ""), by_id[rid]["problems"]
+
+
+def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) -> None:
+    """Two columns of one name (a join written out without renaming): read as a dict, the last won, maybe another
+    customer's id. A row where they differ is quarantined naming the columns; where they agree, it is read."""
+    n = 3
+    names = ["id", "trace_id", "project_id", "type", "start_time", "input", "project_id"]
+    table = pa.Table.from_arrays([
+        pa.array([f"obs-{i + 1}" for i in range(n)]), pa.array(["t"] * n), pa.array(["proj-1", "proj-2", "proj-3"]),
+        pa.array(["GENERATION"] * n), pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
+        pa.array([MESSAGES] * n), pa.array(["proj-1", "proj-evil", "proj-3"]),
+    ], names=names)
+    pq.write_table(table, tmp_path / "obs.parquet")
+    entry, q, x = ingest(tmp_path, tmp_path / "obs.parquet")
+    assert sorted((r["request_id"], r["tenant_id"]) for r in x) == [("obs-1", "proj-1"), ("obs-3", "proj-3")]
+    assert len(q) == 1 and q[0]["source_line"] == 2
+    assert "columns 3 and 7 are both named 'project_id'" in q[0]["reason"] and "Fix" in q[0]["reason"]
+
+
 def test_parquet_nanosecond_times_and_zoned_times_are_read(tmp_path: Path) -> None:
     path = parquet_file(tmp_path / "obs.parquet", {
         "id": pa.array(["obs-1"]), "trace_id": pa.array(["t"]), "project_id": pa.array(["proj-1"]),

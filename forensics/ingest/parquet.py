@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,63 @@ def _usable(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names) if changed else batch
 
 
+def _has_floats(kind: pa.DataType) -> bool:
+    """Whether a column of this type can hold a floating-point value, at any depth."""
+    if pa.types.is_floating(kind):
+        return True
+    return any(_has_floats(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float written as its name ("NaN", "Infinity", "-Infinity"): JSON has
+    no such numbers, and orjson writes them as null, so a count of NaN read as absent, with no note. As text, the
+    field that reads it says it is not a number."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("NaN" if value != value else "Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _named_twice(names: list[str]) -> dict[str, list[int]]:
+    """The column names a schema gives more than once, with their places (0-based)."""
+    places: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        places.setdefault(name, []).append(i)
+    return {name: at for name, at in places.items() if len(at) > 1}
+
+
+def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[int, str]:
+    """The rows of ``batch`` whose columns of one name hold different values, with the reason: as a dict, the last
+    column would win, maybe another customer's id."""
+    out: dict[int, str] = {}
+    for name, at in twice.items():
+        values = [batch.column(i).to_pylist() for i in at]
+        for row in range(batch.num_rows):
+            if row not in out and any(v[row] != values[0][row] for v in values[1:]):
+                columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
+                out[row] = (f"columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different "
+                            "values in this row: which one the export meant is unknown. Fix: rename or drop all but one "
+                            "of them and ingest the file again")
+    return out
+
+
 def _pyrows(batch: pa.RecordBatch) -> list[dict[str, Any] | str]:
+    """The batch's rows as dicts; a row that cannot be converted, or whose columns of one name differ, is the
+    reason instead."""
+    rows = _converted(batch)
+    twice = _named_twice(batch.schema.names)
+    if twice:
+        for row, reason in _differing_rows(batch, twice).items():
+            rows[row] = reason
+    if any(_has_floats(field.type) for field in batch.schema):
+        rows = [_finite(row) if isinstance(row, dict) else row for row in rows]
+    return rows
+
+
+def _converted(batch: pa.RecordBatch) -> list[dict[str, Any] | str]:
     """The batch's rows as dicts; a row that cannot be converted is the reason instead."""
     try:
         return list(batch.to_pylist(maps_as_pydicts="strict"))

@@ -73,6 +73,26 @@ DAMAGED_RECORD_BYTES = 64 << 20
 LINE_COST = 256
 
 
+def _named_twice(header: list[str]) -> dict[str, list[int]]:
+    """The column names the header gives more than once, with their places (0-based)."""
+    places: dict[str, list[int]] = {}
+    for i, name in enumerate(header):
+        places.setdefault(name, []).append(i)
+    return {name: at for name, at in places.items() if len(at) > 1}
+
+
+def _differing(twice: dict[str, list[int]], fields: list[str]) -> dict[str, Any] | None:
+    """The error object of a record whose columns of one name hold different values (which one the export meant
+    is unknown: read as an object, the last would win, maybe another customer's id), or None."""
+    for name, at in twice.items():
+        if len({fields[i] for i in at}) > 1:
+            columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
+            return {CSV_ERROR: f"CSV columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different values in this record: "
+                               "which one the export meant is unknown. Fix: rename or drop all but one of them in the "
+                               "header and ingest the file again"}
+    return None
+
+
 def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | None, bytes]]:
     """Group physical lines into CSV records of ``fields`` fields: a record ends where its double quotes balance.
 
@@ -112,8 +132,13 @@ def _records(lines: Iterator[Line], fields: int) -> Iterator[tuple[int, str | No
             readable = readable and line.text is not None
             size += len(line.raw) + LINE_COST
         raw = _joined_raw(group)
-        if len(group) == 1 or (quotes % 2 == 0 and _fits(raw, fields)):
+        count = None if len(group) == 1 or quotes % 2 else _field_count(raw)
+        if len(group) == 1 or count == fields:
             yield first.number, _joined_text(group) if readable else None, raw
+        elif readable and count is not None and not _starts_a_record(group, fields):
+            # One record whose quotes close but whose fields are one too many or too few: the caller quarantines it
+            # for its count. Read line by line, each of its lines was quarantined as a field whose quotes never close.
+            yield first.number, _joined_text(group), raw
         elif readable and quotes % 2 and at_end:
             cut = _resync(group, fields)
             torn = group[:cut]
@@ -176,12 +201,42 @@ def _fits(raw: bytes, fields: int) -> bool:
     """Whether the bytes of a group of lines, read leniently, are one CSV record of ``fields`` fields (a
     damaged line that is a record by itself, its stray quote opening a field, does not make one of the
     lines after it)."""
+    return _field_count(raw) == fields
+
+
+def _field_count(raw: bytes) -> int | None:
+    """How many fields the bytes of a group of lines hold when they read (leniently) as one CSV record; None
+    when they do not."""
     reader = csv.reader(io.StringIO(raw.decode("utf-8", "replace"), newline=""), strict=True)
     try:
         first = next(reader, None)
-        return first is not None and len(first) == fields and next(reader, None) is None
+        return len(first) if first is not None and next(reader, None) is None else None
     except csv.Error:
-        return False
+        return None
+
+
+def _starts_a_record(group: list[Line], fields: int) -> bool:
+    """Whether a line of ``group`` after its first starts a whole record of ``fields`` fields that ends inside the
+    group: then the group is a damaged first line (its stray quote opening a field) and the records after it, not
+    one record of another field count. Where telling costs more than reading the group four times over, it is
+    taken to (the records then read as before)."""
+    n = len(group)
+    parity = [0] * (n + 1)  # quotes in group[:k], mod 2
+    for k, line in enumerate(group):
+        parity[k + 1] = parity[k] ^ (_quotes(line) & 1)
+    budget = 4 * sum(len(line.raw) + 1 for line in group)
+    following = n + 1  # the first k > i with parity[k] == parity[i]: where the record read from line i ends
+    same = [n + 1, n + 1]
+    for i in range(n - 1, 0, -1):
+        same[parity[i + 1]] = i + 1
+        following = same[parity[i]]
+        if following > n or any(line.text is None for line in group[i:following]):
+            continue
+        raw = _joined_raw(group[i:following])
+        budget -= len(raw)
+        if budget < 0 or _fits(raw, fields):
+            return True
+    return False
 
 
 def read_records(path: Path, problems: list[FileProblem], span: Span | None = None) -> Iterator[Line]:
@@ -217,6 +272,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         return
     # Names as the format's sniff reads them: "request_id, request_created_at" names request_created_at.
     header = [name.strip() for name in header]
+    twice = _named_twice(header)
     csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide, and only ever raised: no other reader lowers it
     for number, text, raw in _records(lines, len(header)):
         if text is None or not text.strip():
@@ -233,16 +289,16 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
                 fields, obj = [], {CSV_ERROR: f"CSV record cannot be read ({exc})"}
             else:
                 names = [name.strip() for name in fields]
-                if len(set(names)) == len(names) and set(names) == set(header):
+                if collections.Counter(names) == collections.Counter(header):
                     # The header again, maybe in another column order: exports appended one after another. The
                     # rows after it follow it (read by the first, their customers could be another column's).
-                    header = names
+                    header, twice = names, _named_twice(names)
                     yield Line(number, "", raw)  # a header holds no record
                     continue
                 if len(fields) != len(header):
                     obj = {CSV_ERROR: f"CSV record has {len(fields)} fields, the header has {len(header)}"}
                 else:
-                    obj = dict(zip(header, fields, strict=True))
+                    obj = _differing(twice, fields) or dict(zip(header, fields, strict=True))
         yield Line(number, orjson.dumps(obj).decode(), raw)
 
 
