@@ -161,6 +161,28 @@ def test_a_json_array_element_cut_inside_a_string_costs_that_element_only(tmp_pa
     assert entry["reconciled"] and not entry["problems"]
 
 
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("damage", ["brackets_missing", "stray_brackets"])
+def test_a_json_array_whose_brackets_are_out_of_step_costs_only_the_damage(tmp_path: Path, indent: int | None, damage: str) -> None:
+    """Torn between two strings (every string whole, closing brackets lost) or with stray closing brackets after an
+    element: the elements after it were swallowed into one broken element, or quarantined as text after the end of
+    the array. Now the records go on at the next line that starts an element."""
+    texts = [json.dumps(record(n), indent=indent) for n in range(1, 9)]
+    if damage == "brackets_missing":
+        texts[3] = texts[3][: texts[3].rindex('"stop"') + len('"stop"')]  # its last brackets lost
+    else:
+        texts[3] = texts[3] + "}]}"
+    text = "[\n" + ",\n".join(texts) + "\n]\n"
+    (tmp_path / "gw.json").write_text(text, encoding="utf-8")
+    result = ingest(tmp_path, case_file(tmp_path, PROFILE.format(path="gw.json")))
+    kept = [n for n in range(1, 9) if damage == "stray_brackets" or n != 4]
+    assert sorted(int(r["request_id"][2:]) for r in rows(tmp_path)) == kept
+    [bad] = rows(tmp_path, "quarantine")
+    assert bad["source_line"] == text[: text.index(texts[3])].count("\n") + 1 + (texts[3].count("\n") if damage == "stray_brackets" else 0)
+    entry = result.manifest["files"][0]
+    assert entry["reconciled"] and entry["quarantined"] == 1 and not entry["problems"], entry
+
+
 #: A mapped CSV export's [[inputs]] entry (gw.csv: id, org, when, body, answer), its fields table open for more keys.
 CSV_INPUT = """
 [[inputs]]

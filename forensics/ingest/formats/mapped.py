@@ -20,7 +20,7 @@ import datetime as dt
 import glob
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -104,7 +104,9 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     inside a string (a torn write) would pair its quotes with the next elements' and swallow them: a
     string across a line break, which JSON never holds, marks it, and the elements go on at the first
     line after its start that begins an object with keys the array's elements have
-    (:func:`forensics.ingest.resync.next_record`).
+    (:func:`forensics.ingest.resync.next_record`). Torn between two strings, its closing brackets lost, an element
+    reads the elements after it as its own, and stray closing brackets after one end the array early: there too the
+    elements go on at the next line that starts one, the damage one line.
     """
     lines = list(read_lines(path, problems))
     data = b"\n".join(line.raw for line in lines)
@@ -164,12 +166,27 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
                     if found is not None:
                         yield found
                     closed, begin = True, m.end()
+                    if token == b"}" and (after := next_record(data, m.start(), like_an_element)) is not None:
+                        # An array ends with "]": a stray closing brace after an element, the brackets out of step.
+                        # The stray bytes are one line; the elements go on where the next one starts.
+                        yield from _damage(element, _between(data, m.start(), after[0]))
+                        closed, depth, begin, at = False, 1, after[0], after[0]
+                        break
             elif depth == 1:  # a comma between elements
                 found = element(begin, m.start())
                 if found is not None and not keys and found.text is not None:
                     keys = _keys_of(found.raw)
                 yield found if found is not None else Line(_line_of(data, m.start()), '"(an empty element)"', b"")
                 begin = m.end()
+        if at is not None or not data[begin:].strip():
+            continue
+        # The file ends inside an element whose closing brackets were lost (torn between two strings: the elements
+        # after it read as its own), or text follows the array's end (stray closing brackets): the records go on
+        # at the next line that starts an element, if one does; the damage before it is one line.
+        after = next_record(data, begin - 1 if closed else begin, like_an_element)
+        if after is not None:
+            yield from _damage(element, _between(data, begin, after[0]))
+            closed, depth, begin, at = False, 1, after[0], after[0]
     if not closed:
         problems.append(FileProblem(len(lines), "the JSON array is not closed (the file is cut short, or is not one JSON "
                                                 "array); the elements before were read. Fix: export the file again",
@@ -177,6 +194,22 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
     elif data[begin:].strip():
         problems.append(FileProblem(len(lines), "text follows the end of the JSON array; it was not read. Fix: export "
                                                 "one JSON array per file, or JSON Lines"))
+
+
+def _damage(element: Callable[[int, int], Line | None], where: tuple[int, int] | None) -> Iterator[Line]:
+    """The damaged bytes at ``where`` (see :func:`_between`) as one line for the parser to quarantine."""
+    found = element(*where) if where is not None else None
+    if found is not None:
+        yield found
+
+
+def _between(data: bytes, start: int, end: int) -> tuple[int, int] | None:
+    """``data[start:end]`` without the white space and commas around it, as (start, end); None when nothing is left."""
+    while start < end and data[start] in b" \t\r\n,":
+        start += 1
+    while end > start and data[end - 1] in b" \t\r\n,":
+        end -= 1
+    return (start, end) if start < end else None
 
 
 def _keys_of(raw: bytes) -> set[str]:
