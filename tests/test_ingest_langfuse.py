@@ -321,6 +321,30 @@ def test_cut_parquet_file_is_a_clear_error_or_a_whole_file_problem(tmp_path: Pat
     assert len(q) == 1 and "Parquet file is damaged or cut short before any row could be read" in q[0]["reason"]
 
 
+def test_a_damaged_row_group_costs_its_rows_only(tmp_path: Path) -> None:
+    """A Parquet file whose footer is whole but one row group's pages are damaged (a bad disk block, a botched
+    copy): the read stopped there, and the rows of every row group after it were lost. They are read now, the
+    damaged group is one quarantine row naming its rows, and the later rows keep their own numbers."""
+    n = 100
+    path = parquet_file(tmp_path / "obs.parquet", {
+        "id": pa.array([f"obs-{i + 1}" for i in range(n)]),
+        "trace_id": pa.array(["t"] * n), "project_id": pa.array(["proj-1"] * n), "type": pa.array(["GENERATION"] * n),
+        "start_time": pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
+        "input": pa.array([MESSAGES] * n),
+    }, row_group_size=20)
+    data = bytearray(path.read_bytes())
+    chunk = pq.ParquetFile(path).metadata.row_group(2).column(5)  # rows 41-60, the input column
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data[start: start + 16] = b"\xff" * 16  # its first page header unreadable
+    path.write_bytes(bytes(data))
+    entry, q, x = ingest(tmp_path, path)
+    assert sorted(int(r["request_id"][4:]) for r in x) == [i for i in range(1, n + 1) if not 41 <= i <= 60]
+    assert all(r["source_line"] == int(r["request_id"][4:]) for r in x)
+    assert entry["status"] == "ingested with problems" and (entry["ingested"], entry["quarantined"]) == (80, 1)
+    [bad] = q
+    assert "row group 3 of 5" in bad["reason"] and "rows 41 to 60" in bad["reason"] and "Fix" in bad["reason"], bad["reason"]
+
+
 def test_a_text_format_forced_on_a_parquet_file_is_refused(tmp_path: Path) -> None:
     (path,) = golden_files(("langfuse_parquet",))
     with pytest.raises(InputError, match="Parquet file and format 'helicone' reads text logs"):

@@ -11,7 +11,9 @@ Typed columns are turned into what a JSON export of the same data holds: timesta
 (ClickHouse writes its ``String`` columns as Parquet binary) into text. A row that cannot be turned
 into JSON (binary that is not UTF-8, a time Python cannot hold, a map with a repeated key) becomes
 an object carrying only :data:`ROW_ERROR`, which the parser quarantines naming the row and column.
-A file that cannot be opened, or whose data breaks off, is a whole-file problem after the rows read.
+A file that cannot be opened, or whose data breaks off, is a whole-file problem after the rows read; a row
+group whose pages are damaged behind a whole footer costs its own rows (one problem naming them), and the row
+groups after it are read.
 """
 
 from __future__ import annotations
@@ -187,13 +189,24 @@ def read_rows(path: Path, problems: list[FileProblem], span: Span | None = None)
     try:
         with open_regular(path) as fh:
             reader = pq.ParquetFile(fh, buffer_size=READ_BUFFER)
+            groups = reader.num_row_groups
             # One row group at a time: a reader over all of them holds on to what it has read
             # (memory grew with the file: 370 MB for 200 MB, 564 MB for 400 MB; now 258 and 291 MB).
-            for group in range(reader.num_row_groups):
-                for batch in reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
-                    for row in _pyrows(_usable(batch)):
-                        number += 1
-                        yield _line(number, row)
+            for group in range(groups):
+                first, size = number, reader.metadata.row_group(group).num_rows
+                try:
+                    for batch in reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
+                        for row in _pyrows(_usable(batch)):
+                            number += 1
+                            yield _line(number, row)
+                except (pa.ArrowException, OSError, ValueError) as exc:
+                    # The footer is whole, so the row groups after this one are where it says: they are still read.
+                    lost = (f"rows {number + 1} to {first + size} were not read" if number < first + size
+                            else "its rows were read, the damage lies after them")
+                    problems.append(FileProblem(
+                        number, f"Parquet row group {group + 1} of {groups} (rows {first + 1} to {first + size}) is damaged "
+                        f"({type(exc).__name__}: {str(exc)[:200]}): {lost}; the other row groups were read. {FIX}", "corrupt"))
+                    number = first + size
     except (pa.ArrowException, OSError, ValueError) as exc:
         where = f"after row {number}" if number else "before any row could be read"
         problems.append(FileProblem(
