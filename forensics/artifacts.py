@@ -476,6 +476,8 @@ class Searched(Record):
     same_decode_node: bool
     # SHA-256 of the suspects.parquet searched: a report refuses a case scanned again since.
     suspects_sha256: str | None = _optional()
+    # Public constants (forensics.match.public) blanked in the responses searched, suspects and controls.
+    public_constants_masked: int | None = _optional()
 
 
 @dataclasses.dataclass(frozen=True)

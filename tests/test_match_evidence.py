@@ -1338,3 +1338,24 @@ def test_an_example_key_every_customer_pastes_is_no_finding(tmp_path: Path) -> N
     rows.append(exchange("b1", "bolt", 9, prompt="q", response=f"{words_text(rng, 20)} {example} {words_text(rng, 20)}"))
     result = match(make_case(tmp_path / "case", rows, ["b1"]), config())
     assert not result.cross_tenant
+
+
+@pytest.mark.parametrize("constant", [
+    "AKIAIOSFODNN7EXAMPLE",  # the AWS documentation's example access key
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",  # jwt.io's example token
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",  # the SHA-256 of nothing
+    "4242 4242 4242 4242",  # Stripe's test card
+])
+def test_a_public_constant_one_customer_sent_names_no_one(tmp_path: Path, constant: str) -> None:
+    """A constant every model has read (an example key, the SHA-256 of nothing) in a suspect's answer and in one
+    customer's earlier prompt named that customer, confirmed: its pieces weigh like rare words, and one customer
+    holding it is no proof it is public. Constants known to be public are left out of the responses searched."""
+    rng = np.random.default_rng(13)
+    rows = [exchange("a1", "acme", 0, prompt=f"{words_text(rng, 30)} value = {constant} {words_text(rng, 30)}"),
+            exchange("c1", "crux", 2, prompt=words_text(rng, 80)),
+            exchange("b1", "bolt", 5, prompt="q", response=f"{words_text(rng, 20)} {constant} {words_text(rng, 20)}")]
+    case = make_case(tmp_path / "case", rows, ["b1"])
+    result = match(case, config())
+    assert not result.cross_tenant and not [r for r in _review(case) if r["source_tenant_id"] == "acme"]
+    assert json.loads((case / "match.json").read_text())["searched"]["public_constants_masked"] >= 1

@@ -59,6 +59,7 @@ from forensics.match.findings import (
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, kernels_loading_beside, unicode_version
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
+from forensics.match.public import constants_sha256
 from forensics.match.rarity import HolderCounts, without_common
 from forensics.match.stream import HIT_DTYPE, Scanner
 from forensics.match.targets import load_targets
@@ -191,7 +192,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                                  "file" if key in config.section("match") else "default")
                            for key in p.record()},
         versions={"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
-                  "hash_seed": SEED, "tokens": MATCH_TOKENS},
+                  "hash_seed": SEED, "tokens": MATCH_TOKENS, "public_constants": constants_sha256()},
         searched=Searched(
             suspects=info["suspects"],
             suspects_searched=sum(1 for t in targets if not t.control),
@@ -213,6 +214,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             lookback=f"{p.lookback_minutes:g} minutes" if p.lookback_minutes else "off",
             same_decode_node=p.same_decode_node,
             suspects_sha256=suspects_sha256,
+            public_constants_masked=index.public_constants_masked,
         ),
         findings=FindingCounts(
             total=len(evidence),

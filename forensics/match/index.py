@@ -19,6 +19,7 @@ import numpy as np
 
 from forensics.match.fingerprint import KGRAM_BASE, Tokens, compiled_kernels, kgrams, tokenize_many
 from forensics.match.order import run_starts
+from forensics.match.public import mask_public
 
 NO_TIME = np.iinfo(np.int64).min
 
@@ -54,7 +55,10 @@ class TargetIndex:
         # Targets by (request id, tenant): two customers may send the same request id.
         self.by_request = {(t.request_id, t.tenant_id): i for i, t in enumerate(targets)}
         hashes, owner, pos = [], [], []
-        tk, _, first = tokenize_many([t.text or "" for t in targets])  # one array pass for all targets
+        # Public constants (an example key, the SHA-256 of nothing) are blanked first: no customer's secret.
+        masked = [mask_public(t.text or "") for t in targets]
+        self.public_constants_masked = sum(n for _, n in masked)
+        tk, _, first = tokenize_many([text for text, _ in masked])  # one array pass for all targets
         # Tokens per target, read by every alignment of the verification (a list over thousands of
         # targets per call cost more than the call's own work).
         self.token_counts = np.diff(first).astype(np.int64)
