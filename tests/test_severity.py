@@ -30,12 +30,27 @@ POSITIVE = [
     ("phone", "phone_number", "call +1 415-555-2671 tomorrow"),
 ]
 
+#: Numbers as people and word processors write them: no-break, thin and ideographic spaces, tabs, two
+#: spaces, lower case. Each was shown in full in a notice, its class "none".
+SEPARATED = [
+    ("payment_card", "card 4111\u00a01111\u00a01111\u00a01111 exp"),
+    ("payment_card", "card 4111  1111  1111  1111 exp"),
+    ("payment_card", "card 4111\t1111\t1111\t1111 exp"),
+    ("payment_card", "card 4111\u20091111\u2009-\u20091111\u20091111 exp"),
+    ("iban", "iban de89 3704 0044 0532 0130 00 please"),
+    ("iban", "IBAN DE89  3704  0044  0532  0130  00 please"),
+    ("iban", "IBAN GB82\u00a0WEST\u00a01234\u00a05698\u00a07654\u00a032"),
+    ("national_id", "ssn 536 90 4399 on file"),
+    ("national_id", "SSN 536\u00a090\u00a04399 on file"),
+]
+
 LOOK_ALIKES = [
     "card 4111 1111 1111 1112 fails Luhn",
     "order number 1234567890123456 is not a card",
     "pay to GB82 WEST 1234 5698 7654 33 (wrong checksum)",
     "DE89370400440532013001",
     "SSN 000-12-3456 and 666-12-3456 are never issued",
+    "ssn 536 90-4399 mixes its separators; 536904399 is any nine digits",
     "CPF 111.444.777-36 has a wrong check digit; 111.444.777.35 is a version string",
     "RCCMNL83S18D969X has a wrong check letter; ABCDEF12G34H567 is one character short",
     "AKIA in prose is not a key, nor AKIAIOSFODNN7EXAMPL (too short)",
@@ -51,6 +66,13 @@ def test_known_strings_are_classified(cls: str, kind: str, text: str) -> None:
     hits = C.find(text)
     assert (cls, kind) in {(h.cls, h.kind) for h in hits}, hits
     assert C.classify(text) == cls
+
+
+@pytest.mark.parametrize(("cls", "text"), SEPARATED)
+def test_numbers_with_any_spacing_are_found_and_masked(cls: str, text: str) -> None:
+    (hit,) = C.find(text)
+    assert hit.cls == cls and hit.value == text[hit.start:hit.end]
+    assert sum(ch.isdigit() for ch in hit.masked) <= 4, hit.masked
 
 
 @pytest.mark.parametrize("text", LOOK_ALIKES)
@@ -85,6 +107,17 @@ def test_masking_never_shows_the_value() -> None:
     assert mask("4111 1111 1111 1111", "payment_card") == "**** **** **** 1111"
     assert mask("jane@example.com", "email") == "j***@example.com"
     assert mask("ghp_" + "A" * 36, "credential").startswith("ghp_")
+
+
+def test_a_packet_shows_no_hash_that_would_undo_a_mask() -> None:
+    """A card number's mask with the unsalted SHA-256 beside it gave the number back: its middle digits are a
+    million guesses. Only a machine-made credential's hash is shown."""
+    shown = {h.kind: h.to_json()["sha256"] for _, _, text in POSITIVE for h in C.find(text)}
+    shown.update({h.kind: h.to_json()["sha256"] for h in C.find("password = hunter2hunter2")})
+    for kind in ("card_number", "iban", "us_ssn", "br_cpf", "it_codice_fiscale", "email", "phone_number", "password_assignment"):
+        assert shown[kind] is None, kind
+    for kind in ("aws_access_key_id", "openai_api_key", "github_token", "private_key", "stripe_secret_key"):
+        assert shown[kind] is not None and len(shown[kind]) == 64, kind
 
 
 def test_bad_pattern_files_are_clear_errors() -> None:

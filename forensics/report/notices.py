@@ -450,8 +450,8 @@ def render_packet_md(p: dict[str, Any]) -> str:
                 else:
                     lines.append("  The passage is not shown: it lies in an answer that was itself made from corrupted data.")
                 for h in s["secrets"]:
-                    lines.append(f"  - Found in it: {h['class'].replace('_', ' ')} `{h['masked'].replace('`', chr(0x2032))}` "
-                                 f"(SHA-256 {h['sha256']})")
+                    lines.append(f"  - Found in it: {h['class'].replace('_', ' ')} `{h['masked'].replace('`', chr(0x2032))}`"
+                                 + (f" (SHA-256 {h['sha256']})" if h.get("sha256") else ""))
         lines.append("")
     if "recipient" in p:
         lines += ["## The answers you received", ""]

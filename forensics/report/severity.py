@@ -14,6 +14,7 @@ import functools
 import hashlib
 import re
 import tomllib
+import unicodedata
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -30,10 +31,17 @@ from stdnum.us import ssn as _us_ssn
 from forensics.errors import ConfigError
 
 NONE = "none"
+#: Credential kinds a person chose (no hash of them is shown: see Hit.shown_sha256).
+GUESSABLE_KINDS = frozenset({"password_assignment"})
 #: Phone-number-shaped runs (7-15 digits with the usual separators), checked by libphonenumber.
 _PHONE_CANDIDATE = re.compile(r"(?<![\w+.-])(?:\+|\(\+?)?\d[\d ().-]{5,18}\d(?![\w.-]|-\d)")
 #: Region assumed for phone numbers written without a country code.
 PHONE_REGION = "US"
+
+
+#: Every Unicode space separator and the tab, read as one ASCII space (a character for a character, so every
+#: offset stays): a card number written with no-break or thin spaces is the same number.
+_SPACES = {cp: " " for cp in [9, *(cp for cp in range(0x3000 + 1) if unicodedata.category(chr(cp)) == "Zs")]}
 
 
 def _digits(value: str) -> str:
@@ -43,7 +51,7 @@ def _digits(value: str) -> str:
 VALIDATORS: dict[str, Callable[[str], bool]] = {
     "luhn": lambda v: 13 <= len(_digits(v)) <= 19 and _luhn.is_valid(_digits(v)),
     "iban": lambda v: _iban.is_valid(_digits(v)),
-    "us_ssn": lambda v: _us_ssn.is_valid(v),
+    "us_ssn": lambda v: _us_ssn.is_valid(v.replace(" ", "-")),
     "in_aadhaar": lambda v: _aadhaar.is_valid(_digits(v)),
     "es_dni": lambda v: _es_dni.is_valid(_digits(v)),
     "br_cpf": lambda v: _br_cpf.is_valid(_digits(v)),
@@ -77,6 +85,14 @@ class Hit:
         return hashlib.sha256(self.value.encode("utf-8", "surrogatepass")).hexdigest()
 
     @property
+    def shown_sha256(self) -> str | None:
+        """The SHA-256 a packet shows: only of a machine-made credential (a key, a token, a private key), whose
+        value no one can find again from its hash. A card, account, id or phone number has too few possible values
+        beside the digits its mask shows (a card's middle six: a million guesses, under a second), and a password
+        falls to a dictionary: their hash would undo their mask, so it is not shown."""
+        return self.sha256 if self.cls == "credential" and self.kind not in GUESSABLE_KINDS else None
+
+    @property
     def masked(self) -> str:
         """A preview that identifies the value to its owner without disclosing it."""
         return mask(self.value, self.cls)
@@ -84,7 +100,7 @@ class Hit:
     def to_json(self) -> dict[str, Any]:
         """The hit as packets show it: never the value itself."""
         return {"class": self.cls, "kind": self.kind, "start": self.start, "end": self.end,
-                "sha256": self.sha256, "masked": self.masked}
+                "sha256": self.shown_sha256, "masked": self.masked}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,28 +121,27 @@ class Classifier:
     def find(self, text: str) -> list[Hit]:
         """Every hit in ``text``, sorted by position; overlapping hits keep the most severe."""
         hits: list[Hit] = []
+        spaced = text.translate(_SPACES)  # matched; each hit's value is the original text
         for pat in self.patterns:
-            for m in pat.regex.finditer(text):
+            for m in pat.regex.finditer(spaced):
                 group = "value" if "value" in pat.regex.groupindex else 0
                 start, end = m.span(group)
-                value = m.group(group)
                 if pat.validator is not None:
-                    value = _first_valid(value, VALIDATORS[pat.validator])
-                    if value is None:
+                    valid = _first_valid(m.group(group), VALIDATORS[pat.validator])
+                    if valid is None:
                         continue
-                    end = start + len(value)
-                hits.append(Hit(start, end, pat.cls, pat.kind, value))
+                    end = start + len(valid)
+                hits.append(Hit(start, end, pat.cls, pat.kind, text[start:end]))
         if "phone" in self.classes:
             # libphonenumber's own matcher is slow on digit-heavy text; a cheap regex finds the
             # candidates and libphonenumber decides which are real, valid numbers.
-            for m in _PHONE_CANDIDATE.finditer(text):
-                raw = m.group(0)
+            for m in _PHONE_CANDIDATE.finditer(spaced):
                 try:
-                    number = phonenumbers.parse(raw, PHONE_REGION)
+                    number = phonenumbers.parse(m.group(0), PHONE_REGION)
                 except phonenumbers.NumberParseException:
                     continue
                 if phonenumbers.is_valid_number(number):
-                    hits.append(Hit(m.start(), m.end(), "phone", "phone_number", raw))
+                    hits.append(Hit(m.start(), m.end(), "phone", "phone_number", text[m.start():m.end()]))
         # Most severe first, then longest, then earliest: a card number is not also a phone.
         hits.sort(key=lambda h: (self.rank(h.cls), -(h.end - h.start), h.start, h.kind))
         kept: list[Hit] = []
