@@ -484,6 +484,20 @@ def test_a_hidden_file_in_a_packet_folder_is_named(built: Path) -> None:
     assert f"output {rel}: unexpected" in _problems(built)
 
 
+def test_a_manifest_that_excludes_the_packets_from_its_outputs_does_not_hide_a_file_in_one(built: Path) -> None:
+    """Verify took the folders to leave out from the manifest's own outputs_excluded: one word added there, and a
+    file added to a packet went unseen (exit 0). A report only ever leaves out its case folder."""
+    packet = sorted(p for p in (built / "packets").iterdir() if p.is_dir())[0]
+    (packet / "extra.md").write_text("another customer's text\n", encoding="utf-8")
+    path = built / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    man["outputs_excluded"] = sorted({*man["outputs_excluded"], "packets"})
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    problems = _problems(built)
+    assert f"output {(packet / 'extra.md').relative_to(built).as_posix()}: unexpected" in problems, problems
+    assert any("outputs_excluded" in p and "packets" in p for p in problems), problems
+
+
 @pytest.mark.parametrize(("where", "value"), [("inputs", None), ("outputs", 7), ("case_file", None)])
 def test_a_manifest_with_a_path_that_is_not_a_string_is_a_clear_error(run_report: tuple[Path, str],
                                                                        capsys: pytest.CaptureFixture[str],

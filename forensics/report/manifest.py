@@ -209,7 +209,12 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
             drift.append(Drift("output", rel, "missing"))
         elif file_sha256(p) != o["sha256"]:
             drift.append(Drift("output", rel, "changed"))
-    exclude = set(man.outputs_excluded) | {MANIFEST, SIGNATURE}
+    # A report leaves out its case folder and nothing else: an exclusion the manifest adds (a packet's folder) is
+    # itself drift, and what it names is checked as any output.
+    for name in sorted(set(man.outputs_excluded) - CASE_FOLDERS):
+        drift.append(Drift("consistency", MANIFEST, f"outputs_excluded leaves out {name!r}; a report only leaves out "
+                                                   f"{', '.join(sorted(CASE_FOLDERS))}"))
+    exclude = (set(man.outputs_excluded) & CASE_FOLDERS) | {MANIFEST, SIGNATURE}
     for o in output_hashes(report_dir, exclude):
         if o["path"] not in recorded:
             drift.append(Drift("output", o["path"], "unexpected"))
