@@ -245,7 +245,11 @@ def parse_utc(value: Any, key: str) -> dt.datetime:
         raise ConfigError(f"{key} must be a time string, got {type(value).__name__}", fix=EXAMPLES.get(key))
     if t.tzinfo is None:
         raise ConfigError(f"{key} = {value!r} has no zone", fix="end it with Z (UTC) or an offset such as +02:00")
-    return t.astimezone(dt.UTC)
+    try:
+        return t.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is a time before the year 1 in UTC
+        raise ConfigError(f"{key} = {value!r} lies outside the years 1 to 9999 in UTC",
+                          fix=f"give a time within them, e.g. {EXAMPLES.get(key, key + ' = ...')}") from None
 
 
 def _parse_zone(value: Any, key: str) -> str:
@@ -364,6 +368,9 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             value = (base / str(value)).resolve()
         if key in ("name", "tenant_field", "description") and not isinstance(value, str):
             raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
+        if key == "tenant_field" and not value.strip():
+            # Read as "auto" while the manifest said the case file had set it.
+            raise ConfigError("tenant_field is empty", file=file, fix='tenant_field = "auto" (the usual fields), or the field that names the customer')
         # It names the report folder and every notice: a name with nothing visible (spaces, zero-width
         # or format characters) is as good as none.
         if key == "name" and not any(unicodedata.category(ch)[0] not in "CZ" for ch in value):
@@ -425,6 +432,10 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
             raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file,
                               fix="an [[inputs]] entry takes path and format (and, for format = \"mapped\", time_format and "
                                   "an [inputs.fields] table)")
+        if not isinstance(item["path"], str) or not item["path"]:
+            # A number was read as a file name ("5") and a list as a pattern ("['gateway']") matching nothing.
+            raise ConfigError(f"inputs[{i}].path must be a non-empty string, got {item['path']!r}", file=file,
+                              fix='path = "logs/gateway" (one [[inputs]] entry per path, or a pattern such as "logs/*.jsonl")')
         fmt = item.get("format", "auto")
         known = input_formats()
         if fmt not in known:

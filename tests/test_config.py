@@ -65,6 +65,13 @@ def test_a_good_case_file(tmp_path: Path) -> None:
         (("681280", '"lots"'), "is not a positive whole number"),
         (('"2026-08-27T00:00:00Z"', '"2026-08-27 00:00:00"'), "has no zone"),
         (('"2026-08-27T00:00:00Z"', '"yesterday"'), "is not an ISO 8601 time"),
+        # An offset that takes the time out of the years 1 to 9999 in UTC was an internal error (OverflowError).
+        (('"2026-08-27T00:00:00Z"', '"0001-01-01T00:00:00+01:00"'), "window_start = '0001-01-01T00:00:00+01:00' lies outside"),
+        (('"2026-09-09T02:00:00+02:00"', '"9999-12-31T23:59:59-01:00"'), "window_end = '9999-12-31T23:59:59-01:00' lies outside"),
+        # A number was read as a file name, a list as a pattern that matched nothing.
+        (('path = "logs/gateway"', "path = 5"), "inputs[0].path must be a non-empty string, got 5"),
+        (('path = "logs/gateway"', 'path = ["logs/gateway"]'), "inputs[0].path must be a non-empty string"),
+        (('timezone = "Europe/Berlin"', 'tenant_field = ""'), "tenant_field is empty"),
         (('"2026-08-27T00:00:00Z"', '"2026-09-10T00:00:00Z"'), "window_end (2026-09-09T00:00:00Z) is not after window_start"),
         (("681280", "2000000"), "real_ceiling_tokens (2000000) is above advertised_window_tokens"),
         (('"Europe/Berlin"', '"Mars/Olympus"'), "not a known time zone"),
