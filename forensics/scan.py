@@ -317,6 +317,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     """Find the suspect responses of a case; write suspects.parquet, suspects.csv and scan.json."""
     case_obj = Case(case)
     case_obj.require("exchanges", "ingest")
+    if config.file is not None:
+        # Another incident's case file (its model, window and name) must not scan this case: refused here, where
+        # its name would otherwise become the case's and its report replace that incident's own.
+        from forensics.report import check_ingest_scope  # (the report's check, which reads the ingest's manifest)
+
+        check_ingest_scope(case, config, content_only=True)
     all_queries = q.load_queries()
     scan_queries = [x for x in all_queries if x.area == "scan"]
     task = reporter(progress).task("scan", total=len(scan_queries) + 2)

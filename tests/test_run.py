@@ -506,3 +506,28 @@ def test_a_relative_pattern_works_in_a_case_folder_named_with_brackets(tmp_path:
     with pytest.raises(SystemExit) as exc:
         main(["verify", str(tmp_path / "out" / "e2e"), "--inputs", str(moved), "--rerun"])
     assert exc.value.code == 0
+
+
+def test_a_case_is_not_scanned_or_reported_with_another_incidents_case_file(tmp_path: Path) -> None:
+    """Two incidents whose case files share a name, built stage by stage into one --out: scan took the other
+    incident's case file, and the second report replaced the first one's folder without a word, keeping its
+    verdicts and notices records. Both are refused now, naming what differs."""
+    from forensics import api
+    from forensics.errors import OutputError
+
+    first, second = write_logs(tmp_path / "a"), write_logs(tmp_path / "b", leak=False)
+    cfg_a, cfg_b = load_case_file(first / "case.toml"), load_case_file(second / "case.toml")
+    out = tmp_path / "out"
+    for logs, cfg, case in ((first, cfg_a, tmp_path / "case-a"), (second, cfg_b, tmp_path / "case-b")):
+        api.ingest(case, [logs / "gateway"], config=cfg)
+    with pytest.raises(ConfigError, match="inputs hold none of the files this case ingested"):
+        api.scan(tmp_path / "case-a", cfg_b)
+    for cfg, case in ((cfg_a, tmp_path / "case-a"), (cfg_b, tmp_path / "case-b")):
+        api.scan(case, cfg)
+        api.match(case, cfg)
+    api.report(tmp_path / "case-a", cfg_a, out)
+    before = sorted((p.relative_to(out).as_posix(), p.read_bytes()) for p in (out / "e2e").rglob("*") if p.is_file())
+    with pytest.raises(OutputError, match="holds the report of another case"):
+        api.report(tmp_path / "case-b", cfg_b, out)
+    assert sorted((p.relative_to(out).as_posix(), p.read_bytes()) for p in (out / "e2e").rglob("*") if p.is_file()) == before
+    api.report(tmp_path / "case-a", cfg_a, out)  # the same case again: replaced, as always

@@ -228,6 +228,27 @@ def _check_replaceable(final: Path, carried: str | None) -> None:
                                   "another --out")
 
 
+def _check_same_incident(final: Path, case: Path | None) -> None:
+    """Refuse to replace a report none of whose inputs the case read: another incident's report under the same
+    name (two case files named alike, or two cases without one, both called "case"). Replaced, it would have
+    gone without a word, and its records of verdicts and notices sent would have been carried into the new one.
+    A report of the same case with logs added or left out since shares inputs with it and is replaced."""
+    if case is None or not (final / manifest.MANIFEST).is_file() or not (case / "manifest.json").is_file():
+        return
+    try:
+        old = json.loads((final / manifest.MANIFEST).read_text(encoding="utf-8")).get("inputs")
+        new = json.loads((case / "manifest.json").read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable old manifest: nothing to compare (verify names it)
+    old_shas = {e.get("sha256") for e in old if isinstance(e, dict)} - {None} if isinstance(old, list) else set()
+    new_shas = {e.get("sha256") for e in new if isinstance(e, dict)} - {None} if isinstance(new, list) else set()
+    if old_shas and new_shas and not old_shas & new_shas:
+        raise OutputError(f"the report folder holds the report of another case: none of its {len(old_shas)} input file"
+                          f"{'s' if len(old_shas) != 1 else ''} is one this case read, and replacing it would carry its "
+                          "records of verdicts and notices sent into this one", file=final,
+                          fix="give this case's report another --out (or another case name), or move the old report away")
+
+
 def _leftover(path: Path) -> str:
     """The warning for an old report (or a killed run's leftover) that could not be deleted."""
     quoted = shlex.quote(str(path))  # a line to copy into a shell: a space in --out must not split it
@@ -255,6 +276,7 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None, warnings:
     with folder_lock(out / f".{final.name}+lock", f"the report folder {final}"):
         carried = _carried(keep, final) if os.path.isdir(final) else None
         _check_replaceable(final, carried)
+        _check_same_incident(final, keep)
         # Leftovers of a run killed mid-way (only a run holding this lock makes or removes them).
         for stale in sorted(glob.glob(glob.escape(str(out / f".{final.name}+")) + "*")):
             if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
@@ -357,8 +379,12 @@ def check_scan_scope(case: Path, config: CaseConfig) -> None:
                                                 + f", then forensics match --case {shlex.quote(str(case))}")
 
 
-def check_ingest_scope(case: Path, config: CaseConfig) -> None:
+def check_ingest_scope(case: Path, config: CaseConfig, content_only: bool = False) -> None:
     """Refuse a case file whose inputs or reading settings differ from those the case was ingested with.
+
+    ``content_only`` (the scan's check: it reads the tables, not the names): only what makes other tables, the
+    time zone and the tenant field, and inputs none of which the case ingested (another incident's case file);
+    the names, sizes and reading a re-run would repeat, and inputs added or left out, are the report's.
 
     The report's manifest records the case file's inputs, time zone, tenant field and tokenizer, and
     ``verify --rerun`` ingests from them again: taken from a case ingested otherwise (other logs, or the
@@ -384,13 +410,15 @@ def check_ingest_scope(case: Path, config: CaseConfig) -> None:
               if used is not None and given != used]
     tokenizer = Path(config.tokenizer) if config.tokenizer else None
     used_sha = ingested.tokenizer_sha256
-    if (tokenizer.name if tokenizer else None) != ingested.tokenizer or (
+    if content_only:
+        pass
+    elif (tokenizer.name if tokenizer else None) != ingested.tokenizer or (
             tokenizer is not None and isinstance(used_sha, str) and tokenizer.is_file() and file_sha256(tokenizer) != used_sha):
         differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
-        differ += _inputs_differ(case, config, ingested.files, ingested.skipped_inputs)
-    if ingested.tokenizer is not None:  # (without one no row was decided by its size)
+        differ += _inputs_differ(case, config, ingested.files, ingested.skipped_inputs, content_only)
+    if ingested.tokenizer is not None and not content_only:  # (without one no row was decided by its size)
         differ += _ceiling_differs(config, ingested.files, ingested.prompt_tokens_band)
     if differ:
         raise ConfigError(f"the case file says {'; '.join(differ)}: the report's manifest would name inputs and "
@@ -438,7 +466,8 @@ def _read_alike(entry: dict[str, Any], spec: InputSpec, path: Path) -> bool:
     return sniffed is None if status.startswith("skipped") else fmt == sniffed
 
 
-def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped_inputs: Iterable[Any] = ()) -> list[str]:
+def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped_inputs: Iterable[Any] = (),
+                   content_only: bool = False) -> list[str]:
     """How the files ``config``'s inputs list differ from the ingested ``files`` (the ingest manifest's
     entries), in words; empty when a re-run from them reads the same files under the same names.
 
@@ -496,7 +525,10 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
             entry = entries[0]
             places = entry.get("abs_paths")
             if isinstance(places, list) and places and str(named_path(path)) not in places:
-                moved.append(name)  # a copy elsewhere: the manifest records where the inputs lie
+                if content_only and not any(size == f.get("size") and file_sha256(path) == f["sha256"] for f in entries):
+                    unread.append(name)  # another file under the same name: another incident's log
+                else:
+                    moved.append(name)  # a copy elsewhere: the manifest records where the inputs lie
                 continue
             if isinstance(entry.get("size"), int) and size != entry["size"]:
                 grown.append(name)
@@ -507,6 +539,13 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
                 formats.append(f"{name}: another mapping profile")
     left_out = [name for name, entries in recorded.items()
                 if name not in named and not any(f["sha256"] in renamed for f in entries)] if listed_all else []
+    if content_only:
+        # Another incident's case file lists none of the files this case read; one listing some of them (fewer logs,
+        # more logs) is this incident's. Names, sizes, the reading and the entries not read are the report's to check.
+        if not unread or len(named) > len(unread):
+            return []
+        return [f"inputs hold none of the files this case ingested ({len(unread)} other file{'s' if len(unread) > 1 else ''}: "
+                f"{first_few(sorted(unread), 3)})"]
     differ = []
     for what, names in (("this case did not ingest", unread),
                         ("this case recorded under another name than a re-run from this case file gives it (ingested without this "
