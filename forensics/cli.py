@@ -963,6 +963,8 @@ def run(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
+        for w in result.notes:  # (the stages run alone print theirs; --quiet prints only what must be cleaned up)
+            err.print(f"warning: {w}", markup=False)
         _render_report(result.report, result.stages)
         _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN

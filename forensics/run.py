@@ -57,6 +57,9 @@ class RunResult:
     config: CaseConfig
     report: ReportResult
     stages: list[StageTiming]
+    #: The scan's and the match's warnings (engine signatures outside the scope, look-alike ids, candidates in
+    #: review only); the report's own (``report.warnings``) are what the user must clean up.
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def has_findings(self) -> bool:
@@ -65,8 +68,9 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready summary for the CLI."""
+        summary = self.report.summary()
         return ({"case": self.config.name, "case_dir": str(self.case_dir), "stages": [s.to_json() for s in self.stages]}
-                | self.report.summary())
+                | summary | {"warnings": [*self.notes, *summary["warnings"]]})
 
 
 def _may_be_case_file(path: Path) -> bool:
@@ -183,6 +187,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
                               f"{spec.path}", file=cfg.file, fix="choose an --out outside the input folders")
     stages: list[StageTiming] = []
     warnings: list[str] = []
+    notes: list[str] = []
     with report_folder(Path(out), cfg.name, warnings=warnings) as building:
         case_dir = building / CASE_SUBDIR
         t0 = time.monotonic()
@@ -203,11 +208,14 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
 
         t0 = time.monotonic()
         scanned = scan_stage(case_dir, cfg, progress=progress)
+        # (Printed by the stage run alone; in a run they were only in summary.md: engine signatures outside the
+        # scope, look-alike ids, a near model name.)
+        notes.extend(scanned.summary()["warnings"])
         stages.append(StageTiming("scan", round(time.monotonic() - t0, 3), scanned.suspects, "suspect responses"))
 
         t0 = time.monotonic()
         matched = match_stage(case_dir, cfg, progress=progress)
-        warnings.extend(matched.summary()["warnings"])
+        notes.extend(matched.summary()["warnings"])
         stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()
@@ -216,4 +224,4 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir
     reported.warnings = warnings
-    return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages)
+    return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages, notes)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,24 @@ def _check_scope(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> None:
                 f"model {model!r} never appears in the exchanges", file=cfg.file,
                 fix=f"check the model setting (a typo would hide every suspect); models seen: {listed}",
             )
+    inside, first, last = q.with_memory_to_spare(con, lambda: con.execute(
+        """SELECT count(*) FILTER (WHERE t >= $start AND t < $end), min(t), max(t) FROM (
+               SELECT coalesce(received_at, completed_at) AS t FROM exchanges
+               WHERE coalesce(list_contains($models, model) OR list_contains($models, model_routed), false))""",
+        {"models": list(cfg.models), "start": cfg.window_start, "end": cfg.window_end}).fetchall()[0])
+    if not inside and first is not None:
+        # A slip in the window (the year) hid every request: the scan found no suspect, and the list said nobody.
+        raise ConfigError(
+            f"no request to the case's model(s) was received in the window {_iso(cfg.window_start)} to "
+            f"{_iso(cfg.window_end)}; the case's requests to them run from {_iso(first)} to {_iso(last)}", file=cfg.file,
+            fix="check window_start and window_end (a typo would hide every suspect)")
+
+
+def _iso(t: Any) -> str:
+    """A time as the case file writes it (UTC, Z); DuckDB gives the tables' times with their zone, UTC."""
+    if not isinstance(t, dt.datetime):
+        return str(t)
+    return iso(t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC))
 
 
 def _near_models(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> list[str]:

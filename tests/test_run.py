@@ -531,3 +531,21 @@ def test_a_case_is_not_scanned_or_reported_with_another_incidents_case_file(tmp_
         api.report(tmp_path / "case-b", cfg_b, out)
     assert sorted((p.relative_to(out).as_posix(), p.read_bytes()) for p in (out / "e2e").rglob("*") if p.is_file()) == before
     api.report(tmp_path / "case-a", cfg_a, out)  # the same case again: replaced, as always
+
+
+def test_run_shows_the_scans_warnings_and_quiet_keeps_them_off_the_screen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scan's warnings (here two customer ids alike but for case) reached only summary.md in a run, not the
+    screen nor --json; and --quiet printed the match's. Now a run prints and returns them, and --quiet does not."""
+    logs = write_logs(tmp_path / "logs")
+    extra = _row("r-4", "ACME", "2026-08-28T12:00:00Z", "Another short question?", "Another short answer.", 8)
+    with (logs / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(extra + "\n")
+    runs = {}
+    for flag in ("--quiet", "--json", None):
+        with pytest.raises(SystemExit):
+            main(["run", str(logs), "--out", str(tmp_path / f"out{flag}"), *([flag] if flag else [])])
+        runs[flag] = capsys.readouterr()
+    alike = "differ only in case"
+    assert runs["--quiet"].err == "" and runs["--quiet"].out == ""
+    assert any(alike in w for w in json.loads(runs["--json"].out)["warnings"])
+    assert alike in runs[None].err

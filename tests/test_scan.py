@@ -218,8 +218,12 @@ def test_scan_command_exit_codes_and_overrides(tmp_path: Path, capsys: pytest.Ca
     summary = json.loads(out)
     assert summary["suspects"] == 3 and summary["parameters"]["real_ceiling_tokens_source"] == "auto-detected"
     # the saved configuration is reused by a bare `scan --case`, and options still override it
-    code, out, _ = _cli(["scan", "--case", str(root), "--window-start", "2026-09-01T00:00:00Z"], capsys)
+    code, out, _ = _cli(["scan", "--case", str(root), "--window-start", "2026-08-29T11:30:00Z",
+                         "--window-end", "2026-08-30T00:00:00Z"], capsys)
     assert code == 0 and "suspect responses: 0" in out
+    # A window that holds no request at all is a slip, not an incident without suspects.
+    code, out, err = _cli(["scan", "--case", str(root), "--window-start", "2026-09-01T00:00:00Z", "--window-end", WINDOW[1]], capsys)
+    assert code == 2 and out == "" and "no request to the case's model(s) was received in the window" in err
     code, out, err = _cli(base + ["--ceiling", "2000000", "--advertised-window", "1048576"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "real_ceiling_tokens" in err
 
@@ -711,3 +715,22 @@ def test_one_request_renders_one_text_in_the_payload_and_the_spend_log(tmp_path:
                config=_config())
         texts[gateway] = pq.read_table(tmp_path / gateway / "case" / "exchanges.parquet").column("prompt_text")[0].as_py()
     assert set(texts.values()) == {'<|system|>\nSys.\n\n<|tools|>\n{"name":"t"}\n\n<|user|>\nq'}, texts
+
+
+def test_a_window_that_holds_no_request_of_the_model_is_refused(tmp_path: Path) -> None:
+    """A slip in the window's year: no request fell in it, the scan found no suspect, and the run said nobody must
+    be told (exit 0), with no warning. Refused as a model that never appears is, saying when the requests ran."""
+    from test_run import write_logs
+
+    from forensics import api
+    from forensics.config import load_case_file
+
+    logs = write_logs(tmp_path / "logs")
+    text = (logs / "case.toml").read_text(encoding="utf-8")
+    (logs / "case.toml").write_text(text.replace("2026-08-27", "2025-08-27").replace("2026-09-09", "2025-09-09"), encoding="utf-8")
+    cfg = load_case_file(logs / "case.toml")
+    api.ingest(tmp_path / "case", [logs / "gateway"], config=cfg)
+    with pytest.raises(ConfigError, match=r"no request to the case's model\(s\) was received in the window "
+                                          r"2025-08-27T00:00:00Z to 2025-09-09T00:00:00Z; the case's requests to them run "
+                                          r"from 2026-08-28T09:00:00Z to 2026-08-28T11:00:00Z"):
+        api.scan(tmp_path / "case", cfg)
