@@ -549,3 +549,19 @@ def test_run_shows_the_scans_warnings_and_quiet_keeps_them_off_the_screen(tmp_pa
     assert runs["--quiet"].err == "" and runs["--quiet"].out == ""
     assert any(alike in w for w in json.loads(runs["--json"].out)["warnings"])
     assert alike in runs[None].err
+
+
+def test_an_ingest_given_no_case_file_keeps_the_cases_saved_settings(tmp_path: Path) -> None:
+    """More logs added to a case begun with a case file, by an ingest given none: the defaults were saved over the
+    case's name, models and window, so the next scan found no model and the report was named "case"."""
+    from forensics import api
+    from forensics.config import load_saved
+
+    logs = write_logs(tmp_path / "logs")
+    cfg = load_case_file(logs / "case.toml")
+    api.ingest(tmp_path / "case", [logs / "gateway"], config=cfg)
+    api.ingest(tmp_path / "case", [logs / "gateway"], config=api.make_config(None, timezone="UTC"))
+    saved = load_saved(tmp_path / "case" / "config.json")
+    assert (saved.name, saved.models, saved.window_start) == (cfg.name, cfg.models, cfg.window_start)
+    assert (saved.timezone, saved.source("timezone")) == ("UTC", "option")  # what the ingest was told is kept too
+    assert api.scan(tmp_path / "case", api.config_for_case(tmp_path / "case")).suspects >= 1

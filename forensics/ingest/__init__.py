@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, file_sha256, rows_batch, table_text, write_json
-from forensics.config import CaseConfig, Profile, save
+from forensics.config import CaseConfig, Profile, load_saved, save
 from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
@@ -781,7 +781,7 @@ def ingest(
         # so this run's file is not recorded as the case's either.
         case_manifest = dataclasses.replace(case_manifest, tokenizer_sha256=None)
     write_json(c.manifest_path, case_manifest.to_json())
-    save(cfg, c.config_path)
+    save(_settings_to_keep(cfg, c.config_path), c.config_path)
     by_sha = {f["sha256"]: f for f in case_manifest.files}
     for f in run_files:
         # Every file staged by this run (damaged ones too) shows the figures the finaliser settled.
@@ -1030,6 +1030,27 @@ def _misfit(row: dict[str, Any], table_schema: pa.Schema) -> str | None:
 
 def _warm() -> None:
     """A first task for a new worker: nothing, its start-up (importing this module) is the point."""
+
+
+def _settings_to_keep(cfg: CaseConfig, saved_path: Path) -> CaseConfig:
+    """The configuration an ingest saves as the case's: its own when it was given a case file (or the case has
+    none saved), else the case's saved one with what this ingest was told by its options set on it. An ingest
+    that adds logs to a case begun with a case file, given none, saved the defaults over the case's name,
+    models and window: the next scan found no model, and the report went to a folder named "case"."""
+    if cfg.file is not None or not saved_path.is_file():
+        return cfg
+    try:
+        saved = load_saved(saved_path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return cfg  # unreadable: written afresh (the scan says what is missing)
+    for key, source in sorted(cfg.sources.items()):
+        if source == "default":
+            continue
+        if key == "tokenizer":
+            saved.tokenizer, saved.sources[key] = cfg.tokenizer, source
+        else:
+            saved.set(key, getattr(cfg, key), source)
+    return saved
 
 
 def _check_same_reading(manifest: dict[str, Any], cfg: CaseConfig, root: Path) -> None:
