@@ -152,6 +152,33 @@ def test_confirmed_review_candidate_joins_the_list_and_its_packet_says_a_person_
     assert verify(rd).ok
 
 
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"), newline="")))
+
+
+def test_the_reports_evidence_and_review_files_say_what_the_analysts_decided(built: tuple[Path, object, Path]) -> None:
+    """A dismissed finding stayed in evidence.csv as a confirmed finding, and a confirmed candidate in review.csv with
+    no tier, while notifications.csv followed the verdicts: the list could not be rebuilt from the files. Now the
+    dismissed one is in review.csv saying why, the confirmed one in evidence.csv, and verify agrees."""
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _review(rd, "f-review-1", "confirm", "rare batch wording")
+    rd = report(case, cfg, rd.parent).report_dir
+    evidence = {r["finding_id"]: r for r in _csv_rows(rd / "evidence.csv")}
+    review = {r["finding_id"]: r for r in _csv_rows(rd / "review.csv")}
+    assert "f-0001" not in evidence and review["f-0001"]["why_not_notified"] == "dismissed by an analyst (verdicts.jsonl)"
+    assert "f-review-1" not in review
+    assert (evidence["f-review-1"]["tier"], evidence["f-review-1"]["tier_rule"]) == ("confirmed", verdicts.CONFIRMED_RULE)
+    listed = {r["source_tenant_id"] for r in evidence.values() if r["tier"] and r["relation"] == "cross_tenant"}
+    exposed = {t for (t, role) in _notifications(rd) if role == "exposed"}
+    assert exposed <= listed | {r["source_tenant_id"] for r in evidence.values()}
+    order = [(r["recipient_request_id"], r["source_request_id"]) for r in _csv_rows(rd / "evidence.csv")]
+    assert order == sorted(order)
+    assert verify(rd).ok
+    again = report(case, cfg, rd.parent).report_dir  # re-rendered: the same bytes
+    assert (again / "evidence.csv").read_bytes() == (rd / "evidence.csv").read_bytes()
+
+
 def test_escalate_is_recorded_and_changes_nothing_and_the_summary_lists_every_verdict(built: tuple[Path, object, Path]) -> None:
     case, cfg, rd = built
     before = (rd / "notifications.csv").read_bytes()

@@ -465,7 +465,7 @@ def test_parameters_the_manifest_says_came_from_the_case_file_must_be_the_case_f
     path = report_dir / "manifest.json"
     man = json.loads(path.read_text(encoding="utf-8"))
     assert man["parameters"]["case"]["sources"]["window_start"] == "file"
-    man["parameters"]["case"]["values"]["window_start"] = "2026-08-28T12:00:00Z"
+    man["parameters"]["case"]["values"]["window_start"] = "2026-08-28T10:30:00Z"
     man["parameters"]["case"]["values"]["sections"] = {"match": {"probable_evalue": 0.5}}
     path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     problems = _problems(report_dir)

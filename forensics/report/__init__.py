@@ -16,9 +16,11 @@ files forensics did not write is refused, never written through or silently dele
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from forensics import schema
+from forensics import csvfile, schema
 from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, InputSpec, iso, load_saved
@@ -123,6 +125,68 @@ def _table_csv(case_dir: Path, name: str, columns: tuple[str, ...], order: str) 
     finally:
         con.close()
     return safe.csv_bytes(columns, [[case_data.iso(v) if hasattr(v, "astimezone") else v for v in r] for r in rows])
+
+
+#: The evidence files' row order (outputs.md: recipient_request_id, source_request_id; then the rest to break ties).
+EVIDENCE_ORDER = ("recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, source_tenant_id NULLS LAST, "
+                  "source_kind, recipient_start, finding_id")
+#: Why a finding an analyst dismissed is in the report's review.csv.
+DISMISSED_WHY = "dismissed by an analyst (verdicts.jsonl)"
+
+
+def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[str, str]) -> bytes:
+    """Rewrite the report's evidence.csv and review.csv (copies of the match stage's) as the analysts decided, and
+    return evidence.csv's bytes: a dismissed finding moves to review.csv (``why_not_notified`` says so), a confirmed
+    candidate to evidence.csv (tier confirmed, the verdict its rule). They listed the match's findings whatever the
+    verdicts, so notifications.csv could not be rebuilt from them. Cells stay as the match wrote them."""
+    from forensics.review.verdicts import CONFIRMED_RULE
+
+    def table(data: bytes) -> tuple[list[str], list[dict[str, str]]]:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+        header = rows[0] if rows else []
+        return header, [dict(zip(header, r)) for r in rows[1:]]
+
+    review_path = report_dir / "review.csv"
+    ev_header, evidence = table(evidence_bytes)
+    rv_header, review = table(review_path.read_bytes()) if review_path.is_file() else (list(schema.REVIEW_CSV), [])
+
+    def verdict(row: dict[str, str]) -> str | None:
+        return decided.get(row.get("finding_id", ""))
+
+    def key(row: dict[str, str]) -> tuple[Any, ...]:
+        def text(name: str) -> tuple[int, str]:  # the id as the logs hold it; an empty cell (null) last
+            shown = row.get(name, "")
+            return (1, "") if shown == "" else (0, csvfile.uncell(shown) or shown)
+        return (text("recipient_request_id"), text("recipient_tenant_id"), text("source_request_id"),
+                text("source_tenant_id"), row.get("source_kind", ""), _number(row.get("recipient_start", "")),
+                row.get("finding_id", ""))
+
+    confirmed = [row | {"tier": "confirmed", "tier_rule": csvfile.cell(CONFIRMED_RULE)} for row in review if verdict(row) == "confirm"]
+    dismissed = [row | {"why_not_notified": csvfile.cell(DISMISSED_WHY)} for row in evidence if verdict(row) == "dismiss"]
+    listed = sorted([r for r in evidence if verdict(r) != "dismiss"] + confirmed, key=key)
+    waiting = sorted([r for r in review if verdict(r) != "confirm"] + dismissed, key=key)
+    data = _raw_csv(ev_header, [[r.get(c, "") for c in ev_header] for r in listed])
+    safe.write_bytes(report_dir / "evidence.csv", data)
+    if review_path.is_file() or waiting:
+        safe.write_bytes(review_path, _raw_csv(rv_header, [[r.get(c, "") for c in rv_header] for r in waiting]))
+    return data
+
+
+def _number(shown: str) -> float:
+    """A number cell's value for sorting (an empty or odd cell first)."""
+    try:
+        return float(shown)
+    except ValueError:
+        return float("-inf")
+
+
+def _raw_csv(header: list[str], rows: list[list[str]]) -> bytes:
+    """CSV of cells already written as :func:`forensics.csvfile.cell` writes them (not neutralised again)."""
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(list(header))
+    writer.writerows(rows)
+    return buf.getvalue().encode("utf-8")
 
 
 def _copy_stage_csv(case_dir: Path, report_dir: Path, name: str, columns: tuple[str, ...], order: str) -> bytes:
@@ -620,10 +684,13 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     classifier = default_classifier()
     data = case_data.load(case, classifier, config.models)
     ledgers = _ledgers(report_dir)  # refuses a broken chain: no list may rest on edited decisions
+    decided: dict[str, str] = {}
     if ledgers.get("verdicts.jsonl", {}).get("entries"):
         from forensics.review import VERDICTS, chain, verdicts
 
-        case_data.apply_verdicts(data, classifier, chain.read_valid(report_dir / VERDICTS, verdicts.REQUIRED).entries)
+        entries = chain.read_valid(report_dir / VERDICTS, verdicts.REQUIRED).entries
+        case_data.apply_verdicts(data, classifier, entries)
+        decided = verdicts.decisions(entries)
     task.advance()
 
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
@@ -632,9 +699,9 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     _copy_stage_csv(case, report_dir, "suspects", schema.SUSPECTS_CSV, "received_at NULLS LAST, request_id, tenant_id NULLS LAST")
     if (case / "review.csv").is_file():  # candidates that put nobody on the list, for an analyst to look at
         safe.copy_file(case / "review.csv", report_dir / "review.csv")
-    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", schema.EVIDENCE_CSV,
-                                     "recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, "
-                                     "source_tenant_id NULLS LAST, source_kind, recipient_start, finding_id")
+    evidence_bytes = _copy_stage_csv(case, report_dir, "evidence", schema.EVIDENCE_CSV, EVIDENCE_ORDER)
+    if decided:
+        evidence_bytes = _decided_stage_csvs(report_dir, evidence_bytes, decided)
 
     rows = notices.build_notices(data, classifier)
     safe.write_bytes(report_dir / "notifications.csv", safe.csv_bytes(notices.NOTIFICATION_COLUMNS, [n.csv_row() for n in rows]))
