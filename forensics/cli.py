@@ -769,18 +769,27 @@ def query(
     from forensics import api
     from forensics.queries import csv_text, plain, rows_of
 
+    if fmt not in ("table", "csv", "json"):
+        raise ForensicsError(f"--format {fmt!r} is not table, csv or json", fix="use --format table|csv|json")
     if list_queries:
-        table = _table("shipped queries")
-        for col in ("id", "kind", "parameters", "title"):
-            table.add_column(col)
-        for qd in api.load_queries():
-            _add_row(table, qd.id, qd.kind, ", ".join(f"{p.name} {p.type}" for p in qd.params) or "-", qd.title)
-        out.print(table)
+        listed = [{"id": qd.id, "kind": qd.kind, "parameters": ", ".join(f"{p.name} {p.type}" for p in qd.params) or "-",
+                   "title": qd.title} for qd in api.load_queries()]
+        if fmt == "json":
+            _emit_json(listed)
+        elif fmt == "csv":
+            import pyarrow as pa
+
+            sys.stdout.write(csv_text(pa.Table.from_pylist(listed)))
+        else:
+            table = _table("shipped queries")
+            for col in ("id", "kind", "parameters", "title"):
+                table.add_column(col)
+            for row in listed:
+                _add_row(table, *row.values())
+            out.print(table)
         return EXIT_CLEAN
     if name_or_sql is None or case is None:
         raise ForensicsError("give a case and a query", fix="forensics query --case DIR NAME_OR_SQL (or --list)")
-    if fmt not in ("table", "csv", "json"):
-        raise ForensicsError(f"--format {fmt!r} is not table, csv or json", fix="use --format table|csv|json")
     from forensics.queries import parse_param_options
 
     params = parse_param_options(param or [])

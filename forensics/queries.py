@@ -347,6 +347,12 @@ def read_only_connection(case_dir: Path, queries: list[Query] | None = None) -> 
     case = Case(case_dir)
     if not case.root.is_dir():
         raise QueryError("case folder not found", file=case.root, fix="give the folder that `forensics ingest --case` wrote")
+    if not case.table_path("exchanges").exists():
+        # Read as a case, a report folder (or any other) answered every query with no rows: "nothing quarantined".
+        inner = case.root / "case"
+        raise QueryError("not a case folder: it holds no exchanges table", file=case.root,
+                         fix=f"give the report's case folder ({inner})" if Case(inner).table_path("exchanges").exists()
+                         else "give the folder that `forensics ingest --case` wrote")
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     for name, table_schema in schema.TABLES.items():

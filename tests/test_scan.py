@@ -228,6 +228,22 @@ def test_scan_command_exit_codes_and_overrides(tmp_path: Path, capsys: pytest.Ca
     assert code == 2 and out == "" and err.count("\n") == 1 and "real_ceiling_tokens" in err
 
 
+def test_query_of_a_folder_that_is_no_case_is_an_error_and_the_list_prints_as_asked(tmp_path: Path,
+                                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A report folder given as --case answered every query with no rows (so "nothing was quarantined"), exit 0;
+    and --list printed its table whatever --format said."""
+    root = _incident(tmp_path / "report" / "case")
+    code, out, err = _cli(["query", "--case", str(tmp_path / "report"), "SELECT count(*) AS n FROM quarantine"], capsys)
+    assert code == 2 and out == "" and "not a case folder" in err and "case" in err.split("Fix:")[1]
+    code, out, _ = _cli(["query", "--case", str(root), "SELECT count(*) AS n FROM exchanges", "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)[0]["n"] > 0
+    code, out, _ = _cli(["query", "--list", "--format", "json"], capsys)
+    listed = json.loads(out)
+    assert code == 0 and {"id", "kind", "parameters", "title"} <= set(listed[0]) and any(q["id"] == "above_ceiling" for q in listed)
+    code, out, _ = _cli(["query", "--list", "--format", "csv"], capsys)
+    assert code == 0 and out.splitlines()[0] == "id,kind,parameters,title"
+
+
 def test_query_command_is_read_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _incident(tmp_path / "case")
     scan(root, _config())
