@@ -371,6 +371,43 @@ def test_utf16_and_32_without_a_bom_are_told_by_their_zero_bytes(tmp_path: Path,
         api.ingest(tmp_path / "case", [path], fmt="openai-split")
 
 
+def _archive(tmp_path: Path, kind: str, members: dict[str, str]) -> Path:
+    import io
+    import tarfile
+    import zipfile
+
+    if kind == "zip":
+        path = tmp_path / "logs.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, text in members.items():
+                zf.writestr(name, text)
+        return path
+    path = tmp_path / ("logs.tar.gz" if kind == "tar.gz" else "logs.tar")
+    with tarfile.open(path, "w:gz" if kind == "tar.gz" else "w") as tf:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "tar", "zip"])
+def test_an_archive_of_logs_is_refused_with_the_command_that_extracts_it(tmp_path: Path, kind: str) -> None:
+    """A tarball of logs read line by line: its headers and members ran together, some records read, thousands of
+    "lines" quarantined and the rest missing, exit 0. Named, it is one clear error; found in a folder, one row."""
+    members = {f"day{i}.jsonl": "".join(good(10 * i + j) + "\n" for j in range(5)) for i in range(3)}
+    (tmp_path / "logs").mkdir()
+    path = _archive(tmp_path / "logs", kind, members)
+    with pytest.raises(InputError, match=f"is a {kind.split('.')[0]} archive") as info:
+        api.ingest(tmp_path / "case", [path], fmt="openai-split")
+    assert ("tar -xf" if kind != "zip" else "unzip") in str(info.value)
+    (entry,) = api.ingest(tmp_path / "case2", [tmp_path / "logs"]).manifest["files"]
+    assert entry["status"] == "skipped: an archive" and entry["ingested"] == 0 and entry["reconciled"]
+    (row,) = pq.read_table(tmp_path / "case2" / "quarantine.parquet").to_pylist()
+    assert "archive" in row["reason"] and "Fix:" in row["reason"]
+
+
 @pytest.mark.parametrize("text", ["{\x00", "{\x00a\x00b\x00c\x00"])
 def test_a_few_zero_bytes_in_a_short_utf8_file_are_a_bad_line_not_utf16(tmp_path: Path, text: str) -> None:
     """A NUL in a short line falls on one side of its byte pair by chance: the three-byte file "{\\x00\\n"

@@ -45,8 +45,10 @@ from forensics.ingest.reader import (
     FileProblem,
     Line,
     Span,
+    archive_of,
     compression_of,
     foreign_encoding,
+    head_bytes,
     head_damage,
     peek_lines,
     read_lines,
@@ -404,6 +406,8 @@ class Examined:
     ambiguous: tuple[str, ...] = ()
     compression: str | None = None
     size: int = 0
+    #: ``tar`` or ``zip`` when the file is an archive (read as it is, never line by line).
+    archive: str | None = None
     #: Its first non-blank line opens a JSON array, and the format given or sniffed reads JSON Lines.
     json_array: bool = False
 
@@ -426,8 +430,12 @@ def _examined(path: Path, given: str | None, scanned: tuple[str, list[Span]] | O
     try:
         size = path.stat().st_size
         parquet = is_parquet(path)
-        encoding = None if parquet else foreign_encoding(path)  # Parquet's binary pages are not UTF-16 text
+        first_bytes = b"" if parquet else head_bytes(path)  # read once for the encoding and the archive checks
+        encoding = None if parquet else foreign_encoding(path, first_bytes)  # Parquet's binary pages are not UTF-16 text
         compression = compression_of(path)
+        archive = None if parquet or encoding else archive_of(first_bytes)
+        if archive is not None:
+            return Examined(scanned, parquet, compression=compression, size=size, archive=archive)
         misfit = parquet and given is not None and not FORMATS.get(given).parquet
         if given is not None or encoding is not None or misfit:
             array = (given is not None and not parquet and encoding is None and FORMATS.get(given).json_lines
@@ -604,8 +612,14 @@ def ingest(
             parquet, encoding = seen.parquet, seen.encoding
             misfit = parquet and file_format is not None and not FORMATS.get(file_format).parquet
             skip = None
-            if encoding is not None or misfit:
-                if misfit:
+            if encoding is not None or misfit or seen.archive is not None:
+                if seen.archive is not None:
+                    # Read line by line, a tarball's headers and members ran together: a few records read, thousands
+                    # of "lines" quarantined, and the rest of the logs missing from the case.
+                    problem = f"the file is a {seen.archive} archive, whose files are not read from inside it"
+                    fix = (f"extract it first ({'tar -xf FILE -C DIR' if seen.archive == 'tar' else 'unzip FILE -d DIR'}) "
+                           "and ingest the folder")
+                elif misfit:
                     problem = f"this is a Parquet file and format {file_format!r} reads text logs"
                     fix = f"use a format that reads Parquet ({', '.join(f.name for f in FORMATS if f.parquet)}), or export the log as JSON Lines"
                 else:
@@ -613,8 +627,8 @@ def ingest(
                     fix = f"convert it first, e.g. iconv -f {encoding} -t UTF-8 FILE > FILE.utf8.jsonl"
                 if explicit:
                     raise InputError(problem, file=path, fix=fix)
-                skip = Skip("skipped: Parquet, not the format given" if misfit else "skipped: not UTF-8",
-                            f"{problem}; file skipped. Fix: {fix}")
+                skip = Skip("skipped: an archive" if seen.archive is not None else "skipped: Parquet, not the format given"
+                            if misfit else "skipped: not UTF-8", f"{problem}; file skipped. Fix: {fix}")
                 detected = None
             else:
                 detected = file_format or seen.sniffed

@@ -425,13 +425,29 @@ def head_damage(path: Path) -> str | None:
 MIN_ENCODING_ZEROS = 16
 
 
-def foreign_encoding(path: Path) -> str | None:
-    """The name of a non-UTF-8 text encoding the file's first bytes betray (UTF-16/32), or None."""
+def head_bytes(path: Path, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of the file once decompressed (none when they cannot be read)."""
     try:
         with _open(path) as fh:
-            head = fh.read(4096)
+            return bytes(fh.read(size))
     except (OSError, EOFError, zlib.error, zstandard.ZstdError):
-        return None
+        return b""
+
+
+def archive_of(head: bytes) -> str | None:
+    """``tar`` or ``zip`` when a file whose first bytes (decompressed) are ``head`` is such an archive, else None: its
+    members are files of their own, which a log reader would read as lines of header bytes and text run together."""
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")):
+        return "zip"
+    if head[257:262] == b"ustar":  # POSIX and GNU tar headers
+        return "tar"
+    return None
+
+
+def foreign_encoding(path: Path, head: bytes | None = None) -> str | None:
+    """The name of a non-UTF-8 text encoding the file's first bytes betray (UTF-16/32), or None. ``head``: those
+    bytes (:func:`head_bytes`), when already read."""
+    head = head_bytes(path) if head is None else head
     if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
         return "UTF-32"
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -514,7 +514,7 @@ def _read_alike(entry: dict[str, Any], spec: InputSpec, path: Path) -> bool:
     from forensics.ingest.registry import FORMATS, AmbiguousFormat
 
     status, fmt = str(entry.get("status") or ""), entry.get("format")
-    if status.startswith("skipped: not UTF-8"):
+    if status.startswith(("skipped: not UTF-8", "skipped: an archive")):
         return True  # skipped whatever the format
     if status == JSON_ARRAY_STATUS:  # skipped again, sniffed or given, unless given a format that reads arrays
         return spec.format == "auto" or FORMATS.get(spec.format).json_lines
