@@ -648,7 +648,7 @@ def evaluate(
     if quiet:
         return EXIT_CLEAN
     for w in data["warnings"]:
-        err.print(f"warning: {w}", markup=False)
+        err.print(f"warning: {escape_controls(w)}", markup=False)
     if data["missing"]:
         out.print("missing report files (scored as empty): " + ", ".join(data["missing"]), markup=False)
     table = _table(f"evaluation of {data['report']}")
@@ -753,7 +753,7 @@ def _render_scan(result: ScanResult) -> None:
     out.print(f"requests in the exposure band (ceiling..advertised window, any model/day): {rec.exposure_band_requests}",
               markup=False)
     for w in rec.warnings:
-        out.print(f"warning: {w}", markup=False)
+        out.print(f"warning: {escape_controls(w)}", markup=False)
     out.print(f"suspects written to {result.case_dir / 'suspects.csv'}", markup=False)
 
 
@@ -864,7 +864,7 @@ def match_cmd(
         out.print(f"control sample: {c.size} responses, {c.responses_with_findings} with findings "
                   f"(false-positive rate {rate})", markup=False)
         for w in summary["warnings"]:
-            out.print(f"warning: {w}", markup=False)
+            out.print(f"warning: {escape_controls(w)}", markup=False)
         out.print(f"evidence written to {case / 'evidence.csv'}", markup=False)
     return EXIT_FINDINGS if result.cross_tenant else EXIT_CLEAN
 
@@ -910,7 +910,7 @@ def report(
 def _warn_leftovers(result: ReportResult) -> None:
     # Even with --quiet or --json: an old report left on disk holds customer data someone must delete.
     for w in result.warnings:
-        err.print(f"warning: {w}", markup=False)
+        err.print(f"warning: {escape_controls(w)}", markup=False)
 
 
 def _render_seal(sealed: Seal) -> None:
@@ -973,7 +973,7 @@ def run(
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
         for w in result.notes:  # (the stages run alone print theirs; --quiet prints only what must be cleaned up)
-            err.print(f"warning: {w}", markup=False)
+            err.print(f"warning: {escape_controls(w)}", markup=False)
         _render_report(result.report, result.stages)
         _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN
@@ -1244,7 +1244,7 @@ def _render_probe(data: dict[str, Any], written: list[Path]) -> None:
     for f in data["findings"]:
         out.print(f"finding: {f['request']}: {lib.finding_text(f)}", markup=False)
     for w in data["warnings"]:
-        out.print(f"warning: {w}", markup=False)
+        out.print(f"warning: {escape_controls(w)}", markup=False)
     c = data["ceiling"]
     if c is not None:
         if c["first_failing_tokens"] is None:

@@ -24,19 +24,42 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 QUOTED_START = (*FORMULA_START, "'")
 
 
+#: Default-ignorable code points that are no control or format character (Unicode's DerivedCoreProperties): a
+#: combining grapheme joiner, Hangul and Khmer fillers, Mongolian and standard variation selectors. They show as
+#: nothing, so "acme" and "acme" + U+034F read alike: they are escaped too (a variation selector after a symbol,
+#: an emoji's own, excepted).
+_INVISIBLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]")
+
+
 def escape_controls(text: str) -> str:
-    """``text`` with control and format characters shown as escapes (one line, nothing hidden).
+    """``text`` with control, format and other invisible characters shown as escapes (one line, nothing hidden).
 
     A backslash is doubled, so the escape of a real newline (``\\n``) never reads the same as an
     id that holds a backslash and an ``n``: two different ids never show alike.
     """
-    if text.isprintable() and "\\" not in text:
+    if text.isprintable() and "\\" not in text and not _INVISIBLE.search(text):
         return text
     return "".join(
         "\\\\" if ch == "\\"
-        else ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch
-        for ch in text
+        else ch.encode("unicode_escape").decode("ascii") if _hidden(text, i, ch) else ch
+        for i, ch in enumerate(text)
     )
+
+
+def visible(text: str) -> str:
+    """``text`` without the characters that show as nothing (format characters and those of ``_INVISIBLE``)."""
+    if text.isprintable() and not _INVISIBLE.search(text):
+        return text
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf" and not _INVISIBLE.match(ch))
+
+
+def _hidden(text: str, i: int, ch: str) -> bool:
+    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        return True
+    if not _INVISIBLE.match(ch):
+        return False
+    # U+FE0E/U+FE0F after a symbol pick its text or emoji form ("\u2764\ufe0f", a red heart): shown as it is.
+    return not ("\ufe0e" <= ch <= "\ufe0f" and i > 0 and unicodedata.category(text[i - 1]) == "So")
 
 
 def cell(value: Any) -> str:

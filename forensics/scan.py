@@ -53,6 +53,7 @@ from forensics.artifacts import (
 )
 from forensics.case import Case, atomic_open, write_json, write_table
 from forensics.config import CaseConfig, iso, save
+from forensics.csvfile import visible
 from forensics.errors import ConfigError, QueryError, shown_ids
 from forensics.progress import Reporter, reporter
 from forensics.tokens import check_band
@@ -263,16 +264,24 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
     loose: dict[str, list[str]] = collections.defaultdict(list)
     for tenant in ids:
         canonical[str(customer_key(tenant))].append(tenant)
-        loose[" ".join(unicodedata.normalize("NFKC", tenant).casefold().split())].append(tenant)
-    warnings = [f"the tenant ids {', '.join(ascii(t) for t in group)} are the same text written with other Unicode "
+        # Invisible characters (U+034F, a Hangul filler, a zero-width space) left out: ids that differ only in them
+        # read alike everywhere they are shown.
+        loose[" ".join(unicodedata.normalize("NFKC", visible(tenant)).casefold().split())].append(tenant)
+    # The ids as logged, quoted: every place that shows a warning writes their invisible characters out once (as
+    # ascii() escapes, they were escaped again there: "cafe\\\\u0301" in summary.md).
+    warnings = [f"the tenant ids {', '.join(_quoted(t) for t in group)} are the same text written with other Unicode "
                 f"code points (canonically equivalent): the matcher takes them for one customer, whose own text "
                 f"never names it exposed to itself; the list and the notices keep each id as logged"
                 for group in canonical.values() if len(group) > 1]
-    warnings += [f"the tenant ids {', '.join(ascii(t) for t in group)} differ only in case, spaces or character "
-                 f"forms: the matcher takes them for different customers; if they are one, read the findings "
+    warnings += [f"the tenant ids {', '.join(_quoted(t) for t in group)} differ only in case, spaces, invisible "
+                 f"characters or character forms: the matcher takes them for different customers; if they are one, read the findings "
                  f"between them as that customer's own text"
                  for group in loose.values() if len({customer_key(t) for t in group}) > 1]
     return warnings
+
+
+def _quoted(tenant: str) -> str:
+    return f"'{tenant}'"
 
 
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,3 +64,19 @@ def test_evidence_csv_keeps_its_number_formats(rows: list[dict[str, Any]]) -> No
 def test_a_negative_score_is_neutralised_like_any_cell() -> None:
     text = csv_text([{"score": -1.0, "rarity": 0.5, "expected_by_chance": 1e-7}], ("score", "rarity", "expected_by_chance"))
     assert text.splitlines()[1] == "'-1.00,0.5000,1e-07"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("acme\u034f", "acme\\u034f"),  # a combining grapheme joiner: shows as nothing
+    ("q\u3164", "q\\u3164"),  # a Hangul filler
+    ("zeta\ufe0f", "zeta\\ufe0f"),  # a variation selector after a letter
+    ("\U000e0101x", "\\U000e0101x"),
+    ("I \u2764\ufe0f it", "I \u2764\ufe0f it"),  # an emoji's own selector: shown as it is
+])
+def test_invisible_characters_are_written_out_so_two_ids_never_read_alike(text: str, shown: str) -> None:
+    """Default-ignorable characters that are no control or format character (U+034F, U+3164, U+FE0F) were written
+    as they are: "acme" and "acme" + U+034F read the same in notifications.csv, the summary and the notices."""
+    from forensics.csvfile import cell, escape_controls, uncell, visible
+
+    assert escape_controls(text) == shown and uncell(cell(text)) == text
+    assert visible("acme\u034f") == visible("ac\u200bme") == "acme"

@@ -750,3 +750,20 @@ def test_a_window_that_holds_no_request_of_the_model_is_refused(tmp_path: Path) 
                                           r"2025-08-27T00:00:00Z to 2025-09-09T00:00:00Z; the case's requests to them run "
                                           r"from 2026-08-28T09:00:00Z to 2026-08-28T11:00:00Z"):
         api.scan(tmp_path / "case", cfg)
+
+
+def test_tenant_ids_alike_but_for_invisible_characters_are_warned_of_and_shown_once_escaped() -> None:
+    """Ids that differ only in a character that shows as nothing (U+034F) got no warning; and the ids of the
+    warnings were written with ascii(), then escaped again by the summary ("cafe\\\\u0301")."""
+    import duckdb
+    import pyarrow as pa
+
+    from forensics.csvfile import escape_controls
+    from forensics.scan import _near_tenants
+
+    con = duckdb.connect()
+    con.register("exchanges", pa.table({"tenant_id": ["acme", "acme\u034f", "caf\u00e9", "cafe\u0301", "other"]}))
+    warnings = _near_tenants(con)
+    assert any("'acme'" in w and "'acme\u034f'" in w and "invisible" in w for w in warnings), warnings
+    shown = [escape_controls(w) for w in warnings]
+    assert any("'acme\\u034f'" in w for w in shown) and not any("\\\\" in w for w in shown), shown
