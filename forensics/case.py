@@ -85,6 +85,12 @@ def make_private_dirs(path: Path) -> Path:
             if not d.is_dir():
                 raise OutputError("is not a folder", file=d, fix="give a folder (or a path that does not exist yet)") from None
             continue
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+                raise  # the command line names these with their own fix (a full disk, a read-only file system)
+            # /proc, a file system that holds no folders of ours: an internal error, said as one before.
+            raise OutputError(f"the folder cannot be created there ({exc.strerror})", file=d,
+                              fix="give a folder on a file system this user can write to") from None
         os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
     return path
 
@@ -196,16 +202,34 @@ def locked_case(func: _F, *, create: bool = False, shared: bool = False) -> _F:
     @functools.wraps(func)
     def wrapper(case: str | Path, *args: Any, **kwargs: Any) -> Any:
         c = Case(case)
+        made = create and not os.path.lexists(c.root)
         if create:
             c.create_root()
         elif os.path.lexists(c.root) and not c.root.is_dir():
             raise OutputError("the case folder is not a folder", file=c.root, fix="give --case a folder (or a path that does not exist yet)")
         if not c.root.is_dir():
             return func(case, *args, **kwargs)
-        with case_lock(c.root, shared=shared):
-            return func(case, *args, **kwargs)
+        try:
+            with case_lock(c.root, shared=shared):
+                return func(case, *args, **kwargs)
+        except Exception:
+            if made:
+                _remove_if_empty(c.root)
+            raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def _remove_if_empty(root: Path) -> None:
+    """Remove a case folder this command made and that holds nothing but its lock and empty folders: an ingest
+    refused before any work (a file of no known format, an archive) left one behind."""
+    try:
+        for dirpath, _, files in os.walk(root):
+            if any(not (Path(dirpath) == root and name == LOCK_NAME) for name in files):
+                return  # something was written: kept for the next run to use or clear
+        shutil.rmtree(root, ignore_errors=True)
+    except Exception:  # noqa: BLE001 (a tidy-up on the way out must never hide the error being raised)
+        return
 
 
 #: renameat2(2) flag: swap two paths in one step (Linux 3.15+, most local filesystems).

@@ -246,8 +246,9 @@ _TELL = threading.Lock()
 def _tell_interrupted(signum: int) -> None:
     with _TELL:
         if not _TOLD:
-            err.print(f"interrupted by {signal.Signals(signum).name}: stopped before the end; an earlier report is "
-                      "left as it was. Run the same command again to finish.", markup=False)
+            # (Every command, not only a report: an interrupted ingest leaves the case's tables as they were.)
+            err.print(f"interrupted by {signal.Signals(signum).name}: stopped before the end; what an earlier run "
+                      "wrote is left as it was. Run the same command again to finish.", markup=False)
             _TOLD.append(True)
 
 

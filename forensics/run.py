@@ -14,6 +14,7 @@ import dataclasses
 import fnmatch
 import glob
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,12 @@ def find_case_file(path: Path) -> Path:
     """The case file named by ``path``: the file itself, or the one ``*.toml`` in a log folder."""
     path = Path(path)
     if path.is_file():
+        if path.suffix.lower() != ".toml" and not _may_be_toml(path):
+            # A log named in its place: "case file is not UTF-8" (a .gz) or "not valid TOML" sent the user to fix it.
+            raise ConfigError("this is not a case file: run takes a case file (CASE.toml) or a folder holding one",
+                              file=path, fix="give the case file (spec/case-file.md), which names this log among its "
+                                             "[[inputs]], or read the log alone with: forensics ingest --case DIR "
+                                             f"{shlex.quote(str(path))}")
         return path
     if not path.is_dir():
         raise ConfigError("no such case file or log folder", file=path, fix="give a CASE.toml or a folder that holds one")
@@ -106,6 +113,19 @@ def find_case_file(path: Path) -> Path:
                           fix="add a case.toml (see spec/case-file.md) or give its path")
     raise ConfigError(f"the log folder holds {len(tomls)} case files ({', '.join(p.name for p in tomls)})", file=path,
                       fix="name one of them, or call the one to use case.toml")
+
+
+def _may_be_toml(path: Path) -> bool:
+    """Whether a file not named ``*.toml`` reads as TOML text (a case file under another name)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        tomllib.loads(head.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return True
 
 
 def report_reachable(spec_path: Path, report_dir: Path) -> bool:

@@ -565,3 +565,26 @@ def test_an_ingest_given_no_case_file_keeps_the_cases_saved_settings(tmp_path: P
     assert (saved.name, saved.models, saved.window_start) == (cfg.name, cfg.models, cfg.window_start)
     assert (saved.timezone, saved.source("timezone")) == ("UTC", "option")  # what the ingest was told is kept too
     assert api.scan(tmp_path / "case", api.config_for_case(tmp_path / "case")).suspects >= 1
+
+
+def test_a_log_given_to_run_a_folder_it_cannot_make_and_a_refused_ingest_are_clear(tmp_path: Path,
+                                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A log named where run takes a case file was told "case file is not UTF-8. Fix: save it as UTF-8"; an --out
+    on a file system that holds no folders (/proc) was an internal error; and an ingest refused before any work
+    left a new case folder behind (its lock and staging folder)."""
+    logs = write_logs(tmp_path / "logs")
+    log = logs / "gateway" / "spend.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(log), "--out", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "this is not a case file" in err and "forensics ingest" in err
+    if Path("/proc/self").is_dir():
+        with pytest.raises(SystemExit) as exc:
+            main(["run", str(logs), "--out", "/proc/forensics-out", "-q"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "cannot be created" in err and "internal error" not in err
+    unknown = tmp_path / "notes.txt"
+    unknown.write_text("not a log of any kind\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", "--case", str(tmp_path / "new-case"), str(unknown), "-q"])
+    assert exc.value.code == 2 and not (tmp_path / "new-case").exists()
