@@ -395,7 +395,8 @@ def _check_counts(report_dir: Path, man: ReportManifest, suspects: list[dict[str
     from_tables = {"suspects": len(suspects), "findings": len(evidence), "notifications": len(notifications), "packets": n_packets}
     for key, n in from_tables.items():
         if key in counts and counts[key] != n:
-            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {counts[key]}, the tables give {n}"))
+            # As JSON: a count written as the string "6" read "counts.packets is 6, the tables give 6".
+            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {json.dumps(counts[key])}, the tables give {n}"))
     # The summary's own computation, fed with the CSVs as read back (the ingest figures come from
     # the manifest's counts): one source, so a count can only differ if a file was changed.
     want = dict(count_rows(suspects, evidence, notifications, counts))

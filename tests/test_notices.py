@@ -160,3 +160,12 @@ def test_bad_report_settings_are_clear_errors(report: dict, message: str, tmp_pa
     with pytest.raises(ConfigError) as info:
         config_from_mapping(data, base=tmp_path, file=tmp_path / "case.toml")
     assert message in str(info.value) and "case.toml" in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_a_customer_id_ending_in_a_hash_keeps_it_in_the_notice_heading() -> None:
+    """A "#" at the end of a Markdown heading closes it: "# Notice ...: org #" showed the customer as "org"."""
+    from forensics.report.notices import render_packet_md
+
+    golden = sorted((Path(__file__).parent / "golden" / "report" / "packets").glob("*/notice.json"))[0]
+    md = render_packet_md(json.loads(golden.read_text(encoding="utf-8")) | {"tenant_id": "org #"})
+    assert md.splitlines()[0] == "# Notice of a data incident: org \\#"

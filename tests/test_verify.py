@@ -716,3 +716,13 @@ def test_a_copy_of_a_tree_whose_logs_lie_beside_the_case_file_still_verifies(tmp
     moved = copy / result.report.report_dir.relative_to(tree)
     assert str(tree).encode() not in (moved / "scan.json").read_bytes()
     assert verify(moved, rerun=True).ok
+
+
+def test_a_count_of_the_wrong_type_is_shown_as_written(built: Path) -> None:
+    """A count written as a string read "counts.packets is 6, the tables give 6"."""
+    path = built / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    man["counts"]["packets"] = str(man["counts"]["packets"])
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    n = man["counts"]["packets"]
+    assert f'consistency manifest.json: counts.packets is "{n}", the tables give {n}' in _problems(built)

@@ -414,7 +414,8 @@ def render_packet_md(p: dict[str, Any]) -> str:
     in a table at the end for the customer's technical team.
     """
     e = safe.md_escape
-    lines = [f"# Notice of a data incident: {e(p['tenant_id'])}", "", "Dear customer,", ""]
+    # A "#" at a heading's end closes it (CommonMark): an id ending in " #" lost it from the heading.
+    lines = [f"# Notice of a data incident: {e(p['tenant_id']).replace('#', chr(92) + '#')}", "", "Dear customer,", ""]
     summary: list[str] = []
     if "exposed" in p:
         for r in sorted(p["exposed"]["requests"], key=lambda r: r["received_at"] or ""):
