@@ -998,12 +998,16 @@ def verify(
     from forensics import api
 
     result = api.verify(report_dir, inputs, key=key, rerun=rerun, progress=_progress(quiet))
+    heads = _ledger_heads(report_dir)
     if as_json:
-        _emit_json(result.summary())
+        _emit_json(result.summary() | {"ledgers": heads})
     elif not quiet:
         for d in result.drift:
             out.print(f"drift: {d}", markup=False)
         out.print(f"manifest.json SHA-256: {result.manifest_sha256} (compare with the value recorded at the run)", markup=False)
+        for name, head in heads.items():
+            out.print(f"{name}: {head['lines']} line(s), last line SHA-256 {head['head_sha256']} (compare with the value "
+                      "printed when its last line was recorded)", markup=False)
         out.print(f"signature: {result.signature}", markup=False)
         done = "files checked, tables cross-checked" + (", re-run compared byte for byte" if result.rerun else "")
         out.print(f"{'OK' if result.ok else 'DRIFT'}: {result.checked} {done}; {len(result.drift)} problem(s)", markup=False)
@@ -1057,8 +1061,31 @@ def review(
     elif not quiet:
         for e in written:
             out.print(_text(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}"))
+        _print_ledger_head(report_dir, "verdicts.jsonl")
         out.print("run `forensics report` (or `run`) again to re-render the list and packets with these verdicts", markup=False)
     return EXIT_CLEAN
+
+
+def _ledger_heads(report_dir: Path) -> dict[str, dict[str, object]]:
+    """Each ledger's lines and the SHA-256 of its last line (its head), as the chain reads them."""
+    from forensics.review import LEDGERS, chain
+
+    heads: dict[str, dict[str, object]] = {}
+    for name in LEDGERS:
+        path = Path(report_dir) / name
+        if path.is_file():
+            c = chain.read(path)
+            heads[name] = {"lines": len(c.entries), "head_sha256": c.head}
+    return heads
+
+
+def _print_ledger_head(report_dir: Path, name: str) -> None:
+    # The newest lines are anchored by nothing in the report until the next render: whoever can edit the file can
+    # rewrite them with their hashes. The head recorded elsewhere now is what shows such an edit later.
+    head = _ledger_heads(report_dir).get(name)
+    if head is not None:
+        out.print(f"{name}: {head['lines']} line(s), last line SHA-256 {head['head_sha256']} (record it outside the "
+                  "report: `forensics verify` prints it again)", markup=False)
 
 
 @app.command(cls=PlainCommand)
@@ -1092,6 +1119,7 @@ def notified(
     elif not quiet:
         for e in written:
             out.print(_text(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})"))
+        _print_ledger_head(report_dir, "notices.jsonl")
     return EXIT_CLEAN
 
 

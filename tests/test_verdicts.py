@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -307,3 +308,22 @@ def test_a_report_given_as_the_working_folder_takes_its_own_lock(built: tuple[Pa
     assert _review(Path("."), "f-0001", "confirm") == 0
     assert (rd.parent / f".{rd.name}+lock").is_file() and not (rd / ".+lock").exists()
     assert len(chain.read_valid(rd / "verdicts.jsonl").entries) == 1
+
+
+def test_the_newest_verdict_rewritten_with_its_hash_shows_in_the_head_recorded_when_it_was_made(
+        built: tuple[Path, object, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A verdict recorded after the last render is anchored by no later line and not by the manifest: its line,
+    rewritten ("escalate" to "dismiss") with a fresh prev chain, verified OK. Recording it now prints the chain's
+    head, and verify prints the head it finds, so the edit shows as two different heads."""
+    _, _, rd = built
+    capsys.readouterr()
+    assert _review(rd, "f-0001", "dismiss", "template text") == 0
+    assert _review(rd, "f-0002", "escalate", "counsel to decide") == 0
+    recorded = re.findall(r"verdicts\.jsonl: 2 line\(s\), last line SHA-256 ([0-9a-f]{64})", capsys.readouterr().out)
+    assert len(recorded) == 1
+    path = rd / "verdicts.jsonl"
+    first, second = path.read_bytes().splitlines()
+    path.write_bytes(first + b"\n" + chain.encode(json.loads(second) | {"verdict": "dismiss"}) + b"\n")
+    assert _cli(["verify", str(rd)]) == 0  # the chain itself still holds: nothing anchors its newest line
+    shown = re.findall(r"verdicts\.jsonl: 2 line\(s\), last line SHA-256 ([0-9a-f]{64})", capsys.readouterr().out)
+    assert shown and shown[0] != recorded[0]
