@@ -38,7 +38,7 @@ from forensics.errors import CaseError, ConfigError
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
-from forensics.report.notices import packet_path, render_packet_md
+from forensics.report.notices import packet_path, render_packet_md, unknown_notice_keys
 from forensics.report.safe import write_bytes
 from forensics.report.summary import count_rows
 from forensics.schema import TIERS
@@ -326,6 +326,10 @@ def _check_packets(report_dir: Path, notifications: list[dict[str, str]]) -> lis
             drift.append(Drift("consistency", f"{packet}/notice.json",
                                f"is the notice of tenant {csvfile.cell(tenant)!r} (packet {packet_path(tenant)}), "
                                f"not of {packet_of[packet]!r} as notifications.csv says"))
+        unknown = unknown_notice_keys(notice)
+        if unknown:
+            drift.append(Drift("consistency", f"{packet}/notice.json", f"holds keys a notice never has ({', '.join(unknown[:5])}"
+                               f"{' and more' if len(unknown) > 5 else ''}): what they hold reaches the customer unseen"))
         md_path = report_dir / packet / "notice.md"
         if md_path.is_file():
             # The letter is rendered from notice.json alone: another customer's letter, or an edited one, is not it.

@@ -726,3 +726,21 @@ def test_a_count_of_the_wrong_type_is_shown_as_written(built: Path) -> None:
     path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     n = man["counts"]["packets"]
     assert f'consistency manifest.json: counts.packets is "{n}", the tables give {n}' in _problems(built)
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_key_added_to_a_notice_is_named_though_the_letter_never_shows_it(built: Path, where: str) -> None:
+    """Another customer's text put in a key the letter does not render (notice.json goes to the customer as it is),
+    the manifest re-hashed: verify said OK."""
+    packet = next(p for p in sorted((built / "packets").iterdir()) if (p / "notice.json").is_file())
+    notice = json.loads((packet / "notice.json").read_text(encoding="utf-8"))
+    if where == "top":
+        notice["appendix"] = "Project Nightjar terms of another customer"
+    else:
+        role = "exposed" if "exposed" in notice else "recipient"
+        notice[role]["requests"][0]["source_tenant"] = "another customer"
+    (packet / "notice.json").write_text(json.dumps(notice, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    rel = f"packets/{packet.name}/notice.json"
+    _rehash(built, rel)
+    key = "appendix" if where == "top" else "requests.source_tenant"
+    assert any(p.startswith(f"consistency {rel}: holds keys a notice never has") and key in p for p in _problems(built)), _problems(built)

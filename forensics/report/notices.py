@@ -277,6 +277,43 @@ def _actions(roles: dict[str, Notice], classes: set[str]) -> list[str]:
     return acts
 
 
+#: Every key a notice.json holds, by where it lies (dotted: a list's items take its name). ``verify`` names any
+#: other: the letter renders only these, so an added key could carry another customer's text to this one unseen.
+NOTICE_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"case", "tenant_id", "packet", "roles", "tier", "highest_severity", "mask_policy", "contact",
+                   "actions_taken", "recipient", "exposed", "actions"}),
+    "recipient": frozenset({"requests"}),
+    "recipient.requests": frozenset({"request_id", "received_at", "completed_at", "why_suspect", "prompt_tokens",
+                                     "prompt_tokens_source", "tier", "foreign_passages"}),
+    "recipient.requests.foreign_passages": frozenset({"reference", "response_start", "response_end", "tier", "all_passages",
+                                                      "severity", "confirmed_by_person"}),
+    "recipient.requests.foreign_passages.all_passages": frozenset({"response_start", "response_end"}),
+    "exposed": frozenset({"requests"}),
+    "exposed.requests": frozenset({"request_id", "received_at", "spans"}),
+    "exposed.requests.spans": frozenset({"reference", "part", "start", "end", "all_passages", "exposed_at", "tier", "score",
+                                         "matched_tokens", "preview", "secrets", "confirmed_by_person"}),
+    "exposed.requests.spans.all_passages": frozenset({"start", "end"}),
+    "exposed.requests.spans.secrets": frozenset({"class", "kind", "start", "end", "sha256", "masked"}),
+}
+
+
+def unknown_notice_keys(value: Any, where: str = "") -> list[str]:
+    """The dotted paths of the keys of a notice.json (parsed) that :data:`NOTICE_KEYS` does not list."""
+    out: list[str] = []
+    if isinstance(value, list):
+        for item in value:
+            out += unknown_notice_keys(item, where)
+    elif isinstance(value, dict):
+        allowed = NOTICE_KEYS.get(where)
+        for key in sorted(value, key=str):
+            path = f"{where}.{key}" if where else str(key)
+            if allowed is None or key not in allowed:
+                out.append(path)
+            elif path in NOTICE_KEYS:
+                out += unknown_notice_keys(value[key], path)
+    return out
+
+
 def _person(f: Finding) -> dict[str, Any]:
     """A passage an analyst confirmed says so (verdicts.jsonl); others carry no such key."""
     return {"confirmed_by_person": True} if f.verdict == "confirm" else {}
