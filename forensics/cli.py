@@ -43,15 +43,16 @@ EXAMPLES: dict[str, list[str]] = {
     "ingest": ["forensics ingest sample_logs/ --case cases/sim"],
     "simulate": ["forensics simulate --out incidents/sim --seed 7 --scale small"],
     "evaluate": ["forensics evaluate --truth sample_logs/truth.json --report reports/sim-small-seed7"],
-    "scan": ["forensics scan --case cases/sim --ceiling auto --window-start 2026-08-27T00:00:00Z"],
+    "scan": ["forensics scan --case cases/sim --config sample_logs/case.toml",
+             "forensics scan --case cases/sim --window-start 2026-08-28T00:00:00Z   # the saved settings, one changed"],
     "query": ["forensics query --case cases/sim above_ceiling --format csv", "forensics query --list"],
     "match": ["forensics match --case cases/sim --lookback-minutes 60"],
     "report": ["forensics report --case cases/sim --out reports/"],
     "run": ["forensics run sample_logs/ --out reports/", "forensics run sample_logs/ --out reports-spark/ --engine spark"],
     "verify": ["forensics verify reports/sim-small-seed7/ --rerun"],
     "keygen": ["forensics keygen keys/team.pem"],
-    "review": ["forensics review reports/sim-small-seed7 --finding f-ebffbc3851970182 --verdict confirm "
-               "--reason 'name and MRN match the source' --analyst 'A. Analyst'"],
+    "review": ["forensics review reports/sim-small-seed7 --finding f-a6e6f00f0f5f286c --verdict confirm "
+               "--reason \"verbatim sentence of this customer's own prompt\" --analyst 'A. Analyst'"],
     "notified": ["forensics notified reports/sim-small-seed7 --tenant org-camacho-plc-cb52 --channel email "
                  "--at 2026-09-01T10:00:00Z --ref TICKET-1234"],
     "audit": ["forensics audit reports/sim-small-seed7 --now 2026-09-02T10:00:00Z"],
@@ -948,7 +949,7 @@ def _render_report(result: ReportResult, stages: list[StageTiming] | None = None
 @setting_options("run")
 def run(
     config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR",
-                                             help="A case file, or a folder holding exactly one case file (a *.toml with the case-file keys)."),
+                                             help="A case file, or a folder holding one case file (a *.toml with the case-file keys; case.toml when there are several)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     settings: dict[str, object] = SETTINGS_OPTIONS,
@@ -1039,7 +1040,7 @@ def review(
     reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in verdicts.jsonl and the summary)."),
     analyst: Optional[str] = typer.Option(None, "--analyst", metavar="NAME", help="Who decided."),
     import_csv: Optional[Path] = typer.Option(None, "--import", metavar="VERDICTS.csv", help="CSV of verdicts: finding_id,verdict,reason,analyst."),
-    as_json: bool = typer.Option(False, "--json", help="Print the recorded verdicts as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts this command records as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Record an analyst's verdict on a finding.
@@ -1096,7 +1097,7 @@ def notified(
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="When the notice was sent, UTC ISO 8601 with a zone."),
     ref: Optional[str] = typer.Option(None, "--ref", metavar="TEXT", help="Reference of the message sent (ticket, letter number)."),
     import_csv: Optional[Path] = typer.Option(None, "--import", metavar="NOTICES.csv", help="CSV of notices: tenant_id,channel,at,ref."),
-    as_json: bool = typer.Option(False, "--json", help="Print the recorded notices as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the notices this command records as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Record a notice sent to a customer.

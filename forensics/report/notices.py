@@ -493,7 +493,8 @@ def render_packet_md(p: dict[str, Any]) -> str:
         lines.append("")
     if "recipient" in p:
         lines += ["## The answers you received", ""]
-        for r in p["recipient"]["requests"]:
+        # In the order they were asked, as the exposed passages above (notice.json keeps them by request id).
+        for r in sorted(p["recipient"]["requests"], key=lambda r: (r["received_at"] or "", r["request_id"])):
             found = len(r["foreign_passages"])
             what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
                     else "no passage from another customer that we could verify")
