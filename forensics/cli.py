@@ -949,7 +949,8 @@ def _render_report(result: ReportResult, stages: list[StageTiming] | None = None
 @setting_options("run")
 def run(
     config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR",
-                                             help="A case file, or a folder holding one case file (a *.toml with the case-file keys; case.toml when there are several)."),
+                                             help="A case file, or a folder holding one case file (a *.toml with the case-file keys; "
+                                                  "case.toml when there are several)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
     settings: dict[str, object] = SETTINGS_OPTIONS,

@@ -196,10 +196,12 @@ def evaluate(truth_path: Path, report: Path) -> Evaluation:
             by_damage[d][0] += hit
             by_damage[d][1] += 1
 
-    def recall_table(table: dict[str, list[int]]) -> dict[str, Any]:
-        return {k: {"found": v[0], "fragments": v[1], "recall": round(v[0] / v[1], 4)} for k, v in sorted(table.items())}
+    def recall_table(table: dict[str, list[int]], order: dict[str, int] | None = None) -> dict[str, Any]:
+        # Lengths shortest first (by name they read "16-63, 256+, 4-15"); damage kinds by name.
+        ranked = sorted(table.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]) if order else (0, kv[0]))
+        return {k: {"found": v[0], "fragments": v[1], "recall": round(v[0] / v[1], 4)} for k, v in ranked}
 
-    fnd["fragment_recall_by_length"] = recall_table(by_len)
+    fnd["fragment_recall_by_length"] = recall_table(by_len, {label: i for i, (_, _, label) in enumerate(LENGTH_BUCKETS)})
     fnd["fragment_recall_by_damage"] = recall_table(by_damage)
     fnd["fragments_located"] = {"located": located, "fragments": len(leaks), "rate": round(located / len(leaks), 4) if leaks else None}
     tiers: dict[str, list[int]] = {}
