@@ -252,15 +252,22 @@ def test_parquet_bad_rows_are_quarantined_naming_row_and_column_across_batches(t
     assert x[0]["prompt_text"] == "<|user|>\nSummarise the indemnity clause."
 
 
+def _generations(n: int) -> dict[str, pa.Array]:
+    """The columns of ``n`` generations obs-1..obs-n of one project, a second apart."""
+    return {
+        "id": pa.array([f"obs-{i + 1}" for i in range(n)]),
+        "trace_id": pa.array(["t"] * n), "project_id": pa.array(["proj-1"] * n), "type": pa.array(["GENERATION"] * n),
+        "start_time": pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
+        "input": pa.array([MESSAGES] * n),
+    }
+
+
 def test_parquet_a_count_of_nan_or_infinity_is_noted_not_read_as_absent(tmp_path: Path) -> None:
     """JSON has no NaN: a row's NaN was written as null on its way to the parser, and the count read as absent with no
     note. It is now noted as not a whole number, as a CSV or JSON export's would be."""
     n = 4
     path = parquet_file(tmp_path / "obs.parquet", {
-        "id": pa.array([f"obs-{i + 1}" for i in range(n)]),
-        "trace_id": pa.array(["t"] * n), "project_id": pa.array(["proj-1"] * n), "type": pa.array(["GENERATION"] * n),
-        "start_time": pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
-        "input": pa.array([MESSAGES] * n),
+        **_generations(n),
         "usage_details": pa.array([[("input", 9.0)], [("input", float("nan"))], [("input", float("inf"))], [("input", 3.0)]],
                                   pa.map_(pa.string(), pa.float64())),
     })
@@ -326,12 +333,7 @@ def test_a_damaged_row_group_costs_its_rows_only(tmp_path: Path) -> None:
     copy): the read stopped there, and the rows of every row group after it were lost. They are read now, the
     damaged group is one quarantine row naming its rows, and the later rows keep their own numbers."""
     n = 100
-    path = parquet_file(tmp_path / "obs.parquet", {
-        "id": pa.array([f"obs-{i + 1}" for i in range(n)]),
-        "trace_id": pa.array(["t"] * n), "project_id": pa.array(["proj-1"] * n), "type": pa.array(["GENERATION"] * n),
-        "start_time": pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
-        "input": pa.array([MESSAGES] * n),
-    }, row_group_size=20)
+    path = parquet_file(tmp_path / "obs.parquet", _generations(n), row_group_size=20)
     data = bytearray(path.read_bytes())
     chunk = pq.ParquetFile(path).metadata.row_group(2).column(5)  # rows 41-60, the input column
     start = chunk.dictionary_page_offset or chunk.data_page_offset
