@@ -269,7 +269,7 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
         loose[" ".join(unicodedata.normalize("NFKC", visible(tenant)).casefold().split())].append(tenant)
     # The ids as logged, quoted: every place that shows a warning writes their invisible characters out once (as
     # ascii() escapes, they were escaped again there: "cafe\\\\u0301" in summary.md).
-    warnings = [f"the tenant ids {', '.join(_quoted(t) for t in group)} are the same text written with other Unicode "
+    warnings = [f"the tenant ids {', '.join(_quoted(t) + _form(t) for t in group)} are the same text written with other Unicode "
                 f"code points (canonically equivalent): the matcher takes them for one customer, whose own text "
                 f"never names it exposed to itself; the list and the notices keep each id as logged"
                 for group in canonical.values() if len(group) > 1]
@@ -282,6 +282,13 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def _quoted(tenant: str) -> str:
     return f"'{tenant}'"
+
+
+def _form(tenant: str) -> str:
+    """Which Unicode form an id is written in: the two read alike, so the warning says which is which."""
+    if unicodedata.is_normalized("NFC", tenant):
+        return " (composed, NFC)"
+    return " (decomposed, NFD)" if unicodedata.is_normalized("NFD", tenant) else " (mixed forms)"
 
 
 def _engine_limits(con: duckdb.DuckDBPyConnection) -> dict[str, list[int]]:
