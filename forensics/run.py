@@ -28,7 +28,7 @@ from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
 from forensics.ingest.patterns import glob_matches
 from forensics.match import match
 from forensics.progress import Reporter
-from forensics.report import ReportResult, report_dir_for, report_folder, sign_report, write_report
+from forensics.report import ReportResult, check_same_incident, report_dir_for, report_folder, sign_report, write_report
 from forensics.scan import scan
 
 CASE_SUBDIR = "case"
@@ -222,6 +222,8 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
                                         profile=spec.profile)
+        # Another incident's report under this name is never replaced (its verdicts and notices carried over).
+        check_same_incident(report_dir, case_dir, cfg.file)
         tables = ingested.manifest.tables if ingested is not None else None
         stages.append(StageTiming("ingest", round(time.monotonic() - t0, 3), tables.exchanges if tables else None,
                                   f"quarantined {tables.quarantine if tables else 0}"))

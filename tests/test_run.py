@@ -531,6 +531,14 @@ def test_a_case_is_not_scanned_or_reported_with_another_incidents_case_file(tmp_
         api.report(tmp_path / "case-b", cfg_b, out)
     assert sorted((p.relative_to(out).as_posix(), p.read_bytes()) for p in (out / "e2e").rglob("*") if p.is_file()) == before
     api.report(tmp_path / "case-a", cfg_a, out)  # the same case again: replaced, as always
+    # A run, as a stage-by-stage report: the other incident's run is refused, the same case file's runs replace.
+    runs = tmp_path / "runs"
+    api.run(first / "case.toml", runs)
+    with pytest.raises(OutputError, match="holds the report of another case"):
+        api.run(second / "case.toml", runs)
+    with (first / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write("\n")  # the same incident's logs exported again: every file another SHA-256
+    api.run(first / "case.toml", runs)
 
 
 def test_run_shows_the_scans_warnings_and_quiet_keeps_them_off_the_screen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -292,25 +292,35 @@ def _check_replaceable(final: Path, carried: str | None) -> None:
                                   "another --out")
 
 
-def _check_same_incident(final: Path, case: Path | None) -> None:
-    """Refuse to replace a report none of whose inputs the case read: another incident's report under the same
-    name (two case files named alike, or two cases without one, both called "case"). Replaced, it would have
-    gone without a word, and its records of verdicts and notices sent would have been carried into the new one.
-    A report of the same case with logs added or left out since shares inputs with it and is replaced."""
-    if case is None or not (final / manifest.MANIFEST).is_file() or not (case / "manifest.json").is_file():
+def check_same_incident(final: Path, case: Path, case_file: Path | None) -> None:
+    """Refuse to replace the report folder ``final`` with the report of ``case`` when it holds another incident's
+    report: none of its inputs is one the case read, and it was not built from the same case file (two case files
+    named alike, or two cases without one, both called "case"). Replaced, it would have gone without a word, and
+    its records of verdicts and notices sent would have been carried into the new one. A report of the same case
+    file (logs added, left out, or exported again) or sharing an input with the case is replaced. Called by
+    ``report`` and ``run`` while they hold the report folder's lock, before the swap."""
+    if not (final / manifest.MANIFEST).is_file() or not (case / "manifest.json").is_file():
         return
     try:
-        old = json.loads((final / manifest.MANIFEST).read_text(encoding="utf-8")).get("inputs")
+        old = json.loads((final / manifest.MANIFEST).read_text(encoding="utf-8"))
         new = json.loads((case / "manifest.json").read_text(encoding="utf-8")).get("files")
+        inputs = old.get("inputs")
     except (OSError, ValueError, AttributeError):
         return  # an unreadable old manifest: nothing to compare (verify names it)
-    old_shas = {e.get("sha256") for e in old if isinstance(e, dict)} - {None} if isinstance(old, list) else set()
+    old_shas = {e.get("sha256") for e in inputs if isinstance(e, dict)} - {None} if isinstance(inputs, list) else set()
     new_shas = {e.get("sha256") for e in new if isinstance(e, dict)} - {None} if isinstance(new, list) else set()
-    if old_shas and new_shas and not old_shas & new_shas:
-        raise OutputError(f"the report folder holds the report of another case: none of its {len(old_shas)} input file"
-                          f"{'s' if len(old_shas) != 1 else ''} is one this case read, and replacing it would carry its "
-                          "records of verdicts and notices sent into this one", file=final,
-                          fix="give this case's report another --out (or another case name), or move the old report away")
+    if not old_shas or not new_shas or old_shas & new_shas:
+        return
+    recorded = old.get("case_file") if isinstance(old.get("case_file"), dict) else None
+    root = old.get("inputs_root")
+    if case_file is not None and recorded is not None and isinstance(recorded.get("path"), str) and isinstance(root, str):
+        if (final / root / recorded["path"]).resolve() == Path(case_file).resolve():
+            return  # the same case file: this incident's logs, exported again
+    raise OutputError(f"the report folder holds the report of another case: none of its {len(old_shas)} input file"
+                      f"{'s' if len(old_shas) != 1 else ''} is one this case read, and it was built from "
+                      f"{'another case file' if recorded is not None else 'no case file'}; replacing it would carry its "
+                      "records of verdicts and notices sent into this one", file=final,
+                      fix="give this case's report another --out (or another case name), or move the old report away")
 
 
 def _leftover(path: Path) -> str:
@@ -340,7 +350,6 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None, warnings:
     with folder_lock(out / f".{final.name}+lock", f"the report folder {final}"):
         carried = _carried(keep, final) if os.path.isdir(final) else None
         _check_replaceable(final, carried)
-        _check_same_incident(final, keep)
         # Leftovers of a run killed mid-way (only a run holding this lock makes or removes them).
         for stale in sorted(glob.glob(glob.escape(str(out / f".{final.name}+")) + "*")):
             if os.path.isdir(stale) and not os.path.islink(stale) and Path(stale).name.split("+", 1)[1][:4] in ("new-", "old-"):
@@ -661,6 +670,7 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
             check_ingest_scope(case, config)
         config = _config_for(case, config)
         with report_folder(out, config.name, keep=case, warnings=warnings) as building:
+            check_same_incident(report_dir_for(out, config.name), case, config.file)
             result = write_report(case, config, building, progress)
             sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
