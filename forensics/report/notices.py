@@ -444,7 +444,7 @@ MASK_NOTE = {
 }
 
 
-def render_packet_md(p: dict[str, Any]) -> str:
+def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True) -> str:
     """The notice as a letter to the customer (the same facts as notice.json, in plain language).
 
     Short sentences, dates in words, no internal rule text; request ids and references are kept
@@ -452,7 +452,9 @@ def render_packet_md(p: dict[str, Any]) -> str:
     """
     e = safe.md_escape
     # A "#" at a heading's end closes it (CommonMark): an id ending in " #" lost it from the heading.
-    lines = [f"# Notice of a data incident: {e(p['tenant_id']).replace('#', chr(92) + '#')}", "", "Dear customer,", ""]
+    # (``heading_hash_escaped=False``: the letter as releases before this one wrote it, which verify still accepts.)
+    heading = e(p["tenant_id"]).replace("#", "\\#") if heading_hash_escaped else e(p["tenant_id"])
+    lines = [f"# Notice of a data incident: {heading}", "", "Dear customer,", ""]
     summary: list[str] = []
     if "exposed" in p:
         for r in sorted(p["exposed"]["requests"], key=lambda r: r["received_at"] or ""):
@@ -493,8 +495,7 @@ def render_packet_md(p: dict[str, Any]) -> str:
         lines.append("")
     if "recipient" in p:
         lines += ["## The answers you received", ""]
-        # In the order they were asked, as the exposed passages above (notice.json keeps them by request id).
-        for r in sorted(p["recipient"]["requests"], key=lambda r: (r["received_at"] or "", r["request_id"])):
+        for r in p["recipient"]["requests"]:
             found = len(r["foreign_passages"])
             what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
                     else "no passage from another customer that we could verify")
