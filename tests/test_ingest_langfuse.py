@@ -264,10 +264,11 @@ def _generations(n: int) -> dict[str, pa.Array]:
 
 def test_parquet_a_count_of_nan_or_infinity_is_noted_not_read_as_absent(tmp_path: Path) -> None:
     """JSON has no NaN: a row's NaN was written as null on its way to the parser, and the count read as absent with no
-    note. It is now noted as not a whole number, as a CSV or JSON export's would be."""
+    note. It still reads as absent (an optional time of NaN is no time, and costs no record), and the row says so."""
     n = 4
     path = parquet_file(tmp_path / "obs.parquet", {
         **_generations(n),
+        "end_time": pa.array([1787997602.5, float("nan"), 1787997603.5, 1787997604.5]),
         "usage_details": pa.array([[("input", 9.0)], [("input", float("nan"))], [("input", float("inf"))], [("input", 3.0)]],
                                   pa.map_(pa.string(), pa.float64())),
     })
@@ -275,9 +276,10 @@ def test_parquet_a_count_of_nan_or_infinity_is_noted_not_read_as_absent(tmp_path
     assert q == [] and entry["ingested"] == n
     by_id = {r["request_id"]: r for r in x}
     assert by_id["obs-1"]["reported_prompt_tokens"] == 9 and by_id["obs-4"]["reported_prompt_tokens"] == 3
-    for rid, shown in (("obs-2", "'NaN'"), ("obs-3", "'Infinity'")):
+    assert by_id["obs-1"]["problems"] is None and by_id["obs-2"]["completed_at"] is None
+    for rid, paths in (("obs-2", "end_time, usage_details.input"), ("obs-3", "usage_details.input")):
         assert by_id[rid]["reported_prompt_tokens"] is None
-        assert f"usage_details.input = {shown} is not a whole number" in (by_id[rid]["problems"] or ""), by_id[rid]["problems"]
+        assert f"{paths}: NaN or infinite in the Parquet export, read as absent" in (by_id[rid]["problems"] or ""), by_id[rid]["problems"]
 
 
 def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ BATCH_ROWS = 16
 READ_BUFFER = 1 << 20
 #: Set on the JSON object a row becomes when the row itself cannot be read.
 ROW_ERROR = "_parquet_row_error"
+#: Set on the JSON object of a row whose NaN or infinite values were made null: their paths (the ingest notes them).
+NONFINITE = "_parquet_nonfinite"
 FIX = "Fix: export the file again (or as JSON Lines) and ingest it again"
 
 
@@ -85,16 +87,19 @@ def _has_floats(kind: pa.DataType) -> bool:
     return any(_has_floats(kind.field(i).type) for i in range(kind.num_fields))
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float written as its name ("NaN", "Infinity", "-Infinity"): JSON has
-    no such numbers, and orjson writes them as null, so a count of NaN read as absent, with no note. As text, the
-    field that reads it says it is not a number."""
+def _without_nonfinite(value: Any, where: str, found: list[str]) -> Any:
+    """``value`` with every NaN or infinite float made null, the path of each added to ``found``. JSON has no such
+    numbers (orjson writes them as null): a count of NaN read as absent with no note. Null, the field reads as
+    absent as before (never costing the record: an optional time of NaN is no time), and the row says which."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else ("NaN" if value != value else "Infinity" if value > 0 else "-Infinity")
+        if math.isfinite(value):
+            return value
+        found.append(where)
+        return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _without_nonfinite(v, f"{where}.{k}" if where else str(k), found) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [_without_nonfinite(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
     return value
 
 
@@ -127,10 +132,16 @@ def _pyrows(batch: pa.RecordBatch) -> list[dict[str, Any] | str]:
     rows = _converted(batch)
     twice = _named_twice(batch.schema.names)
     if twice:
-        for row, reason in _differing_rows(batch, twice).items():
-            rows[row] = reason
+        for at, reason in _differing_rows(batch, twice).items():
+            rows[at] = reason
     if any(_has_floats(field.type) for field in batch.schema):
-        rows = [_finite(row) if isinstance(row, dict) else row for row in rows]
+        for i, item in enumerate(rows):
+            if isinstance(item, dict):
+                found: list[str] = []
+                finite: dict[str, Any] = _without_nonfinite(item, "", found)
+                if found:
+                    finite[NONFINITE] = found
+                rows[i] = finite
     return rows
 
 
