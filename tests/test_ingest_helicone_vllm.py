@@ -437,6 +437,17 @@ def test_helicone_csv_a_column_named_twice_never_picks_one_of_two_customers(tmp_
     assert (entry["ingested"], entry["quarantined"]) == (2, 1)
 
 
+def test_helicone_csv_columns_with_no_name_are_never_compared(tmp_path: Path) -> None:
+    """Two columns with no name (a spreadsheet's note columns) name no field: a row holding a note in one was
+    quarantined as two columns of one name that differ."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*GOOD, "", ""])
+    writer.writerows([[row(1)[k] for k in GOOD] + ["ok", ""], [row(2)[k] for k in GOOD] + ["", "checked"]])
+    entry, q, x = ingest(tmp_path, "export.csv", buf.getvalue())
+    assert q == [] and sorted(r["request_id"] for r in x) == ["h-1", "h-2"]
+
+
 def test_helicone_csv_appended_exports_whose_header_names_a_column_twice_follow_their_own_header(tmp_path: Path) -> None:
     """The appended export's header is told as a header when it names a column twice, as the first one does:
     read as a record, its column names were a request."""

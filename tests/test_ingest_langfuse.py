@@ -286,11 +286,13 @@ def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) 
     """Two columns of one name (a join written out without renaming): read as a dict, the last won, maybe another
     customer's id. A row where they differ is quarantined naming the columns; where they agree, it is read."""
     n = 3
-    names = ["id", "trace_id", "project_id", "type", "start_time", "input", "project_id"]
+    names = ["id", "trace_id", "project_id", "type", "start_time", "input", "project_id", "total_cost", "total_cost"]
+    nan = float("nan")
     table = pa.Table.from_arrays([
         pa.array([f"obs-{i + 1}" for i in range(n)]), pa.array(["t"] * n), pa.array(["proj-1", "proj-2", "proj-3"]),
         pa.array(["GENERATION"] * n), pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
         pa.array([MESSAGES] * n), pa.array(["proj-1", "proj-evil", "proj-3"]),
+        pa.array([nan, 0.5, 1.0]), pa.array([nan, 0.5, 1.0]),  # two NaNs agree: both absent
     ], names=names)
     pq.write_table(table, tmp_path / "obs.parquet")
     entry, q, x = ingest(tmp_path, tmp_path / "obs.parquet")

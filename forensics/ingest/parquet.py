@@ -108,7 +108,12 @@ def _named_twice(names: list[str]) -> dict[str, list[int]]:
     places: dict[str, list[int]] = {}
     for i, name in enumerate(names):
         places.setdefault(name, []).append(i)
-    return {name: at for name, at in places.items() if len(at) > 1}
+    return {name: at for name, at in places.items() if len(at) > 1 and name}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values (two NaNs are one value here: both absent)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
 def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[int, str]:
@@ -118,7 +123,7 @@ def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[
     for name, at in twice.items():
         values = [batch.column(i).to_pylist() for i in at]
         for row in range(batch.num_rows):
-            if row not in out and any(v[row] != values[0][row] for v in values[1:]):
+            if row not in out and any(not _same(v[row], values[0][row]) for v in values[1:]):
                 columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
                 out[row] = (f"columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different "
                             "values in this row: which one the export meant is unknown. Fix: rename or drop all but one "

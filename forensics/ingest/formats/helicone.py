@@ -74,11 +74,12 @@ LINE_COST = 256
 
 
 def _named_twice(header: list[str]) -> dict[str, list[int]]:
-    """The column names the header gives more than once, with their places (0-based)."""
+    """The column names the header gives more than once, with their places (0-based). Columns with no name (a
+    spreadsheet's note columns) name no field a format reads."""
     places: dict[str, list[int]] = {}
     for i, name in enumerate(header):
         places.setdefault(name, []).append(i)
-    return {name: at for name, at in places.items() if len(at) > 1}
+    return {name: at for name, at in places.items() if len(at) > 1 and name}
 
 
 def _differing(twice: dict[str, list[int]], fields: list[str]) -> dict[str, Any] | None:
