@@ -596,3 +596,21 @@ def test_a_log_given_to_run_a_folder_it_cannot_make_and_a_refused_ingest_are_cle
     with pytest.raises(SystemExit) as exc:
         main(["ingest", "--case", str(tmp_path / "new-case"), str(unknown), "-q"])
     assert exc.value.code == 2 and not (tmp_path / "new-case").exists()
+
+
+def test_the_scans_check_of_a_case_file_reads_no_log_it_can_tell_by_place_and_size(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs ingested without the case file are recorded under other names than the case file gives them: the scan's
+    check hashed every one of them on every scan. A file found where the ingest read it, of its size, is enough."""
+    import forensics.report as report_module
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    (logs / "gateway" / "more.jsonl").write_text(_row("r-9", "acme", "2026-08-28T12:00:00Z", "q", "a", 8) + "\n",
+                                                  encoding="utf-8")
+    api.ingest(tmp_path / "case", [logs / "gateway"])  # no case file: names as given here
+    hashed: list[Path] = []
+    real = report_module.file_sha256
+    monkeypatch.setattr(report_module, "file_sha256", lambda p: hashed.append(Path(p)) or real(p))
+    api.scan(tmp_path / "case", load_case_file(logs / "case.toml"))
+    assert hashed == []

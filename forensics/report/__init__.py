@@ -490,7 +490,8 @@ def check_ingest_scope(case: Path, config: CaseConfig, content_only: bool = Fals
         differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
-        differ += _inputs_differ(case, config, ingested.files, ingested.skipped_inputs, content_only)
+        differ += (_holds_none_ingested(case, config, ingested.files) if content_only
+                   else _inputs_differ(case, config, ingested.files, ingested.skipped_inputs))
     if ingested.tokenizer is not None and not content_only:  # (without one no row was decided by its size)
         differ += _ceiling_differs(config, ingested.files, ingested.prompt_tokens_band)
     if differ:
@@ -539,8 +540,39 @@ def _read_alike(entry: dict[str, Any], spec: InputSpec, path: Path) -> bool:
     return sniffed is None if status.startswith("skipped") else fmt == sniffed
 
 
-def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped_inputs: Iterable[Any] = (),
-                   content_only: bool = False) -> list[str]:
+def _holds_none_ingested(case: Path, config: CaseConfig, files: Iterable[Any]) -> list[str]:
+    """The scan's check of a case file's inputs (:func:`check_ingest_scope`, ``content_only``): a sentence when none
+    of the files they hold is one the case ingested (another incident's case file), else nothing. It stops at the
+    first file that is: one found where the ingest read it, of its size, or of the content of an ingested file (a
+    file is hashed only when an ingested file has its size)."""
+    from forensics.ingest import display_path, expand_inputs, named_path
+
+    base = Path(config.file).parent if config.file else None
+    entries = [f for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str)]
+    shas = {f["sha256"] for f in entries}
+    sizes = {f["size"] for f in entries if isinstance(f.get("size"), int)}
+    places = {(p, f.get("size")) for f in entries if isinstance(f.get("abs_paths"), list) for p in f["abs_paths"]}
+    other: set[str] = set()
+    for spec in config.inputs:
+        try:
+            found, _ = expand_inputs([spec.path], exclude=case)
+        except (InputError, OSError):
+            continue  # moved away: nothing to compare
+        for path, _ in found:
+            try:
+                size = path.stat().st_size
+                if (str(named_path(path)), size) in places or (size in sizes and file_sha256(path) in shas):
+                    return []
+            except OSError:
+                pass
+            other.add(display_path(path, base))
+    if not other:
+        return []
+    return [f"inputs hold none of the files this case ingested ({len(other)} other file{'s' if len(other) > 1 else ''}: "
+            f"{first_few(sorted(other), 3)})"]
+
+
+def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped_inputs: Iterable[Any] = ()) -> list[str]:
     """How the files ``config``'s inputs list differ from the ingested ``files`` (the ingest manifest's
     entries), in words; empty when a re-run from them reads the same files under the same names.
 
@@ -598,10 +630,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
             entry = entries[0]
             places = entry.get("abs_paths")
             if isinstance(places, list) and places and str(named_path(path)) not in places:
-                if content_only and not any(size == f.get("size") and file_sha256(path) == f["sha256"] for f in entries):
-                    unread.append(name)  # another file under the same name: another incident's log
-                else:
-                    moved.append(name)  # a copy elsewhere: the manifest records where the inputs lie
+                moved.append(name)  # a copy elsewhere: the manifest records where the inputs lie
                 continue
             if isinstance(entry.get("size"), int) and size != entry["size"]:
                 grown.append(name)
@@ -612,13 +641,6 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
                 formats.append(f"{name}: another mapping profile")
     left_out = [name for name, entries in recorded.items()
                 if name not in named and not any(f["sha256"] in renamed for f in entries)] if listed_all else []
-    if content_only:
-        # Another incident's case file lists none of the files this case read; one listing some of them (fewer logs,
-        # more logs) is this incident's. Names, sizes, the reading and the entries not read are the report's to check.
-        if not unread or len(named) > len(unread):
-            return []
-        return [f"inputs hold none of the files this case ingested ({len(unread)} other file{'s' if len(unread) > 1 else ''}: "
-                f"{first_few(sorted(unread), 3)})"]
     differ = []
     for what, names in (("this case did not ingest", unread),
                         ("this case recorded under another name than a re-run from this case file gives it (ingested without this "
