@@ -39,9 +39,10 @@ _PHONE_CANDIDATE = re.compile(r"(?<![\w+.-])(?:\+|\(\+?)?\d[\d ().-]{5,18}\d(?![
 PHONE_REGION = "US"
 
 
-#: Every Unicode space separator and the tab, read as one ASCII space (a character for a character, so every
-#: offset stays): a card number written with no-break or thin spaces is the same number.
-_SPACES = {cp: " " for cp in [9, *(cp for cp in range(0x3000 + 1) if unicodedata.category(chr(cp)) == "Zs")]}
+#: Every Unicode space separator read as one ASCII space (a character for a character, so every offset stays): a
+#: card number written with no-break or thin spaces is the same number. Not a tab: four numbers in the columns of
+#: a table are no card.
+_SPACES = {cp: " " for cp in range(0x3000 + 1) if unicodedata.category(chr(cp)) == "Zs"}
 
 
 def _digits(value: str) -> str:
@@ -51,7 +52,7 @@ def _digits(value: str) -> str:
 VALIDATORS: dict[str, Callable[[str], bool]] = {
     "luhn": lambda v: 13 <= len(_digits(v)) <= 19 and _luhn.is_valid(_digits(v)),
     "iban": lambda v: _iban.is_valid(_digits(v)),
-    "us_ssn": lambda v: _us_ssn.is_valid(v.replace(" ", "-")),
+    "us_ssn": lambda v: _us_ssn.is_valid(v),
     "in_aadhaar": lambda v: _aadhaar.is_valid(_digits(v)),
     "es_dni": lambda v: _es_dni.is_valid(_digits(v)),
     "br_cpf": lambda v: _br_cpf.is_valid(_digits(v)),
