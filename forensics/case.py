@@ -209,13 +209,13 @@ def locked_case(func: _F, *, create: bool = False, shared: bool = False) -> _F:
             raise OutputError("the case folder is not a folder", file=c.root, fix="give --case a folder (or a path that does not exist yet)")
         if not c.root.is_dir():
             return func(case, *args, **kwargs)
-        try:
-            with case_lock(c.root, shared=shared):
+        with case_lock(c.root, shared=shared):
+            try:
                 return func(case, *args, **kwargs)
-        except Exception:
-            if made:
-                _remove_if_empty(c.root)
-            raise
+            except Exception:
+                if made:  # (only while this command holds the lock: never a folder another run is using)
+                    _remove_if_empty(c.root)
+                raise
 
     return wrapper  # type: ignore[return-value]
 

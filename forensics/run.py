@@ -121,7 +121,7 @@ def _may_be_toml(path: Path) -> bool:
 
     try:
         with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
+            head = fh.read(1 << 20)  # a case file is a few kilobytes; a log is read no further
         tomllib.loads(head.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False

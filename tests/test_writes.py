@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -34,6 +35,18 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
 def _forensics(*args: str, **kwargs: object) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "forensics", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kwargs)  # type: ignore[call-overload]
+
+
+
+def _without_the_leak(root: Path) -> Path:
+    """The logs written by ``write_logs(root)`` again, their suspect answer without the leak: the same incident's
+    logs exported anew (another incident's report under the same name is never replaced)."""
+    from test_run import CASE_TOML
+
+    shutil.rmtree(root)
+    logs = write_logs(root, leak=False)
+    assert (logs / "case.toml").read_text(encoding="utf-8") == CASE_TOML
+    return logs
 
 
 def test_a_report_folder_that_is_a_symlink_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,7 +97,7 @@ def test_a_failed_run_leaves_the_previous_report_whole(tmp_path: Path, monkeypat
     # Fails after notifications.csv and the packets of the new (different) report are written.
     monkeypatch.setattr(summary, "render_html", broken)
     with pytest.raises(OSError, match="No space"):
-        api.run(write_logs(tmp_path / "noleak", leak=False), out)
+        api.run(_without_the_leak(tmp_path / "leak"), out)
     assert _files(rd) == before
     assert sorted(p.name for p in out.iterdir()) == [f".{NAME}+lock", NAME]  # no half-built folder left
 
@@ -92,7 +105,7 @@ def test_a_failed_run_leaves_the_previous_report_whole(tmp_path: Path, monkeypat
 def test_a_new_report_replaces_the_old_one_entirely(tmp_path: Path) -> None:
     out = tmp_path / "out"
     api.run(write_logs(tmp_path / "leak"), out)
-    rd = api.run(write_logs(tmp_path / "noleak", leak=False), out).report.report_dir
+    rd = api.run(_without_the_leak(tmp_path / "leak"), out).report.report_dir
     manifest = json.loads((rd / "manifest.json").read_text())
     on_disk = {k for k in _files(rd) if not k.startswith("case/") and k != "manifest.json"}
     assert on_disk == {o["path"] for o in manifest["outputs"]}  # no packet of the first run's exposed tenant
@@ -190,7 +203,7 @@ def test_where_paths_cannot_be_swapped_in_one_step_the_report_is_still_replaced(
     monkeypatch.setattr(forensics.case, "_exchange", lambda a, b: False)  # no renameat2 (not Linux, or an old kernel)
     out = tmp_path / "out"
     api.run(write_logs(tmp_path / "leak"), out)
-    rd = api.run(write_logs(tmp_path / "noleak", leak=False), out).report.report_dir
+    rd = api.run(_without_the_leak(tmp_path / "leak"), out).report.report_dir
     assert "acme" not in (rd / "notifications.csv").read_text() and api.verify(rd).ok
     assert sorted(p.name for p in out.iterdir()) == [f".{NAME}+lock", NAME]
 
