@@ -183,6 +183,17 @@ def test_a_json_array_whose_brackets_are_out_of_step_costs_only_the_damage(tmp_p
     assert entry["reconciled"] and entry["quarantined"] == 1 and not entry["problems"], entry
 
 
+def test_json_lines_appended_after_a_json_array_are_said_to_be_unread_not_taken_for_its_elements(tmp_path: Path) -> None:
+    """JSON Lines after a whole array are no stray brackets: read as the array's elements, the last was lost with a
+    note saying the array was cut short. They are left unread, one problem row saying so, as before the resync."""
+    text = json.dumps([record(1), record(2)], indent=2) + "\n" + json.dumps(record(3)) + "\n" + json.dumps(record(4)) + "\n"
+    (tmp_path / "gw.json").write_text(text, encoding="utf-8")
+    result = ingest(tmp_path, case_file(tmp_path, PROFILE.format(path="gw.json")))
+    assert sorted(r["request_id"] for r in rows(tmp_path)) == ["r-1", "r-2"]
+    (entry,) = result.manifest["files"]
+    assert any("text follows the end of the JSON array" in p for p in entry["problems"]), entry["problems"]
+
+
 #: A mapped CSV export's [[inputs]] entry (gw.csv: id, org, when, body, answer), its fields table open for more keys.
 CSV_INPUT = """
 [[inputs]]

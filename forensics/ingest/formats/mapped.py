@@ -180,6 +180,8 @@ def _array_records(path: Path, problems: list[FileProblem]) -> Iterator[Line]:
                 begin = m.end()
         if at is not None or not data[begin:].strip():
             continue
+        if closed and data[begin:].lstrip()[:1] not in (b",", b"]", b"}"):
+            continue  # after the array's end, text that is no stray bracket or separator (JSON Lines appended): said so
         # The file ends inside an element whose closing brackets were lost (torn between two strings: the elements
         # after it read as its own), or text follows the array's end (stray closing brackets): the records go on
         # at the next line that starts an element, if one does; the damage before it is one line.
