@@ -483,10 +483,8 @@ def check_ingest_scope(case: Path, config: CaseConfig, content_only: bool = Fals
               if used is not None and given != used]
     tokenizer = Path(config.tokenizer) if config.tokenizer else None
     used_sha = ingested.tokenizer_sha256
-    if content_only:
-        pass
-    elif (tokenizer.name if tokenizer else None) != ingested.tokenizer or (
-            tokenizer is not None and isinstance(used_sha, str) and tokenizer.is_file() and file_sha256(tokenizer) != used_sha):
+    if not content_only and ((tokenizer.name if tokenizer else None) != ingested.tokenizer or (
+            tokenizer is not None and isinstance(used_sha, str) and tokenizer.is_file() and file_sha256(tokenizer) != used_sha)):
         differ.append(f"tokenizer = {_shown(tokenizer.name if tokenizer else None)} (the ingest used "
                       f"{_shown(ingested.tokenizer)}{', another file of that name' if tokenizer and ingested.tokenizer == tokenizer.name else ''})")
     if config.inputs:
