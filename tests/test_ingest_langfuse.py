@@ -282,6 +282,22 @@ def test_parquet_a_count_of_nan_or_infinity_is_noted_not_read_as_absent(tmp_path
         assert f"{paths}: NaN or infinite in the Parquet export, read as absent" in (by_id[rid]["problems"] or ""), by_id[rid]["problems"]
 
 
+def test_a_column_named_as_the_readers_own_notes_is_data_and_a_nan_copy_of_a_row_is_its_copy(tmp_path: Path) -> None:
+    """The NaN note rode inside the row's JSON under a key of its own: a column of that name made a note of its
+    values, and a copy of a row holding NaN where the other holds null was another version of the record."""
+    n = 2
+    path = parquet_file(tmp_path / "obs.parquet", {
+        **_generations(n), "id": pa.array(["obs-1", "obs-1"]),
+        "start_time": pa.array([1787997600_000_000] * n, pa.timestamp("us")),
+        "_parquet_nonfinite": pa.array(["x", "x"]), "total_cost": pa.array([float("nan"), None], pa.float64()),
+    })
+    entry, q, x = ingest(tmp_path, path)
+    assert q == [] and len(x) == 1 and entry["duplicate"] == 1, (entry, x)
+    assert "x: NaN" not in (x[0]["problems"] or "")
+    manifest = json.loads((tmp_path / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["superseded_variants"] == 0  # one record twice, not two versions of it
+
+
 def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) -> None:
     """Two columns of one name (a join written out without renaming): read as a dict, the last won, maybe another
     customer's id. A row where they differ is quarantined naming the columns; where they agree, it is read."""
@@ -293,7 +309,8 @@ def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) 
         pa.array(["GENERATION"] * n), pa.array([1787997600_000_000 + i for i in range(n)], pa.timestamp("us")),
         pa.array([MESSAGES] * n), pa.array(["proj-1", "proj-evil", "proj-3"]),
         pa.array([nan, 0.5, 1.0]), pa.array([nan, 0.5, 1.0]),  # two NaNs agree: both absent
-    ], names=names)
+        pa.array([[1.0, nan], [], []]), pa.array([[1.0, nan], [], []]),  # and nested, at any depth
+    ], names=[*names, "scores", "scores"])
     pq.write_table(table, tmp_path / "obs.parquet")
     entry, q, x = ingest(tmp_path, tmp_path / "obs.parquet")
     assert sorted((r["request_id"], r["tenant_id"]) for r in x) == [("obs-1", "proj-1"), ("obs-3", "proj-3")]

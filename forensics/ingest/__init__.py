@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -39,8 +38,8 @@ from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.fields import json_value
-from forensics.ingest.parquet import NONFINITE, is_parquet, peek_rows
 from forensics.ingest.parquet import head_damage as parquet_head_damage
+from forensics.ingest.parquet import is_parquet, peek_rows
 from forensics.ingest.patterns import glob_matches, split_pattern
 from forensics.ingest.reader import (
     FileProblem,
@@ -1382,21 +1381,6 @@ def _unless_unreadable(lines: Iterable[Line], problems: list[FileProblem], count
                                     "unreadable"))
 
 
-_NONFINITE_KEY = f'"{NONFINITE}"'.encode()
-
-
-def _note_nonfinite(row: dict[str, Any], raw: bytes) -> None:
-    """Note on a row read from Parquet the values that were NaN or infinite (made null: JSON has none)."""
-    try:
-        paths = orjson.loads(raw).get(NONFINITE)
-    except (orjson.JSONDecodeError, AttributeError):
-        return
-    if isinstance(paths, list) and paths:
-        note = f"{', '.join(str(p) for p in paths[:5])}{' and more' if len(paths) > 5 else ''}: NaN or infinite in the " \
-               "Parquet export, read as absent"
-        row["problems"] = f"{row['problems']}; {note}" if row.get("problems") else note
-
-
 def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     """Parse one unit, writing its rows through ``sink`` (the staging file of a table, made on first use);
     return its line counts. The caller closes the sinks."""
@@ -1459,7 +1443,6 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
         # A format that parses a line's bytes reads them undecoded: a line is decoded only when
         # its bytes are left to the text parser (see LogFormat.parse_raw).
         parse_raw = log_format.parse_raw if log_format.read is read_lines else None
-        reads_parquet = log_format.parquet
         lines = (read_lines(Path(unit.path), problems, unit.span, decode=False) if parse_raw is not None
                  else log_format.read(Path(unit.path), problems, unit.span))
         for line in _unless_unreadable(lines, problems, counts):
@@ -1510,8 +1493,8 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
                 counts["parsed"] += 1
                 if row.get("zone_assumed"):
                     counts["zone_assumed"] += 1
-                if reads_parquet and _NONFINITE_KEY in line.raw:
-                    _note_nonfinite(row, line.raw)
+                if line.notes:
+                    row["problems"] = "; ".join([*([row["problems"]] if row.get("problems") else []), *line.notes])
                 if table == "exchanges":
                     row["record_hash"] = record_hash(line.raw)
                 add(table, row, len(line.raw), _excerpt(line.text, line.raw))

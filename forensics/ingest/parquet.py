@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular
@@ -40,8 +41,6 @@ BATCH_ROWS = 16
 READ_BUFFER = 1 << 20
 #: Set on the JSON object a row becomes when the row itself cannot be read.
 ROW_ERROR = "_parquet_row_error"
-#: Set on the JSON object of a row whose NaN or infinite values were made null: their paths (the ingest notes them).
-NONFINITE = "_parquet_nonfinite"
 FIX = "Fix: export the file again (or as JSON Lines) and ingest it again"
 
 
@@ -80,11 +79,21 @@ def _usable(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names) if changed else batch
 
 
-def _has_floats(kind: pa.DataType) -> bool:
-    """Whether a column of this type can hold a floating-point value, at any depth."""
+def _nonfinite_in(array: pa.Array) -> bool:
+    """Whether a column holds a NaN or infinite float at any depth (told by Arrow: most batches hold none, and
+    their rows are then not walked)."""
+    kind = array.type
     if pa.types.is_floating(kind):
-        return True
-    return any(_has_floats(kind.field(i).type) for i in range(kind.num_fields))
+        return bool(pc.any(pc.invert(pc.is_finite(array))).as_py())
+    if pa.types.is_struct(kind):
+        return any(_nonfinite_in(array.field(i)) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _nonfinite_in(array.keys) or _nonfinite_in(array.items)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _nonfinite_in(array.values)
+    if pa.types.is_dictionary(kind):
+        return _nonfinite_in(array.dictionary)
+    return False
 
 
 def _without_nonfinite(value: Any, where: str, found: list[str]) -> Any:
@@ -112,8 +121,8 @@ def _named_twice(names: list[str]) -> dict[str, list[int]]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal values (two NaNs are one value here: both absent)."""
-    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+    """Equal values, a NaN or infinity at any depth read as absent (two NaNs agree)."""
+    return a == b or _without_nonfinite(a, "", []) == _without_nonfinite(b, "", [])
 
 
 def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[int, str]:
@@ -131,23 +140,21 @@ def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[
     return out
 
 
-def _pyrows(batch: pa.RecordBatch) -> list[dict[str, Any] | str]:
-    """The batch's rows as dicts; a row that cannot be converted, or whose columns of one name differ, is the
-    reason instead."""
+def _pyrows(batch: pa.RecordBatch) -> list[tuple[dict[str, Any] | str, tuple[str, ...]]]:
+    """The batch's rows as dicts, each with the paths of its NaN or infinite values (made null); a row that cannot
+    be converted, or whose columns of one name differ, is the reason instead."""
     rows = _converted(batch)
     twice = _named_twice(batch.schema.names)
     if twice:
         for at, reason in _differing_rows(batch, twice).items():
             rows[at] = reason
-    if any(_has_floats(field.type) for field in batch.schema):
+    out: list[tuple[dict[str, Any] | str, tuple[str, ...]]] = [(row, ()) for row in rows]
+    if any(_nonfinite_in(column) for column in batch.columns):
         for i, item in enumerate(rows):
             if isinstance(item, dict):
                 found: list[str] = []
-                finite: dict[str, Any] = _without_nonfinite(item, "", found)
-                if found:
-                    finite[NONFINITE] = found
-                rows[i] = finite
-    return rows
+                out[i] = (_without_nonfinite(item, "", found), tuple(found))
+    return out
 
 
 def _converted(batch: pa.RecordBatch) -> list[dict[str, Any] | str]:
@@ -212,9 +219,13 @@ def read_rows(path: Path, problems: list[FileProblem], span: Span | None = None)
                 first, size = number, reader.metadata.row_group(group).num_rows
                 try:
                     for batch in reader.iter_batches(batch_size=BATCH_ROWS, row_groups=[group]):
-                        for row in _pyrows(_usable(batch)):
+                        for row, nonfinite in _pyrows(_usable(batch)):
                             number += 1
-                            yield _line(number, row)
+                            line = _line(number, row)
+                            if nonfinite:
+                                shown = ", ".join(nonfinite[:5]) + (" and more" if len(nonfinite) > 5 else "")
+                                line.notes = (f"{shown}: NaN or infinite in the Parquet export, read as absent",)
+                            yield line
                 except (pa.ArrowException, OSError, ValueError) as exc:
                     # The footer is whole, so the row groups after this one are where it says: they are still read.
                     lost = (f"rows {number + 1} to {first + size} were not read" if number < first + size

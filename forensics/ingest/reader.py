@@ -51,6 +51,8 @@ class Line:
     # The line's own ending as written (LF, CRLF or CR; empty for a last line without one): a record that
     # spans lines (a quoted CSV field) joins its lines with these, so the field keeps the customer's bytes.
     end: bytes = b"\n"
+    # What the reader changed on the way to the record's text, for the row's ``problems`` (a Parquet NaN made null).
+    notes: tuple[str, ...] = ()
 
 
 #: What went wrong with a file as a whole (``FileProblem.kind``):
