@@ -221,13 +221,16 @@ def locked_case(func: _F, *, create: bool = False, shared: bool = False) -> _F:
 
 
 def _remove_if_empty(root: Path) -> None:
-    """Remove a case folder this command made and that holds nothing but its lock and empty folders: an ingest
-    refused before any work (a file of no known format, an archive) left one behind."""
+    """Empty a case folder this command made and that holds nothing but its lock and empty folders: an ingest
+    refused before any work (a file of no known format, an archive) left a staging folder behind. The lock file
+    stays (and so the folder): another run may be waiting on it, and would take a lock no later run sees."""
     try:
         for dirpath, _, files in os.walk(root):
             if any(not (Path(dirpath) == root and name == LOCK_NAME) for name in files):
                 return  # something was written: kept for the next run to use or clear
-        shutil.rmtree(root, ignore_errors=True)
+        for entry in os.scandir(root):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
     except Exception:  # noqa: BLE001 (a tidy-up on the way out must never hide the error being raised)
         return
 

@@ -595,7 +595,8 @@ def test_a_log_given_to_run_a_folder_it_cannot_make_and_a_refused_ingest_are_cle
     unknown.write_text("not a log of any kind\n", encoding="utf-8")
     with pytest.raises(SystemExit) as exc:
         main(["ingest", "--case", str(tmp_path / "new-case"), str(unknown), "-q"])
-    assert exc.value.code == 2 and not (tmp_path / "new-case").exists()
+    # Only its lock is left: another run waiting on it must not take a lock file no later run sees.
+    assert exc.value.code == 2 and [p.name for p in (tmp_path / "new-case").iterdir()] == [".lock"]
 
 
 def test_the_scans_check_of_a_case_file_reads_no_log_it_can_tell_by_place_and_size(tmp_path: Path,
@@ -614,3 +615,30 @@ def test_the_scans_check_of_a_case_file_reads_no_log_it_can_tell_by_place_and_si
     monkeypatch.setattr(report_module, "file_sha256", lambda p: hashed.append(Path(p)) or real(p))
     api.scan(tmp_path / "case", load_case_file(logs / "case.toml"))
     assert hashed == []
+
+
+def test_an_empty_log_two_incidents_share_does_not_make_them_one(tmp_path: Path) -> None:
+    """An empty day's log (the same SHA-256 in both incidents) was taken for a shared input: the other incident's run
+    replaced the report and took over its verdicts. Only files that held records count."""
+    from forensics import api
+    from forensics.errors import OutputError
+
+    first, second = write_logs(tmp_path / "a"), write_logs(tmp_path / "b", leak=False)
+    for logs in (first, second):
+        (logs / "gateway" / "empty-day.jsonl").write_text("", encoding="utf-8")
+    api.run(first / "case.toml", tmp_path / "out")
+    with pytest.raises(OutputError, match="holds the report of another case"):
+        api.run(second / "case.toml", tmp_path / "out")
+
+
+def test_the_scan_takes_its_own_case_file_after_the_logs_grew_in_place(tmp_path: Path) -> None:
+    """A log found where the ingest read it is this incident's even when it grew since: the scan refused the case's
+    own case file after its logs were appended to in place."""
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    cfg = load_case_file(logs / "case.toml")
+    api.ingest(tmp_path / "case", [logs / "gateway"], config=cfg)
+    with (logs / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write("\n")
+    assert api.scan(tmp_path / "case", cfg).suspects >= 1

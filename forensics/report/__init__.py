@@ -307,8 +307,8 @@ def check_same_incident(final: Path, case: Path, case_file: Path | None) -> None
         inputs = old.get("inputs")
     except (OSError, ValueError, AttributeError):
         return  # an unreadable old manifest: nothing to compare (verify names it)
-    old_shas = {e.get("sha256") for e in inputs if isinstance(e, dict)} - {None} if isinstance(inputs, list) else set()
-    new_shas = {e.get("sha256") for e in new if isinstance(e, dict)} - {None} if isinstance(new, list) else set()
+    old_shas = _logged(inputs)
+    new_shas = _logged(new)
     if not old_shas or not new_shas or old_shas & new_shas:
         return
     recorded = old.get("case_file") if isinstance(old.get("case_file"), dict) else None
@@ -316,11 +316,23 @@ def check_same_incident(final: Path, case: Path, case_file: Path | None) -> None
     if case_file is not None and recorded is not None and isinstance(recorded.get("path"), str) and isinstance(root, str):
         if (final / root / recorded["path"]).resolve() == Path(case_file).resolve():
             return  # the same case file: this incident's logs, exported again
+    built = ("no case file" if recorded is None else "a case file, and this report is given none" if case_file is None
+             else "another case file")
     raise OutputError(f"the report folder holds the report of another case: none of its {len(old_shas)} input file"
-                      f"{'s' if len(old_shas) != 1 else ''} is one this case read, and it was built from "
-                      f"{'another case file' if recorded is not None else 'no case file'}; replacing it would carry its "
-                      "records of verdicts and notices sent into this one", file=final,
-                      fix="give this case's report another --out (or another case name), or move the old report away")
+                      f"{'s' if len(old_shas) != 1 else ''} that held records is one this case read, and it was built from "
+                      f"{built}; replacing it would carry its records of verdicts and notices sent into this one", file=final,
+                      fix=("give --config the case file the report was built from, if this is the same incident's logs "
+                           "exported again; else " if case_file is None and recorded is not None else "")
+                      + "give this case's report another --out (or another case name), or move the old report away")
+
+
+def _logged(entries: Any) -> set[str]:
+    """The SHA-256 of the input files (manifest entries) that held records: an empty log or a file skipped (a note
+    beside the logs) is no mark of an incident, and two incidents may share one."""
+    if not isinstance(entries, list):
+        return set()
+    return {e["sha256"] for e in entries if isinstance(e, dict) and isinstance(e.get("sha256"), str)
+            and isinstance(e.get("ingested"), int) and e["ingested"] > 0}
 
 
 def _leftover(path: Path) -> str:
@@ -546,10 +558,13 @@ def _holds_none_ingested(case: Path, config: CaseConfig, files: Iterable[Any]) -
     from forensics.ingest import display_path, expand_inputs, named_path
 
     base = Path(config.file).parent if config.file else None
-    entries = [f for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str)]
+    # The files that held records (an empty log or a skipped note beside the logs marks no incident).
+    entries = [f for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str)
+               and isinstance(f.get("ingested"), int) and f["ingested"] > 0]
     shas = {f["sha256"] for f in entries}
     sizes = {f["size"] for f in entries if isinstance(f.get("size"), int)}
-    places = {(p, f.get("size")) for f in entries if isinstance(f.get("abs_paths"), list) for p in f["abs_paths"]}
+    # A file where the ingest read one is this incident's log, grown or exported again in place since.
+    places = {p for f in entries if isinstance(f.get("abs_paths"), list) for p in f["abs_paths"]}
     other: set[str] = set()
     for spec in config.inputs:
         try:
@@ -558,8 +573,10 @@ def _holds_none_ingested(case: Path, config: CaseConfig, files: Iterable[Any]) -
             continue  # moved away: nothing to compare
         for path, _ in found:
             try:
+                if str(named_path(path)) in places:
+                    return []
                 size = path.stat().st_size
-                if (str(named_path(path)), size) in places or (size in sizes and file_sha256(path) in shas):
+                if size in sizes and file_sha256(path) in shas:
                     return []
             except OSError:
                 pass
