@@ -298,6 +298,21 @@ def test_a_column_named_as_the_readers_own_notes_is_data_and_a_nan_copy_of_a_row
     assert manifest["superseded_variants"] == 0  # one record twice, not two versions of it
 
 
+@pytest.mark.parametrize("kind", ["list_view", "large_list", "fixed_size_list", "struct_of_lists"])
+def test_a_nan_inside_any_nested_column_is_noted(tmp_path: Path, kind: str) -> None:
+    """Arrow told which batches hold a NaN, and missed those in list views: their NaN was nulled with no note."""
+    from forensics.ingest.parquet import read_rows
+
+    nan = float("nan")
+    values = {"list_view": pa.array([[1.0], [nan]], pa.list_view(pa.float64())),
+              "large_list": pa.array([[1.0], [nan]], pa.large_list(pa.float64())),
+              "fixed_size_list": pa.array([[1.0], [nan]], pa.list_(pa.float64(), 1)),
+              "struct_of_lists": pa.array([{"s": [1.0]}, {"s": [nan]}])}[kind]
+    pq.write_table(pa.table({"c": values}), tmp_path / "t.parquet")
+    notes = [line.notes for line in read_rows(tmp_path / "t.parquet", [])]
+    assert notes[0] == () and notes[1] and "NaN or infinite" in notes[1][0], notes
+
+
 def test_parquet_columns_of_one_name_that_differ_cost_their_row(tmp_path: Path) -> None:
     """Two columns of one name (a join written out without renaming): read as a dict, the last won, maybe another
     customer's id. A row where they differ is quarantined naming the columns; where they agree, it is read."""

@@ -169,3 +169,15 @@ def test_a_customer_id_ending_in_a_hash_keeps_it_in_the_notice_heading() -> None
     golden = sorted((Path(__file__).parent / "golden" / "report" / "packets").glob("*/notice.json"))[0]
     md = render_packet_md(json.loads(golden.read_text(encoding="utf-8")) | {"tenant_id": "org #"})
     assert md.splitlines()[0] == "# Notice of a data incident: org \\#"
+
+
+@pytest.mark.parametrize("text", ["card 4111  1111  1111  1111 end", "card 4111 - 1111 - 1111 - 1111",
+                                  "iban DE89  3704  0044  0532  0130  00", "card 4111\u3000\u30001111\u3000\u30001111\u3000\u30001111"])
+def test_a_number_spaced_as_in_a_table_is_masked_in_a_notice(text: str) -> None:
+    """Digit groups set apart by two spaces or " - " are no card to the severity detectors (a table's columns), and
+    each group is too short to be masked as a word: the number was shown in full."""
+    from forensics.report.notices import _masked_preview
+    from forensics.report.severity import default_classifier
+
+    shown = _masked_preview(text, default_classifier().find(text))
+    assert "4111" not in shown and "3704" not in shown and sum(ch.isdigit() for ch in shown) <= 6, shown

@@ -642,3 +642,18 @@ def test_the_scan_takes_its_own_case_file_after_the_logs_grew_in_place(tmp_path:
     with (logs / "gateway" / "spend.jsonl").open("a", encoding="utf-8") as fh:
         fh.write("\n")
     assert api.scan(tmp_path / "case", cfg).suspects >= 1
+
+
+def test_a_log_read_as_a_duplicate_of_its_copy_still_marks_the_same_incident(tmp_path: Path) -> None:
+    """A log beside its gzipped copy: whichever is read first gets the records, the other reads none (duplicates).
+    Counting only files with records read, a moved incident with a copy added was another case to the run."""
+    import gzip
+
+    from forensics import api
+
+    logs = write_logs(tmp_path / "logs")
+    api.run(logs / "case.toml", tmp_path / "out")
+    moved = logs.rename(tmp_path / "logs-moved")
+    data = (moved / "gateway" / "spend.jsonl").read_bytes()
+    (moved / "gateway" / "a-spend.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+    assert api.run(moved / "case.toml", tmp_path / "out").report.report_dir.is_dir()

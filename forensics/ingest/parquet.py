@@ -83,6 +83,8 @@ def _nonfinite_in(array: pa.Array) -> bool:
     """Whether a column holds a NaN or infinite float at any depth (told by Arrow: most batches hold none, and
     their rows are then not walked)."""
     kind = array.type
+    if isinstance(kind, pa.ExtensionType):
+        return _nonfinite_in(array.storage)
     if pa.types.is_floating(kind):
         return bool(pc.any(pc.invert(pc.is_finite(array))).as_py())
     if pa.types.is_struct(kind):
@@ -93,7 +95,8 @@ def _nonfinite_in(array: pa.Array) -> bool:
         return _nonfinite_in(array.values)
     if pa.types.is_dictionary(kind):
         return _nonfinite_in(array.dictionary)
-    return False
+    # Any other type with children (list views, unions, types to come): it may hold one, so the rows are walked.
+    return kind.num_fields > 0
 
 
 def _without_nonfinite(value: Any, where: str, found: list[str]) -> Any:

@@ -331,8 +331,14 @@ def _logged(entries: Any) -> set[str]:
     beside the logs) is no mark of an incident, and two incidents may share one."""
     if not isinstance(entries, list):
         return set()
-    return {e["sha256"] for e in entries if isinstance(e, dict) and isinstance(e.get("sha256"), str)
-            and isinstance(e.get("ingested"), int) and e["ingested"] > 0}
+    return {e["sha256"] for e in entries if isinstance(e, dict) and isinstance(e.get("sha256"), str) and _held_records(e)}
+
+
+def _held_records(entry: dict[str, Any]) -> bool:
+    """Whether a manifest entry's file held records: read, or found already read from another copy (its duplicate
+    count: a log and its gzipped copy, whichever was read first)."""
+    counts = [entry[k] for k in ("ingested", "duplicate") if isinstance(entry.get(k), int)]
+    return sum(counts) > 0
 
 
 def _leftover(path: Path) -> str:
@@ -559,8 +565,7 @@ def _holds_none_ingested(case: Path, config: CaseConfig, files: Iterable[Any]) -
 
     base = Path(config.file).parent if config.file else None
     # The files that held records (an empty log or a skipped note beside the logs marks no incident).
-    entries = [f for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str)
-               and isinstance(f.get("ingested"), int) and f["ingested"] > 0]
+    entries = [f for f in files if isinstance(f, dict) and isinstance(f.get("sha256"), str) and _held_records(f)]
     shas = {f["sha256"] for f in entries}
     sizes = {f["size"] for f in entries if isinstance(f.get("size"), int)}
     # A file where the ingest read one is this incident's log, grown or exported again in place since.

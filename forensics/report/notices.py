@@ -205,14 +205,21 @@ def _possible_phone(text: str) -> bool:
         return False
 
 
+#: Digit groups set apart by up to three spaces (any Unicode space), dashes or dots: one number when they hold
+#: SPACED_NUMBER_DIGITS digits or more in all (a card has 13-19).
+_SPACED_NUMBER = re.compile(r"(?<![\w.-])\d{1,6}(?:[\s.\-\u00a0\u2000-\u200a\u202f\u205f\u3000]{1,3}\d{1,6}){2,}(?![\w])")
+SPACED_NUMBER_DIGITS = 12
+
+
 def notice_masks(text: str, hits: list[Hit], policy: str = "default") -> list[tuple[int, int, str]]:
     """What a notice hides in ``text``: (start, end, masked form), sorted, never overlapping.
 
     The severity detectors' hits first (secrets and card, bank and identity numbers always;
     phone numbers and emails unless ``policy`` is "none"). Then, outside them, numbers no
     detector validated: a possible phone number written as one (with a separator, bracket or +)
-    is a phone number, any other word with NUMBER_DIGITS digits or more (an account or record
-    number) keeps only its last 4 characters.
+    is a phone number; digit groups set apart by spaces or dashes holding SPACED_NUMBER_DIGITS digits or more in
+    all, and any other word with NUMBER_DIGITS digits or more (an account or record number), keep only their last
+    4 characters.
     Masking too much costs a customer a little reading; too little discloses their data.
     """
     spans: list[tuple[int, int, str]] = []
@@ -229,6 +236,12 @@ def notice_masks(text: str, hits: list[Hit], policy: str = "default") -> list[tu
             taken.append(m.span())
             if policy != "none":
                 spans.append((m.start(), m.end(), mask(m.group(0), "phone")))
+    for m in _SPACED_NUMBER.finditer(text):
+        # Groups of digits set apart by spaces or dashes (a card or account number typed in a table, "4111  1111 ..."):
+        # no detector calls them a number, and each group is too short to be one word's, yet they are one number.
+        if sum(ch.isdigit() for ch in m.group(0)) >= SPACED_NUMBER_DIGITS and free(*m.span()):
+            taken.append(m.span())
+            spans.append((m.start(), m.end(), mask(m.group(0), "iban")))
     for m in re.finditer(r"[^\s]+", text):
         # A word without its surrounding punctuation ("(986)776-4785x0931," keeps its brackets).
         word = m.group(0)
