@@ -47,6 +47,23 @@ def _finite(text: str) -> float:
     return value
 
 
+def named_twice(names: list[str]) -> dict[str, list[int]]:
+    """The column names a CSV header or a Parquet schema gives more than once, with their places (0-based). Columns
+    with no name (a spreadsheet's note columns) name no field a format reads."""
+    places: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        places.setdefault(name, []).append(i)
+    return {name: at for name, at in places.items() if len(at) > 1 and name}
+
+
+def columns_differ(name: str, at: list[int], where: str, named_in: str = "") -> str:
+    """Why a record (``where``: "record", "row") whose columns ``at`` of one name hold different values is not
+    read: as an object, the last would win, maybe another customer's id. ``named_in``: where the fix renames them."""
+    columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
+    return (f"columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different values in "
+            f"this {where}: which one the export meant is unknown. Fix: rename or drop all but one of them"
+            f"{' in the ' + named_in if named_in else ''} and ingest the file again")
+
 def _bounded(text: str) -> int | float:
     value = int(text)
     return value if -(2**63) <= value < 2**64 else float(value)  # orjson reads an integer beyond 64 bits as a float

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from forensics.ingest.fields import columns_differ, named_twice
 from forensics.ingest.reader import FileProblem, Line, Span, open_regular
 
 #: The first (and last) four bytes of every Parquet file.
@@ -115,14 +116,6 @@ def _without_nonfinite(value: Any, where: str, found: list[str]) -> Any:
     return value
 
 
-def _named_twice(names: list[str]) -> dict[str, list[int]]:
-    """The column names a schema gives more than once, with their places (0-based)."""
-    places: dict[str, list[int]] = {}
-    for i, name in enumerate(names):
-        places.setdefault(name, []).append(i)
-    return {name: at for name, at in places.items() if len(at) > 1 and name}
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equal values, a NaN or infinity at any depth read as absent (two NaNs agree)."""
     return a == b or _without_nonfinite(a, "", []) == _without_nonfinite(b, "", [])
@@ -136,10 +129,7 @@ def _differing_rows(batch: pa.RecordBatch, twice: dict[str, list[int]]) -> dict[
         values = [batch.column(i).to_pylist() for i in at]
         for row in range(batch.num_rows):
             if row not in out and any(not _same(v[row], values[0][row]) for v in values[1:]):
-                columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
-                out[row] = (f"columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different "
-                            "values in this row: which one the export meant is unknown. Fix: rename or drop all but one "
-                            "of them and ingest the file again")
+                out[row] = columns_differ(name, at, "row")
     return out
 
 
@@ -147,7 +137,7 @@ def _pyrows(batch: pa.RecordBatch) -> list[tuple[dict[str, Any] | str, tuple[str
     """The batch's rows as dicts, each with the paths of its NaN or infinite values (made null); a row that cannot
     be converted, or whose columns of one name differ, is the reason instead."""
     rows = _converted(batch)
-    twice = _named_twice(batch.schema.names)
+    twice = named_twice(batch.schema.names)
     if twice:
         for at, reason in _differing_rows(batch, twice).items():
             rows[at] = reason

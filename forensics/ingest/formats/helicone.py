@@ -28,11 +28,13 @@ from forensics.ingest.fields import (
     as_str,
     body_prompt,
     chunks_text,
+    columns_differ,
     error_body,
     first_objects,
     get_path,
     json_string,
     loads_object,
+    named_twice,
     no_tenant_value,
     opt_count,
     opt_int,
@@ -73,24 +75,12 @@ DAMAGED_RECORD_BYTES = 64 << 20
 LINE_COST = 256
 
 
-def _named_twice(header: list[str]) -> dict[str, list[int]]:
-    """The column names the header gives more than once, with their places (0-based). Columns with no name (a
-    spreadsheet's note columns) name no field a format reads."""
-    places: dict[str, list[int]] = {}
-    for i, name in enumerate(header):
-        places.setdefault(name, []).append(i)
-    return {name: at for name, at in places.items() if len(at) > 1 and name}
-
-
 def _differing(twice: dict[str, list[int]], fields: list[str]) -> dict[str, Any] | None:
     """The error object of a record whose columns of one name hold different values (which one the export meant
     is unknown: read as an object, the last would win, maybe another customer's id), or None."""
     for name, at in twice.items():
         if len({fields[i] for i in at}) > 1:
-            columns = ", ".join(str(i + 1) for i in at[:-1]) + f" and {at[-1] + 1}"
-            return {CSV_ERROR: f"CSV columns {columns} are {'both' if len(at) == 2 else 'all'} named {name!r} and hold different values in this record: "
-                               "which one the export meant is unknown. Fix: rename or drop all but one of them in the "
-                               "header and ingest the file again"}
+            return {CSV_ERROR: "CSV " + columns_differ(name, at, "record", "header")}
     return None
 
 
@@ -273,7 +263,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
         return
     # Names as the format's sniff reads them: "request_id, request_created_at" names request_created_at.
     header = [name.strip() for name in header]
-    twice = _named_twice(header)
+    twice = named_twice(header)
     csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide, and only ever raised: no other reader lowers it
     for number, text, raw in _records(lines, len(header)):
         if text is None or not text.strip():
@@ -293,7 +283,7 @@ def read_records(path: Path, problems: list[FileProblem], span: Span | None = No
                 if collections.Counter(names) == collections.Counter(header):
                     # The header again, maybe in another column order: exports appended one after another. The
                     # rows after it follow it (read by the first, their customers could be another column's).
-                    header, twice = names, _named_twice(names)
+                    header, twice = names, named_twice(names)
                     yield Line(number, "", raw)  # a header holds no record
                     continue
                 if len(fields) != len(header):
