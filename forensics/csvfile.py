@@ -97,11 +97,15 @@ def uncell(shown: str) -> str | None:
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """The whole CSV document: a header row, then one line per row."""
+    return cells_text(header, ([cell(v) for v in row] for row in rows))
+
+
+def cells_text(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """:func:`csv_text` of cells already written as :func:`cell` writes them (read back from one of these files)."""
     buf = io.StringIO(newline="")
     writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(list(header))
-    for row in rows:
-        writer.writerow([cell(v) for v in row])
+    writer.writerows(rows)
     return buf.getvalue()
 
 

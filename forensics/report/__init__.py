@@ -165,10 +165,10 @@ def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[s
     dismissed = [row | {"why_not_notified": csvfile.cell(DISMISSED_WHY)} for row in evidence if verdict(row) == "dismiss"]
     listed = sorted([r for r in evidence if verdict(r) != "dismiss"] + confirmed, key=key)
     waiting = sorted([r for r in review if verdict(r) != "confirm"] + dismissed, key=key)
-    data = _raw_csv(ev_header, [[r.get(c, "") for c in ev_header] for r in listed])
+    data = csvfile.cells_text(ev_header, [[r.get(c, "") for c in ev_header] for r in listed]).encode("utf-8")
     safe.write_bytes(report_dir / "evidence.csv", data)
     if review_path.is_file() or waiting:
-        safe.write_bytes(review_path, _raw_csv(rv_header, [[r.get(c, "") for c in rv_header] for r in waiting]))
+        safe.write_bytes(review_path, csvfile.cells_text(rv_header, [[r.get(c, "") for c in rv_header] for r in waiting]).encode("utf-8"))
     return data
 
 
@@ -178,15 +178,6 @@ def _number(shown: str) -> float:
         return float(shown)
     except ValueError:
         return float("-inf")
-
-
-def _raw_csv(header: list[str], rows: list[list[str]]) -> bytes:
-    """CSV of cells already written as :func:`forensics.csvfile.cell` writes them (not neutralised again)."""
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\r\n")
-    writer.writerow(list(header))
-    writer.writerows(rows)
-    return buf.getvalue().encode("utf-8")
 
 
 def _copy_stage_csv(case_dir: Path, report_dir: Path, name: str, columns: tuple[str, ...], order: str) -> bytes:
