@@ -124,3 +124,11 @@ def test_bad_pattern_files_are_clear_errors() -> None:
         load_patterns('classes = ["credential"]\n[[pattern]]\nclass = "credential"\nkind = "x"\nregex = "a"\nvalidator = "nope"\n')
     with pytest.raises(ConfigError, match="needs a class"):
         load_patterns('classes = ["credential"]\n[[pattern]]\nclass = "other"\nkind = "x"\nregex = "a"\n')
+
+
+def test_the_spaces_read_as_one_are_every_unicode_space_separator() -> None:
+    import unicodedata
+
+    from forensics.report.severity import _SPACES
+
+    assert set(_SPACES) == {cp for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Zs"} - {0x20}

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import re
 import tomllib
-import unicodedata
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -42,7 +41,8 @@ PHONE_REGION = "US"
 #: Every Unicode space separator read as one ASCII space (a character for a character, so every offset stays): a
 #: card number written with no-break or thin spaces is the same number. Not a tab: four numbers in the columns of
 #: a table are no card.
-_SPACES = {cp: " " for cp in range(0x3000 + 1) if unicodedata.category(chr(cp)) == "Zs"}
+#: (Unicode's category Zs, written out: no scan of the code points at import.)
+_SPACES = dict.fromkeys([0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000], " ")
 
 
 def _digits(value: str) -> str:
