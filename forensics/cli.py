@@ -1151,7 +1151,7 @@ def audit(
             _add_row(table, r["tenant_id"], r["roles"] or "-", r["status"], r["notified_at"] or "-", r["evidence_from"],
                      r["days_since_report"], "OVERDUE" if r["overdue"] else "", r["problems"])
         out.print(table)
-        out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but no longer on the "
+        out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but not on the "
                   f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}",
                   markup=False)
         out.print(f"audit written to {summary['audit_csv']}", markup=False)

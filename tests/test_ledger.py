@@ -111,6 +111,18 @@ def test_notified_customer_no_longer_on_the_list_and_decision_trail(built: tuple
     assert verify(rd).ok
 
 
+def test_notified_id_no_finding_names_is_not_called_no_longer_on_the_list(built: tuple[Path, object, Path]) -> None:
+    # A notice recorded under a mistyped id: the list never held it, and saying "no longer" would tell the auditor
+    # a verdict or re-run took the customer off.
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("acme-typo", "email", "2026-09-01T09:00:00Z", "T-typo")])
+    result = ledger.audit(rd, _t("2026-09-02T00:00:00Z"))
+    row = {r["tenant_id"]: r for r in result.rows}["acme-typo"]
+    assert row["status"] == "notified, not on the list" and row["on_list"] is False
+    assert "no finding or suspect response of this report names this id" in row["problems"]
+    assert result.summary()["notified_not_on_list"] == 1
+
+
 def test_audit_is_deterministic_with_a_fixed_now(built: tuple[Path, object, Path]) -> None:
     _, _, rd = built
     ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-acme")])

@@ -6,7 +6,8 @@ audit`` compares the ledger with the report's notification list and its verdicts
 
 - customers on the list with no valid notice (and the days since the report; overdue past
   ``[report] notify_within_hours``);
-- customers notified who are no longer on the list (a later verdict or re-run took them off);
+- customers notified who are not on the list: no longer (a later verdict or re-run took them off), or never
+  as far as this report tells (no finding or suspect names the id: a typo, most likely);
 - notices sent before the evidence they cite existed. The manifest holds no wall-clock time (so
   re-runs stay byte-identical), so the report's time is the latest log record it was built from
   (``counts.last_received`` in manifest.json): no report can predate it. For a customer on the
@@ -33,6 +34,10 @@ from forensics.review.verdicts import MAX_TEXT, decisions
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
 
 CHANNELS = ("email", "portal", "letter")
+#: Audit statuses of a customer notified but not on the list: one a finding or suspect of the report concerns (a
+#: later verdict or re-run took it off), and one nothing in the report names (a typo in the id, most likely).
+NOTIFIED_OFF_LIST = "notified, no longer on the list"
+NOTIFIED_NEVER_LISTED = "notified, not on the list"
 #: How far in the future a notice's time may lie (clocks of the sending and recording machines differ).
 CLOCK_SKEW = dt.timedelta(minutes=10)
 REQUIRED = ("tenant_id", "channel", "at", "ref", "recorded_at")
@@ -123,7 +128,7 @@ class Audit:
         return {"report": str(self.report_dir), "now": self.now, "report_time": self.report_time,
                 "notify_within_hours": self.notify_within_hours, "customers": self.rows,
                 "not_notified": len(self.not_notified), "overdue": sum(1 for r in self.rows if r["overdue"]),
-                "notified_not_on_list": sum(1 for r in self.rows if r["status"] == "notified, no longer on the list"),
+                "notified_not_on_list": sum(1 for r in self.rows if r["status"] in (NOTIFIED_OFF_LIST, NOTIFIED_NEVER_LISTED)),
                 "notices_before_evidence": sum(1 for r in self.rows if "before the evidence" in r["problems"]),
                 "audit_csv": str(self.report_dir / AUDIT)}
 
@@ -219,7 +224,8 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     for n in sent:
         by_tenant.setdefault(_named(n["tenant_id"], listed_ids), []).append(n)
     # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
-    by_machine = {_raw(s.get("tenant_id", "")) for s in suspects}
+    by_suspect = {_raw(s.get("tenant_id", "")) for s in suspects}
+    by_machine = set(by_suspect)
     for e in evidence:
         cross = e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id")
         if cross and decided.get(e.get("finding_id", "")) != "dismiss":
@@ -239,8 +245,14 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         first = valid[0] if valid else None
         if listed_rows:
             status = "notified" if first else "not notified"
+        elif tenant in concerns or tenant in by_suspect:
+            status = NOTIFIED_OFF_LIST  # a verdict or a re-run took it off
         else:
-            status = "notified, no longer on the list"
+            # Nothing in this report names the id: a typo, or a customer no finding ever concerned; "no longer" would
+            # tell the auditor the list once held it.
+            status = NOTIFIED_NEVER_LISTED
+            problems.append("no finding or suspect response of this report names this id: check that it was recorded "
+                            "as the logs hold it (the customer it was meant for may be unnotified)")
         overdue = bool(listed_rows) and first is None and now - evidence_from > dt.timedelta(hours=hours)
         if listed_rows and first is not None and _t(first["at"]) - evidence_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
