@@ -5,7 +5,8 @@ big text columns are then streamed once, batch by batch, in a fixed order (input
 line), so memory stays bounded by a batch and the output is byte-identical for the same inputs.
 
 * One row per request: rows with the same ``(request_id, tenant_id)`` are one request seen in
-  several exports. The row kept is the most complete: untruncated text over truncated, then an
+  several exports. The row kept is the most complete: a prompt over none, whole text over cut text (LiteLLM
+  keeps a long string's head and tail), an answer over none, a whole answer over a cut one, then an
   undamaged record over a damaged one, then by the precedence its record kind declares in the
   format registry (a logging payload over split logs over a spend-log row), then the first by
   path and line, then by file and record hash (copies sharing both: a log that grew under its name,
@@ -440,7 +441,9 @@ WITH keys AS (
   FROM staged LEFT JOIN line_damage d USING (source_sha256, source_line)
 ), ranked AS (
   SELECT *,
-    row_number() OVER (copies ORDER BY pt, rt, no_prompt, no_response, damaged, {precedence}, source_file, source_line,
+    -- Some text outranks none, then whole text cut text: a copy with no prompt (LiteLLM's redacted callback
+    -- payload) once beat a spend-log row holding the prompt's head and tail, and the only text was lost.
+    row_number() OVER (copies ORDER BY no_prompt, pt, no_response, rt, damaged, {precedence}, source_file, source_line,
                                        source_sha256, record_hash) AS rn,
     count(DISTINCT record_hash) OVER copies AS variants,
     -- Copies of one request share its start; copies far apart are another request under the same id.
@@ -456,14 +459,14 @@ WITH keys AS (
                                  CASE WHEN record_kind IN {response_halves} THEN NULL ELSE tenant_id END)
 )
 SELECT source_sha256, source_line, record_kind, request_id, tenant_id, rn, variants, spread_us, other_prompts, record_hash,
-       [pt::INT, rt::INT, no_prompt::INT, no_response::INT, damaged::INT, {precedence}] AS quality, received_us
+       [no_prompt::INT, pt::INT, no_response::INT, rt::INT, damaged::INT, {precedence}] AS quality, received_us
 FROM ranked
 """
 
 #: The same request logged whole (a callback, a spend log, a Helicone row) and in split logs: the
 #: whole record and the joined pair (or a response half whose id only one customer's whole records
-#: hold) compete by what each holds, as the copies of one kind do: a truncated prompt, a truncated or
-#: missing answer, damage, then the kind's precedence (payload over split over spend log; a tie
+#: hold) compete by what each holds, as the copies of one kind do: a missing or truncated prompt, a missing or
+#: truncated answer, damage, then the kind's precedence (payload over split over spend log; a tie
 #: keeps the whole record). One side wins only if it holds at least as much on every count: where
 #: each holds what the other lacks (the full prompt in one, the only answer in the other) both are
 #: kept, so no text is lost. The loser's lines become duplicates: before, both were always kept, one
@@ -486,14 +489,14 @@ WITH req AS (
   -- the joined row: its prompt's flags from the request half, its answer's from the response half
   SELECT q.request_id, q.tenant_id, q.source_sha256 AS q_sha, q.source_line AS q_line, q.record_hash AS q_hash,
          a.source_sha256 AS a_sha, a.source_line AS a_line, a.record_hash AS a_hash, q.received_us,
-         [q.quality[1], coalesce(a.quality[2], 0), q.quality[3], coalesce(a.quality[4], 1),
+         [q.quality[1], q.quality[2], coalesce(a.quality[3], 1), coalesce(a.quality[4], 0),
           greatest(q.quality[5], coalesce(a.quality[5], 0)), q.quality[6]] AS quality
   FROM req q LEFT JOIN resp a ON a.request_id = q.request_id
   WHERE q.senders = 1
   UNION ALL
   -- a response half with no request half, whose id one customer's whole records alone hold: no prompt
   SELECT a.request_id, o.tenant_id, NULL, NULL, NULL, a.source_sha256, a.source_line, a.record_hash, NULL,
-         [0, a.quality[2], 1, a.quality[4], a.quality[5], a.quality[6]]
+         [1, 0, a.quality[3], a.quality[4], a.quality[5], a.quality[6]]
   FROM resp a
   JOIN (SELECT request_id, min(tenant_id) AS tenant_id FROM whole GROUP BY 1
         HAVING count(DISTINCT tenant_id) = 1 AND count(tenant_id) = count(*)) o  -- one named customer, no unnamed one

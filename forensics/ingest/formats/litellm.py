@@ -119,9 +119,20 @@ class LiteLLMParser:
         metadata = maybe_json(obj.get("metadata"), "metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise RecordError(f"metadata is a {type(metadata).__name__}, expected an object")
-        prompt, nontext, n_messages = self._prompt(messages, parts, responses)
-        text, finish, usage = response_text(obj.get("response"))
         problems: list[str] = []
+        if _redacted(messages):
+            # LiteLLM's message logging turned off: it logs its placeholder for the whole conversation and every
+            # answer text. Read as text, the placeholder was a 7-token prompt: it hid a long prompt from the scan,
+            # and its copy outranked a spend-log row holding the real text.
+            prompt, nontext, n_messages = None, 0, 0
+            text, finish, usage = response_text(obj.get("response"))
+            if text is not None and REDACTED in text:
+                text = None
+            problems.append(f"the prompt and answer were redacted by LiteLLM ({REDACTED!r}: message logging turned "
+                            "off); their text is unknown")
+        else:
+            prompt, nontext, n_messages = self._prompt(messages, parts, responses)
+            text, finish, usage = response_text(obj.get("response"))
         reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
         if reported is None:
             reported = opt_count(usage.get("prompt_tokens"), "response.usage.prompt_tokens", problems)
@@ -209,6 +220,18 @@ class LiteLLMParser:
         if event == "failure":
             row["status"] = "failure"
         return row
+
+
+#: What LiteLLM logs in place of the messages and answer texts when message logging is turned off
+#: (``litellm.constants.REDACTED_BY_LITELLM``; ``turn_off_message_logging``, a callback's ``message_logging: false``).
+REDACTED = "redacted-by-litellm"
+
+
+def _redacted(messages: Any) -> bool:
+    """Whether ``messages`` is LiteLLM's redaction placeholder, which replaces the whole conversation by one user
+    message holding :data:`REDACTED` (in callback payloads and in a spend log's request body alike)."""
+    return (isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], dict)
+            and messages[0].get("content") == REDACTED and messages[0].get("role") == "user")
 
 
 def _responses_call(obj: Mapping[str, Any]) -> bool:
