@@ -106,6 +106,23 @@ def test_helicone_wrong_token_type_costs_the_figure_not_the_row(tmp_path: Path) 
     assert "prompt_tokens = 'many' is not a whole number" in x[0]["problems"]
 
 
+def test_helicone_prompt_size_adds_the_cached_and_audio_tokens_it_keeps_apart(tmp_path: Path) -> None:
+    # Helicone stores the provider's prompt count less its cached and audio tokens (Anthropic's input_tokens leaves
+    # out cache reads and writes): read alone, a long prompt served from the cache fell under the ceiling.
+    rows = [row(1, prompt_tokens=345, prompt_cache_read_tokens=812000, prompt_cache_write_tokens=0, request_body="",
+                response_body=""),
+            row(2, prompt_tokens=10, prompt_cache_read_tokens=None, prompt_cache_write_tokens=2000, prompt_audio_tokens=5,
+                completion_tokens=7, completion_audio_tokens=3, request_body="", response_body=""),
+            row(3, prompt_tokens=10, prompt_cache_read_tokens="lots", request_body="", response_body="")]
+    _, q, x = ingest(tmp_path, "export.jsonl", jsonl(rows))
+    assert q == []
+    got = {r["request_id"]: r for r in x}
+    assert got["h-1"]["reported_prompt_tokens"] == 812345 and got["h-1"]["prompt_tokens"] == 812345
+    assert got["h-2"]["reported_prompt_tokens"] == 2015 and got["h-2"]["completion_tokens"] == 10
+    assert got["h-3"]["reported_prompt_tokens"] == 10  # a part that is no count is named, the rest stands
+    assert "prompt_cache_read_tokens = 'lots' is not a whole number" in got["h-3"]["problems"]
+
+
 def test_helicone_request_body_cut_short_keeps_the_row_marked_truncated_with_a_note(tmp_path: Path) -> None:
     # An export's size limit cuts the longest prompts: the row must say its prompt is longer than
     # anything read, not pass for a request without one.

@@ -23,6 +23,7 @@ import orjson
 
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
+    INT64_MAX,
     NoTenant,
     RecordError,
     as_str,
@@ -304,6 +305,25 @@ def resolve_tenant(obj: Mapping[str, Any], tenant_field: str) -> tuple[str, str]
     return as_str(value, field), field
 
 
+#: The columns Helicone keeps apart from ``prompt_tokens`` (it stores the provider's prompt count less the cached
+#: and audio tokens, and Anthropic's ``input_tokens``, which leaves out cache reads and writes): the prompt's size
+#: is their sum. Read alone, a long prompt served mostly from the cache counted a few hundred tokens and fell under
+#: the ceiling.
+PROMPT_PARTS = ("prompt_cache_read_tokens", "prompt_cache_write_tokens", "prompt_audio_tokens")
+COMPLETION_PARTS = ("completion_audio_tokens",)
+
+
+def _with_parts(count: int | None, obj: Mapping[str, Any], parts: tuple[str, ...], problems: list[str]) -> int | None:
+    """``count`` plus the counts Helicone keeps apart from it (each column the row holds)."""
+    if count is None:
+        return None
+    for name in parts:
+        part = opt_count(obj.get(name), name, problems)
+        if part is not None:
+            count += part
+    return min(count, INT64_MAX)  # each part fits in 64 bits; their sum must too
+
+
 class HeliconeParser:
     """Helicone request/response rows from a CSV or JSON Lines export."""
 
@@ -352,10 +372,11 @@ class HeliconeParser:
         status = obj.get("status", obj.get("response_status"))
         # Helicone writes -1 (and other negatives) for a request that never got a response.
         code = opt_int(status, "status", problems, -999, 999)
-        reported = opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems)
+        reported = _with_parts(opt_count(obj.get("prompt_tokens"), "prompt_tokens", problems), obj, PROMPT_PARTS, problems)
         if reported is None:
             reported = opt_count(usage.get("prompt_tokens"), "response_body.usage.prompt_tokens", problems)
-        completion = opt_count(obj.get("completion_tokens"), "completion_tokens", problems)
+        completion = _with_parts(opt_count(obj.get("completion_tokens"), "completion_tokens", problems), obj,
+                                 COMPLETION_PARTS, problems)
         if completion is None:
             completion = opt_count(usage.get("completion_tokens"), "response_body.usage.completion_tokens", problems)
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
