@@ -479,4 +479,20 @@ def test_the_prompt_count_includes_the_tokens_langfuse_keeps_apart_as_cached(tmp
     assert (entry["ingested"], q) == (5, [])
     assert [r["reported_prompt_tokens"] for r in x] == [30000, 550, 100, 9, None]
     assert "usage_details.input_cache_read = 'lots' is not a whole number" in x[3]["problems"]
-    assert "usage_details.input with its cached tokens is out of range" in x[4]["problems"]
+    assert "usage_details.input with its detail counts is out of range" in x[4]["problems"]
+
+
+def test_the_counts_add_back_every_detail_langfuse_took_out(tmp_path: Path) -> None:
+    # Langfuse takes each of prompt_tokens_details (and completion_tokens_details) out of `input` (`output`) into
+    # a key of its own, never below 0. Qwen and xAI report the prompt's text tokens as a detail: `input` was 0 for
+    # an 812,345-token prompt. Where the details overlap (xAI's text tokens hold its cached ones), `input` is 0
+    # and the largest detail is taken, not their sum.
+    rows = [obs(1, usage_details={"input": 0, "input_text_tokens": 812345, "output": 10, "total": 812355}),
+            obs(2, usage_details={"input": 0, "input_text_tokens": 257, "input_cached_tokens": 192, "output": 0,
+                                  "output_reasoning_tokens": 2297}),
+            obs(3, usage_details={"input": 100, "input_cached_tokens": 900, "input_audio_tokens": 20, "output": 5,
+                                  "output_reasoning_tokens": 40})]
+    entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))
+    assert (entry["ingested"], q) == (3, [])
+    assert [r["reported_prompt_tokens"] for r in x] == [812345, 257, 1020]
+    assert [r["completion_tokens"] for r in x] == [10, 2297, 45]

@@ -73,12 +73,14 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 #: Usage keys for the prompt and completion counts: Langfuse's own, then older SDKs' and OpenAI's.
 PROMPT_KEYS = ("input", "promptTokens", "prompt_tokens", "input_tokens")
-#: Langfuse's ``input`` and Anthropic's ``input_tokens`` leave out the prompt tokens served from (or written to)
-#: a cache, which these keys count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum:
-#: a long resend served from the prefix cache must not read as a one-token prompt (the placeholder's count).
-CACHE_KEYS = ("input_cache_read", "input_cached_tokens", "input_cache_creation", "cache_read_input_tokens",
-              "cache_creation_input_tokens")
-WITHOUT_CACHE = ("input", "input_tokens")
+#: Anthropic's ``input_tokens`` leaves out the prompt tokens served from (or written to) a cache, which these keys
+#: count apart; OpenAI's ``prompt_tokens`` holds them. The prompt's count is the sum: a long resend served from the
+#: prefix cache must not read as a one-token prompt (the placeholder's count).
+CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+#: Langfuse's own ``input`` and ``output`` are what is left of the provider's count once every detail it gave
+#: (``prompt_tokens_details``: cached, audio, text tokens...; ``completion_tokens_details``: reasoning...) is taken
+#: out into a key of its own, ``input_<detail>`` / ``output_<detail>``, never below 0. See :func:`_with_details`.
+DETAILED = {"input": "input_", "output": "output_"}
 COMPLETION_KEYS = ("output", "completionTokens", "completion_tokens", "output_tokens")
 #: An observation has these together (with ``id``); no other format's record does.
 SIGNS = {"trace_id", "type", "start_time"}
@@ -128,14 +130,34 @@ def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems
     for key in keys:
         if usage.get(key) not in (None, ""):
             count = opt_count(usage[key], f"{field}.{key}", problems)
-            if count is not None and key in WITHOUT_CACHE:
+            if count is None:
+                return None
+            if key in DETAILED:
+                count = _with_details(count, usage, DETAILED[key], field, problems)
+            elif key == "input_tokens":
                 cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in CACHE_KEYS if usage.get(k) not in (None, "")]
                 count += sum(c for c in cached if c is not None)
-                if count > INT64_MAX:
-                    problems.append(f"{field}.{key} with its cached tokens is out of range (more than 64 bits)")
-                    return None
+            if count > INT64_MAX:
+                problems.append(f"{field}.{key} with its detail counts is out of range (more than 64 bits)")
+                return None
             return count
     return None
+
+
+def _with_details(rest: int, usage: Mapping[str, Any], prefix: str, field: str, problems: list[str]) -> int:
+    """The provider's count rebuilt from Langfuse's ``input`` (or ``output``) = ``rest`` and its detail keys.
+
+    Langfuse takes each detail out of the count (``rest = max(count - sum of details, 0)``), so the count is
+    ``rest`` + the details while ``rest`` is above 0. At 0 the details overlapped (xAI and Qwen count a prompt's
+    text tokens, which hold its cached ones): the count is at least the largest detail, which is what is taken
+    (the sum would count the cached tokens twice). Read alone, ``input`` was 0 for an 812,345-token prompt.
+    """
+    details = [opt_count(v, f"{field}.{k}", problems) for k, v in usage.items()
+               if isinstance(k, str) and k.startswith(prefix) and v not in (None, "")]
+    counts = [d for d in details if d is not None]
+    if not counts:
+        return rest
+    return rest + sum(counts) if rest > 0 else max(counts)
 
 
 class LangfuseParser:
