@@ -415,3 +415,24 @@ def test_a_format_with_its_own_record_reader_is_read_whole(tmp_path: Path, monke
     assert (entry["format"], entry["lines"], entry["ingested"], entry["quarantined"], entry["reconciled"]) == ("toy-array", 3, 3, 0, True)
     rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
     assert [(r["request_id"], r["source_line"]) for r in rows] == [("r1", 1), ("r2", 2), ("r3", 3)]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[2026-08-29 10:02:03 TP0] Req Time Stats(rid=chatcmpl-8f2c1a, bootstrap_room=4410378323519190018, input len=1, "
+     "output len=256, type=decode): prealloc_queue_duration(1.00ms) transfer_queue_duration(0.50ms)",
+     {"rid": "chatcmpl-8f2c1a", "bootstrap_room": 4410378323519190018, "input_len": 1, "output_len": 256, "role": "decode"}),
+    ("[2026-08-29 10:01:56 TP0] Req Time Stats(rid=r-2, input len=812345, output len=0, type=prefill): queue_duration=1.0ms",
+     {"rid": "r-2", "bootstrap_room": None, "input_len": 812345, "output_len": 0, "role": "prefill"}),
+    ("[2026-08-29 10:01:56 TP0] ReqTimeStats(rid=r-3, bootstrap_room=7, input_len=1, cached_input_len=0, output_len=9, "
+     "type=decode): x", {"rid": "r-3", "bootstrap_room": 7, "input_len": 1, "output_len": 9, "role": "decode"}),
+], ids=["older_form_disaggregated", "older_form_no_room", "current_form"])
+def test_sglang_request_time_stats_in_either_form(line: str, expected: dict[str, Any]) -> None:
+    # SGLang's Req.log_time_stats wrote "Req Time Stats(rid=..., input len=..., output len=...)" before
+    # "ReqTimeStats(... input_len=...)": read as an unknown event, the placeholder's decode half was lost.
+    from forensics.ingest.base import FileContext
+    from forensics.tokens import Counter
+
+    ctx = FileContext("engine/node-b_0.log", "0" * 64, "sglang", "UTC", "auto", Counter(None), "node-b_0.log")
+    table, row = FORMATS.get("sglang").parse(line, 1, ctx)  # type: ignore[misc]
+    assert table == "engine_events" and row["event"] == "req_time_stats"
+    assert {k: row.get(k) for k in expected} == expected

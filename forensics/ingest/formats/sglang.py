@@ -33,7 +33,9 @@ OVER_LIMIT = re.compile(
 )
 OVER_LIMIT_NO_RID = re.compile(r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)")
 EXCEEDS = re.compile(r"Request (\S+) exceeds the maximum number of tokens: (\d+) > (\d+)")
-REQ_TIME_STATS = re.compile(r"ReqTimeStats\(([^)]*)\)")
+#: ``ReqTimeStats(rid=..., input_len=...)`` now; ``Req Time Stats(rid=..., input len=..., output len=...)`` before
+#: (``Req.log_time_stats``): the older form's line was an unknown event, and the placeholder's decode half was lost.
+REQ_TIME_STATS = re.compile(r"Req ?Time ?Stats\(([^)]*)\)")
 CORRUPTION = re.compile(
     r"Context corruption detected: Request (\S+) \(bootstrap_room=(\d+)\) received metadata from bootstrap_room=(\d+)"
 )
@@ -97,7 +99,8 @@ def _kv_pairs(text: str) -> dict[str, str]:
         # The key and value are stripped on both sides: stripping the item first would change nothing.
         key, sep, value = item.partition("=")
         if sep:
-            pairs[key.strip()] = value.strip().strip("'\"")
+            # "input len" (the older Req Time Stats line) is "input_len"
+            pairs["_".join(key.split())] = value.strip().strip("'\"")
     return pairs
 
 
