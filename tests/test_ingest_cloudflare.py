@@ -536,3 +536,20 @@ def test_a_failed_call_is_no_missing_page_and_an_error_page_is_reported_after_a_
     entry = result.manifest["files"][0]
     assert entry["ingested"] == 2 and entry["quarantined"] == 2 and entry["reconciled"]
     assert [d["kind"] for d in entry["stream_damage"]] == ["missing"]
+
+
+GEMINI_REQUEST = {"contents": [{"role": "user", "parts": [{"text": "Confidential merger memo for ACME: ..."}]}],
+                  "systemInstruction": {"parts": [{"text": "Summarise."}]}}
+GEMINI_ANSWER = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Summary of the memo"}]},
+                                 "finishReason": "STOP"}]}
+
+
+def test_a_request_body_of_another_shape_is_noted_not_taken_for_an_empty_prompt(tmp_path: Path) -> None:
+    # A provider's own body (Gemini's `contents`) holds a prompt the readers do not know: the row used to say nothing,
+    # as if no prompt had been sent.
+    entry, q, x = ingest(tmp_path, write(tmp_path / "logs.jsonl", [log(1, provider="google-ai-studio", request=GEMINI_REQUEST,
+                                                                       response=GEMINI_ANSWER)], "jsonl"))
+    assert (entry["ingested"], q) == (1, [])
+    assert x[0]["prompt_text"] is None
+    assert "request is an object (keys: contents, systemInstruction) of a shape not known to hold the prompt" in x[0]["problems"]
+    assert "response is an object of a shape not known to hold the answer" in x[0]["problems"]

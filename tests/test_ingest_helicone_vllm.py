@@ -532,3 +532,13 @@ def test_helicone_forced_on_a_json_array_says_so_once(tmp_path: Path) -> None:
     entry = result.manifest["files"][0]
     q = pq.read_table(tmp_path / "case" / "quarantine.parquet").to_pylist()
     assert entry["ingested"] == 0 and len(q) == 1 and "is a JSON array" in q[0]["reason"] and "jq -c" in q[0]["reason"]
+
+
+def test_helicone_bodies_of_another_shape_are_noted_not_taken_for_empty_ones(tmp_path: Path) -> None:
+    # Gemini's own bodies through Helicone: the prompt and the answer are there, unread; the row said nothing.
+    request = {"contents": [{"role": "user", "parts": [{"text": "Confidential merger memo for ACME"}]}]}
+    answer = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Summary of the memo"}]}}]}
+    _, q, x = ingest(tmp_path, "export.jsonl", jsonl([row(1, request_body=json.dumps(request), response_body=json.dumps(answer))]))
+    assert q == [] and x[0]["prompt_text"] is None and x[0]["response_text"] is None
+    assert "request_body is an object (keys: contents) of a shape not known to hold the prompt" in x[0]["problems"]
+    assert "response_body is an object of a shape not known to hold the answer" in x[0]["problems"]

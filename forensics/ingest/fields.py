@@ -792,6 +792,15 @@ def body_prompt(request: Mapping[str, Any], where: str, answer: Any = None) -> t
     return None, 0, 0
 
 
+def unread_prompt(request: Any, where: str) -> str | None:
+    """A note for ``problems`` when the request body ``request`` holds something :func:`body_prompt` found no prompt
+    in (a Gemini ``contents`` body, say): the prompt is there, unread, and the row must say so, not look empty."""
+    if not isinstance(request, Mapping) or not request:
+        return None
+    keys = ", ".join(sorted(str(k) for k in request)[:6])
+    return f"{where} is an object (keys: {keys}) of a shape not known to hold the prompt; prompt text unknown"
+
+
 def json_string(value: Any, field: str, record: str = "record") -> tuple[Any, bool]:
     """A field an export writes as a string holding JSON (or plain text), decoded, and whether its
     JSON was cut short (valid up to where the text ends: an export's size limit).

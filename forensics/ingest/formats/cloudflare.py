@@ -55,6 +55,7 @@ from forensics.ingest.fields import (
     req_str,
     response_text,
     time_field,
+    unread_prompt,
 )
 from forensics.ingest.reader import (
     BOM,
@@ -648,6 +649,8 @@ class CloudflareParser:
         request = request or {}
         response, response_cut = self._side(obj, "response", problems)
         prompt, nontext, n_messages = body_prompt(request, "request", response)
+        if prompt is None and not request_cut and (note := unread_prompt(request, "request")):
+            problems.append(note)
         text, finish, usage, stream_cut = self._response(response, problems)
         response_cut = response_cut or stream_cut
         code = opt_int(obj.get("status_code"), "status_code", problems, 0, 999)

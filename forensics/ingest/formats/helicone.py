@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from forensics.errors import json_name
 from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     INT64_MAX,
@@ -42,6 +43,7 @@ from forensics.ingest.fields import (
     opt_str,
     response_text,
     time_field,
+    unread_prompt,
 )
 from forensics.ingest.reader import FileProblem, Line, Span, read_lines, without_bom
 from forensics.ingest.registry import LogFormat, RecordKind, register
@@ -368,7 +370,13 @@ class HeliconeParser:
         if cut:
             problems.append("response_body is cut short (its JSON ends early); the response text is unknown")
         prompt, nontext, n_messages = body_prompt(request, "request_body", response)
+        if prompt is None and not request_cut and (note := unread_prompt(request, "request_body")):
+            problems.append(note)
         text, finish, usage = self._response(response)
+        if text is None and not cut and isinstance(response, Mapping) and response and not error_body(response):
+            # Another provider's answer (Gemini's candidates, say): the answer is there, unread.
+            problems.append(f"response_body is {json_name(response)} of a shape not known to hold the answer; "
+                            "response text unknown")
         status = obj.get("status", obj.get("response_status"))
         # Helicone writes -1 (and other negatives) for a request that never got a response.
         code = opt_int(status, "status", problems, -999, 999)
