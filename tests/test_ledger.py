@@ -123,6 +123,23 @@ def test_notified_id_no_finding_names_is_not_called_no_longer_on_the_list(built:
     assert result.summary()["notified_not_on_list"] == 1
 
 
+@pytest.mark.parametrize("name", ["notices.jsonl", "verdicts.jsonl"])
+def test_a_render_refuses_a_ledger_deleted_since_the_last_render(built: tuple[Path, object, Path], name: str) -> None:
+    # Rendered without it, the new report recorded no ledger and verify passed: every notice sent, or every verdict,
+    # gone from the record without a trace.
+    case, cfg, rd = built
+    if name == "notices.jsonl":
+        ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-acme")])
+    else:
+        assert _cli(["review", str(rd), "--finding", "f-0001", "--verdict", "dismiss", "--reason", "template text",
+                     "--analyst", "ana"]) == 0
+    rd = report(case, cfg, rd.parent).report_dir  # the manifest now records the ledger's line
+    (rd / name).unlink()
+    with pytest.raises(CaseError, match=f"{name} is missing: the report was rendered with 1 line"):
+        report(case, cfg, rd.parent)
+    assert not verify(rd).ok  # the old report stays, and still says what is missing
+
+
 def test_audit_is_deterministic_with_a_fixed_now(built: tuple[Path, object, Path]) -> None:
     _, _, rd = built
     ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-acme")])

@@ -397,6 +397,14 @@ def _carry_ledgers(final: Path, building: Path) -> None:
     for name in LEDGERS:
         src = final / name
         if not os.path.isfile(src) or os.path.islink(src):
+            recorded, _ = chain.recorded_prefix(final, name)
+            if recorded:
+                # Rendered without it, the report would record no such ledger and verify would pass: the
+                # decisions or notices sent would be gone from the record without a trace.
+                raise CaseError(f"{name} is {'not a plain file' if os.path.lexists(src) else 'missing'}: the report was "
+                                f"rendered with {recorded} line(s) of it", file=src,
+                                fix="restore it from the copy the team keeps (review, notified and verify print its last "
+                                    "line's hash) before rendering again; a report never starts a ledger afresh over a lost one")
             continue
         chain.read_report_ledger(final, name)  # nothing is rendered from edited decisions
         safe.write_bytes(building / name, src.read_bytes())
