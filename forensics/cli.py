@@ -904,6 +904,8 @@ def report(
     if as_json:
         _emit_json(result.summary() | sealed.summary())
     elif not quiet:
+        for w in result.notes:
+            err.print(f"warning: {escape_controls(w)}", markup=False)
         _render_report(result)
         _render_seal(sealed)
     return EXIT_FINDINGS if result.has_findings else EXIT_CLEAN

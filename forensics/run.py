@@ -246,4 +246,4 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir
     reported.warnings = warnings
-    return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages, notes)
+    return RunResult(report_dir / CASE_SUBDIR, cfg, reported, stages, notes + reported.notes)

@@ -458,7 +458,7 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
     written in the report's CSVs -> confirm/dismiss) of the verdicts the report was rendered with.
     """
     from forensics.review import LEDGERS, VERDICTS, chain
-    from forensics.review.verdicts import decisions
+    from forensics.review.verdicts import Resolution, decisions
 
     drift: list[Drift] = []
     recorded = man.ledgers or {}
@@ -482,8 +482,8 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
         if n > len(c.hashes) or (n and c.hashes[n - 1] != rec.get("head")):
             drift.append(Drift("ledger", name, f"the {n} line(s) the report was rendered with are no longer there unchanged"))
             continue
-        if name == VERDICTS:
-            decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n]).items()}
+        if name == VERDICTS:  # as the render resolved them (verdicts carried to new finding ids, or out of effect)
+            decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n], Resolution.from_json(rec)).items()}
     return drift, decided
 
 

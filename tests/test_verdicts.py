@@ -327,3 +327,62 @@ def test_the_newest_verdict_rewritten_with_its_hash_shows_in_the_head_recorded_w
     assert _cli(["verify", str(rd)]) == 0  # the chain itself still holds: nothing anchors its newest line
     shown = re.findall(r"verdicts\.jsonl: 2 line\(s\), last line SHA-256 ([0-9a-f]{64})", capsys.readouterr().out)
     assert shown and shown[0] != recorded[0]
+
+
+def _rekey(case: Path, old: str, new: str, source_request: str) -> None:
+    """The match as logs added later leave it: finding ``old``'s passage cited from another copy of the source's
+    text, under the id ``new`` (a finding's id names its source request)."""
+    rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
+    for r in rows:
+        if r["finding_id"] == old:
+            r["finding_id"], r["source_request_id"] = new, source_request
+    write_table(case / "evidence.parquet", pa.Table.from_pylist(rows, schema=schema.EVIDENCE), schema.EVIDENCE)
+
+
+def test_a_verdict_follows_its_passage_to_the_finding_that_holds_it_after_new_logs(built: tuple[Path, object, Path]) -> None:
+    # Logs added later gave the dismissed passage a new finding id: the dismissal was lost, the customer named
+    # again, and the summary still counted it "in effect".
+    case, cfg, rd = built
+    _review(rd, "f-0002", "dismiss", "template text")
+    _review(rd, "f-0001", "dismiss", "template text")
+    _rekey(case, "f-0001", "f-0009", "r-acme-0")
+    rd = report(case, cfg, rd.parent).report_dir
+    rows = _notifications(rd)
+    assert ("acme", "exposed") not in rows  # both of acme's passages stay dismissed
+    evidence = (rd / "evidence.csv").read_text(encoding="utf-8")
+    assert "f-0009" not in evidence and "f-0009" in (rd / "review.csv").read_text(encoding="utf-8")
+    summary_md = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "In effect: findings confirmed by an analyst 0, dismissed 2" in summary_md and "f-0001 (now f-0009)" in summary_md
+    manifest = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["ledgers"]["verdicts.jsonl"]["carried"] == {"f-0001": "f-0009"}
+    assert verify(rd).ok
+
+
+def test_a_verdict_whose_passage_no_finding_holds_is_said_to_be_out_of_effect(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
+    write_table(case / "evidence.parquet", pa.Table.from_pylist([r for r in rows if r["finding_id"] != "f-0001"],
+                                                                 schema=schema.EVIDENCE), schema.EVIDENCE)
+    result = report(case, cfg, rd.parent)
+    rd = result.report_dir
+    assert any("1 verdict(s) are out of effect" in n and "f-0001" in n for n in result.notes)  # printed by report and run
+    summary_md = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "In effect: findings confirmed by an analyst 0, dismissed 0" in summary_md
+    assert "NOT IN EFFECT: 1 verdict(s)" in summary_md and "f-0001" in summary_md
+    assert json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["ledgers"]["verdicts.jsonl"]["stale"] == ["f-0001"]
+    assert verify(rd).ok
+
+
+def test_a_verdict_records_the_passage_it_was_given_on(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    [entry] = chain.read_valid(rd / "verdicts.jsonl").entries
+    assert entry["passage"]["recipient_request_id"] == "r-globex-1" and entry["passage"]["source_tenant_id"] == "acme"
+    assert int(entry["passage"]["recipient_end"]) > int(entry["passage"]["recipient_start"])
+
+
+def test_review_of_a_folder_that_is_no_report_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It said the finding id was in neither evidence.csv nor review.csv "of this report".
+    assert _review(tmp_path, "f-0001", "dismiss") == 2
+    assert "not a report folder (no manifest.json)" in capsys.readouterr().err

@@ -66,6 +66,7 @@ class ReportResult:
     packets: list[str]
     outputs: list[JsonObject]  # path, size, sha256 of each output (manifest.json's outputs)
     warnings: list[str] = dataclasses.field(default_factory=list)  # what the user must clean up, once written
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the user must know (verdicts out of effect...)
 
     @property
     def has_findings(self) -> bool:
@@ -89,7 +90,7 @@ class ReportResult:
             "customers_exposed": sum(1 for n in self.notices if n.role == "exposed"),
             "customers_recipient": sum(1 for n in self.notices if n.role == "recipient"),
             "by_role_and_tier": tiers, "packets": len(self.packets), "outputs": len(self.outputs),
-            "warnings": self.warnings,
+            "warnings": self.warnings, "notes": self.notes,
         }
 
 
@@ -170,6 +171,25 @@ def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[s
     if review_path.is_file() or waiting:
         safe.write_bytes(review_path, csvfile.cells_text(rv_header, [[r.get(c, "") for c in rv_header] for r in waiting]).encode("utf-8"))
     return data
+
+
+def _stage_rows(case: Path) -> list[dict[str, str]]:
+    """The findings verdicts can name (the match stage's evidence and review tables), each with the columns that
+    place its passage, as evidence.csv and review.csv write them (the cells a verdict records)."""
+    from forensics.review.verdicts import PASSAGE_KEYS
+
+    c = Case(case)
+    rows: list[dict[str, str]] = []
+    con = c.connect()
+    try:
+        for table in ("evidence", "review"):
+            if not c.has(table):
+                continue
+            for values in con.execute(f"SELECT finding_id, {', '.join(PASSAGE_KEYS)} FROM {table}").fetchall():
+                rows.append({k: "" if v is None else csvfile.cell(str(v)) for k, v in zip(("finding_id", *PASSAGE_KEYS), values)})
+    finally:
+        con.close()
+    return rows
 
 
 def _number(shown: str) -> float:
@@ -736,12 +756,18 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     data = case_data.load(case, classifier, config.models)
     ledgers = _ledgers(report_dir)  # refuses a broken chain: no list may rest on edited decisions
     decided: dict[str, str] = {}
+    notes: list[str] = []
     if ledgers.get("verdicts.jsonl", {}).get("entries"):
         from forensics.review import VERDICTS, chain, verdicts
 
         entries = chain.read_valid(report_dir / VERDICTS, verdicts.REQUIRED).entries
-        case_data.apply_verdicts(data, classifier, entries)
-        decided = verdicts.decisions(entries)
+        # Logs added since a verdict may have given its finding another id: it follows its passage, or is out of effect.
+        resolution = verdicts.resolve(entries, _stage_rows(case))
+        decided = verdicts.decisions(entries, resolution)
+        case_data.apply_verdicts(data, classifier, entries, decided)
+        data.verdict_resolution = resolution
+        ledgers["verdicts.jsonl"].update(resolution.to_json())
+        notes.extend(verdicts.resolution_notes(resolution))
     task.advance()
 
     for record in STAGE_RECORDS:  # the stages' own records (parameters, control sample) travel with the report
@@ -775,7 +801,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     if data.verdicts:
         from forensics.review.verdicts import summary_section
 
-        secs.append(summary_section(data.verdicts))
+        secs.append(summary_section(data.verdicts, data.verdict_resolution))
     title = f"Incident summary: {config.name}"
     safe.write_text(report_dir / "summary.md", summary.render_md(title, secs))
     safe.write_text(report_dir / "summary.html", summary.render_html(title, secs, svgs))
@@ -817,7 +843,8 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     task.advance()
     task.close()
     cross = sum(1 for f in data.findings if f.cross_tenant)
-    return ReportResult(report_dir, rows, len(data.suspects), len(data.findings), cross, packets, list(written.outputs))
+    return ReportResult(report_dir, rows, len(data.suspects), len(data.findings), cross, packets, list(written.outputs),
+                        notes=notes)
 
 
 def _rel(path: Path, start: Path) -> str:

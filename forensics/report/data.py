@@ -127,6 +127,7 @@ class CaseData:
     prompt_tokens: list[tuple[int, int]]
     quarantine_reasons: list[tuple[str, int]]
     verdicts: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # verdicts.jsonl, in order
+    verdict_resolution: Any = None  # forensics.review.verdicts.Resolution: verdicts carried to new ids, or stale
 
 
 def read_records(case_dir: Path) -> tuple[ScanRecord, MatchRecord, IngestManifest]:
@@ -297,13 +298,13 @@ def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None,
     return found
 
 
-def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]]) -> None:
-    """Make ``data`` say what the analysts decided (forensics.review.verdicts): dismissed findings
-    out, confirmed review candidates in as confirmed findings, confirmed ones marked."""
-    from forensics.review.verdicts import CONFIRMED_RULE, decisions
+def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]], decided: dict[str, str]) -> None:
+    """Make ``data`` say what the analysts decided (forensics.review.verdicts; ``decided``: finding id -> confirm or
+    dismiss, as :func:`~forensics.review.verdicts.decisions` resolves them): dismissed findings out, confirmed review
+    candidates in as confirmed findings, confirmed ones marked."""
+    from forensics.review.verdicts import CONFIRMED_RULE
 
     data.verdicts = list(verdicts)
-    decided = decisions(verdicts)
     if not decided:
         return
     kept = [f for f in data.findings if decided.get(f.finding_id) != "dismiss"]

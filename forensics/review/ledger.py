@@ -30,7 +30,7 @@ from forensics.config import iso, notify_within_hours, parse_utc
 from forensics.errors import CaseError, ConfigError
 from forensics.report import safe
 from forensics.review import AUDIT, NOTICES, VERDICTS, chain
-from forensics.review.verdicts import MAX_TEXT, decisions
+from forensics.review.verdicts import MAX_TEXT, Resolution, decisions, report_resolution
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
 
 CHANNELS = ("email", "portal", "letter")
@@ -196,14 +196,15 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         review = _csv_rows(report_dir / "review.csv")
         verdicts = chain.read_report_ledger(report_dir, VERDICTS, VERDICT_FIELDS).entries
         sent = chain.read_report_ledger(report_dir, NOTICES, REQUIRED).entries
-        rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours)
+        rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir))
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
     return Audit(report_dir, iso(now), iso(report_time), hours, rows)
 
 
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
-          sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float) -> list[dict[str, Any]]:
+          sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float,
+          resolution: Resolution | None = None) -> list[dict[str, Any]]:
     """One audit row per customer; customers are compared by their ids as the logs hold them (the report's
     CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell."""
     on_list: dict[str, list[dict[str, str]]] = {}
@@ -214,11 +215,16 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     for e in evidence + review:
         for side in ("recipient_tenant_id", "source_tenant_id"):
             concerns.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
-    decided = {csvfile.cell(k): v for k, v in decisions(verdicts).items()}
+    resolution = resolution or Resolution()
+    decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
+
+    def now_named(fid: Any) -> str:  # the finding a verdict counts for in this report (its passage's new id)
+        return csvfile.cell(resolution.carried.get(str(fid), str(fid)))
+
     confirmed_at: dict[str, str] = {}
     for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
-        if v["verdict"] == "confirm" and decided.get(csvfile.cell(v["finding_id"])) == "confirm":
-            confirmed_at.setdefault(csvfile.cell(v["finding_id"]), v["at"])
+        if v["verdict"] == "confirm" and str(v["finding_id"]) not in resolution.stale and decided.get(now_named(v["finding_id"])) == "confirm":
+            confirmed_at.setdefault(now_named(v["finding_id"]), v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     listed_ids = set(on_list)
     for n in sent:
@@ -256,8 +262,10 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         overdue = bool(listed_rows) and first is None and now - evidence_from > dt.timedelta(hours=hours)
         if listed_rows and first is not None and _t(first["at"]) - evidence_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
-        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}: {v['reason']}" for v in verdicts
-                 if v["finding_id"] in concerns.get(tenant, set()) or csvfile.cell(v["finding_id"]) in concerns.get(tenant, set())]
+        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}"
+                 + (f" (now {resolution.carried[str(v['finding_id'])]})" if str(v["finding_id"]) in resolution.carried else "")
+                 + f": {v['reason']}" for v in verdicts
+                 if v["finding_id"] in concerns.get(tenant, set()) or now_named(v["finding_id"]) in concerns.get(tenant, set())]
         trail += [f"{n['at']} notice by {n['channel']} ref {n['ref']} (recorded {n['recorded_at']})" for n in notices]
         rows.append({
             "tenant_id": tenant, "on_list": bool(listed_rows),

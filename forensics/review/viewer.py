@@ -30,7 +30,7 @@ from forensics.report import safe
 from forensics.report.notices import passages
 from forensics.report.severity import NONE, default_classifier
 from forensics.review import VERDICTS, VIEWER, chain
-from forensics.review.verdicts import decisions
+from forensics.review.verdicts import decisions, report_resolution
 
 PAGE = VIEWER
 #: Characters of context kept on each side of a passage.
@@ -227,8 +227,10 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
                         fix="give --case the case folder the report was made from")
     with chain.report_lock(report_dir):
         entries = chain.read_report_ledger(report_dir, VERDICTS).entries
-        decided = decisions(entries)
-        by = {str(e["finding_id"]): str(e["analyst"]) for e in entries if e["verdict"] in ("confirm", "dismiss")}
+        resolution = report_resolution(report_dir)
+        decided = decisions(entries, resolution)
+        by = {resolution.carried.get(str(e["finding_id"]), str(e["finding_id"])): str(e["analyst"]) for e in entries
+              if e["verdict"] in ("confirm", "dismiss") and str(e["finding_id"]) not in resolution.stale}
         classifier = default_classifier()
         findings = []
         for r in _rows(case_dir):
