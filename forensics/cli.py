@@ -1154,7 +1154,8 @@ def audit(
                      r["days_since_report"], "OVERDUE" if r["overdue"] else "", r["problems"])
         out.print(table)
         out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but not on the "
-                  f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}",
+                  f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}; "
+                  f"notified with findings since: {summary['new_findings_since_notice']}",
                   markup=False)
         out.print(f"audit written to {summary['audit_csv']}", markup=False)
     return EXIT_CLEAN if result.ok else EXIT_FINDINGS

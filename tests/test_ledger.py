@@ -9,12 +9,15 @@ import io
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_report_case import HOSTILE, make_case
 
-from forensics import csvfile
+from forensics import csvfile, schema
+from forensics.case import write_table
 from forensics.cli import main
 from forensics.config import config_from_mapping
 from forensics.errors import CaseError, ConfigError
@@ -87,13 +90,40 @@ def test_overdue_follows_notify_within_hours(tmp_path: Path) -> None:
 
 def test_notice_before_the_evidence_existed_is_flagged_and_does_not_count(built: tuple[Path, object, Path]) -> None:
     _, _, rd = built
-    # An out-of-order notice: dated before the latest log record the report was built from.
-    ledger.record(rd, [ledger.check("globex", "email", "2026-08-30T09:00:00Z", "T-early")])
+    # An out-of-order notice: dated before the latest log record that puts globex on the list (its last_seen).
+    ledger.record(rd, [ledger.check("globex", "email", "2026-08-28T09:00:00Z", "T-early")])
     result = ledger.audit(rd, _t("2026-09-01T00:00:00Z"))
     row = next(r for r in result.rows if r["tenant_id"] == "globex")
     assert row["status"] == "not notified" and not result.ok
-    assert "before the evidence it cites existed" in row["problems"] and REPORT_TIME in row["problems"]
+    assert "before the evidence it cites existed" in row["problems"] and "2026-08-28T11:00:00Z" in row["problems"]
     assert result.summary()["notices_before_evidence"] == 1
+
+
+def test_a_notice_stays_valid_when_logs_of_other_customers_are_added(built: tuple[Path, object, Path]) -> None:
+    # The evidence time was the report's latest log record of all: a log added later, naming other customers only,
+    # made a notice sent in time "before the evidence it cites existed".
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("globex", "email", "2026-08-30T09:00:00Z", "T-globex")])  # before REPORT_TIME
+    row = next(r for r in ledger.audit(rd, _t("2026-09-01T00:00:00Z")).rows if r["tenant_id"] == "globex")
+    assert row["status"] == "notified" and row["problems"] == "" and row["evidence_from"] == "2026-08-28T11:00:00Z"
+
+
+def test_findings_the_list_gains_after_a_notice_call_for_a_further_one(built: tuple[Path, object, Path]) -> None:
+    # Logs added after a customer was notified put new findings about it on the list: the audit still said "notified".
+    case, cfg, rd = built
+    ledger.record(rd, [ledger.check("globex", "email", "2026-09-01T09:00:00Z", "T-globex")])
+    [notice] = chain.read_valid(rd / "notices.jsonl").entries
+    assert notice["findings"] == ["f-0001"]  # what the notice told of
+    rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
+    extra = dict(next(r for r in rows if r["finding_id"] == "f-0001"), finding_id="f-0077", source_request_id="r-acme-9",
+                 recipient_start=0, recipient_end=5)
+    write_table(case / "evidence.parquet", pa.Table.from_pylist(rows + [extra], schema=schema.EVIDENCE), schema.EVIDENCE)
+    rd = report(case, cfg, rd.parent).report_dir
+    result = ledger.audit(rd, _t("2026-09-02T00:00:00Z"))
+    row = next(r for r in result.rows if r["tenant_id"] == "globex")
+    assert row["status"] == "notified, new findings since" and not result.ok
+    assert "1 finding(s) about this customer are in no notice sent" in row["problems"] and "f-0077" in row["problems"]
+    assert result.summary()["new_findings_since_notice"] == 1
 
 
 def test_notified_customer_no_longer_on_the_list_and_decision_trail(built: tuple[Path, object, Path]) -> None:
@@ -303,3 +333,19 @@ def test_a_tenant_id_is_recorded_as_given_not_stripped(tmp_path: Path) -> None:
     assert notice["tenant_id"] == "acme\u00a0" and ledger.naming_warnings(rd, [notice["tenant_id"]]) == []
     with pytest.raises(ConfigError, match="empty"):
         ledger.check(" \t", "email", "2026-09-01T09:00:00Z", "T-1")
+
+
+def test_a_customer_listed_by_a_confirmed_candidate_counts_notices_from_the_verdict_on_after_a_render() -> None:
+    # Rendered, the confirmed candidate sits in evidence.csv: the audit took it for the machine's own finding, and a
+    # notice sent before the verdict counted.
+    from forensics.review.verdicts import CONFIRMED_RULE
+
+    listed = [{"tenant_id": "hooli", "role": "exposed", "tier": "confirmed", "last_seen": "2026-08-28T11:00:00Z"}]
+    evidence = [{"finding_id": "f-0042", "relation": "cross_tenant", "recipient_tenant_id": "globex",
+                 "source_tenant_id": "hooli", "tier": "confirmed", "tier_rule": csvfile.cell(CONFIRMED_RULE)}]
+    verdicts = [{"at": "2026-09-03T08:00:00Z", "analyst": "ana", "finding_id": "f-0042", "verdict": "confirm",
+                 "reason": "verbatim"}]
+    sent = [{"tenant_id": "hooli", "channel": "email", "at": "2026-09-02T08:00:00Z", "ref": "T-early",
+             "recorded_at": "2026-09-02T08:00:01Z", "seq": 1}]
+    [row] = ledger._rows(listed, [], evidence, [], verdicts, sent, _t(REPORT_TIME), _t("2026-09-04T00:00:00Z"), 72.0)
+    assert row["status"] == "not notified" and "before the evidence it cites existed (2026-09-03T08:00:00Z)" in row["problems"]

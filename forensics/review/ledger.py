@@ -9,10 +9,13 @@ audit`` compares the ledger with the report's notification list and its verdicts
 - customers notified who are not on the list: no longer (a later verdict or re-run took them off), or never
   as far as this report tells (no finding or suspect names the id: a typo, most likely);
 - notices sent before the evidence they cite existed. The manifest holds no wall-clock time (so
-  re-runs stay byte-identical), so the report's time is the latest log record it was built from
-  (``counts.last_received`` in manifest.json): no report can predate it. For a customer on the
-  list only through a review candidate an analyst confirmed, the evidence exists from that
-  verdict on. Such a notice does not count as notifying the customer.
+  re-runs stay byte-identical), so a customer's evidence exists from the latest log record that puts
+  it on the list (its notifications.csv rows' ``last_seen``), and the deadline runs from the report's
+  time, the latest log record it was built from (``counts.last_received``): no report can predate it.
+  For a customer on the list only through a review candidate an analyst confirmed, both run from that
+  verdict on. Such a notice does not count as notifying the customer;
+- customers notified whose findings on the list grew since: each notice records the findings naming
+  its customer when it was recorded, and those the list gained later call for a further notice.
 - each customer's decision trail: the verdicts on the findings that concern it.
 """
 
@@ -30,7 +33,7 @@ from forensics.config import iso, notify_within_hours, parse_utc
 from forensics.errors import CaseError, ConfigError
 from forensics.report import safe
 from forensics.review import AUDIT, NOTICES, VERDICTS, chain
-from forensics.review.verdicts import MAX_TEXT, Resolution, decisions, report_resolution
+from forensics.review.verdicts import CONFIRMED_RULE, MAX_TEXT, Resolution, decisions, report_resolution
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
 
 CHANNELS = ("email", "portal", "letter")
@@ -38,6 +41,8 @@ CHANNELS = ("email", "portal", "letter")
 #: later verdict or re-run took it off), and one nothing in the report names (a typo in the id, most likely).
 NOTIFIED_OFF_LIST = "notified, no longer on the list"
 NOTIFIED_NEVER_LISTED = "notified, not on the list"
+#: A customer on the list whose notices did not cover all of its findings (the list gained some after the last one).
+NOTIFIED_NEW_FINDINGS = "notified, new findings since"
 #: How far in the future a notice's time may lie (clocks of the sending and recording machines differ).
 CLOCK_SKEW = dt.timedelta(minutes=10)
 REQUIRED = ("tenant_id", "channel", "at", "ref", "recorded_at")
@@ -100,7 +105,12 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
                               fix="give the time the notice was sent (--at), with its zone")
     with chain.report_lock(report_dir):
         _manifest(report_dir)
-        return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded) for n in notices], REQUIRED)
+        # What each notice told of: the findings of the list naming its customer now. The audit names those the list
+        # gains later (logs added, a verdict), for which a further notice is due.
+        listed = {_raw(r["tenant_id"]) for r in _csv_rows(report_dir / "notifications.csv")}
+        findings = _listed_findings(_csv_rows(report_dir / "evidence.csv"))
+        return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded, findings=sorted(
+            findings.get(_named(n["tenant_id"], listed), set()))) for n in notices], REQUIRED)
 
 
 @dataclasses.dataclass
@@ -130,6 +140,7 @@ class Audit:
                 "not_notified": len(self.not_notified), "overdue": sum(1 for r in self.rows if r["overdue"]),
                 "notified_not_on_list": sum(1 for r in self.rows if r["status"] in (NOTIFIED_OFF_LIST, NOTIFIED_NEVER_LISTED)),
                 "notices_before_evidence": sum(1 for r in self.rows if "before the evidence" in r["problems"]),
+                "new_findings_since_notice": sum(1 for r in self.rows if r["status"] == NOTIFIED_NEW_FINDINGS),
                 "audit_csv": str(self.report_dir / AUDIT)}
 
 
@@ -179,6 +190,25 @@ def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _maybe_t(text: str) -> dt.datetime | None:
+    """A CSV cell's time, or None when it holds none (an empty or odd cell)."""
+    try:
+        when = _t(text)
+    except (ValueError, AttributeError):
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _listed_findings(evidence: list[dict[str, str]]) -> dict[str, set[str]]:
+    """Customer (as the logs hold its id) -> the cross-tenant findings of the list (a rendered evidence.csv) naming it."""
+    out: dict[str, set[str]] = {}
+    for e in evidence:
+        if e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id"):
+            for side in ("recipient_tenant_id", "source_tenant_id"):
+                out.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
+    return out
+
+
 def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
     """Compare the notices sent with the report's list; write audit.csv into the report folder."""
     report_dir = Path(report_dir)
@@ -215,6 +245,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     for e in evidence + review:
         for side in ("recipient_tenant_id", "source_tenant_id"):
             concerns.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
+    concerns_listed = _listed_findings(evidence)
     resolution = resolution or Resolution()
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
 
@@ -234,23 +265,41 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     by_machine = set(by_suspect)
     for e in evidence:
         cross = e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id")
-        if cross and decided.get(e.get("finding_id", "")) != "dismiss":
+        # A rendered evidence.csv holds the candidates an analyst confirmed too: those are the person's, not the machine's.
+        by_person = e.get("tier_rule") == csvfile.cell(CONFIRMED_RULE)
+        if cross and not by_person and decided.get(e.get("finding_id", "")) != "dismiss":
             by_machine.update((_raw(e.get("recipient_tenant_id", "")), _raw(e.get("source_tenant_id", ""))))
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
-        evidence_from = report_time
+        # The customer's own evidence: the latest log record that puts it on the list (its rows' last_seen). The
+        # report's latest record of all moved with every log added, unrelated ones too: a notice sent in time became
+        # "before the evidence it cites existed".
+        evidence_from = max([t for r in listed_rows if (t := _maybe_t(r.get("last_seen", ""))) is not None] or [report_time])
+        # The deadline runs from the report's time (the latest log record it was built from: no report can predate it).
+        clock_from = report_time
         if listed_rows and tenant not in by_machine:
             # On the list only through review candidates an analyst confirmed: from that verdict on.
             times = [_t(confirmed_at[f]) for f in concerns.get(tenant, set()) if f in confirmed_at]
-            evidence_from = max([report_time, min(times)] if times else [report_time])
+            evidence_from = max([evidence_from, min(times)] if times else [evidence_from])
+            clock_from = max([clock_from, min(times)] if times else [clock_from])
         notices = sorted(by_tenant.get(tenant, []), key=lambda n: (n["at"], n["seq"]))
         valid = [n for n in notices if _t(n["at"]) >= evidence_from]
         problems = [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
                     for n in notices if _t(n["at"]) < evidence_from]
         first = valid[0] if valid else None
+        listed_findings = {f for f in concerns_listed.get(tenant, set())}
+        covered = [n["findings"] for n in valid if isinstance(n.get("findings"), list)]
+        uncovered: set[str] = set()
+        if listed_rows and first is not None and len(covered) == len(valid):  # notices that say what they covered
+            told = {csvfile.cell(resolution.carried.get(str(f), str(f))) for fs in covered for f in fs}
+            uncovered = listed_findings - told
+            if uncovered:
+                problems.append(f"{len(uncovered)} finding(s) about this customer are in no notice sent (the list gained them "
+                                f"after it): {', '.join(sorted(uncovered)[:5])}{', ...' if len(uncovered) > 5 else ''}; a "
+                                "further notice is due")
         if listed_rows:
-            status = "notified" if first else "not notified"
+            status = ("not notified" if first is None else NOTIFIED_NEW_FINDINGS if uncovered else "notified")
         elif tenant in concerns or tenant in by_suspect:
             status = NOTIFIED_OFF_LIST  # a verdict or a re-run took it off
         else:
@@ -259,8 +308,8 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
             status = NOTIFIED_NEVER_LISTED
             problems.append("no finding or suspect response of this report names this id: check that it was recorded "
                             "as the logs hold it (the customer it was meant for may be unnotified)")
-        overdue = bool(listed_rows) and first is None and now - evidence_from > dt.timedelta(hours=hours)
-        if listed_rows and first is not None and _t(first["at"]) - evidence_from > dt.timedelta(hours=hours):
+        overdue = bool(listed_rows) and first is None and now - clock_from > dt.timedelta(hours=hours)
+        if listed_rows and first is not None and _t(first["at"]) - clock_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
         trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}"
                  + (f" (now {resolution.carried[str(v['finding_id'])]})" if str(v["finding_id"]) in resolution.carried else "")
@@ -273,7 +322,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
             "tier": ";".join(r.get("tier", "") for r in sorted(listed_rows, key=lambda r: r.get("role", ""))),
             "status": status, "notified_at": first["at"] if first else "", "channel": first["channel"] if first else "",
             "ref": first["ref"] if first else "", "evidence_from": iso(evidence_from),
-            "days_since_report": int((now - evidence_from).total_seconds() // 86400) if listed_rows else "",
+            "days_since_report": int((now - clock_from).total_seconds() // 86400) if listed_rows else "",
             "overdue": overdue, "problems": " | ".join(problems), "decision_trail": " | ".join(trail),
         })
     return rows
