@@ -1061,7 +1061,7 @@ def review(
         rows = [lib.check(report_dir, finding or "", verdict or "", reason or "", analyst or "")]
     written = lib.record(report_dir, rows)
     if as_json:
-        _emit_json(written)
+        _emit_json(_with_head(report_dir, "verdicts.jsonl", written))
     elif not quiet:
         for e in written:
             out.print(_text(f"recorded #{e['seq']}: {e['verdict']} {e['finding_id']} by {e['analyst']} at {e['at']}"))
@@ -1081,6 +1081,12 @@ def _ledger_heads(report_dir: Path) -> dict[str, dict[str, object]]:
             c = chain.read(path)
             heads[name] = {"lines": len(c.entries), "head_sha256": c.head}
     return heads
+
+
+def _with_head(report_dir: Path, name: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries a command recorded, as --json prints them: each with the ledger's head after the append."""
+    head = _ledger_heads(report_dir).get(name) or {}
+    return [dict(e, ledger_lines=head.get("lines"), ledger_head_sha256=head.get("head_sha256")) for e in entries]
 
 
 def _print_ledger_head(report_dir: Path, name: str) -> None:
@@ -1116,10 +1122,12 @@ def notified(
     else:
         rows = [ledger.check(tenant or "", channel or "", at or "", ref or "")]
     written = ledger.record(report_dir, rows)
-    for warning in ledger.naming_warnings(report_dir, [e["tenant_id"] for e in written]):
+    warnings = {e["tenant_id"]: ledger.naming_warnings(report_dir, [e["tenant_id"]]) for e in written}
+    for warning in [w for ws in warnings.values() for w in ws]:
         err.print(_text(f"warning: {warning}"))
     if as_json:
-        _emit_json(written)
+        # A script must see a mistyped id and the head to keep, as a person reading the text does.
+        _emit_json(_with_head(report_dir, "notices.jsonl", [dict(e, warnings=warnings[e["tenant_id"]]) for e in written]))
     elif not quiet:
         for e in written:
             out.print(_text(f"recorded #{e['seq']}: {e['tenant_id']} notified by {e['channel']} at {e['at']} (ref {e['ref']})"))

@@ -349,3 +349,15 @@ def test_a_customer_listed_by_a_confirmed_candidate_counts_notices_from_the_verd
              "recorded_at": "2026-09-02T08:00:01Z", "seq": 1}]
     [row] = ledger._rows(listed, [], evidence, [], verdicts, sent, _t(REPORT_TIME), _t("2026-09-04T00:00:00Z"), 72.0)
     assert row["status"] == "not notified" and "before the evidence it cites existed (2026-09-03T08:00:00Z)" in row["problems"]
+
+
+def test_notified_json_carries_the_naming_warning_and_the_ledger_head(built: tuple[Path, object, Path],
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # --json printed the entries alone: a script saw neither the mistyped id's warning nor the head to keep.
+    _, _, rd = built
+    capsys.readouterr()
+    assert _cli(["notified", str(rd), "--tenant", "acme-typo", "--channel", "email", "--at", "2026-09-01T09:00:00Z",
+                 "--ref", "T-1", "--json"]) == 0
+    [entry] = json.loads(capsys.readouterr().out)
+    assert entry["tenant_id"] == "acme-typo" and "is on no row of notifications.csv" in entry["warnings"][0]
+    assert entry["ledger_lines"] == 1 and entry["ledger_head_sha256"] == chain.read_valid(rd / "notices.jsonl").head
