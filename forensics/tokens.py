@@ -46,7 +46,8 @@ Only where it matters (the band)
 A reported figure is *implausible* when no tokenizer could produce it from the text: fewer tokens
 than bytes / 16 (a ratio no BPE vocabulary reaches on real text), or more than one token per
 byte plus a template allowance (no upper bound when the prompt has image, audio or file parts: the
-text is then only part of it, and a plausible reported figure, which counted them, comes first). The
+text is then only part of it, and a plausible reported figure, which counted them, comes first; the
+placeholder's count there leaves the text's estimate with no upper bound, ``high`` None). The
 incident's placeholder, ``prompt_tokens = 1`` on a prompt of
 megabytes, fails the first test by orders of magnitude. With no text to test it against (a spend log
 written without prompts, a request body cut away), a reported figure is taken as it is, except the
@@ -186,11 +187,15 @@ class Counter:
         is_plausible: bool | None = None
         if reported is not None and text_bytes is not None:
             is_plausible = plausible(reported, text_bytes, messages, nontext)
+        if nontext and reported is not None and not unchecked_count(reported):
+            # The placeholder's count on a prompt with image, audio or file parts: the engine puts it in place of a
+            # prompt it counted over its pool, and the parts may hold any number of tokens, so the text tells only
+            # the least the prompt holds: the text's estimate with no upper bound (``high`` null), which the scan reads
+            # as straddling any ceiling above its low end. Its text-only band hid such a prompt from the scan.
+            if text_bytes:
+                return dataclasses.replace(estimate(text_bytes), high=None), is_plausible
+            return TokenCount(None, "unknown", None, None), is_plausible
         if nontext and reported is not None and is_plausible:
-            if not unchecked_count(reported):
-                # The placeholder's 1 passes the text's lower bound (a few bytes of template), and the
-                # text is not the whole prompt: nothing tells its size.
-                return TokenCount(None, "unknown", None, None), is_plausible
             return TokenCount(reported, "reported", reported, reported), is_plausible
         if (self._tokenizer is not None and text is not None and not truncated
                 and (nontext or not (text_bytes is not None and self._decided_below(text, text_bytes, messages)))):

@@ -426,6 +426,32 @@ def test_a_prompt_with_an_image_keeps_the_gateways_count_above_the_ceiling(tmp_p
     assert scan(case, _config()).suspects == 1
 
 
+def test_a_prompt_with_an_image_and_the_placeholders_count_is_borderline_whatever_its_text(tmp_path: Path) -> None:
+    """The placeholder's 1 on a prompt with an image: the engine replaced a prompt it counted over its pool, and the
+    image holds any number of tokens. The text's band (here wholly below the ceiling) was taken as the prompt's, and
+    the response was never a suspect, with no warning."""
+    from forensics.api import ingest
+
+    text = "Compare the attached scan with clause 4.2. " * (CEILING // 20)
+    record = {"id": "img-ph", "call_type": "acompletion", "startTime": 1788051600.0, "endTime": 1788051605.0,
+              "model": MODEL, "model_group": MODEL, "prompt_tokens": 1, "completion_tokens": 300,
+              "messages": [{"role": "user", "content": [
+                  {"type": "text", "text": text},
+                  {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 50}}]}],
+              "response": {"choices": [{"index": 0, "message": {"content": "Patient: R. Lee, MRN 9384017"}}]},
+              "metadata": {"user_api_key_team_id": "team-img"}}
+    logs = tmp_path / "callbacks.jsonl"
+    logs.write_text(json.dumps(record) + "\n")
+    case = tmp_path / "case"
+    ingest(case, [logs], config=_config())
+    (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    assert row["prompt_tokens_source"] == "estimate" and row["prompt_tokens_high"] is None
+    assert row["prompt_tokens_low"] < CEILING  # the text alone: below the ceiling
+    assert scan(case, _config()).suspects == 1
+    [suspect] = _csv(case / "suspects.csv")
+    assert suspect["borderline"] == "true" and "borderline" in suspect["reasons"]
+
+
 def test_a_bug_signature_with_no_gateway_record_is_warned_as_a_gap_in_the_gateway_logs(tmp_path: Path) -> None:
     """The engine served r-lost with the bug's signature, but no gateway log holds its request. The warning
     sent the team to the window and the model list, which are right; the gateway logs are what is missing."""

@@ -14,7 +14,10 @@ WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed)
   AND coalesce(x.received_at, x.completed_at) >= $window_start
   AND coalesce(x.received_at, x.completed_at) < $window_end
   AND coalesce(x.prompt_tokens_low, x.prompt_tokens) < $ceiling
-  AND coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling
+  -- an estimate with no upper bound: the text of a prompt whose image, audio or file parts hold any number of tokens,
+  -- logged with the placeholder's count (forensics.tokens): it reaches any ceiling
+  AND (coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling
+       OR (x.prompt_tokens_high IS NULL AND x.prompt_tokens_source = 'estimate'))
   AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0
            AND coalesce(x.completion_tokens, 0) = 0)
 ORDER BY x.request_id, x.tenant_id
