@@ -452,6 +452,21 @@ def test_a_prompt_with_an_image_and_the_placeholders_count_is_borderline_whateve
     assert suspect["borderline"] == "true" and "borderline" in suspect["reasons"]
 
 
+def test_a_failed_call_a_decode_node_answered_is_a_suspect(tmp_path: Path) -> None:
+    """The gateway logged a failure with no answer and no output tokens, and a decode node generated 300 tokens for it:
+    the stream delivered them before it broke. The failure rule left it out, with no warning."""
+    ex = [exchange("r-broke", tenant_id="acme", prompt_tokens=900000, status="failure", response_text=None,
+                   completion_tokens=0, received_at="2026-08-29T10:00:00Z"),
+          exchange("r-refused", tenant_id="globex", prompt_tokens=900000, status="failure", response_text=None,
+                   completion_tokens=0, received_at="2026-08-29T10:05:00Z")]
+    ev = [startup("prefill-0"), startup("decode-0"),
+          event("decode-0", "req_time_stats", rid="r-broke", role="decode", input_len=1, output_len=300,
+                time="2026-08-29T10:00:09Z")]
+    case = write_case(tmp_path / "case", ex, ev)
+    scan(case, _config())
+    assert [r["request_id"] for r in _csv(case / "suspects.csv")] == ["r-broke"]
+
+
 def test_a_bug_signature_with_no_gateway_record_is_warned_as_a_gap_in_the_gateway_logs(tmp_path: Path) -> None:
     """The engine served r-lost with the bug's signature, but no gateway log holds its request. The warning
     sent the team to the window and the model list, which are right; the gateway logs are what is missing."""

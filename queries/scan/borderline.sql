@@ -19,5 +19,11 @@ WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed)
   AND (coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling
        OR (x.prompt_tokens_high IS NULL AND x.prompt_tokens_source = 'estimate'))
   AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0
-           AND coalesce(x.completion_tokens, 0) = 0)
+           AND coalesce(x.completion_tokens, 0) = 0
+           -- a decode node that generated output for it (its id naming no other exchange): the stream delivered
+           -- tokens before it broke, whatever the gateway kept of it
+           AND NOT EXISTS (SELECT 1 FROM decode_output d
+                           WHERE d.rid = coalesce(x.rid, x.request_id)
+                             AND (SELECT count(DISTINCT (e.request_id, e.tenant_id)) FROM exchanges e
+                                  WHERE coalesce(e.rid, e.request_id) = d.rid) = 1))
 ORDER BY x.request_id, x.tenant_id
