@@ -25,7 +25,7 @@ from rich.text import Text
 
 from forensics import __version__
 from forensics.csvfile import escape_controls
-from forensics.errors import ForensicsError, Interrupted
+from forensics.errors import ForensicsError, Interrupted, OutputError
 from forensics.interrupts import signals_stop_the_run
 
 if TYPE_CHECKING:  # imported when a command runs: loading the stages would slow every --help
@@ -1251,10 +1251,18 @@ def probe(
         max_input_tokens=max_input_tokens, levels=lib.parse_levels(levels), pairs=pairs, find_ceiling=find_ceiling,
         max_total_tokens=max_total_tokens, seed=seed, tokenizer=tokenizer, api_key_env=api_key_env,
     )
+    settings.validate()
+    if out_dir is not None:
+        lib.check_out_dir(out_dir)  # before a token is spent
     show = None if quiet or not err.is_terminal else _probe_progress
     result = lib.probe(settings, on_request=show)
     data = result.to_json()
-    written = lib.write_report(result, out_dir) if out_dir is not None else []
+    try:
+        written = lib.write_report(result, out_dir) if out_dir is not None else []
+    except OutputError:
+        if not as_json and not quiet:
+            _render_probe(data, [])  # the verdict the run paid for, before the error
+        raise
     if as_json:
         _emit_json(data | {"report_files": [str(p) for p in written]})
     elif not quiet:

@@ -12,6 +12,9 @@ rounded up, plus a fixed chat-template overhead; or a tokenizer's count when giv
     A prompt above the pool is rejected with HTTP 400 (vLLM's wording); others answered.
 ``healthy``
     The pool is as large as the advertised window.
+``truncating``
+    A prompt above the pool is cut to the head that fits and answered from it, with the cut prompt's
+    count in ``usage`` (a silently smaller window).
 ``slow``
     Holds every request until released (or 10 s), for timeout tests.
 
@@ -90,6 +93,9 @@ class FakeEngine:
         with self.lock:
             if n <= self.pool_tokens:
                 self.pool, context, reported = text, text, n
+            elif self.mode == "truncating":  # keeps the head that fits and says so in its count, silently otherwise
+                keep = len(text) * self.pool_tokens // n
+                context, reported = text[:keep], self.prompt_tokens(text[:keep])
             elif self.mode == "fixed":
                 return 400, {}, {"error": {"message": f"This model's maximum context length is {self.pool_tokens} "
                                                       f"tokens. However, you requested {n} tokens.", "type": "BadRequestError"}}

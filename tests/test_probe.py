@@ -7,6 +7,7 @@ with ``prompt_tokens = 1``; ``fixed`` rejects it with HTTP 400; ``healthy`` hold
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -32,6 +33,7 @@ from forensics.probe import (
     plan_tokens,
     probe,
 )
+from forensics.probe.core import TRUNCATION_RATIO
 from forensics.probe.prompts import MarkerIndex, MarkerSource, build_prompt
 
 ADVERTISED, POOL = 20_000, 13_000
@@ -181,6 +183,25 @@ def test_healthy_server_is_clean(serve: Serve, stream: bool, capsys: pytest.Capt
     srv.engine.reset()
     code, stdout, _ = _cli(_args(srv, *(["--stream"] if stream else [])), capsys)
     assert code == 0 and "CLEAN" in stdout
+
+
+def test_a_server_that_silently_reads_only_the_head_of_a_prompt_is_a_finding(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    # It answered from the part it kept (its first marker is there) and counted that part: every answer passed,
+    # the verdict was CLEAN and the ceiling the advertised maximum.
+    srv = serve("truncating")
+    result = probe(_settings(srv))
+    assert result.verdict != "clean"
+    recs = _by_label(result)
+    assert recs["L0.5-p1a"].good
+    for label in ("L0.9-p1a", "L0.9-p1b", "L0.99-p1a", "L0.99-p1b"):
+        assert recs[label].flags == ["truncated_usage"] and recs[label].own_markers_found >= 1
+    srv.engine.reset()
+    code, stdout, _ = _cli(_args(srv), capsys)
+    assert code == 1 and "CLEAN" not in stdout
+    # The ceiling is where the count falls a tenth short (the cut itself is not seen closer): not the advertised maximum.
+    srv.engine.reset()
+    c = probe(_settings(srv, find_ceiling=True)).ceiling
+    assert c is not None and c.failing_tokens is not None and POOL <= c.healthy_tokens <= POOL / TRUNCATION_RATIO
 
 
 def test_fixed_server_rejects_honestly_and_is_no_false_alarm(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
@@ -694,3 +715,102 @@ def test_the_table_shows_names_literally(serve: Serve, capsys: pytest.CaptureFix
     code, out, _ = _cli(["--base-url", srv.base_url, "--model", ":x:[b]m[/b]", "--max-input-tokens", str(ADVERTISED),
                          "--levels", "0.5"], capsys)
     assert code == 0 and ":x:[b]m[/b]" in out and "\u274c" not in out
+
+
+def test_interim_responses_fed_without_end_are_cut_off_at_the_timeout(serve: Serve, capsys: pytest.CaptureFixture[str]) -> None:
+    # "100 Continue" every 50 ms: each read quick, http.client reading them all inside one call; a request took the
+    # server's whole minute, not --timeout.
+    srv = serve("healthy")
+
+    def interim(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        try:
+            for _ in range(1200):
+                if srv.engine.release.wait(0.05):
+                    return
+                handler.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                handler.wfile.flush()
+        except OSError:
+            pass
+
+    _answer_above(srv, POOL, interim)
+    start = time.monotonic()
+    code, stdout, _ = _cli(_args(srv, "--levels", "0.9", "--timeout", "0.5", "--retries", "0"), capsys)
+    assert time.monotonic() - start < 4
+    assert code == 2 and "warning: L0.9-p1a: timeout after 0.5 s" in stdout
+
+
+def test_a_stray_byte_that_is_not_utf8_does_not_hide_a_leak(serve: Serve) -> None:
+    # The whole answer was read as "HTTP 200 without choices[0].message.content": the leak and the placeholder unseen.
+    srv = serve("buggy")
+    engine = srv.engine
+
+    def stray(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        start = len(engine.pool) // 3
+        answer = engine.answer(engine.pool[start:start + 3000])
+        _send(handler, _completion(srv, body, answer + " caf\u00e9", usage={"prompt_tokens": 1, "completion_tokens": 9})
+              .replace(b"caf\\u00e9", b"caf\xe9"))
+
+    _answer_above(srv, POOL, stray)
+    result = probe(_settings(srv))
+    recs = _by_label(result)
+    assert {"leak", "placeholder_usage"} <= set(recs["L0.9-p1a"].flags)
+
+
+@pytest.mark.parametrize(("respond", "message"), [
+    ("gzip", "HTTP 200 but the answer is compressed (Content-Encoding: gzip), which the probe did not ask for"),
+    ("redirect", "HTTP 307 (a redirect to 'http://elsewhere.example/v1/chat/completions', not followed"),
+])
+def test_answers_the_probe_cannot_use_say_why(serve: Serve, respond: str, message: str) -> None:
+    srv = serve("healthy")
+
+    def answer(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        if respond == "gzip":
+            raw = gzip.compress(_completion(srv, body, srv.engine.answer(body["messages"][-1]["content"])))
+            handler.send_response(200)
+            handler.send_header("Content-Encoding", "gzip")
+        else:
+            raw = b""
+            handler.send_response(307)
+            handler.send_header("Location", "http://elsewhere.example/v1/chat/completions")
+        handler.send_header("Content-Length", str(len(raw)))
+        handler.end_headers()
+        handler.wfile.write(raw)
+
+    _answer_above(srv, POOL, answer)
+    result = probe(_settings(srv, levels=(0.9,), retries=0))
+    assert any(message in w for w in result.warnings), result.warnings
+
+
+def test_a_stream_with_lone_cr_line_ends_is_read(serve: Serve) -> None:
+    # The event stream format allows CR alone as a line end: every chunk read as "stream chunk is not JSON".
+    srv = serve("healthy")
+
+    def cr(handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        n = srv.engine.prompt_tokens(body["messages"][-1]["content"])
+        answer = srv.engine.answer(body["messages"][-1]["content"])
+        raw = _events({"choices": [{"delta": {"content": answer[:15]}}]}, {"choices": [{"delta": {"content": answer[15:]}}]},
+                      {"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 9}}).replace(b"\n", b"\r")
+        _send(handler, raw, "text/event-stream")
+
+    _answer_above(srv, POOL, cr)
+    result = probe(_settings(srv, stream=True, levels=(0.9,)))
+    assert result.verdict == "clean" and all(r.good for r in result.requests)
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_a_token_is_spent(serve: Serve, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # A file at --out was found after the whole run: an internal error, the verdict (a leak: exit 1) never printed.
+    srv = serve("buggy")
+    target = tmp_path / "afile"
+    target.write_text("x")
+    code, _, err = _cli(_args(srv, "--out", str(target)), capsys)
+    assert code == 2 and "--out is a file, not a folder" in err and "internal error" not in err
+    assert srv.engine.received == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "0"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused(serve: Serve, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = serve("healthy")
+    code, _, err = _cli(_args(srv, "--timeout", value), capsys)
+    assert code == 2 and "--timeout must be a number of seconds above 0" in err and "internal error" not in err
+    assert srv.engine.received == []

@@ -14,6 +14,7 @@ from forensics.probe.core import (
     ProbeSettings,
     RequestRecord,
     api_key_from_env,
+    check_out_dir,
     finding_text,
     parse_levels,
     plan_tokens,
@@ -24,6 +25,6 @@ from forensics.probe.core import (
 
 __all__ = [
     "DEFAULT_LEVELS", "DEFAULT_MAX_TOTAL_TOKENS", "Calibration", "CeilingResult", "ChatClient", "ClientSettings",
-    "ProbeResult", "ProbeSettings", "Reply", "RequestRecord", "api_key_from_env", "finding_text", "parse_levels",
+    "ProbeResult", "ProbeSettings", "Reply", "RequestRecord", "api_key_from_env", "check_out_dir", "finding_text", "parse_levels",
     "plan_tokens", "probe", "summary_markdown", "write_report",
 ]

@@ -13,6 +13,7 @@ import http.client
 import json
 import re
 import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -141,24 +142,46 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {s.api_key}"
         deadline = time.monotonic() + s.timeout
         conn = self._connection()
+        cutoff: threading.Timer | None = None
+        expired = threading.Event()
         try:
-            conn.request("POST", self._path, body=payload, headers=headers)
+            conn.connect()
             sock = conn.sock  # the response reads from it even after the connection hands it over
+            # The socket timeout bounds one read, and http.client reads many inside one call (a 1xx interim
+            # response at a time, a header line, a chunk size, a trailer line): a server feeding them slowly held a
+            # request far past --timeout. When the time is up the socket is shut, whatever is reading it.
+            cutoff = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (sock, expired))
+            cutoff.daemon = True
+            cutoff.start()
+            conn.request("POST", self._path, body=payload, headers=headers)
             _time_left(sock, deadline)
             resp = conn.getresponse()
             if resp.status != 200:
                 raw = _read(resp, sock, deadline, ERROR_EXCERPT * 4)
                 excerpt = self._redact(raw.decode("utf-8", "replace"))[:ERROR_EXCERPT]
-                return (Reply(resp.status, None, None, None, attempt, f"HTTP {resp.status}: {' '.join(excerpt.split())}"),
+                where = resp.getheader("Location") if 300 <= resp.status < 400 else None
+                redirect = (f" (a redirect to {self._redact(where)[:200]!r}, not followed: the probe talks only to the "
+                            "URL given)" if where else "")
+                return (Reply(resp.status, None, None, None, attempt,
+                              f"HTTP {resp.status}{redirect}: {' '.join(excerpt.split())}"),
                         _retry_after(resp.getheader("Retry-After")))
+            encoding = (resp.getheader("Content-Encoding") or "identity").strip().lower()
+            if encoding not in ("identity", ""):
+                return Reply(200, None, None, None, attempt, f"HTTP 200 but the answer is compressed (Content-Encoding: "
+                                                             f"{encoding[:40]}), which the probe did not ask for"), None
             if s.stream:
-                return self._read_stream(_lines(resp, sock, deadline), attempt), None
-            if resp.length is not None and resp.length > MAX_REPLY_BYTES:
-                raise _TooLarge
-            raw = _read(resp, sock, deadline, MAX_REPLY_BYTES + 1)
-            if len(raw) > MAX_REPLY_BYTES:
-                raise _TooLarge
-            return self._read_json(raw, attempt), None
+                reply = self._read_stream(_lines(resp, sock, deadline), attempt)
+            else:
+                if resp.length is not None and resp.length > MAX_REPLY_BYTES:
+                    raise _TooLarge
+                raw = _read(resp, sock, deadline, MAX_REPLY_BYTES + 1)
+                if len(raw) > MAX_REPLY_BYTES:
+                    raise _TooLarge
+                reply = self._read_json(raw, attempt)
+            if expired.is_set():  # shut while the last read ended: what was read may be cut short
+                return Reply(200 if s.stream else None, None, None, None, attempt,
+                             f"timeout after {s.timeout:g} s{' (stream)' if s.stream else ''}"), None
+            return reply, None
         except _TooLarge:
             return Reply(200, None, None, None, attempt, f"HTTP 200 but the answer is over {MAX_REPLY_BYTES >> 20} MiB, far more "
                                                          f"than --max-tokens {s.max_tokens} asks for; not read further"), None
@@ -167,13 +190,18 @@ class ChatClient:
         except ConnectionRefusedError:
             return Reply(None, None, None, None, attempt, "connection refused"), None
         except (OSError, http.client.HTTPException) as exc:
+            if expired.is_set():  # the socket shut at the deadline
+                return Reply(None, None, None, None, attempt, f"timeout after {s.timeout:g} s"), None
             return Reply(None, None, None, None, attempt, self._redact(f"{type(exc).__name__}: {exc}")), None
         finally:
+            if cutoff is not None:
+                cutoff.cancel()
             conn.close()
 
     def _read_json(self, raw: bytes, attempt: int) -> Reply:
         try:
-            data = json.loads(raw)
+            # A stray byte that is not UTF-8 (a model's or a proxy's) must not hide the answer: read as a stream is.
+            data = json.loads(raw.decode("utf-8", "replace"))
             message = data["choices"][0]["message"]
             if not isinstance(message, dict):
                 raise TypeError(message)
@@ -242,6 +270,19 @@ def _time_left(sock: socket.socket, deadline: float) -> None:
     sock.settimeout(left)
 
 
+#: What ends a line of an event stream: CRLF, LF or a lone CR.
+_LINE_END = re.compile(rb"\r\n|\n|\r")
+
+
+def _shut(sock: socket.socket, expired: threading.Event) -> None:
+    """Shut ``sock`` at a request's deadline: whatever read is waiting on it returns."""
+    expired.set()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed
+        pass
+
+
 class _TooLarge(Exception):
     """The answer is over MAX_REPLY_BYTES."""
 
@@ -271,12 +312,16 @@ def _lines(resp: http.client.HTTPResponse, sock: socket.socket, deadline: float)
         if total > MAX_REPLY_BYTES:
             raise _TooLarge
         pending += chunk
-        if b"\n" in chunk:
-            *lines, rest = pending.split(b"\n")
+        if b"\n" in chunk or b"\r" in chunk:
+            # LF, CRLF or a lone CR ends a line (the event stream format allows all three); a CR at the very end may
+            # be the first half of a CRLF, so it waits for the next chunk.
+            *lines, rest = _LINE_END.split(bytes(pending))
+            if rest == b"" and pending.endswith(b"\r"):
+                lines, rest = lines[:-1], lines[-1] + b"\r" if lines else b"\r"
             pending = bytearray(rest)
-            yield from (bytes(line) for line in lines)
+            yield from lines
     if pending:
-        yield bytes(pending)
+        yield from _LINE_END.split(bytes(pending))
 
 
 class _Malformed(ValueError):

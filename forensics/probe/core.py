@@ -11,6 +11,10 @@ back to back. Each answer is checked for:
 ``placeholder_usage``
     ``usage.prompt_tokens`` below half the calibrated size of the prompt (the incident's
     placeholder reported ``prompt_tokens = 1``).
+``truncated_usage``
+    ``usage.prompt_tokens`` below 0.9 of the calibrated size but above half of it: the endpoint read
+    only part of the prompt and said so in its count (a silent cut at a smaller real window). Any one
+    of the prompt's markers is still quoted from the part it kept, so the answer alone passes.
 ``incoherent``
     none of the prompt's own markers in the answer. The prompt asks for its first and last
     marker; a real model may get them wrong, change case, split or decorate them, so *any* of its
@@ -36,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import ProbeError
+from forensics.errors import OutputError, ProbeError
 from forensics.probe.client import ChatClient, ClientSettings, Reply, shown_url
 from forensics.probe.prompts import MarkerIndex, MarkerSource, Prompt, build_prompt
 from forensics.tokens import plausible
@@ -45,13 +49,18 @@ CALIBRATION_BYTES = (1024, 4096)
 # The larger calibration prompt must fit even at 2.5 bytes per token (code-like text).
 MIN_INPUT_TOKENS = 2048
 PLACEHOLDER_RATIO = 0.5
+MAX_TIMEOUT = 86400.0
+#: A count below this share of the planned size (above the placeholder's half): the endpoint read only part of the
+#: prompt. The calibration fits the endpoint's own counts of prompts built the same way (or the model's tokenizer, to
+#: which the template only adds), so a shortfall of a tenth is the prompt's, not the estimate's.
+TRUNCATION_RATIO = 0.9
 CEILING_TOLERANCE = 0.02
 CEILING_MAX_REQUESTS = 20
 MIN_TOKENS_PER_BYTE, MAX_TOKENS_PER_BYTE = 1 / 16, 1.0
 DEFAULT_LEVELS = (0.5, 0.9, 0.99)
 # Covers the default plan (levels 0.5, 0.9, 0.99, one pair) for a 1,048,576-token window.
 DEFAULT_MAX_TOTAL_TOKENS = 6_000_000
-FINDING_FLAGS = ("leak", "placeholder_usage", "incoherent")
+FINDING_FLAGS = ("leak", "placeholder_usage", "truncated_usage", "incoherent")
 # How engines refuse a prompt that is too long: vLLM and SGLang answer 400 ("maximum context
 # length", "exceeds the maximum"), TGI 422, a proxy's body limit 413. A 401, 403 or 404 is about
 # the key or the URL, so counting it as a refusal would call an untested level clean.
@@ -83,9 +92,10 @@ class ProbeSettings:
         if self.pairs < 1:
             raise ProbeError(f"--pairs {self.pairs} must be at least 1", fix="e.g. --pairs 1")
         c = self.client
-        if c.timeout <= 0 or c.retries < 0 or c.max_tokens < 8:
-            raise ProbeError("--timeout must be > 0, --retries >= 0 and --max-tokens >= 8",
-                             fix="e.g. --timeout 120 --retries 3 --max-tokens 64")
+        # NaN, infinity and 1e300 seconds reached the socket as an internal error.
+        if not (math.isfinite(c.timeout) and 0 < c.timeout <= MAX_TIMEOUT) or c.retries < 0 or c.max_tokens < 8:
+            raise ProbeError(f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:g} (a day), --retries "
+                             ">= 0 and --max-tokens >= 8", fix="e.g. --timeout 120 --retries 3 --max-tokens 64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +276,8 @@ class ProbeResult:
             "heuristics": {
                 "leak": "an answer holds markers of another prompt sent in this run",
                 "placeholder_usage": f"usage.prompt_tokens below {PLACEHOLDER_RATIO:g} x the calibrated prompt size",
+                "truncated_usage": f"usage.prompt_tokens below {TRUNCATION_RATIO:g} x the calibrated prompt size (above "
+                                   f"{PLACEHOLDER_RATIO:g} x): the endpoint read only part of the prompt",
                 "incoherent": "an answer holds none of its own prompt's markers (case, spaces and punctuation ignored)",
                 "ceiling": f"bisection to within {CEILING_TOLERANCE:.0%} of the advertised maximum, "
                            f"at most {CEILING_MAX_REQUESTS} requests",
@@ -342,6 +354,8 @@ class _Run:
         # Calibration prompts are sized by their own usage figures, checked for plausibility there.
         if rec.phase != "calibration" and reply.prompt_tokens is not None and reply.prompt_tokens < PLACEHOLDER_RATIO * rec.planned_tokens:
             rec.flags.append("placeholder_usage")
+        elif rec.phase != "calibration" and reply.prompt_tokens is not None and reply.prompt_tokens < TRUNCATION_RATIO * rec.planned_tokens:
+            rec.flags.append("truncated_usage")
         if rec.own_markers_found == 0:
             rec.flags.append("incoherent")
 
@@ -503,6 +517,26 @@ def finding_text(finding: dict[str, Any]) -> str:
     return _finding_text(finding)
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``--out`` the report cannot be written into, before any request is sent (and any token spent):
+    a file there, or a folder that cannot be made or written. It was found after the whole run, as an internal error
+    that hid the verdict."""
+    import os
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError("--out is a file, not a folder", file=out_dir, fix="give a folder for probe.json and probe.md")
+    # Nothing is made yet (a run refused for its options leaves nothing behind): the folder, or the nearest one above
+    # it that is there, must take new files.
+    there = out_dir
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise OutputError(f"--out cannot be made: {there} is a file", file=out_dir, fix="give a folder you can write")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise OutputError(f"--out cannot be written: {there} is not writable", file=out_dir, fix="give a folder you can write")
+
+
 def write_report(result: ProbeResult, out_dir: Path) -> list[Path]:
     """Write probe.json and probe.md into ``out_dir`` (folder 0700, files 0600); return their paths."""
     import json
@@ -511,14 +545,18 @@ def write_report(result: ProbeResult, out_dir: Path) -> list[Path]:
     from forensics.case import atomic_open
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(out_dir, 0o700)
     data = result.to_json()
     paths = [out_dir / "probe.json", out_dir / "probe.md"]
-    with atomic_open(paths[0]) as fh:
-        fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    with atomic_open(paths[1]) as fh:
-        fh.write(summary_markdown(data))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(out_dir, 0o700)
+        with atomic_open(paths[0]) as fh:
+            fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        with atomic_open(paths[1]) as fh:
+            fh.write(summary_markdown(data))
+    except OSError as exc:
+        raise OutputError(f"the probe's report could not be written ({exc.strerror or exc})", file=out_dir,
+                          fix="give --out a folder you can write; the run's verdict is printed above") from None
     return paths
 
 
