@@ -572,4 +572,6 @@ class ReportManifest(Record):
     outputs_excluded: tuple[str, ...] = ()
     ledgers: Mapping[str, JsonObject] | None = _optional()  # entries and head of each ledger rendered with
     case_file: Mapping[str, str] | None = _optional()  # path and sha256 of the case file, when there is one
+    # The key of the references notices cite (hex): the first render's, kept by every later one (forensics.report)
+    references_key: str | None = _optional()
     schema_version: str = _version(REPORT_FORMAT)

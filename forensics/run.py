@@ -28,7 +28,15 @@ from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
 from forensics.ingest.patterns import glob_matches
 from forensics.match import match
 from forensics.progress import Reporter
-from forensics.report import ReportResult, check_same_incident, report_dir_for, report_folder, sign_report, write_report
+from forensics.report import (
+    ReportResult,
+    carried_references_key,
+    check_same_incident,
+    report_dir_for,
+    report_folder,
+    sign_report,
+    write_report,
+)
 from forensics.scan import scan
 
 CASE_SUBDIR = "case"
@@ -241,7 +249,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()
-        reported = write_report(case_dir, cfg, building, progress=progress)
+        reported = write_report(case_dir, cfg, building, progress=progress, references_key=carried_references_key(report_dir))
         sign_report(building, sign)  # inside the folder before it is swapped in
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir

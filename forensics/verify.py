@@ -671,6 +671,8 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))
+        if man.references_key:  # the references the report cites came from its first render's key, kept since
+            write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps({"references_key": man.references_key}).encode())
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
         from forensics.review import OWN_FILES
 

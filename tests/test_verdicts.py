@@ -386,3 +386,23 @@ def test_review_of_a_folder_that_is_no_report_says_so(tmp_path: Path, capsys: py
     # It said the finding id was in neither evidence.csv nor review.csv "of this report".
     assert _review(tmp_path, "f-0001", "dismiss") == 2
     assert "not a report folder (no manifest.json)" in capsys.readouterr().err
+
+
+def _references(rd: Path) -> dict[str, str]:
+    rows = csv.DictReader(io.StringIO((rd / "references.csv").read_text(encoding="utf-8")))
+    return {r["finding_id"]: r["reference"] for r in rows}
+
+
+def test_references_in_notices_keep_naming_their_findings_across_renders(built: tuple[Path, object, Path]) -> None:
+    # The key was the evidence itself: a verdict on another customer's finding, or a log added, re-keyed every
+    # reference, and a customer quoting one from a notice already sent could not be traced.
+    case, cfg, rd = built
+    before = _references(rd)
+    _review(rd, "f-0002", "dismiss", "template text")
+    rd = report(case, cfg, rd.parent).report_dir
+    _rekey(case, "f-0003", "f-0033", "r-umbrella-0")  # the match changed too (logs added)
+    rd = report(case, cfg, rd.parent).report_dir
+    after = _references(rd)
+    assert after["f-0001"] == before["f-0001"] and "f-0002" not in after
+    key = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["references_key"]
+    assert len(key) == 64 and verify(rd).ok

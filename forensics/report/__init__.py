@@ -732,7 +732,7 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
         config = _config_for(case, config)
         with report_folder(out, config.name, keep=case, warnings=warnings) as building:
             check_same_incident(report_dir_for(out, config.name), case, config.file)
-            result = write_report(case, config, building, progress)
+            result = write_report(case, config, building, progress, carried_references_key(report_dir_for(out, config.name)))
             sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
     result.warnings = warnings
@@ -747,8 +747,24 @@ def sign_report(report_dir: Path, key: Path | None) -> None:
         seal(report_dir, key)
 
 
-def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Reporter | None = None) -> ReportResult:
-    """Write every report file into ``report_dir``, a new empty folder (see :func:`report_folder`)."""
+def carried_references_key(report_dir: Path) -> bytes | None:
+    """The key of the references the report in ``report_dir`` cited (its manifest's ``references_key``), for the
+    render that replaces it: the references in notices already sent must keep naming the same findings. None when
+    there is no such report, or it was written before the key was recorded."""
+    try:
+        man = json.loads((Path(report_dir) / "manifest.json").read_text(encoding="utf-8"))
+        key = man.get("references_key") if isinstance(man, dict) else None
+        return bytes.fromhex(key) if isinstance(key, str) and len(key) == 64 else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Reporter | None = None,
+                 references_key: bytes | None = None) -> ReportResult:
+    """Write every report file into ``report_dir``, a new empty folder (see :func:`report_folder`).
+
+    ``references_key``: the key of the references notices cite, kept from the report this one replaces
+    (:func:`carried_references_key`); a first render derives it from its evidence."""
     case = Path(case)
     config = _config_for(case, config)
     task = reporter(progress).task("report", total=6)
@@ -782,8 +798,11 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
 
     rows = notices.build_notices(data, classifier)
     safe.write_bytes(report_dir / "notifications.csv", safe.csv_bytes(notices.NOTIFICATION_COLUMNS, [n.csv_row() for n in rows]))
-    # The reference key is the evidence itself: stable for the same evidence, unknown to customers.
-    refs = notices.references(data.findings, hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest())
+    # The reference key is the first render's evidence: the same for the same evidence, unknown to customers, and kept
+    # by every later render (a verdict or logs added re-keyed every reference, and a customer quoting one from a notice
+    # sent could no longer be traced).
+    key = references_key or hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest()
+    refs = notices.references(data.findings, key)
     safe.write_bytes(report_dir / "references.csv", safe.csv_bytes(
         ("reference", "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"),
         [[refs[f.finding_id], f.finding_id, *f.recipient_key, *f.source_key] for f in data.findings],
@@ -838,6 +857,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         ledgers=ledgers or None,
         case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": file_sha256(Path(config.file))}
                    if has_case_file and config.file is not None else None),
+        references_key=key.hex(),
     )
     written = manifest.write(report_dir, body, NOT_OUTPUTS)
     task.advance()
