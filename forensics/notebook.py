@@ -23,6 +23,7 @@ import polars as pl
 
 from forensics.artifacts import IngestManifest, MatchRecord, ReportManifest, ScanRecord
 from forensics.errors import CaseError
+from forensics.review import VERDICTS
 
 #: Case tables (Parquet in the case folder) and the stage that writes each.
 CASE_TABLES = {
@@ -66,7 +67,8 @@ class OpenCase:
             if not path.is_file():
                 raise CaseError(f"{path} does not exist",
                                      fix=f"run `forensics {CASE_TABLES[name]}` on this case first")
-            return pl.scan_parquet(path)
+            frame = pl.scan_parquet(path)
+            return self._as_decided(name, frame) if name in ("evidence", "review") else frame
         if name in REPORT_TABLES:
             if self.report is None:
                 raise CaseError(f"{name} is a report file and {self.case} is a case folder with no report",
@@ -79,6 +81,36 @@ class OpenCase:
             return frame.with_columns([pl.col(c).cast(pl.Int64) for c in ints]) if ints else frame
         raise CaseError(f"no table named {name!r}",
                              fix=f"known tables: {', '.join([*CASE_TABLES, *REPORT_TABLES])}")
+
+    def _as_decided(self, name: str, frame: pl.LazyFrame) -> pl.LazyFrame:
+        """The match's evidence or review table as the report's verdicts leave it (as its evidence.csv and review.csv
+        are): a dismissed finding in review, a confirmed candidate in evidence (tier confirmed). Opened with its
+        report, ``evidence`` grouped a dismissed customer as exposed, beside a list that no longer named it."""
+        if self.report is None or not (self.report / VERDICTS).is_file():
+            return frame
+        from forensics.report import DISMISSED_WHY
+        from forensics.review import chain
+        from forensics.review.verdicts import CONFIRMED_RULE, decisions, report_resolution
+
+        n, _ = chain.recorded_prefix(self.report, VERDICTS)  # the verdicts the report was rendered with
+        decided = decisions(chain.read_valid(self.report / VERDICTS).entries[:n], report_resolution(self.report))
+        dismissed = sorted(k for k, v in decided.items() if v == "dismiss")
+        confirmed = sorted(k for k, v in decided.items() if v == "confirm")
+        if not decided:
+            return frame
+        other_name = "review" if name == "evidence" else "evidence"
+        other_path = self.case / f"{other_name}.parquet"
+        leaving, coming = (dismissed, confirmed) if name == "evidence" else (confirmed, dismissed)
+        kept = frame.filter(~pl.col("finding_id").is_in(leaving))
+        if not other_path.is_file() or not coming:
+            return kept
+        moved = pl.scan_parquet(other_path).filter(pl.col("finding_id").is_in(coming))
+        if name == "evidence":
+            moved = moved.with_columns(tier=pl.lit("confirmed"), tier_rule=pl.lit(CONFIRMED_RULE))
+        else:
+            moved = moved.with_columns(why_not_notified=pl.lit(DISMISSED_WHY))
+        columns = kept.collect_schema().names()
+        return pl.concat([kept, moved.select([c for c in columns if c in moved.collect_schema().names()])], how="diagonal")
 
     def ingest_manifest(self) -> IngestManifest:
         """CASE/manifest.json: the input files, their counts and the tables' rows."""
@@ -104,16 +136,26 @@ class OpenCase:
         return self.frame(name)
 
 
-def open_case(path: str | Path) -> OpenCase:
+def open_case(path: str | Path, case: str | Path | None = None) -> OpenCase:
     """Open a case folder, or a report folder (its ``case/`` inside), for reading with polars.
 
-    Raises CaseError when ``path`` holds neither a case nor a report.
+    ``case``: the case folder of a report written by ``forensics report --case CASE`` (such a report holds no
+    ``case/``; ``forensics run`` puts it inside). Raises CaseError when ``path`` holds neither a case nor a report.
     """
     root = Path(path)
+    if case is not None:
+        if not (Path(case) / "exchanges.parquet").is_file():
+            raise CaseError(f"{case} is not a case folder (no exchanges.parquet)", fix="give the folder given to --case")
+        if not (root / "manifest.json").is_file():
+            raise CaseError(f"{root} is not a report folder (no manifest.json)", fix="give the folder the report wrote")
+        return OpenCase(Path(case), root)
     if (root / "exchanges.parquet").is_file():
         parent = root.parent
         return OpenCase(root, parent if (parent / "notifications.csv").is_file() else None)
     if (root / "case" / "exchanges.parquet").is_file():
         return OpenCase(root / "case", root)
+    if (root / "manifest.json").is_file() and (root / "notifications.csv").is_file():
+        raise CaseError(f"{root} is a report folder with no case/ inside (written by `forensics report`)",
+                        fix=f"give its case folder too: open_case({str(root)!r}, case='CASE') with the folder given to --case")
     raise CaseError(f"{root} is neither a case folder (exchanges.parquet) nor a report folder (case/)",
                          fix="give the folder `forensics ingest --case` wrote, or one `forensics run` printed")

@@ -406,3 +406,26 @@ def test_references_in_notices_keep_naming_their_findings_across_renders(built: 
     assert after["f-0001"] == before["f-0001"] and "f-0002" not in after
     key = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["references_key"]
     assert len(key) == 64 and verify(rd).ok
+
+
+def test_the_notebook_reads_evidence_and_review_as_the_verdicts_leave_them(built: tuple[Path, object, Path]) -> None:
+    # open_case(report).evidence was the match's table: a dismissed customer still grouped as exposed, a confirmed
+    # candidate missing, beside a list that said otherwise. A report written by `forensics report` (no case/ inside)
+    # could not be opened at all.
+    from forensics.notebook import open_case
+
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _review(rd, "f-review-1", "confirm", "verbatim")
+    rd = report(case, cfg, rd.parent).report_dir
+    with pytest.raises(CaseError, match="a report folder with no case/ inside"):
+        open_case(rd)
+    nb = open_case(rd, case=case)
+    evidence = nb.evidence.collect()
+    assert "f-0001" not in evidence["finding_id"].to_list()
+    confirmed = evidence.filter(evidence["finding_id"] == "f-review-1")
+    assert confirmed["tier"].to_list() == ["confirmed"]
+    review = nb.review.collect()
+    assert "f-0001" in review["finding_id"].to_list() and "f-review-1" not in review["finding_id"].to_list()
+    listed = {r["finding_id"] for r in csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8")))}
+    assert set(evidence["finding_id"].to_list()) == listed  # the notebook and the report's files agree
