@@ -113,7 +113,8 @@ def test_findings_the_list_gains_after_a_notice_call_for_a_further_one(built: tu
     case, cfg, rd = built
     ledger.record(rd, [ledger.check("globex", "email", "2026-09-01T09:00:00Z", "T-globex")])
     [notice] = chain.read_valid(rd / "notices.jsonl").entries
-    assert notice["findings"] == ["f-0001"]  # what the notice told of
+    assert [f["finding_id"] for f in notice["findings"]] == ["f-0001"]  # what the notice told of, with its passage
+    assert notice["findings"][0]["recipient_request_id"] == "r-globex-1"
     rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
     extra = dict(next(r for r in rows if r["finding_id"] == "f-0001"), finding_id="f-0077", source_request_id="r-acme-9",
                  recipient_start=0, recipient_end=5)
@@ -361,3 +362,17 @@ def test_notified_json_carries_the_naming_warning_and_the_ledger_head(built: tup
     [entry] = json.loads(capsys.readouterr().out)
     assert entry["tenant_id"] == "acme-typo" and "is on no row of notifications.csv" in entry["warnings"][0]
     assert entry["ledger_lines"] == 1 and entry["ledger_head_sha256"] == chain.read_valid(rd / "notices.jsonl").head
+
+
+def test_a_finding_told_of_under_another_id_calls_for_no_further_notice(built: tuple[Path, object, Path]) -> None:
+    # Logs added later gave the passage a notice told of another finding id: the same passage, no new finding.
+    case, cfg, rd = built
+    ledger.record(rd, [ledger.check("globex", "email", "2026-09-01T09:00:00Z", "T-globex")])
+    rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
+    for r in rows:
+        if r["finding_id"] == "f-0001":
+            r["finding_id"], r["source_request_id"] = "f-0009", "r-acme-0"
+    write_table(case / "evidence.parquet", pa.Table.from_pylist(rows, schema=schema.EVIDENCE), schema.EVIDENCE)
+    rd = report(case, cfg, rd.parent).report_dir
+    row = next(r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows if r["tenant_id"] == "globex")
+    assert row["status"] == "notified" and row["problems"] == ""

@@ -33,7 +33,15 @@ from forensics.config import iso, notify_within_hours, parse_utc
 from forensics.errors import CaseError, ConfigError
 from forensics.report import safe
 from forensics.review import AUDIT, NOTICES, VERDICTS, chain
-from forensics.review.verdicts import CONFIRMED_RULE, MAX_TEXT, Resolution, decisions, report_resolution
+from forensics.review.verdicts import (
+    CONFIRMED_RULE,
+    MAX_TEXT,
+    Resolution,
+    decisions,
+    passage_of,
+    passage_overlap,
+    report_resolution,
+)
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
 
 CHANNELS = ("email", "portal", "letter")
@@ -107,10 +115,14 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
         _manifest(report_dir)
         # What each notice told of: the findings of the list naming its customer now. The audit names those the list
         # gains later (logs added, a verdict), for which a further notice is due.
+        # Each with its passage: logs added later can give the same passage another finding id.
         listed = {_raw(r["tenant_id"]) for r in _csv_rows(report_dir / "notifications.csv")}
-        findings = _listed_findings(_csv_rows(report_dir / "evidence.csv"))
-        return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded, findings=sorted(
-            findings.get(_named(n["tenant_id"], listed), set()))) for n in notices], REQUIRED)
+        evidence = _csv_rows(report_dir / "evidence.csv")
+        rows = {e.get("finding_id", ""): e for e in evidence}
+        findings = _listed_findings(evidence)
+        return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded, findings=[
+            {"finding_id": f, **passage_of(rows[f])} for f in sorted(findings.get(_named(n["tenant_id"], listed), set()))])
+            for n in notices], REQUIRED)
 
 
 @dataclasses.dataclass
@@ -246,6 +258,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         for side in ("recipient_tenant_id", "source_tenant_id"):
             concerns.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
     concerns_listed = _listed_findings(evidence)
+    evidence_rows = {e.get("finding_id", ""): e for e in evidence}
     resolution = resolution or Resolution()
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
 
@@ -288,12 +301,14 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         problems = [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
                     for n in notices if _t(n["at"]) < evidence_from]
         first = valid[0] if valid else None
-        listed_findings = {f for f in concerns_listed.get(tenant, set())}
         covered = [n["findings"] for n in valid if isinstance(n.get("findings"), list)]
         uncovered: set[str] = set()
         if listed_rows and first is not None and len(covered) == len(valid):  # notices that say what they covered
-            told = {csvfile.cell(resolution.carried.get(str(f), str(f))) for fs in covered for f in fs}
-            uncovered = listed_findings - told
+            told = [f for fs in covered for f in fs if isinstance(f, dict)]
+            told_ids = {csvfile.cell(resolution.carried.get(str(f.get("finding_id")), str(f.get("finding_id")))) for f in told}
+            # A finding told of under another id (logs added since gave its passage a new one) is no new finding.
+            uncovered = {f for f in concerns_listed.get(tenant, set()) if f not in told_ids
+                         and not any(passage_overlap(t, evidence_rows.get(f, {})) for t in told)}
             if uncovered:
                 problems.append(f"{len(uncovered)} finding(s) about this customer are in no notice sent (the list gained them "
                                 f"after it): {', '.join(sorted(uncovered)[:5])}{', ...' if len(uncovered) > 5 else ''}; a "

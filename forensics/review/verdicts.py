@@ -85,7 +85,7 @@ def check(report_dir: Path, finding_id: str, verdict: str, reason: str, analyst:
     name, row = known.get(fid) or known[csvfile.cell(fid)]
     return {"finding_id": fid, "verdict": verdict, "reason": _text(reason, "reason", where, file, line),
             "analyst": _text(analyst, "analyst", where, file, line), "source": name,
-            "passage": {k: row.get(k, "") for k in PASSAGE_KEYS}}
+            "passage": passage_of(row)}
 
 
 def read_import(report_dir: Path, path: Path) -> list[dict[str, Any]]:
@@ -165,23 +165,31 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
     return Resolution(carried, tuple(stale))
 
 
-def _successor(passage: dict[str, Any] | None, rows: list[dict[str, str]]) -> str | None:
-    if not passage:
-        return None
+def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str]) -> int:
+    """How many characters of the response ``row``'s passage shares with ``passage`` when it is the same passage (the
+    same recipient request and customer, the same source customer, overlapping by at least half of the shorter
+    span), else 0. Both as evidence.csv and review.csv write them (cells)."""
+    if not passage or any(row.get(k, "") != str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]):
+        return 0
     try:
         a, b = int(passage["recipient_start"]), int(passage["recipient_end"])
+        c, d = int(row["recipient_start"]), int(row["recipient_end"])
     except (KeyError, TypeError, ValueError):
-        return None
+        return 0
+    overlap = min(b, d) - max(a, c)
+    return overlap if overlap > 0 and overlap * 2 >= min(b - a, d - c) else 0
+
+
+def passage_of(row: dict[str, str]) -> dict[str, str]:
+    """The columns of an evidence.csv or review.csv row that place its passage (what a verdict or a notice records)."""
+    return {k: row.get(k, "") for k in PASSAGE_KEYS}
+
+
+def _successor(passage: dict[str, Any] | None, rows: list[dict[str, str]]) -> str | None:
     best: tuple[int, str] | None = None
     for r in rows:
-        if any(r.get(k, "") != str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]):
-            continue
-        try:
-            c, d = int(r["recipient_start"]), int(r["recipient_end"])
-        except (KeyError, ValueError):
-            continue
-        overlap = min(b, d) - max(a, c)
-        if overlap > 0 and overlap * 2 >= min(b - a, d - c):
+        overlap = passage_overlap(passage, r)
+        if overlap:
             candidate = (-overlap, r.get("finding_id", ""))
             best = candidate if best is None or candidate < best else best
     return best[1] if best else None
