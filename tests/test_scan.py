@@ -403,24 +403,30 @@ def test_the_placeholders_one_token_with_no_prompt_to_check_is_no_count(tmp_path
     assert result.suspects == 0 and any("unknown_token_count" in w for w in rec["warnings"])
 
 
-def test_a_prompt_with_an_image_keeps_the_gateways_count_above_the_ceiling(tmp_path: Path) -> None:
-    """An image part carries no text but many tokens: the gateway's figure far above the text's size is
-    the whole prompt's, not an impossible one. It was refused as implausible for the 38 bytes of text,
-    the prompt counted as 10 tokens, and the over-long request missed."""
+def _ingest_image_prompt(tmp_path: Path, text: str, prompt_tokens: int, answer: str) -> tuple[Path, dict[str, Any]]:
+    """A case of one LiteLLM callback whose prompt is ``text`` and an image, with the gateway's ``prompt_tokens``."""
     from forensics.api import ingest
 
     record = {"id": "img-1", "call_type": "acompletion", "startTime": 1788051600.0, "endTime": 1788051605.0,
-              "model": MODEL, "model_group": MODEL, "prompt_tokens": CEILING + 5_000, "completion_tokens": 5,
+              "model": MODEL, "model_group": MODEL, "prompt_tokens": prompt_tokens, "completion_tokens": 5,
               "messages": [{"role": "user", "content": [
-                  {"type": "text", "text": "What does this scanned contract say?"},
+                  {"type": "text", "text": text},
                   {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 50}}]}],
-              "response": {"choices": [{"index": 0, "message": {"content": "It says..."}}]},
+              "response": {"choices": [{"index": 0, "message": {"content": answer}}]},
               "metadata": {"user_api_key_team_id": "team-img"}}
     logs = tmp_path / "callbacks.jsonl"
     logs.write_text(json.dumps(record) + "\n")
     case = tmp_path / "case"
     ingest(case, [logs], config=_config())
     (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    return case, row
+
+
+def test_a_prompt_with_an_image_keeps_the_gateways_count_above_the_ceiling(tmp_path: Path) -> None:
+    """An image part carries no text but many tokens: the gateway's figure far above the text's size is
+    the whole prompt's, not an impossible one. It was refused as implausible for the 38 bytes of text,
+    the prompt counted as 10 tokens, and the over-long request missed."""
+    case, row = _ingest_image_prompt(tmp_path, "What does this scanned contract say?", CEILING + 5_000, "It says...")
     assert row["prompt_nontext_parts"] == 1 and row["reported_prompt_tokens_plausible"] is True
     assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (CEILING + 5_000, "reported")
     assert scan(case, _config()).suspects == 1
@@ -430,21 +436,8 @@ def test_a_prompt_with_an_image_and_the_placeholders_count_is_borderline_whateve
     """The placeholder's 1 on a prompt with an image: the engine replaced a prompt it counted over its pool, and the
     image holds any number of tokens. The text's band (here wholly below the ceiling) was taken as the prompt's, and
     the response was never a suspect, with no warning."""
-    from forensics.api import ingest
-
-    text = "Compare the attached scan with clause 4.2. " * (CEILING // 20)
-    record = {"id": "img-ph", "call_type": "acompletion", "startTime": 1788051600.0, "endTime": 1788051605.0,
-              "model": MODEL, "model_group": MODEL, "prompt_tokens": 1, "completion_tokens": 300,
-              "messages": [{"role": "user", "content": [
-                  {"type": "text", "text": text},
-                  {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 50}}]}],
-              "response": {"choices": [{"index": 0, "message": {"content": "Patient: R. Lee, MRN 9384017"}}]},
-              "metadata": {"user_api_key_team_id": "team-img"}}
-    logs = tmp_path / "callbacks.jsonl"
-    logs.write_text(json.dumps(record) + "\n")
-    case = tmp_path / "case"
-    ingest(case, [logs], config=_config())
-    (row,) = pq.read_table(case / "exchanges.parquet").to_pylist()
+    case, row = _ingest_image_prompt(tmp_path, "Compare the attached scan with clause 4.2. " * (CEILING // 20), 1,
+                                     "Patient: R. Lee, MRN 9384017")
     assert row["prompt_tokens_source"] == "estimate" and row["prompt_tokens_high"] is None
     assert row["prompt_tokens_low"] < CEILING  # the text alone: below the ceiling
     assert scan(case, _config()).suspects == 1
