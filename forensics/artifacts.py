@@ -283,6 +283,9 @@ class IngestManifest(Record):
     prompt_tokens_band: JsonObject | None = _optional()
     # With a tokenizer: its file's SHA-256 (two tokenizers are most often both named tokenizer.json).
     tokenizer_sha256: str | None = _optional()
+    # What this ingest did to the case's earlier content (a log that grew replaced by its complete copy): the case's
+    # history, not its content, so no report carries it (a re-run from the final files could never repeat it).
+    history: tuple[str, ...] | None = _optional()
     schema_version: str = _version(schema.CASE_FORMAT)
 
 

@@ -528,7 +528,7 @@ def _render_ingest(result: IngestResult) -> None:
     if damaged.total:
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(damaged.by_reason.items()) if v)
         out.print(f"records from damaged input (see exchanges.damage): {damaged.total} ({reasons})", markup=False)
-    for note in m.notes:
+    for note in (*m.notes, *(m.history or ())):
         out.print(f"note: {note}", markup=False)
     out.print(f"case written to {result.case}", markup=False)
 

@@ -265,7 +265,7 @@ def test_a_grown_log_ingested_again_under_its_name_replaces_its_earlier_copy(tmp
         assert len(rows) == 4 * 6 and {r["source_sha256"] for r in rows} == set(grown.values())
         assert sorted(f["sha256"] for f in result.manifest["files"]) == sorted(grown.values())
         assert not set(first.values()) & {f["sha256"] for f in result.manifest["files"]}
-        assert any("grew since" in n for n in result.manifest["notes"])
+        assert any("grew since" in n for n in result.manifest["history"])
         tables.append((case / "exchanges.parquet").read_bytes())
         for path in live.iterdir():
             path.unlink()

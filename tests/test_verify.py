@@ -744,3 +744,23 @@ def test_a_key_added_to_a_notice_is_named_though_the_letter_never_shows_it(built
     _rehash(built, rel)
     key = "appendix" if where == "top" else "requests.source_tenant"
     assert any(p.startswith(f"consistency {rel}: holds keys a notice never has") and key in p for p in _problems(built)), _problems(built)
+
+
+def test_rerun_of_a_case_whose_log_grew_between_its_ingests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The log ingested once cut short, then again complete: the case's rows are the complete file's, as a re-run's
+    are, but the note that it grew (the case's history) rode in the summary and the manifest, and verify --rerun
+    called the report drifted. The note stays in the case's manifest (``history``)."""
+    logs = write_logs(tmp_path / "incident")
+    spend = logs / "gateway" / "spend.jsonl"
+    whole = spend.read_bytes()
+    spend.write_bytes(b"".join(whole.splitlines(keepends=True)[:2]))
+    case = str(tmp_path / "case")
+    assert _call(["ingest", str(logs / "gateway"), "--config", str(logs / "case.toml"), "--case", case, "-q"], capsys)[0] == 0
+    spend.write_bytes(whole)
+    _stages(logs, case, capsys, str(logs / "gateway"), "--config", str(logs / "case.toml"))
+    assert any("grew since" in n for n in json.loads((Path(case) / "manifest.json").read_text())["history"])
+    code, out, err = _call(["report", "--case", case, "--config", str(logs / "case.toml"), "--out", str(tmp_path / "out"),
+                            "--json", "-q"], capsys)
+    assert code == 1, out + err
+    result = verify(Path(json.loads(out)["report"]), rerun=True)
+    assert result.ok, [str(d) for d in result.drift]

@@ -768,9 +768,10 @@ def ingest(
     band.ceiling = cfg.real_ceiling_tokens if cfg.tokenizer and isinstance(cfg.real_ceiling_tokens, int) else None
     if replaced:
         names = first_few([e["path"] for e in replaced])
-        changed = [f"{len(replaced)} {'files' if len(replaced) > 1 else 'file'} grew since {'they were' if len(replaced) > 1 else 'it was'} "
-                   f"last ingested: the earlier copy is the start of the complete one, which replaced it (its rows are "
-                   f"now the complete file's): {names}", *changed]
+        case_manifest = dataclasses.replace(case_manifest, history=(
+            f"{len(replaced)} {'files' if len(replaced) > 1 else 'file'} grew since {'they were' if len(replaced) > 1 else 'it was'} "
+            f"last ingested: the earlier copy is the start of the complete one, which replaced it (its rows are "
+            f"now the complete file's): {names}",))
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
     if tenantless:
