@@ -491,8 +491,10 @@ def test_the_counts_add_back_every_detail_langfuse_took_out(tmp_path: Path) -> N
             obs(2, usage_details={"input": 0, "input_text_tokens": 257, "input_cached_tokens": 192, "output": 0,
                                   "output_reasoning_tokens": 2297}),
             obs(3, usage_details={"input": 100, "input_cached_tokens": 900, "input_audio_tokens": 20, "output": 5,
-                                  "output_reasoning_tokens": 40})]
+                                  "output_reasoning_tokens": 40}),
+            # Anthropic's own cache names beside Langfuse's `input` (as other writers of Langfuse usage put them)
+            obs(4, usage_details={"input": 12, "cache_read_input_tokens": 812333, "output": 6})]
     entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))
-    assert (entry["ingested"], q) == (3, [])
-    assert [r["reported_prompt_tokens"] for r in x] == [812345, 257, 1020]
-    assert [r["completion_tokens"] for r in x] == [10, 2297, 45]
+    assert (entry["ingested"], q) == (4, [])
+    assert [r["reported_prompt_tokens"] for r in x] == [812345, 257, 1020, 812345]
+    assert [r["completion_tokens"] for r in x] == [10, 2297, 45, 6]

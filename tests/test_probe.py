@@ -805,6 +805,10 @@ def test_an_out_that_cannot_be_written_is_refused_before_a_token_is_spent(serve:
     target.write_text("x")
     code, _, err = _cli(_args(srv, "--out", str(target)), capsys)
     assert code == 2 and "--out is a file, not a folder" in err and "internal error" not in err
+    dangling = tmp_path / "link"
+    dangling.symlink_to(tmp_path / "nowhere")
+    code, _, err = _cli(_args(srv, "--out", str(dangling)), capsys)
+    assert code == 2 and "--out is a link to a folder that is not there" in err
     assert srv.engine.received == []
 
 

@@ -524,6 +524,9 @@ def check_out_dir(out_dir: Path) -> None:
     import os
 
     out_dir = Path(out_dir)
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise OutputError("--out is a link to a folder that is not there", file=out_dir,
+                          fix="give a folder for probe.json and probe.md (or make the folder the link names)")
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputError("--out is a file, not a folder", file=out_dir, fix="give a folder for probe.json and probe.md")
     # Nothing is made yet (a run refused for its options leaves nothing behind): the folder, or the nearest one above

@@ -134,7 +134,8 @@ def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems
                 return None
             if key in DETAILED:
                 count = _with_details(count, usage, DETAILED[key], field, problems)
-            elif key == "input_tokens":
+            if key in ("input", "input_tokens"):
+                # Anthropic's own names, which writers of Langfuse usage put beside ``input`` too.
                 cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in CACHE_KEYS if usage.get(k) not in (None, "")]
                 count += sum(c for c in cached if c is not None)
             if count > INT64_MAX:
