@@ -64,3 +64,16 @@ def test_a_customer_quoting_the_placeholder_keeps_their_text(tmp_path: Path) -> 
     [row] = ingested(tmp_path, payload(messages, answer="It is LiteLLM's placeholder.", tokens=12))
     assert REDACTED in row["prompt_text"] and row["response_text"] == "It is LiteLLM's placeholder."
     assert row["problems"] is None
+
+
+def test_an_older_redaction_keeps_the_reasoning_and_tool_calls_it_left(tmp_path: Path) -> None:
+    # An older LiteLLM redacted the content alone: the answer's reasoning and tool-call arguments, which may hold the
+    # leak, were dropped with it.
+    record = payload([{"role": "user", "content": REDACTED}])
+    record["response"]["choices"][0]["message"] = {
+        "role": "assistant", "content": REDACTED, "reasoning_content": "The key AKIAIOSFODNN7EXAMPLF belongs to acme.",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "pay", "arguments": "{\"card\": \"4111\"}"}}]}
+    [row] = ingested(tmp_path, record)
+    assert row["prompt_text"] is None
+    assert "AKIAIOSFODNN7EXAMPLF belongs to acme" in row["response_text"] and "pay" in row["response_text"]
+    assert REDACTED not in row["response_text"]

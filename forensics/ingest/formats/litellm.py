@@ -125,9 +125,10 @@ class LiteLLMParser:
             # answer text. Read as text, the placeholder was a 7-token prompt: it hid a long prompt from the scan,
             # and its copy outranked a spend-log row holding the real text.
             prompt, nontext, n_messages = None, 0, 0
-            text, finish, usage = response_text(obj.get("response"))
-            if text is not None and REDACTED in text:
-                text = None
+            # Only the placeholder's parts are unknown: an older LiteLLM put it in the content alone and kept the
+            # answer's reasoning and tool calls, which may hold the leak.
+            text, finish, usage = response_text(_without_placeholder(maybe_json(obj.get("response"), "response")))
+            text = text or None
             problems.append(f"the prompt and answer were redacted by LiteLLM ({REDACTED!r}: message logging turned "
                             "off); their text is unknown")
         else:
@@ -232,6 +233,15 @@ def _redacted(messages: Any) -> bool:
     message holding :data:`REDACTED` (in callback payloads and in a spend log's request body alike)."""
     return (isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], dict)
             and messages[0].get("content") == REDACTED and messages[0].get("role") == "user")
+
+
+def _without_placeholder(value: Any) -> Any:
+    """``value`` (an answer) with every string that is LiteLLM's redaction placeholder taken out (null)."""
+    if isinstance(value, dict):
+        return {k: _without_placeholder(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_placeholder(v) for v in value]
+    return None if value == REDACTED else value
 
 
 def _responses_call(obj: Mapping[str, Any]) -> bool:
