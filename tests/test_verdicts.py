@@ -429,3 +429,15 @@ def test_the_notebook_reads_evidence_and_review_as_the_verdicts_leave_them(built
     assert "f-0001" in review["finding_id"].to_list() and "f-review-1" not in review["finding_id"].to_list()
     listed = {r["finding_id"] for r in csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8")))}
     assert set(evidence["finding_id"].to_list()) == listed  # the notebook and the report's files agree
+
+
+def test_a_report_written_before_the_key_was_recorded_keeps_its_references(built: tuple[Path, object, Path]) -> None:
+    # A report of an earlier release records no references_key: its references were keyed with its evidence.csv.
+    case, cfg, rd = built
+    before = _references(rd)
+    man = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+    del man["references_key"]
+    (rd / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _review(rd, "f-0002", "dismiss", "template text")
+    rd = report(case, cfg, rd.parent).report_dir
+    assert _references(rd)["f-0001"] == before["f-0001"]

@@ -749,12 +749,17 @@ def sign_report(report_dir: Path, key: Path | None) -> None:
 
 def carried_references_key(report_dir: Path) -> bytes | None:
     """The key of the references the report in ``report_dir`` cited (its manifest's ``references_key``), for the
-    render that replaces it: the references in notices already sent must keep naming the same findings. None when
-    there is no such report, or it was written before the key was recorded."""
+    render that replaces it: the references in notices already sent must keep naming the same findings. A report
+    written before the key was recorded keyed them with its evidence.csv's bytes, which give it again. None when
+    there is no report there."""
     try:
         man = json.loads((Path(report_dir) / "manifest.json").read_text(encoding="utf-8"))
         key = man.get("references_key") if isinstance(man, dict) else None
-        return bytes.fromhex(key) if isinstance(key, str) and len(key) == 64 else None
+        if isinstance(key, str) and len(key) == 64:
+            return bytes.fromhex(key)
+        if key is None and (Path(report_dir) / "evidence.csv").is_file():
+            return hashlib.sha256(b"forensics-ref\0" + (Path(report_dir) / "evidence.csv").read_bytes()).digest()
+        return None
     except (OSError, ValueError):
         return None
 
