@@ -376,3 +376,35 @@ def test_a_finding_told_of_under_another_id_calls_for_no_further_notice(built: t
     rd = report(case, cfg, rd.parent).report_dir
     row = next(r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows if r["tenant_id"] == "globex")
     assert row["status"] == "notified" and row["problems"] == ""
+
+
+def test_a_later_record_of_the_customer_itself_calls_for_a_further_notice_not_undoes_one() -> None:
+    # The customer's latest record was its evidence time: a finding the list gained later, on a request received
+    # after the notice, made the notice "before the evidence it cites existed" and the customer "not notified".
+    listed = [{"tenant_id": "globex", "role": "recipient", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z",
+               "last_seen": "2026-09-01T12:00:00Z"}]
+    evidence = [{"finding_id": f, "relation": "cross_tenant", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+                 "recipient_request_id": r, "recipient_start": "0", "recipient_end": "40", "tier": "confirmed", "tier_rule": "E1"}
+                for f, r in (("f-0001", "r-globex-1"), ("f-0078", "r-globex-2"))]
+    told = [{"finding_id": "f-0001", "recipient_request_id": "r-globex-1", "recipient_tenant_id": "globex",
+             "source_tenant_id": "acme", "recipient_start": "0", "recipient_end": "40"}]
+    sent = [{"tenant_id": "globex", "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": "T-globex",
+             "recorded_at": "2026-09-01T09:00:01Z", "seq": 1, "findings": told}]
+    suspects = [{"tenant_id": "globex"}]
+    [row] = [r for r in ledger._rows(listed, suspects, evidence, [], [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
+             if r["tenant_id"] == "globex"]
+    assert row["status"] == "notified, new findings since" and "f-0078" in row["problems"]
+    assert "before the evidence" not in row["problems"]
+
+
+def test_a_verdict_out_of_effect_stays_in_the_trail_of_the_customers_it_was_about() -> None:
+    from forensics.review.verdicts import Resolution
+
+    listed = [{"tenant_id": "globex", "role": "recipient", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "dismiss",
+                 "reason": "template text", "passage": {"recipient_request_id": "r-globex-1", "recipient_tenant_id": "globex",
+                                                        "source_tenant_id": "acme", "recipient_start": "0", "recipient_end": "9"}}]
+    rows = ledger._rows(listed, [{"tenant_id": "globex"}], [], [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"),
+                        72.0, Resolution(stale=("f-0001",)))
+    [row] = [r for r in rows if r["tenant_id"] == "globex"]
+    assert "ana dismiss f-0001 (out of effect" in row["decision_trail"]

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -354,7 +355,7 @@ def test_a_verdict_follows_its_passage_to_the_finding_that_holds_it_after_new_lo
     summary_md = (rd / "summary.md").read_text(encoding="utf-8")
     assert "In effect: findings confirmed by an analyst 0, dismissed 2" in summary_md and "f-0001 (now f-0009)" in summary_md
     manifest = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["ledgers"]["verdicts.jsonl"]["carried"] == {"f-0001": "f-0009"}
+    assert manifest["ledgers"]["verdicts.jsonl"]["carried"] == {"f-0001": ["f-0009"]}
     assert verify(rd).ok
 
 
@@ -441,3 +442,48 @@ def test_a_report_written_before_the_key_was_recorded_keeps_its_references(built
     _review(rd, "f-0002", "dismiss", "template text")
     rd = report(case, cfg, rd.parent).report_dir
     assert _references(rd)["f-0001"] == before["f-0001"]
+
+
+def _replace_finding(case: Path, old: str, *new: dict[str, Any]) -> None:
+    """The match with finding ``old`` replaced by ``new`` rows (each a copy of it with the given changes)."""
+    rows = pa.parquet.read_table(case / "evidence.parquet").to_pylist()
+    base = next(r for r in rows if r["finding_id"] == old)
+    rows = [r for r in rows if r["finding_id"] != old] + [dict(base, **changes) for changes in new]
+    write_table(case / "evidence.parquet", pa.Table.from_pylist(rows, schema=schema.EVIDENCE), schema.EVIDENCE)
+
+
+def test_a_dismissed_passage_stays_dismissed_when_it_splits_or_its_old_id_comes_back(built: tuple[Path, object, Path]) -> None:
+    # Split in two findings, the dismissal went to one half and the other named the customer again; with the old id
+    # back beside the new one, the new one lost the dismissal. Both put acme back on the list without a word.
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _review(rd, "f-0002", "dismiss", "template text")
+    rd = report(case, cfg, rd.parent).report_dir
+    start = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "f-0001")
+    a, b = start["recipient_start"], start["recipient_end"]
+    _replace_finding(case, "f-0001", {"finding_id": "f-00a1", "source_request_id": "r-acme-7", "recipient_end": (a + b) // 2},
+                     {"finding_id": "f-00b1", "source_request_id": "r-acme-8", "recipient_start": (a + b) // 2})
+    rd = report(case, cfg, rd.parent).report_dir
+    assert ("acme", "exposed") not in _notifications(rd)
+    carried = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["ledgers"]["verdicts.jsonl"]["carried"]
+    assert carried == {"f-0001": ["f-00a1", "f-00b1"]}
+    _replace_finding(case, "f-00a1", {"finding_id": "f-0001", "source_request_id": "r-acme-1", "recipient_end": b})
+    rd = report(case, cfg, rd.parent).report_dir  # the old id back, whole, beside the second half
+    assert ("acme", "exposed") not in _notifications(rd)
+    assert verify(rd).ok
+
+
+def test_a_finding_that_shares_only_part_of_a_decided_passage_is_left_to_an_analyst(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    row = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "f-0001")
+    a, b = row["recipient_start"], row["recipient_end"]
+    # a finding three times as long that holds the dismissed passage and new text beside it
+    _replace_finding(case, "f-0001", {"finding_id": "f-0111", "source_request_id": "r-acme-7", "recipient_start": a,
+                                      "recipient_end": a + 3 * (b - a)})
+    result = report(case, cfg, rd.parent)
+    evidence = (result.report_dir / "evidence.csv").read_text(encoding="utf-8")
+    assert "f-0111" in evidence  # not decided by a verdict on a third of it
+    summary_md = (result.report_dir / "summary.md").read_text(encoding="utf-8")
+    assert "NOT DECIDED" in summary_md and "f-0111 (part of f-0001)" in summary_md
+    assert any("share only part of a passage an analyst decided" in n for n in result.notes)

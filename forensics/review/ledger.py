@@ -9,8 +9,8 @@ audit`` compares the ledger with the report's notification list and its verdicts
 - customers notified who are not on the list: no longer (a later verdict or re-run took them off), or never
   as far as this report tells (no finding or suspect names the id: a typo, most likely);
 - notices sent before the evidence they cite existed. The manifest holds no wall-clock time (so
-  re-runs stay byte-identical), so a customer's evidence exists from the latest log record that puts
-  it on the list (its notifications.csv rows' ``last_seen``), and the deadline runs from the report's
+  re-runs stay byte-identical), so a customer's evidence exists from the first log record that puts
+  it on the list (its notifications.csv rows' ``first_seen``), and the deadline runs from the report's
   time, the latest log record it was built from (``counts.last_received``): no report can predate it.
   For a customer on the list only through a review candidate an analyst confirmed, both run from that
   verdict on. Such a notice does not count as notifying the customer;
@@ -202,6 +202,27 @@ def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _moved(verdict: dict[str, Any], resolution: Resolution) -> str:
+    """How a verdict's finding stands in this report, for the decision trail (nothing when it is there unchanged)."""
+    fid = str(verdict["finding_id"])
+    if fid in resolution.stale:
+        return " (out of effect: its finding is gone and no finding holds its passage)"
+    if fid in resolution.carried:
+        return f" (counts for {', '.join(resolution.carried[fid])})"
+    return ""
+
+
+def _concerns(verdict: dict[str, Any], tenant: str, concerns: dict[str, set[str]], targets: tuple[str, ...]) -> bool:
+    """Whether a verdict belongs in ``tenant``'s decision trail: a finding it counts for concerns the customer, or the
+    passage it was given on names the customer (a verdict out of effect stays in the trail of those it was about)."""
+    mine = concerns.get(tenant, set())
+    if verdict["finding_id"] in mine or any(t in mine for t in targets):
+        return True
+    passage = verdict.get("passage")
+    return isinstance(passage, dict) and tenant in (_raw(str(passage.get("recipient_tenant_id", ""))),
+                                                    _raw(str(passage.get("source_tenant_id", ""))))
+
+
 def _maybe_t(text: str) -> dt.datetime | None:
     """A CSV cell's time, or None when it holds none (an empty or odd cell)."""
     try:
@@ -262,13 +283,15 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     resolution = resolution or Resolution()
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
 
-    def now_named(fid: Any) -> str:  # the finding a verdict counts for in this report (its passage's new id)
-        return csvfile.cell(resolution.carried.get(str(fid), str(fid)))
+    def now_named(fid: Any) -> tuple[str, ...]:  # the findings a verdict counts for in this report (its passage's)
+        return tuple(csvfile.cell(t) for t in resolution.carried.get(str(fid), (str(fid),)))
 
     confirmed_at: dict[str, str] = {}
     for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
-        if v["verdict"] == "confirm" and str(v["finding_id"]) not in resolution.stale and decided.get(now_named(v["finding_id"])) == "confirm":
-            confirmed_at.setdefault(now_named(v["finding_id"]), v["at"])
+        if v["verdict"] == "confirm" and str(v["finding_id"]) not in resolution.stale:
+            for target in now_named(v["finding_id"]):
+                if decided.get(target) == "confirm":
+                    confirmed_at.setdefault(target, v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     listed_ids = set(on_list)
     for n in sent:
@@ -285,10 +308,11 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
-        # The customer's own evidence: the latest log record that puts it on the list (its rows' last_seen). The
-        # report's latest record of all moved with every log added, unrelated ones too: a notice sent in time became
-        # "before the evidence it cites existed".
-        evidence_from = max([t for r in listed_rows if (t := _maybe_t(r.get("last_seen", ""))) is not None] or [report_time])
+        # The customer's own evidence: from the first log record that puts it on the list (its rows' first_seen); what
+        # the list gains later calls for a further notice (below), it does not undo one. The report's latest record of
+        # all moved with every log added, unrelated ones too: a notice sent in time became "before the evidence it cites
+        # existed".
+        evidence_from = min([t for r in listed_rows if (t := _maybe_t(r.get("first_seen", ""))) is not None] or [report_time])
         # The deadline runs from the report's time (the latest log record it was built from: no report can predate it).
         clock_from = report_time
         if listed_rows and tenant not in by_machine:
@@ -303,12 +327,15 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         first = valid[0] if valid else None
         covered = [n["findings"] for n in valid if isinstance(n.get("findings"), list)]
         uncovered: set[str] = set()
+        if listed_rows and first is not None and len(covered) < len(valid):
+            problems.append("a notice recorded by an earlier release says not which findings it told of: findings the list "
+                            "gained since cannot be told from them")
         if listed_rows and first is not None and len(covered) == len(valid):  # notices that say what they covered
             told = [f for fs in covered for f in fs if isinstance(f, dict)]
-            told_ids = {csvfile.cell(resolution.carried.get(str(f.get("finding_id")), str(f.get("finding_id")))) for f in told}
+            told_ids = {t for f in told for t in now_named(f.get("finding_id"))}
             # A finding told of under another id (logs added since gave its passage a new one) is no new finding.
             uncovered = {f for f in concerns_listed.get(tenant, set()) if f not in told_ids
-                         and not any(passage_overlap(t, evidence_rows.get(f, {})) for t in told)}
+                         and not any(passage_overlap(t, evidence_rows.get(f, {}), within=True) for t in told)}
             if uncovered:
                 problems.append(f"{len(uncovered)} finding(s) about this customer are in no notice sent (the list gained them "
                                 f"after it): {', '.join(sorted(uncovered)[:5])}{', ...' if len(uncovered) > 5 else ''}; a "
@@ -326,10 +353,8 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         overdue = bool(listed_rows) and first is None and now - clock_from > dt.timedelta(hours=hours)
         if listed_rows and first is not None and _t(first["at"]) - clock_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
-        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}"
-                 + (f" (now {resolution.carried[str(v['finding_id'])]})" if str(v["finding_id"]) in resolution.carried else "")
-                 + f": {v['reason']}" for v in verdicts
-                 if v["finding_id"] in concerns.get(tenant, set()) or now_named(v["finding_id"]) in concerns.get(tenant, set())]
+        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}" + _moved(v, resolution) + f": {v['reason']}"
+                 for v in verdicts if _concerns(v, tenant, concerns, now_named(v["finding_id"]))]
         trail += [f"{n['at']} notice by {n['channel']} ref {n['ref']} (recorded {n['recorded_at']})" for n in notices]
         rows.append({
             "tenant_id": tenant, "on_list": bool(listed_rows),

@@ -106,8 +106,8 @@ def record(report_dir: Path, verdicts: list[dict[str, Any]], now: dt.datetime | 
 
 
 def decisions(entries: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, str]:
-    """Finding id -> ``confirm`` or ``dismiss``: the latest such verdict on it. With ``resolution``, a verdict on a
-    finding that is gone counts for the finding holding its passage now, and one whose passage none holds not at all."""
+    """Finding id -> ``confirm`` or ``dismiss``: the latest such verdict on it. With ``resolution``, a verdict counts
+    for every finding that holds its passage now (:func:`resolve`), and one whose passage none holds not at all."""
     carried, stale = (resolution.carried, set(resolution.stale)) if resolution else ({}, set())
     out: dict[str, str] = {}
     for e in entries:
@@ -115,7 +115,8 @@ def decisions(entries: list[dict[str, Any]], resolution: Resolution | None = Non
             fid = str(e["finding_id"])
             if fid in stale:
                 continue
-            out[carried.get(fid, fid)] = str(e["verdict"])
+            for target in carried.get(fid, (fid,)):
+                out[target] = str(e["verdict"])
     return out
 
 
@@ -123,52 +124,72 @@ def decisions(entries: list[dict[str, Any]], resolution: Resolution | None = Non
 class Resolution:
     """What became of the findings verdicts name, in a report whose findings may have new ids (:func:`resolve`)."""
 
-    carried: dict[str, str] = dataclasses.field(default_factory=dict)  # gone finding id -> the one holding its passage
+    #: finding id named by a verdict -> the findings that hold its passage now (itself among them when it is still
+    #: there), where that is not just itself
+    carried: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     stale: tuple[str, ...] = ()  # gone finding ids whose passage no finding holds: their verdicts are out of effect
+    #: finding id named by a verdict -> findings that share only part of its passage (left to an analyst)
+    partial: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """For the manifest's record of the verdicts ledger (empty parts left out)."""
-        return {**({"carried": dict(sorted(self.carried.items()))} if self.carried else {}),
-                **({"stale": list(self.stale)} if self.stale else {})}
+        return {**({"carried": {k: list(v) for k, v in sorted(self.carried.items())}} if self.carried else {}),
+                **({"stale": list(self.stale)} if self.stale else {}),
+                **({"partial": {k: list(v) for k, v in sorted(self.partial.items())}} if self.partial else {})}
 
     @classmethod
     def from_json(cls, record: Any) -> Resolution:
         """From the manifest's record of the verdicts ledger (anything malformed: nothing carried, nothing stale)."""
         record = record if isinstance(record, dict) else {}
-        carried, stale = record.get("carried"), record.get("stale")
-        return cls({str(k): str(v) for k, v in carried.items()} if isinstance(carried, dict) else {},
-                   tuple(str(x) for x in stale) if isinstance(stale, list) else ())
+
+        def ids(value: Any) -> tuple[str, ...]:
+            return (str(value),) if isinstance(value, str) else tuple(str(x) for x in value) if isinstance(value, list) else ()
+
+        carried, stale, partial = record.get("carried"), record.get("stale"), record.get("partial")
+        return cls({str(k): ids(v) for k, v in carried.items()} if isinstance(carried, dict) else {},
+                   ids(stale) if isinstance(stale, list) else (),
+                   {str(k): ids(v) for k, v in partial.items()} if isinstance(partial, dict) else {})
 
 
 def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolution:
-    """Where the findings named by ``entries`` (a verdicts ledger) are among ``rows`` (evidence.csv and review.csv rows).
+    """Where the passages of the findings ``entries`` (a verdicts ledger) decided are among ``rows`` (evidence.csv
+    and review.csv rows).
 
-    A decided finding id no row has is carried to the row of the same recipient request and customer and the same
-    source customer whose passage overlaps the recorded one by at least half of the shorter span (the largest
-    overlap; then the lowest id), else stale. Verdicts recorded before passages were (no ``passage``) go stale.
+    A verdict counts for its finding when it is still there and for every other finding that lies mostly inside its
+    passage (same recipient request and customer, same source customer, at least half of the finding's span inside
+    it): logs added since may have given the passage another id, or split it, and the old id may come back beside the
+    new one. A finding that holds only part of a decided passage with more text beside it is left to an analyst
+    (``partial``, said in the summary): the verdict was not given on that text. A verdict whose finding is gone and
+    whose passage no finding holds is out of effect (``stale``), as is one recorded before verdicts kept their passage.
     """
     ids = {r.get("finding_id", "") for r in rows}
     passage_of: dict[str, dict[str, Any]] = {}
     for e in entries:
         if isinstance(e.get("passage"), dict):
             passage_of[str(e["finding_id"])] = e["passage"]
-    carried: dict[str, str] = {}
+    carried: dict[str, tuple[str, ...]] = {}
+    partial: dict[str, tuple[str, ...]] = {}
     stale: list[str] = []
     for fid in sorted(decisions(entries)):
-        if fid in ids or csvfile.cell(fid) in ids:
-            continue
-        successor = _successor(passage_of.get(fid), rows)
-        if successor is None:
+        present = fid if fid in ids else csvfile.cell(fid) if csvfile.cell(fid) in ids else None
+        same = [r.get("finding_id", "") for r in rows if r.get("finding_id", "") != present
+                and passage_overlap(passage_of.get(fid), r, within=True)]
+        part = sorted(r.get("finding_id", "") for r in rows if r.get("finding_id", "") not in (present, *same)
+                      and passage_overlap(passage_of.get(fid), r))
+        if same:
+            carried[fid] = tuple(sorted([*([present] if present else []), *same]))
+        elif present is None:
             stale.append(fid)
-        else:
-            carried[fid] = successor
-    return Resolution(carried, tuple(stale))
+        if part:
+            partial[fid] = tuple(part)
+    return Resolution(carried, tuple(stale), partial)
 
 
-def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str]) -> int:
+def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str], within: bool = False) -> int:
     """How many characters of the response ``row``'s passage shares with ``passage`` when it is the same passage (the
-    same recipient request and customer, the same source customer, overlapping by at least half of the shorter
-    span), else 0. Both as evidence.csv and review.csv write them (cells)."""
+    same recipient request and customer, the same source customer, overlapping by at least half of the shorter span;
+    ``within``: by at least half of ``row``'s, which then lies mostly inside ``passage``), else 0. Both as evidence.csv
+    and review.csv write them (cells)."""
     if not passage or any(row.get(k, "") != str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]):
         return 0
     try:
@@ -177,7 +198,8 @@ def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str]) -> int:
     except (KeyError, TypeError, ValueError):
         return 0
     overlap = min(b, d) - max(a, c)
-    return overlap if overlap > 0 and overlap * 2 >= min(b - a, d - c) else 0
+    least = d - c if within else min(b - a, d - c)
+    return overlap if overlap > 0 and overlap * 2 >= least else 0
 
 
 def passage_of(row: dict[str, str]) -> dict[str, str]:
@@ -185,25 +207,19 @@ def passage_of(row: dict[str, str]) -> dict[str, str]:
     return {k: row.get(k, "") for k in PASSAGE_KEYS}
 
 
-def _successor(passage: dict[str, Any] | None, rows: list[dict[str, str]]) -> str | None:
-    best: tuple[int, str] | None = None
-    for r in rows:
-        overlap = passage_overlap(passage, r)
-        if overlap:
-            candidate = (-overlap, r.get("finding_id", ""))
-            best = candidate if best is None or candidate < best else best
-    return best[1] if best else None
-
-
 def resolution_notes(resolution: Resolution) -> list[str]:
-    """What a render tells about verdicts whose finding it no longer has (printed, and in the summary)."""
+    """What a render tells about verdicts whose passage moved (printed, and in the summary)."""
     notes = []
     if resolution.stale:
         notes.append(f"{len(resolution.stale)} verdict(s) are out of effect: their findings are gone from this report and no "
                      f"finding holds their passage ({', '.join(resolution.stale[:5])}{', ...' if len(resolution.stale) > 5 else ''}); "
                      "look at those customers' findings again (summary.md, Analyst verdicts)")
+    if resolution.partial:
+        shared = sorted({f for fs in resolution.partial.values() for f in fs})
+        notes.append(f"{len(shared)} finding(s) share only part of a passage an analyst decided ({', '.join(shared[:5])}"
+                     f"{', ...' if len(shared) > 5 else ''}): the verdict is not theirs; look at them (summary.md, Analyst verdicts)")
     if resolution.carried:
-        notes.append(f"{len(resolution.carried)} verdict(s) now count for the finding that holds their passage under a new id "
+        notes.append(f"{len(resolution.carried)} verdict(s) count for findings that hold their passage under other ids "
                      "(logs added since): summary.md, Analyst verdicts, lists them")
     return notes
 
@@ -239,10 +255,15 @@ def summary_section(entries: list[dict[str, Any]], resolution: Resolution | None
             "An escalation changes nothing until a later confirm or dismiss.")
     parts: list[Any] = [text]
     if resolution.carried:
-        parts.append(f"{len(resolution.carried)} verdict(s) name a finding this report no longer has (logs added since gave "
-                     "its passage another id); each counts for the finding that holds the same passage now (same recipient "
-                     "request and customer, same source customer, overlapping span): "
-                     + "; ".join(f"{old} (now {new})" for old, new in sorted(resolution.carried.items())) + ".")
+        parts.append(f"{len(resolution.carried)} verdict(s) name a passage that other findings hold now (logs added since "
+                     "gave it another id, split it, or brought its old id back beside the new one); each counts for every "
+                     "finding that lies mostly inside that passage (same recipient request and customer, same source "
+                     "customer, at least half of the finding's span): "
+                     + "; ".join(f"{old} (now {', '.join(new)})" for old, new in sorted(resolution.carried.items())) + ".")
+    if resolution.partial:
+        parts.append("NOT DECIDED: findings that share only part of a passage an analyst decided; the verdict is not "
+                     "theirs: " + "; ".join(f"{', '.join(new)} (part of {old})" for old, new in sorted(resolution.partial.items()))
+                     + ". Look at them and record verdicts.")
     if resolution.stale:
         parts.append(f"NOT IN EFFECT: {len(resolution.stale)} verdict(s) name a finding this report no longer has, whose "
                      "passage no finding holds: " + ", ".join(resolution.stale) + ". Look at the findings of their "

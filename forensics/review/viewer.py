@@ -229,8 +229,9 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
         entries = chain.read_report_ledger(report_dir, VERDICTS).entries
         resolution = report_resolution(report_dir)
         decided = decisions(entries, resolution)
-        by = {resolution.carried.get(str(e["finding_id"]), str(e["finding_id"])): str(e["analyst"]) for e in entries
-              if e["verdict"] in ("confirm", "dismiss") and str(e["finding_id"]) not in resolution.stale}
+        by = {target: str(e["analyst"]) for e in entries if e["verdict"] in ("confirm", "dismiss")
+              and str(e["finding_id"]) not in resolution.stale
+              for target in resolution.carried.get(str(e["finding_id"]), (str(e["finding_id"]),))}
         classifier = default_classifier()
         findings = []
         for r in _rows(case_dir):
