@@ -446,7 +446,7 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]
     return (ledger_drift + _check_notifications(suspects, evidence, notifications) + _check_packets(report_dir, notifications)
-            + _check_counts(report_dir, man, suspects, evidence, notifications))
+            + _check_counts(report_dir, man, suspects, evidence, notifications) + check_references(report_dir, man))
 
 
 def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], dict[str, str]]:
@@ -458,7 +458,7 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
     written in the report's CSVs -> confirm/dismiss) of the verdicts the report was rendered with.
     """
     from forensics.review import LEDGERS, VERDICTS, chain
-    from forensics.review.verdicts import Resolution, decisions
+    from forensics.review.verdicts import Resolution, decisions, resolve
 
     drift: list[Drift] = []
     recorded = man.ledgers or {}
@@ -483,8 +483,41 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
             drift.append(Drift("ledger", name, f"the {n} line(s) the report was rendered with are no longer there unchanged"))
             continue
         if name == VERDICTS:  # as the render resolved them (verdicts carried to new finding ids, or out of effect)
-            decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n], Resolution.from_json(rec)).items()}
+            recorded_resolution = Resolution.from_json(rec)
+            # The record is what audit, review.html and the notebook follow: it must be what the verdicts and the
+            # report's findings give (its evidence.csv and review.csv hold every finding, as the verdicts moved them).
+            again = resolve(c.entries[:n], (_read_csv(report_dir / "evidence.csv") or []) + (_read_csv(report_dir / "review.csv") or []))
+            if again.to_json() != recorded_resolution.to_json():
+                drift.append(Drift("ledger", name, "the manifest's record of where the verdicts' passages are (carried, partial, "
+                                   f"stale) is not what the verdicts and the report's findings give: {_json(again.to_json())}"))
+            decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n], recorded_resolution).items()}
     return drift, decided
+
+
+def check_references(report_dir: Path, man: ReportManifest) -> list[Drift]:
+    """references.csv against the key the manifest records: each reference is the HMAC of its finding id. A key that
+    is no key, or references it does not give, are drift (the next render keys references with the recorded one)."""
+    key = man.references_key
+    if key is None:
+        return []  # a report of an earlier release: its key was its evidence.csv's bytes
+    try:
+        raw = bytes.fromhex(key)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        return [Drift("consistency", MANIFEST, f"references_key {_json(key)} is not a 256-bit key in hex")]
+    from forensics.report.notices import reference
+
+    wrong = []
+    for r in _read_csv(report_dir / "references.csv") or []:
+        shown = r.get("finding_id", "")
+        fid = csvfile.uncell(shown)
+        if r.get("reference") != reference(raw, fid if fid is not None else shown):
+            wrong.append(shown)
+    if wrong:
+        return [Drift("consistency", "references.csv", f"{len(wrong)} reference(s) are not those the manifest's references_key "
+                      f"gives (e.g. of finding {wrong[0]!r})")]
+    return []
 
 
 def _json(value: Any) -> str:

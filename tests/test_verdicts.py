@@ -487,3 +487,31 @@ def test_a_finding_that_shares_only_part_of_a_decided_passage_is_left_to_an_anal
     summary_md = (result.report_dir / "summary.md").read_text(encoding="utf-8")
     assert "NOT DECIDED" in summary_md and "f-0111 (part of f-0001)" in summary_md
     assert any("share only part of a passage an analyst decided" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("edit", ["zero_key", "no_key_text", "stale_for_carried", "carried_dropped"])
+def test_verify_holds_the_key_and_the_verdicts_record_to_what_the_report_gives(built: tuple[Path, object, Path],
+                                                                              edit: str) -> None:
+    # Both passed verify: the next render re-keyed every reference, and audit, review.html and the notebook read a
+    # record of the verdicts the report's files contradict.
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _rekey(case, "f-0001", "f-0009", "r-acme-0")
+    rd = report(case, cfg, rd.parent).report_dir
+    path = rd / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    record = man["ledgers"]["verdicts.jsonl"]
+    if edit == "zero_key":
+        man["references_key"] = "0" * 64
+    elif edit == "no_key_text":
+        man["references_key"] = "not a key"
+    elif edit == "stale_for_carried":
+        record["stale"] = ["f-0001"]
+        del record["carried"]
+    else:
+        del record["carried"]
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = verify(rd)
+    assert not result.ok
+    shown = " ".join(str(d) for d in result.drift)
+    assert ("references" in shown) if "key" in edit else ("carried, partial, stale" in shown)

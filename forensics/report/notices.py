@@ -93,12 +93,14 @@ class Notice:
                 ";".join(self.severity_kinds)]
 
 
+def reference(key: bytes, finding_id: str) -> str:
+    """The opaque reference of a finding: unguessable without ``key``."""
+    return "ref-" + hmac.new(key, finding_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
+
+
 def references(findings: list[Finding], key: bytes) -> dict[str, str]:
-    """Opaque reference per finding id: stable for the same evidence, unguessable without it."""
-    return {
-        f.finding_id: "ref-" + hmac.new(key, f.finding_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
-        for f in findings
-    }
+    """Opaque reference per finding id: stable for the same key (the first render's), unguessable without it."""
+    return {f.finding_id: reference(key, f.finding_id) for f in findings}
 
 
 def packet_path(tenant_id: str) -> str:
