@@ -486,8 +486,9 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
             recorded_resolution = Resolution.from_json(rec)
             # The record is what audit, review.html and the notebook follow: it must be what the verdicts and the
             # report's findings give (its evidence.csv and review.csv hold every finding, as the verdicts moved them).
+            # An earlier release's report resolved nothing and says so (no format mark): its verdicts count by id.
             again = resolve(c.entries[:n], (_read_csv(report_dir / "evidence.csv") or []) + (_read_csv(report_dir / "review.csv") or []))
-            if again.to_json() != recorded_resolution.to_json():
+            if "resolution" in rec and again.to_json() != {**recorded_resolution.to_json(), "resolution": rec["resolution"]}:
                 drift.append(Drift("ledger", name, "the manifest's record of where the verdicts' passages are (carried, partial, "
                                    f"stale) is not what the verdicts and the report's findings give: {_json(again.to_json())}"))
             decided = {csvfile.cell(k): v for k, v in decisions(c.entries[:n], recorded_resolution).items()}

@@ -408,3 +408,29 @@ def test_a_verdict_out_of_effect_stays_in_the_trail_of_the_customers_it_was_abou
                         72.0, Resolution(stale=("f-0001",)))
     [row] = [r for r in rows if r["tenant_id"] == "globex"]
     assert "ana dismiss f-0001 (out of effect" in row["decision_trail"]
+
+
+def test_a_notice_recorded_late_tells_not_of_leaks_into_answers_after_it_was_sent(built: tuple[Path, object, Path]) -> None:
+    # Recorded on 09-02 for a notice sent 08-29, it counted as telling of acme's leak into an answer of 08-31.
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-08-29T00:00:00Z", "T-acme")])
+    [notice] = chain.read_valid(rd / "notices.jsonl").entries
+    assert [f["finding_id"] for f in notice["findings"]] == ["f-0001"]  # globex's answer of 08-28 only
+    row = next(r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows if r["tenant_id"] == "acme")
+    assert row["status"] == "notified, new findings since" and "f-0002" in row["problems"]
+
+
+def test_a_notice_of_an_earlier_release_beside_a_recorded_one_leaves_the_check_on() -> None:
+    # One notice without a findings record switched the check off for the customer.
+    listed = [{"tenant_id": "acme", "role": "exposed", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    evidence = [{"finding_id": f, "relation": "cross_tenant", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+                 "recipient_request_id": r, "recipient_start": "0", "recipient_end": "40", "tier": "confirmed", "tier_rule": "E1"}
+                for f, r in (("f-0001", "r-globex-1"), ("f-0new", "r-globex-9"))]
+    told = [{"finding_id": "f-0001", "recipient_request_id": "r-globex-1", "recipient_tenant_id": "globex",
+             "source_tenant_id": "acme", "recipient_start": "0", "recipient_end": "40"}]
+    sent = [{"tenant_id": "acme", "channel": "email", "at": "2026-09-01T10:00:00Z", "ref": "T-old", "recorded_at": "x", "seq": 1},
+            {"tenant_id": "acme", "channel": "email", "at": "2026-09-01T12:00:00Z", "ref": "T-new", "recorded_at": "x", "seq": 2,
+             "findings": told}]
+    rows = ledger._rows(listed, [], evidence, [], [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
+    [row] = [r for r in rows if r["tenant_id"] == "acme"]
+    assert row["status"] == "notified, new findings since" and "f-0new" in row["problems"]

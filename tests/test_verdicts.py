@@ -207,7 +207,8 @@ def test_rerender_carries_the_verdicts_byte_for_byte_and_is_deterministic(built:
     assert first == second and first["verdicts.jsonl"] == data
     assert stat.S_IMODE((rd / "verdicts.jsonl").stat().st_mode) == 0o600
     man = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
-    assert man["ledgers"]["verdicts.jsonl"] == {"entries": 1, "head": hashlib.sha256(data.rstrip(b"\n")).hexdigest()}
+    assert man["ledgers"]["verdicts.jsonl"] == {"entries": 1, "head": hashlib.sha256(data.rstrip(b"\n")).hexdigest(),
+                                                "resolution": 1}  # nothing carried, nothing stale
     assert "verdicts.jsonl" not in {o["path"] for o in man["outputs"]}
 
 
@@ -515,3 +516,72 @@ def test_verify_holds_the_key_and_the_verdicts_record_to_what_the_report_gives(b
     assert not result.ok
     shown = " ".join(str(d) for d in result.drift)
     assert ("references" in shown) if "key" in edit else ("carried, partial, stale" in shown)
+
+
+def test_a_verdict_given_on_a_finding_is_not_overridden_by_one_carried_from_a_sibling(built: tuple[Path, object, Path]) -> None:
+    # Two findings of one passage (two copies of the source's text), each decided: the later verdict, carried from
+    # the sibling, overrode the other's own (a dismissed finding reported as confirmed by an analyst).
+    case, cfg, rd = built
+    _replace_finding(case, "f-0001", {}, {"finding_id": "f-0011", "source_request_id": "r-acme-0"})
+    rd = report(case, cfg, rd.parent).report_dir
+    _review(rd, "f-0001", "dismiss", "template text")
+    _review(rd, "f-0011", "confirm", "verbatim")
+    rd = report(case, cfg, rd.parent).report_dir
+    evidence = {r["finding_id"]: r for r in csv.DictReader(io.StringIO((rd / "evidence.csv").read_text(encoding="utf-8")))}
+    assert "f-0001" not in evidence and evidence["f-0011"]["tier"] == "confirmed"
+    assert "confirmed by an analyst 1, dismissed 1" in (rd / "summary.md").read_text(encoding="utf-8")
+    assert verify(rd).ok
+
+
+def test_a_confirmed_passage_held_whole_by_a_bigger_candidate_stays_confirmed(built: tuple[Path, object, Path]) -> None:
+    # It was called out of effect ("no finding holds its passage") and its customer left the list.
+    case, cfg, rd = built
+    _review(rd, "f-review-1", "confirm", "verbatim")
+    rd = report(case, cfg, rd.parent).report_dir
+    assert ("umbrella", "exposed") in _notifications(rd)
+    row = pa.parquet.read_table(case / "review.parquet").to_pylist()[0]
+    bigger = dict(row, finding_id="f-big1", source_request_id="r-umbrella-1", recipient_start=max(0, row["recipient_start"] - 12),
+                  recipient_end=row["recipient_end"] + 12)
+    write_table(case / "review.parquet", pa.Table.from_pylist([bigger], schema=schema.REVIEW), schema.REVIEW)
+    cols = list(schema.REVIEW.names)  # the match writes its review.csv beside the table
+    safe.write_bytes(case / "review.csv", safe.csv_bytes(cols, [[bigger.get(c) for c in cols]]))
+    rd = report(case, cfg, rd.parent).report_dir
+    assert ("umbrella", "exposed") in _notifications(rd)
+    record = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["ledgers"]["verdicts.jsonl"]
+    assert record.get("carried") == {"f-review-1": ["f-big1"]} and "stale" not in record
+    assert verify(rd).ok
+
+
+def test_a_report_of_an_earlier_release_with_a_verdict_on_a_gone_finding_verifies(built: tuple[Path, object, Path]) -> None:
+    # Its record resolved nothing (no mark): recomputed now, the gone finding's verdict read as stale, and verify
+    # called an intact report drifted (and skipped the list check).
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _rekey(case, "f-0001", "f-0009", "r-acme-0")
+    rd = report(case, cfg, rd.parent).report_dir
+    path = rd / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    record = man["ledgers"]["verdicts.jsonl"]
+    man["ledgers"]["verdicts.jsonl"] = {"entries": record["entries"], "head": record["head"]}  # as an earlier release wrote it
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = verify(rd)
+    assert not any("carried, partial, stale" in str(d) for d in result.drift)
+
+
+def test_verdicts_on_ids_a_spreadsheet_would_read_as_formulas_follow_their_passage(built: tuple[Path, object, Path]) -> None:
+    # Carried targets were CSV cells ("'=HYPER"): evidence.csv and notifications.csv disagreed, verify found 10 drifts.
+    case, cfg, rd = built
+    _review(rd, "f-0002", "dismiss", "template text")
+    _rekey(case, "f-0001", "=HYPER", "r-acme-1")
+    rd = report(case, cfg, rd.parent).report_dir
+    assert _review(rd, "'=HYPER", "dismiss", "template text") == 0  # as evidence.csv shows it
+    rd = report(case, cfg, rd.parent).report_dir
+    assert ("acme", "exposed") not in _notifications(rd)
+    row = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "=HYPER")
+    a, b = row["recipient_start"], row["recipient_end"]
+    _replace_finding(case, "=HYPER", {"finding_id": "f-00a1", "recipient_end": (a + b) // 2},
+                     {"finding_id": "=HYPER", "recipient_start": (a + b) // 2})
+    rd = report(case, cfg, rd.parent).report_dir
+    assert ("acme", "exposed") not in _notifications(rd)
+    result = verify(rd)
+    assert result.ok, [str(d) for d in result.drift]

@@ -140,7 +140,7 @@ def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[s
     return evidence.csv's bytes: a dismissed finding moves to review.csv (``why_not_notified`` says so), a confirmed
     candidate to evidence.csv (tier confirmed, the verdict its rule). They listed the match's findings whatever the
     verdicts, so notifications.csv could not be rebuilt from them. Cells stay as the match wrote them."""
-    from forensics.review.verdicts import CONFIRMED_RULE
+    from forensics.review.verdicts import CONFIRMED_RULE, raw_id
 
     def table(data: bytes) -> tuple[list[str], list[dict[str, str]]]:
         rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
@@ -151,8 +151,8 @@ def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[s
     ev_header, evidence = table(evidence_bytes)
     rv_header, review = table(review_path.read_bytes()) if review_path.is_file() else (list(schema.REVIEW_CSV), [])
 
-    def verdict(row: dict[str, str]) -> str | None:
-        return decided.get(row.get("finding_id", ""))
+    def verdict(row: dict[str, str]) -> str | None:  # decided by the id as the match wrote it (a cell shows it)
+        return decided.get(raw_id(row.get("finding_id", "")))
 
     def key(row: dict[str, str]) -> tuple[Any, ...]:
         def text(name: str) -> tuple[int, str]:  # the id as the logs hold it; an empty cell (null) last

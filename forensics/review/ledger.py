@@ -36,10 +36,12 @@ from forensics.review import AUDIT, NOTICES, VERDICTS, chain
 from forensics.review.verdicts import (
     CONFIRMED_RULE,
     MAX_TEXT,
+    PASSAGE_KEYS,
     Resolution,
     decisions,
     passage_of,
     passage_overlap,
+    raw_id,
     report_resolution,
 )
 from forensics.review.verdicts import REQUIRED as VERDICT_FIELDS
@@ -120,9 +122,18 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
         evidence = _csv_rows(report_dir / "evidence.csv")
         rows = {e.get("finding_id", ""): e for e in evidence}
         findings = _listed_findings(evidence)
+        # A leak into an answer produced after the notice was sent is none it told of, however late it is recorded.
+        answered = {(s.get("request_id", ""), s.get("tenant_id", "")): _maybe_t(s.get("received_at", ""))
+                    for s in _csv_rows(report_dir / "suspects.csv")}
+
+        def told(notice: dict[str, Any], fid: str) -> bool:
+            row = rows[fid]
+            when = answered.get((row.get("recipient_request_id", ""), row.get("recipient_tenant_id", "")))
+            return when is None or when <= _t(notice["at"])
+
         return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded, findings=[
-            {"finding_id": f, **passage_of(rows[f])} for f in sorted(findings.get(_named(n["tenant_id"], listed), set()))])
-            for n in notices], REQUIRED)
+            {"finding_id": f, **passage_of(rows[f])} for f in sorted(findings.get(_named(n["tenant_id"], listed), set()))
+            if told(n, f)]) for n in notices], REQUIRED)
 
 
 @dataclasses.dataclass
@@ -204,7 +215,7 @@ def _t(text: str) -> dt.datetime:
 
 def _moved(verdict: dict[str, Any], resolution: Resolution) -> str:
     """How a verdict's finding stands in this report, for the decision trail (nothing when it is there unchanged)."""
-    fid = str(verdict["finding_id"])
+    fid = raw_id(str(verdict["finding_id"]))
     if fid in resolution.stale:
         return " (out of effect: its finding is gone and no finding holds its passage)"
     if fid in resolution.carried:
@@ -284,11 +295,11 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
 
     def now_named(fid: Any) -> tuple[str, ...]:  # the findings a verdict counts for in this report (its passage's)
-        return tuple(csvfile.cell(t) for t in resolution.carried.get(str(fid), (str(fid),)))
+        return tuple(csvfile.cell(t) for t in resolution.carried.get(raw_id(str(fid)), (raw_id(str(fid)),)))
 
     confirmed_at: dict[str, str] = {}
     for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
-        if v["verdict"] == "confirm" and str(v["finding_id"]) not in resolution.stale:
+        if v["verdict"] == "confirm" and raw_id(str(v["finding_id"])) not in resolution.stale:
             for target in now_named(v["finding_id"]):
                 if decided.get(target) == "confirm":
                     confirmed_at.setdefault(target, v["at"])
@@ -327,15 +338,21 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         first = valid[0] if valid else None
         covered = [n["findings"] for n in valid if isinstance(n.get("findings"), list)]
         uncovered: set[str] = set()
-        if listed_rows and first is not None and len(covered) < len(valid):
-            problems.append("a notice recorded by an earlier release says not which findings it told of: findings the list "
-                            "gained since cannot be told from them")
-        if listed_rows and first is not None and len(covered) == len(valid):  # notices that say what they covered
+        if listed_rows and first is not None and not covered:
+            problems.append("the notices were recorded by an earlier release, which kept not which findings they told of: "
+                            "findings the list gained since cannot be told from them")
+        if listed_rows and first is not None and covered:
+            # What the notices that say so told of (every finding then on the list for the customer, whose answer came
+            # before the notice): one the list holds and none of them told of came later, an older notice's or not.
             told = [f for fs in covered for f in fs if isinstance(f, dict)]
             told_ids = {t for f in told for t in now_named(f.get("finding_id"))}
+            told_at: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for f in told:
+                told_at.setdefault(tuple(str(f.get(k, "")) for k in PASSAGE_KEYS[:3]), []).append(f)
             # A finding told of under another id (logs added since gave its passage a new one) is no new finding.
             uncovered = {f for f in concerns_listed.get(tenant, set()) if f not in told_ids
-                         and not any(passage_overlap(t, evidence_rows.get(f, {}), within=True) for t in told)}
+                         and not any(passage_overlap(t, row, within=True) for row in (evidence_rows.get(f, {}),)
+                                     for t in told_at.get(tuple(row.get(k, "") for k in PASSAGE_KEYS[:3]), []))}
             if uncovered:
                 problems.append(f"{len(uncovered)} finding(s) about this customer are in no notice sent (the list gained them "
                                 f"after it): {', '.join(sorted(uncovered)[:5])}{', ...' if len(uncovered) > 5 else ''}; a "

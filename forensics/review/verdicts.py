@@ -106,23 +106,40 @@ def record(report_dir: Path, verdicts: list[dict[str, Any]], now: dt.datetime | 
 
 
 def decisions(entries: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, str]:
-    """Finding id -> ``confirm`` or ``dismiss``: the latest such verdict on it. With ``resolution``, a verdict counts
-    for every finding that holds its passage now (:func:`resolve`), and one whose passage none holds not at all."""
+    """Finding id -> ``confirm`` or ``dismiss``: the latest such verdict on it. With ``resolution``, a verdict also
+    counts for the findings that hold its passage now (:func:`resolve`) that have no verdict of their own (a verdict
+    given on a finding is its own: one carried from another id never overrides it), and one whose passage none holds
+    not at all."""
     carried, stale = (resolution.carried, set(resolution.stale)) if resolution else ({}, set())
-    out: dict[str, str] = {}
+    own: dict[str, str] = {}
+    others: dict[str, str] = {}
     for e in entries:
         if e.get("verdict") in ("confirm", "dismiss"):
-            fid = str(e["finding_id"])
+            fid = raw_id(str(e["finding_id"]))
             if fid in stale:
                 continue
             for target in carried.get(fid, (fid,)):
-                out[target] = str(e["verdict"])
-    return out
+                (own if target == fid else others)[target] = str(e["verdict"])
+    return {**{k: v for k, v in others.items() if k not in own}, **own}
+
+
+def raw_id(fid: str) -> str:
+    """A finding id as the match wrote it, whether given so or as evidence.csv shows it (a cell: a formula start
+    quoted, control characters escaped)."""
+    raw = csvfile.uncell(fid)
+    return fid if raw is None else raw
+
+
+#: Marks a report manifest's verdicts record as holding the resolution below (written since verdicts record their
+#: passage): a record without it is an earlier release's, which resolved nothing (verdicts counted by id alone).
+RESOLUTION_FORMAT = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Resolution:
-    """What became of the findings verdicts name, in a report whose findings may have new ids (:func:`resolve`)."""
+    """What became of the findings verdicts name, in a report whose findings may have new ids (:func:`resolve`).
+
+    Finding ids are as the logs and the match hold them (not as CSV cells show them)."""
 
     #: finding id named by a verdict -> the findings that hold its passage now (itself among them when it is still
     #: there), where that is not just itself
@@ -133,7 +150,8 @@ class Resolution:
 
     def to_json(self) -> dict[str, Any]:
         """For the manifest's record of the verdicts ledger (empty parts left out)."""
-        return {**({"carried": {k: list(v) for k, v in sorted(self.carried.items())}} if self.carried else {}),
+        return {"resolution": RESOLUTION_FORMAT,
+                **({"carried": {k: list(v) for k, v in sorted(self.carried.items())}} if self.carried else {}),
                 **({"stale": list(self.stale)} if self.stale else {}),
                 **({"partial": {k: list(v) for k, v in sorted(self.partial.items())}} if self.partial else {})}
 
@@ -143,46 +161,64 @@ class Resolution:
         record = record if isinstance(record, dict) else {}
 
         def ids(value: Any) -> tuple[str, ...]:
-            return (str(value),) if isinstance(value, str) else tuple(str(x) for x in value) if isinstance(value, list) else ()
+            return tuple(str(x) for x in value) if isinstance(value, list) else ()
 
         carried, stale, partial = record.get("carried"), record.get("stale"), record.get("partial")
         return cls({str(k): ids(v) for k, v in carried.items()} if isinstance(carried, dict) else {},
-                   ids(stale) if isinstance(stale, list) else (),
-                   {str(k): ids(v) for k, v in partial.items()} if isinstance(partial, dict) else {})
+                   ids(stale), {str(k): ids(v) for k, v in partial.items()} if isinstance(partial, dict) else {})
 
 
 def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolution:
     """Where the passages of the findings ``entries`` (a verdicts ledger) decided are among ``rows`` (evidence.csv
-    and review.csv rows).
+    and review.csv rows, as written: cells).
 
     A verdict counts for its finding when it is still there and for every other finding that lies mostly inside its
     passage (same recipient request and customer, same source customer, at least half of the finding's span inside
     it): logs added since may have given the passage another id, or split it, and the old id may come back beside the
-    new one. A finding that holds only part of a decided passage with more text beside it is left to an analyst
-    (``partial``, said in the summary): the verdict was not given on that text. A verdict whose finding is gone and
-    whose passage no finding holds is out of effect (``stale``), as is one recorded before verdicts kept their passage.
+    new one. A confirm also counts for a finding that holds the whole confirmed passage (the text confirmed is in it).
+    Any other finding that shares part of a decided passage is left to an analyst (``partial``, said in the summary):
+    the verdict was not given on its other text. A verdict whose finding is gone and whose passage no finding holds,
+    whole or in part, is out of effect (``stale``), as is one recorded before verdicts kept their passage.
     """
-    ids = {r.get("finding_id", "") for r in rows}
-    passage_of: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        if isinstance(e.get("passage"), dict):
-            passage_of[str(e["finding_id"])] = e["passage"]
+    ids = {raw_id(r.get("finding_id", "")) for r in rows}
+    by_place: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for r in rows:  # compared only within one recipient request and source customer: linear in the rows
+        by_place.setdefault(tuple(r.get(k, "") for k in PASSAGE_KEYS[:3]), []).append(r)
+    passage_at: dict[str, dict[str, Any]] = {}
+    for e in entries:  # the passage the decision was given on (an escalation changes no decision, nor its passage)
+        if e.get("verdict") in ("confirm", "dismiss") and isinstance(e.get("passage"), dict):
+            passage_at[raw_id(str(e["finding_id"]))] = e["passage"]
     carried: dict[str, tuple[str, ...]] = {}
     partial: dict[str, tuple[str, ...]] = {}
     stale: list[str] = []
-    for fid in sorted(decisions(entries)):
-        present = fid if fid in ids else csvfile.cell(fid) if csvfile.cell(fid) in ids else None
-        same = [r.get("finding_id", "") for r in rows if r.get("finding_id", "") != present
-                and passage_overlap(passage_of.get(fid), r, within=True)]
-        part = sorted(r.get("finding_id", "") for r in rows if r.get("finding_id", "") not in (present, *same)
-                      and passage_overlap(passage_of.get(fid), r))
+    for fid, verdict in sorted(decisions(entries).items()):
+        present = fid if fid in ids else None
+        passage = passage_at.get(fid)
+        near = by_place.get(tuple(str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]), []) if passage else []
+        same: list[str] = []
+        part: list[str] = []
+        for r in near:
+            rid = raw_id(r.get("finding_id", ""))
+            if rid == present or not passage_overlap(passage, r):
+                continue
+            inside = passage_overlap(passage, r, within=True)
+            holds_all = verdict == "confirm" and passage is not None and _holds(r, passage)
+            (same if inside or holds_all else part).append(rid)
         if same:
             carried[fid] = tuple(sorted([*([present] if present else []), *same]))
-        elif present is None:
+        elif present is None and not part:
             stale.append(fid)
         if part:
-            partial[fid] = tuple(part)
+            partial[fid] = tuple(sorted(part))
     return Resolution(carried, tuple(stale), partial)
+
+
+def _holds(row: dict[str, str], passage: dict[str, Any]) -> bool:
+    """Whether ``row``'s span in the response holds all of ``passage``'s."""
+    try:
+        return int(row["recipient_start"]) <= int(passage["recipient_start"]) and int(passage["recipient_end"]) <= int(row["recipient_end"])
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str], within: bool = False) -> int:
@@ -225,7 +261,8 @@ def resolution_notes(resolution: Resolution) -> list[str]:
 
 
 def report_resolution(report_dir: Path) -> Resolution:
-    """The resolution a report was rendered with (its manifest's record of verdicts.jsonl)."""
+    """The resolution a report was rendered with (its manifest's record of verdicts.jsonl; an earlier release's,
+    which resolved nothing, gives none)."""
     try:
         man = json.loads((Path(report_dir) / "manifest.json").read_text(encoding="utf-8"))
         return Resolution.from_json((man.get("ledgers") or {}).get(VERDICTS))

@@ -30,7 +30,7 @@ from forensics.report import safe
 from forensics.report.notices import passages
 from forensics.report.severity import NONE, default_classifier
 from forensics.review import VERDICTS, VIEWER, chain
-from forensics.review.verdicts import decisions, report_resolution
+from forensics.review.verdicts import decisions, raw_id, report_resolution
 
 PAGE = VIEWER
 #: Characters of context kept on each side of a passage.
@@ -230,8 +230,8 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
         resolution = report_resolution(report_dir)
         decided = decisions(entries, resolution)
         by = {target: str(e["analyst"]) for e in entries if e["verdict"] in ("confirm", "dismiss")
-              and str(e["finding_id"]) not in resolution.stale
-              for target in resolution.carried.get(str(e["finding_id"]), (str(e["finding_id"]),))}
+              and raw_id(str(e["finding_id"])) not in resolution.stale
+              for target in resolution.carried.get(raw_id(str(e["finding_id"])), (raw_id(str(e["finding_id"])),))}
         classifier = default_classifier()
         findings = []
         for r in _rows(case_dir):
