@@ -493,8 +493,11 @@ def test_the_counts_add_back_every_detail_langfuse_took_out(tmp_path: Path) -> N
             obs(3, usage_details={"input": 100, "input_cached_tokens": 900, "input_audio_tokens": 20, "output": 5,
                                   "output_reasoning_tokens": 40}),
             # Anthropic's own cache names beside Langfuse's `input` (as other writers of Langfuse usage put them)
-            obs(4, usage_details={"input": 12, "cache_read_input_tokens": 812333, "output": 6})]
+            obs(4, usage_details={"input": 12, "cache_read_input_tokens": 812333, "output": 6}),
+            # LiteLLM's Langfuse logger: the cache writes still inside `input`; a reads count given twice counts once
+            obs(5, usage_details={"input": 500, "cache_creation_input_tokens": 400, "output": 6}),
+            obs(6, usage_details={"input": 10, "input_cache_read": 800000, "cache_read_input_tokens": 800000, "output": 6})]
     entry, q, x = ingest(tmp_path, write(tmp_path, "o.jsonl", jsonl(rows)))
-    assert (entry["ingested"], q) == (4, [])
-    assert [r["reported_prompt_tokens"] for r in x] == [812345, 257, 1020, 812345]
-    assert [r["completion_tokens"] for r in x] == [10, 2297, 45, 6]
+    assert (entry["ingested"], q) == (6, [])
+    assert [r["reported_prompt_tokens"] for r in x] == [812345, 257, 1020, 812345, 500, 800010]
+    assert [r["completion_tokens"] for r in x] == [10, 2297, 45, 6, 6, 6]

@@ -135,8 +135,11 @@ def _count(usage: Mapping[str, Any], keys: tuple[str, ...], field: str, problems
             if key in DETAILED:
                 count = _with_details(count, usage, DETAILED[key], field, problems)
             if key in ("input", "input_tokens"):
-                # Anthropic's own names, which writers of Langfuse usage put beside ``input`` too.
-                cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in CACHE_KEYS if usage.get(k) not in (None, "")]
+                # Anthropic's own names: its ``input_tokens`` leaves out both. Beside Langfuse's ``input`` (as LiteLLM's
+                # Langfuse logger writes it) only the cache reads are left out, the cache writes are still inside, and
+                # a reads count Langfuse already split off (``input_cache_read``) is the same tokens again.
+                apart = CACHE_KEYS if key == "input_tokens" else () if "input_cache_read" in usage else CACHE_KEYS[:1]
+                cached = [opt_count(usage[k], f"{field}.{k}", problems) for k in apart if usage.get(k) not in (None, "")]
                 count += sum(c for c in cached if c is not None)
             if count > INT64_MAX:
                 problems.append(f"{field}.{key} with its detail counts is out of range (more than 64 bits)")
