@@ -21,6 +21,7 @@ import base64
 import csv
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import re
@@ -431,6 +432,7 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     if any(d.path == "verdicts.jsonl" for d in ledger_drift):
         return ledger_drift + [Drift("consistency", "notifications.csv", "not checked: the verdicts it was rendered with "
                                      "cannot be read back from verdicts.jsonl")]
+    marked = _marked_by_analysts(report_dir, evidence, decided)
     if decided and evidence and "finding_id" in evidence[0]:
         # The list was rendered honouring the verdicts recorded then: check it against the same.
         from forensics.review.verdicts import adjust_rows
@@ -445,8 +447,26 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
         absent = [c for c in columns if rows and c not in rows[0]]
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]
-    return (ledger_drift + _check_notifications(suspects, evidence, notifications) + _check_packets(report_dir, notifications)
-            + _check_counts(report_dir, man, suspects, evidence, notifications) + check_references(report_dir, man))
+    return (ledger_drift + marked + _check_notifications(suspects, evidence, notifications)
+            + _check_packets(report_dir, notifications) + _check_counts(report_dir, man, suspects, evidence, notifications)
+            + check_references(report_dir, man))
+
+
+def _marked_by_analysts(report_dir: Path, evidence: list[dict[str, str]], decided: dict[str, str]) -> list[Drift]:
+    """The rows evidence.csv and review.csv say an analyst decided, against the verdicts as the manifest resolves them:
+    with its record edited (or its format mark deleted), review.html, audit and the notebook read other decisions
+    than the files show, and the rest of verify, reading the files, found nothing wrong."""
+    from forensics.report import DISMISSED_WHY
+    from forensics.review.verdicts import CONFIRMED_RULE
+
+    wrong = [r.get("finding_id", "") for r in evidence
+             if r.get("tier_rule") == csvfile.cell(CONFIRMED_RULE) and decided.get(r.get("finding_id", "")) != "confirm"]
+    wrong += [r.get("finding_id", "") for r in _read_csv(report_dir / "review.csv") or []
+              if r.get("why_not_notified") == csvfile.cell(DISMISSED_WHY) and decided.get(r.get("finding_id", "")) != "dismiss"]
+    if not wrong:
+        return []
+    return [Drift("consistency", "verdicts.jsonl", f"{len(wrong)} finding(s) the report's files say an analyst decided are not "
+                  f"decided so by the verdicts as the manifest resolves them (e.g. {wrong[0]!r})")]
 
 
 def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], dict[str, str]]:
@@ -499,8 +519,11 @@ def check_references(report_dir: Path, man: ReportManifest) -> list[Drift]:
     """references.csv against the key the manifest records: each reference is the HMAC of its finding id. A key that
     is no key, or references it does not give, are drift (the next render keys references with the recorded one)."""
     key = man.references_key
-    if key is None:
-        return []  # a report of an earlier release: its key was its evidence.csv's bytes
+    if key is None:  # a report of an earlier release: its key was its evidence.csv's bytes
+        evidence = report_dir / "evidence.csv"
+        key = hashlib.sha256(b"forensics-ref\0" + evidence.read_bytes()).hexdigest() if evidence.is_file() else None
+        if key is None:
+            return []
     try:
         raw = bytes.fromhex(key)
     except ValueError:

@@ -434,3 +434,44 @@ def test_a_notice_of_an_earlier_release_beside_a_recorded_one_leaves_the_check_o
     rows = ledger._rows(listed, [], evidence, [], [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
     [row] = [r for r in rows if r["tenant_id"] == "acme"]
     assert row["status"] == "notified, new findings since" and "f-0new" in row["problems"]
+
+
+def test_a_notice_is_not_rejected_when_the_list_gives_no_time_for_the_customer() -> None:
+    # With no first_seen, the report's latest record of all stood in: a notice sent in time was "before the evidence".
+    listed = [{"tenant_id": "initech", "role": "recipient", "tier": "possible", "first_seen": ""}]
+    sent = [{"tenant_id": "initech", "channel": "email", "at": "2026-08-30T12:00:00Z", "ref": "T-i", "recorded_at": "x",
+             "seq": 1, "findings": []}]
+    [row] = ledger._rows(listed, [{"tenant_id": "initech"}], [], [], [], sent, _t(REPORT_TIME), _t("2026-09-04T00:00:00Z"), 72.0)
+    assert row["status"] == "notified" and "before the evidence" not in row["problems"]
+    assert "no time for this customer's records" in row["problems"]
+
+
+def test_odd_ledger_values_are_said_not_crashed_on() -> None:
+    # A notice dated "soon", a verdict's passage at Infinity: internal errors.
+    from forensics.review.verdicts import Resolution, resolve
+
+    listed = [{"tenant_id": "acme", "role": "exposed", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    sent = [{"tenant_id": "acme", "channel": "email", "at": "soon", "ref": "T-soon", "recorded_at": "x", "seq": 1}]
+    [row] = ledger._rows(listed, [], [], [], [], sent, _t(REPORT_TIME), _t("2026-09-04T00:00:00Z"), 72.0)
+    assert row["status"] == "not notified" and "no readable time" in row["problems"]
+    entries = [{"finding_id": "f-0001", "verdict": "dismiss", "passage": {
+        "recipient_request_id": "r", "recipient_tenant_id": "g", "source_tenant_id": "a",
+        "recipient_start": float("inf"), "recipient_end": float("inf")}}]
+    rows = [{"finding_id": "f-0009", "recipient_request_id": "r", "recipient_tenant_id": "g", "source_tenant_id": "a",
+             "recipient_start": "0", "recipient_end": "9"}]
+    assert resolve(entries, rows) == Resolution(stale=("f-0001",))
+
+
+def test_a_leak_into_an_answer_of_unknown_time_is_none_a_notice_told_of(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    rows = pa.parquet.read_table(case / "suspects.parquet").to_pylist()
+    for r in rows:
+        if r["request_id"] == "r-hostile-1":
+            r["received_at"] = r["completed_at"] = None
+    write_table(case / "suspects.parquet", pa.Table.from_pylist(rows, schema=schema.SUSPECTS), schema.SUSPECTS)
+    rd = report(case, cfg, rd.parent).report_dir
+    ledger.record(rd, [ledger.check("acme", "email", "2026-08-30T09:00:00Z", "T-acme")])
+    [notice] = chain.read_valid(rd / "notices.jsonl").entries
+    assert [f["finding_id"] for f in notice["findings"]] == ["f-0001"]
+    row = next(r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows if r["tenant_id"] == "acme")
+    assert row["status"] == "notified, new findings since" and "f-0002" in row["problems"]

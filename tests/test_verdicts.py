@@ -23,7 +23,7 @@ from forensics.case import write_table
 from forensics.cli import main
 from forensics.errors import CaseError, ConfigError
 from forensics.report import report, safe, verify
-from forensics.review import chain, verdicts
+from forensics.review import chain, ledger, verdicts
 
 REVIEW_TEXT = "freezer unit nine"  # in umbrella's prompt and in initech's response below
 
@@ -585,3 +585,68 @@ def test_verdicts_on_ids_a_spreadsheet_would_read_as_formulas_follow_their_passa
     assert ("acme", "exposed") not in _notifications(rd)
     result = verify(rd)
     assert result.ok, [str(d) for d in result.drift]
+
+
+def test_review_html_and_the_trail_name_who_decided_each_sibling(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _replace_finding(case, "f-0001", {}, {"finding_id": "f-0011", "source_request_id": "r-acme-0"})
+    rd = report(case, cfg, rd.parent).report_dir
+    _review(rd, "f-0001", "dismiss", "template text", analyst="alice")
+    _review(rd, "f-0011", "confirm", "verbatim", analyst="bob")
+    rd = report(case, cfg, rd.parent).report_dir
+    trail = {r["tenant_id"]: r["decision_trail"] for r in ledger.audit(rd, dt.datetime(2026, 9, 2, tzinfo=dt.UTC)).rows}
+    assert "alice dismiss f-0001: template text" in trail["globex"] and "bob confirm f-0011: verbatim" in trail["globex"]
+    assert "counts for" not in trail["globex"]  # each decides its own finding alone
+    from forensics.review.viewer import build
+
+    html = build(rd, case).read_text(encoding="utf-8")
+
+    def decided_by(fid: str) -> str:  # the finding's object in the page's data, up to the next finding's
+        m = re.search('"finding_id":"' + re.escape(fid) + r'"(?:(?!"finding_id").)*?"verdict_by":"(\w+)"', html, re.S)
+        assert m, fid
+        return m.group(1)
+
+    assert (decided_by("f-0001"), decided_by("f-0011")) == ("alice", "bob")
+
+
+def test_a_gone_finding_held_only_in_part_decides_nothing_and_is_counted_so(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    row = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "f-0001")
+    a, b = row["recipient_start"], row["recipient_end"]
+    _replace_finding(case, "f-0001", {"finding_id": "f-0111", "source_request_id": "r-acme-7", "recipient_end": a + 3 * (b - a)})
+    rd = report(case, cfg, rd.parent).report_dir
+    summary_md = (rd / "summary.md").read_text(encoding="utf-8")
+    assert "dismissed 0" in summary_md and "f-0111 (part of f-0001)" in summary_md and "NOT IN EFFECT" in summary_md
+
+
+def test_verify_finds_a_record_stripped_of_its_format_mark(built: tuple[Path, object, Path]) -> None:
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _rekey(case, "f-0001", "f-0009", "r-acme-0")
+    rd = report(case, cfg, rd.parent).report_dir
+    path = rd / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("resolution", "carried"):
+        del man["ledgers"]["verdicts.jsonl"][key]
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = verify(rd)
+    assert not result.ok and any("say an analyst decided" in str(d) for d in result.drift)
+
+
+def test_verify_checks_the_references_of_a_report_that_recorded_no_key(built: tuple[Path, object, Path]) -> None:
+    _, _, rd = built
+    path = rd / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    del man["references_key"]  # as an earlier release wrote it: the key was its evidence.csv's bytes
+    refs = (rd / "references.csv").read_text(encoding="utf-8").splitlines()
+    a, b = refs[1].split(",", 1), refs[2].split(",", 1)
+    refs[1], refs[2] = ",".join([b[0], a[1]]), ",".join([a[0], b[1]])  # two references swapped
+    (rd / "references.csv").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    for out in man["outputs"]:
+        if out["path"] == "references.csv":
+            out["sha256"] = hashlib.sha256((rd / "references.csv").read_bytes()).hexdigest()
+            out["size"] = (rd / "references.csv").stat().st_size
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = verify(rd)
+    assert not result.ok and any("references.csv" in str(d) for d in result.drift)

@@ -785,7 +785,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         # Logs added since a verdict may have given its finding another id: it follows its passage, or is out of effect.
         resolution = verdicts.resolve(entries, _stage_rows(case))
         decided = verdicts.decisions(entries, resolution)
-        case_data.apply_verdicts(data, classifier, entries, decided)
+        case_data.apply_verdicts(data, classifier, entries, decided, frozenset(resolution.widened))
         data.verdict_resolution = resolution
         ledgers["verdicts.jsonl"].update(resolution.to_json())
         notes.extend(verdicts.resolution_notes(resolution))

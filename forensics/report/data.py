@@ -298,7 +298,8 @@ def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None,
     return found
 
 
-def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]], decided: dict[str, str]) -> None:
+def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[str, Any]], decided: dict[str, str],
+                   widened: frozenset[str] = frozenset()) -> None:
     """Make ``data`` say what the analysts decided (forensics.review.verdicts; ``decided``: finding id -> confirm or
     dismiss, as :func:`~forensics.review.verdicts.decisions` resolves them): dismissed findings out, confirmed review
     candidates in as confirmed findings, confirmed ones marked."""
@@ -320,7 +321,8 @@ def apply_verdicts(data: CaseData, classifier: Classifier, verdicts: list[dict[s
         for f in added:
             f.evidence = dataclasses.replace(f.evidence, tier="confirmed", tier_rule=CONFIRMED_RULE)
     for f in kept + added:
-        if decided.get(f.finding_id) == "confirm":
+        # ``widened``: confirmed because it holds a confirmed passage and more; no person looked at the rest of it.
+        if decided.get(f.finding_id) == "confirm" and f.finding_id not in widened:
             f.verdict = "confirm"
 
     def order(f: Finding) -> tuple[str, str, str, str, str]:

@@ -38,6 +38,7 @@ from forensics.review.verdicts import (
     MAX_TEXT,
     PASSAGE_KEYS,
     Resolution,
+    deciding,
     decisions,
     passage_of,
     passage_overlap,
@@ -123,13 +124,15 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
         rows = {e.get("finding_id", ""): e for e in evidence}
         findings = _listed_findings(evidence)
         # A leak into an answer produced after the notice was sent is none it told of, however late it is recorded.
-        answered = {(s.get("request_id", ""), s.get("tenant_id", "")): _maybe_t(s.get("received_at", ""))
+        answered = {(s.get("request_id", ""), s.get("tenant_id", "")):
+                    _maybe_t(s.get("received_at", "")) or _maybe_t(s.get("completed_at", ""))
                     for s in _csv_rows(report_dir / "suspects.csv")}
 
         def told(notice: dict[str, Any], fid: str) -> bool:
+            # An answer of unknown time is none the notice is known to have told of: the audit asks for a further one.
             row = rows[fid]
             when = answered.get((row.get("recipient_request_id", ""), row.get("recipient_tenant_id", "")))
-            return when is None or when <= _t(notice["at"])
+            return when is not None and when <= _t(notice["at"])
 
         return chain.append(report_dir, NOTICES, [dict(n, recorded_at=recorded, findings=[
             {"finding_id": f, **passage_of(rows[f])} for f in sorted(findings.get(_named(n["tenant_id"], listed), set()))
@@ -213,25 +216,38 @@ def _t(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _moved(verdict: dict[str, Any], resolution: Resolution) -> str:
-    """How a verdict's finding stands in this report, for the decision trail (nothing when it is there unchanged)."""
+def _moved(verdict: dict[str, Any], resolution: Resolution, decides: list[str]) -> str:
+    """How a verdict stands in this report, for the decision trail (nothing when it decides its own finding alone):
+    out of effect, or counting for findings that hold its passage under other ids (``decides``: those it decides)."""
     fid = raw_id(str(verdict["finding_id"]))
     if fid in resolution.stale:
-        return " (out of effect: its finding is gone and no finding holds its passage)"
-    if fid in resolution.carried:
-        return f" (counts for {', '.join(resolution.carried[fid])})"
+        return " (out of effect: its finding is gone and no finding lies within its passage)"
+    if decides and decides != [fid]:
+        return f" (counts for {', '.join(decides)})"
     return ""
 
 
-def _concerns(verdict: dict[str, Any], tenant: str, concerns: dict[str, set[str]], targets: tuple[str, ...]) -> bool:
-    """Whether a verdict belongs in ``tenant``'s decision trail: a finding it counts for concerns the customer, or the
-    passage it was given on names the customer (a verdict out of effect stays in the trail of those it was about)."""
-    mine = concerns.get(tenant, set())
-    if verdict["finding_id"] in mine or any(t in mine for t in targets):
-        return True
-    passage = verdict.get("passage")
-    return isinstance(passage, dict) and tenant in (_raw(str(passage.get("recipient_tenant_id", ""))),
-                                                    _raw(str(passage.get("source_tenant_id", ""))))
+def _trail_index(verdicts: list[dict[str, Any]], tenants_of: dict[str, set[str]],
+                 targets: Any) -> dict[str, list[int]]:
+    """Customer -> the verdicts (by position) of its decision trail: those whose finding, or a finding they count
+    for, concerns it, and those whose passage names it (a verdict out of effect stays in the trail of those it was
+    about). Built once: asked customer by customer, it was customers x verdicts."""
+    index: dict[str, list[int]] = {}
+    for i, v in enumerate(verdicts):
+        named: set[str] = set(tenants_of.get(str(v["finding_id"]), set()))
+        for t in targets(v["finding_id"]):
+            named |= tenants_of.get(t, set())
+        passage = v.get("passage")
+        if isinstance(passage, dict):
+            named |= {_raw(str(passage.get("recipient_tenant_id", ""))), _raw(str(passage.get("source_tenant_id", "")))}
+        for tenant in named:
+            index.setdefault(tenant, []).append(i)
+    return index
+
+
+def _shown_at(notice: dict[str, Any]) -> str:
+    """A notice's ``at`` as a problem quotes it: JSON, cut short."""
+    return json.dumps(notice.get("at"), ensure_ascii=False)[:60]
 
 
 def _maybe_t(text: str) -> dt.datetime | None:
@@ -316,6 +332,16 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         by_person = e.get("tier_rule") == csvfile.cell(CONFIRMED_RULE)
         if cross and not by_person and decided.get(e.get("finding_id", "")) != "dismiss":
             by_machine.update((_raw(e.get("recipient_tenant_id", "")), _raw(e.get("source_tenant_id", ""))))
+    tenants_of: dict[str, set[str]] = {}
+    for tenant_id, fids in concerns.items():
+        for fid in fids:
+            tenants_of.setdefault(fid, set()).add(tenant_id)
+    trail_index = _trail_index(verdicts, tenants_of, now_named)
+    # Which findings each verdict decides (a finding's own verdict wins over one carried from a sibling).
+    decides: dict[int, list[str]] = {}
+    position = {id(v): i for i, v in enumerate(verdicts)}
+    for target, entry in sorted(deciding(verdicts, resolution).items()):
+        decides.setdefault(position[id(entry)], []).append(target)
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
@@ -323,18 +349,29 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         # the list gains later calls for a further notice (below), it does not undo one. The report's latest record of
         # all moved with every log added, unrelated ones too: a notice sent in time became "before the evidence it cites
         # existed".
-        evidence_from = min([t for r in listed_rows if (t := _maybe_t(r.get("first_seen", ""))) is not None] or [report_time])
+        seen = [t for r in listed_rows if (t := _maybe_t(r.get("first_seen", ""))) is not None]
+        # With no time for the customer's records, nothing tells a notice came too early (the report's own time would
+        # reject a notice sent in time).
+        evidence_from = min(seen) if seen else None
         # The deadline runs from the report's time (the latest log record it was built from: no report can predate it).
         clock_from = report_time
         if listed_rows and tenant not in by_machine:
             # On the list only through review candidates an analyst confirmed: from that verdict on.
             times = [_t(confirmed_at[f]) for f in concerns.get(tenant, set()) if f in confirmed_at]
-            evidence_from = max([evidence_from, min(times)] if times else [evidence_from])
-            clock_from = max([clock_from, min(times)] if times else [clock_from])
-        notices = sorted(by_tenant.get(tenant, []), key=lambda n: (n["at"], n["seq"]))
-        valid = [n for n in notices if _t(n["at"]) >= evidence_from]
-        problems = [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
-                    for n in notices if _t(n["at"]) < evidence_from]
+            if times:
+                evidence_from = max(min(times), evidence_from) if evidence_from is not None else min(times)
+                clock_from = max(clock_from, min(times))
+        # A notice whose time is not a time (a ledger line written by hand) counts for nothing, and is said to.
+        timed = [(n, when) for n in by_tenant.get(tenant, []) if (when := _maybe_t(str(n.get("at", "")))) is not None]
+        notices = [n for n, _ in sorted(timed, key=lambda x: (x[1], x[0].get("seq", 0)))]
+        problems = [f"notice {n.get('ref')!r} has no readable time ({_shown_at(n)}): it does not count"
+                    for n in by_tenant.get(tenant, []) if _maybe_t(str(n.get("at", ""))) is None]
+        valid = [n for n in notices if evidence_from is None or _t(n["at"]) >= evidence_from]
+        problems += [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
+                     for n in notices if evidence_from is not None and _t(n["at"]) < evidence_from]
+        if listed_rows and not seen and notices:
+            problems.append("the list gives no time for this customer's records: whether a notice came after its evidence "
+                            "cannot be checked")
         first = valid[0] if valid else None
         covered = [n["findings"] for n in valid if isinstance(n.get("findings"), list)]
         uncovered: set[str] = set()
@@ -370,15 +407,15 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         overdue = bool(listed_rows) and first is None and now - clock_from > dt.timedelta(hours=hours)
         if listed_rows and first is not None and _t(first["at"]) - clock_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
-        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}" + _moved(v, resolution) + f": {v['reason']}"
-                 for v in verdicts if _concerns(v, tenant, concerns, now_named(v["finding_id"]))]
+        trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}" + _moved(v, resolution, decides.get(i, []))
+                 + f": {v['reason']}" for i in trail_index.get(tenant, []) for v in (verdicts[i],)]
         trail += [f"{n['at']} notice by {n['channel']} ref {n['ref']} (recorded {n['recorded_at']})" for n in notices]
         rows.append({
             "tenant_id": tenant, "on_list": bool(listed_rows),
             "roles": ";".join(sorted(r.get("role", "") for r in listed_rows)),
             "tier": ";".join(r.get("tier", "") for r in sorted(listed_rows, key=lambda r: r.get("role", ""))),
             "status": status, "notified_at": first["at"] if first else "", "channel": first["channel"] if first else "",
-            "ref": first["ref"] if first else "", "evidence_from": iso(evidence_from),
+            "ref": first["ref"] if first else "", "evidence_from": iso(evidence_from) if evidence_from is not None else "",
             "days_since_report": int((now - clock_from).total_seconds() // 86400) if listed_rows else "",
             "overdue": overdue, "problems": " | ".join(problems), "decision_trail": " | ".join(trail),
         })

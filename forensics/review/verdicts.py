@@ -10,7 +10,7 @@ A finding's id names its source request: logs added later (a newer copy of the s
 engine logs of a node) can give the same passage another id. Each verdict records the passage it
 was given on (recipient request and customer, source customer, span in the response); at render
 time a verdict whose finding is gone follows its passage to the finding that now holds it
-(:func:`resolve`), and one whose passage no finding holds is out of effect, and said to be.
+(:func:`resolve`), and one whose finding is gone with no finding within its passage is out of effect, and said to be.
 """
 
 from __future__ import annotations
@@ -108,18 +108,22 @@ def record(report_dir: Path, verdicts: list[dict[str, Any]], now: dt.datetime | 
 def decisions(entries: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, str]:
     """Finding id -> ``confirm`` or ``dismiss``: the latest such verdict on it. With ``resolution``, a verdict also
     counts for the findings that hold its passage now (:func:`resolve`) that have no verdict of their own (a verdict
-    given on a finding is its own: one carried from another id never overrides it), and one whose passage none holds
-    not at all."""
+    given on a finding is its own: one carried from another id never overrides it), and one out of effect not at all."""
+    return {target: str(e["verdict"]) for target, e in deciding(entries, resolution).items()}
+
+
+def deciding(entries: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, dict[str, Any]]:
+    """Finding id -> the verdict entry that decides it (see :func:`decisions`): who decided, when, and why."""
     carried, stale = (resolution.carried, set(resolution.stale)) if resolution else ({}, set())
-    own: dict[str, str] = {}
-    others: dict[str, str] = {}
+    own: dict[str, dict[str, Any]] = {}
+    others: dict[str, dict[str, Any]] = {}
     for e in entries:
         if e.get("verdict") in ("confirm", "dismiss"):
             fid = raw_id(str(e["finding_id"]))
             if fid in stale:
                 continue
             for target in carried.get(fid, (fid,)):
-                (own if target == fid else others)[target] = str(e["verdict"])
+                (own if target == fid else others)[target] = e
     return {**{k: v for k, v in others.items() if k not in own}, **own}
 
 
@@ -144,16 +148,20 @@ class Resolution:
     #: finding id named by a verdict -> the findings that hold its passage now (itself among them when it is still
     #: there), where that is not just itself
     carried: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    stale: tuple[str, ...] = ()  # gone finding ids whose passage no finding holds: their verdicts are out of effect
+    stale: tuple[str, ...] = ()  # gone finding ids with no finding within their passage: their verdicts are out of effect
     #: finding id named by a verdict -> findings that share only part of its passage (left to an analyst)
     partial: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: findings a confirm was carried to because they hold all of its passage and more: on the list as confirmed,
+    #: but no person looked at their other text (their packets do not say a person checked them)
+    widened: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """For the manifest's record of the verdicts ledger (empty parts left out)."""
         return {"resolution": RESOLUTION_FORMAT,
                 **({"carried": {k: list(v) for k, v in sorted(self.carried.items())}} if self.carried else {}),
                 **({"stale": list(self.stale)} if self.stale else {}),
-                **({"partial": {k: list(v) for k, v in sorted(self.partial.items())}} if self.partial else {})}
+                **({"partial": {k: list(v) for k, v in sorted(self.partial.items())}} if self.partial else {}),
+                **({"widened": list(self.widened)} if self.widened else {})}
 
     @classmethod
     def from_json(cls, record: Any) -> Resolution:
@@ -165,7 +173,8 @@ class Resolution:
 
         carried, stale, partial = record.get("carried"), record.get("stale"), record.get("partial")
         return cls({str(k): ids(v) for k, v in carried.items()} if isinstance(carried, dict) else {},
-                   ids(stale), {str(k): ids(v) for k, v in partial.items()} if isinstance(partial, dict) else {})
+                   ids(stale), {str(k): ids(v) for k, v in partial.items()} if isinstance(partial, dict) else {},
+                   ids(record.get("widened")))
 
 
 def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolution:
@@ -177,8 +186,8 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
     it): logs added since may have given the passage another id, or split it, and the old id may come back beside the
     new one. A confirm also counts for a finding that holds the whole confirmed passage (the text confirmed is in it).
     Any other finding that shares part of a decided passage is left to an analyst (``partial``, said in the summary):
-    the verdict was not given on its other text. A verdict whose finding is gone and whose passage no finding holds,
-    whole or in part, is out of effect (``stale``), as is one recorded before verdicts kept their passage.
+    the verdict was not given on its other text. A verdict whose finding is gone and that is carried to no finding is
+    out of effect (``stale``), whatever holds part of its passage, as is one recorded before verdicts kept their passage.
     """
     ids = {raw_id(r.get("finding_id", "")) for r in rows}
     by_place: dict[tuple[str, ...], list[dict[str, str]]] = {}
@@ -191,6 +200,7 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
     carried: dict[str, tuple[str, ...]] = {}
     partial: dict[str, tuple[str, ...]] = {}
     stale: list[str] = []
+    widened: set[str] = set()
     for fid, verdict in sorted(decisions(entries).items()):
         present = fid if fid in ids else None
         passage = passage_at.get(fid)
@@ -204,20 +214,22 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
             inside = passage_overlap(passage, r, within=True)
             holds_all = verdict == "confirm" and passage is not None and _holds(r, passage)
             (same if inside or holds_all else part).append(rid)
+            if holds_all and not inside:
+                widened.add(rid)
         if same:
             carried[fid] = tuple(sorted([*([present] if present else []), *same]))
-        elif present is None and not part:
+        elif present is None:  # gone, and what holds part of its passage (if any) is left to an analyst: no effect
             stale.append(fid)
         if part:
             partial[fid] = tuple(sorted(part))
-    return Resolution(carried, tuple(stale), partial)
+    return Resolution(carried, tuple(stale), partial, tuple(sorted(widened)))
 
 
 def _holds(row: dict[str, str], passage: dict[str, Any]) -> bool:
     """Whether ``row``'s span in the response holds all of ``passage``'s."""
     try:
         return int(row["recipient_start"]) <= int(passage["recipient_start"]) and int(passage["recipient_end"]) <= int(row["recipient_end"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # a ledger's Infinity is no place
         return False
 
 
@@ -231,7 +243,7 @@ def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str], within:
     try:
         a, b = int(passage["recipient_start"]), int(passage["recipient_end"])
         c, d = int(row["recipient_start"]), int(row["recipient_end"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # a ledger's Infinity is no place
         return 0
     overlap = min(b, d) - max(a, c)
     least = d - c if within else min(b - a, d - c)
@@ -248,7 +260,7 @@ def resolution_notes(resolution: Resolution) -> list[str]:
     notes = []
     if resolution.stale:
         notes.append(f"{len(resolution.stale)} verdict(s) are out of effect: their findings are gone from this report and no "
-                     f"finding holds their passage ({', '.join(resolution.stale[:5])}{', ...' if len(resolution.stale) > 5 else ''}); "
+                     f"finding lies within their passage ({', '.join(resolution.stale[:5])}{', ...' if len(resolution.stale) > 5 else ''}); "
                      "look at those customers' findings again (summary.md, Analyst verdicts)")
     if resolution.partial:
         shared = sorted({f for fs in resolution.partial.values() for f in fs})
@@ -302,8 +314,8 @@ def summary_section(entries: list[dict[str, Any]], resolution: Resolution | None
                      "theirs: " + "; ".join(f"{', '.join(new)} (part of {old})" for old, new in sorted(resolution.partial.items()))
                      + ". Look at them and record verdicts.")
     if resolution.stale:
-        parts.append(f"NOT IN EFFECT: {len(resolution.stale)} verdict(s) name a finding this report no longer has, whose "
-                     "passage no finding holds: " + ", ".join(resolution.stale) + ". Look at the findings of their "
+        parts.append(f"NOT IN EFFECT: {len(resolution.stale)} verdict(s) name a finding this report no longer has, with "
+                     "no finding within its passage: " + ", ".join(resolution.stale) + ". Look at the findings of their "
                      "customers again and record new verdicts.")
     parts.append(("table", ["recorded (UTC)", "analyst", "finding", "verdict", "reason"], rows))
     return ("Analyst verdicts", parts)

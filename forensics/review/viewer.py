@@ -30,7 +30,7 @@ from forensics.report import safe
 from forensics.report.notices import passages
 from forensics.report.severity import NONE, default_classifier
 from forensics.review import VERDICTS, VIEWER, chain
-from forensics.review.verdicts import decisions, raw_id, report_resolution
+from forensics.review.verdicts import deciding, decisions, report_resolution
 
 PAGE = VIEWER
 #: Characters of context kept on each side of a passage.
@@ -229,9 +229,7 @@ def build(report_dir: Path, case_dir: Path | None = None) -> Path:
         entries = chain.read_report_ledger(report_dir, VERDICTS).entries
         resolution = report_resolution(report_dir)
         decided = decisions(entries, resolution)
-        by = {target: str(e["analyst"]) for e in entries if e["verdict"] in ("confirm", "dismiss")
-              and raw_id(str(e["finding_id"])) not in resolution.stale
-              for target in resolution.carried.get(raw_id(str(e["finding_id"])), (raw_id(str(e["finding_id"])),))}
+        by = {target: str(e["analyst"]) for target, e in deciding(entries, resolution).items()}  # who decided it
         classifier = default_classifier()
         findings = []
         for r in _rows(case_dir):
