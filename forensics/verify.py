@@ -447,9 +447,40 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
         absent = [c for c in columns if rows and c not in rows[0]]
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]
+    marked += _person_marks(report_dir, man, decided)
     return (ledger_drift + marked + _check_notifications(suspects, evidence, notifications)
             + _check_packets(report_dir, notifications) + _check_counts(report_dir, man, suspects, evidence, notifications)
             + check_references(report_dir, man))
+
+
+def _person_marks(report_dir: Path, man: ReportManifest, decided: dict[str, str]) -> list[Drift]:
+    """Each packet passage's ``confirmed_by_person`` against the verdicts: the letter tells the customer a person
+    checked the passage, so a mark no verdict gives (or one a confirm left out) is drift."""
+    from forensics.review import VERDICTS
+    from forensics.review.verdicts import Resolution
+
+    finding_of = {r.get("reference", ""): r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []}
+    record = (man.ledgers or {}).get(VERDICTS)
+    widened = {csvfile.cell(f) for f in Resolution.from_json(record).widened}
+    wrong: list[str] = []
+    for path in sorted((report_dir / "packets").glob("*/notice.json")):
+        try:
+            notice = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # the packet checks name an unreadable notice
+        sides = notice if isinstance(notice, dict) else {}
+        passages = [x for side, key in (("recipient", "foreign_passages"), ("exposed", "spans"))
+                    for req in ((sides.get(side) or {}).get("requests") or []) if isinstance(req, dict)
+                    for x in (req.get(key) or []) if isinstance(x, dict)]
+        for x in passages:
+            fid = finding_of.get(str(x.get("reference", "")), "")
+            person = decided.get(fid) == "confirm" and fid not in widened
+            if bool(x.get("confirmed_by_person")) != person:
+                wrong.append(f"{path.parent.name}: {x.get('reference')}")
+    if not wrong:
+        return []
+    return [Drift("consistency", "packets", f"{len(wrong)} passage(s) say a person confirmed them where the verdicts do not, "
+                  f"or leave out a confirm (e.g. {wrong[0]})")]
 
 
 def _marked_by_analysts(report_dir: Path, evidence: list[dict[str, str]], decided: dict[str, str]) -> list[Drift]:

@@ -475,3 +475,63 @@ def test_a_leak_into_an_answer_of_unknown_time_is_none_a_notice_told_of(built: t
     assert [f["finding_id"] for f in notice["findings"]] == ["f-0001"]
     row = next(r for r in ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows if r["tenant_id"] == "acme")
     assert row["status"] == "notified, new findings since" and "f-0002" in row["problems"]
+
+
+def test_a_notice_under_the_id_the_csv_shows_is_no_typo_once_its_customer_leaves_the_list() -> None:
+    # Recorded as "'=acme" (copied from notifications.csv): once off the list, it read as an id nothing names.
+    evidence = [{"finding_id": "f-0001", "relation": "cross_tenant", "recipient_tenant_id": "globex",
+                 "source_tenant_id": "'=acme", "recipient_request_id": "r-1", "recipient_start": "0", "recipient_end": "9"}]
+    sent = [{"tenant_id": "'=acme", "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": "T-a", "recorded_at": "x", "seq": 1}]
+    rows = ledger._rows([], [], [], evidence, [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
+    [row] = [r for r in rows if "acme" in r["tenant_id"]]
+    assert row["status"] == "notified, no longer on the list" and "names this id" not in row["problems"]
+
+
+def test_a_notifications_file_a_spreadsheet_saved_over_is_an_error_naming_it(built: tuple[Path, object, Path],
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, rd = built
+    text = (rd / "notifications.csv").read_text(encoding="utf-8")
+    (rd / "notifications.csv").write_text(text.replace("tenant_id,", "Tenant ID,", 1), encoding="utf-8")
+    assert _cli(["audit", str(rd), "--now", "2026-09-02T00:00:00Z"]) == 2
+    err = capsys.readouterr().err
+    assert "notifications.csv has no tenant_id column" in err and "internal error" not in err
+
+
+def test_a_confirm_carried_to_a_bigger_finding_tells_nothing_of_its_other_text() -> None:
+    # The audit called customers notified of a finding whose other text no notice told of.
+    from forensics.review.verdicts import Resolution
+
+    listed = [{"tenant_id": "globex", "role": "recipient", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    evidence = [{"finding_id": "f-0099", "relation": "cross_tenant", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+                 "recipient_request_id": "r-1", "recipient_start": "0", "recipient_end": "90"}]
+    told = [{"finding_id": "f-0001", "recipient_request_id": "r-1", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+             "recipient_start": "60", "recipient_end": "90"}]
+    sent = [{"tenant_id": "globex", "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": "T-g", "recorded_at": "x",
+             "seq": 1, "findings": told}]
+    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r",
+                 "passage": told[0]}]
+    resolution = Resolution(carried={"f-0001": ("f-0099",)}, widened=("f-0099",))
+    [row] = [r for r in ledger._rows(listed, [{"tenant_id": "globex"}], evidence, [], verdicts, sent, _t(REPORT_TIME),
+                                     _t("2026-09-02T00:00:00Z"), 72.0, resolution) if r["tenant_id"] == "globex"]
+    assert row["status"] == "notified, new findings since" and "f-0099" in row["problems"]
+
+
+def test_a_confirm_of_a_finding_a_notice_told_of_does_not_move_the_evidence_time() -> None:
+    # Notified at 09:00, confirmed at 12:00, the passage moved to review by logs added: the notice became "before the
+    # evidence it cites existed".
+    from forensics.review.verdicts import CONFIRMED_RULE, Resolution
+
+    passage = {"recipient_request_id": "r-1", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+               "recipient_start": "0", "recipient_end": "40"}
+    listed = [{"tenant_id": "acme", "role": "exposed", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    evidence = [{"finding_id": "f-0100", "relation": "cross_tenant", "recipient_tenant_id": "globex", "source_tenant_id": "acme",
+                 "recipient_request_id": "r-1", "recipient_start": "0", "recipient_end": "40", "tier": "confirmed",
+                 "tier_rule": csvfile.cell(CONFIRMED_RULE)}]
+    sent = [{"tenant_id": "acme", "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": "N-acme", "recorded_at": "x",
+             "seq": 1, "findings": [{"finding_id": "f-0001", **passage}]}]
+    verdicts = [{"at": "2026-09-01T12:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r",
+                 "passage": passage}]
+    resolution = Resolution(carried={"f-0001": ("f-0100",)})
+    [row] = [r for r in ledger._rows(listed, [], evidence, [], verdicts, sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"),
+                                     72.0, resolution) if r["tenant_id"] == "acme"]
+    assert row["status"] == "notified" and "before the evidence" not in row["problems"]

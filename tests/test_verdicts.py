@@ -650,3 +650,39 @@ def test_verify_checks_the_references_of_a_report_that_recorded_no_key(built: tu
     path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     result = verify(rd)
     assert not result.ok and any("references.csv" in str(d) for d in result.drift)
+
+
+def test_a_finding_confirmed_by_its_own_verdict_keeps_its_person_mark(built: tuple[Path, object, Path]) -> None:
+    # With a confirmed sibling inside it, it was "widened": its packet no longer said a person checked it.
+    case, cfg, rd = built
+    row = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "f-0001")
+    a, b = row["recipient_start"], row["recipient_end"]
+    _replace_finding(case, "f-0001", {}, {"finding_id": "f-0011", "source_request_id": "r-acme-0", "recipient_start": a + 5,
+                                          "recipient_end": a + 5 + (b - a) // 4})
+    rd = report(case, cfg, rd.parent).report_dir
+    _review(rd, "f-0001", "confirm", "read the whole passage", analyst="alice")
+    _review(rd, "f-0011", "confirm", "verbatim", analyst="bob")
+    rd = report(case, cfg, rd.parent).report_dir
+    record = json.loads((rd / "manifest.json").read_text(encoding="utf-8"))["ledgers"]["verdicts.jsonl"]
+    assert "widened" not in record
+
+
+def test_verify_finds_a_packet_claiming_a_person_confirmed_a_passage(built: tuple[Path, object, Path]) -> None:
+    # A packet edited to tell the customer a person checked the passage (its hash put back in the manifest) passed.
+    _, _, rd = built
+    [notice_path] = [p for p in sorted((rd / "packets").glob("*/notice.json")) if "globex" in p.parent.name]
+    notice = json.loads(notice_path.read_text(encoding="utf-8"))
+    for req in notice["recipient"]["requests"]:
+        for x in req["foreign_passages"]:
+            x["confirmed_by_person"] = True
+    notice_path.write_text(json.dumps(notice, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    path = rd / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    rel = notice_path.relative_to(rd).as_posix()
+    for out in man["outputs"]:
+        if out["path"] == rel:
+            out["sha256"] = hashlib.sha256(notice_path.read_bytes()).hexdigest()
+            out["size"] = notice_path.stat().st_size
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = verify(rd)
+    assert any("say a person confirmed them" in str(d) for d in result.drift), [str(d) for d in result.drift]

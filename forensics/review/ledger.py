@@ -119,7 +119,7 @@ def record(report_dir: Path, notices: list[dict[str, Any]], now: dt.datetime | N
         # What each notice told of: the findings of the list naming its customer now. The audit names those the list
         # gains later (logs added, a verdict), for which a further notice is due.
         # Each with its passage: logs added later can give the same passage another finding id.
-        listed = {_raw(r["tenant_id"]) for r in _csv_rows(report_dir / "notifications.csv")}
+        listed = {_raw(r["tenant_id"]) for r in _notifications(report_dir)}
         evidence = _csv_rows(report_dir / "evidence.csv")
         rows = {e.get("finding_id", ""): e for e in evidence}
         findings = _listed_findings(evidence)
@@ -170,6 +170,20 @@ class Audit:
                 "audit_csv": str(self.report_dir / AUDIT)}
 
 
+def _notifications(report_dir: Path) -> list[dict[str, str]]:
+    """The report's notifications.csv rows; a file whose columns are not the list's (a spreadsheet saved over it) is a
+    CaseError naming it, not an internal error."""
+    path = report_dir / "notifications.csv"
+    rows = _csv_rows(path)
+    if path.is_file():
+        with open(path, encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if "tenant_id" not in header:
+            raise CaseError("notifications.csv has no tenant_id column: it is not the list the report wrote", file=path,
+                            fix="render the report again (forensics report or run); forensics verify names what changed")
+    return rows
+
+
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
@@ -197,7 +211,7 @@ def naming_warnings(report_dir: Path, tenants: list[str]) -> list[str]:
     """What to tell about the ids ``tenants`` recorded as notices, read against the report's notifications.csv
     as the audit reads them: an id on no row (a typo leaves the customer it was meant for unnotified), and
     an id that names two customers, one as its logs hold it (the one credited) and one as the CSV shows it."""
-    listed = {_raw(r["tenant_id"]) for r in _csv_rows(Path(report_dir) / "notifications.csv")}
+    listed = {_raw(r["tenant_id"]) for r in _notifications(Path(report_dir))}
     warnings = []
     for tenant in tenants:
         if _named(tenant, listed) not in listed:
@@ -245,6 +259,22 @@ def _trail_index(verdicts: list[dict[str, Any]], tenants_of: dict[str, set[str]]
     return index
 
 
+def _told_of(notices: list[dict[str, Any]], now_named: Any, widened: set[str]) -> Any:
+    """Whether the findings ``notices`` recorded told of a finding (by its CSV cell and row): the same id, an id its
+    verdict now counts for (not a bigger finding a confirm was carried to: nobody told of its other text), or a
+    finding lying mostly inside a passage told of (logs added since gave it another id)."""
+    told = [f for n in notices if isinstance(n.get("findings"), list) for f in n["findings"] if isinstance(f, dict)]
+    ids = {t for f in told for t in now_named(f.get("finding_id")) if raw_id(t) not in widened}
+    at: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for f in told:
+        at.setdefault(tuple(str(f.get(k, "")) for k in PASSAGE_KEYS[:3]), []).append(f)
+
+    def told_of(fid: str, row: dict[str, str]) -> bool:
+        return fid in ids or any(passage_overlap(t, row, within=True)
+                                 for t in at.get(tuple(row.get(k, "") for k in PASSAGE_KEYS[:3]), []))
+    return told_of
+
+
 def _shown_at(notice: dict[str, Any]) -> str:
     """A notice's ``at`` as a problem quotes it: JSON, cut short."""
     return json.dumps(notice.get("at"), ensure_ascii=False)[:60]
@@ -281,7 +311,7 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
                         fix="re-render the report with this version of `forensics report`")
     report_time = _t(last)
     with chain.report_lock(report_dir):  # no re-render or append meanwhile: the list and the ledgers agree
-        listed = _csv_rows(report_dir / "notifications.csv")
+        listed = _notifications(report_dir)
         suspects, evidence = _csv_rows(report_dir / "suspects.csv"), _csv_rows(report_dir / "evidence.csv")
         review = _csv_rows(report_dir / "review.csv")
         verdicts = chain.read_report_ledger(report_dir, VERDICTS, VERDICT_FIELDS).entries
@@ -308,6 +338,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     concerns_listed = _listed_findings(evidence)
     evidence_rows = {e.get("finding_id", ""): e for e in evidence}
     resolution = resolution or Resolution()
+    widened = set(resolution.widened)
     decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
 
     def now_named(fid: Any) -> tuple[str, ...]:  # the findings a verdict counts for in this report (its passage's)
@@ -356,8 +387,11 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         # The deadline runs from the report's time (the latest log record it was built from: no report can predate it).
         clock_from = report_time
         if listed_rows and tenant not in by_machine:
-            # On the list only through review candidates an analyst confirmed: from that verdict on.
-            times = [_t(confirmed_at[f]) for f in concerns.get(tenant, set()) if f in confirmed_at]
+            # On the list only through review candidates an analyst confirmed: from that verdict on, unless a notice
+            # told of the finding already (the machine listed it then; logs added since moved it to review).
+            told_of = _told_of(by_tenant.get(tenant, []), now_named, widened)
+            times = [_t(confirmed_at[f]) for f in concerns.get(tenant, set()) if f in confirmed_at
+                     and not told_of(f, evidence_rows.get(f, {}))]
             if times:
                 evidence_from = max(min(times), evidence_from) if evidence_from is not None else min(times)
                 clock_from = max(clock_from, min(times))
@@ -381,22 +415,15 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         if listed_rows and first is not None and covered:
             # What the notices that say so told of (every finding then on the list for the customer, whose answer came
             # before the notice): one the list holds and none of them told of came later, an older notice's or not.
-            told = [f for fs in covered for f in fs if isinstance(f, dict)]
-            told_ids = {t for f in told for t in now_named(f.get("finding_id"))}
-            told_at: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-            for f in told:
-                told_at.setdefault(tuple(str(f.get(k, "")) for k in PASSAGE_KEYS[:3]), []).append(f)
-            # A finding told of under another id (logs added since gave its passage a new one) is no new finding.
-            uncovered = {f for f in concerns_listed.get(tenant, set()) if f not in told_ids
-                         and not any(passage_overlap(t, row, within=True) for row in (evidence_rows.get(f, {}),)
-                                     for t in told_at.get(tuple(row.get(k, "") for k in PASSAGE_KEYS[:3]), []))}
+            told_of = _told_of(valid, now_named, widened)
+            uncovered = {f for f in concerns_listed.get(tenant, set()) if not told_of(f, evidence_rows.get(f, {}))}
             if uncovered:
                 problems.append(f"{len(uncovered)} finding(s) about this customer are in no notice sent (the list gained them "
                                 f"after it): {', '.join(sorted(uncovered)[:5])}{', ...' if len(uncovered) > 5 else ''}; a "
                                 "further notice is due")
         if listed_rows:
             status = ("not notified" if first is None else NOTIFIED_NEW_FINDINGS if uncovered else "notified")
-        elif tenant in concerns or tenant in by_suspect:
+        elif any(t in concerns or t in by_suspect for t in (tenant, _raw(tenant))):  # the id as logged or as shown
             status = NOTIFIED_OFF_LIST  # a verdict or a re-run took it off
         else:
             # Nothing in this report names the id: a typo, or a customer no finding ever concerned; "no longer" would

@@ -70,14 +70,16 @@ def _text(value: Any, what: str, where: str, file: Path | None = None, line: int
 
 
 def check(report_dir: Path, finding_id: str, verdict: str, reason: str, analyst: str, *,
-          file: Path | None = None, line: int | None = None) -> dict[str, Any]:
+          file: Path | None = None, line: int | None = None,
+          known: dict[str, tuple[str, dict[str, str]]] | None = None) -> dict[str, Any]:
     """One verdict checked against the report (``file``/``line``: where an imported one came from)."""
     where = f"finding {finding_id!r}" if finding_id else "a verdict"
     if verdict not in KINDS:
         raise ConfigError(f"{where}: verdict {verdict!r} is not one of {', '.join(KINDS)}", file=file, line=line,
                           fix="use confirm, dismiss or escalate")
-    _require_report(report_dir)
-    known = _finding_rows(report_dir)
+    if known is None:
+        _require_report(report_dir)
+        known = _finding_rows(report_dir)
     fid = finding_id.strip()
     if fid not in known and csvfile.cell(fid) not in known:
         raise ConfigError(f"finding id {fid!r} is in neither evidence.csv nor review.csv of this report", file=file or report_dir,
@@ -89,9 +91,12 @@ def check(report_dir: Path, finding_id: str, verdict: str, reason: str, analyst:
 
 
 def read_import(report_dir: Path, path: Path) -> list[dict[str, Any]]:
-    """Verdicts from a CSV (finding_id, verdict, reason, analyst), every row checked first."""
+    """Verdicts from a CSV (finding_id, verdict, reason, analyst), every row checked first (the report's findings
+    read once: read per row, a thousand verdicts took minutes)."""
+    _require_report(report_dir)
+    known = _finding_rows(report_dir)
     return [check(report_dir, r.get("finding_id") or "", (r.get("verdict") or "").strip(), r.get("reason") or "",
-                  r.get("analyst") or "", file=Path(path), line=line)
+                  r.get("analyst") or "", file=Path(path), line=line, known=known)
             for line, r in chain.import_rows(path, IMPORT_COLUMNS, "verdict")]
 
 
@@ -201,7 +206,9 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
     partial: dict[str, tuple[str, ...]] = {}
     stale: list[str] = []
     widened: set[str] = set()
-    for fid, verdict in sorted(decisions(entries).items()):
+    within: set[str] = set()  # findings mostly inside a decided passage: checked as far as a person checked it
+    decided = decisions(entries)
+    for fid, verdict in sorted(decided.items()):
         present = fid if fid in ids else None
         passage = passage_at.get(fid)
         near = by_place.get(tuple(str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]), []) if passage else []
@@ -216,13 +223,16 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
             (same if inside or holds_all else part).append(rid)
             if holds_all and not inside:
                 widened.add(rid)
+            elif inside:
+                within.add(rid)
         if same:
             carried[fid] = tuple(sorted([*([present] if present else []), *same]))
         elif present is None:  # gone, and what holds part of its passage (if any) is left to an analyst: no effect
             stale.append(fid)
         if part:
             partial[fid] = tuple(sorted(part))
-    return Resolution(carried, tuple(stale), partial, tuple(sorted(widened)))
+    # A finding with a verdict of its own, or inside a decided passage, was looked at: never "widened".
+    return Resolution(carried, tuple(stale), partial, tuple(sorted(widened - within - set(decided))))
 
 
 def _holds(row: dict[str, str], passage: dict[str, Any]) -> bool:
