@@ -686,3 +686,17 @@ def test_verify_finds_a_packet_claiming_a_person_confirmed_a_passage(built: tupl
     path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     result = verify(rd)
     assert any("say a person confirmed them" in str(d) for d in result.drift), [str(d) for d in result.drift]
+
+
+def test_a_finding_with_another_passage_beside_the_dismissed_one_is_not_decided_by_it(built: tuple[Path, object, Path]) -> None:
+    # Only the main span was compared: a finding of the same main span with one more passage, of new text, took the
+    # dismissal and its customer left the list unseen.
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    row = next(r for r in pa.parquet.read_table(case / "evidence.parquet").to_pylist() if r["finding_id"] == "f-0001")
+    a, b, c, d = row["recipient_start"], row["recipient_end"], row["source_start"], row["source_end"]
+    _replace_finding(case, "f-0001", {"finding_id": "f-0021", "source_request_id": "r-acme-7",
+                                      "passages": f"{a}:{b}={c}:{d};{b + 200}:{b + 300}={d + 200}:{d + 300}"})
+    rd = report(case, cfg, rd.parent).report_dir
+    assert "f-0021" in (rd / "evidence.csv").read_text(encoding="utf-8")
+    assert "f-0021 (part of f-0001)" in (rd / "summary.md").read_text(encoding="utf-8")

@@ -185,8 +185,9 @@ def _stage_rows(case: Path) -> list[dict[str, str]]:
         for table in ("evidence", "review"):
             if not c.has(table):
                 continue
-            for values in con.execute(f"SELECT finding_id, {', '.join(PASSAGE_KEYS)} FROM {table}").fetchall():
-                rows.append({k: "" if v is None else csvfile.cell(str(v)) for k, v in zip(("finding_id", *PASSAGE_KEYS), values)})
+            names = ("finding_id", *PASSAGE_KEYS, "passages")  # every passage of a finding: its extent decides
+            for values in con.execute(f"SELECT {', '.join(names)} FROM {table}").fetchall():
+                rows.append({k: "" if v is None else csvfile.cell(str(v)) for k, v in zip(names, values)})
     finally:
         con.close()
     return rows

@@ -238,7 +238,8 @@ def resolve(entries: list[dict[str, Any]], rows: list[dict[str, str]]) -> Resolu
 def _holds(row: dict[str, str], passage: dict[str, Any]) -> bool:
     """Whether ``row``'s span in the response holds all of ``passage``'s."""
     try:
-        return int(row["recipient_start"]) <= int(passage["recipient_start"]) and int(passage["recipient_end"]) <= int(row["recipient_end"])
+        start, end = _extent(row)
+        return int(start) <= int(passage["recipient_start"]) and int(passage["recipient_end"]) <= int(end)
     except (KeyError, TypeError, ValueError, OverflowError):  # a ledger's Infinity is no place
         return False
 
@@ -250,9 +251,9 @@ def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str], within:
     and review.csv write them (cells)."""
     if not passage or any(row.get(k, "") != str(passage.get(k, "")) for k in PASSAGE_KEYS[:3]):
         return 0
-    try:
+    try:  # the row's extent: a finding whose other passage holds new text is not inside a decided one
         a, b = int(passage["recipient_start"]), int(passage["recipient_end"])
-        c, d = int(row["recipient_start"]), int(row["recipient_end"])
+        c, d = (int(x) for x in _extent(row))
     except (KeyError, TypeError, ValueError, OverflowError):  # a ledger's Infinity is no place
         return 0
     overlap = min(b, d) - max(a, c)
@@ -261,8 +262,24 @@ def passage_overlap(passage: dict[str, Any] | None, row: dict[str, str], within:
 
 
 def passage_of(row: dict[str, str]) -> dict[str, str]:
-    """The columns of an evidence.csv or review.csv row that place its passage (what a verdict or a notice records)."""
-    return {k: row.get(k, "") for k in PASSAGE_KEYS}
+    """The columns of an evidence.csv or review.csv row that place its passage (what a verdict or a notice records),
+    its span the extent of all the passages it lists (``passages``), not its strongest alone."""
+    start, end = _extent(row)
+    return {**{k: row.get(k, "") for k in PASSAGE_KEYS[:3]}, "recipient_start": start, "recipient_end": end}
+
+
+def _extent(row: dict[str, str]) -> tuple[str, str]:
+    """The first and last character in the response of all a row's passages (``a:b=c:d;...``), as cells; its main
+    span's when it lists none (or they do not read)."""
+    spans = []
+    for part in str(row.get("passages") or "").split(";"):
+        recipient, _, _ = part.partition("=")
+        a, _, b = recipient.partition(":")
+        if a.strip().isdigit() and b.strip().isdigit():
+            spans.append((int(a), int(b)))
+    if not spans:
+        return str(row.get("recipient_start", "")), str(row.get("recipient_end", ""))
+    return str(min(a for a, _ in spans)), str(max(b for _, b in spans))
 
 
 def resolution_notes(resolution: Resolution) -> list[str]:
