@@ -390,6 +390,19 @@ def test_review_of_a_folder_that_is_no_report_says_so(tmp_path: Path, capsys: py
     assert "not a report folder (no manifest.json)" in capsys.readouterr().err
 
 
+def _dismissed_then_rekeyed(built: tuple[Path, object, Path]) -> tuple[Path, dict[str, Any]]:
+    """A report whose dismissal of f-0001 was carried to f-0009 (logs added gave the passage that id), and its manifest."""
+    case, cfg, rd = built
+    _review(rd, "f-0001", "dismiss", "template text")
+    _rekey(case, "f-0001", "f-0009", "r-acme-0")
+    rd = report(case, cfg, rd.parent).report_dir
+    return rd, json.loads((rd / "manifest.json").read_text(encoding="utf-8"))
+
+
+def _rewrite_manifest(rd: Path, man: dict[str, Any]) -> None:
+    (rd / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def _references(rd: Path) -> dict[str, str]:
     rows = csv.DictReader(io.StringIO((rd / "references.csv").read_text(encoding="utf-8")))
     return {r["finding_id"]: r["reference"] for r in rows}
@@ -495,12 +508,7 @@ def test_verify_holds_the_key_and_the_verdicts_record_to_what_the_report_gives(b
                                                                               edit: str) -> None:
     # Both passed verify: the next render re-keyed every reference, and audit, review.html and the notebook read a
     # record of the verdicts the report's files contradict.
-    case, cfg, rd = built
-    _review(rd, "f-0001", "dismiss", "template text")
-    _rekey(case, "f-0001", "f-0009", "r-acme-0")
-    rd = report(case, cfg, rd.parent).report_dir
-    path = rd / "manifest.json"
-    man = json.loads(path.read_text(encoding="utf-8"))
+    rd, man = _dismissed_then_rekeyed(built)
     record = man["ledgers"]["verdicts.jsonl"]
     if edit == "zero_key":
         man["references_key"] = "0" * 64
@@ -511,7 +519,7 @@ def test_verify_holds_the_key_and_the_verdicts_record_to_what_the_report_gives(b
         del record["carried"]
     else:
         del record["carried"]
-    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    _rewrite_manifest(rd, man)
     result = verify(rd)
     assert not result.ok
     shown = " ".join(str(d) for d in result.drift)
@@ -555,15 +563,10 @@ def test_a_confirmed_passage_held_whole_by_a_bigger_candidate_stays_confirmed(bu
 def test_a_report_of_an_earlier_release_with_a_verdict_on_a_gone_finding_verifies(built: tuple[Path, object, Path]) -> None:
     # Its record resolved nothing (no mark): recomputed now, the gone finding's verdict read as stale, and verify
     # called an intact report drifted (and skipped the list check).
-    case, cfg, rd = built
-    _review(rd, "f-0001", "dismiss", "template text")
-    _rekey(case, "f-0001", "f-0009", "r-acme-0")
-    rd = report(case, cfg, rd.parent).report_dir
-    path = rd / "manifest.json"
-    man = json.loads(path.read_text(encoding="utf-8"))
+    rd, man = _dismissed_then_rekeyed(built)
     record = man["ledgers"]["verdicts.jsonl"]
     man["ledgers"]["verdicts.jsonl"] = {"entries": record["entries"], "head": record["head"]}  # as an earlier release wrote it
-    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    _rewrite_manifest(rd, man)
     result = verify(rd)
     assert not any("carried, partial, stale" in str(d) for d in result.drift)
 
@@ -621,15 +624,10 @@ def test_a_gone_finding_held_only_in_part_decides_nothing_and_is_counted_so(buil
 
 
 def test_verify_finds_a_record_stripped_of_its_format_mark(built: tuple[Path, object, Path]) -> None:
-    case, cfg, rd = built
-    _review(rd, "f-0001", "dismiss", "template text")
-    _rekey(case, "f-0001", "f-0009", "r-acme-0")
-    rd = report(case, cfg, rd.parent).report_dir
-    path = rd / "manifest.json"
-    man = json.loads(path.read_text(encoding="utf-8"))
+    rd, man = _dismissed_then_rekeyed(built)
     for key in ("resolution", "carried"):
         del man["ledgers"]["verdicts.jsonl"][key]
-    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    _rewrite_manifest(rd, man)
     result = verify(rd)
     assert not result.ok and any("say an analyst decided" in str(d) for d in result.drift)
 
@@ -647,7 +645,7 @@ def test_verify_checks_the_references_of_a_report_that_recorded_no_key(built: tu
         if out["path"] == "references.csv":
             out["sha256"] = hashlib.sha256((rd / "references.csv").read_bytes()).hexdigest()
             out["size"] = (rd / "references.csv").stat().st_size
-    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    _rewrite_manifest(rd, man)
     result = verify(rd)
     assert not result.ok and any("references.csv" in str(d) for d in result.drift)
 
@@ -683,7 +681,7 @@ def test_verify_finds_a_packet_claiming_a_person_confirmed_a_passage(built: tupl
         if out["path"] == rel:
             out["sha256"] = hashlib.sha256(notice_path.read_bytes()).hexdigest()
             out["size"] = notice_path.stat().st_size
-    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    _rewrite_manifest(rd, man)
     result = verify(rd)
     assert any("say a person confirmed them" in str(d) for d in result.drift), [str(d) for d in result.drift]
 
