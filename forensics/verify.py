@@ -21,7 +21,6 @@ import base64
 import csv
 import dataclasses
 import glob
-import hashlib
 import json
 import os
 import re
@@ -432,12 +431,13 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     if any(d.path == "verdicts.jsonl" for d in ledger_drift):
         return ledger_drift + [Drift("consistency", "notifications.csv", "not checked: the verdicts it was rendered with "
                                      "cannot be read back from verdicts.jsonl")]
-    marked = _marked_by_analysts(report_dir, evidence, decided)
+    review = _read_csv(report_dir / "review.csv") or []
+    marked = _marked_by_analysts(evidence, review, decided)
     if decided and evidence and "finding_id" in evidence[0]:
         # The list was rendered honouring the verdicts recorded then: check it against the same.
         from forensics.review.verdicts import adjust_rows
 
-        evidence = adjust_rows(evidence, _read_csv(report_dir / "review.csv") or [], decided)
+        evidence = adjust_rows(evidence, review, decided)
     for name, rows, columns in (("suspects.csv", suspects, ("request_id", "tenant_id")),
                                 ("evidence.csv", evidence, ("recipient_request_id", "recipient_tenant_id", "source_request_id",
                                                             "source_tenant_id", "tier")),
@@ -483,7 +483,7 @@ def _person_marks(report_dir: Path, man: ReportManifest, decided: dict[str, str]
                   f"or leave out a confirm (e.g. {wrong[0]})")]
 
 
-def _marked_by_analysts(report_dir: Path, evidence: list[dict[str, str]], decided: dict[str, str]) -> list[Drift]:
+def _marked_by_analysts(evidence: list[dict[str, str]], review: list[dict[str, str]], decided: dict[str, str]) -> list[Drift]:
     """The rows evidence.csv and review.csv say an analyst decided, against the verdicts as the manifest resolves them:
     with its record edited (or its format mark deleted), review.html, audit and the notebook read other decisions
     than the files show, and the rest of verify, reading the files, found nothing wrong."""
@@ -492,7 +492,7 @@ def _marked_by_analysts(report_dir: Path, evidence: list[dict[str, str]], decide
 
     wrong = [r.get("finding_id", "") for r in evidence
              if r.get("tier_rule") == csvfile.cell(CONFIRMED_RULE) and decided.get(r.get("finding_id", "")) != "confirm"]
-    wrong += [r.get("finding_id", "") for r in _read_csv(report_dir / "review.csv") or []
+    wrong += [r.get("finding_id", "") for r in review
               if r.get("why_not_notified") == csvfile.cell(DISMISSED_WHY) and decided.get(r.get("finding_id", "")) != "dismiss"]
     if not wrong:
         return []
@@ -549,26 +549,23 @@ def check_ledgers(report_dir: Path, man: ReportManifest) -> tuple[list[Drift], d
 def check_references(report_dir: Path, man: ReportManifest) -> list[Drift]:
     """references.csv against the key the manifest records: each reference is the HMAC of its finding id. A key that
     is no key, or references it does not give, are drift (the next render keys references with the recorded one)."""
+    from forensics.report.notices import evidence_key, reference
+    from forensics.review.verdicts import raw_id
+
     key = man.references_key
     if key is None:  # a report of an earlier release: its key was its evidence.csv's bytes
         evidence = report_dir / "evidence.csv"
-        key = hashlib.sha256(b"forensics-ref\0" + evidence.read_bytes()).hexdigest() if evidence.is_file() else None
-        if key is None:
+        if not evidence.is_file():
             return []
+        key = evidence_key(evidence.read_bytes()).hex()
     try:
         raw = bytes.fromhex(key)
     except ValueError:
         raw = b""
     if len(raw) != 32:
         return [Drift("consistency", MANIFEST, f"references_key {_json(key)} is not a 256-bit key in hex")]
-    from forensics.report.notices import reference
-
-    wrong = []
-    for r in _read_csv(report_dir / "references.csv") or []:
-        shown = r.get("finding_id", "")
-        fid = csvfile.uncell(shown)
-        if r.get("reference") != reference(raw, fid if fid is not None else shown):
-            wrong.append(shown)
+    wrong = [r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []
+             if r.get("reference") != reference(raw, raw_id(r.get("finding_id", "")))]
     if wrong:
         return [Drift("consistency", "references.csv", f"{len(wrong)} reference(s) are not those the manifest's references_key "
                       f"gives (e.g. of finding {wrong[0]!r})")]

@@ -19,7 +19,6 @@ import contextlib
 import csv
 import dataclasses
 import glob
-import hashlib
 import io
 import json
 import os
@@ -759,7 +758,7 @@ def carried_references_key(report_dir: Path) -> bytes | None:
         if isinstance(key, str) and len(key) == 64:
             return bytes.fromhex(key)
         if key is None and (Path(report_dir) / "evidence.csv").is_file():
-            return hashlib.sha256(b"forensics-ref\0" + (Path(report_dir) / "evidence.csv").read_bytes()).digest()
+            return notices.evidence_key((Path(report_dir) / "evidence.csv").read_bytes())
         return None
     except (OSError, ValueError):
         return None
@@ -807,7 +806,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     # The reference key is the first render's evidence: the same for the same evidence, unknown to customers, and kept
     # by every later render (a verdict or logs added re-keyed every reference, and a customer quoting one from a notice
     # sent could no longer be traced).
-    key = references_key or hashlib.sha256(b"forensics-ref\0" + evidence_bytes).digest()
+    key = references_key or notices.evidence_key(evidence_bytes)
     refs = notices.references(data.findings, key)
     safe.write_bytes(report_dir / "references.csv", safe.csv_bytes(
         ("reference", "finding_id", "recipient_request_id", "recipient_tenant_id", "source_request_id", "source_tenant_id"),

@@ -93,6 +93,12 @@ class Notice:
                 ";".join(self.severity_kinds)]
 
 
+def evidence_key(evidence_csv: bytes) -> bytes:
+    """The key a first render derives its references from: its evidence.csv's bytes (as earlier releases keyed every
+    render's), unknown to customers."""
+    return hashlib.sha256(b"forensics-ref\0" + evidence_csv).digest()
+
+
 def reference(key: bytes, finding_id: str) -> str:
     """The opaque reference of a finding: unguessable without ``key``."""
     return "ref-" + hmac.new(key, finding_id.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:16]
