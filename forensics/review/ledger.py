@@ -289,11 +289,16 @@ def _maybe_t(text: str) -> dt.datetime | None:
     return when if when.tzinfo is not None else None
 
 
+def _cross(row: dict[str, str]) -> bool:
+    """Whether an evidence.csv row names two customers (a cross-tenant finding)."""
+    return row.get("relation", "") in ("", "cross_tenant") and row.get("recipient_tenant_id") != row.get("source_tenant_id")
+
+
 def _listed_findings(evidence: list[dict[str, str]]) -> dict[str, set[str]]:
     """Customer (as the logs hold its id) -> the cross-tenant findings of the list (a rendered evidence.csv) naming it."""
     out: dict[str, set[str]] = {}
     for e in evidence:
-        if e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id"):
+        if _cross(e):
             for side in ("recipient_tenant_id", "source_tenant_id"):
                 out.setdefault(_raw(e.get(side, "")), set()).add(e.get("finding_id", ""))
     return out
@@ -358,7 +363,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     by_suspect = {_raw(s.get("tenant_id", "")) for s in suspects}
     by_machine = set(by_suspect)
     for e in evidence:
-        cross = e.get("relation", "") in ("", "cross_tenant") and e.get("recipient_tenant_id") != e.get("source_tenant_id")
+        cross = _cross(e)
         # A rendered evidence.csv holds the candidates an analyst confirmed too: those are the person's, not the machine's.
         by_person = e.get("tier_rule") == csvfile.cell(CONFIRMED_RULE)
         if cross and not by_person and decided.get(e.get("finding_id", "")) != "dismiss":
@@ -396,10 +401,10 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
                 evidence_from = max(min(times), evidence_from) if evidence_from is not None else min(times)
                 clock_from = max(clock_from, min(times))
         # A notice whose time is not a time (a ledger line written by hand) counts for nothing, and is said to.
-        timed = [(n, when) for n in by_tenant.get(tenant, []) if (when := _maybe_t(str(n.get("at", "")))) is not None]
-        notices = [n for n, _ in sorted(timed, key=lambda x: (x[1], x[0].get("seq", 0)))]
+        when = [(n, _maybe_t(str(n.get("at", "")))) for n in by_tenant.get(tenant, [])]
+        notices = [n for n, t in sorted(((n, t) for n, t in when if t is not None), key=lambda x: (x[1], x[0].get("seq", 0)))]
         problems = [f"notice {n.get('ref')!r} has no readable time ({_shown_at(n)}): it does not count"
-                    for n in by_tenant.get(tenant, []) if _maybe_t(str(n.get("at", ""))) is None]
+                    for n, t in when if t is None]
         valid = [n for n in notices if evidence_from is None or _t(n["at"]) >= evidence_from]
         problems += [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
                      for n in notices if evidence_from is not None and _t(n["at"]) < evidence_from]
