@@ -279,9 +279,9 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
 
     response = f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}"
 
-    def run(src_node: str | None, name: str) -> dict:
+    def run(src_node: str | None, name: str, model: str = "glm-5.3") -> dict:
         rows = others + [
-            exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node),
+            exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node, model=model),
             exchange("b1", "bolt", 5, prompt="q", response=response, decode_node="decode-1"),
         ]
         res = match(make_case(tmp_path / name, rows, ["b1"]), config())
@@ -289,18 +289,27 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
         return {"row": found[0], "report": res.report}
 
     same, other, none = run("decode-1", "same"), run("decode-2", "other"), run(None, "none")
+    another_model = run(None, "another_model", model="qwen3-235b-a22b")
     assert same["row"]["same_decode_node"] in (True, "true") and same["row"]["source_decode_node"] == "decode-1"
     assert other["row"]["same_decode_node"] in (False, "false")
     assert none["row"]["same_decode_node"] in (None, "")
     # The text evidence is the same; the mechanism moves the combined figure: a recent source on the
-    # suspect's node (1 of its 100 records before) lowers it, one elsewhere (or on no node) raises it.
-    # (The source elsewhere is in review now: its figures are read from review.csv, rounded to 3 digits.)
-    text = {float(x["row"]["expected_by_chance"]) for x in (same, other, none)}
+    # suspect's node (1 of its 100 records before) lowers it, one elsewhere (or on no node: another model's
+    # request) raises it. (Sources elsewhere are in review: their figures are read from review.csv, rounded.)
+    runs = {"same": same, "other": other, "none": none, "another_model": another_model}
+    text = {float(x["row"]["expected_by_chance"]) for x in runs.values()}
     assert max(text) == pytest.approx(min(text), rel=5e-3)
-    e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in
-         (("same", same), ("other", other), ("none", none))}
+    e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in runs.items()}
+    factor = {name: float(x["row"]["mechanism_factor"]) for name, x in runs.items()}
     assert e["same"] < min(text) <= max(text) < e["other"]
-    assert e["none"] == pytest.approx(e["other"], rel=0.05)  # shares differ by the one record
+    assert factor["same"] < 1 < factor["other"]
+    assert factor["another_model"] == pytest.approx(factor["other"], rel=0.05)  # shares differ by the one record
+    assert e["another_model"] > max(text)
+    # A source of the suspect's own model that the engine logs place on no node is a gap in them: it says nothing
+    # of where the source ran, and the text alone decides (read as "elsewhere", it made a leak weaker than a case
+    # with no engine logs at all).
+    assert factor["none"] == 1.0
+    assert e["none"] == pytest.approx(float(none["row"]["expected_by_chance"]), rel=5e-3)
     assert int(same["row"]["records_since_source_on_node"]) >= 1
     assert same["report"]["null"]["decode_node_evidence"].startswith("present")
     # The figure the tiers use is checked on the control responses too, with their own node evidence.

@@ -889,13 +889,16 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             # records placed on the node before the suspect, and a source there is no worse than unknown.
             factor = min(max(k, 1) / max(before, 1), 1.0)
             factor_known = True
-        elif tgt.decode_node is not None and 0.0 < share < 1.0:
-            # The engine logs put the source elsewhere (another node, or none): not where stale pages come
-            # from, so the text must carry what the mechanism does not: E grows by 1 / the node's share.
+        elif tgt.decode_node is not None and 0.0 < share < 1.0 and not _in_a_gap(r, tgt, facts):
+            # The engine logs put the source elsewhere (another node, or none: another model's request): not
+            # where stale pages come from, so the text must carry what the mechanism does not: E grows by 1 /
+            # the node's share.
             factor = 1.0 / share
             factor_known = True
         else:
-            factor = 1.0  # the engine logs say nothing about this suspect
+            # The engine logs say nothing about this suspect, or about where this source ran (a gap in them):
+            # the text alone decides. Read as "elsewhere", a gap made a leak weaker than no engine logs at all.
+            factor = 1.0
             factor_known = False
         r["mechanism_factor"] = float(f"{factor:.4g}")
         # The product ranks the candidates; its E-value counts the chance candidates of this search that a
@@ -1257,6 +1260,17 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
                 f"(a KV pool serves one model), so no stale page of the suspect's node holds it (unless a first "
                 f"attempt of a call that fell back to it ran on the engines)")
     return None
+
+
+def _in_a_gap(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> bool:
+    """Whether a candidate's source is a request the engine logs place on no node although it was sent to a model
+    their nodes serve, or to the suspect's own: a gap in the logs (a node's file missing, an hour rotated away, a
+    request id two customers sent, which no engine line can be given to), which says nothing of where it ran. A
+    source sent to another model (another deployment: its own KV pool) is no gap."""
+    if r["source_decode_node"] is not None:
+        return False
+    sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
+    return bool(sent_to & facts.engine_models or sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset()))
 
 
 def _unserved_models(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> frozenset[str]:

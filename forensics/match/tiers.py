@@ -221,7 +221,7 @@ def evalue_tier(expected: float, rarity: float, p: MatchParams, singles_out: flo
     if expected <= p.probable_evalue:
         return "probable", f"E2: expected_by_chance_with_mechanism<={p.probable_evalue:g}"
     return (f"expected_by_chance_with_mechanism {_apart(expected, p.probable_evalue)} > {p.probable_evalue:g}: a match this strong, with "
-            "its source where the engine logs put it, is expected among unrelated texts of a search this size")
+            "what the engine logs show of where its source ran, is expected among unrelated texts of a search this size")
 
 
 def _apart(value: float, limit: float, fmt: str = ".3g") -> str:
