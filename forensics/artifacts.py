@@ -343,6 +343,9 @@ class Limit(Record):
     values_of_all_nodes: tuple[int, ...]
     nodes_disagree: bool
     note: str | None = _optional()  # how a disagreement was settled
+    #: Per node, values of its startup lines not in effect in the window (a later restart before it replaced them,
+    #: or logged after it): not counted. Left out when every line counted.
+    not_in_effect: Mapping[str, tuple[int, ...]] | None = _optional()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,20 +108,38 @@ class ScanResult:
 # ------------------------------------------------------------------------------------------
 
 
-def _startup_nodes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Per node: its role and the distinct pool sizes and context lengths its startup lines gave."""
+def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = None,
+                   end: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Per node: its role and the distinct pool sizes and context lengths of the startup lines in effect in the
+    window [``start``, ``end``): those logged in it, and each node's latest one before it (a restart before the
+    window replaced what earlier lines gave: a pool the node ran days before must not set the ceiling). A line
+    with no time is kept (nothing places it), and so is every line when the window is not set. ``superseded``:
+    per node, the values of the lines left out."""
     rows = q.with_memory_to_spare(con, lambda: con.execute(
         """
+        WITH lines AS (SELECT node, role, time, max_total_num_tokens AS pool, context_len AS ctx
+                       FROM engine_events WHERE event = 'startup'),
+        -- Per node and value kind, the time of its latest line before the window that gives that value.
+        last_pool AS (SELECT node, max(time) AS t FROM lines WHERE pool IS NOT NULL AND time < $start GROUP BY node),
+        last_ctx AS (SELECT node, max(time) AS t FROM lines WHERE ctx IS NOT NULL AND time < $start GROUP BY node),
+        marked AS (
+            SELECT l.*,
+                   (l.time IS NULL OR $start IS NULL OR l.time >= coalesce(p.t, $start))
+                   AND (l.time IS NULL OR $end IS NULL OR l.time < $end) AS pool_in_effect,
+                   (l.time IS NULL OR $start IS NULL OR l.time >= coalesce(c.t, $start))
+                   AND (l.time IS NULL OR $end IS NULL OR l.time < $end) AS ctx_in_effect
+            FROM lines l LEFT JOIN last_pool p USING (node) LEFT JOIN last_ctx c USING (node))
         SELECT node, any_value(role ORDER BY role NULLS LAST) AS role,
-               list(DISTINCT max_total_num_tokens ORDER BY max_total_num_tokens)
-                 FILTER (WHERE max_total_num_tokens IS NOT NULL) AS pools,
-               list(DISTINCT context_len ORDER BY context_len) FILTER (WHERE context_len IS NOT NULL) AS contexts,
-               count(*) AS lines
-        FROM engine_events WHERE event = 'startup'
-        GROUP BY node ORDER BY node
-        """
+               list(DISTINCT pool ORDER BY pool) FILTER (WHERE pool IS NOT NULL AND pool_in_effect),
+               list(DISTINCT ctx ORDER BY ctx) FILTER (WHERE ctx IS NOT NULL AND ctx_in_effect),
+               count(*),
+               list(DISTINCT pool ORDER BY pool) FILTER (WHERE pool IS NOT NULL AND NOT pool_in_effect),
+               list(DISTINCT ctx ORDER BY ctx) FILTER (WHERE ctx IS NOT NULL AND NOT ctx_in_effect)
+        FROM marked GROUP BY node ORDER BY node
+        """, {"start": start, "end": end}
     ).fetchall())
-    return [{"node": r[0], "role": r[1], "max_total_num_tokens": r[2] or [], "context_len": r[3] or [], "startup_lines": r[4]}
+    return [{"node": r[0], "role": r[1], "max_total_num_tokens": r[2] or [], "context_len": r[3] or [], "startup_lines": r[4],
+             "superseded": {"max_total_num_tokens": r[5] or [], "context_len": r[6] or []}}
             for r in rows]
 
 
@@ -138,6 +156,8 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
         "per_node": {n["node"]: n[field] for n in nodes if n[field]},
         "values_of_nodes_used": values,
         "values_of_all_nodes": sorted({v for n in nodes for v in n[field]}),
+        # Values of startup lines a later one before the window replaced, or logged after it: not counted.
+        "not_in_effect": {n["node"]: n["superseded"][field] for n in nodes if n["superseded"][field]},
         # Decode nodes may well run another pool size; only the nodes that decide count here.
         "nodes_disagree": len(values) > 1,
     }
@@ -150,7 +170,7 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
     Sets the resolved values on ``cfg`` (source ``auto-detected``). Raises ConfigError for
     ``auto`` with no engine startup lines, a missing ceiling, or a ceiling above the advertised window.
     """
-    nodes = _startup_nodes(con)
+    nodes = _startup_nodes(con, cfg.window_start, cfg.window_end)
     out: dict[str, Limit] = {}
     for key, field, pick, what in (
         ("real_ceiling_tokens", "max_total_num_tokens", min, "the smallest pool"),
@@ -184,7 +204,8 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
             prefill_nodes=tuple(record["prefill_nodes"]), per_node={n: tuple(v) for n, v in record["per_node"].items()},
             values_of_nodes_used=tuple(record["values_of_nodes_used"]),
             values_of_all_nodes=tuple(record["values_of_all_nodes"]), nodes_disagree=record["nodes_disagree"],
-            note=record.get("note"))
+            note=record.get("note"),
+            not_in_effect={n: tuple(v) for n, v in record["not_in_effect"].items()} or None)
     cfg.validate()
     return out
 

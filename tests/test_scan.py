@@ -136,6 +136,27 @@ def test_auto_limits_come_from_the_prefill_startup_lines_and_are_saved(tmp_path:
     assert again.real_ceiling_tokens == "auto"
 
 
+def test_auto_limits_count_only_the_startup_lines_in_effect_in_the_window(tmp_path: Path) -> None:
+    """A review set a node's pool to 4,096 on a startup line a restart before the window replaced: "auto" took that
+    smallest pool from any date, and three customers went on the list as recipients of answers nothing corrupted."""
+    def line(node: str, pool: int, time: str, context: int = ADVERTISED) -> dict[str, Any]:
+        return event(node, "startup", max_total_num_tokens=pool, context_len=context, time=time)
+
+    root = write_case(tmp_path / "case", [exchange("r-1", prompt_tokens=650000, received_at="2026-08-29T10:00:00Z")], [
+        line("prefill-0", 600000, "2026-08-20T00:00:05Z", context=2 * ADVERTISED),  # replaced by the restart below
+        line("prefill-0", CEILING, "2026-08-26T23:50:05Z"),  # the pool in effect when the window opens
+        line("prefill-1", 700000, "2026-08-25T00:00:05Z"),  # its only line, before the window: still in effect
+        line("prefill-0", 500000, "2026-09-10T00:00:05Z"),  # after the window
+    ])
+    result = scan(root, _config(real_ceiling_tokens="auto", advertised_window_tokens="auto"))
+    ceiling = result.record["limits"]["real_ceiling_tokens"]
+    assert (ceiling["value"], ceiling["source"]) == (CEILING, "auto-detected")
+    assert ceiling["per_node"] == {"prefill-0": [CEILING], "prefill-1": [700000]}
+    assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000]}
+    assert result.record["limits"]["advertised_window_tokens"]["value"] == ADVERTISED
+    assert result.suspects == 0  # 650,000 tokens fit the pool in effect
+
+
 def test_no_suspects_means_clean(tmp_path: Path) -> None:
     root = write_case(tmp_path / "case", [exchange("r-1")])
     result = scan(root, _config())
