@@ -230,6 +230,8 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
                                         profile=spec.profile)
+        if ingested is not None:  # (each ingest's note covers the case's files so far: the last one says all)
+            notes.extend(ingested.warnings)
         # Another incident's report under this name is never replaced (its verdicts and notices carried over).
         check_same_incident(report_dir, case_dir, cfg.file)
         tables = ingested.manifest.tables if ingested is not None else None

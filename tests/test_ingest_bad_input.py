@@ -221,6 +221,49 @@ def test_one_file_naming_no_customer_among_good_ones_does_not_stop_the_run(tmp_p
     assert any("hostile.jsonl" in n and "name no customer" in n for n in res.manifest["notes"])
 
 
+def _callback(rid: str, metadata: dict[str, str]) -> str:
+    """A LiteLLM callback payload: it names its customer in the API key's metadata, never in spend-log columns."""
+    return json.dumps({"id": rid, "call_type": "acompletion", "startTime": 1787997000.0, "model": "glm-5.3",
+                       "messages": [{"role": "user", "content": "hello there"}], "metadata": metadata})
+
+
+@pytest.mark.parametrize(("tenant_field", "payload_key", "column"), [
+    ("organization_id", "user_api_key_org_id", "organization_id"),
+    ("team_id", "user_api_key_team_id", "team_id"),
+    ("metadata.user_api_key_org_id", "user_api_key_org_id", "organization_id"),
+    ("metadata.user_api_key_hash", "user_api_key_hash", "api_key"),
+])
+def test_a_litellm_tenant_field_names_the_customer_in_spend_logs_and_callback_payloads_alike(
+        tmp_path: Path, tenant_field: str, payload_key: str, column: str) -> None:
+    """The case-file spec's own example, tenant_field = "organization_id", named no customer in a callback payload
+    (the org is its metadata's user_api_key_org_id): every payload was quarantined and the list lost most of its
+    customers, with one note in the summary. LiteLLM fills the spend log's column from that metadata key."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "callbacks.jsonl").write_text(_callback("c-1", {payload_key: "acme"}) + "\n")
+    (logs / "spend.jsonl").write_text(json.dumps({
+        "request_id": "s-1", "startTime": "2026-08-29T10:00:00Z", "call_type": "acompletion", "api_key": "k",
+        "messages": [{"role": "user", "content": "hi"}], "metadata": {}, column: "acme"}) + "\n")
+    res = api.ingest(tmp_path / "case", [logs], fmt="litellm", config=api.make_config(tenant_field=tenant_field))
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted(r["tenant_id"] for r in rows) == ["acme", "acme"] and res.warnings == []
+    assert {r["request_id"]: r["tenant_field"] for r in rows} == {"c-1": f"metadata.{payload_key}", "s-1": column}
+
+
+def test_records_the_tenant_rule_names_no_customer_in_are_a_warning_a_run_prints(tmp_path: Path) -> None:
+    """A rule that fits one kind of record only lost the others to quarantine; `run` printed nothing of it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "callbacks.jsonl").write_text(_callback("c-1", {"user_api_key_user_id": "u-1"}) + "\n"
+                                          + _callback("c-2", {"user_api_key_team_id": "team-a"}) + "\n")
+    (logs / "spend.jsonl").write_text(spend_log() + "\n")
+    res = api.ingest(tmp_path / "case", [logs], fmt="litellm", config=api.make_config(tenant_field="team_id"))
+    (warning,) = res.warnings
+    assert warning.startswith("1 record in 1 file name no customer by the tenant rule (tenant_field 'team_id')")
+    assert "callbacks.jsonl (1)" in warning and "cannot be on the list" in warning and "Fix: set tenant_field" in warning
+    assert warning in res.manifest["notes"]
+
+
 def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None:
     entry, q = ingest_lines(tmp_path, [spend_log(), spend_log(request_id="y", team_id="", api_key="")], name="spend.jsonl", fmt="litellm")
     assert (entry["ingested"], entry["quarantined"]) == (1, 1)

@@ -190,6 +190,20 @@ def test_run_end_to_end_finds_the_leak(tmp_path: Path, capsys: pytest.CaptureFix
                        "manifest.json": "forensics-report/1", "case/manifest.json": "forensics-case/1"}
 
 
+def test_run_prints_that_records_naming_no_customer_were_quarantined(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A tenant rule that fits some records only quarantined the others: `run` printed nothing of it, and the list
+    silently lost their customers (a review)."""
+    logs = write_logs(tmp_path / "logs")
+    nameless = json.loads(_row("r-9", "", "2026-08-28T12:00:00Z", "hello", "hi", 8)) | {"api_key": ""}
+    (logs / "gateway" / "other.jsonl").write_text(json.dumps(nameless) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["run", str(logs), "--out", str(tmp_path / "out")])
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "warning: 1 record in 1 file name no customer by the tenant rule (tenant_field 'auto')" in printed
+    assert "other.jsonl (1)" in printed
+
+
 @needs_stages
 def test_run_twice_gives_identical_reports(tmp_path: Path) -> None:
     logs = write_logs(tmp_path / "logs")

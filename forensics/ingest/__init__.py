@@ -103,6 +103,8 @@ class IngestResult:
     case: Path
     manifest: IngestManifest
     run_files: list[dict[str, Any]]
+    #: What a run of every stage must print, not only record: records lost in a way that takes customers off the list.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary for the CLI (this run's files plus the case totals)."""
@@ -774,10 +776,9 @@ def ingest(
             f"now the complete file's): {names}",))
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
-    if tenantless:
-        case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes,
-            f"{len(tenantless)} files name no customer in any record (tenant_field {cfg.tenant_field!r}); their records "
-            f"were quarantined: {', '.join(tenantless[:5])}"))
+    warnings = _nameless_records(known.values(), tenantless, cfg)
+    if warnings:
+        case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *warnings))
     case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__}, prompt_tokens_band={
         "rule": "with a tokenizer file and a numeric ceiling at ingest, a prompt is not tokenized when "
                 f"{BAND_TOKENS_PER_BYTE} x its UTF-8 bytes (after the tokenizer's normaliser) + "
@@ -803,7 +804,7 @@ def ingest(
         if not f["status"].startswith("already") and f["sha256"] in by_sha:
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
-    return IngestResult(c.root, case_manifest, run_files)
+    return IngestResult(c.root, case_manifest, run_files, warnings)
 
 
 def _band_counts(stats: BandStats) -> dict[str, int]:
@@ -900,6 +901,23 @@ def _check_tenants(entries: Any, cfg: CaseConfig) -> list[str]:
             "organization_id, team_id or metadata.user_api_key_team_id",
         )
     return [e["path"] for e in lost]
+
+
+def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> list[str]:
+    """The note on gateway records quarantined because the tenant rule names no customer in them: their customers
+    cannot be on the list. A rule that fits one kind of record only (a spend log's column, absent from the callback
+    payloads beside it) lost most of a case's records with one note in the summary."""
+    nameless = sorted((e["path"], e["no_tenant"]) for e in entries if e.get("no_tenant")
+                      and (e.get("format") not in FORMATS or FORMATS.get(e["format"]).table == "exchanges"))
+    if not nameless:
+        return []
+    total = sum(n for _, n in nameless)
+    whole = f"; {len(tenantless)} of them name none in any record" if tenantless else ""
+    return [f"{total} record{'s' if total > 1 else ''} in {len(nameless)} file{'s' if len(nameless) > 1 else ''} name no "
+            f"customer by the tenant rule (tenant_field {cfg.tenant_field!r}){whole}: they were quarantined, and their "
+            f"customers cannot be on the list ({first_few([f'{path} ({n})' for path, n in nameless])}). Fix: set "
+            "tenant_field (case file or --tenant-field) to the field that names the customer in every record, or "
+            "\"auto\", and ingest again"]
 
 
 def _zero_counts() -> dict[str, int]:
