@@ -23,7 +23,7 @@ from forensics.artifacts import Record
 from forensics.case import locked_case
 from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
 from forensics.engine import executor_for
-from forensics.errors import ConfigError
+from forensics.errors import ConfigError, first_few
 from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
 from forensics.ingest.patterns import glob_matches
 from forensics.match import match
@@ -232,6 +232,14 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
                                         profile=spec.profile)
         if ingested is not None:  # (each ingest's note covers the case's files so far: the last one says all)
             notes.extend(ingested.warnings)
+            if not ingested.manifest.tables.exchanges:
+                # The scan would stop on the case's model, never seen: the cause is the inputs (a wrong format given
+                # for the gateway logs reads no record of them), which the ingest's warnings name.
+                said = [w.split(". Fix: ")[0] for w in ingested.warnings]
+                raise ConfigError("no gateway record was read from the case's inputs: the case has no exchanges"
+                                  + (f" ({first_few(said, 3)})" if said else ""),
+                                  file=cfg.file, fix="check each [[inputs]] entry's path and format (leave format out to "
+                                  "have it sniffed); the case folder's quarantine.parquet says why each record was not read")
         # Another incident's report under this name is never replaced (its verdicts and notices carried over).
         check_same_incident(report_dir, case_dir, cfg.file)
         tables = ingested.manifest.tables if ingested is not None else None

@@ -204,6 +204,46 @@ def test_run_prints_that_records_naming_no_customer_were_quarantined(tmp_path: P
     assert "other.jsonl (1)" in printed
 
 
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs"
+
+
+def _sample_with(tmp_path: Path, old: str, new: str) -> Path:
+    """The shipped sample incident whose case file says ``new`` where it says ``old``."""
+    root = tmp_path / "logs"
+    for part in ("gateway", "engine"):
+        shutil.copytree(SAMPLE / part, root / part)
+    text = (SAMPLE / "case.toml").read_text(encoding="utf-8")
+    assert old in text
+    (root / "case.toml").write_text(text.replace(old, new), encoding="utf-8")
+    return root / "case.toml"
+
+
+def test_an_engine_format_that_reads_none_of_its_files_lines_is_a_warning_naming_the_right_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """format = "vllm" for SGLang logs kept every line as an unknown event, without a word: the ceiling's
+    cross-check and every engine signature were lost, and the list changed (a review)."""
+    case = _sample_with(tmp_path, 'format = "sglang"', 'format = "vllm"')
+    with pytest.raises(SystemExit):
+        main(["run", str(case), "--out", str(tmp_path / "out")])
+    printed = " ".join(capsys.readouterr().err.split())
+    for node in ("decode-0_0.log", "decode-1_0.log", "prefill-0_0.log", "prefill-1_0.log"):
+        assert (f"warning: engine/{node}: none of its" in printed
+                and "is a record of the format given for it, 'vllm' (its lines read as sglang)" in printed)
+    assert "Fix: give the format that matches" in printed
+
+
+def test_a_gateway_format_that_reads_no_record_stops_the_run_naming_the_files_not_the_model(tmp_path: Path) -> None:
+    """The run stopped at the scan with "model 'glm-5.3' never appears in the exchanges": the cause was the
+    format given for the gateway logs."""
+    case = _sample_with(tmp_path, 'format = "litellm"', 'format = "openai-split"')
+    with pytest.raises(ConfigError) as info:
+        api.run(case, tmp_path / "out")
+    text = str(info.value)
+    assert "no gateway record was read from the case's inputs" in text and "never appears" not in text
+    assert "litellm-callbacks-2026-08-27.jsonl: none of its 79 lines is a record of the format given for it, " \
+           "'openai-split' (its lines read as litellm)" in text
+
+
 @needs_stages
 def test_run_twice_gives_identical_reports(tmp_path: Path) -> None:
     logs = write_logs(tmp_path / "logs")

@@ -601,6 +601,7 @@ def ingest(
         # it reads would be sniffed otherwise, or fail to stage. Such a run is read in this process.
         in_process = FORMATS.names() != IMPORTED_FORMATS
         pool = _early_pool(early, [p for p, _ in found]) if spark is None and not in_process else None
+        given_formats: dict[str, tuple[Path, str]] = {}  # SHA-256 -> (file, format given for it)
         for (path, explicit), file_format, seen in zip(found, forced, _examine_files([p for p, _ in found], forced, pool)):
             try:
                 if isinstance(seen.scanned, OSError):
@@ -668,6 +669,8 @@ def ingest(
                     from forensics.ingest.formats.mapped import check_profile
 
                     check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
+            if file_format is not None and skip is None:
+                given_formats[sha] = (path, file_format)
             if detected is None or not FORMATS.get(detected).splittable:
                 # Its records may span lines: one worker reads it whole. A file skipped or of no known
                 # format is not read at all: one unit, one quarantine row, however big.
@@ -776,7 +779,7 @@ def ingest(
             f"now the complete file's): {names}",))
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
-    warnings = _nameless_records(known.values(), tenantless, cfg)
+    warnings = _nameless_records(known.values(), tenantless, cfg) + _misread(c, known, given_formats)
     if warnings:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *warnings))
     case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__}, prompt_tokens_band={
@@ -918,6 +921,44 @@ def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> l
             f"customers cannot be on the list ({first_few([f'{path} ({n})' for path, n in nameless])}). Fix: set "
             "tenant_field (case file or --tenant-field) to the field that names the customer in every record, or "
             "\"auto\", and ingest again"]
+
+
+def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str, tuple[Path, str]]) -> list[str]:
+    """A warning for each file read in a format given for it (``[[inputs]]``, ``--format``) of which nothing was
+    understood: no record read (a gateway format), or only lines of no known kind (an engine format, which keeps
+    every line). A wrong format was accepted without a word: every engine line kept as ``unknown`` lost the
+    ceiling's cross-check and every engine signature, and the list changed (a review)."""
+    events: dict[str, tuple[int, int]] = {}
+    engine_shas = [sha for sha, (_, fmt) in given_formats.items() if FORMATS.get(fmt).table == "engine_events"]
+    table = c.table_path("engine_events")
+    if engine_shas and table.exists():
+        import duckdb  # (not at the top: the staging workers import this module and never query)
+
+        with duckdb.connect() as con:
+            rows = con.execute(
+                "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
+                "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(table), engine_shas]).fetchall()
+        events = {sha: (understood, lines) for sha, understood, lines in rows}
+    out = []
+    for sha, (path, fmt) in sorted(given_formats.items(), key=lambda item: str(item[1][0])):
+        entry = known.get(sha)
+        if entry is None:
+            continue
+        if FORMATS.get(fmt).table == "engine_events":
+            understood, lines = events.get(sha, (0, 0))
+        else:
+            understood, lines = entry.get("parsed", 0), entry.get("quarantined", 0)
+        if understood or not lines:
+            continue
+        try:
+            reads_as = sniff(path)
+        except (AmbiguousFormat, OSError):
+            reads_as = None
+        hint = f" (its lines read as {reads_as})" if reads_as is not None and reads_as != fmt else ""
+        out.append(f"{entry['path']}: none of its {lines} line{'s' if lines > 1 else ''} is a record of the format given for "
+                   f"it, {fmt!r}{hint}. Fix: give the format that matches (the [[inputs]] entry's format, or --format), or "
+                   "leave it out to have it sniffed, and ingest again")
+    return out
 
 
 def _zero_counts() -> dict[str, int]:
