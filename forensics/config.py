@@ -289,12 +289,27 @@ def load_case_file(path: str | Path) -> CaseConfig:
     if not path.is_file():
         raise ConfigError("case file not found", file=path, fix="give the path of a CASE.toml (see spec/case-file.md)")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        # (utf-8-sig: a byte order mark, which Windows editors write, is no TOML but no error of the case either)
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise ConfigError("case file is not UTF-8", file=path, fix="save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"case file is not valid TOML ({exc})", file=path, fix="correct the TOML syntax") from None
     return config_from_mapping(data, base=path.parent, file=path)
+
+
+def _path_of(base: Path, value: Any, key: str, file: Path | None) -> Path:
+    """The case file's path setting ``key`` made absolute (relative to the case file's folder), or a ConfigError
+    naming the key: a value that is not a non-empty string (5 read as the file "5"), or a path that cannot be
+    resolved (a link that leads to itself, a name too long: "internal error" before)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key} = {value!r} is not a path", file=file, fix=f'write it as a string, e.g. {key.split(".")[-1]} = '
+                          + ('"tokenizer.json"' if key == "tokenizer" else '"logs"'))
+    try:
+        return (base / value).resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: a link loop (Python 3.11's resolve)
+        raise ConfigError(f"{key} = {value!r} cannot be followed ({exc})", file=file,
+                          fix="check the path: a link that leads to itself, or a name too long for the file system") from None
 
 
 def _nul_at(value: Any, where: str) -> str | None:
@@ -350,6 +365,7 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
 
                 report_settings(value, file=file)
             cfg.sections[key] = dict(value)
+            cfg.sources["sections"] = "file"  # (recorded as "default" with the file's [match] in the values beside it)
             continue
         if key == "execution":
             cfg.execution = execution_settings(value, file)
@@ -365,7 +381,7 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             if not isinstance(items, list) or not items or not all(isinstance(m, str) and m for m in items):
                 raise ConfigError("model(s) must be a non-empty string or list of strings", file=file, fix=EXAMPLES["model"])
         if key == "tokenizer":
-            value = (base / str(value)).resolve()
+            value = _path_of(base, value, "tokenizer", file)
         if key in ("name", "tenant_field", "description") and not isinstance(value, str):
             raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
         if key == "tenant_field" and not value.strip():
@@ -455,7 +471,7 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
                                           f"{what}")
         # A "[" in the case file's folder ("[INC-7] leak") is no character class: a pattern's fixed part is
         # the folders that exist as written (forensics.ingest.patterns.split_pattern).
-        specs.append(InputSpec((base / str(item["path"])).resolve(), fmt, profile))
+        specs.append(InputSpec(_path_of(base, item["path"], f"inputs[{i}].path", file), fmt, profile))
     return specs
 
 

@@ -205,7 +205,12 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
     if not cfg.inputs:
         raise ConfigError("the case file has no [[inputs]]", file=cfg.file, fix='add [[inputs]]\npath = "logs"\nformat = "auto"')
     for spec in cfg.inputs:
-        if not spec.path.exists() and not glob.has_magic(str(spec.path)):  # a pattern is expanded by ingest
+        try:
+            exists = spec.path.exists()
+        except OSError as exc:  # a name too long for the file system
+            raise ConfigError(f"input {spec.path.name[:80]} cannot be read ({exc.strerror})", file=cfg.file,
+                              fix=f"check the [[inputs]] path {spec.path}") from None
+        if not exists and not glob.has_magic(str(spec.path)):  # a pattern is expanded by ingest
             raise ConfigError(f"input {spec.path.name} does not exist", file=cfg.file, fix=f"check the [[inputs]] path {spec.path}")
     report_dir = report_dir_for(Path(out), cfg.name)
     for spec in cfg.inputs:

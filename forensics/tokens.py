@@ -265,7 +265,12 @@ def load_tokenizer(path: Path) -> Any:
     """Load a ``tokenizers`` JSON file, or raise a ConfigError saying what is wrong."""
     from tokenizers import Tokenizer
 
-    if not Path(path).is_file():
+    try:
+        found = Path(path).is_file()
+    except OSError as exc:  # a name too long for the file system
+        raise ConfigError(f"tokenizer file cannot be read ({exc.strerror})", file=path,
+                          fix="pass the model's tokenizer.json (from its model repository)") from None
+    if not found:
         raise ConfigError("tokenizer file not found", file=path, fix="pass the model's tokenizer.json (from its model repository)")
     try:
         return Tokenizer.from_file(str(path))

@@ -83,9 +83,16 @@ def test_a_good_case_file(tmp_path: Path) -> None:
         # A NUL in a path failed as an internal error deep in the file system calls.
         (('path = "logs/gateway"', 'path = "logs/gate\\u0000way"'), "inputs[0].path holds a NUL character"),
         (('timezone = "Europe/Berlin"', 'tokenizer = "tok\\u0000.json"'), "tokenizer holds a NUL character"),
+        # Read as the file "5" (or the case's folder): "tokenizer file not found" named neither the key nor the type.
+        (('timezone = "Europe/Berlin"', "tokenizer = 5"), "tokenizer = 5 is not a path"),
+        (('timezone = "Europe/Berlin"', 'tokenizer = ""'), "tokenizer = '' is not a path"),
+        # A link that leads to itself was "internal error: RuntimeError: Symlink loop" (a review).
+        (('path = "logs/gateway"', 'path = "selfloop/x"'), "inputs[0].path = 'selfloop/x' cannot be followed"),
+        (('timezone = "Europe/Berlin"', 'tokenizer = "selfloop"'), "tokenizer = 'selfloop' cannot be followed"),
     ],
 )
 def test_bad_case_files_name_the_key(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    (tmp_path / "selfloop").symlink_to("selfloop")
     text = GOOD.replace(*edit, 1)
     if "2000000" in edit[1]:
         text = text.replace('advertised_window_tokens = "auto"', "advertised_window_tokens = 1048576")
@@ -94,6 +101,35 @@ def test_bad_case_files_name_the_key(tmp_path: Path, edit: tuple[str, str], mess
         load_case_file(path)
     assert message in str(info.value)
     assert info.value.file == str(path)
+
+
+def test_a_case_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows editors write one: the error blamed the TOML syntax at line 1, column 1 (a review)."""
+    path = tmp_path / "case.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert load_case_file(path).name == "glm-5.3-kv-pool"
+
+
+def test_the_stage_sections_a_case_file_gives_are_recorded_as_the_files(tmp_path: Path) -> None:
+    """The manifest said sections came from the defaults beside the file's own [match] values (a review)."""
+    assert load_case_file(_file(tmp_path, GOOD)).to_json()["sources"]["sections"] == "file"
+    plain = GOOD[:GOOD.index("[match]")]
+    assert load_case_file(_file(tmp_path, plain)).to_json()["sources"]["sections"] == "default"
+
+
+def test_a_path_too_long_for_the_file_system_is_a_config_error(tmp_path: Path) -> None:
+    """An input or tokenizer named by a 300-character component was "internal error: OSError: File name too long"."""
+    from forensics import api  # noqa: PLC0415
+    from forensics.tokens import load_tokenizer  # noqa: PLC0415
+
+    long_name = "x" * 300
+    path = _file(tmp_path, GOOD.replace('path = "logs/gateway"', f'path = "{long_name}"', 1))
+    with pytest.raises(ConfigError) as info:
+        api.run(path, tmp_path / "out")
+    assert "cannot be read" in str(info.value) and "check the [[inputs]] path" in info.value.fix
+    with pytest.raises(ConfigError) as info:
+        load_tokenizer(tmp_path / long_name)
+    assert "tokenizer file cannot be read" in str(info.value)
 
 
 def test_a_missing_key_error_shows_an_example_line(tmp_path: Path) -> None:
