@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,20 @@ def _near_tenants(con: duckdb.DuckDBPyConnection) -> list[str]:
                  f"characters or character forms: the matcher takes them for different customers; if they are one, read the findings "
                  f"between them as that customer's own text"
                  for group in loose.values() if len({customer_key(t) for t in group}) > 1]
+    escaped = [t for t in ids if SURROGATE_ESCAPE.search(t)]
+    if escaped:
+        # (README "Not handled yet": the collision itself; unwarned, two customers were merged without a word.)
+        warnings.append(
+            f"the tenant id{'s' if len(escaped) > 1 else ''} {', '.join(_quoted(t) for t in escaped[:5])}"
+            f"{', ...' if len(escaped) > 5 else ''} hold{'' if len(escaped) > 1 else 's'} the text of a lone surrogate's "
+            "escape (\\udXXX): the ingest writes a lone surrogate in a log (valid JSON that no UTF-8 text can hold) as "
+            "that text, so an id holding the surrogate and one holding the same characters typed read as one customer; "
+            "check those customers' records in the logs before notices go out")
     return warnings
+
+
+#: The text the ingest writes a lone surrogate as (``forensics.ingest.fields._mended``), in any case.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def _quoted(tenant: str) -> str:

@@ -556,6 +556,19 @@ def test_tenant_ids_that_look_alike_are_warned(tmp_path: Path) -> None:
     assert "'Acme Corp'" in warnings[1] and "'acme  corp'" in warnings[1] and "different customers" in warnings[1]
 
 
+def test_a_tenant_id_holding_a_lone_surrogates_escape_is_warned_of(tmp_path: Path) -> None:
+    """A lone surrogate in a customer's id is written as its escape's text, the same as that text typed: two
+    customers became one (packets merged, a passage called the customer's own text) without a word (a review).
+    The ingest of both spellings is in tests/test_ingest_bad_input.py; here, the warning."""
+    ex = [exchange("r-ok", prompt_tokens=900000, tenant_id="org-\\ud800x"),
+          exchange("r-b", tenant_id="org-\\uDFFFy"), exchange("r-c", tenant_id="org-\\u0041 plain")]
+    root = write_case(tmp_path / "case", ex, [startup("prefill-0"), startup("decode-0")])
+    scan(root, _config())
+    (warning,) = [w for w in json.loads((root / "scan.json").read_text(encoding="utf-8"))["warnings"] if "surrogate" in w]
+    assert warning.startswith("the tenant ids 'org-\\uDFFFy', 'org-\\ud800x' hold the text of a lone surrogate's escape")
+    assert "read as one customer" in warning and "u0041" not in warning
+
+
 def _image_case(root: Path, text: str | None, engine: bool, tokenizer: bool) -> tuple[Path, CaseConfig]:
     """An image prompt in split logs whose gateway count is the placeholder's 1, with or without the
     engine's prefill line (12,000 tokens, above the 8,192-token pool) and a tokenizer file."""

@@ -119,7 +119,13 @@ def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None
                 )
             where = f"[match] {key}" if origin == "[match]" else "--" + key.replace("_", "-")
             values[key] = _check(key, value, where, file if origin == "[match]" else None)
-    return MatchParams(**values)
+    params = MatchParams(**values)
+    if params.confirm_evalue > params.probable_evalue:
+        # Accepted without a word, it made "confirmed" the looser tier: the list's tiers changed (a review).
+        raise ConfigError(f"[match] confirm_evalue ({params.confirm_evalue:g}) is above probable_evalue "
+                          f"({params.probable_evalue:g}): confirmed would be the looser tier", file=file,
+                          fix="confirm_evalue is the stricter threshold: give it a value at most probable_evalue's")
+    return params
 
 
 def allowed_range(key: str) -> str:
