@@ -157,8 +157,9 @@ class CaseConfig:
         """Checks that need no data: window order, ceiling below the advertised window."""
         if self.window_start and self.window_end and self.window_end <= self.window_start:
             raise ConfigError(
-                f"window_end ({iso(self.window_end)}) is not after window_start ({iso(self.window_start)})",
-                file=self.file,
+                f"window_end ({iso(self.window_end)}) is not after window_start ({iso(self.window_start)})"
+                + self._origins("window_end", "window_start"),
+                file=self._file_of("window_start", "window_end"),
                 fix="window_end is exclusive and must come after window_start",
             )
         c, a = self.real_ceiling_tokens, self.advertised_window_tokens
@@ -174,11 +175,25 @@ class CaseConfig:
                         "advertised_window_tokens as that number",
                 )
             raise ConfigError(
-                f"real_ceiling_tokens ({c}) is above advertised_window_tokens ({a})",
-                file=self.file,
+                f"real_ceiling_tokens ({c}) is above advertised_window_tokens ({a})"
+                + self._origins("real_ceiling_tokens", "advertised_window_tokens"),
+                file=self._file_of("real_ceiling_tokens", "advertised_window_tokens"),
                 fix="the real pool ceiling is the smaller figure; check the two values are not swapped (if the pool "
                     "really is larger than the window, a prompt the window admits cannot overflow it: nothing to scan for)",
             )
+
+    def _origins(self, *keys: str) -> str:
+        """Where ``keys``' values came from, for an error about them, when an option gave one (an option's value was
+        blamed on the case file)."""
+        said = {"option": "given as an option", "file": "from the case file", "default": "the default",
+                "auto-detected": "read from the engine logs"}
+        if not any(self.source(k) == "option" for k in keys):
+            return ""
+        return " (" + "; ".join(f"{k} {said.get(self.source(k), self.source(k))}" for k in keys) + ")"
+
+    def _file_of(self, *keys: str) -> Path | None:
+        """The case file, when it gave one of ``keys`` (an error naming it must be about what it says)."""
+        return self.file if any(self.source(k) == "file" for k in keys) else None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready record of every value and its origin (for config.json and manifests)."""

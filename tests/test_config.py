@@ -103,6 +103,20 @@ def test_bad_case_files_name_the_key(tmp_path: Path, edit: tuple[str, str], mess
     assert info.value.file == str(path)
 
 
+def test_an_error_about_a_value_an_option_gave_says_so_and_does_not_blame_the_case_file(tmp_path: Path) -> None:
+    """`scan --config case.toml --window-end <before the start>` said "case.toml: window_end ... is not after
+    window_start": the value came from the option (a review)."""
+    cfg = load_case_file(_file(tmp_path, GOOD))
+    cfg.set("window_end", "2026-08-26T00:00:00Z", "option")
+    with pytest.raises(ConfigError) as info:
+        cfg.validate()
+    assert "(window_end given as an option; window_start from the case file)" in str(info.value)
+    # Both from options: the error names no case file.
+    with pytest.raises(ConfigError) as info:
+        make_config(_file(tmp_path, GOOD), window_start="2026-08-28T00:00:00Z", window_end="2026-08-27T00:00:00Z")
+    assert info.value.file is None and "(window_end given as an option; window_start given as an option)" in str(info.value)
+
+
 def test_a_case_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     """Windows editors write one: the error blamed the TOML syntax at line 1, column 1 (a review)."""
     path = tmp_path / "case.toml"
