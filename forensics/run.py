@@ -240,7 +240,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
             if not ingested.manifest.tables.exchanges:
                 # The scan would stop on the case's model, never seen: the cause is the inputs (a wrong format given
                 # for the gateway logs reads no record of them), which the ingest's warnings name.
-                said = [w.split(". Fix: ")[0] for w in ingested.warnings]
+                said = [w.rsplit(". Fix: ", 1)[0] for w in ingested.warnings]
                 raise ConfigError("no gateway record was read from the case's inputs: the case has no exchanges"
                                   + (f" ({first_few(said, 3)})" if said else ""),
                                   file=cfg.file, fix="check each [[inputs]] entry's path and format (leave format out to "

@@ -714,3 +714,18 @@ def test_a_file_named_on_the_command_line_finds_its_profile_through_a_glob_input
     assert result.manifest["files"][0]["ingested"] == 2
     with pytest.raises(ConfigError, match="no \\[\\[inputs\\]\\] entry"):
         api.ingest(tmp_path / "case2", [jsonl(tmp_path / "other.jsonl", [record(3)])], fmt="mapped", config=cfg)
+
+
+def test_a_time_format_that_fits_no_record_stops_the_run_naming_the_profile(tmp_path: Path) -> None:
+    """time_format = "%Y-%m-%d" over records timed 2026-08-28T10:00:00 quarantined every record, and the run
+    stopped saying the case file's inputs held none of the files the case ingested, "as if it were another
+    incident's case file" (a review): nothing named time_format."""
+    jsonl(tmp_path / "a.jsonl", [record(1, ts_start="2026-08-28T10:00:00"), record(2, ts_start="2026-08-28T10:00:01")])
+    case_file(tmp_path, PROFILE.format(path="a.jsonl").replace('"epoch_ms"', '"%Y-%m-%d"'))
+    with pytest.raises(ConfigError) as info:
+        api.run(tmp_path / "case.toml", tmp_path / "out")
+    text = str(info.value)
+    assert "no gateway record was read from the case's inputs" in text
+    assert "a.jsonl: none of its 2 lines is a record of the format given for it, 'mapped'" in text
+    assert "the first line's reason: profile key received_at ('ts_start'): '2026-08-28T10:00:00' does not match " \
+           "time_format '%Y-%m-%d'" in text

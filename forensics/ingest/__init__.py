@@ -925,39 +925,50 @@ def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> l
 
 def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str, tuple[Path, str]]) -> list[str]:
     """A warning for each file read in a format given for it (``[[inputs]]``, ``--format``) of which nothing was
-    understood: no record read (a gateway format), or only lines of no known kind (an engine format, which keeps
-    every line). A wrong format was accepted without a word: every engine line kept as ``unknown`` lost the
-    ceiling's cross-check and every engine signature, and the list changed (a review)."""
-    events: dict[str, tuple[int, int]] = {}
+    understood: no record read (a gateway format: with the reason its first line was set aside), or only
+    lines of no known kind (an engine format, which keeps every line). A wrong format was accepted without a word:
+    every engine line kept as ``unknown`` lost the ceiling's cross-check and every engine signature, and the list
+    changed (a review)."""
+    misread = {}
+    for sha, (_, fmt) in given_formats.items():
+        entry = known.get(sha)
+        if entry is not None and FORMATS.get(fmt).table != "engine_events" and entry.get("quarantined") \
+                and not entry.get("parsed"):
+            misread[sha] = (entry.get("quarantined", 0), "")
     engine_shas = [sha for sha, (_, fmt) in given_formats.items() if FORMATS.get(fmt).table == "engine_events"]
-    table = c.table_path("engine_events")
-    if engine_shas and table.exists():
+    events, quarantine = c.table_path("engine_events"), c.table_path("quarantine")
+    if (engine_shas and events.exists()) or (misread and quarantine.exists()):
         import duckdb  # (not at the top: the staging workers import this module and never query)
 
         with duckdb.connect() as con:
-            rows = con.execute(
-                "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
-                "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(table), engine_shas]).fetchall()
-        events = {sha: (understood, lines) for sha, understood, lines in rows}
+            if engine_shas and events.exists():
+                for sha, understood, lines in con.execute(
+                        "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
+                        "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(events), engine_shas]).fetchall():
+                    if not understood and lines:
+                        misread[sha] = (lines, "")
+            if misread and quarantine.exists():
+                # (The first line's reason: reasons name their line, so no two lines' are the same text.)
+                for sha, reason in con.execute(
+                        "SELECT source_sha256, arg_min(reason, coalesce(source_line, 0)) FROM read_parquet(?) "
+                        "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(quarantine), sorted(misread)]).fetchall():
+                    if sha in misread and reason:
+                        misread[sha] = (misread[sha][0], f"; the first line's reason: {reason}")
     out = []
     for sha, (path, fmt) in sorted(given_formats.items(), key=lambda item: str(item[1][0])):
-        entry = known.get(sha)
-        if entry is None:
+        if sha not in misread:
             continue
-        if FORMATS.get(fmt).table == "engine_events":
-            understood, lines = events.get(sha, (0, 0))
-        else:
-            understood, lines = entry.get("parsed", 0), entry.get("quarantined", 0)
-        if understood or not lines:
-            continue
+        lines, why = misread[sha]
         try:
             reads_as = sniff(path)
         except (AmbiguousFormat, OSError):
             reads_as = None
         hint = f" (its lines read as {reads_as})" if reads_as is not None and reads_as != fmt else ""
-        out.append(f"{entry['path']}: none of its {lines} line{'s' if lines > 1 else ''} is a record of the format given for "
-                   f"it, {fmt!r}{hint}. Fix: give the format that matches (the [[inputs]] entry's format, or --format), or "
-                   "leave it out to have it sniffed, and ingest again")
+        fix = ("check the [[inputs]] entry's [inputs.fields] and time_format against a record of the file (`forensics "
+               "profile` drafts them)" if fmt == "mapped" else "give the format that matches (the [[inputs]] entry's "
+               "format, or --format), or leave it out to have it sniffed")
+        out.append(f"{known[sha]['path']}: none of its {lines} line{'s' if lines > 1 else ''} is a record of the format given "
+                   f"for it, {fmt!r}{hint}{why}. Fix: {fix}, and ingest again")
     return out
 
 
