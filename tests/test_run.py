@@ -204,6 +204,25 @@ def test_run_prints_that_records_naming_no_customer_were_quarantined(tmp_path: P
     assert "other.jsonl (1)" in printed
 
 
+def test_the_report_manifest_records_the_tokenizers_sha256(tmp_path: Path) -> None:
+    """The token counts that made each suspect come from the tokenizer file: the report named it, not its content
+    (a review: a swapped tokenizer showed only as drift under verify --rerun)."""
+    import hashlib  # noqa: PLC0415
+
+    from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415
+
+    logs = write_logs(tmp_path / "logs")
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "row": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(logs / "tokenizer.json"))
+    (logs / "case.toml").write_text(CASE_TOML.replace("[[inputs]]", 'tokenizer = "tokenizer.json"\n\n[[inputs]]', 1),
+                                    encoding="utf-8")
+    result = api.run(logs / "case.toml", tmp_path / "out")
+    man = json.loads((result.case_dir.parent / "manifest.json").read_text(encoding="utf-8"))
+    assert man["reconciliation"]["tokenizer"] == "tokenizer.json"
+    assert man["reconciliation"]["tokenizer_sha256"] == hashlib.sha256((logs / "tokenizer.json").read_bytes()).hexdigest()
+
+
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs"
 
 

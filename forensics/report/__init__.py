@@ -222,7 +222,7 @@ def _inputs_root(cfg: CaseConfig, files: list[dict[str, Any]]) -> Path:
 
 #: Keys of the ingest manifest that the report manifest repeats as its ``reconciliation``.
 RECONCILIATION_KEYS = ("tables", "reconciled", "notes", "timezone", "zone_assumed_rows", "tenant_field", "tokenizer",
-                       "skipped_inputs")
+                       "tokenizer_sha256", "skipped_inputs")
 
 
 def _time_ranges(case_dir: Path) -> dict[str, list[str]]:
