@@ -418,6 +418,43 @@ def _check_counts(report_dir: Path, man: ReportManifest, suspects: list[dict[str
     return drift
 
 
+def _json_file(path: Path) -> Any:
+    """A JSON file's content, or None when it cannot be read (the output hashes say what is wrong with it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
+    """The manifest's copies of what the stage records and the case's own manifest say: the scan's and the match's
+    parameters, the records' hashes, the case's time range and table sizes, the ingest's reconciliation. Edited in
+    the manifest alone (a ceiling of 8192 made 4096, the last record's time moved, which the audit's deadline runs
+    from), they verified OK (a review)."""
+    drift: list[Drift] = []
+    for name, part in (("scan.json", "scan"), ("match.json", "match")):
+        record = _json_file(report_dir / name)
+        recorded = record.get("parameters") if isinstance(record, dict) else None
+        if recorded is not None and _json(recorded) != _json(getattr(man.parameters, part)):
+            drift.append(Drift("consistency", MANIFEST, f"parameters.{part} differ from the parameters {name} records"))
+    for name, sha in sorted(man.stage_records.items()):
+        if (report_dir / name).is_file() and file_sha256(report_dir / name) != sha:
+            drift.append(Drift("consistency", MANIFEST, f"stage_records names {name} by a SHA-256 it does not have"))
+    case = _json_file(report_dir / "case" / MANIFEST)  # (a report rendered from a case elsewhere has none)
+    if not isinstance(case, dict):
+        return drift
+    counts, tables, span = man.counts, case.get("tables") or {}, case.get("time_range") or [None, None]
+    for key, value in (("first_received", span[0]), ("last_received", span[-1]), ("exchanges", tables.get("exchanges")),
+                       ("engine_events", tables.get("engine_events")), ("quarantined", tables.get("quarantine"))):
+        if key in counts and value is not None and counts[key] != value:
+            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {_json(counts[key])}, the case's manifest gives "
+                               f"{_json(value)}"))
+    for key, value in sorted(man.reconciliation.items()):  # (the keys this report's release recorded)
+        if key in case and _json(case[key]) != _json(value):
+            drift.append(Drift("consistency", MANIFEST, f"reconciliation.{key} differs from the case's manifest"))
+    return drift
+
+
 def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     """Everything the report's own tables imply, compared with what it says: the notification
     list, the packets, and the counts in the summary and the manifest."""
@@ -450,7 +487,7 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     marked += _person_marks(report_dir, man, decided)
     return (ledger_drift + marked + _check_notifications(suspects, evidence, notifications)
             + _check_packets(report_dir, notifications) + _check_counts(report_dir, man, suspects, evidence, notifications)
-            + check_references(report_dir, man))
+            + check_references(report_dir, man) + _check_records(report_dir, man))
 
 
 def _person_marks(report_dir: Path, man: ReportManifest, decided: dict[str, str]) -> list[Drift]:

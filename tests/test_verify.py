@@ -764,3 +764,34 @@ def test_rerun_of_a_case_whose_log_grew_between_its_ingests(tmp_path: Path, caps
     assert code == 1, out + err
     result = verify(Path(json.loads(out)["report"]), rerun=True)
     assert result.ok, [str(d) for d in result.drift]
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda m: m["parameters"]["scan"].update(real_ceiling_tokens=1000), "parameters.scan differ from the parameters scan.json records"),
+    (lambda m: m["parameters"]["match"].update(k=9), "parameters.match differ from the parameters match.json records"),
+    (lambda m: m["stage_records"].update({"match.json": "0" * 64}), "stage_records names match.json by a SHA-256"),
+    # The audit's deadline runs from it: moved later, the overdue customers were not overdue.
+    (lambda m: m["counts"].update(last_received="2026-09-30T00:00:00Z"), "counts.last_received is \"2026-09-30T00:00:00Z\""),
+    (lambda m: m["counts"].update(quarantined=5), "counts.quarantined is 5, the case's manifest gives"),
+    (lambda m: m["reconciliation"].update(timezone="Asia/Tokyo"), "reconciliation.timezone differs from the case's manifest"),
+], ids=["ceiling", "k", "stage_record", "last_received", "quarantined", "timezone"])
+def test_a_manifest_edited_alone_is_named_by_what_the_report_records_elsewhere(tmp_path: Path, edit: object,
+                                                                               named: str) -> None:
+    """A review edited the manifest's copies of the scan's ceiling, the match's k, the record hashes, the counts and
+    the reconciliation: plain verify said OK (the manifest is not one of the outputs it hashes)."""
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    path = report_dir / "manifest.json"
+    man = json.loads(path.read_text(encoding="utf-8"))
+    edit(man)  # type: ignore[operator]
+    path.write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    problems = _problems(report_dir)
+    assert any(named in p for p in problems), problems
+
+
+def api_run(tmp_path: Path) -> Path:
+    from forensics import api  # noqa: PLC0415
+
+    report_dir = api.run(tmp_path / "incident", tmp_path / "out").case_dir.parent
+    assert verify(report_dir).ok
+    return report_dir
