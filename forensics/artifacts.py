@@ -286,6 +286,9 @@ class IngestManifest(Record):
     # What this ingest did to the case's earlier content (a log that grew replaced by its complete copy): the case's
     # history, not its content, so no report carries it (a re-run from the final files could never repeat it).
     history: tuple[str, ...] | None = _optional()
+    # (tenant, field, other tenant): customer ids another customer's records hold in a later tenant field, which may
+    # name one customer (forensics.ingest.tenant_aliases).
+    tenant_aliases: tuple[tuple[str, str, str], ...] | None = _optional()
     schema_version: str = _version(schema.CASE_FORMAT)
 
 

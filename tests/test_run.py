@@ -223,6 +223,34 @@ def test_the_report_manifest_records_the_tokenizers_sha256(tmp_path: Path) -> No
     assert man["reconciliation"]["tokenizer_sha256"] == hashlib.sha256((logs / "tokenizer.json").read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("suspects_team", ["team-a", "team-b"])
+def test_a_teams_key_with_no_organisation_is_not_named_exposed_to_its_own_organisation(tmp_path: Path,
+                                                                                       suspects_team: str) -> None:
+    """A customer's keys with and without its organisation set are two customer ids under the default tenant rule:
+    the organisation's text in an answer to the team's key named the organisation exposed, confirmed, with no
+    warning (a review). The records of the organisation hold the team's id: the finding goes to review, and a
+    warning names the pair. A team of another organisation's is another customer."""
+    logs = write_logs(tmp_path / "logs")
+    rows = [json.loads(line) for line in (logs / "gateway" / "spend.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows[0]["team_id"] = "team-a"  # acme's request, sent with a key of its team-a
+    rows[2]["organization_id"], rows[2]["team_id"] = "", suspects_team  # the suspect, sent with a key of no organisation
+    (logs / "gateway" / "spend.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = api.run(logs / "case.toml", tmp_path / "out")
+    report_dir = result.case_dir.parent
+    listed = {(r["tenant_id"], r["role"]) for r in csv.DictReader((report_dir / "notifications.csv").open(encoding="utf-8"))}
+    review = list(csv.DictReader((report_dir / "review.csv").open(encoding="utf-8")))
+    if suspects_team == "team-b":
+        assert ("acme", "exposed") in listed and (suspects_team, "recipient") in listed
+        assert not any("may be one customer" in w for w in result.notes)
+        return
+    assert ("acme", "exposed") not in listed and ("team-a", "recipient") in listed
+    (row,) = [r for r in review if r["source_tenant_id"] == "acme"]
+    assert row["why_not_notified"].startswith("the records of acme hold team-a in team_id, a later tenant field")
+    (warning,) = [w for w in result.notes if "may be one customer" in w]
+    assert warning.startswith("1 customer id of the case is held by another customer's records in a later tenant "
+                              "field: 'team-a' (team_id of 'acme')")
+
+
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs"
 
 

@@ -36,7 +36,7 @@ from forensics.case import STAGING_OPTIONS, Case, ParquetSink, file_sha256, rows
 from forensics.config import CaseConfig, Profile, load_saved, save
 from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
-from forensics.ingest.base import FileContext, Quarantined, SkippedRecord, record_hash
+from forensics.ingest.base import ALIASES_KEY, FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.fields import json_value
 from forensics.ingest.parquet import head_damage as parquet_head_damage
 from forensics.ingest.parquet import is_parquet, peek_rows
@@ -754,6 +754,9 @@ def ingest(
                 skipped_records[kind] = skipped_records.get(kind, 0) + n
             if counts["status"] != "ingested":
                 entry["status"] = counts["status"]
+            if counts.get("tenant_aliases"):
+                entry["tenant_aliases"] = sorted({*map(tuple, entry.get("tenant_aliases", [])),
+                                                  *map(tuple, counts["tenant_aliases"])})
             task.advance(unit.size())
     task.close()
     changed = _changed_since_hashed(hashed)
@@ -779,7 +782,9 @@ def ingest(
             f"now the complete file's): {names}",))
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
-    warnings = _nameless_records(known.values(), tenantless, cfg) + _misread(c, known, given_formats)
+    aliases = tenant_aliases(c, known.values())
+    warnings = _nameless_records(known.values(), tenantless, cfg) + _misread(c, known, given_formats) + _aliases_note(aliases)
+    case_manifest = dataclasses.replace(case_manifest, tenant_aliases=tuple(aliases) or None)
     if warnings:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *warnings))
     case_manifest = dataclasses.replace(case_manifest, tool={"name": "forensics", "version": __version__}, prompt_tokens_band={
@@ -921,6 +926,35 @@ def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> l
             f"customers cannot be on the list ({first_few([f'{path} ({n})' for path, n in nameless])}). Fix: set "
             "tenant_field (case file or --tenant-field) to the field that names the customer in every record, or "
             "\"auto\", and ingest again"]
+
+
+def tenant_aliases(c: Case, entries: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(tenant, field, other tenant): a customer id the records of ``tenant`` hold in ``field``, a tenant field after
+    the one that named it, which other records give as their customer (a team's key with no organisation set, beside
+    the team's records that name the organisation). The two ids may be one customer: the match stage sends their
+    findings with each other to review. Only ids both of the case's exchanges hold."""
+    triples = {tuple(t) for e in entries for t in e.get("tenant_aliases") or ()}
+    table = c.table_path("exchanges")
+    if not triples or not table.exists():
+        return []
+    import duckdb  # (not at the top: the staging workers import this module and never query)
+
+    with duckdb.connect() as con:
+        tenants = {t for (t,) in con.execute("SELECT DISTINCT tenant_id FROM read_parquet(?) WHERE tenant_id IS NOT NULL",
+                                             [str(table)]).fetchall()}
+    return sorted((str(t), str(f), str(o)) for t, f, o in triples if t in tenants and o in tenants and t != o)
+
+
+def _aliases_note(aliases: list[tuple[str, str, str]]) -> list[str]:
+    """The warning naming customer ids that other customers' records hold (:func:`tenant_aliases`)."""
+    if not aliases:
+        return []
+    shown = first_few([f"{other!r} ({field} of {tenant!r})" for tenant, field, other in aliases])
+    return [f"{len(aliases)} customer id{'s' if len(aliases) > 1 else ''} of the case {'are' if len(aliases) > 1 else 'is'} "
+            f"held by another customer's records in a later tenant field: {shown}. Each pair may be one customer (a "
+            "team's key with no organisation set, beside the team's records that name its organisation), so the "
+            "findings between them go to review, not to the list. Fix: if they are one customer, set tenant_field to "
+            "the field that names it in every record, and ingest again"]
 
 
 def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str, tuple[Path, str]]) -> list[str]:
@@ -1461,6 +1495,7 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
     excerpts: dict[str, list[str | None]] = {name: [] for name in STAGED_TABLES}
     sizes = dict.fromkeys(STAGED_TABLES, 0)
+    aliases: set[tuple[str, str, str]] = set()  # (tenant, field, another customer id its records hold there)
     # Rows to tokenize wait in the buffer and are counted together at flush (the batch encoder).
     counter = Counter(Path(unit.tokenizer) if unit.tokenizer and unit.fmt else None, unit.ceiling, deferred=True)
 
@@ -1568,6 +1603,8 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
                     row["problems"] = "; ".join([*([row["problems"]] if row.get("problems") else []), *line.notes])
                 if table == "exchanges":
                     row["record_hash"] = record_hash(line.raw)
+                    for field, other in row.pop(ALIASES_KEY, None) or ():
+                        aliases.add((str(row.get("tenant_id")), field, other))
                 add(table, row, len(line.raw), _excerpt(line.text, line.raw))
         for problem in problems:
             # The unreadable rest of the file is accounted as one quarantined line.
@@ -1580,4 +1617,5 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     for table in STAGED_TABLES:  # quarantine last: a flush may add to it
         flush(table)
     counts["prompt_tokens_band"] = dataclasses.asdict(counter.band)
+    counts["tenant_aliases"] = sorted(aliases)
     return counts

@@ -13,6 +13,10 @@ from forensics import schema
 from forensics.ingest.fields import truncation
 from forensics.tokens import Counter
 
+#: Key of an exchange row a parser fills with the (field, id) pairs of the other customer ids its record holds
+#: (litellm.other_ids); the staging takes it out of the row (no table has it) and ingest gathers the pairs.
+ALIASES_KEY = "_tenant_aliases"
+
 
 @dataclasses.dataclass
 class FileContext:

@@ -178,6 +178,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
     facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, engine_seen,
                          tuple(config.models))
+    facts.aliases = {frozenset((tenant, other)): (tenant, field, other)
+                     for tenant, field, other in c.read_manifest().get("tenant_aliases") or ()}
     rows, null = decide(rows, targets, p, facts, held)
     evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
     review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]

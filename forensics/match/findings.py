@@ -454,6 +454,8 @@ class RecordFacts:
     #: the :func:`deployment_code` of the deployment the record names there (0: none), row for row.
     record_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     record_deployments: tuple[np.ndarray, ...] = ()
+    #: Pairs of customer ids that may name one customer (the ingest's ``tenant_aliases``): -> (tenant, field, other).
+    aliases: dict[frozenset[str], tuple[str, str, str]] = dataclasses.field(default_factory=dict)
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
         """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
@@ -825,6 +827,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         r["_on_node_before"] = bool(r["same_decode_node"] and known and r["_source_received_us"] < tgt.received_us)
         r["_unserved"] = _unserved_models(r, tgt, facts)
         r["_ruled_out"] = _ruled_out_by_engine(r, tgt, facts)
+        r["_alias"] = _one_customer(r, facts)
     rows = _collapse_same_tenant_copies(rows)
     later = _collapse_same_tenant_copies(later, mind_ruled_out=False)
     _mark_carried_on(rows, targets, p.k, holders)
@@ -946,6 +949,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                     f"another node, and stale pages come from the suspect's node")
             elif r["_ruled_out"] and isinstance(decision, tuple):  # likewise: said only where it decides
                 decision = r["_ruled_out"]
+            elif r["_alias"] and isinstance(decision, tuple):
+                decision = r["_alias"]
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
@@ -1067,9 +1072,11 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
         # The strongest candidate is a copy the engine logs rule out as the pages: the text's best answer to
-        # "whose pages" is ruled out, and a weaker one is most often a likeness of it; E3 names no one.
-        if best.get("_ruled_out") or best["_explained_by"] or best.get("_carried_from") is not None or any(r["expected_by_chance_with_mechanism"] == e
-                                        and not same_customer(r["source_tenant_id"], best["source_tenant_id"]) for r in group):
+        # "whose pages" is ruled out, and a weaker one is most often a likeness of it; E3 names no one. So too
+        # when it may be the recipient's own text under another id of its customer.
+        if (best.get("_ruled_out") or best.get("_alias") or best["_explained_by"] or best.get("_carried_from") is not None
+                or any(r["expected_by_chance_with_mechanism"] == e
+                       and not same_customer(r["source_tenant_id"], best["source_tenant_id"]) for r in group)):
             continue
         if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
                 and best["expected_by_chance"] <= TEXT_EVALUE_CEILING):
@@ -1271,6 +1278,22 @@ def _in_a_gap(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> bool:
         return False
     sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
     return bool(sent_to & facts.engine_models or sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset()))
+
+
+def _one_customer(r: dict[str, Any], facts: RecordFacts) -> str | None:
+    """Why a cross-tenant pair's two customer ids may name one customer, or None: the records of one hold the
+    other's id in a later tenant field (a team's key with no organisation set names the team, the team's other
+    records its organisation). Named on the list, a customer's own text read as another's (a review): such a pair
+    goes to review, where an analyst who knows the two are different customers confirms it."""
+    if r["relation"] != "cross_tenant":
+        return None
+    found = facts.aliases.get(frozenset((str(r["recipient_tenant_id"]), str(r["source_tenant_id"]))))
+    if found is None:
+        return None
+    tenant, field, other = found
+    return (f"the records of {tenant} hold {other} in {field}, a later tenant field: the two ids may name one customer "
+            f"(a team's key with no organisation set, beside the team's records that name its organisation), and a "
+            f"customer's own text is no exposure; if they are different customers, confirm this finding")
 
 
 def _unserved_models(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> frozenset[str]:

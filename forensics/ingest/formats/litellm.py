@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from forensics import schema
-from forensics.ingest.base import FileContext, Output, Quarantined, prompt_fields, provenance
+from forensics.ingest.base import ALIASES_KEY, FileContext, Output, Quarantined, prompt_fields, provenance
 from forensics.ingest.fields import (
     NoTenant,
     RecordError,
@@ -52,6 +52,28 @@ TWIN_FIELDS = {
     "api_key": "metadata.user_api_key_hash",
 }
 TWIN_FIELDS |= {payload: column for column, payload in TWIN_FIELDS.items()}
+
+
+#: The fields of TENANT_CHAIN that name an organisation or a team: a record naming its customer by one of them may hold
+#: another customer id in a later one (:func:`other_ids`). Not the user and key fields: one organisation holds
+#: thousands of those, and a user may belong to several organisations.
+ALIAS_FIELDS = TENANT_CHAIN[:4]
+
+
+def other_ids(record: Mapping[str, Any], tenant: str, field: str, tenant_field: str) -> tuple[tuple[str, str], ...]:
+    """(field, id) of the customer ids the record holds in the fields of ALIAS_FIELDS after ``field``, the one that gave
+    ``tenant`` (with ``auto`` only): a team's id beside its organisation's. Where another record names its customer by
+    such an id (a key with no organisation), the two ids may be one customer (forensics.ingest.finalize.tenant_aliases)."""
+    if tenant_field not in ("auto", "") or field not in ALIAS_FIELDS:
+        return ()
+    out = []
+    for later in ALIAS_FIELDS[ALIAS_FIELDS.index(field) + 1:]:
+        value = get_path(record, later)
+        if no_tenant_value(value) or not isinstance(value, (str, int)) or isinstance(value, bool):
+            continue  # (a value no tenant rule would take: as_str refuses it)
+        if str(value) != tenant:
+            out.append((later, str(value)))
+    return tuple(out)
 
 
 def resolve_tenant(record: Mapping[str, Any], tenant_field: str) -> tuple[str | None, str | None]:
@@ -174,6 +196,7 @@ class LiteLLMParser:
             "completion_tokens": completion,
             "zone_assumed": ctx.zone if (assumed1 or assumed2) else None,
             "problems": "; ".join(problems) or None,
+            ALIASES_KEY: other_ids(obj, tenant, tenant_field or "", ctx.tenant_field),
         }
         # Only a spend-log row holds cut strings (a callback payload holds the whole text), and only where LiteLLM cuts.
         # (The messages once: ``parts``, the request body, may hold them too.)
