@@ -381,3 +381,55 @@ def test_record_times_are_grouped_by_value_nulls_included() -> None:
     groups = {value: part.tolist() for value, part in _grouped(np.arange(8) * 10, column)}
     assert groups == {"a": [20, 40], "b": [0, 30, 70], "c": [60], None: [10, 50]}
     assert list(_grouped(np.zeros(0, np.int64), pa.array([], pa.string()))) == []
+
+
+def _two_pasters(root: Path, old_since: int) -> Path:
+    """Twelve suspects on decode-0 placing the window (leaks from sources 1-10 records before them), and one, b12,
+    whose answer holds a passage two customers sent: ``old`` ``old_since`` records before it on decode-0, ``new`` two
+    records before it there."""
+    rng = np.random.default_rng(12)
+    rows: list[dict[str, Any]] = []
+    minute = 0.0
+
+    def add(rid: str, tenant: str, where: str, **texts: str) -> None:
+        nonlocal minute
+        rows.append(exchange(rid, tenant, minute, decode_node=where, **texts))
+        minute += 1
+
+    for i in range(300):
+        add(f"o{i}", f"t{i % 40}", f"decode-{i % 2}", prompt=text(rng, 30), response=filler(rng, 20))
+    for j in range(12):
+        doc = text(rng, 120).split()
+        add(f"a{j}", f"src{j}", "decode-0", prompt=" ".join(doc))
+        for i in range(j % 10):
+            add(f"f{j}_{i}", f"t{i % 40}", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
+        add(f"b{j}", f"rcp{j}", "decode-0", prompt="q", response=f"{filler(rng, 15)} {' '.join(doc[40:70])} {filler(rng, 15)}")
+    passage = text(rng, 40)
+    add("old-1", "old", "decode-0", prompt=f"{text(rng, 20)} {passage} {text(rng, 20)}")
+    for i in range(old_since - 3):
+        add(f"h{i}", f"t{i % 40}", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
+    add("new-1", "new", "decode-0", prompt=f"{text(rng, 20)} {passage} {text(rng, 20)}")
+    add("h-last", "t1", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
+    add("b12", "rcp12", "decode-0", prompt="q", response=f"{filler(rng, 15)} {passage} {filler(rng, 15)}")
+    return make_case(root, rows, [f"b{j}" for j in range(13)])
+
+
+def test_of_two_customers_copies_of_a_passage_on_the_node_the_recent_occupant_is_named(tmp_path: Path) -> None:
+    """A public text two customers pasted, one 600 records back on the suspect's node and one just before it: both
+    were named exposed, confirmed (a review). Stale pages come from the node's recent occupants, the window the
+    case's own confirmed findings place: the copy beyond it goes to review, saying why."""
+    root = _two_pasters(tmp_path / "far", old_since=200)
+    res = match(root, config())
+    window = res.report.to_json()["null"]["recent_occupants"]["window_records"]
+    assert window is not None and window < 200
+    named = {r["source_tenant_id"] for r in csv.DictReader((root / "evidence.csv").open()) if r["recipient_request_id"] == "b12"}
+    assert named == {"new"}
+    (old,) = [r for r in csv.DictReader((root / "review.csv").open()) if r["source_tenant_id"] == "old"]
+    assert old["records_since_source_on_node"] == "200"
+    assert old["why_not_notified"].startswith("the same response text matches another customer's text as strongly")
+    assert f"among the last {window} records the suspect's decode node served" in old["why_not_notified"]
+    # Both copies in the window: the order there does not tell them apart, and both stay.
+    near = _two_pasters(tmp_path / "near", old_since=4)
+    match(near, config())
+    named = {r["source_tenant_id"] for r in csv.DictReader((near / "evidence.csv").open()) if r["recipient_request_id"] == "b12"}
+    assert named == {"new", "old"}

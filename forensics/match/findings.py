@@ -919,6 +919,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
               and r[placed_by] is not None
               and float(f"{r['_product_test']:.4g}") <= p.confirm_evalue and r["_singles_out"] >= p.probable_rarity]
     window = recent.choose_window(placed) if mechanism_known or gateway_only else None
+    if mechanism_known and window is not None:
+        _prefer_the_recent_occupant(rows, window)
     for r in rows:
         r["_in_window"] = recent.window_evalue(r["expected_by_chance"], r[since_by], window, searched[r["_target"]])
         combined = recent.combine(r["_product_test"], r["_in_window"], window)
@@ -929,6 +931,12 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             decision = (f"{r['source_tenant_id']} had received this passage itself, in its suspect response "
                         f"{earlier.request_id}, before it sent this request: a conversation carrying leaked text on, "
                         f"not that customer's own text (the customer it came from is named where its copy matches)")
+        elif r["_explained_by"] and p.tiering == "evalue" and r.get("_explained_by_recency"):
+            decision = (
+                f"the same response text matches another customer's text as strongly (finding {r['_explained_by']}), "
+                f"whose copy was among the last {window} records the suspect's decode node served before it, where "
+                f"stale pages are found to come from; this copy ran there {r['records_since_source_on_node']} records "
+                f"before it")
         elif r["_explained_by"] and p.tiering == "evalue" and not r["_explained_by_node"]:
             decision = (
                 f"the same response text matches another customer's text more strongly (finding "
@@ -1356,6 +1364,31 @@ def _prefer_the_node(rows: list[dict[str, Any]]) -> None:
                     continue
                 if _mostly_inside(r, s):
                     r["_explained_by"], r["_explained_by_node"] = s["finding_id"], True
+                    break
+
+
+def _prefer_the_recent_occupant(rows: list[dict[str, Any]], window: int) -> None:
+    """Where two customers sent the passage and both copies ran on the suspect's decode node before it, let the order
+    there decide: mark each cross-tenant pair, not yet explained, whose source ran more than ``window`` records before
+    the suspect (the recent-occupant window the case's own confirmed findings place) and whose passages lie mostly
+    inside those of another customer's pair at least as strong whose source is within it. Stale pages come from the
+    node's recent occupants: a public text two customers pasted named both, the one pasted 600 records back too (a
+    review). ``_explained_by`` is that pair's finding id, ``_explained_by_recency`` True. Two copies both in the window,
+    or both beyond it, stay, as the text leaves them."""
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["relation"] == "cross_tenant" and not r["_explained_by"] and r["records_since_source_on_node"] is not None:
+            by_target.setdefault(r["_target"], []).append(r)
+    for group in by_target.values():
+        recent_ones = sorted((s for s in group if 1 <= s["records_since_source_on_node"] <= window),
+                             key=lambda s: (-s["strength_bits"], s["finding_id"]))
+        for r in group:
+            if r["records_since_source_on_node"] <= window:
+                continue
+            for s in recent_ones:
+                if s["strength_bits"] >= r["strength_bits"] and not same_customer(s["source_tenant_id"], r["source_tenant_id"]) \
+                        and _mostly_inside(r, s):
+                    r["_explained_by"], r["_explained_by_recency"] = s["finding_id"], True
                     break
 
 
