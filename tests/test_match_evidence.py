@@ -279,9 +279,9 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
 
     response = f"{words_text(rng, 10)} {frag} {words_text(rng, 10)}"
 
-    def run(src_node: str | None, name: str, model: str = "glm-5.3") -> dict:
+    def run(src_node: str | None, name: str, model: str = "glm-5.3", status: str = "success") -> dict:
         rows = others + [
-            exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node, model=model),
+            exchange("a1", "acme", 0, prompt=" ".join(doc), decode_node=src_node, model=model, status=status),
             exchange("b1", "bolt", 5, prompt="q", response=response, decode_node="decode-1"),
         ]
         res = match(make_case(tmp_path / name, rows, ["b1"]), config())
@@ -290,13 +290,14 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
 
     same, other, none = run("decode-1", "same"), run("decode-2", "other"), run(None, "none")
     another_model = run(None, "another_model", model="qwen3-235b-a22b")
+    failed = run(None, "failed", status="failure")
     assert same["row"]["same_decode_node"] in (True, "true") and same["row"]["source_decode_node"] == "decode-1"
     assert other["row"]["same_decode_node"] in (False, "false")
     assert none["row"]["same_decode_node"] in (None, "")
     # The text evidence is the same; the mechanism moves the combined figure: a recent source on the
     # suspect's node (1 of its 100 records before) lowers it, one elsewhere (or on no node: another model's
     # request) raises it. (Sources elsewhere are in review: their figures are read from review.csv, rounded.)
-    runs = {"same": same, "other": other, "none": none, "another_model": another_model}
+    runs = {"same": same, "other": other, "none": none, "another_model": another_model, "failed": failed}
     text = {float(x["row"]["expected_by_chance"]) for x in runs.values()}
     assert max(text) == pytest.approx(min(text), rel=5e-3)
     e = {name: float(x["row"]["expected_by_chance_with_mechanism"]) for name, x in runs.items()}
@@ -310,6 +311,9 @@ def test_decode_node_evidence_is_recorded_and_moves_the_evalue(tmp_path: Path) -
     # with no engine logs at all).
     assert factor["none"] == 1.0
     assert e["none"] == pytest.approx(float(none["row"]["expected_by_chance"]), rel=5e-3)
+    # Not a call the gateway logged as failed: most never reached an engine (a review found every source the gap rule
+    # first took on seeds 1-6 to be one, and one of them named on the list).
+    assert factor["failed"] == pytest.approx(factor["other"], rel=0.05)
     assert int(same["row"]["records_since_source_on_node"]) >= 1
     assert same["report"]["null"]["decode_node_evidence"].startswith("present")
     # The figure the tiers use is checked on the control responses too, with their own node evidence.

@@ -454,6 +454,9 @@ class RecordFacts:
     #: the :func:`deployment_code` of the deployment the record names there (0: none), row for row.
     record_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     record_deployments: tuple[np.ndarray, ...] = ()
+    #: Requests (of the findings) the gateway logged as failed, and those the engine logs show refused over its limit.
+    failed: frozenset[tuple[str, str | None]] = frozenset()
+    engine_refused: frozenset[tuple[str, str | None]] = frozenset()
     #: Pairs of customer ids that may name one customer (the ingest's ``tenant_aliases``): -> (tenant, field, other).
     aliases: dict[frozenset[str], tuple[str, str, str]] = dataclasses.field(default_factory=dict)
 
@@ -588,12 +591,15 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     has_model = "model" in names
     model_cols = [c for c in ("model", "model_routed") if c in names]
     has_count = "prompt_tokens_source" in names
+    has_status = "status" in names
     cols = (["request_id", "tenant_id", "received_at", "decode_node"] + model_cols
-            + (["prompt_tokens_source"] if has_count else []) + (["damage"] if has_damage else []))
+            + (["prompt_tokens_source"] if has_count else []) + (["damage"] if has_damage else [])
+            + (["status"] if has_status else []))
     modelled = keys | (target_keys or set())
     wanted = pa.array(sorted({k[0] for k in modelled}), pa.string())
     decode_nodes, refused = engine if engine is not None else ({}, set())
     counted_by_engine: set[tuple[str, str | None]] = set()
+    failed: set[tuple[str, str | None]] = set()
     deployments: dict[tuple[str, str | None], frozenset[str]] = {}
     served: set[str] = set()
     served_unknown = False
@@ -641,9 +647,10 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
             count = sel.column("prompt_tokens_source").to_pylist() if has_count else [None] * sel.num_rows
+            status = sel.column("status").to_pylist() if has_status else [None] * sel.num_rows
             asked = zip(*(sel.column(c).to_pylist() for c in model_cols)) if model_cols else iter(lambda: (), None)
-            for rid, ten, nd, dm, src, md in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
-                                                 sel.column("decode_node").to_pylist(), dmg, count, asked):
+            for rid, ten, nd, dm, src, md, st in zip(sel.column("request_id").to_pylist(), sel.column("tenant_id").to_pylist(),
+                                                     sel.column("decode_node").to_pylist(), dmg, count, asked, status):
                 if (rid, ten) in modelled:
                     asked_for = _deployments(md)
                     known = deployments.get((rid, ten))
@@ -653,6 +660,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                     damage[(rid, ten)] = dm
                     if src == "engine":
                         counted_by_engine.add((rid, ten))
+                    if st == "failure":
+                        failed.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     hidden = [a for md, parts in unplaced.items() if md in placed_models for a in parts]
@@ -669,7 +678,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         deployments, frozenset(served), unprefilled, decode_nodes,
                         case_deployments,
                         np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
-                        tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments))
+                        tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments),
+                        failed=frozenset(failed), engine_refused=frozenset(refused & keys))
 
 
 class QueryStopped(Exception):
@@ -1278,11 +1288,14 @@ def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> 
 
 
 def _in_a_gap(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> bool:
-    """Whether a candidate's source is a request the engine logs place on no node although it was sent to a model
-    their nodes serve, or to the suspect's own: a gap in the logs (a node's file missing, an hour rotated away, a
-    request id two customers sent, which no engine line can be given to), which says nothing of where it ran. A
-    source sent to another model (another deployment: its own KV pool) is no gap."""
-    if r["source_decode_node"] is not None:
+    """Whether a candidate's source is a request the engine logs place on no node although it was answered and sent
+    to a model their nodes serve, or to the suspect's own: a gap in the logs (a node's file missing, an hour rotated
+    away, a request id two customers sent, which no engine line can be given to), which says nothing of where it ran.
+    A source sent to another model (another deployment: its own KV pool) is no gap, nor is one the gateway logged as
+    failed (most never reached an engine: a review found every source the rule first took, on seeds 1-6, to be such
+    a call, one of them named on the list) or one the engine logs show refused."""
+    key = (r["source_request_id"], r["source_tenant_id"])
+    if r["source_decode_node"] is not None or key in facts.failed or key in facts.engine_refused:
         return False
     sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
     return bool(sent_to & facts.engine_models or sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset()))
