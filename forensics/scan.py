@@ -112,36 +112,37 @@ class ScanResult:
 def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = None,
                    end: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Per node: its role and the distinct pool sizes and context lengths of the startup lines in effect in the
-    window [``start``, ``end``): those logged in it, and each node's latest one before it (a restart before the
-    window replaced what earlier lines gave: a pool the node ran days before must not set the ceiling). A line
-    with no time is kept (nothing places it), and so is every line when the window is not set. ``superseded``:
-    per node, the values of the lines left out."""
+    window [``start``, ``end``), per value: the lines logged in it and the node's latest one before it (a restart
+    before the window replaced what earlier lines gave: a pool the node ran days before must not set the ceiling).
+    A node whose lines all come after the window keeps its earliest (what it ran in the window is unknown; that is
+    the nearest the logs show), a line with no time is kept (nothing places it), and with no window set every line
+    counts. ``superseded``: per node, the values of the lines left out that no line in effect gives."""
     rows = q.with_memory_to_spare(con, lambda: con.execute(
-        """
-        WITH lines AS (SELECT node, role, time, max_total_num_tokens AS pool, context_len AS ctx
-                       FROM engine_events WHERE event = 'startup'),
-        -- Per node and value kind, the time of its latest line before the window that gives that value.
-        last_pool AS (SELECT node, max(time) AS t FROM lines WHERE pool IS NOT NULL AND time < $start GROUP BY node),
-        last_ctx AS (SELECT node, max(time) AS t FROM lines WHERE ctx IS NOT NULL AND time < $start GROUP BY node),
-        marked AS (
-            SELECT l.*,
-                   (l.time IS NULL OR $start IS NULL OR l.time >= coalesce(p.t, $start))
-                   AND (l.time IS NULL OR $end IS NULL OR l.time < $end) AS pool_in_effect,
-                   (l.time IS NULL OR $start IS NULL OR l.time >= coalesce(c.t, $start))
-                   AND (l.time IS NULL OR $end IS NULL OR l.time < $end) AS ctx_in_effect
-            FROM lines l LEFT JOIN last_pool p USING (node) LEFT JOIN last_ctx c USING (node))
-        SELECT node, any_value(role ORDER BY role NULLS LAST) AS role,
-               list(DISTINCT pool ORDER BY pool) FILTER (WHERE pool IS NOT NULL AND pool_in_effect),
-               list(DISTINCT ctx ORDER BY ctx) FILTER (WHERE ctx IS NOT NULL AND ctx_in_effect),
-               count(*),
-               list(DISTINCT pool ORDER BY pool) FILTER (WHERE pool IS NOT NULL AND NOT pool_in_effect),
-               list(DISTINCT ctx ORDER BY ctx) FILTER (WHERE ctx IS NOT NULL AND NOT ctx_in_effect)
-        FROM marked GROUP BY node ORDER BY node
-        """, {"start": start, "end": end}
+        """SELECT node, role, time, max_total_num_tokens, context_len FROM engine_events WHERE event = 'startup'
+           ORDER BY node, time NULLS FIRST, max_total_num_tokens, context_len"""
     ).fetchall())
-    return [{"node": r[0], "role": r[1], "max_total_num_tokens": r[2] or [], "context_len": r[3] or [], "startup_lines": r[4],
-             "superseded": {"max_total_num_tokens": r[5] or [], "context_len": r[6] or []}}
-            for r in rows]
+    by_node: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_node.setdefault(row[0], []).append(row)
+    out = []
+    for node, lines in by_node.items():
+        entry: dict[str, Any] = {"node": node, "role": min((r[1] for r in lines if r[1] is not None), default=None),
+                                 "startup_lines": len(lines), "superseded": {}}
+        for column, field in ((3, "max_total_num_tokens"), (4, "context_len")):
+            given = [(r[2], r[column]) for r in lines if r[column] is not None]
+            kept = [(t, v) for t, v in given if t is None or ((start is None or t >= start) and (end is None or t < end))]
+            before = [(t, v) for t, v in given if t is not None and start is not None and t < start]
+            if before:
+                last = max(t for t, _ in before)
+                kept += [(t, v) for t, v in before if t == last]
+            if not kept and given:  # every line after the window: the earliest of them
+                first = min(t for t, _ in given)
+                kept = [(t, v) for t, v in given if t == first]
+            values = sorted({v for _, v in kept})
+            entry[field] = values
+            entry["superseded"][field] = sorted({v for _, v in given} - set(values))
+        out.append(entry)
+    return out
 
 
 def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | None, dict[str, Any]]:

@@ -147,12 +147,19 @@ def test_auto_limits_count_only_the_startup_lines_in_effect_in_the_window(tmp_pa
         line("prefill-0", CEILING, "2026-08-26T23:50:05Z"),  # the pool in effect when the window opens
         line("prefill-1", 700000, "2026-08-25T00:00:05Z"),  # its only line, before the window: still in effect
         line("prefill-0", 500000, "2026-09-10T00:00:05Z"),  # after the window
+        line("prefill-1", 700000, "2026-09-10T00:00:05Z"),  # a restart after the window with the same pool
+        # A node whose log begins after the window: its earliest line is the nearest the logs show (left out, the
+        # decode nodes' pools decided; a review).
+        line("prefill-2", 690000, "2026-09-10T00:00:05Z"), line("prefill-2", 400000, "2026-09-11T00:00:05Z"),
+        line("decode-0", 900000, "2026-08-26T23:50:05Z"),
     ])
     result = scan(root, _config(real_ceiling_tokens="auto", advertised_window_tokens="auto"))
     ceiling = result.record["limits"]["real_ceiling_tokens"]
-    assert (ceiling["value"], ceiling["source"]) == (CEILING, "auto-detected")
-    assert ceiling["per_node"] == {"prefill-0": [CEILING], "prefill-1": [700000]}
-    assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000]}
+    assert (ceiling["value"], ceiling["source"], ceiling["nodes_used"]) == (CEILING, "auto-detected", "prefill")
+    assert ceiling["per_node"] == {"decode-0": [900000], "prefill-0": [CEILING], "prefill-1": [700000],
+                                   "prefill-2": [690000]}
+    # Only values no line in effect gives: prefill-1's restart after the window is its pool in effect again.
+    assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000], "prefill-2": [400000]}
     assert result.record["limits"]["advertised_window_tokens"]["value"] == ADVERTISED
     assert result.suspects == 0  # 650,000 tokens fit the pool in effect
 
