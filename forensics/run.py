@@ -228,23 +228,27 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         # tables are rebuilt once; entries in format order, as when each format was a call of its own.
         plain = sorted((spec for spec in cfg.inputs if spec.profile is None), key=lambda spec: spec.format)
         ingested: IngestResult | None = None
+        read_as: list[str] = []  # each ingest's warnings (a later one's notes cover the case's files, not its reads)
         if plain:
             ingested = ingest_stage(case_dir, [spec.path for spec in plain], config=cfg, progress=progress,
                                     path_formats=[None if spec.format == "auto" else spec.format for spec in plain])
+            read_as += ingested.warnings
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
                                         profile=spec.profile)
-        if ingested is not None:  # (each ingest's note covers the case's files so far: the last one says all)
-            notes.extend(ingested.warnings)
+                read_as += ingested.warnings
+        if ingested is not None:
+            notes.extend(dict.fromkeys(read_as))  # (the notes on the case's files so far come again with each)
             if not ingested.manifest.tables.exchanges:
                 # The scan would stop on the case's model, never seen: the cause is the inputs (a wrong format given
                 # for the gateway logs reads no record of them), which the ingest's warnings name.
-                said = [w.rsplit(". Fix: ", 1)[0] for w in ingested.warnings]
+                said = [w.rsplit(". Fix: ", 1)[0] for w in dict.fromkeys(read_as)]
                 raise ConfigError("no gateway record was read from the case's inputs: the case has no exchanges"
                                   + (f" ({first_few(said, 3)})" if said else ""),
                                   file=cfg.file, fix="check each [[inputs]] entry's path and format (leave format out to "
-                                  "have it sniffed); the case folder's quarantine.parquet says why each record was not read")
+                                  "have it sniffed); `forensics ingest` of an input into a case folder keeps its "
+                                  "quarantine.parquet, which says why each record was not read")
         # Another incident's report under this name is never replaced (its verdicts and notices carried over).
         check_same_incident(report_dir, case_dir, cfg.file)
         tables = ingested.manifest.tables if ingested is not None else None

@@ -264,6 +264,19 @@ def test_records_the_tenant_rule_names_no_customer_in_are_a_warning_a_run_prints
     assert warning in res.manifest["notes"]
 
 
+def test_files_read_before_in_another_format_are_not_warned_of_again(tmp_path: Path) -> None:
+    """Ingested again with the right format, files the case holds already (by SHA-256) are not read again: the
+    warning blamed the right format with the wrong one's reasons, and its fix (ingest again) looped (a review)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "spend.jsonl").write_text(spend_log() + "\n" + spend_log(request_id="y") + "\n")
+    first = api.ingest(tmp_path / "case", [logs], fmt="helicone")
+    (warning,) = first.warnings
+    assert "none of its 2 lines is a record of the format given for it, 'helicone' (its lines read as litellm)" in warning
+    assert warning.count("Fix:") == 1  # (the first line's own fix is for a record, not for a format)
+    assert api.ingest(tmp_path / "case", [logs], fmt="litellm").warnings == []
+
+
 def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None:
     entry, q = ingest_lines(tmp_path, [spend_log(), spend_log(request_id="y", team_id="", api_key="")], name="spend.jsonl", fmt="litellm")
     assert (entry["ingested"], entry["quarantined"]) == (1, 1)

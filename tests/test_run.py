@@ -279,6 +279,29 @@ def test_an_engine_format_that_reads_none_of_its_files_lines_is_a_warning_naming
     assert "Fix: give the format that matches" in printed
 
 
+def test_the_format_warnings_of_every_ingest_of_a_run_are_printed(tmp_path: Path) -> None:
+    """A mapped input is ingested by a call of its own after the others: the warnings of the first call were lost."""
+    from test_ingest_mapped import PROFILE, jsonl, record  # noqa: PLC0415
+
+    case = _sample_with(tmp_path, 'format = "sglang"', 'format = "vllm"')
+    jsonl(case.parent / "mapped.jsonl", [record(1), record(2)])
+    case.write_text(case.read_text(encoding="utf-8") + PROFILE.format(path="mapped.jsonl"), encoding="utf-8")
+    result = api.run(case, tmp_path / "out")
+    assert sum("is a record of the format given for it, 'vllm'" in w for w in result.notes) == 4
+
+
+def test_a_file_of_the_right_format_whose_records_name_no_customer_is_not_blamed_on_its_format(tmp_path: Path) -> None:
+    """Its records set aside for naming no customer, a LiteLLM log named as LiteLLM was said to be of another
+    format, with a fix to give the format that matches (a review)."""
+    case = _sample_with(tmp_path, 'name = "sim-small-seed7"', 'name = "sim-small-seed7"')
+    nameless = json.loads(_row("r-9", "", "2026-08-28T12:00:00Z", "hello", "hi", 8)) | {"api_key": ""}
+    (case.parent / "gateway" / "nameless.jsonl").write_text(json.dumps(nameless) + "\n", encoding="utf-8")
+    result = api.run(case, tmp_path / "out")
+    assert not any("format given for it" in w for w in result.notes)
+    assert any(w.startswith("1 record in 1 file name no customer") and "nameless.jsonl (1)" in w
+               and ', or "auto"' not in w for w in result.notes)
+
+
 def test_a_gateway_format_that_reads_no_record_stops_the_run_naming_the_files_not_the_model(tmp_path: Path) -> None:
     """The run stopped at the scan with "model 'glm-5.3' never appears in the exchanges": the cause was the
     format given for the gateway logs."""

@@ -692,6 +692,7 @@ def ingest(
                 raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
                                   fix="ingest into a new case folder (forensics run always starts afresh)")
             if sha in known:
+                given_formats.pop(sha, None)  # not read again: what an earlier ingest read it as stands
                 # Every name of identical content is recorded: each is evidence that must not change.
                 entry = known[sha]
                 entry["paths"] = sorted({*entry["paths"], shown})
@@ -920,12 +921,14 @@ def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> l
     if not nameless:
         return []
     total = sum(n for _, n in nameless)
-    whole = f"; {len(tenantless)} of them name none in any record" if tenantless else ""
+    whole = (f"; {len(tenantless)} of those files {'name' if len(tenantless) > 1 else 'names'} none in any record"
+             if tenantless else "")
+    or_auto = "" if cfg.tenant_field in ("auto", "") else ', or "auto"'
     return [f"{total} record{'s' if total > 1 else ''} in {len(nameless)} file{'s' if len(nameless) > 1 else ''} name no "
             f"customer by the tenant rule (tenant_field {cfg.tenant_field!r}){whole}: they were quarantined, and their "
             f"customers cannot be on the list ({first_few([f'{path} ({n})' for path, n in nameless])}). Fix: set "
-            "tenant_field (case file or --tenant-field) to the field that names the customer in every record, or "
-            "\"auto\", and ingest again"]
+            f"tenant_field (case file or --tenant-field) to the field that names the customer in every record"
+            f"{or_auto}, and ingest again"]
 
 
 def tenant_aliases(c: Case, entries: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -987,7 +990,8 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str,
                         "SELECT source_sha256, arg_min(reason, coalesce(source_line, 0)) FROM read_parquet(?) "
                         "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(quarantine), sorted(misread)]).fetchall():
                     if sha in misread and reason:
-                        misread[sha] = (misread[sha][0], f"; the first line's reason: {reason}")
+                        # (without its own fix: "re-export this record" is no fix for a file read in a wrong format)
+                        misread[sha] = (misread[sha][0], f"; the first line's reason: {reason.split('. Fix: ')[0]}")
     out = []
     for sha, (path, fmt) in sorted(given_formats.items(), key=lambda item: str(item[1][0])):
         if sha not in misread:
@@ -997,7 +1001,9 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str,
             reads_as = sniff(path)
         except (AmbiguousFormat, OSError):
             reads_as = None
-        hint = f" (its lines read as {reads_as})" if reads_as is not None and reads_as != fmt else ""
+        if reads_as == fmt and fmt != "mapped":
+            continue  # the format is right; what set its records aside (no customer named, say) is noted on its own
+        hint = f" (its lines read as {reads_as})" if reads_as is not None else ""
         fix = ("check the [[inputs]] entry's [inputs.fields] and time_format against a record of the file (`forensics "
                "profile` drafts them)" if fmt == "mapped" else "give the format that matches (the [[inputs]] entry's "
                "format, or --format), or leave it out to have it sniffed")
