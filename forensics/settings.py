@@ -154,7 +154,8 @@ SETTINGS: tuple[Setting, ...] = (
     _m("gap", "int", 16, 1, 100_000, "hits further apart than this many tokens start a new cluster"),
     _m("tiering", "choice", "evalue", None, None, "evalue: tiers from expected_by_chance_with_mechanism; rules: the "
        "old fixed rules R1-R3, for comparison", choices=("evalue", "rules")),
-    _m("confirm_evalue", "float", 0.0001, 0, 1000, "a finding expected by chance at most this often is confirmed (at most probable_evalue)"),
+    _m("confirm_evalue", "float", 0.0001, 0, 1000, "a finding expected by chance at most this often is confirmed "
+       "(at most probable_evalue, or a warning says so)"),
     _m("probable_evalue", "float", 0.001, 0, 1000, "... probable; weaker candidates go to review.csv"),
     _m("unexplained_evalue", "float", 0.002, 0, 1000, "a suspect shown decoding from stale pages (engine signature, "
        "or usage counting the one-token placeholder) with no finding: its strongest candidate is probable (E3) up "

@@ -81,22 +81,31 @@ def test_a_bad_value_is_refused_naming_key_value_and_range(tmp_path: Path, key: 
 def test_the_bounds_themselves_are_accepted(key: str) -> None:
     kind, lo, hi = NUMERIC_BOUNDS[key]
     for value in (lo, hi):
-        section = {key: kind(value)}
-        # (confirm_evalue is the stricter of the two thresholds: each bound is given with the other one beside it)
-        if key == "confirm_evalue":
-            section["probable_evalue"] = max(float(value), 0.001)
-        if key == "probable_evalue":
-            section["confirm_evalue"] = min(float(value), 0.0001)
-        assert getattr(params_from(section), key) == value
+        assert getattr(params_from({key: kind(value)}), key) == value
 
 
-def test_a_confirm_threshold_looser_than_the_probable_one_is_refused(tmp_path: Path) -> None:
-    """confirm_evalue = 0.01 beside probable_evalue = 0.001 was accepted without a word: confirmed became the
-    looser tier (a review)."""
-    with pytest.raises(ConfigError) as info:
-        params_from({"confirm_evalue": 0.01, "probable_evalue": 0.001}, file=tmp_path / "case.toml")
-    assert "confirm_evalue (0.01) is above probable_evalue (0.001)" in str(info.value)
-    assert params_from({"confirm_evalue": 0.001, "probable_evalue": 0.001}).confirm_evalue == 0.001
+def test_a_confirm_threshold_looser_than_the_probable_one_is_warned_of() -> None:
+    """confirm_evalue = 0.01 beside probable_evalue = 0.001 was accepted without a word: confirmed became the looser
+    tier (a review). Refused, a report made with such a case file could no longer be verified: a warning."""
+    from forensics.match.tiers import looser_confirm  # noqa: PLC0415
+
+    warning = looser_confirm(params_from({"confirm_evalue": 0.01, "probable_evalue": 0.001}))
+    assert warning is not None and "confirm_evalue (0.01) is above probable_evalue (0.001)" in warning
+    assert looser_confirm(params_from({"confirm_evalue": 0.001, "probable_evalue": 0.001})) is None
+    # The fixed rules use neither threshold.
+    assert looser_confirm(params_from({"confirm_evalue": 0.01, "probable_evalue": 0.001, "tiering": "rules"})) is None
+
+
+def test_run_prints_the_looser_confirm_warning(tmp_path: Path) -> None:
+    from test_run import CASE_TOML, write_logs  # noqa: PLC0415
+
+    from forensics import api  # noqa: PLC0415
+
+    logs = write_logs(tmp_path / "logs")
+    (logs / "case.toml").write_text(CASE_TOML + "\n[match]\nconfirm_evalue = 0.01\nprobable_evalue = 0.001\n",
+                                    encoding="utf-8")
+    result = api.run(logs / "case.toml", tmp_path / "out")
+    assert any("confirm_evalue (0.01) is above probable_evalue (0.001)" in w for w in result.notes)
 
 
 def test_a_bad_option_names_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

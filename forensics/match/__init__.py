@@ -63,7 +63,7 @@ from forensics.match.public import constants_sha256
 from forensics.match.rarity import HolderCounts, without_common
 from forensics.match.stream import HIT_DTYPE, Scanner
 from forensics.match.targets import load_targets
-from forensics.match.tiers import MatchParams, params_from
+from forensics.match.tiers import MatchParams, looser_confirm, params_from
 from forensics.match.tuning import Tuning
 from forensics.match.verification import informative_hits, verify_kept
 from forensics.memory import fewer_collections, give_back_freed_memory, reusing_freed_memory
@@ -103,7 +103,8 @@ class MatchResult:
                         + ([f"{sum(self.unserved_models.values())} candidates are in review.csv only as sent to a model "
                             f"no engine node served: " + ", ".join(f"{m} ({n})" for m, n in self.unserved_models.items())
                             + "; if one of these names the case's model (an alias, another spelling), list it in the "
-                              "case file's models and run again"] if self.unserved_models else []),
+                              "case file's models and run again"] if self.unserved_models else [])
+                        + [w for w in (looser_confirm(params_from(self.report.parameters)),) if w],
         }
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,

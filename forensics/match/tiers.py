@@ -119,13 +119,17 @@ def params_from(section: dict[str, Any], overrides: dict[str, Any] | None = None
                 )
             where = f"[match] {key}" if origin == "[match]" else "--" + key.replace("_", "-")
             values[key] = _check(key, value, where, file if origin == "[match]" else None)
-    params = MatchParams(**values)
-    if params.confirm_evalue > params.probable_evalue:
-        # Accepted without a word, it made "confirmed" the looser tier: the list's tiers changed (a review).
-        raise ConfigError(f"[match] confirm_evalue ({params.confirm_evalue:g}) is above probable_evalue "
-                          f"({params.probable_evalue:g}): confirmed would be the looser tier", file=file,
-                          fix="confirm_evalue is the stricter threshold: give it a value at most probable_evalue's")
-    return params
+    return MatchParams(**values)
+
+
+def looser_confirm(p: MatchParams) -> str | None:
+    """The warning for E-value thresholds that make ``confirmed`` the looser tier, or None. Accepted without a word,
+    such a pair changed the list's tiers (a review); refused, a report made with it could no longer be verified."""
+    if p.tiering != "evalue" or p.confirm_evalue <= p.probable_evalue:
+        return None
+    return (f"[match] confirm_evalue ({p.confirm_evalue:g}) is above probable_evalue ({p.probable_evalue:g}): a finding "
+            "confirmed at that threshold is expected by chance more often than a probable one; confirm_evalue is meant "
+            "to be the stricter, at most probable_evalue")
 
 
 def allowed_range(key: str) -> str:
