@@ -37,6 +37,7 @@ from forensics.config import CaseConfig, InputSpec, load_case_file
 from forensics.errors import CaseError, ConfigError
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
+from forensics.report import RECONCILIATION_KEYS, STAGE_RECORDS
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
 from forensics.report.notices import packet_path, render_packet_md, unknown_notice_keys
 from forensics.report.safe import write_bytes
@@ -437,8 +438,11 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
         recorded = record.get("parameters") if isinstance(record, dict) else None
         if recorded is not None and _json(recorded) != _json(getattr(man.parameters, part)):
             drift.append(Drift("consistency", MANIFEST, f"parameters.{part} differ from the parameters {name} records"))
-    for name, sha in sorted(man.stage_records.items()):
-        if (report_dir / name).is_file() and file_sha256(report_dir / name) != sha:
+    for name in STAGE_RECORDS:
+        sha = man.stage_records.get(name)
+        if sha is None and (report_dir / name).is_file():
+            drift.append(Drift("consistency", MANIFEST, f"stage_records does not name {name}, which the report holds"))
+        elif sha is not None and (report_dir / name).is_file() and file_sha256(report_dir / name) != sha:
             drift.append(Drift("consistency", MANIFEST, f"stage_records names {name} by a SHA-256 it does not have"))
     case = _json_file(report_dir / "case" / MANIFEST)  # (a report rendered from a case elsewhere has none)
     if not isinstance(case, dict):
@@ -446,13 +450,21 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
     counts, tables, span = man.counts, case.get("tables") or {}, case.get("time_range") or [None, None]
     for key, value in (("first_received", span[0]), ("last_received", span[-1]), ("exchanges", tables.get("exchanges")),
                        ("engine_events", tables.get("engine_events")), ("quarantined", tables.get("quarantine"))):
-        if key in counts and value is not None and counts[key] != value:
-            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {_json(counts[key])}, the case's manifest gives "
-                               f"{_json(value)}"))
-    for key, value in sorted(man.reconciliation.items()):  # (the keys this report's release recorded)
-        if key in case and _json(case[key]) != _json(value):
+        if value is not None and counts.get(key) != value:
+            drift.append(Drift("consistency", MANIFEST, f"counts.{key} is {_json(counts.get(key))}, the case's manifest "
+                               f"gives {_json(value)}"))
+    for key in RECONCILIATION_KEYS:
+        if key in man.reconciliation and key not in case:
+            drift.append(Drift("consistency", MANIFEST, f"reconciliation.{key} is not in the case's manifest"))
+        elif key in man.reconciliation and _json(case[key]) != _json(man.reconciliation[key]):
             drift.append(Drift("consistency", MANIFEST, f"reconciliation.{key} differs from the case's manifest"))
+        elif key in case and key not in man.reconciliation and key not in RECONCILED_SINCE:
+            drift.append(Drift("consistency", MANIFEST, f"reconciliation.{key} is missing (the case's manifest has it)"))
     return drift
+
+
+#: Keys a report's reconciliation repeats from a release on: a report of an earlier release has none of them.
+RECONCILED_SINCE = frozenset({"tokenizer_sha256"})
 
 
 def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:

@@ -774,7 +774,13 @@ def test_rerun_of_a_case_whose_log_grew_between_its_ingests(tmp_path: Path, caps
     (lambda m: m["counts"].update(last_received="2026-09-30T00:00:00Z"), "counts.last_received is \"2026-09-30T00:00:00Z\""),
     (lambda m: m["counts"].update(quarantined=5), "counts.quarantined is 5, the case's manifest gives"),
     (lambda m: m["reconciliation"].update(timezone="Asia/Tokyo"), "reconciliation.timezone differs from the case's manifest"),
-], ids=["ceiling", "k", "stage_record", "last_received", "quarantined", "timezone"])
+    # Taken out, or added, they verified OK too (a second review).
+    (lambda m: m["counts"].pop("last_received"), "counts.last_received is null, the case's manifest gives"),
+    (lambda m: m["reconciliation"].pop("notes"), "reconciliation.notes is missing (the case's manifest has it)"),
+    (lambda m: m["stage_records"].pop("scan.json"), "stage_records does not name scan.json, which the report holds"),
+    (lambda m: m["reconciliation"].update(tokenizer_sha256="0" * 64), "reconciliation.tokenizer_sha256 is not in the case's"),
+], ids=["ceiling", "k", "stage_record", "last_received", "quarantined", "timezone", "no_last_received", "no_notes",
+        "no_stage_record", "added_tokenizer"])
 def test_a_manifest_edited_alone_is_named_by_what_the_report_records_elsewhere(tmp_path: Path, edit: object,
                                                                                named: str) -> None:
     """A review edited the manifest's copies of the scan's ceiling, the match's k, the record hashes, the counts and

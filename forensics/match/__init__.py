@@ -104,7 +104,7 @@ class MatchResult:
                             f"no engine node served: " + ", ".join(f"{m} ({n})" for m, n in self.unserved_models.items())
                             + "; if one of these names the case's model (an alias, another spelling), list it in the "
                               "case file's models and run again"] if self.unserved_models else [])
-                        + [w for w in (looser_confirm(params_from(self.report.parameters)),) if w],
+                        + [w for w in (looser_confirm(params_from(dict(self.report.parameters))),) if w],
         }
 
 def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
