@@ -467,6 +467,58 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
 RECONCILED_SINCE = frozenset({"tokenizer_sha256"})
 
 
+def _check_packet_spans(report_dir: Path, evidence: list[dict[str, str]]) -> list[Drift]:
+    """Each passage a packet tells of against the finding its reference names (references.csv) in the list's evidence
+    (``evidence``, as decided): its offsets, every passage, tier, and for an exposed customer the part, score and
+    tokens. A span rewritten in a notice (and in evidence.csv) with the hashes fixed verified OK (a review)."""
+    from forensics.report.notices import parse_passages
+
+    folder = report_dir / "packets"
+    if not folder.is_dir():
+        return []
+    finding_of = {r.get("reference", ""): r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []}
+    rows = {e.get("finding_id", ""): e for e in evidence}
+    drift: list[Drift] = []
+    for packet in sorted(p for p in folder.iterdir() if p.is_dir()):
+        notice = _json_file(packet / "notice.json")
+        if not isinstance(notice, dict):
+            continue  # (unreadable: _check_packets says so)
+        for role, key in (("recipient", "foreign_passages"), ("exposed", "spans")):
+            part = notice.get(role)
+            requests = part.get("requests") if isinstance(part, dict) else None
+            for request in requests if isinstance(requests, list) else []:
+                spans = request.get(key) if isinstance(request, dict) else None
+                for span in spans if isinstance(spans, list) else []:
+                    if not isinstance(span, dict):
+                        continue
+                    where = f"packets/{packet.name}/notice.json"
+                    row = rows.get(finding_of.get(str(span.get("reference")), ""))
+                    if row is None:
+                        drift.append(Drift("consistency", where, f"tells of reference {_json(span.get('reference'))}, which "
+                                           "names no finding of evidence.csv"))
+                        continue
+                    try:
+                        ends = tuple(int(row[k]) for k in ("recipient_start", "recipient_end", "source_start", "source_end"))
+                        passages = parse_passages(row.get("passages"), ends)  # type: ignore[arg-type]
+                        if role == "recipient":
+                            want: dict[str, Any] = {
+                                "response_start": ends[0], "response_end": ends[1], "tier": row["tier"],
+                                "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages]}
+                        else:
+                            want = {"start": ends[2], "end": ends[3], "part": row.get("source_kind") or "prompt",
+                                    "tier": row["tier"], "score": float(row["score"]),
+                                    "matched_tokens": int(row["matched_tokens"]),
+                                    "all_passages": [{"start": c, "end": d} for _, _, c, d in passages]}
+                    except (KeyError, ValueError):
+                        continue  # (a malformed evidence.csv is drift of its own)
+                    differ = [k for k in want if span.get(k) != want[k]]
+                    if differ:
+                        drift.append(Drift("consistency", where, f"its {role} passage of reference {span.get('reference')} "
+                                           f"differs from finding {row.get('finding_id')} of evidence.csv in "
+                                           f"{', '.join(differ)}"))
+    return drift
+
+
 def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     """Everything the report's own tables imply, compared with what it says: the notification
     list, the packets, and the counts in the summary and the manifest."""
@@ -499,7 +551,7 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
     marked += _person_marks(report_dir, man, decided)
     return (ledger_drift + marked + _check_notifications(suspects, evidence, notifications)
             + _check_packets(report_dir, notifications) + _check_counts(report_dir, man, suspects, evidence, notifications)
-            + check_references(report_dir, man) + _check_records(report_dir, man))
+            + check_references(report_dir, man) + _check_records(report_dir, man) + _check_packet_spans(report_dir, evidence))
 
 
 def _person_marks(report_dir: Path, man: ReportManifest, decided: dict[str, str]) -> list[Drift]:

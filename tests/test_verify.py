@@ -801,3 +801,28 @@ def api_run(tmp_path: Path) -> Path:
     report_dir = api.run(tmp_path / "incident", tmp_path / "out").case_dir.parent
     assert verify(report_dir).ok
     return report_dir
+
+
+@pytest.mark.parametrize("role", ["recipient", "exposed"])
+def test_a_packets_passage_rewritten_with_its_letter_and_hashes_is_named(built: Path, role: str) -> None:
+    """A review moved a passage's offsets in a notice (its letter rendered again, the hashes fixed): verify said OK,
+    though the finding its reference names in evidence.csv says otherwise."""
+    from forensics.report.notices import render_packet_md  # noqa: PLC0415
+
+    key, start = ("foreign_passages", "response_start") if role == "recipient" else ("spans", "start")
+    for packet in sorted((built / "packets").iterdir()):
+        notice = json.loads((packet / "notice.json").read_text(encoding="utf-8"))
+        spans = [s for r in (notice.get(role) or {}).get("requests", []) for s in r.get(key, [])]
+        if spans:
+            break
+    else:
+        pytest.fail(f"no packet tells of a {role} passage")
+    spans[0][start] += 1
+    (packet / "notice.json").write_text(json.dumps(notice, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
+    (packet / "notice.md").write_text(render_packet_md(notice), encoding="utf-8")
+    _rehash(built, f"packets/{packet.name}/notice.json", f"packets/{packet.name}/notice.md")
+    problems = _problems(built)
+    assert any(p.startswith(f"consistency packets/{packet.name}/notice.json: its {role} passage of reference "
+                            f"{spans[0]['reference']} differs from finding") and p.endswith(f"in {start}")
+               for p in problems), problems
