@@ -37,7 +37,7 @@ from forensics.config import CaseConfig, InputSpec, load_case_file
 from forensics.errors import CaseError, ConfigError
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
-from forensics.report import RECONCILIATION_KEYS, STAGE_RECORDS
+from forensics.report import CASE_FILE_DIR, RECONCILIATION_KEYS, STAGE_RECORDS
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
 from forensics.report.notices import packet_path, render_packet_md, unknown_notice_keys
 from forensics.report.safe import write_bytes
@@ -444,6 +444,12 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
             drift.append(Drift("consistency", MANIFEST, f"stage_records does not name {name}, which the report holds"))
         elif sha is not None and (report_dir / name).is_file() and file_sha256(report_dir / name) != sha:
             drift.append(Drift("consistency", MANIFEST, f"stage_records names {name} by a SHA-256 it does not have"))
+    kept = sorted((report_dir / CASE_FILE_DIR).glob("*")) if (report_dir / CASE_FILE_DIR).is_dir() else []
+    recorded = (man.case_file or {}).get("sha256")
+    for copy in kept:  # (a report of an earlier release keeps none)
+        if recorded is None or file_sha256(copy) != recorded:
+            drift.append(Drift("consistency", f"{CASE_FILE_DIR}/{copy.name}", "is not the case file the manifest records "
+                               f"(case_file.sha256 {_json(recorded)})"))
     case = _json_file(report_dir / "case" / MANIFEST)  # (a report rendered from a case elsewhere has none)
     if not isinstance(case, dict):
         return drift

@@ -826,3 +826,20 @@ def test_a_packets_passage_rewritten_with_its_letter_and_hashes_is_named(built: 
     assert any(p.startswith(f"consistency packets/{packet.name}/notice.json: its {role} passage of reference "
                             f"{spans[0]['reference']} differs from finding") and p.endswith(f"in {start}")
                for p in problems), problems
+
+
+def test_the_report_keeps_the_case_file_and_verify_holds_the_copy_to_the_manifests_hash(tmp_path: Path) -> None:
+    """The case-file spec: the case file "is kept with the report and hashed into its manifest". The manifest named it
+    by a path beside the inputs, which a report sent on alone does not carry (a review)."""
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    copy = report_dir / "case_file" / "case.toml"
+    assert copy.read_bytes() == (tmp_path / "incident" / "case.toml").read_bytes()
+    man = json.loads((report_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert "case_file/case.toml" in {o["path"] for o in man["outputs"]}
+    assert man["case_file"]["sha256"] == hashlib.sha256(copy.read_bytes()).hexdigest()
+    copy.write_text(copy.read_text(encoding="utf-8").replace("real_ceiling_tokens = 2000", "real_ceiling_tokens = 5000"),
+                    encoding="utf-8")
+    _rehash(report_dir, "case_file/case.toml")
+    assert any(p.startswith("consistency case_file/case.toml: is not the case file the manifest records")
+               for p in _problems(report_dir))

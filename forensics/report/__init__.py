@@ -48,6 +48,8 @@ __all__ = ["ReportResult", "VerifyResult", "check_ingest_scope", "check_scan_sco
 STAGE_RECORDS = ("scan.json", "match.json")
 #: Top-level entries of the report folder that are not report outputs (the run's case folder).
 NOT_OUTPUTS = {"case"}
+#: The folder of a report that holds a copy of the case file the report was made with.
+CASE_FILE_DIR = "case_file"
 #: Files forensics writes next to manifest.json but not among its outputs: the detached
 #: signature of ``--sign`` (issue 11, item 7). A new report may replace them.
 MANIFEST_COMPANIONS = {manifest.MANIFEST, manifest.SIGNATURE}
@@ -829,6 +831,12 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     title = f"Incident summary: {config.name}"
     safe.write_text(report_dir / "summary.md", summary.render_md(title, secs))
     safe.write_text(report_dir / "summary.html", summary.render_html(title, secs, svgs))
+    if config.file is not None and Path(config.file).is_file():
+        # The case file is kept with the report (spec/case-file.md), byte for byte, among the outputs the manifest
+        # hashes: the manifest named it by a path beside the inputs, which a report sent on alone does not carry. In a
+        # folder of its own, so that no command looking for a case file in the report's folder takes it for one.
+        make_private_dirs(report_dir / CASE_FILE_DIR)
+        safe.write_bytes(report_dir / CASE_FILE_DIR / Path(config.file).name, Path(config.file).read_bytes())
     task.advance()
 
     files = [dict(f) for f in data.ingest.files]
