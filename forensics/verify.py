@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable
 from html import unescape
@@ -866,6 +867,12 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         if man.references_key:  # the references the report cites came from its first render's key, kept since
             write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps({"references_key": man.references_key}).encode())
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
+        if not (report_dir / CASE_FILE_DIR).exists() and (again / CASE_FILE_DIR).exists():
+            # A report of an earlier release kept no copy of its case file: the re-run renders it as that release did.
+            from forensics.report import manifest as manifest_file
+
+            shutil.rmtree(again / CASE_FILE_DIR)
+            manifest_file.write(again, manifest_file.read(again), exclude=set(manifest_file.read(again).outputs_excluded))
         from forensics.review import OWN_FILES
 
         # The ledgers are people's records, not the pipeline's: check_ledgers covers them.

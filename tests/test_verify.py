@@ -843,3 +843,18 @@ def test_the_report_keeps_the_case_file_and_verify_holds_the_copy_to_the_manifes
     _rehash(report_dir, "case_file/case.toml")
     assert any(p.startswith("consistency case_file/case.toml: is not the case file the manifest records")
                for p in _problems(report_dir))
+
+
+def test_a_report_of_an_earlier_release_with_no_case_file_copy_verifies_by_a_rerun(tmp_path: Path) -> None:
+    """The re-run always kept a copy of the case file; a report of the release before keeps none: --rerun called it
+    drift (a review)."""
+    from forensics.report import manifest as manifest_file  # noqa: PLC0415
+
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    shutil.rmtree(report_dir / "case_file")  # as the release before wrote it
+    body = manifest_file.read(report_dir)
+    manifest_file.write(report_dir, body, exclude=set(body.outputs_excluded))
+    assert verify(report_dir).ok
+    checked = verify(report_dir, rerun=True)
+    assert checked.ok, [str(d) for d in checked.drift]
