@@ -383,10 +383,10 @@ def test_record_times_are_grouped_by_value_nulls_included() -> None:
     assert list(_grouped(np.zeros(0, np.int64), pa.array([], pa.string()))) == []
 
 
-def _two_pasters(root: Path, old_since: int) -> Path:
+def _two_pasters(root: Path, old_since: int, carried: bool = False) -> Path:
     """Twelve suspects on decode-0 placing the window (leaks from sources 1-10 records before them), and one, b12,
     whose answer holds a passage two customers sent: ``old`` ``old_since`` records before it on decode-0, ``new`` two
-    records before it there."""
+    records before it there (with ``carried``, after receiving it in a suspect answer of its own, bN, on decode-1)."""
     rng = np.random.default_rng(12)
     rows: list[dict[str, Any]] = []
     minute = 0.0
@@ -406,12 +406,14 @@ def _two_pasters(root: Path, old_since: int) -> Path:
         add(f"b{j}", f"rcp{j}", "decode-0", prompt="q", response=f"{filler(rng, 15)} {' '.join(doc[40:70])} {filler(rng, 15)}")
     passage = text(rng, 40)
     add("old-1", "old", "decode-0", prompt=f"{text(rng, 20)} {passage} {text(rng, 20)}")
-    for i in range(old_since - 3):
+    if carried:
+        add("bN", "new", "decode-1", prompt="q", response=f"{filler(rng, 15)} {passage} {filler(rng, 15)}")
+    for i in range(old_since - 3 - carried):
         add(f"h{i}", f"t{i % 40}", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
     add("new-1", "new", "decode-0", prompt=f"{text(rng, 20)} {passage} {text(rng, 20)}")
     add("h-last", "t1", "decode-0", prompt=text(rng, 30), response=filler(rng, 20))
     add("b12", "rcp12", "decode-0", prompt="q", response=f"{filler(rng, 15)} {passage} {filler(rng, 15)}")
-    return make_case(root, rows, [f"b{j}" for j in range(13)])
+    return make_case(root, rows, [f"b{j}" for j in range(13)] + (["bN"] if carried else []))
 
 
 def test_of_two_customers_copies_of_a_passage_on_the_node_the_recent_occupant_is_named(tmp_path: Path) -> None:
@@ -433,3 +435,13 @@ def test_of_two_customers_copies_of_a_passage_on_the_node_the_recent_occupant_is
     match(near, config())
     named = {r["source_tenant_id"] for r in csv.DictReader((near / "evidence.csv").open()) if r["recipient_request_id"] == "b12"}
     assert named == {"new", "old"}
+
+
+def test_a_copy_carried_on_by_its_customer_explains_no_older_copy_away(tmp_path: Path) -> None:
+    """The recent copy was the pasting back of a passage its customer had itself received in a suspect answer: that
+    copy names nobody (carried on), and it sent the true source, 200 records back, to review (a review): nobody was
+    named. The true source is named."""
+    root = _two_pasters(tmp_path / "carried", old_since=200, carried=True)
+    match(root, config())
+    named = {r["source_tenant_id"] for r in csv.DictReader((root / "evidence.csv").open()) if r["recipient_request_id"] == "b12"}
+    assert named == {"old"}

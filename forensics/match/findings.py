@@ -1393,7 +1393,10 @@ def _prefer_the_recent_occupant(rows: list[dict[str, Any]], window: int) -> None
         if r["relation"] == "cross_tenant" and not r["_explained_by"] and r["records_since_source_on_node"] is not None:
             by_target.setdefault(r["_target"], []).append(r)
     for group in by_target.values():
-        recent_ones = sorted((s for s in group if 1 <= s["records_since_source_on_node"] <= window),
+        # Not a copy carried on (its customer had received the passage: the customer it came from is named where its
+        # copy matches, and a review found the true source sent to review by such a copy) nor one the engine rules out.
+        recent_ones = sorted((s for s in group if 1 <= s["records_since_source_on_node"] <= window
+                              and s["_carried_from"] is None and not s["_ruled_out"]),
                              key=lambda s: (-s["strength_bits"], s["finding_id"]))
         for r in group:
             if r["records_since_source_on_node"] <= window:
