@@ -114,9 +114,9 @@ def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = N
     """Per node: its role and the distinct pool sizes and context lengths of the startup lines in effect in the
     window [``start``, ``end``), per value: the lines logged in it and the node's latest one before it (a restart
     before the window replaced what earlier lines gave: a pool the node ran days before must not set the ceiling).
-    A node whose lines all come after the window keeps its earliest (what it ran in the window is unknown; that is
-    the nearest the logs show), a line with no time is kept (nothing places it), and with no window set every line
-    counts. ``superseded``: per node, the values of the lines left out that no line in effect gives."""
+    A line with no time is kept (nothing places it), and with no window set every line counts. ``after``: for a node
+    whose lines all come after the window, its earliest (what it ran in the window is unknown; :func:`_resolve` uses
+    it only where no deciding node has a line in effect). ``superseded``: the values of the other lines left out."""
     rows = q.with_memory_to_spare(con, lambda: con.execute(
         """SELECT node, role, time, max_total_num_tokens, context_len FROM engine_events WHERE event = 'startup'
            ORDER BY node, time NULLS FIRST, max_total_num_tokens, context_len"""
@@ -127,7 +127,7 @@ def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = N
     out = []
     for node, lines in by_node.items():
         entry: dict[str, Any] = {"node": node, "role": min((r[1] for r in lines if r[1] is not None), default=None),
-                                 "startup_lines": len(lines), "superseded": {}}
+                                 "startup_lines": len(lines), "superseded": {}, "after": {}}
         for column, field in ((3, "max_total_num_tokens"), (4, "context_len")):
             given = [(r[2], r[column]) for r in lines if r[column] is not None]
             kept = [(t, v) for t, v in given if t is None or ((start is None or t >= start) and (end is None or t < end))]
@@ -135,34 +135,54 @@ def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = N
             if before:
                 last = max(t for t, _ in before)
                 kept += [(t, v) for t, v in before if t == last]
-            if not kept and given:  # every line after the window: the earliest of them
+            later: list[tuple[Any, Any]] = []
+            if not kept and given:  # every line after the window: the earliest, used only where nothing else is
                 first = min(t for t, _ in given)
-                kept = [(t, v) for t, v in given if t == first]
+                later = [(t, v) for t, v in given if t == first]
             values = sorted({v for _, v in kept})
             entry[field] = values
-            entry["superseded"][field] = sorted({v for _, v in given} - set(values))
+            entry["after"][field] = sorted({v for _, v in later})
+            entry["superseded"][field] = sorted({v for _, v in given} - set(values) - {v for _, v in later})
         out.append(entry)
     return out
 
 
 def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | None, dict[str, Any]]:
-    """The value of ``field`` across nodes (prefill nodes when the logs tell roles) and its record."""
-    prefill = [n for n in nodes if n["role"] == "prefill" and n[field]]
+    """The value of ``field`` across nodes (prefill nodes when the logs tell roles) and its record. The lines in effect
+    in the window decide; only where the deciding nodes have none do their earliest lines after it (a node that first
+    started after the window set the ceiling beside nodes whose pool was known, and wrong recipients went on the
+    list; the decode nodes' pools, another pool, decided where the prefill nodes' logs began after the window)."""
+    def now(n: dict[str, Any]) -> list[int]:
+        return list(n[field])
+
+    def later(n: dict[str, Any]) -> list[int]:
+        return list(n["after"][field])
+
     # The over-limit check that swapped in the placeholder runs on the prefill side: its pool is the
     # ceiling that matters. Without roles (a single server), every node counts.
-    used = prefill or [n for n in nodes if n[field]]
-    values = sorted({v for n in used for v in n[field]})
+    values_of, after = now, False
+    prefill = [n for n in nodes if n["role"] == "prefill" and now(n)]
+    if not prefill and any(n["role"] == "prefill" and later(n) for n in nodes):
+        prefill, values_of, after = [n for n in nodes if n["role"] == "prefill" and later(n)], later, True
+    used = prefill or [n for n in nodes if now(n)]
+    if not used:
+        used, values_of, after = [n for n in nodes if later(n)], later, True
+    values = sorted({v for n in used for v in values_of(n)})
     record = {
         "nodes_used": "prefill" if prefill else "all",
         "prefill_nodes": [n["node"] for n in prefill],
-        "per_node": {n["node"]: n[field] for n in nodes if n[field]},
+        "per_node": {n["node"]: values_of(n) for n in nodes if values_of(n)},
         "values_of_nodes_used": values,
-        "values_of_all_nodes": sorted({v for n in nodes for v in n[field]}),
-        # Values of startup lines a later one before the window replaced, or logged after it: not counted.
-        "not_in_effect": {n["node"]: n["superseded"][field] for n in nodes if n["superseded"][field]},
+        "values_of_all_nodes": sorted({v for n in nodes for v in values_of(n)}),
+        # Values of startup lines a later one before the window replaced, logged after it, or not used: not counted.
+        "not_in_effect": {n["node"]: sorted(set(n["superseded"][field]) | ({*later(n)} - {*values_of(n)}))
+                          for n in nodes if n["superseded"][field] or set(later(n)) - set(values_of(n))},
         # Decode nodes may well run another pool size; only the nodes that decide count here.
         "nodes_disagree": len(values) > 1,
     }
+    if after and values:
+        record["note"] = (f"no startup line in effect in the window gives {field} on the nodes that decide: read from "
+                          "their earliest lines after it")
     return (pick(values) if values else None), record
 
 
@@ -200,7 +220,8 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
                 cfg.set(key, detected, "auto-detected")
                 value = detected
                 if record["nodes_disagree"]:
-                    record["note"] = f"nodes disagree; used {what} of the {record['nodes_used']} nodes"
+                    record["note"] = "; ".join(filter(None, (record.get("note"),
+                                                            f"nodes disagree; used {what} of the {record['nodes_used']} nodes")))
         out[key] = Limit(
             value=value, source=cfg.source(key), detected=detected, nodes_used=record["nodes_used"],
             prefill_nodes=tuple(record["prefill_nodes"]), per_node={n: tuple(v) for n, v in record["per_node"].items()},
@@ -347,6 +368,9 @@ def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: d
         )
     for key in ("real_ceiling_tokens", "advertised_window_tokens"):
         rec = limits[key]
+        if rec.source == "auto-detected" and rec.note and "after it" in rec.note:
+            warnings.append(f"{key} = {rec.value} was read from engine startup lines logged after the window (none in "
+                            "effect in it gives it): what the engine ran in the window is not shown; check it")
         if rec.nodes_disagree:
             warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
                 f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.per_node.items())

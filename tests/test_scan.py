@@ -148,20 +148,37 @@ def test_auto_limits_count_only_the_startup_lines_in_effect_in_the_window(tmp_pa
         line("prefill-1", 700000, "2026-08-25T00:00:05Z"),  # its only line, before the window: still in effect
         line("prefill-0", 500000, "2026-09-10T00:00:05Z"),  # after the window
         line("prefill-1", 700000, "2026-09-10T00:00:05Z"),  # a restart after the window with the same pool
-        # A node whose log begins after the window: its earliest line is the nearest the logs show (left out, the
-        # decode nodes' pools decided; a review).
-        line("prefill-2", 690000, "2026-09-10T00:00:05Z"), line("prefill-2", 400000, "2026-09-11T00:00:05Z"),
+        # A node that first started after the window does not set the ceiling beside nodes whose pool is known (its
+        # smaller pool put wrong recipients on the list; a second review).
+        line("prefill-2", 4096, "2026-09-10T00:00:05Z"), line("prefill-2", 400000, "2026-09-11T00:00:05Z"),
         line("decode-0", 900000, "2026-08-26T23:50:05Z"),
     ])
     result = scan(root, _config(real_ceiling_tokens="auto", advertised_window_tokens="auto"))
     ceiling = result.record["limits"]["real_ceiling_tokens"]
     assert (ceiling["value"], ceiling["source"], ceiling["nodes_used"]) == (CEILING, "auto-detected", "prefill")
-    assert ceiling["per_node"] == {"decode-0": [900000], "prefill-0": [CEILING], "prefill-1": [700000],
-                                   "prefill-2": [690000]}
+    assert ceiling["per_node"] == {"decode-0": [900000], "prefill-0": [CEILING], "prefill-1": [700000]}
     # Only values no line in effect gives: prefill-1's restart after the window is its pool in effect again.
-    assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000], "prefill-2": [400000]}
+    assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000], "prefill-2": [4096, 400000]}
     assert result.record["limits"]["advertised_window_tokens"]["value"] == ADVERTISED
     assert result.suspects == 0  # 650,000 tokens fit the pool in effect
+
+
+def test_auto_limits_read_the_deciding_nodes_lines_after_the_window_only_when_none_is_in_effect(tmp_path: Path) -> None:
+    """The prefill nodes' logs begin after the window: their earliest lines are the nearest the logs show of their pool,
+    said so; the decode nodes' pools, another pool, decided when those lines were left out (a review)."""
+    def line(node: str, pool: int, time: str) -> dict[str, Any]:
+        return event(node, "startup", max_total_num_tokens=pool, context_len=ADVERTISED, time=time)
+
+    root = write_case(tmp_path / "case", [exchange("r-1", prompt_tokens=700000, received_at="2026-08-29T10:00:00Z")], [
+        line("prefill-0", CEILING, "2026-09-10T00:00:05Z"), line("prefill-0", 600000, "2026-09-12T00:00:05Z"),
+        line("decode-0", 2 * CEILING, "2026-08-26T23:50:05Z"),
+    ])
+    result = scan(root, _config(real_ceiling_tokens="auto"))
+    ceiling = result.record["limits"]["real_ceiling_tokens"]
+    assert (ceiling["value"], ceiling["nodes_used"]) == (CEILING, "prefill") and result.suspects == 1
+    assert ceiling["note"].startswith("no startup line in effect in the window gives max_total_num_tokens")
+    assert any(w.startswith(f"real_ceiling_tokens = {CEILING} was read from engine startup lines logged after the window")
+               for w in result.record["warnings"])
 
 
 def test_no_suspects_means_clean(tmp_path: Path) -> None:
