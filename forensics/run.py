@@ -228,22 +228,23 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         # tables are rebuilt once; entries in format order, as when each format was a call of its own.
         plain = sorted((spec for spec in cfg.inputs if spec.profile is None), key=lambda spec: spec.format)
         ingested: IngestResult | None = None
-        read_as: list[str] = []  # each ingest's warnings (a later one's notes cover the case's files, not its reads)
+        read_as: list[str] = []  # each ingest's warnings on what it read (the last one's on the case's files cover all)
         if plain:
             ingested = ingest_stage(case_dir, [spec.path for spec in plain], config=cfg, progress=progress,
                                     path_formats=[None if spec.format == "auto" else spec.format for spec in plain])
-            read_as += ingested.warnings
+            read_as += ingested.read_warnings
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
                                         profile=spec.profile)
-                read_as += ingested.warnings
+                read_as += ingested.read_warnings
         if ingested is not None:
-            notes.extend(dict.fromkeys(read_as))  # (the notes on the case's files so far come again with each)
+            read_as = ingested.case_warnings + read_as
+            notes.extend(read_as)
             if not ingested.manifest.tables.exchanges:
                 # The scan would stop on the case's model, never seen: the cause is the inputs (a wrong format given
                 # for the gateway logs reads no record of them), which the ingest's warnings name.
-                said = [w.rsplit(". Fix: ", 1)[0] for w in dict.fromkeys(read_as)]
+                said = [w.rsplit(". Fix: ", 1)[0] for w in read_as]
                 raise ConfigError("no gateway record was read from the case's inputs: the case has no exchanges"
                                   + (f" ({first_few(said, 3)})" if said else ""),
                                   file=cfg.file, fix="check each [[inputs]] entry's path and format (leave format out to "

@@ -232,7 +232,8 @@ def test_a_teams_key_with_no_organisation_is_not_named_exposed_to_its_own_organi
     warning names the pair. A team of another organisation's is another customer."""
     logs = write_logs(tmp_path / "logs")
     rows = [json.loads(line) for line in (logs / "gateway" / "spend.jsonl").read_text(encoding="utf-8").splitlines()]
-    rows[0]["team_id"] = "team-a"  # acme's request, sent with a key of its team-a
+    rows[0]["team_id"] = "team-a"  # acme's request, sent with a key of its team-a (its metadata says so too)
+    rows[0]["metadata"] = {"user_api_key_org_id": "acme", "user_api_key_team_id": "team-a"}
     rows[2]["organization_id"], rows[2]["team_id"] = "", suspects_team  # the suspect, sent with a key of no organisation
     (logs / "gateway" / "spend.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     result = api.run(logs / "case.toml", tmp_path / "out")
@@ -247,8 +248,9 @@ def test_a_teams_key_with_no_organisation_is_not_named_exposed_to_its_own_organi
     (row,) = [r for r in review if r["source_tenant_id"] == "acme"]
     assert row["why_not_notified"].startswith("the records of acme hold team-a in team_id, a later tenant field")
     (warning,) = [w for w in result.notes if "may be one customer" in w]
+    # One id, held in two fields: counted once (a second review counted two ids).
     assert warning.startswith("1 customer id of the case is held by another customer's records in a later tenant "
-                              "field: 'team-a' (team_id of 'acme')")
+                              "field: 'team-a' (metadata.user_api_key_team_id and team_id of 'acme')")
 
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs"
@@ -300,6 +302,34 @@ def test_a_file_of_the_right_format_whose_records_name_no_customer_is_not_blamed
     assert not any("format given for it" in w for w in result.notes)
     assert any(w.startswith("1 record in 1 file name no customer") and "nameless.jsonl (1)" in w
                and ', or "auto"' not in w for w in result.notes)
+
+
+def test_a_file_of_the_right_format_none_of_whose_records_can_be_read_is_named_with_the_reason(tmp_path: Path) -> None:
+    """Every record lacking its start time, a LiteLLM log named as LiteLLM went without a word (a second review)."""
+    case = _sample_with(tmp_path, 'path = "gateway"', 'path = "broken"')
+    broken = case.parent / "broken"
+    broken.mkdir()
+    rows = [json.loads(_row(f"r-{i}", "acme", "2026-08-28T12:00:00Z", "hello", "hi", 8)) for i in range(3)]
+    (broken / "spend.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "startTime"}) + "\n"
+                                                for r in rows), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        api.run(case, tmp_path / "out")
+    assert ("spend.jsonl: none of its 3 lines could be read as litellm; the first line's reason: missing required "
+            "field 'startTime'") in str(info.value)
+
+
+def test_the_note_on_records_naming_no_customer_is_printed_once_with_the_cases_counts(tmp_path: Path) -> None:
+    """A mapped input's ingest said the note again with its counts: the run printed both (a second review)."""
+    from test_ingest_mapped import PROFILE, jsonl, record  # noqa: PLC0415
+
+    case = _sample_with(tmp_path, 'name = "sim-small-seed7"', 'name = "sim-small-seed7"')
+    nameless = json.loads(_row("r-9", "", "2026-08-28T12:00:00Z", "hello", "hi", 8)) | {"api_key": ""}
+    (case.parent / "gateway" / "nameless.jsonl").write_text(json.dumps(nameless) + "\n", encoding="utf-8")
+    jsonl(case.parent / "mapped.jsonl", [record(1), record(2), record(3, account={})])
+    case.write_text(case.read_text(encoding="utf-8") + PROFILE.format(path="mapped.jsonl"), encoding="utf-8")
+    result = api.run(case, tmp_path / "out")
+    (note,) = [w for w in result.notes if "name no customer" in w]
+    assert note.startswith("2 records in 2 files name no customer")
 
 
 def test_a_gateway_format_that_reads_no_record_stops_the_run_naming_the_files_not_the_model(tmp_path: Path) -> None:

@@ -104,7 +104,15 @@ class IngestResult:
     manifest: IngestManifest
     run_files: list[dict[str, Any]]
     #: What a run of every stage must print, not only record: records lost in a way that takes customers off the list.
-    warnings: list[str] = dataclasses.field(default_factory=list)
+    #: Those on the case's files so far (each ingest of the case says them again, with its counts) ...
+    case_warnings: list[str] = dataclasses.field(default_factory=list)
+    #: ... and those on what this ingest read (a format its files were not in).
+    read_warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every warning of this ingest."""
+        return self.case_warnings + self.read_warnings
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary for the CLI (this run's files plus the case totals)."""
@@ -784,7 +792,9 @@ def ingest(
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
     aliases = tenant_aliases(c, known.values())
-    warnings = _nameless_records(known.values(), tenantless, cfg) + _misread(c, known, given_formats) + _aliases_note(aliases)
+    case_warnings = _nameless_records(known.values(), tenantless, cfg) + _aliases_note(aliases)
+    read_warnings = _misread(c, known, given_formats)
+    warnings = case_warnings + read_warnings
     case_manifest = dataclasses.replace(case_manifest, tenant_aliases=tuple(aliases) or None)
     if warnings:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *warnings))
@@ -813,7 +823,7 @@ def ingest(
         if not f["status"].startswith("already") and f["sha256"] in by_sha:
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
-    return IngestResult(c.root, case_manifest, run_files, warnings)
+    return IngestResult(c.root, case_manifest, run_files, case_warnings, read_warnings)
 
 
 def _band_counts(stats: BandStats) -> dict[str, int]:
@@ -949,11 +959,15 @@ def tenant_aliases(c: Case, entries: Iterable[dict[str, Any]]) -> list[tuple[str
 
 
 def _aliases_note(aliases: list[tuple[str, str, str]]) -> list[str]:
-    """The warning naming customer ids that other customers' records hold (:func:`tenant_aliases`)."""
+    """The warning naming customer ids that other customers' records hold (:func:`tenant_aliases`), each pair once."""
     if not aliases:
         return []
-    shown = first_few([f"{other!r} ({field} of {tenant!r})" for tenant, field, other in aliases])
-    return [f"{len(aliases)} customer id{'s' if len(aliases) > 1 else ''} of the case {'are' if len(aliases) > 1 else 'is'} "
+    fields: dict[tuple[str, str], list[str]] = {}
+    for tenant, field, other in aliases:
+        fields.setdefault((tenant, other), []).append(field)
+    shown = first_few([f"{other!r} ({' and '.join(sorted(f))} of {tenant!r})" for (tenant, other), f in sorted(fields.items())])
+    n = len(fields)
+    return [f"{n} customer id{'s' if n > 1 else ''} of the case {'are' if n > 1 else 'is'} "
             f"held by another customer's records in a later tenant field: {shown}. Each pair may be one customer (a "
             "team's key with no organisation set, beside the team's records that name its organisation), so the "
             "findings between them go to review, not to the list. Fix: if they are one customer, set tenant_field to "
@@ -1001,8 +1015,16 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str,
             reads_as = sniff(path)
         except (AmbiguousFormat, OSError):
             reads_as = None
+        entry = known[sha]
         if reads_as == fmt and fmt != "mapped":
-            continue  # the format is right; what set its records aside (no customer named, say) is noted on its own
+            # The format is right. Records set aside for naming no customer have a note of their own; any other reason
+            # is said here (a file of the right format none of whose records could be read went without a word).
+            if FORMATS.get(fmt).table == "engine_events" or entry.get("no_tenant", 0) >= lines:
+                continue
+            out.append(f"{entry['path']}: none of its {lines} line{'s' if lines > 1 else ''} could be read as {fmt}{why}. "
+                       "Fix: quarantine.parquet says why each line was set aside; correct or re-export the file, and "
+                       "ingest it into a new case folder")
+            continue
         hint = f" (its lines read as {reads_as})" if reads_as is not None else ""
         fix = ("check the [[inputs]] entry's [inputs.fields] and time_format against a record of the file (`forensics "
                "profile` drafts them)" if fmt == "mapped" else "give the format that matches (the [[inputs]] entry's "
