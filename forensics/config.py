@@ -380,7 +380,7 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
 
                 report_settings(value, file=file)
             cfg.sections[key] = dict(value)
-            cfg.sources["sections"] = "file"  # (recorded as "default" with the file's [match] in the values beside it)
+            cfg.sources["sections"] = "file"  # (it was recorded as "default", beside the file's own [match] values)
             continue
         if key == "execution":
             cfg.execution = execution_settings(value, file)

@@ -979,7 +979,8 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str,
     understood: no record read (a gateway format: with the reason its first line was set aside), or only
     lines of no known kind (an engine format, which keeps every line). A wrong format was accepted without a word:
     every engine line kept as ``unknown`` lost the ceiling's cross-check and every engine signature, and the list
-    changed (a review)."""
+    changed (a review). The format is blamed only where the file's lines read as another (or, for a mapped input,
+    the profile); a file of the right format none of whose records could be read is named with the reason."""
     misread = {}
     for sha, (_, fmt) in given_formats.items():
         entry = known.get(sha)
