@@ -228,18 +228,15 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         # tables are rebuilt once; entries in format order, as when each format was a call of its own.
         plain = sorted((spec for spec in cfg.inputs if spec.profile is None), key=lambda spec: spec.format)
         ingested: IngestResult | None = None
-        read_as: list[str] = []  # each ingest's warnings on what it read (the last one's on the case's files cover all)
         if plain:
             ingested = ingest_stage(case_dir, [spec.path for spec in plain], config=cfg, progress=progress,
                                     path_formats=[None if spec.format == "auto" else spec.format for spec in plain])
-            read_as += ingested.read_warnings
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
                                         profile=spec.profile)
-                read_as += ingested.read_warnings
-        if ingested is not None:
-            read_as = ingested.case_warnings + read_as
+        if ingested is not None:  # (each ingest's warnings cover every file of the case so far: the last one's, all)
+            read_as = ingested.warnings
             notes.extend(read_as)
             if not ingested.manifest.tables.exchanges:
                 # The scan would stop on the case's model, never seen: the cause is the inputs (a wrong format given

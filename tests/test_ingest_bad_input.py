@@ -274,7 +274,9 @@ def test_files_read_before_in_another_format_are_not_warned_of_again(tmp_path: P
     (warning,) = first.warnings
     assert "none of its 2 lines is a record of the format given for it, 'helicone' (its lines read as litellm)" in warning
     assert warning.count("Fix:") == 1  # (the first line's own fix is for a record, not for a format)
-    assert api.ingest(tmp_path / "case", [logs], fmt="litellm").warnings == []
+    assert "ingest it again into a new case folder" in warning  # (this case never reads them again)
+    # What the case holds of them is what it read the first time: said as it was, never blaming the right format.
+    assert api.ingest(tmp_path / "case", [logs], fmt="litellm").warnings == [warning]
 
 
 def test_record_without_tenant_is_quarantined_not_listed(tmp_path: Path) -> None:

@@ -318,6 +318,46 @@ def test_a_file_of_the_right_format_none_of_whose_records_can_be_read_is_named_w
             "field 'startTime'") in str(info.value)
 
 
+def _broken_input(case: Path, rows: list[dict], fmt: str | None) -> None:
+    """A second gateway input, ``broken/spend.jsonl`` holding ``rows``, in the case file (its format given or not)."""
+    (case.parent / "broken").mkdir()
+    (case.parent / "broken" / "spend.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    entry = '\n[[inputs]]\npath = "broken"\n' + (f'format = "{fmt}"\n' if fmt else "")
+    case.write_text(case.read_text(encoding="utf-8") + entry, encoding="utf-8")
+
+
+def _no_start(i: int) -> dict:
+    return {k: v for k, v in json.loads(_row(f"r-{i}", "acme", "2026-08-28T12:00:00Z", "hello", "hi", 8)).items()
+            if k != "startTime"}
+
+
+@pytest.mark.parametrize("fmt", ["litellm", None], ids=["given", "sniffed"])
+def test_an_unreadable_file_of_the_right_format_is_said_and_the_report_verifies_by_a_rerun(tmp_path: Path,
+                                                                                           fmt: str | None) -> None:
+    """Sniffed, the file's format went without a word; given, the warning was in the report's notes but not in its
+    re-run's, which ingests format by format: verify --rerun called an honest report drift (a third review)."""
+    case = _sample_with(tmp_path, 'name = "sim-small-seed7"', 'name = "sim-small-seed7"')
+    _broken_input(case, [_no_start(i) for i in range(3)], fmt)
+    result = api.run(case, tmp_path / "out")
+    assert any(w.startswith("broken/spend.jsonl: none of its 3 lines could be read as litellm; the first line's reason: "
+                            "missing required field 'startTime'") for w in result.notes), result.notes
+    checked = api.verify(result.case_dir.parent, rerun=True)
+    assert checked.ok, [str(d) for d in checked.drift]
+
+
+def test_records_naming_no_customer_are_left_out_of_the_unreadable_files_warning(tmp_path: Path) -> None:
+    """One record naming no customer, then two lacking their start time: the warning gave the first one's reason
+    and counted three unreadable lines (a third review)."""
+    case = _sample_with(tmp_path, 'name = "sim-small-seed7"', 'name = "sim-small-seed7"')
+    nameless = json.loads(_row("r-9", "", "2026-08-28T12:00:00Z", "hello", "hi", 8)) | {"api_key": ""}
+    _broken_input(case, [nameless, _no_start(1), _no_start(2)], "litellm")
+    result = api.run(case, tmp_path / "out")
+    (unread,) = [w for w in result.notes if w.startswith("broken/spend.jsonl: none of its")]
+    assert unread.startswith("broken/spend.jsonl: none of its 2 lines could be read as litellm; the first line's "
+                             "reason: missing required field 'startTime'")
+    assert any(w.startswith("1 record in 1 file name no customer") for w in result.notes)
+
+
 def test_the_note_on_records_naming_no_customer_is_printed_once_with_the_cases_counts(tmp_path: Path) -> None:
     """A mapped input's ingest said the note again with its counts: the run printed both (a second review)."""
     from test_ingest_mapped import PROFILE, jsonl, record  # noqa: PLC0415

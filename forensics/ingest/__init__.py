@@ -103,16 +103,9 @@ class IngestResult:
     case: Path
     manifest: IngestManifest
     run_files: list[dict[str, Any]]
-    #: What a run of every stage must print, not only record: records lost in a way that takes customers off the list.
-    #: Those on the case's files so far (each ingest of the case says them again, with its counts) ...
-    case_warnings: list[str] = dataclasses.field(default_factory=list)
-    #: ... and those on what this ingest read (a format its files were not in).
-    read_warnings: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def warnings(self) -> list[str]:
-        """Every warning of this ingest."""
-        return self.case_warnings + self.read_warnings
+    #: What a run of every stage must print, not only record: records lost in a way that takes customers off the list,
+    #: on every file of the case so far (each ingest of the case says them again, with its counts).
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready summary for the CLI (this run's files plus the case totals)."""
@@ -609,7 +602,8 @@ def ingest(
         # it reads would be sniffed otherwise, or fail to stage. Such a run is read in this process.
         in_process = FORMATS.names() != IMPORTED_FORMATS
         pool = _early_pool(early, [p for p, _ in found]) if spark is None and not in_process else None
-        given_formats: dict[str, tuple[Path, str]] = {}  # SHA-256 -> (file, format given for it)
+        # SHA-256 -> (file, the format it is read in, whether that format was given for it, not sniffed)
+        read_formats: dict[str, tuple[Path, str, bool]] = {}
         for (path, explicit), file_format, seen in zip(found, forced, _examine_files([p for p, _ in found], forced, pool)):
             try:
                 if isinstance(seen.scanned, OSError):
@@ -677,8 +671,8 @@ def ingest(
                     from forensics.ingest.formats.mapped import check_profile
 
                     check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
-            if file_format is not None and skip is None:
-                given_formats[sha] = (path, file_format)
+            if detected is not None and skip is None:
+                read_formats[sha] = (path, detected, file_format is not None)
             if detected is None or not FORMATS.get(detected).splittable:
                 # Its records may span lines: one worker reads it whole. A file skipped or of no known
                 # format is not read at all: one unit, one quarantine row, however big.
@@ -700,7 +694,7 @@ def ingest(
                 raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
                                   fix="ingest into a new case folder (forensics run always starts afresh)")
             if sha in known:
-                given_formats.pop(sha, None)  # not read again: what an earlier ingest read it as stands
+                read_formats.pop(sha, None)  # not read again: what an earlier ingest said of it stands
                 # Every name of identical content is recorded: each is evidence that must not change.
                 entry = known[sha]
                 entry["paths"] = sorted({*entry["paths"], shown})
@@ -792,9 +786,14 @@ def ingest(
     if changed:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *changed))
     aliases = tenant_aliases(c, known.values())
-    case_warnings = _nameless_records(known.values(), tenantless, cfg) + _aliases_note(aliases)
-    read_warnings = _misread(c, known, given_formats)
-    warnings = case_warnings + read_warnings
+    for sha, said in _misread(c, known, read_formats).items():
+        known[sha]["read_warning"] = said
+    # Every file's, in the order of their paths: a case ingested in one call or several (verify --rerun ingests format
+    # by format) says the same.
+    read_warnings = [e["read_warning"] for e in sorted(known.values(), key=lambda e: (e["path"], e["sha256"]))
+                     if e.get("read_warning")]
+    case_warnings = _nameless_records(known.values(), tenantless, cfg) + read_warnings + _aliases_note(aliases)
+    warnings = case_warnings
     case_manifest = dataclasses.replace(case_manifest, tenant_aliases=tuple(aliases) or None)
     if warnings:
         case_manifest = dataclasses.replace(case_manifest, notes=(*case_manifest.notes, *warnings))
@@ -823,7 +822,7 @@ def ingest(
         if not f["status"].startswith("already") and f["sha256"] in by_sha:
             final = by_sha[f["sha256"]]
             f.update({k: final[k] for k in ("ingested", "duplicate")})
-    return IngestResult(c.root, case_manifest, run_files, case_warnings, read_warnings)
+    return IngestResult(c.root, case_manifest, run_files, case_warnings)
 
 
 def _band_counts(stats: BandStats) -> dict[str, int]:
@@ -974,22 +973,25 @@ def _aliases_note(aliases: list[tuple[str, str, str]]) -> list[str]:
             "the field that names it in every record, and ingest again"]
 
 
-def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str, tuple[Path, str]]) -> list[str]:
-    """A warning for each file read in a format given for it (``[[inputs]]``, ``--format``) of which nothing was
-    understood: no record read (a gateway format: with the reason its first line was set aside), or only
-    lines of no known kind (an engine format, which keeps every line). A wrong format was accepted without a word:
-    every engine line kept as ``unknown`` lost the ceiling's cross-check and every engine signature, and the list
-    changed (a review). The format is blamed only where the file's lines read as another (or, for a mapped input,
-    the profile); a file of the right format none of whose records could be read is named with the reason."""
-    misread = {}
-    for sha, (_, fmt) in given_formats.items():
+def _misread(c: Case, known: dict[str, dict[str, Any]], read_formats: dict[str, tuple[Path, str, bool]]) -> dict[str, str]:
+    """Per file of this ingest (SHA-256), the warning when nothing of it was understood: no record read (a gateway
+    format) or only lines of no known kind (an engine format given for it, which keeps every line). A wrong format was
+    accepted without a word: every engine line kept as ``unknown`` lost the ceiling's cross-check and every engine
+    signature, and the list changed (a review). The format is blamed only where it was given and the lines read as
+    another (or, for a mapped input, the profile); a file of the right format, given or sniffed, none of whose
+    records could be read is named with its first line's reason. Records set aside only for naming no customer have
+    a note of their own (:func:`_nameless_records`): they are left out of both."""
+    unread: dict[str, int] = {}  # lines set aside for another reason than naming no customer
+    for sha, (_, fmt, _) in read_formats.items():
         entry = known.get(sha)
-        if entry is not None and FORMATS.get(fmt).table != "engine_events" and entry.get("quarantined") \
-                and not entry.get("parsed"):
-            misread[sha] = (entry.get("quarantined", 0), "")
-    engine_shas = [sha for sha, (_, fmt) in given_formats.items() if FORMATS.get(fmt).table == "engine_events"]
+        if entry is not None and FORMATS.get(fmt).table != "engine_events" and not entry.get("parsed"):
+            n = entry.get("quarantined", 0) - entry.get("no_tenant", 0)
+            if n > 0:
+                unread[sha] = n
+    engine_shas = [sha for sha, (_, fmt, given) in read_formats.items() if given and FORMATS.get(fmt).table == "engine_events"]
     events, quarantine = c.table_path("engine_events"), c.table_path("quarantine")
-    if (engine_shas and events.exists()) or (misread and quarantine.exists()):
+    why: dict[str, str] = {}
+    if (engine_shas and events.exists()) or (unread and quarantine.exists()):
         import duckdb  # (not at the top: the staging workers import this module and never query)
 
         with duckdb.connect() as con:
@@ -998,41 +1000,42 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], given_formats: dict[str,
                         "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
                         "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(events), engine_shas]).fetchall():
                     if not understood and lines:
-                        misread[sha] = (lines, "")
-            if misread and quarantine.exists():
+                        unread[sha] = lines
+            if unread and quarantine.exists():
                 # (The first line's reason: reasons name their line, so no two lines' are the same text.)
                 for sha, reason in con.execute(
                         "SELECT source_sha256, arg_min(reason, coalesce(source_line, 0)) FROM read_parquet(?) "
-                        "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(quarantine), sorted(misread)]).fetchall():
-                    if sha in misread and reason:
+                        "WHERE list_contains(?, source_sha256) AND NOT starts_with(reason, 'no tenant') GROUP BY 1",
+                        [str(quarantine), sorted(unread)]).fetchall():
+                    if reason:
                         # (without its own fix: "re-export this record" is no fix for a file read in a wrong format)
-                        misread[sha] = (misread[sha][0], f"; the first line's reason: {reason.split('. Fix: ')[0]}")
-    out = []
-    for sha, (path, fmt) in sorted(given_formats.items(), key=lambda item: str(item[1][0])):
-        if sha not in misread:
+                        why[sha] = f"; the first line's reason: {reason.split('. Fix: ')[0]}"
+    out = {}
+    for sha, (path, fmt, given) in sorted(read_formats.items(), key=lambda item: str(item[1][0])):
+        if sha not in unread:
             continue
-        lines, why = misread[sha]
+        lines, shown = unread[sha], known[sha]["path"]
         try:
-            reads_as = sniff(path)
+            reads_as = sniff(path) if given else fmt
         except (AmbiguousFormat, OSError):
             reads_as = None
-        entry = known[sha]
         if reads_as == fmt and fmt != "mapped":
-            # The format is right. Records set aside for naming no customer have a note of their own; any other reason
-            # is said here (a file of the right format none of whose records could be read went without a word).
-            if FORMATS.get(fmt).table == "engine_events" or entry.get("no_tenant", 0) >= lines:
-                continue
-            out.append(f"{entry['path']}: none of its {lines} line{'s' if lines > 1 else ''} could be read as {fmt}{why}. "
-                       "Fix: quarantine.parquet says why each line was set aside; correct or re-export the file, and "
-                       "ingest it into a new case folder")
+            if FORMATS.get(fmt).table != "engine_events":  # (an engine log of no known line is no misread)
+                out[sha] = (f"{shown}: none of its {lines} line{'s' if lines > 1 else ''} could be read as {fmt}"
+                            f"{why.get(sha, '')}. Fix: quarantine.parquet says why each line was set aside; correct or "
+                            f"re-export the file, and {AGAIN}")
             continue
         hint = f" (its lines read as {reads_as})" if reads_as is not None else ""
         fix = ("check the [[inputs]] entry's [inputs.fields] and time_format against a record of the file (`forensics "
                "profile` drafts them)" if fmt == "mapped" else "give the format that matches (the [[inputs]] entry's "
                "format, or --format), or leave it out to have it sniffed")
-        out.append(f"{known[sha]['path']}: none of its {lines} line{'s' if lines > 1 else ''} is a record of the format given "
-                   f"for it, {fmt!r}{hint}{why}. Fix: {fix}, and ingest again")
+        out[sha] = (f"{shown}: none of its {lines} line{'s' if lines > 1 else ''} is a record of the format given for it, "
+                    f"{fmt!r}{hint}{why.get(sha, '')}. Fix: {fix}, and {AGAIN}")
     return out
+
+
+#: How a file the case read wrongly is read again: a case never reads again a file it holds (by its SHA-256).
+AGAIN = "ingest it again into a new case folder (`forensics run` makes one each time)"
 
 
 def _zero_counts() -> dict[str, int]:
