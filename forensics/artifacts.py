@@ -349,6 +349,9 @@ class Limit(Record):
     #: Per node, values of its startup lines not in effect in the window (a later restart before it replaced them,
     #: or logged after it): not counted. Left out when every line counted.
     not_in_effect: Mapping[str, tuple[int, ...]] | None = _optional()
+    #: Auto-detected: per node of the deciding side whose startup lines all come after the window, their values, left
+    #: out (what it ran in the window is not shown).
+    not_shown_in_window: Mapping[str, tuple[int, ...]] | None = _optional()
 
 
 @dataclasses.dataclass(frozen=True)

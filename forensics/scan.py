@@ -168,21 +168,25 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     if not used:
         used, values_of, after = [n for n in nodes if later(n)], later, True
     values = sorted({v for n in used for v in values_of(n)})
+    counted = {n["node"]: values_of(n) for n in used} | {n["node"]: now(n) for n in nodes if now(n)}
+    # Nodes of the deciding side whose pool in the window the logs do not show (their lines all come after it), left
+    # out where others' lines are in effect: a node that ran in the window with a smaller pool would hide suspects.
+    deciding = [n for n in nodes if n["role"] == "prefill"] if any(n["role"] == "prefill" for n in nodes) else nodes
+    unshown = {} if after else {n["node"]: later(n) for n in deciding if not now(n) and later(n)}
     record = {
         "nodes_used": "prefill" if prefill else "all",
         "prefill_nodes": [n["node"] for n in prefill],
-        "per_node": {n["node"]: values_of(n) for n in nodes if values_of(n)},
+        "per_node": dict(sorted(counted.items())),
         "values_of_nodes_used": values,
-        "values_of_all_nodes": sorted({v for n in nodes for v in values_of(n)}),
+        "values_of_all_nodes": sorted({v for vals in counted.values() for v in vals}),
         # Values of startup lines a later one before the window replaced, logged after it, or not used: not counted.
-        "not_in_effect": {n["node"]: sorted(set(n["superseded"][field]) | ({*later(n)} - {*values_of(n)}))
-                          for n in nodes if n["superseded"][field] or set(later(n)) - set(values_of(n))},
+        "not_in_effect": {n["node"]: sorted(set(n["superseded"][field]) | ({*later(n)} - {*counted.get(n["node"], [])}))
+                          for n in nodes if n["superseded"][field] or set(later(n)) - set(counted.get(n["node"], []))},
         # Decode nodes may well run another pool size; only the nodes that decide count here.
         "nodes_disagree": len(values) > 1,
+        "after_window": bool(after and values),
+        "not_shown_in_window": unshown,
     }
-    if after and values:
-        record["note"] = (f"no startup line in effect in the window gives {field} on the nodes that decide: read from "
-                          "their earliest lines after it")
     return (pick(values) if values else None), record
 
 
@@ -219,6 +223,9 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
             else:
                 cfg.set(key, detected, "auto-detected")
                 value = detected
+                if record["after_window"]:
+                    record["note"] = (f"no startup line in effect in the window gives {field} on the nodes that decide: "
+                                      "read from their earliest lines after it")
                 if record["nodes_disagree"]:
                     record["note"] = "; ".join(filter(None, (record.get("note"),
                                                             f"nodes disagree; used {what} of the {record['nodes_used']} nodes")))
@@ -228,6 +235,8 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
             values_of_nodes_used=tuple(record["values_of_nodes_used"]),
             values_of_all_nodes=tuple(record["values_of_all_nodes"]), nodes_disagree=record["nodes_disagree"],
             note=record.get("note"),
+            not_shown_in_window=({n: tuple(v) for n, v in record["not_shown_in_window"].items()} or None
+                                 if cfg.source(key) == "auto-detected" else None),
             not_in_effect={n: tuple(v) for n, v in record["not_in_effect"].items()} or None)
     cfg.validate()
     return out
@@ -371,6 +380,11 @@ def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: d
         if rec.source == "auto-detected" and rec.note and "after it" in rec.note:
             warnings.append(f"{key} = {rec.value} was read from engine startup lines logged after the window (none in "
                             "effect in it gives it): what the engine ran in the window is not shown; check it")
+        if rec.source == "auto-detected" and rec.not_shown_in_window:
+            unshown = "; ".join(f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.not_shown_in_window.items()))
+            warnings.append(f"{key} = {rec.value} left out nodes whose startup lines all come after the window ({unshown}): "
+                            "what they ran in it is not shown, and one that ran with a smaller pool would hide suspects: "
+                            "check it")
         if rec.nodes_disagree:
             warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
                 f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.per_node.items())

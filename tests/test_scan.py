@@ -159,6 +159,11 @@ def test_auto_limits_count_only_the_startup_lines_in_effect_in_the_window(tmp_pa
     assert ceiling["per_node"] == {"decode-0": [900000], "prefill-0": [CEILING], "prefill-1": [700000]}
     # Only values no line in effect gives: prefill-1's restart after the window is its pool in effect again.
     assert ceiling["not_in_effect"] == {"prefill-0": [500000, 600000], "prefill-2": [4096, 400000]}
+    # Left out, a node whose pool in the window is not shown is said to be (one that ran there with a smaller pool
+    # would hide suspects; a third review).
+    assert ceiling["not_shown_in_window"] == {"prefill-2": [4096]}
+    assert any(w.startswith(f"real_ceiling_tokens = {CEILING} left out nodes whose startup lines all come after the "
+                            "window (prefill-2=4096)") for w in result.record["warnings"])
     assert result.record["limits"]["advertised_window_tokens"]["value"] == ADVERTISED
     assert result.suspects == 0  # 650,000 tokens fit the pool in effect
 
@@ -179,6 +184,11 @@ def test_auto_limits_read_the_deciding_nodes_lines_after_the_window_only_when_no
     assert ceiling["note"].startswith("no startup line in effect in the window gives max_total_num_tokens")
     assert any(w.startswith(f"real_ceiling_tokens = {CEILING} was read from engine startup lines logged after the window")
                for w in result.record["warnings"])
+    # Every node's counted values are recorded, the decode node's in effect too (a third review).
+    assert ceiling["per_node"] == {"decode-0": [2 * CEILING], "prefill-0": [CEILING]}
+    # A ceiling the case file gives carries no note of where "auto" would have read it.
+    given = scan(root, _config()).record["limits"]["real_ceiling_tokens"]
+    assert given["source"] == "file" and given.get("note") is None
 
 
 def test_no_suspects_means_clean(tmp_path: Path) -> None:
