@@ -447,10 +447,13 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
             drift.append(Drift("consistency", MANIFEST, f"stage_records names {name} by a SHA-256 it does not have"))
     kept = sorted((report_dir / CASE_FILE_DIR).glob("*")) if (report_dir / CASE_FILE_DIR).is_dir() else []
     recorded = (man.case_file or {}).get("sha256")
-    for copy in kept:  # (a report of an earlier release keeps none)
-        if recorded is None or file_sha256(copy) != recorded:
-            drift.append(Drift("consistency", f"{CASE_FILE_DIR}/{copy.name}", "is not the case file the manifest records "
-                               f"(case_file.sha256 {_json(recorded)})"))
+    recorded_copy = (man.case_file or {}).get("copy")
+    if recorded_copy is not None and not (report_dir / recorded_copy).is_file():
+        drift.append(Drift("consistency", recorded_copy, "missing: the manifest records the case file kept there"))
+    for kept_copy in kept:  # (a report of an earlier release keeps none)
+        if recorded is None or file_sha256(kept_copy) != recorded:
+            drift.append(Drift("consistency", f"{CASE_FILE_DIR}/{kept_copy.name}", "is not the case file the manifest "
+                               f"records (case_file.sha256 {_json(recorded)})"))
     case = _json_file(report_dir / "case" / MANIFEST)  # (a report rendered from a case elsewhere has none)
     if not isinstance(case, dict):
         return drift
@@ -867,12 +870,16 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         if man.references_key:  # the references the report cites came from its first render's key, kept since
             write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps({"references_key": man.references_key}).encode())
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
-        if not (report_dir / CASE_FILE_DIR).exists() and (again / CASE_FILE_DIR).exists():
-            # A report of an earlier release kept no copy of its case file: the re-run renders it as that release did.
+        if "copy" not in (man.case_file or {}) and (again / CASE_FILE_DIR).exists():
+            # A report of an earlier release kept no copy of its case file (its manifest records none): the re-run renders
+            # it as that release did. (Told by the record, not by the folder: a copy deleted from a report is drift.)
             from forensics.report import manifest as manifest_file
 
             shutil.rmtree(again / CASE_FILE_DIR)
-            manifest_file.write(again, manifest_file.read(again), exclude=set(manifest_file.read(again).outputs_excluded))
+            body = manifest_file.read(again)
+            earlier = dataclasses.replace(body, case_file={k: v for k, v in (body.case_file or {}).items() if k != "copy"}
+                                          if body.case_file is not None else None)
+            manifest_file.write(again, earlier, exclude=set(body.outputs_excluded))
         from forensics.review import OWN_FILES
 
         # The ledgers are people's records, not the pipeline's: check_ledgers covers them.

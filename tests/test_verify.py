@@ -848,13 +848,31 @@ def test_the_report_keeps_the_case_file_and_verify_holds_the_copy_to_the_manifes
 def test_a_report_of_an_earlier_release_with_no_case_file_copy_verifies_by_a_rerun(tmp_path: Path) -> None:
     """The re-run always kept a copy of the case file; a report of the release before keeps none: --rerun called it
     drift (a review)."""
+    import dataclasses  # noqa: PLC0415
+
     from forensics.report import manifest as manifest_file  # noqa: PLC0415
 
     write_logs(tmp_path / "incident")
     report_dir = api_run(tmp_path)
-    shutil.rmtree(report_dir / "case_file")  # as the release before wrote it
+    shutil.rmtree(report_dir / "case_file")  # as the release before wrote it: no copy, and none recorded
     body = manifest_file.read(report_dir)
-    manifest_file.write(report_dir, body, exclude=set(body.outputs_excluded))
+    assert body.case_file is not None and body.case_file["copy"] == "case_file/case.toml"
+    old = dataclasses.replace(body, case_file={k: v for k, v in body.case_file.items() if k != "copy"})
+    manifest_file.write(report_dir, old, exclude=set(body.outputs_excluded))
     assert verify(report_dir).ok
     checked = verify(report_dir, rerun=True)
     assert checked.ok, [str(d) for d in checked.drift]
+
+
+def test_a_case_file_copy_deleted_from_a_report_is_drift(tmp_path: Path) -> None:
+    """Told apart from an earlier release's report by the folder alone, a copy deleted (the hashes fixed) passed
+    --rerun (a third review): the manifest records where the copy is kept."""
+    from forensics.report import manifest as manifest_file  # noqa: PLC0415
+
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    shutil.rmtree(report_dir / "case_file")
+    body = manifest_file.read(report_dir)
+    manifest_file.write(report_dir, body, exclude=set(body.outputs_excluded))
+    assert "consistency case_file/case.toml: missing: the manifest records the case file kept there" in _problems(report_dir)
+    assert not verify(report_dir, rerun=True).ok

@@ -965,7 +965,7 @@ def _aliases_note(aliases: list[tuple[str, str, str]]) -> list[str]:
     for tenant, field, other in aliases:
         fields.setdefault((tenant, other), []).append(field)
     shown = first_few([f"{other!r} ({' and '.join(sorted(f))} of {tenant!r})" for (tenant, other), f in sorted(fields.items())])
-    n = len(fields)
+    n = len({other for _, other in fields})  # (ids: one held by two customers' records is one)
     return [f"{n} customer id{'s' if n > 1 else ''} of the case {'are' if n > 1 else 'is'} "
             f"held by another customer's records in a later tenant field: {shown}. Each pair may be one customer (a "
             "team's key with no organisation set, beside the team's records that name its organisation), so the "

@@ -868,7 +868,9 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
                               "notifications": len(rows), "packets": len(packets)},
         # What verify holds the ledgers to: this prefix must stay as it was (lines may follow).
         ledgers=ledgers or None,
-        case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": file_sha256(Path(config.file))}
+        # ``copy``: where the report keeps it (a report of an earlier release keeps none, and records none).
+        case_file=({"path": _rel_or_self(Path(config.file), root), "sha256": file_sha256(Path(config.file)),
+                    "copy": f"{CASE_FILE_DIR}/{Path(config.file).name}"}
                    if has_case_file and config.file is not None else None),
         references_key=key.hex(),
     )
