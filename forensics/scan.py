@@ -171,8 +171,9 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     counted = {n["node"]: values_of(n) for n in used} | {n["node"]: now(n) for n in nodes if now(n)}
     # Nodes of the deciding side whose pool in the window the logs do not show (their lines all come after it), left
     # out where others' lines are in effect: a node that ran in the window with a smaller pool would hide suspects.
-    deciding = [n for n in nodes if n["role"] == "prefill"] if any(n["role"] == "prefill" for n in nodes) else nodes
-    unshown = {} if after else {n["node"]: later(n) for n in deciding if not now(n) and later(n)}
+    # (the deciding side as ``used`` is chosen: the prefill nodes when one of them gives this value, else every node)
+    prefill_giving = [n for n in nodes if n["role"] == "prefill" and (now(n) or later(n))]
+    unshown = {} if after else {n["node"]: later(n) for n in (prefill_giving or nodes) if not now(n) and later(n)}
     record = {
         "nodes_used": "prefill" if prefill else "all",
         "prefill_nodes": [n["node"] for n in prefill],
@@ -380,11 +381,17 @@ def _limit_warnings(ceiling: int, engine_limits: dict[str, list[int]], limits: d
         if rec.source == "auto-detected" and rec.note and "after it" in rec.note:
             warnings.append(f"{key} = {rec.value} was read from engine startup lines logged after the window (none in "
                             "effect in it gives it): what the engine ran in the window is not shown; check it")
-        if rec.source == "auto-detected" and rec.not_shown_in_window:
-            unshown = "; ".join(f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.not_shown_in_window.items()))
+        # Only where a value left out would have decided otherwise: a smaller pool (the ceiling is the smallest), a
+        # larger window (the advertised window is the largest).
+        shown = {node: vals for node, vals in (rec.not_shown_in_window or {}).items()
+                 if isinstance(rec.value, int) and any(v < rec.value if key == "real_ceiling_tokens" else v > rec.value
+                                                       for v in vals)}
+        if rec.source == "auto-detected" and shown:
+            unshown = "; ".join(f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(shown.items()))
+            what = ("a smaller pool, suspects it would have made were left out" if key == "real_ceiling_tokens" else
+                    "a larger window, the exposure band it would have given was left out")
             warnings.append(f"{key} = {rec.value} left out nodes whose startup lines all come after the window ({unshown}): "
-                            "what they ran in it is not shown, and one that ran with a smaller pool would hide suspects: "
-                            "check it")
+                            f"what they ran in it is not shown; had one of them run with {what}: check it")
         if rec.nodes_disagree:
             warnings.append(f"engine nodes disagree on {key}: " + "; ".join(
                 f"{node}={'/'.join(map(str, vals))}" for node, vals in sorted(rec.per_node.items())

@@ -870,9 +870,10 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         if man.references_key:  # the references the report cites came from its first render's key, kept since
             write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps({"references_key": man.references_key}).encode())
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
-        if "copy" not in (man.case_file or {}) and (again / CASE_FILE_DIR).exists():
-            # A report of an earlier release kept no copy of its case file (its manifest records none): the re-run renders
-            # it as that release did. (Told by the record, not by the folder: a copy deleted from a report is drift.)
+        if "copy" not in (man.case_file or {}) and not (report_dir / CASE_FILE_DIR).exists() \
+                and (again / CASE_FILE_DIR).exists():
+            # A report of an earlier release kept no copy of its case file, and its manifest records none: the re-run
+            # renders it as that release did. (A copy the manifest records, deleted from the report, is drift.)
             from forensics.report import manifest as manifest_file
 
             shutil.rmtree(again / CASE_FILE_DIR)

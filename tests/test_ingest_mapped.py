@@ -729,3 +729,14 @@ def test_a_time_format_that_fits_no_record_stops_the_run_naming_the_profile(tmp_
     assert "a.jsonl: none of its 2 lines is a record of the format given for it, 'mapped'" in text
     assert "the first line's reason: profile key received_at ('ts_start'): '2026-08-28T10:00:00' does not match " \
            "time_format '%Y-%m-%d'" in text
+
+
+def test_the_unread_files_reason_is_never_a_record_naming_no_customer(tmp_path: Path) -> None:
+    """A mapped record naming no customer is worded its own way ("profile key tenant_id ...: no value"): its reason
+    stood for the file's, hiding the time_format at fault (a fourth review)."""
+    jsonl(tmp_path / "a.jsonl", [record(1, account={}), record(2, ts_start="bad"), record(3, ts_start="bad")])
+    case_file(tmp_path, PROFILE.format(path="a.jsonl"))
+    result = api.ingest(tmp_path / "case", [tmp_path / "a.jsonl"], fmt="mapped", config=load_case_file(tmp_path / "case.toml"))
+    (unread,) = [w for w in result.warnings if "none of its" in w]
+    assert "none of its 2 lines is a record of the format given for it, 'mapped'; the first line's reason: " in unread
+    assert "line 2" in unread and "tenant_id" not in unread.split("the first line's reason: ")[1].split(". Fix")[0]

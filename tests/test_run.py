@@ -345,6 +345,21 @@ def test_an_unreadable_file_of_the_right_format_is_said_and_the_report_verifies_
     assert checked.ok, [str(d) for d in checked.drift]
 
 
+def test_an_unreadable_file_under_two_names_is_said_once_and_the_report_verifies_by_a_rerun(tmp_path: Path) -> None:
+    """The same unreadable content under a second name in the same ingest took the warning away (the second name
+    counted as held before), and the re-run, ingesting format by format, said it: drift (a fourth review)."""
+    case = _sample_with(tmp_path, 'name = "sim-small-seed7"', 'name = "sim-small-seed7"')
+    rows = [_no_start(i) for i in range(3)]
+    _broken_input(case, rows, "litellm")
+    (case.parent / "misc").mkdir()
+    (case.parent / "misc" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    case.write_text(case.read_text(encoding="utf-8") + '\n[[inputs]]\npath = "misc"\n', encoding="utf-8")
+    result = api.run(case, tmp_path / "out")
+    assert sum("none of its 3 lines could be read as litellm" in w for w in result.notes) == 1, result.notes
+    checked = api.verify(result.case_dir.parent, rerun=True)
+    assert checked.ok, [str(d) for d in checked.drift]
+
+
 def test_records_naming_no_customer_are_left_out_of_the_unreadable_files_warning(tmp_path: Path) -> None:
     """One record naming no customer, then two lacking their start time: the warning gave the first one's reason
     and counted three unreadable lines (a third review)."""

@@ -191,6 +191,27 @@ def test_auto_limits_read_the_deciding_nodes_lines_after_the_window_only_when_no
     assert given["source"] == "file" and given.get("note") is None
 
 
+def test_a_left_out_node_is_warned_of_only_where_its_value_would_have_decided_otherwise(tmp_path: Path) -> None:
+    """Every node deciding (no prefill node gives the window), a decode node whose lines all come after it was left out
+    without a word; and the warning spoke of a smaller pool for the advertised window, which takes the largest, and
+    of a node whose value was the one used (a fourth review)."""
+    def line(node: str, time: str, pool: int | None = None, context: int | None = None) -> dict[str, Any]:
+        return event(node, "startup", max_total_num_tokens=pool, context_len=context, time=time)
+
+    root = write_case(tmp_path / "case", [exchange("r-1", prompt_tokens=2000, received_at="2026-08-29T10:00:00Z")], [
+        line("prefill-0", "2026-08-26T23:50:05Z", pool=CEILING),  # the prefill side gives no window
+        line("decode-0", "2026-08-26T23:50:05Z", context=ADVERTISED),
+        line("decode-1", "2026-09-10T00:00:05Z", context=2 * ADVERTISED),
+        line("decode-2", "2026-09-10T00:00:05Z", context=ADVERTISED),
+    ])
+    result = scan(root, _config(advertised_window_tokens="auto"))
+    window = result.record["limits"]["advertised_window_tokens"]
+    assert (window["value"], window["nodes_used"]) == (ADVERTISED, "all")
+    assert window["not_shown_in_window"] == {"decode-1": [2 * ADVERTISED], "decode-2": [ADVERTISED]}
+    (warning,) = [w for w in result.record["warnings"] if "left out nodes" in w]
+    assert f"(decode-1={2 * ADVERTISED})" in warning and "a larger window" in warning and "smaller pool" not in warning
+
+
 def test_no_suspects_means_clean(tmp_path: Path) -> None:
     root = write_case(tmp_path / "case", [exchange("r-1")])
     result = scan(root, _config())

@@ -876,3 +876,21 @@ def test_a_case_file_copy_deleted_from_a_report_is_drift(tmp_path: Path) -> None
     manifest_file.write(report_dir, body, exclude=set(body.outputs_excluded))
     assert "consistency case_file/case.toml: missing: the manifest records the case file kept there" in _problems(report_dir)
     assert not verify(report_dir, rerun=True).ok
+
+
+def test_a_report_keeping_a_copy_it_does_not_record_verifies_by_a_rerun(tmp_path: Path) -> None:
+    """Between the copy and its record in the manifest, a report kept the copy and recorded none: the re-run took
+    it for an earlier release's and left its copy out (a fourth review)."""
+    import dataclasses  # noqa: PLC0415
+
+    from forensics.report import manifest as manifest_file  # noqa: PLC0415
+
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    body = manifest_file.read(report_dir)
+    assert body.case_file is not None
+    manifest_file.write(report_dir, dataclasses.replace(body, case_file={k: v for k, v in body.case_file.items()
+                                                                          if k != "copy"}),
+                        exclude=set(body.outputs_excluded))
+    checked = verify(report_dir, rerun=True)
+    assert not any(d.path == "case_file/case.toml" for d in checked.drift), [str(d) for d in checked.drift]

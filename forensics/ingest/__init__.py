@@ -574,6 +574,7 @@ def ingest(
         Counter(cfg.tokenizer)  # a bad tokenizer file is a ConfigError before any work
     manifest = c.read_manifest()
     known: dict[str, dict[str, Any]] = {f["sha256"]: f for f in manifest.get("files", [])}
+    held_before = set(known)  # the contents the case held before this ingest (known gains this one's as it goes)
     # The entries of the case before this run (by identity: an entry this run removed and then added again is a
     # new one): only those can be a grown log's earlier copy.
     in_case = {id(e) for e in known.values()}
@@ -672,7 +673,8 @@ def ingest(
 
                     check_profile(path, profile)  # a path that resolves in no record is a ConfigError before any work
             if detected is not None and skip is None:
-                read_formats[sha] = (path, detected, file_format is not None)
+                # (the same content under a second name is read once, as the first name says: ingest stages that one)
+                read_formats.setdefault(sha, (path, detected, file_format is not None))
             if detected is None or not FORMATS.get(detected).splittable:
                 # Its records may span lines: one worker reads it whole. A file skipped or of no known
                 # format is not read at all: one unit, one quarantine row, however big.
@@ -694,7 +696,8 @@ def ingest(
                 raise ConfigError("this file was ingested into the case before, through another mapping profile", file=path,
                                   fix="ingest into a new case folder (forensics run always starts afresh)")
             if sha in known:
-                read_formats.pop(sha, None)  # not read again: what an earlier ingest said of it stands
+                if sha in held_before:
+                    read_formats.pop(sha, None)  # not read again: what the ingest that read it said of it stands
                 # Every name of identical content is recorded: each is evidence that must not change.
                 entry = known[sha]
                 entry["paths"] = sorted({*entry["paths"], shown})
@@ -757,6 +760,9 @@ def ingest(
                 skipped_records[kind] = skipped_records.get(kind, 0) + n
             if counts["status"] != "ingested":
                 entry["status"] = counts["status"]
+            first = counts.get("first_unread")
+            if first and (entry.get("first_unread") is None or first[0] < entry["first_unread"][0]):
+                entry["first_unread"] = list(first)  # the file's first line set aside, not for naming no customer
             if counts.get("tenant_aliases"):
                 entry["tenant_aliases"] = sorted({*map(tuple, entry.get("tenant_aliases", [])),
                                                   *map(tuple, counts["tenant_aliases"])})
@@ -988,28 +994,22 @@ def _misread(c: Case, known: dict[str, dict[str, Any]], read_formats: dict[str, 
             n = entry.get("quarantined", 0) - entry.get("no_tenant", 0)
             if n > 0:
                 unread[sha] = n
+    # The first line set aside not for naming no customer, as the staging noted it (by the record, not by its text:
+    # each format words a missing customer its own way), without its own fix ("re-export this record" is no fix for
+    # a file read in a wrong format).
+    why = {sha: f"; the first line's reason: {known[sha]['first_unread'][1].split('. Fix: ')[0]}"
+           for sha in unread if known[sha].get("first_unread")}
     engine_shas = [sha for sha, (_, fmt, given) in read_formats.items() if given and FORMATS.get(fmt).table == "engine_events"]
-    events, quarantine = c.table_path("engine_events"), c.table_path("quarantine")
-    why: dict[str, str] = {}
-    if (engine_shas and events.exists()) or (unread and quarantine.exists()):
+    events = c.table_path("engine_events")
+    if engine_shas and events.exists():
         import duckdb  # (not at the top: the staging workers import this module and never query)
 
         with duckdb.connect() as con:
-            if engine_shas and events.exists():
-                for sha, understood, lines in con.execute(
-                        "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
-                        "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(events), engine_shas]).fetchall():
-                    if not understood and lines:
-                        unread[sha] = lines
-            if unread and quarantine.exists():
-                # (The first line's reason: reasons name their line, so no two lines' are the same text.)
-                for sha, reason in con.execute(
-                        "SELECT source_sha256, arg_min(reason, coalesce(source_line, 0)) FROM read_parquet(?) "
-                        "WHERE list_contains(?, source_sha256) AND NOT starts_with(reason, 'no tenant') GROUP BY 1",
-                        [str(quarantine), sorted(unread)]).fetchall():
-                    if reason:
-                        # (without its own fix: "re-export this record" is no fix for a file read in a wrong format)
-                        why[sha] = f"; the first line's reason: {reason.split('. Fix: ')[0]}"
+            for sha, understood, lines in con.execute(
+                    "SELECT source_sha256, count(*) FILTER (WHERE event <> 'unknown'), count(*) FROM read_parquet(?) "
+                    "WHERE list_contains(?, source_sha256) GROUP BY 1", [str(events), engine_shas]).fetchall():
+                if not understood and lines:
+                    unread[sha] = lines
     out = {}
     for sha, (path, fmt, given) in sorted(read_formats.items(), key=lambda item: str(item[1][0])):
         if sha not in unread:
@@ -1522,7 +1522,7 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     """Parse one unit, writing its rows through ``sink`` (the staging file of a table, made on first use);
     return its line counts. The caller closes the sinks."""
     counts: dict[str, Any] = {**_zero_counts(), "parsed": 0, "zone_assumed": 0, "no_tenant": 0, "problems": [],
-                              "stream_damage": [], "skipped_records": {}, "status": "ingested"}
+                              "stream_damage": [], "skipped_records": {}, "status": "ingested", "first_unread": None}
     buffers: dict[str, list[dict[str, Any]]] = {name: [] for name in STAGED_TABLES}
     # The excerpt of each buffered row's line, in case the row must be quarantined at write time.
     excerpts: dict[str, list[str | None]] = {name: [] for name in STAGED_TABLES}
@@ -1565,9 +1565,11 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
         if len(buffers[table]) >= BATCH_ROWS or sizes[table] >= BATCH_BYTES:
             flush(table)
 
-    def quarantine(line: int | None, reason: str, excerpt: str | None) -> None:
+    def quarantine(line: int | None, reason: str, excerpt: str | None, nameless: bool = False) -> None:
         add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
                            "source_format": unit.fmt, "reason": reason, "excerpt": excerpt}, 256)
+        if not nameless and line is not None and counts["first_unread"] is None:
+            counts["first_unread"] = [line, reason]  # (lines come in order: the unit's first; see _misread)
 
     if unit.fmt is None:
         skip = unit.skip or UNRECOGNISED
@@ -1620,7 +1622,8 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
                 counts["no_tenant"] += result.no_tenant
                 # From the bytes: a CSV record's text is the object the reader made of it, its bytes the export's
                 # (a record with no bytes, an empty array element, keeps the text its reader gave it).
-                quarantine(line.number, result.reason, _excerpt(None, line.raw) if line.raw else _excerpt(line.text, line.raw))
+                quarantine(line.number, result.reason, _excerpt(None, line.raw) if line.raw else _excerpt(line.text, line.raw),
+                           nameless=result.no_tenant)
             elif result is None:
                 counts["blank"] += 1
             elif isinstance(result, SkippedRecord):
