@@ -668,3 +668,18 @@ def test_a_compressed_json_array_is_refused_with_a_command_that_reads_it(tmp_pat
     with pytest.raises(InputError) as err:
         api.ingest(tmp_path / "case", [path], fmt="openai-split")
     assert "zcat FILE | jq -c '.[]' > FILE.jsonl" in str(err.value)
+
+
+def test_the_unread_files_reason_is_its_first_line_set_aside_even_when_set_aside_later(tmp_path: Path) -> None:
+    """Damage in a Parquet export's first row group is set aside after the rows of the next: the warning gave a later
+    row's missing field, not the damage that left rows 1-10 unread (a fifth review)."""
+    import pyarrow as pa  # noqa: PLC0415
+
+    path = tmp_path / "export.parquet"
+    table = pa.table({"id": [f"x{i}" for i in range(20)], "note": [f"n{i}" for i in range(20)]})
+    pq.write_table(table, path, row_group_size=10, compression="none", use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    data[4:24] = b"\xff" * 20  # the first row group's first page header
+    path.write_bytes(bytes(data))
+    (warning,) = [w for w in api.ingest(tmp_path / "case", [path], fmt="langfuse").warnings if "none of its" in w]
+    assert "the first line's reason: Parquet row group 1 of 2 (rows 1 to 10) is damaged" in warning

@@ -1568,8 +1568,10 @@ def _stage(unit: Unit, sink: Callable[[str], RowSink]) -> dict[str, Any]:
     def quarantine(line: int | None, reason: str, excerpt: str | None, nameless: bool = False) -> None:
         add("quarantine", {"source_file": unit.shown, "source_sha256": unit.sha, "source_line": line,
                            "source_format": unit.fmt, "reason": reason, "excerpt": excerpt}, 256)
-        if not nameless and line is not None and counts["first_unread"] is None:
-            counts["first_unread"] = [line, reason]  # (lines come in order: the unit's first; see _misread)
+        # The unit's first line set aside (see _misread): by its number, since damage found mid-file and rows that did
+        # not fit the table at a flush are set aside after lines that follow them.
+        if not nameless and line is not None and (counts["first_unread"] is None or line < counts["first_unread"][0]):
+            counts["first_unread"] = [line, reason]
 
     if unit.fmt is None:
         skip = unit.skip or UNRECOGNISED
