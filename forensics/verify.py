@@ -477,55 +477,38 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
 RECONCILED_SINCE = frozenset({"tokenizer_sha256"})
 
 
-def _check_packet_spans(report_dir: Path, evidence: list[dict[str, str]]) -> list[Drift]:
+def _check_packet_spans(passages: list[Passage], finding_of: dict[str, str], evidence: list[dict[str, str]]) -> list[Drift]:
     """Each passage a packet tells of against the finding its reference names (references.csv) in the list's evidence
     (``evidence``, as decided): its offsets, every passage, tier, and for an exposed customer the part, score and
     tokens. A span rewritten in a notice (and in evidence.csv) with the hashes fixed verified OK (a review)."""
     from forensics.report.notices import parse_passages
 
-    folder = report_dir / "packets"
-    if not folder.is_dir():
-        return []
-    finding_of = {r.get("reference", ""): r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []}
     rows = {e.get("finding_id", ""): e for e in evidence}
     drift: list[Drift] = []
-    for packet in sorted(p for p in folder.iterdir() if p.is_dir()):
-        notice = _json_file(packet / "notice.json")
-        if not isinstance(notice, dict):
-            continue  # (unreadable: _check_packets says so)
-        for role, key in (("recipient", "foreign_passages"), ("exposed", "spans")):
-            part = notice.get(role)
-            requests = part.get("requests") if isinstance(part, dict) else None
-            for request in requests if isinstance(requests, list) else []:
-                spans = request.get(key) if isinstance(request, dict) else None
-                for span in spans if isinstance(spans, list) else []:
-                    if not isinstance(span, dict):
-                        continue
-                    where = f"packets/{packet.name}/notice.json"
-                    row = rows.get(finding_of.get(str(span.get("reference")), ""))
-                    if row is None:
-                        drift.append(Drift("consistency", where, f"tells of reference {_json(span.get('reference'))}, which "
-                                           "names no finding of evidence.csv"))
-                        continue
-                    try:
-                        ends = tuple(int(row[k]) for k in ("recipient_start", "recipient_end", "source_start", "source_end"))
-                        passages = parse_passages(row.get("passages"), ends)  # type: ignore[arg-type]
-                        if role == "recipient":
-                            want: dict[str, Any] = {
-                                "response_start": ends[0], "response_end": ends[1], "tier": row["tier"],
-                                "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages]}
-                        else:
-                            want = {"start": ends[2], "end": ends[3], "part": row.get("source_kind") or "prompt",
-                                    "tier": row["tier"], "score": float(row["score"]),
-                                    "matched_tokens": int(row["matched_tokens"]),
-                                    "all_passages": [{"start": c, "end": d} for _, _, c, d in passages]}
-                    except (KeyError, ValueError):
-                        continue  # (a malformed evidence.csv is drift of its own)
-                    differ = [k for k in want if span.get(k) != want[k]]
-                    if differ:
-                        drift.append(Drift("consistency", where, f"its {role} passage of reference {span.get('reference')} "
-                                           f"differs from finding {row.get('finding_id')} of evidence.csv in "
-                                           f"{', '.join(differ)}"))
+    for packet, role, span in passages:
+        where = f"packets/{packet}/notice.json"
+        row = rows.get(finding_of.get(str(span.get("reference")), ""))
+        if row is None:
+            drift.append(Drift("consistency", where, f"tells of reference {_json(span.get('reference'))}, which "
+                               "names no finding of evidence.csv"))
+            continue
+        try:
+            ends = tuple(int(row[k]) for k in ("recipient_start", "recipient_end", "source_start", "source_end"))
+            passages_of = parse_passages(row.get("passages"), ends)  # type: ignore[arg-type]
+            if role == "recipient":
+                want: dict[str, Any] = {
+                    "response_start": ends[0], "response_end": ends[1], "tier": row["tier"],
+                    "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in passages_of]}
+            else:
+                want = {"start": ends[2], "end": ends[3], "part": row.get("source_kind") or "prompt",
+                        "tier": row["tier"], "score": float(row["score"]), "matched_tokens": int(row["matched_tokens"]),
+                        "all_passages": [{"start": c, "end": d} for _, _, c, d in passages_of]}
+        except (KeyError, ValueError):
+            continue  # (a malformed evidence.csv is drift of its own)
+        differ = [k for k in want if span.get(k) != want[k]]
+        if differ:
+            drift.append(Drift("consistency", where, f"its {role} passage of reference {span.get('reference')} differs "
+                               f"from finding {row.get('finding_id')} of evidence.csv in {', '.join(differ)}"))
     return drift
 
 
@@ -558,36 +541,50 @@ def consistency(report_dir: Path, man: ReportManifest) -> list[Drift]:
         absent = [c for c in columns if rows and c not in rows[0]]
         if absent:
             return [Drift("consistency", name, f"has no column {absent[0]!r}")]
-    marked += _person_marks(report_dir, man, decided)
+    # The packets' passages and the references, read once for the two checks that follow them.
+    passages = _packet_passages(report_dir)
+    finding_of = {r.get("reference", ""): r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []}
+    marked += _person_marks(passages, finding_of, man, decided)
     return (ledger_drift + marked + _check_notifications(suspects, evidence, notifications)
             + _check_packets(report_dir, notifications) + _check_counts(report_dir, man, suspects, evidence, notifications)
-            + check_references(report_dir, man) + _check_records(report_dir, man) + _check_packet_spans(report_dir, evidence))
+            + check_references(report_dir, man) + _check_records(report_dir, man) + _check_packet_spans(passages, finding_of, evidence))
 
 
-def _person_marks(report_dir: Path, man: ReportManifest, decided: dict[str, str]) -> list[Drift]:
+#: A passage a packet tells of: (packet folder name, role, the passage as notice.json holds it).
+Passage = tuple[str, str, dict[str, Any]]
+
+
+def _packet_passages(report_dir: Path) -> list[Passage]:
+    """Every passage the packets' notice.json tell of, both roles, packet by packet (an unreadable notice has none:
+    the packet checks name it)."""
+    out: list[Passage] = []
+    for path in sorted((report_dir / "packets").glob("*/notice.json")):
+        notice = _json_file(path)
+        sides = notice if isinstance(notice, dict) else {}
+        for role, key in (("recipient", "foreign_passages"), ("exposed", "spans")):
+            part = sides.get(role)
+            requests = part.get("requests") if isinstance(part, dict) else None
+            for req in requests if isinstance(requests, list) else []:
+                spans = req.get(key) if isinstance(req, dict) else None
+                out += [(path.parent.name, role, x) for x in (spans if isinstance(spans, list) else []) if isinstance(x, dict)]
+    return out
+
+
+def _person_marks(passages: list[Passage], finding_of: dict[str, str], man: ReportManifest,
+                  decided: dict[str, str]) -> list[Drift]:
     """Each packet passage's ``confirmed_by_person`` against the verdicts: the letter tells the customer a person
     checked the passage, so a mark no verdict gives (or one a confirm left out) is drift."""
     from forensics.review import VERDICTS
     from forensics.review.verdicts import Resolution
 
-    finding_of = {r.get("reference", ""): r.get("finding_id", "") for r in _read_csv(report_dir / "references.csv") or []}
     record = (man.ledgers or {}).get(VERDICTS)
     widened = {csvfile.cell(f) for f in Resolution.from_json(record).widened}
     wrong: list[str] = []
-    for path in sorted((report_dir / "packets").glob("*/notice.json")):
-        try:
-            notice = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # the packet checks name an unreadable notice
-        sides = notice if isinstance(notice, dict) else {}
-        passages = [x for side, key in (("recipient", "foreign_passages"), ("exposed", "spans"))
-                    for req in ((sides.get(side) or {}).get("requests") or []) if isinstance(req, dict)
-                    for x in (req.get(key) or []) if isinstance(x, dict)]
-        for x in passages:
-            fid = finding_of.get(str(x.get("reference", "")), "")
-            person = decided.get(fid) == "confirm" and fid not in widened
-            if bool(x.get("confirmed_by_person")) != person:
-                wrong.append(f"{path.parent.name}: {x.get('reference')}")
+    for packet, _, x in passages:
+        fid = finding_of.get(str(x.get("reference", "")), "")
+        person = decided.get(fid) == "confirm" and fid not in widened
+        if bool(x.get("confirmed_by_person")) != person:
+            wrong.append(f"{packet}: {x.get('reference')}")
     if not wrong:
         return []
     return [Drift("consistency", "packets", f"{len(wrong)} passage(s) say a person confirmed them where the verdicts do not, "

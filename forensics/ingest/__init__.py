@@ -906,6 +906,12 @@ def read_damage(case: str | Path, request_ids: Iterable[str] | None = None) -> d
     return {(rid, tenant): damage for rid, tenant, damage in rows}
 
 
+def _gateway_entries(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifest entries of files whose records name customers (gateway formats, or of no known format): engine
+    logs read alongside parse with no customer, and must not count as records naming none."""
+    return [e for e in entries if e.get("format") not in FORMATS or FORMATS.get(e["format"]).table == "exchanges"]
+
+
 def _check_tenants(entries: Any, cfg: CaseConfig) -> list[str]:
     """Refuse a tenant rule that names no customer in any record of the case: every record would be
     lost to quarantine and the notification list would silently come out empty. Return the files
@@ -913,7 +919,7 @@ def _check_tenants(entries: Any, cfg: CaseConfig) -> list[str]:
     others is bad input, not a bad rule, and must not stop the run."""
     # Only gateway files name customers: engine logs read alongside (their lines parse, with no tenant) must
     # not hide a rule that names none.
-    entries = [e for e in entries if e.get("format") not in FORMATS or FORMATS.get(e["format"]).table == "exchanges"]
+    entries = _gateway_entries(entries)
     lost = [e for e in entries if e.get("no_tenant") and e["parsed"] == 0 and e["no_tenant"] == e["quarantined"]]
     if lost and not any(e["parsed"] for e in entries):
         entry = lost[0]
@@ -931,8 +937,7 @@ def _nameless_records(entries: Any, tenantless: list[str], cfg: CaseConfig) -> l
     """The note on gateway records quarantined because the tenant rule names no customer in them: their customers
     cannot be on the list. A rule that fits one kind of record only (a spend log's column, absent from the callback
     payloads beside it) lost most of a case's records with one note in the summary."""
-    nameless = sorted((e["path"], e["no_tenant"]) for e in entries if e.get("no_tenant")
-                      and (e.get("format") not in FORMATS or FORMATS.get(e["format"]).table == "exchanges"))
+    nameless = sorted((e["path"], e["no_tenant"]) for e in _gateway_entries(entries) if e.get("no_tenant"))
     if not nameless:
         return []
     total = sum(n for _, n in nameless)

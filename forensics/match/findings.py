@@ -1297,7 +1297,12 @@ def _in_a_gap(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> bool:
     key = (r["source_request_id"], r["source_tenant_id"])
     if r["source_decode_node"] is not None or key in facts.failed or key in facts.engine_refused:
         return False
-    sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
+    return _served(facts.models.get(key, frozenset()), tgt, facts)
+
+
+def _served(sent_to: frozenset[str], tgt: Target, facts: RecordFacts) -> bool:
+    """Whether a request sent to the deployments ``sent_to`` went where the suspect's stale pages can come from: a
+    model the engine nodes serve, or the suspect's own."""
     return bool(sent_to & facts.engine_models or sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset()))
 
 
@@ -1324,8 +1329,7 @@ def _unserved_models(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> froz
     if r["relation"] != "cross_tenant" or tgt.decode_node is None or r["source_decode_node"] is not None:
         return frozenset()
     sent_to = facts.models.get((r["source_request_id"], r["source_tenant_id"]), frozenset())
-    if (facts.engine_models and sent_to and not sent_to & facts.engine_models
-            and not sent_to & facts.models.get((tgt.request_id, tgt.tenant_id), frozenset())):
+    if facts.engine_models and sent_to and not _served(sent_to, tgt, facts):
         return sent_to
     return frozenset()
 
