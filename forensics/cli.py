@@ -48,7 +48,8 @@ EXAMPLES: dict[str, list[str]] = {
     "query": ["forensics query --case cases/sim above_ceiling --format csv", "forensics query --list"],
     "match": ["forensics match --case cases/sim --lookback-minutes 60"],
     "report": ["forensics report --case cases/sim --out reports/"],
-    "run": ["forensics run sample_logs/ --out reports/", "forensics run sample_logs/ --out reports-spark/ --engine spark"],
+    "run": ["forensics run sample_logs/ --out reports/", "forensics run sample_logs/ --out reports-spark/ --engine spark",
+            "forensics run sample_logs/ --out reports-what-if/ --ceiling 7000 --probable-evalue 0.0005"],
     "verify": ["forensics verify reports/sim-small-seed7/ --rerun"],
     "keygen": ["forensics keygen keys/team.pem"],
     "review": ["forensics review reports/sim-small-seed7 --finding f-a6e6f00f0f5f286c --verdict confirm "
@@ -348,16 +349,16 @@ _OPTION_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "fil
 SETTINGS_OPTIONS: dict[str, object] = {}
 
 
-def setting_options(command: str) -> Callable[[_F], _F]:
+def setting_options(*commands: str) -> Callable[[_F], _F]:
     """One option per row of the settings table (forensics/settings.py) whose ``cli`` option belongs
-    to ``command``, with the row's type, metavar and help; a new setting is one row there.
+    to one of ``commands``, with the row's type, metavar and help; a new setting is one row there.
 
     The command declares ``settings: dict[str, object] = SETTINGS_OPTIONS`` where the options are to
     appear in its --help, and receives in it the value of each (by setting key; None: not given).
     """
     from forensics import settings as table
 
-    rows = [s for s in table.SETTINGS if s.cli and s.option_command == command]
+    rows = [s for s in table.SETTINGS if s.cli and s.option_command in commands]
 
     def decorate(func: _F) -> _F:
         signature = inspect.signature(func, eval_str=True)
@@ -877,6 +878,7 @@ def match_cmd(
 
 
 @app.command(cls=PlainCommand)
+@setting_options("report")
 def report(
     case: Path = typer.Option(..., "--case", metavar="DIR", help="Case folder that has been scanned and matched."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="CASE.toml",
@@ -884,6 +886,7 @@ def report(
                                                "default: the settings its ingest and scan saved (config.json)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
+    settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
@@ -898,7 +901,7 @@ def report(
     if sign is not None:  # a bad key must fail before the report is written, not after it
         check_private_key(sign)
     cfg = api.make_config(config) if config is not None else None
-    result = api.report(case, cfg, out_dir, progress=_progress(quiet), sign=sign)
+    result = api.report(case, cfg, out_dir, progress=_progress(quiet), sign=sign, options=settings)
     _warn_leftovers(result)
     sealed = read_seal(result.report_dir)
     if as_json:
@@ -948,20 +951,28 @@ def _render_report(result: ReportResult, stages: list[StageTiming] | None = None
 
 
 @app.command(cls=PlainCommand)
-@setting_options("run")
+@setting_options("ingest", "scan", "match", "report", "run")
 def run(
     config_or_log_dir: Path = typer.Argument(..., metavar="CASE.toml|LOG_DIR",
                                              help="A case file, or a folder holding one case file (a *.toml with the case-file keys; "
                                                   "case.toml when there are several)."),
     out_dir: Path = typer.Option(Path("reports"), "--out", metavar="DIR", help="Where report folders go (OUT/<case name>/)."),
     sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY.pem", help="Ed25519 private key (PEM) to sign manifest.json with (manifest.json.sig)."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="The case's name, over the case file's (the report goes to OUT/<name>/)."),
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL", help="Affected model, over the case file's (repeat for several)."),
+    window_start: Optional[str] = typer.Option(None, "--window-start", metavar="TIME",
+                                               help="Incident window start, UTC ISO 8601 (inclusive), over the case file's."),
+    window_end: Optional[str] = typer.Option(None, "--window-end", metavar="TIME", help="Incident window end, UTC ISO 8601 (exclusive), over the case file's."),
+    description: Optional[str] = typer.Option(None, "--description", metavar="TEXT", help="Free text for the summary, over the case file's."),
     settings: dict[str, object] = SETTINGS_OPTIONS,
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> int:
     """Ingest, scan, match and report in one command.
 
-    Exit 0 when nothing was found, 1 when customers must be notified, 2 on an error.
+    Every case-file key but [[inputs]] may be given as an option: it overrides the case file's value
+    for this run, and the manifest records it as an option's. Exit 0 when nothing was found, 1 when
+    customers must be notified, 2 on an error.
     """
     from forensics import api
     from forensics.verify import check_private_key
@@ -969,9 +980,9 @@ def run(
 
     if sign is not None:  # a bad key must fail before the run, not after it
         check_private_key(sign)
-    engine = settings["engine"]
-    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign,
-                     engine=str(engine) if engine is not None else None)
+    given = {"name": name, "models": model or None, "window_start": window_start, "window_end": window_end,
+             "description": description, **settings}
+    result = api.run(config_or_log_dir, out_dir, progress=_progress(quiet), sign=sign, options=given)
     _warn_leftovers(result.report)
     sealed = read_seal(result.report.report_dir)
     if as_json:

@@ -128,6 +128,9 @@ class CaseConfig:
     description: str = ""
     inputs: list[InputSpec] = dataclasses.field(default_factory=list)
     sections: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # [match] and [report] values given as command-line options, over the file's (kept apart: the manifest records
+    # the file's tables as the file's, which verify holds to the case file's copy)
+    options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     execution: dict[str, str] = dataclasses.field(default_factory=lambda: dict(EXECUTION_DEFAULTS))
     file: Path | None = None
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -150,8 +153,14 @@ class CaseConfig:
         self.sources[key] = source
 
     def section(self, name: str) -> dict[str, Any]:
-        """The ``[name]`` table of the case file (empty when absent)."""
-        return self.sections.get(name, {})
+        """The ``[name]`` table as the run uses it: the case file's, with the values options gave over it."""
+        return {**self.sections.get(name, {}), **self.options.get(name, {})}
+
+    def section_source(self, name: str, key: str) -> str:
+        """Where ``[name] key`` came from: ``option``, ``file`` or ``default``."""
+        if key in self.options.get(name, {}):
+            return "option"
+        return "file" if key in self.sections.get(name, {}) else "default"
 
     def validate(self) -> None:
         """Checks that need no data: window order, ceiling below the advertised window."""
@@ -212,7 +221,13 @@ class CaseConfig:
                        for i in self.inputs],
             "sections": self.sections,
         }
-        return {"values": values, "sources": {k: self.source(k) for k in values}}
+        # Absent when no option gave a value that can change the result (--workers cannot): a report is byte-identical
+        # whatever the processes that made it, and a run given no option records what it always did.
+        recorded = {name: {k: v for k, v in sorted(table.items()) if settings.get(name, k).result}
+                    for name, table in sorted(self.options.items())}
+        if any(recorded.values()):
+            values["options"] = {name: table for name, table in recorded.items() if table}
+        return {"values": values, "sources": {k: "option" if k == "options" else self.source(k) for k in values}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CaseConfig:
@@ -233,6 +248,7 @@ class CaseConfig:
                               parse_profile(i["fields"], i.get("time_format"), "inputs") if "fields" in i else None)
                     for i in v["inputs"]],
             sections=v.get("sections", {}),
+            options=v.get("options", {}),
         )
         cfg.sources = dict(data.get("sources", {}))
         return cfg
@@ -298,8 +314,9 @@ def _parse_tokens(value: Any, key: str) -> int | str:
     return value
 
 
-def load_case_file(path: str | Path) -> CaseConfig:
-    """Read and check a case file; relative input and tokenizer paths become absolute."""
+def load_case_file(path: str | Path, provided: frozenset[str] = frozenset()) -> CaseConfig:
+    """Read and check a case file; relative input and tokenizer paths become absolute. A required key named in
+    ``provided`` (given as an option, see :func:`apply_options`) may be missing from the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("case file not found", file=path, fix="give the path of a CASE.toml (see spec/case-file.md)")
@@ -310,7 +327,7 @@ def load_case_file(path: str | Path) -> CaseConfig:
         raise ConfigError("case file is not UTF-8", file=path, fix="save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"case file is not valid TOML ({exc})", file=path, fix="correct the TOML syntax") from None
-    return config_from_mapping(data, base=path.parent, file=path)
+    return config_from_mapping(data, base=path.parent, file=path, provided=provided)
 
 
 def _path_of(base: Path, value: Any, key: str, file: Path | None) -> Path:
@@ -318,6 +335,8 @@ def _path_of(base: Path, value: Any, key: str, file: Path | None) -> Path:
     naming the key: a value that is not a non-empty string (5 read as the file "5"), or a path that cannot be
     resolved (a link that leads to itself, a name too long: "internal error" before)."""
     if not isinstance(value, str) or not value.strip():
+        if key.startswith("--"):
+            raise ConfigError(f"{key} {value!r} is not a path", file=file, fix=f"give a file, e.g. {key} tokenizer.json")
         raise ConfigError(f"{key} = {value!r} is not a path", file=file, fix=f'write it as a string, e.g. {key.split(".")[-1]} = '
                           + ('"tokenizer.json"' if key == "tokenizer" else '"logs"'))
     try:
@@ -339,8 +358,10 @@ def _nul_at(value: Any, where: str) -> str | None:
     return None
 
 
-def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = None) -> CaseConfig:
-    """Build a configuration from parsed case-file data (tests call this directly)."""
+def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = None,
+                        provided: frozenset[str] = frozenset()) -> CaseConfig:
+    """Build a configuration from parsed case-file data (tests call this directly); a required key named in
+    ``provided`` (an option gives it) may be missing."""
     nul = _nul_at(data, "")
     if nul is not None:
         # No path, name or setting holds one: as a path it failed deep inside the file system calls.
@@ -354,9 +375,9 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
         )
     cfg = CaseConfig(file=file)
     for key in ("name", "window_start", "window_end", "real_ceiling_tokens"):
-        if key not in data:
+        if key not in data and key not in provided:
             raise ConfigError(f"missing required key {key!r}", file=file, fix=f"add a line such as: {EXAMPLES[key]}")
-    if "model" not in data and "models" not in data:
+    if "model" not in data and "models" not in data and "models" not in provided:
         raise ConfigError("missing required key 'model'", file=file, fix=f"add a line such as: {EXAMPLES['model']}")
     if "model" in data and "models" in data:
         raise ConfigError("both 'model' and 'models' are set", file=file, fix="keep one: models = [\"a\", \"b\"]")
@@ -391,21 +412,7 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             continue
         if key == "model":
             key, value = "models", value
-        if key == "models":
-            items = [value] if isinstance(value, str) else value
-            if not isinstance(items, list) or not items or not all(isinstance(m, str) and m for m in items):
-                raise ConfigError("model(s) must be a non-empty string or list of strings", file=file, fix=EXAMPLES["model"])
-        if key == "tokenizer":
-            value = _path_of(base, value, "tokenizer", file)
-        if key in ("name", "tenant_field", "description") and not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string", file=file, fix=f'{key} = "..."')
-        if key == "tenant_field" and not value.strip():
-            # Read as "auto" while the manifest said the case file had set it.
-            raise ConfigError("tenant_field is empty", file=file, fix='tenant_field = "auto" (the usual fields), or the field that names the customer')
-        # It names the report folder and every notice: a name with nothing visible (spaces, zero-width
-        # or format characters) is as good as none.
-        if key == "name" and not any(unicodedata.category(ch)[0] not in "CZ" for ch in value):
-            raise ConfigError("required key 'name' is empty", file=file, fix=f"give the case a name, such as: {EXAMPLES['name']}")
+        value = _top_value(key, value, base, key, file)
         try:
             cfg.set(key, value, "file")
         except ConfigError as exc:
@@ -413,6 +420,94 @@ def config_from_mapping(data: dict[str, Any], base: Path, file: Path | None = No
             raise
     cfg.validate()
     return cfg
+
+
+def _top_value(key: str, value: Any, base: Path, where: str, file: Path | None) -> Any:
+    """A top-level value checked as the case file's and an option's alike (``where`` names whichever gave it): the
+    set methods parse times, zones and token counts; these are the checks they do not make."""
+    if key == "models":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items or not all(isinstance(m, str) and m.strip() for m in items):
+            raise ConfigError(("" if where == key else f"{where}: ") + "model(s) must be a non-empty string or list of "
+                              "strings", file=file, fix=EXAMPLES["model"])
+    if key == "tokenizer":
+        value = _path_of(base, value, where, file)
+    if key in ("name", "tenant_field", "description") and not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string", file=file, fix=f'{key} = "..."')
+    if key == "tenant_field" and not value.strip():
+        # Read as "auto" while the manifest said the case file had set it.
+        raise ConfigError(f"{where} is empty", file=file, fix='tenant_field = "auto" (the usual fields), or the field that names the customer')
+    # It names the report folder and every notice: a name with nothing visible (spaces, zero-width
+    # or format characters) is as good as none.
+    if key == "name" and not any(unicodedata.category(ch)[0] not in "CZ" for ch in value):
+        raise ConfigError(f"{'required key ' + repr(key) if where == key else where} is empty", file=file,
+                          fix=f"give the case a name, such as: {EXAMPLES['name']}")
+    return value
+
+
+#: Options of top-level keys the settings table has no row for (they have no default, or are free text).
+TOP_OPTIONS = {"name": "--name", "models": "--model", "window_start": "--window-start", "window_end": "--window-end",
+               "description": "--description"}
+#: The sections whose keys ``forensics run`` takes as options (besides the top level's).
+OPTION_SECTIONS = ("", "match", "report", "execution")
+
+
+def option_name(key: str) -> str:
+    """The command-line option that gives case-file key ``key`` (of the top level, [match], [report] or
+    [execution]: no key is in two of them)."""
+    if key in TOP_OPTIONS:
+        return TOP_OPTIONS[key]
+    row = _option_row(key)
+    return (row.cli or "--" + key.replace("_", "-")).split("/")[0]
+
+
+def _option_row(key: str) -> settings.Setting:
+    rows = [s for s in settings.SETTINGS if s.key == key and s.section in OPTION_SECTIONS]
+    if len(rows) != 1:
+        raise KeyError(f"no single case-file key {key!r} an option gives")
+    return rows[0]
+
+
+def apply_options(cfg: CaseConfig, options: dict[str, Any], base: Path | None = None) -> None:
+    """Set on ``cfg`` the case-file values given as command-line options (``None``: not given), each checked as the
+    case file's would be and recorded as coming from an ``option``; relative paths are relative to ``base`` (the
+    working folder). An error names the option, not the case file."""
+    base = Path.cwd() if base is None else base
+    tables: dict[str, dict[str, Any]] = {}
+    for key, value in options.items():
+        if value is None or value == [] or value == ():
+            continue
+        where = option_name(key)
+        section_name = "" if key in TOP_OPTIONS else _option_row(key).section
+        if section_name == "":
+            value = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+            value = _top_value(key, value, base, where, None)
+            try:
+                cfg.set(key, value, "option")
+            except ConfigError as exc:  # (worded for the case file's key: say which option gave it)
+                raise ConfigError(f"{where}: {exc.message}", fix=exc.fix) from None
+        elif section_name == "execution":
+            cfg.execution = execution_settings({**cfg.execution, key: value}, option=where)
+        else:
+            _check_option(_option_row(key), value, where)
+            tables.setdefault(section_name, {})[key] = value
+    if "match" in tables:
+        from forensics.match.tiers import params_from
+
+        params_from(cfg.sections.get("match", {}), tables["match"])  # its errors name the option
+    for name, table in tables.items():
+        cfg.options[name] = {**cfg.options.get(name, {}), **table}
+    cfg.validate()
+
+
+def _check_option(row: settings.Setting, value: Any, where: str) -> None:
+    """A [report] option's value against its row (a [match] one is checked by the match stage's rules)."""
+    if row.section != "report":
+        return
+    if row.kind == "choice" and value not in row.choices:
+        raise ConfigError(f"{where} {value!r} is not allowed", fix=f"use {row.allowed()}")
+    if row.kind == "int" and row.low is not None and row.high is not None and not row.low <= value <= row.high:
+        raise ConfigError(f"{where} {value!r} is out of range", fix=f"use {row.allowed()}")
 
 
 def notify_within_hours(report: dict[str, Any], file: Path | None = None) -> int | float:

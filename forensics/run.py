@@ -21,7 +21,7 @@ from typing import Any
 
 from forensics.artifacts import Record
 from forensics.case import locked_case
-from forensics.config import TOP_KEYS, CaseConfig, execution_settings, load_case_file
+from forensics.config import TOP_KEYS, CaseConfig, apply_options, execution_settings, load_case_file
 from forensics.engine import executor_for
 from forensics.errors import ConfigError, first_few
 from forensics.ingest import IngestResult, ingest, pattern_drops, side_entry
@@ -188,17 +188,23 @@ def _could_match(names: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
 
 
 def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, sign: Path | None = None,
-        engine: str | None = None) -> RunResult:
+        engine: str | None = None, options: dict[str, Any] | None = None) -> RunResult:
     """Run every stage for a case file (or the case file in a log folder); write ``OUT/<name>/``.
 
-    ``engine`` (``local`` or ``spark``; the ``--engine`` option) overrides the case file's
-    ``[execution] engine``: where ingest parsing and the match pass run, never what they find.
+    ``options`` are case-file values given on the command line, by key (``real_ceiling_tokens``, ``models``,
+    ``probable_evalue``, ``contact``...; ``None``: not given): each overrides the case file's, and the manifest
+    records it as an option's (:func:`forensics.config.apply_options`). ``engine`` (``local`` or ``spark``; the
+    ``--engine`` option) overrides the case file's ``[execution] engine``: where ingest parsing and the match
+    pass run, never what they find.
 
     Everything, the case folder included, is built in a fresh folder next to the report folder
     and swapped in when the report is complete (:func:`forensics.report.report_folder`): an
     interrupted or failed run leaves the previous report as it was, and a re-run starts afresh.
     """
-    cfg = load_case_file(find_case_file(Path(config_or_log_dir)))
+    given = {key: value for key, value in (options or {}).items() if value is not None and value not in ([], ())}
+    cfg = load_case_file(find_case_file(Path(config_or_log_dir)), provided=frozenset(given))
+    if given:
+        apply_options(cfg, given)
     if engine is not None:
         cfg.execution = execution_settings({**cfg.execution, "engine": engine}, option="--engine")
     executor_for(cfg)  # Spark starts here, once: no PySpark, no Java or a bad master fails before any work

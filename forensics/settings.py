@@ -2,9 +2,10 @@
 
 Validation reads its types and ranges (``forensics/config.py`` for the top level and ``[report]``,
 ``forensics/match/tiers.py`` for ``[match]``), ``docs/settings.md`` is generated from it
-(``python docs/gen_cli.py``) and the options of ``forensics ingest``, ``scan`` and ``match`` that
+(``python docs/gen_cli.py``) and the options of ``forensics ingest``, ``scan``, ``match`` and ``report`` that
 set a value for one run are generated from the rows that name a ``cli`` option (``forensics/cli.py``,
-``setting_options``): their type, metavar and help come from here. Adding a setting is one row here
+``setting_options``): their type, metavar and help come from here. ``forensics run`` takes every one of them,
+as the case file's keys are all its own. Adding a setting is one row here
 plus its use; a row whose key nothing reads fails the tests.
 """
 
@@ -136,9 +137,12 @@ SETTINGS: tuple[Setting, ...] = (
     _m("probable_score", "float", 70.0, 0, 100, "alignment score of any candidate", "--probable-score", metavar="SCORE"),
     _m("min_run", "int", 8, 1, 1_000_000, "identical consecutive tokens a short probable finding needs (rules)",
        "--min-run"),
-    _m("probable_rarity", "float", 0.5, 0, 1, "a probable finding must not be mostly text other tenants held"),
-    _m("damaged_score", "float", 85.0, 0, 100, "score of a long damaged passage (rules R2b)"),
-    _m("signature_rarity", "float", 0.75, 0, 1, "rarity of a short finding on an engine-signature suspect (rules R3)"),
+    _m("probable_rarity", "float", 0.5, 0, 1, "a probable finding must not be mostly text other tenants held",
+       "--probable-rarity", metavar="RARITY"),
+    _m("damaged_score", "float", 85.0, 0, 100, "score of a long damaged passage (rules R2b)", "--damaged-score",
+       metavar="SCORE"),
+    _m("signature_rarity", "float", 0.75, 0, 1, "rarity of a short finding on an engine-signature suspect (rules R3)",
+       "--signature-rarity", metavar="RARITY"),
     _m("confirm_rarity", "float", 0.5, 0, 1, "rarity of a confirmed finding (rules)", "--confirm-rarity",
        metavar="RARITY"),
     _m("max_tenants", "int", 2, 1, 1_000_000, "a k-gram held by more tenants than this is common text",
@@ -150,30 +154,34 @@ SETTINGS: tuple[Setting, ...] = (
     _m("control_size", "int", 200, 0, 1_000_000, "non-suspect responses matched as the null and false-positive control",
        "--control-size"),
     _m("seed", "int", 0, 0, 2**64 - 1, "chooses the control sample (a 64-bit xxhash seed)", "--seed"),
-    _m("margin", "int", 8, 0, 100_000, "tokens added on each side of a hit cluster before alignment"),
-    _m("gap", "int", 16, 1, 100_000, "hits further apart than this many tokens start a new cluster"),
+    _m("margin", "int", 8, 0, 100_000, "tokens added on each side of a hit cluster before alignment", "--margin"),
+    _m("gap", "int", 16, 1, 100_000, "hits further apart than this many tokens start a new cluster", "--gap"),
     _m("tiering", "choice", "evalue", None, None, "evalue: tiers from expected_by_chance_with_mechanism; rules: the "
-       "old fixed rules R1-R3, for comparison", choices=("evalue", "rules")),
+       "old fixed rules R1-R3, for comparison", "--tiering", choices=("evalue", "rules")),
     _m("confirm_evalue", "float", 0.0001, 0, 1000, "a finding expected by chance at most this often is confirmed "
-       "(at most probable_evalue, or a warning says so)"),
-    _m("probable_evalue", "float", 0.001, 0, 1000, "... probable; weaker candidates go to review.csv"),
+       "(at most probable_evalue, or a warning says so)", "--confirm-evalue", metavar="E"),
+    _m("probable_evalue", "float", 0.001, 0, 1000, "a finding expected by chance at most this often (more often than "
+       "confirm_evalue) is probable; weaker candidates go to review.csv",
+       "--probable-evalue", metavar="E"),
     _m("unexplained_evalue", "float", 0.002, 0, 1000, "a suspect shown decoding from stale pages (engine signature, "
        "or usage counting the one-token placeholder) with no finding: its strongest candidate is probable (E3) up "
-       "to this; at most probable_evalue: off"),
+       "to this; at most probable_evalue: off", "--unexplained-evalue", metavar="E"),
     _m("workers", "int", 0, 0, 4096, "processes for the match stage; 0: one per core", "--workers", result=False),
-    _m("batch_rows", "int", 16, 1, 1_000_000, "at least this many rows per streamed batch", result=False),
+    _m("batch_rows", "int", 16, 1, 1_000_000, "at least this many rows per streamed batch", "--batch-rows",
+       result=False),
     Setting("mask", "report", "choice", "default", "what a customer's notice masks: default masks secrets, card, "
             "account and id numbers (but their last 4), phone numbers and emails; none leaves phones and emails",
-            choices=("default", "none")),
-    Setting("contact", "report", "text", "", "the contact line of every notice"),
-    Setting("actions_taken", "report", "text", "", "what the provider did, in every notice"),
+            choices=("default", "none"), cli="--mask"),
+    Setting("contact", "report", "text", "", "the contact line of every notice", cli="--contact"),
+    Setting("actions_taken", "report", "text", "", "what the provider did, in every notice", cli="--actions-taken"),
     Setting("notify_within_hours", "report", "int", 72, "hours a customer on the list may wait for its notice before "
-            "forensics audit flags it overdue", 1, 8760),
+            "forensics audit flags it overdue", 1, 8760, cli="--notify-within-hours", metavar="HOURS"),
     Setting("engine", "execution", "choice", "local", "where ingest parsing and the match pass run: local (this "
             "machine's processes) or spark (a Spark cluster, see master); the results are byte-identical",
             choices=("local", "spark"), cli="--engine", command="run", result=False),
     Setting("master", "execution", "text", "local[*]", "the Spark master URL for engine = \"spark\": local[N] (N "
-            "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False),
+            "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False, cli="--master", metavar="URL",
+            command="run"),
     Setting("time_format", "inputs", "time_format", "auto", 'format = "mapped" only: how its times are written; auto: '
             "ISO 8601 or an epoch number whose unit is told by its magnitude", choices=("auto", "iso", "epoch_s", "epoch_ms",
                                                                                          "epoch_us")),

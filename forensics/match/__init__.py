@@ -191,8 +191,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     damaged = [f for f in evidence + review if f.recipient_damage or f.source_damage]
     report = MatchRecord(
         parameters=p.record(),
-        parameter_sources={key: ("option" if (overrides or {}).get(key) is not None else
-                                 "file" if key in config.section("match") else "default")
+        parameter_sources={key: ("option" if (overrides or {}).get(key) is not None else config.section_source("match", key))
                            for key in p.record()},
         versions={"unicode": unicode_version(), "rapidfuzz": rapidfuzz.__version__, "xxhash": xxhash.VERSION,
                   "hash_seed": SEED, "tokens": MATCH_TOKENS, "public_constants": constants_sha256()},

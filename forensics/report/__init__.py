@@ -33,7 +33,7 @@ from typing import Any
 from forensics import csvfile, schema
 from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
-from forensics.config import CaseConfig, InputSpec, iso, load_saved
+from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved
 from forensics.errors import CaseError, ConfigError, InputError, OutputError, first_few
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
@@ -716,8 +716,10 @@ def _shown(value: Any) -> str:
 
 
 def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter | None = None,
-           sign: Path | None = None) -> ReportResult:
+           sign: Path | None = None, options: dict[str, Any] | None = None) -> ReportResult:
     """Write the report folder ``OUT/<case name>/`` for a case that has been scanned and matched.
+
+    ``options``: [report] values given on the command line (by key; ``None``: not given), over the case's.
 
     The case is read under its shared lock (no ingest, scan or match may change it meanwhile);
     the report folder is written as :func:`report_folder` says. ``sign``: an Ed25519 private key
@@ -732,6 +734,8 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
             check_scan_scope(case, config)
             check_ingest_scope(case, config)
         config = _config_for(case, config)
+        if options:
+            apply_options(config, options)
         with report_folder(out, config.name, keep=case, warnings=warnings) as building:
             check_same_incident(report_dir_for(out, config.name), case, config.file)
             result = write_report(case, config, building, progress, carried_references_key(report_dir_for(out, config.name)))

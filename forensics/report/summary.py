@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from forensics import settings
 from forensics.artifacts import Json, JsonObject, RequestKey
-from forensics.config import CaseConfig
+from forensics.config import CaseConfig, option_name
 from forensics.errors import first_few
 from forensics.report import plots, safe
 from forensics.report.data import CaseData, iso
@@ -131,6 +132,10 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     ]
     if cfg.description:
         scope.append(["description", TeamText(safe.shorten(cfg.description, 500))])
+    given = sorted({option_name(k) for k, src in cfg.sources.items() if src == "option" and k != "options"}
+                   | {option_name(k) for name, table in cfg.options.items() for k in table if settings.get(name, k).result})
+    if given:  # over the case file's values, for this run (the manifest records each as an option's)
+        scope.append(["given as options", ", ".join(given)])
     counts = count_rows(
         [{"request_id": s.request_id, "tenant_id": s.tenant_id, "engine_signature": str(s.engine_signature)} for s in data.suspects],
         [f.evidence.to_row() for f in data.findings], [{"role": n.role, "tier": n.tier} for n in notices], c)
