@@ -168,7 +168,8 @@ EXCHANGES = pa.schema(
         pa.field("source_file", pa.string()),
         pa.field("source_sha256", pa.string()),
         pa.field("source_line", pa.int64()),
-        pa.field("response_source_file", pa.string()),  # split logs: where the response half was
+        pa.field("response_source_file", pa.string()),  # where the answer was logged when not in the record itself:
+        # a split log's response half, or the decode node's request.finished line of a record that logged none
         pa.field("response_source_line", pa.int64()),
         pa.field("problems", pa.string()),  # fields that could not be used and were left null
         pa.field("record_hash", pa.string()),  # xxh3-128 of the record's line, for de-duplication

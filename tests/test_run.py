@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from forensics import api
@@ -866,3 +867,30 @@ def test_a_log_read_as_a_duplicate_of_its_copy_still_marks_the_same_incident(tmp
     data = (moved / "gateway" / "spend.jsonl").read_bytes()
     (moved / "gateway" / "a-spend.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
     assert api.run(moved / "case.toml", tmp_path / "out").report.report_dir.is_dir()
+
+
+def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_decode_node_logged(tmp_path: Path) -> None:
+    """A stream that broke part-way: LiteLLM logged a failure with no answer, while the decode node's request.finished
+    line holds the text it generated from the stale pages. The suspect was searched with nothing, and the customer
+    whose text it carried was missed (a review)."""
+    logs = write_logs(tmp_path / "logs", leak=False)
+    spend = logs / "gateway" / "spend.jsonl"
+    rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
+    rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0}
+    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (logs / "engine").mkdir()
+    finished = {"timestamp": "2026-08-28T11:00:04", "event": "request.finished", "rid": "r-3",
+                "obj": {"rid": "r-3", "bootstrap_room": 7, "stream": True},
+                "out": {"text": "Summary: " + SECRET, "meta_info": {"id": "r-3", "finish_reason": {"type": "abort"},
+                                                                   "prompt_tokens": 1, "completion_tokens": 60}}}
+    (logs / "engine" / "decode-0_0.log").write_text(json.dumps(finished) + "\n", encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    assert [(n.tenant_id, n.role) for n in result.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
+    rows = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()
+    assert rows[0]["response_text"] == "Summary: " + SECRET
+    assert (rows[0]["response_source_file"], rows[0]["response_source_line"]) == ("engine/decode-0_0.log", 1)
+    notes = json.loads((result.case_dir / "manifest.json").read_text(encoding="utf-8"))["notes"]
+    assert any("took the text the decode node logged" in n for n in notes)
+    assert "took the text the decode node logged" in (result.report.report_dir / "summary.md").read_text(encoding="utf-8")
+    assert api.verify(result.report.report_dir, rerun=True).ok

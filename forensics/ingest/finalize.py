@@ -701,6 +701,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         writer.close(wait_only=True)
         sink.abort()
         raise
+    engine_answers = _engine_answers(c, con)
 
     stats = con.execute(
         f"""SELECT count(*), min(received_at), max(received_at),
@@ -791,6 +792,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "split request lines that name no customer were quarantined (one may be that answer's request): "
                      "those answers were kept as responses naming no customer. Fix: set tenant_field so the split "
                      "request lines name their customer, and ingest again")
+    if engine_answers:
+        notes.append(f"{engine_answers} record{'s' if engine_answers > 1 else ''} had no answer in the gateway logs (a "
+                     "failed or broken stream) and took the text the decode node logged as generated for "
+                     f"{'them' if engine_answers > 1 else 'it'} (its request.finished line: response_source_file and "
+                     "response_source_line say where), so the suspects among them are searched with it")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -1335,6 +1341,62 @@ def _with_answers(table: pa.Table, answers: _Answers | None) -> pa.Table:
         cols["damage"][i] = schema.join_damage((cols["damage"][i], answers.damage[key],
                                                 "truncated_copy_only" if cols["response_truncated"][i] else None))
     return _set_columns(table, cols, names)
+
+
+#: A kept record with no answer, and the one text a decode node logged as generated for its id (its request.finished
+#: line), with where that line is: the rows :func:`_engine_answers` fills. The id must be the record's alone (``rid``
+#: is set only where the engine's lines are attributed to it) and every decode line of it must hold the same text.
+ENGINE_ANSWERS_SQL = """
+WITH blank AS (
+  SELECT request_id, tenant_id, rid FROM read_parquet({exchanges})
+  WHERE rid IS NOT NULL AND length(coalesce(response_text, '')) = 0
+), generated AS (
+  SELECT rid, min(output_text) AS text, count(DISTINCT output_text) AS texts,
+         arg_min(source_file, (source_file, source_line)) AS file, arg_min(source_line, (source_file, source_line)) AS line
+  FROM staged_events
+  WHERE event = 'request_finished' AND role = 'decode' AND length(coalesce(output_text, '')) > 0
+    AND rid IN (SELECT rid FROM blank)
+  GROUP BY rid
+)
+SELECT b.request_id, b.tenant_id, g.text, g.file, g.line
+FROM blank b JOIN generated g USING (rid) WHERE g.texts = 1
+ORDER BY b.request_id, b.tenant_id
+"""
+
+
+def _engine_answers(c: Case, con: duckdb.DuckDBPyConnection) -> int:
+    """Give a kept record the gateway logged with no answer (a stream that broke, a failure whose log lost what was
+    sent) the text the decode node logged as generated for it, and return how many took one.
+
+    That text is what the stale pages produced: left out, a suspect with no logged answer was searched with nothing
+    and the customers it exposed were missed, though the engine's line held their text. Its place goes into
+    ``response_source_file`` and ``response_source_line``, as for an answer taken from a split response log. The
+    table is written again only when a record takes one (rarely: the query alone costs the common case)."""
+    path = c.table_path("exchanges")
+    found = con.execute(ENGINE_ANSWERS_SQL.format(exchanges=_lit(path))).fetchall()
+    if not found:
+        return 0
+    by_key = {(rid, tenant): (text, file, line) for rid, tenant, text, file, line in found}
+    sink = ParquetSink(path, schema.EXCHANGES)
+    try:
+        pf = pq.ParquetFile(path)
+        for g in range(pf.num_row_groups):
+            table = pf.read_row_group(g)
+            keys = list(zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist()))
+            hit = [i for i, key in enumerate(keys) if key in by_key]
+            if hit:
+                names = ("response_text", "response_source_file", "response_source_line")
+                cols = {name: table.column(name).to_pylist() for name in names}
+                for i in hit:
+                    cols["response_text"][i], cols["response_source_file"][i], cols["response_source_line"][i] = \
+                        by_key[keys[i]]
+                table = _set_columns(table, cols, names)
+            sink.write_batch(table)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    return len(found)
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
