@@ -506,7 +506,8 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     signature = sum(1 for v in suspects.column("engine_signature").to_pylist() if v)
     # Suspects a gateway's own count would have missed (the placeholder's 1, or any figure below the ceiling).
     ceiling = int(config.real_ceiling_tokens)  # type: ignore[arg-type]
-    below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist() if rep is not None and rep < ceiling)
+    below = sum(1 for rep in suspects.column("reported_prompt_tokens").to_pylist()
+                if rep is not None and rep < tokens.refused_from(ceiling))
     warnings = _limit_warnings(ceiling, engine_limits, limits) + near_models + near_tenants
     scope = outside_why["other model"] + outside_why["outside window"]
     if scope:

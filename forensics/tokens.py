@@ -123,6 +123,13 @@ def unchecked_count(reported: int) -> bool:
     return reported > PLACEHOLDER_TOKENS
 
 
+def refused_from(ceiling: int) -> int:
+    """The fewest prompt tokens an engine with a pool of ``ceiling`` tokens refuses (and, with the bug, replaced by the
+    placeholder): SGLang refuses an input of at least its ``max_req_input_len``, the pool less one ("exceeds the
+    maximum allowed length (681279 tokens)" for a 681,280-token pool; ``validate_input_length`` compares with >=)."""
+    return ceiling - 1
+
+
 def band_bound(text_bytes: int, messages: int) -> int:
     """Most tokens a prompt of ``text_bytes`` bytes (normalised) can be, template included (see the notes)."""
     return BAND_TOKENS_PER_BYTE * text_bytes + TEMPLATE_TOKENS_PER_MESSAGE * max(messages, 1) + TEMPLATE_TOKENS_FIXED
@@ -162,13 +169,13 @@ class Counter:
 
     def _decided_below(self, text: str, text_bytes: int, messages: int) -> bool:
         """Whether the prompt's size proves it below the ceiling (recorded in ``band``)."""
-        if self.ceiling is None or band_bound(text_bytes, messages) >= self.ceiling:
+        if self.ceiling is None or band_bound(text_bytes, messages) >= refused_from(self.ceiling):
             return False
         if self._normalizer is not None:
             # A normaliser may lengthen the text (NFKC turns one character into up to 18): bound that too.
             text_bytes = max(text_bytes, len(self._normalizer.normalize_str(text).encode("utf-8", "surrogatepass")))
         bound = band_bound(text_bytes, messages)
-        if bound >= self.ceiling:
+        if bound >= refused_from(self.ceiling):
             return False
         self.band.decided_below += 1
         self.band.highest_bound = max(self.band.highest_bound, bound)
@@ -236,7 +243,7 @@ def band_decided(source: str | None, text_bytes: int | None, messages: int, trun
     raw bytes is at most the one the worker used (on the larger of raw and normalised bytes).
     """
     return (ceiling is not None and source in ("reported", "estimate") and text_bytes is not None
-            and not truncated and band_bound(text_bytes, messages) < ceiling)
+            and not truncated and band_bound(text_bytes, messages) < refused_from(ceiling))
 
 
 def check_band(manifest: dict[str, Any], ceiling: int) -> None:
@@ -247,7 +254,7 @@ def check_band(manifest: dict[str, Any], ceiling: int) -> None:
     miss one of them.
     """
     rows = manifest.get("prompt_tokens_band", {}).get("rows", {})
-    if rows.get("decided_below") and rows.get("highest_bound", 0) >= ceiling:
+    if rows.get("decided_below") and rows.get("highest_bound", 0) >= refused_from(ceiling):
         raise ConfigError(
             f"{rows['decided_below']} prompts were not tokenized at ingest because their size proved them below a "
             f"ceiling of {rows.get('ceiling')} tokens; real_ceiling_tokens {ceiling} is not above the largest bound "

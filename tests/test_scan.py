@@ -38,7 +38,8 @@ def _incident(root: Path) -> Path:
                  prompt_tokens_low=433000, prompt_tokens_high=1040000, received_at="2026-08-30T08:00:00Z"),
         # not suspects
         exchange("r-small", tenant_id="acme", prompt_tokens=2000, received_at="2026-08-29T11:00:00Z"),
-        exchange("r-below", tenant_id="globex", prompt_tokens=CEILING - 1, received_at="2026-08-29T12:00:00Z"),
+        # (CEILING - 1 is refused: SGLang refuses an input of at least its limit, the pool less one)
+        exchange("r-below", tenant_id="globex", prompt_tokens=CEILING - 2, received_at="2026-08-29T12:00:00Z"),
         exchange("r-before", tenant_id="acme", prompt_tokens=900000, received_at="2026-08-26T23:59:59Z"),
         exchange("r-end", tenant_id="acme", prompt_tokens=900000, received_at=WINDOW[1]),
         exchange("r-other-model", tenant_id="initech", model="other-model", prompt_tokens=900000),

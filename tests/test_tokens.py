@@ -281,3 +281,19 @@ def test_engine_over_limit_line_does_not_replace_a_band_decision(tmp_path: Path)
     suspects = [[{k: v for k, v in r.items() if k not in token_columns}
                  for r in pq.read_table(case / "suspects.parquet").to_pylist()] for case in (banded, every)]
     assert suspects[0] == suspects[1] == []
+
+
+def test_a_prompt_whose_bound_reaches_the_ceiling_less_one_is_counted_not_decided_by_its_size(tmp_path: Path) -> None:
+    """The engine refuses an input of the pool less one tokens (SGLang's limit, compared with >=): a prompt whose
+    size allows that many is counted, not decided below the ceiling by its size (a review: a prompt of exactly the
+    ceiling less one was neither a suspect nor borderline)."""
+    text = "word " * 40
+    nbytes = len(text.encode("utf-8"))
+    bound = tokens.band_bound(nbytes, 1)
+    assert tokens.refused_from(bound + 1) == bound
+    at_limit = tokens.Counter(_tokenizer_file(tmp_path), ceiling=bound + 1)
+    assert at_limit.count(text, nbytes, None, False, 1)[0].source == "tokenizer"
+    above = tokens.Counter(_tokenizer_file(tmp_path), ceiling=bound + 2)
+    assert above.count(text, nbytes, None, False, 1)[0].source != "tokenizer"
+    assert not tokens.band_decided("estimate", nbytes, 1, False, bound + 1)
+    assert tokens.band_decided("estimate", nbytes, 1, False, bound + 2)

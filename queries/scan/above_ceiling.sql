@@ -6,8 +6,8 @@
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
 -- param: ceiling BIGINT the real pool ceiling in tokens
--- A prompt of exactly `ceiling` tokens already does not fit: SGLang's own limit is ceiling - 1
--- ("exceeds the maximum allowed length (681279 tokens)" for a 681280-token pool).
+-- A prompt of `ceiling` - 1 tokens already does not fit: SGLang refuses an input of at least its limit, the pool
+-- less one ("exceeds the maximum allowed length (681279 tokens)" for a 681280-token pool; forensics.tokens.refused_from).
 SELECT
   x.request_id, x.tenant_id, x.model, x.received_at,
   x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high,
@@ -16,7 +16,7 @@ FROM exchanges x
 WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
   AND coalesce(x.received_at, x.completed_at) >= $window_start
   AND coalesce(x.received_at, x.completed_at) < $window_end
-  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) >= $ceiling
+  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) >= $ceiling - 1
   AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0
            AND coalesce(x.completion_tokens, 0) = 0
            -- a decode node that generated output for it (its id naming no other exchange): the stream delivered

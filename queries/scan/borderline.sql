@@ -13,10 +13,11 @@ FROM exchanges x
 WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed))
   AND coalesce(x.received_at, x.completed_at) >= $window_start
   AND coalesce(x.received_at, x.completed_at) < $window_end
-  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) < $ceiling
+  -- (the engine refuses from `ceiling` - 1 tokens, as above_ceiling says)
+  AND coalesce(x.prompt_tokens_low, x.prompt_tokens) < $ceiling - 1
   -- an estimate with no upper bound: the text of a prompt whose image, audio or file parts hold any number of tokens,
   -- logged with the placeholder's count (forensics.tokens): it reaches any ceiling
-  AND (coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling
+  AND (coalesce(x.prompt_tokens_high, x.prompt_tokens) >= $ceiling - 1
        OR (x.prompt_tokens_high IS NULL AND x.prompt_tokens_source = 'estimate'))
   AND NOT (x.status IS NOT DISTINCT FROM 'failure' AND length(coalesce(x.response_text, '')) = 0
            AND coalesce(x.completion_tokens, 0) = 0

@@ -1,7 +1,7 @@
 -- id: exposure_band
 -- kind: summary
 -- title: The exposure band by day: requests between the real ceiling and the advertised window
--- returns: one row per (UTC day, model, prefill node, decode node) with the number of requests whose trusted prompt count was at or above the real ceiling and within the advertised window (the prompts the service accepted but could not hold), how many of them fell inside the incident window, and how many were above the advertised window. Every model is listed, not only the case's: the surface of the incident.
+-- returns: one row per (UTC day, model, prefill node, decode node) with the number of requests whose trusted prompt count was at or above the real ceiling less one (what the engine refuses) and within the advertised window (the prompts the service accepted but could not hold), how many of them fell inside the incident window, and how many were above the advertised window. Every model is listed, not only the case's: the surface of the incident.
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
 -- param: ceiling BIGINT the real pool ceiling in tokens
@@ -10,7 +10,8 @@ WITH x AS (
   SELECT coalesce(received_at, completed_at) AS t, coalesce(model, model_routed) AS model,
          prefill_node, decode_node, prompt_tokens
   FROM exchanges
-  WHERE prompt_tokens >= $ceiling AND coalesce(received_at, completed_at) IS NOT NULL
+  WHERE prompt_tokens >= $ceiling - 1 AND  -- refused from the pool less one (above_ceiling)
+    coalesce(received_at, completed_at) IS NOT NULL
 )
 SELECT strftime(timezone('UTC', t), '%Y-%m-%d') AS day, model, prefill_node, decode_node,
        count(*) FILTER (WHERE $advertised_window IS NULL OR prompt_tokens <= $advertised_window) AS requests,
