@@ -67,6 +67,8 @@ BORDERLINE_REASON = "borderline"
 SHARED_ENGINE_ID_QUERY = "engine_rid_shared"
 #: The anomaly of the bug signature outside the scope; its rows say why (other model, outside window, no gateway record).
 OUTSIDE_SCOPE_QUERY = "signature_outside_scope"
+#: The anomaly query of prompts the ceiling refuses that a prefill node nevertheless prefilled whole.
+PREFILLED_QUERY = "prefilled_above_ceiling"
 
 
 @dataclasses.dataclass
@@ -529,6 +531,14 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
                         "a reported 1 token is the placeholder's figure, not a count): the scan cannot say whether they "
                         "overflowed the pool (see anomalies.unknown_token_count): find their prompts' sizes elsewhere "
                         "(the engine logs, a spend log written with its prompts) before the list is final")
+    prefilled = anomalies.get(PREFILLED_QUERY, {}).get("rows", 0)
+    if prefilled:
+        warnings.append(
+            f"{prefilled} response(s) in scope had a prompt the ceiling ({ceiling} tokens) refuses, yet a prefill node "
+            "shows it prefilled whole with no over-limit line (see anomalies.prefilled_above_ceiling): that node's pool "
+            "held it, so no placeholder took its place and it is no suspect. If the case's models run on nodes with "
+            "pools of their own, real_ceiling_tokens (the smallest given or read) is not every model's: scan each "
+            "model with its own pool (a case file per model), or a prompt with no engine line may be named wrongly")
     if shared_ids:
         warnings.append(
             f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "

@@ -892,3 +892,24 @@ def test_tenant_ids_alike_but_for_invisible_characters_are_warned_of_and_shown_o
     assert any("'acme'" in w and "'acme\u034f'" in w and "invisible" in w for w in warnings), warnings
     shown = [escape_controls(w) for w in warnings]
     assert any("'acme\\u034f'" in w for w in shown) and not any("\\\\" in w for w in shown), shown
+
+
+def test_a_prompt_its_prefill_node_held_whole_is_no_suspect_and_the_scan_says_why(tmp_path: Path) -> None:
+    """Two models on nodes with pools of their own: "auto" takes the smaller pool, and the larger pool's model's
+    prompts above it, which its prefill node shows prefilled whole with no over-limit line, were suspects; their
+    customers were named recipients of answers nothing corrupted (a review)."""
+    ex = [exchange("r-big-model", tenant_id="acme", rid="r-big-model", model="glm-5.3-big", prompt_tokens=6000,
+                   prompt_tokens_source="engine", prefill_node="prefill-1"),
+          exchange("r-refused", tenant_id="globex", rid="r-refused", prompt_tokens=6000, prompt_tokens_source="engine",
+                   reported_prompt_tokens=1)]
+    ev = [startup("prefill-0", pool=4096, context=16384), startup("prefill-1", pool=8192, context=16384),
+          event("prefill-1", "req_time_stats", rid="r-big-model", input_len=6000),
+          event("prefill-0", "over_limit", rid="r-refused", input_len=6000, limit=4095),
+          event("prefill-0", "req_time_stats", rid="r-refused", input_len=1)]
+    root = write_case(tmp_path / "case", ex, ev)
+    result = scan(root, _config(models=[MODEL, "glm-5.3-big"], model=None, real_ceiling_tokens="auto",
+                                advertised_window_tokens=16384))
+    rec = json.loads((root / "scan.json").read_text())
+    assert [r["request_id"] for r in _csv(root / "suspects.csv")] == ["r-refused"]
+    assert rec["anomalies"]["prefilled_above_ceiling"]["rows"] == 1
+    assert any("prefilled whole with no over-limit line" in w for w in result.summary()["warnings"])

@@ -27,4 +27,7 @@ WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed)
                            WHERE d.rid = coalesce(x.rid, x.request_id)
                              AND (SELECT count(DISTINCT (e.request_id, e.tenant_id)) FROM exchanges e
                                   WHERE coalesce(e.rid, e.request_id) = d.rid) = 1))
+  -- a prefill node prefilled it whole, no over-limit line naming it (prefilled_above_ceiling lists them): its pool
+  -- held the prompt, so no placeholder took its place (x.rid: the engine lines are this exchange's alone)
+  AND NOT EXISTS (SELECT 1 FROM prefilled_whole p WHERE p.rid = x.rid AND p.input_len >= $ceiling - 1)
 ORDER BY x.request_id, x.tenant_id
