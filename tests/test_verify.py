@@ -779,8 +779,11 @@ def test_rerun_of_a_case_whose_log_grew_between_its_ingests(tmp_path: Path, caps
     (lambda m: m["reconciliation"].pop("notes"), "reconciliation.notes is missing (the case's manifest has it)"),
     (lambda m: m["stage_records"].pop("scan.json"), "stage_records does not name scan.json, which the report holds"),
     (lambda m: m["reconciliation"].update(tokenizer_sha256="0" * 64), "reconciliation.tokenizer_sha256 is not in the case's"),
+    # Keys past the 200th character of the JSON text: the comparison read the shortened message form (a review).
+    (lambda m: m["parameters"]["scan"].update(window_start="2026-08-28T00:00:00Z"), "parameters.scan differ from the"),
+    (lambda m: m["parameters"]["match"].update(seed=7), "parameters.match differ from the parameters match.json"),
 ], ids=["ceiling", "k", "stage_record", "last_received", "quarantined", "timezone", "no_last_received", "no_notes",
-        "no_stage_record", "added_tokenizer"])
+        "no_stage_record", "added_tokenizer", "window_start", "seed"])
 def test_a_manifest_edited_alone_is_named_by_what_the_report_records_elsewhere(tmp_path: Path, edit: object,
                                                                                named: str) -> None:
     """A review edited the manifest's copies of the scan's ceiling, the match's k, the record hashes, the counts and
