@@ -82,6 +82,8 @@ def test_overdue_follows_notify_within_hours(tmp_path: Path) -> None:
     ledger.record(rd, [ledger.check("acme", "letter", "2026-09-02T10:00:00Z", "L-7")])
     rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-01T11:00:00Z")).rows}
     assert rows["globex"]["overdue"] is True  # 25 h after the report, deadline 24 h
+    assert rows["acme"]["overdue"] is True  # its notice was not sent yet
+    rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-02T11:00:00Z")).rows}
     assert rows["acme"]["overdue"] is False and rows["acme"]["status"] == "notified"
     assert "after the 24-hour deadline" in rows["acme"]["problems"]
     rows = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-08-31T20:00:00Z")).rows}
@@ -535,3 +537,25 @@ def test_a_confirm_of_a_finding_a_notice_told_of_does_not_move_the_evidence_time
     [row] = [r for r in ledger._rows(listed, [], evidence, [], verdicts, sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"),
                                      72.0, resolution) if r["tenant_id"] == "acme"]
     assert row["status"] == "notified" and "before the evidence" not in row["problems"]
+
+
+def test_a_notice_that_told_of_findings_is_no_typo_once_a_rerun_drops_its_customer() -> None:
+    """A re-run (a corrected window) dropped a notified customer: no finding of the new report names it, but its
+    notice's own record says which findings it told of, so the list held it; it read as a probable typo (a review)."""
+    told = [{"finding_id": "f-03a3", "recipient_request_id": "r-1", "recipient_tenant_id": "globex",
+             "source_tenant_id": "acme", "recipient_start": "0", "recipient_end": "9"}]
+    sent = [{"tenant_id": "acme", "channel": "email", "at": "2026-09-01T09:00:00Z", "ref": "T-a", "recorded_at": "x",
+             "seq": 1, "findings": told}]
+    rows = ledger._rows([], [], [], [], [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
+    [row] = rows
+    assert row["status"] == "notified, no longer on the list" and "names this id" not in row["problems"]
+
+
+def test_an_audit_as_of_a_past_time_counts_no_notice_sent_after_it(built: tuple[Path, object, Path]) -> None:
+    """`audit --now` before a notice was sent showed the customer notified, and not overdue (a review)."""
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-10T10:00:00Z", "T-late")], now=_t("2026-09-10T11:00:00Z"))
+    before = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-05T00:00:00Z")).rows}["acme"]
+    assert before["status"] == "not notified" and before["overdue"] is True
+    after = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-11T00:00:00Z")).rows}["acme"]
+    assert after["status"] == "notified" and after["notified_at"] == "2026-09-10T10:00:00Z"

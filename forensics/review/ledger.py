@@ -321,6 +321,9 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         review = _csv_rows(report_dir / "review.csv")
         verdicts = chain.read_report_ledger(report_dir, VERDICTS, VERDICT_FIELDS).entries
         sent = chain.read_report_ledger(report_dir, NOTICES, REQUIRED).entries
+        # As of ``now``: a notice sent after it was not sent then (an audit "as of the deadline" showed late notices as
+        # done). One whose time is unreadable stays, for the row to say so.
+        sent = [n for n in sent if (t := _maybe_t(str(n.get("at", "")))) is None or t <= now]
         rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir))
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
     return Audit(report_dir, iso(now), iso(report_time), hours, rows)
@@ -428,7 +431,8 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
                                 "further notice is due")
         if listed_rows:
             status = ("not notified" if first is None else NOTIFIED_NEW_FINDINGS if uncovered else "notified")
-        elif any(t in concerns or t in by_suspect for t in (tenant, _raw(tenant))):  # the id as logged or as shown
+        elif (any(t in concerns or t in by_suspect for t in (tenant, _raw(tenant)))  # the id as logged or as shown
+              or any(n.get("findings") for n in by_tenant.get(tenant, []))):  # a notice told of findings then listing it
             status = NOTIFIED_OFF_LIST  # a verdict or a re-run took it off
         else:
             # Nothing in this report names the id: a typo, or a customer no finding ever concerned; "no longer" would
