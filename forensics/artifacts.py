@@ -586,4 +586,7 @@ class ReportManifest(Record):
     case_file: Mapping[str, str] | None = _optional()  # path and sha256 of the case file, when there is one
     # The key of the references notices cite (hex): the first render's, kept by every later one (forensics.report)
     references_key: str | None = _optional()
+    # Per customer on the list (its id as the logs hold it): since when a report has listed it, the time the audit's
+    # deadline runs from; carried from the report this one replaces, so logs added later do not move it
+    listed_since: Mapping[str, str] | None = _optional()
     schema_version: str = _version(REPORT_FORMAT)

@@ -34,7 +34,7 @@ from typing import Any
 from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.case import file_sha256
-from forensics.config import CaseConfig, InputSpec, load_case_file
+from forensics.config import CaseConfig, InputSpec, load_case_file, parse_utc
 from forensics.errors import CaseError, ConfigError
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
@@ -454,6 +454,7 @@ def _check_records(report_dir: Path, man: ReportManifest) -> list[Drift]:
         if recorded is None or file_sha256(kept_copy) != recorded:
             drift.append(Drift("consistency", f"{CASE_FILE_DIR}/{kept_copy.name}", "is not the case file the manifest "
                                f"records (case_file.sha256 {_json(recorded)})"))
+    drift += _check_listed_since(report_dir, man)
     case = _json_file(report_dir / "case" / MANIFEST)  # (a report rendered from a case elsewhere has none)
     if not isinstance(case, dict):
         return drift
@@ -680,6 +681,41 @@ def check_references(report_dir: Path, man: ReportManifest) -> list[Drift]:
     return []
 
 
+def _check_listed_since(report_dir: Path, man: ReportManifest) -> list[Drift]:
+    """The manifest's ``listed_since`` (the audit's deadlines run from it) names the customers of notifications.csv,
+    each at a time no later than the report's last log record: a customer's time edited later, or one added, moved
+    its deadline without a trace."""
+    if man.listed_since is None:
+        return []
+    try:
+        with open(report_dir / "notifications.csv", newline="", encoding="utf-8") as fh:
+            listed = {csvfile.uncell(r.get("tenant_id") or "") or "" for r in csv.DictReader(fh)}
+    except (OSError, ValueError, csv.Error):
+        return []  # the output check names it
+    drift: list[Drift] = []
+    if set(man.listed_since) != listed:
+        drift.append(Drift("consistency", MANIFEST, "listed_since does not name the customers of notifications.csv"))
+    last = man.counts.get("last_received")
+    until = _utc_or_none(last) if isinstance(last, str) else None
+
+    def bad(value: Any) -> bool:
+        when = _utc_or_none(value) if isinstance(value, str) else None
+        return when is None or until is None or when > until
+
+    late = sorted(t for t, v in man.listed_since.items() if bad(v))
+    if late:
+        drift.append(Drift("consistency", MANIFEST, f"listed_since gives {len(late)} customer(s) a time that is not a time "
+                                                   "at or before counts.last_received"))
+    return drift
+
+
+def _utc_or_none(value: str) -> Any:
+    try:
+        return parse_utc(value, "listed_since")
+    except ConfigError:
+        return None
+
+
 def _json(value: Any) -> str:
     """``value`` as JSON, shortened for a message (never for a comparison: :func:`_same`)."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
@@ -871,8 +907,10 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))
-        if man.references_key:  # the references the report cites came from its first render's key, kept since
-            write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps({"references_key": man.references_key}).encode())
+        carried = {k: v for k, v in (("references_key", man.references_key), ("listed_since", man.listed_since)) if v}
+        if carried:  # the references the report cites came from its first render's key, and each customer's time on the
+            # list from the renders before it: both kept since
+            write_bytes(report_dir_for(out, cfg.name) / MANIFEST, json.dumps(carried).encode())
         again = api.report(case_dir, cfg, out, progress=progress).report_dir
         if "copy" not in (man.case_file or {}) and not (report_dir / CASE_FILE_DIR).exists() \
                 and (again / CASE_FILE_DIR).exists():

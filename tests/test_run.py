@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import errno
 import json
 import os
@@ -894,3 +895,29 @@ def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_d
     assert any("took the text the decode node logged" in n for n in notes)
     assert "took the text the decode node logged" in (result.report.report_dir / "summary.md").read_text(encoding="utf-8")
     assert api.verify(result.report.report_dir, rerun=True).ok
+
+
+def test_logs_added_with_later_records_do_not_move_a_listed_customers_deadline(tmp_path: Path) -> None:
+    """The audit's deadline ran from the report's last log record: a re-run with one later record of another model
+    (more logs arrive: they always hold later traffic) moved every customer's deadline, and overdue customers were
+    not overdue any more (a review)."""
+    from forensics.review import ledger  # noqa: PLC0415
+
+    logs = write_logs(tmp_path / "logs")
+    first = api.run(logs, tmp_path / "out").report.report_dir
+    now = dt.datetime(2026, 9, 3, 6, tzinfo=dt.UTC)
+    assert {r["tenant_id"]: r["overdue"] for r in ledger.audit(first, now).rows} == {"acme": True, "globex": True}
+    late = json.loads(_row("r-9", "initech", "2026-09-06T12:00:00Z", "hello", "hi", 8)) | {"model": "other-model",
+                                                                                           "model_group": "other-model"}
+    (logs / "gateway" / "later.jsonl").write_text(json.dumps(late) + "\n", encoding="utf-8")
+    again = api.run(logs, tmp_path / "out").report.report_dir
+    man = json.loads((again / "manifest.json").read_text(encoding="utf-8"))
+    assert man["counts"]["last_received"] == "2026-09-06T12:00:00Z"
+    assert man["listed_since"] == {"acme": "2026-08-28T11:00:00Z", "globex": "2026-08-28T11:00:00Z"}
+    assert {r["tenant_id"]: r["overdue"] for r in ledger.audit(again, now).rows} == {"acme": True, "globex": True}
+    assert api.verify(again, rerun=True).ok
+    # Edited later in the manifest alone, a customer's time is drift.
+    man["listed_since"]["acme"] = "2026-09-07T00:00:00Z"
+    (again / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                         encoding="utf-8")
+    assert any("listed_since gives 1 customer(s) a time" in str(d) for d in api.verify(again).drift)

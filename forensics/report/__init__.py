@@ -33,7 +33,7 @@ from typing import Any
 from forensics import csvfile, schema
 from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
-from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved
+from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved, parse_utc
 from forensics.errors import CaseError, ConfigError, InputError, OutputError, first_few
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
@@ -738,7 +738,9 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
             apply_options(config, options)
         with report_folder(out, config.name, keep=case, warnings=warnings) as building:
             check_same_incident(report_dir_for(out, config.name), case, config.file)
-            result = write_report(case, config, building, progress, carried_references_key(report_dir_for(out, config.name)))
+            before = report_dir_for(out, config.name)
+            result = write_report(case, config, building, progress, carried_references_key(before),
+                                  carried_listed_since(before))
             sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
     result.warnings = warnings
@@ -751,6 +753,46 @@ def sign_report(report_dir: Path, key: Path | None) -> None:
         from forensics.verify import seal
 
         seal(report_dir, key)
+
+
+def carried_listed_since(report_dir: Path) -> dict[str, str]:
+    """Since when the report in ``report_dir`` listed each customer (its manifest's ``listed_since``; a report written
+    before that was recorded listed each customer of its notifications.csv since its last log record), for the render
+    that replaces it. Empty when there is no report there."""
+    try:
+        man = json.loads((Path(report_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(man, dict):
+        return {}
+    since = man.get("listed_since")
+    if isinstance(since, dict):
+        return {str(k): str(v) for k, v in since.items() if isinstance(v, str)}
+    last = (man.get("counts") or {}).get("last_received") if isinstance(man.get("counts"), dict) else None
+    try:
+        with open(Path(report_dir) / "notifications.csv", newline="", encoding="utf-8") as fh:
+            listed = {csvfile.uncell(r.get("tenant_id") or "") or "" for r in csv.DictReader(fh)}
+    except (OSError, ValueError, csv.Error):
+        return {}
+    return {t: last for t in sorted(listed)} if isinstance(last, str) and last else {}
+
+
+def listed_since_now(notices_rows: list[Any], last_received: str | None, carried: dict[str, str]) -> dict[str, str] | None:
+    """Since when each customer of the list has been listed: the carried time of one the report it replaces listed (never
+    later than this report's last record), else this report's last record (no report can predate it). Added logs hold
+    later records: the report's last record moved every customer's deadline, and a notice sent late became on time."""
+    if not last_received:
+        return None
+    now = parse_utc(last_received, "counts.last_received")
+    out: dict[str, str] = {}
+    for tenant in sorted({n.tenant_id for n in notices_rows}):
+        kept = carried.get(tenant)
+        try:
+            t = min(parse_utc(kept, "listed_since"), now) if kept else now
+        except ConfigError:  # an unreadable carried time counts as none
+            t = now
+        out[tenant] = iso(t)
+    return out or None
 
 
 def carried_references_key(report_dir: Path) -> bytes | None:
@@ -771,11 +813,12 @@ def carried_references_key(report_dir: Path) -> bytes | None:
 
 
 def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Reporter | None = None,
-                 references_key: bytes | None = None) -> ReportResult:
+                 references_key: bytes | None = None, listed_since: dict[str, str] | None = None) -> ReportResult:
     """Write every report file into ``report_dir``, a new empty folder (see :func:`report_folder`).
 
     ``references_key``: the key of the references notices cite, kept from the report this one replaces
-    (:func:`carried_references_key`); a first render derives it from its evidence."""
+    (:func:`carried_references_key`); a first render derives it from its evidence. ``listed_since``: since when the
+    report this one replaces listed each customer (:func:`carried_listed_since`)."""
     case = Path(case)
     config = _config_for(case, config)
     task = reporter(progress).task("report", total=6)
@@ -877,6 +920,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
                     "copy": f"{CASE_FILE_DIR}/{Path(config.file).name}"}
                    if has_case_file and config.file is not None else None),
         references_key=key.hex(),
+        listed_since=listed_since_now(rows, data.counts.get("last_received"), listed_since or {}),
     )
     written = manifest.write(report_dir, body, NOT_OUTPUTS)
     task.advance()

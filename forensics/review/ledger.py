@@ -324,7 +324,9 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         # As of ``now``: a notice sent after it was not sent then (an audit "as of the deadline" showed late notices as
         # done). One whose time is unreadable stays, for the row to say so.
         sent = [n for n in sent if (t := _maybe_t(str(n.get("at", "")))) is None or t <= now]
-        rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir))
+        since = man.get("listed_since")
+        rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir),
+                     listed_since=since if isinstance(since, dict) else None)
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
     return Audit(report_dir, iso(now), iso(report_time), hours, rows)
 
@@ -332,9 +334,10 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
           sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float,
-          resolution: Resolution | None = None) -> list[dict[str, Any]]:
+          resolution: Resolution | None = None, listed_since: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One audit row per customer; customers are compared by their ids as the logs hold them (the report's
-    CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell."""
+    CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell.
+    ``listed_since``: the manifest's, since when the reports have listed each customer (the deadline runs from it)."""
     on_list: dict[str, list[dict[str, str]]] = {}
     for r in listed:
         on_list.setdefault(_raw(r["tenant_id"]), []).append(r)
@@ -392,8 +395,10 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         # With no time for the customer's records, nothing tells a notice came too early (the report's own time would
         # reject a notice sent in time).
         evidence_from = min(seen) if seen else None
-        # The deadline runs from the report's time (the latest log record it was built from: no report can predate it).
-        clock_from = report_time
+        # The deadline runs from when the reports first listed the customer (the manifest's listed_since, carried by every
+        # render since), else from the report's time (the latest log record it was built from: no report can predate it).
+        # The report's time alone moved every deadline when logs with later records were added.
+        clock_from = _maybe_t(str((listed_since or {}).get(tenant, ""))) or report_time
         if listed_rows and tenant not in by_machine:
             # On the list only through review candidates an analyst confirmed: from that verdict on, unless a notice
             # told of the finding already (the machine listed it then; logs added since moved it to review).
