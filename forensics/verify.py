@@ -35,7 +35,7 @@ from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.case import file_sha256
 from forensics.config import CaseConfig, InputSpec, load_case_file, parse_utc
-from forensics.errors import CaseError, ConfigError
+from forensics.errors import CaseError, ConfigError, ForensicsError, first_few
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
 from forensics.report import CASE_FILE_DIR, RECONCILIATION_KEYS, STAGE_RECORDS
@@ -797,6 +797,21 @@ def _match_options(report_dir: Path) -> dict[str, Any]:
     return {k: info.parameters[k] for k, src in info.parameter_sources.items() if src == "option" and k in info.parameters}
 
 
+def _added_inputs(by_format: dict[str, list[Path]], man: ReportManifest, root: Path) -> list[str]:
+    """The files a re-run would read from the recorded input folders and patterns that the report's manifest does not
+    list (relative to ``root``, as it lists them)."""
+    from forensics.ingest import expand_inputs
+
+    try:
+        found, _ = expand_inputs([p for paths in by_format.values() for p in paths])
+    except (OSError, ForensicsError):
+        return []  # the re-run says what it cannot read
+    recorded = {str(e.get("path")) for e in man.inputs}
+    base = Path(os.path.realpath(root))
+    shown = (Path(os.path.relpath(Path(os.path.realpath(p.parent)) / p.name, base)).as_posix() for p, _ in found)
+    return sorted({rel for rel in shown if rel not in recorded})
+
+
 def _inputs_by_format(cfg: CaseConfig, man: ReportManifest, root: Path) -> dict[str, list[Path]]:
     by_format: dict[str, list[Path]] = {}
     if cfg.inputs:
@@ -889,6 +904,11 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
     if missing:  # the hash check has already named it; say why nothing was compared
         return [Drift("rerun", MANIFEST, f"not re-run: the recorded input {missing[0]} is missing "
                       "(give --inputs FOLDER when the inputs moved)")]
+    added = _added_inputs(by_format, man, root)
+    if added:  # a re-run would read them too, and every output would differ with no word of why
+        return [Drift("rerun", MANIFEST, f"not re-run: the input folders hold {len(added)} file(s) the report does not "
+                      f"record, which a re-run would read ({first_few(added, 3)}): added since the report? give --inputs "
+                      "a folder holding only the recorded files")]
     options = _match_options(report_dir)
     with tempfile.TemporaryDirectory(prefix="forensics-rerun-") as tmp:
         out = Path(tmp) / "out"

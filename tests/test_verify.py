@@ -900,3 +900,17 @@ def test_a_report_keeping_a_copy_it_does_not_record_verifies_by_a_rerun(tmp_path
                         exclude=set(body.outputs_excluded))
     checked = verify(report_dir, rerun=True)
     assert not any(d.path == "case_file/case.toml" for d in checked.drift), [str(d) for d in checked.drift]
+
+
+def test_a_rerun_names_a_log_added_to_the_input_folders_since_the_report(tmp_path: Path) -> None:
+    """A log added to an input folder after the report: the re-run read it too, and every output differed with no word
+    of why (it looked like tampering or non-determinism; a review)."""
+    write_logs(tmp_path / "incident")
+    report_dir = api_run(tmp_path)
+    gateway = next(p for p in (tmp_path / "incident").rglob("*") if p.is_dir() and p.name == "gateway")
+    first = sorted(p for p in gateway.iterdir() if p.is_file())[0]
+    shutil.copy(first, gateway / "zz-added-later.jsonl")
+    result = verify(report_dir, rerun=True)
+    [drift] = result.drift
+    assert drift.kind == "rerun" and "zz-added-later.jsonl" in drift.problem and "does not record" in drift.problem
+    assert verify(report_dir).ok  # the recorded files are all there, unchanged
