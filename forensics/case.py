@@ -32,6 +32,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -152,11 +153,11 @@ def _open_lock(lock_file: Path, shared: bool) -> int | None:
 
 
 @contextlib.contextmanager
-def folder_lock(lock_file: Path, what: str, shared: bool = False) -> Iterator[None]:
+def folder_lock(lock_file: Path, what: str, shared: bool = False, wait: float = 0.0) -> Iterator[None]:
     """Hold ``lock_file`` (fcntl.flock) for the block: exclusive for a writer, shared for a reader.
 
-    A second holder fails at once with a LockError naming the holder's pid (written into the
-    file by exclusive holders). The file is left in place afterwards: removing a lock file that
+    A second holder fails, at once or after ``wait`` seconds of trying, with a LockError naming the
+    holder's pid (written into the file by exclusive holders). The file is left in place afterwards: removing a lock file that
     another process has opened but not yet locked would let two runs hold "the" lock. The kernel
     drops the lock when the holder dies, so a killed run never blocks the next one.
     """
@@ -168,11 +169,16 @@ def folder_lock(lock_file: Path, what: str, shared: bool = False) -> Iterator[No
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OutputError("the lock file is not a regular file", file=lock_file, fix="remove it; forensics makes a new one")
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockError(f"{what} is in use by another forensics run (pid {_pid_in(fd)})", file=lock_file,
-                            fix="wait for that run to end (or stop it), then run again") from None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockError(f"{what} is in use by another forensics run (pid {_pid_in(fd)})", file=lock_file,
+                                    fix="wait for that run to end (or stop it), then run again") from None
+                time.sleep(LOCK_POLL_SECONDS)
         if not shared:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -183,6 +189,10 @@ def folder_lock(lock_file: Path, what: str, shared: bool = False) -> Iterator[No
                 os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # releases the lock
+
+
+#: How often a lock that may be waited for is tried again.
+LOCK_POLL_SECONDS = 0.05
 
 
 @contextlib.contextmanager

@@ -291,11 +291,13 @@ def test_run_carries_verdicts_and_rerun_verifies_with_them(tmp_path: Path) -> No
     assert result.ok, [str(d) for d in result.drift]
 
 
-def test_an_append_waits_for_no_one_while_a_rebuild_holds_the_lock(built: tuple[Path, object, Path],
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_append_waits_a_while_then_says_who_holds_the_lock(built: tuple[Path, object, Path],
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from forensics.case import folder_lock
 
     _, _, rd = built
+    monkeypatch.setattr(chain, "LEDGER_LOCK_WAIT", 0.2)
     with folder_lock(chain.lock_path(rd), "a rebuild"):
         capsys.readouterr()
         assert _review(rd, "f-0001", "confirm") == 2
@@ -698,3 +700,26 @@ def test_a_finding_with_another_passage_beside_the_dismissed_one_is_not_decided_
     rd = report(case, cfg, rd.parent).report_dir
     assert "f-0021" in (rd / "evidence.csv").read_text(encoding="utf-8")
     assert "f-0021 (part of f-0001)" in (rd / "summary.md").read_text(encoding="utf-8")
+
+
+def test_analysts_recording_at_the_same_moment_all_get_their_verdicts_in(built: tuple[Path, object, Path]) -> None:
+    """Four reviews at once: three failed with "in use by another forensics run" though an append takes milliseconds
+    (a review). Each now waits for the others."""
+    import threading  # noqa: PLC0415
+
+    from forensics.case import folder_lock  # noqa: PLC0415
+
+    _, _, rd = built
+    held = threading.Event()
+
+    def hold() -> None:
+        with folder_lock(chain.lock_path(rd), "another append"):
+            held.set()
+            threading.Event().wait(0.3)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    assert _review(rd, "f-0001", "confirm") == 0
+    holder.join()
+    assert len(chain.read_report_ledger(rd, "verdicts.jsonl").entries) == 1

@@ -166,9 +166,15 @@ def lock_path(report_dir: Path) -> Path:
 
 @contextmanager
 def report_lock(report_dir: Path) -> Iterator[None]:
-    """Hold the report folder's lock: no report rebuild and no other append meanwhile."""
-    with folder_lock(lock_path(report_dir), f"the report folder {report_dir}"):
+    """Hold the report folder's lock: no report rebuild and no other append meanwhile. An append or an audit takes
+    milliseconds: one waits up to :data:`LEDGER_LOCK_WAIT` seconds for another (analysts recording at the same
+    moment were refused); a re-render that holds it longer is still said, by pid."""
+    with folder_lock(lock_path(report_dir), f"the report folder {report_dir}", wait=LEDGER_LOCK_WAIT):
         yield
+
+
+#: Seconds an append or an audit waits for the report folder's lock.
+LEDGER_LOCK_WAIT = 10.0
 
 
 def append(report_dir: Path, name: str, records: list[dict[str, Any]], required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
