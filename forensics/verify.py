@@ -33,7 +33,7 @@ from typing import Any
 
 from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
-from forensics.case import file_sha256
+from forensics.case import file_sha256, make_private_dirs
 from forensics.config import CaseConfig, InputSpec, load_case_file, parse_utc
 from forensics.errors import CaseError, ConfigError, ForensicsError, first_few
 from forensics.ingest.patterns import glob_matches
@@ -77,8 +77,9 @@ def keygen(path: Path) -> tuple[Path, Path]:
     for p in (path, public):
         if p.exists() or p.is_symlink():
             raise ConfigError("the key file already exists", file=p, fix="choose a new name; an existing key is never overwritten")
-    if not path.parent.is_dir():
-        raise ConfigError("the key's folder does not exist", file=path.parent, fix="create the folder first")
+    # A missing folder is made, private (0700), as a key's folder should be: the README's `keygen keys/team.pem`
+    # failed on a fresh clone.
+    make_private_dirs(path.parent)
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

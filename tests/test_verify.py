@@ -914,3 +914,14 @@ def test_a_rerun_names_a_log_added_to_the_input_folders_since_the_report(tmp_pat
     [drift] = result.drift
     assert drift.kind == "rerun" and "zz-added-later.jsonl" in drift.problem and "does not record" in drift.problem
     assert verify(report_dir).ok  # the recorded files are all there, unchanged
+
+
+def test_keygen_makes_the_keys_folder_private_as_the_readme_runs_it(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `forensics keygen keys/team.pem` failed on a fresh clone: the folder did not exist (a review)."""
+    import stat  # noqa: PLC0415
+
+    code, _, err = _call(["keygen", str(tmp_path / "keys" / "team.pem")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "keys" / "team.pem.pub").is_file()
+    assert stat.S_IMODE((tmp_path / "keys").stat().st_mode) == 0o700
