@@ -261,6 +261,13 @@ def iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="microseconds" if t.microsecond else "seconds") + "Z"
 
 
+def _time_example(key: str) -> str:
+    """How to write time ``key``: the case file's example line, or an option's (``--now 2026-09-02T10:00:00Z``)."""
+    if key in EXAMPLES:
+        return EXAMPLES[key]
+    return f"{key} 2026-09-02T10:00:00Z" if key.startswith("--") else f'{key} = "2026-09-02T10:00:00Z"'
+
+
 def parse_utc(value: Any, key: str) -> dt.datetime:
     """Parse a case-file time; it must carry a zone (``Z`` or an offset)."""
     if isinstance(value, dt.datetime):
@@ -270,17 +277,17 @@ def parse_utc(value: Any, key: str) -> dt.datetime:
             t = dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
             raise ConfigError(
-                f"{key} = {value!r} is not an ISO 8601 time", fix=f"write it like {EXAMPLES.get(key, key + ' = ...')}"
+                f"{key} = {value!r} is not an ISO 8601 time", fix=f"write it like {_time_example(key)}"
             ) from None
     else:
-        raise ConfigError(f"{key} must be a time string, got {type(value).__name__}", fix=EXAMPLES.get(key))
+        raise ConfigError(f"{key} must be a time string, got {type(value).__name__}", fix=f"write it like {_time_example(key)}")
     if t.tzinfo is None:
         raise ConfigError(f"{key} = {value!r} has no zone", fix="end it with Z (UTC) or an offset such as +02:00")
     try:
         return t.astimezone(dt.UTC)
     except OverflowError:  # 0001-01-01T00:00:00+01:00 is a time before the year 1 in UTC
         raise ConfigError(f"{key} = {value!r} lies outside the years 1 to 9999 in UTC",
-                          fix=f"give a time within them, e.g. {EXAMPLES.get(key, key + ' = ...')}") from None
+                          fix=f"give a time within them, e.g. {_time_example(key)}") from None
 
 
 def _parse_zone(value: Any, key: str) -> str:

@@ -203,3 +203,14 @@ def test_unknown_key_in_stage_section_is_refused(tmp_path: Path, section: str) -
                     f'window_end = "2026-02-01T00:00:00Z"\nreal_ceiling_tokens = 10\n[{section}]\nthreshhold = 3\n')
     with pytest.raises(ConfigError, match=f"unknown key 'threshhold' in \\[{section}\\]"):
         load_case_file(path)
+
+
+@pytest.mark.parametrize(("key", "example"), [("--now", "--now 2026-09-02T10:00:00Z"), ("--at", "--at 2026-09-02T10:00:00Z"),
+                                              ("window_end", 'window_end = "2026-09-09T00:00:00Z"')])
+def test_a_time_that_cannot_be_read_shows_how_to_write_it(key: str, example: str) -> None:
+    """An option's unreadable time ended "Fix: write it like --now = ..." with no example (a review)."""
+    from forensics.config import parse_utc  # noqa: PLC0415
+
+    with pytest.raises(ConfigError) as exc:
+        parse_utc("yesterday", key)
+    assert f"write it like {example}" in str(exc.value)
