@@ -921,3 +921,27 @@ def test_logs_added_with_later_records_do_not_move_a_listed_customers_deadline(t
     (again / "manifest.json").write_text(json.dumps(man, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                          encoding="utf-8")
     assert any("listed_since gives 1 customer(s) a time" in str(d) for d in api.verify(again).drift)
+
+
+def test_litellm_times_with_no_zone_are_utc_whatever_the_zone_the_engine_logs_need(tmp_path: Path) -> None:
+    """The engine nodes log local time with no zone, so the team sets timezone to it; LiteLLM writes UTC with no zone
+    (log-formats.md), and its times were read in the engine's zone: a suspect eight hours off fell out of the window
+    (a review). The engine's lines still follow the case's timezone."""
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    spend.write_text(spend.read_text(encoding="utf-8").replace("T11:00:00Z", "T11:00:00"), encoding="utf-8")
+    (logs / "engine").mkdir()
+    (logs / "engine" / "prefill-0_0.log").write_text(
+        "[2026-08-28 19:00:00 TP0] Input length (9000 tokens) exceeds the maximum allowed length (1999 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate., self.rid='r-3'\n", encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML.replace('[[inputs]]', 'timezone = "Asia/Shanghai"\n\n[[inputs]]', 1)
+                                    + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    row = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()[0]
+    assert row["received_at"].isoformat() == "2026-08-28T11:00:00+00:00" and row["zone_assumed"] == "UTC"
+    events = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
+    assert [e["time"].isoformat() for e in events] == ["2026-08-28T11:00:00+00:00"]  # 19:00 in Shanghai
+    notes = json.loads((result.case_dir / "manifest.json").read_text(encoding="utf-8"))["notes"]
+    assert "1 records had timestamps with no zone; they were read as UTC (as litellm writes them, whatever the case's " \
+           "timezone Asia/Shanghai)" in notes
+    assert [(n.tenant_id, n.role) for n in result.report.notices] == [("acme", "exposed"), ("globex", "recipient")]

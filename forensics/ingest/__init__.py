@@ -57,7 +57,7 @@ from forensics.ingest.reader import (
     utf8_text,
     without_bom,
 )
-from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat
+from forensics.ingest.registry import FORMATS, NOT_PARSED, AmbiguousFormat, zone_for
 from forensics.ingest.staging import (
     STAGED_TABLES,
     batch_members,
@@ -721,7 +721,8 @@ def ingest(
                 known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
             run_files.append(known[sha])
             for part, span in enumerate(spans):
-                units.append(Unit(str(path), table_text(shown), sha, detected, part, span, cfg.timezone, cfg.tenant_field,
+                units.append(Unit(str(path), table_text(shown), sha, detected, part, span, zone_for(detected, cfg.timezone),
+                                  cfg.tenant_field,
                                   str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
                                   profile if detected == "mapped" else None,
                                   cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))

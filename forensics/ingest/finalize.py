@@ -51,7 +51,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, shown_ids
-from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql
+from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
 
@@ -293,8 +293,18 @@ def finalize(
         f["reconciled"] = f["lines"] == f["ingested"] + f["quarantined"] + f["blank"] + f["duplicate"]
     notes = list(exchanges_stats.pop("notes"))
     assumed = sum(f.get("zone_assumed", 0) for f in files)
-    if assumed:
-        notes.append(f"{assumed} records had timestamps with no zone; they were read as {cfg.timezone}")
+    by_zone: Tally[str] = Tally()
+    documented: dict[str, set[str]] = {}
+    for f in files:
+        if f.get("zone_assumed"):
+            zone = zone_for(f.get("format"), cfg.timezone)
+            by_zone[zone] += f["zone_assumed"]
+            if zone_for(f.get("format"), "") == zone:  # the format's own zone, not the case's
+                documented.setdefault(zone, set()).add(str(f.get("format")))
+    for zone, n in sorted(by_zone.items(), key=lambda item: (item[0] != cfg.timezone, item[0])):
+        why = (f" (as {', '.join(sorted(documented[zone]))} writes them, whatever the case's timezone {cfg.timezone})"
+               if zone in documented and zone != cfg.timezone else "")
+        notes.append(f"{n} records had timestamps with no zone; they were read as {zone}{why}")
     skipped = [f["path"] for f in files if f["status"].startswith("skipped")]
     if skipped:
         notes.append(f"{len(skipped)} {'file was' if len(skipped) == 1 else 'files were'} skipped (no known format, not "

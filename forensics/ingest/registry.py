@@ -104,6 +104,10 @@ class LogFormat:
     #: line by line (every line quarantined, the last element alone taken), but skipped, or refused when named,
     #: with the command that converts it.
     json_lines: bool = False
+    #: The zone its format documents for the times it writes with none (LiteLLM and Langfuse write UTC): they are read
+    #: in it whatever the case's ``timezone``, which is for the logs whose zone-less times are local (an engine's text
+    #: lines). One setting for both misread one of them: set to the engine nodes' zone, it moved the spend logs' times.
+    naive_zone: str | None = None
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -249,3 +253,10 @@ def joined_sql(column: str, registry: Registry | None = None) -> str:
     if not halves:
         return "NULL::VARCHAR"
     return "CASE " + column + " " + " ".join(f"WHEN {_quote(k.name)} THEN {_quote(k.joined or '')}" for k in halves) + " END"
+
+
+def zone_for(fmt: str | None, case_zone: str) -> str:
+    """The zone a file of format ``fmt`` has its zone-less times read in: the format's documented one, else the case's."""
+    if fmt is None or fmt not in FORMATS.names():
+        return case_zone
+    return FORMATS.get(fmt).naive_zone or case_zone

@@ -369,4 +369,5 @@ FORMAT = register(LogFormat(
     read=read_records,
     splittable=False,  # a quoted CSV field may hold line breaks; a Parquet file is read whole
     parquet=True,
+    naive_zone="UTC",  # log-formats.md: written in UTC, with no zone
 ))

@@ -298,4 +298,5 @@ FORMAT = register(LogFormat(
     sniff_order=10,
     # A callback payload holds the whole text; a spend-log row's long strings are cut (the DB safeguard).
     kinds=(RecordKind("logging_payload", precedence=0), RecordKind("spend_log", precedence=2)),
+    naive_zone="UTC",  # log-formats.md: written in UTC, with no zone
 ))
