@@ -1162,6 +1162,10 @@ def audit(
 
     result = ledger.audit(report_dir, _when(now, "--now"))
     summary = result.summary()
+    if result.verdicts_since_render and not as_json and not quiet:
+        err.print(f"warning: {result.verdicts_since_render} verdict(s) recorded since the report was rendered are not "
+                  "applied to the list audited (nor covered by its manifest or signature): render the report again "
+                  "(forensics report, or run) to apply them", markup=False)
     if as_json:
         _emit_json(summary)
     elif not quiet:

@@ -559,3 +559,18 @@ def test_an_audit_as_of_a_past_time_counts_no_notice_sent_after_it(built: tuple[
     assert before["status"] == "not notified" and before["overdue"] is True
     after = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-11T00:00:00Z")).rows}["acme"]
     assert after["status"] == "notified" and after["notified_at"] == "2026-09-10T10:00:00Z"
+
+
+def test_the_audit_says_how_many_verdicts_the_list_does_not_apply_yet(built: tuple[Path, object, Path],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A verdict recorded after the render changes nothing until the next one: the audit of the old list said nothing
+    of it (a review)."""
+    _, _, rd = built
+    assert ledger.audit(rd, _t("2026-09-02T00:00:00Z")).verdicts_since_render == 0
+    assert _cli(["review", str(rd), "--finding", "f-0001", "--verdict", "dismiss", "--reason", "template text",
+                 "--analyst", "ana"]) == 0
+    capsys.readouterr()
+    assert _cli(["audit", str(rd), "--now", "2026-09-02T00:00:00Z"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "1 verdict(s) recorded since the report was rendered are not applied to the list audited" in err
+    assert ledger.audit(rd, _t("2026-09-02T00:00:00Z")).summary()["verdicts_since_render"] == 1

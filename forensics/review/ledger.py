@@ -148,6 +148,8 @@ class Audit:
     report_time: str
     notify_within_hours: float
     rows: list[dict[str, Any]]
+    # Verdicts recorded since the report was rendered: the list audited does not apply them yet
+    verdicts_since_render: int = 0
 
     @property
     def not_notified(self) -> list[dict[str, Any]]:
@@ -167,6 +169,7 @@ class Audit:
                 "notified_not_on_list": sum(1 for r in self.rows if r["status"] in (NOTIFIED_OFF_LIST, NOTIFIED_NEVER_LISTED)),
                 "notices_before_evidence": sum(1 for r in self.rows if "before the evidence" in r["problems"]),
                 "new_findings_since_notice": sum(1 for r in self.rows if r["status"] == NOTIFIED_NEW_FINDINGS),
+                "verdicts_since_render": self.verdicts_since_render,
                 "audit_csv": str(self.report_dir / AUDIT)}
 
 
@@ -328,7 +331,9 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir),
                      listed_since=since if isinstance(since, dict) else None)
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
-    return Audit(report_dir, iso(now), iso(report_time), hours, rows)
+    rendered = ((man.get("ledgers") or {}).get(VERDICTS) or {}).get("entries", 0) if isinstance(man.get("ledgers"), dict) else 0
+    since = max(0, len(verdicts) - (rendered if isinstance(rendered, int) else 0))
+    return Audit(report_dir, iso(now), iso(report_time), hours, rows, verdicts_since_render=since)
 
 
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
