@@ -36,6 +36,7 @@ from forensics.report import (
     report_dir_for,
     report_folder,
     sign_report,
+    unsigned_note,
     write_report,
 )
 from forensics.scan import scan
@@ -275,6 +276,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         t0 = time.monotonic()
         reported = write_report(case_dir, cfg, building, progress=progress, references_key=carried_references_key(report_dir),
                                 listed_since=carried_listed_since(report_dir))
+        reported.notes.extend(unsigned_note(report_dir, sign))
         sign_report(building, sign)  # inside the folder before it is swapped in
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir

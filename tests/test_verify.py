@@ -925,3 +925,18 @@ def test_keygen_makes_the_keys_folder_private_as_the_readme_runs_it(tmp_path: Pa
     assert code == 0, err
     assert (tmp_path / "keys" / "team.pem.pub").is_file()
     assert stat.S_IMODE((tmp_path / "keys").stat().st_mode) == 0o700
+
+
+def test_a_render_without_a_key_over_a_signed_report_says_the_signature_is_gone(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Re-rendering to apply verdicts without --sign silently removed the signature (a review)."""
+    write_logs(tmp_path / "incident")
+    assert _call(["keygen", str(tmp_path / "keys" / "team.pem")], capsys)[0] == 0
+    code, _, _ = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out"), "-q",
+                        "--sign", str(tmp_path / "keys" / "team.pem")], capsys)
+    assert code == 1
+    code, _, err = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 1
+    assert "the report this one replaces was signed (manifest.json.sig); this one is not" in " ".join(err.split())
+    code, _, err = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out")], capsys)
+    assert "was signed" not in err  # said once: the report it replaced this time was not signed

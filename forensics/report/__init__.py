@@ -741,10 +741,20 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
             before = report_dir_for(out, config.name)
             result = write_report(case, config, building, progress, carried_references_key(before),
                                   carried_listed_since(before))
+            result.notes.extend(unsigned_note(before, sign))
             sign_report(building, sign)
     result.report_dir = report_dir_for(out, config.name)
     result.warnings = warnings
     return result
+
+
+def unsigned_note(before: Path, key: Path | None) -> list[str]:
+    """The note for a render with no key that replaces a signed report (the signature goes with it, as it would no
+    longer match; said, since whoever relies on it must sign again)."""
+    if key is not None or not (Path(before) / manifest.SIGNATURE).is_file():
+        return []
+    return [f"the report this one replaces was signed ({manifest.SIGNATURE}); this one is not, and the old signature is "
+            "gone with it: give --sign KEY.pem to sign it"]
 
 
 def sign_report(report_dir: Path, key: Path | None) -> None:
