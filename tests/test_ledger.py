@@ -574,3 +574,15 @@ def test_the_audit_says_how_many_verdicts_the_list_does_not_apply_yet(built: tup
     err = " ".join(capsys.readouterr().err.split())
     assert "1 verdict(s) recorded since the report was rendered are not applied to the list audited" in err
     assert ledger.audit(rd, _t("2026-09-02T00:00:00Z")).summary()["verdicts_since_render"] == 1
+
+
+def test_a_ledger_saved_with_windows_line_endings_is_named_so(built: tuple[Path, object, Path],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A ledger an editor saved with CRLF endings read as "edited by hand" (a review): the fix is a conversion."""
+    _, _, rd = built
+    ledger.record(rd, [ledger.check("acme", "email", "2026-09-01T09:00:00Z", "T-1")])
+    path = rd / "notices.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert _cli(["audit", str(rd), "--now", "2026-09-02T00:00:00Z"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Windows line endings (CRLF)" in err and "dos2unix" in err

@@ -112,7 +112,10 @@ def read(path: Path, required: tuple[str, ...] = ()) -> Chain:
             chain.problem = f"line {n}: seq is {entry.get('seq')!r}, expected {n}"
             return chain
         if encode(entry) != line:
-            chain.problem = f"line {n}: not in the canonical form forensics writes (edited by hand)"
+            chain.problem = (f"line {n}: ends with a carriage return: the file was saved with Windows line endings (CRLF); "
+                             "convert it back to LF line endings (dos2unix), which the chain's hashes cover"
+                             if line.endswith(b"\r") and encode(entry) == line[:-1] else
+                             f"line {n}: not in the canonical form forensics writes (edited by hand)")
             return chain
         missing = [k for k in required if not isinstance(entry.get(k), str) or not entry.get(k)]
         if missing:
