@@ -586,3 +586,14 @@ def test_a_ledger_saved_with_windows_line_endings_is_named_so(built: tuple[Path,
     assert _cli(["audit", str(rd), "--now", "2026-09-02T00:00:00Z"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "Windows line endings (CRLF)" in err and "dos2unix" in err
+
+
+def test_analysts_who_disagree_on_a_finding_are_named_in_the_audit(built: tuple[Path, object, Path]) -> None:
+    """Two analysts gave opposite verdicts: the latest decided without a word (a review)."""
+    _, _, rd = built
+    for analyst, verdict in (("ana", "dismiss"), ("bob", "confirm")):
+        assert _cli(["review", str(rd), "--finding", "f-0001", "--verdict", verdict, "--reason", "looked",
+                     "--analyst", analyst]) == 0
+    rows = ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows
+    said = [r["tenant_id"] for r in rows if "analysts disagree on finding f-0001 (ana dismiss, bob confirm)" in r["problems"]]
+    assert said and all("the latest, bob's confirm, decides" in r["problems"] for r in rows if r["tenant_id"] in said)

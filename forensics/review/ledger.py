@@ -336,6 +336,22 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
     return Audit(report_dir, iso(now), iso(report_time), hours, rows, verdicts_since_render=since)
 
 
+def _disputes(verdicts: list[dict[str, Any]]) -> dict[str, str]:
+    """Per finding (as evidence.csv shows its id) on which analysts gave opposite verdicts, the problem that says so:
+    the latest decides, and it did so without a word (a review)."""
+    by_finding: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        if v.get("verdict") in ("confirm", "dismiss"):
+            by_finding.setdefault(raw_id(str(v["finding_id"])), []).append(v)
+    out: dict[str, str] = {}
+    for fid, given in by_finding.items():
+        if len({v["verdict"] for v in given}) > 1 and len({v.get("analyst") for v in given}) > 1:
+            said = ", ".join(f"{v.get('analyst')} {v['verdict']}" for v in given)
+            out[csvfile.cell(fid)] = (f"analysts disagree on finding {csvfile.cell(fid)} ({said}): the latest, "
+                                      f"{given[-1].get('analyst')}'s {given[-1]['verdict']}, decides; settle it")
+    return out
+
+
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
           sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float,
@@ -389,6 +405,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     position = {id(v): i for i, v in enumerate(verdicts)}
     for target, entry in sorted(deciding(verdicts, resolution).items()):
         decides.setdefault(position[id(entry)], []).append(target)
+    disputes = _disputes(verdicts)
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
@@ -453,6 +470,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
         overdue = bool(listed_rows) and first is None and now - clock_from > dt.timedelta(hours=hours)
         if listed_rows and first is not None and _t(first["at"]) - clock_from > dt.timedelta(hours=hours):
             problems.append(f"notified {first['at']}, after the {hours:g}-hour deadline")
+        problems += [disputes[f] for f in sorted(concerns.get(tenant, set()) & set(disputes))]
         trail = [f"{v['at']} {v['analyst']} {v['verdict']} {v['finding_id']}" + _moved(v, resolution, decides.get(i, []))
                  + f": {v['reason']}" for i in trail_index.get(tenant, []) for v in (verdicts[i],)]
         trail += [f"{n['at']} notice by {n['channel']} ref {n['ref']} (recorded {n['recorded_at']})" for n in notices]
