@@ -1170,11 +1170,11 @@ def audit(
         _emit_json(summary)
     elif not quiet:
         table = _table(f"audit of {result.report_dir} at {summary['now']} (deadline {summary['notify_within_hours']:g} h)")
-        for col in ("customer", "roles", "status", "notified", "evidence from", "days", "overdue", "problems"):
+        for col in ("customer", "roles", "status", "notified", "evidence from", "days", "deadline", "overdue", "problems"):
             table.add_column(col, overflow="fold")
         for r in summary["customers"]:
             _add_row(table, r["tenant_id"], r["roles"] or "-", r["status"], r["notified_at"] or "-", r["evidence_from"],
-                     r["days_since_report"], "OVERDUE" if r["overdue"] else "", r["problems"])
+                     r["days_since_report"], r["deadline"] or "-", "OVERDUE" if r["overdue"] else "", r["problems"])
         out.print(table)
         out.print(f"not notified: {summary['not_notified']} (overdue {summary['overdue']}); notified but not on the "
                   f"list: {summary['notified_not_on_list']}; notices before their evidence: {summary['notices_before_evidence']}; "

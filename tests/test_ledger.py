@@ -67,6 +67,7 @@ def test_audit_lists_who_is_not_notified_and_exits_one_until_everyone_is(built: 
     rows = _audit_rows(rd)
     assert rows["acme"]["status"] == "notified" and rows["acme"]["ref"] == "T-acme" and rows["acme"]["channel"] == "email"
     assert rows["globex"]["status"] == "not notified" and rows["globex"]["days_since_report"] == "1"
+    assert rows["globex"]["deadline"] == "2026-09-03T10:00:00Z"  # the report's time plus 72 hours
     assert rows["globex"]["overdue"] == "false"
     for tenant in _tenants(rd):
         if tenant.removeprefix("'") != "acme":

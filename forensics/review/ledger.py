@@ -59,7 +59,7 @@ CLOCK_SKEW = dt.timedelta(minutes=10)
 REQUIRED = ("tenant_id", "channel", "at", "ref", "recorded_at")
 IMPORT_COLUMNS = ("tenant_id", "channel", "at", "ref")
 AUDIT_COLUMNS = ("tenant_id", "on_list", "roles", "tier", "status", "notified_at", "channel", "ref", "evidence_from",
-                 "days_since_report", "overdue", "problems", "decision_trail")
+                 "days_since_report", "deadline", "overdue", "problems", "decision_trail")
 
 
 def _when(value: str, what: str, file: Path | None = None, line: int | None = None) -> dt.datetime:
@@ -481,6 +481,8 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
             "status": status, "notified_at": first["at"] if first else "", "channel": first["channel"] if first else "",
             "ref": first["ref"] if first else "", "evidence_from": iso(evidence_from) if evidence_from is not None else "",
             "days_since_report": int((now - clock_from).total_seconds() // 86400) if listed_rows else "",
+            # When its first notice is due ("due in 2 hours" could not be read off the row)
+            "deadline": iso(clock_from + dt.timedelta(hours=hours)) if listed_rows else "",
             "overdue": overdue, "problems": " | ".join(problems), "decision_trail": " | ".join(trail),
         })
     return rows
