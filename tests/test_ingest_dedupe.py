@@ -670,3 +670,22 @@ def test_no_answer_is_filled_while_split_request_lines_name_no_customer(tmp_path
     got = sorted((r["tenant_id"] or "", r["response_text"]) for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist())
     assert got == [("", "whose answer?"), ("acme", None)]
     assert any("name no customer were quarantined" in n for n in result.manifest["notes"])
+
+
+def test_the_decode_nodes_text_fills_no_row_of_a_request_another_row_of_which_holds_its_answer(tmp_path: Path) -> None:
+    """The spend log holds the answer, the split log the whole prompt and none: both rows are kept. The decode node's
+    text overwrote both, the leaked answer with it (a review): a request with an answer in any row takes none."""
+    full = "CONFIDENTIAL " + "lorem ipsum dolor " * 400
+    _spend_and_split(tmp_path / "logs", _cut(full), full, answer="globex secret: vault code 7741-ALPHA", split_answer=None)
+    finished = {"timestamp": "2026-08-30T03:12:19.000000", "event": "request.finished", "rid": "chatcmpl-77",
+                "obj": {"rid": "chatcmpl-77", "bootstrap_room": 11, "stream": False},
+                "out": {"text": "ENGINE TEXT", "meta_info": {"id": "chatcmpl-77", "finish_reason": {"type": "stop"},
+                                                             "prompt_tokens": 1, "completion_tokens": 3}}}
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "decode-0_0.log").write_text(json.dumps(finished) + "\n")
+    api.ingest(tmp_path / "case", [tmp_path / "logs"])
+    result = api.ingest(tmp_path / "case", [tmp_path / "engine"], fmt="sglang")
+    rows = pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()
+    assert sorted((r["record_kind"], r["response_text"] or "") for r in rows) == [
+        ("spend_log", "globex secret: vault code 7741-ALPHA"), ("split", "")]
+    assert not any("took the text the decode node logged" in n for n in result.manifest["notes"])

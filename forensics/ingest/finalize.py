@@ -1357,9 +1357,12 @@ def _with_answers(table: pa.Table, answers: _Answers | None) -> pa.Table:
 #: line), with where that line is: the rows :func:`_engine_answers` fills. The id must be the record's alone (``rid``
 #: is set only where the engine's lines are attributed to it) and every decode line of it must hold the same text.
 ENGINE_ANSWERS_SQL = """
-WITH blank AS (
-  SELECT request_id, tenant_id, rid FROM read_parquet({exchanges})
-  WHERE rid IS NOT NULL AND length(coalesce(response_text, '')) = 0
+WITH kept AS (
+  SELECT request_id, tenant_id, rid, length(coalesce(response_text, '')) = 0 AS empty FROM read_parquet({exchanges})
+), blank AS (  -- a request none of whose kept rows holds an answer (a row may keep the prompt, another the answer)
+  SELECT request_id, tenant_id, min(rid) AS rid FROM kept
+  GROUP BY request_id, tenant_id
+  HAVING bool_and(empty) AND min(rid) IS NOT NULL AND count(DISTINCT rid) = 1
 ), generated AS (
   SELECT rid, min(output_text) AS text, count(DISTINCT output_text) AS texts,
          arg_min(source_file, (source_file, source_line)) AS file, arg_min(source_line, (source_file, source_line)) AS line
@@ -1387,26 +1390,30 @@ def _engine_answers(c: Case, con: duckdb.DuckDBPyConnection) -> int:
     if not found:
         return 0
     by_key = {(rid, tenant): (text, file, line) for rid, tenant, text, file, line in found}
+    filled = 0
     sink = ParquetSink(path, schema.EXCHANGES)
     try:
         pf = pq.ParquetFile(path)
         for g in range(pf.num_row_groups):
             table = pf.read_row_group(g)
             keys = list(zip(table.column("request_id").to_pylist(), table.column("tenant_id").to_pylist()))
-            hit = [i for i, key in enumerate(keys) if key in by_key]
+            answers = table.column("response_text").to_pylist()
+            # (only the rows with no answer: the query chose requests none of whose rows holds one)
+            hit = [i for i, key in enumerate(keys) if key in by_key and not answers[i]]
             if hit:
                 names = ("response_text", "response_source_file", "response_source_line")
                 cols = {name: table.column(name).to_pylist() for name in names}
                 for i in hit:
                     cols["response_text"][i], cols["response_source_file"][i], cols["response_source_line"][i] = \
                         by_key[keys[i]]
+                filled += len(hit)
                 table = _set_columns(table, cols, names)
             sink.write_batch(table)
         sink.close()
     except BaseException:
         sink.abort()
         raise
-    return len(found)
+    return filled
 
 
 def _split_joined(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> Any:
