@@ -739,13 +739,15 @@ def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> li
     command-line option is the manifest's word alone: the signature (``--sign``) is what vouches for it.
     """
     shown = man.case_file.get("path", case_file.name) if man.case_file else case_file.name
+    case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
+    values, sources = case.get("values") or {}, case.get("sources") or {}
+    # A required key an option gave may be missing from the file (forensics run --ceiling ...)
+    given = frozenset(k for k, src in sources.items() if src == "option") if isinstance(sources, dict) else frozenset()
     try:
-        mine = load_case_file(case_file).to_json()["values"]
+        mine = load_case_file(case_file, provided=given).to_json()["values"]
     except ConfigError as exc:
         return [Drift("case_file", shown, f"cannot be read as a case file ({exc})")]
     root = Path(os.path.realpath(root))  # the case file's paths are resolved: so must the root be (a link, /tmp)
-    case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
-    values, sources = case.get("values") or {}, case.get("sources") or {}
     mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"]] for i in mine["inputs"]]
     listed = values.get("inputs")
     recorded_inputs: list[Any] = listed if isinstance(listed, list) else []

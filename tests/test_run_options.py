@@ -89,6 +89,9 @@ def test_a_required_key_an_option_gives_may_be_missing_from_the_case_file(tmp_pa
     assert _exit(["run", str(logs), "--out", str(tmp_path / "out"), "-q"]) == 2
     assert _exit(["run", str(logs), "--out", str(tmp_path / "out"), "-q", "--ceiling", "2000"]) == 1
     assert _manifest(tmp_path / "out" / "e2e")["parameters"]["case"]["sources"]["real_ceiling_tokens"] == "option"
+    # The case file read back by verify lacks the key too: no drift (a review found "cannot be read as a case file").
+    verified = api.verify(tmp_path / "out" / "e2e", rerun=True)
+    assert verified.ok, verified.drift
 
 
 def test_the_report_stage_takes_its_options_over_the_cases_saved_settings(tmp_path: Path) -> None:
