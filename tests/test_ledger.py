@@ -558,6 +558,7 @@ def test_an_audit_as_of_a_past_time_counts_no_notice_sent_after_it(built: tuple[
     ledger.record(rd, [ledger.check("acme", "email", "2026-09-10T10:00:00Z", "T-late")], now=_t("2026-09-10T11:00:00Z"))
     before = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-05T00:00:00Z")).rows}["acme"]
     assert before["status"] == "not notified" and before["overdue"] is True
+    assert "notice 'T-late' is dated 2026-09-10T10:00:00Z, after the audit's time (2026-09-05T00:00:00Z)" in before["problems"]
     after = {r["tenant_id"]: r for r in ledger.audit(rd, _t("2026-09-11T00:00:00Z")).rows}["acme"]
     assert after["status"] == "notified" and after["notified_at"] == "2026-09-10T10:00:00Z"
 
@@ -598,3 +599,13 @@ def test_analysts_who_disagree_on_a_finding_are_named_in_the_audit(built: tuple[
     rows = ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows
     said = [r["tenant_id"] for r in rows if "analysts disagree on finding f-0001 (ana dismiss, bob confirm)" in r["problems"]]
     assert said and all("the latest, bob's confirm, decides" in r["problems"] for r in rows if r["tenant_id"] in said)
+
+
+def test_a_notice_dated_within_the_clock_skew_record_allows_counts_on_the_clock(built: tuple[Path, object, Path]) -> None:
+    """`notified` accepts a notice dated a few minutes ahead (clocks differ); the audit on the clock dropped it, and
+    the customer read as not notified and overdue, with no word why (a review)."""
+    _, _, rd = built
+    ahead = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+    ledger.record(rd, [ledger.check("acme", "email", ahead.strftime("%Y-%m-%dT%H:%M:%SZ"), "T-ahead")])
+    row = {r["tenant_id"]: r for r in ledger.audit(rd).rows}["acme"]
+    assert row["status"] == "notified" and row["ref"] == "T-ahead"

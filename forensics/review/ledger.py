@@ -308,9 +308,13 @@ def _listed_findings(evidence: list[dict[str, str]]) -> dict[str, set[str]]:
 
 
 def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
-    """Compare the notices sent with the report's list; write audit.csv into the report folder."""
+    """Compare the notices sent with the report's list, as of ``now`` (default: the clock); write audit.csv into the
+    report folder."""
     report_dir = Path(report_dir)
     man = _manifest(report_dir)
+    # As of ``now``: a notice dated after it was not sent then (an audit "as of the deadline" showed late notices as
+    # done). On the clock, a notice dated within the skew ``record`` allows counts, as it was accepted.
+    until = now.astimezone(dt.UTC) if now is not None else dt.datetime.now(dt.UTC) + CLOCK_SKEW
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     hours = notify_within_hours((man.get("parameters") or {}).get("report") or {}, report_dir / "manifest.json")
     last = (man.get("counts") or {}).get("last_received") or ""
@@ -324,12 +328,9 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         review = _csv_rows(report_dir / "review.csv")
         verdicts = chain.read_report_ledger(report_dir, VERDICTS, VERDICT_FIELDS).entries
         sent = chain.read_report_ledger(report_dir, NOTICES, REQUIRED).entries
-        # As of ``now``: a notice sent after it was not sent then (an audit "as of the deadline" showed late notices as
-        # done). One whose time is unreadable stays, for the row to say so.
-        sent = [n for n in sent if (t := _maybe_t(str(n.get("at", "")))) is None or t <= now]
         since = man.get("listed_since")
         rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir),
-                     listed_since=since if isinstance(since, dict) else None)
+                     listed_since=since if isinstance(since, dict) else None, counted_until=until)
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
     rendered = ((man.get("ledgers") or {}).get(VERDICTS) or {}).get("entries", 0) if isinstance(man.get("ledgers"), dict) else 0
     since = max(0, len(verdicts) - (rendered if isinstance(rendered, int) else 0))
@@ -355,10 +356,12 @@ def _disputes(verdicts: list[dict[str, Any]]) -> dict[str, str]:
 def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence: list[dict[str, str]],
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
           sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float,
-          resolution: Resolution | None = None, listed_since: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          resolution: Resolution | None = None, listed_since: dict[str, Any] | None = None,
+          counted_until: dt.datetime | None = None) -> list[dict[str, Any]]:
     """One audit row per customer; customers are compared by their ids as the logs hold them (the report's
     CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell.
-    ``listed_since``: the manifest's, since when the reports have listed each customer (the deadline runs from it)."""
+    ``listed_since``: the manifest's, since when the reports have listed each customer (the deadline runs from it).
+    ``counted_until``: a notice dated after it does not count (the audit's time), and its row says so."""
     on_list: dict[str, list[dict[str, str]]] = {}
     for r in listed:
         on_list.setdefault(_raw(r["tenant_id"]), []).append(r)
@@ -432,9 +435,13 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
                 clock_from = max(clock_from, min(times))
         # A notice whose time is not a time (a ledger line written by hand) counts for nothing, and is said to.
         when = [(n, _maybe_t(str(n.get("at", "")))) for n in by_tenant.get(tenant, [])]
+        after = [n for n, t in when if t is not None and counted_until is not None and t > counted_until]
+        when = [(n, t) for n, t in when if not any(n is a for a in after)]
         notices = [n for n, t in sorted(((n, t) for n, t in when if t is not None), key=lambda x: (x[1], x[0].get("seq", 0)))]
         problems = [f"notice {n.get('ref')!r} has no readable time ({_shown_at(n)}): it does not count"
                     for n, t in when if t is None]
+        problems += [f"notice {n.get('ref')!r} is dated {n.get('at')}, after the audit's time ({iso(now)}): it does not "
+                     "count yet" for n in after]
         valid = [n for n in notices if evidence_from is None or _t(n["at"]) >= evidence_from]
         problems += [f"notice {n['ref']!r} sent {n['at']}, before the evidence it cites existed ({iso(evidence_from)})"
                      for n in notices if evidence_from is not None and _t(n["at"]) < evidence_from]
