@@ -488,11 +488,15 @@ def apply_options(cfg: CaseConfig, options: dict[str, Any], base: Path | None = 
         section_name = "" if key in TOP_OPTIONS else _option_row(key).section
         if section_name == "":
             value = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+            if key == "models" and isinstance(value, list):
+                value = list(dict.fromkeys(value))  # a model given twice is one model
             value = _top_value(key, value, base, where, None)
             try:
                 cfg.set(key, value, "option")
-            except ConfigError as exc:  # (worded for the case file's key: say which option gave it)
-                raise ConfigError(f"{where}: {exc.message}", fix=exc.fix) from None
+            except ConfigError as exc:  # (worded for the case file's key: say which option gave it, and how to write it)
+                fix = (f"write it like {where} 2026-08-27T00:00:00Z"
+                       if key in ("window_start", "window_end") and (exc.fix or "").startswith("write it like") else exc.fix)
+                raise ConfigError(f"{where}: {exc.message}", fix=fix) from None
         elif section_name == "execution":
             cfg.execution = execution_settings({**cfg.execution, key: value}, option=where)
         else:

@@ -134,3 +134,23 @@ def test_an_options_relative_tokenizer_path_is_the_working_folders(tmp_path: Pat
 
 def test_top_options_name_the_keys_of_the_case_file() -> None:
     assert set(TOP_OPTIONS) <= TOP_KEYS | {"models"}
+
+
+def test_a_match_option_given_to_the_stage_is_listed_in_the_summary(tmp_path: Path) -> None:
+    """`forensics match --gap 20` in the stage-by-stage flow: match.json said option, the summary did not list it."""
+    logs = write_logs(tmp_path / "logs")
+    case = tmp_path / "case"
+    assert _exit(["ingest", str(logs / "gateway"), "--case", str(case), "--config", str(logs / "case.toml"), "-q"]) == 0
+    assert _exit(["scan", "--case", str(case), "-q"]) == 1
+    assert _exit(["match", "--case", str(case), "--gap", "20", "-q"]) == 1
+    assert _exit(["report", "--case", str(case), "--out", str(tmp_path / "out"), "-q"]) == 1
+    assert "| given as options | --gap |" in (tmp_path / "out" / "e2e" / "summary.md").read_text(encoding="utf-8")
+
+
+def test_options_say_how_to_write_a_time_and_a_model_given_twice_is_one(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "logs")
+    assert _exit(["run", str(logs), "--out", str(tmp_path / "out"), "-q", "--window-start", "garbage"]) == 2
+    assert "write it like --window-start 2026-08-27T00:00:00Z" in " ".join(capsys.readouterr().err.split())
+    api.run(logs, tmp_path / "out", options={"models": ["glm-5.3", "glm-5.3"]})
+    assert _manifest(tmp_path / "out" / "e2e")["parameters"]["case"]["values"]["models"] == ["glm-5.3"]

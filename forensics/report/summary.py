@@ -133,7 +133,9 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
     if cfg.description:
         scope.append(["description", TeamText(safe.shorten(cfg.description, 500))])
     given = sorted({option_name(k) for k, src in cfg.sources.items() if src == "option" and k != "options"}
-                   | {option_name(k) for name, table in cfg.options.items() for k in table if settings.get(name, k).result})
+                   | {option_name(k) for name, table in cfg.options.items() for k in table if settings.get(name, k).result}
+                   # a [match] value given to `forensics match` (the stages run one by one): match.json records it
+                   | {option_name(k) for k, src in data.match.parameter_sources.items() if src == "option"})
     if given:  # over the case file's values, for this run (the manifest records each as an option's)
         scope.append(["given as options", ", ".join(given)])
     counts = count_rows(
