@@ -110,6 +110,7 @@ class InputSpec:
     path: Path
     format: str = "auto"
     profile: Profile | None = None
+    timezone: str | None = None  # the zone of its times with no zone, over the case's and its format's own
 
 
 @dataclasses.dataclass
@@ -217,8 +218,8 @@ class CaseConfig:
             "timezone": self.timezone,
             "tokenizer": str(self.tokenizer) if self.tokenizer else None,
             "description": self.description,
-            "inputs": [{"path": str(i.path), "format": i.format, **(i.profile.to_json() if i.profile else {})}
-                       for i in self.inputs],
+            "inputs": [{"path": str(i.path), "format": i.format, **({"timezone": i.timezone} if i.timezone else {}),
+                        **(i.profile.to_json() if i.profile else {})} for i in self.inputs],
             "sections": self.sections,
         }
         # Absent when no option gave a value that can change the result (--workers cannot): a report is byte-identical
@@ -245,7 +246,8 @@ class CaseConfig:
             tokenizer=Path(v["tokenizer"]) if v["tokenizer"] else None,
             description=v.get("description", ""),
             inputs=[InputSpec(Path(i["path"]), i["format"],
-                              parse_profile(i["fields"], i.get("time_format"), "inputs") if "fields" in i else None)
+                              parse_profile(i["fields"], i.get("time_format"), "inputs") if "fields" in i else None,
+                              i.get("timezone"))
                     for i in v["inputs"]],
             sections=v.get("sections", {}),
             options=v.get("options", {}),
@@ -564,11 +566,18 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
     for i, item in enumerate(value):
         if not isinstance(item, dict) or "path" not in item:
             raise ConfigError(f"inputs[{i}] has no path", file=file, fix='add path = "logs/gateway" to the [[inputs]] entry')
-        extra = sorted(set(item) - {"path", "format", "time_format", "fields"})
+        extra = sorted(set(item) - {"path", "format", "timezone", "time_format", "fields"})
         if extra:
             raise ConfigError(f"unknown key {extra[0]!r} in inputs[{i}]", file=file,
-                              fix="an [[inputs]] entry takes path and format (and, for format = \"mapped\", time_format and "
-                                  "an [inputs.fields] table)")
+                              fix="an [[inputs]] entry takes path, format and timezone (and, for format = \"mapped\", "
+                                  "time_format and an [inputs.fields] table)")
+        zone = None
+        if "timezone" in item:
+            try:
+                zone = _parse_zone(item["timezone"], f"inputs[{i}].timezone")
+            except ConfigError as exc:
+                exc.file = str(file) if file else None
+                raise
         if not isinstance(item["path"], str) or not item["path"]:
             # A number was read as a file name ("5") and a list as a pattern ("['gateway']") matching nothing.
             raise ConfigError(f"inputs[{i}].path must be a non-empty string, got {item['path']!r}", file=file,
@@ -592,7 +601,7 @@ def _parse_inputs(value: Any, base: Path, file: Path | None) -> list[InputSpec]:
                                           f"{what}")
         # A "[" in the case file's folder ("[INC-7] leak") is no character class: a pattern's fixed part is
         # the folders that exist as written (forensics.ingest.patterns.split_pattern).
-        specs.append(InputSpec(_path_of(base, item["path"], f"inputs[{i}].path", file), fmt, profile))
+        specs.append(InputSpec(_path_of(base, item["path"], f"inputs[{i}].path", file), fmt, profile, zone))
     return specs
 
 

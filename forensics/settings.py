@@ -124,7 +124,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the engine's startup lines", 1, 1_000_000_000, cli="--advertised-window"),
     Setting("tokenizer", "", "file", None, "the model's tokenizers JSON file, for exact token counts; none: estimates",
             cli="--tokenizer", metavar="TOKENIZER.json", command="ingest"),
-    Setting("timezone", "", "text", "UTC", "zone of the timestamps that carry none (an IANA name)", cli="--timezone",
+    Setting("timezone", "", "text", "UTC", "zone of the timestamps that carry none (an IANA name), but for formats that "
+            "document theirs (LiteLLM and Langfuse write UTC) and inputs that give their own", cli="--timezone",
             metavar="ZONE", command="ingest"),
     Setting("tenant_field", "", "text", "auto", "the gateway field that names the customer; auto: the usual fields",
             cli="--tenant-field", metavar="FIELD", command="ingest"),
@@ -182,6 +183,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("master", "execution", "text", "local[*]", "the Spark master URL for engine = \"spark\": local[N] (N "
             "cores of this machine), spark://HOST:7077, yarn, k8s://...", result=False, cli="--master", metavar="URL",
             command="run"),
+    Setting("timezone", "inputs", "text", None, "zone of this input's timestamps that carry none, over the case's "
+            "timezone and its format's own (LiteLLM and Langfuse write UTC); none: those"),
     Setting("time_format", "inputs", "time_format", "auto", 'format = "mapped" only: how its times are written; auto: '
             "ISO 8601 or an epoch number whose unit is told by its magnitude", choices=("auto", "iso", "epoch_s", "epoch_ms",
                                                                                          "epoch_us")),

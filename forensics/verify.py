@@ -748,10 +748,12 @@ def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> li
     except ConfigError as exc:
         return [Drift("case_file", shown, f"cannot be read as a case file ({exc})")]
     root = Path(os.path.realpath(root))  # the case file's paths are resolved: so must the root be (a link, /tmp)
-    mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"]] for i in mine["inputs"]]
+    mine["inputs"] = [[Path(os.path.relpath(i["path"], root)).as_posix(), i["format"], i.get("timezone")]
+                      for i in mine["inputs"]]
     listed = values.get("inputs")
     recorded_inputs: list[Any] = listed if isinstance(listed, list) else []
-    theirs = dict(values, inputs=[[i.get("path"), i.get("format")] if isinstance(i, dict) else i for i in recorded_inputs])
+    theirs = dict(values, inputs=[[i.get("path"), i.get("format"), i.get("timezone")] if isinstance(i, dict) else i
+                                  for i in recorded_inputs])
     if mine.get("tokenizer"):
         mine["tokenizer"] = Path(os.path.relpath(mine["tokenizer"], root)).as_posix()
     drift = []
@@ -776,7 +778,7 @@ def _rerun_config(man: ReportManifest, root: Path, manifest_path: Path) -> CaseC
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         raise CaseError(f"manifest.json records no usable case parameters ({type(exc).__name__}: {exc})",
                         file=manifest_path, fix="re-run needs a report written by this version of `forensics run` or `report`") from None
-    cfg.inputs = [InputSpec((root / i.path).resolve(), i.format, i.profile) for i in cfg.inputs]
+    cfg.inputs = [InputSpec((root / i.path).resolve(), i.format, i.profile, i.timezone) for i in cfg.inputs]
     if cfg.tokenizer is not None:
         cfg.tokenizer = (root / cfg.tokenizer).resolve()
     if man.case_file:
@@ -917,16 +919,18 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         out = Path(tmp) / "out"
         case_dir = report_dir_for(out, cfg.name) / "case"
         mapped = {spec.path for spec in cfg.inputs if spec.profile is not None}
+        zone_of = {spec.path: spec.timezone for spec in cfg.inputs}  # an [[inputs]] entry's own timezone
         for fmt in sorted(by_format):  # one call per format, as `forensics run` does
             plain = [p for p in by_format[fmt] if p not in mapped]
             if plain:
                 # Stages run one by one list each file they read, not the folder they were given: a file of no
                 # known format there (a README beside the logs) was a quarantine row, not an error.
                 api.ingest(case_dir, plain, fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress,
-                           found_in_folder=not cfg.inputs)
+                           found_in_folder=not cfg.inputs, path_zones=[zone_of.get(p) for p in plain])
         for spec in cfg.inputs:  # each mapped entry on its own, with its profile
             if spec.profile is not None:
-                api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile)
+                api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile,
+                           path_zones=[spec.timezone])
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))

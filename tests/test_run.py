@@ -945,3 +945,29 @@ def test_litellm_times_with_no_zone_are_utc_whatever_the_zone_the_engine_logs_ne
     assert "1 records had timestamps with no zone; they were read as UTC (as litellm writes them, whatever the case's " \
            "timezone Asia/Shanghai)" in notes
     assert [(n.tenant_id, n.role) for n in result.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
+
+
+def test_an_inputs_entry_gives_the_zone_of_its_own_times_over_the_case_and_the_format(tmp_path: Path,
+                                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A LiteLLM proxy whose host writes local time: its [[inputs]] entry says so, over the format's UTC (a review found
+    no way to say it once LiteLLM times were read as UTC)."""
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    spend.write_text(spend.read_text(encoding="utf-8").replace("T11:00:00Z", "T19:00:00"), encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "gateway"\ntimezone = "Asia/Shanghai"'),
+                                    encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    row = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()[0]
+    assert row["received_at"].isoformat() == "2026-08-28T11:00:00+00:00" and row["zone_assumed"] == "Asia/Shanghai"
+    notes = json.loads((result.case_dir / "manifest.json").read_text(encoding="utf-8"))["notes"]
+    assert any("read as Asia/Shanghai (the [[inputs]] timezone of gateway/spend.jsonl)" in n for n in notes), notes
+    man = json.loads((result.report.report_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert man["parameters"]["case"]["values"]["inputs"] == [{"format": "litellm", "path": "gateway",
+                                                              "timezone": "Asia/Shanghai"}]
+    assert api.verify(result.report.report_dir, rerun=True).ok
+    (logs / "case.toml").write_text(CASE_TOML.replace('path = "gateway"', 'path = "gateway"\ntimezone = "Mars/Base"'),
+                                    encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(logs), "--out", str(tmp_path / "out"), "-q"])
+    assert exc.value.code == 2
+    assert "inputs[0].timezone = 'Mars/Base' is not a known time zone" in capsys.readouterr().err

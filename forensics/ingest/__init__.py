@@ -541,6 +541,7 @@ def ingest(
     profile: Profile | None = None,
     path_formats: Sequence[str | None] | None = None,
     found_in_folder: bool = False,
+    path_zones: Sequence[str | None] | None = None,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
@@ -552,7 +553,8 @@ def ingest(
     quarantine row. ``found_in_folder``: every file of ``paths`` is taken as found in a folder (what
     ``verify --rerun`` needs to repeat, file by file, an ingest that was given the folder). ``fmt="mapped"`` reads
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
-    input that holds ``paths``).
+    input that holds ``paths``). ``path_zones``: per entry of ``paths``, the zone of its times with no zone (an
+    ``[[inputs]]`` entry's ``timezone``; None: its format's own, else the case's).
     """
     from forensics.ingest.finalize import finalize
 
@@ -561,6 +563,9 @@ def ingest(
     if path_formats is not None and len(path_formats) != len(paths):
         raise ValueError(f"path_formats names {len(path_formats)} formats for {len(paths)} paths")
     entry_formats = list(path_formats) if path_formats is not None else [fmt] * len(paths)
+    if path_zones is not None and len(path_zones) != len(paths):
+        raise ValueError(f"path_zones names {len(path_zones)} zones for {len(paths)} paths")
+    entry_zones = list(path_zones) if path_zones is not None else [None] * len(paths)
     for name in dict.fromkeys(entry_formats):
         if name is not None:
             FORMATS.get(name)  # an unknown name is an error naming the registered formats
@@ -584,13 +589,15 @@ def ingest(
     plan: list[tuple[Path, str, str | None, list[Span], Skip | None, Examined]] = []
     found: list[tuple[Path, bool]] = []
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
+    zones: dict[Path, str | None] = {}  # the zone given for each file found (its [[inputs]] entry's), None: none
     skipped: list[Skipped] = []
-    for given, entry_format in zip(paths, entry_formats):
+    for given, entry_format, entry_zone in zip(paths, entry_formats, entry_zones):
         entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root, literal=found_in_folder)
         if found_in_folder:
             entry_found = [(path, False) for path, _ in entry_found]
         found.extend(entry_found)
         forced.extend([entry_format] * len(entry_found))
+        zones.update({path: entry_zone for path, _ in entry_found})
         skipped.extend(entry_skipped)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
@@ -689,6 +696,12 @@ def ingest(
         replaced: list[dict[str, Any]] = []  # entries of the case a grown copy of the same log replaces
         for path, sha, detected, spans, skip, seen in plan:
             shown = display_path(path, base)
+            zone = zones.get(path) or zone_for(detected, cfg.timezone)
+            if sha in known and known[sha].get("zone", zone_for(known[sha].get("format"), cfg.timezone)) != zone:
+                # Its rows were read in another zone: skipping it as already ingested would keep them, hours off.
+                raise ConfigError(f"this file was ingested into the case before with its times read as "
+                                  f"{known[sha].get('zone', zone_for(known[sha].get('format'), cfg.timezone))}, now {zone}",
+                                  file=path, fix="ingest into a new case folder (forensics run always starts afresh)")
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
             if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
                 # Its rows were read through another profile: skipping it as already ingested would
@@ -712,6 +725,8 @@ def ingest(
                         and (e.get("paths") == [shown] or _one_file(e) == named) and _starts(path, e)]:
                 replaced.append(known.pop(old))  # the earlier copy of a log that grew: the complete one replaces it
             known[sha] = _new_entry(path, shown, sha, detected, seen, skip)
+            if zones.get(path):
+                known[sha]["zone"] = zone  # (its [[inputs]] entry's: the finaliser's note names it)
             if seen.parquet:
                 parquet_files.add(sha)
             if detected is not None and spans[-1].end is not None:  # read up to where it was hashed (a live log may grow)
@@ -721,8 +736,7 @@ def ingest(
                 known[sha]["profile"] = mapping  # what its rows were read through (checked on a later ingest)
             run_files.append(known[sha])
             for part, span in enumerate(spans):
-                units.append(Unit(str(path), table_text(shown), sha, detected, part, span, zone_for(detected, cfg.timezone),
-                                  cfg.tenant_field,
+                units.append(Unit(str(path), table_text(shown), sha, detected, part, span, zone, cfg.tenant_field,
                                   str(cfg.tokenizer) if cfg.tokenizer else None, str(c.staging), skip,
                                   profile if detected == "mapped" else None,
                                   cfg.real_ceiling_tokens if isinstance(cfg.real_ceiling_tokens, int) else None))

@@ -50,7 +50,7 @@ from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
-from forensics.errors import CaseError, shown_ids
+from forensics.errors import CaseError, first_few, shown_ids
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -295,16 +295,23 @@ def finalize(
     assumed = sum(f.get("zone_assumed", 0) for f in files)
     by_zone: Tally[str] = Tally()
     documented: dict[str, set[str]] = {}
+    given: dict[str, set[str]] = {}
     for f in files:
         if f.get("zone_assumed"):
-            zone = zone_for(f.get("format"), cfg.timezone)
+            zone = f.get("zone") or zone_for(f.get("format"), cfg.timezone)
             by_zone[zone] += f["zone_assumed"]
-            if zone_for(f.get("format"), "") == zone:  # the format's own zone, not the case's
+            if f.get("zone"):  # its [[inputs]] entry's
+                given.setdefault(zone, set()).add(str(f.get("path")))
+            elif zone_for(f.get("format"), "") == zone:  # the format's own zone, not the case's
                 documented.setdefault(zone, set()).add(str(f.get("format")))
     for zone, n in sorted(by_zone.items(), key=lambda item: (item[0] != cfg.timezone, item[0])):
-        why = (f" (as {', '.join(sorted(documented[zone]))} writes them, whatever the case's timezone {cfg.timezone})"
-               if zone in documented and zone != cfg.timezone else "")
-        notes.append(f"{n} records had timestamps with no zone; they were read as {zone}{why}")
+        why = []
+        if zone in documented and zone != cfg.timezone:
+            why.append(f"as {', '.join(sorted(documented[zone]))} writes them, whatever the case's timezone {cfg.timezone}")
+        if zone in given and zone != cfg.timezone:
+            why.append(f"the [[inputs]] timezone of {first_few(sorted(given[zone]), 3)}")
+        notes.append(f"{n} records had timestamps with no zone; they were read as {zone}"
+                     + (f" ({'; '.join(why)})" if why else ""))
     skipped = [f["path"] for f in files if f["status"].startswith("skipped")]
     if skipped:
         notes.append(f"{len(skipped)} {'file was' if len(skipped) == 1 else 'files were'} skipped (no known format, not "

@@ -903,6 +903,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
     # Absolute input paths would differ per clone: record them relative to the inputs root.
     cfg_json["values"]["inputs"] = [
         {"path": Path(_rel_or_self(i.path, root)).as_posix(), "format": i.format,
+         **({"timezone": i.timezone} if i.timezone else {}),  # its own zone, when the entry gives one
          **(i.profile.to_json() if i.profile else {})} for i in config.inputs  # a mapped input's profile too
     ]
     if cfg_json["values"].get("tokenizer"):
