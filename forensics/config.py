@@ -490,15 +490,7 @@ def apply_options(cfg: CaseConfig, options: dict[str, Any], base: Path | None = 
         section_name = "" if key in TOP_OPTIONS else _option_row(key).section
         if section_name == "":
             value = list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
-            if key == "models" and isinstance(value, list):
-                value = list(dict.fromkeys(value))  # a model given twice is one model
-            value = _top_value(key, value, base, where, None)
-            try:
-                cfg.set(key, value, "option")
-            except ConfigError as exc:  # (worded for the case file's key: say which option gave it, and how to write it)
-                fix = (f"write it like {where} 2026-08-27T00:00:00Z"
-                       if key in ("window_start", "window_end") and (exc.fix or "").startswith("write it like") else exc.fix)
-                raise ConfigError(f"{where}: {exc.message}", fix=fix) from None
+            set_option(cfg, key, _top_value(key, value, base, where, None), where)
         elif section_name == "execution":
             cfg.execution = execution_settings({**cfg.execution, key: value}, option=where)
         else:
@@ -511,6 +503,19 @@ def apply_options(cfg: CaseConfig, options: dict[str, Any], base: Path | None = 
     for name, table in tables.items():
         cfg.options[name] = {**cfg.options.get(name, {}), **table}
     cfg.validate()
+
+
+def set_option(cfg: CaseConfig, key: str, value: Any, where: str) -> None:
+    """Set top-level ``key`` as given by option ``where`` (``--window-start``): a model given twice is one model, and an
+    error says which option gave the value and how to write it (the set methods word it for the case file's key)."""
+    if key == "models":
+        value = list(dict.fromkeys([value] if isinstance(value, str) else value))
+    try:
+        cfg.set(key, value, "option")
+    except ConfigError as exc:
+        fix = (f"write it like {where} 2026-08-27T00:00:00Z"
+               if key in ("window_start", "window_end") and (exc.fix or "").startswith("write it like") else exc.fix)
+        raise ConfigError(f"{where}: {exc.message}", fix=fix) from None
 
 
 def _check_option(row: settings.Setting, value: Any, where: str) -> None:

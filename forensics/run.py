@@ -238,12 +238,11 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         ingested: IngestResult | None = None
         if plain:
             ingested = ingest_stage(case_dir, [spec.path for spec in plain], config=cfg, progress=progress,
-                                    path_formats=[None if spec.format == "auto" else spec.format for spec in plain],
-                                    path_zones=[spec.timezone for spec in plain])
+                                    path_formats=[None if spec.format == "auto" else spec.format for spec in plain])
         for spec in cfg.inputs:  # each mapped entry with its own profile, in case-file order
             if spec.profile is not None:
                 ingested = ingest_stage(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress,
-                                        profile=spec.profile, path_zones=[spec.timezone])
+                                        profile=spec.profile)
         if ingested is not None:  # (each ingest's warnings cover every file of the case so far: the last one's, all)
             read_as = ingested.warnings
             notes.extend(read_as)

@@ -53,7 +53,7 @@ from forensics.artifacts import (
     model_key,
 )
 from forensics.case import Case, atomic_open, write_json, write_table
-from forensics.config import CaseConfig, iso, save
+from forensics.config import CaseConfig, iso, save, set_option
 from forensics.csvfile import visible
 from forensics.errors import ConfigError, QueryError, shown_ids
 from forensics.progress import Reporter, reporter
@@ -652,7 +652,7 @@ def config_for_case(case: Path, config_file: Path | None = None, **overrides: An
             raise TypeError(f"unknown override {key}")
         if value is None or value == []:
             continue
-        cfg.set(key, value, "option")
+        set_option(cfg, key, value, OPTION_KEYS[key])
     return cfg
 
 

@@ -741,8 +741,10 @@ def case_file_parameters(man: ReportManifest, case_file: Path, root: Path) -> li
     shown = man.case_file.get("path", case_file.name) if man.case_file else case_file.name
     case = man.parameters.case if isinstance(man.parameters.case, dict) else {}
     values, sources = case.get("values") or {}, case.get("sources") or {}
-    # A required key an option gave may be missing from the file (forensics run --ceiling ...)
-    given = frozenset(k for k, src in sources.items() if src == "option") if isinstance(sources, dict) else frozenset()
+    # A required key an option gave may be missing from the file (forensics run --ceiling ...); one auto-detected too
+    # (--ceiling auto: the scan records the value it read, and the option that asked for it is no longer said)
+    given = (frozenset(k for k, src in sources.items() if src in ("option", "auto-detected")) if isinstance(sources, dict)
+             else frozenset())
     try:
         mine = load_case_file(case_file, provided=given).to_json()["values"]
     except ConfigError as exc:
@@ -919,18 +921,16 @@ def rerun(report_dir: Path, man: ReportManifest, root: Path, progress: Reporter 
         out = Path(tmp) / "out"
         case_dir = report_dir_for(out, cfg.name) / "case"
         mapped = {spec.path for spec in cfg.inputs if spec.profile is not None}
-        zone_of = {spec.path: spec.timezone for spec in cfg.inputs}  # an [[inputs]] entry's own timezone
         for fmt in sorted(by_format):  # one call per format, as `forensics run` does
             plain = [p for p in by_format[fmt] if p not in mapped]
             if plain:
                 # Stages run one by one list each file they read, not the folder they were given: a file of no
                 # known format there (a README beside the logs) was a quarantine row, not an error.
                 api.ingest(case_dir, plain, fmt=None if fmt == "auto" else fmt, config=cfg, progress=progress,
-                           found_in_folder=not cfg.inputs, path_zones=[zone_of.get(p) for p in plain])
+                           found_in_folder=not cfg.inputs)
         for spec in cfg.inputs:  # each mapped entry on its own, with its profile
             if spec.profile is not None:
-                api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile,
-                           path_zones=[spec.timezone])
+                api.ingest(case_dir, [spec.path], fmt=spec.format, config=cfg, progress=progress, profile=spec.profile)
         api.scan(case_dir, cfg, progress=progress)
         api.match(case_dir, cfg, progress=progress, overrides=options or None)
         _copy_ledger_prefixes(report_dir, man, report_dir_for(out, cfg.name))

@@ -971,3 +971,67 @@ def test_an_inputs_entry_gives_the_zone_of_its_own_times_over_the_case_and_the_f
         main(["run", str(logs), "--out", str(tmp_path / "out"), "-q"])
     assert exc.value.code == 2
     assert "inputs[0].timezone = 'Mars/Base' is not a known time zone" in capsys.readouterr().err
+
+
+def _engine_line_case(tmp_path: Path, entries: str) -> Path:
+    """write_logs plus one engine text line (no zone in its time) and the case file's [[inputs]] given."""
+    logs = write_logs(tmp_path / "logs")
+    (logs / "engine").mkdir()
+    (logs / "engine" / "prefill-0_0.log").write_text(
+        "[2026-08-28 13:00:00 TP0] Input length (9000 tokens) exceeds the maximum allowed length (1999 tokens). "
+        "Use a shorter input or enable --allow-auto-truncate., self.rid='r-3'\n", encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML.split("[[inputs]]")[0] + entries, encoding="utf-8")
+    return logs
+
+
+def test_the_stage_commands_read_an_inputs_entrys_own_zone_from_the_case_file(tmp_path: Path) -> None:
+    """`forensics ingest --config` read the engine logs in the case's zone though their [[inputs]] entry gave its own,
+    and the report recorded the entry's zone as applied (a review)."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n'
+               '[[inputs]]\nformat = "sglang"\npath = "engine"\ntimezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    case = tmp_path / "case"
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", str(logs / "gateway"), str(logs / "engine"), "--case", str(case), "--config",
+              str(logs / "case.toml"), "-q"])
+    assert exc.value.code == 0
+    [event] = pl.read_parquet(case / "engine_events.parquet").to_dicts()
+    assert event["time"].isoformat() == "2026-08-28T11:00:00+00:00"  # 13:00 in Berlin (summer time)
+    # A case file giving the engine entry another zone than the case was read with is refused by the report.
+    (logs / "other.toml").write_text(entries.replace("Europe/Berlin", "Asia/Tokyo").join(
+        [CASE_TOML.split("[[inputs]]")[0], ""]), encoding="utf-8")
+    for stage in (["scan", "--case", str(case), "--config", str(logs / "case.toml")],
+                  ["match", "--case", str(case), "--config", str(logs / "case.toml")]):
+        with pytest.raises(SystemExit):
+            main([*stage, "-q"])
+    with pytest.raises(ConfigError, match="its times with no zone read as Europe/Berlin, here Asia/Tokyo"):
+        api.report(case, api.make_config(logs / "other.toml"), tmp_path / "out")
+
+
+@pytest.mark.parametrize(("entries", "zone"), [
+    # The entry naming the file itself wins over the folder's, whichever comes first.
+    ('[[inputs]]\npath = "engine"\nformat = "sglang"\n\n[[inputs]]\npath = "engine/prefill-0_0.log"\nformat = "auto"\n'
+     'timezone = "Asia/Tokyo"\n', "Asia/Tokyo"),
+    ('[[inputs]]\npath = "engine/prefill-0_0.log"\nformat = "auto"\ntimezone = "Asia/Tokyo"\n\n'
+     '[[inputs]]\npath = "engine"\nformat = "sglang"\n', "Asia/Tokyo"),
+])
+def test_the_most_specific_inputs_entry_gives_a_files_zone_and_verify_rerun_agrees(tmp_path: Path, entries: str,
+                                                                                   zone: str) -> None:
+    """Two entries holding one file: which zone it got hung on their order, and run and verify --rerun (which ingests
+    format by format) disagreed, so the honest report could not be verified (a review)."""
+    logs = _engine_line_case(tmp_path, '[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n' + entries)
+    result = api.run(logs, tmp_path / "out")
+    [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
+    assert event["time"].isoformat() == "2026-08-28T04:00:00+00:00" and event["zone_assumed"] == zone
+    summary = (result.report.report_dir / "summary.md").read_text(encoding="utf-8")
+    assert "| input lines whose time zone was assumed (Asia/Tokyo) |" in summary  # not the case's UTC
+    verified = api.verify(result.report.report_dir, rerun=True)
+    assert verified.ok, verified.drift
+
+
+def test_two_inputs_entries_as_specific_with_different_zones_are_an_error_naming_both(tmp_path: Path) -> None:
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\n'
+               'timezone = "Asia/Tokyo"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\ntimezone = "UTC"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    with pytest.raises(ConfigError, match=r"2 \[\[inputs\]\] entries hold .*prefill-0_0.log with different timezones"):
+        api.run(logs, tmp_path / "out")

@@ -154,3 +154,32 @@ def test_options_say_how_to_write_a_time_and_a_model_given_twice_is_one(tmp_path
     assert "write it like --window-start 2026-08-27T00:00:00Z" in " ".join(capsys.readouterr().err.split())
     api.run(logs, tmp_path / "out", options={"models": ["glm-5.3", "glm-5.3"]})
     assert _manifest(tmp_path / "out" / "e2e")["parameters"]["case"]["values"]["models"] == ["glm-5.3"]
+
+
+def test_a_required_ceiling_an_option_asks_to_read_from_the_engine_logs_verifies(tmp_path: Path) -> None:
+    """`--ceiling auto` in place of the case file's missing key: the manifest records the value read (auto-detected),
+    and verify read the case file as missing a required key (a review)."""
+    import re  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    logs = Path(shutil.copytree(Path(__file__).parent.parent / "sample_logs", tmp_path / "logs"))
+    case_file = logs / "case.toml"
+    case_file.write_text(re.sub(r"(?m)^real_ceiling_tokens = .*\n", "", case_file.read_text(encoding="utf-8")),
+                         encoding="utf-8")
+    assert _exit(["run", str(logs), "--out", str(tmp_path / "out"), "-q", "--ceiling", "auto"]) == 1
+    report = next((tmp_path / "out").iterdir())
+    assert _manifest(report)["parameters"]["case"]["sources"]["real_ceiling_tokens"] == "auto-detected"
+    verified = api.verify(report)
+    assert verified.ok, verified.drift
+
+
+def test_the_scan_stage_takes_a_model_given_twice_as_one_and_names_a_bad_time_option(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = write_logs(tmp_path / "logs")
+    case = tmp_path / "case"
+    assert _exit(["ingest", str(logs / "gateway"), "--case", str(case), "--config", str(logs / "case.toml"), "-q"]) == 0
+    assert _exit(["scan", "--case", str(case), "--window-start", "yesterday", "-q"]) == 2
+    assert "--window-start: window_start = 'yesterday' is not an ISO 8601 time. Fix: write it like --window-start " \
+           "2026-08-27T00:00:00Z" in " ".join(capsys.readouterr().err.split())
+    assert _exit(["scan", "--case", str(case), "--model", "glm-5.3", "--model", "glm-5.3", "-q"]) == 1
+    assert json.loads((case / "scan.json").read_text(encoding="utf-8"))["parameters"]["models"] == "glm-5.3"

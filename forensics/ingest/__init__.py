@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, file_sha256, rows_batch, table_text, write_json
-from forensics.config import CaseConfig, Profile, load_saved, save
+from forensics.config import CaseConfig, InputSpec, Profile, load_saved, save
 from forensics.errors import CaseError, ConfigError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import ALIASES_KEY, FileContext, Quarantined, SkippedRecord, record_hash
@@ -541,7 +541,6 @@ def ingest(
     profile: Profile | None = None,
     path_formats: Sequence[str | None] | None = None,
     found_in_folder: bool = False,
-    path_zones: Sequence[str | None] | None = None,
 ) -> IngestResult:
     """Ingest log files or folders into the case folder ``case`` and rebuild its tables.
 
@@ -553,8 +552,9 @@ def ingest(
     quarantine row. ``found_in_folder``: every file of ``paths`` is taken as found in a folder (what
     ``verify --rerun`` needs to repeat, file by file, an ingest that was given the folder). ``fmt="mapped"`` reads
     the files through a mapping ``profile`` (by default the one of the case file's ``mapped``
-    input that holds ``paths``). ``path_zones``: per entry of ``paths``, the zone of its times with no zone (an
-    ``[[inputs]]`` entry's ``timezone``; None: its format's own, else the case's).
+    input that holds ``paths``). A file's times with no zone are read in the zone of the case file's most
+    specific ``[[inputs]]`` entry that holds it (its ``timezone``), else its format's own, else the case's
+    (:func:`input_zones`).
     """
     from forensics.ingest.finalize import finalize
 
@@ -563,9 +563,6 @@ def ingest(
     if path_formats is not None and len(path_formats) != len(paths):
         raise ValueError(f"path_formats names {len(path_formats)} formats for {len(paths)} paths")
     entry_formats = list(path_formats) if path_formats is not None else [fmt] * len(paths)
-    if path_zones is not None and len(path_zones) != len(paths):
-        raise ValueError(f"path_zones names {len(path_zones)} zones for {len(paths)} paths")
-    entry_zones = list(path_zones) if path_zones is not None else [None] * len(paths)
     for name in dict.fromkeys(entry_formats):
         if name is not None:
             FORMATS.get(name)  # an unknown name is an error naming the registered formats
@@ -589,16 +586,15 @@ def ingest(
     plan: list[tuple[Path, str, str | None, list[Span], Skip | None, Examined]] = []
     found: list[tuple[Path, bool]] = []
     forced: list[str | None] = []  # the format given for each file found, None: sniff it
-    zones: dict[Path, str | None] = {}  # the zone given for each file found (its [[inputs]] entry's), None: none
     skipped: list[Skipped] = []
-    for given, entry_format, entry_zone in zip(paths, entry_formats, entry_zones):
+    for given, entry_format in zip(paths, entry_formats):
         entry_found, entry_skipped = expand_inputs([Path(given)], exclude=c.root, literal=found_in_folder)
         if found_in_folder:
             entry_found = [(path, False) for path, _ in entry_found]
         found.extend(entry_found)
         forced.extend([entry_format] * len(entry_found))
-        zones.update({path: entry_zone for path, _ in entry_found})
         skipped.extend(entry_skipped)
+    zones = input_zones([path for path, _ in found], cfg)  # the [[inputs]] entries' own zones
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
@@ -697,11 +693,16 @@ def ingest(
         for path, sha, detected, spans, skip, seen in plan:
             shown = display_path(path, base)
             zone = zones.get(path) or zone_for(detected, cfg.timezone)
-            if sha in known and known[sha].get("zone", zone_for(known[sha].get("format"), cfg.timezone)) != zone:
+            earlier_zone = known[sha].get("zone", zone_for(known[sha].get("format"), cfg.timezone)) if sha in known else zone
+            if earlier_zone != zone and sha in held_before:
                 # Its rows were read in another zone: skipping it as already ingested would keep them, hours off.
-                raise ConfigError(f"this file was ingested into the case before with its times read as "
-                                  f"{known[sha].get('zone', zone_for(known[sha].get('format'), cfg.timezone))}, now {zone}",
-                                  file=path, fix="ingest into a new case folder (forensics run always starts afresh)")
+                raise ConfigError(f"this file was ingested into the case before with its times read as {earlier_zone}, "
+                                  f"now {zone}", file=path,
+                                  fix="ingest into a new case folder (forensics run always starts afresh)")
+            if earlier_zone != zone:  # the same content under two inputs of this ingest, read in two zones
+                raise ConfigError(f"the same content is under two inputs whose times are read in different zones "
+                                  f"({known[sha]['path']}: {earlier_zone}; this file: {zone})", file=path,
+                                  fix="give the [[inputs]] entries holding them the same timezone, or leave the copy out")
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
             if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
                 # Its rows were read through another profile: skipping it as already ingested would
@@ -1175,6 +1176,56 @@ JSON_ARRAY_STATUS = "skipped: a JSON array, not JSON Lines"
 #: A file found in a folder that no format reads, unless a :class:`Skip` says why.
 UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
+
+
+def input_zones(files: Sequence[Path], cfg: CaseConfig) -> dict[Path, str | None]:
+    """Per file, the ``timezone`` of the case file's most specific ``[[inputs]]`` entry that holds it (the file itself,
+    else the deepest folder or pattern match above it; None: that entry gives none). Empty when no entry gives one.
+    Two entries as specific with different zones are a ConfigError naming both: the last one won, silently, and
+    ``run`` and ``verify --rerun`` (which ingests format by format) read a file in different zones."""
+    specs = list(cfg.inputs)
+    if not any(spec.timezone for spec in specs):
+        return {}
+    holders: list[tuple[InputSpec, set[str] | None, str]] = []
+    for spec in specs:
+        if not spec.path.exists() and glob.has_magic(str(spec.path)):
+            holders.append((spec, {os.path.realpath(m) for m in glob_matches(spec.path).matches}, ""))
+        else:
+            holders.append((spec, None, os.path.realpath(spec.path)))
+    out: dict[Path, str | None] = {}
+    for path in files:
+        at = os.path.realpath(path)
+        best: list[tuple[int, InputSpec]] = []
+        for spec, matches, root in holders:
+            depth = _holding_depth(at, matches, root)
+            if depth is not None:
+                best.append((depth, spec))
+        if not best:
+            continue
+        top = max(depth for depth, _ in best)
+        chosen = [spec for depth, spec in best if depth == top]
+        if len({spec.timezone for spec in chosen}) > 1:
+            said = "; ".join(f"{spec.path}: {spec.timezone or 'none'}" for spec in chosen)
+            raise ConfigError(f"{len(chosen)} [[inputs]] entries hold {path} with different timezones ({said})",
+                              file=cfg.file, fix="give them the same timezone, or one entry for the file with its own")
+        out[path] = chosen[0].timezone
+    return out
+
+
+def _holding_depth(at: str, matches: set[str] | None, root: str) -> int | None:
+    """How specifically an entry holds the file at real path ``at``: the file itself (highest), else the number of
+    parts of the folder (or pattern match) above it that the entry names; None when it does not hold it."""
+    candidates = matches if matches is not None else {root}
+    if at in candidates:
+        return 1 << 20
+    up = os.path.dirname(at)
+    while True:
+        if up in candidates:
+            return len(Path(up).parts)
+        nxt = os.path.dirname(up)
+        if nxt == up:
+            return None
+        up = nxt
 
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, seen: Examined,

@@ -620,7 +620,8 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
     Files are matched by the name the ingest records (``source_file`` in the tables): relative to the case
     file's folder, as a re-run names them. A file under no recorded name is hashed only when an ingested
     file has its size (so a file never ingested is refused without reading it)."""
-    from forensics.ingest import display_path, expand_inputs, named_path
+    from forensics.ingest import display_path, expand_inputs, input_zones, named_path
+    from forensics.ingest.registry import zone_for
 
     base = Path(config.file).parent if config.file else None
     recorded: dict[str, list[dict[str, Any]]] = {}  # name -> entries (several: other content under one name)
@@ -649,6 +650,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
             listed_all = False  # moved away: verify names missing inputs; what it held cannot be compared
             continue
         special |= {(display_path(item.path, base), item.kind) for item in passed}
+        zones = input_zones([path for path, _ in found], config)  # the zones a re-run reads their times in
         for path, _ in found:
             name = display_path(path, base)
             named.add(name)
@@ -680,6 +682,11 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
                                f"here {spec.format if spec.format != 'auto' else 'sniffed again'}")
             elif spec.profile is not None and entry.get("profile") != spec.profile.to_json():
                 formats.append(f"{name}: another mapping profile")
+            elif entry.get("format"):
+                had = entry.get("zone") or zone_for(entry.get("format"), config.timezone)
+                want = zones.get(path) or zone_for(entry.get("format"), config.timezone)
+                if had != want:
+                    formats.append(f"{name}: its times with no zone read as {had}, here {want}")
     left_out = [name for name, entries in recorded.items()
                 if name not in named and not any(f["sha256"] in renamed for f in entries)] if listed_all else []
     differ = []

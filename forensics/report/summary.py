@@ -119,6 +119,16 @@ def count_rows(suspects: list[dict[str, Any]], evidence: list[dict[str, Any]], n
     ]
 
 
+def _assumed_zones(notes: Any, case_zone: str) -> str:
+    """The zone the ingest read times with no zone in, or "several: see the ingest notes" when its notes give more
+    than one (a format's own, an [[inputs]] entry's): the row named the case's zone for lines read in another."""
+    said = {n.split("they were read as ", 1)[1].split(" ", 1)[0] for n in (notes or [])
+            if isinstance(n, str) and "had timestamps with no zone; they were read as " in n}
+    if len(said) > 1:
+        return "in several zones: see the ingest notes"
+    return said.pop() if said else case_zone
+
+
 def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Section]:
     """The summary's content, in order."""
     c = data.counts
@@ -236,7 +246,7 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         ["borderline suspects (estimate straddles the ceiling)", sum(1 for s in data.suspects if s.borderline)],
         # Input lines count every copy; a gateway record merged from a zone-less spend-log copy and a
         # zoned callback keeps the callback's zone, so the three rows differ and each says what it counts.
-        [f"input lines whose time zone was assumed ({data.ingest.timezone or cfg.timezone})",
+        [f"input lines whose time zone was assumed ({_assumed_zones(data.ingest.notes, data.ingest.timezone or cfg.timezone)})",
          data.ingest.zone_assumed_rows],
         ["gateway records whose time zone was assumed (after merging copies)", c["zone_assumed"]],
         ["engine log events whose time zone was assumed", c.get("engine_zone_assumed", "not recorded")],
