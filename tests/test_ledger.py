@@ -609,3 +609,43 @@ def test_a_notice_dated_within_the_clock_skew_record_allows_counts_on_the_clock(
     ledger.record(rd, [ledger.check("acme", "email", ahead.strftime("%Y-%m-%dT%H:%M:%SZ"), "T-ahead")])
     row = {r["tenant_id"]: r for r in ledger.audit(rd).rows}["acme"]
     assert row["status"] == "notified" and row["ref"] == "T-ahead"
+
+
+_LISTED = [{"tenant_id": "acme", "role": "exposed", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"},
+           {"tenant_id": "globex", "role": "recipient", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+_EVIDENCE = [{"finding_id": "f-0001", "relation": "cross_tenant", "recipient_tenant_id": "globex",
+              "source_tenant_id": "acme", "tier": "confirmed", "tier_rule": "E1", "recipient_request_id": "r-1",
+              "recipient_start": "0", "recipient_end": "40"}]
+
+
+def test_analysts_whose_latest_verdicts_agree_are_no_dispute() -> None:
+    """ana dismissed, then confirmed as bob did: the dispute stayed in every row for good (a second review)."""
+    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "dismiss", "reason": "r"},
+                {"at": "2026-09-01T09:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"},
+                {"at": "2026-09-01T10:00:00Z", "analyst": "bob", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"}]
+    rows = ledger._rows(_LISTED, [], _EVIDENCE, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
+    assert not any("analysts disagree" in r["problems"] for r in rows)
+
+
+def test_a_customer_never_listed_whose_only_notice_is_after_the_audits_time_has_no_row() -> None:
+    """It read as "notified, not on the list" while its row said the notice did not count yet (a second review)."""
+    sent = [{"tenant_id": "hooli", "channel": "email", "at": "2026-09-10T08:00:00Z", "ref": "T-future",
+             "recorded_at": "2026-09-10T08:00:01Z", "seq": 1}]
+    rows = ledger._rows(_LISTED, [], _EVIDENCE, [], [], sent, _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
+                        counted_until=_t("2026-09-02T00:00:00Z"))
+    assert "hooli" not in {r["tenant_id"] for r in rows}
+
+
+def test_a_verdict_since_the_render_does_not_move_the_deadline_of_the_list_audited() -> None:
+    """A customer only an analyst's confirm put on the list: a dismiss recorded since the render (not applied to the list
+    audited) took its deadline back to the report's time, before the confirm that listed it (a second review)."""
+    from forensics.review.verdicts import CONFIRMED_RULE  # noqa: PLC0415
+
+    listed = [{"tenant_id": "hooli", "role": "exposed", "tier": "confirmed", "first_seen": "2026-08-28T11:00:00Z"}]
+    evidence = [{"finding_id": "f-0042", "relation": "cross_tenant", "recipient_tenant_id": "globex",
+                 "source_tenant_id": "hooli", "tier": "confirmed", "tier_rule": csvfile.cell(CONFIRMED_RULE)}]
+    confirm = {"at": "2026-09-05T08:00:00Z", "analyst": "ana", "finding_id": "f-0042", "verdict": "confirm", "reason": "v"}
+    dismiss = {"at": "2026-09-06T08:00:00Z", "analyst": "bob", "finding_id": "f-0042", "verdict": "dismiss", "reason": "v"}
+    [row] = ledger._rows(listed, [], evidence, [], [confirm, dismiss], [], _t(REPORT_TIME), _t("2026-09-06T09:00:00Z"),
+                         72.0, listed_since={"hooli": REPORT_TIME}, applied=1)
+    assert row["deadline"] == "2026-09-08T08:00:00Z" and row["overdue"] is False

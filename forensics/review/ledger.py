@@ -330,23 +330,37 @@ def audit(report_dir: Path, now: dt.datetime | None = None) -> Audit:
         sent = chain.read_report_ledger(report_dir, NOTICES, REQUIRED).entries
         since = man.get("listed_since")
         rows = _rows(listed, suspects, evidence, review, verdicts, sent, report_time, now, hours, report_resolution(report_dir),
-                     listed_since=since if isinstance(since, dict) else None, counted_until=until)
+                     listed_since=since if isinstance(since, dict) else None, counted_until=until,
+                     applied=_rendered_entries(man, VERDICTS))
         safe.write_bytes(report_dir / AUDIT, safe.csv_bytes(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in rows]))
-    rendered = ((man.get("ledgers") or {}).get(VERDICTS) or {}).get("entries", 0) if isinstance(man.get("ledgers"), dict) else 0
-    since = max(0, len(verdicts) - (rendered if isinstance(rendered, int) else 0))
+    since = max(0, len(verdicts) - _rendered_entries(man, VERDICTS))
     return Audit(report_dir, iso(now), iso(report_time), hours, rows, verdicts_since_render=since)
 
 
-def _disputes(verdicts: list[dict[str, Any]]) -> dict[str, str]:
-    """Per finding (as evidence.csv shows its id) on which analysts gave opposite verdicts, the problem that says so:
-    the latest decides, and it did so without a word (a review)."""
-    by_finding: dict[str, list[dict[str, Any]]] = {}
+def _rendered_entries(man: dict[str, Any], name: str) -> int:
+    """How many lines of ledger ``name`` the report was rendered with (its manifest's ``ledgers``; none recorded: the
+    render had no line of it)."""
+    ledgers = man.get("ledgers")
+    record = ledgers.get(name) if isinstance(ledgers, dict) else None
+    entries = record.get("entries", 0) if isinstance(record, dict) else 0
+    return entries if isinstance(entries, int) and not isinstance(entries, bool) else 0
+
+
+def _disputes(verdicts: list[dict[str, Any]], stale: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Per finding (as evidence.csv shows its id) on which analysts' latest verdicts are opposite, the problem that says
+    so: the latest decides, and it did so without a word (a review). An analyst who changed their mind to agree settles
+    it; a verdict out of effect (``stale``) takes no side."""
+    by_finding: dict[str, dict[Any, dict[str, Any]]] = {}
     for v in verdicts:
-        if v.get("verdict") in ("confirm", "dismiss"):
-            by_finding.setdefault(raw_id(str(v["finding_id"])), []).append(v)
+        fid = raw_id(str(v["finding_id"]))
+        if v.get("verdict") in ("confirm", "dismiss") and fid not in stale:
+            latest = by_finding.setdefault(fid, {})
+            latest.pop(v.get("analyst"), None)  # (re-inserted last: the analysts in the order of their latest verdict)
+            latest[v.get("analyst")] = v
     out: dict[str, str] = {}
-    for fid, given in by_finding.items():
-        if len({v["verdict"] for v in given}) > 1 and len({v.get("analyst") for v in given}) > 1:
+    for fid, by_analyst in by_finding.items():
+        given = list(by_analyst.values())
+        if len({v["verdict"] for v in given}) > 1:
             said = ", ".join(f"{v.get('analyst')} {v['verdict']}" for v in given)
             out[csvfile.cell(fid)] = (f"analysts disagree on finding {csvfile.cell(fid)} ({said}): the latest, "
                                       f"{given[-1].get('analyst')}'s {given[-1]['verdict']}, decides; settle it")
@@ -357,11 +371,14 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
           review: list[dict[str, str]], verdicts: list[dict[str, Any]],
           sent: list[dict[str, Any]], report_time: dt.datetime, now: dt.datetime, hours: float,
           resolution: Resolution | None = None, listed_since: dict[str, Any] | None = None,
-          counted_until: dt.datetime | None = None) -> list[dict[str, Any]]:
+          counted_until: dt.datetime | None = None, applied: int | None = None) -> list[dict[str, Any]]:
     """One audit row per customer; customers are compared by their ids as the logs hold them (the report's
     CSV cells read back: :func:`forensics.csvfile.uncell`), and audit.csv writes each id once as a cell.
     ``listed_since``: the manifest's, since when the reports have listed each customer (the deadline runs from it).
-    ``counted_until``: a notice dated after it does not count (the audit's time), and its row says so."""
+    ``counted_until``: a notice dated after it does not count (the audit's time), and its row says so.
+    ``applied``: how many of ``verdicts`` the list audited was rendered with (the manifest's ``ledgers``; None: all):
+    the later ones decide nothing on it yet (a dismiss since the render took a confirmed customer's deadline back
+    to the report's time), and show in the trail only."""
     on_list: dict[str, list[dict[str, str]]] = {}
     for r in listed:
         on_list.setdefault(_raw(r["tenant_id"]), []).append(r)
@@ -374,21 +391,25 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     evidence_rows = {e.get("finding_id", ""): e for e in evidence}
     resolution = resolution or Resolution()
     widened = set(resolution.widened)
-    decided = {csvfile.cell(k): v for k, v in decisions(verdicts, resolution).items()}
+    rendered = verdicts if applied is None else verdicts[:applied]
+    decided = {csvfile.cell(k): v for k, v in decisions(rendered, resolution).items()}
 
     def now_named(fid: Any) -> tuple[str, ...]:  # the findings a verdict counts for in this report (its passage's)
         return tuple(csvfile.cell(t) for t in resolution.carried.get(raw_id(str(fid)), (raw_id(str(fid)),)))
 
     confirmed_at: dict[str, str] = {}
-    for v in verdicts:  # the first confirm of a finding still confirmed: when its evidence came to be
+    for v in rendered:  # the first confirm of a finding still confirmed: when its evidence came to be
         if v["verdict"] == "confirm" and raw_id(str(v["finding_id"])) not in resolution.stale:
             for target in now_named(v["finding_id"]):
                 if decided.get(target) == "confirm":
                     confirmed_at.setdefault(target, v["at"])
     by_tenant: dict[str, list[dict[str, Any]]] = {}
+    later_of: dict[str, list[dict[str, Any]]] = {}  # notices dated after counted_until: no notice yet, said in the row
     listed_ids = set(on_list)
     for n in sent:
-        by_tenant.setdefault(_named(n["tenant_id"], listed_ids), []).append(n)
+        dated = _maybe_t(str(n.get("at", "")))
+        later = dated is not None and counted_until is not None and dated > counted_until
+        (later_of if later else by_tenant).setdefault(_named(n["tenant_id"], listed_ids), []).append(n)
     # Customers the machine's own results hold on the list (a suspect, or a finding not dismissed).
     by_suspect = {_raw(s.get("tenant_id", "")) for s in suspects}
     by_machine = set(by_suspect)
@@ -406,9 +427,9 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     # Which findings each verdict decides (a finding's own verdict wins over one carried from a sibling).
     decides: dict[int, list[str]] = {}
     position = {id(v): i for i, v in enumerate(verdicts)}
-    for target, entry in sorted(deciding(verdicts, resolution).items()):
+    for target, entry in sorted(deciding(rendered, resolution).items()):
         decides.setdefault(position[id(entry)], []).append(target)
-    disputes = _disputes(verdicts)
+    disputes = _disputes(verdicts, frozenset(resolution.stale))
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
@@ -435,8 +456,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
                 clock_from = max(clock_from, min(times))
         # A notice whose time is not a time (a ledger line written by hand) counts for nothing, and is said to.
         when = [(n, _maybe_t(str(n.get("at", "")))) for n in by_tenant.get(tenant, [])]
-        after = [n for n, t in when if t is not None and counted_until is not None and t > counted_until]
-        when = [(n, t) for n, t in when if not any(n is a for a in after)]
+        after = later_of.get(tenant, [])
         notices = [n for n, t in sorted(((n, t) for n, t in when if t is not None), key=lambda x: (x[1], x[0].get("seq", 0)))]
         problems = [f"notice {n.get('ref')!r} has no readable time ({_shown_at(n)}): it does not count"
                     for n, t in when if t is None]
