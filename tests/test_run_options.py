@@ -167,7 +167,7 @@ def test_a_required_ceiling_an_option_asks_to_read_from_the_engine_logs_verifies
     case_file.write_text(re.sub(r"(?m)^real_ceiling_tokens = .*\n", "", case_file.read_text(encoding="utf-8")),
                          encoding="utf-8")
     assert _exit(["run", str(logs), "--out", str(tmp_path / "out"), "-q", "--ceiling", "auto"]) == 1
-    report = next((tmp_path / "out").iterdir())
+    report = tmp_path / "out" / "sim-small-seed7"
     assert _manifest(report)["parameters"]["case"]["sources"]["real_ceiling_tokens"] == "auto-detected"
     verified = api.verify(report)
     assert verified.ok, verified.drift
