@@ -649,3 +649,16 @@ def test_a_verdict_since_the_render_does_not_move_the_deadline_of_the_list_audit
     [row] = ledger._rows(listed, [], evidence, [], [confirm, dismiss], [], _t(REPORT_TIME), _t("2026-09-06T09:00:00Z"),
                          72.0, listed_since={"hooli": REPORT_TIME}, applied=1)
     assert row["deadline"] == "2026-09-08T08:00:00Z" and row["overdue"] is False
+
+
+def test_a_dispute_over_a_finding_a_verdict_was_carried_to_is_named() -> None:
+    """ana confirmed f-0001, which logs added since renamed f-0009; bob dismissed f-0009 itself: his verdict decides,
+    and no row said the two disagree (a third review)."""
+    from forensics.review.verdicts import Resolution  # noqa: PLC0415
+
+    evidence = [dict(_EVIDENCE[0], finding_id="f-0009")]
+    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"},
+                {"at": "2026-09-01T09:00:00Z", "analyst": "bob", "finding_id": "f-0009", "verdict": "dismiss", "reason": "r"}]
+    rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
+                        Resolution(carried={"f-0001": ("f-0009",)}))
+    assert all("analysts disagree on finding f-0009 (ana confirm, bob dismiss)" in r["problems"] for r in rows)

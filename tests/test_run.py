@@ -1035,3 +1035,46 @@ def test_two_inputs_entries_as_specific_with_different_zones_are_an_error_naming
     logs = _engine_line_case(tmp_path, entries)
     with pytest.raises(ConfigError, match=r"2 \[\[inputs\]\] entries hold .*prefill-0_0.log with different timezones"):
         api.run(logs, tmp_path / "out")
+
+
+def test_a_folder_entrys_zone_is_not_overridden_by_a_broad_pattern_over_it(tmp_path: Path) -> None:
+    """`nodes/**/*.log` in New York time and `nodes/eu` in Berlin: a pattern's match scored as the file itself, and the
+    EU nodes' lines were read in New York time with no word (a third review)."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/**/*.log"\n'
+               'timezone = "America/New_York"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/eu"\ntimezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    (logs / "engine" / "eu").mkdir()
+    (logs / "engine" / "prefill-0_0.log").rename(logs / "engine" / "eu" / "prefill-0_0.log")
+    result = api.run(logs, tmp_path / "out")
+    [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
+    assert event["zone_assumed"] == "Europe/Berlin" and event["time"].isoformat() == "2026-08-28T11:00:00+00:00"
+    assert api.verify(result.report.report_dir, rerun=True).ok
+
+
+def test_empty_files_alike_in_two_inputs_of_different_zones_are_no_conflict(tmp_path: Path) -> None:
+    """An empty log in the gateway folder (UTC, LiteLLM's) and one in the engine folder (the case's Berlin): the same
+    content (none) under two zones refused the run, though no time of it can be misread (a third review)."""
+    logs = _engine_line_case(tmp_path, '[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\n'
+                                       'path = "engine"\n')
+    (logs / "case.toml").write_text((logs / "case.toml").read_text(encoding="utf-8").replace(
+        "[[inputs]]", 'timezone = "Europe/Berlin"\n\n[[inputs]]', 1), encoding="utf-8")
+    (logs / "gateway" / "litellm-empty.jsonl").write_bytes(b"")
+    (logs / "engine" / "decode-2_0.log").write_bytes(b"")
+    result = api.run(logs, tmp_path / "out")
+    assert [(n.tenant_id, n.role) for n in result.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
+
+
+def test_a_file_added_without_the_case_file_is_read_in_its_entrys_zone(tmp_path: Path) -> None:
+    """Logs added with `forensics ingest` and no --config were read in the case's zone beside siblings read in their
+    [[inputs]] entry's (a third review): the case's saved entries give it."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\n'
+               'timezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    case = tmp_path / "case"
+    api.ingest(case, [logs / "gateway", logs / "engine"], config=api.make_config(logs / "case.toml"))
+    (logs / "engine" / "decode-0_0.log").write_text(
+        "[2026-08-28 13:00:05 TP0] Context corruption detected: Request r-3 (bootstrap_room=11) received metadata from "
+        "bootstrap_room=12. Metadata buffer index: 3. This indicates metadata buffer index collision.\n", encoding="utf-8")
+    api.ingest(case, [logs / "engine"])
+    times = sorted(e["time"].isoformat() for e in pl.read_parquet(case / "engine_events.parquet").to_dicts())
+    assert times == ["2026-08-28T11:00:00+00:00", "2026-08-28T11:00:05+00:00"]

@@ -594,7 +594,10 @@ def ingest(
         found.extend(entry_found)
         forced.extend([entry_format] * len(entry_found))
         skipped.extend(entry_skipped)
-    zones = input_zones([path for path, _ in found], cfg)  # the [[inputs]] entries' own zones
+    # The [[inputs]] entries' own zones: the case file's, else (an ingest given none) those of the case file the case was
+    # begun with, which it saved: a file added without --config was read in the case's zone beside siblings read in
+    # their entry's.
+    zones = input_zones([path for path, _ in found], cfg if cfg.file is not None or cfg.inputs else _saved_inputs(c, cfg))
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
@@ -694,15 +697,13 @@ def ingest(
             shown = display_path(path, base)
             zone = zones.get(path) or zone_for(detected, cfg.timezone)
             earlier_zone = known[sha].get("zone", zone_for(known[sha].get("format"), cfg.timezone)) if sha in known else zone
-            if earlier_zone != zone and sha in held_before:
-                # Its rows were read in another zone: skipping it as already ingested would keep them, hours off.
+            if earlier_zone != zone and sha in held_before and known[sha].get("zone_assumed"):
+                # Its rows were read in another zone: skipping it as already ingested would keep them, hours off. (Content
+                # with no time lacking a zone, an empty file or a skipped one, reads the same in any.)
                 raise ConfigError(f"this file was ingested into the case before with its times read as {earlier_zone}, "
                                   f"now {zone}", file=path,
-                                  fix="ingest into a new case folder (forensics run always starts afresh)")
-            if earlier_zone != zone:  # the same content under two inputs of this ingest, read in two zones
-                raise ConfigError(f"the same content is under two inputs whose times are read in different zones "
-                                  f"({known[sha]['path']}: {earlier_zone}; this file: {zone})", file=path,
-                                  fix="give the [[inputs]] entries holding them the same timezone, or leave the copy out")
+                                  fix="give the case file it was ingested with (--config), or ingest into a new case folder "
+                                      "(forensics run always starts afresh)")
             mapping = profile.to_json() if detected == "mapped" and profile is not None else None
             if sha in known and mapping is not None and known[sha].get("profile", mapping) != mapping:
                 # Its rows were read through another profile: skipping it as already ingested would
@@ -1178,32 +1179,50 @@ UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
 
+def _saved_inputs(c: Case, cfg: CaseConfig) -> CaseConfig:
+    """``cfg`` with the ``[[inputs]]`` of the configuration the case saved (none: ``cfg`` as it is)."""
+    try:
+        saved = load_saved(c.config_path) if c.config_path.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        saved = None
+    return dataclasses.replace(cfg, inputs=list(saved.inputs)) if saved is not None and saved.inputs else cfg
+
+
 def input_zones(files: Sequence[Path], cfg: CaseConfig) -> dict[Path, str | None]:
-    """Per file, the ``timezone`` of the case file's most specific ``[[inputs]]`` entry that holds it (the file itself,
-    else the deepest folder or pattern match above it; None: that entry gives none). Empty when no entry gives one.
-    Two entries as specific with different zones are a ConfigError naming both: the last one won, silently, and
-    ``run`` and ``verify --rerun`` (which ingests format by format) read a file in different zones."""
+    """Per file, the ``timezone`` of the case file's most specific ``[[inputs]]`` entry that holds it (None: that entry
+    gives none). Empty when no entry gives one. An entry naming the file itself is the most specific; else the one
+    whose folder (a pattern's fixed folder, before its first wildcard) lies deepest: ``nodes/eu`` over
+    ``nodes/**/*.log`` (a pattern's match scored as the file itself let a broad pattern override a named folder's zone).
+    Two entries as specific with different zones are a ConfigError naming both: the last one won, silently, and ``run``
+    and ``verify --rerun`` (which ingests format by format) read a file in different zones."""
     specs = list(cfg.inputs)
     if not any(spec.timezone for spec in specs):
         return {}
-    holders: list[tuple[InputSpec, set[str] | None, str]] = []
+    # real path -> (specificity, entry) of every entry holding what lies at or below it: files and folders an entry
+    # names, and each match of a pattern (scored by the pattern's fixed folder)
+    at_path: dict[str, list[tuple[int, InputSpec]]] = {}
     for spec in specs:
         if not spec.path.exists() and glob.has_magic(str(spec.path)):
-            holders.append((spec, {os.path.realpath(m) for m in glob_matches(spec.path).matches}, ""))
+            depth = len(Path(os.path.realpath(split_pattern(spec.path)[0])).parts)
+            for match in glob_matches(spec.path).matches:
+                at_path.setdefault(os.path.realpath(match), []).append((depth, spec))
         else:
-            holders.append((spec, None, os.path.realpath(spec.path)))
+            root = os.path.realpath(spec.path)
+            at_path.setdefault(root, []).append((FILE_ENTRY if os.path.isfile(root) else len(Path(root).parts), spec))
     out: dict[Path, str | None] = {}
     for path in files:
+        held: list[tuple[int, InputSpec]] = []
         at = os.path.realpath(path)
-        best: list[tuple[int, InputSpec]] = []
-        for spec, matches, root in holders:
-            depth = _holding_depth(at, matches, root)
-            if depth is not None:
-                best.append((depth, spec))
-        if not best:
+        while True:  # the file and every folder above it, once
+            held += at_path.get(at, [])
+            up = os.path.dirname(at)
+            if up == at:
+                break
+            at = up
+        if not held:
             continue
-        top = max(depth for depth, _ in best)
-        chosen = [spec for depth, spec in best if depth == top]
+        top = max(depth for depth, _ in held)
+        chosen = list({id(spec): spec for depth, spec in held if depth == top}.values())
         if len({spec.timezone for spec in chosen}) > 1:
             said = "; ".join(f"{spec.path}: {spec.timezone or 'none'}" for spec in chosen)
             raise ConfigError(f"{len(chosen)} [[inputs]] entries hold {path} with different timezones ({said})",
@@ -1212,20 +1231,8 @@ def input_zones(files: Sequence[Path], cfg: CaseConfig) -> dict[Path, str | None
     return out
 
 
-def _holding_depth(at: str, matches: set[str] | None, root: str) -> int | None:
-    """How specifically an entry holds the file at real path ``at``: the file itself (highest), else the number of
-    parts of the folder (or pattern match) above it that the entry names; None when it does not hold it."""
-    candidates = matches if matches is not None else {root}
-    if at in candidates:
-        return 1 << 20
-    up = os.path.dirname(at)
-    while True:
-        if up in candidates:
-            return len(Path(up).parts)
-        nxt = os.path.dirname(up)
-        if nxt == up:
-            return None
-        up = nxt
+#: The specificity of an entry that names a file itself (above any folder's depth).
+FILE_ENTRY = 1 << 20
 
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, seen: Examined,

@@ -643,6 +643,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
     named: set[str] = set()
     special: set[tuple[str, str]] = set()  # entries not read (links out, devices...): (name, kind)
     listed_all = True
+    listings: list[tuple[InputSpec, list[tuple[Path, bool]]]] = []
     for spec in config.inputs:
         try:
             found, passed = expand_inputs([spec.path], exclude=case)
@@ -650,7 +651,10 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
             listed_all = False  # moved away: verify names missing inputs; what it held cannot be compared
             continue
         special |= {(display_path(item.path, base), item.kind) for item in passed}
-        zones = input_zones([path for path, _ in found], config)  # the zones a re-run reads their times in
+        listings.append((spec, found))
+    # The zones a re-run reads their times in (once for every file: per entry, it globbed and walked again each time)
+    zones = input_zones([path for _, found in listings for path, _ in found], config)
+    for spec, found in listings:
         for path, _ in found:
             name = display_path(path, base)
             named.add(name)

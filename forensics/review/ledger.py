@@ -346,15 +346,19 @@ def _rendered_entries(man: dict[str, Any], name: str) -> int:
     return entries if isinstance(entries, int) and not isinstance(entries, bool) else 0
 
 
-def _disputes(verdicts: list[dict[str, Any]], stale: frozenset[str] = frozenset()) -> dict[str, str]:
+def _disputes(verdicts: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, str]:
     """Per finding (as evidence.csv shows its id) on which analysts' latest verdicts are opposite, the problem that says
     so: the latest decides, and it did so without a word (a review). An analyst who changed their mind to agree settles
-    it; a verdict out of effect (``stale``) takes no side."""
+    it; a verdict out of effect takes no side; one given on a finding logs added since renamed counts for the finding
+    that holds its passage now (as it decides it)."""
+    carried, stale = (resolution.carried, set(resolution.stale)) if resolution else ({}, set())
     by_finding: dict[str, dict[Any, dict[str, Any]]] = {}
     for v in verdicts:
         fid = raw_id(str(v["finding_id"]))
-        if v.get("verdict") in ("confirm", "dismiss") and fid not in stale:
-            latest = by_finding.setdefault(fid, {})
+        if v.get("verdict") not in ("confirm", "dismiss") or fid in stale:
+            continue
+        for target in carried.get(fid, (fid,)):
+            latest = by_finding.setdefault(target, {})
             latest.pop(v.get("analyst"), None)  # (re-inserted last: the analysts in the order of their latest verdict)
             latest[v.get("analyst")] = v
     out: dict[str, str] = {}
@@ -429,7 +433,7 @@ def _rows(listed: list[dict[str, str]], suspects: list[dict[str, str]], evidence
     position = {id(v): i for i, v in enumerate(verdicts)}
     for target, entry in sorted(deciding(rendered, resolution).items()):
         decides.setdefault(position[id(entry)], []).append(target)
-    disputes = _disputes(verdicts, frozenset(resolution.stale))
+    disputes = _disputes(verdicts, resolution)
     rows = []
     for tenant in sorted(set(on_list) | set(by_tenant)):
         listed_rows = on_list.get(tenant, [])
