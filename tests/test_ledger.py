@@ -597,8 +597,8 @@ def test_analysts_who_disagree_on_a_finding_are_named_in_the_audit(built: tuple[
         assert _cli(["review", str(rd), "--finding", "f-0001", "--verdict", verdict, "--reason", "looked",
                      "--analyst", analyst]) == 0
     rows = ledger.audit(rd, _t("2026-09-02T00:00:00Z")).rows
-    said = [r["tenant_id"] for r in rows if "analysts disagree on finding f-0001 (ana dismiss, bob confirm)" in r["problems"]]
-    assert said and all("the latest, bob's confirm, decides" in r["problems"] for r in rows if r["tenant_id"] in said)
+    said = [r["tenant_id"] for r in rows if "verdicts on finding f-0001 differ (latest: ana dismiss, bob confirm)" in r["problems"]]
+    assert said and all("bob's confirm decides; settle it" in r["problems"] for r in rows if r["tenant_id"] in said)
 
 
 def test_a_notice_dated_within_the_clock_skew_record_allows_counts_on_the_clock(built: tuple[Path, object, Path]) -> None:
@@ -624,7 +624,7 @@ def test_analysts_whose_latest_verdicts_agree_are_no_dispute() -> None:
                 {"at": "2026-09-01T09:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"},
                 {"at": "2026-09-01T10:00:00Z", "analyst": "bob", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"}]
     rows = ledger._rows(_LISTED, [], _EVIDENCE, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0)
-    assert not any("analysts disagree" in r["problems"] for r in rows)
+    assert not any("verdicts on finding" in r["problems"] for r in rows)
 
 
 def test_a_customer_never_listed_whose_only_notice_is_after_the_audits_time_has_no_row() -> None:
@@ -661,4 +661,19 @@ def test_a_dispute_over_a_finding_a_verdict_was_carried_to_is_named() -> None:
                 {"at": "2026-09-01T09:00:00Z", "analyst": "bob", "finding_id": "f-0009", "verdict": "dismiss", "reason": "r"}]
     rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
                         Resolution(carried={"f-0001": ("f-0009",)}))
-    assert all("analysts disagree on finding f-0009 (ana confirm, bob dismiss)" in r["problems"] for r in rows)
+    assert all("verdicts on finding f-0009 differ (latest: ana confirm, bob dismiss): bob's dismiss decides" in r["problems"]
+               for r in rows)
+
+
+def test_a_verdict_on_the_finding_itself_deciding_over_a_later_carried_one_is_named() -> None:
+    """bob dismissed f-0009 itself; ana's later confirm of f-0001 was carried to it: the dispute named ana's confirm as
+    deciding, where bob's own-finding dismiss does (a fourth review)."""
+    from forensics.review.verdicts import Resolution  # noqa: PLC0415
+
+    evidence = [dict(_EVIDENCE[0], finding_id="f-0009")]
+    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "bob", "finding_id": "f-0009", "verdict": "dismiss", "reason": "r"},
+                {"at": "2026-09-01T09:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"}]
+    rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
+                        Resolution(carried={"f-0001": ("f-0009",)}))
+    assert all("verdicts on finding f-0009 differ (latest: bob dismiss, ana confirm): bob's dismiss decides" in r["problems"]
+               for r in rows)

@@ -18,7 +18,7 @@ import pytest
 from forensics import api
 from forensics.cli import main
 from forensics.config import load_case_file
-from forensics.errors import ConfigError
+from forensics.errors import CaseError, ConfigError
 from forensics.run import find_case_file
 
 CASE_TOML = """name = "e2e"
@@ -1078,3 +1078,75 @@ def test_a_file_added_without_the_case_file_is_read_in_its_entrys_zone(tmp_path:
     api.ingest(case, [logs / "engine"])
     times = sorted(e["time"].isoformat() for e in pl.read_parquet(case / "engine_events.parquet").to_dicts())
     assert times == ["2026-08-28T11:00:00+00:00", "2026-08-28T11:00:05+00:00"]
+
+
+@pytest.mark.parametrize("other_format", ["auto", "litellm"])
+def test_the_same_log_under_two_entries_of_different_zones_is_an_error_whatever_their_formats(tmp_path: Path,
+                                                                                              other_format: str) -> None:
+    """One spend log with times lacking a zone in two entries, Tokyo and New York: it was read once, in the zone the
+    order of the formats' names chose, with no word, and verify --rerun then failed (a fourth review)."""
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    spend.write_text(spend.read_text(encoding="utf-8").replace("T11:00:00Z", "T11:00:00"), encoding="utf-8")
+    (logs / "copy").mkdir()
+    shutil.copy(spend, logs / "copy" / "spend.jsonl")
+    (logs / "case.toml").write_text(CASE_TOML.split("[[inputs]]")[0] + (
+        '[[inputs]]\nformat = "litellm"\npath = "gateway"\ntimezone = "Asia/Tokyo"\n\n'
+        f'[[inputs]]\nformat = "{other_format}"\npath = "copy"\ntimezone = "America/New_York"\n'), encoding="utf-8")
+    with pytest.raises(ConfigError, match="the same content is under two inputs whose times with no zone are read in "
+                                          "different zones"):
+        api.run(logs, tmp_path / "out")
+
+
+def test_empty_logs_under_two_entries_of_different_zones_run_and_verify(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    for folder in ("gw-a", "gw-b"):
+        (logs / folder).mkdir()
+        (logs / folder / "spend-empty.jsonl").write_bytes(b"")
+    (logs / "case.toml").write_text(CASE_TOML + (
+        '\n[[inputs]]\nformat = "litellm"\npath = "gw-a"\ntimezone = "Asia/Tokyo"\n\n'
+        '[[inputs]]\nformat = "litellm"\npath = "gw-b"\ntimezone = "America/New_York"\n'), encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    verified = api.verify(result.report.report_dir, rerun=True)
+    assert verified.ok, verified.drift
+
+
+def test_a_folder_named_through_a_link_keeps_its_zone_against_a_pattern_over_its_parent(tmp_path: Path) -> None:
+    """`engine/eu` a link to a folder elsewhere (a mount): the depth of its real path lost to the pattern's, and its
+    lines were read six hours off (a fourth review)."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/*/*.log"\n'
+               'timezone = "America/New_York"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/eu"\ntimezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    mount = tmp_path / "n"
+    mount.mkdir()
+    (logs / "engine" / "prefill-0_0.log").rename(mount / "prefill-0_0.log")
+    (logs / "engine" / "eu").symlink_to(mount)
+    (logs / "engine" / "us").mkdir()
+    (logs / "engine" / "us" / "decode-9_0.log").write_text("[2026-08-28 13:00:00 TP0] Decode batch, #running-req: 1\n",
+                                                           encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    zones = {e["node"]: e["zone_assumed"] for e in pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()}
+    assert zones == {"prefill-0": "Europe/Berlin", "decode-9": "America/New_York"}
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "bad_zone"])
+def test_an_ingest_without_the_case_file_refuses_a_case_whose_saved_configuration_it_cannot_read(tmp_path: Path,
+                                                                                               damage: str) -> None:
+    """With config.json gone or garbled, a file added without --config was read in the case's zone beside siblings read
+    in their entry's, with no word (a fourth review)."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\n'
+               'timezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    case = tmp_path / "case"
+    api.ingest(case, [logs / "gateway", logs / "engine"], config=api.make_config(logs / "case.toml"))
+    saved = case / "config.json"
+    if damage == "missing":
+        saved.unlink()
+    elif damage == "corrupt":
+        saved.write_text("{", encoding="utf-8")
+    else:
+        saved.write_text(saved.read_text(encoding="utf-8").replace("Europe/Berlin", "Mars/Olympus"), encoding="utf-8")
+    (logs / "engine" / "decode-0_0.log").write_text("[2026-08-28 13:00:05 TP0] Decode batch, #running-req: 1\n",
+                                                    encoding="utf-8")
+    with pytest.raises(CaseError, match="config.json|saved configuration"):
+        api.ingest(case, [logs / "engine"])

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,7 +35,7 @@ from forensics import __version__, engine, schema
 from forensics.artifacts import IngestManifest
 from forensics.case import STAGING_OPTIONS, Case, ParquetSink, file_sha256, rows_batch, table_text, write_json
 from forensics.config import CaseConfig, InputSpec, Profile, load_saved, save
-from forensics.errors import CaseError, ConfigError, InputError, first_few
+from forensics.errors import CaseError, ConfigError, ForensicsError, InputError, first_few
 from forensics.ingest import formats  # noqa: F401  (registers every format module)
 from forensics.ingest.base import ALIASES_KEY, FileContext, Quarantined, SkippedRecord, record_hash
 from forensics.ingest.fields import json_value
@@ -597,7 +598,8 @@ def ingest(
     # The [[inputs]] entries' own zones: the case file's, else (an ingest given none) those of the case file the case was
     # begun with, which it saved: a file added without --config was read in the case's zone beside siblings read in
     # their entry's.
-    zones = input_zones([path for path, _ in found], cfg if cfg.file is not None or cfg.inputs else _saved_inputs(c, cfg))
+    zones = input_zones([path for path, _ in found],
+                        cfg if cfg.file is not None or cfg.inputs else _saved_inputs(c, cfg, bool(known)))
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
@@ -697,6 +699,12 @@ def ingest(
             shown = display_path(path, base)
             zone = zones.get(path) or zone_for(detected, cfg.timezone)
             earlier_zone = known[sha].get("zone", zone_for(known[sha].get("format"), cfg.timezone)) if sha in known else zone
+            if earlier_zone != zone and sha not in held_before and seen.size and detected is not None:
+                # The same content under two inputs of this ingest whose zones differ: it is read once, in one of them,
+                # which would be chosen by the order of their formats. (Empty or skipped content reads alike in any.)
+                raise ConfigError(f"the same content is under two inputs whose times with no zone are read in different "
+                                  f"zones ({known[sha]['path']}: {earlier_zone}; this file: {zone})", file=path,
+                                  fix="give the [[inputs]] entries holding them the same timezone, or leave the copy out")
             if earlier_zone != zone and sha in held_before and known[sha].get("zone_assumed"):
                 # Its rows were read in another zone: skipping it as already ingested would keep them, hours off. (Content
                 # with no time lacking a zone, an empty file or a skipped one, reads the same in any.)
@@ -1179,60 +1187,62 @@ UNRECOGNISED = Skip("skipped: format not recognised",
                     "format not recognised; file skipped. Fix: pass --format if it is a log of a known format")
 
 
-def _saved_inputs(c: Case, cfg: CaseConfig) -> CaseConfig:
-    """``cfg`` with the ``[[inputs]]`` of the configuration the case saved (none: ``cfg`` as it is)."""
+def _saved_inputs(c: Case, cfg: CaseConfig, held: bool) -> CaseConfig:
+    """``cfg`` with the ``[[inputs]]`` of the configuration the case saved (none saved: ``cfg`` as it is). ``held``:
+    the case holds files already, so a saved configuration that is missing or unreadable is an error: the zones
+    those files were read in could not be told, and a file added would be read in another beside them."""
+    path = c.config_path
+    if not path.is_file():
+        if held:
+            raise CaseError("the case holds logs but no config.json, which says the zones their times were read in",
+                            file=path, fix="give the case file the case was ingested with (--config)")
+        return cfg
     try:
-        saved = load_saved(c.config_path) if c.config_path.is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):
-        saved = None
-    return dataclasses.replace(cfg, inputs=list(saved.inputs)) if saved is not None and saved.inputs else cfg
+        saved = load_saved(path)
+        for spec in saved.inputs:
+            if spec.timezone is not None:
+                ZoneInfo(spec.timezone)
+    except (OSError, ValueError, KeyError, TypeError, ZoneInfoNotFoundError) as exc:
+        raise CaseError(f"the case's saved configuration cannot be read ({type(exc).__name__}: {exc})", file=path,
+                        fix="give the case file the case was ingested with (--config)") from None
+    return dataclasses.replace(cfg, inputs=list(saved.inputs)) if saved.inputs else cfg
 
 
 def input_zones(files: Sequence[Path], cfg: CaseConfig) -> dict[Path, str | None]:
     """Per file, the ``timezone`` of the case file's most specific ``[[inputs]]`` entry that holds it (None: that entry
-    gives none). Empty when no entry gives one. An entry naming the file itself is the most specific; else the one
-    whose folder (a pattern's fixed folder, before its first wildcard) lies deepest: ``nodes/eu`` over
-    ``nodes/**/*.log`` (a pattern's match scored as the file itself let a broad pattern override a named folder's zone).
-    Two entries as specific with different zones are a ConfigError naming both: the last one won, silently, and ``run``
-    and ``verify --rerun`` (which ingests format by format) read a file in different zones."""
+    gives none). Empty when no entry gives one. The most specific entry is the one that holds the fewest files (among
+    as many: one naming the file, then a folder, then a pattern): ``nodes/eu`` over ``nodes/**/*.log``, whichever
+    path or link leads to them (ranking by the depth of their paths let a broad pattern override a folder named
+    through a link). Two as
+    specific with different zones are a ConfigError naming both: the last one won, silently, and ``run`` and
+    ``verify --rerun`` (which ingests format by format) read a file in different zones."""
     specs = list(cfg.inputs)
     if not any(spec.timezone for spec in specs):
         return {}
-    # real path -> (specificity, entry) of every entry holding what lies at or below it: files and folders an entry
-    # names, and each match of a pattern (scored by the pattern's fixed folder)
-    at_path: dict[str, list[tuple[int, InputSpec]]] = {}
+    held_by: list[tuple[InputSpec, set[str], int]] = []
     for spec in specs:
-        if not spec.path.exists() and glob.has_magic(str(spec.path)):
-            depth = len(Path(os.path.realpath(split_pattern(spec.path)[0])).parts)
-            for match in glob_matches(spec.path).matches:
-                at_path.setdefault(os.path.realpath(match), []).append((depth, spec))
-        else:
-            root = os.path.realpath(spec.path)
-            at_path.setdefault(root, []).append((FILE_ENTRY if os.path.isfile(root) else len(Path(root).parts), spec))
+        try:
+            found, _ = expand_inputs([spec.path])
+        except (ForensicsError, OSError):
+            found = []  # an entry that names nothing now holds no file
+        # Among entries holding as many files: one naming a file, then a folder, then a pattern (which the files a
+        # folder holds may match only for now)
+        kind = 0 if spec.path.is_file() else 2 if glob.has_magic(str(spec.path)) and not spec.path.exists() else 1
+        held_by.append((spec, {os.path.realpath(p) for p, _ in found}, kind))
     out: dict[Path, str | None] = {}
     for path in files:
-        held: list[tuple[int, InputSpec]] = []
         at = os.path.realpath(path)
-        while True:  # the file and every folder above it, once
-            held += at_path.get(at, [])
-            up = os.path.dirname(at)
-            if up == at:
-                break
-            at = up
-        if not held:
+        holders = [((len(held), kind), spec) for spec, held, kind in held_by if at in held]
+        if not holders:
             continue
-        top = max(depth for depth, _ in held)
-        chosen = list({id(spec): spec for depth, spec in held if depth == top}.values())
+        fewest = min(rank for rank, _ in holders)
+        chosen = list({id(spec): spec for rank, spec in holders if rank == fewest}.values())
         if len({spec.timezone for spec in chosen}) > 1:
             said = "; ".join(f"{spec.path}: {spec.timezone or 'none'}" for spec in chosen)
             raise ConfigError(f"{len(chosen)} [[inputs]] entries hold {path} with different timezones ({said})",
                               file=cfg.file, fix="give them the same timezone, or one entry for the file with its own")
         out[path] = chosen[0].timezone
     return out
-
-
-#: The specificity of an entry that names a file itself (above any folder's depth).
-FILE_ENTRY = 1 << 20
 
 
 def _new_entry(path: Path, shown: str, sha: str, fmt: str | None, seen: Examined,

@@ -686,7 +686,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
                                f"here {spec.format if spec.format != 'auto' else 'sniffed again'}")
             elif spec.profile is not None and entry.get("profile") != spec.profile.to_json():
                 formats.append(f"{name}: another mapping profile")
-            elif entry.get("format"):
+            elif entry.get("format") and entry.get("zone_assumed"):  # (content with no time lacking a zone reads alike)
                 had = entry.get("zone") or zone_for(entry.get("format"), config.timezone)
                 want = zones.get(path) or zone_for(entry.get("format"), config.timezone)
                 if had != want:

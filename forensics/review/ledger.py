@@ -347,11 +347,13 @@ def _rendered_entries(man: dict[str, Any], name: str) -> int:
 
 
 def _disputes(verdicts: list[dict[str, Any]], resolution: Resolution | None = None) -> dict[str, str]:
-    """Per finding (as evidence.csv shows its id) on which analysts' latest verdicts are opposite, the problem that says
-    so: the latest decides, and it did so without a word (a review). An analyst who changed their mind to agree settles
-    it; a verdict out of effect takes no side; one given on a finding logs added since renamed counts for the finding
-    that holds its passage now (as it decides it)."""
-    carried, stale = (resolution.carried, set(resolution.stale)) if resolution else ({}, set())
+    """Per finding (as evidence.csv shows its id) on which analysts' latest verdicts differ, or the one that decides
+    (:func:`forensics.review.verdicts.deciding`: a verdict given on the finding itself beats one carried to it) differs
+    from what they last said, the problem that says so, naming the deciding verdict: it decided without a word (a
+    review). An analyst who changed their mind to agree settles it; a verdict out of effect takes no side; one given on
+    a finding logs added since renamed counts for the finding that holds its passage now."""
+    resolution = resolution or Resolution()
+    carried, stale = resolution.carried, set(resolution.stale)
     by_finding: dict[str, dict[Any, dict[str, Any]]] = {}
     for v in verdicts:
         fid = raw_id(str(v["finding_id"]))
@@ -361,13 +363,17 @@ def _disputes(verdicts: list[dict[str, Any]], resolution: Resolution | None = No
             latest = by_finding.setdefault(target, {})
             latest.pop(v.get("analyst"), None)  # (re-inserted last: the analysts in the order of their latest verdict)
             latest[v.get("analyst")] = v
+    decider = deciding(verdicts, resolution)
     out: dict[str, str] = {}
     for fid, by_analyst in by_finding.items():
         given = list(by_analyst.values())
-        if len({v["verdict"] for v in given}) > 1:
-            said = ", ".join(f"{v.get('analyst')} {v['verdict']}" for v in given)
-            out[csvfile.cell(fid)] = (f"analysts disagree on finding {csvfile.cell(fid)} ({said}): the latest, "
-                                      f"{given[-1].get('analyst')}'s {given[-1]['verdict']}, decides; settle it")
+        decides = decider.get(fid)
+        if decides is None or (len({v["verdict"] for v in given}) == 1 and decides["verdict"] == given[0]["verdict"]):
+            continue
+        said = ", ".join(f"{v.get('analyst')} {v['verdict']}" for v in given)
+        on = "" if raw_id(str(decides["finding_id"])) == fid else f" (given on {csvfile.cell(raw_id(str(decides['finding_id'])))})"
+        out[csvfile.cell(fid)] = (f"verdicts on finding {csvfile.cell(fid)} differ (latest: {said}): "
+                                  f"{decides.get('analyst')}'s {decides['verdict']}{on} decides; settle it")
     return out
 
 
