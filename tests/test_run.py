@@ -1037,18 +1037,42 @@ def test_two_inputs_entries_as_specific_with_different_zones_are_an_error_naming
         api.run(logs, tmp_path / "out")
 
 
-def test_a_folder_entrys_zone_is_not_overridden_by_a_broad_pattern_over_it(tmp_path: Path) -> None:
-    """`nodes/**/*.log` in New York time and `nodes/eu` in Berlin: a pattern's match scored as the file itself, and the
-    EU nodes' lines were read in New York time with no word (a third review)."""
-    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/**/*.log"\n'
+@pytest.mark.parametrize("through_a_link", [False, True])
+def test_a_pattern_and_a_folder_holding_a_file_with_different_zones_are_an_error(tmp_path: Path,
+                                                                               through_a_link: bool) -> None:
+    """`engine/*/*.log` in New York time and `engine/eu` in Berlin: ranked by depth, the pattern overrode the folder
+    named through a link; ranked by the files each held, the zone moved when files were added beside it (reviews).
+    Only nesting decides now; a pattern and a folder that overlap with different zones are said."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/*/*.log"\n'
                'timezone = "America/New_York"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/eu"\ntimezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    if through_a_link:
+        (tmp_path / "n").mkdir()
+        (logs / "engine" / "prefill-0_0.log").rename(tmp_path / "n" / "prefill-0_0.log")
+        (logs / "engine" / "eu").symlink_to(tmp_path / "n")
+    else:
+        (logs / "engine" / "eu").mkdir()
+        (logs / "engine" / "prefill-0_0.log").rename(logs / "engine" / "eu" / "prefill-0_0.log")
+    with pytest.raises(ConfigError, match=r"2 \[\[inputs\]\] entries hold .*prefill-0_0.log with different timezones"):
+        api.run(logs, tmp_path / "out")
+
+
+def test_the_deepest_folder_gives_the_zone_whatever_else_the_outer_one_holds(tmp_path: Path) -> None:
+    """`engine` in UTC and `engine/eu` in Berlin, the outer folder holding nothing but the inner: counted by files they
+    tied, and the run was refused (a review); the deeper folder decides, with or without files beside it."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\n'
+               'timezone = "UTC"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/eu"\ntimezone = "Europe/Berlin"\n')
     logs = _engine_line_case(tmp_path, entries)
     (logs / "engine" / "eu").mkdir()
     (logs / "engine" / "prefill-0_0.log").rename(logs / "engine" / "eu" / "prefill-0_0.log")
-    result = api.run(logs, tmp_path / "out")
-    [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
-    assert event["zone_assumed"] == "Europe/Berlin" and event["time"].isoformat() == "2026-08-28T11:00:00+00:00"
-    assert api.verify(result.report.report_dir, rerun=True).ok
+    for extra in (None, "decode-7_0.log"):
+        if extra:
+            (logs / "engine" / extra).write_text("[2026-08-28 13:00:00 TP0] Decode batch, #running-req: 1\n",
+                                                 encoding="utf-8")
+        result = api.run(logs, tmp_path / "out")
+        zones = {e["node"]: e["zone_assumed"] for e in pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()}
+        assert zones["prefill-0"] == "Europe/Berlin" and zones.get("decode-7", "UTC") == "UTC"
+        assert api.verify(result.report.report_dir, rerun=True).ok
 
 
 def test_empty_files_alike_in_two_inputs_of_different_zones_are_no_conflict(tmp_path: Path) -> None:
@@ -1109,24 +1133,6 @@ def test_empty_logs_under_two_entries_of_different_zones_run_and_verify(tmp_path
     result = api.run(logs, tmp_path / "out")
     verified = api.verify(result.report.report_dir, rerun=True)
     assert verified.ok, verified.drift
-
-
-def test_a_folder_named_through_a_link_keeps_its_zone_against_a_pattern_over_its_parent(tmp_path: Path) -> None:
-    """`engine/eu` a link to a folder elsewhere (a mount): the depth of its real path lost to the pattern's, and its
-    lines were read six hours off (a fourth review)."""
-    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/*/*.log"\n'
-               'timezone = "America/New_York"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/eu"\ntimezone = "Europe/Berlin"\n')
-    logs = _engine_line_case(tmp_path, entries)
-    mount = tmp_path / "n"
-    mount.mkdir()
-    (logs / "engine" / "prefill-0_0.log").rename(mount / "prefill-0_0.log")
-    (logs / "engine" / "eu").symlink_to(mount)
-    (logs / "engine" / "us").mkdir()
-    (logs / "engine" / "us" / "decode-9_0.log").write_text("[2026-08-28 13:00:00 TP0] Decode batch, #running-req: 1\n",
-                                                           encoding="utf-8")
-    result = api.run(logs, tmp_path / "out")
-    zones = {e["node"]: e["zone_assumed"] for e in pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()}
-    assert zones == {"prefill-0": "Europe/Berlin", "decode-9": "America/New_York"}
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "bad_zone"])

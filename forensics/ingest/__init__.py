@@ -599,7 +599,7 @@ def ingest(
     # begun with, which it saved: a file added without --config was read in the case's zone beside siblings read in
     # their entry's.
     zones = input_zones([path for path, _ in found],
-                        cfg if cfg.file is not None or cfg.inputs else _saved_inputs(c, cfg, bool(known)))
+                        cfg if cfg.file is not None or cfg.inputs else _saved_inputs(c, cfg, bool(known)), exclude=c.root)
     if not found and not skipped:  # an empty folder must not look like a clean, empty incident
         raise InputError(f"no log file found in {', '.join(str(p) for p in paths)}",
                          fix="give the folder that holds the logs (hidden files are skipped), or the files themselves")
@@ -1208,39 +1208,46 @@ def _saved_inputs(c: Case, cfg: CaseConfig, held: bool) -> CaseConfig:
     return dataclasses.replace(cfg, inputs=list(saved.inputs)) if saved.inputs else cfg
 
 
-def input_zones(files: Sequence[Path], cfg: CaseConfig) -> dict[Path, str | None]:
-    """Per file, the ``timezone`` of the case file's most specific ``[[inputs]]`` entry that holds it (None: that entry
-    gives none). Empty when no entry gives one. The most specific entry is the one that holds the fewest files (among
-    as many: one naming the file, then a folder, then a pattern): ``nodes/eu`` over ``nodes/**/*.log``, whichever
-    path or link leads to them (ranking by the depth of their paths let a broad pattern override a folder named
-    through a link). Two as
-    specific with different zones are a ConfigError naming both: the last one won, silently, and ``run`` and
-    ``verify --rerun`` (which ingests format by format) read a file in different zones."""
+def input_zones(files: Sequence[Path], cfg: CaseConfig, exclude: Path | None = None) -> dict[Path, str | None]:
+    """Per file, the ``timezone`` of the case file's ``[[inputs]]`` entry that holds it (None: that entry gives none).
+    Empty when no entry gives one. Where several hold it, only nesting decides: an entry naming the file itself over
+    any folder, and the deepest folder over the folders above it. A pattern decides only alone, or where every entry
+    holding the file agrees: a pattern and a folder that overlap with different zones are a ConfigError naming both, as
+    are two entries naming one file or folder. (Ranked by depth, a broad pattern overrode a named folder; ranked by the
+    files each held, a file's zone moved when unrelated files were added beside it.) ``exclude``: the case folder,
+    when it lies inside an input folder (its own files are no input)."""
     specs = list(cfg.inputs)
     if not any(spec.timezone for spec in specs):
         return {}
-    held_by: list[tuple[InputSpec, set[str], int]] = []
+    named: dict[str, list[InputSpec]] = {}  # a file an entry names -> those entries
+    folders: list[tuple[str, InputSpec]] = []  # (real path, entry)
+    patterns: list[tuple[InputSpec, set[str]]] = []  # (entry, the real paths of the files it matches)
     for spec in specs:
-        try:
-            found, _ = expand_inputs([spec.path])
-        except (ForensicsError, OSError):
-            found = []  # an entry that names nothing now holds no file
-        # Among entries holding as many files: one naming a file, then a folder, then a pattern (which the files a
-        # folder holds may match only for now)
-        kind = 0 if spec.path.is_file() else 2 if glob.has_magic(str(spec.path)) and not spec.path.exists() else 1
-        held_by.append((spec, {os.path.realpath(p) for p, _ in found}, kind))
+        if not spec.path.exists() and glob.has_magic(str(spec.path)):
+            try:
+                found, _ = expand_inputs([spec.path], exclude=exclude)
+            except (ForensicsError, OSError):
+                found = []  # an entry that matches nothing now holds no file
+            patterns.append((spec, {os.path.realpath(p) for p, _ in found}))
+        elif spec.path.is_dir():
+            folders.append((os.path.realpath(spec.path), spec))
+        else:
+            named.setdefault(os.path.realpath(spec.path), []).append(spec)
     out: dict[Path, str | None] = {}
     for path in files:
         at = os.path.realpath(path)
-        holders = [((len(held), kind), spec) for spec, held, kind in held_by if at in held]
-        if not holders:
+        chosen = named.get(at, [])
+        if not chosen:
+            inside = [(len(root), spec) for root, spec in folders if at.startswith(root.rstrip(os.sep) + os.sep)]
+            deepest = max((n for n, _ in inside), default=0)
+            chosen = [spec for n, spec in inside if n == deepest] + [spec for spec, held in patterns if at in held]
+        if not chosen:
             continue
-        fewest = min(rank for rank, _ in holders)
-        chosen = list({id(spec): spec for rank, spec in holders if rank == fewest}.values())
         if len({spec.timezone for spec in chosen}) > 1:
             said = "; ".join(f"{spec.path}: {spec.timezone or 'none'}" for spec in chosen)
             raise ConfigError(f"{len(chosen)} [[inputs]] entries hold {path} with different timezones ({said})",
-                              file=cfg.file, fix="give them the same timezone, or one entry for the file with its own")
+                              file=cfg.file, fix="give them the same timezone, or hold the file in one entry (a folder "
+                                                 "within another, or the file itself, is the more specific)")
         out[path] = chosen[0].timezone
     return out
 

@@ -653,7 +653,7 @@ def _inputs_differ(case: Path, config: CaseConfig, files: Iterable[Any], skipped
         special |= {(display_path(item.path, base), item.kind) for item in passed}
         listings.append((spec, found))
     # The zones a re-run reads their times in (once for every file: per entry, it globbed and walked again each time)
-    zones = input_zones([path for _, found in listings for path, _ in found], config)
+    zones = input_zones([path for _, found in listings for path, _ in found], config, exclude=case)
     for spec, found in listings:
         for path, _ in found:
             name = display_path(path, base)
