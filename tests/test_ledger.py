@@ -651,29 +651,21 @@ def test_a_verdict_since_the_render_does_not_move_the_deadline_of_the_list_audit
     assert row["deadline"] == "2026-09-08T08:00:00Z" and row["overdue"] is False
 
 
-def test_a_dispute_over_a_finding_a_verdict_was_carried_to_is_named() -> None:
-    """ana confirmed f-0001, which logs added since renamed f-0009; bob dismissed f-0009 itself: his verdict decides,
-    and no row said the two disagree (a third review)."""
+@pytest.mark.parametrize(("given", "said"), [
+    # ana confirmed f-0001, which logs added since renamed f-0009; bob dismissed f-0009 itself later: no row said the two
+    # disagree (a third review)
+    ([("ana", "f-0001", "confirm"), ("bob", "f-0009", "dismiss")], "(latest: ana confirm, bob dismiss): bob's dismiss"),
+    # bob dismissed f-0009 itself, ana's later confirm was carried to it: the dispute named ana's confirm as deciding,
+    # where a verdict on the finding itself decides (a fourth review)
+    ([("bob", "f-0009", "dismiss"), ("ana", "f-0001", "confirm")], "(latest: bob dismiss, ana confirm): bob's dismiss"),
+], ids=["carried_first", "own_first"])
+def test_a_dispute_over_a_finding_a_verdict_was_carried_to_names_the_deciding_verdict(
+        given: list[tuple[str, str, str]], said: str) -> None:
     from forensics.review.verdicts import Resolution  # noqa: PLC0415
 
     evidence = [dict(_EVIDENCE[0], finding_id="f-0009")]
-    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"},
-                {"at": "2026-09-01T09:00:00Z", "analyst": "bob", "finding_id": "f-0009", "verdict": "dismiss", "reason": "r"}]
+    verdicts = [{"at": f"2026-09-01T0{8 + i}:00:00Z", "analyst": analyst, "finding_id": fid, "verdict": verdict,
+                 "reason": "r"} for i, (analyst, fid, verdict) in enumerate(given)]
     rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
                         Resolution(carried={"f-0001": ("f-0009",)}))
-    assert all("verdicts on finding f-0009 differ (latest: ana confirm, bob dismiss): bob's dismiss decides" in r["problems"]
-               for r in rows)
-
-
-def test_a_verdict_on_the_finding_itself_deciding_over_a_later_carried_one_is_named() -> None:
-    """bob dismissed f-0009 itself; ana's later confirm of f-0001 was carried to it: the dispute named ana's confirm as
-    deciding, where bob's own-finding dismiss does (a fourth review)."""
-    from forensics.review.verdicts import Resolution  # noqa: PLC0415
-
-    evidence = [dict(_EVIDENCE[0], finding_id="f-0009")]
-    verdicts = [{"at": "2026-09-01T08:00:00Z", "analyst": "bob", "finding_id": "f-0009", "verdict": "dismiss", "reason": "r"},
-                {"at": "2026-09-01T09:00:00Z", "analyst": "ana", "finding_id": "f-0001", "verdict": "confirm", "reason": "r"}]
-    rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
-                        Resolution(carried={"f-0001": ("f-0009",)}))
-    assert all("verdicts on finding f-0009 differ (latest: bob dismiss, ana confirm): bob's dismiss decides" in r["problems"]
-               for r in rows)
+    assert all(f"verdicts on finding f-0009 differ {said} decides" in r["problems"] for r in rows)
