@@ -1156,3 +1156,19 @@ def test_an_ingest_without_the_case_file_refuses_a_case_whose_saved_configuratio
                                                     encoding="utf-8")
     with pytest.raises(CaseError, match="config.json|saved configuration"):
         api.ingest(case, [logs / "engine"])
+
+
+@pytest.mark.parametrize("below", [".rotated", "_temporary"])
+def test_a_folder_holds_no_file_of_a_subfolder_its_walk_skips(tmp_path: Path, below: str) -> None:
+    """`engine` in Berlin and `engine/.rotated/*.log` in Tokyo: the folder's walk never reads the hidden subfolder, yet
+    the path prefix counted it as holding the file, and the run was refused (a sixth review): the pattern decides."""
+    entries = ('[[inputs]]\nformat = "litellm"\npath = "gateway"\n\n[[inputs]]\nformat = "sglang"\npath = "engine"\n'
+               f'timezone = "Europe/Berlin"\n\n[[inputs]]\nformat = "sglang"\npath = "engine/{below}/*.log"\n'
+               'timezone = "Asia/Tokyo"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    (logs / "engine" / below).mkdir()
+    (logs / "engine" / "prefill-0_0.log").rename(logs / "engine" / below / "prefill-0_0.log")
+    result = api.run(logs, tmp_path / "out")
+    [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
+    assert event["zone_assumed"] == "Asia/Tokyo"
+    assert api.verify(result.report.report_dir, rerun=True).ok

@@ -1214,23 +1214,29 @@ def input_zones(files: Sequence[Path], cfg: CaseConfig, exclude: Path | None = N
     any folder, and the deepest folder over the folders above it. A pattern decides only alone, or where every entry
     holding the file agrees: a pattern and a folder that overlap with different zones are a ConfigError naming both, as
     are two entries naming one file or folder. (Ranked by depth, a broad pattern overrode a named folder; ranked by the
-    files each held, a file's zone moved when unrelated files were added beside it.) ``exclude``: the case folder,
-    when it lies inside an input folder (its own files are no input)."""
+    files each held, a file's zone moved when unrelated files were added beside it.) An entry holds the files its own
+    walk reads: a folder not those of a hidden or bookkeeping subfolder below it, which a pattern may read. ``exclude``:
+    the case folder, when it lies inside an input folder (its own files are no input)."""
     specs = list(cfg.inputs)
     if not any(spec.timezone for spec in specs):
         return {}
+    def read_by(spec: InputSpec) -> set[str]:  # the real paths of the files the entry's own walk reads
+        try:
+            found, _ = expand_inputs([spec.path], exclude=exclude)
+        except (ForensicsError, OSError):
+            found = []  # an entry that names nothing now holds no file
+        return {os.path.realpath(p) for p, _ in found}
+
     named: dict[str, list[InputSpec]] = {}  # a file an entry names -> those entries
-    folders: list[tuple[str, InputSpec]] = []  # (real path, entry)
+    # (depth of its real path, entry, what it reads): a folder holds only what its walk reads, not a hidden or
+    # bookkeeping subfolder's files, which a pattern may read
+    folders: list[tuple[int, InputSpec, set[str]]] = []
     patterns: list[tuple[InputSpec, set[str]]] = []  # (entry, the real paths of the files it matches)
     for spec in specs:
         if not spec.path.exists() and glob.has_magic(str(spec.path)):
-            try:
-                found, _ = expand_inputs([spec.path], exclude=exclude)
-            except (ForensicsError, OSError):
-                found = []  # an entry that matches nothing now holds no file
-            patterns.append((spec, {os.path.realpath(p) for p, _ in found}))
+            patterns.append((spec, read_by(spec)))
         elif spec.path.is_dir():
-            folders.append((os.path.realpath(spec.path), spec))
+            folders.append((len(Path(os.path.realpath(spec.path)).parts), spec, read_by(spec)))
         else:
             named.setdefault(os.path.realpath(spec.path), []).append(spec)
     out: dict[Path, str | None] = {}
@@ -1238,7 +1244,7 @@ def input_zones(files: Sequence[Path], cfg: CaseConfig, exclude: Path | None = N
         at = os.path.realpath(path)
         chosen = named.get(at, [])
         if not chosen:
-            inside = [(len(root), spec) for root, spec in folders if at.startswith(root.rstrip(os.sep) + os.sep)]
+            inside = [(depth, spec) for depth, spec, held in folders if at in held]
             deepest = max((n for n, _ in inside), default=0)
             chosen = [spec for n, spec in inside if n == deepest] + [spec for spec, held in patterns if at in held]
         if not chosen:
