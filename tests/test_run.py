@@ -1172,3 +1172,14 @@ def test_a_folder_holds_no_file_of_a_subfolder_its_walk_skips(tmp_path: Path, be
     [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
     assert event["zone_assumed"] == "Asia/Tokyo"
     assert api.verify(result.report.report_dir, rerun=True).ok
+
+
+def test_a_catch_all_folder_with_no_zone_takes_no_side_against_a_pattern_that_gives_one(tmp_path: Path) -> None:
+    """`.` with no timezone and `engine/*.log` in Berlin: an entry giving no zone counted as disagreeing, and the run
+    was refused (a sixth review)."""
+    entries = ('[[inputs]]\nformat = "auto"\npath = "."\n\n[[inputs]]\nformat = "sglang"\npath = "engine/*.log"\n'
+               'timezone = "Europe/Berlin"\n')
+    logs = _engine_line_case(tmp_path, entries)
+    result = api.run(logs / "case.toml", tmp_path / "out")
+    [event] = pl.read_parquet(result.case_dir / "engine_events.parquet").to_dicts()
+    assert event["zone_assumed"] == "Europe/Berlin"

@@ -1247,14 +1247,15 @@ def input_zones(files: Sequence[Path], cfg: CaseConfig, exclude: Path | None = N
             inside = [(depth, spec) for depth, spec, held in folders if at in held]
             deepest = max((n for n, _ in inside), default=0)
             chosen = [spec for n, spec in inside if n == deepest] + [spec for spec, held in patterns if at in held]
-        if not chosen:
-            continue
-        if len({spec.timezone for spec in chosen}) > 1:
-            said = "; ".join(f"{spec.path}: {spec.timezone or 'none'}" for spec in chosen)
+        # An entry that gives no timezone takes no side against one that does (a catch-all folder beside a pattern)
+        given = {spec.timezone for spec in chosen if spec.timezone}
+        if len(given) > 1:
+            said = "; ".join(f"{spec.path}: {spec.timezone}" for spec in chosen if spec.timezone)
             raise ConfigError(f"{len(chosen)} [[inputs]] entries hold {path} with different timezones ({said})",
                               file=cfg.file, fix="give them the same timezone, or hold the file in one entry (a folder "
                                                  "within another, or the file itself, is the more specific)")
-        out[path] = chosen[0].timezone
+        if chosen:
+            out[path] = given.pop() if given else None
     return out
 
 
