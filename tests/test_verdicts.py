@@ -723,3 +723,17 @@ def test_analysts_recording_at_the_same_moment_all_get_their_verdicts_in(built: 
     assert _review(rd, "f-0001", "confirm") == 0
     holder.join()
     assert len(chain.read_report_ledger(rd, "verdicts.jsonl").entries) == 1
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [("verdict", "other", "verdict 'other' is not one of confirm"),
+                                                       ("at", "x", "at 'x' is not a time with a zone")])
+def test_a_hand_chained_verdict_line_the_render_cannot_apply_is_refused(built: tuple[Path, object, Path], field: str,
+                                                                       value: str, said: str) -> None:
+    """A line written by hand with a fresh hash, whose verdict is none the tool knows or whose time is none: the
+    render ignored it, or ordered it anyhow, without a word (a review)."""
+    case, cfg, rd = built
+    assert _review(rd, "f-0001", "confirm") == 0
+    entry = {k: v for k, v in chain.read(rd / "verdicts.jsonl").entries[0].items()} | {field: value}
+    (rd / "verdicts.jsonl").write_bytes(chain.encode(entry) + b"\n")
+    with pytest.raises(CaseError, match=re.escape(f"line 1: {said}")):
+        report(case, cfg, rd.parent)  # type: ignore[arg-type]

@@ -852,6 +852,7 @@ def write_report(case: Path, config: CaseConfig, report_dir: Path, progress: Rep
         from forensics.review import VERDICTS, chain, verdicts
 
         entries = chain.read_valid(report_dir / VERDICTS, verdicts.REQUIRED).entries
+        verdicts.check_entries(entries, report_dir / VERDICTS)
         # Logs added since a verdict may have given its finding another id: it follows its passage, or is out of effect.
         resolution = verdicts.resolve(entries, _stage_rows(case))
         decided = verdicts.decisions(entries, resolution)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics import csvfile
-from forensics.config import iso
+from forensics.config import iso, parse_utc
 from forensics.errors import CaseError, ConfigError
 from forensics.report import safe
 from forensics.review import VERDICTS, chain
@@ -130,6 +130,20 @@ def deciding(entries: list[dict[str, Any]], resolution: Resolution | None = None
             for target in carried.get(fid, (fid,)):
                 (own if target == fid else others)[target] = e
     return {**{k: v for k, v in others.items() if k not in own}, **own}
+
+
+def check_entries(entries: list[dict[str, Any]], path: Path) -> None:
+    """Refuse verdict lines a render could not apply as written: a verdict that is none of :data:`KINDS`, or a time
+    that is not one (a line written by hand and chained correctly was ignored, or ordered anyhow, without a word)."""
+    for n, e in enumerate(entries, start=1):
+        if e.get("verdict") not in KINDS:
+            raise CaseError(f"line {n}: verdict {e.get('verdict')!r} is not one of {', '.join(KINDS)}", file=path,
+                            fix="verdicts are recorded with forensics review; restore the ledger from the copy the team keeps")
+        try:
+            parse_utc(e.get("at"), "at")
+        except ConfigError:
+            raise CaseError(f"line {n}: at {e.get('at')!r} is not a time with a zone", file=path,
+                            fix="verdicts are recorded with forensics review; restore the ledger from the copy the team keeps") from None
 
 
 def raw_id(fid: str) -> str:
