@@ -247,7 +247,7 @@ class CaseConfig:
             description=v.get("description", ""),
             inputs=[InputSpec(Path(i["path"]), i["format"],
                               parse_profile(i["fields"], i.get("time_format"), "inputs") if "fields" in i else None,
-                              i.get("timezone"))
+                              _parse_zone(i["timezone"], "inputs.timezone") if i.get("timezone") is not None else None)
                     for i in v["inputs"]],
             sections=v.get("sections", {}),
             options=v.get("options", {}),
@@ -290,6 +290,14 @@ def parse_utc(value: Any, key: str) -> dt.datetime:
     except OverflowError:  # 0001-01-01T00:00:00+01:00 is a time before the year 1 in UTC
         raise ConfigError(f"{key} = {value!r} lies outside the years 1 to 9999 in UTC",
                           fix=f"give a time within them, e.g. {_time_example(key)}") from None
+
+
+def utc_or_none(value: Any) -> dt.datetime | None:
+    """A time with a zone (:func:`parse_utc`), or None for anything else."""
+    try:
+        return parse_utc(value, "time") if value is not None else None
+    except ConfigError:
+        return None
 
 
 def _parse_zone(value: Any, key: str) -> str:

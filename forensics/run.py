@@ -30,14 +30,10 @@ from forensics.match import match
 from forensics.progress import Reporter
 from forensics.report import (
     ReportResult,
-    carried_listed_since,
-    carried_references_key,
     check_same_incident,
+    render_over,
     report_dir_for,
     report_folder,
-    sign_report,
-    unsigned_note,
-    write_report,
 )
 from forensics.scan import scan
 
@@ -274,10 +270,7 @@ def run(config_or_log_dir: Path, out: Path, progress: Reporter | None = None, si
         stages.append(StageTiming("match", round(time.monotonic() - t0, 3), len(matched.findings), "evidence rows"))
 
         t0 = time.monotonic()
-        reported = write_report(case_dir, cfg, building, progress=progress, references_key=carried_references_key(report_dir),
-                                listed_since=carried_listed_since(report_dir))
-        reported.notes.extend(unsigned_note(report_dir, sign))
-        sign_report(building, sign)  # inside the folder before it is swapped in
+        reported = render_over(case_dir, cfg, building, report_dir, progress, sign)
         stages.append(StageTiming("report", round(time.monotonic() - t0, 3), len(reported.notices), "notifications"))
     reported.report_dir = report_dir
     reported.warnings = warnings

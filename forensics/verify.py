@@ -34,11 +34,11 @@ from typing import Any
 from forensics import csvfile
 from forensics.artifacts import MatchRecord, ReportManifest, RequestKey
 from forensics.case import file_sha256, make_private_dirs
-from forensics.config import CaseConfig, InputSpec, load_case_file, parse_utc
+from forensics.config import CaseConfig, InputSpec, load_case_file, utc_or_none
 from forensics.errors import CaseError, ConfigError, ForensicsError, first_few
 from forensics.ingest.patterns import glob_matches
 from forensics.progress import Reporter
-from forensics.report import CASE_FILE_DIR, RECONCILIATION_KEYS, STAGE_RECORDS
+from forensics.report import CASE_FILE_DIR, RECONCILIATION_KEYS, STAGE_RECORDS, listed_tenants
 from forensics.report.manifest import MANIFEST, SIGNATURE, Drift
 from forensics.report.notices import packet_path, render_packet_md, unknown_notice_keys
 from forensics.report.safe import write_bytes
@@ -688,19 +688,16 @@ def _check_listed_since(report_dir: Path, man: ReportManifest) -> list[Drift]:
     its deadline without a trace."""
     if man.listed_since is None:
         return []
-    try:
-        with open(report_dir / "notifications.csv", newline="", encoding="utf-8") as fh:
-            listed = {csvfile.uncell(r.get("tenant_id") or "") or "" for r in csv.DictReader(fh)}
-    except (OSError, ValueError, csv.Error):
+    listed = listed_tenants(report_dir)
+    if listed is None:
         return []  # the output check names it
     drift: list[Drift] = []
     if set(man.listed_since) != listed:
         drift.append(Drift("consistency", MANIFEST, "listed_since does not name the customers of notifications.csv"))
-    last = man.counts.get("last_received")
-    until = _utc_or_none(last) if isinstance(last, str) else None
+    until = utc_or_none(man.counts.get("last_received"))
 
     def bad(value: Any) -> bool:
-        when = _utc_or_none(value) if isinstance(value, str) else None
+        when = utc_or_none(value)
         return when is None or until is None or when > until
 
     late = sorted(t for t, v in man.listed_since.items() if bad(v))
@@ -708,13 +705,6 @@ def _check_listed_since(report_dir: Path, man: ReportManifest) -> list[Drift]:
         drift.append(Drift("consistency", MANIFEST, f"listed_since gives {len(late)} customer(s) a time that is not a time "
                                                    "at or before counts.last_received"))
     return drift
-
-
-def _utc_or_none(value: str) -> Any:
-    try:
-        return parse_utc(value, "listed_since")
-    except ConfigError:
-        return None
 
 
 def _json(value: Any) -> str:

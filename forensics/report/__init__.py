@@ -33,7 +33,7 @@ from typing import Any
 from forensics import csvfile, schema
 from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
-from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved, parse_utc
+from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved, parse_utc, utc_or_none
 from forensics.errors import CaseError, ConfigError, InputError, OutputError, first_few
 from forensics.progress import Reporter, reporter
 from forensics.report import data as case_data
@@ -749,13 +749,20 @@ def report(case: Path, config: CaseConfig | None, out: Path, progress: Reporter 
             apply_options(config, options)
         with report_folder(out, config.name, keep=case, warnings=warnings) as building:
             check_same_incident(report_dir_for(out, config.name), case, config.file)
-            before = report_dir_for(out, config.name)
-            result = write_report(case, config, building, progress, carried_references_key(before),
-                                  carried_listed_since(before))
-            result.notes.extend(unsigned_note(before, sign))
-            sign_report(building, sign)
+            result = render_over(case, config, building, report_dir_for(out, config.name), progress, sign)
     result.report_dir = report_dir_for(out, config.name)
     result.warnings = warnings
+    return result
+
+
+def render_over(case: Path, config: CaseConfig, building: Path, before: Path, progress: Reporter | None,
+                sign: Path | None) -> ReportResult:
+    """Write the report into ``building`` as the one to replace the report at ``before``: with what that one carries
+    (its references' key, since when it listed each customer), said when it was signed and this one is not, and
+    signed with ``sign``, inside the folder before it is swapped in (``report`` and ``run`` both)."""
+    result = write_report(case, config, building, progress, carried_references_key(before), carried_listed_since(before))
+    result.notes.extend(unsigned_note(before, sign))
+    sign_report(building, sign)
     return result
 
 
@@ -790,12 +797,17 @@ def carried_listed_since(report_dir: Path) -> dict[str, str]:
     if isinstance(since, dict):
         return {str(k): str(v) for k, v in since.items() if isinstance(v, str)}
     last = (man.get("counts") or {}).get("last_received") if isinstance(man.get("counts"), dict) else None
+    listed = listed_tenants(Path(report_dir))
+    return {t: last for t in sorted(listed)} if listed and isinstance(last, str) and last else {}
+
+
+def listed_tenants(report_dir: Path) -> set[str] | None:
+    """The customers of a report's notifications.csv, by their ids as the logs hold them; None when it cannot be read."""
     try:
-        with open(Path(report_dir) / "notifications.csv", newline="", encoding="utf-8") as fh:
-            listed = {csvfile.uncell(r.get("tenant_id") or "") or "" for r in csv.DictReader(fh)}
+        with open(report_dir / "notifications.csv", newline="", encoding="utf-8") as fh:
+            return {csvfile.uncell(r.get("tenant_id") or "") or "" for r in csv.DictReader(fh)}
     except (OSError, ValueError, csv.Error):
-        return {}
-    return {t: last for t in sorted(listed)} if isinstance(last, str) and last else {}
+        return None
 
 
 def listed_since_now(notices_rows: list[Any], last_received: str | None, carried: dict[str, str]) -> dict[str, str] | None:
@@ -807,12 +819,8 @@ def listed_since_now(notices_rows: list[Any], last_received: str | None, carried
     now = parse_utc(last_received, "counts.last_received")
     out: dict[str, str] = {}
     for tenant in sorted({n.tenant_id for n in notices_rows}):
-        kept = carried.get(tenant)
-        try:
-            t = min(parse_utc(kept, "listed_since"), now) if kept else now
-        except ConfigError:  # an unreadable carried time counts as none
-            t = now
-        out[tenant] = iso(t)
+        kept = utc_or_none(carried.get(tenant))  # (an unreadable carried time counts as none)
+        out[tenant] = iso(min(kept, now) if kept is not None else now)
     return out or None
 
 

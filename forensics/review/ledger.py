@@ -177,13 +177,14 @@ def _notifications(report_dir: Path) -> list[dict[str, str]]:
     """The report's notifications.csv rows; a file whose columns are not the list's (a spreadsheet saved over it) is a
     CaseError naming it, not an internal error."""
     path = report_dir / "notifications.csv"
-    rows = _csv_rows(path)
-    if path.is_file():
-        with open(path, encoding="utf-8", newline="") as fh:
-            header = next(csv.reader(fh), [])
-        if "tenant_id" not in header:
-            raise CaseError("notifications.csv has no tenant_id column: it is not the list the report wrote", file=path,
-                            fix="render the report again (forensics report or run); forensics verify names what changed")
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    if "tenant_id" not in (reader.fieldnames or []):
+        raise CaseError("notifications.csv has no tenant_id column: it is not the list the report wrote", file=path,
+                        fix="render the report again (forensics report or run); forensics verify names what changed")
     return rows
 
 
