@@ -149,11 +149,15 @@ def _startup_nodes(con: duckdb.DuckDBPyConnection, start: dt.datetime | None = N
     return out
 
 
-def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | None, dict[str, Any]]:
+def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any,
+             prefill_side: bool = False) -> tuple[int | None, dict[str, Any]]:
     """The value of ``field`` across nodes (prefill nodes when the logs tell roles) and its record. The lines in effect
     in the window decide; only where the deciding nodes have none do their earliest lines after it (a node that first
     started after the window set the ceiling beside nodes whose pool was known, and wrong recipients went on the
-    list; the decode nodes' pools, another pool, decided where the prefill nodes' logs began after the window)."""
+    list; the decode nodes' pools, another pool, decided where the prefill nodes' logs began after the window).
+    ``prefill_side``: a value only the prefill side decides (the pool whose over-limit check swapped in the
+    placeholder): a decode node's never stands in for it (the prefill nodes' startup lines rotated away, a decode
+    node's smaller pool made suspects of prompts its prefill node held whole, and named wrong recipients)."""
     def now(n: dict[str, Any]) -> list[int]:
         return list(n[field])
 
@@ -166,9 +170,10 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     prefill = [n for n in nodes if n["role"] == "prefill" and now(n)]
     if not prefill and any(n["role"] == "prefill" and later(n) for n in nodes):
         prefill, values_of, after = [n for n in nodes if n["role"] == "prefill" and later(n)], later, True
-    used = prefill or [n for n in nodes if now(n)]
+    others = [n for n in nodes if not (prefill_side and n["role"] == "decode")]
+    used = prefill or [n for n in others if now(n)]
     if not used:
-        used, values_of, after = [n for n in nodes if later(n)], later, True
+        used, values_of, after = [n for n in others if later(n)], later, True
     values = sorted({v for n in used for v in values_of(n)})
     counted = {n["node"]: values_of(n) for n in used} | {n["node"]: now(n) for n in nodes if now(n)}
     # Nodes of the deciding side whose pool in the window the logs do not show (their lines all come after it), left
@@ -193,6 +198,25 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any) -> tuple[int | 
     return (pick(values) if values else None), record
 
 
+def _ceiling_from_refusals(con: duckdb.DuckDBPyConnection, nodes: list[dict[str, Any]],
+                           record: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """The ceiling the prefill side's own over-limit lines name, where no startup line of a node that decides gives a
+    pool (the prefill nodes' startup lines rotated away): the limit they print is where prompts were refused and the
+    placeholder swapped in ("maximum allowed length (681279 tokens)": the pool less one; "N > M": the pool), the
+    smallest where they differ. None when no such line names one."""
+    named = _engine_limits(con)
+    implied = sorted({v + 1 for v in named.get("over_limit", [])} | set(named.get("exceeds_max_tokens", [])))
+    if not implied:
+        return None, record
+    decode = any(n["role"] == "decode" and n["max_total_num_tokens"] for n in nodes)
+    note = ("no startup line of a node that decides (the prefill side) gives max_total_num_tokens: read from the "
+            "limit the prefill side's over-limit lines name" + (", the smallest of " + ", ".join(map(str, implied))
+                                                                 if len(implied) > 1 else "")
+            + (" (the decode nodes' pools do not decide)" if decode else ""))
+    return min(implied), {**record, "nodes_used": "over-limit lines", "values_of_nodes_used": implied,
+                          "nodes_disagree": False, "note": note}
+
+
 def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str, Limit]:
     """Resolve ``auto`` ceiling/advertised window from the engine logs; record sources and per-node values.
 
@@ -205,7 +229,9 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
         ("real_ceiling_tokens", "max_total_num_tokens", min, "the smallest pool"),
         ("advertised_window_tokens", "context_len", max, "the largest context_len"),
     ):
-        detected, record = _resolve(nodes, field, pick)
+        detected, record = _resolve(nodes, field, pick, prefill_side=key == "real_ceiling_tokens")
+        if detected is None and key == "real_ceiling_tokens" and getattr(cfg, key) == "auto":
+            detected, record = _ceiling_from_refusals(con, nodes, record)
         value = getattr(cfg, key)
         explicit = cfg.source(key) != "default"
         if value is None and key == "real_ceiling_tokens":
@@ -219,6 +245,15 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
                 if key == "advertised_window_tokens" and not explicit:
                     value = None  # optional and left at its default: the band simply has no upper bound
                 else:
+                    decode = sorted(n["node"] for n in nodes if n["role"] == "decode" and (n[field] or n["after"][field]))
+                    if key == "real_ceiling_tokens" and decode:
+                        raise ConfigError(
+                            f'{key} = "auto" but only decode nodes\' startup lines give {field} '
+                            f"({', '.join(decode[:5])}{', ...' if len(decode) > 5 else ''}), and no over-limit line "
+                            "names the limit: the placeholder was swapped in by the prefill side's check, whose pool "
+                            "may differ", file=cfg.file,
+                            fix=f"ingest the prefill nodes' logs (their startup or over-limit lines), or give {key} as "
+                                "a number")
                     raise ConfigError(
                         f'{key} = "auto" but the case has no engine startup line giving {field}', file=cfg.file,
                         fix=f"ingest the engine logs (sglang) that hold the startup line, or give {key} as a number",

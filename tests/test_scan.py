@@ -192,6 +192,30 @@ def test_auto_limits_read_the_deciding_nodes_lines_after_the_window_only_when_no
     assert given["source"] == "file" and given.get("note") is None
 
 
+def test_auto_ceiling_never_takes_a_decode_nodes_pool(tmp_path: Path) -> None:
+    """The prefill nodes' startup lines rotated away and the decode nodes, restarted, logged a smaller pool of their own:
+    "auto" took it, and prompts the prefill side held whole were suspects, their customers named recipients of answers
+    nothing corrupted (a review). The pool that decides is the prefill side's: where no startup line gives it, the limit
+    its over-limit lines name does; where none does either, "auto" is refused."""
+    prompts = [exchange("held", prompt_tokens=CEILING - 10), exchange("refused", prompt_tokens=CEILING + 10)]
+    decode = [startup("decode-0", pool=CEILING // 2), startup("decode-1", pool=CEILING // 2)]
+    root = write_case(tmp_path / "case", prompts, decode + [
+        event("prefill-0", "over_limit", rid="refused", input_len=CEILING + 10, limit=CEILING - 1)])
+    result = scan(root, _config(real_ceiling_tokens="auto"))
+    ceiling = result.record["limits"]["real_ceiling_tokens"]
+    assert (ceiling["value"], ceiling["source"], ceiling["nodes_used"]) == (CEILING, "auto-detected", "over-limit lines")
+    assert "over-limit lines" in ceiling["note"] and "decode nodes' pools do not decide" in ceiling["note"]
+    assert result.suspects == 1  # "held" fits the prefill side's pool
+    only_decode = write_case(tmp_path / "decode-only", prompts, decode)
+    with pytest.raises(ConfigError, match="only decode nodes' startup lines give max_total_num_tokens "
+                                          r"\(decode-0, decode-1\)") as err:
+        scan(only_decode, _config(real_ceiling_tokens="auto"))
+    assert "ingest the prefill nodes' logs" in str(err.value)
+    # A server that tells no roles (not disaggregated) still reads its own startup line.
+    single = write_case(tmp_path / "single", prompts, [startup("server-0", pool=CEILING)])
+    assert scan(single, _config(real_ceiling_tokens="auto")).record["limits"]["real_ceiling_tokens"]["value"] == CEILING
+
+
 def test_a_left_out_node_is_warned_of_only_where_its_value_would_have_decided_otherwise(tmp_path: Path) -> None:
     """Every node deciding (no prefill node gives the window), a decode node whose lines all come after it was left out
     without a word; and the warning spoke of a smaller pool for the advertised window, which takes the largest, and
