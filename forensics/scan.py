@@ -65,10 +65,13 @@ ENGINE_SIGNATURE_REASON = "engine_signature"
 BORDERLINE_REASON = "borderline"
 #: The anomaly listing exchanges in the window whose engine request id another exchange (in it or not) shares.
 SHARED_ENGINE_ID_QUERY = "engine_rid_shared"
-#: The anomaly of the bug signature outside the scope; its rows say why (other model, outside window, no gateway record).
+#: The anomaly of the bug signature outside the scope; its rows say why (other model, model unknown, outside window, no
+#: gateway record).
 OUTSIDE_SCOPE_QUERY = "signature_outside_scope"
 #: The anomaly query of prompts the ceiling refuses that a prefill node nevertheless prefilled whole.
 PREFILLED_QUERY = "prefilled_above_ceiling"
+#: The anomaly of failed calls made without streaming whose output a decode node generated: no suspects.
+UNDELIVERED_QUERY = "undelivered_output"
 
 
 @dataclasses.dataclass
@@ -550,6 +553,12 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     if scope:
         warnings.append(f"{scope} request(s) carry the engine's bug signature outside the case's window or models "
                         "(see anomalies.signature_outside_scope): check the window and the model list")
+    if outside_why["model unknown"]:
+        warnings.append(f"{outside_why['model unknown']} request(s) carry the engine's bug signature but their gateway "
+                        "records name no model (see anomalies.signature_outside_scope, why = model unknown; an answer "
+                        "whose request was rotated away, say): they are no suspects of the case's models. If the case's "
+                        "engine logs are its models' nodes alone, these customers received corrupted answers: find the "
+                        "logs of these requests (their model) before the list is final")
     if outside_why["no gateway record"]:
         warnings.append(f"{outside_why['no gateway record']} engine request(s) carry the bug's signature but no gateway "
                         "log holds their request (see anomalies.signature_outside_scope, why = no gateway record): a "
@@ -574,6 +583,14 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             "held it, so no placeholder took its place and it is no suspect. If the case's models run on nodes with "
             "pools of their own, real_ceiling_tokens (the smallest given or read) is not every model's: scan each "
             "model with its own pool (a case file per model), or a prompt with no engine line may be named wrongly")
+    undelivered = anomalies.get(UNDELIVERED_QUERY, {}).get("rows", 0)
+    if undelivered:
+        warnings.append(
+            f"{undelivered} call(s) in scope made without streaming, of a size that makes a suspect, failed at the "
+            "gateway with no answer logged, though a decode node generated output for them (see "
+            "anomalies.undelivered_output): such an answer is sent whole at the end, so the customer received the "
+            "error, not the text, and they are no suspects. Check that the gateway delivered nothing (its status code, "
+            "a client's log) before the list is final")
     if shared_ids:
         warnings.append(
             f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "

@@ -163,6 +163,28 @@ def test_split_response_with_null_chunks_beside_its_body_is_read_from_the_body(t
     assert (row["request_id"], row["response_text"], row["orphan"]) == ("r-1", "the answer", None)
 
 
+def test_a_streamed_answer_whose_request_was_rotated_away_keeps_its_chunks_model(tmp_path: Path) -> None:
+    """The model of an answer whose request half is gone is read from its chunks (each ChatCompletionChunk names
+    it): read from the body alone, a streamed suspect had none and fell out of the scan's scope (a review)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(good(1) + "\n")  # r-1's request; r-2's was rotated away
+    first = {"id": "c", "object": "chat.completion.chunk", "model": "glm-5.3",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "stale "}}]}
+    last = {"id": "c", "object": "chat.completion.chunk", "model": "glm-5.3",
+            "choices": [{"index": 0, "delta": {"content": "pages"}, "finish_reason": "stop"}]}
+    half = {"timestamp": "2026-08-30T03:12:19Z", "status_code": 200}
+    (logs / "responses.jsonl").write_text(
+        json.dumps({**half, "request_id": "r-1", "chunks": [{k: v for k, v in first.items() if k != "model"}]}) + "\n"
+        + json.dumps({**half, "request_id": "r-2", "chunks": [first, last]}) + "\n")
+    api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert (rows["r-2"]["model"], rows["r-2"]["model_routed"], rows["r-2"]["response_text"]) == (None, "glm-5.3",
+                                                                                                  "stale pages")
+    assert rows["r-2"]["orphan"] is not None  # still flagged: its request is missing
+    assert rows["r-1"]["model_routed"] is None  # chunks that name no model: none (its request names it)
+
+
 def spend_log(**changes: object) -> str:
     rec = {"request_id": "x", "startTime": "2026-08-29T10:00:00Z", "team_id": "t", "call_type": "acompletion",
            "api_key": "k", "messages": [{"role": "user", "content": "hello there, general kenobi"}], **changes}

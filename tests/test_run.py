@@ -897,6 +897,37 @@ def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_d
     assert api.verify(result.report.report_dir, rerun=True).ok
 
 
+def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobody(tmp_path: Path) -> None:
+    """A call made without streaming timed out at the gateway (LiteLLM logged a failure, no answer) while the decode
+    node went on to generate from the stale pages. Its answer is sent whole at the end: the customer got the error,
+    not the text. The ingest gave it the decode node's text, and the customer whose text it held was named exposed,
+    confirmed (a review). It is now no suspect, and the scan lists it for a look."""
+    logs = write_logs(tmp_path / "logs", leak=False)
+    spend = logs / "gateway" / "spend.jsonl"
+    rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
+    rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0, "stream": False}
+    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (logs / "engine").mkdir()
+    finished = {"timestamp": "2026-08-28T11:00:09", "event": "request.finished", "rid": "r-3",
+                "obj": {"rid": "r-3", "bootstrap_room": 7, "stream": False},
+                "out": {"text": "Summary: " + SECRET, "meta_info": {"id": "r-3", "finish_reason": {"type": "length"},
+                                                                   "prompt_tokens": 1, "completion_tokens": 60}}}
+    (logs / "engine" / "decode-0_0.log").write_text(json.dumps(finished) + "\n", encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    assert result.report.notices == []
+    row = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()[0]
+    assert not row["response_text"] and row["response_source_file"] is None
+    scan = json.loads((result.case_dir / "scan.json").read_text(encoding="utf-8"))
+    assert scan["anomalies"]["undelivered_output"]["rows"] == 1
+    assert any("anomalies.undelivered_output" in w for w in scan["warnings"])
+    # The same call streamed delivered what was generated before it broke: a suspect, its source named.
+    rows[2]["stream"] = True
+    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    streamed = api.run(logs, tmp_path / "out2")
+    assert [(n.tenant_id, n.role) for n in streamed.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
+
+
 def test_logs_added_with_later_records_do_not_move_a_listed_customers_deadline(tmp_path: Path) -> None:
     """The audit's deadline ran from the report's last log record: a re-run with one later record of another model
     (more logs arrive: they always hold later traffic) moved every customer's deadline, and overdue customers were

@@ -1365,11 +1365,17 @@ def _with_answers(table: pa.Table, answers: _Answers | None) -> pa.Table:
 #: is set only where the engine's lines are attributed to it) and every decode line of it must hold the same text.
 ENGINE_ANSWERS_SQL = """
 WITH kept AS (
-  SELECT request_id, tenant_id, rid, length(coalesce(response_text, '')) = 0 AS empty FROM read_parquet({exchanges})
+  SELECT request_id, tenant_id, rid, length(coalesce(response_text, '')) = 0 AS empty,
+         stream IS NOT DISTINCT FROM false AND status IS NOT DISTINCT FROM 'failure' AS failed_whole,
+         status IS NOT DISTINCT FROM 'success' AS succeeded
+  FROM read_parquet({exchanges})
 ), blank AS (  -- a request none of whose kept rows holds an answer (a row may keep the prompt, another the answer)
   SELECT request_id, tenant_id, min(rid) AS rid FROM kept
   GROUP BY request_id, tenant_id
   HAVING bool_and(empty) AND min(rid) IS NOT NULL AND count(DISTINCT rid) = 1
+     -- a call made without streaming that failed: its answer is sent whole at the end, so the customer received the
+     -- error, not what the decode node generated (a timeout at the gateway, say)
+     AND NOT (bool_or(failed_whole) AND NOT bool_or(succeeded))
 ), generated AS (
   SELECT rid, min(output_text) AS text, count(DISTINCT output_text) AS texts,
          arg_min(source_file, (source_file, source_line)) AS file, arg_min(source_line, (source_file, source_line)) AS line
@@ -1386,7 +1392,8 @@ ORDER BY b.request_id, b.tenant_id
 
 def _engine_answers(c: Case, con: duckdb.DuckDBPyConnection) -> int:
     """Give a kept record the gateway logged with no answer (a stream that broke, a failure whose log lost what was
-    sent) the text the decode node logged as generated for it, and return how many took one.
+    sent) the text the decode node logged as generated for it, and return how many took one. A call made without
+    streaming that failed takes none: its answer is sent whole at the end, and nobody received it.
 
     That text is what the stale pages produced: left out, a suspect with no logged answer was searched with nothing
     and the customers it exposed were missed, though the engine's line held their text. Its place goes into

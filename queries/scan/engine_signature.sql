@@ -1,7 +1,7 @@
 -- id: engine_signature
 -- kind: suspect
 -- title: The engine's own signature of the bug: over-limit on prefill, yet output was generated
--- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer. A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges carry (two customers sending the same client-supplied id), in the window or not, cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size). Ingest withholds such an id's engine keys from every exchange for the same reason. An over-limit count the exchange's own prompt cannot have (more tokens than any tokenizer makes of its logged text, the chat template's few tokens aside: a line naming another request under the id) is not its signature; ingest keeps the gateway's count for it and names it in the row's problems.
+-- returns: one response (on the case's models, inside the window) whose request the prefill side rejected as over the limit ("Input length ... exceeds the maximum allowed length" or "exceeds the maximum number of tokens") while a decode node nevertheless produced output for it (joined by rid or bootstrap_room), or the gateway received a non-empty answer; not a call made without streaming that the gateway logged as failed with no answer (nothing was delivered: undelivered_output lists those). A suspect whatever token count the gateway logged (the placeholder's 1 included). The engine logs name a request only by its rid (or bootstrap room): a rid that two exchanges carry (two customers sending the same client-supplied id), in the window or not, cannot be told apart, so its engine records make neither a suspect (listed in engine_rid_shared; each is still judged by its own prompt size). Ingest withholds such an id's engine keys from every exchange for the same reason. An over-limit count the exchange's own prompt cannot have (more tokens than any tokenizer makes of its logged text, the chat template's few tokens aside: a line naming another request under the id) is not its signature; ingest keeps the gateway's count for it and names it in the row's problems.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -53,4 +53,9 @@ WHERE (list_contains($models, x.model) OR list_contains($models, x.model_routed)
   AND coalesce(x.received_at, x.completed_at) >= $window_start
   AND coalesce(x.received_at, x.completed_at) < $window_end
   AND (d.request_id IS NOT NULL OR length(coalesce(x.response_text, '')) > 0 OR coalesce(x.completion_tokens, 0) > 0)
+  -- a call made without streaming that the gateway logged as failed, with no answer and no output tokens: its answer
+  -- would have been sent whole at the end, so the customer received the error, not what the decode node generated
+  -- (undelivered_output lists those)
+  AND NOT (x.stream IS NOT DISTINCT FROM false AND x.status IS NOT DISTINCT FROM 'failure'
+           AND length(coalesce(x.response_text, '')) = 0 AND coalesce(x.completion_tokens, 0) = 0)
 ORDER BY x.request_id, x.tenant_id

@@ -1,7 +1,7 @@
 -- id: signature_outside_scope
 -- kind: anomaly
--- title: The engine's bug signature outside the case's scope (other model, outside the window, or no gateway record)
--- returns: one engine rid that carries the bug signature (over-limit on prefill, output on decode) but is not a suspect because its gateway record is on another model, falls outside the window, or is missing. Any row here means the window, the model list or the gateway logs deserve a second look.
+-- title: The engine's bug signature outside the case's scope (other model, model unknown, outside the window, or no gateway record)
+-- returns: one engine rid that carries the bug signature (over-limit on prefill, output on decode) but is not a suspect because its gateway record is on another model (or names none), falls outside the window, or is missing. Any row here means the window, the model list or the gateway logs deserve a second look.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -22,6 +22,7 @@ signature AS (
 SELECT s.rid, s.first_seen, s.engine_input_len, x.request_id, x.tenant_id, x.model, x.model_routed, x.received_at,
        CASE
          WHEN x.request_id IS NULL THEN 'no gateway record'
+         WHEN x.model IS NULL AND x.model_routed IS NULL THEN 'model unknown'
          WHEN NOT coalesce(list_contains($models, x.model) OR list_contains($models, x.model_routed), false) THEN 'other model'
          ELSE 'outside window'
        END AS why

@@ -126,8 +126,13 @@ class OpenAISplitParser:
         else:
             text, finish, usage = response_text(obj.get("body"), "body")
             stream = None
+            chunks = None
         body = maybe_json(obj.get("body"), "body")
         model = body.get("model") if isinstance(body, Mapping) and isinstance(body.get("model"), str) else None
+        if model is None and chunks:
+            # A streamed answer names its model in every chunk (ChatCompletionChunk.model); with its request half
+            # rotated away it is the only record of the model, and without it the suspect fell out of the scope.
+            model = next((c["model"] for c in chunks if isinstance(c, Mapping) and isinstance(c.get("model"), str)), None)
         failed = (status_code is not None and status_code >= 400) or error_body(body)
         return {
             "request_id": request_id,
