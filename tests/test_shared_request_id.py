@@ -83,6 +83,33 @@ def test_match_two_suspects_sharing_an_id_get_their_own_findings_with_distinct_i
     assert [(r["recipient_request_id"], r["recipient_tenant_id"]) for r in rows_csv] == [("req-1", "acme"), ("req-1", "bolt")]
 
 
+def test_evidence_is_sorted_by_recipient_request_then_source_request_when_two_customers_share_an_id(
+        tmp_path: Path) -> None:
+    """outputs.md sorts evidence.csv by recipient_request_id, source_request_id: the recipient's tenant came between
+    them, so the rows of an id two customers sent were out of that order (a review)."""
+    first, second = text(6, 40), text(7, 40)
+    rows = [
+        exchange("src-a", "cato", 0, prompt=f"confidential: {first}"),
+        exchange("src-b", "dana", 1, prompt=f"confidential: {second}"),
+        exchange("req-1", "acme", 5, prompt="q1", response=f"Look: {second} done."),
+        exchange("req-1", "bolt", 6, prompt="q2", response=f"Look: {first} done."),
+    ]
+    result = match(make_case(tmp_path / "case", rows, [("req-1", "acme"), ("req-1", "bolt")]), config())
+    rows_csv = list(csv.DictReader(io.StringIO((tmp_path / "case" / "evidence.csv").read_text(encoding="utf-8"))))
+    assert [(r["recipient_request_id"], r["source_request_id"], r["recipient_tenant_id"]) for r in rows_csv] == [
+        ("req-1", "src-a", "bolt"), ("req-1", "src-b", "acme")]
+    assert len(result.findings) == 2
+    # The report's copy too, sorted again after the analysts' verdicts (here the match's rows, in the old order).
+    from forensics.report import _decided_stage_csvs
+
+    report = tmp_path / "report"
+    report.mkdir()
+    old_order = (tmp_path / "case" / "evidence.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    swapped = "".join(old_order[:1] + old_order[:0:-1]).encode("utf-8")
+    shown = list(csv.DictReader(io.StringIO(_decided_stage_csvs(report, swapped, {}).decode("utf-8"))))
+    assert [(r["recipient_request_id"], r["source_request_id"]) for r in shown] == [("req-1", "src-a"), ("req-1", "src-b")]
+
+
 def test_match_sources_sharing_an_id_are_kept_apart(tmp_path: Path) -> None:
     a, b = text(4, 30), text(5, 30)
     rows = [

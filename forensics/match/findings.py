@@ -459,6 +459,14 @@ class RecordFacts:
     engine_refused: frozenset[tuple[str, str | None]] = frozenset()
     #: Pairs of customer ids that may name one customer (the ingest's ``tenant_aliases``): -> (tenant, field, other).
     aliases: dict[frozenset[str], tuple[str, str, str]] = dataclasses.field(default_factory=dict)
+    #: (target index, source request id, source tenant) of the candidates whose source record is the target's own
+    #: exchange logged again under another customer id (:func:`own_exchange_copies`).
+    own_copies: frozenset[tuple[int, str, str | None]] = frozenset()
+    #: (target index, source request id, source tenant) -> (request id, tenant) of the candidates whose source record
+    #: is another candidate's source exchange logged again under another customer id (:func:`sources_logged_twice`).
+    logged_twice: dict[tuple[int, str, str | None], tuple[str, str | None]] = dataclasses.field(default_factory=dict)
+    #: Records the case's logs hold per customer id, for the ids of ``aliases`` the candidates' sources name.
+    tenant_records: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
         """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
@@ -795,6 +803,158 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
         thread.join()
 
 
+#: Records of one exchange logged twice (a spend log beside its callback under another tenant field, a second gateway in
+#: front of the first under its own ids and account names) are received within this of each other.
+SAME_EXCHANGE_US = 10_000_000
+#: Share of a response a candidate's passages must cover for its source to be checked as the response's own exchange.
+SAME_EXCHANGE_COVER = 0.9
+#: Characters of the prompt compared (a spend log's copy may be cut short after its start).
+SAME_EXCHANGE_PROMPT_CHARS = 256
+
+
+def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path) -> set[tuple[int, str, str | None]]:
+    """The candidates (target index, source request id, source tenant) whose source record is the target's own
+    exchange logged again under another customer id: a source received within :data:`SAME_EXCHANGE_US` of the
+    target whose response the candidate's passages cover nearly whole, with the same answer and the same start of
+    the prompt in the logs. Such a match is no chance likeness between unrelated texts, nor an exposure: counted in
+    the null, the controls' own copies (a day of traffic a second gateway logged under its account names) made every
+    real finding look like chance, and the exposed customers fell off the list (a review). The texts are read for
+    those few candidates alone."""
+    def covered(r: dict[str, Any], text: str) -> bool:
+        spans = sorted((a, b) for a, b, _, _ in r["passages"])
+        total, end = 0, 0
+        for a, b in spans:
+            total += max(0, b - max(a, end))
+            end = max(end, b)
+        return bool(text) and total >= SAME_EXCHANGE_COVER * len(text)
+
+    near = [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
+            and (t := targets[r["_target"]]).received_us != NO_TIME and r["_source_received_us"] != NO_TIME
+            and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US and covered(r, t.text)]
+    if not near:
+        return set()
+    ids = {r["source_request_id"] for r in near} | {targets[r["_target"]].request_id for r in near}
+    texts = _logged_texts(path, ids)
+    out = set()
+    for r in near:
+        t = targets[r["_target"]]
+        if texts.get((t.request_id, t.tenant_id), set()) & texts.get((r["source_request_id"], r["source_tenant_id"]), set()):
+            out.add((r["_target"], r["source_request_id"], r["source_tenant_id"]))
+    return out
+
+
+def _logged_texts(path: Path, ids: set[str]) -> dict[tuple[str, str | None], set[tuple[str, str]]]:
+    """Per request (id, tenant) of ``ids``: the start of each logged row's prompt and its answer's MD5 (rows with an
+    answer only), to tell the same exchange logged twice."""
+    import duckdb  # here, not at import: worker processes never load it
+
+    con = duckdb.connect()
+    try:
+        found = con.execute(
+            "SELECT request_id, tenant_id, left(coalesce(prompt_text, ''), $chars), md5(response_text) "
+            "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0",
+            {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
+    finally:
+        con.close()
+    texts: dict[tuple[str, str | None], set[tuple[str, str]]] = {}
+    for rid, tenant, head, digest in found:
+        texts.setdefault((rid, tenant), set()).add((head, digest))
+    return texts
+
+
+def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
+    """How many records the case's logs hold under each customer id of ``tenants``."""
+    import duckdb  # here, not at import: worker processes never load it
+
+    con = duckdb.connect()
+    try:
+        return dict(con.execute("SELECT tenant_id, count(*) FROM read_parquet($path) WHERE tenant_id IN "
+                                "(SELECT unnest($tenants)) GROUP BY tenant_id",
+                                {"path": str(path), "tenants": sorted(tenants)}).fetchall())
+    finally:
+        con.close()
+
+
+def sources_logged_twice(rows: list[dict[str, Any]], path: Path) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
+    """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
+    beside its callback under another tenant field, a second gateway under its own account names): the same passages
+    of the same kind of text, received within :data:`SAME_EXCHANGE_US` of each other, with the same answer and the
+    same start of the prompt in the logs. Both were named exposed: one customer on the list twice, once under an id
+    that is not its own (a review). Each copy but one maps to the kept copy's (request id, tenant): the id the case's
+    logs hold the most records under (then the smaller id), as it is the one the customer is known by."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
+            groups.setdefault((r["_target"], r["source_kind"], tuple(r["passages"])), []).append(r)
+    near = []
+    for group in groups.values():
+        if len(group) < 2 or len({customer_key(r["source_tenant_id"]) for r in group}) < 2:
+            continue
+        times = sorted(r["_source_received_us"] for r in group)
+        if any(b - a <= SAME_EXCHANGE_US for a, b in itertools.pairwise(times)):
+            near.append(group)
+    if not near:
+        return {}
+    texts = _logged_texts(path, {r["source_request_id"] for g in near for r in g})
+    held = records_of(path, {str(r["source_tenant_id"]) for g in near for r in g if r["source_tenant_id"] is not None})
+    out: dict[tuple[int, str, str | None], tuple[str, str | None]] = {}
+    for group in near:
+        group.sort(key=lambda r: (-held.get(str(r["source_tenant_id"]), 0), str(r["source_tenant_id"]),
+                                  r["source_request_id"]))
+        kept: list[dict[str, Any]] = []
+        for r in group:
+            mine = texts.get((r["source_request_id"], r["source_tenant_id"]), set())
+            same = next((k for k in kept if not same_customer(k["source_tenant_id"], r["source_tenant_id"])
+                         and abs(k["_source_received_us"] - r["_source_received_us"]) <= SAME_EXCHANGE_US
+                         and mine & texts.get((k["source_request_id"], k["source_tenant_id"]), set())), None)
+            if same is None:
+                kept.append(r)
+            else:
+                out[(r["_target"], r["source_request_id"], r["source_tenant_id"])] = (same["source_request_id"],
+                                                                                      same["source_tenant_id"])
+    return out
+
+
+def _mark_copies(rows: list[dict[str, Any]], facts: RecordFacts) -> None:
+    """``_copy_of``: why a candidate's source is another candidate's customer under a second id (the reason its
+    finding goes to review), else None. A source exchange logged twice (:func:`sources_logged_twice`), and a passage
+    whose two senders' ids the ingest found may name one customer (``tenant_aliases``: the records of one id hold
+    the other in a later tenant field), each named the customer twice, once under an id not its own (a review):
+    the copy under the id the case's logs hold fewer records under, or the alias's, goes to review."""
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        r["_copy_of"] = None
+        twin = facts.logged_twice.get((r["_target"], r["source_request_id"], r["source_tenant_id"]))
+        if twin is not None:
+            r["_copy_of"] = (f"this source is the exchange {twin[0]} of {twin[1]} logged again under another customer "
+                             "id (received within seconds of it, with the same prompt and answer in the logs): one "
+                             f"customer, named by the id the case's logs hold the most of its records under, {twin[1]}; "
+                             "if they are different customers, confirm this finding")
+        elif r["relation"] == "cross_tenant":
+            by_target.setdefault(r["_target"], []).append(r)
+    if not facts.aliases:
+        return
+    held = facts.tenant_records
+
+    def rank(tenant: str) -> tuple[int, str]:  # the id kept: the one the logs hold the most records under
+        return (-held.get(tenant, 0), tenant)
+
+    for group in by_target.values():
+        for r in group:
+            mine = str(r["source_tenant_id"])
+            for s in group:
+                theirs = str(s["source_tenant_id"])
+                found = facts.aliases.get(frozenset((mine, theirs)))
+                if found is None or mine == theirs or rank(theirs) > rank(mine) or not _mostly_inside(r, s):
+                    continue
+                tenant, field, other = found
+                r["_copy_of"] = (f"the records of {tenant} hold {other} in {field}, a later tenant field: the two ids "
+                                 f"may name one customer, and this passage's copy under {theirs} (request "
+                                 f"{s['source_request_id']}), the id the case's logs hold the most of its records "
+                                 "under, names it; if they are different customers, confirm this finding")
+                break
+
+
 def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             facts: RecordFacts, holders: Holders | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
@@ -804,6 +964,12 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     """
     # Records received before each target completed, once per target (every row of a target reads it), and those
     # of them its search covered (a lookback, the suspect's decode node only).
+    # A target's own exchange logged again under another id is neither a finding nor a chance match (see
+    # own_exchange_copies): left out, counted.
+    own = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
+    if own:
+        rows = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
+    _mark_copies(rows, facts)
     records_before = [facts.records_before(t.deadline_us) for t in targets]
     searched = [_records_searched(t, p, facts) for t in targets]
     # A search's size, per target, over the texts it searched (see SIZE_EXPONENT).
@@ -879,8 +1045,10 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     size_of = {i: search_before[i] for i in controls}
     size_of |= {i: _search_size(len(targets[i].tokens.hash) - p.k + 1,
                                 total - records_before[i]) for i in suspects}
-    null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]]
-    null_rows += [r for r in later if not r["_explained_by"]]
+    # (a source logged twice under two ids is one chance match)
+    null_rows = [r for r in rows if r["control"] and r["relation"] == "cross_tenant" and not r["_explained_by"]
+                 and not r["_copy_of"]]
+    null_rows += [r for r in later if not r["_explained_by"] and not r["_copy_of"]]
     model = chance.NullModel.fit([r["strength_bits"] for r in null_rows], sum(size_of.values()),
                                  len(controls) + len(suspects))
     for r in rows:
@@ -969,6 +1137,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                 decision = r["_ruled_out"]
             elif r["_alias"] and isinstance(decision, tuple):
                 decision = r["_alias"]
+            elif r["_copy_of"] and isinstance(decision, tuple):
+                decision = r["_copy_of"]
         if isinstance(decision, tuple):
             r["tier"], r["tier_rule"], r["why_not_notified"] = decision[0], decision[1], None
         else:
@@ -1024,7 +1194,8 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "searches": {"control_responses": len(controls), "suspects_against_later_texts": len(suspects),
                      "chance_matches_from_controls": len(control_null),
                      "chance_matches_from_later_texts": len(null_rows) - len(control_null),
-                     "later_texts_copying_the_suspect_left_out": len(copies)},
+                     "later_texts_copying_the_suspect_left_out": len(copies),
+                     "own_exchange_copies_left_out": len(own)},
         "decode_node_evidence": ("present: expected_by_chance_with_mechanism = the chance candidates a search "
                                  "expects with expected_by_chance x mechanism_factor at most this one's "
                                  "(chance.with_mechanism); mechanism_factor = records the suspect's decode node served since "
@@ -1086,6 +1257,10 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
     for t, group in by_target.items():
         tgt = targets[t]
         if not (tgt.control or tgt.engine_signature or tgt.placeholder_usage) or any(r["tier"] for r in group):
+            continue
+        # A source logged again under another id is its kept copy's candidate (sources_logged_twice), not another.
+        group = [r for r in group if not r.get("_copy_of")]
+        if not group:
             continue
         best = min(group, key=likelihood)
         e = best["expected_by_chance_with_mechanism"]
@@ -1465,9 +1640,11 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
 
 
 def _row_order(r: dict[str, Any]) -> tuple[Any, ...]:
-    """Evidence rows by recipient request, source request (each with its tenant), kind, start."""
-    return (request_key(r["recipient_request_id"], r["recipient_tenant_id"]),
-            request_key(r["source_request_id"], r["source_tenant_id"]), r["source_kind"], r["recipient_start"])
+    """Evidence rows by recipient request id, source request id (outputs.md's order; two customers may send one id:
+    then by the recipient's tenant, the source's), kind, start."""
+    recipient = request_key(r["recipient_request_id"], r["recipient_tenant_id"])
+    source = request_key(r["source_request_id"], r["source_tenant_id"])
+    return (recipient[0], source[0], recipient, source, r["source_kind"], r["recipient_start"])
 
 
 def _tenant_part(tenant: str | None) -> str:

@@ -129,8 +129,9 @@ def _table_csv(case_dir: Path, name: str, columns: tuple[str, ...], order: str) 
     return safe.csv_bytes(columns, [[case_data.iso(v) if hasattr(v, "astimezone") else v for v in r] for r in rows])
 
 
-#: The evidence files' row order (outputs.md: recipient_request_id, source_request_id; then the rest to break ties).
-EVIDENCE_ORDER = ("recipient_request_id, recipient_tenant_id NULLS LAST, source_request_id, source_tenant_id NULLS LAST, "
+#: The evidence files' row order (outputs.md: recipient_request_id, source_request_id; then the rest to break ties:
+#: two customers may send one id).
+EVIDENCE_ORDER = ("recipient_request_id, source_request_id, recipient_tenant_id NULLS LAST, source_tenant_id NULLS LAST, "
                   "source_kind, recipient_start, finding_id")
 #: Why a finding an analyst dismissed is in the report's review.csv.
 DISMISSED_WHY = "dismissed by an analyst (verdicts.jsonl)"
@@ -159,7 +160,9 @@ def _decided_stage_csvs(report_dir: Path, evidence_bytes: bytes, decided: dict[s
         def text(name: str) -> tuple[int, str]:  # the id as the logs hold it; an empty cell (null) last
             shown = row.get(name, "")
             return (1, "") if shown == "" else (0, csvfile.uncell(shown) or shown)
-        return (text("recipient_request_id"), text("recipient_tenant_id"), text("source_request_id"),
+        # outputs.md's order, recipient request id then source request id; two customers may send one id: then
+        # by the recipient's tenant, the source's
+        return (text("recipient_request_id"), text("source_request_id"), text("recipient_tenant_id"),
                 text("source_tenant_id"), row.get("source_kind", ""), _number(row.get("recipient_start", "")),
                 row.get("finding_id", ""))
 

@@ -1,0 +1,139 @@
+"""One exchange logged twice under two customer ids (a spend-log export beside its callbacks under another tenant
+field, a second gateway in front of the first under its own ids and account names): the list names each customer
+once, under its own id, and the copies are not chance matches (a review: the exposed list emptied)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics import api
+from forensics.lab.evaluate import evaluate
+
+SEED = 3
+DAY = "2026-08-26"  # the day before the window: the controls' and the sources' traffic, no suspect's
+
+
+def _lines(path: Path) -> list[Any]:
+    """A log's records, and its broken lines as they are (the simulator leaves some for the quarantine)."""
+    out: list[Any] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                out.append(line)
+    return out
+
+
+def _write(path: Path, rows: list[Any]) -> None:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    encoding="utf-8")
+
+
+def _metadata(row: dict[str, Any]) -> dict[str, Any]:
+    md = row["metadata"]
+    return json.loads(md) if isinstance(md, str) else md
+
+
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A copy of the simulated small incident (plain files), to edit, per test."""
+    root = tmp_path_factory.mktemp("twice")
+    sim = api.simulate(root / "sim", seed=SEED, scale="small", compress=False)
+
+    def copy(name: str) -> Path:
+        dst = root / name
+        shutil.copytree(sim.case_file.parent, dst)
+        return dst
+
+    return copy
+
+
+def _exposed(inc: Path, out: Path) -> tuple[dict[str, Any], Path]:
+    result = api.run(inc / "case.toml", out)
+    return evaluate(inc / "truth.json", result.report.report_dir).to_json(), result.report.report_dir
+
+
+def _review_reasons(report: Path) -> list[str]:
+    with (report / "review.csv").open(encoding="utf-8", newline="") as fh:
+        return [r["why_not_notified"] for r in csv.DictReader(fh)]
+
+
+def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_once(
+        incident: Callable[[str], Path], tmp_path: Path) -> None:
+    """An API front door logged the day before the window again, under its own request ids and account names: the
+    controls matched their own copies, the chance model took them for chance, and 8 of 10 exposed customers fell off
+    the list. Its copies of a source named its account names exposed too."""
+    inc = incident("front-door")
+    requests, responses = [], []
+    for path in sorted((inc / "gateway").glob(f"litellm-callbacks-{DAY}*")):
+        for row in _lines(path):
+            if not isinstance(row, dict):
+                continue
+            s = row.get("standard_logging_object") or row
+            if not s.get("messages"):
+                continue
+            rid = "fd-" + hashlib.sha1(s["id"].encode()).hexdigest()[:16]
+            account = _metadata(s)["user_api_key_alias"]
+            requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004), "tenant_id": account,
+                             "body": {"model": s["model_group"], "stream": bool(s.get("stream")),
+                                      "messages": s["messages"]}})
+            answer = s.get("response")
+            half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002), "status_code": 200}
+            if isinstance(answer, dict) and answer.get("choices"):
+                responses.append(half | {"body": answer})
+            elif isinstance(answer, list) and answer:
+                responses.append(half | {"chunks": answer})
+    assert len(requests) > 20
+    _write(inc / "gateway" / f"frontdoor-requests-{DAY}.jsonl", requests)
+    _write(inc / "gateway" / f"frontdoor-responses-{DAY}.jsonl", responses)
+    case = (inc / "case.toml").read_text(encoding="utf-8")
+    case = case.replace('format = "litellm"\npath = "gateway"', 'format = "litellm"\npath = "gateway/litellm-*"\n\n'
+                        '[[inputs]]\nformat = "litellm"\npath = "gateway/spend-*"\n\n'
+                        '[[inputs]]\nformat = "openai-split"\npath = "gateway/frontdoor-*"')
+    assert "frontdoor" in case
+    (inc / "case.toml").write_text(case, encoding="utf-8")
+    baseline, _ = _exposed(incident("as-simulated"), tmp_path / "baseline")
+    scored, report = _exposed(inc, tmp_path / "out")
+    assert scored["customers"]["exposed"] == baseline["customers"]["exposed"]
+    assert scored["customers"]["exposed"]["precision"] == 1.0 and scored["customers"]["exposed"]["recall"] == 1.0
+    assert any("logged again under another customer id" in why for why in _review_reasons(report))
+    null = json.loads((report / "case" / "match.json").read_text(encoding="utf-8"))["null"]
+    assert null["searches"]["own_exchange_copies_left_out"] > 0
+
+
+@pytest.mark.parametrize("rows", [None, 3], ids=["the-whole-day", "three-rows"])
+def test_a_spend_log_export_naming_teams_names_each_customer_once(incident: Callable[[str], Path], tmp_path: Path,
+                                                                   rows: int | None) -> None:
+    """An older spend-log export of the day before the window names the team (no organization_id), the callbacks the
+    organisation: with the whole day, no exposed customer was named; with a few rows, one was named twice, once by
+    its team's id."""
+    inc = incident(f"spend-{rows}")
+    for path in sorted((inc / "gateway").glob("spend-logs-*")):
+        if DAY not in path.name:
+            path.unlink()
+            continue
+        kept = _lines(path)[:rows] if rows else _lines(path)
+        for row in kept:
+            if not isinstance(row, dict):
+                continue
+            row.pop("organization_id", None)
+            row["team_id"] = _metadata(row).get("user_api_key_team_id")
+        _write(path, kept)
+    scored, report = _exposed(inc, tmp_path / "out")
+    assert scored["customers"]["exposed"]["precision"] == 1.0 and scored["customers"]["exposed"]["recall"] == 1.0
+    manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["tenant_aliases"]  # the ingest saw the two ids of one customer
