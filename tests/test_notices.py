@@ -181,3 +181,41 @@ def test_a_number_spaced_as_in_a_table_is_masked_in_a_notice(text: str) -> None:
 
     shown = _masked_preview(text, default_classifier().find(text))
     assert "4111" not in shown and "3704" not in shown and sum(ch.isdigit() for ch in shown) <= 6, shown
+
+
+def test_every_passage_of_a_pair_is_classified_and_shown(tmp_path: Path) -> None:
+    """A pair's second passage held an e-mail address: only the strongest passage was classified and shown, so the
+    list gave the customer no severity, its letter quoted the first passage alone and the recipient's letter said
+    it found one passage (a review)."""
+    from test_run import SECRET, write_logs
+
+    second = ("Escrow desk contact for the closing: fitz.okonkwo@baptiste-escrow.example, who holds the signed "
+              "addendum for tranche seventeen and the Gdansk warehouse lease")
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
+    rows[0]["proxy_server_request"]["messages"][0]["content"] = (
+        "Please review: " + SECRET + " " + " ".join(f"depot audit line {i} found nothing unusual" for i in range(40))
+        + " " + second)
+    rows[2]["response"]["choices"][0]["message"]["content"] = (
+        "Summary: " + SECRET + " " + " ".join(f"the valley weather on day {i} stayed mild" for i in range(40))
+        + " " + second)
+    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = api.run(logs, tmp_path / "out").report.report_dir
+    with (report / "evidence.csv").open(encoding="utf-8", newline="") as fh:
+        (finding,) = [r for r in csv.DictReader(fh) if r["source_tenant_id"] == "acme"]
+    assert finding["passages"].count("=") == 2  # one finding, two passages
+    listed = {(r["tenant_id"], r["role"]): r for r in csv.DictReader(io.StringIO(
+        (report / "notifications.csv").read_text(encoding="utf-8")))}
+    assert "email" in listed[("acme", "exposed")]["severity_kinds"].split(";")
+    assert "email" in listed[("globex", "recipient")]["severity_kinds"].split(";")
+    packet = report / listed[("acme", "exposed")]["packet"]
+    letter = (packet / "notice.md").read_text(encoding="utf-8")
+    assert "We found 2 passages of this text in that response:" in letter
+    assert "Found in it: email" in letter and "fitz.okonkwo@" not in letter  # shown, masked
+    notice = json.loads((packet / "notice.json").read_text(encoding="utf-8"))
+    (span,) = notice["exposed"]["requests"][0]["spans"]
+    assert [[h["kind"] for h in p["secrets"]] for p in span["all_passages"]][1] == ["email"]
+    recipient = (report / listed[("globex", "recipient")]["packet"] / "notice.md").read_text(encoding="utf-8")
+    assert "we found 2 passages from another customer" in recipient
+    assert api.verify(report).ok

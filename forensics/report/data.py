@@ -73,6 +73,21 @@ class Finding:
     source_received_at: dt.datetime | None
     source_is_suspect: bool
     verdict: str | None = None  # "confirm" when an analyst confirmed it (verdicts.jsonl)
+    #: Every passage of the pair (the ``passages`` column, in its order): the response's and the source's text of
+    #: each with its severity hits. The spans above are the strongest passage's; a secret in another passage is the
+    #: customer's too (only the strongest was classified and shown: a review).
+    recipient_passages: list[tuple[str, list[Hit]]] = dataclasses.field(default_factory=list)
+    source_passages: list[tuple[str, list[Hit]]] = dataclasses.field(default_factory=list)
+
+    @property
+    def all_recipient_hits(self) -> list[Hit]:
+        """The severity hits of every passage of the response (the strongest span's when passages are unknown)."""
+        return [h for _, hits in self.recipient_passages for h in hits] if self.recipient_passages else self.recipient_hits
+
+    @property
+    def all_source_hits(self) -> list[Hit]:
+        """The severity hits of every passage of the source text (the strongest span's when passages are unknown)."""
+        return [h for _, hits in self.source_passages for h in hits] if self.source_passages else self.source_hits
 
     @property
     def finding_id(self) -> str:
@@ -216,30 +231,38 @@ def _findings(con: Any, case: Case, table: str, classifier: Classifier, suspect_
            f"QUALIFY row_number() OVER (PARTITION BY finding_id ORDER BY {order}) = 1 ORDER BY {order}")
     rows = [artifacts.Finding.from_row(dict(zip(cols, rec, strict=True)))
             for rec in con.execute(sql, [ids] if ids is not None else []).fetchall()]
+    from forensics.report.notices import finding_passages  # (notices reads this module's Finding)
+
     wanted: dict[RequestKey, list[tuple[str, int | None, int | None]]] = {}
-    for row in rows:
-        wanted.setdefault(RequestKey(str(row.recipient_request_id), row.recipient_tenant_id), []).append(
-            ("response_text", row.recipient_start, row.recipient_end))
-        wanted.setdefault(RequestKey(str(row.source_request_id), row.source_tenant_id), []).append(
-            ("response_text" if row.source_kind == "response" else "prompt_text", row.source_start, row.source_end))
+    every = [finding_passages(row) for row in rows]
+    for row, passages in zip(rows, every, strict=True):
+        # The strongest span, then every passage's (in the column's order), on each side.
+        wanted.setdefault(RequestKey(str(row.recipient_request_id), row.recipient_tenant_id), []).extend(
+            [("response_text", row.recipient_start, row.recipient_end)] + [("response_text", a, b) for a, b, _, _ in passages])
+        column = "response_text" if row.source_kind == "response" else "prompt_text"
+        wanted.setdefault(RequestKey(str(row.source_request_id), row.source_tenant_id), []).extend(
+            [(column, row.source_start, row.source_end)] + [(column, c, d) for _, _, c, d in passages])
     texts = _span_texts(case.table_path("exchanges"), wanted)
     findings = []
     taken: dict[RequestKey, int] = {}  # the next of each request's spans, in the order they were asked for
-    for row in rows:
+    for row, passages in zip(rows, every, strict=True):
         spans = []
         for key in (RequestKey(str(row.recipient_request_id), row.recipient_tenant_id),
                     RequestKey(str(row.source_request_id), row.source_tenant_id)):
             received, parts = texts.get(key, (None, []))
             i = taken.get(key, 0)
-            taken[key] = i + 1
-            spans.append((received, parts[i] if i < len(parts) else ""))
-        (r_received, rspan), (s_received, sspan) = spans
+            taken[key] = i + 1 + len(passages)
+            cut = [parts[j] if j < len(parts) else "" for j in range(i, i + 1 + len(passages))]
+            spans.append((received, cut))
+        (r_received, rcut), (s_received, scut) = spans
         findings.append(
             Finding(
-                evidence=row, recipient_span=rspan, source_span=sspan,
-                recipient_hits=classifier.find(rspan), source_hits=classifier.find(sspan),
+                evidence=row, recipient_span=rcut[0], source_span=scut[0],
+                recipient_hits=classifier.find(rcut[0]), source_hits=classifier.find(scut[0]),
                 recipient_received_at=r_received, source_received_at=s_received,
                 source_is_suspect=RequestKey(str(row.source_request_id), row.source_tenant_id or "") in suspect_keys,
+                recipient_passages=[(t, classifier.find(t)) for t in rcut[1:]],
+                source_passages=[(t, classifier.find(t)) for t in scut[1:]],
             )
         )
     return findings

@@ -179,8 +179,8 @@ def build_notices(data: CaseData, classifier: Classifier) -> list[Notice]:
         entry["tiers"].append(best_tier(f.tier for f in fs))
     exposed: dict[str, dict[str, Any]] = {}
     for f in cross:  # findings whose recipient the scan did not list still reach their recipient
-        _add_finding(recipients, f.recipient_tenant, f.recipient_key.request_id, f, f.recipient_hits)
-        _add_finding(exposed, f.source_tenant, f.source_key.request_id, f, f.source_hits)
+        _add_finding(recipients, f.recipient_tenant, f.recipient_key.request_id, f, f.all_recipient_hits)
+        _add_finding(exposed, f.source_tenant, f.source_key.request_id, f, f.all_source_hits)
     notices = []
     for role, table in (("exposed", exposed), ("recipient", recipients)):
         for tenant, e in table.items():
@@ -313,7 +313,8 @@ NOTICE_KEYS: dict[str, frozenset[str]] = {
     "exposed.requests": frozenset({"request_id", "received_at", "spans"}),
     "exposed.requests.spans": frozenset({"reference", "part", "start", "end", "all_passages", "exposed_at", "tier", "score",
                                          "matched_tokens", "preview", "secrets", "confirmed_by_person"}),
-    "exposed.requests.spans.all_passages": frozenset({"start", "end"}),
+    "exposed.requests.spans.all_passages": frozenset({"start", "end", "preview", "secrets"}),
+    "exposed.requests.spans.all_passages.secrets": frozenset({"class", "kind", "start", "end", "sha256", "masked"}),
     "exposed.requests.spans.secrets": frozenset({"class", "kind", "start", "end", "sha256", "masked"}),
 }
 
@@ -391,7 +392,7 @@ def build_packet(
                     {"reference": refs[f.finding_id], "response_start": f.evidence.recipient_start,
                      "response_end": f.evidence.recipient_end, "tier": f.tier,
                      "all_passages": [{"response_start": a, "response_end": b} for a, b, _, _ in finding_passages(f.evidence)],
-                     "severity": sorted({h.cls for h in f.recipient_hits}) or [NONE], **_person(f)}
+                     "severity": sorted({h.cls for h in f.all_recipient_hits}) or [NONE], **_person(f)}
                     for f in fs
                 ],
             })
@@ -405,15 +406,23 @@ def build_packet(
             fs = by_source[rid]
             spans = []
             for f in fs:
-                classes.update(h.cls for h in f.source_hits)
+                classes.update(h.cls for h in f.all_source_hits)
                 ev = f.evidence
                 withheld = f.source_is_suspect and ev.source_kind == "response"
+                found = finding_passages(ev)
+                texts: list[tuple[str | None, list[Hit]]] = (
+                    list(f.source_passages) if len(f.source_passages) == len(found) else [(None, [])] * len(found))
                 spans.append({
                     "reference": refs[f.finding_id],
                     "part": ev.source_kind or "prompt",
                     "start": ev.source_start, "end": ev.source_end,
-                    # Every passage of this text found in the response (the preview shows the strongest).
-                    "all_passages": [{"start": c, "end": d} for _, _, c, d in finding_passages(ev)],
+                    # Every passage of this text found in the response, each shown masked with what it holds (the
+                    # top-level preview is the strongest passage's).
+                    "all_passages": [
+                        {"start": c, "end": d,
+                         "preview": None if withheld or text is None else _masked_preview(text, hits, settings.mask),
+                         "secrets": [h.to_json() | {"start": c + h.start, "end": c + h.end} for h in hits]}
+                        for (_, _, c, d), (text, hits) in zip(found, texts, strict=True)],
                     "exposed_at": iso(f.recipient_received_at),
                     "tier": f.tier,
                     "score": ev.score, "matched_tokens": ev.matched_tokens,
@@ -505,19 +514,28 @@ def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True) ->
                 lines.append(f"- From {part} {long_date(r['received_at'])}, shown to another customer on "
                              f"{long_date(s['exposed_at'])} (reference {s['reference']}). {SURE.get(s['tier'], '')}"
                              + (" A person on the incident team checked this passage and confirmed it." if s.get("confirmed_by_person") else ""))
-                if s["preview"] is not None:
-                    # A code span: shown exactly as stored (already one line, masked and escaped), no markup.
-                    lines.append(f"  `{s['preview'].replace('`', chr(0x2032))}`")
+                several = [x for x in s.get("all_passages", []) if "preview" in x]
+                if len(several) > 1:  # every passage, each with what it holds (a letter showed the strongest only)
+                    lines.append(f"  We found {len(several)} passages of this text in that response:")
+                    shown = [(x["preview"], x["secrets"]) for x in several]
                 else:
-                    lines.append("  The passage is not shown: it lies in an answer that was itself made from corrupted data.")
-                for h in s["secrets"]:
-                    lines.append(f"  - Found in it: {h['class'].replace('_', ' ')} `{h['masked'].replace('`', chr(0x2032))}`"
-                                 + (f" (SHA-256 {h['sha256']})" if h.get("sha256") else ""))
+                    shown = [(s["preview"], s["secrets"])]
+                for preview, secrets in shown:
+                    if preview is not None:
+                        # A code span: shown exactly as stored (already one line, masked and escaped), no markup.
+                        lines.append(f"  `{preview.replace('`', chr(0x2032))}`")
+                    else:
+                        lines.append("  The passage is not shown: it lies in an answer that was itself made from corrupted "
+                                     "data.")
+                    for h in secrets:
+                        lines.append(f"  - Found in it: {h['class'].replace('_', ' ')} `{h['masked'].replace('`', chr(0x2032))}`"
+                                     + (f" (SHA-256 {h['sha256']})" if h.get("sha256") else ""))
         lines.append("")
     if "recipient" in p:
         lines += ["## The answers you received", ""]
         for r in p["recipient"]["requests"]:
-            found = len(r["foreign_passages"])
+            # Every passage, not each finding: one finding may hold several (its all_passages).
+            found = sum(len(x.get("all_passages") or [x]) for x in r["foreign_passages"])
             what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
                     else "no passage from another customer that we could verify")
             lines.append(f"- The answer to your request of {long_date(r['received_at'])}: we found {what}. "
