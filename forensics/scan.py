@@ -628,6 +628,22 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     )
 
 
+#: The suspect table's columns taken from the exchanges.
+_SUSPECT_COLUMNS = ("model", "received_at", "completed_at", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
+                    "prompt_tokens_high", "reported_prompt_tokens", "prefill_node", "decode_node", "bootstrap_room")
+#: One row per suspect, even when the exchanges hold a request twice (the ingest keeps two rows when each holds what
+#: the other lacks: a spend log's answer and usage, a split log's whole prompt): each value from the earliest row that
+#: has one. The earliest row alone left out the other's completion time and the placeholder's reported count (a review).
+SUSPECT_ROWS_SQL = (
+    "SELECT f.request_id, f.tenant_id, "
+    + ", ".join(f"any_value(x.{c} ORDER BY x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash) "
+                f"AS {c}" for c in _SUSPECT_COLUMNS)
+    + ", any_value(f.reasons) AS reasons, any_value(f.borderline) AS borderline, "
+      "any_value(f.engine_signature) AS engine_signature "
+      "FROM _flagged f JOIN exchanges x ON x.request_id = f.request_id AND x.tenant_id IS NOT DISTINCT FROM f.tenant_id "
+      "GROUP BY f.request_id, f.tenant_id ORDER BY received_at NULLS LAST, f.request_id, f.tenant_id NULLS LAST")
+
+
 def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set[str]]) -> pa.Table:
     """One row per suspect (request_id, tenant_id), with every reason, in the contract's order."""
     keys = sorted(reasons, key=RequestKey.sort_key)
@@ -639,20 +655,7 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set
         "engine_signature": pa.array([ENGINE_SIGNATURE_REASON in reasons[k] for k in keys], pa.bool_()),
     })
     con.register("_flagged", flagged)
-    table = q.with_memory_to_spare(con, lambda: con.sql(
-        """
-        SELECT x.request_id, x.tenant_id, x.model, x.received_at, x.completed_at,
-               x.prompt_tokens, x.prompt_tokens_source, x.prompt_tokens_low, x.prompt_tokens_high,
-               x.reported_prompt_tokens, f.reasons, f.borderline, f.engine_signature,
-               x.prefill_node, x.decode_node, x.bootstrap_room
-        FROM _flagged f
-        JOIN exchanges x ON x.request_id = f.request_id AND x.tenant_id IS NOT DISTINCT FROM f.tenant_id
-        -- one row per suspect even if the exchanges held a request twice
-        QUALIFY row_number() OVER (PARTITION BY x.request_id, x.tenant_id
-                                   ORDER BY x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash) = 1
-        ORDER BY x.received_at NULLS LAST, x.request_id, x.tenant_id NULLS LAST
-        """
-    ).to_arrow_table())
+    table = q.with_memory_to_spare(con, lambda: con.sql(SUSPECT_ROWS_SQL).to_arrow_table())
     con.unregister("_flagged")
     return table.select(schema.SUSPECTS.names).cast(schema.SUSPECTS)
 

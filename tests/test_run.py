@@ -928,6 +928,45 @@ def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobod
     assert [(n.tenant_id, n.role) for n in streamed.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
 
 
+def test_a_request_logged_cut_and_whole_is_quoted_and_tiered_from_the_copy_that_holds_the_passage(tmp_path: Path) -> None:
+    """A spend log keeps a prompt's head and tail (LiteLLM's sanitiser) beside the answer; a split log keeps the whole
+    prompt without it: the ingest keeps both rows. The match found acme's passage in the whole prompt, the report read
+    its offsets in the cut copy and quoted text that was never exposed; the suspect, logged the same way, was tiered
+    from its cut copy ("only a truncated copy was logged") and its suspects.csv row lost the spend log's completion
+    time and usage (a review)."""
+    from forensics.lab.simulate.writers import truncate_for_db
+
+    logs = write_logs(tmp_path / "logs")
+    spend = logs / "gateway" / "spend.jsonl"
+    rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
+    filler = " ".join(f"harbour ledger line {i} balanced" for i in range(70))
+    whole = {"r-1": "Intake note: " + filler + " " + SECRET + ". " + filler.replace("harbour", "river"),
+             "r-3": rows[2]["proxy_server_request"]["messages"][0]["content"]}
+    split = []
+    for row in rows:
+        if row["request_id"] in whole:
+            messages = [{"role": "user", "content": whole[row["request_id"]]}]
+            row["proxy_server_request"] = truncate_for_db({"model": "glm-5.3", "messages": messages})
+            split.append({"request_id": row["request_id"], "timestamp": row["startTime"].replace(":00Z", ":00.500Z"),
+                          "tenant_id": row["organization_id"], "body": {"model": "glm-5.3", "messages": messages}})
+    assert SECRET[:40] not in rows[0]["proxy_server_request"]["messages"][0]["content"]  # cut from the spend log
+    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (logs / "split").mkdir()
+    (logs / "split" / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split), encoding="utf-8")
+    (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "openai-split"\npath = "split"\n',
+                                    encoding="utf-8")
+    result = api.run(logs, tmp_path / "out")
+    assert [(n.tenant_id, n.role, n.tier) for n in result.report.notices] == [("acme", "exposed", "confirmed"),
+                                                                              ("globex", "recipient", "confirmed")]
+    rd = result.report.report_dir
+    letter = next((rd / "packets").glob("acme-*/notice.md")).read_text(encoding="utf-8")
+    assert "Project Nightjar acquisition terms" in letter
+    with (rd / "suspects.csv").open(encoding="utf-8", newline="") as fh:
+        (suspect,) = list(csv.DictReader(fh))
+    assert (suspect["request_id"], suspect["completed_at"], suspect["reported_prompt_tokens"]) == (
+        "r-3", "2026-08-28T11:00:00Z", "1")
+
+
 def test_logs_added_with_later_records_do_not_move_a_listed_customers_deadline(tmp_path: Path) -> None:
     """The audit's deadline ran from the report's last log record: a re-run with one later record of another model
     (more logs arrive: they always hold later traffic) moved every customer's deadline, and overdue customers were

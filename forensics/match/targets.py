@@ -25,6 +25,18 @@ from forensics.match.stream import (
 from forensics.match.tiers import MatchParams
 
 
+def _merge_row(target: Target, text: str, truncated: bool, received: int, deadline: int, node: str | None) -> None:
+    """Fold another row of a suspect's request into its target (see :func:`load_targets`)."""
+    if len(text) > len(target.text):
+        target.text = text
+    target.prompt_truncated = target.prompt_truncated and truncated
+    if received != NO_TIME and (target.received_us == NO_TIME or received < target.received_us):
+        target.received_us = received
+    if deadline != NO_TIME and (target.deadline_us == NO_TIME or deadline > target.deadline_us):
+        target.deadline_us = deadline
+    target.decode_node = target.decode_node or node
+
+
 def _iter_exchanges(path: Path, columns: list[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
     yield from row_group_batches(exchanges_file(path, columns), columns, batch_rows)
 
@@ -93,12 +105,18 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
             received: int = r_i if r_i is not None else NO_TIME
             deadline: int = d_i if d_i is not None else received
             if s is not None:
-                if (rid, tenants[i]) not in found:
+                known = found.get((rid, tenants[i]))
+                if known is None:
                     found[(rid, tenants[i])] = Target(rid, tenants[i], received, deadline, s["decode_node"] or nodes[i],
                                                       bool(s["engine_signature"]), False, texts[i].as_py() or "",
                                                       placeholder_usage=s.get("reported_prompt_tokens") == 1,
                                                       prompt_truncated=bool(truncated[i]))
-                    suspect_classes[_size_class(sizes[i])] += 1
+                else:
+                    # A second row of the suspect (the ingest keeps two when each holds what the other lacks: a spend
+                    # log's cut prompt with the answer, a split log's whole prompt without it): the answer from the
+                    # row that holds the longest, and the prompt is cut only if every row's is. The first row alone
+                    # searched an empty answer, or called a prompt the case holds whole cut (a review).
+                    _merge_row(known, texts[i].as_py() or "", bool(truncated[i]), received, deadline, nodes[i])
                 continue
             heap = heaps.setdefault(_size_class(sizes[i]), [])
             key = (-xxhash.xxh64_intdigest(rid.encode("utf-8", "surrogatepass"), seed=p.seed), -tenant_code(tenants[i]))
@@ -112,6 +130,8 @@ def load_targets(case: Case, p: MatchParams) -> tuple[list[Target], dict[str, An
             else:
                 heapq.heapreplace(heap, item)
         row0 += len(rids)
+    for t in found.values():
+        suspect_classes[_size_class(len(t.text.encode("utf-8", "surrogatepass")))] += 1
     chosen = _length_matched(heaps, suspect_classes, p.control_size)
     _fill_texts(ex_path, chosen)
     missing = [{"request_id": k[0], "tenant_id": k[1]} for k in sorted(set(suspects) - set(found), key=lambda k: request_key(*k))]

@@ -246,15 +246,16 @@ def _findings(con: Any, case: Case, table: str, classifier: Classifier, suspect_
     findings = []
     taken: dict[RequestKey, int] = {}  # the next of each request's spans, in the order they were asked for
     for row, passages in zip(rows, every, strict=True):
-        spans = []
+        sides = []
         for key in (RequestKey(str(row.recipient_request_id), row.recipient_tenant_id),
                     RequestKey(str(row.source_request_id), row.source_tenant_id)):
-            received, parts = texts.get(key, (None, []))
+            copies = texts.get(key) or [(None, [])]
             i = taken.get(key, 0)
             taken[key] = i + 1 + len(passages)
-            cut = [parts[j] if j < len(parts) else "" for j in range(i, i + 1 + len(passages))]
-            spans.append((received, cut))
-        (r_received, rcut), (s_received, scut) = spans
+            sides.append((copies[0][0], [[parts[j] if j < len(parts) else "" for j in range(i, i + 1 + len(passages))]
+                                         for _, parts in copies]))
+        (r_received, r_cuts), (s_received, s_cuts) = sides
+        rcut, scut = _same_passage(r_cuts, s_cuts)
         findings.append(
             Finding(
                 evidence=row, recipient_span=rcut[0], source_span=scut[0],
@@ -266,6 +267,20 @@ def _findings(con: Any, case: Case, table: str, classifier: Classifier, suspect_
             )
         )
     return findings
+
+
+def _same_passage(r_cuts: list[list[str]], s_cuts: list[list[str]]) -> tuple[list[str], list[str]]:
+    """The response's and the source's spans of a finding, from the copies of each request the table holds (the
+    ingest keeps two rows of a request when each holds what the other lacks: a spend log's cut prompt with the
+    answer, a split log's whole prompt without it): the pair of copies whose strongest spans hold the most alike
+    text, the earliest copies among equals. The match read the passage in one copy; its offsets read in another
+    quoted text that was never exposed, or nothing (a review)."""
+    if len(r_cuts) == 1 and len(s_cuts) == 1:
+        return r_cuts[0], s_cuts[0]
+    from rapidfuzz import fuzz
+
+    best = max(((fuzz.ratio(r[0], s[0]), -i, -j) for i, r in enumerate(r_cuts) for j, s in enumerate(s_cuts)))
+    return r_cuts[-best[1]], s_cuts[-best[2]]
 
 
 def _earlier(t: dt.datetime | None, than: dt.datetime | None) -> bool:
@@ -293,14 +308,14 @@ def _substring(text: str | None, start: int | None, end: int | None) -> str:
 
 
 def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None, int | None]]]
-                ) -> dict[RequestKey, tuple[dt.datetime | None, list[str]]]:
-    """Per request of ``wanted``: when it was received and the text of each (column, start, end)
-    span asked of it, read in batches of SPAN_BATCH_ROWS rows.
+                ) -> dict[RequestKey, list[tuple[dt.datetime | None, list[str]]]]:
+    """Per request of ``wanted``, per row the table holds of it: when it was received and the text of each
+    (column, start, end) span asked of it, read in batches of SPAN_BATCH_ROWS rows.
 
-    A request the table holds twice is read from its earliest row (unknown time last; the first
-    row of the file among equals); a request it does not hold is left out.
+    The rows of a request the table holds twice come earliest first (unknown time last; the file's order among
+    equals); a request it does not hold is left out.
     """
-    found: dict[RequestKey, tuple[dt.datetime | None, list[str]]] = {}
+    found: dict[RequestKey, list[tuple[dt.datetime | None, list[str]]]] = {}
     if not wanted or not path.is_file():
         return found
     ids = pa.array(sorted({k.request_id for k in wanted}), pa.string())
@@ -315,9 +330,9 @@ def _span_texts(path: Path, wanted: dict[RequestKey, list[tuple[str, int | None,
             spans = wanted.get(key)
             if spans is None:  # the same request id sent by another tenant
                 continue
-            if key in found and not _earlier(received, found[key][0]):
-                continue
-            found[key] = (received, [_substring(hit.column(c)[i].as_py(), a, b) for c, a, b in spans])
+            copies = found.setdefault(key, [])
+            at = next((n for n, (t, _) in enumerate(copies) if _earlier(received, t)), len(copies))
+            copies.insert(at, (received, [_substring(hit.column(c)[i].as_py(), a, b) for c, a, b in spans]))
     return found
 
 
