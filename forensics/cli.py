@@ -197,6 +197,8 @@ err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 QUIET_HELP = "Print nothing but errors (on stderr); the exit code tells the outcome. --json still prints its JSON."
+#: --quiet of a command with no --json.
+QUIET_ONLY_HELP = "Print nothing but errors (on stderr); the exit code tells the outcome."
 
 
 #: What to do about an OSError the machine causes, not forensics: by errno, the fix.
@@ -585,7 +587,7 @@ def profile_suggest(
 @app.command(cls=PlainCommand)
 def simulate(
     out_dir: Path = typer.Option(..., "--out", metavar="DIR", help="Folder to write the simulated incident into."),
-    seed: int = typer.Option(7, "--seed", metavar="N", help="Seed: same seed, same bytes."),
+    seed: int = typer.Option(7, "--seed", metavar="N", help="Seed: the same seed (and --out name, which the files record) gives the same bytes."),
     scale: str = typer.Option("small", "--scale", metavar="SIZE",
                               help="small (scaled-down pool, a few MB), medium (~100 MB), large (~1 GB) or realistic "
                                    "(scaled-down pool, 220 tenants, ~15,000 requests of real text; needs --corpus)."),
@@ -602,7 +604,7 @@ def simulate(
     """Write a simulated leak incident to practise on.
 
     Gateway and engine logs, a case.toml and the truth.json that `forensics evaluate` scores a
-    report against. The same seed gives the same bytes.
+    report against. The same seed and --out name (the files record the command) give the same bytes.
     """
     from forensics import api
 
@@ -1188,7 +1190,7 @@ def audit(
 def viewer(
     report_dir: Path = typer.Argument(..., metavar="REPORT", help="A report folder (holds manifest.json)."),
     case: Optional[Path] = typer.Option(None, "--case", metavar="DIR", help="The case folder the report was made from (default: REPORT/case)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_ONLY_HELP),
 ) -> int:
     """Write the evidence viewer, review.html, into the report.
 

@@ -669,3 +669,13 @@ def test_a_dispute_over_a_finding_a_verdict_was_carried_to_names_the_deciding_ve
     rows = ledger._rows(_LISTED, [], evidence, [], verdicts, [], _t(REPORT_TIME), _t("2026-09-02T00:00:00Z"), 72.0,
                         Resolution(carried={"f-0001": ("f-0009",)}))
     assert all(f"verdicts on finding f-0009 differ {said} decides" in r["problems"] for r in rows)
+
+
+def test_an_import_csv_that_does_not_exist_is_said_to_be_missing(tmp_path: Path) -> None:
+    """A missing --import file was told to be "a UTF-8 CSV file" (a review): it is said not to exist."""
+    with pytest.raises(ConfigError, match="the notices CSV does not exist") as err:
+        list(chain.import_rows(tmp_path / "notices.csv", ("tenant_id",), "notice"))
+    assert "check the path given to --import" in str(err.value)
+    (tmp_path / "latin.csv").write_bytes("tenant_id\nZ\xfcrich\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="cannot read the notices CSV"):
+        list(chain.import_rows(tmp_path / "latin.csv", ("tenant_id",), "notice"))

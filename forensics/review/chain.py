@@ -33,8 +33,13 @@ def import_rows(path: Path, columns: tuple[str, ...], what: str) -> Iterator[tup
     the header; an empty file is an error. ``what``: "verdict" or "notice", for the messages."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+    except FileNotFoundError:
+        raise ConfigError(f"the {what}s CSV does not exist", file=path, fix="check the path given to --import") from None
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read the {what}s CSV ({exc})", file=path, fix="give a UTF-8 CSV file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what}s CSV ({exc.strerror or exc})", file=path,
+                          fix="give a readable CSV file") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     missing = [c for c in columns if c not in (reader.fieldnames or [])]
     if missing:
