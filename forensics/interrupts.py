@@ -25,6 +25,16 @@ from forensics.errors import Interrupted
 #: ``on_stuck`` is called.
 GRACE_SECONDS = 5.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signal the current block received, if any (see :func:`stop_if_signalled`).
+_received: list[int] = []
+
+
+def stop_if_signalled() -> None:
+    """Raise Interrupted if the running block received SIGINT or SIGTERM. Python drops an exception raised where
+    it cannot propagate (a weakref or ctypes callback, ``__del__``): the handler's was lost there, and the run went
+    on and replaced the report (a review). Called before a step that cannot be undone."""
+    if _received:
+        raise Interrupted(_received[0])
 
 
 @contextlib.contextmanager
@@ -40,7 +50,8 @@ def signals_stop_the_run(on_stuck: Callable[[int], None]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    first: list[int] = []
+    first = _received
+    first.clear()
 
     def handler(signum: int, frame: Any) -> None:
         if not first:  # a second Ctrl-C must not interrupt the clean-up of the first
@@ -65,12 +76,16 @@ def signals_stop_the_run(on_stuck: Callable[[int], None]) -> Iterator[None]:
     old = {signum: signal.signal(signum, handler) for signum in SIGNALS}
     try:
         yield
+        # The handler's exception may have been dropped where it was raised (see stop_if_signalled): the block ran
+        # to its end, and still must not end as if no signal came.
+        stop_if_signalled()
     except BaseException as exc:
         if first and not isinstance(exc, Interrupted):
             raise Interrupted(first[0]) from exc
         raise
     finally:
         if not first:
+            _received.clear()
             for signum, previous in old.items():
                 signal.signal(signum, previous)
             signal.set_wakeup_fd(old_fd)

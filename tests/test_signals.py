@@ -177,3 +177,48 @@ def test_a_run_stuck_in_native_code_still_stops(tmp_path: Path) -> None:
     _wait_for(tmp_path, marker.name, proc)
     proc.send_signal(signal.SIGTERM)
     _check_signalled(*_finish(proc), signal.SIGTERM)
+
+
+LOST_SIGNAL = """
+import os, signal, weakref
+from forensics.errors import Interrupted
+from forensics.interrupts import signals_stop_the_run, stop_if_signalled
+
+class A:
+    pass
+
+def lands_in_a_callback(_ref):  # Python drops an exception raised in a weakref callback
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):
+        pass
+
+for check_first in (True, False):
+    went_on = refused = False
+    try:
+        with signals_stop_the_run(on_stuck=lambda s: os._exit(99)):
+            a = A()
+            r = weakref.ref(a, lands_in_a_callback)
+            del a
+            went_on = True
+            if check_first:
+                try:
+                    stop_if_signalled()  # what the report does before it replaces the previous one
+                except Interrupted:
+                    refused = True
+                    raise
+        print("not interrupted", flush=True)
+    except Interrupted as exc:
+        print("interrupted", exc.signum, went_on, refused, flush=True)
+"""
+
+
+def test_a_signal_whose_exception_python_dropped_still_stops_the_run(tmp_path: Path) -> None:
+    """A SIGTERM that lands while a weakref or ctypes callback runs: Python drops the handler's exception, the run
+    went on and replaced the report, exit 1 (a review). The report's swap checks for a signal first, and the block
+    ends with Interrupted whatever dropped it."""
+    script = tmp_path / "lost.py"
+    script.write_text(LOST_SIGNAL, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.splitlines() == [f"interrupted {int(signal.SIGTERM)} True True",
+                                        f"interrupted {int(signal.SIGTERM)} True False"], done.stderr

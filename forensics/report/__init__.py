@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from forensics import csvfile, schema
+from forensics import csvfile, interrupts, schema
 from forensics.artifacts import IngestManifest, JsonObject, ReportManifest, ReportParameters, ScanRecord
 from forensics.case import Case, case_lock, file_sha256, find_symlink, folder_lock, make_private_dirs, replace_folder
 from forensics.config import CaseConfig, InputSpec, apply_options, iso, load_saved, parse_utc, utc_or_none
@@ -397,6 +397,7 @@ def report_folder(out: Path, case_name: str, keep: Path | None = None, warnings:
             os.chmod(building, 0o700)
             _carry_ledgers(final, building)
             yield building
+            interrupts.stop_if_signalled()  # (a signal whose exception was lost must not let the report be replaced)
             if carried is not None:
                 moved = True
                 os.rename(final / carried, building / carried)
