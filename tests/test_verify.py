@@ -248,7 +248,7 @@ def test_rerun_of_a_report_built_stage_by_stage_with_options(tmp_path: Path, cap
     assert verify(report_dir, rerun=True).ok
     (logs / "gateway" / "spend.jsonl").unlink()
     problems = _problems(report_dir, rerun=True)
-    assert "input spend.jsonl: missing" in problems  # inputs are recorded relative to their common folder
+    assert any(p.startswith("input spend.jsonl: missing (looked for at ") for p in problems)  # relative to their common folder
     assert "rerun manifest.json: not re-run: the recorded input spend.jsonl is missing (give --inputs FOLDER when the inputs moved)" in problems
 
 
@@ -940,3 +940,15 @@ def test_a_render_without_a_key_over_a_signed_report_says_the_signature_is_gone(
     assert "the report this one replaces was signed (manifest.json.sig); this one is not" in " ".join(err.split())
     code, _, err = _call(["run", str(tmp_path / "incident"), "--out", str(tmp_path / "out")], capsys)
     assert "was signed" not in err  # said once: the report it replaced this time was not signed
+
+
+def test_a_report_moved_elsewhere_says_where_it_looked_for_its_inputs_and_the_fix(run_report: tuple[Path, str],
+                                                                                   tmp_path: Path) -> None:
+    """A report handed over to another folder: verify said only "missing" of every input and of the case file (whose
+    copy the report holds), which read as tampering (a review). It says where it looked and how to point it."""
+    report_dir, _ = run_report
+    moved = tmp_path / "handed" / "over" / report_dir.name
+    shutil.copytree(report_dir, moved)
+    problems = [str(d) for d in verify(moved).drift]
+    assert problems and all("looked for at " in p and "--inputs FOLDER" in p for p in problems)
+    assert verify(moved, tmp_path / "incident").ok

@@ -193,10 +193,15 @@ def verify(report_dir: Path, inputs_root: Path | None = None, *, key: Path | Non
     files: list[tuple[str, Path, Mapping[str, Any]]] = [("input", root / e["path"], e) for e in man.inputs]
     if man.case_file:
         files.append(("case_file", root / man.case_file["path"], man.case_file))
+    # Where a missing file was looked for, and how to point verify elsewhere: a report handed over or moved finds its
+    # inputs relative to its new place, and "missing" alone read as tampering (a review).
+    moved_hint = "" if inputs_root is not None else (
+        "; if the report was moved or handed over, give the folder the run read its logs and case file from with "
+        "--inputs FOLDER")
     for kind, p, e in files:
         checked += 1
         if not p.is_file():
-            drift.append(Drift(kind, e["path"], "missing"))
+            drift.append(Drift(kind, e["path"], f"missing (looked for at {p}{moved_hint})"))
         elif not e.get("sha256"):  # a report records every file's hash: one taken out let an edited log pass unseen
             drift.append(Drift(kind, e["path"], "the manifest records no SHA-256 for it"))
         elif file_sha256(p) != e["sha256"]:
