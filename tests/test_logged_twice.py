@@ -137,3 +137,27 @@ def test_a_spend_log_export_naming_teams_names_each_customer_once(incident: Call
     assert scored["customers"]["exposed"]["precision"] == 1.0 and scored["customers"]["exposed"]["recall"] == 1.0
     manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["tenant_aliases"]  # the ingest saw the two ids of one customer
+
+
+def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_still_names_it(tmp_path: Path) -> None:
+    """The stale pages may make a suspect repeat an earlier request's whole answer seconds later, and two customers'
+    prompts may share a template's head: that is no copy of the suspect's own exchange (its prompt ends in another
+    question), and the source is named. The same exchange logged again under another id is no exposure."""
+    from match_helpers import config, exchange, make_case
+    from test_shared_request_id import text
+
+    from forensics.match import match
+
+    template = "You are the claims assistant of Northwind Mutual. Follow the policy manual. " * 5
+    answer = "Claim review: " + text(31, 60)
+    rows = [
+        exchange("src-1", "cato", 0, prompt=template + "Question: " + text(32, 20), response=answer),
+        exchange("sus-1", "bolt", 0.05, prompt=template + "Question: " + text(33, 20), response=answer),
+    ]
+    found = match(make_case(tmp_path / "leak", rows, [("sus-1", "bolt")]), config()).findings
+    assert [(f["source_tenant_id"], f["source_kind"]) for f in found if f["relation"] == "cross_tenant"] == [
+        ("cato", "response")]
+    # The suspect's exchange logged again, under another gateway's id and account name, a few milliseconds apart.
+    copy = exchange("fd-1", "bolt-account", 0.05 + 0.004 / 60, prompt=rows[1]["prompt_text"], response=answer)
+    twice = match(make_case(tmp_path / "twice", [rows[1], copy], [("sus-1", "bolt")]), config())
+    assert [f for f in twice.findings if f["relation"] == "cross_tenant"] == []

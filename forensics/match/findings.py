@@ -808,15 +808,15 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
 SAME_EXCHANGE_US = 10_000_000
 #: Share of a response a candidate's passages must cover for its source to be checked as the response's own exchange.
 SAME_EXCHANGE_COVER = 0.9
-#: Characters of the prompt compared (a spend log's copy may be cut short after its start).
+#: Characters of the prompt compared at each end (a spend log's copy of a long prompt keeps its head and tail).
 SAME_EXCHANGE_PROMPT_CHARS = 256
 
 
 def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path) -> set[tuple[int, str, str | None]]:
     """The candidates (target index, source request id, source tenant) whose source record is the target's own
     exchange logged again under another customer id: a source received within :data:`SAME_EXCHANGE_US` of the
-    target whose response the candidate's passages cover nearly whole, with the same answer and the same start of
-    the prompt in the logs. Such a match is no chance likeness between unrelated texts, nor an exposure: counted in
+    target whose response the candidate's passages cover nearly whole, with the same answer and the same start and
+    end of the prompt in the logs. Such a match is no chance likeness between unrelated texts, nor an exposure: counted in
     the null, the controls' own copies (a day of traffic a second gateway logged under its account names) made every
     real finding look like chance, and the exposed customers fell off the list (a review). The texts are read for
     those few candidates alone."""
@@ -844,14 +844,16 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 
 
 def _logged_texts(path: Path, ids: set[str]) -> dict[tuple[str, str | None], set[tuple[str, str]]]:
-    """Per request (id, tenant) of ``ids``: the start of each logged row's prompt and its answer's MD5 (rows with an
-    answer only), to tell the same exchange logged twice."""
+    """Per request (id, tenant) of ``ids``: the start and the end of each logged row's prompt and its answer's MD5
+    (rows with an answer only), to tell the same exchange logged twice. (A spend log's copy of a long prompt keeps its
+    head and tail; two customers' prompts from one template share a head, not the question at the end.)"""
     import duckdb  # here, not at import: worker processes never load it
 
     con = duckdb.connect()
     try:
         found = con.execute(
-            "SELECT request_id, tenant_id, left(coalesce(prompt_text, ''), $chars), md5(response_text) "
+            "SELECT request_id, tenant_id, left(coalesce(prompt_text, ''), $chars) || '\x1f' "
+            "|| right(coalesce(prompt_text, ''), $chars), md5(response_text) "
             "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0",
             {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
     finally:
@@ -879,7 +881,7 @@ def sources_logged_twice(rows: list[dict[str, Any]], path: Path) -> dict[tuple[i
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
     beside its callback under another tenant field, a second gateway under its own account names): the same passages
     of the same kind of text, received within :data:`SAME_EXCHANGE_US` of each other, with the same answer and the
-    same start of the prompt in the logs. Both were named exposed: one customer on the list twice, once under an id
+    same start and end of the prompt in the logs. Both were named exposed: one customer on the list twice, once under an id
     that is not its own (a review). Each copy but one maps to the kept copy's (request id, tenant): the id the case's
     logs hold the most records under (then the smaller id), as it is the one the customer is known by."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
