@@ -705,3 +705,23 @@ def test_the_unread_files_reason_is_its_first_line_set_aside_even_when_set_aside
     path.write_bytes(bytes(data))
     (warning,) = [w for w in api.ingest(tmp_path / "case", [path], fmt="langfuse").warnings if "none of its" in w]
     assert "the first line's reason: Parquet row group 1 of 2 (rows 1 to 10) is damaged" in warning
+
+
+def test_a_request_body_without_stream_was_made_without_streaming(tmp_path: Path) -> None:
+    """OpenAI's API defaults ``stream`` to false and its SDKs leave the key out unless streaming: a logged request body
+    without it is a call made without streaming (read as unknown, a timed-out call was taken to have delivered its
+    answer: a review). A response half of chunks still shows a stream, and no body logged leaves it unknown."""
+    from forensics.ingest.fields import stream_flag
+
+    assert [stream_flag(b) for b in ({"messages": []}, {"messages": [], "stream": True}, {"prompt": "x"}, {},
+                                     {"messages": [], "stream": "yes"}, None)] == [False, True, False, None, None, None]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "requests.jsonl").write_text(good(1) + "\n" + good(2) + "\n")
+    chunk = {"choices": [{"index": 0, "delta": {"content": "streamed"}}]}
+    half = {"timestamp": "2026-08-30T03:12:19Z", "status_code": 200}
+    (logs / "responses.jsonl").write_text(json.dumps({**half, "request_id": "r-2", "chunks": [chunk]}) + "\n")
+    api.ingest(tmp_path / "case", [logs], fmt="openai-split")
+    rows = {r["request_id"]: r for r in pq.read_table(tmp_path / "case" / "exchanges.parquet").to_pylist()}
+    assert "stream" not in json.loads(good(1))["body"]
+    assert (rows["r-1"]["stream"], rows["r-2"]["stream"]) == (False, True)

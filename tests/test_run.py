@@ -878,6 +878,7 @@ def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_d
     spend = logs / "gateway" / "spend.jsonl"
     rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
     rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0}
+    rows[2]["proxy_server_request"]["stream"] = True  # (a request body that leaves it out was made without streaming)
     spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (logs / "engine").mkdir()
     finished = {"timestamp": "2026-08-28T11:00:04", "event": "request.finished", "rid": "r-3",
@@ -905,7 +906,9 @@ def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobod
     logs = write_logs(tmp_path / "logs", leak=False)
     spend = logs / "gateway" / "spend.jsonl"
     rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
-    rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0, "stream": False}
+    # As real logs hold it: the request body leaves "stream" out (OpenAI's default is no streaming).
+    rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0}
+    assert "stream" not in rows[2]["proxy_server_request"]
     spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (logs / "engine").mkdir()
     finished = {"timestamp": "2026-08-28T11:00:09", "event": "request.finished", "rid": "r-3",
@@ -922,7 +925,7 @@ def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobod
     assert scan["anomalies"]["undelivered_output"]["rows"] == 1
     assert any("anomalies.undelivered_output" in w for w in scan["warnings"])
     # The same call streamed delivered what was generated before it broke: a suspect, its source named.
-    rows[2]["stream"] = True
+    rows[2]["proxy_server_request"]["stream"] = True
     spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     streamed = api.run(logs, tmp_path / "out2")
     assert [(n.tenant_id, n.role) for n in streamed.report.notices] == [("acme", "exposed"), ("globex", "recipient")]

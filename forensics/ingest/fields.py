@@ -181,6 +181,21 @@ def as_str(value: Any, field: str) -> str:
     raise RecordError(f"field {field!r} is a {type(value).__name__}, expected a string")
 
 
+def stream_flag(body: Any) -> bool | None:
+    """Whether a call streamed, from its logged request body: its ``stream`` flag; false where a body that holds the
+    prompt (``messages``, ``prompt`` or ``input``) has none, as OpenAI's API defaults it (its SDKs leave the key out
+    unless streaming); None where no such body was logged, or the flag is not a boolean. Read as unknown, a call
+    made without streaming that timed out at the gateway was taken to have delivered its answer (a review)."""
+    if not isinstance(body, Mapping):
+        return None
+    value = body.get("stream")
+    if isinstance(value, bool):
+        return value
+    if "stream" in body:
+        return None
+    return False if any(k in body for k in ("messages", "prompt", "input")) else None
+
+
 def opt_str(obj: Mapping[str, Any], field: str) -> str | None:
     """An optional string field; empty strings count as absent."""
     value = obj.get(field)

@@ -1111,7 +1111,8 @@ SELECT
   q.tenant_id, q.tenant_field, q.user_id, q.model, coalesce(a.model_routed, q.model_routed) AS model_routed,
   q.received_at, a.completed_at,
   CASE WHEN a.request_id IS NULL THEN 'incomplete' ELSE a.status END AS status,
-  a.status_code, a.finish_reason, coalesce(q.stream, a.stream) AS stream,
+  -- (a response half of chunks shows the call streamed, whatever its request half says or leaves out)
+  a.status_code, a.finish_reason, coalesce(a.stream, q.stream) AS stream,
   q.prompt_chars, q.prompt_bytes, q.prompt_messages, q.prompt_truncated, q.prompt_nontext_parts,
   a.response_truncated,
   a.reported_prompt_tokens, a.reported_completion_tokens, q.reported_prompt_tokens_plausible,

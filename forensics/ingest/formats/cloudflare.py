@@ -54,6 +54,7 @@ from forensics.ingest.fields import (
     opt_str,
     req_str,
     response_text,
+    stream_flag,
     time_field,
     unread_prompt,
 )
@@ -665,7 +666,7 @@ class CloudflareParser:
         failed = (success is False or (code is not None and code >= 400)
                   or (error_body(response) and "choices" not in response))
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
-        stream = request.get("stream")
+        stream = stream_flag(request)
         row: dict[str, Any] = {
             "request_id": log_id,
             "tenant_id": tenant,

@@ -42,6 +42,7 @@ from forensics.ingest.fields import (
     opt_int,
     opt_str,
     response_text,
+    stream_flag,
     time_field,
     unread_prompt,
 )
@@ -389,7 +390,7 @@ class HeliconeParser:
             completion = opt_count(usage.get("completion_tokens"), "response_body.usage.completion_tokens", problems)
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
         failed = (code is not None and (code < 0 or code >= 400)) or error_body(response)
-        stream = request.get("stream")
+        stream = stream_flag(request)
         row: dict[str, Any] = {
             "request_id": request_id,
             "tenant_id": tenant,

@@ -24,6 +24,7 @@ from forensics.ingest.fields import (
     opt_str,
     req_str,
     response_text,
+    stream_flag,
     time_field,
 )
 from forensics.ingest.registry import NOT_PARSED, LogFormat, NotParsed, RecordKind, register
@@ -239,8 +240,8 @@ class LiteLLMParser:
         if messages in (None, {}, []):
             messages = maybe_json(obj.get("messages"), "messages")
         row = self._common(obj, ctx, request_id, messages, psr if isinstance(psr, dict) else {}, responses, spend_log=True)
-        if row["stream"] is None and isinstance(psr, dict) and isinstance(psr.get("stream"), bool):
-            row["stream"] = psr["stream"]
+        if row["stream"] is None:
+            row["stream"] = stream_flag(psr)
         return row
 
     def _payload(self, obj: dict[str, Any], ctx: FileContext, event: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from forensics.ingest.fields import (
     opt_str,
     req_str,
     response_text,
+    stream_flag,
     time_field,
 )
 from forensics.ingest.registry import LogFormat, RecordKind, register
@@ -105,7 +106,7 @@ class OpenAISplitParser:
             "user_id": opt_str(obj, "user_id"),
             "model": opt_str(body, "model"),
             "received_at": received,
-            "stream": body.get("stream") if isinstance(body.get("stream"), bool) else None,
+            "stream": stream_flag(body),
             "zone_assumed": ctx.zone if assumed else None,
         }
         row.update(prompt_fields(prompt, nontext, n_messages, None, ctx))
