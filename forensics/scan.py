@@ -201,13 +201,35 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any,
     return (pick(values) if values else None), record
 
 
-def _ceiling_from_refusals(con: duckdb.DuckDBPyConnection, nodes: list[dict[str, Any]],
-                           record: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+#: The limits the prefill side's over-limit lines name in the window, on the case's models (a line whose id names
+#: only another model's requests is that model's pool).
+REFUSAL_LIMITS_SQL = """
+WITH others AS (
+  SELECT coalesce(rid, request_id) AS engine_rid FROM exchanges GROUP BY 1
+  HAVING NOT bool_or(coalesce(list_contains($models, model) OR list_contains($models, model_routed), false))
+), decoding AS (  -- nodes any line shows decoding (a line of their own may not say)
+  SELECT DISTINCT node FROM engine_events WHERE role = 'decode' AND node IS NOT NULL
+)
+SELECT event, list(DISTINCT "limit" ORDER BY "limit") FROM engine_events
+WHERE event IN ('over_limit', 'exceeds_max_tokens') AND "limit" IS NOT NULL AND role IS DISTINCT FROM 'decode'
+  AND node NOT IN (SELECT node FROM decoding)
+  AND (time IS NULL OR (time >= $window_start AND time < $window_end))
+  AND (rid IS NULL OR rid NOT IN (SELECT engine_rid FROM others))
+GROUP BY event ORDER BY event
+"""
+
+
+def _ceiling_from_refusals(con: duckdb.DuckDBPyConnection, nodes: list[dict[str, Any]], record: dict[str, Any],
+                           cfg: CaseConfig) -> tuple[int | None, dict[str, Any]]:
     """The ceiling the prefill side's own over-limit lines name, where no startup line of a node that decides gives a
     pool (the prefill nodes' startup lines rotated away): the limit they print is where prompts were refused and the
     placeholder swapped in ("maximum allowed length (681279 tokens)": the pool less one; "N > M": the pool), the
-    smallest where they differ. None when no such line names one."""
-    named = _engine_limits(con)
+    smallest where they differ. Only the lines that decide: not a decode node's, logged in the window (a pool before
+    or after it is not the one that ran then), and not naming another model's requests (a review found each of
+    those setting the ceiling, and wrong recipients on the list). None when no such line names one."""
+    params = {"models": list(cfg.models), "window_start": cfg.window_start, "window_end": cfg.window_end}
+    named = {event: values for event, values in q.with_memory_to_spare(
+        con, lambda: con.execute(REFUSAL_LIMITS_SQL, params).fetchall())}
     implied = sorted({v + 1 for v in named.get("over_limit", [])} | set(named.get("exceeds_max_tokens", [])))
     if not implied:
         return None, record
@@ -234,7 +256,7 @@ def resolve_limits(con: duckdb.DuckDBPyConnection, cfg: CaseConfig) -> dict[str,
     ):
         detected, record = _resolve(nodes, field, pick, prefill_side=key == "real_ceiling_tokens")
         if detected is None and key == "real_ceiling_tokens" and getattr(cfg, key) == "auto":
-            detected, record = _ceiling_from_refusals(con, nodes, record)
+            detected, record = _ceiling_from_refusals(con, nodes, record, cfg)
         value = getattr(cfg, key)
         explicit = cfg.source(key) != "default"
         if value is None and key == "real_ceiling_tokens":

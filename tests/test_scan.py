@@ -211,6 +211,18 @@ def test_auto_ceiling_never_takes_a_decode_nodes_pool(tmp_path: Path) -> None:
                                           r"\(decode-0, decode-1\)") as err:
         scan(only_decode, _config(real_ceiling_tokens="auto"))
     assert "ingest the prefill nodes' logs" in str(err.value)
+    # Only the over-limit lines that decide: not a decode node's own (its smaller pool), not one logged before the
+    # window, not one naming another model's request (a review of the fix found each setting the ceiling).
+    others = write_case(tmp_path / "others", prompts + [exchange("other", model="other-model", prompt_tokens=5000)],
+                        decode + [
+        event("prefill-0", "over_limit", rid="refused", input_len=CEILING + 10, limit=CEILING - 1),
+        event("decode-0", "over_limit", rid="refused", input_len=CEILING + 10, limit=CEILING // 2 - 1),
+        event("prefill-0", "over_limit", rid="long-ago", input_len=CEILING, limit=CEILING // 4 - 1,
+              time="2026-08-20T10:00:00Z"),
+        event("prefill-1", "over_limit", rid="other", input_len=5000, limit=4095),
+    ])
+    again = scan(others, _config(real_ceiling_tokens="auto"))
+    assert again.record["limits"]["real_ceiling_tokens"]["value"] == CEILING and again.suspects == 1
     # A server that tells no roles (not disaggregated) still reads its own startup line.
     single = write_case(tmp_path / "single", prompts, [startup("server-0", pool=CEILING)])
     assert scan(single, _config(real_ceiling_tokens="auto")).record["limits"]["real_ceiling_tokens"]["value"] == CEILING
