@@ -931,7 +931,9 @@ def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobod
     assert [(n.tenant_id, n.role) for n in streamed.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
 
 
-def test_a_request_logged_cut_and_whole_is_quoted_and_tiered_from_the_copy_that_holds_the_passage(tmp_path: Path) -> None:
+@pytest.mark.parametrize("split_after", [True, False], ids=["split-log-later", "split-log-first"])
+def test_a_request_logged_cut_and_whole_is_quoted_and_tiered_from_the_copy_that_holds_the_passage(
+        tmp_path: Path, split_after: bool) -> None:
     """A spend log keeps a prompt's head and tail (LiteLLM's sanitiser) beside the answer; a split log keeps the whole
     prompt without it: the ingest keeps both rows. The match found acme's passage in the whole prompt, the report read
     its offsets in the cut copy and quoted text that was never exposed; the suspect, logged the same way, was tiered
@@ -950,7 +952,11 @@ def test_a_request_logged_cut_and_whole_is_quoted_and_tiered_from_the_copy_that_
         if row["request_id"] in whole:
             messages = [{"role": "user", "content": whole[row["request_id"]]}]
             row["proxy_server_request"] = truncate_for_db({"model": "glm-5.3", "messages": messages})
-            split.append({"request_id": row["request_id"], "timestamp": row["startTime"].replace(":00Z", ":00.500Z"),
+            # (a front log that records the request as it arrives may hold it first: both copies empty at the
+            # offsets, the recipient's and the source's, were then the pair read alike, and nothing was quoted)
+            first = {"r-1": "2026-08-28T08:59:59.500Z", "r-3": "2026-08-28T10:59:59.800Z"}[row["request_id"]]
+            when = row["startTime"].replace(":00Z", ":00.500Z") if split_after else first
+            split.append({"request_id": row["request_id"], "timestamp": when,
                           "tenant_id": row["organization_id"], "body": {"model": "glm-5.3", "messages": messages}})
     assert SECRET[:40] not in rows[0]["proxy_server_request"]["messages"][0]["content"]  # cut from the spend log
     spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

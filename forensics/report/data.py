@@ -279,7 +279,10 @@ def _same_passage(r_cuts: list[list[str]], s_cuts: list[list[str]]) -> tuple[lis
         return r_cuts[0], s_cuts[0]
     from rapidfuzz import fuzz
 
-    best = max(((fuzz.ratio(r[0], s[0]), -i, -j) for i, r in enumerate(r_cuts) for j, s in enumerate(s_cuts)))
+    def alike(r: str, s: str) -> float:  # a copy with nothing at the offsets never wins (two empty spans read alike)
+        return fuzz.ratio(r, s) if r and s else -1.0 if r or s else -2.0
+
+    best = max(((alike(r[0], s[0]), -i, -j) for i, r in enumerate(r_cuts) for j, s in enumerate(s_cuts)))
     return r_cuts[-best[1]], s_cuts[-best[2]]
 
 

@@ -474,7 +474,7 @@ MASK_NOTE = {
 }
 
 
-def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True) -> str:
+def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True, every_passage_counted: bool = True) -> str:
     """The notice as a letter to the customer (the same facts as notice.json, in plain language).
 
     Short sentences, dates in words, no internal rule text; request ids and references are kept
@@ -482,7 +482,8 @@ def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True) ->
     """
     e = safe.md_escape
     # A "#" at a heading's end closes it (CommonMark): an id ending in " #" lost it from the heading.
-    # (``heading_hash_escaped=False``: the letter as releases before this one wrote it, which verify still accepts.)
+    # (``heading_hash_escaped=False``, ``every_passage_counted=False``: the letter as earlier releases wrote it, which
+    # verify still accepts; they counted an answer's findings as its passages.)
     heading = e(p["tenant_id"]).replace("#", "\\#") if heading_hash_escaped else e(p["tenant_id"])
     lines = [f"# Notice of a data incident: {heading}", "", "Dear customer,", ""]
     summary: list[str] = []
@@ -535,7 +536,8 @@ def render_packet_md(p: dict[str, Any], *, heading_hash_escaped: bool = True) ->
         lines += ["## The answers you received", ""]
         for r in p["recipient"]["requests"]:
             # Every passage, not each finding: one finding may hold several (its all_passages).
-            found = sum(len(x.get("all_passages") or [x]) for x in r["foreign_passages"])
+            found = (sum(len(x.get("all_passages") or [x]) for x in r["foreign_passages"]) if every_passage_counted
+                     else len(r["foreign_passages"]))
             what = (f"{found} passage{'s' if found != 1 else ''} from another customer" if found
                     else "no passage from another customer that we could verify")
             lines.append(f"- The answer to your request of {long_date(r['received_at'])}: we found {what}. "
