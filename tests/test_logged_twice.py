@@ -72,12 +72,14 @@ def _review_reasons(report: Path) -> list[str]:
         return [r["why_not_notified"] for r in csv.DictReader(fh)]
 
 
+@pytest.mark.parametrize("own_system_prompt", [False, True], ids=["as-sent", "with-its-own-system-prompt"])
 def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_once(
-        incident: Callable[[str], Path], tmp_path: Path) -> None:
+        incident: Callable[[str], Path], tmp_path: Path, own_system_prompt: bool) -> None:
     """An API front door logged the day before the window again, under its own request ids and account names: the
     controls matched their own copies, the chance model took them for chance, and 8 of 10 exposed customers fell off
-    the list. Its copies of a source named its account names exposed too."""
-    inc = incident("front-door")
+    the list. Its copies of a source named its account names exposed too. A front door that puts a system prompt of
+    its own at the head of what it logs was not recognised by the first fix (a review)."""
+    inc = incident(f"front-door-{own_system_prompt}")
     requests, responses = [], []
     for path in sorted((inc / "gateway").glob(f"litellm-callbacks-{DAY}*")):
         for row in _lines(path):
@@ -88,9 +90,11 @@ def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_on
                 continue
             rid = "fd-" + hashlib.sha1(s["id"].encode()).hexdigest()[:16]
             account = _metadata(s)["user_api_key_alias"]
+            messages = ([{"role": "system", "content": "Front door policy v2."}] if own_system_prompt else []) + list(
+                s["messages"])
             requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004), "tenant_id": account,
                              "body": {"model": s["model_group"], "stream": bool(s.get("stream")),
-                                      "messages": s["messages"]}})
+                                      "messages": messages}})
             answer = s.get("response")
             half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002), "status_code": 200}
             if isinstance(answer, dict) and answer.get("choices"):
@@ -106,7 +110,7 @@ def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_on
                         '[[inputs]]\nformat = "openai-split"\npath = "gateway/frontdoor-*"')
     assert "frontdoor" in case
     (inc / "case.toml").write_text(case, encoding="utf-8")
-    baseline, _ = _exposed(incident("as-simulated"), tmp_path / "baseline")
+    baseline, _ = _exposed(incident(f"as-simulated-{own_system_prompt}"), tmp_path / "baseline")
     scored, report = _exposed(inc, tmp_path / "out")
     assert scored["customers"]["exposed"] == baseline["customers"]["exposed"]
     assert scored["customers"]["exposed"]["precision"] == 1.0 and scored["customers"]["exposed"]["recall"] == 1.0

@@ -185,7 +185,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
     facts.aliases = {frozenset((tenant, other)): (tenant, field, other)
                      for tenant, field, other in c.read_manifest().get("tenant_aliases") or ()}
     facts.own_copies = frozenset(own_exchange_copies(rows, targets, path))
-    facts.logged_twice = sources_logged_twice(rows, path)
+    facts.logged_twice = sources_logged_twice(rows, path, facts.node)
     aliased = {t for pair in facts.aliases for t in pair}
     named = {str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None} & aliased
     facts.tenant_records = records_of(path, named) if named else {}

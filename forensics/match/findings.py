@@ -806,62 +806,69 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
 #: Records of one exchange logged twice (a spend log beside its callback under another tenant field, a second gateway in
 #: front of the first under its own ids and account names) are received within this of each other.
 SAME_EXCHANGE_US = 10_000_000
-#: Share of a response a candidate's passages must cover for its source to be checked as the response's own exchange.
-SAME_EXCHANGE_COVER = 0.9
-#: Characters of the prompt compared at each end (a spend log's copy of a long prompt keeps its head and tail).
+#: Characters at the end of the prompt compared (a spend log's copy of a long prompt keeps its tail).
 SAME_EXCHANGE_PROMPT_CHARS = 256
 
 
 def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path) -> set[tuple[int, str, str | None]]:
     """The candidates (target index, source request id, source tenant) whose source record is the target's own
-    exchange logged again under another customer id: a source received within :data:`SAME_EXCHANGE_US` of the
-    target whose response the candidate's passages cover nearly whole, with the same answer and the same start and
-    end of the prompt in the logs. Such a match is no chance likeness between unrelated texts, nor an exposure: counted in
-    the null, the controls' own copies (a day of traffic a second gateway logged under its account names) made every
-    real finding look like chance, and the exposed customers fell off the list (a review). The texts are read for
-    those few candidates alone."""
-    def covered(r: dict[str, Any], text: str) -> bool:
-        spans = sorted((a, b) for a, b, _, _ in r["passages"])
-        total, end = 0, 0
-        for a, b in spans:
-            total += max(0, b - max(a, end))
-            end = max(end, b)
-        return bool(text) and total >= SAME_EXCHANGE_COVER * len(text)
-
+    exchange logged again under another customer id: a source whose answer the target's matched, received within
+    :data:`SAME_EXCHANGE_US` of it, and :func:`_same_exchange` with it (how much of the answer the passages cover
+    says nothing: common and public text is left out of them). Such a
+    match is no chance likeness between unrelated texts, nor an exposure: counted in the null, the controls' own
+    copies (a day of traffic a second gateway logged under its account names) made every real finding look like
+    chance, and the exposed customers fell off the list (a review). The texts are read for those few candidates
+    alone."""
     near = [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
             and (t := targets[r["_target"]]).received_us != NO_TIME and r["_source_received_us"] != NO_TIME
-            and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US and covered(r, t.text)]
+            and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US]
     if not near:
         return set()
     ids = {r["source_request_id"] for r in near} | {targets[r["_target"]].request_id for r in near}
-    texts = _logged_texts(path, ids)
+    logged = _logged_rows(path, ids)
     out = set()
     for r in near:
         t = targets[r["_target"]]
-        if texts.get((t.request_id, t.tenant_id), set()) & texts.get((r["source_request_id"], r["source_tenant_id"]), set()):
+        if _same_exchange(logged.get((t.request_id, t.tenant_id), []),
+                          logged.get((r["source_request_id"], r["source_tenant_id"]), [])):
             out.add((r["_target"], r["source_request_id"], r["source_tenant_id"]))
     return out
 
 
-def _logged_texts(path: Path, ids: set[str]) -> dict[tuple[str, str | None], set[tuple[str, str]]]:
-    """Per request (id, tenant) of ``ids``: the start and the end of each logged row's prompt and its answer's MD5
-    (rows with an answer only), to tell the same exchange logged twice. (A spend log's copy of a long prompt keeps its
-    head and tail; two customers' prompts from one template share a head, not the question at the end.)"""
+#: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
+#: it was received and completed (microseconds; completed is received where not logged).
+LoggedRow = tuple[str, str, int, int]
+
+
+def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
+    """Per request (id, tenant) of ``ids``: each logged row with an answer (see :data:`LoggedRow`), to tell the same
+    exchange logged twice (:func:`_same_exchange`)."""
     import duckdb  # here, not at import: worker processes never load it
 
     con = duckdb.connect()
     try:
         found = con.execute(
-            "SELECT request_id, tenant_id, left(coalesce(prompt_text, ''), $chars) || '\x1f' "
-            "|| right(coalesce(prompt_text, ''), $chars), md5(response_text) "
-            "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0",
+            "SELECT request_id, tenant_id, right(coalesce(prompt_text, ''), $chars), md5(response_text), "
+            "epoch_us(received_at), epoch_us(coalesce(completed_at, received_at)) "
+            "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
+            "AND received_at IS NOT NULL",
             {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
     finally:
         con.close()
-    texts: dict[tuple[str, str | None], set[tuple[str, str]]] = {}
-    for rid, tenant, head, digest in found:
-        texts.setdefault((rid, tenant), set()).add((head, digest))
-    return texts
+    rows: dict[tuple[str, str | None], list[LoggedRow]] = {}
+    for rid, tenant, tail, digest, received, completed in found:
+        rows.setdefault((rid, tenant), []).append((tail, digest, received, completed))
+    return rows
+
+
+def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
+    """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
+    prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
+    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and running at the same time. A source
+    whose pages a suspect decoded had ended before the suspect arrived, so a true leak is never one (a review found a
+    suspect repeating a templated source's whole answer seconds later taken for its own copy)."""
+    return any(ta == tb and da == db and abs(ra - rb) <= SAME_EXCHANGE_US and ra <= cb and rb <= ca
+               for ta, da, ra, ca in a for tb, db, rb, cb in b)
 
 
 def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
@@ -877,17 +884,20 @@ def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
         con.close()
 
 
-def sources_logged_twice(rows: list[dict[str, Any]], path: Path) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
+def sources_logged_twice(rows: list[dict[str, Any]], path: Path,
+                         placed: dict[tuple[str, str | None], str | None]) -> dict[tuple[int, str, str | None],
+                                                                                   tuple[str, str | None]]:
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
     beside its callback under another tenant field, a second gateway under its own account names): the same passages
-    of the same kind of text, received within :data:`SAME_EXCHANGE_US` of each other, with the same answer and the
-    same start and end of the prompt in the logs. Both were named exposed: one customer on the list twice, once under an id
+    of the same kind of text, in sources that are :func:`_same_exchange`. Both were named exposed: one customer on the list twice, once under an id
     that is not its own (a review). Each copy but one maps to the kept copy's (request id, tenant): the id the case's
-    logs hold the most records under (then the smaller id), as it is the one the customer is known by."""
+    logs hold the most records under, as it is the one the customer is known by (``placed``: the decode node of each
+    source, the engine logs' word, decides a tie)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
-            groups.setdefault((r["_target"], r["source_kind"], tuple(r["passages"])), []).append(r)
+            # (the response's passages: a copy's own offsets differ where a gateway put a system prompt of its own)
+            groups.setdefault((r["_target"], r["source_kind"], tuple(p[:2] for p in r["passages"])), []).append(r)
     near = []
     for group in groups.values():
         if len(group) < 2 or len({customer_key(r["source_tenant_id"]) for r in group}) < 2:
@@ -897,18 +907,21 @@ def sources_logged_twice(rows: list[dict[str, Any]], path: Path) -> dict[tuple[i
             near.append(group)
     if not near:
         return {}
-    texts = _logged_texts(path, {r["source_request_id"] for g in near for r in g})
+    logged = _logged_rows(path, {r["source_request_id"] for g in near for r in g})
     held = records_of(path, {str(r["source_tenant_id"]) for g in near for r in g if r["source_tenant_id"] is not None})
     out: dict[tuple[int, str, str | None], tuple[str, str | None]] = {}
     for group in near:
-        group.sort(key=lambda r: (-held.get(str(r["source_tenant_id"]), 0), str(r["source_tenant_id"]),
-                                  r["source_request_id"]))
+        # The id kept: the one the logs hold the most records under, then a copy the engine logs place on a node (the
+        # service's own record of it, where another gateway's copy carries ids of its own), then the smaller id.
+        group.sort(key=lambda r: (-held.get(str(r["source_tenant_id"]), 0),
+                                  placed.get((r["source_request_id"], r["source_tenant_id"])) is None,
+                                  str(r["source_tenant_id"]), r["source_request_id"]))
         kept: list[dict[str, Any]] = []
         for r in group:
-            mine = texts.get((r["source_request_id"], r["source_tenant_id"]), set())
+            mine = logged.get((r["source_request_id"], r["source_tenant_id"]), [])
             same = next((k for k in kept if not same_customer(k["source_tenant_id"], r["source_tenant_id"])
-                         and abs(k["_source_received_us"] - r["_source_received_us"]) <= SAME_EXCHANGE_US
-                         and mine & texts.get((k["source_request_id"], k["source_tenant_id"]), set())), None)
+                         and _same_exchange(mine, logged.get((k["source_request_id"], k["source_tenant_id"]), []))),
+                        None)
             if same is None:
                 kept.append(r)
             else:
