@@ -72,6 +72,8 @@ OUTSIDE_SCOPE_QUERY = "signature_outside_scope"
 PREFILLED_QUERY = "prefilled_above_ceiling"
 #: The anomaly of failed calls made without streaming whose output a decode node generated: no suspects.
 UNDELIVERED_QUERY = "undelivered_output"
+#: The anomaly of suspect responses logged twice under two customer ids.
+LOGGED_TWICE_QUERY = "suspects_logged_twice"
 
 
 @dataclasses.dataclass
@@ -605,6 +607,13 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
             "held it, so no placeholder took its place and it is no suspect. If the case's models run on nodes with "
             "pools of their own, real_ceiling_tokens (the smallest given or read) is not every model's: scan each "
             "model with its own pool (a case file per model), or a prompt with no engine line may be named wrongly")
+    twice = anomalies.get(LOGGED_TWICE_QUERY, {}).get("rows", 0)
+    if twice:
+        warnings.append(
+            f"{twice} pair(s) of suspect responses are one exchange logged twice under two customer ids (the same "
+            "answer and end of the prompt, at the same time; see anomalies.suspects_logged_twice): both ids are named "
+            "recipients, though one customer received the answer. A second gateway's log of the same traffic, or one "
+            "customer's two ids: check the ids before notifying (ingest one gateway's logs, or set tenant_field)")
     undelivered = anomalies.get(UNDELIVERED_QUERY, {}).get("rows", 0)
     if undelivered:
         warnings.append(
@@ -650,20 +659,35 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
     )
 
 
-#: The suspect table's columns taken from the exchanges.
-_SUSPECT_COLUMNS = ("model", "received_at", "completed_at", "prompt_tokens", "prompt_tokens_source", "prompt_tokens_low",
-                    "prompt_tokens_high", "reported_prompt_tokens", "prefill_node", "decode_node", "bootstrap_room")
+#: The order the rows of one suspect are read in (the earliest first; the file's order among equals).
+_ROW_ORDER = "x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash"
+#: Columns that belong together: taken from one row (a count from one row and its source or band from another
+#: described neither: a review). The rest each from the earliest row that has one.
+_SUSPECT_GROUPS = {
+    "token_count": (("prompt_tokens", "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high"),
+              "x.prompt_tokens IS NOT NULL OR x.prompt_tokens_source IS NOT NULL", "x.prompt_tokens IS NULL, "),
+    "engine_nodes": (("prefill_node", "decode_node", "bootstrap_room"),
+              "x.prefill_node IS NOT NULL OR x.decode_node IS NOT NULL OR x.bootstrap_room IS NOT NULL", ""),
+}
+_SUSPECT_SINGLE = ("model", "received_at", "completed_at", "reported_prompt_tokens")
 #: One row per suspect, even when the exchanges hold a request twice (the ingest keeps two rows when each holds what
-#: the other lacks: a spend log's answer and usage, a split log's whole prompt): each value from the earliest row that
-#: has one. The earliest row alone left out the other's completion time and the placeholder's reported count (a review).
+#: the other lacks: a spend log's answer and usage, a split log's whole prompt). The earliest row alone left out the
+#: other's completion time and the placeholder's reported count (a review).
 SUSPECT_ROWS_SQL = (
     "SELECT f.request_id, f.tenant_id, "
-    + ", ".join(f"any_value(x.{c} ORDER BY x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash) "
-                f"AS {c}" for c in _SUSPECT_COLUMNS)
+    + ", ".join(f"any_value(x.{c} ORDER BY {_ROW_ORDER}) AS {c}" for c in _SUSPECT_SINGLE) + ", "
+    + ", ".join(f"any_value({{{', '.join(f'{c!r}: x.{c}' for c in cols)}}} ORDER BY {first}{_ROW_ORDER}) "
+                f"FILTER (WHERE {where}) AS {name}" for name, (cols, where, first) in _SUSPECT_GROUPS.items())
     + ", any_value(f.reasons) AS reasons, any_value(f.borderline) AS borderline, "
       "any_value(f.engine_signature) AS engine_signature "
       "FROM _flagged f JOIN exchanges x ON x.request_id = f.request_id AND x.tenant_id IS NOT DISTINCT FROM f.tenant_id "
-      "GROUP BY f.request_id, f.tenant_id ORDER BY received_at NULLS LAST, f.request_id, f.tenant_id NULLS LAST")
+      "GROUP BY f.request_id, f.tenant_id")
+#: The suspect rows in the contract's order, the groups unpacked.
+SUSPECT_TABLE_SQL = (
+    "SELECT request_id, tenant_id, " + ", ".join(_SUSPECT_SINGLE) + ", "
+    + ", ".join(f"{name}.{c} AS {c}" for name, (cols, _, _) in _SUSPECT_GROUPS.items() for c in cols)
+    + ", reasons, borderline, engine_signature FROM (" + SUSPECT_ROWS_SQL + ") "
+    "ORDER BY received_at NULLS LAST, request_id, tenant_id NULLS LAST")
 
 
 def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set[str]]) -> pa.Table:
@@ -677,7 +701,7 @@ def _suspect_table(con: duckdb.DuckDBPyConnection, reasons: dict[RequestKey, set
         "engine_signature": pa.array([ENGINE_SIGNATURE_REASON in reasons[k] for k in keys], pa.bool_()),
     })
     con.register("_flagged", flagged)
-    table = q.with_memory_to_spare(con, lambda: con.sql(SUSPECT_ROWS_SQL).to_arrow_table())
+    table = q.with_memory_to_spare(con, lambda: con.sql(SUSPECT_TABLE_SQL).to_arrow_table())
     con.unregister("_flagged")
     return table.select(schema.SUSPECTS.names).cast(schema.SUSPECTS)
 

@@ -949,3 +949,32 @@ def test_a_prompt_its_prefill_node_held_whole_is_no_suspect_and_the_scan_says_wh
     assert [r["request_id"] for r in _csv(root / "suspects.csv")] == ["r-refused"]
     assert rec["anomalies"]["prefilled_above_ceiling"]["rows"] == 1
     assert any("prefilled whole with no over-limit line" in w for w in result.summary()["warnings"])
+
+
+def test_a_suspect_held_in_two_rows_takes_its_count_and_its_band_from_one_row() -> None:
+    """A suspect's two rows (a spend log's, count unknown but usage logged; a split log's, estimated from its whole
+    prompt): its count, source and band came from different rows, (5100, 'unknown', ...) (a review); its completion
+    time and reported usage from the row that has them."""
+    import duckdb
+    import pyarrow as pa
+
+    from forensics.scan import SUSPECT_TABLE_SQL
+
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE exchanges AS SELECT * FROM (VALUES
+      ('r-3', 'globex', 'glm-5.3', TIMESTAMPTZ '2026-08-28 11:00:00Z', TIMESTAMPTZ '2026-08-28 11:00:09Z', NULL::BIGINT,
+       'unknown', NULL::BIGINT, NULL::BIGINT, 1, NULL, NULL, NULL::UBIGINT, 'a', 1, 'h1'),
+      ('r-3', 'globex', 'glm-5.3', TIMESTAMPTZ '2026-08-28 11:00:00.5Z', NULL, 5100, 'estimate', 4600, 5600, NULL,
+       'prefill-0', 'decode-1', 7::UBIGINT, 'b', 1, 'h2')
+    ) t(request_id, tenant_id, model, received_at, completed_at, prompt_tokens, prompt_tokens_source, prompt_tokens_low,
+        prompt_tokens_high, reported_prompt_tokens, prefill_node, decode_node, bootstrap_room, source_sha256, source_line,
+        record_hash)""")
+    con.register("_flagged", pa.table({"request_id": ["r-3"], "tenant_id": ["globex"], "reasons": ["above_ceiling"],
+                                       "borderline": [False], "engine_signature": [False]}))
+    (row,) = con.sql(SUSPECT_TABLE_SQL).fetchall()
+    names = [d[0] for d in con.sql(SUSPECT_TABLE_SQL).description]
+    got = dict(zip(names, row, strict=True))
+    assert (got["prompt_tokens"], got["prompt_tokens_source"], got["prompt_tokens_low"], got["prompt_tokens_high"]) == (
+        5100, "estimate", 4600, 5600)
+    assert (got["reported_prompt_tokens"], got["decode_node"], got["bootstrap_room"]) == (1, "decode-1", 7)
+    assert got["completed_at"] is not None
