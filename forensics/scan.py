@@ -74,6 +74,30 @@ PREFILLED_QUERY = "prefilled_above_ceiling"
 UNDELIVERED_QUERY = "undelivered_output"
 #: The anomaly of suspect responses logged twice under two customer ids.
 LOGGED_TWICE_QUERY = "suspects_logged_twice"
+#: What the scan warns of an anomaly with rows: (query, the warning; ``{n}`` its rows, ``{ceiling}`` the ceiling).
+ANOMALY_WARNINGS = (
+    ("unknown_token_count",
+     "{n} response(s) in scope have no trusted prompt size (no prompt text and no engine record; a reported 1 token is "
+     "the placeholder's figure, not a count): the scan cannot say whether they overflowed the pool (see "
+     "anomalies.unknown_token_count): find their prompts' sizes elsewhere (the engine logs, a spend log written with "
+     "its prompts) before the list is final"),
+    (PREFILLED_QUERY,
+     "{n} response(s) in scope had a prompt the ceiling ({ceiling} tokens) refuses, yet a prefill node shows it "
+     "prefilled whole with no over-limit line (see anomalies.prefilled_above_ceiling): that node's pool held it, so no "
+     "placeholder took its place and it is no suspect. If the case's models run on nodes with pools of their own, "
+     "real_ceiling_tokens (the smallest given or read) is not every model's: scan each model with its own pool (a case "
+     "file per model), or a prompt with no engine line may be named wrongly"),
+    (LOGGED_TWICE_QUERY,
+     "{n} pair(s) of suspect responses are one exchange logged twice under two customer ids (the same answer and end "
+     "of the prompt, at the same time; see anomalies.suspects_logged_twice): both ids are named recipients, though one "
+     "customer received the answer. A second gateway's log of the same traffic, or one customer's two ids: check the "
+     "ids before notifying (ingest one gateway's logs, or set tenant_field)"),
+    (UNDELIVERED_QUERY,
+     "{n} call(s) in scope made without streaming, of a size that makes a suspect, failed at the gateway with no answer "
+     "logged, though a decode node generated output for them (see anomalies.undelivered_output): such an answer is sent "
+     "whole at the end, so the customer received the error, not the text, and they are no suspects. Check that the "
+     "gateway delivered nothing (its status code, a client's log) before the list is final"),
+)
 
 
 @dataclasses.dataclass
@@ -593,35 +617,9 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
         warnings.append(f"{len(nobody)} suspect response(s) name no customer (a response that joined no request, such "
                         "as an answer to a request id two customers sent): they are searched, but nobody can be told "
                         f"until other logs name their customer: {shown_ids(nobody)}")
-    unknown = anomalies.get("unknown_token_count", {}).get("rows", 0)
-    if unknown:
-        warnings.append(f"{unknown} response(s) in scope have no trusted prompt size (no prompt text and no engine record; "
-                        "a reported 1 token is the placeholder's figure, not a count): the scan cannot say whether they "
-                        "overflowed the pool (see anomalies.unknown_token_count): find their prompts' sizes elsewhere "
-                        "(the engine logs, a spend log written with its prompts) before the list is final")
-    prefilled = anomalies.get(PREFILLED_QUERY, {}).get("rows", 0)
-    if prefilled:
-        warnings.append(
-            f"{prefilled} response(s) in scope had a prompt the ceiling ({ceiling} tokens) refuses, yet a prefill node "
-            "shows it prefilled whole with no over-limit line (see anomalies.prefilled_above_ceiling): that node's pool "
-            "held it, so no placeholder took its place and it is no suspect. If the case's models run on nodes with "
-            "pools of their own, real_ceiling_tokens (the smallest given or read) is not every model's: scan each "
-            "model with its own pool (a case file per model), or a prompt with no engine line may be named wrongly")
-    twice = anomalies.get(LOGGED_TWICE_QUERY, {}).get("rows", 0)
-    if twice:
-        warnings.append(
-            f"{twice} pair(s) of suspect responses are one exchange logged twice under two customer ids (the same "
-            "answer and end of the prompt, at the same time; see anomalies.suspects_logged_twice): both ids are named "
-            "recipients, though one customer received the answer. A second gateway's log of the same traffic, or one "
-            "customer's two ids: check the ids before notifying (ingest one gateway's logs, or set tenant_field)")
-    undelivered = anomalies.get(UNDELIVERED_QUERY, {}).get("rows", 0)
-    if undelivered:
-        warnings.append(
-            f"{undelivered} call(s) in scope made without streaming, of a size that makes a suspect, failed at the "
-            "gateway with no answer logged, though a decode node generated output for them (see "
-            "anomalies.undelivered_output): such an answer is sent whole at the end, so the customer received the "
-            "error, not the text, and they are no suspects. Check that the gateway delivered nothing (its status code, "
-            "a client's log) before the list is final")
+    # The anomalies whose rows call for a word, each said with its count.
+    warnings += [template.format(n=anomalies[query]["rows"], ceiling=ceiling)
+                 for query, template in ANOMALY_WARNINGS if anomalies.get(query, {}).get("rows", 0)]
     if shared_ids:
         warnings.append(
             f"{shared_ids['ids']} engine request id(s) of exchanges in the window are each carried by several exchanges "

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -870,23 +871,33 @@ def test_a_log_read_as_a_duplicate_of_its_copy_still_marks_the_same_incident(tmp
     assert api.run(moved / "case.toml", tmp_path / "out").report.report_dir.is_dir()
 
 
-def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_decode_node_logged(tmp_path: Path) -> None:
-    """A stream that broke part-way: LiteLLM logged a failure with no answer, while the decode node's request.finished
-    line holds the text it generated from the stale pages. The suspect was searched with nothing, and the customer
-    whose text it carried was missed (a review)."""
+def _failed_with_engine_text(tmp_path: Path, streamed: bool) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """The incident with globex's over-long call r-3 logged by LiteLLM as a failure with no answer, and the decode
+    node's request.finished line holding what it generated (acme's text); its request body says ``stream`` only when
+    ``streamed`` (as real logs hold a call made without streaming: OpenAI's default). The logs, the spend log, its rows."""
     logs = write_logs(tmp_path / "logs", leak=False)
     spend = logs / "gateway" / "spend.jsonl"
     rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
     rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0}
-    rows[2]["proxy_server_request"]["stream"] = True  # (a request body that leaves it out was made without streaming)
+    assert "stream" not in rows[2]["proxy_server_request"]
+    if streamed:
+        rows[2]["proxy_server_request"]["stream"] = True
     spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (logs / "engine").mkdir()
     finished = {"timestamp": "2026-08-28T11:00:04", "event": "request.finished", "rid": "r-3",
-                "obj": {"rid": "r-3", "bootstrap_room": 7, "stream": True},
+                "obj": {"rid": "r-3", "bootstrap_room": 7, "stream": streamed},
                 "out": {"text": "Summary: " + SECRET, "meta_info": {"id": "r-3", "finish_reason": {"type": "abort"},
                                                                    "prompt_tokens": 1, "completion_tokens": 60}}}
     (logs / "engine" / "decode-0_0.log").write_text(json.dumps(finished) + "\n", encoding="utf-8")
     (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    return logs, spend, rows
+
+
+def test_a_suspect_whose_gateway_log_lost_its_answer_is_searched_with_what_the_decode_node_logged(tmp_path: Path) -> None:
+    """A stream that broke part-way: LiteLLM logged a failure with no answer, while the decode node's request.finished
+    line holds the text it generated from the stale pages. The suspect was searched with nothing, and the customer
+    whose text it carried was missed (a review)."""
+    logs, _, _ = _failed_with_engine_text(tmp_path, streamed=True)
     result = api.run(logs, tmp_path / "out")
     assert [(n.tenant_id, n.role) for n in result.report.notices] == [("acme", "exposed"), ("globex", "recipient")]
     rows = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()
@@ -903,20 +914,7 @@ def test_a_call_made_without_streaming_that_timed_out_at_the_gateway_names_nobod
     node went on to generate from the stale pages. Its answer is sent whole at the end: the customer got the error,
     not the text. The ingest gave it the decode node's text, and the customer whose text it held was named exposed,
     confirmed (a review). It is now no suspect, and the scan lists it for a look."""
-    logs = write_logs(tmp_path / "logs", leak=False)
-    spend = logs / "gateway" / "spend.jsonl"
-    rows = [json.loads(line) for line in spend.read_text(encoding="utf-8").splitlines()]
-    # As real logs hold it: the request body leaves "stream" out (OpenAI's default is no streaming).
-    rows[2] |= {"status": "failure", "response": {}, "completion_tokens": 0}
-    assert "stream" not in rows[2]["proxy_server_request"]
-    spend.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (logs / "engine").mkdir()
-    finished = {"timestamp": "2026-08-28T11:00:09", "event": "request.finished", "rid": "r-3",
-                "obj": {"rid": "r-3", "bootstrap_room": 7, "stream": False},
-                "out": {"text": "Summary: " + SECRET, "meta_info": {"id": "r-3", "finish_reason": {"type": "length"},
-                                                                   "prompt_tokens": 1, "completion_tokens": 60}}}
-    (logs / "engine" / "decode-0_0.log").write_text(json.dumps(finished) + "\n", encoding="utf-8")
-    (logs / "case.toml").write_text(CASE_TOML + '\n[[inputs]]\nformat = "sglang"\npath = "engine"\n', encoding="utf-8")
+    logs, spend, rows = _failed_with_engine_text(tmp_path, streamed=False)
     result = api.run(logs, tmp_path / "out")
     assert result.report.notices == []
     row = pl.read_parquet(result.case_dir / "exchanges.parquet").filter(pl.col("request_id") == "r-3").to_dicts()[0]
