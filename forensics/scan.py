@@ -228,17 +228,21 @@ def _resolve(nodes: list[dict[str, Any]], field: str, pick: Any,
 
 
 #: The limits the prefill side's over-limit lines name in the window, on the case's models (a line whose id names
-#: only another model's requests is that model's pool).
+#: only another model's requests is that model's pool, and so are the lines of a node whose every line that names a
+#: request names another model's: a line with no id, there, was another model's too: a review).
 REFUSAL_LIMITS_SQL = """
 WITH others AS (
   SELECT coalesce(rid, request_id) AS engine_rid FROM exchanges GROUP BY 1
   HAVING NOT bool_or(coalesce(list_contains($models, model) OR list_contains($models, model_routed), false))
 ), decoding AS (  -- nodes any line shows decoding (a line of their own may not say)
   SELECT DISTINCT node FROM engine_events WHERE role = 'decode' AND node IS NOT NULL
+), other_nodes AS (  -- nodes every line of which that names a request names another model's: that model's pool
+  SELECT node FROM engine_events WHERE rid IS NOT NULL AND node IS NOT NULL GROUP BY node
+  HAVING bool_and(rid IN (SELECT engine_rid FROM others))
 )
 SELECT event, list(DISTINCT "limit" ORDER BY "limit") FROM engine_events
 WHERE event IN ('over_limit', 'exceeds_max_tokens') AND "limit" IS NOT NULL AND role IS DISTINCT FROM 'decode'
-  AND node NOT IN (SELECT node FROM decoding)
+  AND (node IS NULL OR (node NOT IN (SELECT node FROM decoding) AND node NOT IN (SELECT node FROM other_nodes)))
   AND (time IS NULL OR (time >= $window_start AND time < $window_end))
   AND (rid IS NULL OR rid NOT IN (SELECT engine_rid FROM others))
 GROUP BY event ORDER BY event

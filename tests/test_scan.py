@@ -223,6 +223,14 @@ def test_auto_ceiling_never_takes_a_decode_nodes_pool(tmp_path: Path) -> None:
     ])
     again = scan(others, _config(real_ceiling_tokens="auto"))
     assert again.record["limits"]["real_ceiling_tokens"]["value"] == CEILING and again.suspects == 1
+    # Nor a line with no id from a node whose lines that name a request name another model's only (a review).
+    rid_less = write_case(tmp_path / "rid-less", prompts + [exchange("other", model="other-model", prompt_tokens=5000)],
+                          decode + [
+        event("prefill-0", "over_limit", rid="refused", input_len=CEILING + 10, limit=CEILING - 1),
+        event("prefill-9", "over_limit", input_len=5000, limit=4095),
+        event("prefill-9", "exceeds_max_tokens", rid="other", input_len=5000, limit=4096),
+    ])
+    assert scan(rid_less, _config(real_ceiling_tokens="auto")).record["limits"]["real_ceiling_tokens"]["value"] == CEILING
     # A server that tells no roles (not disaggregated) still reads its own startup line.
     single = write_case(tmp_path / "single", prompts, [startup("server-0", pool=CEILING)])
     assert scan(single, _config(real_ceiling_tokens="auto")).record["limits"]["real_ceiling_tokens"]["value"] == CEILING

@@ -836,8 +836,10 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 
 
 #: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
-#: it was received and completed (microseconds; completed is received where not logged).
-LoggedRow = tuple[str, str, int, int]
+#: it was received and completed (microseconds; completed None where not logged).
+LoggedRow = tuple[str, str, int, int | None]
+#: Two gateways' clocks may disagree by this much: copies of one exchange still run at the same time within it.
+SAME_EXCHANGE_SKEW_US = 5_000_000
 
 
 def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
@@ -849,7 +851,7 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
     try:
         found = con.execute(
             "SELECT request_id, tenant_id, right(coalesce(prompt_text, ''), $chars), md5(response_text), "
-            "epoch_us(received_at), epoch_us(coalesce(completed_at, received_at)) "
+            "epoch_us(received_at), epoch_us(completed_at) "
             "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
             "AND received_at IS NOT NULL",
             {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
@@ -864,10 +866,16 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
     prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
-    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and running at the same time. A source
-    whose pages a suspect decoded had ended before the suspect arrived, so a true leak is never one (a review found a
-    suspect repeating a templated source's whole answer seconds later taken for its own copy)."""
-    return any(ta == tb and da == db and abs(ra - rb) <= SAME_EXCHANGE_US and ra <= cb and rb <= ca
+    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and, where both logged when they
+    completed, running at the same time (give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart). A source whose
+    pages a suspect decoded had ended before the suspect arrived, so a true leak is not one (a review found a suspect
+    repeating a templated source's whole answer seconds later taken for its own copy); a copy that logged no
+    completion time is judged by the rest (a front door receives a call first: taken to end as it began, its copy
+    was never recognised, a review)."""
+    def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
+        return ca is None or cb is None or (ra <= cb + SAME_EXCHANGE_SKEW_US and rb <= ca + SAME_EXCHANGE_SKEW_US)
+
+    return any(ta == tb and da == db and abs(ra - rb) <= SAME_EXCHANGE_US and together(ra, ca, rb, cb)
                for ta, da, ra, ca in a for tb, db, rb, cb in b)
 
 

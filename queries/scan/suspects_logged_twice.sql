@@ -1,13 +1,13 @@
 -- id: suspects_logged_twice
 -- kind: anomaly
 -- title: Suspect responses logged twice under two customer ids (one exchange, two ids)
--- returns: one pair of exchanges on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, with the same answer and the same end of the prompt, received within 10 s of each other and running at the same time: one exchange logged twice (a second gateway in front of the first logging under its own ids and account names, or one customer's two ids). Both ids are named recipients, though one customer received the answer: check the ids before notifying.
+-- returns: one pair of exchanges on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, with the same answer and the same end of the prompt, received within 10 s of each other and running at the same time where both logged their completion (clocks 5 s apart at most): one exchange logged twice (a second gateway in front of the first logging under its own ids and account names, or one customer's two ids). Both ids are named recipients, though one customer received the answer: check the ids before notifying.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
 -- param: ceiling BIGINT the real pool ceiling in tokens
 WITH big AS (
-  SELECT request_id, tenant_id, received_at, coalesce(completed_at, received_at) AS completed_at,
+  SELECT DISTINCT request_id, tenant_id, received_at, completed_at,
          md5(response_text) AS answer, right(coalesce(prompt_text, ''), 256) AS prompt_end
   FROM exchanges
   WHERE (list_contains($models, model) OR list_contains($models, model_routed))
@@ -20,5 +20,8 @@ SELECT a.request_id, a.tenant_id, b.request_id AS other_request_id, b.tenant_id 
 FROM big a JOIN big b
   ON a.answer = b.answer AND a.prompt_end = b.prompt_end AND a.tenant_id < b.tenant_id
  AND abs(epoch_us(a.received_at) - epoch_us(b.received_at)) <= 10000000
- AND a.received_at <= b.completed_at AND b.received_at <= a.completed_at
+ -- running at the same time where both logged when they completed (two gateways' clocks 5 s apart at most)
+ AND (a.completed_at IS NULL OR b.completed_at IS NULL
+      OR (epoch_us(a.received_at) <= epoch_us(b.completed_at) + 5000000
+          AND epoch_us(b.received_at) <= epoch_us(a.completed_at) + 5000000))
 ORDER BY a.received_at, a.request_id, a.tenant_id, b.request_id, b.tenant_id
