@@ -553,3 +553,13 @@ def test_a_request_body_of_another_shape_is_noted_not_taken_for_an_empty_prompt(
     assert x[0]["prompt_text"] is None
     assert "request is an object (keys: contents, systemInstruction) of a shape not known to hold the prompt" in x[0]["problems"]
     assert "response is an object of a shape not known to hold the answer" in x[0]["problems"]
+
+
+def test_an_event_stream_answer_was_streamed_whatever_the_request_body_leaves_out(tmp_path: Path) -> None:
+    """A request body without ``stream`` is a call made without streaming, but an answer logged as a raw event stream
+    shows it streamed (a review of the stream reading)."""
+    sse = ('data: {"choices": [{"index": 0, "delta": {"content": "A"}}]}\n\n'
+           'data: {"choices": [{"index": 0, "delta": {"content": "B"}}]}\n\ndata: [DONE]\n\n')
+    path = write(tmp_path / "logs.jsonl", [log(1, response=sse), log(2)], "jsonl")
+    _, _, x = ingest(tmp_path, path)
+    assert [(r["response_text"], r["stream"]) for r in x] == [("AB", True), ("hi", False)]

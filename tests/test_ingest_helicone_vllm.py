@@ -542,3 +542,13 @@ def test_helicone_bodies_of_another_shape_are_noted_not_taken_for_empty_ones(tmp
     assert q == [] and x[0]["prompt_text"] is None and x[0]["response_text"] is None
     assert "request_body is an object (keys: contents) of a shape not known to hold the prompt" in x[0]["problems"]
     assert "response_body is an object of a shape not known to hold the answer" in x[0]["problems"]
+
+
+def test_helicone_an_answer_stored_as_its_chunks_was_streamed_whatever_the_request_body_leaves_out(tmp_path: Path) -> None:
+    """A request body without ``stream`` is a call made without streaming, but an answer stored as its chunks
+    (``streamed_data``) shows it streamed (a review of the stream reading)."""
+    chunks = {"streamed_data": [{"choices": [{"index": 0, "delta": {"content": "A"}}]},
+                                {"choices": [{"index": 0, "delta": {"content": "B"}, "finish_reason": "stop"}]}]}
+    _, _, x = ingest(tmp_path, "h.jsonl", jsonl([row(1, response_body=json.dumps(chunks)), row(2)]))
+    assert [(r["response_text"], r["stream"]) for r in sorted(x, key=lambda r: r["request_id"])] == [("AB", True),
+                                                                                                     ("hi", False)]

@@ -666,7 +666,9 @@ class CloudflareParser:
         failed = (success is False or (code is not None and code >= 400)
                   or (error_body(response) and "choices" not in response))
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
-        stream = stream_flag(request)
+        # A raw event stream for an answer shows the call streamed, whatever the request body says or leaves out.
+        sse = isinstance(response, str) and response.lstrip().startswith(("data:", "event:", ":"))
+        stream = True if sse else stream_flag(request)
         row: dict[str, Any] = {
             "request_id": log_id,
             "tenant_id": tenant,

@@ -390,7 +390,10 @@ class HeliconeParser:
             completion = opt_count(usage.get("completion_tokens"), "response_body.usage.completion_tokens", problems)
         routed = response.get("model") if isinstance(response, Mapping) and isinstance(response.get("model"), str) else None
         failed = (code is not None and (code < 0 or code >= 400)) or error_body(response)
-        stream = stream_flag(request)
+        # An answer stored as its chunks was streamed, whatever the request body says or leaves out.
+        chunked = isinstance(response, Mapping) and "choices" not in response and isinstance(response.get("streamed_data"),
+                                                                                              list)
+        stream = True if chunked else stream_flag(request)
         row: dict[str, Any] = {
             "request_id": request_id,
             "tenant_id": tenant,
