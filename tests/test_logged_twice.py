@@ -163,13 +163,43 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
         ("cato", "response")]
     # The suspect's exchange logged again, under another gateway's id and account name, a few milliseconds apart; a
     # front door receives the call first and may log no completion time (taken to end as it began, such a copy was
-    # named exposed, confirmed: a review), and two gateways' clocks may be seconds apart.
+    # named exposed, confirmed: a review), and two gateways' clocks may be a little apart.
     copies = {"later": exchange("fd-1", "bolt-account", 0.05 + 0.004 / 60, prompt=rows[1]["prompt_text"], response=answer),
               "first, no completion time": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60, completed_at=None,
                                                     prompt=rows[1]["prompt_text"], response=answer),
-              "clocks 2 s apart": exchange("fd-1", "bolt-account", 0.05 - 2.6 / 60, duration=0.6 / 60,
-                                           prompt=rows[1]["prompt_text"], response=answer)}
+              "clocks 0.5 s apart": exchange("fd-1", "bolt-account", 0.05 - 1.1 / 60, duration=0.6 / 60,
+                                             prompt=rows[1]["prompt_text"], response=answer)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
         assert [f for f in twice.findings if f["relation"] == "cross_tenant"] == [], name
+        # Left out, and said so where the run prints its warnings (not only counted in match.json).
+        assert any('"sus-1" of "bolt" ~ "fd-1" of "bolt-account"' in w for w in twice.summary()["warnings"]), name
+
+
+@pytest.mark.parametrize(("source", "suspect_at", "suspect"), [
+    ({"duration": 1 / 60}, 4 / 60, {}),  # the source ended 3 s before the suspect arrived
+    ({"duration": 4 / 60}, 8.9 / 60, {}),  # 4.9 s before
+    ({"completed_at": None}, 8 / 60, {}),  # the source logged no completion time, received 8 s before
+    ({"duration": 1 / 60}, 9 / 60, {"completed_at": None}),  # the suspect logged none (a broken stream)
+], ids=["ended-3s-before", "ended-4.9s-before", "source-no-completion", "suspect-no-completion"])
+def test_a_true_source_that_ended_seconds_before_is_no_copy_whatever_the_prompts_share(
+        tmp_path: Path, source: dict[str, Any], suspect_at: float, suspect: dict[str, Any]) -> None:
+    """A source whose pages a suspect decoded ended before the suspect arrived; the suspect may repeat its whole answer,
+    and two prompts may end with the same templated instruction. A 5 s allowance for clocks apart, and a missing
+    completion time read as "ran together", took such a source for the suspect's own copy, and its customer vanished
+    from the list (a review)."""
+    from match_helpers import config, exchange, make_case
+    from test_shared_request_id import text
+
+    from forensics.match import match
+
+    instruction = (" Answer in the claims house style: cite the policy clause, list the documents still missing, and "
+                   "close with the next step for the customer. Never mention internal tooling.") * 2
+    answer = "Claim review: " + text(31, 60)
+    rows = [exchange("src-1", "cato", 0, prompt="Question: " + text(32, 20) + instruction, response=answer, **source),
+            exchange("sus-1", "bolt", suspect_at, duration=0.6 / 60, prompt="Question: " + text(33, 20) + instruction,
+                     response=answer) | suspect]
+    found = match(make_case(tmp_path / "case", rows, [("sus-1", "bolt")]), config()).findings
+    assert [(f["source_tenant_id"], f["source_kind"]) for f in found if f["relation"] == "cross_tenant"] == [
+        ("cato", "response")]

@@ -838,8 +838,11 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 #: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
 #: it was received and completed (microseconds; completed None where not logged).
 LoggedRow = tuple[str, str, int, int | None]
-#: Two gateways' clocks may disagree by this much: copies of one exchange still run at the same time within it.
-SAME_EXCHANGE_SKEW_US = 5_000_000
+#: Two gateways' clocks may disagree by this much: copies of one exchange still run at the same time within it, and a
+#: copy that logged no completion time was received within it of the other. Kept short: a source whose pages a suspect
+#: decoded had ended before the suspect arrived, and that order is what tells it from a copy (5 s let a true source
+#: that ended seconds before pass for the suspect's own copy: a review).
+SAME_EXCHANGE_SKEW_US = 1_000_000
 
 
 def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
@@ -866,14 +869,16 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
     prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
-    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and, where both logged when they
-    completed, running at the same time (give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart). A source whose
-    pages a suspect decoded had ended before the suspect arrived, so a true leak is not one (a review found a suspect
-    repeating a templated source's whole answer seconds later taken for its own copy); a copy that logged no
-    completion time is judged by the rest (a front door receives a call first: taken to end as it began, its copy
-    was never recognised, a review)."""
+    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and running at the same time: where
+    both logged when they completed, their times overlap give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart;
+    where one did not, they were received within that of each other (a front door receives a call first and may log
+    no completion time: taken to end as it began, its copy was never recognised, a review). A source whose pages a
+    suspect decoded had ended before the suspect arrived, so a true leak is not one (a review found a suspect
+    repeating a templated source's whole answer seconds later taken for its own copy)."""
     def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
-        return ca is None or cb is None or (ra <= cb + SAME_EXCHANGE_SKEW_US and rb <= ca + SAME_EXCHANGE_SKEW_US)
+        if ca is None or cb is None:
+            return abs(ra - rb) <= SAME_EXCHANGE_SKEW_US
+        return ra <= cb + SAME_EXCHANGE_SKEW_US and rb <= ca + SAME_EXCHANGE_SKEW_US
 
     return any(ta == tb and da == db and abs(ra - rb) <= SAME_EXCHANGE_US and together(ra, ca, rb, cb)
                for ta, da, ra, ca in a for tb, db, rb, cb in b)
