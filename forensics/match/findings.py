@@ -814,11 +814,10 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
     """The candidates (target index, source request id, source tenant) whose source record is the target's own
     exchange logged again under another customer id: a source whose answer the target's matched, received within
     :data:`SAME_EXCHANGE_US` of it, and :func:`_same_exchange` with it (how much of the answer the passages cover
-    says nothing: common and public text is left out of them). Such a
-    match is no chance likeness between unrelated texts, nor an exposure: counted in the null, the controls' own
-    copies (a day of traffic a second gateway logged under its account names) made every real finding look like
-    chance, and the exposed customers fell off the list (a review). The texts are read for those few candidates
-    alone."""
+    says nothing: common and public text is left out of them). Such a match is no chance likeness between unrelated
+    texts, nor an exposure: counted in the null, the controls' own copies (a day of traffic a second gateway logged
+    under its account names) made every real finding look like chance, and the exposed customers fell off the list
+    (a review). The texts are read for those few candidates alone."""
     near = [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
             and (t := targets[r["_target"]]).received_us != NO_TIME and r["_source_received_us"] != NO_TIME
             and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US]
@@ -902,10 +901,10 @@ def sources_logged_twice(rows: list[dict[str, Any]], path: Path,
                                                                                    tuple[str, str | None]]:
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
     beside its callback under another tenant field, a second gateway under its own account names): the same passages
-    of the same kind of text, in sources that are :func:`_same_exchange`. Both were named exposed: one customer on the list twice, once under an id
-    that is not its own (a review). Each copy but one maps to the kept copy's (request id, tenant): the id the case's
-    logs hold the most records under, as it is the one the customer is known by (``placed``: the decode node of each
-    source, the engine logs' word, decides a tie)."""
+    of the response in the same kind of text, from sources that are :func:`_same_exchange`. Both were named exposed:
+    one customer on the list twice, once under an id that is not its own (a review). Each copy but one maps to the
+    kept copy's (request id, tenant): the id the case's logs hold the most records under, as it is the one the
+    customer is known by (``placed``: the decode node of each source, the engine logs' word, decides a tie)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
@@ -955,7 +954,7 @@ def _mark_copies(rows: list[dict[str, Any]], facts: RecordFacts) -> None:
         twin = facts.logged_twice.get((r["_target"], r["source_request_id"], r["source_tenant_id"]))
         if twin is not None:
             r["_copy_of"] = (f"this source is the exchange {twin[0]} of {twin[1]} logged again under another customer "
-                             "id (received within seconds of it, with the same prompt and answer in the logs): one "
+                             "id (the same answer and end of the prompt in the logs, at the same time): one "
                              f"customer, named by the id the case's logs hold the most of its records under, {twin[1]}; "
                              "if they are different customers, confirm this finding")
         elif r["relation"] == "cross_tenant":
@@ -990,14 +989,14 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
     ``null`` section.
     """
-    # Records received before each target completed, once per target (every row of a target reads it), and those
-    # of them its search covered (a lookback, the suspect's decode node only).
     # A target's own exchange logged again under another id is neither a finding nor a chance match (see
-    # own_exchange_copies): left out, counted.
+    # own_exchange_copies): left out, counted (and named in the stage's warnings).
     own = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
     if own:
         rows = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
     _mark_copies(rows, facts)
+    # Records received before each target completed, once per target (every row of a target reads it), and those
+    # of them its search covered (a lookback, the suspect's decode node only).
     records_before = [facts.records_before(t.deadline_us) for t in targets]
     searched = [_records_searched(t, p, facts) for t in targets]
     # A search's size, per target, over the texts it searched (see SIZE_EXPONENT).
