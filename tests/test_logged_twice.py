@@ -164,11 +164,20 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
     # The suspect's exchange logged again, under another gateway's id and account name, a few milliseconds apart; a
     # front door receives the call first and may log no completion time (taken to end as it began, such a copy was
     # named exposed, confirmed: a review), and two gateways' clocks may be a little apart.
-    copies = {"later": exchange("fd-1", "bolt-account", 0.05 + 0.004 / 60, prompt=rows[1]["prompt_text"], response=answer),
+    copies = {"later": exchange("fd-1", "bolt-account", 0.05 + 0.004 / 60, duration=0.6 / 60,
+                                prompt=rows[1]["prompt_text"], response=answer),
               "first, no completion time": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60, completed_at=None,
                                                     prompt=rows[1]["prompt_text"], response=answer),
-              "clocks 0.5 s apart": exchange("fd-1", "bolt-account", 0.05 - 1.1 / 60, duration=0.6 / 60,
-                                             prompt=rows[1]["prompt_text"], response=answer)}
+              "clocks 0.5 s apart": exchange("fd-1", "bolt-account", 0.05 - 0.5 / 60, duration=0.6 / 60,
+                                             prompt=rows[1]["prompt_text"], response=answer),
+              # Logged a little otherwise (a trailing newline, CRLF), or with a completion time before it was
+              # received (bad data): a copy all the same (a review).
+              "prompt with a trailing newline": exchange("fd-1", "bolt-account", 0.05, duration=0.6 / 60,
+                                                         prompt=rows[1]["prompt_text"] + "\n", response=answer),
+              "answer with a trailing CRLF": exchange("fd-1", "bolt-account", 0.05, duration=0.6 / 60,
+                                                      prompt=rows[1]["prompt_text"], response=answer + "\r\n"),
+              "completed before received": exchange("fd-1", "bolt-account", 0.05, duration=-60,
+                                                    prompt=rows[1]["prompt_text"], response=answer)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
@@ -182,7 +191,11 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
     ({"duration": 4 / 60}, 8.9 / 60, {}),  # 4.9 s before
     ({"completed_at": None}, 8 / 60, {}),  # the source logged no completion time, received 8 s before
     ({"duration": 1 / 60}, 9 / 60, {"completed_at": None}),  # the suspect logged none (a broken stream)
-], ids=["ended-3s-before", "ended-4.9s-before", "source-no-completion", "suspect-no-completion"])
+    ({"duration": 4 / 60}, 4.5 / 60, {}),  # ran 4 s, ended 0.5 s before: runs that overlap give or take 1 s
+    ({"duration": 9 / 60}, 9.9 / 60, {}),  # ran 9 s, ended 0.9 s before (received 9.9 s apart)
+    ({"completed_at": dt.datetime(2026, 8, 30, tzinfo=dt.UTC)}, 5 / 60, {}),  # a completion time a day late (bad data)
+], ids=["ended-3s-before", "ended-4.9s-before", "source-no-completion", "suspect-no-completion", "ended-0.5s-before",
+        "ended-0.9s-before-received-9.9s-apart", "completion-a-day-late"])
 def test_a_true_source_that_ended_seconds_before_is_no_copy_whatever_the_prompts_share(
         tmp_path: Path, source: dict[str, Any], suspect_at: float, suspect: dict[str, Any]) -> None:
     """A source whose pages a suspect decoded ended before the suspect arrived; the suspect may repeat its whole answer,
@@ -203,3 +216,14 @@ def test_a_true_source_that_ended_seconds_before_is_no_copy_whatever_the_prompts
     found = match(make_case(tmp_path / "case", rows, [("sus-1", "bolt")]), config()).findings
     assert [(f["source_tenant_id"], f["source_kind"]) for f in found if f["relation"] == "cross_tenant"] == [
         ("cato", "response")]
+
+
+def test_the_suspects_own_copies_left_out_are_named_with_their_ids_escaped() -> None:
+    """What the run's warnings and the report's summary say of a suspect's matches with its own copy, left out: each
+    pair named (a count in match.json alone left a dropped source unsaid: a review), ids escaped as notes show them."""
+    from forensics.match.findings import own_copies_said
+
+    assert own_copies_said({}) is None and own_copies_said({"own_exchange_copies_of_suspects": []}) is None
+    said = own_copies_said({"own_exchange_copies_of_suspects": [["r-1", "acme\nevil", "fd-1", "acme-prod\u202e"]]})
+    assert said is not None and said.startswith("1 suspect response(s) matched their own exchange")
+    assert '"r-1" of "acme\\nevil" ~ "fd-1" of "acme-prod' in said and "\n" not in said

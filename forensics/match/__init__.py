@@ -46,13 +46,13 @@ from forensics import engine, schema
 from forensics.artifacts import ControlRecord, DamageRecord, Finding, FindingCounts, MatchRecord, RequestKey, Searched
 from forensics.case import Case, atomic_open, file_sha256, write_json, write_table
 from forensics.config import CaseConfig
-from forensics.errors import first_few, safe_id
 from forensics.match import tuning as tuning_defaults
 from forensics.match.findings import (
     RegionScorer,
     csv_text,
     decide,
     engine_facts_beside,
+    own_copies_said,
     own_exchange_copies,
     passages_text,
     record_facts,
@@ -88,9 +88,6 @@ class MatchResult:
     run_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Candidates in review only as sent to a model no engine node served, per model (findings.unserved_in_review).
     unserved_models: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: Suspect responses' matches with their own exchange logged again under another id, left out (findings.
-    #: own_exchange_copies): "request of tenant ~ request of tenant", for the warning that names them.
-    own_copies_of_suspects: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def cross_tenant(self) -> list[Finding]:
@@ -111,11 +108,7 @@ class MatchResult:
                             f"no engine node served: " + ", ".join(f"{m} ({n})" for m, n in self.unserved_models.items())
                             + "; if one of these names the case's model (an alias, another spelling), list it in the "
                               "case file's models and run again"] if self.unserved_models else [])
-                        + ([f"{len(self.own_copies_of_suspects)} suspect response(s) matched their own exchange "
-                            "logged again under another customer id (the same answer and end of the prompt, at the "
-                            "same moment), left out as no exposure: " + first_few(self.own_copies_of_suspects)
-                            + " (if two of these are different customers, compare their exchanges)"]
-                           if self.own_copies_of_suspects else [])
+                        + [w for w in (own_copies_said(self.report.null),) if w]
                         + [w for w in (looser_confirm(params_from(dict(self.report.parameters))),) if w],
         }
 
@@ -272,10 +265,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         with atomic_open(c.root / f"{name}.csv", newline="") as fh:
             fh.write(csv_text(part_rows, schema.REVIEW_CSV if name == "review" else schema.EVIDENCE_CSV))
     write_json(c.root / "match.json", report.to_json())
-    own_of_suspects = sorted(f"{safe_id(targets[t].request_id)} of {safe_id(targets[t].tenant_id)} ~ {safe_id(rid)} of "
-                             f"{safe_id(tenant)}" for t, rid, tenant in facts.own_copies if not targets[t].control)
     return MatchResult(case=c.root, params=p, findings=evidence, report=report, control_findings=control_rows,
-                       unserved_models=unserved_in_review(rows), own_copies_of_suspects=own_of_suspects,
+                       unserved_models=unserved_in_review(rows),
                        run_stats={"kgram_hits": stats.get("hits", 0), "jobs_here": helpers.jobs["here"],
                                   "jobs_on_workers": helpers.jobs["workers"],
                                   "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,

@@ -11,7 +11,7 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,6 +23,7 @@ import xxhash
 from forensics import csvfile
 from forensics.artifacts import customer_key, model_key
 from forensics.case import Case, row_group_batches
+from forensics.errors import first_few, safe_id
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
@@ -803,8 +804,9 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
         thread.join()
 
 
-#: Records of one exchange logged twice (a spend log beside its callback under another tenant field, a second gateway in
-#: front of the first under its own ids and account names) are received within this of each other.
+#: Candidates whose source was received within this of the target's (or, of one target, of another candidate's source)
+#: are checked for one exchange logged twice (a spend log beside its callback under another tenant field, a second
+#: gateway in front of the first under its own ids and account names): :func:`_same_exchange` decides.
 SAME_EXCHANGE_US = 10_000_000
 #: Characters at the end of the prompt compared (a spend log's copy of a long prompt keeps its tail).
 SAME_EXCHANGE_PROMPT_CHARS = 256
@@ -837,23 +839,26 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 #: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
 #: it was received and completed (microseconds; completed None where not logged).
 LoggedRow = tuple[str, str, int, int | None]
-#: Two gateways' clocks may disagree by this much: copies of one exchange still run at the same time within it, and a
-#: copy that logged no completion time was received within it of the other. Kept short: a source whose pages a suspect
-#: decoded had ended before the suspect arrived, and that order is what tells it from a copy (5 s let a true source
-#: that ended seconds before pass for the suspect's own copy: a review).
+#: Two gateways' clocks may disagree by this much: copies of one exchange begin, and end, within it of each other.
+#: Kept short: a source whose pages a suspect decoded had ended before the suspect arrived, and that order is what
+#: tells it from a copy (5 s let a true source that ended seconds before pass for the suspect's own copy: a review).
 SAME_EXCHANGE_SKEW_US = 1_000_000
 
 
 def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
     """Per request (id, tenant) of ``ids``: each logged row with an answer (see :data:`LoggedRow`), to tell the same
-    exchange logged twice (:func:`_same_exchange`)."""
+    exchange logged twice (:func:`_same_exchange`). Texts are compared with line ends as LF and no white space at their
+    end (two gateways log one text so: a trailing newline made two copies of an exchange two customers' texts, a
+    review); a completion time before the call was received, or hours after, is no time (bad data)."""
     import duckdb  # here, not at import: worker processes never load it
 
     con = duckdb.connect()
     try:
         found = con.execute(
-            "SELECT request_id, tenant_id, right(coalesce(prompt_text, ''), $chars), md5(response_text), "
-            "epoch_us(received_at), epoch_us(completed_at) "
+            f"SELECT request_id, tenant_id, right({_PLAIN.format('prompt_text')}, $chars), "
+            f"md5({_PLAIN.format('response_text')}), epoch_us(received_at), "
+            "CASE WHEN completed_at >= received_at AND completed_at <= received_at + INTERVAL 1 HOUR "
+            "THEN epoch_us(completed_at) END "
             "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
             "AND received_at IS NOT NULL",
             {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
@@ -865,22 +870,38 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
     return rows
 
 
+#: A logged text as :func:`_logged_rows` compares it (DuckDB): CRLF as LF, no white space at its end.
+_PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || chr(9) || chr(10) || chr(13))"
+
+
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
     prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
-    own at its head), received within :data:`SAME_EXCHANGE_US` of each other, and running at the same time: where
-    both logged when they completed, their times overlap give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart;
-    where one did not, they were received within that of each other (a front door receives a call first and may log
-    no completion time: taken to end as it began, its copy was never recognised, a review). A source whose pages a
-    suspect decoded had ended before the suspect arrived, so a true leak is not one (a review found a suspect
-    repeating a templated source's whole answer seconds later taken for its own copy)."""
+    own at its head), received within :data:`SAME_EXCHANGE_SKEW_US` of each other and, where both logged when they
+    completed, completed within it too: two logs of one call see it begin and end at the same moments, give or take
+    their clocks. A source whose pages a suspect decoded had ended before the suspect arrived, so a true leak is not
+    one unless both calls lasted under that (reviews found a suspect repeating a templated source's whole answer
+    seconds later taken for its own copy, with an allowance for clocks apart of 5 s, then of 1 s on overlapping runs
+    received 10 s apart)."""
     def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
-        if ca is None or cb is None:
-            return abs(ra - rb) <= SAME_EXCHANGE_SKEW_US
-        return ra <= cb + SAME_EXCHANGE_SKEW_US and rb <= ca + SAME_EXCHANGE_SKEW_US
+        return abs(ra - rb) <= SAME_EXCHANGE_SKEW_US and (ca is None or cb is None or abs(ca - cb) <= SAME_EXCHANGE_SKEW_US)
 
-    return any(ta == tb and da == db and abs(ra - rb) <= SAME_EXCHANGE_US and together(ra, ca, rb, cb)
-               for ta, da, ra, ca in a for tb, db, rb, cb in b)
+    return any(ta == tb and da == db and together(ra, ca, rb, cb) for ta, da, ra, ca in a for tb, db, rb, cb in b)
+
+
+def own_copies_said(null: Mapping[str, Any]) -> str | None:
+    """The words for the suspect responses whose matches with their own exchange logged again under another customer
+    id were left out (``match.json`` ``null.own_exchange_copies_of_suspects``), or None: the stage's warnings and the
+    report's summary say it (a warning of the run alone was lost after it, and the dropped source unsaid: a review)."""
+    pairs = null.get("own_exchange_copies_of_suspects")
+    if not isinstance(pairs, list) or not pairs:
+        return None
+    shown = [f"{safe_id(str(p[0]))} of {safe_id(str(p[1]))} ~ {safe_id(str(p[2]))} of {safe_id(str(p[3]))}"
+             for p in pairs if isinstance(p, list | tuple) and len(p) == 4]
+    return (f"{len(pairs)} suspect response(s) matched their own exchange logged again under another customer id (the "
+            "same answer and end of the prompt, begun and ended at the same moments), left out as no exposure: "
+            + first_few(shown) + " (if two of these are different customers, compare their exchanges; match.json "
+            "null.own_exchange_copies_of_suspects lists them all)")
 
 
 def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
@@ -1223,6 +1244,10 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
                      "chance_matches_from_later_texts": len(null_rows) - len(control_null),
                      "later_texts_copying_the_suspect_left_out": len(copies),
                      "own_exchange_copies_left_out": len(own)},
+        # The suspects' own: named, so that the report says which (a warning of the run alone was lost after it).
+        "own_exchange_copies_of_suspects": sorted({
+            (targets[r["_target"]].request_id, targets[r["_target"]].tenant_id or "", r["source_request_id"],
+             r["source_tenant_id"] or "") for r in own if not r["control"]}),
         "decode_node_evidence": ("present: expected_by_chance_with_mechanism = the chance candidates a search "
                                  "expects with expected_by_chance x mechanism_factor at most this one's "
                                  "(chance.with_mechanism); mechanism_factor = records the suspect's decode node served since "

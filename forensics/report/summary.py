@@ -261,6 +261,11 @@ def sections(cfg: CaseConfig, data: CaseData, notices: list[Notice]) -> list[Sec
         "Token counts that are estimates carry an error band; suspects whose band straddles the ceiling are "
         "marked borderline and should be reviewed by hand.",
     ] + limitations_damage
+    from forensics.match.findings import own_copies_said  # (the words the match stage's warning uses)
+
+    own_copies = own_copies_said(data.match.null)
+    if own_copies:
+        limitations.append(own_copies + ".")
     nobody = unattributed(data)
     if nobody:
         limitations.append(
