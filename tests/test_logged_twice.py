@@ -177,7 +177,14 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
               "answer with a trailing CRLF": exchange("fd-1", "bolt-account", 0.05, duration=0.6 / 60,
                                                       prompt=rows[1]["prompt_text"], response=answer + "\r\n"),
               "completed before received": exchange("fd-1", "bolt-account", 0.05, duration=-60,
-                                                    prompt=rows[1]["prompt_text"], response=answer)}
+                                                    prompt=rows[1]["prompt_text"], response=answer),
+              # A front door that forwards the call seconds after receiving it (a guardrail, a queue) and sees it end
+              # last: its run holds the suspect's (both ends within 1 s named its account exposed: a review).
+              "forwarded 3 s later": exchange("fd-1", "bolt-account", 0.05 - 3 / 60, duration=3.602 / 60,
+                                              prompt=rows[1]["prompt_text"], response=answer),
+              "a client draining the stream 2 s longer": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60,
+                                                                  duration=2.604 / 60, prompt=rows[1]["prompt_text"],
+                                                                  response=answer)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())

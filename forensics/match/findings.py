@@ -839,9 +839,9 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 #: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
 #: it was received and completed (microseconds; completed None where not logged).
 LoggedRow = tuple[str, str, int, int | None]
-#: Two gateways' clocks may disagree by this much: copies of one exchange begin, and end, within it of each other.
-#: Kept short: a source whose pages a suspect decoded had ended before the suspect arrived, and that order is what
-#: tells it from a copy (5 s let a true source that ended seconds before pass for the suspect's own copy: a review).
+#: Two gateways' clocks may disagree by this much (:func:`_same_exchange`). Kept short: a source whose pages a suspect
+#: decoded had ended before the suspect arrived, and that order is what tells it from a copy (5 s let a true source
+#: that ended seconds before pass for the suspect's own copy: a review).
 SAME_EXCHANGE_SKEW_US = 1_000_000
 
 
@@ -877,14 +877,20 @@ _PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || 
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
     prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
-    own at its head), received within :data:`SAME_EXCHANGE_SKEW_US` of each other and, where both logged when they
-    completed, completed within it too: two logs of one call see it begin and end at the same moments, give or take
-    their clocks. A source whose pages a suspect decoded had ended before the suspect arrived, so a true leak is not
-    one unless both calls lasted under that (reviews found a suspect repeating a templated source's whole answer
-    seconds later taken for its own copy, with an allowance for clocks apart of 5 s, then of 1 s on overlapping runs
-    received 10 s apart)."""
+    own at its head), and the one call's time in both logs. Where both logged when they completed, one's run holds the
+    other's, give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart at each end: a gateway in front receives the
+    call first (seconds first, over a guardrail or a queue) and sees it end last. Where one did not, they were received
+    within that of each other. A source whose pages a suspect decoded had ended before the suspect arrived, so its run
+    holds the suspect's, or the suspect's holds it, only if one of the two lasted under that: a true leak is not one
+    (reviews found a suspect repeating a templated source's whole answer seconds later taken for its own copy, with an
+    allowance of 5 s, then on overlapping runs received 10 s apart; and a copy a front door forwarded 1.5 s later
+    named its account exposed when both ends had to be within 1 s)."""
+    skew = SAME_EXCHANGE_SKEW_US
+
     def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
-        return abs(ra - rb) <= SAME_EXCHANGE_SKEW_US and (ca is None or cb is None or abs(ca - cb) <= SAME_EXCHANGE_SKEW_US)
+        if ca is None or cb is None:
+            return abs(ra - rb) <= skew
+        return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
 
     return any(ta == tb and da == db and together(ra, ca, rb, cb) for ta, da, ra, ca in a for tb, db, rb, cb in b)
 
