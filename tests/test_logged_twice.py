@@ -184,7 +184,10 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
                                               prompt=rows[1]["prompt_text"], response=answer),
               "a client draining the stream 2 s longer": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60,
                                                                   duration=2.604 / 60, prompt=rows[1]["prompt_text"],
-                                                                  response=answer)}
+                                                                  response=answer),
+              "forwarded 1.5 s later, no completion time": exchange("fd-1", "bolt-account", 0.05 - 1.5 / 60,
+                                                                    completed_at=None, prompt=rows[1]["prompt_text"],
+                                                                    response=answer)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
@@ -201,8 +204,13 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
     ({"duration": 4 / 60}, 4.5 / 60, {}),  # ran 4 s, ended 0.5 s before: runs that overlap give or take 1 s
     ({"duration": 9 / 60}, 9.9 / 60, {}),  # ran 9 s, ended 0.9 s before (received 9.9 s apart)
     ({"completed_at": dt.datetime(2026, 8, 30, tzinfo=dt.UTC)}, 5 / 60, {}),  # a completion time a day late (bad data)
+    # A long source that ended just before a short suspect, and two that began together (a review of the time rule:
+    # time alone cannot tell these from clocks apart; the prompts, another question each, do)
+    ({"duration": 4 / 60}, 4.3 / 60, {}),
+    ({"duration": 0.4 / 60}, 0.8 / 60, {"completed_at": None}),
 ], ids=["ended-3s-before", "ended-4.9s-before", "source-no-completion", "suspect-no-completion", "ended-0.5s-before",
-        "ended-0.9s-before-received-9.9s-apart", "completion-a-day-late"])
+        "ended-0.9s-before-received-9.9s-apart", "completion-a-day-late", "long-source-ended-0.3s-before-a-short-suspect",
+        "began-0.8s-apart-suspect-no-completion"])
 def test_a_true_source_that_ended_seconds_before_is_no_copy_whatever_the_prompts_share(
         tmp_path: Path, source: dict[str, Any], suspect_at: float, suspect: dict[str, Any]) -> None:
     """A source whose pages a suspect decoded ended before the suspect arrived; the suspect may repeat its whole answer,
@@ -234,3 +242,22 @@ def test_the_suspects_own_copies_left_out_are_named_with_their_ids_escaped() -> 
     said = own_copies_said({"own_exchange_copies_of_suspects": [["r-1", "acme\nevil", "fd-1", "acme-prod\u202e"]]})
     assert said is not None and said.startswith("1 suspect response(s) matched their own exchange")
     assert '"r-1" of "acme\\nevil" ~ "fd-1" of "acme-prod' in said and "\n" not in said
+
+
+def test_two_sources_received_16_s_apart_are_two_customers_whatever_lies_between(tmp_path: Path) -> None:
+    """Sources were grouped as soon as any two neighbours were received within 10 s, and every pair of the group then
+    judged by their runs alone: a third request between two customers' copies of a passage sent one of them to review
+    as the other's logged again (a review). Each pair must be received within 10 s."""
+    from match_helpers import config, exchange, make_case
+    from test_shared_request_id import text
+
+    from forensics.match import match
+
+    prompt, answer = "Please keep this: " + text(41, 60), "Kept: " + text(42, 60)
+    rows = [exchange("a-1", "cato", 0, duration=30 / 60, prompt=prompt, response=answer),
+            exchange("b-1", "cato", 8 / 60, prompt="Another question: " + text(43, 30), response=answer),
+            exchange("c-1", "dune", 16 / 60, duration=4 / 60, prompt=prompt, response=answer),
+            exchange("sus-1", "bolt", 40 / 60, duration=0.6 / 60, prompt=text(44, 30), response="Here: " + answer)]
+    found = match(make_case(tmp_path / "case", rows, [("sus-1", "bolt")]), config()).findings
+    named = {f["source_tenant_id"] for f in found if f["relation"] == "cross_tenant" and f["tier"]}
+    assert {"cato", "dune"} <= named

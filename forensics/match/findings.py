@@ -808,8 +808,6 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
 #: are checked for one exchange logged twice (a spend log beside its callback under another tenant field, a second
 #: gateway in front of the first under its own ids and account names): :func:`_same_exchange` decides.
 SAME_EXCHANGE_US = 10_000_000
-#: Characters at the end of the prompt compared (a spend log's copy of a long prompt keeps its tail).
-SAME_EXCHANGE_PROMPT_CHARS = 256
 
 
 def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path) -> set[tuple[int, str, str | None]]:
@@ -836,37 +834,41 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
     return out
 
 
-#: One logged row of a request, as :func:`_logged_rows` reads it: the end of its prompt, its answer's MD5, and when
-#: it was received and completed (microseconds; completed None where not logged).
-LoggedRow = tuple[str, str, int, int | None]
-#: Two gateways' clocks may disagree by this much (:func:`_same_exchange`). Kept short: a source whose pages a suspect
-#: decoded had ended before the suspect arrived, and that order is what tells it from a copy (5 s let a true source
-#: that ended seconds before pass for the suspect's own copy: a review).
+#: One logged row of a request, as :func:`_logged_rows` reads it: its prompt (as :data:`_PLAIN` makes it), whether the
+#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, and when it was received and completed
+#: (microseconds; completed None where not logged, or not a time: before the call began, or hours after).
+LoggedRow = tuple[str, bool, str, int, int | None]
+#: Two gateways' clocks may disagree by this much (:func:`_same_exchange`).
 SAME_EXCHANGE_SKEW_US = 1_000_000
+#: A prompt shorter than this is no evidence that another ending in it is the same request.
+SAME_EXCHANGE_MIN_SUFFIX = 64
+#: Characters at the end of two prompts compared where a log cut one short (a spend log keeps 65% of 2,048 at the end).
+SAME_EXCHANGE_CUT_TAIL = 1024
 
 
 def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
     """Per request (id, tenant) of ``ids``: each logged row with an answer (see :data:`LoggedRow`), to tell the same
     exchange logged twice (:func:`_same_exchange`). Texts are compared with line ends as LF and no white space at their
     end (two gateways log one text so: a trailing newline made two copies of an exchange two customers' texts, a
-    review); a completion time before the call was received, or hours after, is no time (bad data)."""
+    review); a completion time before the call was received, or hours after, is no time (bad data). Read for a few
+    candidates only: a suspect's prompt may be megabytes."""
     import duckdb  # here, not at import: worker processes never load it
 
     con = duckdb.connect()
     try:
         found = con.execute(
-            f"SELECT request_id, tenant_id, right({_PLAIN.format('prompt_text')}, $chars), "
+            f"SELECT request_id, tenant_id, {_PLAIN.format('prompt_text')}, coalesce(prompt_truncated, false), "
             f"md5({_PLAIN.format('response_text')}), epoch_us(received_at), "
             "CASE WHEN completed_at >= received_at AND completed_at <= received_at + INTERVAL 1 HOUR "
             "THEN epoch_us(completed_at) END "
             "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
             "AND received_at IS NOT NULL",
-            {"chars": SAME_EXCHANGE_PROMPT_CHARS, "path": str(path), "ids": sorted(ids)}).fetchall()
+            {"path": str(path), "ids": sorted(ids)}).fetchall()
     finally:
         con.close()
     rows: dict[tuple[str, str | None], list[LoggedRow]] = {}
-    for rid, tenant, tail, digest, received, completed in found:
-        rows.setdefault((rid, tenant), []).append((tail, digest, received, completed))
+    for rid, tenant, prompt, cut, digest, received, completed in found:
+        rows.setdefault((rid, tenant), []).append((prompt, bool(cut), digest, received, completed))
     return rows
 
 
@@ -874,25 +876,38 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
 _PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || chr(9) || chr(10) || chr(13))"
 
 
-def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
-    """Whether two requests' logged rows are one exchange logged twice: the same answer and the same end of the
-    prompt (a spend log's copy of a long prompt keeps its tail, and a gateway in front may put a system prompt of its
-    own at its head), and the one call's time in both logs. Where both logged when they completed, one's run holds the
-    other's, give or take :data:`SAME_EXCHANGE_SKEW_US` of clocks apart at each end: a gateway in front receives the
-    call first (seconds first, over a guardrail or a queue) and sees it end last. Where one did not, they were received
-    within that of each other. A source whose pages a suspect decoded had ended before the suspect arrived, so its run
-    holds the suspect's, or the suspect's holds it, only if one of the two lasted under that: a true leak is not one
-    (reviews found a suspect repeating a templated source's whole answer seconds later taken for its own copy, with an
-    allowance of 5 s, then on overlapping runs received 10 s apart; and a copy a front door forwarded 1.5 s later
-    named its account exposed when both ends had to be within 1 s)."""
-    skew = SAME_EXCHANGE_SKEW_US
+def _one_request(pa: str, cut_a: bool, pb: str, cut_b: bool) -> bool:
+    """Whether two logged prompts are one request's: the same text, or one ending in the other whole (a gateway in
+    front logs a system prompt of its own at the head), or, where a log cut one short, the same last
+    :data:`SAME_EXCHANGE_CUT_TAIL` characters. Two customers' prompts from one template differ in their question; the
+    end of the prompt alone (its last 256 characters were once the test) is often all template (a review)."""
+    if pa == pb:
+        return bool(pa)
+    short, long_ = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
+    if len(short) >= SAME_EXCHANGE_MIN_SUFFIX and long_.endswith(short):
+        return True
+    return (cut_a or cut_b) and min(len(pa), len(pb)) >= SAME_EXCHANGE_CUT_TAIL and (
+        pa[-SAME_EXCHANGE_CUT_TAIL:] == pb[-SAME_EXCHANGE_CUT_TAIL:])
 
+
+def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
+    """Whether two requests' logged rows are one exchange logged twice: the same answer, one request's prompt
+    (:func:`_one_request`), received within :data:`SAME_EXCHANGE_US` of each other, and, where both logged when they
+    completed, one's run holding the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a gateway in
+    front receives a call first, seconds first over a guardrail or a queue, and sees it end last). The prompt decides
+    first: a source whose pages a suspect decoded is another request, whatever its answer and its time (five review
+    rounds moved a rule that rested on time, each one way or the other: a true source that ended just before the
+    suspect taken for its copy, or a front door's copy named a customer)."""
     def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
+        if abs(ra - rb) > SAME_EXCHANGE_US:
+            return False
         if ca is None or cb is None:
-            return abs(ra - rb) <= skew
+            return True
+        skew = SAME_EXCHANGE_SKEW_US
         return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
 
-    return any(ta == tb and da == db and together(ra, ca, rb, cb) for ta, da, ra, ca in a for tb, db, rb, cb in b)
+    return any(da == db and together(ra, ca, rb, cb) and _one_request(pa, xa, pb, xb)
+               for pa, xa, da, ra, ca in a for pb, xb, db, rb, cb in b)
 
 
 def own_copies_said(null: Mapping[str, Any]) -> str | None:
