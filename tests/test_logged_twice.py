@@ -187,7 +187,11 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
                                                                   response=answer),
               "forwarded 1.5 s later, no completion time": exchange("fd-1", "bolt-account", 0.05 - 1.5 / 60,
                                                                     completed_at=None, prompt=rows[1]["prompt_text"],
-                                                                    response=answer)}
+                                                                    response=answer),
+              # A gateway whose export kept no prompt of a request that big (Cloudflare's cut request head): named
+              # exposed, confirmed (a review); its run holds the suspect's
+              "no prompt logged": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60, duration=0.614 / 60,
+                                           prompt=None, prompt_truncated=True, response=answer)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
@@ -261,3 +265,51 @@ def test_two_sources_received_16_s_apart_are_two_customers_whatever_lies_between
     found = match(make_case(tmp_path / "case", rows, [("sus-1", "bolt")]), config()).findings
     named = {f["source_tenant_id"] for f in found if f["relation"] == "cross_tenant" and f["tier"]}
     assert {"cato", "dune"} <= named
+
+
+@pytest.mark.parametrize("case", ["canned-question-source-no-completion", "canned-question-suspect-no-completion",
+                                  "both-cut-one-template-tail"])
+def test_a_true_source_whose_prompt_another_ends_with_or_whose_cut_tail_is_template_is_named(
+        tmp_path: Path, case: str) -> None:
+    """A source whose whole prompt is a canned question another conversation ends with, one end's time unknown; and two
+    prompts a log cut short (LiteLLM's spend logs keep a long string's head and tail) whose kept tail is one template
+    after another question: each was taken for the suspect's own copy and its customer dropped (a review)."""
+    from match_helpers import config, exchange, make_case
+    from test_shared_request_id import text
+
+    from forensics.match import match
+
+    answer = "Summary of the thread: " + text(51, 60)
+    canned = "<|user|>\nSummarise everything above in five bullet points for the account manager, then list the open items."
+    rules = " Follow the house rules: " + text(52, 200)  # a long template after the question
+    if case.startswith("canned"):
+        source = exchange("src-1", "cato", 0, prompt=canned, response=answer,
+                          **({"completed_at": None} if case.endswith("source-no-completion") else {"duration": 1 / 60}))
+        suspect = exchange("sus-1", "bolt", 8 / 60 if case.endswith("source-no-completion") else 4 / 60,
+                           prompt="<|user|>\n" + text(53, 80) + "\n\n<|assistant|>\nNoted.\n\n" + canned,
+                           response=answer, **({} if case.endswith("source-no-completion") else {"completed_at": None}))
+    else:
+        source = exchange("src-1", "cato", 0, duration=2 / 60, prompt="Question: " + text(54, 400) + rules,
+                          prompt_truncated=True, response=answer)
+        suspect = exchange("sus-1", "bolt", 5 / 60, completed_at=None, prompt="Question: " + text(55, 400) + rules,
+                           prompt_truncated=True, response=answer)
+    found = match(make_case(tmp_path / "case", [source, suspect], [("sus-1", "bolt")]), config()).findings
+    assert [f["source_tenant_id"] for f in found if f["relation"] == "cross_tenant"] == ["cato"]
+
+
+def test_a_front_door_copy_of_a_short_question_with_its_own_system_prompt_is_one_customer(tmp_path: Path) -> None:
+    """A front door that logs a system prompt of its own before a short question (under 64 characters once rendered):
+    its copy of the source was not recognised, and the customer was named twice, once under the front door's account
+    (a review). A whole message block after the gateway's own is the same request at any length."""
+    from match_helpers import config, exchange, make_case
+    from test_shared_request_id import text
+
+    from forensics.match import match
+
+    question, answer = "<|user|>\nWhat is the status of claim 4471?", "Claim 4471: " + text(61, 60)
+    rows = [exchange("a-1", "cato", 0, duration=2 / 60, prompt=question, response=answer),
+            exchange("fd-1", "cato-prod", -0.5 / 60, duration=3 / 60,
+                     prompt="<|system|>\nFront door policy v2.\n\n" + question, response=answer),
+            exchange("sus-1", "bolt", 30 / 60, duration=0.6 / 60, prompt=text(62, 30), response="Here: " + answer)]
+    found = match(make_case(tmp_path / "case", rows, [("sus-1", "bolt")]), config()).findings
+    assert sorted(f["source_tenant_id"] for f in found if f["relation"] == "cross_tenant" and f["tier"]) == ["cato"]

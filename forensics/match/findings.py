@@ -876,38 +876,56 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
 _PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || chr(9) || chr(10) || chr(13))"
 
 
-def _one_request(pa: str, cut_a: bool, pb: str, cut_b: bool) -> bool:
-    """Whether two logged prompts are one request's: the same text, or one ending in the other whole (a gateway in
-    front logs a system prompt of its own at the head), or, where a log cut one short, the same last
-    :data:`SAME_EXCHANGE_CUT_TAIL` characters. Two customers' prompts from one template differ in their question; the
-    end of the prompt alone (its last 256 characters were once the test) is often all template (a review)."""
-    if pa == pb:
-        return bool(pa)
-    short, long_ = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
-    if len(short) >= SAME_EXCHANGE_MIN_SUFFIX and long_.endswith(short):
-        return True
-    return (cut_a or cut_b) and min(len(pa), len(pb)) >= SAME_EXCHANGE_CUT_TAIL and (
-        pa[-SAME_EXCHANGE_CUT_TAIL:] == pb[-SAME_EXCHANGE_CUT_TAIL:])
+#: Characters at the head of two prompts compared where a log cut one short (a spend log keeps 35% of 2,048 there).
+SAME_EXCHANGE_CUT_HEAD = 512
+
+
+def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
+    """How two logged prompts are one request's, or None where they are not: ``"same"`` (the same text), ``"held"``
+    (one ends in the other whole after a gateway's own system message, or, of :data:`SAME_EXCHANGE_MIN_SUFFIX`
+    characters or more, anywhere), ``"cut"`` (a log cut one short: the same first :data:`SAME_EXCHANGE_CUT_HEAD` and
+    last :data:`SAME_EXCHANGE_CUT_TAIL` characters), ``"unknown"`` (a log kept no prompt: nothing says either way).
+    Two customers' prompts from one template differ in their question; the tail alone is often all template, and
+    so is the head, but not both around another question (reviews)."""
+    if not a or not b:
+        return "unknown"
+    if a == b:
+        return "same"
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    if long_.endswith(short) and (len(short) >= SAME_EXCHANGE_MIN_SUFFIX or (short.startswith("<|") and long_[
+            :len(long_) - len(short)].endswith("\n\n"))):  # a whole message block after the gateway's own
+        return "held"
+    ends = SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL
+    if (cut_a or cut_b) and min(len(a), len(b)) >= ends and a[:SAME_EXCHANGE_CUT_HEAD] == b[:SAME_EXCHANGE_CUT_HEAD] \
+            and a[-SAME_EXCHANGE_CUT_TAIL:] == b[-SAME_EXCHANGE_CUT_TAIL:]:
+        return "cut"
+    return None
 
 
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer, one request's prompt
-    (:func:`_one_request`), received within :data:`SAME_EXCHANGE_US` of each other, and, where both logged when they
-    completed, one's run holding the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a gateway in
-    front receives a call first, seconds first over a guardrail or a queue, and sees it end last). The prompt decides
-    first: a source whose pages a suspect decoded is another request, whatever its answer and its time (five review
-    rounds moved a rule that rested on time, each one way or the other: a true source that ended just before the
-    suspect taken for its copy, or a front door's copy named a customer)."""
-    def together(ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
+    (:func:`_prompts_alike`), received within :data:`SAME_EXCHANGE_US` of each other, and their runs: where both
+    logged when they completed, one's run holds the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a
+    gateway in front receives a call first, seconds first over a guardrail or a queue, and sees it end last). A
+    completion time one did not log may be passed over only where the prompts are the same text: a prompt that ends
+    another's (a canned question another conversation ends with), one cut short, or none logged, with the time of
+    one end unknown, could be another request's (reviews found true sources dropped each way: a stale-page source is
+    another request that ended before the suspect arrived, whatever its answer)."""
+    skew = SAME_EXCHANGE_SKEW_US
+
+    def together(how: str, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
         if abs(ra - rb) > SAME_EXCHANGE_US:
             return False
         if ca is None or cb is None:
-            return True
-        skew = SAME_EXCHANGE_SKEW_US
+            return how == "same"
         return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
 
-    return any(da == db and together(ra, ca, rb, cb) and _one_request(pa, xa, pb, xb)
-               for pa, xa, da, ra, ca in a for pb, xb, db, rb, cb in b)
+    for prompt_a, cut_a, da, ra, ca in a:
+        for prompt_b, cut_b, db, rb, cb in b:
+            how = _prompts_alike(prompt_a, cut_a, prompt_b, cut_b) if da == db else None
+            if how is not None and together(how, ra, ca, rb, cb):
+                return True
+    return False
 
 
 def own_copies_said(null: Mapping[str, Any]) -> str | None:
@@ -920,7 +938,7 @@ def own_copies_said(null: Mapping[str, Any]) -> str | None:
     shown = [f"{safe_id(str(p[0]))} of {safe_id(str(p[1]))} ~ {safe_id(str(p[2]))} of {safe_id(str(p[3]))}"
              for p in pairs if isinstance(p, list | tuple) and len(p) == 4]
     return (f"{len(pairs)} suspect response(s) matched their own exchange logged again under another customer id (the "
-            "same answer and end of the prompt, begun and ended at the same moments), left out as no exposure: "
+            "same answer and one request's prompt, at the same time), left out as no exposure: "
             + first_few(shown) + " (if two of these are different customers, compare their exchanges; match.json "
             "null.own_exchange_copies_of_suspects lists them all)")
 

@@ -1,7 +1,7 @@
 -- id: suspects_logged_twice
 -- kind: anomaly
 -- title: Suspect responses logged twice under two customer ids (one exchange, two ids)
--- returns: one pair of requests on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, that are one exchange logged twice as forensics.match.findings._same_exchange tells it: the same answer, one request's prompt (the same, one ending in the other whole, or where a log cut one short the same last 1024 characters), received within 10 s of each other and, where both logged when they completed, one's run holding the other's give or take 1 s at each end. A second gateway in front of the first logging under its own ids and account names, or one customer's two ids: both ids are named recipients, though one customer received the answer; check the ids before notifying.
+-- returns: one pair of requests on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, that are one exchange logged twice as forensics.match.findings._same_exchange tells it: the same answer, one request's prompt (the same; one ending in the other whole; where a log cut one short, the same first 512 and last 1024 characters; or none logged), received within 10 s of each other, and one's run holding the other's give or take 1 s at each end (where one logged no completion time, only the same prompt text passes). A second gateway in front of the first logging under its own ids and account names, or one customer's two ids: both ids are named recipients, though one customer received the answer; check the ids before notifying.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -21,30 +21,44 @@ WITH big AS (
 ),
 timed AS (
   SELECT DISTINCT a.request_id AS a_id, a.tenant_id AS a_tenant, b.request_id AS b_id, b.tenant_id AS b_tenant,
-         a.received_at AS a_received, b.received_at AS b_received
+         a.received_at AS a_received, b.received_at AS b_received,
+         a.completed_at IS NOT NULL AND b.completed_at IS NOT NULL AS both_ended,
+         coalesce((epoch_us(a.received_at) <= epoch_us(b.received_at) + 1000000
+                   AND epoch_us(b.completed_at) <= epoch_us(a.completed_at) + 1000000)
+                  OR (epoch_us(b.received_at) <= epoch_us(a.received_at) + 1000000
+                      AND epoch_us(a.completed_at) <= epoch_us(b.completed_at) + 1000000), false) AS one_holds_other
   FROM big a JOIN big b ON a.answer = b.answer AND a.tenant_id < b.tenant_id
    AND abs(epoch_us(a.received_at) - epoch_us(b.received_at)) <= 10000000
-   AND (a.completed_at IS NULL OR b.completed_at IS NULL
-        OR (epoch_us(a.received_at) <= epoch_us(b.received_at) + 1000000
-            AND epoch_us(b.completed_at) <= epoch_us(a.completed_at) + 1000000)
-        OR (epoch_us(b.received_at) <= epoch_us(a.received_at) + 1000000
-            AND epoch_us(a.completed_at) <= epoch_us(b.completed_at) + 1000000))
 ),
 prompts AS (
   SELECT DISTINCT request_id, tenant_id, coalesce(prompt_truncated, false) AS cut,
          rtrim(replace(coalesce(prompt_text, ''), chr(13) || chr(10), chr(10)), ' ' || chr(9) || chr(10) || chr(13)) AS prompt
   FROM exchanges
   WHERE request_id IN (SELECT a_id FROM timed UNION SELECT b_id FROM timed)
+),
+alike AS (  -- how the two prompts are one request's, as forensics.match.findings._prompts_alike has it
+  SELECT t.*,
+         CASE
+           WHEN pa.prompt = '' OR pb.prompt = '' THEN 'unknown'
+           WHEN pa.prompt = pb.prompt THEN 'same'
+           WHEN (length(pa.prompt) >= length(pb.prompt) AND ends_with(pa.prompt, pb.prompt)
+                 AND (length(pb.prompt) >= 64 OR (starts_with(pb.prompt, '<|')
+                      AND ends_with(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), chr(10) || chr(10)))))
+             OR (length(pb.prompt) > length(pa.prompt) AND ends_with(pb.prompt, pa.prompt)
+                 AND (length(pa.prompt) >= 64 OR (starts_with(pa.prompt, '<|')
+                      AND ends_with(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), chr(10) || chr(10)))))
+             THEN 'held'
+           WHEN (pa.cut OR pb.cut) AND length(pa.prompt) >= 1536 AND length(pb.prompt) >= 1536
+             AND left(pa.prompt, 512) = left(pb.prompt, 512) AND right(pa.prompt, 1024) = right(pb.prompt, 1024) THEN 'cut'
+         END AS how
+  FROM timed t
+  JOIN prompts pa ON pa.request_id = t.a_id AND pa.tenant_id = t.a_tenant
+  JOIN prompts pb ON pb.request_id = t.b_id AND pb.tenant_id = t.b_tenant
 )
-SELECT t.a_id AS request_id, t.a_tenant AS tenant_id, t.b_id AS other_request_id, t.b_tenant AS other_tenant_id,
-       min(t.a_received) AS received_at, min(t.b_received) AS other_received_at
-FROM timed t
-JOIN prompts pa ON pa.request_id = t.a_id AND pa.tenant_id = t.a_tenant
-JOIN prompts pb ON pb.request_id = t.b_id AND pb.tenant_id = t.b_tenant
-WHERE (pa.prompt = pb.prompt AND length(pa.prompt) > 0)
-   OR (length(pb.prompt) >= 64 AND length(pa.prompt) >= length(pb.prompt) AND ends_with(pa.prompt, pb.prompt))
-   OR (length(pa.prompt) >= 64 AND length(pb.prompt) >= length(pa.prompt) AND ends_with(pb.prompt, pa.prompt))
-   OR ((pa.cut OR pb.cut) AND length(pa.prompt) >= 1024 AND length(pb.prompt) >= 1024
-       AND right(pa.prompt, 1024) = right(pb.prompt, 1024))
-GROUP BY t.a_id, t.a_tenant, t.b_id, t.b_tenant  -- one pair per two requests, however many rows each
+-- where one logged no completion time, only the same prompt text may pass over it
+SELECT a_id AS request_id, a_tenant AS tenant_id, b_id AS other_request_id, b_tenant AS other_tenant_id,
+       min(a_received) AS received_at, min(b_received) AS other_received_at
+FROM alike
+WHERE how IS NOT NULL AND (one_holds_other OR (NOT both_ended AND how = 'same'))
+GROUP BY a_id, a_tenant, b_id, b_tenant  -- one pair per two requests, however many rows each
 ORDER BY received_at, request_id, tenant_id, other_request_id, other_tenant_id
