@@ -88,8 +88,8 @@ ANOMALY_WARNINGS = (
      "real_ceiling_tokens (the smallest given or read) is not every model's: scan each model with its own pool (a case "
      "file per model), or a prompt with no engine line may be named wrongly"),
     (LOGGED_TWICE_QUERY,
-     "{n} pair(s) of suspect responses are one exchange logged twice under two customer ids (the same answer and end "
-     "of the prompt, at the same time; see anomalies.suspects_logged_twice): both ids are named recipients, though one "
+     "{n} pair(s) of suspect responses are one exchange logged twice under two customer ids (the same answer and one "
+     "request's prompt, at the same time; see anomalies.suspects_logged_twice): both ids are named recipients, though one "
      "customer received the answer. A second gateway's log of the same traffic, or one customer's two ids: check the "
      "ids before notifying (ingest one gateway's logs, or set tenant_field)"),
     (UNDELIVERED_QUERY,

@@ -152,9 +152,9 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
 
     from forensics.match import match
 
-    template = "You are the claims assistant of Northwind Mutual. Follow the policy manual. " * 5
+    template = "<|user|>\n" + "You are the claims assistant of Northwind Mutual. Follow the policy manual. " * 5
     answer = "Claim review: " + text(31, 60)
-    rows = [
+    rows = [  # (prompts as the ingest renders them: "<|role|>" blocks joined by blank lines)
         exchange("src-1", "cato", 0, prompt=template + "Question: " + text(32, 20), response=answer),
         exchange("sus-1", "bolt", 0.05, prompt=template + "Question: " + text(33, 20), response=answer),
     ]
@@ -191,9 +191,13 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
               # A gateway whose export kept no prompt of a request that big (Cloudflare's cut request head): named
               # exposed, confirmed (a review); its run holds the suspect's
               "no prompt logged": exchange("fd-1", "bolt-account", 0.05 - 0.004 / 60, duration=0.614 / 60,
-                                           prompt=None, prompt_truncated=True, response=answer)}
+                                           prompt=None, prompt_truncated=True, response=answer,
+                                           reported_prompt_tokens=1),  # the usage both logs report (the placeholder's)
+              "its own system prompt, no completion time": exchange(
+                  "fd-1", "bolt-account", 0.05 - 0.004 / 60, completed_at=None, response=answer,
+                  prompt="<|system|>\nFront door policy v2.\n\n" + rows[1]["prompt_text"])}
     for name, copy in copies.items():
-        suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6)}
+        suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6), "reported_prompt_tokens": 1}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
         assert [f for f in twice.findings if f["relation"] == "cross_tenant"] == [], name
         # Left out, and said so where the run prints its warnings (not only counted in match.json).
@@ -268,7 +272,8 @@ def test_two_sources_received_16_s_apart_are_two_customers_whatever_lies_between
 
 
 @pytest.mark.parametrize("case", ["canned-question-source-no-completion", "canned-question-suspect-no-completion",
-                                  "both-cut-one-template-tail"])
+                                  "canned-question-inside-a-queued-suspect", "both-cut-one-template-tail",
+                                  "no-prompt-inside-a-queued-suspect", "continue-source-no-completion"])
 def test_a_true_source_whose_prompt_another_ends_with_or_whose_cut_tail_is_template_is_named(
         tmp_path: Path, case: str) -> None:
     """A source whose whole prompt is a canned question another conversation ends with, one end's time unknown; and two
@@ -282,11 +287,23 @@ def test_a_true_source_whose_prompt_another_ends_with_or_whose_cut_tail_is_templ
     answer = "Summary of the thread: " + text(51, 60)
     canned = "<|user|>\nSummarise everything above in five bullet points for the account manager, then list the open items."
     rules = " Follow the house rules: " + text(52, 200)  # a long template after the question
-    if case.startswith("canned"):
+    conversation = "<|user|>\n" + text(53, 80) + "\n\n<|assistant|>\nNoted.\n\n" + canned
+    if case == "canned-question-inside-a-queued-suspect":  # the source ran while the suspect waited in the queue
+        source = exchange("src-1", "cato", 0.5 / 60, duration=1.5 / 60, prompt=canned, response=answer)
+        suspect = exchange("sus-1", "bolt", 0, duration=5 / 60, prompt=conversation, response=answer)
+    elif case == "no-prompt-inside-a-queued-suspect":  # a response-only record: no prompt logged
+        source = exchange("src-1", "cato", 0.5 / 60, duration=1.5 / 60, prompt=None, response=answer,
+                          reported_prompt_tokens=900)
+        suspect = exchange("sus-1", "bolt", 0, duration=5 / 60, prompt=conversation, response=answer,
+                           reported_prompt_tokens=1)
+    elif case == "continue-source-no-completion":  # two customers' short turn ("continue"), one end's time unknown
+        source = exchange("src-1", "cato", 0, completed_at=None, prompt="<|user|>\ncontinue", response=answer)
+        suspect = exchange("sus-1", "bolt", 8 / 60, prompt="<|user|>\ncontinue", response=answer)
+    elif case.startswith("canned"):
         source = exchange("src-1", "cato", 0, prompt=canned, response=answer,
                           **({"completed_at": None} if case.endswith("source-no-completion") else {"duration": 1 / 60}))
         suspect = exchange("sus-1", "bolt", 8 / 60 if case.endswith("source-no-completion") else 4 / 60,
-                           prompt="<|user|>\n" + text(53, 80) + "\n\n<|assistant|>\nNoted.\n\n" + canned,
+                           prompt=conversation,
                            response=answer, **({} if case.endswith("source-no-completion") else {"completed_at": None}))
     else:
         source = exchange("src-1", "cato", 0, duration=2 / 60, prompt="Question: " + text(54, 400) + rules,

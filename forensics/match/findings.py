@@ -835,9 +835,10 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
 
 
 #: One logged row of a request, as :func:`_logged_rows` reads it: its prompt (as :data:`_PLAIN` makes it), whether the
-#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, and when it was received and completed
-#: (microseconds; completed None where not logged, or not a time: before the call began, or hours after).
-LoggedRow = tuple[str, bool, str, int, int | None]
+#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, when it was received and completed (microseconds;
+#: completed None where not logged, or not a time: before the call began, or hours after), and the prompt tokens its
+#: gateway reported (both logs of one call report the same usage).
+LoggedRow = tuple[str, bool, str, int, int | None, int | None]
 #: Two gateways' clocks may disagree by this much (:func:`_same_exchange`).
 SAME_EXCHANGE_SKEW_US = 1_000_000
 #: A prompt shorter than this is no evidence that another ending in it is the same request.
@@ -860,15 +861,15 @@ def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list
             f"SELECT request_id, tenant_id, {_PLAIN.format('prompt_text')}, coalesce(prompt_truncated, false), "
             f"md5({_PLAIN.format('response_text')}), epoch_us(received_at), "
             "CASE WHEN completed_at >= received_at AND completed_at <= received_at + INTERVAL 1 HOUR "
-            "THEN epoch_us(completed_at) END "
+            "THEN epoch_us(completed_at) END, reported_prompt_tokens "
             "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
             "AND received_at IS NOT NULL",
             {"path": str(path), "ids": sorted(ids)}).fetchall()
     finally:
         con.close()
     rows: dict[tuple[str, str | None], list[LoggedRow]] = {}
-    for rid, tenant, prompt, cut, digest, received, completed in found:
-        rows.setdefault((rid, tenant), []).append((prompt, bool(cut), digest, received, completed))
+    for rid, tenant, prompt, cut, digest, received, completed, usage in found:
+        rows.setdefault((rid, tenant), []).append((prompt, bool(cut), digest, received, completed, usage))
     return rows
 
 
@@ -880,20 +881,30 @@ _PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || 
 SAME_EXCHANGE_CUT_HEAD = 512
 
 
+def _only_gateway_blocks(head: str) -> bool:
+    """Whether the text a gateway put before a request's prompt is only blocks of its own (system messages, tools), as
+    the canonical rendering writes them (``<|role|>`` blocks joined by blank lines): a head holding user or assistant
+    turns is another conversation, which a canned question may end (a review)."""
+    blocks = head.removesuffix("\n\n").split("\n\n<|")
+    return bool(head) and head.startswith("<|") and all(
+        block.lstrip("<|").split("|>", 1)[0] in ("system", "developer", "tools") for block in blocks)
+
+
 def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
-    """How two logged prompts are one request's, or None where they are not: ``"same"`` (the same text), ``"held"``
-    (one ends in the other whole after a gateway's own system message, or, of :data:`SAME_EXCHANGE_MIN_SUFFIX`
-    characters or more, anywhere), ``"cut"`` (a log cut one short: the same first :data:`SAME_EXCHANGE_CUT_HEAD` and
-    last :data:`SAME_EXCHANGE_CUT_TAIL` characters), ``"unknown"`` (a log kept no prompt: nothing says either way).
-    Two customers' prompts from one template differ in their question; the tail alone is often all template, and
-    so is the head, but not both around another question (reviews)."""
+    """How two logged prompts are one request's, or None where they are not: ``"same"`` (the same text, of
+    :data:`SAME_EXCHANGE_MIN_SUFFIX` characters or more), ``"short"`` (the same shorter text: two customers may both
+    send "continue"), ``"held"`` (one ends in the other whole after blocks a gateway adds of its own: system
+    messages, tools), ``"cut"`` (a log cut one short: the same first :data:`SAME_EXCHANGE_CUT_HEAD` and last
+    :data:`SAME_EXCHANGE_CUT_TAIL` characters), ``"unknown"`` (a log kept no prompt: the usage the gateways reported
+    decides, :func:`_same_exchange`). Two customers' prompts from one template differ in their question; the tail
+    alone is often all template, and so is the head, but not both around another question (reviews)."""
     if not a or not b:
         return "unknown"
     if a == b:
-        return "same"
+        return "same" if len(a) >= SAME_EXCHANGE_MIN_SUFFIX else "short"
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    if long_.endswith(short) and (len(short) >= SAME_EXCHANGE_MIN_SUFFIX or (short.startswith("<|") and long_[
-            :len(long_) - len(short)].endswith("\n\n"))):  # a whole message block after the gateway's own
+    head = long_[:len(long_) - len(short)]
+    if long_.endswith(short) and short.startswith("<|") and head.endswith("\n\n") and _only_gateway_blocks(head):
         return "held"
     ends = SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL
     if (cut_a or cut_b) and min(len(a), len(b)) >= ends and a[:SAME_EXCHANGE_CUT_HEAD] == b[:SAME_EXCHANGE_CUT_HEAD] \
@@ -904,25 +915,28 @@ def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
 
 def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     """Whether two requests' logged rows are one exchange logged twice: the same answer, one request's prompt
-    (:func:`_prompts_alike`), received within :data:`SAME_EXCHANGE_US` of each other, and their runs: where both
-    logged when they completed, one's run holds the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a
-    gateway in front receives a call first, seconds first over a guardrail or a queue, and sees it end last). A
-    completion time one did not log may be passed over only where the prompts are the same text: a prompt that ends
-    another's (a canned question another conversation ends with), one cut short, or none logged, with the time of
-    one end unknown, could be another request's (reviews found true sources dropped each way: a stale-page source is
-    another request that ended before the suspect arrived, whatever its answer)."""
+    (:func:`_prompts_alike`; where no prompt was logged, the same prompt usage the gateways reported), received
+    within :data:`SAME_EXCHANGE_US` of each other, and their runs: where both logged when they completed, one's run
+    holds the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a gateway in front receives a call
+    first, seconds first over a guardrail or a queue, and sees it end last). A completion time one did not log may be
+    passed over only where the prompts are the same long text, or one is the other after a gateway's own blocks: a
+    short turn ("continue"), a prompt cut short, or none logged, with the time of one end unknown, could be another
+    request's (reviews found true sources dropped each way: a stale-page source is another request that ended before
+    the suspect arrived, or ran inside a queued suspect's run, whatever its answer)."""
     skew = SAME_EXCHANGE_SKEW_US
 
     def together(how: str, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
         if abs(ra - rb) > SAME_EXCHANGE_US:
             return False
         if ca is None or cb is None:
-            return how == "same"
+            return how in ("same", "held")
         return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
 
-    for prompt_a, cut_a, da, ra, ca in a:
-        for prompt_b, cut_b, db, rb, cb in b:
+    for prompt_a, cut_a, da, ra, ca, ua in a:
+        for prompt_b, cut_b, db, rb, cb, ub in b:
             how = _prompts_alike(prompt_a, cut_a, prompt_b, cut_b) if da == db else None
+            if how == "unknown" and (ua is None or ua != ub):  # no prompt to compare: the same usage must tie them
+                continue
             if how is not None and together(how, ra, ca, rb, cb):
                 return True
     return False
@@ -1014,7 +1028,7 @@ def _mark_copies(rows: list[dict[str, Any]], facts: RecordFacts) -> None:
         twin = facts.logged_twice.get((r["_target"], r["source_request_id"], r["source_tenant_id"]))
         if twin is not None:
             r["_copy_of"] = (f"this source is the exchange {twin[0]} of {twin[1]} logged again under another customer "
-                             "id (the same answer and end of the prompt in the logs, at the same time): one "
+                             "id (the same answer and one request's prompt in the logs, at the same time): one "
                              f"customer, named by the id the case's logs hold the most of its records under, {twin[1]}; "
                              "if they are different customers, confirm this finding")
         elif r["relation"] == "cross_tenant":
