@@ -195,7 +195,7 @@ def test_a_suspect_repeating_a_templated_sources_whole_answer_seconds_later_stil
                                            reported_prompt_tokens=1),  # the usage both logs report (the placeholder's)
               "its own system prompt, no completion time": exchange(
                   "fd-1", "bolt-account", 0.05 - 0.004 / 60, completed_at=None, response=answer,
-                  prompt="<|system|>\nFront door policy v2.\n\n" + rows[1]["prompt_text"])}
+                  prompt="<|system|>\nFront door policy v2.\n\n" + rows[1]["prompt_text"], reported_prompt_tokens=1)}
     for name, copy in copies.items():
         suspect = rows[1] | {"completed_at": rows[1]["received_at"] + dt.timedelta(seconds=0.6), "reported_prompt_tokens": 1}
         twice = match(make_case(tmp_path / name, [suspect, copy], [("sus-1", "bolt")]), config())
@@ -273,7 +273,9 @@ def test_two_sources_received_16_s_apart_are_two_customers_whatever_lies_between
 
 @pytest.mark.parametrize("case", ["canned-question-source-no-completion", "canned-question-suspect-no-completion",
                                   "canned-question-inside-a-queued-suspect", "both-cut-one-template-tail",
-                                  "no-prompt-inside-a-queued-suspect", "continue-source-no-completion"])
+                                  "no-prompt-inside-a-queued-suspect", "continue-source-no-completion",
+                                  "continue-after-the-customers-own-system-prompt", "same-long-prompt-ended-before",
+                                  "system-prompt-then-the-same-question-ended-before"])
 def test_a_true_source_whose_prompt_another_ends_with_or_whose_cut_tail_is_template_is_named(
         tmp_path: Path, case: str) -> None:
     """A source whose whole prompt is a canned question another conversation ends with, one end's time unknown; and two
@@ -299,6 +301,18 @@ def test_a_true_source_whose_prompt_another_ends_with_or_whose_cut_tail_is_templ
     elif case == "continue-source-no-completion":  # two customers' short turn ("continue"), one end's time unknown
         source = exchange("src-1", "cato", 0, completed_at=None, prompt="<|user|>\ncontinue", response=answer)
         suspect = exchange("sus-1", "bolt", 8 / 60, prompt="<|user|>\ncontinue", response=answer)
+    elif case == "continue-after-the-customers-own-system-prompt":  # reads as a gateway's block: the usage differs
+        source = exchange("src-1", "cato", 0, completed_at=None, prompt="<|user|>\ncontinue", response=answer,
+                          reported_prompt_tokens=3)
+        suspect = exchange("sus-1", "bolt", 8 / 60, response=answer, reported_prompt_tokens=1,
+                           prompt="<|system|>\nYou are the account assistant of Contoso.\n\n<|user|>\ncontinue")
+    elif case == "system-prompt-then-the-same-question-ended-before":  # the runs decide, both times logged
+        source = exchange("src-1", "cato", 0, duration=1 / 60, prompt=canned, response=answer)
+        suspect = exchange("sus-1", "bolt", 4 / 60, duration=0.6 / 60, response=answer,
+                           prompt="<|system|>\nYou are the account assistant of Contoso.\n\n" + canned)
+    elif case == "same-long-prompt-ended-before":  # one byte-identical long prompt, both times logged: the runs decide
+        source = exchange("src-1", "cato", 0, duration=1 / 60, prompt=canned, response=answer)
+        suspect = exchange("sus-1", "bolt", 4 / 60, duration=0.6 / 60, prompt=canned, response=answer)
     elif case.startswith("canned"):
         source = exchange("src-1", "cato", 0, prompt=canned, response=answer,
                           **({"completed_at": None} if case.endswith("source-no-completion") else {"duration": 1 / 60}))

@@ -885,9 +885,9 @@ def _only_gateway_blocks(head: str) -> bool:
     """Whether the text a gateway put before a request's prompt is only blocks of its own (system messages, tools), as
     the canonical rendering writes them (``<|role|>`` blocks joined by blank lines): a head holding user or assistant
     turns is another conversation, which a canned question may end (a review)."""
-    blocks = head.removesuffix("\n\n").split("\n\n<|")
-    return bool(head) and head.startswith("<|") and all(
-        block.lstrip("<|").split("|>", 1)[0] in ("system", "developer", "tools") for block in blocks)
+    if not (head.startswith("<|") and head.endswith("\n\n")):
+        return False
+    return all(block.split("|>", 1)[0] in ("system", "developer", "tools") for block in head[2:-2].split("\n\n<|"))
 
 
 def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
@@ -904,7 +904,7 @@ def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
         return "same" if len(a) >= SAME_EXCHANGE_MIN_SUFFIX else "short"
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
     head = long_[:len(long_) - len(short)]
-    if long_.endswith(short) and short.startswith("<|") and head.endswith("\n\n") and _only_gateway_blocks(head):
+    if long_.endswith(short) and short.startswith("<|") and _only_gateway_blocks(head):
         return "held"
     ends = SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL
     if (cut_a or cut_b) and min(len(a), len(b)) >= ends and a[:SAME_EXCHANGE_CUT_HEAD] == b[:SAME_EXCHANGE_CUT_HEAD] \
@@ -919,25 +919,28 @@ def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
     within :data:`SAME_EXCHANGE_US` of each other, and their runs: where both logged when they completed, one's run
     holds the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a gateway in front receives a call
     first, seconds first over a guardrail or a queue, and sees it end last). A completion time one did not log may be
-    passed over only where the prompts are the same long text, or one is the other after a gateway's own blocks: a
-    short turn ("continue"), a prompt cut short, or none logged, with the time of one end unknown, could be another
-    request's (reviews found true sources dropped each way: a stale-page source is another request that ended before
-    the suspect arrived, or ran inside a queued suspect's run, whatever its answer)."""
+    passed over only where the prompts are the same long text, or one is the other after a gateway's own blocks with
+    the same usage reported: a short turn ("continue", after a customer's own system prompt too), a prompt cut short,
+    or none logged, with the time of one end unknown, could be another request's (reviews found true sources dropped
+    each way: a stale-page source is another request that ended before the suspect arrived, or ran inside a queued
+    suspect's run, whatever its answer)."""
     skew = SAME_EXCHANGE_SKEW_US
 
-    def together(how: str, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
+    def together(how: str, same_usage: bool, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
         if abs(ra - rb) > SAME_EXCHANGE_US:
             return False
         if ca is None or cb is None:
-            return how in ("same", "held")
+            # (a customer's own system prompt before a short turn reads as a gateway's: the usage must tie them too)
+            return how == "same" or (how == "held" and same_usage)
         return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
 
     for prompt_a, cut_a, da, ra, ca, ua in a:
         for prompt_b, cut_b, db, rb, cb, ub in b:
             how = _prompts_alike(prompt_a, cut_a, prompt_b, cut_b) if da == db else None
-            if how == "unknown" and (ua is None or ua != ub):  # no prompt to compare: the same usage must tie them
+            same_usage = ua is not None and ua == ub
+            if how == "unknown" and not same_usage:  # no prompt to compare: the same usage must tie them
                 continue
-            if how is not None and together(how, ra, ca, rb, cb):
+            if how is not None and together(how, same_usage, ra, ca, rb, cb):
                 return True
     return False
 

@@ -1,7 +1,7 @@
 -- id: suspects_logged_twice
 -- kind: anomaly
 -- title: Suspect responses logged twice under two customer ids (one exchange, two ids)
--- returns: one pair of requests on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, that are one exchange logged twice as forensics.match.findings._same_exchange tells it: the same answer, one request's prompt (the same; one after blocks a gateway adds of its own, system messages or tools; where a log cut one short, the same first 512 and last 1024 characters; or none logged, with the same reported usage), received within 10 s of each other, and one's run holding the other's give or take 1 s at each end (where one logged no completion time, only the same long prompt, or one after a gateway's own blocks, passes). A second gateway in front of the first logging under its own ids and account names, or one customer's two ids: both ids are named recipients, though one customer received the answer; check the ids before notifying.
+-- returns: one pair of requests on the case's models inside the window, both of a size that makes a suspect (a prompt count whose band reaches the ceiling), under two customer ids, that are one exchange logged twice as forensics.match.findings._same_exchange tells it: the same answer, one request's prompt (the same; one after blocks a gateway adds of its own, system messages or tools; where a log cut one short, the same first 512 and last 1024 characters; or none logged, with the same reported usage), received within 10 s of each other, and one's run holding the other's give or take 1 s at each end (where one logged no completion time, only the same long prompt, or one after a gateway's own blocks with the same usage reported, passes). A second gateway in front of the first logging under its own ids and account names, or one customer's two ids: both ids are named recipients, though one customer received the answer; check the ids before notifying.
 -- param: models VARCHAR[] the case's model names (a row matches on the name asked for or the routed name)
 -- param: window_start TIMESTAMPTZ first instant of the incident window (inclusive)
 -- param: window_end TIMESTAMPTZ end of the incident window (exclusive)
@@ -42,20 +42,22 @@ alike AS (  -- how the two prompts are one request's, as forensics.match.finding
            WHEN pa.prompt = '' OR pb.prompt = '' THEN CASE WHEN pa.usage = pb.usage THEN 'unknown' END
            WHEN pa.prompt = pb.prompt THEN CASE WHEN length(pa.prompt) >= 64 THEN 'same' ELSE 'short' END
            WHEN starts_with(pb.prompt, '<|') AND length(pa.prompt) > length(pb.prompt) AND ends_with(pa.prompt, pb.prompt)
-             AND (ends_with(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), chr(10) || chr(10)) AND list_bool_and(list_transform(string_split(rtrim(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), chr(10)), chr(10) || chr(10) || '<|'), lambda x: split_part(ltrim(x, '<|'), '|>', 1) IN ('system', 'developer', 'tools')))) THEN 'held'
+             AND (starts_with(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), '<|') AND ends_with(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), chr(10) || chr(10)) AND list_bool_and(list_transform(string_split(substr(left(pa.prompt, length(pa.prompt) - length(pb.prompt)), 3, length(left(pa.prompt, length(pa.prompt) - length(pb.prompt))) - 4), chr(10) || chr(10) || '<|'), lambda x: split_part(x, '|>', 1) IN ('system', 'developer', 'tools')))) THEN 'held'
            WHEN starts_with(pa.prompt, '<|') AND length(pb.prompt) > length(pa.prompt) AND ends_with(pb.prompt, pa.prompt)
-             AND (ends_with(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), chr(10) || chr(10)) AND list_bool_and(list_transform(string_split(rtrim(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), chr(10)), chr(10) || chr(10) || '<|'), lambda x: split_part(ltrim(x, '<|'), '|>', 1) IN ('system', 'developer', 'tools')))) THEN 'held'
+             AND (starts_with(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), '<|') AND ends_with(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), chr(10) || chr(10)) AND list_bool_and(list_transform(string_split(substr(left(pb.prompt, length(pb.prompt) - length(pa.prompt)), 3, length(left(pb.prompt, length(pb.prompt) - length(pa.prompt))) - 4), chr(10) || chr(10) || '<|'), lambda x: split_part(x, '|>', 1) IN ('system', 'developer', 'tools')))) THEN 'held'
            WHEN (pa.cut OR pb.cut) AND length(pa.prompt) >= 1536 AND length(pb.prompt) >= 1536
              AND left(pa.prompt, 512) = left(pb.prompt, 512) AND right(pa.prompt, 1024) = right(pb.prompt, 1024) THEN 'cut'
-         END AS how
+         END AS how,
+         coalesce(pa.usage = pb.usage, false) AS same_usage
   FROM timed t
   JOIN prompts pa ON pa.request_id = t.a_id AND pa.tenant_id = t.a_tenant
   JOIN prompts pb ON pb.request_id = t.b_id AND pb.tenant_id = t.b_tenant
 )
--- where one logged no completion time, only the same long prompt, or one after a gateway's own blocks, passes over it
+-- where one logged no completion time, only the same long prompt, or one after a gateway's own blocks with the same usage,
+-- passes over it
 SELECT a_id AS request_id, a_tenant AS tenant_id, b_id AS other_request_id, b_tenant AS other_tenant_id,
        min(a_received) AS received_at, min(b_received) AS other_received_at
 FROM alike
-WHERE how IS NOT NULL AND (one_holds_other OR (NOT both_ended AND how IN ('same', 'held')))
+WHERE how IS NOT NULL AND (one_holds_other OR (NOT both_ended AND (how = 'same' OR (how = 'held' AND same_usage))))
 GROUP BY a_id, a_tenant, b_id, b_tenant  -- one pair per two requests, however many rows each
 ORDER BY received_at, request_id, tenant_id, other_request_id, other_tenant_id
