@@ -52,12 +52,10 @@ from forensics.match.findings import (
     csv_text,
     decide,
     engine_facts_beside,
+    exchange_copies,
     own_copies_said,
-    own_exchange_copies,
     passages_text,
     record_facts,
-    records_of,
-    sources_logged_twice,
     unserved_in_review,
 )
 from forensics.match.fingerprint import MATCH_TOKENS, SEED, kernels_loading_beside, unicode_version
@@ -186,11 +184,8 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                          tuple(config.models))
     facts.aliases = {frozenset((tenant, other)): (tenant, field, other)
                      for tenant, field, other in c.read_manifest().get("tenant_aliases") or ()}
-    facts.own_copies = frozenset(own_exchange_copies(rows, targets, path))
-    facts.logged_twice = sources_logged_twice(rows, path, facts.node)
-    aliased = {t for pair in facts.aliases for t in pair}
-    named = {str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None} & aliased
-    facts.tenant_records = records_of(path, named) if named else {}
+    facts.own_copies, facts.logged_twice, facts.tenant_records = exchange_copies(rows, targets, path, facts.node,
+                                                                                facts.aliases)
     rows, null = decide(rows, targets, p, facts, held)
     evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
     review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]

@@ -11,7 +11,7 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -810,21 +810,50 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
 SAME_EXCHANGE_US = 10_000_000
 
 
-def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path) -> set[tuple[int, str, str | None]]:
-    """The candidates (target index, source request id, source tenant) whose source record is the target's own
-    exchange logged again under another customer id: a source whose answer the target's matched, received within
-    :data:`SAME_EXCHANGE_US` of it, and :func:`_same_exchange` with it (how much of the answer the passages cover
-    says nothing: common and public text is left out of them). Such a match is no chance likeness between unrelated
-    texts, nor an exposure: counted in the null, the controls' own copies (a day of traffic a second gateway logged
-    under its account names) made every real finding look like chance, and the exposed customers fell off the list
-    (a review). The texts are read for those few candidates alone."""
-    near = [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
+#: One logged row of a request, as :func:`_logged_rows` reads it: its prompt (as :data:`_PLAIN` makes it), whether the
+#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, when it was received and completed (microseconds;
+#: completed None where not logged, or not a time: before the call began, or hours after), and the prompt tokens its
+#: gateway reported (both logs of one call report the same usage).
+LoggedRow = tuple[str, bool, str, int, int | None, int | None]
+
+
+def exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path,
+                    placed: dict[tuple[str, str | None], str | None],
+                    aliases: Iterable[frozenset[str]]) -> tuple[frozenset[tuple[int, str, str | None]],
+                                                                dict[tuple[int, str, str | None], tuple[str, str | None]],
+                                                                dict[str, int]]:
+    """The candidates that are one exchange logged twice: :func:`own_exchange_copies`, :func:`sources_logged_twice`,
+    and the records the case's logs hold per customer id they and the ``aliases`` name. The few texts and counts
+    they need are read in one pass each, for both (they were read three times)."""
+    own_near = _own_copy_candidates(rows, targets)
+    groups = _source_copy_groups(rows)
+    ids = ({r["source_request_id"] for r in own_near} | {targets[r["_target"]].request_id for r in own_near}
+           | {r["source_request_id"] for g in groups for r in g})
+    logged = _logged_rows(path, ids) if ids else {}
+    aliased = {t for pair in aliases for t in pair}
+    tenants = ({str(r["source_tenant_id"]) for g in groups for r in g if r["source_tenant_id"] is not None}
+               | ({str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None} & aliased))
+    held = records_of(path, tenants) if tenants else {}
+    return (frozenset(own_exchange_copies(own_near, targets, logged)), sources_logged_twice(groups, logged, held, placed),
+            held)
+
+
+def _own_copy_candidates(rows: list[dict[str, Any]], targets: list[Target]) -> list[dict[str, Any]]:
+    """The candidates whose source may be the target's own exchange (:func:`own_exchange_copies`): a source whose
+    answer the target's matched, received within :data:`SAME_EXCHANGE_US` of it."""
+    return [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
             and (t := targets[r["_target"]]).received_us != NO_TIME and r["_source_received_us"] != NO_TIME
             and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US]
-    if not near:
-        return set()
-    ids = {r["source_request_id"] for r in near} | {targets[r["_target"]].request_id for r in near}
-    logged = _logged_rows(path, ids)
+
+
+def own_exchange_copies(near: list[dict[str, Any]], targets: list[Target],
+                        logged: dict[tuple[str, str | None], list[LoggedRow]]) -> set[tuple[int, str, str | None]]:
+    """The candidates (target index, source request id, source tenant) of ``near`` (:func:`_own_copy_candidates`)
+    whose source record is the target's own exchange logged again under another customer id: :func:`_same_exchange`
+    with it, by the rows ``logged`` (how much of the answer the passages cover says nothing: common and public text is
+    left out of them). Such a match is no chance likeness between unrelated texts, nor an exposure: counted in the
+    null, the controls' own copies (a day of traffic a second gateway logged under its account names) made every real
+    finding look like chance, and the exposed customers fell off the list (a review)."""
     out = set()
     for r in near:
         t = targets[r["_target"]]
@@ -834,11 +863,6 @@ def own_exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path:
     return out
 
 
-#: One logged row of a request, as :func:`_logged_rows` reads it: its prompt (as :data:`_PLAIN` makes it), whether the
-#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, when it was received and completed (microseconds;
-#: completed None where not logged, or not a time: before the call began, or hours after), and the prompt tokens its
-#: gateway reported (both logs of one call report the same usage).
-LoggedRow = tuple[str, bool, str, int, int | None, int | None]
 #: Two gateways' clocks may disagree by this much (:func:`_same_exchange`).
 SAME_EXCHANGE_SKEW_US = 1_000_000
 #: A prompt shorter than this is no evidence that another ending in it is the same request.
@@ -973,15 +997,9 @@ def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
         con.close()
 
 
-def sources_logged_twice(rows: list[dict[str, Any]], path: Path,
-                         placed: dict[tuple[str, str | None], str | None]) -> dict[tuple[int, str, str | None],
-                                                                                   tuple[str, str | None]]:
-    """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
-    beside its callback under another tenant field, a second gateway under its own account names): the same passages
-    of the response in the same kind of text, from sources that are :func:`_same_exchange`. Both were named exposed:
-    one customer on the list twice, once under an id that is not its own (a review). Each copy but one maps to the
-    kept copy's (request id, tenant): the id the case's logs hold the most records under, as it is the one the
-    customer is known by (``placed``: the decode node of each source, the engine logs' word, decides a tie)."""
+def _source_copy_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Candidates of one target with the same passages of the response in the same kind of text, from sources of two
+    customers or more some two of which were received within :data:`SAME_EXCHANGE_US` (:func:`sources_logged_twice`)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
@@ -994,10 +1012,19 @@ def sources_logged_twice(rows: list[dict[str, Any]], path: Path,
         times = sorted(r["_source_received_us"] for r in group)
         if any(b - a <= SAME_EXCHANGE_US for a, b in itertools.pairwise(times)):
             near.append(group)
-    if not near:
-        return {}
-    logged = _logged_rows(path, {r["source_request_id"] for g in near for r in g})
-    held = records_of(path, {str(r["source_tenant_id"]) for g in near for r in g if r["source_tenant_id"] is not None})
+    return near
+
+
+def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[str, str | None], list[LoggedRow]],
+                         held: dict[str, int], placed: dict[tuple[str, str | None], str | None]
+                         ) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
+    """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
+    beside its callback under another tenant field, a second gateway under its own account names): of the groups
+    ``near`` (:func:`_source_copy_groups`), sources that are :func:`_same_exchange` by the rows ``logged``. Both were
+    named exposed: one customer on the list twice, once under an id that is not its own (a review). Each copy but one
+    maps to the kept copy's (request id, tenant): the id the case's logs hold the most records under (``held``), as it
+    is the one the customer is known by (``placed``: the decode node of each source, the engine logs' word, decides a
+    tie)."""
     out: dict[tuple[int, str, str | None], tuple[str, str | None]] = {}
     for group in near:
         # The id kept: the one the logs hold the most records under, then a copy the engine logs place on a node (the
