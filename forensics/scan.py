@@ -665,17 +665,17 @@ def scan(case: Path, config: CaseConfig, progress: Reporter | None = None) -> Sc
 _ROW_ORDER = "x.received_at NULLS LAST, x.source_sha256, x.source_line, x.record_hash"
 #: Columns that belong together: taken from one row (a count from one row and its source or band from another
 #: described neither: a review). The rest each from the earliest row that has one.
-_SUSPECT_GROUPS = {
+_SUSPECT_GROUPS = {  # name: (columns, the rows that have the group, which of them first)
     "token_count": (("prompt_tokens", "prompt_tokens_source", "prompt_tokens_low", "prompt_tokens_high"),
-              "x.prompt_tokens IS NOT NULL OR x.prompt_tokens_source IS NOT NULL", "x.prompt_tokens IS NULL, "),
+                    "x.prompt_tokens IS NOT NULL OR x.prompt_tokens_source IS NOT NULL", "x.prompt_tokens IS NULL, "),
     "engine_nodes": (("prefill_node", "decode_node", "bootstrap_room"),
-              "x.prefill_node IS NOT NULL OR x.decode_node IS NOT NULL OR x.bootstrap_room IS NOT NULL", ""),
+                     "x.prefill_node IS NOT NULL OR x.decode_node IS NOT NULL OR x.bootstrap_room IS NOT NULL", ""),
 }
 _SUSPECT_SINGLE = ("model", "received_at", "completed_at", "reported_prompt_tokens")
 #: One row per suspect, even when the exchanges hold a request twice (the ingest keeps two rows when each holds what
 #: the other lacks: a spend log's answer and usage, a split log's whole prompt). The earliest row alone left out the
 #: other's completion time and the placeholder's reported count (a review).
-SUSPECT_ROWS_SQL = (
+_SUSPECT_ROWS_SQL = (
     "SELECT f.request_id, f.tenant_id, "
     + ", ".join(f"any_value(x.{c} ORDER BY {_ROW_ORDER}) AS {c}" for c in _SUSPECT_SINGLE) + ", "
     + ", ".join(f"any_value({{{', '.join(f'{c!r}: x.{c}' for c in cols)}}} ORDER BY {first}{_ROW_ORDER}) "
@@ -688,7 +688,7 @@ SUSPECT_ROWS_SQL = (
 SUSPECT_TABLE_SQL = (
     "SELECT request_id, tenant_id, " + ", ".join(_SUSPECT_SINGLE) + ", "
     + ", ".join(f"{name}.{c} AS {c}" for name, (cols, _, _) in _SUSPECT_GROUPS.items() for c in cols)
-    + ", reasons, borderline, engine_signature FROM (" + SUSPECT_ROWS_SQL + ") "
+    + ", reasons, borderline, engine_signature FROM (" + _SUSPECT_ROWS_SQL + ") "
     "ORDER BY received_at NULLS LAST, request_id, tenant_id NULLS LAST")
 
 
