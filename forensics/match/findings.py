@@ -24,6 +24,7 @@ from forensics import csvfile
 from forensics.artifacts import customer_key, model_key
 from forensics.case import Case, row_group_batches
 from forensics.errors import first_few, safe_id
+from forensics.logged_twice import SAME_EXCHANGE_US, LoggedRow, logged_rows, same_exchange
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
@@ -804,19 +805,6 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
         thread.join()
 
 
-#: Candidates whose source was received within this of the target's (or, of one target, of another candidate's source)
-#: are checked for one exchange logged twice (a spend log beside its callback under another tenant field, a second
-#: gateway in front of the first under its own ids and account names): :func:`_same_exchange` decides.
-SAME_EXCHANGE_US = 10_000_000
-
-
-#: One logged row of a request, as :func:`_logged_rows` reads it: its prompt (as :data:`_PLAIN` makes it), whether the
-#: log cut it short (LiteLLM's spend-log strings), its answer's MD5, when it was received and completed (microseconds;
-#: completed None where not logged, or not a time: before the call began, or hours after), and the prompt tokens its
-#: gateway reported (both logs of one call report the same usage).
-LoggedRow = tuple[str, bool, str, int, int | None, int | None]
-
-
 def exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path,
                     placed: dict[tuple[str, str | None], str | None],
                     aliases: Iterable[frozenset[str]]) -> tuple[frozenset[tuple[int, str, str | None]],
@@ -829,7 +817,7 @@ def exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Pat
     groups = _source_copy_groups(rows)
     ids = ({r["source_request_id"] for r in own_near} | {targets[r["_target"]].request_id for r in own_near}
            | {r["source_request_id"] for g in groups for r in g})
-    logged = _logged_rows(path, ids) if ids else {}
+    logged = logged_rows(path, ids) if ids else {}
     aliased = {t for pair in aliases for t in pair}
     tenants = ({str(r["source_tenant_id"]) for g in groups for r in g if r["source_tenant_id"] is not None}
                | ({str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None} & aliased))
@@ -849,7 +837,7 @@ def _own_copy_candidates(rows: list[dict[str, Any]], targets: list[Target]) -> l
 def own_exchange_copies(near: list[dict[str, Any]], targets: list[Target],
                         logged: dict[tuple[str, str | None], list[LoggedRow]]) -> set[tuple[int, str, str | None]]:
     """The candidates (target index, source request id, source tenant) of ``near`` (:func:`_own_copy_candidates`)
-    whose source record is the target's own exchange logged again under another customer id: :func:`_same_exchange`
+    whose source record is the target's own exchange logged again under another customer id: :func:`same_exchange`
     with it, by the rows ``logged`` (how much of the answer the passages cover says nothing: common and public text is
     left out of them). Such a match is no chance likeness between unrelated texts, nor an exposure: counted in the
     null, the controls' own copies (a day of traffic a second gateway logged under its account names) made every real
@@ -857,116 +845,10 @@ def own_exchange_copies(near: list[dict[str, Any]], targets: list[Target],
     out = set()
     for r in near:
         t = targets[r["_target"]]
-        if _same_exchange(logged.get((t.request_id, t.tenant_id), []),
+        if same_exchange(logged.get((t.request_id, t.tenant_id), []),
                           logged.get((r["source_request_id"], r["source_tenant_id"]), [])):
             out.add((r["_target"], r["source_request_id"], r["source_tenant_id"]))
     return out
-
-
-#: Two gateways' clocks may disagree by this much (:func:`_same_exchange`).
-SAME_EXCHANGE_SKEW_US = 1_000_000
-#: A prompt shorter than this is no evidence that another ending in it is the same request.
-SAME_EXCHANGE_MIN_SUFFIX = 64
-#: Characters at the end of two prompts compared where a log cut one short (a spend log keeps 65% of 2,048 at the end).
-SAME_EXCHANGE_CUT_TAIL = 1024
-
-
-def _logged_rows(path: Path, ids: set[str]) -> dict[tuple[str, str | None], list[LoggedRow]]:
-    """Per request (id, tenant) of ``ids``: each logged row with an answer (see :data:`LoggedRow`), to tell the same
-    exchange logged twice (:func:`_same_exchange`). Texts are compared with line ends as LF and no white space at their
-    end (two gateways log one text so: a trailing newline made two copies of an exchange two customers' texts, a
-    review); a completion time before the call was received, or hours after, is no time (bad data). Read for a few
-    candidates only: a suspect's prompt may be megabytes."""
-    import duckdb  # here, not at import: worker processes never load it
-
-    con = duckdb.connect()
-    try:
-        found = con.execute(
-            f"SELECT request_id, tenant_id, {_PLAIN.format('prompt_text')}, coalesce(prompt_truncated, false), "
-            f"md5({_PLAIN.format('response_text')}), epoch_us(received_at), "
-            "CASE WHEN completed_at >= received_at AND completed_at <= received_at + INTERVAL 1 HOUR "
-            "THEN epoch_us(completed_at) END, reported_prompt_tokens "
-            "FROM read_parquet($path) WHERE request_id IN (SELECT unnest($ids)) AND length(response_text) > 0 "
-            "AND received_at IS NOT NULL",
-            {"path": str(path), "ids": sorted(ids)}).fetchall()
-    finally:
-        con.close()
-    rows: dict[tuple[str, str | None], list[LoggedRow]] = {}
-    for rid, tenant, prompt, cut, digest, received, completed, usage in found:
-        rows.setdefault((rid, tenant), []).append((prompt, bool(cut), digest, received, completed, usage))
-    return rows
-
-
-#: A logged text as :func:`_logged_rows` compares it (DuckDB): CRLF as LF, no white space at its end.
-_PLAIN = "rtrim(replace(coalesce({0}, ''), chr(13) || chr(10), chr(10)), ' ' || chr(9) || chr(10) || chr(13))"
-
-
-#: Characters at the head of two prompts compared where a log cut one short (a spend log keeps 35% of 2,048 there).
-SAME_EXCHANGE_CUT_HEAD = 512
-
-
-def _only_gateway_blocks(head: str) -> bool:
-    """Whether the text a gateway put before a request's prompt is only blocks of its own (system messages, tools), as
-    the canonical rendering writes them (``<|role|>`` blocks joined by blank lines): a head holding user or assistant
-    turns is another conversation, which a canned question may end (a review)."""
-    if not (head.startswith("<|") and head.endswith("\n\n")):
-        return False
-    return all(block.split("|>", 1)[0] in ("system", "developer", "tools") for block in head[2:-2].split("\n\n<|"))
-
-
-def _prompts_alike(a: str, cut_a: bool, b: str, cut_b: bool) -> str | None:
-    """How two logged prompts are one request's, or None where they are not: ``"same"`` (the same text, of
-    :data:`SAME_EXCHANGE_MIN_SUFFIX` characters or more), ``"short"`` (the same shorter text: two customers may both
-    send "continue"), ``"held"`` (one ends in the other whole after blocks a gateway adds of its own: system
-    messages, tools), ``"cut"`` (a log cut one short: the same first :data:`SAME_EXCHANGE_CUT_HEAD` and last
-    :data:`SAME_EXCHANGE_CUT_TAIL` characters), ``"unknown"`` (a log kept no prompt: the usage the gateways reported
-    decides, :func:`_same_exchange`). Two customers' prompts from one template differ in their question; the tail
-    alone is often all template, and so is the head, but not both around another question (reviews)."""
-    if not a or not b:
-        return "unknown"
-    if a == b:
-        return "same" if len(a) >= SAME_EXCHANGE_MIN_SUFFIX else "short"
-    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    head = long_[:len(long_) - len(short)]
-    if long_.endswith(short) and short.startswith("<|") and _only_gateway_blocks(head):
-        return "held"
-    ends = SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL
-    if (cut_a or cut_b) and min(len(a), len(b)) >= ends and a[:SAME_EXCHANGE_CUT_HEAD] == b[:SAME_EXCHANGE_CUT_HEAD] \
-            and a[-SAME_EXCHANGE_CUT_TAIL:] == b[-SAME_EXCHANGE_CUT_TAIL:]:
-        return "cut"
-    return None
-
-
-def _same_exchange(a: list[LoggedRow], b: list[LoggedRow]) -> bool:
-    """Whether two requests' logged rows are one exchange logged twice: the same answer, one request's prompt
-    (:func:`_prompts_alike`; where no prompt was logged, the same prompt usage the gateways reported), received
-    within :data:`SAME_EXCHANGE_US` of each other, and their runs: where both logged when they completed, one's run
-    holds the other's give or take :data:`SAME_EXCHANGE_SKEW_US` at each end (a gateway in front receives a call
-    first, seconds first over a guardrail or a queue, and sees it end last). A completion time one did not log may be
-    passed over only where the prompts are the same long text, or one is the other after a gateway's own blocks with
-    the same usage reported: a short turn ("continue", after a customer's own system prompt too), a prompt cut short,
-    or none logged, with the time of one end unknown, could be another request's (reviews found true sources dropped
-    each way: a stale-page source is another request that ended before the suspect arrived, or ran inside a queued
-    suspect's run, whatever its answer)."""
-    skew = SAME_EXCHANGE_SKEW_US
-
-    def together(how: str, same_usage: bool, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
-        if abs(ra - rb) > SAME_EXCHANGE_US:
-            return False
-        if ca is None or cb is None:
-            # (a customer's own system prompt before a short turn reads as a gateway's: the usage must tie them too)
-            return how == "same" or (how == "held" and same_usage)
-        return (ra <= rb + skew and cb <= ca + skew) or (rb <= ra + skew and ca <= cb + skew)
-
-    for prompt_a, cut_a, da, ra, ca, ua in a:
-        for prompt_b, cut_b, db, rb, cb, ub in b:
-            how = _prompts_alike(prompt_a, cut_a, prompt_b, cut_b) if da == db else None
-            same_usage = ua is not None and ua == ub
-            if how == "unknown" and not same_usage:  # no prompt to compare: the same usage must tie them
-                continue
-            if how is not None and together(how, same_usage, ra, ca, rb, cb):
-                return True
-    return False
 
 
 def own_copies_said(null: Mapping[str, Any]) -> str | None:
@@ -1020,7 +902,7 @@ def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[st
                          ) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
     beside its callback under another tenant field, a second gateway under its own account names): of the groups
-    ``near`` (:func:`_source_copy_groups`), sources that are :func:`_same_exchange` by the rows ``logged``. Both were
+    ``near`` (:func:`_source_copy_groups`), sources that are :func:`same_exchange` by the rows ``logged``. Both were
     named exposed: one customer on the list twice, once under an id that is not its own (a review). Each copy but one
     maps to the kept copy's (request id, tenant): the id the case's logs hold the most records under (``held``), as it
     is the one the customer is known by (``placed``: the decode node of each source, the engine logs' word, decides a
@@ -1036,7 +918,7 @@ def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[st
         for r in group:
             mine = logged.get((r["source_request_id"], r["source_tenant_id"]), [])
             same = next((k for k in kept if not same_customer(k["source_tenant_id"], r["source_tenant_id"])
-                         and _same_exchange(mine, logged.get((k["source_request_id"], k["source_tenant_id"]), []))),
+                         and same_exchange(mine, logged.get((k["source_request_id"], k["source_tenant_id"]), []))),
                         None)
             if same is None:
                 kept.append(r)
