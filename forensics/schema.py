@@ -325,6 +325,21 @@ EVIDENCE = pa.schema(
 #: Candidates that put nobody on the list (review.csv): the evidence columns and why.
 REVIEW = pa.schema(list(EVIDENCE) + [pa.field("why_not_notified", pa.string())])
 
+#: Exchanges logged twice under two customer ids that the ingest folded into one (forensics.ingest.copies): each row
+#: left the exchanges table, and names the row it is a copy of.
+LOGGED_TWICE = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("tenant_id", pa.string()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_line", pa.int64()),
+        pa.field("received_at", TS),
+        pa.field("kept_request_id", pa.string()),  # the row kept in exchanges
+        pa.field("kept_tenant_id", pa.string()),
+        pa.field("prompts", pa.string()),  # how the two prompts are one request's: same | short | held | cut | unknown
+    ]
+)
+
 TABLES: Mapping[str, pa.Schema] = {
     "exchanges": EXCHANGES,
     "engine_events": ENGINE_EVENTS,
@@ -332,6 +347,7 @@ TABLES: Mapping[str, pa.Schema] = {
     "suspects": SUSPECTS,
     "evidence": EVIDENCE,
     "review": REVIEW,
+    "logged_twice": LOGGED_TWICE,
 }
 
 

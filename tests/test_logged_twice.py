@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from forensics import api
@@ -72,51 +73,91 @@ def _review_reasons(report: Path) -> list[str]:
         return [r["why_not_notified"] for r in csv.DictReader(fh)]
 
 
-@pytest.mark.parametrize("own_system_prompt", [False, True], ids=["as-sent", "with-its-own-system-prompt"])
-def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_once(
-        incident: Callable[[str], Path], tmp_path: Path, own_system_prompt: bool) -> None:
-    """An API front door logged the day before the window again, under its own request ids and account names: the
-    controls matched their own copies, the chance model took them for chance, and 8 of 10 exposed customers fell off
-    the list. Its copies of a source named its account names exposed too. A front door that puts a system prompt of
-    its own at the head of what it logs was not recognised by the first fix (a review)."""
-    inc = incident(f"front-door-{own_system_prompt}")
+def _add_front_door(inc: Path, glob: str, own_system_prompt: bool) -> int:
+    """An API front door in front of the gateway, logging the callbacks of ``glob`` again as split logs under its own
+    request ids and account names (with a system prompt of its own at the head, where ``own_system_prompt``); the case
+    file takes its logs. The number of requests it logged."""
     requests, responses = [], []
-    for path in sorted((inc / "gateway").glob(f"litellm-callbacks-{DAY}*")):
+    for path in sorted((inc / "gateway").glob(glob)):
         for row in _lines(path):
             if not isinstance(row, dict):
                 continue
             s = row.get("standard_logging_object") or row
-            if not s.get("messages"):
+            if not s.get("messages") or not isinstance(s.get("startTime"), int | float):
                 continue
             rid = "fd-" + hashlib.sha1(s["id"].encode()).hexdigest()[:16]
             account = _metadata(s)["user_api_key_alias"]
-            messages = ([{"role": "system", "content": "Front door policy v2."}] if own_system_prompt else []) + list(
-                s["messages"])
+            messages = json.loads(s["messages"]) if isinstance(s["messages"], str) else list(s["messages"])
+            messages = ([{"role": "system", "content": "Front door policy v2."}] if own_system_prompt else []) + messages
             requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004), "tenant_id": account,
                              "body": {"model": s["model_group"], "stream": bool(s.get("stream")),
                                       "messages": messages}})
             answer = s.get("response")
+            if isinstance(answer, str):
+                try:
+                    answer = json.loads(answer)
+                except json.JSONDecodeError:
+                    pass
             half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002), "status_code": 200}
             if isinstance(answer, dict) and answer.get("choices"):
                 responses.append(half | {"body": answer})
             elif isinstance(answer, list) and answer:
                 responses.append(half | {"chunks": answer})
     assert len(requests) > 20
-    _write(inc / "gateway" / f"frontdoor-requests-{DAY}.jsonl", requests)
-    _write(inc / "gateway" / f"frontdoor-responses-{DAY}.jsonl", responses)
+    name = glob.replace("litellm-callbacks-", "frontdoor-").replace("*", "")
+    _write(inc / "gateway" / f"{name}-requests.jsonl", requests)
+    _write(inc / "gateway" / f"{name}-responses.jsonl", responses)
     case = (inc / "case.toml").read_text(encoding="utf-8")
     case = case.replace('format = "litellm"\npath = "gateway"', 'format = "litellm"\npath = "gateway/litellm-*"\n\n'
                         '[[inputs]]\nformat = "litellm"\npath = "gateway/spend-*"\n\n'
                         '[[inputs]]\nformat = "openai-split"\npath = "gateway/frontdoor-*"')
     assert "frontdoor" in case
     (inc / "case.toml").write_text(case, encoding="utf-8")
+    return len(requests)
+
+
+@pytest.mark.parametrize("own_system_prompt", [False, True], ids=["as-sent", "with-its-own-system-prompt"])
+def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_once(
+        incident: Callable[[str], Path], tmp_path: Path, own_system_prompt: bool) -> None:
+    """An API front door logged the day before the window again, under its own request ids and account names: the
+    controls matched their own copies, the chance model took them for chance, and 8 of 10 exposed customers fell off
+    the list. Its copies of a source named its account names exposed too. A front door that puts a system prompt of
+    its own at the head of what it logs was not recognised by the first fix (a review). Its customers' ids are linked
+    by many exchanges, so the ingest now folds the copies before the match stage sees them."""
+    inc = incident(f"front-door-{own_system_prompt}")
+    logged = _add_front_door(inc, f"litellm-callbacks-{DAY}*", own_system_prompt)
     baseline, _ = _exposed(incident(f"as-simulated-{own_system_prompt}"), tmp_path / "baseline")
     scored, report = _exposed(inc, tmp_path / "out")
     assert scored["customers"]["exposed"] == baseline["customers"]["exposed"]
     assert scored["customers"]["exposed"]["precision"] == 1.0 and scored["customers"]["exposed"]["recall"] == 1.0
-    assert any("logged again under another customer id" in why for why in _review_reasons(report))
-    null = json.loads((report / "case" / "match.json").read_text(encoding="utf-8"))["null"]
-    assert null["searches"]["own_exchange_copies_left_out"] > 0
+    manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["logged_twice"]["rows"] == logged
+
+
+def _list(report: Path) -> list[tuple[str, str, str]]:
+    with (report / "notifications.csv").open(encoding="utf-8", newline="") as fh:
+        return sorted((r["tenant_id"], r["role"], r["tier"]) for r in csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("own_system_prompt", [False, True], ids=["as-sent", "with-its-own-system-prompt"])
+def test_a_second_gateway_logging_the_whole_incident_is_folded_at_the_ingest(
+        incident: Callable[[str], Path], tmp_path: Path, own_system_prompt: bool) -> None:
+    """A front door logging every day, the window included, under its own request ids and account names: every
+    suspect named its customer twice (7 of 14 recipients were account names) and a source's text, held under two ids,
+    read as common (an exposed customer fell off the list). The ingest folds each copy into the gateway's row: the
+    list is the one the gateway's logs alone give, every copy is in logged_twice.parquet, and every file reconciles."""
+    inc = incident(f"whole-front-door-{own_system_prompt}")
+    logged = _add_front_door(inc, "litellm-callbacks-*", own_system_prompt)
+    _, baseline = _exposed(incident(f"whole-as-simulated-{own_system_prompt}"), tmp_path / "baseline")
+    scored, report = _exposed(inc, tmp_path / "out")
+    assert _list(report) == _list(baseline)
+    manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["reconciled"] and manifest["logged_twice"]["rows"] == logged
+    copies = pq.read_table(report / "case" / "logged_twice.parquet").to_pylist()
+    assert len(copies) == logged and all(c["request_id"].startswith("fd-") for c in copies)
+    assert not any(c["kept_tenant_id"].endswith("-prod") for c in copies)
+    assert {c["prompts"] for c in copies} <= ({"held"} if own_system_prompt else {"same", "short"})
+    assert any("logged twice, under two customer ids" in note for note in manifest["notes"])
 
 
 @pytest.mark.parametrize("rows", [None, 3], ids=["the-whole-day", "three-rows"])

@@ -50,7 +50,8 @@ from forensics import schema, tokens
 from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCounts
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
-from forensics.errors import CaseError, first_few, shown_ids
+from forensics.errors import CaseError, first_few, safe_id, shown_ids
+from forensics.ingest.copies import fold_logged_twice
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -275,7 +276,7 @@ def finalize(
         side_tables = side.submit(others)
         try:
             exchanges_stats = _exchanges(c, con, ex_segments, order, duplicates, band_ceilings or {},
-                                         _unnamed_request_halves(files))
+                                         _unnamed_request_halves(files), files)
         finally:
             wait([side_tables])  # never leave the thread writing into a case being torn down
         task.advance()
@@ -558,7 +559,8 @@ def winners_sql() -> str:
 
 
 def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], order: dict[str, int], duplicates: Tally[str],
-               band_ceilings: dict[str, int], unnamed_requests: int = 0) -> dict[str, Any]:
+               band_ceilings: dict[str, int], unnamed_requests: int = 0,
+               files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest. ``unnamed_requests``:
     split request lines quarantined because they name no customer (:func:`_answer_fills`)."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
@@ -719,6 +721,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         sink.abort()
         raise
     engine_answers = _engine_answers(c, con)
+    logged_twice = fold_logged_twice(con, c.table_path("exchanges"), c.table_path("logged_twice"), files or [])
+    duplicates.update(logged_twice.lines)
 
     stats = con.execute(
         f"""SELECT count(*), min(received_at), max(received_at),
@@ -814,6 +818,15 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "failed or broken stream) and took the text the decode node logged as generated for "
                      f"{'them' if engine_answers > 1 else 'it'} (its request.finished line: response_source_file and "
                      "response_source_line say where), so the suspects among them are searched with it")
+    if logged_twice.rows:
+        shown = first_few([f"{safe_id(kept)} ~ {safe_id(other)} ({n})" for kept, other, n in logged_twice.linked], 5)
+        notes.append(f"{logged_twice.rows} exchange{'s were' if logged_twice.rows > 1 else ' was'} logged twice, under "
+                     "two customer ids (a second gateway under its own request ids and account names, or a spend log "
+                     "naming teams beside callbacks naming organisations: the same answer and one request's prompt, at "
+                     "the same time, for two exchanges or more of the same two ids): each was kept once, under the id "
+                     "the engine logs place on a node most often, else the one the logs hold the most records under, "
+                     f"and its copy counted as a duplicate (logged_twice.parquet lists every copy): {shown}. If two of "
+                     "these ids are different customers, read their exchanges in logged_twice before notifying")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -832,7 +845,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         "models": [[m, n] for m, n in models],
         "prompt_tokens_sources": sources,
         "notes": notes,
-    }
+    } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked]}}
+         if logged_twice.rows else {})
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:

@@ -1,0 +1,159 @@
+"""The ingest folds one exchange logged twice under two customer ids (a second gateway under its own request ids and
+account names) into one row, where two ids are linked by two exchanges or more; the match stage's rule, computed in
+DuckDB, gives the same answer as in Python."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import schema
+from forensics.case import ParquetSink
+from forensics.ingest.copies import fold_logged_twice, prompts_alike_sql
+from forensics.logged_twice import PLAIN, prompts_alike
+
+T0 = dt.datetime(2026, 8, 26, 9, 0, tzinfo=dt.UTC)
+SYSTEM = "<|system|>\nFront door policy v2.\n\n"
+
+
+def _prompt(n: int) -> str:
+    return f"<|user|>\nPlease summarise the quarterly figures of account {n:05d} and list every anomaly you find."
+
+
+def _row(rid: str, tenant: str, n: int, at: float, answer: str | None = "", *, prompt: str | None = None,
+         seconds: float | None = 2.0, node: str | None = None, file: str = "gateway/a.jsonl", line: int = 1,
+         kind: str = "logging_payload", usage: int | None = 40) -> dict[str, Any]:
+    received = T0 + dt.timedelta(seconds=at)
+    return {"request_id": rid, "tenant_id": tenant, "received_at": received,
+            "completed_at": None if seconds is None else received + dt.timedelta(seconds=seconds),
+            "prompt_text": _prompt(n) if prompt is None else prompt,
+            "response_text": f"Answer {n}: the figures hold." if answer == "" else answer,
+            "reported_prompt_tokens": usage, "decode_node": node, "source_file": file, "source_line": line,
+            "source_sha256": file, "record_kind": kind}
+
+
+def _fold(tmp_path: Path, rows: list[dict[str, Any]]) -> tuple[Any, list[tuple[str, str]], list[dict[str, Any]]]:
+    path = tmp_path / "exchanges.parquet"
+    full = [{name: r.get(name) for name in schema.EXCHANGES.names} for r in rows]
+    with ParquetSink(path, schema.EXCHANGES) as sink:
+        sink.write_batch(pa.Table.from_pylist(full, schema=schema.EXCHANGES))
+    files = [{"path": f, "sha256": f} for f in sorted({r["source_file"] for r in rows})]
+    con = duckdb.connect()
+    try:
+        folded = fold_logged_twice(con, path, tmp_path / "logged_twice.parquet", files)
+    finally:
+        con.close()
+    kept = pq.read_table(path, columns=["request_id", "tenant_id"]).to_pylist()
+    copies = pq.read_table(tmp_path / "logged_twice.parquet").to_pylist()
+    return folded, sorted((r["request_id"], r["tenant_id"]) for r in kept), copies
+
+
+def _front_door(n: int, at: float, **kw: Any) -> dict[str, Any]:
+    return _row(f"fd-{n}", "acme-prod", n, at - 0.004, file="gateway/frontdoor.jsonl", line=n, **kw)
+
+
+def test_two_linked_exchanges_fold_the_front_doors_copies_into_the_engines_ids(tmp_path: Path) -> None:
+    """A front door's copies of two exchanges leave the table; the ids the engine logs place on a node are kept, and
+    each copy names the row it copies."""
+    rows = [_row("r-1", "org-acme", 1, 0, node="decode-0", line=1), _row("r-2", "org-acme", 2, 60, node="decode-1", line=2),
+            _front_door(1, 0, seconds=2.01), _front_door(2, 60, seconds=2.01)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert kept == [("r-1", "org-acme"), ("r-2", "org-acme")]
+    assert folded.rows == 2 and folded.linked == [("org-acme", "acme-prod", 2)]
+    assert folded.lines == {"gateway/frontdoor.jsonl": 2}
+    assert [(c["request_id"], c["kept_request_id"], c["kept_tenant_id"], c["prompts"]) for c in copies] == [
+        ("fd-1", "r-1", "org-acme", "same"), ("fd-2", "r-2", "org-acme", "same")]
+
+
+def test_one_exchange_two_customers_logged_alike_is_not_folded(tmp_path: Path) -> None:
+    """Two customers asking the same long question at the same moment, answered alike, may be two customers: one such
+    pair links no ids, and both rows stay."""
+    rows = [_row("r-1", "org-acme", 1, 0), _row("x-1", "org-other", 1, 0.5, file="gateway/b.jsonl"),
+            _row("r-2", "org-acme", 2, 60), _row("x-2", "org-other", 3, 60, file="gateway/b.jsonl")]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert folded.rows == 0 and copies == []
+    assert len(kept) == 4
+
+
+def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:
+    """With no engine placement, the id the logs hold the most records under is kept, for every exchange: a customer
+    is never named under one id for one suspect and the other for the next."""
+    rows = [_row("r-1", "org-acme", 1, 0), _row("r-2", "org-acme", 2, 60), _row("r-3", "org-acme", 3, 120),
+            _row("r-9", "org-acme", 9, 900, answer="Something else entirely."),
+            _front_door(1, 0), _front_door(2, 60), _front_door(3, 120)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert {t for _, t in kept} == {"org-acme"} and folded.rows == 3
+    assert {c["kept_tenant_id"] for c in copies} == {"org-acme"}
+
+
+def test_a_linked_pairs_copy_without_an_answer_folds_and_an_answer_is_never_dropped(tmp_path: Path) -> None:
+    """Once two ids are linked, a copy that logged no answer (a request half whose response was lost) folds by its
+    prompt and time; a copy holding the answer the kept row lacks stays, so the answer is still searched."""
+    rows = [_row("r-1", "org-acme", 1, 0, node="decode-0"), _row("r-2", "org-acme", 2, 60, node="decode-0"),
+            _row("r-3", "org-acme", 3, 120, node="decode-0"), _row("r-4", "org-acme", 4, 180, answer=None, node="decode-0"),
+            _front_door(1, 0), _front_door(2, 60),
+            _front_door(3, 120, answer=None, seconds=None, usage=None),  # its answer lost: folds
+            _front_door(4, 180)]  # holds the answer the kept row lacks: stays
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert sorted(c["request_id"] for c in copies) == ["fd-1", "fd-2", "fd-3"]
+    assert ("fd-4", "acme-prod") in kept and ("r-4", "org-acme") in kept
+
+
+def test_a_joined_split_rows_answer_line_counts_as_a_duplicate_too(tmp_path: Path) -> None:
+    """A split log's row holds two lines (the request's and the answer's): both count as duplicates of their files, so
+    every file still reconciles."""
+    rows = [_row("r-1", "org-acme", 1, 0, node="decode-0"), _row("r-2", "org-acme", 2, 60, node="decode-0")]
+    for n, at in ((1, 0), (2, 60)):
+        row = _front_door(n, at, kind="split")
+        row["response_source_file"], row["response_source_line"] = "gateway/frontdoor-responses.jsonl", n
+        rows.append(row)
+    rows.append(_row("z", "other", 7, 999, file="gateway/frontdoor-responses.jsonl"))  # (the file, among the inputs)
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.lines == {"gateway/frontdoor.jsonl": 2, "gateway/frontdoor-responses.jsonl": 2}
+
+
+PROMPT = "<|user|>\n" + "Compare the two contracts clause by clause and name every difference. " * 3
+LONG = "<|user|>\n" + "".join(f"Clause {i}: the supplier shall deliver within {i} days. " for i in range(60))
+PAIRS = {
+    "same long": (PROMPT, False, PROMPT, False),
+    "same short": ("<|user|>\ncontinue", False, "<|user|>\ncontinue", False),
+    "empty": ("", False, PROMPT, False),
+    "other question": (PROMPT, False, PROMPT.replace("two", "three"), False),
+    "held after system": (PROMPT, False, SYSTEM + PROMPT, False),
+    "held after tools and developer": (PROMPT, False, "<|tools|>\n[]\n\n<|developer|>\nbe brief\n\n" + PROMPT, False),
+    "after a user turn": (PROMPT, False, "<|user|>\nhello\n\n" + PROMPT, False),
+    "after text with no block": (PROMPT, False, "preface\n\n" + PROMPT, False),
+    "head without blank line": (PROMPT, False, "<|system|>\nx\n" + PROMPT, False),
+    "suffix not a block": ("tail of it", False, "<|system|>\nx\n\ntail of it", False),
+    "cut alike": (LONG, True, LONG[:600] + "[...]" + LONG[-1100:], False),
+    "cut not said": (LONG, False, LONG[:600] + "[...]" + LONG[-1100:], False),
+    "cut other tail": (LONG, True, LONG[:600] + "[...]" + LONG[-1100:-1] + "!", False),
+    "cut too short": (LONG[:1500], True, LONG[:700] + LONG[-800:], False),
+    "astral and combining": ("<|user|>\n" + "😀e\u0301" * 40, False, SYSTEM + "<|user|>\n" + "😀e\u0301" * 40, False),
+    "astral cut": ("😀" * 2000, True, "😀" * 512 + "x" + "😀" * 1024, False),
+    "held by a bare block marker": ("<|", False, "<|system|>\nx\n\n<|", False),
+    "empty head block": (PROMPT, False, "<|\n\n" + PROMPT, False),
+}
+
+
+@pytest.mark.parametrize("pair", list(PAIRS.values()), ids=list(PAIRS))
+def test_the_rule_in_duckdb_answers_as_in_python(pair: tuple[str, bool, str, bool]) -> None:
+    """The ingest asks whether two prompts are one request's in DuckDB, where the texts are; the match stage asks in
+    Python: the two must agree on every pair, both ways round."""
+    a, cut_a, b, cut_b = pair
+    con = duckdb.connect()
+    try:
+        for x, cx, y, cy in ((a, cut_a, b, cut_b), (b, cut_b, a, cut_a)):
+            plain_x = con.execute(f"SELECT {PLAIN.format('$x')}", {"x": x}).fetchone()[0]
+            plain_y = con.execute(f"SELECT {PLAIN.format('$y')}", {"y": y}).fetchone()[0]
+            got = con.execute(f"SELECT {prompts_alike_sql('$x', '$cx', '$y', '$cy')}",
+                              {"x": plain_x, "cx": cx, "y": plain_y, "cy": cy}).fetchone()[0]
+            assert got == prompts_alike(plain_x, cx, plain_y, cy)
+    finally:
+        con.close()
