@@ -81,6 +81,26 @@ def test_one_exchange_two_customers_logged_alike_is_not_folded(tmp_path: Path) -
     assert len(kept) == 4
 
 
+def test_two_customers_alike_in_one_log_are_not_folded(tmp_path: Path) -> None:
+    """Two customers' rows alike in one export (a test fixture, two customers' scripts) are two customers': one log
+    never holds one exchange twice under two ids (a Helicone export's customers were folded into one, a review)."""
+    rows = [_row("r-1", "org-acme", 1, 0, line=1), _row("r-2", "org-acme", 2, 60, line=2),
+            _row("x-1", "org-other", 1, 0, line=3), _row("x-2", "org-other", 2, 60, line=4)]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0 and len(kept) == 4
+
+
+def test_short_prompts_alike_link_no_ids(tmp_path: Path) -> None:
+    """Two customers' monitors may send one short "say hello" on the minute, answered alike, day after day: short
+    prompts link no ids."""
+    hello = "<|user|>\nSay hello"
+    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, prompt=hello, answer="Hello!") for n in range(1, 4)]
+    rows += [_row(f"x-{n}", "org-other", n, 60 * n + 0.1, prompt=hello, answer="Hello!", file="gateway/b.jsonl")
+             for n in range(1, 4)]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0 and len(kept) == 6
+
+
 def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:
     """With no engine placement, the id the logs hold the most records under is kept, for every exchange: a customer
     is never named under one id for one suspect and the other for the next."""

@@ -66,30 +66,34 @@ def prompts_alike_sql(a: str, cut_a: str, b: str, cut_b: str) -> str:
         END)"""
 
 
-#: Pairs of rows of two customer ids with the same answer received within 10 s of each other (rows are named by their
-#: place in the table).
+#: Pairs of rows of two customer ids with the same answer received within 10 s of each other, logged in two files (one
+#: log never holds one exchange twice under two ids; two customers' rows alike in one export are two customers'). Rows
+#: are named by their place in the table.
 ANSWERED_PAIRS_SQL = """
 WITH answered AS (
-    SELECT file_row_number AS pos, tenant_id, md5({plain_answer}) AS answer, epoch_us(received_at) AS received
+    SELECT file_row_number AS pos, tenant_id, source_file, md5({plain_answer}) AS answer,
+           epoch_us(received_at) AS received
     FROM read_parquet($path, file_row_number = true)
     WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND {plain_answer} <> ''
 )
 SELECT a.pos AS pos_a, b.pos AS pos_b FROM answered a JOIN answered b
   ON a.answer = b.answer AND a.pos < b.pos AND a.tenant_id <> b.tenant_id
+ AND a.source_file IS DISTINCT FROM b.source_file
  AND b.received BETWEEN a.received - {window} AND a.received + {window}
 """
 
 #: Pairs of rows of two linked customer ids ($first, $second: the pairs, side by side) received within 10 s of each
-#: other, one of which logged no answer (a request whose answer one gateway lost, or whose call failed).
+#: other in two files, one of which logged no answer (a request whose answer one gateway lost, or whose call failed).
 UNANSWERED_PAIRS_SQL = """
 WITH linked AS (SELECT unnest($first) AS t1, unnest($second) AS t2),
 rows AS (
-    SELECT file_row_number AS pos, tenant_id, epoch_us(received_at) AS received, {plain_answer} = '' AS unanswered
+    SELECT file_row_number AS pos, tenant_id, source_file, epoch_us(received_at) AS received,
+           {plain_answer} = '' AS unanswered
     FROM read_parquet($path, file_row_number = true)
     WHERE received_at IS NOT NULL AND tenant_id IN (SELECT t1 FROM linked UNION SELECT t2 FROM linked)
 )
 SELECT a.pos AS pos_a, b.pos AS pos_b FROM rows a JOIN rows b
-  ON a.pos < b.pos AND (a.unanswered OR b.unanswered)
+  ON a.pos < b.pos AND (a.unanswered OR b.unanswered) AND a.source_file IS DISTINCT FROM b.source_file
  AND b.received BETWEEN a.received - {window} AND a.received + {window}
  AND EXISTS (SELECT 1 FROM linked l WHERE (l.t1 = a.tenant_id AND l.t2 = b.tenant_id)
                                        OR (l.t1 = b.tenant_id AND l.t2 = a.tenant_id))
@@ -144,8 +148,9 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
     tenant = {pos: r[2] for pos, r in rows.items()}
     # The customer ids two or more exchanges link (ids that are one text under Unicode's NFC are one customer already).
     links: dict[frozenset[str], set[tuple[int, int]]] = {}
-    for a, b, _ in copies:
-        if customer_key(tenant[a]) != customer_key(tenant[b]):
+    for a, b, how in copies:
+        # (a short prompt links nothing: two customers' monitors may send one "say hello" on the minute, day after day)
+        if how != "short" and customer_key(tenant[a]) != customer_key(tenant[b]):
             links.setdefault(frozenset((tenant[a], tenant[b])), set()).add((a, b))
     linked = {pair for pair, found in links.items() if len(found) >= FOLD_MIN_LINKS}
     if not linked:
