@@ -15,7 +15,7 @@ import pytest
 
 from forensics import schema
 from forensics.case import ParquetSink
-from forensics.ingest.copies import fold_logged_twice, prompts_alike_sql
+from forensics.ingest.copies import ANSWER_KEY, fold_logged_twice, prompts_alike_sql
 from forensics.logged_twice import PLAIN, prompts_alike
 
 T0 = dt.datetime(2026, 8, 26, 9, 0, tzinfo=dt.UTC)
@@ -177,3 +177,40 @@ def test_the_rule_in_duckdb_answers_as_in_python(pair: tuple[str, bool, str, boo
             assert got == prompts_alike(plain_x, cx, plain_y, cy)
     finally:
         con.close()
+
+
+BODY = "Line one of the answer.\nLine two, with the figures.\n" * 6
+ANSWERS = {
+    "crlf": (BODY, BODY.replace("\n", "\r\n")),
+    "white space at the end": (BODY, BODY + " \t\r\n\n"),
+    "short with white space": ("Yes.", "Yes.\r\n  "),
+    "crlf across the 200th character": ("x" * 199 + "\r\n" + BODY, "x" * 199 + "\n" + BODY),
+    "all crlf": ("\r\n" * 150 + "end", "\n" * 150 + "end"),
+    "white space at 64": ("y" * 63 + "   " + "z" * 10, "y" * 63 + "   " + "z" * 10 + "\n"),
+}
+
+
+@pytest.mark.parametrize("pair", list(ANSWERS.values()), ids=list(ANSWERS))
+def test_the_answer_sieve_keeps_every_two_answers_the_rule_calls_the_same(pair: tuple[str, str]) -> None:
+    """The fold sieves answers by a cheap key of their start before it compares them whole: two answers the same as
+    the rule compares them (CRLF as LF, no white space at the end) must share the key, or a copy would be missed."""
+    a, b = pair
+    con = duckdb.connect()
+    try:
+        def one(text: str, expr: str) -> Any:
+            return con.execute(f"SELECT {expr} FROM (SELECT $t AS response_text)", {"t": text}).fetchone()[0]
+
+        assert one(a, PLAIN.format("response_text")) == one(b, PLAIN.format("response_text"))
+        assert one(a, ANSWER_KEY) == one(b, ANSWER_KEY)
+    finally:
+        con.close()
+
+
+def test_copies_whose_answers_differ_in_line_ends_and_trailing_space_fold(tmp_path: Path) -> None:
+    """A gateway that logs CRLF line ends and a trailing newline logs the same answer."""
+    rows = [_row("r-1", "org-acme", 1, 0, answer=BODY, node="decode-0"),
+            _row("r-2", "org-acme", 2, 60, answer=BODY + "2", node="decode-0"),
+            _front_door(1, 0, answer=BODY.replace("\n", "\r\n") + "\n"),
+            _front_door(2, 60, answer=(BODY + "2").replace("\n", "\r\n") + "  ")]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 2 and kept == [("r-1", "org-acme"), ("r-2", "org-acme")]
