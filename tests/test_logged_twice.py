@@ -157,7 +157,11 @@ def test_a_second_gateway_logging_the_whole_incident_is_folded_at_the_ingest(
     assert len(copies) == logged and all(c["request_id"].startswith("fd-") for c in copies)
     assert not any(c["kept_tenant_id"].endswith("-prod") for c in copies)
     assert {c["prompts"] for c in copies} <= ({"held"} if own_system_prompt else {"same", "short"})
-    assert any("logged twice, under two customer ids" in note for note in manifest["notes"])
+    note = next(n for n in manifest["notes"] if "logged twice under two customer ids were folded" in n)
+    kept, other, n = manifest["logged_twice"]["linked"][0]
+    assert f'"{kept}" ~ "{other}" ({n})' in note
+    summary = (report / "summary.md").read_text(encoding="utf-8")
+    assert "logged twice under two customer ids were folded" in summary and other in summary
 
 
 @pytest.mark.parametrize("rows", [None, 3], ids=["the-whole-day", "three-rows"])

@@ -820,13 +820,14 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "response_source_line say where), so the suspects among them are searched with it")
     if logged_twice.rows:
         shown = first_few([f"{safe_id(kept)} ~ {safe_id(other)} ({n})" for kept, other, n in logged_twice.linked], 5)
-        notes.append(f"{logged_twice.rows} exchange{'s were' if logged_twice.rows > 1 else ' was'} logged twice, under "
-                     "two customer ids (a second gateway under its own request ids and account names, or a spend log "
-                     "naming teams beside callbacks naming organisations: the same answer and one request's prompt, at "
-                     "the same time, for two exchanges or more of the same two ids): each was kept once, under the id "
-                     "the engine logs place on a node most often, else the one the logs hold the most records under, "
-                     f"and its copy counted as a duplicate (logged_twice.parquet lists every copy): {shown}. If two of "
-                     "these ids are different customers, read their exchanges in logged_twice before notifying")
+        notes.append(f"{logged_twice.rows} exchange{'s' if logged_twice.rows > 1 else ''} logged twice under two customer "
+                     f"ids {'were' if logged_twice.rows > 1 else 'was'} folded into one row each, kept under the first id "
+                     f"of each pair: {shown} (the same answer and one request's prompt at the same time, for two "
+                     "exchanges or more of the same ids in two logs: a second gateway under its own request ids and "
+                     "account names, or a spend log naming teams beside callbacks naming organisations; the id kept is "
+                     "the one the engine logs place on a node most often, else the one with the most records). "
+                     "logged_twice.parquet lists every copy; if two of these ids are different customers, read their "
+                     "rows there before notifying")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
