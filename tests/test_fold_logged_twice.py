@@ -15,7 +15,7 @@ import pytest
 
 from forensics import schema
 from forensics.case import ParquetSink
-from forensics.ingest.copies import ANSWER_KEY, fold_logged_twice, prompts_alike_sql
+from forensics.ingest.copies import ANSWER_KEY, core_sql, cut_sql, fold_logged_twice, prompts_alike_sql
 from forensics.logged_twice import PLAIN, prompts_alike
 
 T0 = dt.datetime(2026, 8, 26, 9, 0, tzinfo=dt.UTC)
@@ -214,3 +214,25 @@ def test_copies_whose_answers_differ_in_line_ends_and_trailing_space_fold(tmp_pa
             _front_door(2, 60, answer=(BODY + "2").replace("\n", "\r\n") + "  ")]
     folded, kept, _ = _fold(tmp_path, rows)
     assert folded.rows == 2 and kept == [("r-1", "org-acme"), ("r-2", "org-acme")]
+
+
+@pytest.mark.parametrize("pair", list(PAIRS.values()), ids=list(PAIRS))
+def test_the_prompt_sieve_keeps_every_two_prompts_the_rule_calls_one_requests(pair: tuple[str, bool, str, bool]) -> None:
+    """The fold pairs rows by keys of their prompts before it asks the rule: two prompts the rule calls the same or
+    one after a gateway's blocks share the core key, two it calls cut share the ends key; else a copy would be missed."""
+    a, cut_a, b, cut_b = pair
+    con = duckdb.connect()
+    try:
+        def keys(text: str) -> tuple[Any, Any, str]:
+            plain = con.execute(f"SELECT {PLAIN.format('$t')}", {"t": text}).fetchone()[0]
+            return (*con.execute(f"SELECT hash({core_sql('$p')}), hash({cut_sql('$p')})", {"p": plain}).fetchone(),
+                    plain)
+
+        (core_a, ends_a, plain_a), (core_b, ends_b, plain_b) = keys(a), keys(b)
+        how = prompts_alike(plain_a, cut_a, plain_b, cut_b)
+        if how in ("same", "held"):
+            assert core_a == core_b
+        if how == "cut":
+            assert ends_a == ends_b
+    finally:
+        con.close()

@@ -66,52 +66,128 @@ def prompts_alike_sql(a: str, cut_a: str, b: str, cut_b: str) -> str:
         END)"""
 
 
-#: A key every two answers the same as :data:`PLAIN` makes them share (so a cheap first sieve): the first 64 characters
-#: of the answer with CRLF as LF, with no white space at their end. (The first 200 characters hold 64 whatever their
+_WHITE = "' ' || chr(9) || chr(10) || chr(13)"
+_LF = "chr(13) || chr(10), chr(10)"
+
+#: A key every two answers the same as :data:`PLAIN` makes them share (a cheap first sieve): the first 64 characters of
+#: the answer with CRLF as LF, with no white space at their end. (The first 200 characters hold 64 whatever their
 #: CRLFs; two texts the same but for white space at their end have the same first 64, or the same whole text, either
 #: way without that white space.) Computing PLAIN on every answer cost 1.4 s of the 1 GB incident's ingest; this, 0.1 s.
-ANSWER_KEY = ("hash(rtrim(left(replace(left(response_text, 200), chr(13) || chr(10), chr(10)), 64), "
-              "' ' || chr(9) || chr(10) || chr(13)))")
+ANSWER_KEY = f"hash(rtrim(left(replace(left(response_text, 200), {_LF}), 64), {_WHITE}))"
+def core_sql(p: str) -> str:
+    """A DuckDB expression: the prompt ``p`` (as :data:`PLAIN` makes it) without the blocks of a gateway's own roles
+    (system, developer, tools) at its head, as :func:`forensics.logged_twice.only_gateway_blocks` reads blocks. Two
+    prompts one request's whole, or one after a gateway's blocks, have the same (a test holds it): the sieve's key."""
+    segments = f"string_split(substr({p}, 3), chr(10) || chr(10) || '<|')"
+    first = (f"list_position(list_transform({segments}, lambda x: split_part(x, '|>', 1) "
+             "NOT IN ('system', 'developer', 'tools')), true)")
+    return (f"(CASE WHEN NOT starts_with({p}, '<|') THEN {p} WHEN {first} IS NULL THEN '' "
+            f"ELSE '<|' || array_to_string(list_slice({segments}, {first}, length({segments})), chr(10) || chr(10) || '<|') END)")
+
+
+def cut_sql(p: str) -> str:
+    """A DuckDB expression: the ends of the prompt ``p`` (as :data:`PLAIN` makes it) a cut log keeps, where it is long
+    enough to be told by them (:func:`forensics.logged_twice.prompts_alike`'s ``cut``), else NULL."""
+    return (f"(CASE WHEN length({p}) >= {SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL} THEN left({p}, "
+            f"{SAME_EXCHANGE_CUT_HEAD}) || chr(0) || right({p}, {SAME_EXCHANGE_CUT_TAIL}) END)")
+
+
+#: Each candidate row's sieve keys, its prompt read once (as :data:`PLAIN` makes it): ``core`` (:func:`core_sql`; NULL
+#: for a prompt shorter than SAME_EXCHANGE_MIN_SUFFIX, which folds nothing), ``ends`` (:func:`cut_sql`, where a log cut
+#: the prompt, or it is long enough to be another's whole), and ``bare`` (no prompt logged).
+KEYS_SQL = """
+SELECT pos, CASE WHEN length(p) >= {min_prompt} THEN hash({core}) END AS core, hash({ends}) AS ends,
+       coalesce(cut, false) AS cut, p = '' AS bare
+FROM (SELECT file_row_number AS pos, {plain_prompt} AS p, prompt_truncated AS cut
+      FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT pos FROM candidates))
+"""
+
+#: Pairs of the keyed candidates (``keyed``: pos, tenant_id, source_file, k, received, bucket, core, ends, cut, bare)
+#: whose keys may make them one exchange: the same answer key (``k``, or none asked: rows with no answer) in one 10 s
+#: bucket or the next, and one request's prompt by its core, or by its ends where one was cut, or a row with none.
+#: Joined on keys, never on the answer alone: a canned answer thousands of customers get to prompts of one template
+#: would pair every two of them.
+NEAR_SQL = """
+spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
+near AS (
+    SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
+           b.source_file AS f_b, a.received AS r_a, b.received AS r_b
+    FROM keyed a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.core = b.core AND a.bucket = b.bucket
+    UNION ALL
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received
+    FROM (SELECT * FROM keyed WHERE cut) a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.ends = b.ends
+                                                        AND a.bucket = b.bucket
+    UNION ALL
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received
+    FROM (SELECT * FROM keyed WHERE bare) a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.bucket = b.bucket
+),
+pairs AS (
+    SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
+    WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} {more}
+)
+"""
 
 #: Pairs of rows of two customer ids with the same answer received within 10 s of each other, logged in two files (one
 #: log never holds one exchange twice under two ids; two customers' rows alike in one export are two customers'). Rows
-#: are named by their place in the table.
+#: are named by their place in the table. Only the rows of (answer key, 10 s) cells two ids in two files share have
+#: their prompts read: computing PLAIN on every answer and prompt cost over a second of the 1 GB incident's ingest.
 ANSWERED_PAIRS_SQL = """
-WITH keyed AS (
-    SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, epoch_us(received_at) AS received
+WITH answered AS (
+    SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, epoch_us(received_at) AS received,
+           epoch_us(received_at) // {window} AS bucket
     FROM read_parquet($path, file_row_number = true)
     WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND length(response_text) > 0
 ),
-near AS (
-    SELECT a.pos AS pos_a, b.pos AS pos_b FROM keyed a JOIN keyed b
-      ON a.k = b.k AND a.pos < b.pos AND a.tenant_id <> b.tenant_id AND a.source_file IS DISTINCT FROM b.source_file
-     AND b.received BETWEEN a.received - {window} AND a.received + {window}
+cells AS (
+    SELECT k, bucket FROM (SELECT k, tenant_id, source_file, bucket + unnest([-1, 0, 1]) AS bucket FROM answered)
+    GROUP BY k, bucket HAVING count(DISTINCT tenant_id) > 1 AND count(DISTINCT source_file) > 1
 ),
+candidates AS (SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.bucket),
+keys AS ({keys}),
+keyed AS (SELECT * FROM candidates JOIN keys USING (pos)),
+{near},
 answers AS (
     SELECT pos, md5(answer) AS digest, answer <> '' AS said FROM (
         SELECT file_row_number AS pos, {plain_answer} AS answer FROM read_parquet($path, file_row_number = true)
-        WHERE file_row_number IN (SELECT pos_a FROM near UNION SELECT pos_b FROM near))
+        WHERE file_row_number IN (SELECT pos_a FROM pairs UNION SELECT pos_b FROM pairs))
 )
-SELECT n.pos_a, n.pos_b FROM near n JOIN answers x ON x.pos = n.pos_a JOIN answers y ON y.pos = n.pos_b
+SELECT p.pos_a, p.pos_b FROM pairs p JOIN answers x ON x.pos = p.pos_a JOIN answers y ON y.pos = p.pos_b
 WHERE x.said AND x.digest = y.digest
 """
 
 #: Pairs of rows of two linked customer ids ($first, $second: the pairs, side by side) received within 10 s of each
-#: other in two files, one of which logged no answer (a request whose answer one gateway lost, or whose call failed).
+#: other in two files, one of which logged no answer (a request whose answer one gateway lost, or whose call failed),
+#: whose prompts may be one request's by their core or ends (no row with no prompt: :func:`_linked_together`).
 UNANSWERED_PAIRS_SQL = """
 WITH linked AS (SELECT unnest($first) AS t1, unnest($second) AS t2),
+partners AS (SELECT t1 AS tenant_id, t2 AS partner FROM linked UNION ALL SELECT t2, t1 FROM linked),
 rows AS (
-    SELECT file_row_number AS pos, tenant_id, source_file, epoch_us(received_at) AS received,
-           {plain_answer} = '' AS unanswered
+    SELECT file_row_number AS pos, tenant_id, source_file, NULL::UBIGINT AS k, epoch_us(received_at) AS received,
+           epoch_us(received_at) // {window} AS bucket,
+           coalesce(rtrim(response_text, ' ' || chr(9) || chr(10) || chr(13)), '') = '' AS unanswered
     FROM read_parquet($path, file_row_number = true)
-    WHERE received_at IS NOT NULL AND tenant_id IN (SELECT t1 FROM linked UNION SELECT t2 FROM linked)
-)
-SELECT a.pos AS pos_a, b.pos AS pos_b FROM rows a JOIN rows b
-  ON a.pos < b.pos AND (a.unanswered OR b.unanswered) AND a.source_file IS DISTINCT FROM b.source_file
- AND b.received BETWEEN a.received - {window} AND a.received + {window}
- AND EXISTS (SELECT 1 FROM linked l WHERE (l.t1 = a.tenant_id AND l.t2 = b.tenant_id)
-                                       OR (l.t1 = b.tenant_id AND l.t2 = a.tenant_id))
+    WHERE received_at IS NOT NULL AND tenant_id IN (SELECT tenant_id FROM partners)
+),
+cells AS (SELECT DISTINCT r.tenant_id, bucket + unnest([-1, 0, 1]) AS bucket FROM rows r WHERE unanswered),
+candidates AS (
+    SELECT r.* EXCLUDE (unanswered) FROM rows r WHERE r.unanswered OR EXISTS (
+        SELECT 1 FROM partners p JOIN cells c ON c.tenant_id = p.partner
+        WHERE p.tenant_id = r.tenant_id AND c.bucket = r.bucket)
+),
+keys AS ({keys}),
+keyed AS (SELECT c.*, k2.* EXCLUDE (pos) FROM candidates c JOIN keys k2 USING (pos) WHERE NOT k2.bare),
+{near}
+SELECT pos_a, pos_b FROM pairs
 """
+
+#: More candidate pairs than this (thousands of customers sending one long prompt at the same moments from two logs)
+#: are not checked one by one: the fold is left out, and the note says so.
+MAX_PAIRS = 2_000_000
+
+
+class TooManyPairs(Exception):
+    """More than :data:`MAX_PAIRS` candidate pairs."""
+
 
 #: The pairs a query above named ($pos_a, $pos_b: side by side), with how their prompts are alike and what
 #: :func:`forensics.logged_twice.runs_together` needs.
@@ -140,20 +216,32 @@ FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELEC
 @dataclass
 class Folded:
     """What :func:`fold_logged_twice` did: the rows folded, the customer ids linked (kept id, folded id, exchanges),
-    and the lines folded per file (SHA-256), which count as duplicates."""
+    the lines folded per file (SHA-256), which count as duplicates, and whether the fold was left out."""
 
     rows: int = 0
     linked: list[tuple[str, str, int]] = field(default_factory=list)
     lines: Tally[str] = field(default_factory=Tally)
+    left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
 
 
 def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]]) -> Folded:
     """Fold the exchanges of the table at ``path`` that are one exchange logged twice under two customer ids (see the
     module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
     case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
-    copies = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, ANSWERED_PAIRS_SQL, {})
-              if runs_together(how, same_usage, *times)]
     folded = Folded()
+    try:
+        return _fold(con, path, copies_path, files, folded)
+    except TooManyPairs:
+        folded.rows, folded.linked, folded.lines, folded.left_out = 0, [], Tally(), True
+        _write_copies(copies_path, [])
+        return folded
+
+
+def _fold(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]], folded: Folded) -> Folded:
+    """:func:`fold_logged_twice`'s work (:class:`TooManyPairs` where the candidates are too many to check)."""
+    # (a short prompt folds nothing: two customers' monitors may send one "say hello" on the minute, day after day)
+    copies = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, ANSWERED_PAIRS_SQL, {})
+              if how != "short" and runs_together(how, same_usage, *times)]
     if not copies:
         _write_copies(copies_path, [])
         return folded
@@ -162,9 +250,8 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
     tenant = {pos: r[2] for pos, r in rows.items()}
     # The customer ids two or more exchanges link (ids that are one text under Unicode's NFC are one customer already).
     links: dict[frozenset[str], set[tuple[int, int]]] = {}
-    for a, b, how in copies:
-        # (a short prompt links nothing: two customers' monitors may send one "say hello" on the minute, day after day)
-        if how != "short" and customer_key(tenant[a]) != customer_key(tenant[b]):
+    for a, b, _ in copies:
+        if customer_key(tenant[a]) != customer_key(tenant[b]):
             links.setdefault(frozenset((tenant[a], tenant[b])), set()).add((a, b))
     linked = {pair for pair, found in links.items() if len(found) >= FOLD_MIN_LINKS}
     if not linked:
@@ -260,8 +347,17 @@ def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
     """The pairs ``pairs_sql`` names, each with how their prompts are alike, whether they reported the same usage, and
     their times (received and completed, of each) as :func:`forensics.logged_twice.runs_together` takes them."""
     plain_answer = PLAIN.format("response_text")
-    pairs = con.execute(pairs_sql.format(plain_answer=plain_answer, answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US),
+    keys = KEYS_SQL.format(min_prompt=SAME_EXCHANGE_MIN_SUFFIX, core=core_sql("p"), ends=cut_sql("p"),
+                           plain_prompt=PLAIN.format("prompt_text"))
+    more = ("" if pairs_sql is ANSWERED_PAIRS_SQL else
+            "AND (pos_a IN (SELECT pos FROM rows WHERE unanswered) OR pos_b IN (SELECT pos FROM rows WHERE unanswered)) "
+            "AND EXISTS (SELECT 1 FROM partners x WHERE x.tenant_id = t_a AND x.partner = t_b)")
+    near = NEAR_SQL.format(window=SAME_EXCHANGE_US, more=more)
+    pairs = con.execute(pairs_sql.format(plain_answer=plain_answer, answer_key=ANSWER_KEY, keys=keys, near=near,
+                                         window=SAME_EXCHANGE_US) + f" LIMIT {MAX_PAIRS + 1}",
                         {"path": str(path), **params}).fetchall()
+    if len(pairs) > MAX_PAIRS:
+        raise TooManyPairs
     if not pairs:  # (the prompts are never read)
         return []
     sql = ALIKE_SQL.format(plain_prompt=PLAIN.format("prompt_text"), completed=COMPLETED_US,

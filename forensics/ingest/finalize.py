@@ -51,7 +51,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, first_few, safe_id, shown_ids
-from forensics.ingest.copies import fold_logged_twice
+from forensics.ingest.copies import MAX_PAIRS, fold_logged_twice
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -818,6 +818,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "failed or broken stream) and took the text the decode node logged as generated for "
                      f"{'them' if engine_answers > 1 else 'it'} (its request.finished line: response_source_file and "
                      "response_source_line say where), so the suspects among them are searched with it")
+    if logged_twice.left_out:
+        notes.append(f"the check for exchanges logged twice under two customer ids was left out: more than "
+                     f"{MAX_PAIRS:,} pairs of rows of two logs hold the same answer and the same prompt's end at the same "
+                     "time (thousands of customers sending one long prompt together?). Copies a second gateway logged, if "
+                     "any, were not folded: a customer may be named twice. Fix: ingest one gateway's logs")
     if logged_twice.rows:
         shown = first_few([f"{safe_id(kept)} ~ {safe_id(other)} ({n})" for kept, other, n in logged_twice.linked], 5)
         notes.append(f"{logged_twice.rows} exchange{'s' if logged_twice.rows > 1 else ''} logged twice under two customer "
