@@ -101,6 +101,107 @@ def test_short_prompts_alike_link_no_ids(tmp_path: Path) -> None:
     assert folded.rows == 0 and len(kept) == 6
 
 
+def test_rows_with_no_prompt_link_no_ids(tmp_path: Path) -> None:
+    """A spend log that keeps no prompts (LiteLLM's default) beside the callbacks: two customers' classification jobs
+    give one-word answers with the same usage at the same moments, so a prompt-less row of one team paired with the
+    other customer's callback; those pairs linked the two customers and one's requests were folded into the other's (a
+    review). A row with no prompt links nothing."""
+    rows = []
+    for cust, offset in (("a", 0.0), ("b", 0.3)):
+        for i in range(12):
+            label, usage = ("positive", 41) if i % 2 else ("negative", 42)
+            prompt = f"<|user|>\nClassify customer {cust}'s review {i} as positive or negative, in one word please."
+            for tenant, text, file in ((f"org-{cust}", prompt, "gateway/callbacks.jsonl"), (f"team-{cust}", "", "gateway/spend.jsonl")):
+                rows.append(_row(f"{cust}-{i}", tenant, 0, offset + i, prompt=text, answer=label, usage=usage, seconds=0.4,
+                                 file=file, line=len(rows) + 1))
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0 and len(kept) == 48
+
+
+def test_a_cut_copy_never_takes_the_place_of_a_whole_prompt(tmp_path: Path) -> None:
+    """A spend log cuts a long prompt to its ends; under a team id holding more records it was kept, and the whole
+    prompt's middle left the search (a review). The id whose rows hold whole prompts is kept."""
+    def whole(n: int) -> str:
+        return "<|user|>\n" + f"Head of request {n}. " * 40 + f"SECRET-MIDDLE-{n} " + "the shared tail. " * 90
+
+    rows = []
+    for n in (1, 2):
+        rows.append(_row(f"r-{n}", "org-acme", n, 60 * n, prompt=whole(n), file="gateway/callbacks.jsonl", line=n))
+        rows.append(_row(f"r-{n}", "team-acme", n, 60 * n, prompt=whole(n)[:700] + "[...]" + whole(n)[-1100:],
+                         file="gateway/spend.jsonl", line=n) | {"prompt_truncated": True})
+    rows += [_row(f"s-{k}", "team-acme", 100 + k, 900 + 60 * k, file="gateway/spend.jsonl", line=10 + k) for k in range(3)]
+    folded, _, copies = _fold(tmp_path, rows)
+    assert folded.rows == 2 and {c["tenant_id"] for c in copies} == {"team-acme"}
+    texts = pq.read_table(tmp_path / "exchanges.parquet", columns=["prompt_text"]).column("prompt_text").to_pylist()
+    assert sum("SECRET-MIDDLE" in (t or "") for t in texts) == 2
+
+
+def test_a_third_id_never_joins_two_customers(tmp_path: Path) -> None:
+    """A front door's account carries two customers of the gateway behind it; once, the two send the same long prompt
+    together, both in the gateway's one log. Through the account's rows the two were put in one group and one
+    customer's exchange folded into the other's (a review): a row folds only into a row it is paired with."""
+    rows: list[dict[str, Any]] = []
+
+    def add(rid: str, tenant: str, n: int, at: float, file: str, **kw: Any) -> None:
+        rows.append(_row(rid, tenant, n, at, file=file, line=len(rows) + 1, **kw))
+
+    for cust, ns in (("a", (1, 2)), ("c", (3, 4))):
+        for n in ns:
+            add(f"{cust}-{n}", f"org-{cust}", n, 60 * n, "gateway/inner.jsonl", node="d0")
+            add(f"f{cust}-{n}", "reseller-x", n, 60 * n - 0.004, "gateway/front.jsonl")
+    add("a-9", "org-a", 9, 300.0, "gateway/inner.jsonl", node="d0")
+    add("c-9", "org-c", 9, 300.3, "gateway/inner.jsonl", node="d0")
+    add("fa-9", "reseller-x", 9, 299.996, "gateway/front.jsonl")
+    add("fc-9", "reseller-x", 9, 300.296, "gateway/front.jsonl")
+    _, kept, copies = _fold(tmp_path, rows)
+    assert ("c-9", "org-c") in kept and ("a-9", "org-a") in kept
+    assert {c["tenant_id"] for c in copies} == {"reseller-x"}
+
+
+def test_a_sliver_of_two_customers_traffic_alike_links_no_ids(tmp_path: Path) -> None:
+    """Two customers' monitors send one long canary on the minute, each from its own replica's log, answered alike:
+    three pairs linked the two and one's canaries folded (a review). A gateway in front logs nearly all of a customer's
+    calls; three of forty are no second gateway."""
+    canary = "<|user|>\nHealth check: reply with the word OK and the current model name, nothing else at all."
+    rows = []
+    for cust, file, offset in (("a", "gateway/replica-1.jsonl", 0.0), ("b", "gateway/replica-2.jsonl", 0.2)):
+        for i in range(40):
+            at = 30 * i + offset
+            text = canary if i % 13 == 0 else None
+            rows.append(_row(f"{cust}-{i}", f"org-{cust}", 1000 * (cust == "b") + i, at, prompt=text,
+                             answer="OK" if text else "", file=file, line=i + 1))
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0 and len(kept) == 80
+
+
+def test_a_short_question_of_linked_ids_folds(tmp_path: Path) -> None:
+    """Two ids linked by long exchanges: their short question logged by both is one exchange too (the match stage
+    treats it so); left, the customer was named twice for it (a review)."""
+    short = "<|user|>\nWhat is the status of claim 4471?"
+    rows = [_row("r-1", "org-acme", 1, 0, node="decode-0"), _row("r-2", "org-acme", 2, 60, node="decode-0"),
+            _row("r-3", "org-acme", 3, 120, prompt=short, node="decode-0"),
+            _front_door(1, 0), _front_door(2, 60), _front_door(3, 120, prompt=SYSTEM + short)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert folded.rows == 3 and {t for _, t in kept} == {"org-acme"}
+    assert [c["prompts"] for c in copies] == ["same", "same", "held"]
+
+
+def test_a_spend_log_without_prompts_leaves_a_front_door_folded(tmp_path: Path) -> None:
+    """Thousands of one-word answers, each logged by the callbacks and by a spend log with no prompt, paired every
+    prompt-less row with every answer alike in its 10 s: over the cap, the fold was left out and a real front door's
+    copies were kept (a review). Rows with no prompt pair only within ids already linked."""
+    rows = []
+    for i in range(3000):
+        t, label = f"org-{i % 50}", ("positive", "negative")[i % 2]
+        prompt = f"<|user|>\nClassify review {i} of the catalogue as positive or negative, in one word."
+        rows.append(_row(f"c-{i}", t, 0, i / 100, prompt=prompt, answer=label, file="gateway/callbacks.jsonl", line=i + 1))
+        rows.append(_row(f"c-{i}", t, 0, i / 100, prompt="", answer=label, file="gateway/spend.jsonl", line=i + 1))
+    rows += [_row("r-1", "org-acme", 1, 0, node="d0"), _row("r-2", "org-acme", 2, 60, node="d0"),
+             _front_door(1, 0), _front_door(2, 60)]
+    folded, _, copies = _fold(tmp_path, rows)
+    assert not folded.left_out and sorted(c["request_id"] for c in copies) == ["fd-1", "fd-2"]
+
+
 def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:
     """With no engine placement, the id the logs hold the most records under is kept, for every exchange: a customer
     is never named under one id for one suspect and the other for the next."""

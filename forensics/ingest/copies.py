@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +43,10 @@ from forensics.logged_twice import (
 #: Two customer ids are folded into one only where this many of their exchanges are copies of each other: one pair
 #: may be two customers asking the same long question at the same moment and answered alike.
 FOLD_MIN_LINKS = 2
+#: ... and only where those exchanges are this share or more of one id's answered rows while the two were logged alike:
+#: a gateway in front logs nearly all of a customer's calls; two customers' monitors sending one long canary on the
+#: minute, each from its own replica's log, are a sliver of either's traffic (a review).
+FOLD_MIN_COVERAGE = 0.5
 
 
 def prompts_alike_sql(a: str, cut_a: str, b: str, cut_b: str) -> str:
@@ -74,6 +78,8 @@ _LF = "chr(13) || chr(10), chr(10)"
 #: CRLFs; two texts the same but for white space at their end have the same first 64, or the same whole text, either
 #: way without that white space.) Computing PLAIN on every answer cost 1.4 s of the 1 GB incident's ingest; this, 0.1 s.
 ANSWER_KEY = f"hash(rtrim(left(replace(left(response_text, 200), {_LF}), 64), {_WHITE}))"
+
+
 def core_sql(p: str) -> str:
     """A DuckDB expression: the prompt ``p`` (as :data:`PLAIN` makes it) without the blocks of a gateway's own roles
     (system, developer, tools) at its head, as :func:`forensics.logged_twice.only_gateway_blocks` reads blocks. Two
@@ -92,46 +98,26 @@ def cut_sql(p: str) -> str:
             f"{SAME_EXCHANGE_CUT_HEAD}) || chr(0) || right({p}, {SAME_EXCHANGE_CUT_TAIL}) END)")
 
 
-#: Each candidate row's sieve keys, its prompt read once (as :data:`PLAIN` makes it): ``core`` (:func:`core_sql`; NULL
-#: for a prompt shorter than SAME_EXCHANGE_MIN_SUFFIX, which folds nothing), ``ends`` (:func:`cut_sql`, where a log cut
-#: the prompt, or it is long enough to be another's whole), and ``bare`` (no prompt logged).
+#: Each row's sieve keys and what the fold asks of it, its prompt and answer read once (as :data:`PLAIN` makes them),
+#: for the rows of ``{rows}`` (a relation with a ``pos`` column): ``core`` (:func:`core_sql`; NULL where no prompt),
+#: ``long`` (a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or more), ``ends`` (:func:`cut_sql`; NULL unless long
+#: enough; a NULL key's hash would be one value for all), ``cut``, ``bare`` (no prompt), ``said`` (an answer) and
+#: ``digest`` (the answer's MD5).
 KEYS_SQL = """
-SELECT pos, CASE WHEN length(p) >= {min_prompt} THEN hash({core}) END AS core, hash({ends}) AS ends,
-       coalesce(cut, false) AS cut, p = '' AS bare
-FROM (SELECT file_row_number AS pos, {plain_prompt} AS p, prompt_truncated AS cut
-      FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT pos FROM candidates))
+SELECT pos, CASE WHEN p <> '' THEN hash({core}) END AS core, length(p) >= {min_prompt} AS long,
+       CASE WHEN length(p) >= {cut_length} THEN hash({ends}) END AS ends, coalesce(cut, false) AS cut, p = '' AS bare,
+       answer <> '' AS said, md5(answer) AS digest
+FROM (SELECT file_row_number AS pos, {plain_prompt} AS p, {plain_answer} AS answer, prompt_truncated AS cut
+      FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT pos FROM {rows}))
 """
 
-#: Pairs of the keyed candidates (``keyed``: pos, tenant_id, source_file, k, received, bucket, core, ends, cut, bare)
-#: whose keys may make them one exchange: the same answer key (``k``, or none asked: rows with no answer) in one 10 s
-#: bucket or the next, and one request's prompt by its core, or by its ends where one was cut, or a row with none.
-#: Joined on keys, never on the answer alone: a canned answer thousands of customers get to prompts of one template
-#: would pair every two of them.
-NEAR_SQL = """
-spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
-near AS (
-    SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
-           b.source_file AS f_b, a.received AS r_a, b.received AS r_b
-    FROM keyed a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.core = b.core AND a.bucket = b.bucket
-    UNION ALL
-    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received
-    FROM (SELECT * FROM keyed WHERE cut) a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.ends = b.ends
-                                                        AND a.bucket = b.bucket
-    UNION ALL
-    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received
-    FROM (SELECT * FROM keyed WHERE bare) a JOIN spread b ON a.k IS NOT DISTINCT FROM b.k AND a.bucket = b.bucket
-),
-pairs AS (
-    SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
-    WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} {more}
-)
-"""
-
-#: Pairs of rows of two customer ids with the same answer received within 10 s of each other, logged in two files (one
-#: log never holds one exchange twice under two ids; two customers' rows alike in one export are two customers'). Rows
-#: are named by their place in the table. Only the rows of (answer key, 10 s) cells two ids in two files share have
-#: their prompts read: computing PLAIN on every answer and prompt cost over a second of the 1 GB incident's ingest.
-ANSWERED_PAIRS_SQL = """
+#: Pairs of rows of two customer ids that hold the same answer received within 10 s of each other in two log files
+#: (one log never holds one exchange twice under two ids: two customers' rows alike in one export are two customers'),
+#: with long prompts one request's by their core, or by their ends where one was cut: the evidence that links two ids.
+#: Only the rows of (answer key, 10 s) cells two ids in two files share are read whole; pairs are joined on keys and
+#: buckets, never on the answer alone (a canned answer thousands of customers get to one template would pair every
+#: two of them). Rows are named by their place in the table.
+EVIDENCE_PAIRS_SQL = """
 WITH answered AS (
     SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, epoch_us(received_at) AS received,
            epoch_us(received_at) // {window} AS bucket
@@ -143,45 +129,57 @@ cells AS (
     GROUP BY k, bucket HAVING count(DISTINCT tenant_id) > 1 AND count(DISTINCT source_file) > 1
 ),
 candidates AS (SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.bucket),
-keys AS ({keys}),
-keyed AS (SELECT * FROM candidates JOIN keys USING (pos)),
-{near},
-answers AS (
-    SELECT pos, md5(answer) AS digest, answer <> '' AS said FROM (
-        SELECT file_row_number AS pos, {plain_answer} AS answer FROM read_parquet($path, file_row_number = true)
-        WHERE file_row_number IN (SELECT pos_a FROM pairs UNION SELECT pos_b FROM pairs))
+keyed AS (SELECT * FROM candidates JOIN ({keys}) USING (pos) WHERE said AND long AND NOT bare),
+spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
+near AS (
+    SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
+           b.source_file AS f_b, a.received AS r_a, b.received AS r_b, a.digest AS d_a, b.digest AS d_b
+    FROM keyed a JOIN spread b ON a.k = b.k AND a.core = b.core AND a.bucket = b.bucket
+    UNION ALL
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received, a.digest,
+           b.digest
+    FROM (SELECT * FROM keyed WHERE cut) a JOIN spread b ON a.k = b.k AND a.ends = b.ends AND a.bucket = b.bucket
 )
-SELECT p.pos_a, p.pos_b FROM pairs p JOIN answers x ON x.pos = p.pos_a JOIN answers y ON y.pos = p.pos_b
-WHERE x.said AND x.digest = y.digest
+SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
+WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} AND d_a = d_b
 """
 
 #: Pairs of rows of two linked customer ids ($first, $second: the pairs, side by side) received within 10 s of each
-#: other in two files, one of which logged no answer (a request whose answer one gateway lost, or whose call failed),
-#: whose prompts may be one request's by their core or ends (no row with no prompt: :func:`_linked_together`).
-UNANSWERED_PAIRS_SQL = """
+#: other in two log files that may be one exchange: the same answer or one with none, and prompts one request's by
+#: their core (any length) or ends, or a row with no prompt beside the same answer and usage. Joined on the partner id,
+#: the bucket and a key, so a busy pair of ids stays bounded.
+LINKED_PAIRS_SQL = """
 WITH linked AS (SELECT unnest($first) AS t1, unnest($second) AS t2),
 partners AS (SELECT t1 AS tenant_id, t2 AS partner FROM linked UNION ALL SELECT t2, t1 FROM linked),
 rows AS (
-    SELECT file_row_number AS pos, tenant_id, source_file, NULL::UBIGINT AS k, epoch_us(received_at) AS received,
-           epoch_us(received_at) // {window} AS bucket,
-           coalesce(rtrim(response_text, ' ' || chr(9) || chr(10) || chr(13)), '') = '' AS unanswered
+    SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, reported_prompt_tokens AS usage,
+           epoch_us(received_at) AS received, epoch_us(received_at) // {window} AS bucket
     FROM read_parquet($path, file_row_number = true)
     WHERE received_at IS NOT NULL AND tenant_id IN (SELECT tenant_id FROM partners)
 ),
-cells AS (SELECT DISTINCT r.tenant_id, bucket + unnest([-1, 0, 1]) AS bucket FROM rows r WHERE unanswered),
-candidates AS (
-    SELECT r.* EXCLUDE (unanswered) FROM rows r WHERE r.unanswered OR EXISTS (
-        SELECT 1 FROM partners p JOIN cells c ON c.tenant_id = p.partner
-        WHERE p.tenant_id = r.tenant_id AND c.bucket = r.bucket)
-),
-keys AS ({keys}),
-keyed AS (SELECT c.*, k2.* EXCLUDE (pos) FROM candidates c JOIN keys k2 USING (pos) WHERE NOT k2.bare),
-{near}
-SELECT pos_a, pos_b FROM pairs
+keyed AS (SELECT * FROM rows JOIN ({keys}) USING (pos)),
+spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
+near AS (
+    SELECT a.pos AS pos_a, b.pos AS pos_b, a.source_file AS f_a, b.source_file AS f_b, a.received AS r_a,
+           b.received AS r_b, a.said AS s_a, b.said AS s_b, a.digest AS d_a, b.digest AS d_b
+    FROM keyed a JOIN partners p ON p.tenant_id = a.tenant_id
+    JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.core = b.core
+    UNION ALL
+    SELECT a.pos, b.pos, a.source_file, b.source_file, a.received, b.received, a.said, b.said, a.digest, b.digest
+    FROM (SELECT * FROM keyed WHERE cut) a JOIN partners p ON p.tenant_id = a.tenant_id
+    JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.ends = b.ends
+    UNION ALL
+    SELECT a.pos, b.pos, a.source_file, b.source_file, a.received, b.received, a.said, b.said, a.digest, b.digest
+    FROM (SELECT * FROM keyed WHERE bare AND said) a JOIN partners p ON p.tenant_id = a.tenant_id
+    JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.k = b.k AND a.usage = b.usage
+)
+SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
+WHERE pos_a <> pos_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window}
+  AND (d_a = d_b AND s_a OR NOT s_a OR NOT s_b)
 """
 
-#: More candidate pairs than this (thousands of customers sending one long prompt at the same moments from two logs)
-#: are not checked one by one: the fold is left out, and the note says so.
+#: More candidate pairs than this in one query (thousands of customers sending one long prompt at the same moments
+#: from two logs) are not checked one by one: the fold is left out, and the note says so.
 MAX_PAIRS = 2_000_000
 
 
@@ -204,23 +202,44 @@ FROM pairs p JOIN rows x ON x.pos = p.pos_a JOIN rows y ON y.pos = p.pos_b
 ORDER BY p.pos_a, p.pos_b
 """
 
-#: What the fold needs of every row some pair names: its keys, where it was logged and whether the engine placed it.
+#: What the fold needs of every row some pair names: its keys, where it was logged, whether the engine placed it, and
+#: what it holds (a cut prompt, none, an answer).
 ROWS_SQL = """
 SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind,
        response_source_file, response_source_line, received_at,
-       decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, {plain_answer} = '' AS unanswered
+       decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
+       {plain_prompt} = '' AS bare, {plain_answer} <> '' AS said
 FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT unnest($positions))
 """
+
+
+class _Row(NamedTuple):
+    pos: int
+    request_id: str
+    tenant_id: str
+    source_file: str | None
+    source_line: int | None
+    source_sha256: str | None
+    record_kind: str | None
+    response_source_file: str | None
+    response_source_line: int | None
+    received_at: Any
+    placed: bool
+    cut: bool
+    bare: bool
+    said: bool
 
 
 @dataclass
 class Folded:
     """What :func:`fold_logged_twice` did: the rows folded, the customer ids linked (kept id, folded id, exchanges),
-    the lines folded per file (SHA-256), which count as duplicates, and whether the fold was left out."""
+    the lines folded per file (SHA-256), which count as duplicates, the linked pairs of ids whose kept id no engine log
+    placed, and whether the fold was left out."""
 
     rows: int = 0
     linked: list[tuple[str, str, int]] = field(default_factory=list)
     lines: Tally[str] = field(default_factory=Tally)
+    unplaced: int = 0
     left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
 
 
@@ -228,114 +247,132 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
     """Fold the exchanges of the table at ``path`` that are one exchange logged twice under two customer ids (see the
     module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
     case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
-    folded = Folded()
     try:
-        return _fold(con, path, copies_path, files, folded)
+        folded, copies = _fold(con, path, files)
     except TooManyPairs:
-        folded.rows, folded.linked, folded.lines, folded.left_out = 0, [], Tally(), True
-        _write_copies(copies_path, [])
-        return folded
+        folded, copies = Folded(left_out=True), []
+    if copies:
+        _drop_rows(path, {r["pos"] for r in copies})
+    _write_copies(copies_path, copies)
+    return folded
 
 
-def _fold(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]], folded: Folded) -> Folded:
-    """:func:`fold_logged_twice`'s work (:class:`TooManyPairs` where the candidates are too many to check)."""
-    # (a short prompt folds nothing: two customers' monitors may send one "say hello" on the minute, day after day)
-    copies = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, ANSWERED_PAIRS_SQL, {})
-              if how != "short" and runs_together(how, same_usage, *times)]
-    if not copies:
-        _write_copies(copies_path, [])
-        return folded
-    positions = sorted({p for a, b, _ in copies for p in (a, b)})
-    rows = {r[0]: r for r in con.execute(ROWS_SQL.format(plain_answer=PLAIN.format("response_text")), {"path": str(path), "positions": positions}).fetchall()}
-    tenant = {pos: r[2] for pos, r in rows.items()}
-    # The customer ids two or more exchanges link (ids that are one text under Unicode's NFC are one customer already).
-    links: dict[frozenset[str], set[tuple[int, int]]] = {}
-    for a, b, _ in copies:
-        if customer_key(tenant[a]) != customer_key(tenant[b]):
-            links.setdefault(frozenset((tenant[a], tenant[b])), set()).add((a, b))
-    linked = {pair for pair, found in links.items() if len(found) >= FOLD_MIN_LINKS}
+def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, list[dict[str, Any]]]:
+    """:func:`fold_logged_twice`'s choice of the copies (each a row of ``logged_twice.parquet``, with its place), the
+    table untouched."""
+    folded = Folded()
+    evidence = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
+                if how in ("same", "held", "cut") and runs_together(how, same_usage, *times)]
+    if not evidence:
+        return folded, []
+    rows = _rows(con, path, {p for a, b, _ in evidence for p in (a, b)})
+    linked = _linked(con, path, evidence, rows)
     if not linked:
-        _write_copies(copies_path, [])
-        return folded
-    parent: dict[int, int] = {}
+        return folded, []
+    ordered = sorted(linked)
+    pairs = _alike(con, path, LINKED_PAIRS_SQL, {"first": [a for a, _ in ordered], "second": [b for _, b in ordered]})
+    rows.update(_rows(con, path, {p for a, b, *_ in pairs for p in (a, b)} - set(rows)))
+    tenants = sorted({t for pair in linked for t in pair})
+    placed = {t: (on_nodes, records) for t, on_nodes, records in con.execute(
+        "SELECT tenant_id, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT NULL), count(*) "
+        "FROM read_parquet($path) WHERE tenant_id IN (SELECT unnest($t)) GROUP BY 1",
+        {"path": str(path), "t": tenants}).fetchall()}
+    cut_rows: Tally[str] = Tally(r.tenant_id for r in rows.values() if r.cut or r.bare)
 
-    def root(p: int) -> int:
-        while parent.get(p, p) != p:
-            parent[p] = parent.get(parent[p], parent[p])
-            p = parent[p]
-        return p
+    def rank(t: str) -> tuple[int, int, int, str]:
+        # The engine's own record names the inner gateway's request; then the id whose rows hold whole prompts (a
+        # spend log cuts or drops them); then the id the logs hold the most records under.
+        on_nodes, records = placed.get(t, (0, 0))
+        return (-on_nodes, cut_rows.get(t, 0), -records, t)
 
-    how_of: dict[int, str] = {}
-
-    def join(a: int, b: int, how: str | None) -> None:
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        parent[root(b)] = root(a)
-        how_of.setdefault(b, how or "")
-        how_of.setdefault(a, how or "")
-
-    for a, b, how in copies:
-        if frozenset((tenant[a], tenant[b])) in linked:
-            join(a, b, how)
-    placed: Tally[str] = Tally(tenant[p] for p in parent if rows[p][10])
-    held = dict(con.execute("SELECT tenant_id, count(*) FROM read_parquet($path) WHERE tenant_id IN (SELECT unnest($t)) "
-                            "GROUP BY 1", {"path": str(path), "t": sorted({tenant[p] for p in parent})}).fetchall())
-
-    def rank(t: str) -> tuple[int, int, str]:
-        return (-placed.get(t, 0), -held.get(t, 0), t)
-
-    # A linked pair's exchange that one log holds with no answer (a call that failed, an answer a gateway lost) is a
-    # copy by its prompt and times alone: left, each named the customer's text again under the other id. Only where the
-    # row without an answer is the one folded: the answer the other id's row holds is never dropped.
-    ordered = sorted(tuple(sorted(pair)) for pair in linked)
-    more = [(a, b, how) for a, b, how, _, times in _alike(
-                con, path, UNANSWERED_PAIRS_SQL, {"first": [p[0] for p in ordered], "second": [p[1] for p in ordered]})
-            if _linked_together(how, *times)]
-    if more:
-        extra = {r[0]: r for r in con.execute(ROWS_SQL.format(plain_answer=PLAIN.format("response_text")), {"path": str(path), "positions": sorted(
-            {p for a, b, _ in more for p in (a, b)} - set(rows))}).fetchall()}
-        rows.update(extra)
-        tenant.update({pos: r[2] for pos, r in extra.items()})
-        for a, b, how in more:
-            folded_side = a if rank(tenant[a]) > rank(tenant[b]) else b
-            if rows[folded_side][11]:
-                join(a, b, how)
-
-    groups: dict[int, list[int]] = {}
-    for p in parent:
-        groups.setdefault(root(p), []).append(p)
+    copy_of: dict[int, tuple[int, str]] = {}
+    for a, b, how, same_usage, times in pairs:
+        ra, rb = rows[a], rows[b]
+        if frozenset((ra.tenant_id, rb.tenant_id)) not in linked:
+            continue
+        if ra.said and rb.said:
+            together = how is not None and runs_together(how, same_usage, *times)
+        else:
+            together = _linked_together(how, *times)
+        if not together:
+            continue
+        kept, dropped = (ra, rb) if rank(ra.tenant_id) < rank(rb.tenant_id) else (rb, ra)
+        # Only a copy that holds no more than the kept row folds: never a whole prompt into a cut one, a prompt into a
+        # row that logged none, or an answer into a row without one.
+        if (how == "cut" and kept.cut and not dropped.cut) or (kept.bare and not dropped.bare) \
+                or (dropped.said and not kept.said):
+            continue
+        if dropped.pos not in copy_of or kept.pos < copy_of[dropped.pos][0]:
+            copy_of[dropped.pos] = (kept.pos, how or "")
     out: list[dict[str, Any]] = []
     pair_counts: Tally[tuple[str, str]] = Tally()
     joined = {k.joined for k in FORMATS.kinds() if k.half is not None and k.joined}
     sha_of = {f["path"]: f["sha256"] for f in files}
-    for members in groups.values():
-        keep = min((tenant[p] for p in members), key=rank)
-        kept = min(p for p in members if tenant[p] == keep)
-        for p in sorted(members):
-            if tenant[p] == keep:
-                continue
-            r = rows[p]
-            out.append({"request_id": r[1], "tenant_id": r[2], "source_file": r[3], "source_line": r[4],
-                        "received_at": r[9], "kept_request_id": rows[kept][1], "kept_tenant_id": keep,
-                        "prompts": how_of.get(p), "pos": p})
-            pair_counts[(keep, r[2])] += 1
-            folded.lines[r[5]] += 1
-            if r[6] in joined and r[7] is not None and r[7] in sha_of:  # the answer's line of a joined split row
-                folded.lines[sha_of[r[7]]] += 1
+    for pos in sorted(copy_of):
+        r, (kept_pos, how) = rows[pos], copy_of[pos]
+        kept = rows[kept_pos]
+        out.append({"request_id": r.request_id, "tenant_id": r.tenant_id, "source_file": r.source_file,
+                    "source_line": r.source_line, "received_at": r.received_at, "kept_request_id": kept.request_id,
+                    "kept_tenant_id": kept.tenant_id, "prompts": how, "pos": pos})
+        pair_counts[(kept.tenant_id, r.tenant_id)] += 1
+        if r.source_sha256 is not None:
+            folded.lines[r.source_sha256] += 1
+        if r.record_kind in joined and r.response_source_file in sha_of:  # the answer's line of a joined split row
+            folded.lines[sha_of[str(r.response_source_file)]] += 1
     out.sort(key=lambda r: (r["kept_tenant_id"], r["tenant_id"], r["request_id"], r["pos"]))
-    _drop_rows(path, {r["pos"] for r in out})
-    _write_copies(copies_path, out)
     folded.rows = len(out)
     folded.linked = sorted(((k, t, n) for (k, t), n in pair_counts.items()), key=lambda x: (-x[2], x[0], x[1]))
-    return folded
+    folded.unplaced = sum(1 for k, _, _ in folded.linked if not placed.get(k, (0, 0))[0])
+    return folded, out
+
+
+def _rows(con: Any, path: Path, positions: set[int]) -> dict[int, _Row]:
+    """:data:`ROWS_SQL`'s rows at ``positions``, by place."""
+    if not positions:
+        return {}
+    sql = ROWS_SQL.format(plain_prompt=PLAIN.format("prompt_text"), plain_answer=PLAIN.format("response_text"))
+    return {r[0]: _Row(*r) for r in con.execute(sql, {"path": str(path), "positions": sorted(positions)}).fetchall()}
+
+
+def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: dict[int, _Row]) -> set[frozenset[str]]:
+    """The pairs of customer ids the ``evidence`` pairs link: :data:`FOLD_MIN_LINKS` exchanges or more, covering
+    :data:`FOLD_MIN_COVERAGE` or more of one id's answered rows while the two were logged alike (a gateway in front
+    logs nearly all of a customer's calls; two customers' monitors sending one long canary are a sliver of either's)."""
+    found: dict[frozenset[str], set[tuple[int, int]]] = {}
+    for a, b, _ in evidence:
+        ta, tb = rows[a].tenant_id, rows[b].tenant_id
+        if customer_key(ta) != customer_key(tb):  # (ids one text under Unicode's NFC are one customer already)
+            found.setdefault(frozenset((ta, tb)), set()).add((a, b))
+    candidates = {pair: got for pair, got in found.items() if len(got) >= FOLD_MIN_LINKS}
+    if not candidates:
+        return set()
+    spans: list[tuple[str, int, int, int]] = []  # (tenant, first, last, its rows paired) per id of each candidate pair
+    keys: list[frozenset[str]] = []
+    for pair, got in sorted(candidates.items(), key=lambda item: sorted(item[0])):
+        times = [rows[p].received_at for ab in got for p in ab]
+        for t in sorted(pair):
+            spans.append((t, min(times), max(times), len({p for ab in got for p in ab if rows[p].tenant_id == t})))
+        keys.append(pair)
+    answered = con.execute(
+        "WITH s AS (SELECT unnest($t) AS t, unnest($lo) AS lo, unnest($hi) AS hi, unnest($i) AS i) "
+        "SELECT s.i, count(e.tenant_id) FROM s LEFT JOIN read_parquet($path) e ON e.tenant_id = s.t "
+        "AND e.received_at BETWEEN s.lo AND s.hi AND length(e.response_text) > 0 GROUP BY s.i ORDER BY s.i",
+        {"path": str(path), "t": [s[0] for s in spans], "lo": [s[1] for s in spans], "hi": [s[2] for s in spans],
+         "i": list(range(len(spans)))}).fetchall()
+    linked = set()
+    for k, pair in enumerate(keys):
+        share = max(spans[2 * k + j][3] / max(answered[2 * k + j][1], 1) for j in (0, 1))
+        if share >= FOLD_MIN_COVERAGE:
+            linked.add(pair)
+    return linked
 
 
 def _linked_together(how: str | None, ra: int, ca: int | None, rb: int, cb: int | None) -> bool:
     """:func:`forensics.logged_twice.runs_together` for two rows of ids already linked as one customer, one of which
-    logged no answer: the prompts must be one request's at length (the same text of 64 characters or more, one after a
-    gateway's own blocks, or cut), and where one logged no completion time (a request whose answer was never logged),
-    its time received decides alone; no usage is asked (a split request half reports none)."""
-    if how not in ("same", "held", "cut") or abs(ra - rb) > SAME_EXCHANGE_US:
+    logged no answer: the prompts must be one request's (the same text, one after a gateway's own blocks, or cut), and
+    where one logged no completion time (a request whose answer was never logged), its time received decides alone; no
+    usage is asked (a split request half reports none)."""
+    if how not in ("same", "short", "held", "cut") or abs(ra - rb) > SAME_EXCHANGE_US:
         return False
     if ca is None or cb is None:
         return True
@@ -347,15 +384,12 @@ def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
     """The pairs ``pairs_sql`` names, each with how their prompts are alike, whether they reported the same usage, and
     their times (received and completed, of each) as :func:`forensics.logged_twice.runs_together` takes them."""
     plain_answer = PLAIN.format("response_text")
-    keys = KEYS_SQL.format(min_prompt=SAME_EXCHANGE_MIN_SUFFIX, core=core_sql("p"), ends=cut_sql("p"),
-                           plain_prompt=PLAIN.format("prompt_text"))
-    more = ("" if pairs_sql is ANSWERED_PAIRS_SQL else
-            "AND (pos_a IN (SELECT pos FROM rows WHERE unanswered) OR pos_b IN (SELECT pos FROM rows WHERE unanswered)) "
-            "AND EXISTS (SELECT 1 FROM partners x WHERE x.tenant_id = t_a AND x.partner = t_b)")
-    near = NEAR_SQL.format(window=SAME_EXCHANGE_US, more=more)
-    pairs = con.execute(pairs_sql.format(plain_answer=plain_answer, answer_key=ANSWER_KEY, keys=keys, near=near,
-                                         window=SAME_EXCHANGE_US) + f" LIMIT {MAX_PAIRS + 1}",
-                        {"path": str(path), **params}).fetchall()
+    keys = KEYS_SQL.format(min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
+                           core=core_sql("p"), ends=cut_sql("p"), plain_prompt=PLAIN.format("prompt_text"),
+                           plain_answer=plain_answer, rows="{rows}")
+    sql = pairs_sql.format(answer_key=ANSWER_KEY, keys=keys.format(rows="candidates" if pairs_sql is EVIDENCE_PAIRS_SQL
+                                                                    else "rows"), window=SAME_EXCHANGE_US)
+    pairs = con.execute(sql + f" LIMIT {MAX_PAIRS + 1}", {"path": str(path), **params}).fetchall()
     if len(pairs) > MAX_PAIRS:
         raise TooManyPairs
     if not pairs:  # (the prompts are never read)

@@ -828,11 +828,15 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         notes.append(f"{logged_twice.rows} exchange{'s' if logged_twice.rows > 1 else ''} logged twice under two customer "
                      f"ids {'were' if logged_twice.rows > 1 else 'was'} folded into one row each, kept under the first id "
                      f"of each pair: {shown} (the same answer and one request's prompt at the same time, for two "
-                     "exchanges or more of the same ids in two logs: a second gateway under its own request ids and "
+                     "exchanges or more of the same ids in two logs, half or more of one id's calls meanwhile: a second gateway under its own request ids and "
                      "account names, or a spend log naming teams beside callbacks naming organisations; the id kept is "
-                     "the one the engine logs place on a node most often, else the one with the most records). "
+                     "the one the engine logs place on a node most often, then the one whose rows hold whole prompts, "
+                     "then the one with the most records). "
                      "logged_twice.parquet lists every copy; if two of these ids are different customers, read their "
-                     "rows there before notifying")
+                     "rows there before notifying"
+                     + (f". For {logged_twice.unplaced} of these pairs no engine log placed either id on a node: the id "
+                        "kept may be the second gateway's account name, not the one the customer is known by; check "
+                        "it" if logged_twice.unplaced else ""))
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -851,7 +855,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         "models": [[m, n] for m, n in models],
         "prompt_tokens_sources": sources,
         "notes": notes,
-    } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked]}}
+    } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
+                           "kept_unplaced": logged_twice.unplaced}}
          if logged_twice.rows else {})
 
 
