@@ -1,7 +1,8 @@
 """Benchmark: is the notification list right on realistic traffic? (about a minute per case on 2 cores)
 
     python benchmarks/quality.py [--seeds 1,2,3] [--formats litellm,openai-split] [--corpus ../shared/corpora]
-                                 [--gateway-only] [--set KEY=VALUE ...] [--show-wrong 20] [--keep DIR] [--json]
+                                 [--gateway-only] [--second-gateway as-sent|own-system-prompt] [--set KEY=VALUE ...]
+                                 [--show-wrong 20] [--keep DIR] [--json]
 
 For every seed and gateway format: simulate the realistic incident (``forensics simulate --scale
 realistic``: 220 tenants, ~15,000 requests of real text with shared templates and popular
@@ -27,6 +28,10 @@ how many of them share with their source one or two seeds of other shapes (short
 another seed shape could reach), and the time of each step. The targets are printed next to the
 figures.
 
+``--second-gateway`` puts an API front door in front of each simulated LiteLLM incident's gateway
+(``forensics.lab.frontdoor``): every call logged again, as split logs under its own request ids and account
+names (``own-system-prompt``: with a system prompt of its own at the head), which the ingest's fold of one exchange
+logged twice must undo; each case then says how many requests the front door logged and how many the ingest folded.
 ``--gateway-only`` drops the engine logs from each simulated case file (a case with gateway logs alone: no
 decode nodes, no engine signature); ``--set KEY=VALUE`` puts a ``[match]`` setting in it (repeatable), for
 sweeps of a threshold with everything else as a case team would run it.
@@ -502,8 +507,10 @@ def _setting(text: str) -> tuple[str, Any]:
 
 
 def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only: bool = False,
-             settings: dict[str, Any] | None = None, scale: str = "realistic") -> dict[str, Any]:
-    """Simulate, run, evaluate; then match again with the old rules and evaluate that."""
+             settings: dict[str, Any] | None = None, scale: str = "realistic",
+             second_gateway: str | None = None) -> dict[str, Any]:
+    """Simulate, run, evaluate; then match again with the old rules and evaluate that. With ``second_gateway``
+    (``as-sent`` or ``own-system-prompt``), a front door logs every call again before the run."""
     from forensics import api
     from forensics.lab.evaluate import evaluate
     from forensics.lab.simulate import simulate
@@ -517,6 +524,11 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
     truth = json.loads((sim / "truth.json").read_text(encoding="utf-8"))
     if gateway_only or settings:
         edit_case_file(sim / "case.toml", gateway_only, settings or {})
+    front_door = None
+    if second_gateway is not None:
+        from forensics.lab.frontdoor import add_front_door
+
+        front_door = add_front_door(sim, own_system_prompt=second_gateway == "own-system-prompt")
     out: dict[str, Any] = {"seed": seed, "format": fmt, "simulate_seconds": round(t_sim, 1),
                            "counts": {k: simulated.counts.get(k) for k in ("tenants", "requests", "suspects", "leak_fragments",
                                                                            "finding_pairs", "hard_negatives", "bytes")}}
@@ -528,6 +540,10 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
     ev = evaluate(sim / "truth.json", report_dir).to_json()
     t_eval = time.perf_counter() - t0
     out["stages"] = {s["stage"]: s["seconds"] for s in result.stages}
+    if front_door is not None:
+        manifest = json.loads((Path(result.case_dir) / "manifest.json").read_text(encoding="utf-8"))
+        out["second_gateway"] = {"kind": second_gateway, "logged": front_door,
+                                 "folded": (manifest.get("logged_twice") or {}).get("rows", 0)}
     out["evaluate_seconds"] = round(t_eval, 1)
     out["default"] = score(ev, truth, report_dir, t_run)
     out["default"]["window_chance"] = window_check(report_dir, Path(result.case_dir), truth)
@@ -716,6 +732,12 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
         f"seed {c['seed']} {c['format']}: {c['counts']['tenants']} tenants, {c['counts']['requests']:,} requests, "
         f"{c['counts']['suspects']} suspects, {c['counts']['leak_fragments']} leak fragments in {c['counts']['finding_pairs']} pairs, "
         f"{c['counts']['hard_negatives']} labelled hard negatives" for c in cases))
+    fronted = [c for c in cases if c.get("second_gateway")]
+    if fronted:
+        print("second gateway: " + "; ".join(
+            f"seed {c['seed']} {c['format']}: a front door ({c['second_gateway']['kind']}) logged "
+            f"{c['second_gateway']['logged']:,} requests again, the ingest folded {c['second_gateway']['folded']:,}"
+            for c in fronted))
     print("\npairs = (recipient request, source tenant); rec 4-7/8-15/16+ = pair recall by the pair's longest fragment;")
     print("hard neg = labelled hard negatives that drew a wrong cross-tenant finding; P/R = precision/recall\n")
     print(HEADER)
@@ -791,6 +813,8 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the simulated incidents and reports in this folder")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON instead of tables")
     ap.add_argument("--gateway-only", action="store_true", help="leave the engine logs out of every case")
+    ap.add_argument("--second-gateway", choices=["as-sent", "own-system-prompt"], default=None,
+                    help="a front door logs every call again under its own ids and account names (LiteLLM cases only)")
     ap.add_argument("--scale", choices=["realistic", "small"], default="realistic",
                     help="small: the 12-customer incidents of the shipped sample's shape (no corpus needed): a check that "
                          "small cases, whose null of chance matches is small, stay right")
@@ -806,6 +830,8 @@ def main() -> int:
     bad = [f for f in args.formats if f not in FORMATS]
     if bad:
         ap.error(f"unknown format {bad[0]!r}: use {', '.join(FORMATS)}")
+    if args.second_gateway and args.formats != ["litellm"]:
+        ap.error("--second-gateway puts a front door before LiteLLM callbacks: give --formats litellm")
     if not args.json:
         print(f"$ {command}", flush=True)
     cases = []
@@ -815,7 +841,7 @@ def main() -> int:
             work = Path(tempfile.mkdtemp(prefix=f"quality-{seed}-{fmt}-"))
             try:
                 cases.append(run_case(seed, fmt, args.corpus if args.scale == "realistic" else None, work,
-                                      args.gateway_only, dict(args.settings), args.scale))
+                                      args.gateway_only, dict(args.settings), args.scale, args.second_gateway))
             finally:
                 if args.keep is not None:
                     dest = args.keep / f"seed{seed}-{fmt}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -18,6 +17,7 @@ import pytest
 
 from forensics import api
 from forensics.lab.evaluate import evaluate
+from forensics.lab.frontdoor import add_front_door
 
 SEED = 3
 DAY = "2026-08-26"  # the day before the window: the controls' and the sources' traffic, no suspect's
@@ -45,10 +45,6 @@ def _metadata(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(md) if isinstance(md, str) else md
 
 
-def _iso(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """A copy of the simulated small incident (plain files), to edit, per test."""
@@ -73,49 +69,6 @@ def _review_reasons(report: Path) -> list[str]:
         return [r["why_not_notified"] for r in csv.DictReader(fh)]
 
 
-def _add_front_door(inc: Path, glob: str, own_system_prompt: bool) -> int:
-    """An API front door in front of the gateway, logging the callbacks of ``glob`` again as split logs under its own
-    request ids and account names (with a system prompt of its own at the head, where ``own_system_prompt``); the case
-    file takes its logs. The number of requests it logged."""
-    requests, responses = [], []
-    for path in sorted((inc / "gateway").glob(glob)):
-        for row in _lines(path):
-            if not isinstance(row, dict):
-                continue
-            s = row.get("standard_logging_object") or row
-            if not s.get("messages") or not isinstance(s.get("startTime"), int | float):
-                continue
-            rid = "fd-" + hashlib.sha1(s["id"].encode()).hexdigest()[:16]
-            account = _metadata(s)["user_api_key_alias"]
-            messages = json.loads(s["messages"]) if isinstance(s["messages"], str) else list(s["messages"])
-            messages = ([{"role": "system", "content": "Front door policy v2."}] if own_system_prompt else []) + messages
-            requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004), "tenant_id": account,
-                             "body": {"model": s["model_group"], "stream": bool(s.get("stream")),
-                                      "messages": messages}})
-            answer = s.get("response")
-            if isinstance(answer, str):
-                try:
-                    answer = json.loads(answer)
-                except json.JSONDecodeError:
-                    pass
-            half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002), "status_code": 200}
-            if isinstance(answer, dict) and answer.get("choices"):
-                responses.append(half | {"body": answer})
-            elif isinstance(answer, list) and answer:
-                responses.append(half | {"chunks": answer})
-    assert len(requests) > 20
-    name = glob.replace("litellm-callbacks-", "frontdoor-").replace("*", "")
-    _write(inc / "gateway" / f"{name}-requests.jsonl", requests)
-    _write(inc / "gateway" / f"{name}-responses.jsonl", responses)
-    case = (inc / "case.toml").read_text(encoding="utf-8")
-    case = case.replace('format = "litellm"\npath = "gateway"', 'format = "litellm"\npath = "gateway/litellm-*"\n\n'
-                        '[[inputs]]\nformat = "litellm"\npath = "gateway/spend-*"\n\n'
-                        '[[inputs]]\nformat = "openai-split"\npath = "gateway/frontdoor-*"')
-    assert "frontdoor" in case
-    (inc / "case.toml").write_text(case, encoding="utf-8")
-    return len(requests)
-
-
 @pytest.mark.parametrize("own_system_prompt", [False, True], ids=["as-sent", "with-its-own-system-prompt"])
 def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_once(
         incident: Callable[[str], Path], tmp_path: Path, own_system_prompt: bool) -> None:
@@ -125,7 +78,7 @@ def test_a_second_gateway_logging_a_day_under_its_own_ids_names_each_customer_on
     its own at the head of what it logs was not recognised by the first fix (a review). Its customers' ids are linked
     by many exchanges, so the ingest now folds the copies before the match stage sees them."""
     inc = incident(f"front-door-{own_system_prompt}")
-    logged = _add_front_door(inc, f"litellm-callbacks-{DAY}*", own_system_prompt)
+    logged = add_front_door(inc, f"litellm-callbacks-{DAY}*", own_system_prompt)
     baseline, _ = _exposed(incident(f"as-simulated-{own_system_prompt}"), tmp_path / "baseline")
     scored, report = _exposed(inc, tmp_path / "out")
     assert scored["customers"]["exposed"] == baseline["customers"]["exposed"]
@@ -147,13 +100,15 @@ def test_a_second_gateway_logging_the_whole_incident_is_folded_at_the_ingest(
     read as common (an exposed customer fell off the list). The ingest folds each copy into the gateway's row: the
     list is the one the gateway's logs alone give, every copy is in logged_twice.parquet, and every file reconciles."""
     inc = incident(f"whole-front-door-{own_system_prompt}")
-    logged = _add_front_door(inc, "litellm-callbacks-*", own_system_prompt)
+    logged = add_front_door(inc, "litellm-callbacks-*", own_system_prompt)
     _, baseline = _exposed(incident(f"whole-as-simulated-{own_system_prompt}"), tmp_path / "baseline")
     scored, report = _exposed(inc, tmp_path / "out")
     assert _list(report) == _list(baseline)
     manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["reconciled"] and manifest["logged_twice"]["rows"] == logged
     copies = pq.read_table(report / "case" / "logged_twice.parquet").to_pylist()
+    table, _ = api.query_case(report / "case", "SELECT count(*) AS n FROM logged_twice", {})
+    assert table.column("n").to_pylist() == [logged]  # (what the README's query shows)
     assert len(copies) == logged and all(c["request_id"].startswith("fd-") for c in copies)
     assert not any(c["kept_tenant_id"].endswith("-prod") for c in copies)
     assert {c["prompts"] for c in copies} <= ({"held"} if own_system_prompt else {"same", "short"})
