@@ -111,13 +111,10 @@ FROM (SELECT file_row_number AS pos, {plain_prompt} AS p, {plain_answer} AS answ
       FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT pos FROM {rows}))
 """
 
-#: Pairs of rows of two customer ids that hold the same answer received within 10 s of each other in two log files
-#: (one log never holds one exchange twice under two ids: two customers' rows alike in one export are two customers'),
-#: with long prompts one request's by their core, or by their ends where one was cut: the evidence that links two ids.
-#: Only the rows of (answer key, 10 s) cells two ids in two files share are read whole; pairs are joined on keys and
-#: buckets, never on the answer alone (a canned answer thousands of customers get to one template would pair every
-#: two of them). Rows are named by their place in the table.
-EVIDENCE_PAIRS_SQL = """
+#: The rows of (answer key, 10 s) cells two ids in two log files share: the only rows whose texts the search for
+#: evidence reads (rows are named by their place in the table).
+CANDIDATES_SQL = """
+CREATE OR REPLACE TEMP TABLE fold_candidates AS
 WITH answered AS (
     SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, epoch_us(received_at) AS received,
            epoch_us(received_at) // {window} AS bucket
@@ -127,8 +124,17 @@ WITH answered AS (
 cells AS (
     SELECT k, bucket FROM (SELECT k, tenant_id, source_file, bucket + unnest([-1, 0, 1]) AS bucket FROM answered)
     GROUP BY k, bucket HAVING count(DISTINCT tenant_id) > 1 AND count(DISTINCT source_file) > 1
-),
-candidates AS (SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.bucket),
+)
+SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.bucket
+"""
+
+#: Pairs of the candidates of two customer ids that hold the same answer received within 10 s of each other in two
+#: log files (one log never holds one exchange twice under two ids: two customers' rows alike in one export are two
+#: customers'), with long prompts one request's by their core, or by their ends where one was cut: the evidence that
+#: links two ids. Joined on keys and buckets, never on the answer alone (a canned answer thousands of customers get to
+#: one template would pair every two of them).
+EVIDENCE_PAIRS_SQL = """
+WITH candidates AS (SELECT * FROM fold_candidates),
 keyed AS (SELECT * FROM candidates JOIN ({keys}) USING (pos) WHERE said AND long AND NOT bare),
 spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
 near AS (
@@ -261,8 +267,16 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     """:func:`fold_logged_twice`'s choice of the copies (each a row of ``logged_twice.parquet``, with its place), the
     table untouched."""
     folded = Folded()
-    evidence = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
-                if how in ("same", "held", "cut") and runs_together(how, same_usage, *times)]
+    # The rows of (answer key, 10 s) cells two ids in two files share, first: where there are none (nearly every
+    # case), no prompt is read.
+    con.execute(CANDIDATES_SQL.format(answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US), {"path": str(path)})
+    try:
+        if not con.execute("SELECT count(*) FROM fold_candidates").fetchall()[0][0]:
+            return folded, []
+        evidence = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
+                    if how in ("same", "held", "cut") and runs_together(how, same_usage, *times)]
+    finally:
+        con.execute("DROP TABLE IF EXISTS fold_candidates")
     if not evidence:
         return folded, []
     rows = _rows(con, path, {p for a, b, _ in evidence for p in (a, b)})
