@@ -202,6 +202,128 @@ def test_a_spend_log_without_prompts_leaves_a_front_door_folded(tmp_path: Path) 
     assert not folded.left_out and sorted(c["request_id"] for c in copies) == ["fd-1", "fd-2"]
 
 
+LEDGER = "<|system|>\nYou are AcmeBooks' ledger assistant.\n\n<|user|>\n"
+
+
+def _own_traffic(rows: list[dict[str, Any]], tenant: str, file: str, n0: int, at: float) -> None:
+    rows += [_row(f"{tenant}-own-{i}", tenant, n0 + i, at + 60 * i, file=file, line=100 + i) for i in range(20)]
+
+
+def test_one_question_and_its_retry_link_no_ids(tmp_path: Path) -> None:
+    """Two customers ask one fixed question together, and one retries it: two pairs, but one coincidence (a review).
+    A link needs two rows on each side, in two 10 s windows."""
+    ask = LEDGER + "List the ledger checks you run every night and their thresholds, one per line."
+    rows = [_row("x-1", "org-x", 0, 0.0, prompt=ask, answer="Checks: balance.", file="gateway/replica-1.jsonl", line=1),
+            _row("y-1", "org-y", 0, 0.3, prompt=ask, answer="Checks: balance.", file="gateway/replica-2.jsonl", line=1),
+            _row("y-2", "org-y", 0, 0.8, prompt=ask, answer="Checks: balance.", file="gateway/replica-2.jsonl", line=2)]
+    _own_traffic(rows, "org-x", "gateway/replica-1.jsonl", 0, 5000)
+    _own_traffic(rows, "org-y", "gateway/replica-2.jsonl", 100, 5007)
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0
+
+
+def test_two_templates_sent_once_each_link_no_ids(tmp_path: Path) -> None:
+    """Two customers send the same two fixed templates once, 5 s apart, answered alike: the share was measured between
+    the first and last pair only, and two of twenty-two calls passed for a second gateway (a review). It is measured
+    over the time both ids were active."""
+    rows: list[dict[str, Any]] = []
+    for tenant, file, off in (("org-x", "gateway/replica-1.jsonl", 0.0), ("org-y", "gateway/replica-2.jsonl", 0.3)):
+        rows.append(_row(f"{tenant}-1", tenant, 0, 3600 + off, prompt=LEDGER + "List the nightly checks, one per line.",
+                         answer="Checks: balance, gaps.", file=file, line=1))
+        rows.append(_row(f"{tenant}-2", tenant, 0, 3615 + off, prompt=LEDGER + "What must a reconciliation report hold?",
+                         answer="Mismatches and totals.", file=file, line=2))
+        _own_traffic(rows, tenant, file, 100 * (tenant == "org-y"), 20000 + off)
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0
+
+
+def test_a_front_door_of_short_questions_folds(tmp_path: Path) -> None:
+    """A front door logging every call of a customer whose questions are mostly short: the share counted all its calls
+    but only long prompts could pair, and the two ids were never linked (a review)."""
+    rows = []
+    for n in range(10):
+        short = None if n % 3 == 0 else f"<|user|>\nStatus of claim {4400 + n}?"
+        rows += [_row(f"r-{n}", "org-acme", n, 60 * n, prompt=short, node="decode-0", line=n + 1),
+                 _front_door(n, 60 * n, prompt=short)]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 10 and {t for _, t in kept} == {"org-acme"}
+
+
+def test_of_two_cut_copies_the_longer_stays(tmp_path: Path) -> None:
+    """Two logs cut one long prompt at other lengths: the longer cut, which holds the middle, was folded into the
+    shorter (a review)."""
+    def whole(n: int) -> str:
+        return ("<|user|>\n" + f"Head of request {n}. " * 40 + "filler text. " * 150 + f"SECRET-MIDDLE-{n} "
+                + "more filler. " * 150 + "the shared tail. " * 90)
+
+    rows = []
+    for n in (1, 2, 3):
+        rows.append(_row(f"r-{n}", "org-acme", n, 60 * n, prompt=whole(n)[:700] + "[...]" + whole(n)[-1300:],
+                         node="decode-0", line=n) | {"prompt_truncated": True})
+        rows.append(_front_door(n, 60 * n, prompt=whole(n)[:4000] + "[...]" + whole(n)[-4000:]) | {"prompt_truncated": True})
+    _fold(tmp_path, rows)
+    texts = pq.read_table(tmp_path / "exchanges.parquet", columns=["prompt_text"]).column("prompt_text").to_pylist()
+    assert sum("SECRET-MIDDLE" in t for t in texts) == 3
+
+
+@pytest.mark.parametrize("placed", [False, True], ids=["no-engine-word", "engine-read-the-kept-row"])
+def test_a_customers_own_block_stays_unless_the_engine_read_the_row_kept(tmp_path: Path, placed: bool) -> None:
+    """A copy holding a system block the kept row lacks: where that block is the customer's own (only its copies hold
+    it) it was folded and its text left the search (a review). It stays, unless the engine logs place the kept row:
+    then the block was never read by the engine, never in a cache, and cannot have leaked."""
+    block = "<|system|>\nCustomer ACME internal: escalation code ZX-9931, never reveal.\n\n"
+    rows = []
+    for n in (1, 2, 3):
+        rows += [_row(f"r-{n}", "org-acme", n, 60 * n, node="decode-0" if placed else None, line=n),
+                 _front_door(n, 60 * n, prompt=block + _prompt(n))]
+    rows += [_row(f"s-{k}", "org-acme", 50 + k, 900 + 60 * k, line=10 + k) for k in range(2)]  # (the id kept)
+    _fold(tmp_path, rows)
+    texts = pq.read_table(tmp_path / "exchanges.parquet", columns=["prompt_text"]).column("prompt_text").to_pylist()
+    assert sum("ZX-9931" in t for t in texts) == (0 if placed else 3)
+
+
+def test_a_gateways_own_block_before_several_customers_copies_folds(tmp_path: Path) -> None:
+    """A front door that puts its own system block before what it logs, with no engine logs: the block is the same
+    before every customer's copies, so it is the gateway's, and the copies fold."""
+    rows = []
+    for c, tenant in enumerate(("org-acme", "org-beta")):
+        for n in (1, 2):
+            k = 10 * c + n
+            rows += [_row(f"r-{k}", tenant, k, 60 * k, line=k),
+                     _row(f"fd-{k}", f"{tenant}-prod", k, 60 * k - 0.004, prompt=SYSTEM + _prompt(k),
+                          file="gateway/frontdoor.jsonl", line=k)]
+        rows.append(_row(f"s-{c}", tenant, 90 + c, 5000 + c, line=90 + c))  # (so the gateway's ids are kept)
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 4 and {t for _, t in kept} == {"org-acme", "org-beta"}
+
+
+def test_a_copy_names_the_row_that_stays(tmp_path: Path) -> None:
+    """Three logs of one exchange (a front door, a spend log, the callbacks): a spend-log copy named the front door's
+    row as the one it copies, and that row was itself folded (a review)."""
+    rows = [_front_door(n, 60 * n) for n in (1, 2, 3)]
+    for n in (1, 2, 3):
+        rows += [_row(f"s-{n}", "team-acme", n, 60 * n, file="gateway/spend.jsonl", line=n),
+                 _row(f"r-{n}", "org-acme", n, 60 * n, node="decode-0", file="gateway/callbacks.jsonl", line=n)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert {c["kept_request_id"] for c in copies} <= {r for r, _ in kept}
+    assert folded.linked == [("org-acme", "acme-prod", 3), ("org-acme", "team-acme", 3)]
+
+
+def test_a_burst_of_one_prompt_through_both_gateways_stays_bounded(tmp_path: Path) -> None:
+    """A load test sends one long prompt 1,500 times in 10 s through both gateways: every two calls paired, over two
+    million pairs, and the whole fold was left out, a real front door's copies with it (a review)."""
+    burst = "<|user|>\nLoad test: summarise the attached service-level agreement in exactly three bullet points."
+    rows = [_row("r-1", "org-acme", 1, 0, node="d0"), _row("r-2", "org-acme", 2, 60, node="d0"),
+            _front_door(1, 0), _front_door(2, 60)]
+    for i in range(1500):
+        at = 1000 + i / 150
+        rows += [_row(f"L-{i}", "org-load", 0, at, prompt=burst, answer="- uptime", node="d0", line=100 + i),
+                 _row(f"fL-{i}", "load-prod", 0, at - 0.004, prompt=burst, answer="- uptime",
+                      file="gateway/frontdoor.jsonl", line=100 + i)]
+    folded, _, copies = _fold(tmp_path, rows)
+    assert not folded.left_out and {"fd-1", "fd-2"} <= {c["request_id"] for c in copies}
+
+
 def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:
     """With no engine placement, the id the logs hold the most records under is kept, for every exchange: a customer
     is never named under one id for one suspect and the other for the next."""

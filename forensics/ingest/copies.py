@@ -146,8 +146,9 @@ near AS (
            b.digest
     FROM (SELECT * FROM keyed WHERE cut) a JOIN spread b ON a.k = b.k AND a.ends = b.ends AND a.bucket = b.bucket
 )
-SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
+{nearest}
 WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} AND d_a = d_b
+{nearest_end}
 """
 
 #: Pairs of rows of two linked customer ids ($first, $second: the pairs, side by side) received within 10 s of each
@@ -166,23 +167,38 @@ rows AS (
 keyed AS (SELECT * FROM rows JOIN ({keys}) USING (pos)),
 spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
 near AS (
-    SELECT a.pos AS pos_a, b.pos AS pos_b, a.source_file AS f_a, b.source_file AS f_b, a.received AS r_a,
-           b.received AS r_b, a.said AS s_a, b.said AS s_b, a.digest AS d_a, b.digest AS d_b
+    SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
+           b.source_file AS f_b, a.received AS r_a, b.received AS r_b, a.said AS s_a, b.said AS s_b, a.digest AS d_a,
+           b.digest AS d_b
     FROM keyed a JOIN partners p ON p.tenant_id = a.tenant_id
     JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.core = b.core
     UNION ALL
-    SELECT a.pos, b.pos, a.source_file, b.source_file, a.received, b.received, a.said, b.said, a.digest, b.digest
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received, a.said,
+           b.said, a.digest, b.digest
     FROM (SELECT * FROM keyed WHERE cut) a JOIN partners p ON p.tenant_id = a.tenant_id
     JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.ends = b.ends
     UNION ALL
-    SELECT a.pos, b.pos, a.source_file, b.source_file, a.received, b.received, a.said, b.said, a.digest, b.digest
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received, a.said,
+           b.said, a.digest, b.digest
     FROM (SELECT * FROM keyed WHERE bare AND said) a JOIN partners p ON p.tenant_id = a.tenant_id
     JOIN spread b ON b.tenant_id = p.partner AND b.bucket = a.bucket AND a.k = b.k AND a.usage = b.usage
 )
-SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM near
+{nearest}
 WHERE pos_a <> pos_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window}
   AND (d_a = d_b AND s_a OR NOT s_a OR NOT s_b)
+{nearest_end}
 """
+
+#: The pairs a query keeps, out of the rows ``near`` offers: for each row, the :data:`NEAREST` rows of each other id
+#: nearest to it in time (then by place); a pair stays where either of its rows keeps it. A load test or a sampling
+#: job sending one prompt a thousand times in seconds through both gateways paired every two of its calls (a million
+#: pairs, read into Python); one exchange's copy is the call nearest it.
+NEAREST_SQL = ("SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM ("
+               "SELECT pos_a, pos_b, row_number() OVER (PARTITION BY pos_a, t_b ORDER BY abs(r_a - r_b), pos_b) AS nearest "
+               "FROM near")
+NEAREST_END = ") WHERE nearest <= {nearest_n}"
+#: How many rows of each other id a row keeps as candidates of its copy (:data:`NEAREST_SQL`).
+NEAREST = 2
 
 #: More candidate pairs than this in one query (thousands of customers sending one long prompt at the same moments
 #: from two logs) are not checked one by one: the fold is left out, and the note says so.
@@ -193,8 +209,9 @@ class TooManyPairs(Exception):
     """More than :data:`MAX_PAIRS` candidate pairs."""
 
 
-#: The pairs a query above named ($pos_a, $pos_b: side by side), with how their prompts are alike and what
-#: :func:`forensics.logged_twice.runs_together` needs.
+#: The pairs a query above named ($pos_a, $pos_b: side by side), with how their prompts are alike, what
+#: :func:`forensics.logged_twice.runs_together` needs, and the MD5 of what the longer prompt holds before the shorter's
+#: length (of a ``held`` pair: the blocks one log put at its head).
 ALIKE_SQL = """
 WITH pairs AS (SELECT unnest($pos_a) AS pos_a, unnest($pos_b) AS pos_b),
 rows AS (
@@ -203,7 +220,9 @@ rows AS (
     FROM read_parquet($path, file_row_number = true)
     WHERE file_row_number IN (SELECT pos_a FROM pairs UNION SELECT pos_b FROM pairs)
 )
-SELECT p.pos_a, p.pos_b, {how}, x.received, x.completed, x.usage, y.received, y.completed, y.usage
+SELECT p.pos_a, p.pos_b, {how}, x.received, x.completed, x.usage, y.received, y.completed, y.usage,
+       CASE WHEN length(x.prompt) <> length(y.prompt) THEN md5(left(CASE WHEN length(x.prompt) > length(y.prompt)
+            THEN x.prompt ELSE y.prompt END, abs(length(x.prompt) - length(y.prompt)))) END AS head
 FROM pairs p JOIN rows x ON x.pos = p.pos_a JOIN rows y ON y.pos = p.pos_b
 ORDER BY p.pos_a, p.pos_b
 """
@@ -214,7 +233,7 @@ ROWS_SQL = """
 SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind,
        response_source_file, response_source_line, received_at,
        decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
-       {plain_prompt} = '' AS bare, {plain_answer} <> '' AS said
+       {plain_prompt} = '' AS bare, {plain_answer} <> '' AS said, length({plain_prompt}) AS plen
 FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT unnest($positions))
 """
 
@@ -234,6 +253,7 @@ class _Row(NamedTuple):
     cut: bool
     bare: bool
     said: bool
+    plen: int
 
 
 @dataclass
@@ -273,7 +293,7 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     try:
         if not con.execute("SELECT count(*) FROM fold_candidates").fetchall()[0][0]:
             return folded, []
-        evidence = [(a, b, how) for a, b, how, same_usage, times in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
+        evidence = [(a, b, how) for a, b, how, same_usage, times, _ in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
                     if how in ("same", "held", "cut") and runs_together(how, same_usage, *times)]
     finally:
         con.execute("DROP TABLE IF EXISTS fold_candidates")
@@ -299,32 +319,39 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
         on_nodes, records = placed.get(t, (0, 0))
         return (-on_nodes, cut_rows.get(t, 0), -records, t)
 
+    together = [(rows[a], rows[b], how, head) for a, b, how, same_usage, times, head in pairs
+                if frozenset((rows[a].tenant_id, rows[b].tenant_id)) in linked
+                and (runs_together(how, same_usage, *times) if rows[a].said and rows[b].said
+                     else _linked_together(how, *times))]
+    # Blocks a gateway puts at the head of what it logs are its own: the same before the copies of several customers'
+    # exchanges. A customer's own system prompt is its own, however often it sends it.
+    heads: dict[str, set[frozenset[str]]] = {}
+    for ra, rb, how, head in together:
+        if how == "held" and head is not None:
+            heads.setdefault(head, set()).add(frozenset((ra.tenant_id, rb.tenant_id)))
+    gateway_heads = {head for head, pairs_of in heads.items() if len(pairs_of) >= FOLD_MIN_LINKS}
     copy_of: dict[int, tuple[int, str]] = {}
-    for a, b, how, same_usage, times in pairs:
-        ra, rb = rows[a], rows[b]
-        if frozenset((ra.tenant_id, rb.tenant_id)) not in linked:
-            continue
-        if ra.said and rb.said:
-            together = how is not None and runs_together(how, same_usage, *times)
-        else:
-            together = _linked_together(how, *times)
-        if not together:
-            continue
+    for ra, rb, how, head in together:
         kept, dropped = (ra, rb) if rank(ra.tenant_id) < rank(rb.tenant_id) else (rb, ra)
-        # Only a copy that holds no more than the kept row folds: never a whole prompt into a cut one, a prompt into a
-        # row that logged none, or an answer into a row without one.
-        if (how == "cut" and kept.cut and not dropped.cut) or (kept.bare and not dropped.bare) \
-                or (dropped.said and not kept.said):
+        if not _holds_as_much(kept, dropped, how, head in gateway_heads):
             continue
-        if dropped.pos not in copy_of or kept.pos < copy_of[dropped.pos][0]:
+        best = copy_of.get(dropped.pos)
+        if best is None or (rank(kept.tenant_id), kept.pos) < (rank(rows[best[0]].tenant_id), best[0]):
             copy_of[dropped.pos] = (kept.pos, how or "")
+
+    def final(pos: int) -> int:
+        # A row folds into a row of a better-ranked id, so following the copies ends at a row that stays.
+        while pos in copy_of:
+            pos = copy_of[pos][0]
+        return pos
+
     out: list[dict[str, Any]] = []
     pair_counts: Tally[tuple[str, str]] = Tally()
     joined = {k.joined for k in FORMATS.kinds() if k.half is not None and k.joined}
     sha_of = {f["path"]: f["sha256"] for f in files}
     for pos in sorted(copy_of):
-        r, (kept_pos, how) = rows[pos], copy_of[pos]
-        kept = rows[kept_pos]
+        r, how = rows[pos], copy_of[pos][1]
+        kept = rows[final(pos)]
         out.append({"request_id": r.request_id, "tenant_id": r.tenant_id, "source_file": r.source_file,
                     "source_line": r.source_line, "received_at": r.received_at, "kept_request_id": kept.request_id,
                     "kept_tenant_id": kept.tenant_id, "prompts": how, "pos": pos})
@@ -340,6 +367,20 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     return folded, out
 
 
+def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: bool) -> bool:
+    """Whether the ``kept`` row holds every text of the ``dropped`` one its pair says is one exchange (``how`` their
+    prompts are alike): never a prompt into a row that logged none, an answer into a row without one, a whole prompt
+    into a cut one, or a cut prompt into a shorter cut (two logs cutting at other lengths). A prompt after blocks at its
+    head folds into the shorter only where those blocks are a gateway's own (``gateway_head``: the same before several
+    customers' copies) or the engine logs place the kept row (its text is what the engine read: the blocks it lacks
+    were never in a cache to leak); a review found a customer's own system block dropped otherwise."""
+    if (dropped.said and not kept.said) or (kept.bare and not dropped.bare):
+        return False
+    if how == "cut" and kept.cut and (not dropped.cut or dropped.plen > kept.plen):
+        return False
+    return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))
+
+
 def _rows(con: Any, path: Path, positions: set[int]) -> dict[int, _Row]:
     """:data:`ROWS_SQL`'s rows at ``positions``, by place."""
     if not positions:
@@ -349,33 +390,51 @@ def _rows(con: Any, path: Path, positions: set[int]) -> dict[int, _Row]:
 
 
 def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: dict[int, _Row]) -> set[frozenset[str]]:
-    """The pairs of customer ids the ``evidence`` pairs link: :data:`FOLD_MIN_LINKS` exchanges or more, covering
-    :data:`FOLD_MIN_COVERAGE` or more of one id's answered rows while the two were logged alike (a gateway in front
-    logs nearly all of a customer's calls; two customers' monitors sending one long canary are a sliver of either's)."""
+    """The pairs of customer ids the ``evidence`` pairs link: on each side :data:`FOLD_MIN_LINKS` rows or more, in as
+    many 10 s buckets (one question and its retry are one coincidence, a review), covering :data:`FOLD_MIN_COVERAGE` or
+    more of one id's rows that could be such evidence (an answer, a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or
+    more) while both ids were active: a gateway in front logs nearly all of a customer's calls; two customers sending
+    one long canary, or two fixed templates once each, are a sliver of either's traffic (reviews)."""
     found: dict[frozenset[str], set[tuple[int, int]]] = {}
     for a, b, _ in evidence:
         ta, tb = rows[a].tenant_id, rows[b].tenant_id
         if customer_key(ta) != customer_key(tb):  # (ids one text under Unicode's NFC are one customer already)
             found.setdefault(frozenset((ta, tb)), set()).add((a, b))
-    candidates = {pair: got for pair, got in found.items() if len(got) >= FOLD_MIN_LINKS}
+
+    def sides(got: set[tuple[int, int]]) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for pair in got:
+            for p in pair:
+                out.setdefault(rows[p].tenant_id, set()).add(p)
+        return out
+
+    def spread(positions: set[int]) -> int:
+        return len({int(rows[p].received_at.timestamp() * 1_000_000) // SAME_EXCHANGE_US for p in positions})
+
+    candidates = {pair: sides(got) for pair, got in sorted(found.items(), key=lambda item: sorted(item[0]))}
+    candidates = {pair: by_id for pair, by_id in candidates.items()
+                  if all(len(ps) >= FOLD_MIN_LINKS and spread(ps) >= FOLD_MIN_LINKS for ps in by_id.values())}
     if not candidates:
         return set()
-    spans: list[tuple[str, int, int, int]] = []  # (tenant, first, last, its rows paired) per id of each candidate pair
-    keys: list[frozenset[str]] = []
-    for pair, got in sorted(candidates.items(), key=lambda item: sorted(item[0])):
-        times = [rows[p].received_at for ab in got for p in ab]
-        for t in sorted(pair):
-            spans.append((t, min(times), max(times), len({p for ab in got for p in ab if rows[p].tenant_id == t})))
-        keys.append(pair)
-    answered = con.execute(
+    tenants = sorted({t for pair in candidates for t in pair})
+    active = {t: (lo, hi) for t, lo, hi in con.execute(
+        "SELECT tenant_id, min(received_at), max(received_at) FROM read_parquet($path) "
+        "WHERE tenant_id IN (SELECT unnest($t)) GROUP BY 1", {"path": str(path), "t": tenants}).fetchall()}
+    spans: list[tuple[str, Any, Any, int]] = []  # (id, from, to, its rows paired): both sides of each candidate pair
+    for pair, by_id in candidates.items():
+        first, second = sorted(pair)
+        lo, hi = max(active[first][0], active[second][0]), min(active[first][1], active[second][1])
+        spans += [(t, lo, hi, len(by_id[t])) for t in (first, second)]
+    eligible = dict(con.execute(
         "WITH s AS (SELECT unnest($t) AS t, unnest($lo) AS lo, unnest($hi) AS hi, unnest($i) AS i) "
         "SELECT s.i, count(e.tenant_id) FROM s LEFT JOIN read_parquet($path) e ON e.tenant_id = s.t "
-        "AND e.received_at BETWEEN s.lo AND s.hi AND length(e.response_text) > 0 GROUP BY s.i ORDER BY s.i",
-        {"path": str(path), "t": [s[0] for s in spans], "lo": [s[1] for s in spans], "hi": [s[2] for s in spans],
-         "i": list(range(len(spans)))}).fetchall()
+        "AND e.received_at BETWEEN s.lo AND s.hi AND length(e.response_text) > 0 "
+        f"AND length(e.prompt_text) >= {SAME_EXCHANGE_MIN_SUFFIX} GROUP BY s.i",
+        {"path": str(path), "t": [x[0] for x in spans], "lo": [x[1] for x in spans], "hi": [x[2] for x in spans],
+         "i": list(range(len(spans)))}).fetchall())
     linked = set()
-    for k, pair in enumerate(keys):
-        share = max(spans[2 * k + j][3] / max(answered[2 * k + j][1], 1) for j in (0, 1))
+    for k, pair in enumerate(candidates):
+        share = max(spans[2 * k + j][3] / max(eligible.get(2 * k + j, 0), 1) for j in (0, 1))
         if share >= FOLD_MIN_COVERAGE:
             linked.add(pair)
     return linked
@@ -394,15 +453,17 @@ def _linked_together(how: str | None, ra: int, ca: int | None, rb: int, cb: int 
 
 
 def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
-           ) -> list[tuple[int, int, str | None, bool, tuple[int, int | None, int, int | None]]]:
-    """The pairs ``pairs_sql`` names, each with how their prompts are alike, whether they reported the same usage, and
-    their times (received and completed, of each) as :func:`forensics.logged_twice.runs_together` takes them."""
+           ) -> list[tuple[int, int, str | None, bool, tuple[int, int | None, int, int | None], str | None]]:
+    """The pairs ``pairs_sql`` names, each with how their prompts are alike, whether they reported the same usage,
+    their times (received and completed, of each) as :func:`forensics.logged_twice.runs_together` takes them, and the
+    digest of the longer prompt's head (:data:`ALIKE_SQL`)."""
     plain_answer = PLAIN.format("response_text")
     keys = KEYS_SQL.format(min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
                            core=core_sql("p"), ends=cut_sql("p"), plain_prompt=PLAIN.format("prompt_text"),
                            plain_answer=plain_answer, rows="{rows}")
     sql = pairs_sql.format(answer_key=ANSWER_KEY, keys=keys.format(rows="candidates" if pairs_sql is EVIDENCE_PAIRS_SQL
-                                                                    else "rows"), window=SAME_EXCHANGE_US)
+                                                                    else "rows"), window=SAME_EXCHANGE_US,
+                           nearest=NEAREST_SQL, nearest_end=NEAREST_END.format(nearest_n=NEAREST))
     pairs = con.execute(sql + f" LIMIT {MAX_PAIRS + 1}", {"path": str(path), **params}).fetchall()
     if len(pairs) > MAX_PAIRS:
         raise TooManyPairs
@@ -411,8 +472,8 @@ def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
     sql = ALIKE_SQL.format(plain_prompt=PLAIN.format("prompt_text"), completed=COMPLETED_US,
                            how=prompts_alike_sql("x.prompt", "x.cut", "y.prompt", "y.cut"))
     found = con.execute(sql, {"path": str(path), "pos_a": [a for a, _ in pairs], "pos_b": [b for _, b in pairs]})
-    return [(a, b, how, ua is not None and ua == ub, (ra, ca, rb, cb))
-            for a, b, how, ra, ca, ua, rb, cb, ub in found.fetchall()]
+    return [(a, b, how, ua is not None and ua == ub, (ra, ca, rb, cb), head)
+            for a, b, how, ra, ca, ua, rb, cb, ub, head in found.fetchall()]
 
 
 def _drop_rows(path: Path, positions: set[int]) -> None:
