@@ -324,6 +324,93 @@ def test_a_burst_of_one_prompt_through_both_gateways_stays_bounded(tmp_path: Pat
     assert not folded.left_out and {"fd-1", "fd-2"} <= {c["request_id"] for c in copies}
 
 
+CUSTOMER_BLOCK = "<|system|>\nCustomer ACME internal: escalation code ZX-9931, never reveal.\n\n"
+
+
+def _holding(tmp_path: Path, text: str) -> int:
+    texts = pq.read_table(tmp_path / "exchanges.parquet", columns=["prompt_text"]).column("prompt_text").to_pylist()
+    return sum(text in t for t in texts)
+
+
+def test_a_customers_own_block_in_two_of_its_three_logs_stays(tmp_path: Path) -> None:
+    """One customer's three logs, no engine logs: the callbacks lack its own system block, the front door and the
+    spend log hold it. Counted by pairs of ids, the block passed for a gateway's own and every copy holding it folded
+    (a review): it must stand before copies of several customers' rows."""
+    rows = []
+    for n in (1, 2, 3):
+        rows += [_row(f"r-{n}", "org-acme", n, 60 * n, file="gateway/callbacks.jsonl", line=n),
+                 _front_door(n, 60 * n, prompt=CUSTOMER_BLOCK + _prompt(n)),
+                 _row(f"s-{n}", "team-acme", n, 60 * n, prompt=CUSTOMER_BLOCK + _prompt(n), file="gateway/spend.jsonl",
+                      line=n)]
+    rows += [_row(f"o-{k}", "org-acme", 50 + k, 900 + 60 * k, file="gateway/callbacks.jsonl", line=10 + k) for k in range(2)]
+    _fold(tmp_path, rows)
+    assert _holding(tmp_path, "ZX-9931") == 3
+
+
+def test_a_customers_own_block_behind_two_front_door_accounts_stays(tmp_path: Path) -> None:
+    """One customer with two accounts at a front door: its own block stood before copies of two pairs of ids and
+    passed for the gateway's (a review)."""
+    rows = []
+    for n in (1, 2, 3, 4):
+        account = "acme-prod" if n <= 2 else "acme-eu"
+        rows += [_row(f"r-{n}", "org-acme", n, 60 * n, line=n),
+                 _row(f"fd-{n}", account, n, 60 * n - 0.004, prompt=CUSTOMER_BLOCK + _prompt(n),
+                      file=f"gateway/{account}.jsonl", line=n)]
+    rows += [_row(f"o-{k}", "org-acme", 50 + k, 900 + 60 * k, line=10 + k) for k in range(2)]
+    _fold(tmp_path, rows)
+    assert _holding(tmp_path, "ZX-9931") == 4
+
+
+def test_two_customers_one_after_the_other_link_no_ids(tmp_path: Path) -> None:
+    """One customer's traffic ends as another's begins, and the two send the same two templates at the hand-over: over
+    the overlap of their activity (the two coincidences) the share was whole, and one customer's rows folded into the
+    other's (a review). It is measured over all the time either was active."""
+    rows: list[dict[str, Any]] = []
+    for tenant, file, off in (("org-x", "gateway/replica-1.jsonl", 0.0), ("org-y", "gateway/replica-2.jsonl", 0.3)):
+        rows.append(_row(f"{tenant}-1", tenant, 0, 3600 + off, prompt=LEDGER + "List the nightly checks, one per line.",
+                         answer="Checks: balance, gaps.", file=file, line=1))
+        rows.append(_row(f"{tenant}-2", tenant, 0, 3615 + off, prompt=LEDGER + "What must a reconciliation report hold?",
+                         answer="Mismatches and totals.", file=file, line=2))
+        _own_traffic(rows, tenant, file, 100 * (tenant == "org-y"), 0 if tenant == "org-x" else 3700)
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.rows == 0
+
+
+def test_a_resellers_copy_names_the_customer_it_was_logged_with(tmp_path: Path) -> None:
+    """A reseller's account row copies the customer row logged with it, not the better-ranked of two customers' rows
+    alike (the record a team reads before notifying named the wrong customer, a review)."""
+    rows: list[dict[str, Any]] = []
+
+    def add(rid: str, tenant: str, n: int, at: float, file: str, **kw: Any) -> None:
+        rows.append(_row(rid, tenant, n, at, file=file, line=len(rows) + 1, **kw))
+
+    for cust, ns in (("a", (1, 2)), ("c", (3, 4))):
+        for n in ns:
+            add(f"{cust}-{n}", f"org-{cust}", n, 60 * n, "gateway/inner.jsonl", node="d0")
+            add(f"f{cust}-{n}", "reseller-x", n, 60 * n - 0.004, "gateway/front.jsonl")
+    add("a-9", "org-a", 9, 300.0, "gateway/inner.jsonl", node="d0")
+    add("c-9", "org-c", 9, 300.3, "gateway/inner.jsonl", node="d0")
+    add("fa-9", "reseller-x", 9, 299.996, "gateway/front.jsonl")
+    add("fc-9", "reseller-x", 9, 300.296, "gateway/front.jsonl")
+    _, _, copies = _fold(tmp_path, rows)
+    assert {(c["request_id"], c["kept_tenant_id"]) for c in copies if c["request_id"].endswith("-9")} == {
+        ("fa-9", "org-a"), ("fc-9", "org-c")}
+
+
+def test_cancelled_calls_of_one_prompt_leave_the_answered_copy_folded(tmp_path: Path) -> None:
+    """One prompt sent five times in 0.8 s, four cancelled with no answer, all logged by both gateways (the front
+    door's clock 0.5 s behind): the answered row's nearest partners were cancelled rows, and its copy stayed (a
+    review). Rows holding the same answer are paired first."""
+    rows = [_row("r-2", "org-acme", 2, 60, node="d0", line=2), _row("r-3", "org-acme", 3, 120, node="d0", line=3),
+            _front_door(2, 60), _front_door(3, 120)]
+    for i, at in enumerate((0, 0.2, 0.4, 0.6, 0.8)):
+        kw: dict[str, Any] = {} if at == 0.4 else {"answer": None, "seconds": None}
+        rows += [_row(f"r-1.{i}", "org-acme", 1, at, node="d0", line=10 + i, **kw),
+                 _row(f"fd-1.{i}", "acme-prod", 1, at - 0.5, file="gateway/frontdoor.jsonl", line=10 + i, **kw)]
+    _, kept, _ = _fold(tmp_path, rows)
+    assert ("fd-1.2", "acme-prod") not in kept
+
+
 def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:
     """With no engine placement, the id the logs hold the most records under is kept, for every exchange: a customer
     is never named under one id for one suspect and the other for the next."""

@@ -18,6 +18,7 @@ count as duplicates of their files.
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -194,8 +195,11 @@ WHERE pos_a <> pos_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window}
 #: job sending one prompt a thousand times in seconds through both gateways paired every two of its calls (a million
 #: pairs, read into Python); one exchange's copy is the call nearest it.
 NEAREST_SQL = ("SELECT DISTINCT least(pos_a, pos_b) AS pos_a, greatest(pos_a, pos_b) AS pos_b FROM ("
-               "SELECT pos_a, pos_b, row_number() OVER (PARTITION BY pos_a, t_b ORDER BY abs(r_a - r_b), pos_b) AS nearest "
-               "FROM near")
+               "SELECT pos_a, pos_b, row_number() OVER (PARTITION BY pos_a, t_b ORDER BY {first} abs(r_a - r_b), pos_b) "
+               "AS nearest FROM (SELECT DISTINCT * FROM near)")
+#: Within linked ids, the rows holding the same answer come first: cancelled calls of one prompt, nearer in time and
+#: with no answer, took both places of the answered call's copy (a review).
+SAME_ANSWER_FIRST = "NOT coalesce(s_a AND s_b AND d_a = d_b, false),"
 NEAREST_END = ") WHERE nearest <= {nearest_n}"
 #: How many rows of each other id a row keeps as candidates of its copy (:data:`NEAREST_SQL`).
 NEAREST = 2
@@ -325,18 +329,22 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
                      else _linked_together(how, *times))]
     # Blocks a gateway puts at the head of what it logs are its own: the same before the copies of several customers'
     # exchanges. A customer's own system prompt is its own, however often it sends it.
-    heads: dict[str, set[frozenset[str]]] = {}
+    # (Counted by the ids of the rows that lack the head: one customer's three logs, or its two accounts at a front
+    # door, are two pairs of ids around one customer, whose own system block they would pass for a gateway's.)
+    heads: dict[str, set[str]] = {}
     for ra, rb, how, head in together:
         if how == "held" and head is not None:
-            heads.setdefault(head, set()).add(frozenset((ra.tenant_id, rb.tenant_id)))
-    gateway_heads = {head for head, pairs_of in heads.items() if len(pairs_of) >= FOLD_MIN_LINKS}
+            heads.setdefault(head, set()).add((ra if ra.plen < rb.plen else rb).tenant_id)
+    gateway_heads = {head for head, lacking in heads.items() if len(lacking) >= FOLD_MIN_LINKS}
     copy_of: dict[int, tuple[int, str]] = {}
     for ra, rb, how, head in together:
         kept, dropped = (ra, rb) if rank(ra.tenant_id) < rank(rb.tenant_id) else (rb, ra)
         if not _holds_as_much(kept, dropped, how, head in gateway_heads):
             continue
+        # The row it copies: the one nearest it in time (a reseller's account row beside two customers' rows alike
+        # copies the one logged with it), then the better-ranked id's.
         best = copy_of.get(dropped.pos)
-        if best is None or (rank(kept.tenant_id), kept.pos) < (rank(rows[best[0]].tenant_id), best[0]):
+        if best is None or _nearness(kept, dropped, rank) < _nearness(rows[best[0]], dropped, rank):
             copy_of[dropped.pos] = (kept.pos, how or "")
 
     def final(pos: int) -> int:
@@ -367,6 +375,11 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     return folded, out
 
 
+def _nearness(kept: _Row, dropped: _Row, rank: Callable[[str], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """How near ``kept`` is to being the row ``dropped`` copies: time apart, then its id's rank, then its place."""
+    return (abs((kept.received_at - dropped.received_at).total_seconds()), rank(kept.tenant_id), kept.pos)
+
+
 def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: bool) -> bool:
     """Whether the ``kept`` row holds every text of the ``dropped`` one its pair says is one exchange (``how`` their
     prompts are alike): never a prompt into a row that logged none, an answer into a row without one, a whole prompt
@@ -393,7 +406,7 @@ def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: di
     """The pairs of customer ids the ``evidence`` pairs link: on each side :data:`FOLD_MIN_LINKS` rows or more, in as
     many 10 s buckets (one question and its retry are one coincidence, a review), covering :data:`FOLD_MIN_COVERAGE` or
     more of one id's rows that could be such evidence (an answer, a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or
-    more) while both ids were active: a gateway in front logs nearly all of a customer's calls; two customers sending
+    more) while either id was active: a gateway in front logs nearly all of a customer's calls; two customers sending
     one long canary, or two fixed templates once each, are a sliver of either's traffic (reviews)."""
     found: dict[frozenset[str], set[tuple[int, int]]] = {}
     for a, b, _ in evidence:
@@ -423,7 +436,9 @@ def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: di
     spans: list[tuple[str, Any, Any, int]] = []  # (id, from, to, its rows paired): both sides of each candidate pair
     for pair, by_id in candidates.items():
         first, second = sorted(pair)
-        lo, hi = max(active[first][0], active[second][0]), min(active[first][1], active[second][1])
+        # (over all the time either was active: their overlap shrank to the two coincidences where one customer's
+        # traffic ended as the other's began, a review)
+        lo, hi = min(active[first][0], active[second][0]), max(active[first][1], active[second][1])
         spans += [(t, lo, hi, len(by_id[t])) for t in (first, second)]
     eligible = dict(con.execute(
         "WITH s AS (SELECT unnest($t) AS t, unnest($lo) AS lo, unnest($hi) AS hi, unnest($i) AS i) "
@@ -463,7 +478,8 @@ def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
                            plain_answer=plain_answer, rows="{rows}")
     sql = pairs_sql.format(answer_key=ANSWER_KEY, keys=keys.format(rows="candidates" if pairs_sql is EVIDENCE_PAIRS_SQL
                                                                     else "rows"), window=SAME_EXCHANGE_US,
-                           nearest=NEAREST_SQL, nearest_end=NEAREST_END.format(nearest_n=NEAREST))
+                           nearest=NEAREST_SQL.format(first="" if pairs_sql is EVIDENCE_PAIRS_SQL else SAME_ANSWER_FIRST),
+                           nearest_end=NEAREST_END.format(nearest_n=NEAREST))
     pairs = con.execute(sql + f" LIMIT {MAX_PAIRS + 1}", {"path": str(path), **params}).fetchall()
     if len(pairs) > MAX_PAIRS:
         raise TooManyPairs
