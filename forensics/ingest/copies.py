@@ -99,17 +99,27 @@ def cut_sql(p: str) -> str:
             f"{SAME_EXCHANGE_CUT_HEAD}) || chr(0) || right({p}, {SAME_EXCHANGE_CUT_TAIL}) END)")
 
 
-#: Each row's sieve keys and what the fold asks of it, its prompt and answer read once (as :data:`PLAIN` makes them),
-#: for the rows of ``{rows}`` (a relation with a ``pos`` column): ``core`` (:func:`core_sql`; NULL where no prompt),
-#: ``long`` (a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or more), ``ends`` (:func:`cut_sql`; NULL unless long
-#: enough; a NULL key's hash would be one value for all), ``cut``, ``bare`` (no prompt), ``said`` (an answer) and
-#: ``digest`` (the answer's MD5).
-KEYS_SQL = """
-SELECT pos, CASE WHEN p <> '' THEN hash({core}) END AS core, length(p) >= {min_prompt} AS long,
-       CASE WHEN length(p) >= {cut_length} THEN hash({ends}) END AS ends, coalesce(cut, false) AS cut, p = '' AS bare,
-       answer <> '' AS said, md5(answer) AS digest
-FROM (SELECT file_row_number AS pos, {plain_prompt} AS p, {plain_answer} AS answer, prompt_truncated AS cut
-      FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT pos FROM {rows}))
+#: What the fold asks of each row it looks at, its prompt and answer read once (as :data:`PLAIN` makes them), for the
+#: rows at the places ``{positions}`` selects, into the temporary table ``fold_facts``: where it was logged and under
+#: which ids; ``k`` (:data:`ANSWER_KEY`), ``usage``, ``received`` and ``completed`` (microseconds, as
+#: :func:`forensics.logged_twice.runs_together` takes them) and ``bucket`` (10 s); the sieve's keys, ``core``
+#: (:func:`core_sql`; NULL where no prompt) and ``ends`` (:func:`cut_sql`; NULL unless long enough: a NULL key's hash
+#: would be one value for all); ``long`` (a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or more), ``cut``, ``bare``
+#: (no prompt), ``said`` (an answer), ``plen``, and the MD5s of the prompt and the answer. Computed once per row:
+#: repeated in each query, the plain prompts of a second gateway's whole incident took 30 s of 15,000 requests'.
+FACTS_SQL = """
+{verb} SELECT pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind, response_source_file,
+       response_source_line, received_at, placed, cut, p = '' AS bare, answer <> '' AS said, length(p) AS plen, k, usage,
+       received, completed, received // {window} AS bucket,
+       CASE WHEN p <> '' THEN hash({core}) END AS core, length(p) >= {min_prompt} AS long,
+       CASE WHEN length(p) >= {cut_length} THEN hash({ends}) END AS ends, md5(answer) AS digest, md5(p) AS pdigest
+FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind,
+             response_source_file, response_source_line, received_at,
+             decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
+             {plain_prompt} AS p, {plain_answer} AS answer, {answer_key} AS k, reported_prompt_tokens AS usage,
+             epoch_us(received_at) AS received, {completed} AS completed
+      FROM read_parquet($path, file_row_number = true)
+      WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
 #: The rows of (answer key, 10 s) cells two ids in two log files share: the only rows whose texts the search for
@@ -135,8 +145,7 @@ SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.b
 #: links two ids. Joined on keys and buckets, never on the answer alone (a canned answer thousands of customers get to
 #: one template would pair every two of them).
 EVIDENCE_PAIRS_SQL = """
-WITH candidates AS (SELECT * FROM fold_candidates),
-keyed AS (SELECT * FROM candidates JOIN ({keys}) USING (pos) WHERE said AND long AND NOT bare),
+WITH keyed AS (SELECT * FROM fold_facts WHERE said AND long AND NOT bare),
 spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
 near AS (
     SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
@@ -159,13 +168,7 @@ WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r
 LINKED_PAIRS_SQL = """
 WITH linked AS (SELECT unnest($first) AS t1, unnest($second) AS t2),
 partners AS (SELECT t1 AS tenant_id, t2 AS partner FROM linked UNION ALL SELECT t2, t1 FROM linked),
-rows AS (
-    SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, reported_prompt_tokens AS usage,
-           epoch_us(received_at) AS received, epoch_us(received_at) // {window} AS bucket
-    FROM read_parquet($path, file_row_number = true)
-    WHERE received_at IS NOT NULL AND tenant_id IN (SELECT tenant_id FROM partners)
-),
-keyed AS (SELECT * FROM rows JOIN ({keys}) USING (pos)),
+keyed AS (SELECT * FROM fold_facts WHERE tenant_id IN (SELECT tenant_id FROM partners)),
 spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
 near AS (
     SELECT a.pos AS pos_a, b.pos AS pos_b, a.tenant_id AS t_a, b.tenant_id AS t_b, a.source_file AS f_a,
@@ -213,36 +216,26 @@ class TooManyPairs(Exception):
     """More than :data:`MAX_PAIRS` candidate pairs."""
 
 
-#: The pairs a query above named ($pos_a, $pos_b: side by side), with how their prompts are alike, what
-#: :func:`forensics.logged_twice.runs_together` needs, and the MD5 of what the longer prompt holds before the shorter's
-#: length (of a ``held`` pair: the blocks one log put at its head).
+#: How the prompts of the pairs ($pos_a, $pos_b: side by side) whose prompts differ are alike (``held``, ``cut`` or
+#: NULL: :func:`prompts_alike_sql`), with the MD5 of what the longer holds before the shorter's length (of a ``held``
+#: pair: the blocks one log put at its head). Only these pairs' prompts are read again.
 ALIKE_SQL = """
 WITH pairs AS (SELECT unnest($pos_a) AS pos_a, unnest($pos_b) AS pos_b),
 rows AS (
-    SELECT file_row_number AS pos, {plain_prompt} AS prompt, coalesce(prompt_truncated, false) AS cut,
-           epoch_us(received_at) AS received, {completed} AS completed, reported_prompt_tokens AS usage
+    SELECT file_row_number AS pos, {plain_prompt} AS prompt, coalesce(prompt_truncated, false) AS cut
     FROM read_parquet($path, file_row_number = true)
     WHERE file_row_number IN (SELECT pos_a FROM pairs UNION SELECT pos_b FROM pairs)
 )
-SELECT p.pos_a, p.pos_b, {how}, x.received, x.completed, x.usage, y.received, y.completed, y.usage,
+SELECT p.pos_a, p.pos_b, {how},
        CASE WHEN length(x.prompt) <> length(y.prompt) THEN md5(left(CASE WHEN length(x.prompt) > length(y.prompt)
             THEN x.prompt ELSE y.prompt END, abs(length(x.prompt) - length(y.prompt)))) END AS head
 FROM pairs p JOIN rows x ON x.pos = p.pos_a JOIN rows y ON y.pos = p.pos_b
-ORDER BY p.pos_a, p.pos_b
-"""
-
-#: What the fold needs of every row some pair names: its keys, where it was logged, whether the engine placed it, and
-#: what it holds (a cut prompt, none, an answer).
-ROWS_SQL = """
-SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind,
-       response_source_file, response_source_line, received_at,
-       decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
-       {plain_prompt} = '' AS bare, {plain_answer} <> '' AS said, length({plain_prompt}) AS plen
-FROM read_parquet($path, file_row_number = true) WHERE file_row_number IN (SELECT unnest($positions))
 """
 
 
 class _Row(NamedTuple):
+    """A row of ``fold_facts`` (:data:`FACTS_SQL`)."""
+
     pos: int
     request_id: str
     tenant_id: str
@@ -258,6 +251,16 @@ class _Row(NamedTuple):
     bare: bool
     said: bool
     plen: int
+    k: int | None
+    usage: int | None
+    received: int
+    completed: int | None
+    bucket: int
+    core: int | None
+    long: bool
+    ends: int | None
+    digest: str
+    pdigest: str
 
 
 @dataclass
@@ -297,25 +300,32 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     try:
         if not con.execute("SELECT count(*) FROM fold_candidates").fetchall()[0][0]:
             return folded, []
-        evidence = [(a, b, how) for a, b, how, same_usage, times, _ in _alike(con, path, EVIDENCE_PAIRS_SQL, {})
-                    if how in ("same", "held", "cut") and runs_together(how, same_usage, *times)]
+        _facts(con, path, "CREATE OR REPLACE TEMP TABLE fold_facts AS", "SELECT pos FROM fold_candidates", {})
+        rows = _rows(con)
+        evidence = [(a, b, how) for a, b, how, _ in _pairs(con, path, EVIDENCE_PAIRS_SQL, {}, rows)
+                    if how in ("same", "held", "cut") and _runs_together(how, rows[a], rows[b])]
+        if not evidence:
+            return folded, []
+        linked = _linked(con, path, evidence, rows)
+        if not linked:
+            return folded, []
+        ordered = sorted(linked)
+        tenants = sorted({t for pair in linked for t in pair})
+        _facts(con, path, "INSERT INTO fold_facts",
+               "SELECT file_row_number FROM read_parquet($path, file_row_number = true) WHERE tenant_id IN "
+               "(SELECT unnest($tenants)) AND file_row_number NOT IN (SELECT pos FROM fold_facts)", {"tenants": tenants})
+        rows = _rows(con)
+        pairs = _pairs(con, path, LINKED_PAIRS_SQL, {"first": [a for a, _ in ordered], "second": [b for _, b in ordered]},
+                       rows)
     finally:
         con.execute("DROP TABLE IF EXISTS fold_candidates")
-    if not evidence:
-        return folded, []
-    rows = _rows(con, path, {p for a, b, _ in evidence for p in (a, b)})
-    linked = _linked(con, path, evidence, rows)
-    if not linked:
-        return folded, []
-    ordered = sorted(linked)
-    pairs = _alike(con, path, LINKED_PAIRS_SQL, {"first": [a for a, _ in ordered], "second": [b for _, b in ordered]})
-    rows.update(_rows(con, path, {p for a, b, *_ in pairs for p in (a, b)} - set(rows)))
-    tenants = sorted({t for pair in linked for t in pair})
+        con.execute("DROP TABLE IF EXISTS fold_facts")
     placed = {t: (on_nodes, records) for t, on_nodes, records in con.execute(
         "SELECT tenant_id, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT NULL), count(*) "
         "FROM read_parquet($path) WHERE tenant_id IN (SELECT unnest($t)) GROUP BY 1",
         {"path": str(path), "t": tenants}).fetchall()}
-    cut_rows: Tally[str] = Tally(r.tenant_id for r in rows.values() if r.cut or r.bare)
+    involved = {p for a, b, _ in evidence for p in (a, b)} | {p for a, b, _, _ in pairs for p in (a, b)}
+    cut_rows: Tally[str] = Tally(rows[p].tenant_id for p in involved if rows[p].cut or rows[p].bare)
 
     def rank(t: str) -> tuple[int, int, int, str]:
         # The engine's own record names the inner gateway's request; then the id whose rows hold whole prompts (a
@@ -323,10 +333,10 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
         on_nodes, records = placed.get(t, (0, 0))
         return (-on_nodes, cut_rows.get(t, 0), -records, t)
 
-    together = [(rows[a], rows[b], how, head) for a, b, how, same_usage, times, head in pairs
+    together = [(rows[a], rows[b], how, head) for a, b, how, head in pairs
                 if frozenset((rows[a].tenant_id, rows[b].tenant_id)) in linked
-                and (runs_together(how, same_usage, *times) if rows[a].said and rows[b].said
-                     else _linked_together(how, *times))]
+                and (_runs_together(how, rows[a], rows[b]) if rows[a].said and rows[b].said
+                     else _linked_together(how, rows[a].received, rows[a].completed, rows[b].received, rows[b].completed))]
     # Blocks a gateway puts at the head of what it logs are its own: the same before the copies of several customers'
     # exchanges. A customer's own system prompt is its own, however often it sends it.
     # (Counted by the ids of the rows that lack the head: one customer's three logs, or its two accounts at a front
@@ -394,12 +404,25 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
     return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))
 
 
-def _rows(con: Any, path: Path, positions: set[int]) -> dict[int, _Row]:
-    """:data:`ROWS_SQL`'s rows at ``positions``, by place."""
-    if not positions:
-        return {}
-    sql = ROWS_SQL.format(plain_prompt=PLAIN.format("prompt_text"), plain_answer=PLAIN.format("response_text"))
-    return {r[0]: _Row(*r) for r in con.execute(sql, {"path": str(path), "positions": sorted(positions)}).fetchall()}
+def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any]) -> None:
+    """Put the facts (:data:`FACTS_SQL`) of the rows at the places ``positions`` selects into ``fold_facts`` (``verb``:
+    create it, or insert into it)."""
+    con.execute(FACTS_SQL.format(
+        verb=verb, positions=positions, window=SAME_EXCHANGE_US, core=core_sql("p"), ends=cut_sql("p"),
+        min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
+        plain_prompt=PLAIN.format("prompt_text"), plain_answer=PLAIN.format("response_text"), answer_key=ANSWER_KEY,
+        completed=COMPLETED_US), {"path": str(path), **params})
+
+
+def _rows(con: Any) -> dict[int, _Row]:
+    """The rows of ``fold_facts``, by place."""
+    return {r[0]: _Row(*r) for r in con.execute(f"SELECT {', '.join(_Row._fields)} FROM fold_facts").fetchall()}
+
+
+def _runs_together(how: str | None, a: _Row, b: _Row) -> bool:
+    """:func:`forensics.logged_twice.runs_together` of two rows whose prompts are alike as ``how``."""
+    return runs_together(how, a.usage is not None and a.usage == b.usage, a.received, a.completed, b.received,
+                         b.completed)
 
 
 def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: dict[int, _Row]) -> set[frozenset[str]]:
@@ -467,29 +490,32 @@ def _linked_together(how: str | None, ra: int, ca: int | None, rb: int, cb: int 
     return runs_together(how, True, ra, ca, rb, cb)
 
 
-def _alike(con: Any, path: Path, pairs_sql: str, params: dict[str, Any]
-           ) -> list[tuple[int, int, str | None, bool, tuple[int, int | None, int, int | None], str | None]]:
-    """The pairs ``pairs_sql`` names, each with how their prompts are alike, whether they reported the same usage,
-    their times (received and completed, of each) as :func:`forensics.logged_twice.runs_together` takes them, and the
-    digest of the longer prompt's head (:data:`ALIKE_SQL`)."""
-    plain_answer = PLAIN.format("response_text")
-    keys = KEYS_SQL.format(min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
-                           core=core_sql("p"), ends=cut_sql("p"), plain_prompt=PLAIN.format("prompt_text"),
-                           plain_answer=plain_answer, rows="{rows}")
-    sql = pairs_sql.format(answer_key=ANSWER_KEY, keys=keys.format(rows="candidates" if pairs_sql is EVIDENCE_PAIRS_SQL
-                                                                    else "rows"), window=SAME_EXCHANGE_US,
-                           nearest=NEAREST_SQL.format(first="" if pairs_sql is EVIDENCE_PAIRS_SQL else SAME_ANSWER_FIRST),
-                           nearest_end=NEAREST_END.format(nearest_n=NEAREST))
-    pairs = con.execute(sql + f" LIMIT {MAX_PAIRS + 1}", {"path": str(path), **params}).fetchall()
-    if len(pairs) > MAX_PAIRS:
+def _pairs(con: Any, path: Path, pairs_sql: str, params: dict[str, Any], rows: dict[int, _Row]
+           ) -> list[tuple[int, int, str | None, str | None]]:
+    """The pairs ``pairs_sql`` names, each with how their prompts are alike (:func:`forensics.logged_twice.prompts_alike`)
+    and, where the longer holds more at its head, that head's MD5. From the facts where they decide (no prompt; the
+    same prompt), else from the texts of those pairs alone (:data:`ALIKE_SQL`)."""
+    sql = pairs_sql.format(window=SAME_EXCHANGE_US, nearest_end=NEAREST_END.format(nearest_n=NEAREST),
+                           nearest=NEAREST_SQL.format(first="" if pairs_sql is EVIDENCE_PAIRS_SQL else SAME_ANSWER_FIRST))
+    found = con.execute(sql + f" LIMIT {MAX_PAIRS + 1}", params).fetchall()
+    if len(found) > MAX_PAIRS:
         raise TooManyPairs
-    if not pairs:  # (the prompts are never read)
-        return []
-    sql = ALIKE_SQL.format(plain_prompt=PLAIN.format("prompt_text"), completed=COMPLETED_US,
-                           how=prompts_alike_sql("x.prompt", "x.cut", "y.prompt", "y.cut"))
-    found = con.execute(sql, {"path": str(path), "pos_a": [a for a, _ in pairs], "pos_b": [b for _, b in pairs]})
-    return [(a, b, how, ua is not None and ua == ub, (ra, ca, rb, cb), head)
-            for a, b, how, ra, ca, ua, rb, cb, ub, head in found.fetchall()]
+    out: list[tuple[int, int, str | None, str | None]] = []
+    unlike: list[tuple[int, int]] = []
+    for a, b in found:
+        ra, rb = rows[a], rows[b]
+        if ra.bare or rb.bare:
+            out.append((a, b, "unknown", None))
+        elif ra.pdigest == rb.pdigest and ra.plen == rb.plen:
+            out.append((a, b, "same" if ra.plen >= SAME_EXCHANGE_MIN_SUFFIX else "short", None))
+        else:
+            unlike.append((a, b))
+    if unlike:
+        sql = ALIKE_SQL.format(plain_prompt=PLAIN.format("prompt_text"),
+                               how=prompts_alike_sql("x.prompt", "x.cut", "y.prompt", "y.cut"))
+        out += con.execute(sql, {"path": str(path), "pos_a": [a for a, _ in unlike],
+                                 "pos_b": [b for _, b in unlike]}).fetchall()
+    return sorted(out, key=lambda pair: (pair[0], pair[1]))
 
 
 def _drop_rows(path: Path, positions: set[int]) -> None:
