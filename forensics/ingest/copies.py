@@ -3,15 +3,17 @@
 A second gateway in front of the first, logging under its own request ids and account names, or a spend-log export
 naming teams beside callbacks naming organisations, holds the same traffic twice. Kept as two exchanges, every
 suspect named its customer twice (once under a name that is not the customer's own), and every source's text was held
-by two customer ids, so its passages read as common and the exposed list could empty (a review).
+by two customer ids, so its passages read as common and exposed customers fell off the list (a review).
 
 Two rows are one exchange by the rule the match stage uses (:mod:`forensics.logged_twice`): the same answer, one
 request's prompt, received within 10 s, one's run holding the other's. Two real customers' exchanges can meet it (the
-same long question, answered alike at the same moment), so one pair proves nothing: rows are folded only where two
-customer ids are linked by :data:`FOLD_MIN_LINKS` exchanges or more. Each set of copies keeps the rows of one id, the
-same id for every exchange of those customers: the one the engine logs place on a node most often (the service's own
-record names the inner gateway's request), then the one the logs hold the most records under, then the smaller. The
-others leave the exchanges table for ``logged_twice.parquet``, which names the row each is a copy of; their lines
+same long question, answered alike at the same moment), so one pair proves nothing: two ids are linked only by pairs of
+rows of two log files with long prompts that hold :data:`FOLD_MIN_LINKS` rows or more of each, in as many 10 s
+windows, and :data:`FOLD_MIN_COVERAGE` of one id's calls while either was active (:func:`_linked`). Each linked pair
+keeps one id for all its exchanges: the one the engine logs place on a node most often (the service's own record names
+the inner gateway's request), then the one whose rows hold whole prompts, then the one the logs hold the most records
+under. A row of the other folds only into a row it is paired with that holds as much text (:func:`_holds_as_much`).
+The folded rows leave the exchanges table for ``logged_twice.parquet``, which names the row each copies; their lines
 count as duplicates of their files.
 """
 
@@ -41,11 +43,12 @@ from forensics.logged_twice import (
     runs_together,
 )
 
-#: Two customer ids are folded into one only where this many of their exchanges are copies of each other: one pair
-#: may be two customers asking the same long question at the same moment and answered alike.
+#: Two customer ids are folded into one only where pairs of rows alike hold this many rows of each, in as many 10 s
+#: windows: one pair, or one question and its retry, may be two customers asking the same long question at the same
+#: moment and answered alike.
 FOLD_MIN_LINKS = 2
-#: ... and only where those exchanges are this share or more of one id's answered rows while the two were logged alike:
-#: a gateway in front logs nearly all of a customer's calls; two customers' monitors sending one long canary on the
+#: ... and only where those rows are this share or more of one id's calls that could pair while either id was active: a
+#: gateway in front logs nearly all of a customer's calls; two customers' monitors sending one long canary on the
 #: minute, each from its own replica's log, are a sliver of either's traffic (a review).
 FOLD_MIN_COVERAGE = 0.5
 
