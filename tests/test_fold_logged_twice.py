@@ -226,17 +226,20 @@ def test_one_question_and_its_retry_link_no_ids(tmp_path: Path) -> None:
     assert folded.rows == 0
 
 
-def test_two_templates_sent_once_each_link_no_ids(tmp_path: Path) -> None:
-    """Two customers send the same two fixed templates once, 5 s apart, answered alike: the share was measured between
-    the first and last pair only, and two of twenty-two calls passed for a second gateway (a review). It is measured
-    over the time both ids were active."""
+@pytest.mark.parametrize("own_traffic", ["hours-later", "one-after-the-other"])
+def test_two_templates_sent_once_each_link_no_ids(tmp_path: Path, own_traffic: str) -> None:
+    """Two customers send the same two fixed templates once, 15 s apart, answered alike: the share was measured between
+    the first and last pair only, and two of twenty-two calls passed for a second gateway; then over the overlap of
+    the two ids' activity, which shrank to the two coincidences where one customer's traffic ended as the other's
+    began (reviews). It is measured over all the time either id was active."""
     rows: list[dict[str, Any]] = []
     for tenant, file, off in (("org-x", "gateway/replica-1.jsonl", 0.0), ("org-y", "gateway/replica-2.jsonl", 0.3)):
         rows.append(_row(f"{tenant}-1", tenant, 0, 3600 + off, prompt=LEDGER + "List the nightly checks, one per line.",
                          answer="Checks: balance, gaps.", file=file, line=1))
         rows.append(_row(f"{tenant}-2", tenant, 0, 3615 + off, prompt=LEDGER + "What must a reconciliation report hold?",
                          answer="Mismatches and totals.", file=file, line=2))
-        _own_traffic(rows, tenant, file, 100 * (tenant == "org-y"), 20000 + off)
+        start = 20000 + off if own_traffic == "hours-later" else (0 if tenant == "org-x" else 3700)
+        _own_traffic(rows, tenant, file, 100 * (tenant == "org-y"), start)
     folded, _, _ = _fold(tmp_path, rows)
     assert folded.rows == 0
 
@@ -363,21 +366,6 @@ def test_a_customers_own_block_behind_two_front_door_accounts_stays(tmp_path: Pa
     rows += [_row(f"o-{k}", "org-acme", 50 + k, 900 + 60 * k, line=10 + k) for k in range(2)]
     _fold(tmp_path, rows)
     assert _holding(tmp_path, "ZX-9931") == 4
-
-
-def test_two_customers_one_after_the_other_link_no_ids(tmp_path: Path) -> None:
-    """One customer's traffic ends as another's begins, and the two send the same two templates at the hand-over: over
-    the overlap of their activity (the two coincidences) the share was whole, and one customer's rows folded into the
-    other's (a review). It is measured over all the time either was active."""
-    rows: list[dict[str, Any]] = []
-    for tenant, file, off in (("org-x", "gateway/replica-1.jsonl", 0.0), ("org-y", "gateway/replica-2.jsonl", 0.3)):
-        rows.append(_row(f"{tenant}-1", tenant, 0, 3600 + off, prompt=LEDGER + "List the nightly checks, one per line.",
-                         answer="Checks: balance, gaps.", file=file, line=1))
-        rows.append(_row(f"{tenant}-2", tenant, 0, 3615 + off, prompt=LEDGER + "What must a reconciliation report hold?",
-                         answer="Mismatches and totals.", file=file, line=2))
-        _own_traffic(rows, tenant, file, 100 * (tenant == "org-y"), 0 if tenant == "org-x" else 3700)
-    folded, _, _ = _fold(tmp_path, rows)
-    assert folded.rows == 0
 
 
 def test_cancelled_calls_of_one_prompt_leave_the_answered_copy_folded(tmp_path: Path) -> None:
