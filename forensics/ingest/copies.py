@@ -109,7 +109,7 @@ def cut_sql(p: str) -> str:
 #: (:func:`core_sql`; NULL where no prompt) and ``ends`` (:func:`cut_sql`; NULL unless long enough: a NULL key's hash
 #: would be one value for all); ``long`` (a prompt of SAME_EXCHANGE_MIN_SUFFIX characters or more), ``cut``, ``bare``
 #: (no prompt), ``said`` (an answer), ``plen``, and the MD5s of the prompt and the answer. Computed once per row:
-#: repeated in each query, the plain prompts of a second gateway's whole incident took 30 s of 15,000 requests'.
+#: repeated in each query, the plain prompts of a second gateway's copies of 15,458 requests took 34 s to fold.
 FACTS_SQL = """
 {verb} SELECT pos, request_id, tenant_id, source_file, source_line, source_sha256, record_kind, response_source_file,
        response_source_line, received_at, placed, cut, p = '' AS bare, answer <> '' AS said, length(p) AS plen, k, usage,
