@@ -119,6 +119,26 @@ def test_a_second_gateway_logging_the_whole_incident_is_folded_at_the_ingest(
     assert "logged twice under two customer ids were folded" in summary and other in summary
 
 
+def test_a_fold_with_too_many_pairs_to_check_is_left_out_and_said(incident: Callable[[str], Path], tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the cap on candidate pairs the fold is left out whole: every row stays, and the manifest and its note say
+    a customer may be named twice."""
+    from forensics.config import load_case_file
+    from forensics.ingest import copies
+
+    inc = incident("front-door-capped")
+    logged = add_front_door(inc, f"litellm-callbacks-{DAY}*", False)
+    monkeypatch.setattr(copies, "MAX_PAIRS", 3)
+    cfg = load_case_file(inc / "case.toml")
+    result = api.ingest(tmp_path / "case", [spec.path for spec in cfg.inputs], config=cfg,
+                        path_formats=[None if spec.format == "auto" else spec.format for spec in cfg.inputs])
+    manifest = json.loads((tmp_path / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["logged_twice"] == {"rows": 0, "left_out": True} and manifest["reconciled"]
+    assert any("logged twice under two customer ids was left out" in n for n in manifest["notes"])
+    ids = pq.read_table(tmp_path / "case" / "exchanges.parquet", columns=["request_id"]).column("request_id").to_pylist()
+    assert sum(i.startswith("fd-") for i in ids) == logged and result.manifest.tables is not None
+
+
 @pytest.mark.parametrize("rows", [None, 3], ids=["the-whole-day", "three-rows"])
 def test_a_spend_log_export_naming_teams_names_each_customer_once(incident: Callable[[str], Path], tmp_path: Path,
                                                                    rows: int | None) -> None:

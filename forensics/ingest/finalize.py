@@ -820,18 +820,18 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "response_source_line say where), so the suspects among them are searched with it")
     if logged_twice.left_out:
         notes.append(f"the check for exchanges logged twice under two customer ids was left out: more than "
-                     f"{MAX_PAIRS:,} pairs of rows of two logs hold the same answer and the same prompt's end at the same "
-                     "time (thousands of customers sending one long prompt together?). Copies a second gateway logged, if "
+                     f"{MAX_PAIRS:,} pairs of rows of two logs hold the same answer and prompt at the same time "
+                     "(thousands of customers sending one long prompt together?). Copies a second gateway logged, if "
                      "any, were not folded: a customer may be named twice. Fix: ingest one gateway's logs")
     if logged_twice.rows:
         shown = first_few([f"{safe_id(kept)} ~ {safe_id(other)} ({n})" for kept, other, n in logged_twice.linked], 5)
         notes.append(f"{logged_twice.rows} exchange{'s' if logged_twice.rows > 1 else ''} logged twice under two customer "
                      f"ids {'were' if logged_twice.rows > 1 else 'was'} folded into one row each, kept under the first id "
-                     f"of each pair: {shown} (the same answer and one request's prompt at the same time, for two "
-                     "exchanges or more of the same ids in two logs, half or more of one id's calls meanwhile: a second gateway under its own request ids and "
-                     "account names, or a spend log naming teams beside callbacks naming organisations; the id kept is "
-                     "the one the engine logs place on a node most often, then the one whose rows hold whole prompts, "
-                     "then the one with the most records). "
+                     f"of each pair: {shown} (the same answer and one request's prompt at the same time, in two logs, "
+                     "for two rows or more of each id in two 10 s windows or more and half or more of one id's calls: a "
+                     "second gateway under its own request ids and account names, or a spend log naming teams beside "
+                     "callbacks naming organisations; the id kept is the one the engine logs place on a node most "
+                     "often, then the one whose rows hold whole prompts, then the one with the most records). "
                      "logged_twice.parquet lists every copy; if two of these ids are different customers, read their "
                      "rows there before notifying"
                      + (f". For {logged_twice.unplaced} of these pairs no engine log placed either id on a node: the id "
@@ -856,8 +856,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         "prompt_tokens_sources": sources,
         "notes": notes,
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
-                           "kept_unplaced": logged_twice.unplaced}}
-         if logged_twice.rows else {})
+                           "kept_unplaced": logged_twice.unplaced}} if logged_twice.rows
+         else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {})
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
