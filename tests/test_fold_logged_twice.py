@@ -105,7 +105,7 @@ def test_rows_with_no_prompt_link_no_ids(tmp_path: Path) -> None:
     """A spend log that keeps no prompts (LiteLLM's default) beside the callbacks: two customers' classification jobs
     give one-word answers with the same usage at the same moments, so a prompt-less row of one team paired with the
     other customer's callback; those pairs linked the two customers and one's requests were folded into the other's (a
-    review). A row with no prompt links nothing."""
+    review). A row with no prompt links only the rows of its own request id (one gateway's two exports)."""
     rows = []
     for cust, offset in (("a", 0.0), ("b", 0.3)):
         for i in range(12):
@@ -114,8 +114,10 @@ def test_rows_with_no_prompt_link_no_ids(tmp_path: Path) -> None:
             for tenant, text, file in ((f"org-{cust}", prompt, "gateway/callbacks.jsonl"), (f"team-{cust}", "", "gateway/spend.jsonl")):
                 rows.append(_row(f"{cust}-{i}", tenant, 0, offset + i, prompt=text, answer=label, usage=usage, seconds=0.4,
                                  file=file, line=len(rows) + 1))
-    folded, kept, _ = _fold(tmp_path, rows)
-    assert folded.rows == 0 and len(kept) == 48
+    _, _, copies = _fold(tmp_path, rows)
+    assert all(c["request_id"][0] == c["kept_request_id"][0] for c in copies)  # (a-... into a-..., b-... into b-...)
+    texts = pq.read_table(tmp_path / "exchanges.parquet", columns=["prompt_text"]).column("prompt_text").to_pylist()
+    assert sum("customer b's" in (t or "") for t in texts) == 12
 
 
 def test_a_cut_copy_never_takes_the_place_of_a_whole_prompt(tmp_path: Path) -> None:
@@ -199,7 +201,7 @@ def test_a_spend_log_without_prompts_leaves_a_front_door_folded(tmp_path: Path) 
         t, label = f"org-{i % 50}", ("positive", "negative")[i % 2]
         prompt = f"<|user|>\nClassify review {i} of the catalogue as positive or negative, in one word."
         rows.append(_row(f"c-{i}", t, 0, i / 100, prompt=prompt, answer=label, file="gateway/callbacks.jsonl", line=i + 1))
-        rows.append(_row(f"c-{i}", t, 0, i / 100, prompt="", answer=label, file="gateway/spend.jsonl", line=i + 1))
+        rows.append(_row(f"s-{i}", t, 0, i / 100, prompt="", answer=label, file="gateway/spend.jsonl", line=i + 1))
     rows += [_row("r-1", "org-acme", 1, 0, node="d0"), _row("r-2", "org-acme", 2, 60, node="d0"),
              _front_door(1, 0), _front_door(2, 60)]
     folded, _, copies = _fold(tmp_path, rows)
@@ -380,6 +382,42 @@ def test_cancelled_calls_of_one_prompt_leave_the_answered_copy_folded(tmp_path: 
                  _row(f"fd-1.{i}", "acme-prod", 1, at - 0.5, file="gateway/frontdoor.jsonl", line=10 + i, **kw)]
     _, kept, _ = _fold(tmp_path, rows)
     assert ("fd-1.2", "acme-prod") not in kept
+
+
+def test_a_front_door_account_named_like_another_customer_keeps_the_customer(tmp_path: Path) -> None:
+    """A front door's account name for one customer is another customer's own id: ranked by all its rows the engine
+    placed, that other id was kept, and the customer's gateway rows folded away into it (a review). The rows paired
+    decide, and a row the engine placed never folds into one it did not."""
+    rows = [_row(f"r-{n}", "org-a", n, 60 * n, node="d0", line=n) for n in (1, 2, 3)]
+    rows += [_row(f"fd-{n}", "org-b", n, 60 * n - 0.004, file="gateway/frontdoor.jsonl", line=n) for n in (1, 2, 3)]
+    rows += [_row(f"b-{k}", "org-b", 50 + k, 900 + 60 * k, node="d1", line=10 + k) for k in range(6)]  # (its own calls)
+    _, kept, copies = _fold(tmp_path, rows)
+    assert {("r-1", "org-a"), ("r-2", "org-a"), ("r-3", "org-a")} <= set(kept)
+    assert sorted(c["request_id"] for c in copies) == ["fd-1", "fd-2", "fd-3"]
+
+
+def test_a_spend_log_without_prompts_folds_into_the_callbacks_of_its_request_ids(tmp_path: Path) -> None:
+    """LiteLLM's spend log keeps no prompt by default; naming teams beside callbacks naming organisations, its rows
+    never linked (a row with no prompt links nothing), and the exposed customers fell off the list (a review). A row
+    with no prompt is evidence beside a row of its own request id, with the same answer, usage and times."""
+    rows = []
+    for n in (1, 2, 3):
+        rows += [_row(f"r-{n}", "org-acme", n, 60 * n, file="gateway/callbacks.jsonl", line=n),
+                 _row(f"r-{n}", "team-acme", n, 60 * n, prompt="", file="gateway/spend.jsonl", line=n)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert folded.linked == [("org-acme", "team-acme", 3)] and {t for _, t in kept} == {"org-acme"}
+    assert {c["prompts"] for c in copies} == {"unknown"}
+
+
+def test_a_second_gateway_keyed_like_the_first_folds(tmp_path: Path) -> None:
+    """A front door naming customers by the same ids as the gateway behind it, under its own request ids: its copies
+    were left to the match stage, and an exposed customer fell off the list (a review). Copies under one id fold too,
+    into the row the engine placed."""
+    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, node="d0", line=n) for n in (1, 2)]
+    rows += [_row(f"fd-{n}", "org-acme", n, 60 * n - 0.004, file="gateway/frontdoor.jsonl", line=n) for n in (1, 2)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert kept == [("r-1", "org-acme"), ("r-2", "org-acme")] and folded.same_id == 2 and folded.linked == []
+    assert [c["kept_request_id"] for c in copies] == ["r-1", "r-2"]
 
 
 def test_the_kept_id_is_the_same_for_every_exchange_of_a_linked_pair(tmp_path: Path) -> None:

@@ -125,8 +125,8 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
-#: The rows of (answer key, 10 s) cells two ids in two log files share: the only rows whose texts the search for
-#: evidence reads (rows are named by their place in the table).
+#: The rows of (answer key, 10 s) cells two log files share: the only rows whose texts the search for evidence reads
+#: (rows are named by their place in the table).
 CANDIDATES_SQL = """
 CREATE OR REPLACE TEMP TABLE fold_candidates AS
 WITH answered AS (
@@ -137,16 +137,18 @@ WITH answered AS (
 ),
 cells AS (
     SELECT k, bucket FROM (SELECT k, tenant_id, source_file, bucket + unnest([-1, 0, 1]) AS bucket FROM answered)
-    GROUP BY k, bucket HAVING count(DISTINCT tenant_id) > 1 AND count(DISTINCT source_file) > 1
+    GROUP BY k, bucket HAVING count(DISTINCT source_file) > 1
 )
 SELECT DISTINCT a.* FROM answered a JOIN cells c ON c.k = a.k AND c.bucket = a.bucket
 """
 
-#: Pairs of the candidates of two customer ids that hold the same answer received within 10 s of each other in two
-#: log files (one log never holds one exchange twice under two ids: two customers' rows alike in one export are two
-#: customers'), with long prompts one request's by their core, or by their ends where one was cut: the evidence that
-#: links two ids. Joined on keys and buckets, never on the answer alone (a canned answer thousands of customers get to
-#: one template would pair every two of them).
+#: Pairs of the candidates that hold the same answer received within 10 s of each other in two log files (one log
+#: never holds one exchange twice under two ids: two customers' rows alike in one export are two customers'), with long
+#: prompts one request's by their core, or by their ends where one was cut, or one with no prompt beside a row of its
+#: request id (one gateway's two exports: LiteLLM's spend log keeps no prompt by default, and its teams' rows were
+#: never linked to their organisations', a review): the evidence that links two ids, or the copies under one id (a
+#: second gateway keyed like the first). Joined on keys and buckets, never on the answer alone (a canned answer
+#: thousands of customers get to one template would pair every two of them).
 EVIDENCE_PAIRS_SQL = """
 WITH keyed AS (SELECT * FROM fold_facts WHERE said AND long AND NOT bare),
 spread AS (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM keyed),
@@ -158,9 +160,15 @@ near AS (
     SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received, a.digest,
            b.digest
     FROM (SELECT * FROM keyed WHERE cut) a JOIN spread b ON a.k = b.k AND a.ends = b.ends AND a.bucket = b.bucket
+    UNION ALL
+    SELECT a.pos, b.pos, a.tenant_id, b.tenant_id, a.source_file, b.source_file, a.received, b.received, a.digest,
+           b.digest
+    FROM (SELECT * FROM fold_facts WHERE said AND bare) a
+    JOIN (SELECT * EXCLUDE (bucket), bucket + unnest([-1, 0, 1]) AS bucket FROM fold_facts WHERE said) b
+      ON a.k = b.k AND a.bucket = b.bucket AND a.request_id = b.request_id
 )
 {nearest}
-WHERE pos_a <> pos_b AND t_a <> t_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} AND d_a = d_b
+WHERE pos_a <> pos_b AND f_a IS DISTINCT FROM f_b AND abs(r_a - r_b) <= {window} AND d_a = d_b
 {nearest_end}
 """
 
@@ -270,12 +278,13 @@ class _Row(NamedTuple):
 class Folded:
     """What :func:`fold_logged_twice` did: the rows folded, the customer ids linked (kept id, folded id, exchanges),
     the lines folded per file (SHA-256), which count as duplicates, the linked pairs of ids whose kept id no engine log
-    placed, and whether the fold was left out."""
+    placed, the copies under one id, and whether the fold was left out."""
 
     rows: int = 0
     linked: list[tuple[str, str, int]] = field(default_factory=list)
     lines: Tally[str] = field(default_factory=Tally)
     unplaced: int = 0
+    same_id: int = 0  # of the rows folded, copies under the same customer id (a second gateway keyed like the first)
     left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
 
 
@@ -305,41 +314,53 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
             return folded, []
         _facts(con, path, "CREATE OR REPLACE TEMP TABLE fold_facts AS", "SELECT pos FROM fold_candidates", {})
         rows = _rows(con)
-        evidence = [(a, b, how) for a, b, how, _ in _pairs(con, path, EVIDENCE_PAIRS_SQL, {}, rows)
-                    if how in ("same", "held", "cut") and _runs_together(how, rows[a], rows[b])]
+        evidence = [(a, b, how, head) for a, b, how, head in _pairs(con, path, EVIDENCE_PAIRS_SQL, {}, rows)
+                    if (how in ("same", "held", "cut") or (how == "unknown" and rows[a].request_id == rows[b].request_id))
+                    and _runs_together(how, rows[a], rows[b])]
         if not evidence:
             return folded, []
-        linked = _linked(con, path, evidence, rows)
-        if not linked:
+        # Copies under one customer id (a second gateway keyed like the first) need no link.
+        one_id = [e for e in evidence if customer_key(rows[e[0]].tenant_id) == customer_key(rows[e[1]].tenant_id)]
+        linked = _linked(con, path, [e[:3] for e in evidence if e not in one_id], rows)
+        if not linked and not one_id:
             return folded, []
-        ordered = sorted(linked)
-        tenants = sorted({t for pair in linked for t in pair})
-        _facts(con, path, "INSERT INTO fold_facts",
-               "SELECT file_row_number FROM read_parquet($path, file_row_number = true) WHERE tenant_id IN "
-               "(SELECT unnest($tenants)) AND file_row_number NOT IN (SELECT pos FROM fold_facts)", {"tenants": tenants})
-        rows = _rows(con)
+        ordered = sorted(tuple(sorted(pair)) for pair in linked)
+        tenants = sorted({t for pair in linked for t in pair} | {rows[p].tenant_id for e in one_id for p in e[:2]})
+        if linked:
+            _facts(con, path, "INSERT INTO fold_facts",
+                   "SELECT file_row_number FROM read_parquet($path, file_row_number = true) WHERE tenant_id IN "
+                   "(SELECT unnest($tenants)) AND file_row_number NOT IN (SELECT pos FROM fold_facts)",
+                   {"tenants": sorted({t for pair in linked for t in pair})})
+            rows = _rows(con)
         pairs = _pairs(con, path, LINKED_PAIRS_SQL, {"first": [a for a, _ in ordered], "second": [b for _, b in ordered]},
-                       rows)
+                       rows) if linked else []
     finally:
         con.execute("DROP TABLE IF EXISTS fold_candidates")
         con.execute("DROP TABLE IF EXISTS fold_facts")
-    placed = {t: (on_nodes, records) for t, on_nodes, records in con.execute(
-        "SELECT tenant_id, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT NULL), count(*) "
-        "FROM read_parquet($path) WHERE tenant_id IN (SELECT unnest($t)) GROUP BY 1",
-        {"path": str(path), "t": tenants}).fetchall()}
-    involved = {p for a, b, _ in evidence for p in (a, b)} | {p for a, b, _, _ in pairs for p in (a, b)}
+    records = dict(con.execute(
+        "SELECT tenant_id, count(*) FROM read_parquet($path) WHERE tenant_id IN (SELECT unnest($t)) GROUP BY 1",
+        {"path": str(path), "t": tenants}).fetchall()) if tenants else {}
+    involved = {p for a, b, *_ in evidence for p in (a, b)} | {p for a, b, _, _ in pairs for p in (a, b)}
+    # Of the rows paired, not of all an id's rows: a front door's account name that is another customer's own id
+    # outranked the customer whose gateway rows the engine placed, and that customer's rows folded away (a review).
+    on_nodes: Tally[str] = Tally(rows[p].tenant_id for p in involved if rows[p].placed)
     cut_rows: Tally[str] = Tally(rows[p].tenant_id for p in involved if rows[p].cut or rows[p].bare)
 
     def rank(t: str) -> tuple[int, int, int, str]:
         # The engine's own record names the inner gateway's request; then the id whose rows hold whole prompts (a
         # spend log cuts or drops them); then the id the logs hold the most records under.
-        on_nodes, records = placed.get(t, (0, 0))
-        return (-on_nodes, cut_rows.get(t, 0), -records, t)
+        return (-on_nodes.get(t, 0), cut_rows.get(t, 0), -records.get(t, 0), t)
+
+    def row_rank(r: _Row) -> tuple[Any, ...]:
+        # The row the engine logs place first, whatever its id: a front door's copy under an account name that is
+        # another customer's id is never the row kept (a review); then the id's rank, then the row holding the most.
+        return (not r.placed, rank(r.tenant_id), r.cut, r.bare, not r.said, -r.plen, r.pos)
 
     together = [(rows[a], rows[b], how, head) for a, b, how, head in pairs
                 if frozenset((rows[a].tenant_id, rows[b].tenant_id)) in linked
                 and (_runs_together(how, rows[a], rows[b]) if rows[a].said and rows[b].said
                      else _linked_together(how, rows[a].received, rows[a].completed, rows[b].received, rows[b].completed))]
+    together += [(rows[a], rows[b], how, head) for a, b, how, head in one_id]
     # Blocks a gateway puts at the head of what it logs are its own: the same before the copies of several customers'
     # exchanges. A customer's own system prompt is its own, however often it sends it.
     # (Counted by the ids of the rows that lack the head: one customer's three logs, or its two accounts at a front
@@ -351,7 +372,7 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     gateway_heads = {head for head, lacking in heads.items() if len(lacking) >= FOLD_MIN_LINKS}
     copy_of: dict[int, tuple[int, str]] = {}
     for ra, rb, how, head in together:
-        kept, dropped = (ra, rb) if rank(ra.tenant_id) < rank(rb.tenant_id) else (rb, ra)
+        kept, dropped = (ra, rb) if row_rank(ra) < row_rank(rb) else (rb, ra)
         if not _holds_as_much(kept, dropped, how, head in gateway_heads):
             continue
         # The row it copies: the one nearest it in time (a reseller's account row beside two customers' rows alike
@@ -376,7 +397,10 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
         out.append({"request_id": r.request_id, "tenant_id": r.tenant_id, "source_file": r.source_file,
                     "source_line": r.source_line, "received_at": r.received_at, "kept_request_id": kept.request_id,
                     "kept_tenant_id": kept.tenant_id, "prompts": how, "pos": pos})
-        pair_counts[(kept.tenant_id, r.tenant_id)] += 1
+        if customer_key(kept.tenant_id) == customer_key(r.tenant_id):
+            folded.same_id += 1
+        else:
+            pair_counts[(kept.tenant_id, r.tenant_id)] += 1
         if r.source_sha256 is not None:
             folded.lines[r.source_sha256] += 1
         if r.record_kind in joined and r.response_source_file in sha_of:  # the answer's line of a joined split row
@@ -384,7 +408,7 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
     out.sort(key=lambda r: (r["kept_tenant_id"], r["tenant_id"], r["request_id"], r["pos"]))
     folded.rows = len(out)
     folded.linked = sorted(((k, t, n) for (k, t), n in pair_counts.items()), key=lambda x: (-x[2], x[0], x[1]))
-    folded.unplaced = sum(1 for k, _, _ in folded.linked if not placed.get(k, (0, 0))[0])
+    folded.unplaced = sum(1 for k, _, _ in folded.linked if not on_nodes.get(k, 0))
     return folded, out
 
 
@@ -395,13 +419,14 @@ def _nearness(kept: _Row, dropped: _Row, rank: Callable[[str], tuple[Any, ...]])
 
 def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: bool) -> bool:
     """Whether the ``kept`` row holds every text of the ``dropped`` one its pair says is one exchange (``how`` their
-    prompts are alike): never a prompt into a row that logged none, an answer into a row without one, a whole prompt
+    prompts are alike): never a prompt into a row that logged none, an answer into a row without one, a row the engine
+    logs place into one they do not, a whole prompt
     into a cut one, or a cut prompt into a shorter cut (two logs cutting at other lengths). A prompt after blocks at its
     head folds into the shorter only where those blocks are a gateway's own (``gateway_head``: the same before several
     customers' copies) or the engine logs place the kept row (its text is what the engine read: the blocks it lacks
     were never in a cache to leak); a review found a customer's own system block dropped otherwise."""
-    if (dropped.said and not kept.said) or (kept.bare and not dropped.bare):
-        return False
+    if (dropped.said and not kept.said) or (kept.bare and not dropped.bare) or (dropped.placed and not kept.placed):
+        return False  # (a row the engine logs place carries the decode node's evidence)
     if how == "cut" and kept.cut and (not dropped.cut or dropped.plen > kept.plen):
         return False
     return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))

@@ -823,10 +823,17 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      f"{MAX_PAIRS:,} pairs of rows of two logs hold the same answer and prompt at the same time "
                      "(thousands of customers sending one long prompt together?). Copies a second gateway logged, if "
                      "any, were not folded: a customer may be named twice. Fix: ingest one gateway's logs")
-    if logged_twice.rows:
+    if logged_twice.same_id:
+        notes.append(f"{logged_twice.same_id} exchange{'s' if logged_twice.same_id > 1 else ''} logged twice under one "
+                     "customer id in two logs, under two request ids (a second gateway keyed like the first: the same "
+                     "answer and one request's prompt at the same time) "
+                     f"{'were' if logged_twice.same_id > 1 else 'was'} folded into one row each; logged_twice.parquet "
+                     "lists every copy")
+    if logged_twice.rows > logged_twice.same_id:
         shown = first_few([f"{safe_id(kept)} ~ {safe_id(other)} ({n})" for kept, other, n in logged_twice.linked], 5)
-        notes.append(f"{logged_twice.rows} exchange{'s' if logged_twice.rows > 1 else ''} logged twice under two customer "
-                     f"ids {'were' if logged_twice.rows > 1 else 'was'} folded into one row each, kept under the first id "
+        two_ids = logged_twice.rows - logged_twice.same_id
+        notes.append(f"{two_ids} exchange{'s' if two_ids > 1 else ''} logged twice under two customer "
+                     f"ids {'were' if two_ids > 1 else 'was'} folded into one row each, kept under the first id "
                      f"of each pair: {shown} (the same answer and one request's prompt at the same time, in two logs, "
                      "for two rows or more of each id in two 10 s windows or more and half or more of one id's calls: a "
                      "second gateway under its own request ids and account names, or a spend log naming teams beside "
@@ -856,7 +863,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         "prompt_tokens_sources": sources,
         "notes": notes,
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
-                           "kept_unplaced": logged_twice.unplaced}} if logged_twice.rows
+                           "kept_unplaced": logged_twice.unplaced, "same_id": logged_twice.same_id}} if logged_twice.rows
          else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {})
 
 
