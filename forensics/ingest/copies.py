@@ -1,4 +1,4 @@
-"""Exchanges logged twice under two customer ids, folded into one by the finaliser.
+"""Exchanges logged twice, under two customer ids or under one in two logs, folded into one by the finaliser.
 
 A second gateway in front of the first, logging under its own request ids and account names, or a spend-log export
 naming teams beside callbacks naming organisations, holds the same traffic twice. Kept as two exchanges, every
@@ -8,13 +8,13 @@ by two customer ids, so its passages read as common and exposed customers fell o
 Two rows are one exchange by the rule the match stage uses (:mod:`forensics.logged_twice`): the same answer, one
 request's prompt, received within 10 s, one's run holding the other's. Two real customers' exchanges can meet it (the
 same long question, answered alike at the same moment), so one pair proves nothing: two ids are linked only by pairs of
-rows of two log files with long prompts that hold :data:`FOLD_MIN_LINKS` rows or more of each, in as many 10 s
-windows, and :data:`FOLD_MIN_COVERAGE` of one id's calls while either was active (:func:`_linked`). Each linked pair
-keeps one id for all its exchanges: the one the engine logs place on a node most often (the service's own record names
-the inner gateway's request), then the one whose rows hold whole prompts, then the one the logs hold the most records
-under. A row of the other folds only into a row it is paired with that holds as much text (:func:`_holds_as_much`).
-The folded rows leave the exchanges table for ``logged_twice.parquet``, which names the row each copies; their lines
-count as duplicates of their files.
+rows of two log files, with long prompts or of one request id, that hold :data:`FOLD_MIN_LINKS` rows or more of each,
+in as many 10 s windows, and :data:`FOLD_MIN_COVERAGE` of one id's calls while either was active (:func:`_linked`).
+Copies under one id in two logs need no link. The row the engine logs place on a node is kept, whatever its id; between
+rows neither placed, each linked pair keeps the id whose paired rows the engine places most often, then the one whose
+rows hold whole prompts, then the one the logs hold the most records under. A row folds only into a row it is paired
+with that holds as much text (:func:`_holds_as_much`). The folded rows leave the exchanges table for
+``logged_twice.parquet``, which names the row each copies; their lines count as duplicates of their files.
 """
 
 from __future__ import annotations
