@@ -270,7 +270,9 @@ def _big_records(file_no: int, count: int) -> bytes:
         record = copy.deepcopy(records[(file_no * count + i) % len(records)])
         logged = record["standard_logging_object"]
         logged["id"] = f"chatcmpl-big-{file_no}-{i}"
-        logged["messages"][-1]["content"] = "lorem ipsum dolor sit amet " * 8000
+        # (each its own prompt: two files of the same exchanges under other ids would be one exchange logged twice,
+        # which the finaliser folds)
+        logged["messages"][-1]["content"] = f"file {file_no} record {i}: " + "lorem ipsum dolor sit amet " * 8000
         out.append(json.dumps(record))
     return ("\n".join(out) + "\n").encode()
 
