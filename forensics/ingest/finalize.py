@@ -559,10 +559,10 @@ def winners_sql() -> str:
 
 
 def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], order: dict[str, int], duplicates: Tally[str],
-               band_ceilings: dict[str, int], unnamed_requests: int = 0,
-               files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+               band_ceilings: dict[str, int], unnamed_requests: int, files: list[dict[str, Any]]) -> dict[str, Any]:
     """Write exchanges.parquet; count losers per file; return stats for the manifest. ``unnamed_requests``:
-    split request lines quarantined because they name no customer (:func:`_answer_fills`)."""
+    split request lines quarantined because they name no customer (:func:`_answer_fills`); ``files``: the case's input
+    files, for the lines of the exchanges logged twice that are folded (:func:`fold_logged_twice`)."""
     con.execute(f"CREATE TEMP TABLE ranked AS {winners_sql()}")
     con.execute(f"""CREATE TEMP TABLE cross_kind AS {CROSS_KIND_SQL.format(
         halves=half_kinds(), request_halves=half_kinds("request"), response_halves=half_kinds("response"),
@@ -721,7 +721,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         sink.abort()
         raise
     engine_answers = _engine_answers(c, con)
-    logged_twice = fold_logged_twice(con, c.table_path("exchanges"), c.table_path("logged_twice"), files or [])
+    logged_twice = fold_logged_twice(con, c.table_path("exchanges"), c.table_path("logged_twice"), files)
     duplicates.update(logged_twice.lines)
 
     stats = con.execute(
