@@ -1,7 +1,8 @@
 """Benchmark: is the notification list right on realistic traffic? (about a minute per case on 2 cores)
 
     python benchmarks/quality.py [--seeds 1,2,3] [--formats litellm,openai-split] [--corpus ../shared/corpora]
-                                 [--gateway-only] [--second-gateway as-sent|own-system-prompt] [--set KEY=VALUE ...]
+                                 [--gateway-only] [--second-gateway as-sent|own-system-prompt]
+                                 [--second-gateway-clock SECONDS] [--set KEY=VALUE ...]
                                  [--show-wrong 20] [--keep DIR] [--json]
 
 For every seed and gateway format: simulate the realistic incident (``forensics simulate --scale
@@ -30,8 +31,9 @@ figures.
 
 ``--second-gateway`` puts an API front door in front of each simulated LiteLLM incident's gateway
 (``forensics.lab.frontdoor``): every call logged again, as split logs under its own request ids and account
-names (``own-system-prompt``: with a system prompt of its own at the head), which the ingest's fold of one exchange
-logged twice must undo; each case then says how many requests the front door logged and how many the ingest folded.
+names (``own-system-prompt``: with a system prompt of its own at the head; ``--second-gateway-clock SECONDS``: with its
+clock that far ahead of the gateway's), which the ingest's fold of one exchange logged twice must undo; each case then
+says how many requests the front door logged and how many the ingest folded.
 ``--gateway-only`` drops the engine logs from each simulated case file (a case with gateway logs alone: no
 decode nodes, no engine signature); ``--set KEY=VALUE`` puts a ``[match]`` setting in it (repeatable), for
 sweeps of a threshold with everything else as a case team would run it.
@@ -508,7 +510,7 @@ def _setting(text: str) -> tuple[str, Any]:
 
 def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only: bool = False,
              settings: dict[str, Any] | None = None, scale: str = "realistic",
-             second_gateway: str | None = None) -> dict[str, Any]:
+             second_gateway: str | None = None, second_gateway_clock: float = 0.0) -> dict[str, Any]:
     """Simulate, run, evaluate; then match again with the old rules and evaluate that. With ``second_gateway``
     (``as-sent`` or ``own-system-prompt``), a front door logs every call again before the run."""
     from forensics import api
@@ -528,7 +530,8 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
     if second_gateway is not None:
         from forensics.lab.frontdoor import add_front_door
 
-        front_door = add_front_door(sim, own_system_prompt=second_gateway == "own-system-prompt")
+        front_door = add_front_door(sim, own_system_prompt=second_gateway == "own-system-prompt",
+                                    clock_offset=second_gateway_clock)
     out: dict[str, Any] = {"seed": seed, "format": fmt, "simulate_seconds": round(t_sim, 1),
                            "counts": {k: simulated.counts.get(k) for k in ("tenants", "requests", "suspects", "leak_fragments",
                                                                            "finding_pairs", "hard_negatives", "bytes")}}
@@ -542,7 +545,7 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
     out["stages"] = {s["stage"]: s["seconds"] for s in result.stages}
     if front_door is not None:
         manifest = json.loads((Path(result.case_dir) / "manifest.json").read_text(encoding="utf-8"))
-        out["second_gateway"] = {"kind": second_gateway, "logged": front_door,
+        out["second_gateway"] = {"kind": second_gateway, "clock": second_gateway_clock, "logged": front_door,
                                  "folded": (manifest.get("logged_twice") or {}).get("rows", 0)}
     out["evaluate_seconds"] = round(t_eval, 1)
     out["default"] = score(ev, truth, report_dir, t_run)
@@ -735,7 +738,8 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
     fronted = [c for c in cases if c.get("second_gateway")]
     if fronted:
         print("second gateway: " + "; ".join(
-            f"seed {c['seed']} {c['format']}: a front door ({c['second_gateway']['kind']}) logged "
+            f"seed {c['seed']} {c['format']}: a front door ({c['second_gateway']['kind']}"
+            + (f", its clock {c['second_gateway']['clock']:+g} s" if c['second_gateway'].get('clock') else "") + ") logged "
             f"{c['second_gateway']['logged']:,} requests again, the ingest folded {c['second_gateway']['folded']:,}"
             for c in fronted))
     print("\npairs = (recipient request, source tenant); rec 4-7/8-15/16+ = pair recall by the pair's longest fragment;")
@@ -815,6 +819,9 @@ def main() -> int:
     ap.add_argument("--gateway-only", action="store_true", help="leave the engine logs out of every case")
     ap.add_argument("--second-gateway", choices=["as-sent", "own-system-prompt"], default=None,
                     help="a front door logs every call again under its own ids and account names (LiteLLM cases only)")
+    ap.add_argument("--second-gateway-clock", type=float, default=0.0, metavar="SECONDS",
+                    help="the front door's clock this many seconds ahead of the gateway's (a drifted host: 7; local time "
+                         "written as UTC: -18000)")
     ap.add_argument("--scale", choices=["realistic", "small"], default="realistic",
                     help="small: the 12-customer incidents of the shipped sample's shape (no corpus needed): a check that "
                          "small cases, whose null of chance matches is small, stay right")
@@ -830,6 +837,8 @@ def main() -> int:
     bad = [f for f in args.formats if f not in FORMATS]
     if bad:
         ap.error(f"unknown format {bad[0]!r}: use {', '.join(FORMATS)}")
+    if args.second_gateway_clock and not args.second_gateway:
+        ap.error("--second-gateway-clock sets the clock of a front door: give --second-gateway too")
     if args.second_gateway and args.formats != ["litellm"]:
         ap.error("--second-gateway puts a front door before LiteLLM callbacks: give --formats litellm")
     if not args.json:
@@ -841,7 +850,8 @@ def main() -> int:
             work = Path(tempfile.mkdtemp(prefix=f"quality-{seed}-{fmt}-"))
             try:
                 cases.append(run_case(seed, fmt, args.corpus if args.scale == "realistic" else None, work,
-                                      args.gateway_only, dict(args.settings), args.scale, args.second_gateway))
+                                      args.gateway_only, dict(args.settings), args.scale, args.second_gateway,
+                                      args.second_gateway_clock))
             finally:
                 if args.keep is not None:
                     dest = args.keep / f"seed{seed}-{fmt}"

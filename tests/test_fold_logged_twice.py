@@ -555,3 +555,66 @@ def test_the_prompt_sieve_keeps_every_two_prompts_the_rule_calls_one_requests(pa
             assert ends_a == ends_b
     finally:
         con.close()
+
+
+def _long_answer(n: int) -> str:
+    return f"Answer {n}: " + "the quarterly figures hold, and every anomaly is listed below with its account. " * 3
+
+
+@pytest.mark.parametrize(("offset", "door"), [(7.0, "gateway/frontdoor.jsonl"), (-18000.0, "gateway/frontdoor.jsonl"),
+                                             (3600.25, "gateway/o'brien's door\\; DROP TABLE x; --.jsonl")],
+                         ids=["drifted-7s", "local-time-as-utc", "an-hour-ahead-named-with-quotes"])
+def test_a_front_door_whose_clock_is_off_still_folds_and_says_by_how_much(tmp_path: Path, offset: float,
+                                                                         door: str) -> None:
+    """A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC,
+    logged every copy seconds or hours from its gateway's: the fold compared the times as logged, folded none of them,
+    and every customer was named twice (realistic seed 1 with a front door 7 s ahead: suspects P 0.500, exposed
+    customers R 0.046). The two logs' clocks are read off the exchanges both logged, the copies fold, and the fold says
+    which log's clock it read as apart, and by how much."""
+    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node=f"decode-{n % 2}", line=n) for n in range(1, 25)]
+    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004 + offset, _long_answer(n), seconds=2.006,
+                  file=door, line=n) for n in range(1, 25)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert kept == sorted((f"r-{n}", "org-acme") for n in range(1, 25))
+    assert folded.rows == 24 and {c["kept_request_id"] for c in copies} == {f"r-{n}" for n in range(1, 25)}
+    [clock] = folded.clocks
+    assert (clock.file, clock.reference, clock.exchanges) == (door, "gateway/a.jsonl", 24)
+    assert clock.offset_us == round((offset - 0.004) * 1e6)
+    # (the copies keep the times they were logged at)
+    assert {c["received_at"] for c in copies} == {T0 + dt.timedelta(seconds=60 * n - 0.004 + offset) for n in range(1, 25)}
+
+
+def test_clocks_that_agree_are_left_as_they_are(tmp_path: Path) -> None:
+    """A front door a few milliseconds ahead, as every gateway in front is: no clock is read as apart, and the copies
+    fold as before."""
+    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 25)]
+    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004, _long_answer(n), seconds=2.006, file="gateway/frontdoor.jsonl",
+                  line=n) for n in range(1, 25)]
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.rows == 24 and folded.clocks == []
+
+
+def test_day_files_of_one_gateway_sharing_daily_jobs_are_not_a_day_apart(tmp_path: Path) -> None:
+    """Two day files of one gateway share the calls of jobs that send one prompt at one hour every day and get one
+    answer: read as one log's clock a day off, the second day's calls would fold into the first's as copies under one
+    id. They are a sliver of a busy gateway's answers, so no clock is read off them and no call folds."""
+    rows: list[dict[str, Any]] = []
+    for day, file in ((0, "gateway/day-1.jsonl"), (1, "gateway/day-2.jsonl")):
+        for job in range(25):  # (the daily jobs: one customer's each, the same call every day, a second or so apart)
+            rows.append(_row(f"job-{day}-{job}", f"org-job-{job}", 1000 + job, 86400 * day + 300 * job + 0.3 * day,
+                             _long_answer(1000 + job), file=file, line=len(rows) + 1))
+        for n in range(200):  # (the day's other traffic)
+            rows.append(_row(f"r-{day}-{n}", f"org-{n % 7}", 10_000 * (day + 1) + n, 86400 * day + 40 * n + 7,
+                             _long_answer(10_000 * (day + 1) + n), file=file, line=len(rows) + 1))
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert folded.clocks == [] and folded.rows == 0 and copies == [] and len(kept) == len(rows)
+
+
+def test_two_logs_sharing_canned_answers_at_unrelated_times_have_no_clock_read_off_them(tmp_path: Path) -> None:
+    """Two logs of unrelated traffic share some canned answers (one template's), each at its own time: the times
+    agree on no offset, so none is read, and nothing folds."""
+    rows = [_row(f"a-{n}", f"org-{n % 5}", n, 97 * n, _long_answer(n), file="gateway/a.jsonl", line=n) for n in range(40)]
+    rows += [_row(f"b-{n}", f"team-{n % 5}", n, 131 * n + 4000 + (n * n) % 17, _long_answer(n), file="gateway/b.jsonl",
+                  line=n) for n in range(40)]
+    folded, _, copies = _fold(tmp_path, rows)
+    assert folded.clocks == [] and copies == []

@@ -119,6 +119,25 @@ def test_a_second_gateway_logging_the_whole_incident_is_folded_at_the_ingest(
     assert "logged twice under two customer ids were folded" in summary and other in summary
 
 
+def test_a_second_gateway_whose_clock_reads_local_time_as_utc_is_folded_and_said(
+        incident: Callable[[str], Path], tmp_path: Path) -> None:
+    """A front door writing local time (UTC-5) with no zone, read as UTC: its copies were logged five hours from the
+    gateway's, none folded, and every recipient was named twice. The ingest reads the two clocks off the exchanges
+    both logged, folds every copy, and says which log's clock it read as apart; the list is the gateway's alone."""
+    inc = incident("front-door-local-time")
+    logged = add_front_door(inc, "litellm-callbacks-*", clock_offset=-18000.0)
+    _, baseline = _exposed(incident("front-door-local-time-baseline"), tmp_path / "baseline")
+    _, report = _exposed(inc, tmp_path / "out")
+    assert _list(report) == _list(baseline)
+    manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["reconciled"] and manifest["logged_twice"]["rows"] == logged
+    [clock] = manifest["clock_offsets"]
+    assert clock["file"] == "gateway/frontdoor-requests.jsonl" and round(clock["offset_seconds"]) == -18000
+    assert clock["reference"].startswith("gateway/litellm-callbacks-")
+    note = next(n for n in manifest["notes"] if "read apart from another log's" in n)
+    assert '"gateway/frontdoor-requests.jsonl" -18,000.00' in note and "timezone" in note
+
+
 def test_a_fold_with_too_many_pairs_to_check_is_left_out_and_said(incident: Callable[[str], Path], tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the cap on candidate pairs the fold is left out whole: every row stays, and the manifest and its note say

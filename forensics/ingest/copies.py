@@ -40,6 +40,7 @@ from forensics.logged_twice import (
     SAME_EXCHANGE_CUT_HEAD,
     SAME_EXCHANGE_CUT_TAIL,
     SAME_EXCHANGE_MIN_SUFFIX,
+    SAME_EXCHANGE_SKEW_US,
     SAME_EXCHANGE_US,
     runs_together,
 )
@@ -52,6 +53,18 @@ FOLD_MIN_LINKS = 2
 #: gateway in front logs nearly all of a customer's calls; two customers' monitors sending one long canary on the
 #: minute, each from its own replica's log, are a sliver of either's traffic (a review).
 FOLD_MIN_COVERAGE = 0.5
+
+#: Two logs' clocks are read as apart only where this many exchanges or more that both logged (the same answer, once in
+#: each) agree on it within SAME_EXCHANGE_SKEW_US ...
+CLOCK_MIN_EXCHANGES = 20
+#: ... and are this share or more of the exchanges found in both: two logs of unrelated traffic share a few canned
+#: answers, at times that agree on nothing ...
+CLOCK_MIN_SHARE = 0.5
+#: ... and this share or more of the answers either file holds: a gateway in front logs every call again, while two day
+#: files of one gateway share only jobs that send one prompt at one hour every day, and would read as a day apart.
+CLOCK_MIN_COVER = 0.2
+#: An answer shorter than this says too little to tell one exchange in two logs by it.
+CLOCK_MIN_ANSWER = 128
 
 
 def prompts_alike_sql(a: str, cut_a: str, b: str, cut_b: str) -> str:
@@ -121,9 +134,29 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
              response_source_file, response_source_line, received_at,
              decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
              {plain_prompt} AS p, {plain_answer} AS answer, {answer_key} AS k, reported_prompt_tokens AS usage,
-             epoch_us(received_at) AS received, {completed} AS completed
+             epoch_us(received_at) - {shift} AS received, {completed} - {shift} AS completed
       FROM read_parquet($path, file_row_number = true)
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
+"""
+
+#: Per pair of log files (``a`` before ``b`` by name), how much later than ``a`` each exchange both logged reached ``b``
+#: (microseconds, in order), and how many answers the smaller of the two holds: an answer of CLOCK_MIN_ANSWER characters
+#: or more that each file holds once, by its key and length. Pairs with fewer than CLOCK_MIN_EXCHANGES such exchanges
+#: are left out.
+CLOCK_SQL = """
+WITH answered AS (
+    SELECT source_file AS f, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r
+    FROM read_parquet($path)
+    WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
+      AND length(response_text) >= {min_answer}
+),
+once AS (SELECT f, k, n, min(r) AS r FROM answered GROUP BY f, k, n HAVING count(*) = 1),
+sizes AS (SELECT f, count(*) AS answers FROM answered GROUP BY f)
+SELECT a.f, b.f, list(b.r - a.r ORDER BY b.r - a.r), least(any_value(sa.answers), any_value(sb.answers))
+FROM once a JOIN once b ON a.k = b.k AND a.n = b.n AND a.f < b.f
+JOIN sizes sa ON sa.f = a.f JOIN sizes sb ON sb.f = b.f
+GROUP BY a.f, b.f HAVING count(*) >= {min_exchanges}
+ORDER BY a.f, b.f
 """
 
 #: The rows of (answer key, 10 s) cells two log files share: the only rows whose texts the search for evidence reads
@@ -131,10 +164,11 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
 CANDIDATES_SQL = """
 CREATE OR REPLACE TEMP TABLE fold_candidates AS
 WITH answered AS (
-    SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k, epoch_us(received_at) AS received,
-           epoch_us(received_at) // {window} AS bucket
-    FROM read_parquet($path, file_row_number = true)
-    WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND length(response_text) > 0
+    SELECT pos, tenant_id, source_file, k, received, received // {window} AS bucket
+    FROM (SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k,
+                 epoch_us(received_at) - {shift} AS received
+          FROM read_parquet($path, file_row_number = true)
+          WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND length(response_text) > 0)
 ),
 cells AS (
     SELECT k, bucket FROM (SELECT k, tenant_id, source_file, bucket + unnest([-1, 0, 1]) AS bucket FROM answered)
@@ -268,6 +302,17 @@ class _Row(NamedTuple):
     pdigest: str
 
 
+@dataclass(frozen=True)
+class ClockOffset:
+    """A log file whose clock the fold read as apart from another's: ``offset_us`` (microseconds) later than
+    ``reference``'s, by the ``exchanges`` both logged that agree on it (see :func:`clock_offsets`)."""
+
+    file: str
+    reference: str
+    offset_us: int
+    exchanges: int
+
+
 @dataclass
 class Folded:
     """What :func:`fold_logged_twice` did: the rows folded, the customer ids linked (kept id, folded id, exchanges),
@@ -280,6 +325,7 @@ class Folded:
     unplaced: int = 0
     same_id: int = 0  # of the rows folded, copies under the same customer id (a second gateway keyed like the first)
     left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
+    clocks: list[ClockOffset] = field(default_factory=list)  # logs whose times the fold read on another's clock
 
 
 def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]]) -> Folded:
@@ -299,14 +345,15 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
 def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, list[dict[str, Any]]]:
     """:func:`fold_logged_twice`'s choice of the copies (each a row of ``logged_twice.parquet``, with its place), the
     table untouched."""
-    folded = Folded()
+    folded = Folded(clocks=clock_offsets(con, path))
+    shift = _shift_sql(folded.clocks)
     # The rows of (answer key, 10 s) cells two ids in two files share, first: where there are none (nearly every
     # case), no prompt is read.
-    con.execute(CANDIDATES_SQL.format(answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US), {"path": str(path)})
+    con.execute(CANDIDATES_SQL.format(answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US, shift=shift), {"path": str(path)})
     try:
         if not con.execute("SELECT count(*) FROM fold_candidates").fetchall()[0][0]:
             return folded, []
-        _facts(con, path, "CREATE OR REPLACE TEMP TABLE fold_facts AS", "SELECT pos FROM fold_candidates", {})
+        _facts(con, path, "CREATE OR REPLACE TEMP TABLE fold_facts AS", "SELECT pos FROM fold_candidates", {}, shift)
         rows = _rows(con)
         evidence = [(a, b, how, head) for a, b, how, head in _pairs(con, path, EVIDENCE_PAIRS_SQL, {}, rows)
                     if (how in ("same", "held", "cut") or (how == "unknown" and rows[a].request_id == rows[b].request_id))
@@ -324,7 +371,7 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
             _facts(con, path, "INSERT INTO fold_facts",
                    "SELECT file_row_number FROM read_parquet($path, file_row_number = true) WHERE tenant_id IN "
                    "(SELECT unnest($tenants)) AND file_row_number NOT IN (SELECT pos FROM fold_facts)",
-                   {"tenants": sorted({t for pair in linked for t in pair})})
+                   {"tenants": sorted({t for pair in linked for t in pair})}, shift)
             rows = _rows(con)
         pairs = _pairs(con, path, LINKED_PAIRS_SQL, {"first": [a for a, _ in ordered], "second": [b for _, b in ordered]},
                        rows) if linked else []
@@ -408,7 +455,7 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
 
 def _nearness(kept: _Row, dropped: _Row, rank: Callable[[str], tuple[Any, ...]]) -> tuple[Any, ...]:
     """How near ``kept`` is to being the row ``dropped`` copies: time apart, then its id's rank, then its place."""
-    return (abs((kept.received_at - dropped.received_at).total_seconds()), rank(kept.tenant_id), kept.pos)
+    return (abs(kept.received - dropped.received), rank(kept.tenant_id), kept.pos)
 
 
 def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: bool) -> bool:
@@ -426,11 +473,79 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
     return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))
 
 
-def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any]) -> None:
+def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
+    """The log files of the table at ``path`` whose clocks are apart from the others' by more than two gateways' clocks
+    may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two files both logged (:data:`CLOCK_SQL`): where
+    :data:`CLOCK_MIN_EXCHANGES` or more of them, :data:`CLOCK_MIN_SHARE` or more of those found in both and
+    :data:`CLOCK_MIN_COVER` or more of the answers the smaller file holds, reached one file the same time after the
+    other, give or take SAME_EXCHANGE_SKEW_US. A front door whose host's clock
+    drifted, or which writes local time with no zone where the case reads UTC, logged every copy seconds or hours from
+    its gateway's: the fold, comparing the times, folded none of them, and every customer was named twice (a
+    review). Files joined by such agreement are put on the clock of the one whose rows the engine logs place most
+    (then with the most rows, then by name), each through the file it agrees with on the most exchanges; an empty list
+    where every clock agrees (nearly every case)."""
+    edges: list[tuple[int, str, str, int]] = []  # (exchanges agreeing, file a, file b, b later than a by)
+    for a, b, apart, answers in con.execute(CLOCK_SQL.format(
+            answer_key=ANSWER_KEY, min_answer=CLOCK_MIN_ANSWER, min_exchanges=CLOCK_MIN_EXCHANGES),
+            {"path": str(path)}).fetchall():
+        agreed = _agreed(apart)
+        if agreed is not None and agreed[1] >= CLOCK_MIN_COVER * answers:
+            edges.append((agreed[1], a, b, agreed[0]))
+    if not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset in edges):
+        return []
+    files = sorted({f for _, a, b, _ in edges for f in (a, b)})
+    weight = {f: (-placed, -n, f) for f, placed, n in con.execute(
+        "SELECT source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT NULL), count(*) "
+        "FROM read_parquet($path) WHERE source_file IN (SELECT unnest($files)) GROUP BY 1",
+        {"path": str(path), "files": files}).fetchall()}
+    # Each group of files that agree is put on its reference's clock along the strongest agreements (Prim's tree).
+    later: dict[str, tuple[int, str, int]] = {}  # file -> (later than its group's reference by, reference, exchanges)
+    for start in sorted(files, key=lambda f: weight.get(f, (0, 0, f))):
+        if start in later:
+            continue
+        later[start] = (0, start, 0)
+        while True:
+            reach = [(-n, a, b, d) for n, a, b, d in edges if (a in later) != (b in later)]
+            if not reach:
+                break
+            n, a, b, d = min(reach)
+            if a in later:
+                later[b] = (later[a][0] + d, start, -n)
+            else:
+                later[a] = (later[b][0] - d, start, -n)
+    return [ClockOffset(f, ref, offset, n) for f, (offset, ref, n) in sorted(later.items())
+            if abs(offset) > SAME_EXCHANGE_SKEW_US]
+
+
+def _agreed(apart: list[int]) -> tuple[int, int] | None:
+    """Of how much later one log reached each exchange than another (microseconds, in order): the offset most of them
+    agree on (the median of the largest run within 2 SAME_EXCHANGE_SKEW_US of one another) and how many agree, where
+    they are enough (:data:`CLOCK_MIN_EXCHANGES`, :data:`CLOCK_MIN_SHARE` of all); else None."""
+    best, at, lo = 0, 0, 0
+    for hi, value in enumerate(apart):
+        while value - apart[lo] > 2 * SAME_EXCHANGE_SKEW_US:
+            lo += 1
+        if hi - lo + 1 > best:
+            best, at = hi - lo + 1, lo
+    if best < CLOCK_MIN_EXCHANGES or best < CLOCK_MIN_SHARE * len(apart):
+        return None
+    return apart[at + (best - 1) // 2], best
+
+
+def _shift_sql(clocks: list[ClockOffset]) -> str:
+    """A DuckDB expression over a row's ``source_file``: the microseconds to take off its times to put them on one
+    clock with the other logs' (:func:`clock_offsets`); ``0`` where every clock agrees."""
+    if not clocks:
+        return "0"
+    whens = " ".join(f"WHEN '{c.file.replace(chr(39), chr(39) * 2)}' THEN {int(c.offset_us)}" for c in clocks)
+    return f"(CASE source_file {whens} ELSE 0 END)"
+
+
+def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: str) -> None:
     """Put the facts (:data:`FACTS_SQL`) of the rows at the places ``positions`` selects into ``fold_facts`` (``verb``:
-    create it, or insert into it)."""
+    create it, or insert into it), their times on one clock (``shift``: :func:`_shift_sql`)."""
     con.execute(FACTS_SQL.format(
-        verb=verb, positions=positions, window=SAME_EXCHANGE_US, core=core_sql("p"), ends=cut_sql("p"),
+        verb=verb, positions=positions, window=SAME_EXCHANGE_US, shift=shift, core=core_sql("p"), ends=cut_sql("p"),
         min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
         plain_prompt=PLAIN.format("prompt_text"), plain_answer=PLAIN.format("response_text"), answer_key=ANSWER_KEY,
         completed=COMPLETED_US), {"path": str(path), **params})
@@ -467,7 +582,7 @@ def _linked(con: Any, path: Path, evidence: list[tuple[int, int, str]], rows: di
         return out
 
     def spread(positions: set[int]) -> int:
-        return len({int(rows[p].received_at.timestamp() * 1_000_000) // SAME_EXCHANGE_US for p in positions})
+        return len({rows[p].received // SAME_EXCHANGE_US for p in positions})
 
     candidates = {pair: sides(got) for pair, got in sorted(found.items(), key=lambda item: sorted(item[0]))}
     candidates = {pair: by_id for pair, by_id in candidates.items()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from collections import Counter as Tally
 from collections import deque
@@ -844,6 +845,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      + (f". For {logged_twice.unplaced} of these pairs no engine log placed either id on a node: the id "
                         "kept may be the second gateway's account name, not the one the customer is known by; check "
                         "it" if logged_twice.unplaced else ""))
+    if logged_twice.clocks:
+        shown = first_few([f"{json.dumps(c.file, ensure_ascii=False)} {c.offset_us / 1e6:+,.3f} s against "
+                           f"{json.dumps(c.reference, ensure_ascii=False)} ({c.exchanges:,} exchanges)"
+                           for c in logged_twice.clocks], 5)
+        notes.append(f"the clock{'s' if len(logged_twice.clocks) > 1 else ''} of {len(logged_twice.clocks)} log "
+                     f"file{'s' if len(logged_twice.clocks) > 1 else ''} read apart from another log's, by the exchanges "
+                     f"both logged (the same answer reached one a fixed time after the other): {shown}. The check for "
+                     "exchanges logged twice compared their times on one clock; the case tables keep the times as "
+                     "logged. If a log writes local time with no zone, set its [[inputs]] timezone in the case file and "
+                     "ingest again")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -864,7 +875,9 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         "notes": notes,
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
                            "kept_unplaced": logged_twice.unplaced, "same_id": logged_twice.same_id}} if logged_twice.rows
-         else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {})
+         else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {}) \
+      | ({"clock_offsets": [{"file": c.file, "reference": c.reference, "offset_seconds": c.offset_us / 1e6,
+                             "exchanges": c.exchanges} for c in logged_twice.clocks]} if logged_twice.clocks else {})
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:

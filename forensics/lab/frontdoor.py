@@ -55,11 +55,13 @@ def _parsed(value: Any) -> Any:
     return value
 
 
-def add_front_door(case_dir: Path, glob: str = "litellm-callbacks-*", own_system_prompt: bool = False) -> int:
+def add_front_door(case_dir: Path, glob: str = "litellm-callbacks-*", own_system_prompt: bool = False,
+                   clock_offset: float = 0.0) -> int:
     """Write a front door's split logs beside the callbacks ``glob`` names in the simulated LiteLLM incident at
     ``case_dir`` (every call they log with a conversation and numeric times, under a request id of its own and the
-    customer's account name; with ``own_system_prompt``, with a system prompt of its own at the head), add them to the
-    case file, and return how many requests it logged."""
+    customer's account name; with ``own_system_prompt``, with a system prompt of its own at the head; with
+    ``clock_offset``, its clock that many seconds ahead of the gateway's: a host whose clock drifted, or one writing
+    local time as UTC), add them to the case file, and return how many requests it logged."""
     case_file = case_dir / "case.toml"
     text = case_file.read_text(encoding="utf-8")
     if _INPUTS[0] not in text:
@@ -81,10 +83,10 @@ def add_front_door(case_dir: Path, glob: str = "litellm-callbacks-*", own_system
                 continue
             if own_system_prompt:
                 messages = [{"role": "system", "content": FRONT_DOOR_SYSTEM}, *messages]
-            requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004), "tenant_id": account,
+            requests.append({"request_id": rid, "timestamp": _iso(s["startTime"] - 0.004 + clock_offset), "tenant_id": account,
                              "body": {"model": s.get("model_group"), "stream": bool(s.get("stream")), "messages": messages}})
             answer = _parsed(s.get("response"))
-            half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002), "status_code": 200}
+            half = {"request_id": rid, "timestamp": _iso(s["endTime"] + 0.002 + clock_offset), "status_code": 200}
             if isinstance(answer, dict) and answer.get("choices"):
                 responses.append(half | {"body": answer})
             elif isinstance(answer, list) and answer:
