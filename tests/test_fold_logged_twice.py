@@ -557,64 +557,118 @@ def test_the_prompt_sieve_keeps_every_two_prompts_the_rule_calls_one_requests(pa
         con.close()
 
 
+
 def _long_answer(n: int) -> str:
     return f"Answer {n}: " + "the quarterly figures hold, and every anomaly is listed below with its account. " * 3
+
+
+def _table_times(tmp_path: Path) -> dict[str, Any]:
+    return {r["request_id"]: r["received_at"] for r in
+            pq.read_table(tmp_path / "exchanges.parquet", columns=["request_id", "received_at"]).to_pylist()}
 
 
 @pytest.mark.parametrize(("offset", "door"), [(7.0, "gateway/frontdoor.jsonl"), (-18000.0, "gateway/frontdoor.jsonl"),
                                              (3600.25, "gateway/o'brien's door\\; DROP TABLE x; --.jsonl")],
                          ids=["drifted-7s", "local-time-as-utc", "an-hour-ahead-named-with-quotes"])
-def test_a_front_door_whose_clock_is_off_still_folds_and_says_by_how_much(tmp_path: Path, offset: float,
-                                                                         door: str) -> None:
+def test_a_front_door_whose_clock_is_off_still_folds_and_its_times_are_moved(tmp_path: Path, offset: float,
+                                                                            door: str) -> None:
     """A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC,
     logged every copy seconds or hours from its gateway's: the fold compared the times as logged, folded none of them,
     and every customer was named twice (realistic seed 1 with a front door 7 s ahead: suspects P 0.500, exposed
-    customers R 0.046). The two logs' clocks are read off the exchanges both logged, the copies fold, and the fold says
-    which log's clock it read as apart, and by how much."""
+    customers R 0.046). The two logs' clocks are read off the exchanges both logged, the copies fold, and the front
+    door's times in the tables are moved onto the gateway's clock: its row of a customer it alone logged too (the
+    match stage compares times as the tables hold them: a review)."""
     rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node=f"decode-{n % 2}", line=n) for n in range(1, 25)]
-    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004 + offset, _long_answer(n), seconds=2.006,
-                  file=door, line=n) for n in range(1, 25)]
+    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004 + offset, _long_answer(n), seconds=2.006, file=door,
+                  line=n, kind="helicone_row") for n in range(1, 25)]
+    rows.append(_row("fd-solo", "solo-prod", 99, 5000 + offset, _long_answer(99), file=door, line=99, kind="helicone_row"))
     folded, kept, copies = _fold(tmp_path, rows)
-    assert kept == sorted((f"r-{n}", "org-acme") for n in range(1, 25))
+    assert kept == sorted([(f"r-{n}", "org-acme") for n in range(1, 25)] + [("fd-solo", "solo-prod")])
     assert folded.rows == 24 and {c["kept_request_id"] for c in copies} == {f"r-{n}" for n in range(1, 25)}
     [clock] = folded.clocks
-    assert (clock.file, clock.reference, clock.exchanges) == (door, "gateway/a.jsonl", 24)
-    assert clock.offset_us == round((offset - 0.004) * 1e6)
-    # (the copies keep the times they were logged at)
-    assert {c["received_at"] for c in copies} == {T0 + dt.timedelta(seconds=60 * n - 0.004 + offset) for n in range(1, 25)}
+    assert (clock.files, clock.reference, clock.exchanges) == ((door,), ("gateway/a.jsonl",), 24)
+    assert clock.offset_us == round((offset + 0.006 - 0.004) * 1e6)  # (by when the calls completed)
+    assert _table_times(tmp_path)["fd-solo"] == T0 + dt.timedelta(seconds=4999.998)
+    assert {c["received_at"] for c in copies} == {T0 + dt.timedelta(seconds=60 * n - 0.006) for n in range(1, 25)}
 
 
 def test_clocks_that_agree_are_left_as_they_are(tmp_path: Path) -> None:
-    """A front door a few milliseconds ahead, as every gateway in front is: no clock is read as apart, and the copies
-    fold as before."""
+    """A front door a few milliseconds ahead, as every gateway in front is: no clock is read as apart, no time moves,
+    and the copies fold as before."""
     rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 25)]
     rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004, _long_answer(n), seconds=2.006, file="gateway/frontdoor.jsonl",
-                  line=n) for n in range(1, 25)]
+                  line=n, kind="helicone_row") for n in range(1, 25)]
     folded, _, _ = _fold(tmp_path, rows)
     assert folded.rows == 24 and folded.clocks == []
 
 
-def test_day_files_of_one_gateway_sharing_daily_jobs_are_not_a_day_apart(tmp_path: Path) -> None:
-    """Two day files of one gateway share the calls of jobs that send one prompt at one hour every day and get one
-    answer: read as one log's clock a day off, the second day's calls would fold into the first's as copies under one
-    id. They are a sliver of a busy gateway's answers, so no clock is read off them and no call folds."""
-    rows: list[dict[str, Any]] = []
-    for day, file in ((0, "gateway/day-1.jsonl"), (1, "gateway/day-2.jsonl")):
-        for job in range(25):  # (the daily jobs: one customer's each, the same call every day, a second or so apart)
-            rows.append(_row(f"job-{day}-{job}", f"org-job-{job}", 1000 + job, 86400 * day + 300 * job + 0.3 * day,
-                             _long_answer(1000 + job), file=file, line=len(rows) + 1))
-        for n in range(200):  # (the day's other traffic)
-            rows.append(_row(f"r-{day}-{n}", f"org-{n % 7}", 10_000 * (day + 1) + n, 86400 * day + 40 * n + 7,
-                             _long_answer(10_000 * (day + 1) + n), file=file, line=len(rows) + 1))
+def test_a_queue_in_front_is_no_clock_offset(tmp_path: Path) -> None:
+    """A front door with a right clock that holds half its calls 2.5 s in a queue (a guardrail) before the gateway
+    behind receives them: read off when the calls were received, the queue passed for a clock 2.5 s off, the shift
+    broke the other half's copies, and account names joined the list (a review). A queue delays only the start of a
+    call: the offset is read off when they completed, and every copy folds."""
+    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 41)]
+    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - (2.5 if n % 20 < 11 else 0.1), _long_answer(n),
+                  seconds=2.002 + (2.5 if n % 20 < 11 else 0.1), file="gateway/frontdoor.jsonl", line=n,
+                  kind="helicone_row") for n in range(1, 41)]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.clocks == [] and folded.rows == 40 and {t for _, t in kept} == {"org-acme"}
+
+
+def test_a_front_door_logging_hour_files_has_its_clock_read_over_them_all(tmp_path: Path) -> None:
+    """A front door whose log shipper writes a file an hour: no two files shared twenty exchanges, so no clock was read
+    and none of its copies folded (a review). One folder of one kind of record is one log, on one clock."""
+    rows = [_row(f"r-{n}", "org-acme", n, 300 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 49)]
+    rows += [_row(f"fd-{n}", "acme-prod", n, 300 * n + 7, _long_answer(n), seconds=2.006,
+                  file=f"frontdoor/hour-{300 * n // 3600:02d}.jsonl", line=n, kind="helicone_row") for n in range(1, 49)]
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 48 and {t for _, t in kept} == {"org-acme"}
+    [clock] = folded.clocks
+    assert len(clock.files) == 5 and clock.reference == ("gateway/a.jsonl",) and round(clock.offset_us / 1e6) == 7
+
+
+@pytest.mark.parametrize("second_log", ["gateway/day-2.jsonl", "gateway-b/day-2.jsonl"], ids=["one-gateway", "two-gateways"])
+def test_one_benchmark_run_by_two_customers_on_two_days_is_never_one_exchange(tmp_path: Path, second_log: str) -> None:
+    """Two customers run one public benchmark (thirty long questions, one every 20 s, answered alike every time) on two
+    days: read as one log's clock 37 hours off, the second customer's calls folded into the first's, and it left the
+    case (a review). Two day files of one gateway are one log, on one clock; two gateways' clocks are at most a time
+    zone apart."""
+    rows = [_row(f"a-{n}", "org-alpha", n, 20 * n, _long_answer(n), file="gateway/day-1.jsonl", line=n) for n in range(30)]
+    rows += [_row(f"b-{n}", "org-beta", n, 133_200 + 20 * n + 0.3 * (n % 2), _long_answer(n), file=second_log, line=n)
+             for n in range(30)]
     folded, kept, copies = _fold(tmp_path, rows)
-    assert folded.clocks == [] and folded.rows == 0 and copies == [] and len(kept) == len(rows)
+    assert folded.clocks == [] and copies == [] and len(kept) == 60
 
 
-def test_two_logs_sharing_canned_answers_at_unrelated_times_have_no_clock_read_off_them(tmp_path: Path) -> None:
-    """Two logs of unrelated traffic share some canned answers (one template's), each at its own time: the times
-    agree on no offset, so none is read, and nothing folds."""
-    rows = [_row(f"a-{n}", f"org-{n % 5}", n, 97 * n, _long_answer(n), file="gateway/a.jsonl", line=n) for n in range(40)]
-    rows += [_row(f"b-{n}", f"team-{n % 5}", n, 131 * n + 4000 + (n * n) % 17, _long_answer(n), file="gateway/b.jsonl",
-                  line=n) for n in range(40)]
+def test_day_files_of_one_gateway_sharing_daily_jobs_are_one_clock(tmp_path: Path) -> None:
+    """Two day files of one gateway share the calls of jobs that send one prompt at one hour every day and get one
+    answer: read as one file's clock a day off, each day's calls folded into the day before's as copies under one
+    id (a review). One gateway's day files are one log, and a job's answer it holds every day is no one exchange; a
+    front door logging it all again, its clock right, folds every copy."""
+    rows: list[dict[str, Any]] = []
+    door: list[dict[str, Any]] = []
+    for day in (0, 1):
+        for job in range(40):
+            rows.append(_row(f"job-{day}-{job}", f"org-job-{job}", 1000 + job, 86400 * day + 300 * job + 0.3 * day,
+                             _long_answer(1000 + job), file=f"gateway/day-{day + 1}.jsonl", line=len(rows) + 1))
+        for n in range(25):
+            rows.append(_row(f"r-{day}-{n}", f"org-{n % 5}", 100 * (day + 1) + n, 86400 * day + 40 * n + 7,
+                             _long_answer(100 * (day + 1) + n), file=f"gateway/day-{day + 1}.jsonl", line=len(rows) + 1))
+    for r in rows:
+        at = (r["received_at"] - T0).total_seconds() - 0.004
+        door.append(_row("fd-" + r["request_id"], r["tenant_id"] + "-prod", 0, at, r["response_text"],
+                         prompt=r["prompt_text"], seconds=2.006, file="frontdoor/all.jsonl", line=len(door) + 1,
+                         kind="helicone_row"))
+    folded, kept, copies = _fold(tmp_path, rows + door)
+    assert folded.clocks == [] and folded.rows == len(door)
+    assert {c["request_id"] for c in copies} == {r["request_id"] for r in door}
+
+
+def test_many_small_files_of_canned_answers_read_no_clock_and_stay_bounded(tmp_path: Path) -> None:
+    """Thousands of small files in one folder, each holding a few long canned answers once: every pair of files that
+    shared an answer was joined before any threshold, and the ingest ran out of its memory cap (a review). They are one
+    log, holding each answer many times: nothing to read a clock off."""
+    rows = [_row(f"r-{f}-{n}", f"org-{f % 50}", n, 10 * f + n, _long_answer(n), file=f"gateway/part-{f:05d}.jsonl", line=n)
+            for f in range(3000) for n in range(3)]
     folded, _, copies = _fold(tmp_path, rows)
     assert folded.clocks == [] and copies == []

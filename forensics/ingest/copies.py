@@ -20,6 +20,7 @@ with that holds as much text (:func:`_holds_as_much`). The folded rows leave the
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 from collections import Counter as Tally
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,14 +56,19 @@ FOLD_MIN_LINKS = 2
 FOLD_MIN_COVERAGE = 0.5
 
 #: Two logs' clocks are read as apart only where this many exchanges or more that both logged (the same answer, once in
-#: each) agree on it within SAME_EXCHANGE_SKEW_US ...
+#: each log) agree on it within SAME_EXCHANGE_SKEW_US ...
 CLOCK_MIN_EXCHANGES = 20
-#: ... and are this share or more of the exchanges found in both: two logs of unrelated traffic share a few canned
-#: answers, at times that agree on nothing ...
+#: ... and are this share or more of the exchanges found in both, by when they completed (a queue or a guardrail in
+#: front delays when a call reaches the gateway behind, not when the answer comes back through it) ...
 CLOCK_MIN_SHARE = 0.5
-#: ... and this share or more of the answers either file holds: a gateway in front logs every call again, while two day
-#: files of one gateway share only jobs that send one prompt at one hour every day, and would read as a day apart.
+#: ... or, where too few logged when they completed, this share or more by when they were received ...
+CLOCK_MIN_SHARE_RECEIVED = 0.8
+#: ... and this share or more of the answers the smaller log holds: a gateway in front logs every call again, while two
+#: logs of unrelated traffic share a few canned answers ...
 CLOCK_MIN_COVER = 0.2
+#: ... and by no more than this: a clock set to another time zone is at most 14 hours off (a customer's benchmark run
+#: through two gateways on two days is days apart).
+CLOCK_MAX_US = 15 * 3600 * 1_000_000
 #: An answer shorter than this says too little to tell one exchange in two logs by it.
 CLOCK_MIN_ANSWER = 128
 
@@ -135,28 +141,34 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
              decode_node IS NOT NULL OR prefill_node IS NOT NULL AS placed, coalesce(prompt_truncated, false) AS cut,
              {plain_prompt} AS p, {plain_answer} AS answer, {answer_key} AS k, reported_prompt_tokens AS usage,
              epoch_us(received_at) - {shift} AS received, {completed} - {shift} AS completed
-      FROM read_parquet($path, file_row_number = true)
+      FROM read_parquet($path, file_row_number = true) {clock_join}
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
-#: Per pair of log files (``a`` before ``b`` by name), how much later than ``a`` each exchange both logged reached ``b``
-#: (microseconds, in order), and how many answers the smaller of the two holds: an answer of CLOCK_MIN_ANSWER characters
-#: or more that each file holds once, by its key and length. Pairs with fewer than CLOCK_MIN_EXCHANGES such exchanges
-#: are left out.
+#: A log, as the clocks are read: the folder of a row's file and the kind of record it was logged as (a day or an hour
+#: of one gateway's logs is one log, on one clock; a front door writing its own format beside them is another).
+LOG_SQL = "regexp_replace(source_file, '[^/]*$', '') || chr(0) || coalesce(record_kind, '')"
+
+#: Per pair of logs (:data:`LOG_SQL`; ``a`` before ``b``), how much later than in ``a`` each exchange both logged was
+#: received and completed in ``b`` (microseconds, in order; completed where both logged it), and how many answers the
+#: smaller log holds: an answer of CLOCK_MIN_ANSWER characters or more that each log holds once, by its key and length
+#: (a job sending one prompt every day is no one exchange). Pairs with fewer than CLOCK_MIN_EXCHANGES are left out.
 CLOCK_SQL = """
 WITH answered AS (
-    SELECT source_file AS f, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r
+    SELECT {log} AS g, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c
     FROM read_parquet($path)
     WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
       AND length(response_text) >= {min_answer}
 ),
-once AS (SELECT f, k, n, min(r) AS r FROM answered GROUP BY f, k, n HAVING count(*) = 1),
-sizes AS (SELECT f, count(*) AS answers FROM answered GROUP BY f)
-SELECT a.f, b.f, list(b.r - a.r ORDER BY b.r - a.r), least(any_value(sa.answers), any_value(sb.answers))
-FROM once a JOIN once b ON a.k = b.k AND a.n = b.n AND a.f < b.f
-JOIN sizes sa ON sa.f = a.f JOIN sizes sb ON sb.f = b.f
-GROUP BY a.f, b.f HAVING count(*) >= {min_exchanges}
-ORDER BY a.f, b.f
+once AS (SELECT g, k, n, min(r) AS r, min(c) AS c FROM answered GROUP BY g, k, n HAVING count(*) = 1),
+sizes AS (SELECT g, count(*) AS answers FROM answered GROUP BY g)
+SELECT a.g, b.g, list(b.r - a.r ORDER BY b.r - a.r),
+       coalesce(list(b.c - a.c ORDER BY b.c - a.c) FILTER (WHERE a.c IS NOT NULL AND b.c IS NOT NULL), []),
+       least(any_value(sa.answers), any_value(sb.answers))
+FROM once a JOIN once b ON a.k = b.k AND a.n = b.n AND a.g < b.g
+JOIN sizes sa ON sa.g = a.g JOIN sizes sb ON sb.g = b.g
+GROUP BY a.g, b.g HAVING count(*) >= {min_exchanges}
+ORDER BY a.g, b.g
 """
 
 #: The rows of (answer key, 10 s) cells two log files share: the only rows whose texts the search for evidence reads
@@ -167,7 +179,7 @@ WITH answered AS (
     SELECT pos, tenant_id, source_file, k, received, received // {window} AS bucket
     FROM (SELECT file_row_number AS pos, tenant_id, source_file, {answer_key} AS k,
                  epoch_us(received_at) - {shift} AS received
-          FROM read_parquet($path, file_row_number = true)
+          FROM read_parquet($path, file_row_number = true) {clock_join}
           WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND length(response_text) > 0)
 ),
 cells AS (
@@ -304,11 +316,11 @@ class _Row(NamedTuple):
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """A log file whose clock the fold read as apart from another's: ``offset_us`` (microseconds) later than
-    ``reference``'s, by the ``exchanges`` both logged that agree on it (see :func:`clock_offsets`)."""
+    """A log (its ``files``) whose clock was read as ``offset_us`` (microseconds) later than that of the log of the
+    ``reference`` files, by the ``exchanges`` both logged that agree on it (see :func:`clock_offsets`)."""
 
-    file: str
-    reference: str
+    files: tuple[str, ...]
+    reference: tuple[str, ...]
     offset_us: int
     exchanges: int
 
@@ -325,31 +337,41 @@ class Folded:
     unplaced: int = 0
     same_id: int = 0  # of the rows folded, copies under the same customer id (a second gateway keyed like the first)
     left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
-    clocks: list[ClockOffset] = field(default_factory=list)  # logs whose times the fold read on another's clock
+    clocks: list[ClockOffset] = field(default_factory=list)  # logs whose times were moved onto another's clock
 
 
 def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]]) -> Folded:
     """Fold the exchanges of the table at ``path`` that are one exchange logged twice, under two customer ids or under
     one in two logs (see the module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
     case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
+    clocks = clock_offsets(con, path)
+    shifts = {f: c.offset_us for c in clocks for f in c.files}
+    con.execute("CREATE OR REPLACE TEMP TABLE fold_clock AS SELECT unnest($f) AS f, unnest($s)::BIGINT AS shift",
+                {"f": list(shifts), "s": list(shifts.values())})
     try:
-        folded, copies = _fold(con, path, files)
+        folded, copies = _fold(con, path, files, clocks)
     except TooManyPairs:
-        folded, copies = Folded(left_out=True), []
-    if copies:
-        _drop_rows(path, {r["pos"] for r in copies})
+        folded, copies = Folded(left_out=True, clocks=clocks), []
+    finally:
+        con.execute("DROP TABLE IF EXISTS fold_clock")
+    if copies or shifts:
+        _rewrite(path, {r["pos"] for r in copies}, shifts)
     _write_copies(copies_path, copies)
     return folded
 
 
-def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, list[dict[str, Any]]]:
+def _fold(con: Any, path: Path, files: list[dict[str, Any]], clocks: list[ClockOffset]
+          ) -> tuple[Folded, list[dict[str, Any]]]:
     """:func:`fold_logged_twice`'s choice of the copies (each a row of ``logged_twice.parquet``, with its place), the
-    table untouched."""
-    folded = Folded(clocks=clock_offsets(con, path))
-    shift = _shift_sql(folded.clocks)
+    table untouched; the times of the logs ``clocks`` names are compared on one clock (their offsets in the temporary
+    table ``fold_clock``)."""
+    folded = Folded(clocks=clocks)
+    shifts = {f: c.offset_us for c in clocks for f in c.files}
+    shift = {"shift": "coalesce(clock.shift, 0)", "clock_join": "LEFT JOIN fold_clock clock ON clock.f = source_file"
+             } if clocks else {"shift": "0", "clock_join": ""}
     # The rows of (answer key, 10 s) cells two ids in two files share, first: where there are none (nearly every
     # case), no prompt is read.
-    con.execute(CANDIDATES_SQL.format(answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US, shift=shift), {"path": str(path)})
+    con.execute(CANDIDATES_SQL.format(answer_key=ANSWER_KEY, window=SAME_EXCHANGE_US, **shift), {"path": str(path)})
     try:
         if not con.execute("SELECT count(*) FROM fold_candidates").fetchall()[0][0]:
             return folded, []
@@ -436,7 +458,9 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]]) -> tuple[Folded, li
         r, how = rows[pos], copy_of[pos][1]
         kept = rows[final(pos)]
         out.append({"request_id": r.request_id, "tenant_id": r.tenant_id, "source_file": r.source_file,
-                    "source_line": r.source_line, "received_at": r.received_at, "kept_request_id": kept.request_id,
+                    "source_line": r.source_line, "kept_request_id": kept.request_id,
+                    # (on the clock the table's times are moved onto: :func:`clock_offsets`)
+                    "received_at": r.received_at - dt.timedelta(microseconds=shifts.get(r.source_file or "", 0)),
                     "kept_tenant_id": kept.tenant_id, "prompts": how, "pos": pos})
         if customer_key(kept.tenant_id) == customer_key(r.tenant_id):
             folded.same_id += 1
@@ -474,78 +498,74 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
 
 
 def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
-    """The log files of the table at ``path`` whose clocks are apart from the others' by more than two gateways' clocks
-    may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two files both logged (:data:`CLOCK_SQL`): where
-    :data:`CLOCK_MIN_EXCHANGES` or more of them, :data:`CLOCK_MIN_SHARE` or more of those found in both and
-    :data:`CLOCK_MIN_COVER` or more of the answers the smaller file holds, reached one file the same time after the
-    other, give or take SAME_EXCHANGE_SKEW_US. A front door whose host's clock
-    drifted, or which writes local time with no zone where the case reads UTC, logged every copy seconds or hours from
-    its gateway's: the fold, comparing the times, folded none of them, and every customer was named twice (a
-    review). Files joined by such agreement are put on the clock of the one whose rows the engine logs place most
-    (then with the most rows, then by name), each through the file it agrees with on the most exchanges; an empty list
-    where every clock agrees (nearly every case)."""
-    edges: list[tuple[int, str, str, int]] = []  # (exchanges agreeing, file a, file b, b later than a by)
-    for a, b, apart, answers in con.execute(CLOCK_SQL.format(
-            answer_key=ANSWER_KEY, min_answer=CLOCK_MIN_ANSWER, min_exchanges=CLOCK_MIN_EXCHANGES),
-            {"path": str(path)}).fetchall():
-        agreed = _agreed(apart)
-        if agreed is not None and agreed[1] >= CLOCK_MIN_COVER * answers:
+    """The logs (:data:`LOG_SQL`) of the table at ``path`` whose clocks are apart from the others' by more than two
+    gateways' clocks may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two logs both logged (:data:`CLOCK_SQL`).
+    A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC, logged
+    every copy seconds or hours from its gateway's: the fold, comparing the times, folded none of them, and every
+    customer was named twice (a review). Two logs' offset is the one :data:`CLOCK_MIN_EXCHANGES` or more of those
+    exchanges agree on within SAME_EXCHANGE_SKEW_US, by when they completed (:data:`CLOCK_MIN_SHARE` or more of them),
+    or where too few logged that, when they were received (:data:`CLOCK_MIN_SHARE_RECEIVED`): a queue in front delays
+    only the start of a call (a review). They must be :data:`CLOCK_MIN_COVER` or more of the smaller log's answers,
+    and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows
+    the engine logs place most (then with the most rows, then by name), each through the log it agrees with on the
+    most exchanges; an empty list where every clock agrees (nearly every case)."""
+    edges: list[tuple[int, str, str, int]] = []  # (exchanges agreeing, log a, log b, b later than a by)
+    for a, b, received, completed, answers in con.execute(CLOCK_SQL.format(
+            log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US, min_answer=CLOCK_MIN_ANSWER,
+            min_exchanges=CLOCK_MIN_EXCHANGES), {"path": str(path)}).fetchall():
+        agreed = (_agreed(completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
+                  else _agreed(received, CLOCK_MIN_SHARE_RECEIVED))
+        if agreed is not None and agreed[1] >= CLOCK_MIN_COVER * answers and abs(agreed[0]) <= CLOCK_MAX_US:
             edges.append((agreed[1], a, b, agreed[0]))
     if not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset in edges):
         return []
-    files = sorted({f for _, a, b, _ in edges for f in (a, b)})
-    weight = {f: (-placed, -n, f) for f, placed, n in con.execute(
-        "SELECT source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT NULL), count(*) "
-        "FROM read_parquet($path) WHERE source_file IN (SELECT unnest($files)) GROUP BY 1",
-        {"path": str(path), "files": files}).fetchall()}
-    # Each group of files that agree is put on its reference's clock along the strongest agreements (Prim's tree).
-    later: dict[str, tuple[int, str, int]] = {}  # file -> (later than its group's reference by, reference, exchanges)
-    for start in sorted(files, key=lambda f: weight.get(f, (0, 0, f))):
+    logs = sorted({g for _, a, b, _ in edges for g in (a, b)})
+    files: dict[str, list[str]] = {}
+    weight: dict[str, tuple[int, int, str]] = {}
+    for g, f, placed, n in con.execute(
+            f"SELECT {LOG_SQL} AS g, source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT "
+            "NULL), count(*) FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
+            "GROUP BY g, source_file ORDER BY g, source_file", {"path": str(path), "logs": logs}).fetchall():
+        files.setdefault(g, []).append(f)
+        w = weight.get(g, (0, 0, g))
+        weight[g] = (w[0] - placed, w[1] - n, g)
+    # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
+    later: dict[str, tuple[int, str, int]] = {}  # log -> (later than its group's reference by, reference, exchanges)
+    for start in sorted(logs, key=lambda g: weight.get(g, (0, 0, g))):
         if start in later:
             continue
         later[start] = (0, start, 0)
-        while True:
-            reach = [(-n, a, b, d) for n, a, b, d in edges if (a in later) != (b in later)]
-            if not reach:
-                break
+        while reach := [(-n, a, b, d) for n, a, b, d in edges if (a in later) != (b in later)]:
             n, a, b, d = min(reach)
             if a in later:
                 later[b] = (later[a][0] + d, start, -n)
             else:
                 later[a] = (later[b][0] - d, start, -n)
-    return [ClockOffset(f, ref, offset, n) for f, (offset, ref, n) in sorted(later.items())
-            if abs(offset) > SAME_EXCHANGE_SKEW_US]
+    return [ClockOffset(tuple(files.get(g, [])), tuple(files.get(ref, [])), offset, n)
+            for g, (offset, ref, n) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US]
 
 
-def _agreed(apart: list[int]) -> tuple[int, int] | None:
-    """Of how much later one log reached each exchange than another (microseconds, in order): the offset most of them
+def _agreed(apart: list[int], share: float) -> tuple[int, int] | None:
+    """Of how much later one log holds each exchange than another (microseconds, in order): the offset most of them
     agree on (the median of the largest run within 2 SAME_EXCHANGE_SKEW_US of one another) and how many agree, where
-    they are enough (:data:`CLOCK_MIN_EXCHANGES`, :data:`CLOCK_MIN_SHARE` of all); else None."""
+    they are enough (:data:`CLOCK_MIN_EXCHANGES`, ``share`` of all); else None."""
     best, at, lo = 0, 0, 0
     for hi, value in enumerate(apart):
         while value - apart[lo] > 2 * SAME_EXCHANGE_SKEW_US:
             lo += 1
         if hi - lo + 1 > best:
             best, at = hi - lo + 1, lo
-    if best < CLOCK_MIN_EXCHANGES or best < CLOCK_MIN_SHARE * len(apart):
+    if best < CLOCK_MIN_EXCHANGES or best < share * len(apart):
         return None
     return apart[at + (best - 1) // 2], best
 
 
-def _shift_sql(clocks: list[ClockOffset]) -> str:
-    """A DuckDB expression over a row's ``source_file``: the microseconds to take off its times to put them on one
-    clock with the other logs' (:func:`clock_offsets`); ``0`` where every clock agrees."""
-    if not clocks:
-        return "0"
-    whens = " ".join(f"WHEN '{c.file.replace(chr(39), chr(39) * 2)}' THEN {int(c.offset_us)}" for c in clocks)
-    return f"(CASE source_file {whens} ELSE 0 END)"
-
-
-def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: str) -> None:
+def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: dict[str, str]) -> None:
     """Put the facts (:data:`FACTS_SQL`) of the rows at the places ``positions`` selects into ``fold_facts`` (``verb``:
-    create it, or insert into it), their times on one clock (``shift``: :func:`_shift_sql`)."""
+    create it, or insert into it), their times on one clock (``shift``: what :data:`FACTS_SQL` takes off each row's
+    times, and the join that gives it)."""
     con.execute(FACTS_SQL.format(
-        verb=verb, positions=positions, window=SAME_EXCHANGE_US, shift=shift, core=core_sql("p"), ends=cut_sql("p"),
+        verb=verb, positions=positions, window=SAME_EXCHANGE_US, core=core_sql("p"), ends=cut_sql("p"), **shift,
         min_prompt=SAME_EXCHANGE_MIN_SUFFIX, cut_length=SAME_EXCHANGE_CUT_HEAD + SAME_EXCHANGE_CUT_TAIL,
         plain_prompt=PLAIN.format("prompt_text"), plain_answer=PLAIN.format("response_text"), answer_key=ANSWER_KEY,
         completed=COMPLETED_US), {"path": str(path), **params})
@@ -655,8 +675,9 @@ def _pairs(con: Any, path: Path, pairs_sql: str, params: dict[str, Any], rows: d
     return sorted(out, key=lambda pair: (pair[0], pair[1]))
 
 
-def _drop_rows(path: Path, positions: set[int]) -> None:
-    """Write the table at ``path`` again without the rows at ``positions`` (row groups as they were, less those)."""
+def _rewrite(path: Path, positions: set[int], shifts: dict[str, int]) -> None:
+    """Write the table at ``path`` again without the rows at ``positions`` (row groups as they were, less those), the
+    times of the rows of each file ``shifts`` names moved onto one clock (that many microseconds taken off)."""
     sink = ParquetSink(path, schema.EXCHANGES)
     try:
         pf = pq.ParquetFile(path)
@@ -670,12 +691,27 @@ def _drop_rows(path: Path, positions: set[int]) -> None:
                 keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
                                           value_set=pa.array([p - start for p in here], pa.int64())))
                 table = table.filter(keep)
+            if shifts:
+                table = _moved(table, shifts)
             start += pf.metadata.row_group(g).num_rows
             sink.write_batch(table)
         sink.close()
     except BaseException:
         sink.abort()
         raise
+
+
+def _moved(table: pa.Table, shifts: dict[str, int]) -> pa.Table:
+    """``table`` (its times in microseconds, as :data:`forensics.schema.EXCHANGES` has them) with the received and
+    completed times of the rows of each file ``shifts`` names moved that many microseconds earlier."""
+    by = pa.array([shifts.get(f, 0) if f is not None else 0 for f in table.column("source_file").to_pylist()], pa.int64())
+    if not pc.any(pc.not_equal(by, 0)).as_py():
+        return table
+    for name in ("received_at", "completed_at"):
+        col = table.column(name)
+        moved = pc.subtract(col.cast(pa.int64()), by)
+        table = table.set_column(table.schema.get_field_index(name), name, moved.cast(col.type))
+    return table
 
 
 def _write_copies(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -846,15 +846,20 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                         "kept may be the second gateway's account name, not the one the customer is known by; check "
                         "it" if logged_twice.unplaced else ""))
     if logged_twice.clocks:
-        shown = first_few([f"{json.dumps(c.file, ensure_ascii=False)} {c.offset_us / 1e6:+,.3f} s against "
-                           f"{json.dumps(c.reference, ensure_ascii=False)} ({c.exchanges:,} exchanges)"
-                           for c in logged_twice.clocks], 5)
-        notes.append(f"the clock{'s' if len(logged_twice.clocks) > 1 else ''} of {len(logged_twice.clocks)} log "
-                     f"file{'s' if len(logged_twice.clocks) > 1 else ''} read apart from another log's, by the exchanges "
-                     f"both logged (the same answer reached one a fixed time after the other): {shown}. The check for "
-                     "exchanges logged twice compared their times on one clock; the case tables keep the times as "
-                     "logged. If a log writes local time with no zone, set its [[inputs]] timezone in the case file and "
-                     "ingest again")
+        def log(files: tuple[str, ...]) -> str:
+            more = len(files) - 1
+            return json.dumps(files[0] if files else "", ensure_ascii=False) + (
+                f" and {more} other file{'s' if more > 1 else ''} of its folder and kind" if more > 0 else "")
+
+        shown = first_few([f"{log(c.files)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference)} ({c.exchanges:,} "
+                           "exchanges)" for c in logged_twice.clocks], 5)
+        many = len(logged_twice.clocks) > 1
+        notes.append(f"the clock{'s' if many else ''} of {len(logged_twice.clocks)} log{'s' if many else ''} read apart "
+                     "from another log's, by the exchanges both logged (the same answer completed in one a fixed time "
+                     f"after the other): {shown}. Their rows' received and completed times in the case tables are moved "
+                     "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
+                     "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
+                     "timezone in the case file and ingest again")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -876,7 +881,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
                            "kept_unplaced": logged_twice.unplaced, "same_id": logged_twice.same_id}} if logged_twice.rows
          else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {}) \
-      | ({"clock_offsets": [{"file": c.file, "reference": c.reference, "offset_seconds": c.offset_us / 1e6,
+      | ({"clock_offsets": [{"files": list(c.files), "reference": list(c.reference), "offset_seconds": c.offset_us / 1e6,
                              "exchanges": c.exchanges} for c in logged_twice.clocks]} if logged_twice.clocks else {})
 
 
