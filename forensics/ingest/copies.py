@@ -522,11 +522,13 @@ def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
     logs = sorted({g for _, a, b, _ in edges for g in (a, b)})
     files: dict[str, list[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
-    for g, f, placed, n in con.execute(
+    for g, f, placed, n, answers_from in con.execute(
             f"SELECT {LOG_SQL} AS g, source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT "
-            "NULL), count(*) FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
+            "NULL), count(*), list(DISTINCT response_source_file) FILTER (WHERE response_source_file IS NOT NULL) "
+            "FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
             "GROUP BY g, source_file ORDER BY g, source_file", {"path": str(path), "logs": logs}).fetchall():
-        files.setdefault(g, []).append(f)
+        # (with the files a split log's answers came from: their completion times are moved too)
+        files[g] = sorted({*files.get(g, []), f, *(answers_from or [])})
         w = weight.get(g, (0, 0, g))
         weight[g] = (w[0] - placed, w[1] - n, g)
     # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).

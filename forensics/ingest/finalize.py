@@ -849,7 +849,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         def log(files: tuple[str, ...]) -> str:
             more = len(files) - 1
             return json.dumps(files[0] if files else "", ensure_ascii=False) + (
-                f" and {more} other file{'s' if more > 1 else ''} of its folder and kind" if more > 0 else "")
+                f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "")
 
         shown = first_few([f"{log(c.files)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference)} ({c.exchanges:,} "
                            "exchanges)" for c in logged_twice.clocks], 5)
