@@ -5,6 +5,7 @@ DuckDB, gives the same answer as in Python."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -558,6 +559,7 @@ def test_the_prompt_sieve_keeps_every_two_prompts_the_rule_calls_one_requests(pa
 
 
 
+
 def _long_answer(n: int) -> str:
     return f"Answer {n}: " + "the quarterly figures hold, and every anomaly is listed below with its account. " * 3
 
@@ -565,6 +567,18 @@ def _long_answer(n: int) -> str:
 def _table_times(tmp_path: Path) -> dict[str, Any]:
     return {r["request_id"]: r["received_at"] for r in
             pq.read_table(tmp_path / "exchanges.parquet", columns=["request_id", "received_at"]).to_pylist()}
+
+
+def _gateway_and_door(count: int, offset: float, door: str = "gateway/frontdoor.jsonl", *, every: float = 60,
+                      lag: Callable[[int], float] = lambda n: 0.004, kind: str = "helicone_row",
+                      door_file: Callable[[int], str] | None = None) -> list[dict[str, Any]]:
+    """A gateway's calls of four customers, placed by the engine logs, and a front door's copies of each under the
+    customer's account name: received ``lag`` before the gateway (a queue), completed 2 ms after it, ``offset`` s on."""
+    rows = [_row(f"r-{n}", f"org-{n % 4}", n, every * n, _long_answer(n), node=f"decode-{n % 2}", line=n)
+            for n in range(1, count + 1)]
+    rows += [_row(f"fd-{n}", f"c{n % 4}-prod", n, every * n - lag(n) + offset, _long_answer(n), seconds=2.002 + lag(n),
+                  file=door_file(n) if door_file else door, line=n, kind=kind) for n in range(1, count + 1)]
+    return rows
 
 
 @pytest.mark.parametrize(("offset", "door"), [(7.0, "gateway/frontdoor.jsonl"), (-18000.0, "gateway/frontdoor.jsonl"),
@@ -578,16 +592,16 @@ def test_a_front_door_whose_clock_is_off_still_folds_and_its_times_are_moved(tmp
     customers R 0.046). The two logs' clocks are read off the exchanges both logged, the copies fold, and the front
     door's times in the tables are moved onto the gateway's clock: its row of a customer it alone logged too (the
     match stage compares times as the tables hold them: a review)."""
-    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node=f"decode-{n % 2}", line=n) for n in range(1, 25)]
-    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004 + offset, _long_answer(n), seconds=2.006, file=door,
-                  line=n, kind="helicone_row") for n in range(1, 25)]
+    rows = _gateway_and_door(24, offset, door)
     rows.append(_row("fd-solo", "solo-prod", 99, 5000 + offset, _long_answer(99), file=door, line=99, kind="helicone_row"))
     folded, kept, copies = _fold(tmp_path, rows)
-    assert kept == sorted([(f"r-{n}", "org-acme") for n in range(1, 25)] + [("fd-solo", "solo-prod")])
+    assert kept == sorted([(f"r-{n}", f"org-{n % 4}") for n in range(1, 25)] + [("fd-solo", "solo-prod")])
     assert folded.rows == 24 and {c["kept_request_id"] for c in copies} == {f"r-{n}" for n in range(1, 25)}
     [clock] = folded.clocks
-    assert (clock.files, clock.reference, clock.exchanges) == ((door,), ("gateway/a.jsonl",), 24)
-    assert clock.offset_us == round((offset + 0.006 - 0.004) * 1e6)  # (by when the calls completed)
+    assert (clock.files, clock.kind, clock.reference, clock.reference_kind) == (
+        (door,), "helicone_row", ("gateway/a.jsonl",), "logging_payload")
+    # (read off when the calls completed: the front door sees the answer 2 ms after the gateway)
+    assert (clock.exchanges, clock.customers, clock.offset_us) == (24, 4, round((offset + 0.002) * 1e6))
     assert _table_times(tmp_path)["fd-solo"] == T0 + dt.timedelta(seconds=4999.998)
     assert {c["received_at"] for c in copies} == {T0 + dt.timedelta(seconds=60 * n - 0.006) for n in range(1, 25)}
 
@@ -595,10 +609,7 @@ def test_a_front_door_whose_clock_is_off_still_folds_and_its_times_are_moved(tmp
 def test_clocks_that_agree_are_left_as_they_are(tmp_path: Path) -> None:
     """A front door a few milliseconds ahead, as every gateway in front is: no clock is read as apart, no time moves,
     and the copies fold as before."""
-    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 25)]
-    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - 0.004, _long_answer(n), seconds=2.006, file="gateway/frontdoor.jsonl",
-                  line=n, kind="helicone_row") for n in range(1, 25)]
-    folded, _, _ = _fold(tmp_path, rows)
+    folded, _, _ = _fold(tmp_path, _gateway_and_door(24, 0.0))
     assert folded.rows == 24 and folded.clocks == []
 
 
@@ -607,24 +618,54 @@ def test_a_queue_in_front_is_no_clock_offset(tmp_path: Path) -> None:
     behind receives them: read off when the calls were received, the queue passed for a clock 2.5 s off, the shift
     broke the other half's copies, and account names joined the list (a review). A queue delays only the start of a
     call: the offset is read off when they completed, and every copy folds."""
-    rows = [_row(f"r-{n}", "org-acme", n, 60 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 41)]
-    rows += [_row(f"fd-{n}", "acme-prod", n, 60 * n - (2.5 if n % 20 < 11 else 0.1), _long_answer(n),
-                  seconds=2.002 + (2.5 if n % 20 < 11 else 0.1), file="gateway/frontdoor.jsonl", line=n,
-                  kind="helicone_row") for n in range(1, 41)]
-    folded, kept, _ = _fold(tmp_path, rows)
-    assert folded.clocks == [] and folded.rows == 40 and {t for _, t in kept} == {"org-acme"}
+    folded, kept, _ = _fold(tmp_path, _gateway_and_door(40, 0.0, lag=lambda n: 2.5 if n % 20 < 11 else 0.1))
+    assert folded.clocks == [] and folded.rows == 40 and all(t.startswith("org-") for _, t in kept)
 
 
 def test_a_front_door_logging_hour_files_has_its_clock_read_over_them_all(tmp_path: Path) -> None:
     """A front door whose log shipper writes a file an hour: no two files shared twenty exchanges, so no clock was read
-    and none of its copies folded (a review). One folder of one kind of record is one log, on one clock."""
-    rows = [_row(f"r-{n}", "org-acme", n, 300 * n, _long_answer(n), node="decode-0", line=n) for n in range(1, 49)]
-    rows += [_row(f"fd-{n}", "acme-prod", n, 300 * n + 7, _long_answer(n), seconds=2.006,
-                  file=f"frontdoor/hour-{300 * n // 3600:02d}.jsonl", line=n, kind="helicone_row") for n in range(1, 49)]
+    and none of its copies folded (a review). A gateway's day or hour files are one log, on one clock."""
+    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: f"frontdoor/hour-{300 * n // 3600:02d}.jsonl")
     folded, kept, _ = _fold(tmp_path, rows)
-    assert folded.rows == 48 and {t for _, t in kept} == {"org-acme"}
+    assert folded.rows == 48 and all(t.startswith("org-") for _, t in kept)
     [clock] = folded.clocks
     assert len(clock.files) == 5 and clock.reference == ("gateway/a.jsonl",) and round(clock.offset_us / 1e6) == 7
+
+
+def test_two_gateways_of_one_format_in_one_folder_are_two_logs(tmp_path: Path) -> None:
+    """A LiteLLM in front of a LiteLLM, both writing callbacks into one folder under their own names: read as one log,
+    every exchange was in it twice, no clock was read, and the front door's account names stayed (a review)."""
+    rows = _gateway_and_door(24, 7.0, "gateway/frontdoor-2026-08-26.jsonl", kind="logging_payload")
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 24 and all(t.startswith("org-") for _, t in kept) and len(folded.clocks) == 1
+
+
+def test_a_file_holding_two_kinds_on_two_clocks_moves_only_the_kind_apart(tmp_path: Path) -> None:
+    """One LiteLLM file holding its callbacks (UTC) and its spend-log rows (local time, read as UTC: 2 h on): every
+    row of the file was moved, the callbacks put 2 h early and the two kinds still apart (a review). A log is a kind of
+    record too: only the spend-log rows move, onto the callbacks' clock. (Rows of one file are never folded: the match
+    stage's rule tells such copies, by the times the tables hold.)"""
+    rows = [_row(f"r-{n}", f"org-{n % 4}", n, 60 * n, _long_answer(n), node="decode-0", file="litellm/proxy.jsonl",
+                 line=2 * n) for n in range(1, 25)]
+    rows += [_row(f"s-{n}", f"team-{n % 4}", n, 60 * n + 7200, _long_answer(n), file="litellm/proxy.jsonl",
+                  line=2 * n + 1, kind="spend_log") for n in range(1, 25)]
+    folded, _, _ = _fold(tmp_path, rows)
+    [clock] = folded.clocks
+    assert (clock.kind, clock.reference_kind, round(clock.offset_us / 1e6)) == ("spend_log", "logging_payload", 7200)
+    times = _table_times(tmp_path)
+    assert times["r-1"] == T0 + dt.timedelta(seconds=60) and times["s-1"] == T0 + dt.timedelta(seconds=60)
+
+
+def test_another_system_in_the_front_doors_folder_keeps_its_times(tmp_path: Path) -> None:
+    """Beside a front door's file (its clock 2 h behind) lies another system's export of the same kind, its clock right:
+    both were moved 2 h, the other system's calls against everyone else's (a review). Files named alike (their digits
+    aside) are one log; another name is another log, whose clock no exchange read."""
+    rows = _gateway_and_door(24, -7200.0)
+    rows += [_row(f"other-{n}", f"org-x{n % 3}", 500 + n, 30 * n + 5, _long_answer(500 + n), file="gateway/other-helicone.jsonl",
+                  line=n, kind="helicone_row") for n in range(1, 30)]
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.rows == 24 and [c.files for c in folded.clocks] == [("gateway/frontdoor.jsonl",)]
+    assert _table_times(tmp_path)["other-1"] == T0 + dt.timedelta(seconds=35)
 
 
 @pytest.mark.parametrize("second_log", ["gateway/day-2.jsonl", "gateway-b/day-2.jsonl"], ids=["one-gateway", "two-gateways"])
@@ -638,6 +679,40 @@ def test_one_benchmark_run_by_two_customers_on_two_days_is_never_one_exchange(tm
              for n in range(30)]
     folded, kept, copies = _fold(tmp_path, rows)
     assert folded.clocks == [] and copies == [] and len(kept) == 60
+
+
+def test_a_benchmark_run_through_two_gateways_hours_apart_moves_no_clock(tmp_path: Path) -> None:
+    """Three customers run one public benchmark through a gateway, and three others through another gateway three hours
+    later, each among its gateway's other traffic: read as the second gateway's clock 3 h off, its whole log moved and
+    the second customers' calls folded into the first's (a review). Thirty answers are a sliver of the second
+    gateway's while the two overlap: a front door logs nearly every call."""
+    rows = [_row(f"a-{n}", f"org-a{n % 3}", n, 20 * n, _long_answer(n), file="gateway/day.jsonl", line=n) for n in range(30)]
+    rows += [_row(f"g-{n}", f"org-g{n % 9}", 900 + n, 50 * n, _long_answer(900 + n), file="gateway/day.jsonl", line=100 + n)
+             for n in range(200)]
+    rows += [_row(f"b-{n}", f"org-b{n % 3}", n, 10_800 + 20 * n, _long_answer(n), file="gateway-b/day.jsonl", line=n)
+             for n in range(30)]
+    rows += [_row(f"h-{n}", f"org-h{n % 7}", 2000 + n, 10_000 + 25 * n, _long_answer(2000 + n), file="gateway-b/day.jsonl",
+                  line=100 + n) for n in range(80)]
+    folded, kept, copies = _fold(tmp_path, rows)
+    assert folded.clocks == [] and copies == [] and len(kept) == len(rows)
+    assert _table_times(tmp_path)["h-0"] == T0 + dt.timedelta(seconds=10_000)
+
+
+def test_hour_folders_of_one_gateway_and_an_hourly_monitor_are_one_clock(tmp_path: Path) -> None:
+    """One gateway writing a folder an hour (``hour=09/``), and a monitor sending the same 25 long prompts at the top of
+    every hour: each pair of hours read as a clock an hour off, every hour was moved onto the first and the monitor's
+    calls folded (a review). An hour folder is one log with the others: its digits aside, the path is the same."""
+    rows = []
+    for hour in range(9, 15):
+        for m in range(25):
+            rows.append(_row(f"m-{hour}-{m}", "org-monitor" if m % 2 else f"org-m{m % 5}", 3000 + m, 3600 * hour + m * 0.5,
+                             _long_answer(3000 + m), file=f"gateway/hour={hour:02d}/part-00.jsonl", line=m + 1))
+        for n in range(60):
+            rows.append(_row(f"c-{hour}-{n}", f"org-{n % 6}", 100 * hour + n, 3600 * hour + 40 + 50 * n,
+                             _long_answer(100 * hour + n), file=f"gateway/hour={hour:02d}/part-00.jsonl", line=100 + n))
+    folded, _, copies = _fold(tmp_path, rows)
+    assert folded.clocks == [] and copies == []
+    assert _table_times(tmp_path)["c-14-0"] == T0 + dt.timedelta(seconds=3600 * 14 + 40)
 
 
 def test_day_files_of_one_gateway_sharing_daily_jobs_are_one_clock(tmp_path: Path) -> None:
@@ -659,16 +734,18 @@ def test_day_files_of_one_gateway_sharing_daily_jobs_are_one_clock(tmp_path: Pat
         door.append(_row("fd-" + r["request_id"], r["tenant_id"] + "-prod", 0, at, r["response_text"],
                          prompt=r["prompt_text"], seconds=2.006, file="frontdoor/all.jsonl", line=len(door) + 1,
                          kind="helicone_row"))
-    folded, kept, copies = _fold(tmp_path, rows + door)
+    folded, _, copies = _fold(tmp_path, rows + door)
     assert folded.clocks == [] and folded.rows == len(door)
     assert {c["request_id"] for c in copies} == {r["request_id"] for r in door}
 
 
-def test_many_small_files_of_canned_answers_read_no_clock_and_stay_bounded(tmp_path: Path) -> None:
-    """Thousands of small files in one folder, each holding a few long canned answers once: every pair of files that
-    shared an answer was joined before any threshold, and the ingest ran out of its memory cap (a review). They are one
-    log, holding each answer many times: nothing to read a clock off."""
-    rows = [_row(f"r-{f}-{n}", f"org-{f % 50}", n, 10 * f + n, _long_answer(n), file=f"gateway/part-{f:05d}.jsonl", line=n)
-            for f in range(3000) for n in range(3)]
+@pytest.mark.parametrize("layout", ["files", "folders"])
+def test_many_logs_of_canned_answers_read_no_clock_and_stay_bounded(tmp_path: Path, layout: str) -> None:
+    """Thousands of small files, or hundreds of folders (one per customer), each holding the same long canned answers
+    once: every pair that shared an answer was joined before any threshold, and the ingest ran out of its memory cap (a
+    review). An answer more than a few logs hold is canned: no clock is read off it."""
+    name = (lambda f: f"gateway/part-{f:05d}.jsonl") if layout == "files" else (lambda f: f"tenant=t{chr(97 + f % 26)}{f}/x.jsonl")
+    rows = [_row(f"r-{f}-{n}", f"org-{f % 50}", n, 10 * f + n, _long_answer(n), file=name(f), line=n)
+            for f in range(3000 if layout == "files" else 300) for n in range(25 if layout == "folders" else 3)]
     folded, _, copies = _fold(tmp_path, rows)
     assert folded.clocks == [] and copies == []

@@ -146,12 +146,13 @@ def test_a_second_gateway_whose_clock_reads_local_time_as_utc_is_folded_and_said
     assert manifest["reconciled"] and manifest["logged_twice"]["rows"] == len(requests) - len(drop) - 1
     [clock] = manifest["clock_offsets"]
     # (the split log's two files: when a call was received comes from one, when it completed from the other)
-    assert clock["files"] == ["gateway/frontdoor-requests.jsonl", "gateway/frontdoor-responses.jsonl"]
+    assert clock["files"] == ["gateway/frontdoor-requests.jsonl"] and clock["record_kind"] == "split"
+    assert clock["answer_files"] == ["gateway/frontdoor-responses.jsonl"]
     assert round(clock["offset_seconds"]) == -18000
-    assert all(f.startswith("gateway/litellm-callbacks-") for f in clock["reference"])
+    assert all(f.startswith("gateway/litellm-callbacks-") for f in clock["reference"]) and clock["customers"] >= 3
     note = next(n for n in manifest["notes"] if "read apart from another log's" in n)
-    assert re.search(r'"gateway/frontdoor-requests\.jsonl" \(and 1 other file\) -1[78],[09]{3}\.\d{3} s against '
-                     r'"gateway/litellm-callbacks-[^"]*" \(and 4 other files\)', note)
+    assert re.search(r'"gateway/frontdoor-requests\.jsonl" \(split records\) -1[78],[09]{3}\.\d{3} s against '
+                     r'"gateway/litellm-callbacks-[^"]*" \(and 4 other files\) \(logging_payload records\)', note)
     assert "timezone" in note
     # (the one call's row, on the gateway's clock: within a second of when the gateway's callback says it started)
     table, _ = api.query_case(report / "case", "SELECT received_at FROM exchanges WHERE request_id = $id", {"id": keep})

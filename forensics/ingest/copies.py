@@ -59,18 +59,25 @@ FOLD_MIN_COVERAGE = 0.5
 #: each log) agree on it within SAME_EXCHANGE_SKEW_US ...
 CLOCK_MIN_EXCHANGES = 20
 #: ... and are this share or more of the exchanges found in both, by when they completed (a queue or a guardrail in
-#: front delays when a call reaches the gateway behind, not when the answer comes back through it) ...
+#: front delays when a call reaches the gateway behind, not when its answer comes back through it) ...
 CLOCK_MIN_SHARE = 0.5
 #: ... or, where too few logged when they completed, this share or more by when they were received ...
 CLOCK_MIN_SHARE_RECEIVED = 0.8
-#: ... and this share or more of the answers the smaller log holds: a gateway in front logs every call again, while two
-#: logs of unrelated traffic share a few canned answers ...
-CLOCK_MIN_COVER = 0.2
-#: ... and by no more than this: a clock set to another time zone is at most 14 hours off (a customer's benchmark run
-#: through two gateways on two days is days apart).
+#: ... of this many customers or more (one customer's benchmark, run twice through two gateways hours apart, or a
+#: monitor's hourly round, is the same answers at one offset: a review) ...
+CLOCK_MIN_CUSTOMERS = 3
+#: ... and this share or more of the answers the smaller log holds once while the two overlap: a gateway in front logs
+#: nearly every call of the one behind, while two logs of unrelated traffic share a few canned answers, and three
+#: customers running one benchmark through two gateways hours apart are a part of either's traffic (a review) ...
+CLOCK_MIN_COVER = 0.8
+#: ... and by no more than this: a clock set to another time zone is at most 14 hours off.
 CLOCK_MAX_US = 15 * 3600 * 1_000_000
 #: An answer shorter than this says too little to tell one exchange in two logs by it.
 CLOCK_MIN_ANSWER = 128
+#: An answer more logs than this hold once each is a canned one, not one exchange logged again (a front door, a
+#: spend log and callbacks hold one exchange three times): left out before logs are paired, so that thousands of
+#: folders of one canned answer pair no logs (a review).
+CLOCK_MAX_LOGS = 4
 
 
 def prompts_alike_sql(a: str, cut_a: str, b: str, cut_b: str) -> str:
@@ -145,30 +152,50 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
-#: A log, as the clocks are read: the folder of a row's file and the kind of record it was logged as (a day or an hour
-#: of one gateway's logs is one log, on one clock; a front door writing its own format beside them is another).
-LOG_SQL = "regexp_replace(source_file, '[^/]*$', '') || chr(0) || coalesce(record_kind, '')"
+#: A log, as the clocks are read: where a row was logged, with every run of two digits or more in its path read as
+#: one (a gateway's day files, hour files or hour folders are one log, on one clock), and the kind of record it was
+#: logged as (a front door writing its own format, or under its own name, beside them is another log).
+LOG_SQL = "regexp_replace(source_file, '[0-9]{2,}', '#', 'g') || chr(0) || coalesce(record_kind, '')"
 
-#: Per pair of logs (:data:`LOG_SQL`; ``a`` before ``b``), how much later than in ``a`` each exchange both logged was
-#: received and completed in ``b`` (microseconds, in order; completed where both logged it), and how many answers the
-#: smaller log holds: an answer of CLOCK_MIN_ANSWER characters or more that each log holds once, by its key and length
-#: (a job sending one prompt every day is no one exchange). Pairs with fewer than CLOCK_MIN_EXCHANGES are left out.
+#: The answers the clocks are read off, into the temporary table ``clock_answers``: per row with an answer of
+#: CLOCK_MIN_ANSWER characters or more, its log (:data:`LOG_SQL`), the answer's key and length, when it was received and
+#: completed (microseconds) and its customer id.
+CLOCK_ANSWERS_SQL = """
+CREATE OR REPLACE TEMP TABLE clock_answers AS
+SELECT {log} AS g, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c,
+       tenant_id AS t
+FROM read_parquet($path)
+WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
+  AND length(response_text) >= {min_answer}
+"""
+
+#: Per pair of logs (``a`` before ``b``), each exchange both hold, as how much later than in ``a`` it was received in
+#: ``b`` and, where both logged it, completed (microseconds, in order), with its customer id in ``a``: an answer each log
+#: holds once (a job sending one prompt every day is no one exchange) and at most CLOCK_MAX_LOGS logs hold. Pairs with
+#: fewer than CLOCK_MIN_EXCHANGES are left out.
 CLOCK_SQL = """
-WITH answered AS (
-    SELECT {log} AS g, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c
-    FROM read_parquet($path)
-    WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
-      AND length(response_text) >= {min_answer}
-),
-once AS (SELECT g, k, n, min(r) AS r, min(c) AS c FROM answered GROUP BY g, k, n HAVING count(*) = 1),
-sizes AS (SELECT g, count(*) AS answers FROM answered GROUP BY g)
-SELECT a.g, b.g, list(b.r - a.r ORDER BY b.r - a.r),
-       coalesce(list(b.c - a.c ORDER BY b.c - a.c) FILTER (WHERE a.c IS NOT NULL AND b.c IS NOT NULL), []),
-       least(any_value(sa.answers), any_value(sb.answers))
-FROM once a JOIN once b ON a.k = b.k AND a.n = b.n AND a.g < b.g
-JOIN sizes sa ON sa.g = a.g JOIN sizes sb ON sb.g = b.g
+WITH once AS (SELECT g, k, n, min(r) AS r, min(c) AS c, min(t) AS t FROM clock_answers GROUP BY g, k, n
+              HAVING count(*) = 1),
+shared AS (SELECT o.* FROM once o SEMI JOIN (SELECT k, n FROM once GROUP BY k, n
+                                             HAVING count(*) BETWEEN 2 AND {max_logs}) s ON s.k = o.k AND s.n = o.n)
+SELECT a.g, b.g, list({{'d': b.r - a.r, 't': a.t}} ORDER BY b.r - a.r, a.t),
+       coalesce(list({{'d': b.c - a.c, 't': a.t}} ORDER BY b.c - a.c, a.t)
+                FILTER (WHERE a.c IS NOT NULL AND b.c IS NOT NULL), [])
+FROM shared a JOIN shared b ON a.k = b.k AND a.n = b.n AND a.g < b.g
 GROUP BY a.g, b.g HAVING count(*) >= {min_exchanges}
 ORDER BY a.g, b.g
+"""
+
+#: How many answers each of two logs ($a, $b) holds once (and at most CLOCK_MAX_LOGS logs hold) while they overlap,
+#: ``b``'s times taken back by $offset: what the exchanges both hold are a share of (:func:`clock_offsets`).
+CLOCK_OVERLAP_SQL = """
+WITH own AS (
+    SELECT g, k, n, min(r) - CASE WHEN g = $b THEN $offset ELSE 0 END AS r FROM clock_answers
+    WHERE (k, n) IN (SELECT k, n FROM clock_answers GROUP BY k, n HAVING count(DISTINCT g) <= {max_logs})
+    GROUP BY g, k, n HAVING count(*) = 1 AND g IN ($a, $b)
+),
+span AS (SELECT max(lo) AS lo, min(hi) AS hi FROM (SELECT min(r) AS lo, max(r) AS hi FROM own GROUP BY g))
+SELECT count(*) FILTER (WHERE g = $a), count(*) FILTER (WHERE g = $b) FROM own, span WHERE r BETWEEN span.lo AND span.hi
 """
 
 #: The rows of (answer key, 10 s) cells two log files share: the only rows whose texts the search for evidence reads
@@ -316,13 +343,18 @@ class _Row(NamedTuple):
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """A log (its ``files``) whose clock was read as ``offset_us`` (microseconds) later than that of the log of the
-    ``reference`` files, by the ``exchanges`` both logged that agree on it (see :func:`clock_offsets`)."""
+    """A log (rows of the kind ``kind`` logged in ``files``; a split log's answers in ``answer_files``) whose clock was
+    read as ``offset_us`` (microseconds) later than that of the log of ``reference_kind`` rows in the ``reference``
+    files, by the ``exchanges`` both logged that agree on it, of ``customers`` customers (see :func:`clock_offsets`)."""
 
+    kind: str
     files: tuple[str, ...]
+    answer_files: tuple[str, ...]
+    reference_kind: str
     reference: tuple[str, ...]
     offset_us: int
     exchanges: int
+    customers: int
 
 
 @dataclass
@@ -345,9 +377,10 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
     one in two logs (see the module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
     case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
     clocks = clock_offsets(con, path)
-    shifts = {f: c.offset_us for c in clocks for f in c.files}
-    con.execute("CREATE OR REPLACE TEMP TABLE fold_clock AS SELECT unnest($f) AS f, unnest($s)::BIGINT AS shift",
-                {"f": list(shifts), "s": list(shifts.values())})
+    shifts = {(f, c.kind): c.offset_us for c in clocks for f in c.files}
+    con.execute("CREATE OR REPLACE TEMP TABLE fold_clock AS SELECT unnest($f) AS f, unnest($k) AS kind, "
+                "unnest($s)::BIGINT AS shift", {"f": [f for f, _ in shifts], "k": [k for _, k in shifts],
+                                                "s": list(shifts.values())})
     try:
         folded, copies = _fold(con, path, files, clocks)
     except TooManyPairs:
@@ -366,8 +399,9 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]], clocks: list[ClockO
     table untouched; the times of the logs ``clocks`` names are compared on one clock (their offsets in the temporary
     table ``fold_clock``)."""
     folded = Folded(clocks=clocks)
-    shifts = {f: c.offset_us for c in clocks for f in c.files}
-    shift = {"shift": "coalesce(clock.shift, 0)", "clock_join": "LEFT JOIN fold_clock clock ON clock.f = source_file"
+    shifts = {(f, c.kind): c.offset_us for c in clocks for f in c.files}
+    shift = {"shift": "coalesce(clock.shift, 0)", "clock_join": "LEFT JOIN fold_clock clock ON clock.f = source_file "
+                                                              "AND clock.kind = coalesce(record_kind, '')"
              } if clocks else {"shift": "0", "clock_join": ""}
     # The rows of (answer key, 10 s) cells two ids in two files share, first: where there are none (nearly every
     # case), no prompt is read.
@@ -460,7 +494,8 @@ def _fold(con: Any, path: Path, files: list[dict[str, Any]], clocks: list[ClockO
         out.append({"request_id": r.request_id, "tenant_id": r.tenant_id, "source_file": r.source_file,
                     "source_line": r.source_line, "kept_request_id": kept.request_id,
                     # (on the clock the table's times are moved onto: :func:`clock_offsets`)
-                    "received_at": r.received_at - dt.timedelta(microseconds=shifts.get(r.source_file or "", 0)),
+                    "received_at": r.received_at - dt.timedelta(
+                        microseconds=shifts.get((r.source_file or "", r.record_kind or ""), 0)),
                     "kept_tenant_id": kept.tenant_id, "prompts": how, "pos": pos})
         if customer_key(kept.tenant_id) == customer_key(r.tenant_id):
             folded.same_id += 1
@@ -499,67 +534,86 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
 
 def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
     """The logs (:data:`LOG_SQL`) of the table at ``path`` whose clocks are apart from the others' by more than two
-    gateways' clocks may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two logs both logged (:data:`CLOCK_SQL`).
+    gateways' clocks may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two logs both hold (:data:`CLOCK_SQL`).
     A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC, logged
     every copy seconds or hours from its gateway's: the fold, comparing the times, folded none of them, and every
     customer was named twice (a review). Two logs' offset is the one :data:`CLOCK_MIN_EXCHANGES` or more of those
     exchanges agree on within SAME_EXCHANGE_SKEW_US, by when they completed (:data:`CLOCK_MIN_SHARE` or more of them),
     or where too few logged that, when they were received (:data:`CLOCK_MIN_SHARE_RECEIVED`): a queue in front delays
-    only the start of a call (a review). They must be :data:`CLOCK_MIN_COVER` or more of the smaller log's answers,
-    and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows
-    the engine logs place most (then with the most rows, then by name), each through the log it agrees with on the
-    most exchanges; an empty list where every clock agrees (nearly every case)."""
-    edges: list[tuple[int, str, str, int]] = []  # (exchanges agreeing, log a, log b, b later than a by)
-    for a, b, received, completed, answers in con.execute(CLOCK_SQL.format(
-            log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US, min_answer=CLOCK_MIN_ANSWER,
-            min_exchanges=CLOCK_MIN_EXCHANGES), {"path": str(path)}).fetchall():
-        agreed = (_agreed(completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
-                  else _agreed(received, CLOCK_MIN_SHARE_RECEIVED))
-        if agreed is not None and agreed[1] >= CLOCK_MIN_COVER * answers and abs(agreed[0]) <= CLOCK_MAX_US:
-            edges.append((agreed[1], a, b, agreed[0]))
-    if not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset in edges):
+    only the start of a call (a review). They must be of :data:`CLOCK_MIN_CUSTOMERS` customers or more and
+    :data:`CLOCK_MIN_COVER` or more of the answers the smaller log holds once while the two overlap (:data:`CLOCK_OVERLAP_SQL`),
+    and the offset no more than
+    :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows the engine logs place most
+    (then with the most rows, then by name), each through the log it agrees with on the most exchanges; an empty list
+    where every clock agrees (nearly every case)."""
+    con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
+                                         min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
+    try:
+        edges: list[tuple[int, str, str, int, int]] = []  # (exchanges agreeing, log a, log b, b later by, customers)
+        for a, b, received, completed in con.execute(CLOCK_SQL.format(
+                max_logs=CLOCK_MAX_LOGS, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall():
+            agreed = (_agreed(completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
+                      else _agreed(received, CLOCK_MIN_SHARE_RECEIVED))
+            if agreed is None or abs(agreed[0]) > CLOCK_MAX_US:
+                continue
+            offset, n, customers = agreed
+            in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS),
+                                     {"a": a, "b": b, "offset": offset}).fetchall()[0]
+            if n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1):
+                edges.append((n, a, b, offset, customers))
+    finally:
+        con.execute("DROP TABLE IF EXISTS clock_answers")
+    if not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _ in edges):
         return []
-    logs = sorted({g for _, a, b, _ in edges for g in (a, b)})
+    logs = sorted({g for _, a, b, _, _ in edges for g in (a, b)})
     files: dict[str, list[str]] = {}
+    answer_files: dict[str, set[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
     for g, f, placed, n, answers_from in con.execute(
             f"SELECT {LOG_SQL} AS g, source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT "
             "NULL), count(*), list(DISTINCT response_source_file) FILTER (WHERE response_source_file IS NOT NULL) "
             "FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
             "GROUP BY g, source_file ORDER BY g, source_file", {"path": str(path), "logs": logs}).fetchall():
-        # (with the files a split log's answers came from: their completion times are moved too)
-        files[g] = sorted({*files.get(g, []), f, *(answers_from or [])})
+        files.setdefault(g, []).append(f)
+        answer_files.setdefault(g, set()).update(x for x in answers_from or [] if x != f)
         w = weight.get(g, (0, 0, g))
         weight[g] = (w[0] - placed, w[1] - n, g)
     # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
-    later: dict[str, tuple[int, str, int]] = {}  # log -> (later than its group's reference by, reference, exchanges)
+    later: dict[str, tuple[int, str, int, int]] = {}  # log -> (later than its reference by, reference, exchanges, customers)
     for start in sorted(logs, key=lambda g: weight.get(g, (0, 0, g))):
         if start in later:
             continue
-        later[start] = (0, start, 0)
-        while reach := [(-n, a, b, d) for n, a, b, d in edges if (a in later) != (b in later)]:
-            n, a, b, d = min(reach)
+        later[start] = (0, start, 0, 0)
+        while reach := [(-n, a, b, d, c) for n, a, b, d, c in edges if (a in later) != (b in later)]:
+            n, a, b, d, c = min(reach)
             if a in later:
-                later[b] = (later[a][0] + d, start, -n)
+                later[b] = (later[a][0] + d, start, -n, c)
             else:
-                later[a] = (later[b][0] - d, start, -n)
-    return [ClockOffset(tuple(files.get(g, [])), tuple(files.get(ref, [])), offset, n)
-            for g, (offset, ref, n) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US]
+                later[a] = (later[b][0] - d, start, -n, c)
+
+    def kind(g: str) -> str:
+        return g.split("\0", 1)[1]
+
+    return [ClockOffset(kind(g), tuple(files.get(g, [])), tuple(sorted(answer_files.get(g, set()) - set(files.get(g, [])))),
+                        kind(ref), tuple(files.get(ref, [])), offset, n, c)
+            for g, (offset, ref, n, c) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US]
 
 
-def _agreed(apart: list[int], share: float) -> tuple[int, int] | None:
-    """Of how much later one log holds each exchange than another (microseconds, in order): the offset most of them
-    agree on (the median of the largest run within 2 SAME_EXCHANGE_SKEW_US of one another) and how many agree, where
-    they are enough (:data:`CLOCK_MIN_EXCHANGES`, ``share`` of all); else None."""
+def _agreed(apart: list[dict[str, Any]], share: float) -> tuple[int, int, int] | None:
+    """Of how much later one log holds each exchange than another (``d``, microseconds, in order; ``t``, its customer
+    id): the offset most of them agree on (the median of the largest run within 2 SAME_EXCHANGE_SKEW_US of one
+    another), how many agree and of how many customers, where they are enough (:data:`CLOCK_MIN_EXCHANGES`, ``share``
+    of all, :data:`CLOCK_MIN_CUSTOMERS`); else None."""
     best, at, lo = 0, 0, 0
-    for hi, value in enumerate(apart):
-        while value - apart[lo] > 2 * SAME_EXCHANGE_SKEW_US:
+    for hi, x in enumerate(apart):
+        while x["d"] - apart[lo]["d"] > 2 * SAME_EXCHANGE_SKEW_US:
             lo += 1
         if hi - lo + 1 > best:
             best, at = hi - lo + 1, lo
-    if best < CLOCK_MIN_EXCHANGES or best < share * len(apart):
+    customers = len({x["t"] for x in apart[at:at + best]})
+    if best < CLOCK_MIN_EXCHANGES or best < share * len(apart) or customers < CLOCK_MIN_CUSTOMERS:
         return None
-    return apart[at + (best - 1) // 2], best
+    return apart[at + (best - 1) // 2]["d"], best, customers
 
 
 def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: dict[str, str]) -> None:
@@ -677,9 +731,10 @@ def _pairs(con: Any, path: Path, pairs_sql: str, params: dict[str, Any], rows: d
     return sorted(out, key=lambda pair: (pair[0], pair[1]))
 
 
-def _rewrite(path: Path, positions: set[int], shifts: dict[str, int]) -> None:
+def _rewrite(path: Path, positions: set[int], shifts: dict[tuple[str, str], int]) -> None:
     """Write the table at ``path`` again without the rows at ``positions`` (row groups as they were, less those), the
-    times of the rows of each file ``shifts`` names moved onto one clock (that many microseconds taken off)."""
+    times of the rows of each file and kind of record ``shifts`` names moved onto one clock (that many microseconds
+    taken off)."""
     sink = ParquetSink(path, schema.EXCHANGES)
     try:
         pf = pq.ParquetFile(path)
@@ -703,10 +758,13 @@ def _rewrite(path: Path, positions: set[int], shifts: dict[str, int]) -> None:
         raise
 
 
-def _moved(table: pa.Table, shifts: dict[str, int]) -> pa.Table:
+def _moved(table: pa.Table, shifts: dict[tuple[str, str], int]) -> pa.Table:
     """``table`` (its times in microseconds, as :data:`forensics.schema.EXCHANGES` has them) with the received and
-    completed times of the rows of each file ``shifts`` names moved that many microseconds earlier."""
-    by = pa.array([shifts.get(f, 0) if f is not None else 0 for f in table.column("source_file").to_pylist()], pa.int64())
+    completed times of the rows of each file and kind of record ``shifts`` names moved that many microseconds earlier
+    (a file may hold two kinds, LiteLLM's callbacks beside its spend-log rows, on two clocks: a review)."""
+    by = pa.array([shifts.get((f, k or ""), 0) if f is not None else 0 for f, k in
+                   zip(table.column("source_file").to_pylist(), table.column("record_kind").to_pylist(), strict=True)],
+                  pa.int64())
     if not pc.any(pc.not_equal(by, 0)).as_py():
         return table
     for name in ("received_at", "completed_at"):

@@ -846,16 +846,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                         "kept may be the second gateway's account name, not the one the customer is known by; check "
                         "it" if logged_twice.unplaced else ""))
     if logged_twice.clocks:
-        def log(files: tuple[str, ...]) -> str:
+        def log(files: tuple[str, ...], kind: str) -> str:
             more = len(files) - 1
-            return json.dumps(files[0] if files else "", ensure_ascii=False) + (
-                f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "")
+            return (json.dumps(files[0] if files else "", ensure_ascii=False)
+                    + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
 
-        shown = first_few([f"{log(c.files)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference)} ({c.exchanges:,} "
-                           "exchanges)" for c in logged_twice.clocks], 5)
+        shown = first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
+                           f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in logged_twice.clocks], 5)
         many = len(logged_twice.clocks) > 1
         notes.append(f"the clock{'s' if many else ''} of {len(logged_twice.clocks)} log{'s' if many else ''} read apart "
-                     "from another log's, by the exchanges both logged (the same answer completed in one a fixed time "
+                     "from another log's, by the exchanges both logged (the same answers completed in one a fixed time "
                      f"after the other): {shown}. Their rows' received and completed times in the case tables are moved "
                      "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
@@ -881,8 +881,10 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
                            "kept_unplaced": logged_twice.unplaced, "same_id": logged_twice.same_id}} if logged_twice.rows
          else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {}) \
-      | ({"clock_offsets": [{"files": list(c.files), "reference": list(c.reference), "offset_seconds": c.offset_us / 1e6,
-                             "exchanges": c.exchanges} for c in logged_twice.clocks]} if logged_twice.clocks else {})
+      | ({"clock_offsets": [{"files": list(c.files), "answer_files": list(c.answer_files), "record_kind": c.kind,
+                             "reference": list(c.reference), "reference_record_kind": c.reference_kind,
+                             "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges, "customers": c.customers}
+                            for c in logged_twice.clocks]} if logged_twice.clocks else {})
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
