@@ -569,15 +569,20 @@ def _table_times(tmp_path: Path) -> dict[str, Any]:
             pq.read_table(tmp_path / "exchanges.parquet", columns=["request_id", "received_at"]).to_pylist()}
 
 
-def _gateway_and_door(count: int, offset: float, door: str = "gateway/frontdoor.jsonl", *, every: float = 60,
-                      lag: Callable[[int], float] = lambda n: 0.004, kind: str = "helicone_row",
-                      door_file: Callable[[int], str] | None = None) -> list[dict[str, Any]]:
+def _gateway_and_door(count: int, offset: float | Callable[[int], float], door: str = "gateway/frontdoor.jsonl", *,
+                      every: float = 60, lag: Callable[[int], float] = lambda n: 0.004, kind: str = "helicone_row",
+                      door_file: Callable[[int], str] | None = None, end: str = "") -> list[dict[str, Any]]:
     """A gateway's calls of four customers, placed by the engine logs, and a front door's copies of each under the
-    customer's account name: received ``lag`` before the gateway (a queue), completed 2 ms after it, ``offset`` s on."""
+    customer's account name: received ``lag`` before the gateway (a queue), completed 2 ms after it, ``offset`` s on
+    (per call, where a function), each answer with ``end`` after it."""
+    def on(n: int) -> float:
+        return offset(n) if callable(offset) else offset
+
     rows = [_row(f"r-{n}", f"org-{n % 4}", n, every * n, _long_answer(n), node=f"decode-{n % 2}", line=n)
             for n in range(1, count + 1)]
-    rows += [_row(f"fd-{n}", f"c{n % 4}-prod", n, every * n - lag(n) + offset, _long_answer(n), seconds=2.002 + lag(n),
-                  file=door_file(n) if door_file else door, line=n, kind=kind) for n in range(1, count + 1)]
+    rows += [_row(f"fd-{n}", f"c{n % 4}-prod", n, every * n - lag(n) + on(n), _long_answer(n) + end,
+                  seconds=2.002 + lag(n), file=door_file(n) if door_file else door, line=n, kind=kind)
+             for n in range(1, count + 1)]
     return rows
 
 
@@ -625,7 +630,7 @@ def test_a_queue_in_front_is_no_clock_offset(tmp_path: Path) -> None:
 def test_a_front_door_logging_hour_files_has_its_clock_read_over_them_all(tmp_path: Path) -> None:
     """A front door whose log shipper writes a file an hour: no two files shared twenty exchanges, so no clock was read
     and none of its copies folded (a review). A gateway's day or hour files are one log, on one clock."""
-    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: f"frontdoor/hour-{300 * n // 3600:02d}.jsonl")
+    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: f"frontdoor/2026-08-26-{300 * n // 3600:02d}.jsonl")
     folded, kept, _ = _fold(tmp_path, rows)
     assert folded.rows == 48 and all(t.startswith("org-") for _, t in kept)
     [clock] = folded.clocks
@@ -749,3 +754,38 @@ def test_many_logs_of_canned_answers_read_no_clock_and_stay_bounded(tmp_path: Pa
             for f in range(3000 if layout == "files" else 300) for n in range(25 if layout == "folders" else 3)]
     folded, _, copies = _fold(tmp_path, rows)
     assert folded.clocks == [] and copies == []
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n\r\n"], ids=["a-newline", "crlfs"])
+def test_a_front_door_ending_its_answers_otherwise_has_its_clock_read(tmp_path: Path, end: str) -> None:
+    """A front door writing each answer with a line end after it: the clock reading keyed answers by their exact
+    length, found no exchange both logs hold, and none of the front door's copies (7 s on) folded (a review). The fold
+    reads the two as one text; so does the clock reading."""
+    folded, kept, _ = _fold(tmp_path, _gateway_and_door(24, 7.0, end=end))
+    assert folded.rows == 24 and all(t.startswith("org-") for _, t in kept) and len(folded.clocks) == 1
+
+
+def test_two_front_door_hosts_named_alike_keep_their_own_clocks(tmp_path: Path) -> None:
+    """Two front-door hosts, ``gw01`` and ``gw02``, one 7 s ahead: read as one log (their digits aside), the right
+    host's rows were moved 7 s too and its copies stopped folding (a review). Two hosts are two logs: only the host
+    whose clock is off moves, and every copy folds."""
+    rows = _gateway_and_door(42, 7.0, door_file=lambda n: "fd/gw02.jsonl" if n % 7 == 0 else "fd/gw01.jsonl")
+    for r in rows:
+        if r["source_file"] == "fd/gw02.jsonl":
+            r["received_at"] -= dt.timedelta(seconds=7)
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert [c.files for c in folded.clocks] == [("fd/gw01.jsonl",)]
+    assert folded.rows == 42 and all(t.startswith("org-") for _, t in kept)
+
+
+def test_a_clock_that_changed_during_the_case_is_said_not_read(tmp_path: Path) -> None:
+    """A front door writing local time with no zone across a change of daylight saving time (5 h behind, then 4 h):
+    no one offset holds enough of its calls to read, and its copies could not fold. Nothing is moved, and the fold
+    says which logs hold answers alike at a fixed offset it did not read, so the note can tell the team to set the
+    log's time zone."""
+    rows = _gateway_and_door(60, lambda n: -18000.0 if n <= 30 else -14400.0, every=3600)
+    folded, _, _ = _fold(tmp_path, rows)
+    assert folded.clocks == [] and folded.rows == 0
+    assert [(c.files, c.reference) for c in folded.unread_clocks] == [(("gateway/frontdoor.jsonl",), ("gateway/a.jsonl",))]
+    assert round(folded.unread_clocks[0].offset_us / 3.6e9) in (-5, -4)
+    assert _table_times(tmp_path)["fd-1"] == T0 + dt.timedelta(seconds=3600 - 0.004 - 18000)

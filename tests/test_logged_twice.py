@@ -169,6 +169,37 @@ def _gateway_start(inc: Path, request_id: str) -> float:
     raise AssertionError(request_id)
 
 
+def test_a_second_gateway_whose_clock_changed_during_the_case_is_said(incident: Callable[[str], Path],
+                                                                       tmp_path: Path) -> None:
+    """A front door writing local time with no zone across a change of daylight saving time: no one offset holds
+    enough of its calls, so none is read and nothing moves; the manifest and a note name the two logs and the offset
+    their answers nearly agree on, and tell the team to set the log's time zone."""
+    from forensics.config import load_case_file
+
+    inc = incident("front-door-dst")
+    add_front_door(inc, "litellm-callbacks-*", clock_offset=-18000.0)
+    halves = {}
+    for kind in ("requests", "responses"):
+        path = inc / "gateway" / f"frontdoor-{kind}.jsonl"
+        rows = _lines(path)
+        middle = sorted(r["timestamp"] for r in rows)[len(rows) // 2]
+        for r in rows:  # (from the middle of the case on, an hour later: summer time ended)
+            if r["timestamp"] >= middle:
+                at = dt.datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00")) + dt.timedelta(hours=1)
+                r["timestamp"] = at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        halves[kind] = middle
+        _write(path, rows)
+    cfg = load_case_file(inc / "case.toml")
+    api.ingest(tmp_path / "case", [spec.path for spec in cfg.inputs], config=cfg,
+               path_formats=[None if spec.format == "auto" else spec.format for spec in cfg.inputs])
+    manifest = json.loads((tmp_path / "case" / "manifest.json").read_text(encoding="utf-8"))
+    assert "clock_offsets" not in manifest
+    [unread] = manifest["clock_offsets_unread"]
+    assert unread["files"] == ["gateway/frontdoor-requests.jsonl"] and round(unread["offset_seconds"] / 3600) in (-5, -4)
+    note = next(n for n in manifest["notes"] if "too few of their calls" in n)
+    assert '"gateway/frontdoor-requests.jsonl" (split records) -1' in note and "timezone" in note
+
+
 def test_a_fold_with_too_many_pairs_to_check_is_left_out_and_said(incident: Callable[[str], Path], tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the cap on candidate pairs the fold is left out whole: every row stays, and the manifest and its note say

@@ -152,36 +152,43 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
-#: A log, as the clocks are read: where a row was logged, with every run of two digits or more in its path read as
-#: one (a gateway's day files, hour files or hour folders are one log, on one clock), and the kind of record it was
-#: logged as (a front door writing its own format, or under its own name, beside them is another log).
-LOG_SQL = "regexp_replace(source_file, '[0-9]{2,}', '#', 'g') || chr(0) || coalesce(record_kind, '')"
+#: A log, as the clocks are read: where a row was logged, with the dates, times, part numbers and random suffixes in its
+#: path read as one (UUIDs, runs of eight hex digits or more, of three digits or more, and the one- or two-digit fields
+#: after one or after ``T`` or ``=``: a gateway's day files, hour files, hour folders and a log shipper's files are one log, on
+#: one clock), and the kind of record it was logged as (a front door writing its own format, or under its own name,
+#: beside them is another log; two hosts ``gw01`` and ``gw02`` are two logs, two clocks: a review).
+LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_file, "
+           "'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}', '#', 'g'), '[0-9a-fA-F]{8,}', '#', 'g'), "
+           "'[0-9]{3,}', '#', 'g'), '#([-_.:]?[0-9]{1,2})+', '#', 'g'), '([=Tt])[0-9]{1,2}', '\\1#', 'g') "
+           "|| chr(0) || coalesce(record_kind, '')")
 
 #: The answers the clocks are read off, into the temporary table ``clock_answers``: per row with an answer of
 #: CLOCK_MIN_ANSWER characters or more, its log (:data:`LOG_SQL`), the answer's key and length, when it was received and
 #: completed (microseconds) and its customer id.
 CLOCK_ANSWERS_SQL = """
 CREATE OR REPLACE TEMP TABLE clock_answers AS
-SELECT {log} AS g, {answer_key} AS k, length(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c,
+SELECT {log} AS g, {answer_key} AS k, strlen(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c,
        tenant_id AS t
 FROM read_parquet($path)
 WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
-  AND length(response_text) >= {min_answer}
+  AND strlen(response_text) >= {min_answer}
 """
 
 #: Per pair of logs (``a`` before ``b``), each exchange both hold, as how much later than in ``a`` it was received in
-#: ``b`` and, where both logged it, completed (microseconds, in order), with its customer id in ``a``: an answer each log
-#: holds once (a job sending one prompt every day is no one exchange) and at most CLOCK_MAX_LOGS logs hold. Pairs with
-#: fewer than CLOCK_MIN_EXCHANGES are left out.
+#: ``b`` and, where both logged it, completed (microseconds, in order), with its customer id in ``a``: an answer whose
+#: first characters (:data:`ANSWER_KEY`, which reads CRLF as LF) each log holds once (a job sending one prompt every day
+#: is no one exchange) and at most CLOCK_MAX_LOGS logs hold, its length in both within 5% (two logs' line ends and
+#: white space at the end may differ: a review; their plain form on every answer cost half a second a gigabyte).
+#: Pairs with fewer than CLOCK_MIN_EXCHANGES are left out.
 CLOCK_SQL = """
-WITH once AS (SELECT g, k, n, min(r) AS r, min(c) AS c, min(t) AS t FROM clock_answers GROUP BY g, k, n
+WITH once AS (SELECT g, k, min(n) AS n, min(r) AS r, min(c) AS c, min(t) AS t FROM clock_answers GROUP BY g, k
               HAVING count(*) = 1),
-shared AS (SELECT o.* FROM once o SEMI JOIN (SELECT k, n FROM once GROUP BY k, n
-                                             HAVING count(*) BETWEEN 2 AND {max_logs}) s ON s.k = o.k AND s.n = o.n)
+shared AS (SELECT o.* FROM once o SEMI JOIN (SELECT k FROM once GROUP BY k
+                                             HAVING count(*) BETWEEN 2 AND {max_logs}) s ON s.k = o.k)
 SELECT a.g, b.g, list({{'d': b.r - a.r, 't': a.t}} ORDER BY b.r - a.r, a.t),
        coalesce(list({{'d': b.c - a.c, 't': a.t}} ORDER BY b.c - a.c, a.t)
                 FILTER (WHERE a.c IS NOT NULL AND b.c IS NOT NULL), [])
-FROM shared a JOIN shared b ON a.k = b.k AND a.n = b.n AND a.g < b.g
+FROM shared a JOIN shared b ON a.k = b.k AND a.g < b.g AND abs(a.n - b.n) <= 0.05 * greatest(a.n, b.n)
 GROUP BY a.g, b.g HAVING count(*) >= {min_exchanges}
 ORDER BY a.g, b.g
 """
@@ -190,9 +197,9 @@ ORDER BY a.g, b.g
 #: ``b``'s times taken back by $offset: what the exchanges both hold are a share of (:func:`clock_offsets`).
 CLOCK_OVERLAP_SQL = """
 WITH own AS (
-    SELECT g, k, n, min(r) - CASE WHEN g = $b THEN $offset ELSE 0 END AS r FROM clock_answers
-    WHERE (k, n) IN (SELECT k, n FROM clock_answers GROUP BY k, n HAVING count(DISTINCT g) <= {max_logs})
-    GROUP BY g, k, n HAVING count(*) = 1 AND g IN ($a, $b)
+    SELECT g, k, min(r) - CASE WHEN g = $b THEN $offset ELSE 0 END AS r FROM clock_answers
+    WHERE k IN (SELECT k FROM clock_answers GROUP BY k HAVING count(DISTINCT g) <= {max_logs})
+    GROUP BY g, k HAVING count(*) = 1 AND g IN ($a, $b)
 ),
 span AS (SELECT max(lo) AS lo, min(hi) AS hi FROM (SELECT min(r) AS lo, max(r) AS hi FROM own GROUP BY g))
 SELECT count(*) FILTER (WHERE g = $a), count(*) FILTER (WHERE g = $b) FROM own, span WHERE r BETWEEN span.lo AND span.hi
@@ -370,13 +377,14 @@ class Folded:
     same_id: int = 0  # of the rows folded, copies under the same customer id (a second gateway keyed like the first)
     left_out: bool = False  # too many candidate pairs to check (MAX_PAIRS): nothing was folded
     clocks: list[ClockOffset] = field(default_factory=list)  # logs whose times were moved onto another's clock
+    unread_clocks: list[ClockOffset] = field(default_factory=list)  # logs alike at an offset not read (for a note)
 
 
 def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]]) -> Folded:
     """Fold the exchanges of the table at ``path`` that are one exchange logged twice, under two customer ids or under
     one in two logs (see the module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
     case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
-    clocks = clock_offsets(con, path)
+    clocks, unread = clock_offsets(con, path)
     shifts = {(f, c.kind): c.offset_us for c in clocks for f in c.files}
     con.execute("CREATE OR REPLACE TEMP TABLE fold_clock AS SELECT unnest($f) AS f, unnest($k) AS kind, "
                 "unnest($s)::BIGINT AS shift", {"f": [f for f, _ in shifts], "k": [k for _, k in shifts],
@@ -387,6 +395,7 @@ def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[
         folded, copies = Folded(left_out=True, clocks=clocks), []
     finally:
         con.execute("DROP TABLE IF EXISTS fold_clock")
+    folded.unread_clocks = unread
     if copies or shifts:
         _rewrite(path, {r["pos"] for r in copies}, shifts)
     _write_copies(copies_path, copies)
@@ -532,7 +541,7 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
     return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))
 
 
-def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
+def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOffset]]:
     """The logs (:data:`LOG_SQL`) of the table at ``path`` whose clocks are apart from the others' by more than two
     gateways' clocks may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two logs both hold (:data:`CLOCK_SQL`).
     A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC, logged
@@ -544,28 +553,34 @@ def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
     :data:`CLOCK_MIN_COVER` or more of the answers the smaller log holds once while the two overlap (:data:`CLOCK_OVERLAP_SQL`),
     and the offset no more than
     :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows the engine logs place most
-    (then with the most rows, then by name), each through the log it agrees with on the most exchanges; an empty list
-    where every clock agrees (nearly every case)."""
+    (then with the most rows, then by name), each through the log it agrees with on the most exchanges: the first list,
+    empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
+    an offset of more than a second but not enough of them to read it (a clock changed during the case, or each log
+    carries traffic the other does not see: reviews), each against the one the engine logs place most, for a note."""
     con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
                                          min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
     try:
         edges: list[tuple[int, str, str, int, int]] = []  # (exchanges agreeing, log a, log b, b later by, customers)
+        unread: list[tuple[int, str, str, int, int]] = []  # (the same, of offsets not read)
         for a, b, received, completed in con.execute(CLOCK_SQL.format(
                 max_logs=CLOCK_MAX_LOGS, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall():
-            agreed = (_agreed(completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
-                      else _agreed(received, CLOCK_MIN_SHARE_RECEIVED))
-            if agreed is None or abs(agreed[0]) > CLOCK_MAX_US:
+            apart, share = ((completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
+                            else (received, CLOCK_MIN_SHARE_RECEIVED))
+            offset, n, customers = _agreed(apart)
+            if n < CLOCK_MIN_EXCHANGES or abs(offset) > CLOCK_MAX_US:
                 continue
-            offset, n, customers = agreed
-            in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS),
-                                     {"a": a, "b": b, "offset": offset}).fetchall()[0]
-            if n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1):
-                edges.append((n, a, b, offset, customers))
+            agree = n >= share * len(apart) and customers >= CLOCK_MIN_CUSTOMERS
+            if agree:
+                in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS),
+                                         {"a": a, "b": b, "offset": offset}).fetchall()[0]
+                agree = n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1)
+            (edges if agree else unread).append((n, a, b, offset, customers))
     finally:
         con.execute("DROP TABLE IF EXISTS clock_answers")
-    if not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _ in edges):
-        return []
-    logs = sorted({g for _, a, b, _, _ in edges for g in (a, b)})
+    unread = [e for e in unread if abs(e[3]) > SAME_EXCHANGE_SKEW_US]
+    if not unread and not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _ in edges):
+        return [], []
+    logs = sorted({g for _, a, b, _, _ in edges + unread for g in (a, b)})
     files: dict[str, list[str]] = {}
     answer_files: dict[str, set[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
@@ -594,26 +609,32 @@ def clock_offsets(con: Any, path: Path) -> list[ClockOffset]:
     def kind(g: str) -> str:
         return g.split("\0", 1)[1]
 
-    return [ClockOffset(kind(g), tuple(files.get(g, [])), tuple(sorted(answer_files.get(g, set()) - set(files.get(g, [])))),
-                        kind(ref), tuple(files.get(ref, [])), offset, n, c)
-            for g, (offset, ref, n, c) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US]
+    def clock(g: str, ref: str, offset: int, n: int, c: int) -> ClockOffset:
+        return ClockOffset(kind(g), tuple(files.get(g, [])), tuple(sorted(answer_files.get(g, set()) - set(files.get(g, [])))),
+                           kind(ref), tuple(files.get(ref, [])), offset, n, c)
+
+    read = [clock(g, ref, offset, n, c) for g, (offset, ref, n, c) in sorted(later.items())
+            if abs(offset) > SAME_EXCHANGE_SKEW_US]
+    # (a pair of logs the offsets read put on one clock anyway needs no word)
+    return read, [clock(b, a, d, n, c) if weight.get(a, (0, 0, a)) <= weight.get(b, (0, 0, b)) else clock(a, b, -d, n, c)
+                  for n, a, b, d, c in unread
+                  if not (a in later and b in later and later[a][1] == later[b][1]
+                          and abs(later[b][0] - later[a][0] - d) <= SAME_EXCHANGE_SKEW_US)]
 
 
-def _agreed(apart: list[dict[str, Any]], share: float) -> tuple[int, int, int] | None:
+def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
     """Of how much later one log holds each exchange than another (``d``, microseconds, in order; ``t``, its customer
     id): the offset most of them agree on (the median of the largest run within 2 SAME_EXCHANGE_SKEW_US of one
-    another), how many agree and of how many customers, where they are enough (:data:`CLOCK_MIN_EXCHANGES`, ``share``
-    of all, :data:`CLOCK_MIN_CUSTOMERS`); else None."""
+    another), how many agree and of how many customers."""
     best, at, lo = 0, 0, 0
     for hi, x in enumerate(apart):
         while x["d"] - apart[lo]["d"] > 2 * SAME_EXCHANGE_SKEW_US:
             lo += 1
         if hi - lo + 1 > best:
             best, at = hi - lo + 1, lo
-    customers = len({x["t"] for x in apart[at:at + best]})
-    if best < CLOCK_MIN_EXCHANGES or best < share * len(apart) or customers < CLOCK_MIN_CUSTOMERS:
-        return None
-    return apart[at + (best - 1) // 2]["d"], best, customers
+    if not best:
+        return 0, 0, 0
+    return apart[at + (best - 1) // 2]["d"], best, len({x["t"] for x in apart[at:at + best]})
 
 
 def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: dict[str, str]) -> None:

@@ -845,12 +845,12 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      + (f". For {logged_twice.unplaced} of these pairs no engine log placed either id on a node: the id "
                         "kept may be the second gateway's account name, not the one the customer is known by; check "
                         "it" if logged_twice.unplaced else ""))
-    if logged_twice.clocks:
-        def log(files: tuple[str, ...], kind: str) -> str:
-            more = len(files) - 1
-            return (json.dumps(files[0] if files else "", ensure_ascii=False)
-                    + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
+    def log(files: tuple[str, ...], kind: str) -> str:
+        more = len(files) - 1
+        return (json.dumps(files[0] if files else "", ensure_ascii=False)
+                + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
 
+    if logged_twice.clocks:
         shown = first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
                            f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in logged_twice.clocks], 5)
         many = len(logged_twice.clocks) > 1
@@ -860,6 +860,16 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
                      "timezone in the case file and ingest again")
+    if logged_twice.unread_clocks:
+        shown = first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
+                           f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in logged_twice.unread_clocks], 5)
+        notes.append(f"{len(logged_twice.unread_clocks)} pair{'s' if len(logged_twice.unread_clocks) > 1 else ''} of logs "
+                     f"hold long answers alike that completed in one a fixed time after the other, but too few of their "
+                     f"calls, or of too few customers, to read as one log's clock off: {shown}. Their times were "
+                     "compared as logged. If one of them is a second gateway in front of the other whose clock is off, "
+                     "changed during the case, or writes local time with no zone, its copies of the other's exchanges "
+                     "were not folded and its customers may be named twice: set its [[inputs]] timezone in the case "
+                     "file, or correct its times, and ingest again")
     if fills:
         notes.append(f"{len(fills)} whole records had no answer (the callback or spend log lost it) and took it from the split "
                      "response log of their id (response_source_file and response_source_line say where)")
@@ -884,7 +894,11 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
       | ({"clock_offsets": [{"files": list(c.files), "answer_files": list(c.answer_files), "record_kind": c.kind,
                              "reference": list(c.reference), "reference_record_kind": c.reference_kind,
                              "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges, "customers": c.customers}
-                            for c in logged_twice.clocks]} if logged_twice.clocks else {})
+                            for c in logged_twice.clocks]} if logged_twice.clocks else {}) \
+      | ({"clock_offsets_unread": [{"files": list(c.files), "record_kind": c.kind, "reference": list(c.reference),
+                                    "reference_record_kind": c.reference_kind, "offset_seconds": c.offset_us / 1e6,
+                                    "exchanges": c.exchanges, "customers": c.customers}
+                                   for c in logged_twice.unread_clocks]} if logged_twice.unread_clocks else {})
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
