@@ -145,6 +145,7 @@ def test_a_second_gateway_whose_clock_reads_local_time_as_utc_is_folded_and_said
     manifest = json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["reconciled"] and manifest["logged_twice"]["rows"] == len(requests) - len(drop) - 1
     [clock] = manifest["clock_offsets"]
+    assert "clock_offsets_unread" not in manifest
     # (the split log's two files: when a call was received comes from one, when it completed from the other)
     assert clock["files"] == ["gateway/frontdoor-requests.jsonl"] and clock["record_kind"] == "split"
     assert clock["answer_files"] == ["gateway/frontdoor-responses.jsonl"]

@@ -155,9 +155,11 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
 #: A log, as the clocks are read: where a row was logged, with the dates, times, part numbers and random suffixes in its
 #: path read as one (UUIDs, runs of eight hex digits or more, of three digits or more, and the one- or two-digit fields
 #: after one or after ``T`` or ``=``: a gateway's day files, hour files, hour folders and a log shipper's files are one log, on
-#: one clock), and the kind of record it was logged as (a front door writing its own format, or under its own name,
-#: beside them is another log; two hosts ``gw01`` and ``gw02`` are two logs, two clocks: a review).
-LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_file, "
+#: one clock, compressed or not: logrotate compresses the older days), and the kind of record it was logged as (a front
+#: door writing its own format, or under its own name, beside them is another log; two hosts ``gw01`` and ``gw02`` are
+#: two logs, two clocks: a review).
+LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_file, "
+           "'[.](gz|zst|zstd|bz2|xz|lz4)$', ''), "
            "'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}', '#', 'g'), '[0-9a-fA-F]{8,}', '#', 'g'), "
            "'[0-9]{3,}', '#', 'g'), '#([-_.:]?[0-9]{1,2})+', '#', 'g'), '([=Tt])[0-9]{1,2}', '\\1#', 'g') "
            "|| chr(0) || coalesce(record_kind, '')")
@@ -615,11 +617,15 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
 
     read = [clock(g, ref, offset, n, c) for g, (offset, ref, n, c) in sorted(later.items())
             if abs(offset) > SAME_EXCHANGE_SKEW_US]
+    def on_one_clock(a: str, b: str, d: int) -> bool:
+        # Whether the offsets read (none for a log they do not move) put ``b`` ``d`` later than ``a`` already.
+        if a in later and b in later and later[a][1] != later[b][1]:
+            return False
+        return abs(later.get(b, (0,))[0] - later.get(a, (0,))[0] - d) <= SAME_EXCHANGE_SKEW_US
+
     # (a pair of logs the offsets read put on one clock anyway needs no word)
     return read, [clock(b, a, d, n, c) if weight.get(a, (0, 0, a)) <= weight.get(b, (0, 0, b)) else clock(a, b, -d, n, c)
-                  for n, a, b, d, c in unread
-                  if not (a in later and b in later and later[a][1] == later[b][1]
-                          and abs(later[b][0] - later[a][0] - d) <= SAME_EXCHANGE_SKEW_US)]
+                  for n, a, b, d, c in unread if not on_one_clock(a, b, d)]
 
 
 def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
