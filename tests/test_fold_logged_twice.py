@@ -627,10 +627,15 @@ def test_a_queue_in_front_is_no_clock_offset(tmp_path: Path) -> None:
     assert folded.clocks == [] and folded.rows == 40 and all(t.startswith("org-") for _, t in kept)
 
 
-def test_a_front_door_logging_hour_files_has_its_clock_read_over_them_all(tmp_path: Path) -> None:
-    """A front door whose log shipper writes a file an hour: no two files shared twenty exchanges, so no clock was read
-    and none of its copies folded (a review). A gateway's day or hour files are one log, on one clock."""
-    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: f"frontdoor/2026-08-26-{300 * n // 3600:02d}.jsonl")
+@pytest.mark.parametrize("layout", ["frontdoor/2026-08-26-{h:02d}.jsonl", "frontdoor/2026/08/26/{h:02d}/requests.jsonl",
+                                    "frontdoor/access.log.{h}", "frontdoor/2026-08-26 {h:02d}.jsonl",
+                                    "frontdoor/08-26-{h:02d}.jsonl.gz"],
+                         ids=["dashes", "hour-folders", "logrotate", "a-space", "no-year"])
+def test_a_front_door_logging_hour_files_has_its_clock_read_over_them_all(tmp_path: Path, layout: str) -> None:
+    """A front door whose log shipper writes a file or a folder an hour (a Firehose prefix ``YYYY/MM/DD/HH/``,
+    logrotate's ``.1``, ``.2``): no two files shared twenty exchanges, so no clock was read and none of its copies
+    folded (reviews). A log's files, their numbers aside, are one log, on one clock."""
+    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: layout.format(h=300 * n // 3600))
     folded, kept, _ = _fold(tmp_path, rows)
     assert folded.rows == 48 and all(t.startswith("org-") for _, t in kept)
     [clock] = folded.clocks
@@ -703,21 +708,26 @@ def test_a_benchmark_run_through_two_gateways_hours_apart_moves_no_clock(tmp_pat
     assert _table_times(tmp_path)["h-0"] == T0 + dt.timedelta(seconds=10_000)
 
 
-def test_hour_folders_of_one_gateway_and_an_hourly_monitor_are_one_clock(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("layout", "others", "last"), [("gateway/hour={h:02d}/part-00.jsonl", 60, 14),
+                                                       ("gateway/2026/08/26/{h:02d}/part-00.jsonl", 60, 14),
+                                                       ("gateway/2026/08/26/{h:02d}/part-00.jsonl", 4, 12)],
+                         ids=["hive", "firehose", "firehose-quiet-four-hours"])
+def test_hour_folders_of_one_gateway_and_an_hourly_monitor_are_one_clock(tmp_path: Path, layout: str, others: int,
+                                                                         last: int) -> None:
     """One gateway writing a folder an hour (``hour=09/``), and a monitor sending the same 25 long prompts at the top of
     every hour: each pair of hours read as a clock an hour off, every hour was moved onto the first and the monitor's
     calls folded (a review). An hour folder is one log with the others: its digits aside, the path is the same."""
     rows = []
-    for hour in range(9, 15):
+    for hour in range(9, last + 1):
         for m in range(25):
             rows.append(_row(f"m-{hour}-{m}", "org-monitor" if m % 2 else f"org-m{m % 5}", 3000 + m, 3600 * hour + m * 0.5,
-                             _long_answer(3000 + m), file=f"gateway/hour={hour:02d}/part-00.jsonl", line=m + 1))
-        for n in range(60):
+                             _long_answer(3000 + m), file=layout.format(h=hour), line=m + 1))
+        for n in range(others):
             rows.append(_row(f"c-{hour}-{n}", f"org-{n % 6}", 100 * hour + n, 3600 * hour + 40 + 50 * n,
-                             _long_answer(100 * hour + n), file=f"gateway/hour={hour:02d}/part-00.jsonl", line=100 + n))
+                             _long_answer(100 * hour + n), file=layout.format(h=hour), line=100 + n))
     folded, _, copies = _fold(tmp_path, rows)
-    assert folded.clocks == [] and copies == []
-    assert _table_times(tmp_path)["c-14-0"] == T0 + dt.timedelta(seconds=3600 * 14 + 40)
+    assert folded.clocks == [] and folded.unread_clocks == [] and copies == []
+    assert _table_times(tmp_path)[f"c-{last}-0"] == T0 + dt.timedelta(seconds=3600 * last + 40)
 
 
 def test_day_files_of_one_gateway_sharing_daily_jobs_are_one_clock(tmp_path: Path) -> None:
@@ -765,16 +775,20 @@ def test_a_front_door_ending_its_answers_otherwise_has_its_clock_read(tmp_path: 
     assert folded.rows == 24 and all(t.startswith("org-") for _, t in kept) and len(folded.clocks) == 1
 
 
-def test_two_front_door_hosts_named_alike_keep_their_own_clocks(tmp_path: Path) -> None:
-    """Two front-door hosts, ``gw01`` and ``gw02``, one 7 s ahead: read as one log (their digits aside), the right
-    host's rows were moved 7 s too and its copies stopped folding (a review). Two hosts are two logs: only the host
-    whose clock is off moves, and every copy folds."""
-    rows = _gateway_and_door(42, 7.0, door_file=lambda n: "fd/gw02.jsonl" if n % 7 == 0 else "fd/gw01.jsonl")
+@pytest.mark.parametrize("hosts", [("gw01", "gw02"), ("host1", "host2"), ("192.168.1.10", "192.168.1.11"),
+                                   ("node-a1b2c3d4", "node-e5f6a7b8")])
+def test_two_front_door_hosts_named_alike_keep_their_own_clocks(tmp_path: Path, hosts: tuple[str, str]) -> None:
+    """Two front-door hosts named alike (``gw01`` and ``gw02``, ``host1`` and ``host2``, two addresses), one 7 s
+    ahead: read as one log, the right host's rows were moved 7 s too and its copies stopped folding (reviews). Of a
+    log, only the files whose own exchanges agree with its offset move, and every copy folds."""
+    off, right = (f"fd/{h}.jsonl" for h in hosts)
+    rows = _gateway_and_door(42, 7.0, door_file=lambda n: right if n % 7 == 0 else off)
     for r in rows:
-        if r["source_file"] == "fd/gw02.jsonl":
+        if r["source_file"] == right:
             r["received_at"] -= dt.timedelta(seconds=7)
+            r["completed_at"] -= dt.timedelta(seconds=7)
     folded, kept, _ = _fold(tmp_path, rows)
-    assert [c.files for c in folded.clocks] == [("fd/gw01.jsonl",)]
+    assert [c.files for c in folded.clocks] == [(off,)]
     assert folded.rows == 42 and all(t.startswith("org-") for _, t in kept)
 
 

@@ -152,25 +152,23 @@ FROM (SELECT file_row_number AS pos, request_id, tenant_id, source_file, source_
       WHERE received_at IS NOT NULL AND tenant_id IS NOT NULL AND file_row_number IN ({positions}))
 """
 
-#: A log, as the clocks are read: where a row was logged, with the dates, times, part numbers and random suffixes in its
-#: path read as one (UUIDs, runs of eight hex digits or more, of three digits or more, and the one- or two-digit fields
-#: after one or after ``T`` or ``=``: a gateway's day files, hour files, hour folders and a log shipper's files are one log, on
-#: one clock, compressed or not: logrotate compresses the older days), and the kind of record it was logged as (a front
-#: door writing its own format, or under its own name, beside them is another log; two hosts ``gw01`` and ``gw02`` are
-#: two logs, two clocks: a review).
-LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_file, "
-           "'[.](gz|zst|zstd|bz2|xz|lz4)$', ''), "
+#: A log, as the clocks are read: where a row was logged, with every run of digits, UUID and run of eight hex digits
+#: or more in its path read as one, and a compressed file's ending dropped (a gateway's day files, hour files, hour
+#: folders, rotated files and a log shipper's files are one log: reviews found layouts the reading of dates alone
+#: split), and the kind of record it was logged as (a front door writing its own format, or under its own name, beside
+#: them is another log). Two hosts ``gw01`` and ``gw02`` are one log so: each file moves only where its own exchanges
+#: agree with the log's offset (:func:`clock_offsets`).
+LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_file, '[.](gz|zst|zstd|bz2|xz|lz4)$', ''), "
            "'[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}', '#', 'g'), '[0-9a-fA-F]{8,}', '#', 'g'), "
-           "'[0-9]{3,}', '#', 'g'), '#([-_.:]?[0-9]{1,2})+', '#', 'g'), '([=Tt])[0-9]{1,2}', '\\1#', 'g') "
-           "|| chr(0) || coalesce(record_kind, '')")
+           "'[0-9]+', '#', 'g') || chr(0) || coalesce(record_kind, '')")
 
 #: The answers the clocks are read off, into the temporary table ``clock_answers``: per row with an answer of
 #: CLOCK_MIN_ANSWER characters or more, its log (:data:`LOG_SQL`), the answer's key and length, when it was received and
-#: completed (microseconds) and its customer id.
+#: completed (microseconds), its customer id and its file.
 CLOCK_ANSWERS_SQL = """
 CREATE OR REPLACE TEMP TABLE clock_answers AS
-SELECT {log} AS g, {answer_key} AS k, strlen(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c,
-       tenant_id AS t
+SELECT {log} AS g, source_file AS f, {answer_key} AS k, strlen(response_text) AS n, epoch_us(received_at) AS r,
+       {completed} AS c, tenant_id AS t
 FROM read_parquet($path)
 WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
   AND strlen(response_text) >= {min_answer}
@@ -183,12 +181,12 @@ WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT N
 #: white space at the end may differ: a review; their plain form on every answer cost half a second a gigabyte).
 #: Pairs with fewer than CLOCK_MIN_EXCHANGES are left out.
 CLOCK_SQL = """
-WITH once AS (SELECT g, k, min(n) AS n, min(r) AS r, min(c) AS c, min(t) AS t FROM clock_answers GROUP BY g, k
-              HAVING count(*) = 1),
+WITH once AS (SELECT g, k, min(n) AS n, min(r) AS r, min(c) AS c, min(t) AS t, min(f) AS f FROM clock_answers
+              GROUP BY g, k HAVING count(*) = 1),
 shared AS (SELECT o.* FROM once o SEMI JOIN (SELECT k FROM once GROUP BY k
                                              HAVING count(*) BETWEEN 2 AND {max_logs}) s ON s.k = o.k)
-SELECT a.g, b.g, list({{'d': b.r - a.r, 't': a.t}} ORDER BY b.r - a.r, a.t),
-       coalesce(list({{'d': b.c - a.c, 't': a.t}} ORDER BY b.c - a.c, a.t)
+SELECT a.g, b.g, list({{'d': b.r - a.r, 't': a.t, 'fa': a.f, 'fb': b.f}} ORDER BY b.r - a.r, a.t, a.f, b.f),
+       coalesce(list({{'d': b.c - a.c, 't': a.t, 'fa': a.f, 'fb': b.f}} ORDER BY b.c - a.c, a.t, a.f, b.f)
                 FILTER (WHERE a.c IS NOT NULL AND b.c IS NOT NULL), [])
 FROM shared a JOIN shared b ON a.k = b.k AND a.g < b.g AND abs(a.n - b.n) <= 0.05 * greatest(a.n, b.n)
 GROUP BY a.g, b.g HAVING count(*) >= {min_exchanges}
@@ -196,12 +194,14 @@ ORDER BY a.g, b.g
 """
 
 #: How many answers each of two logs ($a, $b) holds once (and at most CLOCK_MAX_LOGS logs hold) while they overlap,
-#: ``b``'s times taken back by $offset: what the exchanges both hold are a share of (:func:`clock_offsets`).
+#: ``b``'s times taken back by $offset, in the files of each whose exchanges agree on it ($fa, $fb): what the exchanges
+#: both hold are a share of (:func:`clock_offsets`).
 CLOCK_OVERLAP_SQL = """
 WITH own AS (
     SELECT g, k, min(r) - CASE WHEN g = $b THEN $offset ELSE 0 END AS r FROM clock_answers
     WHERE k IN (SELECT k FROM clock_answers GROUP BY k HAVING count(DISTINCT g) <= {max_logs})
     GROUP BY g, k HAVING count(*) = 1 AND g IN ($a, $b)
+       AND min(f) IN (SELECT unnest(CASE WHEN g = $a THEN $fa ELSE $fb END))
 ),
 span AS (SELECT max(lo) AS lo, min(hi) AS hi FROM (SELECT min(r) AS lo, max(r) AS hi FROM own GROUP BY g))
 SELECT count(*) FILTER (WHERE g = $a), count(*) FILTER (WHERE g = $b) FROM own, span WHERE r BETWEEN span.lo AND span.hi
@@ -561,9 +561,10 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
     carries traffic the other does not see: reviews), each against the one the engine logs place most, for a note."""
     con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
                                          min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
+    # (exchanges agreeing, log a, log b, b later by, customers, the files of each log whose own exchanges agree)
+    edges: list[tuple[int, str, str, int, int, dict[str, set[str]]]] = []
+    unread: list[tuple[int, str, str, int, int, dict[str, set[str]]]] = []  # (the same, of offsets not read)
     try:
-        edges: list[tuple[int, str, str, int, int]] = []  # (exchanges agreeing, log a, log b, b later by, customers)
-        unread: list[tuple[int, str, str, int, int]] = []  # (the same, of offsets not read)
         for a, b, received, completed in con.execute(CLOCK_SQL.format(
                 max_logs=CLOCK_MAX_LOGS, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall():
             apart, share = ((completed, CLOCK_MIN_SHARE) if len(completed) >= CLOCK_MIN_EXCHANGES
@@ -571,52 +572,58 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
             offset, n, customers = _agreed(apart)
             if n < CLOCK_MIN_EXCHANGES or abs(offset) > CLOCK_MAX_US:
                 continue
-            agree = n >= share * len(apart) and customers >= CLOCK_MIN_CUSTOMERS
+            ok = {a: _files_agreeing(apart, "fa", offset), b: _files_agreeing(apart, "fb", offset)}
+            # (a log none of whose files agree, most of its exchanges elsewhere, is a clock that changed: none read)
+            agree = n >= share * len(apart) and customers >= CLOCK_MIN_CUSTOMERS and bool(ok[a]) and bool(ok[b])
             if agree:
-                in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS),
-                                         {"a": a, "b": b, "offset": offset}).fetchall()[0]
+                in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS), {
+                    "a": a, "b": b, "offset": offset, "fa": sorted(ok[a]), "fb": sorted(ok[b])}).fetchall()[0]
                 agree = n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1)
-            (edges if agree else unread).append((n, a, b, offset, customers))
+            (edges if agree else unread).append((n, a, b, offset, customers, ok))
     finally:
         con.execute("DROP TABLE IF EXISTS clock_answers")
     unread = [e for e in unread if abs(e[3]) > SAME_EXCHANGE_SKEW_US]
-    if not unread and not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _ in edges):
+    if not unread and not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _, _ in edges):
         return [], []
-    logs = sorted({g for _, a, b, _, _ in edges + unread for g in (a, b)})
-    files: dict[str, list[str]] = {}
-    answer_files: dict[str, set[str]] = {}
+    logs = sorted({g for _, a, b, _, _, _ in edges + unread for g in (a, b)})
+    answer_files: dict[str, list[str]] = {}  # file -> the files a split log's answers of its rows came from
+    log_files: dict[str, set[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
     for g, f, placed, n, answers_from in con.execute(
             f"SELECT {LOG_SQL} AS g, source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT "
             "NULL), count(*), list(DISTINCT response_source_file) FILTER (WHERE response_source_file IS NOT NULL) "
             "FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
             "GROUP BY g, source_file ORDER BY g, source_file", {"path": str(path), "logs": logs}).fetchall():
-        files.setdefault(g, []).append(f)
-        answer_files.setdefault(g, set()).update(x for x in answers_from or [] if x != f)
+        answer_files[f] = sorted(x for x in answers_from or [] if x != f)
+        log_files.setdefault(g, set()).add(f)
         w = weight.get(g, (0, 0, g))
         weight[g] = (w[0] - placed, w[1] - n, g)
-    # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
-    later: dict[str, tuple[int, str, int, int]] = {}  # log -> (later than its reference by, reference, exchanges, customers)
+    # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree);
+    # of a log, only the files whose own exchanges agree move (two hosts named alike are one log, on two clocks).
+    later: dict[str, tuple[int, str, int, int, set[str]]] = {}  # log -> (later by, reference, exchanges, customers, files)
     for start in sorted(logs, key=lambda g: weight.get(g, (0, 0, g))):
         if start in later:
             continue
-        later[start] = (0, start, 0, 0)
-        while reach := [(-n, a, b, d, c) for n, a, b, d, c in edges if (a in later) != (b in later)]:
+        later[start] = (0, start, 0, 0, set())
+        while reach := [(-n, a, b, d, c) for n, a, b, d, c, _ in edges if (a in later) != (b in later)]:
             n, a, b, d, c = min(reach)
+            ok = next(e[5] for e in edges if e[1] == a and e[2] == b)
             if a in later:
-                later[b] = (later[a][0] + d, start, -n, c)
+                later[b] = (later[a][0] + d, start, -n, c, ok[b])
             else:
-                later[a] = (later[b][0] - d, start, -n, c)
+                later[a] = (later[b][0] - d, start, -n, c, ok[a])
 
     def kind(g: str) -> str:
         return g.split("\0", 1)[1]
 
-    def clock(g: str, ref: str, offset: int, n: int, c: int) -> ClockOffset:
-        return ClockOffset(kind(g), tuple(files.get(g, [])), tuple(sorted(answer_files.get(g, set()) - set(files.get(g, [])))),
-                           kind(ref), tuple(files.get(ref, [])), offset, n, c)
+    def clock(g: str, files: set[str], ref: str, ref_files: set[str], offset: int, n: int, c: int) -> ClockOffset:
+        return ClockOffset(kind(g), tuple(sorted(files)), tuple(sorted({x for f in files for x in answer_files.get(f, [])}
+                                                                          - files)),
+                           kind(ref), tuple(sorted(ref_files)), offset, n, c)
 
-    read = [clock(g, ref, offset, n, c) for g, (offset, ref, n, c) in sorted(later.items())
-            if abs(offset) > SAME_EXCHANGE_SKEW_US]
+    read = [clock(g, files, ref, log_files.get(ref, set()), offset, n, c)
+            for g, (offset, ref, n, c, files) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US and files]
+
     def on_one_clock(a: str, b: str, d: int) -> bool:
         # Whether the offsets read (none for a log they do not move) put ``b`` ``d`` later than ``a`` already.
         if a in later and b in later and later[a][1] != later[b][1]:
@@ -624,8 +631,22 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
         return abs(later.get(b, (0,))[0] - later.get(a, (0,))[0] - d) <= SAME_EXCHANGE_SKEW_US
 
     # (a pair of logs the offsets read put on one clock anyway needs no word)
-    return read, [clock(b, a, d, n, c) if weight.get(a, (0, 0, a)) <= weight.get(b, (0, 0, b)) else clock(a, b, -d, n, c)
-                  for n, a, b, d, c in unread if not on_one_clock(a, b, d)]
+    return read, [clock(b, ok[b] or log_files.get(b, set()), a, log_files.get(a, set()), d, n, c)
+                  if weight.get(a, (0, 0, a)) <= weight.get(b, (0, 0, b))
+                  else clock(a, ok[a] or log_files.get(a, set()), b, log_files.get(b, set()), -d, n, c)
+                  for n, a, b, d, c, ok in unread if not on_one_clock(a, b, d)]
+
+
+def _files_agreeing(apart: list[dict[str, Any]], side: str, offset: int) -> set[str]:
+    """The files on one ``side`` (``fa``, ``fb``) of the exchanges two logs both hold (:data:`CLOCK_SQL`) most of whose
+    own exchanges agree with ``offset`` within SAME_EXCHANGE_SKEW_US: the files that move with their log."""
+    agree: Tally[str] = Tally()
+    seen: Tally[str] = Tally()
+    for x in apart:
+        seen[x[side]] += 1
+        if abs(x["d"] - offset) <= SAME_EXCHANGE_SKEW_US:
+            agree[x[side]] += 1
+    return {f for f, n in seen.items() if 2 * agree[f] > n}
 
 
 def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
