@@ -15,6 +15,11 @@ rows neither placed, each linked pair keeps the id whose paired rows the engine 
 rows hold whole prompts, then the one the logs hold the most records under. A row folds only into a row it is paired
 with that holds as much text (:func:`_holds_as_much`). The folded rows leave the exchanges table for
 ``logged_twice.parquet``, which names the row each copies; their lines count as duplicates of their files.
+
+Before any of that, the logs' clocks are read off the exchanges two logs both hold (:func:`clock_offsets`): a front door
+whose clock drifted, or which writes local time with no zone, logged every copy seconds or hours from its gateway's,
+and none folded. The rows of a log read as apart have their times moved onto the other log's clock in the table itself,
+so every later stage compares times on one clock.
 """
 
 from __future__ import annotations
@@ -352,9 +357,10 @@ class _Row(NamedTuple):
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """A log (rows of the kind ``kind`` logged in ``files``; a split log's answers in ``answer_files``) whose clock was
-    read as ``offset_us`` (microseconds) later than that of the log of ``reference_kind`` rows in the ``reference``
-    files, by the ``exchanges`` both logged that agree on it, of ``customers`` customers (see :func:`clock_offsets`)."""
+    """A log (its rows of the kind ``kind`` logged in ``files``, the files whose own exchanges agree; a split log's
+    answers in ``answer_files``) whose clock was read as ``offset_us`` (microseconds) later than that of the log of
+    ``reference_kind`` rows in the ``reference`` files, by the ``exchanges`` both logged that agree on it, of
+    ``customers`` customers (see :func:`clock_offsets`)."""
 
     kind: str
     files: tuple[str, ...]
