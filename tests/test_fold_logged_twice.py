@@ -691,7 +691,8 @@ def test_one_benchmark_run_by_two_customers_on_two_days_is_never_one_exchange(tm
     assert folded.clocks == [] and copies == [] and len(kept) == 60
 
 
-def test_a_benchmark_run_through_two_gateways_hours_apart_moves_no_clock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("second_files", ["one", "per-customer"])
+def test_a_benchmark_run_through_two_gateways_hours_apart_moves_no_clock(tmp_path: Path, second_files: str) -> None:
     """Three customers run one public benchmark through a gateway, and three others through another gateway three hours
     later, each among its gateway's other traffic: read as the second gateway's clock 3 h off, its whole log moved and
     the second customers' calls folded into the first's (a review). Thirty answers are a sliver of the second
@@ -699,10 +700,13 @@ def test_a_benchmark_run_through_two_gateways_hours_apart_moves_no_clock(tmp_pat
     rows = [_row(f"a-{n}", f"org-a{n % 3}", n, 20 * n, _long_answer(n), file="gateway/day.jsonl", line=n) for n in range(30)]
     rows += [_row(f"g-{n}", f"org-g{n % 9}", 900 + n, 50 * n, _long_answer(900 + n), file="gateway/day.jsonl", line=100 + n)
              for n in range(200)]
-    rows += [_row(f"b-{n}", f"org-b{n % 3}", n, 10_800 + 20 * n, _long_answer(n), file="gateway-b/day.jsonl", line=n)
+    def second(customer: str) -> str:  # (a file per customer: only the benchmark's files hold exchanges, a review)
+        return "gateway-b/day.jsonl" if second_files == "one" else f"gateway-b/customer-{1000 + int(customer[5:])}.jsonl"
+
+    rows += [_row(f"b-{n}", f"org-b{n % 3}", n, 10_800 + 20 * n, _long_answer(n), file=second(f"org-b{n % 3}"), line=n)
              for n in range(30)]
-    rows += [_row(f"h-{n}", f"org-h{n % 7}", 2000 + n, 10_000 + 25 * n, _long_answer(2000 + n), file="gateway-b/day.jsonl",
-                  line=100 + n) for n in range(80)]
+    rows += [_row(f"h-{n}", f"org-h{n % 7}", 2000 + n, 10_000 + 25 * n, _long_answer(2000 + n),
+                  file=second(f"org-h{10 + n % 7}"), line=100 + n) for n in range(80)]
     folded, kept, copies = _fold(tmp_path, rows)
     assert folded.clocks == [] and copies == [] and len(kept) == len(rows)
     assert _table_times(tmp_path)["h-0"] == T0 + dt.timedelta(seconds=10_000)
@@ -775,21 +779,29 @@ def test_a_front_door_ending_its_answers_otherwise_has_its_clock_read(tmp_path: 
     assert folded.rows == 24 and all(t.startswith("org-") for _, t in kept) and len(folded.clocks) == 1
 
 
-@pytest.mark.parametrize("hosts", [("gw01", "gw02"), ("host1", "host2"), ("192.168.1.10", "192.168.1.11"),
-                                   ("node-a1b2c3d4", "node-e5f6a7b8")])
-def test_two_front_door_hosts_named_alike_keep_their_own_clocks(tmp_path: Path, hosts: tuple[str, str]) -> None:
+@pytest.mark.parametrize(("hosts", "right_share", "other_clock"),
+                         [(("gw01", "gw02"), 7, 0.0), (("host1", "host2"), 7, 0.0), (("192.168.1.10", "192.168.1.11"), 7, 0.0),
+                          (("node-a1b2c3d4", "node-e5f6a7b8"), 7, 0.0), (("gw01", "gw02"), 2, 0.0),
+                          (("gw01", "gw02"), 2, -3600.0)],
+                         ids=["gw", "host", "addresses", "hex", "drifted-host-the-smaller", "two-clocks-off"])
+def test_two_front_door_hosts_named_alike_keep_their_own_clocks(tmp_path: Path, hosts: tuple[str, str], right_share: int,
+                                                               other_clock: float) -> None:
     """Two front-door hosts named alike (``gw01`` and ``gw02``, ``host1`` and ``host2``, two addresses), one 7 s
-    ahead: read as one log, the right host's rows were moved 7 s too and its copies stopped folding (reviews). Of a
-    log, only the files whose own exchanges agree with its offset move, and every copy folds."""
+    ahead: read as one log, the right host's rows were moved 7 s too and its copies stopped folding; where the
+    drifted host was the smaller, or the other host's clock was off by another amount, it was read at the majority's
+    offset or not at all (reviews). Of a log, the files whose own exchanges agree with its offset move by it, and a
+    file whose own exchanges agree on another offset moves by that one: every copy folds."""
     off, right = (f"fd/{h}.jsonl" for h in hosts)
-    rows = _gateway_and_door(42, 7.0, door_file=lambda n: right if n % 7 == 0 else off)
+    # (in runs of four calls, so that each host logs every customer's)
+    rows = _gateway_and_door(56, 7.0, door_file=lambda n: right if (n // 4) % right_share == 0 else off)
     for r in rows:
         if r["source_file"] == right:
-            r["received_at"] -= dt.timedelta(seconds=7)
-            r["completed_at"] -= dt.timedelta(seconds=7)
+            r["received_at"] += dt.timedelta(seconds=other_clock - 7)
+            r["completed_at"] += dt.timedelta(seconds=other_clock - 7)
     folded, kept, _ = _fold(tmp_path, rows)
-    assert [c.files for c in folded.clocks] == [(off,)]
-    assert folded.rows == 42 and all(t.startswith("org-") for _, t in kept)
+    assert sorted((c.files, round(c.offset_us / 1e6)) for c in folded.clocks) == sorted(
+        [((off,), 7)] + ([((right,), round(other_clock))] if other_clock else []))
+    assert folded.rows == 56 and all(t.startswith("org-") for _, t in kept)
 
 
 def test_a_clock_that_changed_during_the_case_is_said_not_read(tmp_path: Path) -> None:
@@ -818,3 +830,29 @@ def test_a_gateways_compressed_days_are_one_log_with_its_plain_ones(tmp_path: Pa
     folded, _, _ = _fold(tmp_path, rows)
     [clock] = folded.clocks
     assert clock.reference == ends and folded.unread_clocks == [] and folded.rows == 60
+
+
+def test_a_front_door_before_two_gateways_moves_every_day_it_logged(tmp_path: Path) -> None:
+    """A front door 7 s ahead writing day files, before one gateway on the first day and another on the second: its
+    log joined the others through one of them, and only the files agreeing through that one moved; the other day's
+    copies stayed apart (a review). Every file agreeing through any of its log's pairs moves."""
+    rows = _gateway_and_door(48, 7.0, every=3600, door_file=lambda n: f"fd/door-2026-08-{26 + (3600 * n) // 86400:02d}.jsonl")
+    for r in rows:
+        if r["request_id"].startswith("r-") and int(r["request_id"][2:]) * 3600 >= 86400:
+            r["source_file"] = "gateway-b/b.jsonl"
+    folded, kept, _ = _fold(tmp_path, rows)
+    assert folded.rows == 48 and all(t.startswith("org-") for _, t in kept)
+    [clock] = folded.clocks
+    assert clock.files == ("fd/door-2026-08-26.jsonl", "fd/door-2026-08-27.jsonl", "fd/door-2026-08-28.jsonl")
+
+
+def test_a_moved_logs_file_holding_no_long_answer_moves_with_it(tmp_path: Path) -> None:
+    """A front door 7 s ahead writing hour files, one of whose hours held only a classification job's one-word answers:
+    that file held no exchange to read, was not moved, and its rows stayed 7 s off (a review). Where none of a log's
+    files is another host's, a file with no exchange moves with it."""
+    rows = _gateway_and_door(48, 7.0, every=300, door_file=lambda n: f"frontdoor/2026-08-26-{300 * n // 3600:02d}.jsonl")
+    rows.append(_row("fd-job", "job-prod", 500, 3600 * 5 + 7, "positive", file="frontdoor/2026-08-26-05.jsonl", line=500,
+                     kind="helicone_row"))
+    folded, _, _ = _fold(tmp_path, rows)
+    assert "frontdoor/2026-08-26-05.jsonl" in folded.clocks[0].files
+    assert _table_times(tmp_path)["fd-job"] == T0 + dt.timedelta(seconds=3600 * 5 - 0.002)

@@ -79,6 +79,9 @@ CLOCK_MIN_COVER = 0.8
 CLOCK_MAX_US = 15 * 3600 * 1_000_000
 #: An answer shorter than this says too little to tell one exchange in two logs by it.
 CLOCK_MIN_ANSWER = 128
+#: A file of a log whose own exchanges agree on another offset than its log's (another host, named like the others)
+#: moves by its own where this many or more of them, and CLOCK_MIN_SHARE_RECEIVED of its exchanges, agree on it.
+CLOCK_MIN_FILE_EXCHANGES = 10
 #: An answer more logs than this hold once each is a canned one, not one exchange logged again (a front door, a
 #: spend log and callbacks hold one exchange three times): left out before logs are paired, so that thousands of
 #: folders of one canned answer pair no logs (a review).
@@ -169,11 +172,12 @@ LOG_SQL = ("regexp_replace(regexp_replace(regexp_replace(regexp_replace(source_f
 
 #: The answers the clocks are read off, into the temporary table ``clock_answers``: per row with an answer of
 #: CLOCK_MIN_ANSWER characters or more, its log (:data:`LOG_SQL`), the answer's key and length, when it was received and
-#: completed (microseconds), its customer id and its file.
+#: completed (microseconds), its customer id and its file (``file``; ``f``, a number for it: the lists of exchanges
+#: carry it, and paths in them took 2.5 KB an exchange, a review).
 CLOCK_ANSWERS_SQL = """
 CREATE OR REPLACE TEMP TABLE clock_answers AS
-SELECT {log} AS g, source_file AS f, {answer_key} AS k, strlen(response_text) AS n, epoch_us(received_at) AS r,
-       {completed} AS c, tenant_id AS t
+SELECT {log} AS g, dense_rank() OVER (ORDER BY source_file)::INTEGER AS f, source_file AS file, {answer_key} AS k,
+       strlen(response_text) AS n, epoch_us(received_at) AS r, {completed} AS c, tenant_id AS t
 FROM read_parquet($path)
 WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
   AND strlen(response_text) >= {min_answer}
@@ -199,14 +203,14 @@ ORDER BY a.g, b.g
 """
 
 #: How many answers each of two logs ($a, $b) holds once (and at most CLOCK_MAX_LOGS logs hold) while they overlap,
-#: ``b``'s times taken back by $offset, in the files of each whose exchanges agree on it ($fa, $fb): what the exchanges
-#: both hold are a share of (:func:`clock_offsets`).
+#: ``b``'s times taken back by $offset, in the files of each but those whose own exchanges agree on another offset
+#: ($xa, $xb: another host's): what the exchanges both hold are a share of (:func:`clock_offsets`).
 CLOCK_OVERLAP_SQL = """
 WITH own AS (
     SELECT g, k, min(r) - CASE WHEN g = $b THEN $offset ELSE 0 END AS r FROM clock_answers
     WHERE k IN (SELECT k FROM clock_answers GROUP BY k HAVING count(DISTINCT g) <= {max_logs})
     GROUP BY g, k HAVING count(*) = 1 AND g IN ($a, $b)
-       AND min(f) IN (SELECT unnest(CASE WHEN g = $a THEN $fa ELSE $fb END))
+       AND min(f) NOT IN (SELECT unnest(CASE WHEN g = $a THEN $xa ELSE $xb END))
 ),
 span AS (SELECT max(lo) AS lo, min(hi) AS hi FROM (SELECT min(r) AS lo, max(r) AS hi FROM own GROUP BY g))
 SELECT count(*) FILTER (WHERE g = $a), count(*) FILTER (WHERE g = $b) FROM own, span WHERE r BETWEEN span.lo AND span.hi
@@ -559,17 +563,18 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
     or where too few logged that, when they were received (:data:`CLOCK_MIN_SHARE_RECEIVED`): a queue in front delays
     only the start of a call (a review). They must be of :data:`CLOCK_MIN_CUSTOMERS` customers or more and
     :data:`CLOCK_MIN_COVER` or more of the answers the smaller log holds once while the two overlap (:data:`CLOCK_OVERLAP_SQL`),
-    and the offset no more than
-    :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows the engine logs place most
-    (then with the most rows, then by name), each through the log it agrees with on the most exchanges: the first list,
+    and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows
+    the engine logs place most (then with the most rows, then by name), each through the log it agrees with on the
+    most exchanges. A log's files move by its offset where most of their own exchanges agree with it (or, where none of
+    its files disagree, where they hold none); a file whose own exchanges agree on another offset (:func:`_file_runs`:
+    another host, under a name like the others') moves by that one: the first list, one entry per log and offset,
     empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
     an offset of more than a second but not enough of them to read it (a clock changed during the case, or each log
     carries traffic the other does not see: reviews), each against the one the engine logs place most, for a note."""
     con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
                                          min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
-    # (exchanges agreeing, log a, log b, b later by, customers, the files of each log whose own exchanges agree)
-    edges: list[tuple[int, str, str, int, int, dict[str, set[str]]]] = []
-    unread: list[tuple[int, str, str, int, int, dict[str, set[str]]]] = []  # (the same, of offsets not read)
+    edges: list[_ClockEdge] = []
+    unread: list[_ClockEdge] = []
     try:
         for a, b, received, completed in con.execute(CLOCK_SQL.format(
                 max_logs=CLOCK_MAX_LOGS, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall():
@@ -578,20 +583,21 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
             offset, n, customers = _agreed(apart)
             if n < CLOCK_MIN_EXCHANGES or abs(offset) > CLOCK_MAX_US:
                 continue
-            ok = {a: _files_agreeing(apart, "fa", offset), b: _files_agreeing(apart, "fb", offset)}
-            # (a log none of whose files agree, most of its exchanges elsewhere, is a clock that changed: none read)
-            agree = n >= share * len(apart) and customers >= CLOCK_MIN_CUSTOMERS and bool(ok[a]) and bool(ok[b])
+            edge = _ClockEdge(n, a, b, offset, customers, {a: _file_runs(apart, "fa"), b: _file_runs(apart, "fb")})
+            agree = n >= share * len(apart) and customers >= CLOCK_MIN_CUSTOMERS
             if agree:
                 in_a, in_b = con.execute(CLOCK_OVERLAP_SQL.format(max_logs=CLOCK_MAX_LOGS), {
-                    "a": a, "b": b, "offset": offset, "fa": sorted(ok[a]), "fb": sorted(ok[b])}).fetchall()[0]
+                    "a": a, "b": b, "offset": offset, "xa": edge.elsewhere(a), "xb": edge.elsewhere(b)}).fetchall()[0]
                 agree = n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1)
-            (edges if agree else unread).append((n, a, b, offset, customers, ok))
+            (edges if agree else unread).append(edge)
+        names = dict(con.execute("SELECT DISTINCT f, file FROM clock_answers").fetchall())
     finally:
         con.execute("DROP TABLE IF EXISTS clock_answers")
-    unread = [e for e in unread if abs(e[3]) > SAME_EXCHANGE_SKEW_US]
-    if not unread and not any(abs(offset) > SAME_EXCHANGE_SKEW_US for _, _, _, offset, _, _ in edges):
+    unread = [e for e in unread if abs(e.offset) > SAME_EXCHANGE_SKEW_US]
+    if not unread and not any(abs(e.offset) > SAME_EXCHANGE_SKEW_US or any(e.elsewhere(g) for g in e.runs)
+                              for e in edges):
         return [], []
-    logs = sorted({g for _, a, b, _, _, _ in edges + unread for g in (a, b)})
+    logs = sorted({g for e in edges + unread for g in (e.a, e.b)})
     answer_files: dict[str, list[str]] = {}  # file -> the files a split log's answers of its rows came from
     log_files: dict[str, set[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
@@ -604,55 +610,97 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
         log_files.setdefault(g, set()).add(f)
         w = weight.get(g, (0, 0, g))
         weight[g] = (w[0] - placed, w[1] - n, g)
-    # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree);
-    # of a log, only the files whose own exchanges agree move (two hosts named alike are one log, on two clocks).
-    later: dict[str, tuple[int, str, int, int, set[str]]] = {}  # log -> (later by, reference, exchanges, customers, files)
+    # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
+    later: dict[str, tuple[int, str]] = {}  # log -> (later than its group's reference by, the reference)
     for start in sorted(logs, key=lambda g: weight.get(g, (0, 0, g))):
         if start in later:
             continue
-        later[start] = (0, start, 0, 0, set())
-        while reach := [(-n, a, b, d, c) for n, a, b, d, c, _ in edges if (a in later) != (b in later)]:
-            n, a, b, d, c = min(reach)
-            ok = next(e[5] for e in edges if e[1] == a and e[2] == b)
-            if a in later:
-                later[b] = (later[a][0] + d, start, -n, c, ok[b])
-            else:
-                later[a] = (later[b][0] - d, start, -n, c, ok[a])
+        later[start] = (0, start)
+        while reach := [(-e.n, e.a, e.b, e.offset) for e in edges if (e.a in later) != (e.b in later)]:
+            _, a, b, d = min(reach)
+            later[b if a in later else a] = (later[a][0] + d, start) if a in later else (later[b][0] - d, start)
+    # Which files move, and by how much: through every edge the tree's offsets agree with (a log's files may agree
+    # through its second edge only, a review), the strongest first.
+    # (file, log) -> (later than the reference by, exchanges, customers): one file may hold two logs (two kinds)
+    moves: dict[tuple[str, str], tuple[int, int, int]] = {}
+    torn: set[str] = set()  # logs some of whose files agree on another offset
+    for e in sorted(edges, key=lambda e: (-e.n, e.a, e.b)):
+        if e.a not in later or e.b not in later or later[e.a][1] != later[e.b][1] \
+                or abs(later[e.b][0] - later[e.a][0] - e.offset) > SAME_EXCHANGE_SKEW_US:
+            continue
+        for side, other, sign in ((e.a, e.b, -1), (e.b, e.a, 1)):
+            for f, (own, agreeing, total, customers) in sorted(e.runs[side].items()):
+                if abs(own - e.offset) <= SAME_EXCHANGE_SKEW_US and 2 * agreeing > total:
+                    moves.setdefault((names[f], side), (later[side][0], agreeing, customers))
+                elif agreeing >= CLOCK_MIN_FILE_EXCHANGES and agreeing >= CLOCK_MIN_SHARE_RECEIVED * total:
+                    torn.add(side)
+                    # (its own offset against the other log, which the tree has placed)
+                    moves.setdefault((names[f], side), (later[other][0] + sign * own, agreeing, customers))
+    seen = {(names[f], g) for e in edges + unread for g, runs in e.runs.items() for f in runs}
+    for g in later:  # a moved log's files that hold no exchange move with it, where none of its files is another host
+        if abs(later[g][0]) > SAME_EXCHANGE_SKEW_US and g not in torn:
+            for name in sorted(log_files.get(g, set())):
+                if (name, g) not in seen:
+                    moves.setdefault((name, g), (later[g][0], 0, 0))
 
     def kind(g: str) -> str:
         return g.split("\0", 1)[1]
 
-    def clock(g: str, files: set[str], ref: str, ref_files: set[str], offset: int, n: int, c: int) -> ClockOffset:
-        return ClockOffset(kind(g), tuple(sorted(files)), tuple(sorted({x for f in files for x in answer_files.get(f, [])}
-                                                                          - files)),
-                           kind(ref), tuple(sorted(ref_files)), offset, n, c)
-
-    read = [clock(g, files, ref, log_files.get(ref, set()), offset, n, c)
-            for g, (offset, ref, n, c, files) in sorted(later.items()) if abs(offset) > SAME_EXCHANGE_SKEW_US and files]
+    grouped: dict[tuple[str, int], list[str]] = {}
+    for (f, g), (offset, _, _) in moves.items():
+        if abs(offset) > SAME_EXCHANGE_SKEW_US:
+            grouped.setdefault((g, offset), []).append(f)
+    read = []
+    for (g, offset), files in sorted(grouped.items()):
+        moved = set(files)
+        read.append(ClockOffset(kind(g), tuple(sorted(moved)),
+                                tuple(sorted({x for f in moved for x in answer_files.get(f, [])} - moved)),
+                                kind(later[g][1]), tuple(sorted(log_files.get(later[g][1], set()))), offset,
+                                sum(moves[f, g][1] for f in files), max(moves[f, g][2] for f in files)))
 
     def on_one_clock(a: str, b: str, d: int) -> bool:
         # Whether the offsets read (none for a log they do not move) put ``b`` ``d`` later than ``a`` already.
         if a in later and b in later and later[a][1] != later[b][1]:
             return False
-        return abs(later.get(b, (0,))[0] - later.get(a, (0,))[0] - d) <= SAME_EXCHANGE_SKEW_US
+        return abs(later.get(b, (0, ""))[0] - later.get(a, (0, ""))[0] - d) <= SAME_EXCHANGE_SKEW_US
+
+    def said(e: _ClockEdge) -> ClockOffset:
+        first, second, d = (e.a, e.b, e.offset) if weight.get(e.a, (0, 0, e.a)) <= weight.get(e.b, (0, 0, e.b)) \
+            else (e.b, e.a, -e.offset)
+        return ClockOffset(kind(second), tuple(sorted(log_files.get(second, set()))), (), kind(first),
+                           tuple(sorted(log_files.get(first, set()))), d, e.n, e.customers)
 
     # (a pair of logs the offsets read put on one clock anyway needs no word)
-    return read, [clock(b, ok[b] or log_files.get(b, set()), a, log_files.get(a, set()), d, n, c)
-                  if weight.get(a, (0, 0, a)) <= weight.get(b, (0, 0, b))
-                  else clock(a, ok[a] or log_files.get(a, set()), b, log_files.get(b, set()), -d, n, c)
-                  for n, a, b, d, c, ok in unread if not on_one_clock(a, b, d)]
+    return read, [said(e) for e in unread if not on_one_clock(e.a, e.b, e.offset)]
 
 
-def _files_agreeing(apart: list[dict[str, Any]], side: str, offset: int) -> set[str]:
-    """The files on one ``side`` (``fa``, ``fb``) of the exchanges two logs both hold (:data:`CLOCK_SQL`) most of whose
-    own exchanges agree with ``offset`` within SAME_EXCHANGE_SKEW_US: the files that move with their log."""
-    agree: Tally[str] = Tally()
-    seen: Tally[str] = Tally()
+@dataclass
+class _ClockEdge:
+    """Two logs' offset as their exchanges agree on it (:func:`clock_offsets`): ``n`` exchanges of ``customers``
+    customers say ``b`` is ``offset`` microseconds later than ``a``; ``runs``, per log and file, that file's own
+    exchanges (:func:`_file_runs`)."""
+
+    n: int
+    a: str
+    b: str
+    offset: int
+    customers: int
+    runs: dict[str, dict[int, tuple[int, int, int, int]]]
+
+    def elsewhere(self, log: str) -> list[int]:
+        """The files of ``log`` most of whose own exchanges agree on another offset (another host's)."""
+        return sorted(f for f, (own, agreeing, total, _) in self.runs[log].items()
+                      if abs(own - self.offset) > SAME_EXCHANGE_SKEW_US and agreeing >= CLOCK_MIN_FILE_EXCHANGES
+                      and agreeing >= CLOCK_MIN_SHARE_RECEIVED * total)
+
+
+def _file_runs(apart: list[dict[str, Any]], side: str) -> dict[int, tuple[int, int, int, int]]:
+    """Per file on one ``side`` (``fa``, ``fb``) of the exchanges two logs both hold (:data:`CLOCK_SQL`, in order): the
+    offset most of its own exchanges agree on, how many do, how many it holds, and of how many customers."""
+    by: dict[int, list[dict[str, Any]]] = {}
     for x in apart:
-        seen[x[side]] += 1
-        if abs(x["d"] - offset) <= SAME_EXCHANGE_SKEW_US:
-            agree[x[side]] += 1
-    return {f for f, n in seen.items() if 2 * agree[f] > n}
+        by.setdefault(x[side], []).append(x)
+    return {f: (*_agreed(xs)[:2], len(xs), _agreed(xs)[2]) for f, xs in by.items()}
 
 
 def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
