@@ -608,11 +608,13 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
     answer_files: dict[str, list[str]] = {}  # file -> the files a split log's answers of its rows came from
     log_files: dict[str, set[str]] = {}
     weight: dict[str, tuple[int, int, str]] = {}
-    for g, f, placed, n, answers_from in con.execute(
-            f"SELECT {LOG_SQL} AS g, source_file, count(*) FILTER (WHERE decode_node IS NOT NULL OR prefill_node IS NOT "
-            "NULL), count(*), list(DISTINCT response_source_file) FILTER (WHERE response_source_file IS NOT NULL) "
-            "FROM read_parquet($path) WHERE source_file IS NOT NULL AND g IN (SELECT unnest($logs)) "
-            "GROUP BY g, source_file ORDER BY g, source_file", {"path": str(path), "logs": logs}).fetchall():
+    for g, f, placed, n, answers_from in con.execute(  # (the log's name read once a file and kind, as above)
+            f"SELECT {LOG_SQL} AS g, source_file, placed, n, answers_from FROM ("
+            "SELECT source_file, coalesce(record_kind, '') AS record_kind, count(*) FILTER (WHERE decode_node IS NOT "
+            "NULL OR prefill_node IS NOT NULL) AS placed, count(*) AS n, list(DISTINCT response_source_file) FILTER "
+            "(WHERE response_source_file IS NOT NULL) AS answers_from FROM read_parquet($path) WHERE source_file IS NOT "
+            "NULL GROUP BY source_file, record_kind) WHERE g IN (SELECT unnest($logs)) ORDER BY g, source_file",
+            {"path": str(path), "logs": logs}).fetchall():
         answer_files[f] = sorted(x for x in answers_from or [] if x != f)
         log_files.setdefault(g, set()).add(f)
         w = weight.get(g, (0, 0, g))
@@ -707,7 +709,11 @@ def _file_runs(apart: list[dict[str, Any]], side: str) -> dict[int, tuple[int, i
     by: dict[int, list[dict[str, Any]]] = {}
     for x in apart:
         by.setdefault(x[side], []).append(x)
-    return {f: (*_agreed(xs)[:2], len(xs), _agreed(xs)[2]) for f, xs in by.items()}
+    out = {}
+    for f, xs in by.items():
+        offset, agreeing, customers = _agreed(xs)
+        out[f] = (offset, agreeing, len(xs), customers)
+    return out
 
 
 def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:

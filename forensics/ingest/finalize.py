@@ -52,7 +52,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, first_few, safe_id, shown_ids
-from forensics.ingest.copies import MAX_PAIRS, fold_logged_twice
+from forensics.ingest.copies import MAX_PAIRS, ClockOffset, fold_logged_twice
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -845,14 +845,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      + (f". For {logged_twice.unplaced} of these pairs no engine log placed either id on a node: the id "
                         "kept may be the second gateway's account name, not the one the customer is known by; check "
                         "it" if logged_twice.unplaced else ""))
-    def log(files: tuple[str, ...], kind: str) -> str:
-        more = len(files) - 1
-        return (json.dumps(files[0] if files else "", ensure_ascii=False)
-                + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
-
     if logged_twice.clocks:
-        shown = first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
-                           f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in logged_twice.clocks], 5)
+        shown = _clocks_shown(logged_twice.clocks)
         many = len(logged_twice.clocks) > 1
         notes.append(f"the clock{'s' if many else ''} of {len(logged_twice.clocks)} log{'s' if many else ''} read apart "
                      "from another log's, by the exchanges both logged (the same answers completed in one a fixed time "
@@ -861,8 +855,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
                      "timezone in the case file and ingest again")
     if logged_twice.unread_clocks:
-        shown = first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
-                           f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in logged_twice.unread_clocks], 5)
+        shown = _clocks_shown(logged_twice.unread_clocks)
         notes.append(f"{len(logged_twice.unread_clocks)} pair{'s' if len(logged_twice.unread_clocks) > 1 else ''} of logs "
                      f"hold long answers alike that completed in one a fixed time after the other, but too few of their "
                      f"calls, or of too few customers, to read as one log's clock off: {shown}. Their times were "
@@ -891,14 +884,29 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     } | ({"logged_twice": {"rows": logged_twice.rows, "linked": [list(x) for x in logged_twice.linked],
                            "kept_unplaced": logged_twice.unplaced, "same_id": logged_twice.same_id}} if logged_twice.rows
          else {"logged_twice": {"rows": 0, "left_out": True}} if logged_twice.left_out else {}) \
-      | ({"clock_offsets": [{"files": list(c.files), "answer_files": list(c.answer_files), "record_kind": c.kind,
-                             "reference": list(c.reference), "reference_record_kind": c.reference_kind,
-                             "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges, "customers": c.customers}
-                            for c in logged_twice.clocks]} if logged_twice.clocks else {}) \
-      | ({"clock_offsets_unread": [{"files": list(c.files), "record_kind": c.kind, "reference": list(c.reference),
-                                    "reference_record_kind": c.reference_kind, "offset_seconds": c.offset_us / 1e6,
-                                    "exchanges": c.exchanges, "customers": c.customers}
-                                   for c in logged_twice.unread_clocks]} if logged_twice.unread_clocks else {})
+      | ({"clock_offsets": [_clock_entry(c) | {"answer_files": list(c.answer_files)} for c in logged_twice.clocks]}
+         if logged_twice.clocks else {}) \
+      | ({"clock_offsets_unread": [_clock_entry(c) for c in logged_twice.unread_clocks]}
+         if logged_twice.unread_clocks else {})
+
+
+def _clocks_shown(clocks: list[ClockOffset]) -> str:
+    """The first few of the logs ``clocks`` names, for a note: each log's first file (and how many others), its kind
+    of record, its offset against the other log, and the exchanges and customers that agree on it."""
+    def log(files: tuple[str, ...], kind: str) -> str:
+        more = len(files) - 1
+        return (json.dumps(files[0] if files else "", ensure_ascii=False)
+                + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
+
+    return first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
+                      f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in clocks], 5)
+
+
+def _clock_entry(c: ClockOffset) -> dict[str, Any]:
+    """A log whose clock was read (or nearly) as the manifest lists it."""
+    return {"files": list(c.files), "record_kind": c.kind, "reference": list(c.reference),
+            "reference_record_kind": c.reference_kind, "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges,
+            "customers": c.customers}
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
