@@ -508,11 +508,25 @@ def _setting(text: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
+def _replica_of(files: list[str]) -> str:
+    """Which log of a case split between two replicas (``forensics.lab.replicas``) the ``files`` of a moved clock are."""
+    from forensics.lab.replicas import REPLICA_NAME
+
+    names = [Path(f).name for f in files]
+    if any(n.startswith(REPLICA_NAME) for n in names):
+        return "replica b"
+    if any(n.startswith("litellm-callbacks-") for n in names):
+        return "replica a"
+    return names[0] if names else "(no file)"
+
+
 def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only: bool = False,
              settings: dict[str, Any] | None = None, scale: str = "realistic",
-             second_gateway: str | None = None, second_gateway_clock: float = 0.0) -> dict[str, Any]:
+             second_gateway: str | None = None, second_gateway_clock: float = 0.0,
+             replica_clock: float | None = None) -> dict[str, Any]:
     """Simulate, run, evaluate; then match again with the old rules and evaluate that. With ``second_gateway``
-    (``as-sent`` or ``own-system-prompt``), a front door logs every call again before the run."""
+    (``as-sent`` or ``own-system-prompt``), a front door logs every call again before the run; with ``replica_clock``,
+    half the calls are logged by a second gateway replica whose clock is that many seconds ahead."""
     from forensics import api
     from forensics.lab.evaluate import evaluate
     from forensics.lab.simulate import simulate
@@ -532,6 +546,11 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
 
         front_door = add_front_door(sim, own_system_prompt=second_gateway == "own-system-prompt",
                                     clock_offset=second_gateway_clock)
+    replica = None
+    if replica_clock is not None:
+        from forensics.lab.replicas import split_replicas
+
+        replica = split_replicas(sim, clock_offset=replica_clock)
     out: dict[str, Any] = {"seed": seed, "format": fmt, "simulate_seconds": round(t_sim, 1),
                            "counts": {k: simulated.counts.get(k) for k in ("tenants", "requests", "suspects", "leak_fragments",
                                                                            "finding_pairs", "hard_negatives", "bytes")}}
@@ -547,6 +566,10 @@ def run_case(seed: int, fmt: str, corpus: Path | None, work: Path, gateway_only:
         manifest = json.loads((Path(result.case_dir) / "manifest.json").read_text(encoding="utf-8"))
         out["second_gateway"] = {"kind": second_gateway, "clock": second_gateway_clock, "logged": front_door,
                                  "folded": (manifest.get("logged_twice") or {}).get("rows", 0)}
+    if replica is not None:
+        manifest = json.loads((Path(result.case_dir) / "manifest.json").read_text(encoding="utf-8"))
+        out["replica"] = {"clock": replica_clock, "logged": replica, "read": sorted(
+            f"{_replica_of(c['files'])} {c['offset_seconds']:+,.3f} s" for c in manifest.get("clock_offsets", []))}
     out["evaluate_seconds"] = round(t_eval, 1)
     out["default"] = score(ev, truth, report_dir, t_run)
     out["default"]["window_chance"] = window_check(report_dir, Path(result.case_dir), truth)
@@ -742,6 +765,13 @@ def print_report(cases: list[dict[str, Any]], pooled: dict[str, Any], show_wrong
             + (f", its clock {c['second_gateway']['clock']:+g} s" if c['second_gateway'].get('clock') else "") + ") logged "
             f"{c['second_gateway']['logged']:,} requests again, the ingest folded {c['second_gateway']['folded']:,}"
             for c in fronted))
+    split = [c for c in cases if c.get("replica")]
+    if split:
+        print("second replica: " + "; ".join(
+            f"seed {c['seed']} {c['format']}: a second gateway replica, its clock {c['replica']['clock']:+g} s, logged "
+            f"{c['replica']['logged']:,} calls; its clock read as "
+            + (", ".join(c['replica']['read']) if c['replica']['read'] else "right (none moved)")
+            for c in split))
     print("\npairs = (recipient request, source tenant); rec 4-7/8-15/16+ = pair recall by the pair's longest fragment;")
     print("hard neg = labelled hard negatives that drew a wrong cross-tenant finding; P/R = precision/recall\n")
     print(HEADER)
@@ -822,6 +852,9 @@ def main() -> int:
     ap.add_argument("--second-gateway-clock", type=float, default=0.0, metavar="SECONDS",
                     help="the front door's clock this many seconds ahead of the gateway's (a drifted host: 7; local time "
                          "written as UTC: -18000)")
+    ap.add_argument("--replica-clock", type=float, default=None, metavar="SECONDS",
+                    help="half the calls logged by a second gateway replica whose host's clock is this many seconds "
+                         "ahead (LiteLLM cases only; 0: two replicas, both clocks right)")
     ap.add_argument("--scale", choices=["realistic", "small"], default="realistic",
                     help="small: the 12-customer incidents of the shipped sample's shape (no corpus needed): a check that "
                          "small cases, whose null of chance matches is small, stay right")
@@ -841,6 +874,8 @@ def main() -> int:
         ap.error("--second-gateway-clock sets the clock of a front door: give --second-gateway too")
     if args.second_gateway and args.formats != ["litellm"]:
         ap.error("--second-gateway puts a front door before LiteLLM callbacks: give --formats litellm")
+    if args.replica_clock is not None and args.formats != ["litellm"]:
+        ap.error("--replica-clock splits LiteLLM callbacks between two replicas: give --formats litellm")
     if not args.json:
         print(f"$ {command}", flush=True)
     cases = []
@@ -851,7 +886,7 @@ def main() -> int:
             try:
                 cases.append(run_case(seed, fmt, args.corpus if args.scale == "realistic" else None, work,
                                       args.gateway_only, dict(args.settings), args.scale, args.second_gateway,
-                                      args.second_gateway_clock))
+                                      args.second_gateway_clock, args.replica_clock))
             finally:
                 if args.keep is not None:
                     dest = args.keep / f"seed{seed}-{fmt}"
