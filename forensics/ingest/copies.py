@@ -178,7 +178,7 @@ CLOCK_ANSWERS_SQL = """
 CREATE OR REPLACE TEMP TABLE clock_answers AS
 WITH answers AS (
     SELECT source_file, coalesce(record_kind, '') AS record_kind, {answer_key} AS k, strlen(response_text) AS n,
-           epoch_us(received_at) AS r, {completed} AS c, tenant_id AS t
+           epoch_us(received_at) AS r, {completed} AS c, tenant_id AS t, coalesce(rid, request_id) AS q
     FROM read_parquet($path)
     WHERE tenant_id IS NOT NULL AND received_at IS NOT NULL AND source_file IS NOT NULL
       AND strlen(response_text) >= {min_answer}
@@ -187,7 +187,7 @@ logs AS (  -- (the path's patterns once a file, not once a row: a third of the r
     SELECT source_file, record_kind, {log} AS g, dense_rank() OVER (ORDER BY source_file)::INTEGER AS f
     FROM (SELECT DISTINCT source_file, record_kind FROM answers)
 )
-SELECT g, f, source_file AS file, k, n, r, c, t FROM answers JOIN logs USING (source_file, record_kind)
+SELECT g, f, source_file AS file, k, n, r, c, t, q FROM answers JOIN logs USING (source_file, record_kind)
 """
 
 #: Per pair of logs (``a`` before ``b``), each exchange both hold, as how much later than in ``a`` it was received in
@@ -207,6 +207,20 @@ SELECT a.g, b.g, list({{'d': b.r - a.r, 't': a.t, 'fa': a.f, 'fb': b.f}} ORDER B
 FROM shared a JOIN shared b ON a.k = b.k AND a.g < b.g AND abs(a.n - b.n) <= 0.05 * greatest(a.n, b.n)
 GROUP BY a.g, b.g HAVING count(*) >= {min_exchanges}
 ORDER BY a.g, b.g
+"""
+
+#: Per log and engine node, each request of the log (held once by it, with its completion time) that the engine logs
+#: end on that node alone (``{ends}``: per engine request id ``rid``, when its last event past the prefill was written,
+#: ``ended_us``, on ``ended_nodes`` nodes, ``ended_node``), as how much later the node's clock read then than the log's
+#: when the log saw the request complete (microseconds, in order), with its customer id and file. The node's own clock
+#: cancels out between two logs (:func:`_engine_edges`).
+ENGINE_CLOCK_SQL = """
+WITH once AS (SELECT g, q, min(f) AS f, min(t) AS t, min(c) AS c FROM clock_answers WHERE c IS NOT NULL
+              GROUP BY g, q HAVING count(*) = 1)
+SELECT o.g, x.ended_node, list({{'d': x.ended_us - o.c, 't': o.t, 'fa': o.f}} ORDER BY x.ended_us - o.c, o.t, o.f)
+FROM once o JOIN {ends} x ON x.rid = o.q AND x.ended_nodes = 1 AND x.ended_us IS NOT NULL
+GROUP BY o.g, x.ended_node HAVING count(*) >= {min_exchanges}
+ORDER BY o.g, x.ended_node
 """
 
 #: How many answers each of two logs ($a, $b) holds once (and at most CLOCK_MAX_LOGS logs hold) while they overlap,
@@ -371,7 +385,8 @@ class ClockOffset:
     """A log (its rows of the kind ``kind`` logged in ``files``, the files whose own exchanges agree; a split log's
     answers in ``answer_files``) whose clock was read as ``offset_us`` (microseconds) later than that of the log of
     ``reference_kind`` rows in the ``reference`` files, by the ``exchanges`` both logged that agree on it, of
-    ``customers`` customers (see :func:`clock_offsets`)."""
+    ``customers`` customers (see :func:`clock_offsets`); ``through`` ``engine``: by the log's requests whose end the
+    engine logs place on the nodes that also ran the other log's."""
 
     kind: str
     files: tuple[str, ...]
@@ -381,6 +396,7 @@ class ClockOffset:
     offset_us: int
     exchanges: int
     customers: int
+    through: str = "exchanges"  # "exchanges": both logs held them; "engine": requests the engine logs place on a node
 
 
 @dataclass
@@ -399,11 +415,14 @@ class Folded:
     unread_clocks: list[ClockOffset] = field(default_factory=list)  # logs alike at an offset not read (for a note)
 
 
-def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]]) -> Folded:
+def fold_logged_twice(con: Any, path: Path, copies_path: Path, files: list[dict[str, Any]],
+                      engine_ends: str | None = None) -> Folded:
     """Fold the exchanges of the table at ``path`` that are one exchange logged twice, under two customer ids or under
     one in two logs (see the module's words), write them to ``copies_path`` (always: empty where none), and say what was folded. ``files``: the
-    case's input files (``path``, ``sha256``), to count a joined split row's response line too."""
-    clocks, unread = clock_offsets(con, path)
+    case's input files (``path``, ``sha256``), to count a joined split row's response line too; ``engine_ends``: a
+    table of when the engine logs say each request ended, which the logs' clocks are read against too
+    (:func:`clock_offsets`)."""
+    clocks, unread = clock_offsets(con, path, engine_ends)
     shifts = {(f, c.kind): c.offset_us for c in clocks for f in c.files}
     con.execute("CREATE OR REPLACE TEMP TABLE fold_clock AS SELECT unnest($f) AS f, unnest($k) AS kind, "
                 "unnest($s)::BIGINT AS shift", {"f": [f for f, _ in shifts], "k": [k for _, k in shifts],
@@ -560,7 +579,7 @@ def _holds_as_much(kept: _Row, dropped: _Row, how: str | None, gateway_head: boo
     return not (how == "held" and dropped.plen > kept.plen and not (gateway_head or kept.placed))
 
 
-def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOffset]]:
+def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> tuple[list[ClockOffset], list[ClockOffset]]:
     """The logs (:data:`LOG_SQL`) of the table at ``path`` whose clocks are apart from the others' by more than two
     gateways' clocks may disagree (SAME_EXCHANGE_SKEW_US), read off the exchanges two logs both hold (:data:`CLOCK_SQL`).
     A front door whose host's clock drifted, or which writes local time with no zone where the case reads UTC, logged
@@ -577,7 +596,14 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
     another host, under a name like the others') moves by that one: the first list, one entry per log and offset,
     empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
     an offset of more than a second but not enough of them to read it (a clock changed during the case, or each log
-    carries traffic the other does not see: reviews), each against the one the engine logs place most, for a note."""
+    carries traffic the other does not see: reviews), each against the one the engine logs place most, for a note.
+
+    Where the engine logs' ends of requests are given (``engine_ends``: a table, see :data:`ENGINE_CLOCK_SQL`), two
+    logs that hold no exchange twice are joined too, through the engine nodes that ran both logs' requests
+    (:func:`_engine_edges`): two gateway replicas, one on a host whose clock drifted, put a suspect's stale pages after
+    it and counted the records a node served before it in the wrong order (a review). Logs joined so are put on the
+    clock of one whose requests end when the engine logs say they did, where one does (then as above): with two
+    replicas, the one whose clock is right."""
     con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
                                          min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
     edges: list[_ClockEdge] = []
@@ -597,6 +623,13 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
                     "a": a, "b": b, "offset": offset, "xa": edge.elsewhere(a), "xb": edge.elsewhere(b)}).fetchall()[0]
                 agree = n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1)
             (edges if agree else unread).append(edge)
+        on_engine: dict[str, dict[str, _OnNode]] = {}
+        if engine_ends is not None:
+            on_engine = _on_engine(con.execute(ENGINE_CLOCK_SQL.format(
+                ends=engine_ends, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall())
+            read_through, not_read = _engine_edges(on_engine)
+            edges += read_through
+            unread += not_read
         names = dict(con.execute("SELECT DISTINCT f, file FROM clock_answers").fetchall())
     finally:
         con.execute("DROP TABLE IF EXISTS clock_answers")
@@ -607,7 +640,8 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
     logs = sorted({g for e in edges + unread for g in (e.a, e.b)})
     answer_files: dict[str, list[str]] = {}  # file -> the files a split log's answers of its rows came from
     log_files: dict[str, set[str]] = {}
-    weight: dict[str, tuple[int, int, str]] = {}
+    # (whether its clock disagrees with the engine's, rows placed on a node, rows, name): the reference comes first
+    weight: dict[str, tuple[int, int, int, str]] = {}
     for g, f, placed, n, answers_from in con.execute(  # (the log's name read once a file and kind, as above)
             f"SELECT {LOG_SQL} AS g, source_file, placed, n, answers_from FROM ("
             "SELECT source_file, coalesce(record_kind, '') AS record_kind, count(*) FILTER (WHERE decode_node IS NOT "
@@ -617,55 +651,63 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
             {"path": str(path), "logs": logs}).fetchall():
         answer_files[f] = sorted(x for x in answers_from or [] if x != f)
         log_files.setdefault(g, set()).add(f)
-        w = weight.get(g, (0, 0, g))
-        weight[g] = (w[0] - placed, w[1] - n, g)
+        w = weight.get(g, (_off_engine(on_engine.get(g, {})), 0, 0, g))
+        weight[g] = (w[0], w[1] - placed, w[2] - n, g)
     # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
     later: dict[str, tuple[int, str]] = {}  # log -> (later than its group's reference by, the reference)
-    for start in sorted(logs, key=lambda g: weight.get(g, (0, 0, g))):
+    through: dict[str, str] = {}  # log -> what the offset that placed it was read off
+    for start in sorted(logs, key=lambda g: weight.get(g, (1, 0, 0, g))):
         if start in later:
             continue
         later[start] = (0, start)
-        while reach := [(-e.n, e.a, e.b, e.offset) for e in edges if (e.a in later) != (e.b in later)]:
-            _, a, b, d = min(reach)
-            later[b if a in later else a] = (later[a][0] + d, start) if a in later else (later[b][0] - d, start)
+        while reach := [(-e.n, e.a, e.b, e.offset, e.through) for e in edges if (e.a in later) != (e.b in later)]:
+            _, a, b, d, via = min(reach)
+            placed = b if a in later else a
+            later[placed] = (later[a][0] + d, start) if a in later else (later[b][0] - d, start)
+            through[placed] = via
     # Which files move, and by how much: through every edge the tree's offsets agree with (a log's files may agree
     # through its second edge only, a review), the strongest first.
-    # (file, log) -> (later than the reference by, exchanges, customers): one file may hold two logs (two kinds)
-    moves: dict[tuple[str, str], tuple[int, int, int]] = {}
+    # (file, log) -> (later than the reference by, exchanges, customers, what they were read off): one file may hold
+    # two logs (two kinds)
+    moves: dict[tuple[str, str], tuple[int, int, int, str]] = {}
     torn: set[str] = set()  # logs some of whose files agree on another offset
-    for e in sorted(edges, key=lambda e: (-e.n, e.a, e.b)):
+    for e in sorted(edges, key=lambda e: (-e.n, e.a, e.b, e.through)):
         if e.a not in later or e.b not in later or later[e.a][1] != later[e.b][1] \
                 or abs(later[e.b][0] - later[e.a][0] - e.offset) > SAME_EXCHANGE_SKEW_US:
             continue
         for side, other, sign in ((e.a, e.b, -1), (e.b, e.a, 1)):
             for f, (own, agreeing, total, customers) in sorted(e.runs[side].items()):
                 if abs(own - e.offset) <= SAME_EXCHANGE_SKEW_US and 2 * agreeing > total:
-                    moves.setdefault((names[f], side), (later[side][0], agreeing, customers))
+                    moves.setdefault((names[f], side), (later[side][0], agreeing, customers, through.get(side, e.through)))
                 elif agreeing >= CLOCK_MIN_FILE_EXCHANGES and agreeing >= CLOCK_MIN_SHARE_RECEIVED * total:
                     torn.add(side)
                     # (its own offset against the other log, which the tree has placed)
-                    moves.setdefault((names[f], side), (later[other][0] + sign * own, agreeing, customers))
+                    moves.setdefault((names[f], side), (later[other][0] + sign * own, agreeing, customers, e.through))
     seen = {(names[f], g) for e in edges + unread for g, runs in e.runs.items() for f in runs}
     for g in later:  # a moved log's files that hold no exchange move with it, where none of its files is another host
         if abs(later[g][0]) > SAME_EXCHANGE_SKEW_US and g not in torn:
             for name in sorted(log_files.get(g, set())):
                 if (name, g) not in seen:
-                    moves.setdefault((name, g), (later[g][0], 0, 0))
+                    moves.setdefault((name, g), (later[g][0], 0, 0, through.get(g, "exchanges")))
 
     def kind(g: str) -> str:
         return g.split("\0", 1)[1]
 
-    grouped: dict[tuple[str, int], list[str]] = {}
-    for (f, g), (offset, _, _) in moves.items():
+    grouped: dict[tuple[str, int, str], list[str]] = {}
+    for (f, g), (offset, _, _, via) in moves.items():
         if abs(offset) > SAME_EXCHANGE_SKEW_US:
-            grouped.setdefault((g, offset), []).append(f)
+            grouped.setdefault((g, offset, via), []).append(f)
+    moving = {(f, g) for (g, _, _), files in grouped.items() for f in files}
     read = []
-    for (g, offset), files in sorted(grouped.items()):
+    for (g, offset, via), files in sorted(grouped.items()):
         moved = set(files)
+        root = later[g][1]
         read.append(ClockOffset(kind(g), tuple(sorted(moved)),
                                 tuple(sorted({x for f in moved for x in answer_files.get(f, [])} - moved)),
-                                kind(later[g][1]), tuple(sorted(log_files.get(later[g][1], set()))), offset,
-                                sum(moves[f, g][1] for f in files), max(moves[f, g][2] for f in files)))
+                                # (the reference's files that stay: a file of another host under the reference's
+                                # name moves, a review)
+                                kind(root), tuple(sorted(f for f in log_files.get(root, set()) if (f, root) not in moving)),
+                                offset, sum(moves[f, g][1] for f in files), max(moves[f, g][2] for f in files), via))
 
     def on_one_clock(a: str, b: str, d: int) -> bool:
         # Whether the offsets read (none for a log they do not move) put ``b`` ``d`` later than ``a`` already.
@@ -674,10 +716,10 @@ def clock_offsets(con: Any, path: Path) -> tuple[list[ClockOffset], list[ClockOf
         return abs(later.get(b, (0, ""))[0] - later.get(a, (0, ""))[0] - d) <= SAME_EXCHANGE_SKEW_US
 
     def said(e: _ClockEdge) -> ClockOffset:
-        first, second, d = (e.a, e.b, e.offset) if weight.get(e.a, (0, 0, e.a)) <= weight.get(e.b, (0, 0, e.b)) \
+        first, second, d = (e.a, e.b, e.offset) if weight.get(e.a, (1, 0, 0, e.a)) <= weight.get(e.b, (1, 0, 0, e.b)) \
             else (e.b, e.a, -e.offset)
         return ClockOffset(kind(second), tuple(sorted(log_files.get(second, set()))), (), kind(first),
-                           tuple(sorted(log_files.get(first, set()))), d, e.n, e.customers)
+                           tuple(sorted(log_files.get(first, set()))), d, e.n, e.customers, e.through)
 
     # (a pair of logs the offsets read put on one clock anyway needs no word)
     return read, [said(e) for e in unread if not on_one_clock(e.a, e.b, e.offset)]
@@ -695,6 +737,7 @@ class _ClockEdge:
     offset: int
     customers: int
     runs: dict[str, dict[int, tuple[int, int, int, int]]]
+    through: str = "exchanges"  # "engine": read through the engine nodes that ran both logs' requests
 
     def elsewhere(self, log: str) -> list[int]:
         """The files of ``log`` most of whose own exchanges agree on another offset (another host's)."""
@@ -729,6 +772,102 @@ def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
     if not best:
         return 0, 0, 0
     return apart[at + (best - 1) // 2]["d"], best, len({x["t"] for x in apart[at:at + best]})
+
+
+#: A log's clock agrees with the engine's when its requests end within this of when the engine logs say (a text line's
+#: time is cut to the second; a gateway sees the end a few milliseconds after the node).
+ENGINE_AGREE_US = 2 * SAME_EXCHANGE_SKEW_US
+
+
+@dataclass(frozen=True)
+class _OnNode:
+    """A log's requests that one engine node ran (:data:`ENGINE_CLOCK_SQL`): how much later the node's clock read at
+    their end than the log's, as ``n`` of the ``total`` agree on it (:func:`_agreed`), of ``customers`` customers,
+    whether that is read (``read``: :data:`CLOCK_MIN_SHARE` or more agree), and per file of the log its own requests
+    there (:func:`_file_runs`)."""
+
+    offset: int
+    n: int
+    total: int
+    customers: int
+    read: bool
+    runs: dict[int, tuple[int, int, int, int]]
+
+
+def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]) -> dict[str, dict[str, _OnNode]]:
+    """Per log and engine node, the offset most of the log's requests that node ran agree on (:func:`_agreed`); read
+    where :data:`CLOCK_MIN_EXCHANGES` or more and :data:`CLOCK_MIN_SHARE` or more of them do (a clock changed during
+    the case may agree on none: its files are then read one by one)."""
+    out: dict[str, dict[str, _OnNode]] = {}
+    for g, node, apart in rows:
+        offset, n, customers = _agreed(apart)
+        out.setdefault(g, {})[node] = _OnNode(offset, n, len(apart), customers,
+                                              n >= CLOCK_MIN_EXCHANGES and n >= CLOCK_MIN_SHARE * len(apart),
+                                              _file_runs(apart, "fa"))
+    return out
+
+
+def _engine_edges(on_engine: dict[str, dict[str, _OnNode]]) -> tuple[list[_ClockEdge], list[_ClockEdge]]:
+    """Two logs' offsets read through the engine nodes that ran requests of both (:func:`_on_engine`): on one node, how
+    much later one log's clock reads than the other's is the difference of their offsets against the node's, whatever
+    the node's own clock (an engine writing local time, a node whose clock drifted). The nodes must agree on it within
+    SAME_EXCHANGE_SKEW_US, those that do holding most of the requests, of :data:`CLOCK_MIN_CUSTOMERS` customers or more:
+    the first list; the second, the pairs whose nodes disagree, for the note on clocks not read."""
+    read: list[_ClockEdge] = []
+    unread: list[_ClockEdge] = []
+    logs = sorted(on_engine)
+    for i, a in enumerate(logs):
+        for b in logs[i + 1:]:
+            shared = sorted(set(on_engine[a]) & set(on_engine[b]))
+            # (offset of b against a on the node, requests it stands for, node)
+            votes = [(on_engine[a][nd].offset - on_engine[b][nd].offset, min(on_engine[a][nd].n, on_engine[b][nd].n), nd)
+                     for nd in shared if on_engine[a][nd].read and on_engine[b][nd].read]
+            if not votes:
+                continue
+
+            def support(v: tuple[int, int, str], votes: list[tuple[int, int, str]] = votes) -> tuple[int, int, str]:
+                return (sum(w for o, w, _ in votes if abs(o - v[0]) <= SAME_EXCHANGE_SKEW_US), v[1], v[2])
+
+            best = max(votes, key=support)
+            agreeing = [v for v in votes if abs(v[0] - best[0]) <= SAME_EXCHANGE_SKEW_US]
+            n = sum(w for _, w, _ in agreeing)
+            if abs(best[0]) > CLOCK_MAX_US:
+                continue
+            runs = {a: _runs_through(on_engine[a], on_engine[b], shared, 1),
+                    b: _runs_through(on_engine[b], on_engine[a], shared, -1)}
+            customers = max(min(on_engine[a][nd].customers, on_engine[b][nd].customers) for _, _, nd in agreeing)
+            edge = _ClockEdge(n, a, b, best[0], customers, runs, "engine")
+            agree = 2 * n > sum(w for _, w, _ in votes) and customers >= CLOCK_MIN_CUSTOMERS
+            (read if agree else unread).append(edge)
+    return read, unread
+
+
+def _runs_through(own_nodes: dict[str, _OnNode], other_nodes: dict[str, _OnNode], shared: list[str],
+                  sign: int) -> dict[int, tuple[int, int, int, int]]:
+    """Per file of a log, its own offset against the other log (``sign`` 1: how much later the other reads than the
+    file; -1: the file than the other), through the ``shared`` nodes where the other log's offset is read: the one
+    most of the file's requests there agree on, how many do, how many it holds there, and the most customers on one
+    node (as :func:`_file_runs`). A file of a clock stepped during the case is read so even where its log's requests
+    on a node split between two offsets (a review)."""
+    seen: dict[int, list[tuple[int, int, int, int]]] = {}
+    for nd in shared:
+        if other_nodes[nd].read:
+            for f, (own, agree, total, customers) in own_nodes[nd].runs.items():
+                seen.setdefault(f, []).append((sign * (own - other_nodes[nd].offset), agree, total, customers))
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for f, parts in sorted(seen.items()):
+        best = max(parts, key=lambda p: (sum(q[1] for q in parts if abs(q[0] - p[0]) <= SAME_EXCHANGE_SKEW_US), p[1], -p[0]))
+        with_it = [q for q in parts if abs(q[0] - best[0]) <= SAME_EXCHANGE_SKEW_US]
+        out[f] = (best[0], sum(q[1] for q in with_it), sum(q[2] for q in parts), max(q[3] for q in with_it))
+    return out
+
+
+def _off_engine(nodes: dict[str, _OnNode]) -> int:
+    """0 where a log's requests end when the engine logs say they did (within :data:`ENGINE_AGREE_US`, on the nodes
+    that ran most of them): its clock and the engine's agree, two witnesses of one time; else 1."""
+    total = sum(x.n for x in nodes.values())
+    near = sum(x.n for x in nodes.values() if abs(x.offset) <= ENGINE_AGREE_US)
+    return 0 if total and 2 * near > total else 1
 
 
 def _facts(con: Any, path: Path, verb: str, positions: str, params: dict[str, Any], shift: dict[str, str]) -> None:

@@ -710,7 +710,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
             raise RuntimeError("finalise: kept exchange rows were left unread (staged files out of order?)")
         kept.close()
         # Joined split-log rows: the engine keys of the halves' requests only.
-        engine = _engine_keys(con, f"""SELECT k.* FROM engine_keys k WHERE k.rid IN
+        engine = _engine_keys(con, f"""SELECT {ENGINE_KEY_COLUMNS} FROM engine_keys k WHERE k.rid IN
                                        (SELECT request_id FROM ranked WHERE rn = 1 AND record_kind IN {half_kinds()})
                                        AND k.rid NOT IN (SELECT request_id FROM shared_ids)""")
         for batch in _split_joined(con, _paths(segments)):
@@ -722,7 +722,7 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         sink.abort()
         raise
     engine_answers = _engine_answers(c, con)
-    logged_twice = fold_logged_twice(con, c.table_path("exchanges"), c.table_path("logged_twice"), files)
+    logged_twice = fold_logged_twice(con, c.table_path("exchanges"), c.table_path("logged_twice"), files, "engine_keys")
     duplicates.update(logged_twice.lines)
 
     stats = con.execute(
@@ -850,13 +850,26 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         many = len(logged_twice.clocks) > 1
         notes.append(f"the clock{'s' if many else ''} of {len(logged_twice.clocks)} log{'s' if many else ''} read apart "
                      "from another log's, by the exchanges both logged (the same answers completed in one a fixed time "
-                     f"after the other): {shown}. Their rows' received and completed times in the case tables are moved "
+                     "after the other) or through the engine logs (the requests each log sent ended a fixed time apart "
+                     "on the engine nodes that ran them, whatever the nodes' own clocks; the log kept is one whose "
+                     f"requests end when the engine logs say they did, where one does): {shown}. Their rows' received "
+                     "and completed times in the case tables are moved "
                      "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
                      "timezone in the case file and ingest again")
-    if logged_twice.unread_clocks:
-        shown = _clocks_shown(logged_twice.unread_clocks)
-        notes.append(f"{len(logged_twice.unread_clocks)} pair{'s' if len(logged_twice.unread_clocks) > 1 else ''} of logs "
+    alike = [c for c in logged_twice.unread_clocks if c.through != "engine"]
+    apart = [c for c in logged_twice.unread_clocks if c.through == "engine"]
+    if apart:
+        notes.append(f"{len(apart)} pair{'s' if len(apart) > 1 else ''} of logs sent requests that ended a fixed time "
+                     "apart on some engine nodes, but not on most of the nodes that ran both, or for too few customers, "
+                     f"to read as one log's clock off: {_clocks_shown(apart)}. Their times were compared as logged. If "
+                     "one of them writes local time with no zone, or its host's clock was off or changed during the "
+                     "case, its requests are placed that far from the other's: a suspect's stale pages may then seem "
+                     "to come from requests after it, and the records a node served before it are counted wrongly. Set "
+                     "its [[inputs]] timezone in the case file, or correct its times, and ingest again")
+    if alike:
+        shown = _clocks_shown(alike)
+        notes.append(f"{len(alike)} pair{'s' if len(alike) > 1 else ''} of logs "
                      f"hold long answers alike that completed in one a fixed time after the other, but too few of their "
                      f"calls, or of too few customers, to read as one log's clock off: {shown}. Their times were "
                      "compared as logged. If one of them is a second gateway in front of the other whose clock is off, "
@@ -899,14 +912,16 @@ def _clocks_shown(clocks: list[ClockOffset]) -> str:
                 + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
 
     return first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
-                      f"({c.exchanges:,} exchanges of {c.customers:,} customers)" for c in clocks], 5)
+                      + (f"({c.exchanges:,} requests of {c.customers:,} customers, through the engine logs)"
+                         if c.through == "engine" else f"({c.exchanges:,} exchanges of {c.customers:,} customers)")
+                      for c in clocks], 5)
 
 
 def _clock_entry(c: ClockOffset) -> dict[str, Any]:
     """A log whose clock was read (or nearly) as the manifest lists it."""
     return {"files": list(c.files), "record_kind": c.kind, "reference": list(c.reference),
             "reference_record_kind": c.reference_kind, "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges,
-            "customers": c.customers}
+            "customers": c.customers, "read_from": "engine logs" if c.through == "engine" else "exchanges both logged"}
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
@@ -1039,9 +1054,16 @@ SELECT rid,
   max(input_len) FILTER (WHERE event IN ('over_limit', 'exceeds_max_tokens')) AS over_limit_len,
   max(input_len) FILTER (WHERE (event = 'req_time_stats' AND role = 'prefill')
                            -- vLLM's count of prompt_token_ids: the input as the engine tokenised it
-                           OR (event = 'request_received' AND input_len IS NOT NULL)) AS prefill_len
+                           OR (event = 'request_received' AND input_len IS NOT NULL)) AS prefill_len,
+  -- when the request's last event past its prefill was written, and on how many nodes (the logs' clocks are read
+  -- against it: forensics.ingest.copies.clock_offsets)
+  max(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS ended_us,
+  min(node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_node,
+  count(DISTINCT node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_nodes
 FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
 """
+#: The columns of ``engine_keys`` a row's engine keys are (:func:`_enrich`).
+ENGINE_KEY_COLUMNS = "k.rid, k.prefill_node, k.decode_node, k.bootstrap_room, k.over_limit_len, k.prefill_len"
 
 
 def _engine_keys(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> dict[str, tuple[Any, ...]]:

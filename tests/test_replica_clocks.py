@@ -1,0 +1,184 @@
+"""Two gateway replicas, one on a host whose clock is off: no exchange is logged twice, so no copy shows the offset, but
+the engine logs saw every request of both end. Without reading it, that replica's requests were placed hours or
+minutes from the other's: a suspect's stale pages seemed to come from requests after it, the records a decode node
+served before it were counted in the wrong order, and exposed customers fell off the list (realistic seeds 1-3, a
+replica five hours behind: exposed customers 0.995 / 0.815 against 1.000 / 0.953). The ingest reads the replica's
+clock through the engine nodes that ran both replicas' requests, and the list is the one a single gateway gives."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forensics import api
+from forensics.ingest.copies import _engine_edges, _OnNode
+from forensics.lab.replicas import REPLICA_NAME, split_replicas
+
+SEED = 7
+ENGINE_INPUT = 'format = "sglang"\npath = "engine"'
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A copy of the simulated small incident (plain files), to edit, per test."""
+    root = tmp_path_factory.mktemp("replicas")
+    sim = api.simulate(root / "sim", seed=SEED, scale="small", compress=False)
+
+    def copy(name: str) -> Path:
+        dst = root / name
+        shutil.copytree(sim.case_file.parent, dst)
+        return dst
+
+    return copy
+
+
+@pytest.fixture(scope="module")
+def baseline(incident: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of the incident as simulated: one gateway."""
+    return Path(api.run(incident("one-gateway") / "case.toml", tmp_path_factory.mktemp("baseline")).report.report_dir)
+
+
+def _engine_in_local_time(inc: Path) -> None:
+    """The engine logs' zone-less times read five hours behind UTC (an engine host writing local time)."""
+    case = inc / "case.toml"
+    case.write_text(case.read_text(encoding="utf-8").replace(ENGINE_INPUT, ENGINE_INPUT + '\ntimezone = "Etc/GMT+5"'),
+                    encoding="utf-8")
+
+
+def _run(inc: Path, out: Path) -> tuple[Path, dict[str, Any]]:
+    report = Path(api.run(inc / "case.toml", out).report.report_dir)
+    return report, json.loads((report / "case" / "manifest.json").read_text(encoding="utf-8"))
+
+
+def _same_list(report: Path, baseline: Path) -> None:
+    for name in ("notifications.csv", "suspects.csv"):
+        assert (report / name).read_bytes() == (baseline / name).read_bytes(), name
+
+
+def _names(report: Path) -> list[tuple[str, ...]]:
+    with (report / "notifications.csv").open(encoding="utf-8", newline="") as fh:
+        return sorted((r["tenant_id"], r["role"], r["tier"], r["request_ids"]) for r in csv.DictReader(fh))
+
+
+def _received(case: Path) -> dict[str, float]:
+    table, _ = api.query_case(case, "SELECT request_id, received_at FROM exchanges WHERE record_kind = 'logging_payload'", {})
+    return {r: t.timestamp() for r, t in zip(table.column("request_id").to_pylist(),
+                                             table.column("received_at").to_pylist(), strict=True) if t is not None}
+
+
+@pytest.mark.parametrize("offset", [-18000.0, 600.0], ids=["five-hours-behind", "ten-minutes-ahead"])
+def test_a_replica_whose_clock_is_off_is_read_through_the_engine_logs(
+        incident: Callable[[str], Path], baseline: Path, tmp_path: Path, offset: float) -> None:
+    """Half the calls logged by a second replica whose clock is off: its clock is read through the engine logs, its
+    rows' times are moved onto the other replica's clock (which agrees with the engine's), the manifest and a note say
+    so, and the list is the one gateway's."""
+    inc = incident(f"replica-{offset:+.0f}")
+    moved = split_replicas(inc, clock_offset=offset)
+    report, manifest = _run(inc, tmp_path / "out")
+    _same_list(report, baseline)
+    [clock] = manifest["clock_offsets"]
+    assert "clock_offsets_unread" not in manifest
+    assert clock["read_from"] == "engine logs" and clock["record_kind"] == "logging_payload"
+    assert abs(clock["offset_seconds"] - offset) < 1
+    assert clock["files"] and all(f.startswith(f"gateway/{REPLICA_NAME}-") for f in clock["files"])
+    assert clock["reference"] and all(f.startswith("gateway/litellm-callbacks-") for f in clock["reference"])
+    assert clock["customers"] >= 3 and 20 <= clock["exchanges"] <= moved
+    note = next(n for n in manifest["notes"] if "read apart from another log's" in n)
+    assert REPLICA_NAME in note and "through the engine logs" in note
+    # Every row of the replica on one clock with the other's: within a second of when the single gateway logged it.
+    one, two = _received(baseline / "case"), _received(report / "case")
+    assert one.keys() == two.keys() and max(abs(one[r] - two[r]) for r in one) < 1
+
+
+def test_two_replicas_whose_clocks_agree_move_nothing(incident: Callable[[str], Path], baseline: Path,
+                                                      tmp_path: Path) -> None:
+    """Two replicas on right clocks: no clock is read or said, and the list is the one gateway's."""
+    inc = incident("replicas-right")
+    split_replicas(inc, clock_offset=0.0)
+    report, manifest = _run(inc, tmp_path / "out")
+    _same_list(report, baseline)
+    assert "clock_offsets" not in manifest and "clock_offsets_unread" not in manifest
+    assert not [n for n in manifest["notes"] if "clock" in n]
+
+
+def test_an_engine_in_local_time_moves_no_gateway_clock_but_an_off_replica_onto_the_other(
+        incident: Callable[[str], Path], tmp_path: Path) -> None:
+    """Engine logs whose zone-less times are local time read as UTC are hours off every gateway clock alike: that is no
+    gateway's clock off, and nothing moves. A replica ten minutes off beside them is still read, through the nodes
+    (whose own clock cancels out), and the list is the one gateway's with the same engine logs."""
+    one = incident("engine-local-one-gateway")
+    _engine_in_local_time(one)
+    base, base_manifest = _run(one, tmp_path / "baseline")
+    assert "clock_offsets" not in base_manifest and "clock_offsets_unread" not in base_manifest
+    inc = incident("engine-local-replica")
+    _engine_in_local_time(inc)
+    split_replicas(inc, clock_offset=600.0)
+    report, manifest = _run(inc, tmp_path / "out")
+    # (no clock agrees with the engine's: the one kept is the replica's the engine places most, so the times the
+    # list shows may be ten minutes off; who is on it, and why, is the same)
+    assert _names(report) == _names(base)
+    [clock] = manifest["clock_offsets"]
+    assert clock["read_from"] == "engine logs" and abs(abs(clock["offset_seconds"]) - 600) < 1
+    assert "clock_offsets_unread" not in manifest
+
+
+def test_a_replica_whose_clock_was_stepped_during_the_case_moves_its_files_each_by_its_own(
+        incident: Callable[[str], Path], baseline: Path, tmp_path: Path) -> None:
+    """A replica's host clock stepped ten minutes ahead from the window's second day on: its day files before the step
+    are right, those after are off. Each file moves by what its own requests say, and the list is the one gateway's."""
+    inc = incident("replica-stepped")
+    split_replicas(inc, clock_offset=0.0, share=0.6)  # (enough of each stepped file's requests to read it by)
+    stepped = sorted((inc / "gateway").glob(f"{REPLICA_NAME}-*"))[2:]
+    assert stepped
+    for path in stepped:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for row in rows:
+            payload = row.get("standard_logging_object") or row
+            for key in ("startTime", "endTime", "completionStartTime"):
+                if isinstance(payload.get(key), int | float):
+                    payload[key] += 600.0
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report, manifest = _run(inc, tmp_path / "out")
+    _same_list(report, baseline)
+    clocks: list[dict[str, Any]] = manifest["clock_offsets"]
+    moved = {f: c["offset_seconds"] for c in clocks for f in c["files"]}
+    # (each stepped file holding enough requests the engine ran to read it by: the last day's holds too few)
+    assert set(moved) <= {f"gateway/{p.name}" for p in stepped} and len(moved) >= 2
+    assert all(abs(x - 600) < 1 for x in moved.values()) and {c["read_from"] for c in clocks} == {"engine logs"}
+    assert not set(moved) & {f for c in clocks for f in c["reference"]}
+
+
+def _node(offset_s: float, n: int = 40, customers: int = 5, files: dict[int, tuple[float, int]] | None = None) -> _OnNode:
+    runs = {f: (int(o * 1e6), k, k, customers) for f, (o, k) in (files or {1: (offset_s, n)}).items()}
+    return _OnNode(int(offset_s * 1e6), n, n, customers, True, runs)
+
+
+def test_engine_edges_read_an_offset_the_nodes_agree_on_whatever_their_own_clocks() -> None:
+    """Two nodes whose own clocks differ by an hour: each says the second log reads 600 s later than the first (the
+    difference of the logs' offsets against it), so that is the offset read."""
+    on_engine = {"a": {"n1": _node(-0.4), "n2": _node(3600 - 0.4)},
+                 "b": {"n1": _node(-600.5, files={2: (-600.5, 40)}), "n2": _node(3000.0, files={2: (3000.0, 40)})}}
+    read, unread = _engine_edges(on_engine)
+    assert not unread
+    [edge] = read
+    assert (edge.a, edge.b, edge.through) == ("a", "b", "engine") and abs(edge.offset / 1e6 - 600) < 1.5
+    assert edge.runs["b"][2][1:3] == (80, 80)  # (the file's requests on both nodes)
+
+
+@pytest.mark.parametrize("b_nodes, customers", [
+    ({"n1": -600.0, "n2": 0.0}, 5),   # the nodes disagree: no one offset holds most of the requests
+    ({"n1": -600.0, "n2": -600.0}, 2),  # two customers' requests: a benchmark, not a clock
+], ids=["nodes-disagree", "too-few-customers"])
+def test_engine_edges_leave_unread_what_the_nodes_do_not_show(b_nodes: dict[str, float], customers: int) -> None:
+    """An offset the nodes disagree on, or one shown by the requests of fewer than three customers, is not read; it
+    is kept for the note on clocks not read."""
+    on_engine = {"a": {"n1": _node(0.0, customers=customers), "n2": _node(0.0, customers=customers)},
+                 "b": {nd: _node(o, customers=customers) for nd, o in b_nodes.items()}}
+    read, unread = _engine_edges(on_engine)
+    assert not read and len(unread) == 1
