@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,21 @@ def test_a_replica_whose_clock_is_off_is_read_through_the_engine_logs(
     assert one.keys() == two.keys() and max(abs(one[r] - two[r]) for r in one) < 1
 
 
+def test_replicas_named_alike_are_read_host_by_host(incident: Callable[[str], Path], baseline: Path,
+                                                    tmp_path: Path) -> None:
+    """Replicas ``litellm-0`` and ``litellm-1`` (a StatefulSet's pods) write files named alike, read as one log: the
+    files of the one whose clock is off agree on another offset against the engine nodes than the others, so they are
+    read as a host of their own and moved onto the clock of the one whose requests end when the engine says."""
+    inc = incident("replicas-named-alike")
+    split_replicas(inc, clock_offset=-18000.0, names=("litellm-0-callbacks", "litellm-1-callbacks"))
+    report, manifest = _run(inc, tmp_path / "out")
+    _same_list(report, baseline)
+    [clock] = manifest["clock_offsets"]
+    assert clock["read_from"] == "engine logs" and abs(clock["offset_seconds"] + 18000) < 1
+    assert clock["files"] and all(f.startswith("gateway/litellm-1-callbacks-") for f in clock["files"])
+    assert clock["reference"] and all(f.startswith("gateway/litellm-0-callbacks-") for f in clock["reference"])
+
+
 def test_two_replicas_whose_clocks_agree_move_nothing(incident: Callable[[str], Path], baseline: Path,
                                                       tmp_path: Path) -> None:
     """Two replicas on right clocks: no clock is read or said, and the list is the one gateway's."""
@@ -152,6 +168,45 @@ def test_a_replica_whose_clock_was_stepped_during_the_case_moves_its_files_each_
     assert set(moved) <= {f"gateway/{p.name}" for p in stepped} and len(moved) >= 2
     assert all(abs(x - 600) < 1 for x in moved.values()) and {c["read_from"] for c in clocks} == {"engine logs"}
     assert not set(moved) & {f for c in clocks for f in c["reference"]}
+
+
+def test_a_replica_for_two_customers_whose_clock_is_off_is_said_not_read(incident: Callable[[str], Path],
+                                                                          tmp_path: Path) -> None:
+    """A replica serving two customers alone, its clock ten minutes ahead: the engine nodes show its offset, but two
+    customers' requests are too few to move a clock by (one customer's job reusing its request ids on two replicas
+    would show an offset too). Nothing moves; the manifest lists the pair of logs as not read, and a note says their
+    times were compared as logged and how to set them right."""
+    inc = incident("replica-two-customers")
+    calls = Counter(org for path in (inc / "gateway").glob("litellm-callbacks-*")
+                    for line in path.read_text(encoding="utf-8").splitlines() if (org := _org(line)) is not None)
+    busiest = {org for org, _ in sorted(calls.items(), key=lambda x: (-x[1], x[0]))[:2]}
+
+    def two(payload: dict[str, Any]) -> bool:
+        return _org(payload) in busiest
+
+    assert split_replicas(inc, clock_offset=600.0, serves=two) >= 20
+    _, manifest = _run(inc, tmp_path / "out")
+    assert "clock_offsets" not in manifest
+    [unread] = manifest["clock_offsets_unread"]
+    assert unread["read_from"] == "engine logs" and abs(abs(unread["offset_seconds"]) - 600) < 1
+    note = next(n for n in manifest["notes"] if "ended a fixed time apart" in n)
+    assert REPLICA_NAME in note and "timezone" in note
+
+
+def _org(record: str | dict[str, Any]) -> str | None:
+    """The organisation a callback line or payload names (its metadata may be a JSON string); None for a broken line."""
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(record, dict):
+        return None
+    payload = record.get("standard_logging_object", record)
+    metadata = payload.get("metadata") if isinstance(payload, dict) else None
+    if isinstance(metadata, str):
+        metadata = json.loads(metadata)
+    return metadata.get("user_api_key_org_id") if isinstance(metadata, dict) else None
 
 
 def _node(offset_s: float, n: int = 40, customers: int = 5, files: dict[int, tuple[float, int]] | None = None) -> _OnNode:

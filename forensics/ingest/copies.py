@@ -624,8 +624,9 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> tuple
                 agree = n >= CLOCK_MIN_COVER * max(min(in_a, in_b), 1)
             (edges if agree else unread).append(edge)
         on_engine: dict[str, dict[str, _OnNode]] = {}
+        hosts: dict[str, tuple[str, set[int]]] = {}  # a host's files under another's log name: its log, its files
         if engine_ends is not None:
-            on_engine = _on_engine(con.execute(ENGINE_CLOCK_SQL.format(
+            on_engine, hosts = _on_engine(con.execute(ENGINE_CLOCK_SQL.format(
                 ends=engine_ends, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall())
             read_through, not_read = _engine_edges(on_engine)
             edges += read_through
@@ -638,6 +639,7 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> tuple
                               for e in edges):
         return [], []
     logs = sorted({g for e in edges + unread for g in (e.a, e.b)})
+    host_of = {names[f]: (host, log) for host, (log, ids) in hosts.items() for f in ids}
     answer_files: dict[str, list[str]] = {}  # file -> the files a split log's answers of its rows came from
     log_files: dict[str, set[str]] = {}
     # (whether its clock disagrees with the engine's, rows placed on a node, rows, name): the reference comes first
@@ -648,8 +650,10 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> tuple
             "NULL OR prefill_node IS NOT NULL) AS placed, count(*) AS n, list(DISTINCT response_source_file) FILTER "
             "(WHERE response_source_file IS NOT NULL) AS answers_from FROM read_parquet($path) WHERE source_file IS NOT "
             "NULL GROUP BY source_file, record_kind) WHERE g IN (SELECT unnest($logs)) ORDER BY g, source_file",
-            {"path": str(path), "logs": logs}).fetchall():
+            {"path": str(path), "logs": sorted({*logs, *(log for log, _ in hosts.values())})}).fetchall():
         answer_files[f] = sorted(x for x in answers_from or [] if x != f)
+        if host_of.get(f, ("", ""))[1] == g:
+            g = host_of[f][0]
         log_files.setdefault(g, set()).add(f)
         w = weight.get(g, (_off_engine(on_engine.get(g, {})), 0, 0, g))
         weight[g] = (w[0], w[1] - placed, w[2] - n, g)
@@ -794,17 +798,68 @@ class _OnNode:
     runs: dict[int, tuple[int, int, int, int]]
 
 
-def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]) -> dict[str, dict[str, _OnNode]]:
+def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
+               ) -> tuple[dict[str, dict[str, _OnNode]], dict[str, tuple[str, set[int]]]]:
     """Per log and engine node, the offset most of the log's requests that node ran agree on (:func:`_agreed`); read
     where :data:`CLOCK_MIN_EXCHANGES` or more and :data:`CLOCK_MIN_SHARE` or more of them do (a clock changed during
-    the case may agree on none: its files are then read one by one)."""
-    out: dict[str, dict[str, _OnNode]] = {}
+    the case may agree on none: its files are then read one by one). A log's files whose own requests agree on another
+    offset against a node (ten or more, four in five of them: :func:`_hosts`) are another host's under a name like the
+    log's (replicas ``litellm-0`` and ``litellm-1`` are one log, :data:`LOG_SQL`): each such host is a log of its own
+    here, named after the log, and the second value maps it to the log and its files."""
+    by_log: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
     for g, node, apart in rows:
-        offset, n, customers = _agreed(apart)
-        out.setdefault(g, {})[node] = _OnNode(offset, n, len(apart), customers,
-                                              n >= CLOCK_MIN_EXCHANGES and n >= CLOCK_MIN_SHARE * len(apart),
-                                              _file_runs(apart, "fa"))
-    return out
+        by_log.setdefault(g, []).append((node, apart))
+    out: dict[str, dict[str, _OnNode]] = {}
+    hosts: dict[str, tuple[str, set[int]]] = {}
+    for g, nodes in sorted(by_log.items()):
+        host_of = _hosts(nodes)
+        for name in sorted(set(host_of.values())):
+            hosts[name + g] = (g, {f for f, h in host_of.items() if h == name})
+        for node, apart in nodes:
+            parts: dict[str, list[dict[str, Any]]] = {}
+            for x in apart:  # (in order, as the lists came)
+                parts.setdefault(host_of.get(x["fa"], "") + g, []).append(x)
+            for name, xs in sorted(parts.items()):
+                offset, n, customers = _agreed(xs)
+                out.setdefault(name, {})[node] = _OnNode(offset, n, len(xs), customers,
+                                                         n >= CLOCK_MIN_EXCHANGES and n >= CLOCK_MIN_SHARE * len(xs),
+                                                         _file_runs(xs, "fa"))
+    return out, hosts
+
+
+def _hosts(nodes: list[tuple[str, list[dict[str, Any]]]]) -> dict[int, str]:
+    """The files of one log (its requests per engine node, as :data:`ENGINE_CLOCK_SQL` gives them) that are other hosts'
+    under a name like the log's, each named by its host. Two files are one host's where, on a node that ran requests
+    of both, the offsets their own requests agree on are within SAME_EXCHANGE_SKEW_US of each other (files a second
+    apart or less there, in a chain): the node's own clock cancels out. The host with the most requests keeps the log's
+    name; every other one holding CLOCK_MIN_FILE_EXCHANGES requests or more is named apart."""
+    parent: dict[int, int] = {}
+
+    def root(f: int) -> int:
+        while parent[f] != f:
+            parent[f] = parent[parent[f]]
+            f = parent[f]
+        return f
+
+    requests: dict[int, int] = {}
+    for _, apart in nodes:
+        runs = _file_runs(apart, "fa")
+        for f, (_, _, total, _) in runs.items():
+            parent.setdefault(f, f)
+            requests[f] = requests.get(f, 0) + total
+        ordered = sorted((own, f) for f, (own, _, _, _) in runs.items())
+        for (o1, f1), (o2, f2) in zip(ordered, ordered[1:], strict=False):
+            if o2 - o1 <= SAME_EXCHANGE_SKEW_US:
+                a, b = root(f1), root(f2)
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for f in sorted(parent):
+        groups.setdefault(root(f), []).append(f)
+    if len(groups) < 2:
+        return {}
+    ranked = sorted(groups.values(), key=lambda files: (-sum(requests[f] for f in files), files[0]))
+    return {f: f"(host {k}) " for k, files in enumerate(ranked[1:], 1)
+            if sum(requests[f] for f in files) >= CLOCK_MIN_FILE_EXCHANGES for f in files}
 
 
 def _engine_edges(on_engine: dict[str, dict[str, _OnNode]]) -> tuple[list[_ClockEdge], list[_ClockEdge]]:

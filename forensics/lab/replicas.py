@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,16 @@ def _lines(path: Path) -> list[str]:
     return [line.text or "" for line in read_lines(path, problems)]
 
 
-def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5) -> int:
+def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5,
+                   serves: Callable[[dict[str, Any]], bool] | None = None,
+                   names: tuple[str, str] = ("litellm-callbacks", REPLICA_NAME)) -> int:
     """Serve the calls of the simulated LiteLLM incident at ``case_dir`` from two gateway replicas: a ``share`` of them
-    (by a hash of the request id) is logged by replica b, in callback files of its own (:data:`REPLICA_NAME`) with its
-    clock ``clock_offset`` seconds ahead of the other replica's and the engine's, and those calls' spend-log rows carry
-    the same clock. Lines that are not JSON objects (the simulator's damage) stay in the first replica's files. Return
-    how many calls replica b logged."""
+    (by a hash of the request id), or those whose callback payload ``serves`` is true of (a replica dedicated to some
+    customers), is logged by replica b, in callback files of its own (``names``: the two replicas' files are named
+    ``NAME-DAY.jsonl``; by default the first keeps its name and the second is :data:`REPLICA_NAME`) with its clock
+    ``clock_offset`` seconds ahead of the other replica's and the engine's, and those calls' spend-log rows carry the
+    same clock. Lines that are not JSON objects (the simulator's damage) stay in the first replica's files. Return how
+    many calls replica b logged."""
     gateway = case_dir / "gateway"
     callbacks = sorted(gateway.glob("litellm-callbacks-*"))
     if not callbacks:
@@ -73,7 +78,7 @@ def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5) -> i
                 continue
             inner = record.get("standard_logging_object") if isinstance(record, dict) else None
             payload: dict[str, Any] | None = inner if isinstance(inner, dict) else record if isinstance(record, dict) else None
-            if payload is None or not _served_by_b(payload.get("id"), share):
+            if payload is None or not (serves(payload) if serves is not None else _served_by_b(payload.get("id"), share)):
                 first.append(text)
                 continue
             for key in ("startTime", "endTime", "completionStartTime"):
@@ -82,8 +87,8 @@ def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5) -> i
             served.add(str(payload.get("id")))
             second.append(json.dumps(record, ensure_ascii=False))
         path.unlink()
-        (gateway / f"litellm-callbacks-{day}.jsonl").write_text("".join(t + "\n" for t in first), encoding="utf-8")
-        (gateway / f"{REPLICA_NAME}-{day}.jsonl").write_text("".join(t + "\n" for t in second), encoding="utf-8")
+        (gateway / f"{names[0]}-{day}.jsonl").write_text("".join(t + "\n" for t in first), encoding="utf-8")
+        (gateway / f"{names[1]}-{day}.jsonl").write_text("".join(t + "\n" for t in second), encoding="utf-8")
     for path in sorted(gateway.glob("spend-logs-*")):
         day = path.name.removeprefix("spend-logs-").split(".")[0]
         out: list[str] = []
