@@ -851,12 +851,22 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
         notes.append(f"the clock{'s' if many else ''} of {len(logged_twice.clocks)} log{'s' if many else ''} read apart "
                      "from another log's, by the exchanges both logged (the same answers completed in one a fixed time "
                      "after the other) or through the engine logs (the requests each log sent ended a fixed time apart "
-                     "on the engine nodes that ran them, whatever the nodes' own clocks; the log kept is one whose "
-                     f"requests end when the engine logs say they did, where one does): {shown}. Their rows' received "
-                     "and completed times in the case tables are moved "
+                     "on the engine nodes that ran them, whatever the nodes' own clocks; the clock kept is one whose "
+                     "requests began on the engine after it received them and ended before it saw them complete, where "
+                     "one is, and of a time zone's offset between a log whose times carry no zone and one whose times "
+                     f"do, the latter's): {shown}. Their rows' received and completed times in the case tables are moved "
                      "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
                      "timezone in the case file and ingest again")
+    if logged_twice.engine_unchecked:
+        notes.append(f"the engine logs name requests of {len(logged_twice.engine_unchecked)} gateway log"
+                     f"{'s' if len(logged_twice.engine_unchecked) > 1 else ''} but give no time for their ends (vLLM's "
+                     "default lines carry no year; a line with no time), so those logs' clocks could not be checked "
+                     "against the others' through the engine logs: "
+                     + first_few([json.dumps(f, ensure_ascii=False) for f in logged_twice.engine_unchecked], 5)
+                     + ". If one of them is a replica whose host's clock is off, its requests are placed that far from "
+                     "the others': log the engine's lines with their dates (vLLM's logging configuration, VLLM_LOGGING_CONFIG_PATH, "
+                     "with a full date) where it can be done, or check the gateway hosts' clocks")
     alike = [c for c in logged_twice.unread_clocks if c.through != "engine"]
     apart = [c for c in logged_twice.unread_clocks if c.through == "engine"]
     if apart:
@@ -912,8 +922,9 @@ def _clocks_shown(clocks: list[ClockOffset]) -> str:
                 + (f" (and {more} other file{'s' if more > 1 else ''})" if more > 0 else "") + f" ({kind} records)")
 
     return first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
-                      + (f"({c.exchanges:,} requests of {c.customers:,} customers, through the engine logs)"
-                         if c.through == "engine" else f"({c.exchanges:,} exchanges of {c.customers:,} customers)")
+                      + (f"({c.exchanges:,} requests, through the engine logs)" if c.through == "engine"
+                         else "(no exchange or request of their own: moved with the rest of their log)"
+                         if c.through == "log" else f"({c.exchanges:,} exchanges of {c.customers:,} customers)")
                       for c in clocks], 5)
 
 
@@ -921,7 +932,12 @@ def _clock_entry(c: ClockOffset) -> dict[str, Any]:
     """A log whose clock was read (or nearly) as the manifest lists it."""
     return {"files": list(c.files), "record_kind": c.kind, "reference": list(c.reference),
             "reference_record_kind": c.reference_kind, "offset_seconds": c.offset_us / 1e6, "exchanges": c.exchanges,
-            "customers": c.customers, "read_from": "engine logs" if c.through == "engine" else "exchanges both logged"}
+            "customers": c.customers, "read_from": READ_FROM[c.through]}
+
+
+#: What a clock offset was read from, as the manifest says it (``clock_offsets``' ``read_from``).
+READ_FROM = {"exchanges": "exchanges both logged", "engine": "engine logs",
+             "log": "none of their own: moved with the rest of their log"}
 
 
 def _kept_on_shared_lines(lines: list[int], hashes: list[str | None], rows: list[tuple[Any, ...]]) -> list[int]:
@@ -1055,9 +1071,10 @@ SELECT rid,
   max(input_len) FILTER (WHERE (event = 'req_time_stats' AND role = 'prefill')
                            -- vLLM's count of prompt_token_ids: the input as the engine tokenised it
                            OR (event = 'request_received' AND input_len IS NOT NULL)) AS prefill_len,
-  -- when the request's last event past its prefill was written, and on how many nodes (the logs' clocks are read
-  -- against it: forensics.ingest.copies.clock_offsets)
+  -- when the request's last event past its prefill was written, on how many nodes, and its first event anywhere (the
+  -- logs' clocks are read against them: forensics.ingest.copies.clock_offsets)
   max(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS ended_us,
+  min(epoch_us(time)) AS started_us,
   min(node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_node,
   count(DISTINCT node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_nodes
 FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
