@@ -618,10 +618,12 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
     or where too few logged that, when they were received (:data:`CLOCK_MIN_SHARE_RECEIVED`): a queue in front delays
     only the start of a call (a review). They must be of :data:`CLOCK_MIN_CUSTOMERS` customers or more and
     :data:`CLOCK_MIN_COVER` or more of the answers the smaller log holds once while the two overlap (:data:`CLOCK_OVERLAP_SQL`),
-    and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of the one whose rows
-    the engine logs place most (then with the most rows, then by name), each through the log it agrees with on the
-    most exchanges. A log's files move by its offset where most of their own exchanges agree with it (or, where none of
-    its files disagree, where they hold none); a file whose own exchanges agree on another offset (:func:`_file_runs`:
+    and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of one consistent
+    with the engine logs' by both ends of its requests (:func:`_off_engine`), then of the one whose rows the engine logs
+    place most (then with the most rows, then by name), each through the log it agrees with on the most exchanges; of
+    a time zone's offset between a log whose times carry no zone and one whose times do, on the latter's. A log's
+    files move by its offset where most of their own exchanges agree with it (or, where none of its files disagree,
+    where they hold none); a file whose own exchanges agree on another offset (:func:`_file_runs`:
     another host, under a name like the others') moves by that one: the first list, one entry per log and offset,
     empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
     an offset of more than a second but not enough of them to read it (a clock changed during the case, or each log
