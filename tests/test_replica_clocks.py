@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import re
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -113,19 +114,18 @@ def test_replicas_named_alike_are_read_host_by_host(incident: Callable[[str], Pa
     assert clock["reference"] and all(f.startswith("gateway/litellm-0-callbacks-") for f in clock["reference"])
 
 
-def test_a_replica_a_second_and_a_half_off_is_moved_onto_the_right_one(incident: Callable[[str], Path], baseline: Path,
-                                                                        tmp_path: Path) -> None:
+def test_a_replica_a_second_and_a_half_off_never_moves_the_right_one(incident: Callable[[str], Path], baseline: Path,
+                                                                      tmp_path: Path) -> None:
     """A replica 1.5 s ahead, serving most of the calls: within two seconds of the engine's times it counted as agreeing
-    with them, it was the reference as the larger, and the right replica was moved 1.5 s onto it (a review). By both
-    ends of its requests (the engine cannot end a request after the gateway saw it complete, nor begin it before the
-    gateway received it) it cannot be on the engine's clock; the right one can, and is kept."""
+    with them, it was the reference as the larger, and the right replica was moved 1.5 s onto it (a review). Bounded by
+    both ends of the requests on the node that ended them, so close an offset cannot be told from the time a request
+    takes: nothing moves (the same names on the list; its times as each replica logged them)."""
     inc = incident("replica-1.5s")
     split_replicas(inc, clock_offset=1.5, share=0.7)
     report, manifest = _run(inc, tmp_path / "out")
-    _same_list(report, baseline)
-    [clock] = manifest["clock_offsets"]
-    assert clock["files"] and all(f.startswith(f"gateway/{REPLICA_NAME}-") for f in clock["files"])
-    assert abs(clock["offset_seconds"] - 1.5) < 0.5
+    assert _names(report) == _names(baseline)
+    moved = {f for c in manifest.get("clock_offsets", []) for f in c["files"]}
+    assert not any(f.startswith("gateway/litellm-callbacks-") for f in moved)
 
 
 def test_a_replica_whose_completions_lag_is_no_clock_off(incident: Callable[[str], Path], baseline: Path,
@@ -146,15 +146,11 @@ def test_a_replica_whose_completions_lag_is_no_clock_off(incident: Callable[[str
     assert "clock_offsets" not in manifest and "clock_offsets_unread" not in manifest
 
 
-def test_a_zone_less_replica_in_the_engines_local_time_is_moved_not_the_zoned_one(incident: Callable[[str], Path],
-                                                                                 tmp_path: Path) -> None:
+def test_a_time_zones_offset_is_said_to_be_checked(incident: Callable[[str], Path], tmp_path: Path) -> None:
     """Engine logs and a second replica both writing local time with no zone, five hours from UTC, beside a replica
-    writing epoch times: the zone-less replica agreed with the engine, was the reference, and the right replica was
-    moved five hours, out of the case's window (twelve entries left the list: a review). An offset of a time zone
-    between a log that writes its zone and one that does not is the zone-less log's: the epoch replica is kept."""
-    one = incident("zone-one-gateway")
-    _engine_in_local_time(one)
-    base, _ = _run(one, tmp_path / "baseline")
+    writing epoch times: the zone-less replica agrees with the engine and its clock is kept, so the right replica moves
+    five hours (which log is wrong, two zone-less witnesses cannot tell: a review). An offset of a time zone is said,
+    with what to check."""
     inc = incident("zone-replica")
     _engine_in_local_time(inc)
     split_replicas(inc, clock_offset=0.0)
@@ -167,12 +163,30 @@ def test_a_zone_less_replica_in_the_engines_local_time_is_moved_not_the_zoned_on
                     local = dt.datetime.fromtimestamp(payload[key], dt.UTC) + dt.timedelta(hours=5)
                     payload[key] = local.strftime("%Y-%m-%dT%H:%M:%S.%f")
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    report, manifest = _run(inc, tmp_path / "out")
-    _same_list(report, base)
+    _, manifest = _run(inc, tmp_path / "out")
     [clock] = manifest["clock_offsets"]
-    assert clock["files"] and all(f.startswith(f"gateway/{REPLICA_NAME}-") for f in clock["files"])
-    assert abs(clock["offset_seconds"] - 18000) < 1
-    assert clock["reference"] and all(f.startswith("gateway/litellm-callbacks-") for f in clock["reference"])
+    assert abs(abs(clock["offset_seconds"]) - 18000) < 1
+    note = next(n for n in manifest["notes"] if "read apart from another log's" in n)
+    assert "An offset of a time zone" in note and "set their timezone" in note
+
+
+def test_hosts_named_alike_leave_the_files_the_engine_logs_miss_where_they_are(incident: Callable[[str], Path],
+                                                                             tmp_path: Path) -> None:
+    """Replicas named alike, one five hours off, and engine logs that begin on the window's second day: the files of
+    the first days show no host's clock, so which host wrote them is unknown. They moved with the larger host's log,
+    the right replica's among them (a review); they now stay, and only the files whose own requests show the offset
+    move."""
+    inc = incident("alike-partial-engine")
+    split_replicas(inc, clock_offset=-18000.0, names=("litellm-0-callbacks", "litellm-1-callbacks"))
+    for path in sorted((inc / "engine").glob("*.log")):
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if not (m := re.search(r"(\d{4}-\d\d-\d\d)[ T]\d\d:\d\d:\d\d", line)) or m.group(1) >= "2026-08-27"]
+        path.write_text("".join(kept), encoding="utf-8")
+    _, manifest = _run(inc, tmp_path / "out")
+    moved = {f: c for c in manifest.get("clock_offsets", []) for f in c["files"]}
+    assert moved and all(f.startswith("gateway/litellm-1-callbacks-") and f >= "gateway/litellm-1-callbacks-2026-08-27"
+                         for f in moved), sorted(moved)
+    assert {c["read_from"] for c in moved.values()} == {"engine logs"}
 
 
 def test_two_replicas_whose_clocks_agree_move_nothing(incident: Callable[[str], Path], baseline: Path,
@@ -207,30 +221,29 @@ def test_an_engine_in_local_time_moves_no_gateway_clock_but_an_off_replica_onto_
     assert "clock_offsets_unread" not in manifest
 
 
-def test_a_replica_whose_clock_was_stepped_during_the_case_moves_its_files_each_by_its_own(
-        incident: Callable[[str], Path], baseline: Path, tmp_path: Path) -> None:
-    """A replica's host clock stepped ten minutes ahead from the window's second day on: its day files before the step
-    are right, those after are off. Each file moves by what its own requests say, and the list is the one gateway's."""
-    inc = incident("replica-stepped")
-    split_replicas(inc, clock_offset=0.0, share=0.6)  # (enough of each stepped file's requests to read it by)
-    stepped = sorted((inc / "gateway").glob(f"{REPLICA_NAME}-*"))[2:]
-    assert stepped
-    for path in stepped:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        for row in rows:
-            payload = row.get("standard_logging_object") or row
-            for key in ("startTime", "endTime", "completionStartTime"):
-                if isinstance(payload.get(key), int | float):
-                    payload[key] += 600.0
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    report, manifest = _run(inc, tmp_path / "out")
-    _same_list(report, baseline)
-    clocks: list[dict[str, Any]] = manifest["clock_offsets"]
-    moved = {f: c["offset_seconds"] for c in clocks for f in c["files"]}
-    # (each stepped file holding enough requests the engine ran to read it by: the last day's holds too few)
-    assert set(moved) <= {f"gateway/{p.name}" for p in stepped} and len(moved) >= 2
-    assert all(abs(x - 600) < 1 for x in moved.values()) and {c["read_from"] for c in clocks} == {"engine logs"}
-    assert not set(moved) & {f for c in clocks for f in c["reference"]}
+def test_an_engine_whose_clock_stepped_moves_no_gateway_clock(incident: Callable[[str], Path], tmp_path: Path) -> None:
+    """One gateway, nothing wrong with it; every engine node's clock stepped an hour ahead on the window's second day
+    (an NTP correction, daylight saving time in engine logs of local time). The gateway's day files before and after
+    the step sat at two offsets against the engine, were read as two hosts, and the later ones were moved an hour
+    (a review: two recipients left a realistic seed's list). A log's files one after the other at two offsets are a
+    clock stepped, the gateway's or the engine's, which one log cannot tell: nothing moves, and nothing is said."""
+    inc = incident("engine-stepped")
+    for path in sorted((inc / "engine").glob("*.log")):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        out = []
+        for line in lines:
+            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
+            j = re.search(r'"timestamp": ?"([^"]+)"', line)
+            if m and m.group(1) >= "2026-08-28":
+                later = dt.datetime.fromisoformat(m.group(1)) + dt.timedelta(hours=1)
+                line = line.replace(m.group(1), later.strftime("%Y-%m-%d %H:%M:%S"), 1)
+            elif j and j.group(1) >= "2026-08-28":
+                later = dt.datetime.fromisoformat(j.group(1).rstrip("Z")) + dt.timedelta(hours=1)
+                line = line.replace(j.group(1), later.isoformat() + ("Z" if j.group(1).endswith("Z") else ""), 1)
+            out.append(line)
+        path.write_text("".join(out), encoding="utf-8")
+    _, manifest = _run(inc, tmp_path / "out")
+    assert "clock_offsets" not in manifest and "clock_offsets_unread" not in manifest
 
 
 def test_a_replica_for_two_customers_whose_clock_is_off_is_read(incident: Callable[[str], Path], baseline: Path,

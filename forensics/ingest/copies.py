@@ -220,7 +220,7 @@ ORDER BY a.g, b.g
 ENGINE_CLOCK_SQL = """
 WITH once AS (SELECT g, q, min(f) AS f, min(t) AS t, min(r) AS r, min(c) AS c FROM clock_answers WHERE c IS NOT NULL
               GROUP BY g, q HAVING count(*) = 1)
-SELECT o.g, x.ended_node, list({{'d': x.ended_us - o.c, 's': x.started_us - o.r, 't': o.t, 'fa': o.f}}
+SELECT o.g, x.ended_node, list({{'d': x.ended_us - o.c, 's': x.started_us - o.r, 'r': o.r, 't': o.t, 'fa': o.f}}
                                ORDER BY x.ended_us - o.c, o.t, o.f)
 FROM once o JOIN {ends} x ON x.rid = o.q AND x.ended_nodes = 1 AND x.ended_us IS NOT NULL
 GROUP BY o.g, x.ended_node HAVING count(*) >= {min_exchanges}
@@ -621,8 +621,7 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
     and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of one consistent
     with the engine logs' by both ends of its requests (:func:`_off_engine`), then of the one whose rows the engine logs
     place most (then with the most rows, then by name), each through the log it agrees with on the most exchanges; of
-    a time zone's offset between a log whose times carry no zone and one whose times do, on the latter's. A log's
-    files move by its offset where most of their own exchanges agree with it (or, where none of its files disagree,
+    A log's files move by its offset where most of their own exchanges agree with it (or, where none of its files disagree,
     where they hold none); a file whose own exchanges agree on another offset (:func:`_file_runs`:
     another host, under a name like the others') moves by that one: the first list, one entry per log and offset,
     empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
@@ -679,12 +678,10 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
     log_files: dict[str, set[str]] = {}
     # (whether its clock disagrees with the engine's, rows placed on a node, rows, name): the reference comes first
     weight: dict[str, tuple[int, int, int, str]] = {}
-    zone_less: dict[str, int] = {}  # log -> its rows whose times had no zone, less those whose had one
-    for g, f, placed, n, assumed, answers_from in con.execute(  # (the log's name read once a file and kind, as above)
-            f"SELECT {LOG_SQL} AS g, source_file, placed, n, assumed, answers_from FROM ("
+    for g, f, placed, n, answers_from in con.execute(  # (the log's name read once a file and kind, as above)
+            f"SELECT {LOG_SQL} AS g, source_file, placed, n, answers_from FROM ("
             "SELECT source_file, coalesce(record_kind, '') AS record_kind, count(*) FILTER (WHERE decode_node IS NOT "
-            "NULL OR prefill_node IS NOT NULL) AS placed, count(*) AS n, count(*) FILTER (WHERE zone_assumed IS NOT "
-            "NULL) AS assumed, list(DISTINCT response_source_file) FILTER "
+            "NULL OR prefill_node IS NOT NULL) AS placed, count(*) AS n, list(DISTINCT response_source_file) FILTER "
             "(WHERE response_source_file IS NOT NULL) AS answers_from FROM read_parquet($path) WHERE source_file IS NOT "
             "NULL GROUP BY source_file, record_kind) WHERE g IN (SELECT unnest($logs)) ORDER BY g, source_file",
             {"path": str(path), "logs": sorted({*logs, *(log for log, _ in hosts.values())})}).fetchall():
@@ -694,7 +691,6 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
         log_files.setdefault(g, set()).add(f)
         w = weight.get(g, (_off_engine(on_engine.get(g, {})), 0, 0, g))
         weight[g] = (w[0], w[1] - placed, w[2] - n, g)
-        zone_less[g] = zone_less.get(g, 0) + 2 * assumed - n
     # Each group of logs joined by offsets is put on its reference's clock along the strongest agreements (Prim's tree).
     later: dict[str, tuple[int, str]] = {}  # log -> (later than its group's reference by, the reference)
     through: dict[str, str] = {}  # log -> what the offset that placed it was read off
@@ -719,20 +715,6 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
             through[placed] = via
             for x in touching.get(placed, []):
                 heapq.heappush(reach, x)
-    # A group whose reference writes times with no zone (read in one the case assumed) while a log writing its zone, or
-    # epoch times, sits a time zone's offset from it: the zone-less log is the one likely wrong, whatever the engine
-    # logs (themselves zone-less: SGLang's lines) agree with; the zoned log is the reference (a review).
-    for ref in sorted({r for _, r in later.values()}):
-        if zone_less.get(ref, 0) <= 0:
-            continue
-        zoned = [g for g, (d, r) in later.items() if r == ref and zone_less.get(g, 1) < 0
-                 and _zone_like(d - later[ref][0])]
-        if zoned:
-            best = min(zoned, key=lambda g: weight.get(g, (1, 0, 0, g)))
-            base = later[best][0]
-            for g, (d, r) in list(later.items()):
-                if r == ref:
-                    later[g] = (d - base, best)
     # Which files move, and by how much: through every edge the tree's offsets agree with (a log's files may agree
     # through its second edge only, a review), the strongest first.
     # (file, log) -> (later than the reference by, exchanges, customers, what they were read off): one file may hold
@@ -752,8 +734,9 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
                     # (its own offset against the other log, which the tree has placed)
                     moves.setdefault((names[f], side), (later[other][0] + sign * own, agreeing, customers, e.through))
     seen = {(names[f], g) for e in edges + unread for g, runs in e.runs.items() for f in runs}
+    split = set(hosts) | {log for log, _ in hosts.values()}  # (a file with nothing of its own there is no one host's)
     for g in later:  # a moved log's files that hold no exchange move with it, where none of its files is another host
-        if abs(later[g][0]) > SAME_EXCHANGE_SKEW_US and g not in torn:
+        if abs(later[g][0]) > SAME_EXCHANGE_SKEW_US and g not in torn and g not in split:
             for name in sorted(log_files.get(g, set())):
                 if (name, g) not in seen:
                     # (said apart: nothing of its own shows its clock; an engine log that misses its days, a review)
@@ -843,6 +826,10 @@ def _agreed(apart: list[dict[str, Any]]) -> tuple[int, int, int]:
     return apart[at + (best - 1) // 2]["d"], best, len({x["t"] for x in apart[at:at + best]})
 
 
+#: The share of a log's requests on a node that must agree on one offset for it to be read: a clock stepped during the
+#: case (the engine's, seen by every log, or a gateway's) splits them, and the larger part of each log may fall on
+#: either side of the step (a review: an engine's step was read as two logs' clocks an hour apart).
+ENGINE_MIN_SHARE = 0.8
 #: How far a time an engine text line gives (cut to the second) may lie before the event's.
 ENGINE_TIME_SLACK_US = SAME_EXCHANGE_SKEW_US
 #: A log's clock is consistent with the engine logs' on a node when its requests, by both ends, allow the two clocks to
@@ -874,11 +861,10 @@ class _OnNode:
 def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
                ) -> tuple[dict[str, dict[str, _OnNode]], dict[str, tuple[str, set[int]]]]:
     """Per log and engine node, the offset most of the log's requests that node ran agree on (:func:`_agreed`); read
-    where :data:`CLOCK_MIN_EXCHANGES` or more and :data:`CLOCK_MIN_SHARE` or more of them do (a clock changed during
-    the case may agree on none: its files are then read one by one). A log's files whose own requests agree on another
-    offset against a node (ten or more, four in five of them: :func:`_hosts`) are another host's under a name like the
-    log's (replicas ``litellm-0`` and ``litellm-1`` are one log, :data:`LOG_SQL`): each such host is a log of its own
-    here, named after the log, and the second value maps it to the log and its files."""
+    where :data:`CLOCK_MIN_EXCHANGES` or more and :data:`ENGINE_MIN_SHARE` or more of them do. A log's files whose own
+    requests agree on another offset against the nodes, written while the others were (:func:`_hosts`), are another
+    host's under a name like the log's (replicas ``litellm-0`` and ``litellm-1`` are one log, :data:`LOG_SQL`): each
+    such host is a log of its own here, named after the log, and the second value maps it to the log and its files."""
     by_log: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
     for g, node, apart in rows:
         by_log.setdefault(g, []).append((node, apart))
@@ -898,7 +884,7 @@ def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
                 most = (starts[int(ENGINE_START_QUANTILE * (len(starts) - 1))] + ENGINE_TIME_SLACK_US if starts
                         else offset + CLOCK_MAX_US)
                 out.setdefault(name, {})[node] = _OnNode(offset, n, len(xs), customers,
-                                                         n >= CLOCK_MIN_EXCHANGES and n >= CLOCK_MIN_SHARE * len(xs),
+                                                         n >= CLOCK_MIN_EXCHANGES and n >= ENGINE_MIN_SHARE * len(xs),
                                                          most, _file_runs(xs, "fa"))
     return out, hosts
 
@@ -935,7 +921,28 @@ def _hosts(nodes: list[tuple[str, list[dict[str, Any]]]]) -> dict[int, str]:
         return {}
     ranked = sorted(groups.values(), key=lambda files: (-sum(requests[f] for f in files), files[0]))
     return {f: f"(host {k}) " for k, files in enumerate(ranked[1:], 1)
-            if sum(requests[f] for f in files) >= CLOCK_MIN_FILE_EXCHANGES for f in files}
+            if sum(requests[f] for f in files) >= CLOCK_MIN_FILE_EXCHANGES and _at_once(nodes, ranked[0], files)
+            for f in files}
+
+
+def _at_once(nodes: list[tuple[str, list[dict[str, Any]]]], first: list[int], other: list[int]) -> bool:
+    """Whether the files ``other`` (one host's) were written while those of ``first`` were: half or more of their
+    requests, on ``first``'s clock (by the two groups' offsets on a node both ran), fall between the first and last of
+    ``first``'s. Files one after the other at two offsets are a clock stepped, the gateway's or the engine's, which one
+    log cannot tell apart: an engine whose clock stepped moved a single right gateway's later files (a review)."""
+    mine, theirs = set(first), set(other)
+    for _, apart in nodes:
+        a = sorted(x["d"] for x in apart if x["fa"] in mine)
+        b = sorted(x["d"] for x in apart if x["fa"] in theirs)
+        if a and b:
+            shift = a[len(a) // 2] - b[len(b) // 2]  # (how much later the first group's clock reads than the other's)
+            break
+    else:
+        return False
+    times = [x["r"] for _, apart in nodes for x in apart if x["fa"] in mine]
+    others = [x["r"] + shift for _, apart in nodes for x in apart if x["fa"] in theirs]
+    lo, hi = min(times), max(times)
+    return 2 * sum(1 for t in others if lo <= t <= hi) >= len(others)
 
 
 def _engine_edges(on_engine: dict[str, dict[str, _OnNode]]) -> tuple[list[_ClockEdge], list[_ClockEdge]]:
@@ -1002,8 +1009,8 @@ ZONE_STEP_US = 15 * 60 * 1_000_000
 ZONE_SLACK_US = 2 * SAME_EXCHANGE_SKEW_US
 
 
-def _zone_like(offset_us: int) -> bool:
-    """Whether an offset is a time zone's: a whole number of quarter hours, none."""
+def zone_like(offset_us: int) -> bool:
+    """Whether an offset is a time zone's: a whole number of quarter hours, not none (for the note on clocks read)."""
     steps = round(offset_us / ZONE_STEP_US)
     return steps != 0 and abs(offset_us - steps * ZONE_STEP_US) <= ZONE_SLACK_US
 

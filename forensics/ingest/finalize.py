@@ -52,7 +52,7 @@ from forensics.artifacts import DamagedRecords, IngestManifest, Orphans, TableCo
 from forensics.case import QUERY_MEMORY, ROW_GROUP_ROWS, Case, ParquetSink, file_sha256
 from forensics.config import CaseConfig, iso
 from forensics.errors import CaseError, first_few, safe_id, shown_ids
-from forensics.ingest.copies import MAX_PAIRS, ClockOffset, fold_logged_twice
+from forensics.ingest.copies import MAX_PAIRS, ClockOffset, fold_logged_twice, zone_like
 from forensics.ingest.registry import FORMATS, half_kinds, joined_sql, precedence_sql, zone_for
 from forensics.ingest.staging import STAGED_TABLES, batch_members, is_batch, staged_content, staged_key
 from forensics.progress import Reporter, reporter
@@ -853,11 +853,14 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
                      "after the other) or through the engine logs (the requests each log sent ended a fixed time apart "
                      "on the engine nodes that ran them, whatever the nodes' own clocks; the clock kept is one whose "
                      "requests began on the engine after it received them and ended before it saw them complete, where "
-                     "one is, and of a time zone's offset between a log whose times carry no zone and one whose times "
-                     f"do, the latter's): {shown}. Their rows' received and completed times in the case tables are moved "
+                     f"one is): {shown}. Their rows' received and completed times in the case tables are moved "
                      "onto the other log's clock (the manifest's clock_offsets lists every file: the time logged is the "
                      "one in the tables plus the offset). If a log writes local time with no zone, set its [[inputs]] "
-                     "timezone in the case file and ingest again")
+                     "timezone in the case file and ingest again"
+                     + (". An offset of a time zone (whole quarter hours) is most often local time written with no zone: "
+                        "where the engine logs do so too, they agree with the log writing local time, and it is that "
+                        "log's clock that was kept; check which logs write local time, set their timezone, and ingest "
+                        "again" if any(zone_like(c.offset_us) for c in logged_twice.clocks) else ""))
     if logged_twice.engine_unchecked:
         notes.append(f"the engine logs name requests of {len(logged_twice.engine_unchecked)} gateway log"
                      f"{'s' if len(logged_twice.engine_unchecked) > 1 else ''} but give no time for their ends (vLLM's "
@@ -871,8 +874,8 @@ def _exchanges(c: Case, con: duckdb.DuckDBPyConnection, segments: list[Staged], 
     apart = [c for c in logged_twice.unread_clocks if c.through == "engine"]
     if apart:
         notes.append(f"{len(apart)} pair{'s' if len(apart) > 1 else ''} of logs sent requests that ended a fixed time "
-                     "apart on some engine nodes, but not on most of the nodes that ran both, or for too few customers, "
-                     f"to read as one log's clock off: {_clocks_shown(apart)}. Their times were compared as logged. If "
+                     "apart on some engine nodes, but not on most of the nodes that ran both, to read as one log's "
+                     f"clock off: {_clocks_shown(apart)}. Their times were compared as logged. If "
                      "one of them writes local time with no zone, or its host's clock was off or changed during the "
                      "case, its requests are placed that far from the other's: a suspect's stale pages may then seem "
                      "to come from requests after it, and the records a node served before it are counted wrongly. Set "
@@ -923,7 +926,7 @@ def _clocks_shown(clocks: list[ClockOffset]) -> str:
 
     return first_few([f"{log(c.files, c.kind)} {c.offset_us / 1e6:+,.3f} s against {log(c.reference, c.reference_kind)} "
                       + (f"({c.exchanges:,} requests, through the engine logs)" if c.through == "engine"
-                         else "(no exchange or request of their own: moved with the rest of their log)"
+                         else "(nothing of their own showed their clock: moved with the rest of their log)"
                          if c.through == "log" else f"({c.exchanges:,} exchanges of {c.customers:,} customers)")
                       for c in clocks], 5)
 
@@ -1071,10 +1074,11 @@ SELECT rid,
   max(input_len) FILTER (WHERE (event = 'req_time_stats' AND role = 'prefill')
                            -- vLLM's count of prompt_token_ids: the input as the engine tokenised it
                            OR (event = 'request_received' AND input_len IS NOT NULL)) AS prefill_len,
-  -- when the request's last event past its prefill was written, on how many nodes, and its first event anywhere (the
-  -- logs' clocks are read against them: forensics.ingest.copies.clock_offsets)
+  -- when the request's first and last events past its prefill were written, and on how many nodes (the logs' clocks
+  -- are read against them on that node, whose own clock may differ from the prefill node's: a review;
+  -- forensics.ingest.copies.clock_offsets)
   max(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS ended_us,
-  min(epoch_us(time)) AS started_us,
+  min(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS started_us,
   min(node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_node,
   count(DISTINCT node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_nodes
 FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
