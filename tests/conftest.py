@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,19 @@ def parquet_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[int] 
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
     return calls
+
+
+def small_incident_copies(root: Path, seed: int) -> Callable[[str], Path]:
+    """Simulate the small incident of ``seed`` (plain files) under ``root`` once; the function returned copies it to
+    ``root/NAME`` for a test to edit, and returns the copy's folder."""
+    from forensics import api
+
+    sim = api.simulate(root / "sim", seed=seed, scale="small", compress=False)
+
+    def copy(name: str) -> Path:
+        dst = root / name
+        shutil.copytree(sim.case_file.parent, dst)
+        return dst
+
+    return copy
+

@@ -9,13 +9,13 @@ import datetime as dt
 import hashlib
 import json
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import small_incident_copies
 
 from forensics import api
 from forensics.lab.evaluate import evaluate
@@ -50,15 +50,7 @@ def _metadata(row: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """A copy of the simulated small incident (plain files), to edit, per test."""
-    root = tmp_path_factory.mktemp("twice")
-    sim = api.simulate(root / "sim", seed=SEED, scale="small", compress=False)
-
-    def copy(name: str) -> Path:
-        dst = root / name
-        shutil.copytree(sim.case_file.parent, dst)
-        return dst
-
-    return copy
+    return small_incident_copies(tmp_path_factory.mktemp("twice"), SEED)
 
 
 def _exposed(inc: Path, out: Path) -> tuple[dict[str, Any], Path]:

@@ -11,13 +11,13 @@ import csv
 import datetime as dt
 import json
 import re
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import small_incident_copies
 
 from forensics import api
 from forensics.ingest.copies import _engine_edges, _OnNode
@@ -30,15 +30,7 @@ ENGINE_INPUT = 'format = "sglang"\npath = "engine"'
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """A copy of the simulated small incident (plain files), to edit, per test."""
-    root = tmp_path_factory.mktemp("replicas")
-    sim = api.simulate(root / "sim", seed=SEED, scale="small", compress=False)
-
-    def copy(name: str) -> Path:
-        dst = root / name
-        shutil.copytree(sim.case_file.parent, dst)
-        return dst
-
-    return copy
+    return small_incident_copies(tmp_path_factory.mktemp("replicas"), SEED)
 
 
 @pytest.fixture(scope="module")

@@ -42,12 +42,20 @@ def _shifted_iso(value: Any, seconds: float) -> Any:
     return moved
 
 
-def _lines(path: Path) -> list[str]:
-    """The text lines of a log file, plain or compressed (what a gzip file cut short holds up to the cut)."""
+def _lines(path: Path) -> list[tuple[str, Any]]:
+    """The text lines of a log file, plain or compressed (what a gzip file cut short holds up to the cut), each with
+    its JSON value (None for a line that is not JSON: the simulator's damage)."""
     from forensics.ingest.reader import FileProblem, read_lines
 
     problems: list[FileProblem] = []
-    return [line.text or "" for line in read_lines(path, problems)]
+    out: list[tuple[str, Any]] = []
+    for line in read_lines(path, problems):
+        text = line.text or ""
+        try:
+            out.append((text, json.loads(text)))
+        except json.JSONDecodeError:
+            out.append((text, None))
+    return out
 
 
 def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5,
@@ -70,12 +78,7 @@ def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5,
         day = path.name.removeprefix("litellm-callbacks-").split(".")[0]
         first: list[str] = []
         second: list[str] = []
-        for text in _lines(path):
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                first.append(text)
-                continue
+        for text, record in _lines(path):
             inner = record.get("standard_logging_object") if isinstance(record, dict) else None
             payload: dict[str, Any] | None = inner if isinstance(inner, dict) else record if isinstance(record, dict) else None
             if payload is None or not (serves(payload) if serves is not None else _served_by_b(payload.get("id"), share)):
@@ -92,12 +95,7 @@ def split_replicas(case_dir: Path, clock_offset: float, share: float = 0.5,
     for path in sorted(gateway.glob("spend-logs-*")):
         day = path.name.removeprefix("spend-logs-").split(".")[0]
         out: list[str] = []
-        for text in _lines(path):
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError:
-                out.append(text)
-                continue
+        for text, row in _lines(path):
             if isinstance(row, dict) and str(row.get("request_id")) in served:
                 for key in ("startTime", "endTime", "completionStartTime"):
                     row[key] = _shifted_iso(row.get(key), clock_offset)
