@@ -620,8 +620,8 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
     :data:`CLOCK_MIN_COVER` or more of the answers the smaller log holds once while the two overlap (:data:`CLOCK_OVERLAP_SQL`),
     and the offset no more than :data:`CLOCK_MAX_US`. Logs joined by offsets are put on the clock of one consistent
     with the engine logs' by both ends of its requests (:func:`_off_engine`), then of the one whose rows the engine logs
-    place most (then with the most rows, then by name), each through the log it agrees with on the most exchanges; of
-    A log's files move by its offset where most of their own exchanges agree with it (or, where none of its files disagree,
+    place most (then with the most rows, then by name), each through the log it agrees with on the most exchanges. A
+    log's files move by its offset where most of their own exchanges agree with it (or, where none of its files disagree,
     where they hold none); a file whose own exchanges agree on another offset (:func:`_file_runs`:
     another host, under a name like the others') moves by that one: the first list, one entry per log and offset,
     empty where every clock agrees (nearly every case). The second lists the pairs of logs whose exchanges agree on
@@ -632,8 +632,8 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
     logs that hold no exchange twice are joined too, through the engine nodes that ran both logs' requests
     (:func:`_engine_edges`): two gateway replicas, one on a host whose clock drifted, put a suspect's stale pages after
     it and counted the records a node served before it in the wrong order (a review). Logs joined so are put on the
-    clock of one whose requests end when the engine logs say they did, where one does (then as above): with two
-    replicas, the one whose clock is right."""
+    clock of one consistent with the engine logs' by both ends of its requests, where one is (then as above): of two
+    replicas, the one whose clock is right where the engine's is."""
     con.execute(CLOCK_ANSWERS_SQL.format(log=LOG_SQL, answer_key=ANSWER_KEY, completed=COMPLETED_US,
                                          min_answer=CLOCK_MIN_ANSWER), {"path": str(path)})
     edges: list[_ClockEdge] = []
@@ -844,7 +844,7 @@ ENGINE_START_QUANTILE = 0.1
 class _OnNode:
     """A log's requests that one engine node ran (:data:`ENGINE_CLOCK_SQL`): how much later the node's clock read at
     their end than the log's, as ``n`` of the ``total`` agree on it (:func:`_agreed`), of ``customers`` customers,
-    whether that is read (``read``: :data:`CLOCK_MIN_SHARE` or more agree), the most the node's clock can be later than
+    whether that is read (``read``: :data:`ENGINE_MIN_SHARE` or more agree), the most the node's clock can be later than
     the log's by their starts (``most``: the engine cannot begin a request before the gateway received it), and per
     file of the log its own requests there (:func:`_file_runs`). The node's clock is then ``offset`` or more later
     (a gateway completes a request after the engine ends it) and ``most`` or less."""
@@ -894,7 +894,8 @@ def _hosts(nodes: list[tuple[str, list[dict[str, Any]]]]) -> dict[int, str]:
     under a name like the log's, each named by its host. Two files are one host's where, on a node that ran requests
     of both, the offsets their own requests agree on are within SAME_EXCHANGE_SKEW_US of each other (files a second
     apart or less there, in a chain): the node's own clock cancels out. The host with the most requests keeps the log's
-    name; every other one holding CLOCK_MIN_FILE_EXCHANGES requests or more is named apart."""
+    name; every other one holding CLOCK_MIN_FILE_EXCHANGES requests or more, written while the first was
+    (:func:`_at_once`), is named apart."""
     parent: dict[int, int] = {}
 
     def root(f: int) -> int:
@@ -1020,8 +1021,8 @@ def _runs_through(own_nodes: dict[str, _OnNode], other_nodes: dict[str, _OnNode]
     """Per file of a log, its own offset against the other log (``sign`` 1: how much later the other reads than the
     file; -1: the file than the other), through the ``shared`` nodes where the other log's offset is read: the one
     most of the file's requests there agree on, how many do, how many it holds there, and the most customers on one
-    node (as :func:`_file_runs`). A file of a clock stepped during the case is read so even where its log's requests
-    on a node split between two offsets (a review)."""
+    node (as :func:`_file_runs`): a file whose own requests sit at another offset than most of its log's moves by its
+    own."""
     seen: dict[int, list[tuple[int, int, int, int]]] = {}
     for nd in shared:
         other = other_nodes[nd]
