@@ -213,29 +213,80 @@ def test_an_engine_in_local_time_moves_no_gateway_clock_but_an_off_replica_onto_
     assert "clock_offsets_unread" not in manifest
 
 
-def test_an_engine_whose_clock_stepped_moves_no_gateway_clock(incident: Callable[[str], Path], tmp_path: Path) -> None:
-    """One gateway, nothing wrong with it; every engine node's clock stepped an hour ahead on the window's second day
-    (an NTP correction, daylight saving time in engine logs of local time). The gateway's day files before and after
-    the step sat at two offsets against the engine, were read as two hosts, and the later ones were moved an hour
-    (a review: two recipients left a realistic seed's list). A log's files one after the other at two offsets are a
-    clock stepped, the gateway's or the engine's, which one log cannot tell: nothing moves, and nothing is said."""
-    inc = incident("engine-stepped")
-    for path in sorted((inc / "engine").glob("*.log")):
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+def _shift_engine(folder: Path, seconds: float, start: str, end: str = "9999") -> None:
+    """Move the times of the engine lines in ``folder`` written from ``start`` to before ``end`` (as logged) by
+    ``seconds``: an engine host's clock stepped, or off for a while."""
+    for path in sorted(folder.glob("*.log")):
         out = []
-        for line in lines:
-            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
-            j = re.search(r'"timestamp": ?"([^"]+)"', line)
-            if m and m.group(1) >= "2026-08-28":
-                later = dt.datetime.fromisoformat(m.group(1)) + dt.timedelta(hours=1)
-                line = line.replace(m.group(1), later.strftime("%Y-%m-%d %H:%M:%S"), 1)
-            elif j and j.group(1) >= "2026-08-28":
-                later = dt.datetime.fromisoformat(j.group(1).rstrip("Z")) + dt.timedelta(hours=1)
-                line = line.replace(j.group(1), later.isoformat() + ("Z" if j.group(1).endswith("Z") else ""), 1)
+        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line) or re.search(r'"timestamp": ?"([^"]+)"', line)
+            if m and start <= m.group(1).replace("T", " ") < end:
+                was = dt.datetime.fromisoformat(m.group(1))
+                now = (was + dt.timedelta(seconds=seconds)).isoformat(sep=m.group(1)[10], timespec="microseconds"
+                                                                      if "." in m.group(1) else "seconds")
+                line = line[:m.start(1)] + now + line[m.end(1):]
             out.append(line)
         path.write_text("".join(out), encoding="utf-8")
+
+
+@pytest.mark.parametrize("end", ["9999", "2026-08-29"], ids=["stepped-for-good", "off-for-two-days"])
+def test_an_engine_whose_clock_stepped_moves_no_gateway_clock(incident: Callable[[str], Path], tmp_path: Path,
+                                                              end: str) -> None:
+    """One gateway, nothing wrong with it; every engine node's clock stepped an hour ahead on the window's first day
+    (an NTP correction, daylight saving time in engine logs of local time), for good or for two days. The gateway's
+    day files at the two offsets were read as two hosts, and those of the stepped days were moved an hour (reviews: two
+    recipients left a realistic seed's list). A log's files one after the other at two offsets are a clock stepped,
+    the gateway's or the engine's, which one log cannot tell: nothing moves, and nothing is said."""
+    inc = incident(f"engine-stepped-{end}")
+    _shift_engine(inc / "engine", 3600.0, "2026-08-27", end)
     _, manifest = _run(inc, tmp_path / "out")
     assert "clock_offsets" not in manifest and "clock_offsets_unread" not in manifest
+
+
+def test_a_gateway_renamed_at_a_restart_beside_an_engine_step_moves_nothing(incident: Callable[[str], Path],
+                                                                            tmp_path: Path) -> None:
+    """One gateway whose files carry its pod's name, which changed at a restart (two logs, one after the other), and
+    engine logs whose clock stepped an hour at the same restart: the two logs were read an hour apart through the
+    engine, and the later one moved (a review). Logs never written at the same time are not read against each other."""
+    inc = incident("pod-renamed")
+    for path in sorted((inc / "gateway").glob("litellm-callbacks-*")):
+        day = path.name.removeprefix("litellm-callbacks-")
+        pod = "kqzrt" if day < "2026-08-28" else "mvwpn"
+        path.rename(path.with_name(f"litellm-callbacks-{pod}-{day}"))
+    _shift_engine(inc / "engine", 3600.0, "2026-08-28")
+    _, manifest = _run(inc, tmp_path / "out")
+    assert "clock_offsets" not in manifest and "clock_offsets_unread" not in manifest
+
+
+def test_two_engine_deployments_naming_their_hosts_alike_are_two_sets_of_nodes(incident: Callable[[str], Path],
+                                                                               tmp_path: Path) -> None:
+    """Two replicas on right clocks, each in front of its own engine deployment; the second deployment's hosts are named
+    as the first's (`decode-0`, in another folder) and its clock is ten minutes ahead. Read by the host's name alone, the two
+    deployments were one set of nodes, and the second replica was moved (a review: 30 s). A node is its host's name in
+    its folder: nothing moves."""
+    inc = incident("two-deployments")
+    split_replicas(inc, clock_offset=0.0)
+    records = [json.loads(line) for path in (inc / "gateway").glob(f"{REPLICA_NAME}-*")
+               for line in path.read_text(encoding="utf-8").splitlines()]
+    served = {(r.get("standard_logging_object") or r).get("id") for r in records}
+    (inc / "engine-b").mkdir()
+    for path in sorted((inc / "engine").glob("*.log")):
+        mine, theirs = [], []
+        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+            rid = re.search(r"rid[=\"':]+ ?'?\"?(chatcmpl-[0-9a-f]+)", line)
+            if rid is None:
+                mine.append(line)
+                theirs.append(line)
+            else:
+                (theirs if rid.group(1) in served else mine).append(line)
+        path.write_text("".join(mine), encoding="utf-8")
+        (inc / "engine-b" / path.name).write_text("".join(theirs), encoding="utf-8")
+    _shift_engine(inc / "engine-b", 600.0, "0000")
+    case = inc / "case.toml"
+    case.write_text(case.read_text(encoding="utf-8") + '\n[[inputs]]\nformat = "sglang"\npath = "engine-b"\n',
+                    encoding="utf-8")
+    _, manifest = _run(inc, tmp_path / "out")
+    assert "clock_offsets" not in manifest
 
 
 def test_a_replica_for_two_customers_whose_clock_is_off_is_read(incident: Callable[[str], Path], baseline: Path,

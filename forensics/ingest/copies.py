@@ -660,9 +660,9 @@ def clock_offsets(con: Any, path: Path, engine_ends: str | None = None) -> Clock
             named = con.execute(ENGINE_NAMED_SQL.format(ends=engine_ends, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall()
             if len(named) >= 2:
                 unchecked = [file for _, file, timed in named if timed < CLOCK_MIN_EXCHANGES]
-            on_engine, hosts = _on_engine(con.execute(ENGINE_CLOCK_SQL.format(
+            on_engine, hosts, written = _on_engine(con.execute(ENGINE_CLOCK_SQL.format(
                 ends=engine_ends, min_exchanges=CLOCK_MIN_EXCHANGES)).fetchall())
-            read_through, not_read = _engine_edges(on_engine)
+            read_through, not_read = _engine_edges(on_engine, written)
             edges += read_through
             unread += not_read
         names = dict(con.execute("SELECT DISTINCT f, file FROM clock_answers").fetchall())
@@ -859,17 +859,19 @@ class _OnNode:
 
 
 def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
-               ) -> tuple[dict[str, dict[str, _OnNode]], dict[str, tuple[str, set[int]]]]:
+               ) -> tuple[dict[str, dict[str, _OnNode]], dict[str, tuple[str, set[int]]], dict[str, _Written]]:
     """Per log and engine node, the offset most of the log's requests that node ran agree on (:func:`_agreed`); read
     where :data:`CLOCK_MIN_EXCHANGES` or more and :data:`ENGINE_MIN_SHARE` or more of them do. A log's files whose own
     requests agree on another offset against the nodes, written while the others were (:func:`_hosts`), are another
     host's under a name like the log's (replicas ``litellm-0`` and ``litellm-1`` are one log, :data:`LOG_SQL`): each
-    such host is a log of its own here, named after the log, and the second value maps it to the log and its files."""
+    such host is a log of its own here, named after the log, and the second value maps it to the log and its files.
+    The third gives, per log, when its requests were received and the time each of its files covers (:class:`_Written`)."""
     by_log: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
     for g, node, apart in rows:
         by_log.setdefault(g, []).append((node, apart))
     out: dict[str, dict[str, _OnNode]] = {}
     hosts: dict[str, tuple[str, set[int]]] = {}
+    written: dict[str, _Written] = {}
     for g, nodes in sorted(by_log.items()):
         host_of = _hosts(nodes)
         for name in sorted(set(host_of.values())):
@@ -879,6 +881,11 @@ def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
             for x in apart:  # (in order, as the lists came)
                 parts.setdefault(host_of.get(x["fa"], "") + g, []).append(x)
             for name, xs in sorted(parts.items()):
+                w = written.setdefault(name, _Written([], {}))
+                for x in xs:
+                    w.times.append(x["r"])
+                    lo, hi = w.spans.get(x["fa"], (x["r"], x["r"]))
+                    w.spans[x["fa"]] = (min(lo, x["r"]), max(hi, x["r"]))
                 offset, n, customers = _agreed(xs)
                 starts = sorted(x["s"] for x in xs if x["s"] is not None)
                 most = (starts[int(ENGINE_START_QUANTILE * (len(starts) - 1))] + ENGINE_TIME_SLACK_US if starts
@@ -886,7 +893,7 @@ def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
                 out.setdefault(name, {})[node] = _OnNode(offset, n, len(xs), customers,
                                                          n >= CLOCK_MIN_EXCHANGES and n >= ENGINE_MIN_SHARE * len(xs),
                                                          most, _file_runs(xs, "fa"))
-    return out, hosts
+    return out, hosts, written
 
 
 def _hosts(nodes: list[tuple[str, list[dict[str, Any]]]]) -> dict[int, str]:
@@ -928,25 +935,54 @@ def _hosts(nodes: list[tuple[str, list[dict[str, Any]]]]) -> dict[int, str]:
 
 def _at_once(nodes: list[tuple[str, list[dict[str, Any]]]], first: list[int], other: list[int]) -> bool:
     """Whether the files ``other`` (one host's) were written while those of ``first`` were: half or more of their
-    requests, on ``first``'s clock (by the two groups' offsets on a node both ran), fall between the first and last of
-    ``first``'s. Files one after the other at two offsets are a clock stepped, the gateway's or the engine's, which one
-    log cannot tell apart: an engine whose clock stepped moved a single right gateway's later files (a review)."""
+    requests, on ``first``'s clock (by the two groups' offsets on a node both ran), fall within the time one of
+    ``first``'s files covers. Files one after the other at two offsets are a clock stepped, the gateway's or the
+    engine's, which one log cannot tell apart: an engine whose clock stepped moved a single right gateway's later files,
+    and one whose clock was off for two days moved the gateway's files of those days (reviews)."""
     mine, theirs = set(first), set(other)
     for _, apart in nodes:
         a = sorted(x["d"] for x in apart if x["fa"] in mine)
         b = sorted(x["d"] for x in apart if x["fa"] in theirs)
         if a and b:
-            shift = a[len(a) // 2] - b[len(b) // 2]  # (how much later the first group's clock reads than the other's)
+            later = a[len(a) // 2] - b[len(b) // 2]  # (how much later the other group's clock reads than the first's)
             break
     else:
         return False
-    times = [x["r"] for _, apart in nodes for x in apart if x["fa"] in mine]
-    others = [x["r"] + shift for _, apart in nodes for x in apart if x["fa"] in theirs]
-    lo, hi = min(times), max(times)
-    return 2 * sum(1 for t in others if lo <= t <= hi) >= len(others)
+    spans: dict[int, tuple[int, int]] = {}
+    for _, apart in nodes:
+        for x in apart:
+            if x["fa"] in mine:
+                lo, hi = spans.get(x["fa"], (x["r"], x["r"]))
+                spans[x["fa"]] = (min(lo, x["r"]), max(hi, x["r"]))
+    others = [x["r"] - later for _, apart in nodes for x in apart if x["fa"] in theirs]
+    return _within(others, list(spans.values()))
 
 
-def _engine_edges(on_engine: dict[str, dict[str, _OnNode]]) -> tuple[list[_ClockEdge], list[_ClockEdge]]:
+def _within(times: list[int], spans: list[tuple[int, int]]) -> bool:
+    """Whether half or more of ``times`` fall within one of ``spans`` (first and last times of files)."""
+    starts = sorted(spans)
+    ends = [max(hi for _, hi in starts[:i + 1]) for i in range(len(starts))]  # (the furthest end up to each start)
+    inside = 0
+    for t in times:
+        i = bisect.bisect_right(starts, (t, 2 ** 63)) - 1
+        inside += i >= 0 and ends[i] >= t
+    return 2 * inside >= len(times)
+
+
+@dataclass
+class _Written:
+    """When a log's requests on the engine's nodes were received (its own clock), and per file the first and last."""
+
+    times: list[int]
+    spans: dict[int, tuple[int, int]]
+
+
+#: How many logs before it each log is tried against, in turn, for one it was written beside (:func:`_engine_edges`).
+ENGINE_MAX_TRIES = 8
+
+
+def _engine_edges(on_engine: dict[str, dict[str, _OnNode]], written: dict[str, _Written] | None = None
+                  ) -> tuple[list[_ClockEdge], list[_ClockEdge]]:
     """Logs' offsets read through the engine nodes that ran requests of two logs (:func:`_on_engine`): on one node, how
     much later one log's clock reads than the other's is the difference of their offsets against the node's, whatever
     the node's own clock (an engine writing local time, a node whose clock drifted). Where the starts of the requests
@@ -956,35 +992,49 @@ def _engine_edges(on_engine: dict[str, dict[str, _OnNode]]) -> tuple[list[_Clock
     nodes disagree, for the note on clocks not read. Each log is read against the first log before it that shares a
     node with it, the logs in the order of :func:`_engine_order` (a star, not every pair: a case of hundreds of pods'
     logs took minutes, a review). No number of customers is asked: the same request's end seen by two witnesses is no
-    coincidence of text, and a replica may serve one customer (a review)."""
+    coincidence of text, and a replica may serve one customer (a review). Two logs written one after the other (a pod
+    renamed at a restart) are not read against each other at an offset (half or more of one's requests, on the other's
+    clock, must fall within the time one of the other's files covers, ``written``): a clock stepped at the restart,
+    the engine's, would be read as theirs (a review); up to :data:`ENGINE_MAX_TRIES` logs before it are tried."""
     read: list[_ClockEdge] = []
     unread: list[_ClockEdge] = []
     logs = _engine_order(on_engine)
     for i, b in enumerate(logs):
-        a = next((a for a in logs[:i] if any(on_engine[a][nd].read and on_engine[b][nd].read
-                                             for nd in set(on_engine[a]) & set(on_engine[b]))), None)
-        if a is None:
-            continue
-        shared = sorted(set(on_engine[a]) & set(on_engine[b]))
-        # (offset of b against a on the node, requests it stands for, node)
-        votes = [(0 if _may_be_one(on_engine[a][nd], on_engine[b][nd])
-                  else on_engine[a][nd].offset - on_engine[b][nd].offset, min(on_engine[a][nd].n, on_engine[b][nd].n), nd)
-                 for nd in shared if on_engine[a][nd].read and on_engine[b][nd].read]
-
-        def support(v: tuple[int, int, str], votes: list[tuple[int, int, str]] = votes) -> tuple[int, int, str]:
-            return (sum(w for o, w, _ in votes if abs(o - v[0]) <= SAME_EXCHANGE_SKEW_US), v[1], v[2])
-
-        best = max(votes, key=support)
-        agreeing = [v for v in votes if abs(v[0] - best[0]) <= SAME_EXCHANGE_SKEW_US]
-        n = sum(w for _, w, _ in agreeing)
-        if abs(best[0]) > CLOCK_MAX_US:
-            continue
-        runs = {a: _runs_through(on_engine[a], on_engine[b], shared, 1),
-                b: _runs_through(on_engine[b], on_engine[a], shared, -1)}
-        customers = max(min(on_engine[a][nd].customers, on_engine[b][nd].customers) for _, _, nd in agreeing)
-        edge = _ClockEdge(n, a, b, best[0], customers, runs, "engine")
-        (read if 2 * n > sum(w for _, w, _ in votes) else unread).append(edge)
+        tries = [a for a in logs[:i] if any(on_engine[a][nd].read and on_engine[b][nd].read
+                                            for nd in set(on_engine[a]) & set(on_engine[b]))][:ENGINE_MAX_TRIES]
+        for a in tries:
+            edge, agree = _engine_edge(on_engine, a, b)
+            if edge is None:
+                continue
+            if abs(edge.offset) > SAME_EXCHANGE_SKEW_US and written is not None \
+                    and not _within([t - edge.offset for t in written[b].times], list(written[a].spans.values())):
+                continue
+            (read if agree else unread).append(edge)
+            break
     return read, unread
+
+
+def _engine_edge(on_engine: dict[str, dict[str, _OnNode]], a: str, b: str) -> tuple[_ClockEdge | None, bool]:
+    """The offset of log ``b`` against log ``a`` through the nodes both ran requests on (see :func:`_engine_edges`),
+    and whether it is read (the nodes agreeing on it hold most of the requests); None beyond CLOCK_MAX_US."""
+    shared = sorted(set(on_engine[a]) & set(on_engine[b]))
+    # (offset of b against a on the node, requests it stands for, node)
+    votes = [(0 if _may_be_one(on_engine[a][nd], on_engine[b][nd])
+              else on_engine[a][nd].offset - on_engine[b][nd].offset, min(on_engine[a][nd].n, on_engine[b][nd].n), nd)
+             for nd in shared if on_engine[a][nd].read and on_engine[b][nd].read]
+
+    def support(v: tuple[int, int, str], votes: list[tuple[int, int, str]] = votes) -> tuple[int, int, str]:
+        return (sum(w for o, w, _ in votes if abs(o - v[0]) <= SAME_EXCHANGE_SKEW_US), v[1], v[2])
+
+    best = max(votes, key=support)
+    agreeing = [v for v in votes if abs(v[0] - best[0]) <= SAME_EXCHANGE_SKEW_US]
+    n = sum(w for _, w, _ in agreeing)
+    if abs(best[0]) > CLOCK_MAX_US:
+        return None, False
+    runs = {a: _runs_through(on_engine[a], on_engine[b], shared, 1),
+            b: _runs_through(on_engine[b], on_engine[a], shared, -1)}
+    customers = max(min(on_engine[a][nd].customers, on_engine[b][nd].customers) for _, _, nd in agreeing)
+    return _ClockEdge(n, a, b, best[0], customers, runs, "engine"), 2 * n > sum(w for _, w, _ in votes)
 
 
 def _engine_order(on_engine: dict[str, dict[str, _OnNode]]) -> list[str]:

@@ -1079,8 +1079,11 @@ SELECT rid,
   -- forensics.ingest.copies.clock_offsets)
   max(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS ended_us,
   min(epoch_us(time)) FILTER (WHERE role IS DISTINCT FROM 'prefill') AS started_us,
-  min(node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_node,
-  count(DISTINCT node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_nodes
+  -- (a node is its host's name in its folder: two engine deployments may name their hosts alike, a review)
+  min(regexp_replace(source_file, '[^/]*$', '') || node) FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL)
+    AS ended_node,
+  count(DISTINCT regexp_replace(source_file, '[^/]*$', '') || node)
+    FILTER (WHERE role IS DISTINCT FROM 'prefill' AND time IS NOT NULL) AS ended_nodes
 FROM staged_events WHERE rid IS NOT NULL GROUP BY rid
 """
 #: The columns of ``engine_keys`` a row's engine keys are (:func:`_enrich`).
