@@ -181,6 +181,20 @@ def test_hosts_named_alike_leave_the_files_the_engine_logs_miss_where_they_are(i
     assert {c["read_from"] for c in moved.values()} == {"engine logs"}
 
 
+def test_replicas_beside_engine_logs_without_dates_are_said_unchecked(tmp_path: Path) -> None:
+    """vLLM's default lines carry no year, so the engine's events have no time: two replicas' clocks could not be
+    checked through them, a replica ten minutes off stayed so, and nothing said it (a review). A note now says which
+    logs could not be checked, and how to give the engine's lines their dates."""
+    from forensics.lab.simulate import simulate
+
+    simulate(tmp_path / "sim", seed=SEED, scale="small", fmt="litellm", engine_fmt="vllm", force=True)
+    split_replicas(tmp_path / "sim", clock_offset=600.0)
+    _, manifest = _run(tmp_path / "sim", tmp_path / "out")
+    assert "clock_offsets" not in manifest
+    note = next(n for n in manifest["notes"] if "give no time for their ends" in n)
+    assert REPLICA_NAME in note and "litellm-callbacks-" in note and "VLLM_LOGGING_CONFIG_PATH" in note
+
+
 def test_two_replicas_whose_clocks_agree_move_nothing(incident: Callable[[str], Path], baseline: Path,
                                                       tmp_path: Path) -> None:
     """Two replicas on right clocks: no clock is read or said, and the list is the one gateway's."""
