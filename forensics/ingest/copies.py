@@ -28,8 +28,9 @@ import bisect
 import dataclasses
 import datetime as dt
 import heapq
+import itertools
 from collections import Counter as Tally
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -881,11 +882,7 @@ def _on_engine(rows: list[tuple[str, str, list[dict[str, Any]]]]
             for x in apart:  # (in order, as the lists came)
                 parts.setdefault(host_of.get(x["fa"], "") + g, []).append(x)
             for name, xs in sorted(parts.items()):
-                w = written.setdefault(name, _Written([], {}))
-                for x in xs:
-                    w.times.append(x["r"])
-                    lo, hi = w.spans.get(x["fa"], (x["r"], x["r"]))
-                    w.spans[x["fa"]] = (min(lo, x["r"]), max(hi, x["r"]))
+                written.setdefault(name, _Written([], {})).add(xs)
                 offset, n, customers = _agreed(xs)
                 starts = sorted(x["s"] for x in xs if x["s"] is not None)
                 most = (starts[int(ENGINE_START_QUANTILE * (len(starts) - 1))] + ENGINE_TIME_SLACK_US if starts
@@ -948,14 +945,10 @@ def _at_once(nodes: list[tuple[str, list[dict[str, Any]]]], first: list[int], ot
             break
     else:
         return False
-    spans: dict[int, tuple[int, int]] = {}
-    for _, apart in nodes:
-        for x in apart:
-            if x["fa"] in mine:
-                lo, hi = spans.get(x["fa"], (x["r"], x["r"]))
-                spans[x["fa"]] = (min(lo, x["r"]), max(hi, x["r"]))
+    first_written = _Written([], {})
+    first_written.add(x for _, apart in nodes for x in apart if x["fa"] in mine)
     others = [x["r"] - later for _, apart in nodes for x in apart if x["fa"] in theirs]
-    return _within(others, list(spans.values()))
+    return _within(others, list(first_written.spans.values()))
 
 
 def _within(times: list[int], spans: list[tuple[int, int]]) -> bool:
@@ -975,6 +968,13 @@ class _Written:
 
     times: list[int]
     spans: dict[int, tuple[int, int]]
+
+    def add(self, requests: Iterable[dict[str, Any]]) -> None:
+        """Take in ``requests`` (items of :data:`ENGINE_CLOCK_SQL`'s lists: ``r``, when received; ``fa``, the file)."""
+        for x in requests:
+            self.times.append(x["r"])
+            lo, hi = self.spans.get(x["fa"], (x["r"], x["r"]))
+            self.spans[x["fa"]] = (min(lo, x["r"]), max(hi, x["r"]))
 
 
 #: How many logs before it each log is tried against, in turn, for one it was written beside (:func:`_engine_edges`).
@@ -1000,8 +1000,10 @@ def _engine_edges(on_engine: dict[str, dict[str, _OnNode]], written: dict[str, _
     unread: list[_ClockEdge] = []
     logs = _engine_order(on_engine)
     for i, b in enumerate(logs):
-        tries = [a for a in logs[:i] if any(on_engine[a][nd].read and on_engine[b][nd].read
-                                            for nd in set(on_engine[a]) & set(on_engine[b]))][:ENGINE_MAX_TRIES]
+        # (the first few sharing a node: not every earlier log checked, then cut)
+        tries = itertools.islice((a for a in logs[:i] if any(on_engine[a][nd].read and on_engine[b][nd].read
+                                                            for nd in set(on_engine[a]) & set(on_engine[b]))),
+                                 ENGINE_MAX_TRIES)
         for a in tries:
             edge, agree = _engine_edge(on_engine, a, b)
             if edge is None:
