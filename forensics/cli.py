@@ -597,6 +597,9 @@ def simulate(
     engine_fmt: str = typer.Option("sglang", "--engine-format", parser=_simulated_engine_format, metavar="FORMAT",
                                    help="Engine log format: sglang or vllm (RequestLogger lines). The same seed is the same incident in every format."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", metavar="DIR", help="Folder of real text (.json/.jsonl/.txt) to draw documents and answers from."),
+    corpus_part: Optional[str] = typer.Option(None, "--corpus-part", metavar="K/N",
+                                              help="The tenants own only part K of N of the corpus's documents: incidents of "
+                                                   "different parts share no private text, to merge into one bigger incident."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier simulation in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print only the summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -607,9 +610,11 @@ def simulate(
     report against. The same seed and --out name (the files record the command) give the same bytes.
     """
     from forensics import api
+    from forensics.lab.simulate import parse_corpus_part
 
+    part = parse_corpus_part(corpus_part) if corpus_part is not None else None
     result = api.simulate(out_dir, seed=seed, scale=scale, fmt=fmt, engine_fmt=engine_fmt, corpus=corpus, force=force,
-                          progress=_progress(quiet))
+                          progress=_progress(quiet), corpus_part=part)
     summary = result.summary()
     if as_json:
         _emit_json(summary)

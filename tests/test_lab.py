@@ -434,9 +434,10 @@ def test_end_to_end_benchmark_repeats_logs_with_request_ids_of_their_own(tmp_pat
     assert 3 < len(half) < 6 and all(json.loads(line) for line in half)  # a fraction of a copy is whole lines
 
 
-def _fake_seed(work: Path, seed: int, n: int) -> list[str]:
-    """A stand-in for a seed's simulated incident (as ``base_incident`` keeps it): its request ids."""
-    base = work / f"base-seed{seed}"
+def _fake_seed(work: Path, seed: int, n: int, part: str = "") -> list[str]:
+    """A stand-in for a seed's simulated incident (as ``base_incident`` keeps it, ``part`` its corpus share's
+    suffix): its request ids."""
+    base = work / f"base-seed{seed}{part}"
     ids = ["chatcmpl-" + f"{seed:08x}{i:016x}" for i in range(n)]
     for part in ("gateway", "engine"):
         (base / part).mkdir(parents=True)
@@ -449,12 +450,15 @@ def _fake_seed(work: Path, seed: int, n: int) -> list[str]:
     return ids
 
 
-def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: Path) -> None:
+def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from forensics.ingest.formats.sglang import node_of
 
     bench_run: Any = _run_benchmark_module()
-    one, two = _fake_seed(tmp_path, 1, 10), _fake_seed(tmp_path, 2, 10)
-    seed_mb = (tmp_path / "base-seed1" / "gateway" / "litellm-callbacks-2026-08-27.jsonl").stat().st_size / 1e6
+    # Each seed owns a share of the corpus of its own: one and a half seeds' size is cut into two shares.
+    one, two = _fake_seed(tmp_path, 1, 10, "-part1of2"), _fake_seed(tmp_path, 2, 10, "-part2of2")
+    seed_mb = (tmp_path / "base-seed1-part1of2" / "gateway" / "litellm-callbacks-2026-08-27.jsonl").stat().st_size / 1e6
+    monkeypatch.setattr(bench_run, "SEED_MB_AT_LEAST", 0.9 * seed_mb)
+    assert bench_run.corpus_parts(1.5 * seed_mb) == 2
     folder = bench_run.incident(tmp_path, 1.5 * seed_mb, 1, tmp_path / "corpus", "distinct")
     lines = (folder / "gateway" / "litellm-callbacks-2026-08-27.jsonl").read_text().splitlines()
     g_ids = [json.loads(line)["id"] for line in lines]
@@ -469,7 +473,13 @@ def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: P
     assert (folder / "case.toml").read_text() == 'name = "seed1"\n'
     # The seeds it merges, whose truths score the run's list.
     assert [(p["seed"], Path(p["truth"]).parent.name) for p in json.loads((folder / "seeds.json").read_text())] == [
-        (1, "base-seed1"), (2, "base-seed2")]
+        (1, "base-seed1-part1of2"), (2, "base-seed2-part2of2")]
+    # Kept for a rerun; one built before the seeds owned shares of the corpus of their own is built again.
+    assert bench_run.incident(tmp_path, 1.5 * seed_mb, 1, tmp_path / "corpus", "distinct") == folder
+    (folder / ".complete").write_text("")
+    (folder / "gateway" / "litellm-callbacks-2026-08-27.jsonl").write_text("stale\n")
+    bench_run.incident(tmp_path, 1.5 * seed_mb, 1, tmp_path / "corpus", "distinct")
+    assert (folder / "gateway" / "litellm-callbacks-2026-08-27.jsonl").read_text().splitlines() == lines
 
 
 def _truth_file(path: Path, pairs: list[tuple[str, str]], exposed: list[str]) -> dict[str, Any]:
@@ -496,6 +506,30 @@ def test_end_to_end_benchmark_scores_the_list_against_every_merged_seeds_truth(t
         "pairs": 3, "true_pairs": 2, "pair_precision": 0.667, "pair_recall": 0.667, "exposed": 3,
         "exposed_precision": 0.667, "exposed_recall": 0.667}
     assert bench_run.score_list(tmp_path / "out", tmp_path / "none.json") is None  # a repeat-shaped incident
+
+
+def test_end_to_end_benchmark_scores_a_seed_cut_short_by_the_leaks_the_case_holds(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bench_run: Any = _run_benchmark_module()
+    whole = _truth_file(tmp_path / "t1.json", [("r1", "ann")], ["ann"])
+    cut = {**_truth_file(tmp_path / "t2.json", [("r3", "cyd"), ("r4", "dan"), ("r5", "eve")], ["cyd", "dan", "eve"]),
+           "fraction": 0.4}
+    fragments = json.loads((tmp_path / "t2.json").read_text())["fragments"]
+    for f, source in zip(fragments, ("s3", "s4", "s5-not-kept")):
+        f["source_request_id"] = source
+    (tmp_path / "t2.json").write_text(json.dumps({"fragments": fragments, "exposed": ["cyd", "dan", "eve"]}))
+    (tmp_path / "seeds.json").write_text(json.dumps([whole, cut]))
+    (tmp_path / "out" / "report" / "case").mkdir(parents=True)
+    # The case holds the first lines of the cut seed: r3 and its source, r4 without its source, r5 but not its source.
+    pq.write_table(pa.table({"request_id": ["r1", "r3", "s3", "r4", "r5"]}), tmp_path / "out" / "report" / "case" / "exchanges.parquet")
+    rows = [("recipient_request_id", "source_tenant_id", "relation"), ("r1", "ann", "cross_tenant"), ("r3", "cyd", "cross_tenant")]
+    (tmp_path / "out" / "report" / "evidence.csv").write_text("".join(",".join(r) + "\r\n" for r in rows))
+    # Only r1 and r3 could be found: counted whole, the cut seed's other leaks made the recall 0.5.
+    assert bench_run.score_list(tmp_path / "out", tmp_path / "seeds.json") == {
+        "pairs": 2, "true_pairs": 2, "pair_precision": 1.0, "pair_recall": 1.0, "exposed": 2,
+        "exposed_precision": 1.0, "exposed_recall": 1.0}
 
 
 def test_end_to_end_benchmark_prints_the_stage_table_of_a_run(tmp_path: Path, capsys: Any) -> None:

@@ -292,6 +292,50 @@ def test_corpus_text_is_used_and_partitioned(tmp_path: Path) -> None:
     assert any(wiki[:40] in r["prompt"] for r in rows.values()) or truth["counts"]["leak_fragments"] > 0
 
 
+@pytest.mark.skipif(not CORPORA.is_dir(), reason="shared corpora folder absent (only on the team's machine)")
+def test_corpus_parts_keep_merged_incidents_text_private() -> None:
+    """Seeds merged into one bigger incident (benchmarks/run.py) must not own one document: read as one
+    incident, text two customers sent is no leak of either's, and the 1 GB benchmark lost half its true pairs."""
+    corpus = load_corpus(CORPORA / "sharegpt")
+    text = "\n\u0000".join(corpus.documents + corpus.answers)
+
+    def pools(sim: Simulation) -> set[str]:
+        return {p for t in sim.tenants for p in t.pool}
+
+    def private(paragraphs: set[str]) -> set[str]:
+        """Those one corpus item holds (boilerplate many documents carry is no one's)."""
+        return {p for p in paragraphs if len(p.split()) >= ATTRIBUTABLE_WORDS and text.count(p) == 1}
+
+    whole = [Simulation(seed, REDUCED_REALISTIC, corpus) for seed in (1, 2)]
+    assert private(pools(whole[0]) & pools(whole[1]))  # every seed's tenants own the whole corpus among them
+    parts = [Simulation(seed, REDUCED_REALISTIC, corpus, (seed - 1, 3)) for seed in (1, 2)]
+    assert pools(parts[0]) and pools(parts[1])
+    assert not private(pools(parts[0]) & pools(parts[1]))
+    assert not {a for t in parts[0].tenants for a in t.answers} & {a for t in parts[1].tenants for a in t.answers}
+    # The public text is the same in every part: the popular passages and the garbage sentences.
+    assert parts[0].reserve == parts[1].reserve and parts[0].popular == parts[1].popular
+
+
+@pytest.mark.skipif(not CORPORA.is_dir(), reason="shared corpora folder absent (only on the team's machine)")
+def test_corpus_part_is_recorded_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from forensics.cli import main
+
+    out = tmp_path / "p"
+    simulate(out, seed=3, scale="small", corpus=CORPORA / "longdocs", corpus_part=(1, 2))
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["generator"]["corpus_part"] == "2/2" and "--corpus-part 2/2" in truth["generator"]["command"]
+    assert "--corpus-part 2/2" in (out / "README.md").read_text()
+    for given, said in (("3/2", "K/N with 1 <= K <= N"), ("0/2", "K/N"), ("two", "K/N"), ("1/2x", "K/N")):
+        with pytest.raises(SystemExit) as stop:
+            main(["simulate", "--out", str(tmp_path / "q"), "--scale", "small", "--corpus", str(CORPORA / "longdocs"),
+                  "--corpus-part", given, "--quiet"])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and said in err and "--corpus-part" in err, (given, err)
+    with pytest.raises(ForensicsError, match="needs a corpus"):
+        simulate(tmp_path / "r", scale="small", corpus_part=(0, 2))
+    assert not (tmp_path / "q").exists() and not (tmp_path / "r").exists()
+
+
 def _run_in_memory(seed: int, corpus: Path | None = None, scale: Scale = SCALES["small"]) -> tuple[Simulation, dict[str, dict[str, Any]]]:
     """A simulation without files: the exchanges as the gateway logs them (lost request lines left out)."""
     sim = Simulation(seed, scale, load_corpus(corpus) if corpus else None)

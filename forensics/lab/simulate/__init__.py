@@ -117,14 +117,26 @@ class SimulateResult:
         }
 
 
-def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str, engine_fmt: str = DEFAULT_ENGINE_FORMAT) -> str:
+def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str, engine_fmt: str = DEFAULT_ENGINE_FORMAT,
+                 corpus_part: tuple[int, int] | None = None) -> str:
     """The CLI command that regenerates a run (recorded in README.md and truth.json)."""
     cmd = f"forensics simulate --out {out} --seed {seed} --scale {scale} --format {fmt}"
     if engine_fmt != DEFAULT_ENGINE_FORMAT:
         cmd += f" --engine-format {engine_fmt}"
     if corpus is not None:
         cmd += f" --corpus {corpus.name}"
+    if corpus_part is not None:
+        cmd += f" --corpus-part {corpus_part[0] + 1}/{corpus_part[1]}"
     return cmd + " --force"
+
+
+def parse_corpus_part(text: str) -> tuple[int, int]:
+    """``K/N`` (part K of N, from 1) as the simulator's (part, parts) from 0; a ConfigError saying what to give."""
+    k, sep, n = text.strip().partition("/")
+    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or not 1 <= int(k) <= int(n):
+        raise ConfigError(f"corpus part {text!r} is not K/N with 1 <= K <= N",
+                          fix="give --corpus-part as K/N, for example 2/6 for the second of six incidents to merge")
+    return int(k) - 1, int(n)
 
 
 def simulate(
@@ -137,15 +149,24 @@ def simulate(
     progress: Reporter | None = None,
     compress: bool = True,
     engine_fmt: str = DEFAULT_ENGINE_FORMAT,
+    corpus_part: tuple[int, int] | None = None,
 ) -> SimulateResult:
     """Simulate one incident into ``out`` (see the module docstring for what is written).
 
     ``fmt`` is the gateway format, ``engine_fmt`` the engine's (``sglang`` or ``vllm``): the
     same seed gives the same incident in each. ``compress=False`` writes every gateway file plain
-    (benchmarks measure generation, not gzip).
+    (benchmarks measure generation, not gzip). ``corpus_part`` (part, parts), from 0: the tenants
+    own only that share of the corpus's documents, so that incidents of different parts, merged
+    into one bigger incident (``benchmarks/run.py``), share no private text; every part has the
+    same public text (the article, popular passages, garbage sentences). None: all of it.
     """
     if scale not in SCALES:
         raise ConfigError(f"unknown scale {scale!r}", fix=f"use one of {', '.join(SCALES)}")
+    if corpus_part is not None and not 0 <= corpus_part[0] < corpus_part[1]:
+        raise ConfigError(f"corpus part {corpus_part[0] + 1} of {corpus_part[1]} does not exist",
+                          fix="give a part from 1 to the number of parts")
+    if corpus_part is not None and corpus is None:
+        raise ConfigError("a corpus part needs a corpus", fix="add --corpus, or leave --corpus-part out")
     writer = gateway_writer(fmt)  # an unknown format is an error before anything is written
     engine_cls = engine_writer(engine_fmt)
     if SCALES[scale].realistic and corpus is None:
@@ -167,7 +188,7 @@ def simulate(
     make_private_dirs(out)
     corpus_data = tx.load_corpus(corpus) if corpus is not None else None
     spec = SCALES[scale]
-    sim = Simulation(seed, spec, corpus_data)
+    sim = Simulation(seed, spec, corpus_data, corpus_part)
 
     days = []
     t = sim.t0
@@ -209,12 +230,14 @@ def simulate(
         "timezone": "UTC",
         "tenant_field": "auto",
     }
-    cmd = command_line(seed, scale, fmt, corpus, out.name, engine_fmt)
+    cmd = command_line(seed, scale, fmt, corpus, out.name, engine_fmt, corpus_part)
     case_file = out / "case.toml"
     safe.write_text(case_file, _case_toml(case_values, fmt, cmd, engine_fmt))
     truth = _truth(sim, spec.name, seed, fmt, corpus, cmd, case_values, gateway, files)
     if engine_fmt != DEFAULT_ENGINE_FORMAT:  # absent for the default, so earlier simulations keep their bytes
         truth["generator"]["engine_format"] = engine_fmt
+    if corpus_part is not None:  # likewise
+        truth["generator"]["corpus_part"] = f"{corpus_part[0] + 1}/{corpus_part[1]}"
     truth_path = out / "truth.json"
     safe.write_text(truth_path, json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     safe.write_text(out / "README.md", _readme(cmd, truth, writer, engine_cls))

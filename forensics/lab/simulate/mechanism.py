@@ -195,8 +195,11 @@ class Exchange:
 class Simulation:
     """One simulated incident. :meth:`run` drives it and calls the two sinks."""
 
-    def __init__(self, seed: int, scale: Scale, corpus: tx.Corpus | None = None) -> None:
+    def __init__(self, seed: int, scale: Scale, corpus: tx.Corpus | None = None,
+                 corpus_part: tuple[int, int] | None = None) -> None:
         self.seed = seed
+        #: (part, parts): this incident's tenants own only that share of the corpus's documents (see ``simulate``).
+        self.corpus_part = corpus_part
         self.scale = scale
         self.corpus = corpus
         self.rng = random.Random(f"forensics-sim:{seed}")
@@ -271,16 +274,34 @@ class Simulation:
             # only: a leaked passage must be rare. Document 0 is the article everyone sends.
             n_docs = len(self.corpus.documents)
             groups = [g for g in tx.owner_groups(self.corpus) if 0 not in g]
-            rng.shuffle(groups)
+            # Every eighth group belongs to no tenant (realistic scale): passages groups of tenants paste, and the
+            # natural sentences a model emits when it decodes from garbage.
+            reserve_of = (lambda gs: [g for j, g in enumerate(gs) if j % 8 == 7]) if s.realistic else (lambda gs: [])
+            others: list[list[int]] = []  # the groups other parts' tenants own (corpus_part)
+            if self.corpus_part is None:
+                rng.shuffle(groups)
+                reserve_groups = reserve_of(groups)
+                groups = [g for j, g in enumerate(groups) if not (s.realistic and j % 8 == 7)]
+            else:
+                # Chosen in the corpus's own order (the same in every incident), so every part has the same reserve
+                # and no two parts' tenants own one text: incidents merged into a bigger one keep their private
+                # text private (read as one incident, a document several seeds' tenants each owned was text
+                # several customers sent, and its leaks could name none of them).
+                part, parts = self.corpus_part
+                reserve_groups = reserve_of(groups)
+                candidates = [g for j, g in enumerate(groups) if not (s.realistic and j % 8 == 7)]
+                groups = candidates[part::parts]
+                others = [g for j, g in enumerate(candidates) if j % parts != part]
+                rng.shuffle(groups)
             if s.realistic:
-                # Every eighth group belongs to no tenant: passages groups of tenants paste, and the natural
-                # sentences a model emits when it decodes from garbage.
-                reserved = [self._corpus_item(k) for j, g in enumerate(groups) if j % 8 == 7 for k in g]
-                groups = [g for j, g in enumerate(groups) if j % 8 != 7]
+                reserved = [self._corpus_item(k) for g in reserve_groups for k in g]
                 # (owner, token hashes) of the text tenants send: their own items, the article all of them may
-                # send (-1), the popular passages of groups of them (-2, -3, ...).
+                # send (-1), the popular passages of groups of them (-2, -3, ...); with a corpus part, the other
+                # parts' items too, each its own owner (another incident's customer): no popular passage or
+                # garbage sentence copies them, and a run one of them shares with a tenant's text is no leak.
                 owned = [(-1, tx.token_hashes(self.article))] + [(j % s.tenants, tx.token_hashes(self._corpus_item(k)))
                                                                  for j, g in enumerate(groups) for k in g]
+                owned += [(s.tenants + j, tx.token_hashes(self._corpus_item(k))) for j, g in enumerate(others) for k in g]
                 self.reserve = tx.reserve_material(reserved, owned=tx.token_runs([], hashes=[h for _, h in owned]))
                 self.popular = ([(q, f"popular_quote_{k}") for k, q in enumerate(self.reserve.quotes)]
                                 + [(c, f"popular_code_{k}") for k, c in enumerate(self.reserve.code)])
