@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from match_helpers import config, exchange, make_case
 
 import forensics.match as fm
 from forensics.match import match, recent
 from forensics.match.chance import WINDOW_SHARE, calibration, either_test, with_mechanism
-from forensics.match.tiers import TEXT_EVALUE_CEILING, MatchParams, evalue_tier
+from forensics.match.tiers import NODE_TEXT_EVALUE_CEILING, TEXT_EVALUE_CEILING, MatchParams, evalue_tier
 
 VOCAB = [f"w{i:04d}x" for i in range(5000)]
 COMMON = [f"c{i:02d}" for i in range(12)]  # the filler of every response: weak evidence
@@ -100,12 +101,15 @@ def test_the_control_calibration_checks_the_window_alone_with_gateway_logs_only(
     assert not any("observed_with_mechanism" in row for row in calibration(points)["points"])
 
 
-def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3", between_model: str = "glm-5.3") -> Path:
+def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3", between_model: str = "glm-5.3",
+          other_nodes: int = 0, weak_node: str = "decode-0", gap: bool = False) -> Path:
     """Thirteen suspects on decode-0: twelve with a long leak from a source 1-10 records before them
     (confirmed by the text alone; they place the window), and one (b12) with a short, weak fragment
-    from the source ``weak_since`` records before it, that source on ``weak_model`` and the records between
-    the two on ``between_model``. Background traffic on two nodes. ``nodes``: the engine logs place every
-    record on its decode node (else gateway logs only)."""
+    from the source ``weak_since`` records before it, that source on ``weak_model`` and ``weak_node`` and the
+    records between the two on ``between_model``. Background traffic on two nodes, and first 300 records on each
+    of ``other_nodes`` more (a bigger deployment: decode-0's share of the records falls). ``nodes``: the engine
+    logs place every record on its decode node (else gateway logs only); ``gap``: but not decode-0's background
+    records (a gap in its log)."""
     rng = np.random.default_rng(11)
     rows: list[dict[str, Any]] = []
     suspects = []
@@ -116,9 +120,12 @@ def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3",
 
     def add(rid: str, tenant: str, where: str, model: str = "glm-5.3", **texts: str) -> None:
         nonlocal minute
-        rows.append(exchange(rid, tenant, minute, decode_node=node(where), model=model, **texts))
+        hidden = gap and rid.startswith("o") and where == "decode-0"
+        rows.append(exchange(rid, tenant, minute, decode_node=None if hidden else node(where), model=model, **texts))
         minute += 1
 
+    for i in range(300 * other_nodes):
+        add(f"x{i}", f"u{i % 400}", f"decode-{2 + i % other_nodes}", prompt=text(rng, 30), response=text(rng, 20))
     for i in range(300):
         add(f"o{i}", f"t{i % 40}", f"decode-{i % 2}", prompt=text(rng, 30), response=filler(rng, 20))
     for j in range(13):
@@ -127,7 +134,7 @@ def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3",
             weak = [COMMON[x] for x in rng.integers(0, len(COMMON), size=8)]
             weak[1] = doc[41]
             doc[40:48] = weak
-        add(f"a{j}", f"src{j}", "decode-0", weak_model if j == 12 else "glm-5.3", prompt=" ".join(doc))
+        add(f"a{j}", f"src{j}", weak_node if j == 12 else "decode-0", weak_model if j == 12 else "glm-5.3", prompt=" ".join(doc))
         for i in range((weak_since if j == 12 else 1 + j % 10) - 1):
             add(f"f{j}_{i}", f"t{i % 40}", "decode-0", between_model if j == 12 else "glm-5.3",
                 prompt=text(rng, 30), response=filler(rng, 20))
@@ -235,6 +242,66 @@ def test_the_decode_node_evidence_alone_puts_nobody_on_the_list() -> None:
     assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=TEXT_EVALUE_CEILING)[0] == "probable"
     assert evalue_tier(0.00004, 1.0, p, 1.0, text_expected=0.05)[0] == "confirmed"
     assert evalue_tier(0.0004, 1.0, p, 1.0)[0] == "probable"  # no text figure given: as before
+    # Its source on the suspect's node, which served a twentieth of the records: 0.22 / 20 there.
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22, node_share=0.05)[0] == "probable"
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.6, node_share=0.05)[0] == "probable"  # 0.03 there
+    why = evalue_tier(0.0004, 1.0, p, 1.0, text_expected=2.2, node_share=0.05)
+    assert isinstance(why, str) and why.startswith(f"expected_by_chance 2.2 > 0.1, and x 0.05 (the share of the records the "
+                                                   f"suspect's decode node served) 0.11 > {NODE_TEXT_EVALUE_CEILING:g}")
+    # Never stricter than the whole search's reading: a node that served most of the records.
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.09, node_share=0.9)[0] == "probable"
+
+
+def test_the_text_alone_is_read_among_the_texts_the_suspects_node_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A deployment of eight decode nodes: decode-0 served about a seventh of the records. The weak passage's text is
+    # ordinary over the whole case (above the ceiling, set here below its figure) but not among the records
+    # decode-0 served, where the suspect's pages came from: read over the whole case only, a bigger deployment
+    # kept such leaks off the list (24 seeds of the realistic scenario merged: 1,152 true pairs).
+    from forensics.match import tiers
+
+    row, _ = _weak(_case(tmp_path / "free", True, weak_since=3, other_nodes=6))
+    assert row["tier"] == "confirmed"
+    e_text = float(row["expected_by_chance"])
+    rows = pq.read_table(tmp_path / "free" / "exchanges.parquet", columns=["decode_node"]).column("decode_node").to_pylist()
+    share = rows.count("decode-0") / len(rows)
+    assert 0.05 < share < 0.25
+    monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * share * 2)
+    on, _ = _weak(_case(tmp_path / "on", True, weak_since=3, other_nodes=6))
+    assert float(on["expected_by_chance"]) == e_text
+    assert on["tier"] == "confirmed", on["why_not_notified"]
+    # The same passage from a record another node served: not the suspect's pages, so its text must stand
+    # alone, read over every text searched.
+    elsewhere, _ = _weak(_case(tmp_path / "elsewhere", True, weak_since=3, other_nodes=6, weak_node="decode-1"))
+    assert elsewhere["tier"] == "" and elsewhere["records_since_source_on_node"] == ""
+    assert "on that node" not in elsewhere["why_not_notified"]
+    assert elsewhere["why_not_notified"].startswith(f"expected_by_chance {float(elsewhere['expected_by_chance']):.3g} > ")
+    # On the node, a passage ordinary even there goes to review, saying both figures it was judged by.
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * share / 2)
+    weak, _ = _weak(_case(tmp_path / "weak", True, weak_since=3, other_nodes=6))
+    assert weak["tier"] == "" and "the share of the records the suspect's decode node served" in weak["why_not_notified"]
+    assert "on that node too" in weak["why_not_notified"]
+
+
+def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # decode-0's log misses its background records: among the records placed on a node its share looks smaller
+    # than it is, and read so, a passage ordinary among its texts would pass. The records of its model the logs
+    # place nowhere may all be its own: the text is read at the most its share can be.
+    from forensics.match import tiers
+
+    row, _ = _weak(_case(tmp_path / "free", True, weak_since=3, other_nodes=6, gap=True))
+    e_text = float(row["expected_by_chance"])
+    nodes = pq.read_table(tmp_path / "free" / "exchanges.parquet", columns=["decode_node"]).column("decode_node").to_pylist()
+    placed = [n for n in nodes if n is not None]
+    share, at_most = placed.count("decode-0") / len(placed), (placed.count("decode-0") + nodes.count(None)) / len(nodes)
+    assert at_most > 1.4 * share
+    monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * (share + at_most) / 2)
+    on, _ = _weak(_case(tmp_path / "on", True, weak_since=3, other_nodes=6, gap=True))
+    assert on["tier"] == "" and "on that node too" in on["why_not_notified"]
+    assert f"x {at_most:.3g} (the share" in on["why_not_notified"]
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * at_most * 1.1)
+    assert _weak(_case(tmp_path / "wider", True, weak_since=3, other_nodes=6, gap=True))[0]["tier"] == "confirmed"
 
 
 def _controls_case(root: Path, control_model: str) -> Path:
