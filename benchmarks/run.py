@@ -345,8 +345,9 @@ def score_list(out: Path, seeds_file: Path) -> dict[str, Any] | None:
     pairs = {(r["recipient_request_id"], r["source_tenant_id"]) for r in rows}
     exposed = {r["source_tenant_id"] for r in rows}
     right, right_exposed = len(pairs & truth_pairs), len(exposed & truth_exposed)
-    return {"pairs": len(pairs), "true_pairs": right, "pair_precision": round(right / max(len(pairs), 1), 3),
-            "pair_recall": round(right / max(len(truth_pairs), 1), 3), "exposed": len(exposed),
+    return {"pairs": len(pairs), "true_pairs": right, "truth_pairs": len(truth_pairs),
+            "pair_precision": round(right / max(len(pairs), 1), 3), "pair_recall": round(right / max(len(truth_pairs), 1), 3),
+            "exposed": len(exposed), "true_exposed": right_exposed, "truth_exposed": len(truth_exposed),
             "exposed_precision": round(right_exposed / max(len(exposed), 1), 3),
             "exposed_recall": round(right_exposed / max(len(truth_exposed), 1), 3)}
 
@@ -399,9 +400,11 @@ def report(results: list[dict[str, Any]]) -> dict[str, Any]:
         q = r.get("quality")
         if q is not None:
             print(f"the list against the merged seeds' truths: pairs P {q['pair_precision']:.3f} R {q['pair_recall']:.3f} "
-                  f"({q['true_pairs']:,} of {q['pairs']:,} named pairs true), exposed customers P "
-                  f"{q['exposed_precision']:.3f} R {q['exposed_recall']:.3f}")
+                  f"({q['true_pairs']:,} of {q['pairs']:,} named pairs true, of {q['truth_pairs']:,}), exposed customers P "
+                  f"{q['exposed_precision']:.3f} R {q['exposed_recall']:.3f} ({q['true_exposed']:,} of {q['exposed']:,} named "
+                  f"customers exposed, of {q['truth_exposed']:,})")
             summary[f"pair_precision_{k}x"], summary[f"pair_recall_{k}x"] = q["pair_precision"], q["pair_recall"]
+            summary[f"exposed_precision_{k}x"], summary[f"exposed_recall_{k}x"] = q["exposed_precision"], q["exposed_recall"]
         print("peak RSS per process:")
         for p in run.processes:
             print(f"  {p.role:<8} pid {p.pid:<8} first seen in {p.first_phase!r:<42} {_mb(p.rss_bytes):>10}")

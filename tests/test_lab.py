@@ -503,8 +503,8 @@ def test_end_to_end_benchmark_scores_the_list_against_every_merged_seeds_truth(t
     (tmp_path / "out" / "report" / "evidence.csv").write_text("".join(",".join(r) + "\r\n" for r in rows))
     (tmp_path / "out" / "case" / "evidence.csv").write_text("not the report\n")
     assert bench_run.score_list(tmp_path / "out", tmp_path / "seeds.json") == {
-        "pairs": 3, "true_pairs": 2, "pair_precision": 0.667, "pair_recall": 0.667, "exposed": 3,
-        "exposed_precision": 0.667, "exposed_recall": 0.667}
+        "pairs": 3, "true_pairs": 2, "truth_pairs": 3, "pair_precision": 0.667, "pair_recall": 0.667, "exposed": 3,
+        "true_exposed": 2, "truth_exposed": 3, "exposed_precision": 0.667, "exposed_recall": 0.667}
     assert bench_run.score_list(tmp_path / "out", tmp_path / "none.json") is None  # a repeat-shaped incident
 
 
@@ -528,8 +528,8 @@ def test_end_to_end_benchmark_scores_a_seed_cut_short_by_the_leaks_the_case_hold
     (tmp_path / "out" / "report" / "evidence.csv").write_text("".join(",".join(r) + "\r\n" for r in rows))
     # Only r1 and r3 could be found: counted whole, the cut seed's other leaks made the recall 0.5.
     assert bench_run.score_list(tmp_path / "out", tmp_path / "seeds.json") == {
-        "pairs": 2, "true_pairs": 2, "pair_precision": 1.0, "pair_recall": 1.0, "exposed": 2,
-        "exposed_precision": 1.0, "exposed_recall": 1.0}
+        "pairs": 2, "true_pairs": 2, "truth_pairs": 2, "pair_precision": 1.0, "pair_recall": 1.0, "exposed": 2,
+        "true_exposed": 2, "truth_exposed": 2, "exposed_precision": 1.0, "exposed_recall": 1.0}
 
 
 def test_end_to_end_benchmark_prints_the_stage_table_of_a_run(tmp_path: Path, capsys: Any) -> None:
