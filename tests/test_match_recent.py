@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from match_helpers import config, exchange, make_case
@@ -102,14 +103,14 @@ def test_the_control_calibration_checks_the_window_alone_with_gateway_logs_only(
 
 
 def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3", between_model: str = "glm-5.3",
-          other_nodes: int = 0, weak_node: str = "decode-0", gap: bool = False) -> Path:
+          other_nodes: int = 0, weak_node: str = "decode-0", gap: bool = False, later_nodes: int = 0) -> Path:
     """Thirteen suspects on decode-0: twelve with a long leak from a source 1-10 records before them
     (confirmed by the text alone; they place the window), and one (b12) with a short, weak fragment
     from the source ``weak_since`` records before it, that source on ``weak_model`` and ``weak_node`` and the
     records between the two on ``between_model``. Background traffic on two nodes, and first 300 records on each
     of ``other_nodes`` more (a bigger deployment: decode-0's share of the records falls). ``nodes``: the engine
     logs place every record on its decode node (else gateway logs only); ``gap``: but not decode-0's background
-    records (a gap in its log)."""
+    records (a gap in its log). ``later_nodes``: 300 records on each of that many more nodes after every suspect."""
     rng = np.random.default_rng(11)
     rows: list[dict[str, Any]] = []
     suspects = []
@@ -143,6 +144,8 @@ def _case(root: Path, nodes: bool, weak_since: int, weak_model: str = "glm-5.3",
         suspects.append(f"b{j}")
         for i in range(20):
             add(f"g{j}_{i}", f"t{i % 40}", f"decode-{i % 2}", prompt=text(rng, 30), response=filler(rng, 20))
+    for i in range(300 * later_nodes):
+        add(f"y{i}", f"v{i % 400}", f"decode-{100 + i % later_nodes}", prompt=text(rng, 30), response=text(rng, 20))
     return make_case(root, rows, suspects)
 
 
@@ -242,66 +245,86 @@ def test_the_decode_node_evidence_alone_puts_nobody_on_the_list() -> None:
     assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=TEXT_EVALUE_CEILING)[0] == "probable"
     assert evalue_tier(0.00004, 1.0, p, 1.0, text_expected=0.05)[0] == "confirmed"
     assert evalue_tier(0.0004, 1.0, p, 1.0)[0] == "probable"  # no text figure given: as before
-    # Its source on the suspect's node, which served a twentieth of the records: 0.22 / 20 there.
-    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22, node_share=0.05)[0] == "probable"
-    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.6, node_share=0.05)[0] == "probable"  # 0.03 there
-    why = evalue_tier(0.0004, 1.0, p, 1.0, text_expected=2.2, node_share=0.05)
-    assert isinstance(why, str) and why.startswith(f"expected_by_chance 2.2 > 0.1, and x 0.05 (the share of the records the "
-                                                   f"suspect's decode node served) 0.11 > {NODE_TEXT_EVALUE_CEILING:g}")
-    # Never stricter than the whole search's reading: a node that served most of the records.
-    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.09, node_share=0.9)[0] == "probable"
+    # Its source on the suspect's node, where a search of only what that node can have served expects it 0.04 times.
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22, on_node=0.04)[0] == "probable"
+    why = evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.22, on_node=0.06)
+    assert isinstance(why, str) and why.startswith(f"expected_by_chance 0.22 > 0.1, and 0.06 > {NODE_TEXT_EVALUE_CEILING:g} had the "
+                                                   "search covered only the records the suspect's decode node can have served")
+    # Never stricter than the whole search's reading.
+    assert evalue_tier(0.0004, 1.0, p, 1.0, text_expected=0.09, on_node=0.09)[0] == "probable"
+
+def _node_records(case: Path, rid: str, node: str, unplaced: bool = False) -> tuple[int, int]:
+    """(records ``node`` served -- with ``unplaced``, and those placed on no node -- received before request ``rid``
+    completed, records received before it completed): what a search held to the node, and the whole search, covered."""
+    rows = pq.read_table(case / "exchanges.parquet", columns=["request_id", "received_at", "completed_at", "decode_node"]).to_pylist()
+    (done,) = [r["completed_at"] for r in rows if r["request_id"] == rid]
+    before = [r for r in rows if r["received_at"] < done]
+    return sum(1 for r in before if r["decode_node"] == node or (unplaced and r["decode_node"] is None)), len(before)
+
+
+def _on_node(why: str) -> float:
+    """The E-value over the node's records a review reason names."""
+    return float(why.split(", and ")[1].split(" > ")[0])
 
 
 def test_the_text_alone_is_read_among_the_texts_the_suspects_node_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A deployment of eight decode nodes: decode-0 served about a seventh of the records. The weak passage's text is
-    # ordinary over the whole case (above the ceiling, set here below its figure) but not among the records
-    # decode-0 served, where the suspect's pages came from: read over the whole case only, a bigger deployment
-    # kept such leaks off the list (24 seeds of the realistic scenario merged: 1,152 true pairs).
+    # A deployment of eight decode nodes, and six more that start after the suspects: decode-0 served about a
+    # seventh of the records b12's search covered. The weak passage's text is ordinary over the whole search (above
+    # the ceiling, set here below its figure) but not over what decode-0 served, where the suspect's pages came
+    # from: read over the whole search only, a bigger deployment kept such leaks off the list (24 seeds of the
+    # realistic scenario merged: 1,152 true pairs).
     from forensics.match import tiers
 
-    row, _ = _weak(_case(tmp_path / "free", True, weak_since=3, other_nodes=6))
-    assert row["tier"] == "confirmed"
-    e_text = float(row["expected_by_chance"])
-    rows = pq.read_table(tmp_path / "free" / "exchanges.parquet", columns=["decode_node"]).column("decode_node").to_pylist()
-    share = rows.count("decode-0") / len(rows)
-    assert 0.05 < share < 0.25
+    def run(name: str, **kw: Any) -> dict[str, str]:
+        return _weak(_case(tmp_path / name, True, weak_since=3, other_nodes=6, later_nodes=6, **kw))[0]
+
+    free = run("free")
+    assert free["tier"] == "confirmed"
+    e_text = float(free["expected_by_chance"])
     monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
-    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * share * 2)
-    on, _ = _weak(_case(tmp_path / "on", True, weak_since=3, other_nodes=6))
-    assert float(on["expected_by_chance"]) == e_text
-    assert on["tier"] == "confirmed", on["why_not_notified"]
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", 0.0)
+    shut = run("shut")
+    assert shut["tier"] == "" and "had the search covered only the records the suspect's decode node can have served" in shut["why_not_notified"]
+    on_node = _on_node(shut["why_not_notified"])
+    # The E-value of a search of the node's records alone: E grows with the square root of the records searched
+    # (SIZE_EXPONENT), and only those received before the suspect completed count, not the later nodes'.
+    node, searched = _node_records(tmp_path / "shut", "b12", "decode-0")
+    assert 0.05 < node / searched < 0.25
+    assert on_node == pytest.approx(e_text * (node / searched) ** 0.5, rel=0.01)
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", on_node * 1.5)
+    assert run("on")["tier"] == "confirmed"
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", on_node / 1.5)
+    weak = run("weak")
+    assert weak["tier"] == "" and "on that node too" in weak["why_not_notified"]
     # The same passage from a record another node served: not the suspect's pages, so its text must stand
     # alone, read over every text searched.
-    elsewhere, _ = _weak(_case(tmp_path / "elsewhere", True, weak_since=3, other_nodes=6, weak_node="decode-1"))
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", on_node * 1.5)
+    elsewhere = run("elsewhere", weak_node="decode-1")
     assert elsewhere["tier"] == "" and elsewhere["records_since_source_on_node"] == ""
-    assert "on that node" not in elsewhere["why_not_notified"]
     assert elsewhere["why_not_notified"].startswith(f"expected_by_chance {float(elsewhere['expected_by_chance']):.3g} > ")
-    # On the node, a passage ordinary even there goes to review, saying both figures it was judged by.
-    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * share / 2)
-    weak, _ = _weak(_case(tmp_path / "weak", True, weak_since=3, other_nodes=6))
-    assert weak["tier"] == "" and "the share of the records the suspect's decode node served" in weak["why_not_notified"]
-    assert "on that node too" in weak["why_not_notified"]
+    assert "had the search covered" not in elsewhere["why_not_notified"]
 
 
-def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # decode-0's log misses its background records: among the records placed on a node its share looks smaller
-    # than it is, and read so, a passage ordinary among its texts would pass. The records of its model the logs
-    # place nowhere may all be its own: the text is read at the most its share can be.
+@pytest.mark.parametrize("spelling", ["glm-5.3", "openai/GLM-5.3"])
+def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str) -> None:
+    # decode-0's log misses its background records: placed, its records look fewer than they are, and a passage
+    # ordinary among them would pass. The records of its model (however the gateway spells it) the logs place
+    # nowhere may all be its own: the node's search counts them.
     from forensics.match import tiers
 
-    row, _ = _weak(_case(tmp_path / "free", True, weak_since=3, other_nodes=6, gap=True))
-    e_text = float(row["expected_by_chance"])
-    nodes = pq.read_table(tmp_path / "free" / "exchanges.parquet", columns=["decode_node"]).column("decode_node").to_pylist()
-    placed = [n for n in nodes if n is not None]
-    share, at_most = placed.count("decode-0") / len(placed), (placed.count("decode-0") + nodes.count(None)) / len(nodes)
-    assert at_most > 1.4 * share
+    root = _case(tmp_path / "free", True, weak_since=3, other_nodes=6, gap=True)
+    table = pq.read_table(root / "exchanges.parquet")
+    models = [spelling if n is None else m for m, n in zip(table.column("model").to_pylist(), table.column("decode_node").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("model"), "model", pa.array(models, pa.string())),
+                   root / "exchanges.parquet")
+    e_text = float(_weak(root)[0]["expected_by_chance"])
     monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
-    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * (share + at_most) / 2)
-    on, _ = _weak(_case(tmp_path / "on", True, weak_since=3, other_nodes=6, gap=True))
-    assert on["tier"] == "" and "on that node too" in on["why_not_notified"]
-    assert f"x {at_most:.3g} (the share" in on["why_not_notified"]
-    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * at_most * 1.1)
-    assert _weak(_case(tmp_path / "wider", True, weak_since=3, other_nodes=6, gap=True))[0]["tier"] == "confirmed"
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", 0.0)
+    why = _weak(root)[0]["why_not_notified"]
+    placed, searched = _node_records(root, "b12", "decode-0")
+    at_most, _ = _node_records(root, "b12", "decode-0", unplaced=True)
+    assert at_most > 1.4 * placed
+    assert _on_node(why) == pytest.approx(e_text * (at_most / searched) ** 0.5, rel=0.01)
 
 
 def _controls_case(root: Path, control_model: str) -> Path:

@@ -469,10 +469,6 @@ class RecordFacts:
     logged_twice: dict[tuple[int, str, str | None], tuple[str, str | None]] = dataclasses.field(default_factory=dict)
     #: Records the case's logs hold per customer id, for the ids of ``aliases`` the candidates' sources name.
     tenant_records: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: Per decode node, the most of the records it can have served: its share of the records of the engines'
-    #: models counting every one the logs place on no node as its own (a gap in its log hides its records among
-    #: them: read as the placed records alone, its texts looked fewer than they were).
-    node_share_at_most: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
         """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
@@ -678,8 +674,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         failed.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
-    hidden = [a for md, parts in unplaced.items() if md in placed_models for a in parts]
-    n_hidden = sum(len(a) for a in hidden)
+    # Compared as deployments: a gap's records written "openai/GLM-5.3" are the placed "glm-5.3" records' model.
+    placed_deployments = {deployment(m) for m in placed_models}
+    hidden = [a for md, parts in unplaced.items() if deployment(md) in placed_deployments for a in parts]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
@@ -694,9 +691,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         case_deployments,
                         np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments),
-                        failed=frozenset(failed), engine_refused=frozenset(refused & keys),
-                        node_share_at_most={n: (len(v) + n_hidden) / (total + n_hidden) for n, v in node_times.items()}
-                        if total else {})
+                        failed=frozenset(failed), engine_refused=frozenset(refused & keys))
 
 
 class QueryStopped(Exception):
@@ -1078,6 +1073,12 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # (within the search's lookback: a chance candidate's source can lie nowhere earlier)
     served_before = {i: facts.records_on_node_since(t.decode_node, search_start(t, p.lookback_us), t.received_us)
                      if t.decode_node else 0 for i, t in enumerate(targets)}
+    # The size of each search had it covered only what the suspect's node can have served in it: the records the
+    # logs place there and those of the engines' models they place nowhere (a gap in its log hides its own among
+    # them), in the same bounds as the search (see _records_searched).
+    node_search = {i: _search_size(len(t.tokens.hash) - p.k + 1, min(searched[i], facts.records_since_on_node_at_most(
+                       t.decode_node, search_start(t, p.lookback_us), t.deadline_us)))
+                   for i, t in enumerate(targets) if t.decode_node}
     for r in rows:
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
@@ -1103,11 +1104,11 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             factor_known = False
         r["mechanism_factor"] = float(f"{factor:.4g}")
         # What the text alone is worth may also be read among the texts that could be the suspect's pages: where
-        # the source ran on the suspect's decode node, the chance matches this strong among the records that node
-        # served (the text's E-value times the most the node's share can be; tiers.text_stands). Read over the whole search only,
-        # the same passage counted more chance matches the more nodes and customers the case had: a 5,300-customer
-        # incident kept 1,152 true pairs off the list for it that a 220-customer one names.
-        r["_text_on_node"] = (min(facts.node_share_at_most.get(tgt.decode_node or "", 1.0), 1.0)
+        # the source ran on the suspect's decode node, its E-value had the search covered only the records that
+        # node can have served in the suspect's search (tiers.text_stands). Read over the whole search only, the
+        # same passage counted more chance matches the more nodes and customers the case had: merged into a
+        # 5,300-customer incident, 1,152 true pairs went to review for that alone.
+        r["_text_on_node"] = (float(f"{model.expected(r['strength_bits'], node_search[r['_target']]):.4g}")
                               if k is not None and 0.0 < share < 1.0 else None)
         # The product ranks the candidates; its E-value counts the chance candidates of this search that a
         # product this small would let through (chance.with_mechanism), not the product itself.
@@ -1154,7 +1155,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
             # the passage (an answer quoting its own prompt), unless the model is shown never to have seen it.
             hidden = tgt.prompt_truncated and not (tgt.engine_signature or tgt.placeholder_usage)
             decision = evalue_tier(r["expected_by_chance_with_mechanism"], r["rarity"], p, r["_singles_out"],
-                                   r["expected_by_chance"], hidden, node_share=r["_text_on_node"])
+                                   r["expected_by_chance"], hidden, on_node=r["_text_on_node"])
             if r["_explained_by"] and isinstance(decision, tuple):  # only then is the node what keeps it off
                 decision = (
                     f"the same response text matches another customer's text as strongly (finding "

@@ -5,8 +5,9 @@ By default (``tiering = "evalue"``) a finding's tier follows from how likely it 
 the decode-node evidence's factor, see ``chance.with_mechanism``): ``confirmed`` E1: at most
 confirm_evalue (0.0001); ``probable`` E2: at most probable_evalue (0.001); every other admissible
 candidate goes to review, and so does one whose text alone is expected by chance more than
-TEXT_EVALUE_CEILING (0.1) times, however close to the suspect its source ran (among the texts the
-suspect's decode node served, where its source ran there; else among every text searched). One exception, E3: a
+TEXT_EVALUE_CEILING (0.1) times, however close to the suspect its source ran, unless its source ran on the
+suspect's decode node and its text is expected at most NODE_TEXT_EVALUE_CEILING (0.05) times among what that
+node can have served. One exception, E3: a
 suspect shown decoding from stale pages (the engine signature, or usage in the gateway's logs counting
 the placeholder's one prompt token) holds some earlier request's text, so when none of its candidates
 reaches a tier, its strongest one is ``probable`` up to unexplained_evalue (0.002) -- the question for
@@ -197,38 +198,37 @@ def admissible(score: float, informative: int, distinct: int, p: MatchParams) ->
 #: enough to recur among unrelated texts of a search a tenth this size, and the decode-node evidence alone
 #: does not put a customer on the list (it only corroborates). On seeds 1-3 of the realistic scenario the
 #: pairs promoted above 0.1 by the mechanism alone were 3 false and 2 true; on seed 4, 1 false and none true.
-#: Where the source ran on the suspect's decode node, the search it is read over is the records that node
-#: served (``expected_by_chance`` x the node's share): the suspect's pages can be no other, and read over the
-#: whole case the same passage grew ordinary as the case grew (stop 57: 24 seeds merged, 5,300 customers).
+#: Read over the whole search, the same passage grows ordinary as the case grows (24 realistic seeds merged,
+#: 5,300 customers: 1,152 true pairs went to review for this alone): see NODE_TEXT_EVALUE_CEILING.
 TEXT_EVALUE_CEILING = 0.1
 
-#: The same question asked among the records the suspect's decode node served, where the source ran there
-#: (``expected_by_chance`` x the node's share of the records): those are the texts its pages can hold, and a
-#: deployment's other nodes and customers do not make a passage more ordinary there. A candidate whose text
-#: passes either ceiling rests on its text. Stricter than TEXT_EVALUE_CEILING, so that on a deployment of a few
-#: nodes it changes nothing: swept over 0.033, 0.05 and 0.1 (docs/evidence-model.md, stop 57).
+#: The same question asked of a search held to what the suspect's decode node can have served (as ``[match]
+#: same_decode_node`` holds it), where the candidate's source ran there: those records are the texts its stale
+#: pages can hold, and the rest of the deployment -- other nodes, other customers -- does not make a passage
+#: ordinary there. A candidate whose text passes either ceiling rests on its text; one that passes only this one
+#: rests on the text and on where its source ran, not on when. Half TEXT_EVALUE_CEILING: swept over 0.033, 0.05
+#: and 0.1 on seeds 1-3 of the realistic scenario and on 6 and 24 of its seeds merged (docs/evidence-model.md,
+#: stop 57); 0.05 leaves the single seeds' lists as they were.
 NODE_TEXT_EVALUE_CEILING = 0.05
 
 
-def text_stands(text_expected: float, node_share: float | None = None) -> bool:
-    """Whether a candidate's text alone is rare enough to rest a finding on (see TEXT_EVALUE_CEILING and
-    NODE_TEXT_EVALUE_CEILING): ``text_expected`` is its ``expected_by_chance``; ``node_share`` the share of the
-    records the suspect's decode node served, where the candidate's source ran there (else None)."""
-    if text_expected <= TEXT_EVALUE_CEILING:
-        return True
-    return node_share is not None and text_expected * node_share <= NODE_TEXT_EVALUE_CEILING
+def text_stands(text_expected: float, on_node: float | None = None) -> bool:
+    """Whether a candidate's text alone is rare enough to rest a finding on: its ``expected_by_chance`` at most
+    TEXT_EVALUE_CEILING, or, where its source ran on the suspect's decode node, ``on_node`` (its E-value over a
+    search of only what that node can have served) at most NODE_TEXT_EVALUE_CEILING."""
+    return text_expected <= TEXT_EVALUE_CEILING or (on_node is not None and on_node <= NODE_TEXT_EVALUE_CEILING)
 
 
 def evalue_tier(expected: float, rarity: float, p: MatchParams, singles_out: float | None = None,
                 text_expected: float | None = None, prompt_hidden: bool = False,
-                node_share: float | None = None) -> tuple[str, str] | str:
+                on_node: float | None = None) -> tuple[str, str] | str:
     """The tier of an admissible candidate from its E-value with the mechanism evidence
     (``expected_by_chance_with_mechanism``), and the rule that set it, or why it goes to review.
 
     ``text_expected``: the text's own ``expected_by_chance``; above :data:`TEXT_EVALUE_CEILING` the
-    candidate goes to review whatever the decode-node evidence says. ``node_share``: where the source ran on
-    the suspect's decode node, that node's share of the records (see ``findings.decide``): the ceiling is
-    then read among the texts that node served, ``text_expected`` x ``node_share``.
+    candidate goes to review whatever the decode-node evidence says, unless ``on_node`` (where the source ran on
+    the suspect's decode node: the text's E-value over a search of what that node can have served, see
+    ``findings.decide``) is at most :data:`NODE_TEXT_EVALUE_CEILING` (:func:`text_stands`).
     ``rarity`` weighs every matched k-gram (1 / the tenants holding it, 0 for common or own-context
     text); ``singles_out`` weighs only the informative ones, the part E counts (default: ``rarity``).
     Both must reach ``probable_rarity`` for ``probable``; for ``confirmed`` only ``singles_out``
@@ -238,15 +238,14 @@ def evalue_tier(expected: float, rarity: float, p: MatchParams, singles_out: flo
     model never saw it; the own-prompt check could not see its middle, so ``confirmed`` becomes ``probable``.
     """
     singles_out = rarity if singles_out is None else singles_out
-    if text_expected is not None and not text_stands(text_expected, node_share):
-        if node_share is None:
+    if text_expected is not None and not text_stands(text_expected, on_node):
+        if on_node is None:
             return (f"expected_by_chance {_apart(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}: the text alone is what "
                     "unrelated texts share; the decode-node evidence corroborates a finding, it does not make one")
-        on_node = text_expected * node_share
-        return (f"expected_by_chance {_apart(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}, and x {node_share:.3g} (the share "
-                f"of the records the suspect's decode node served) {_apart(on_node, NODE_TEXT_EVALUE_CEILING)} > "
-                f"{NODE_TEXT_EVALUE_CEILING:g}: the text alone is what unrelated texts share, on that node too; the decode-node "
-                "evidence corroborates a finding, it does not make one")
+        return (f"expected_by_chance {_apart(text_expected, TEXT_EVALUE_CEILING)} > {TEXT_EVALUE_CEILING:g}, and "
+                f"{_apart(on_node, NODE_TEXT_EVALUE_CEILING)} > {NODE_TEXT_EVALUE_CEILING:g} had the search covered only the "
+                "records the suspect's decode node can have served: the text alone is what unrelated texts share, on that "
+                "node too; how recently its source ran there does not make a finding")
     if expected <= p.confirm_evalue and singles_out >= p.probable_rarity:
         rule = f"E1: expected_by_chance_with_mechanism<={p.confirm_evalue:g}"
         if prompt_hidden:
