@@ -305,18 +305,27 @@ def test_the_text_alone_is_read_among_the_texts_the_suspects_node_served(tmp_pat
     assert "had the search covered" not in elsewhere["why_not_notified"]
 
 
-@pytest.mark.parametrize("spelling", ["glm-5.3", "openai/GLM-5.3"])
-def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str) -> None:
+@pytest.mark.parametrize(("spelling", "routed"), [("glm-5.3", None), ("openai/GLM-5.3", None), ("chat-default", "glm-5.3"),
+                                                  (None, "openai/glm-5.3")])
+def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str | None,
+                                                                 routed: str | None) -> None:
     # decode-0's log misses its background records: placed, its records look fewer than they are, and a passage
-    # ordinary among them would pass. The records of its model (however the gateway spells it) the logs place
-    # nowhere may all be its own: the node's search counts them.
+    # ordinary among them would pass. The records of its model the logs place nowhere may all be its own: the node's
+    # search counts them, however the gateway spells the model, and where it names it only as the routed one (a
+    # LiteLLM model group).
     from forensics.match import tiers
 
     root = _case(tmp_path / "free", True, weak_since=3, other_nodes=6, gap=True)
     table = pq.read_table(root / "exchanges.parquet")
-    models = [spelling if n is None else m for m, n in zip(table.column("model").to_pylist(), table.column("decode_node").to_pylist())]
-    pq.write_table(table.set_column(table.schema.get_field_index("model"), "model", pa.array(models, pa.string())),
-                   root / "exchanges.parquet")
+    unplaced = [n is None for n in table.column("decode_node").to_pylist()]
+    for name, value in (("model", spelling), ("model_routed", routed)):
+        column = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+        column = [value if gap else v for v, gap in zip(column, unplaced)]
+        if name in table.column_names:
+            table = table.set_column(table.schema.get_field_index(name), name, pa.array(column, pa.string()))
+        else:
+            table = table.append_column(name, pa.array(column, pa.string()))
+    pq.write_table(table, root / "exchanges.parquet")
     e_text = float(_weak(root)[0]["expected_by_chance"])
     monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
     monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", 0.0)
@@ -462,17 +471,6 @@ def test_the_records_of_the_case_models_are_found_under_every_spelling_and_in_ei
 
 
 
-def test_record_times_are_grouped_by_value_nulls_included() -> None:
-    import pyarrow as pa
-
-    from forensics.match.findings import _grouped
-
-    column = pa.array(["b", None, "a", "b", "a", None, "c", "b"])
-    groups = {value: part.tolist() for value, part in _grouped(np.arange(8) * 10, column)}
-    assert groups == {"a": [20, 40], "b": [0, 30, 70], "c": [60], None: [10, 50]}
-    assert list(_grouped(np.zeros(0, np.int64), pa.array([], pa.string()))) == []
-
-
 def _two_pasters(root: Path, old_since: int, carried: bool = False) -> Path:
     """Twelve suspects on decode-0 placing the window (leaks from sources 1-10 records before them), and one, b12,
     whose answer holds a passage two customers sent: ``old`` ``old_since`` records before it on decode-0, ``new`` two
@@ -535,3 +533,20 @@ def test_a_copy_carried_on_by_its_customer_explains_no_older_copy_away(tmp_path:
     match(root, config())
     named = {r["source_tenant_id"] for r in csv.DictReader((root / "evidence.csv").open()) if r["recipient_request_id"] == "b12"}
     assert named == {"old"}
+
+
+def test_a_decode_node_named_by_the_empty_string_is_a_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A table built by hand or imported may name a node "": the node's reading of the text must not stop the stage.
+    from forensics.match import tiers
+
+    root = _case(tmp_path / "c", True, weak_since=3, other_nodes=6, later_nodes=6)
+    for name in ("exchanges", "suspects"):
+        table = pq.read_table(root / f"{name}.parquet")
+        i = table.schema.get_field_index("decode_node")
+        nodes = ["" if v == "decode-0" else v for v in table.column("decode_node").to_pylist()]
+        pq.write_table(table.set_column(i, table.schema.field(i), pa.array(nodes, pa.string())), root / f"{name}.parquet")
+    row = _weak(root)[0]
+    assert row["tier"] == "confirmed" and row["recipient_decode_node"] == "" and row["records_since_source_on_node"] == "3"
+    monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", float(row["expected_by_chance"]) / 2)
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", 0.0)
+    assert "had the search covered only the records" in _weak(root)[0]["why_not_notified"]

@@ -574,18 +574,6 @@ def _encoded(column: pa.Array) -> tuple[list[Any], np.ndarray]:
     return values, pc.fill_null(encoded.indices, len(values) - 1).to_numpy(zero_copy_only=False)
 
 
-def _grouped(times: np.ndarray, column: pa.Array) -> Iterator[tuple[Any, np.ndarray]]:
-    """``times`` split by the value of ``column`` on their rows (None for null): each distinct value and its times.
-    Vectorised, so many distinct values (a hostile log naming a model per record) cost what few do: a value's
-    Python work is done once, not once per row."""
-    values, index = _encoded(column)
-    order = np.argsort(index, kind="stable")
-    ordered = index[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else np.zeros(0, np.int64)
-    for at, part in zip(ordered[starts].tolist(), np.split(times[order], starts[1:])):
-        yield values[at], part
-
-
 def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set[tuple[str, str | None]] | None = None,
                  engine: EngineFacts | None = None, case_models: tuple[str, ...] = ()) -> RecordFacts:
     """Decode node and damage of the requests ``keys`` (request id, tenant), and the corpus's times; the
@@ -598,7 +586,6 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
     has_damage = "damage" in names
-    has_model = "model" in names
     model_cols = [c for c in ("model", "model_routed") if c in names]
     has_count = "prompt_tokens_source" in names
     has_status = "status" in names
@@ -617,9 +604,11 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     damage: dict[tuple[str, str | None], str | None] = {}
     times: list[np.ndarray] = []
     per_node: dict[str, list[np.ndarray]] = {}
-    # Per model, the received times of its records with no decode node (kept for the engine's models only).
-    unplaced: dict[str | None, list[np.ndarray]] = {}
-    placed_models: set[str | None] = set()  # the ``model`` values of the records placed on a node, as written
+    # The received times of the records with no decode node, with the deployments their model columns name (kept
+    # for the engines' models only: those of the records placed on a node, either column, compared as deployments).
+    unplaced: list[tuple[np.ndarray, np.ndarray]] = []
+    placed_codes: set[int] = set()  # the deployments the records placed on a node name (deployment_code)
+    placed_unnamed = False  # a record placed on a node names no model
     record_times: list[np.ndarray] = []
     record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
     case_deployments = frozenset(d for d in map(deployment, case_models) if d)
@@ -630,24 +619,26 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         nodes = batch.column("decode_node")
         for nd in pc.unique(nodes.drop_null()).to_pylist():
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
-        models = batch.column("model") if has_model else pa.nulls(batch.num_rows, pa.string())
+        codes = (np.stack([codes_of.of(batch.column(c)) for c in model_cols], axis=1) if model_cols
+                 else np.zeros((batch.num_rows, 0), np.uint64))
+        is_placed = pc.is_valid(nodes).to_numpy(zero_copy_only=False)
+        placed_rows = codes[is_placed]
+        placed_codes.update(int(c) for c in np.unique(placed_rows) if c)
+        placed_unnamed = placed_unnamed or bool(len(placed_rows) and not placed_rows.any(axis=1).all())
         if model_cols:
             placed = pa.table({c: batch.column(c).filter(pc.is_valid(nodes)) for c in model_cols})
             for names_asked in placed.group_by(model_cols).aggregate([]).to_pylist():
-                placed_models.add(names_asked.get("model"))
                 named = {d for d in map(deployment, names_asked.values()) if d}
                 served |= named
                 # A placed record that names no model (no name, or one that names no deployment): which models the
                 # engines serve is then unknown.
                 served_unknown = served_unknown or not named
         elif pc.any(pc.is_valid(nodes)).as_py():
-            placed_models.add(None)
             served_unknown = True
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        for md, part in _grouped(rec.filter(no_node).to_numpy(), models.filter(no_node)):
-            unplaced.setdefault(md, []).append(part)
+        unplaced.append((rec.filter(no_node).to_numpy(), codes[no_node.to_numpy(zero_copy_only=False)]))
         if model_cols:
             valid = pc.is_valid(rec)
             record_times.append(rec.filter(valid).to_numpy())
@@ -674,9 +665,10 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         failed.add((rid, ten))
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
-    # Compared as deployments: a gap's records written "openai/GLM-5.3" are the placed "glm-5.3" records' model.
-    placed_deployments = {deployment(m) for m in placed_models}
-    hidden = [a for md, parts in unplaced.items() if deployment(md) in placed_deployments for a in parts]
+    # Compared as deployments, either column: a gap's records written "openai/GLM-5.3", or under a model group
+    # with the placed records' model routed, are theirs. One naming no model counts where a placed one names none.
+    served_codes = np.array(sorted(placed_codes), np.uint64)
+    hidden = [t[np.isin(c, served_codes).any(axis=1) | (placed_unnamed & ~c.any(axis=1))] for t, c in unplaced]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
@@ -1078,7 +1070,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # them), in the same bounds as the search (see _records_searched).
     node_search = {i: _search_size(len(t.tokens.hash) - p.k + 1, min(searched[i], facts.records_since_on_node_at_most(
                        t.decode_node, search_start(t, p.lookback_us), t.deadline_us)))
-                   for i, t in enumerate(targets) if t.decode_node}
+                   for i, t in enumerate(targets) if t.decode_node is not None}
     for r in rows:
         tgt = targets[r["_target"]]
         k = r["records_since_source_on_node"]
@@ -1109,7 +1101,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         # same passage counted more chance matches the more nodes and customers the case had: merged into a
         # 5,300-customer incident, 1,152 true pairs went to review for that alone.
         r["_text_on_node"] = (float(f"{model.expected(r['strength_bits'], node_search[r['_target']]):.4g}")
-                              if k is not None and 0.0 < share < 1.0 else None)
+                              if k is not None and 0.0 < share < 1.0 and r["_target"] in node_search else None)
         # The product ranks the candidates; its E-value counts the chance candidates of this search that a
         # product this small would let through (chance.with_mechanism), not the product itself.
         r["_mechanism"] = (share if factor_known else 0.0, before)
@@ -1272,7 +1264,7 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
     is the likeliest answer. It must be strongest among all its candidates: its own customer's, and one
     explained away by another customer's stronger text (the two kinds of evidence then disagree), included.
     A tie with another customer names neither. Its text must single the source out (rarity) and not be
-    ordinary on its own (TEXT_EVALUE_CEILING). Measured on the realistic scenario (seeds 1-3 and 5-7; README
+    ordinary on its own (tiers.text_stands). Measured on the realistic scenario (seeds 1-3 and 5-7; README
     "The evidence model"); a suspect that already has a finding gets nothing more from it.
     """
     if p.tiering != "evalue" or p.unexplained_evalue <= p.probable_evalue:
@@ -1304,7 +1296,7 @@ def name_the_unexplained(rows: list[dict[str, Any]], targets: list[Target], p: M
                        and not same_customer(r["source_tenant_id"], best["source_tenant_id"]) for r in group)):
             continue
         if not (best["relation"] == "cross_tenant" and e <= p.unexplained_evalue and best["rarity"] >= p.probable_rarity
-                and text_stands(best["expected_by_chance"], best["_text_on_node"])):
+                and text_stands(best["expected_by_chance"], best.get("_text_on_node"))):
             continue
         if tgt.control:
             named.add(t)
