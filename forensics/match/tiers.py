@@ -208,7 +208,7 @@ TEXT_EVALUE_CEILING = 0.1
 #: ordinary there. A candidate whose text passes either ceiling rests on its text; one that passes only this one
 #: rests on the text and on where its source ran, not on when. Half TEXT_EVALUE_CEILING: swept over 0.033, 0.05
 #: and 0.1 on seeds 1-3 of the realistic scenario and on 6 and 24 of its seeds merged (docs/evidence-model.md,
-#: stop 57); 0.05 leaves the single seeds' lists as they were.
+#: stop 57); 0.05 names no wrong customer on the single seeds (0.1 names one there).
 NODE_TEXT_EVALUE_CEILING = 0.05
 
 
