@@ -160,8 +160,9 @@ def _seed_node(name: str, seed: int) -> str:
 
 
 def corpus_parts(size_mb: float) -> int:
-    """How many shares the corpus is cut into for a ``distinct`` incident of ``size_mb``: one per seed it
-    merges, and one to spare (a seed is 160-170 MB of gateway logs)."""
+    """How many shares the corpus is cut into for a ``distinct`` incident of ``size_mb``: one per seed it can
+    merge, a seed counted as :data:`SEED_MB_AT_LEAST` (it makes 160-170 MB of gateway logs, so a share or two may
+    go unused). More shares at a bigger size: at 4x a customer owns one or two documents, at 1x five or six."""
     return max(1, math.ceil(size_mb / SEED_MB_AT_LEAST))
 
 
@@ -176,7 +177,8 @@ def _distinct(folder: Path, work: Path, size_mb: float, seed: int, corpus: Path)
     bases = [first, *simulate_seeds(work, range(seed + 1, seed + needed), corpus, shares)]
     parts: list[tuple[int, Path, float]] = []  # (seed, its incident, fraction of it used)
     left = float(size_mb)
-    while left > 0.01 * _gateway_mb(first):  # (a last seed cut to a few lines is no part of it)
+    # (a last seed cut to a few lines is no part of it; the first seed always is, however small the size asked)
+    while not parts or left > 0.01 * _gateway_mb(first):
         if len(parts) == len(bases):
             if len(bases) == shares:  # every share used: another seed would own text one of them owns
                 raise SystemExit(f"run.py: {shares} seeds of {SEED_MB_AT_LEAST} MB or more were expected to make {size_mb} MB; "
@@ -321,7 +323,8 @@ def score_list(out: Path, seeds_file: Path) -> dict[str, Any] | None:
     and exposed customers, precision and recall; None when the incident has no truths (``repeat``, or built
     before they were recorded). The last seed is cut short: of its truth, only the leaks whose recipient and
     source requests both are in the case count (counted whole, a seed cut to a few lines took a seventh
-    off the recall)."""
+    off the recall). (In the case: ingested, so a leak of that seed whose record was quarantined is left out
+    too, where a whole seed's is counted: a pair or two at most.)"""
     reports = [p for p in out.glob("*/evidence.csv") if p.parent.name != "case"]
     if not seeds_file.is_file() or len(reports) != 1:
         return None

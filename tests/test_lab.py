@@ -474,6 +474,11 @@ def test_end_to_end_benchmark_builds_an_incident_from_distinct_seeds(tmp_path: P
     # The seeds it merges, whose truths score the run's list.
     assert [(p["seed"], Path(p["truth"]).parent.name) for p in json.loads((folder / "seeds.json").read_text())] == [
         (1, "base-seed1-part1of2"), (2, "base-seed2-part2of2")]
+    # A size under a hundredth of a seed still takes the first seed (the loop once never started, and the build
+    # failed on an empty list of seeds).
+    _fake_seed(tmp_path, 1, 10, "-part1of1")
+    tiny = bench_run.incident(tmp_path, seed_mb / 1000, 1, tmp_path / "corpus", "distinct")
+    assert [p["seed"] for p in json.loads((tiny / "seeds.json").read_text())] == [1]
     # Kept for a rerun; one built before the seeds owned shares of the corpus of their own is built again.
     assert bench_run.incident(tmp_path, 1.5 * seed_mb, 1, tmp_path / "corpus", "distinct") == folder
     (folder / ".complete").write_text("")

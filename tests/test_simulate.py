@@ -325,7 +325,8 @@ def test_corpus_part_is_recorded_and_checked(tmp_path: Path, capsys: pytest.Capt
     truth = json.loads((out / "truth.json").read_text())
     assert truth["generator"]["corpus_part"] == "2/2" and "--corpus-part 2/2" in truth["generator"]["command"]
     assert "--corpus-part 2/2" in (out / "README.md").read_text()
-    for given, said in (("3/2", "K/N with 1 <= K <= N"), ("0/2", "K/N"), ("two", "K/N"), ("1/2x", "K/N")):
+    for given, said in (("3/2", "K/N with 1 <= K <= N"), ("0/2", "K/N"), ("two", "K/N"), ("1/2x", "K/N"), ("\u00b2/\u2077", "K/N"),
+                        ("1/" + "9" * 5000, "K/N"), ("+2/7", "K/N")):
         with pytest.raises(SystemExit) as stop:
             main(["simulate", "--out", str(tmp_path / "q"), "--scale", "small", "--corpus", str(CORPORA / "longdocs"),
                   "--corpus-part", given, "--quiet"])
@@ -334,6 +335,9 @@ def test_corpus_part_is_recorded_and_checked(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(ForensicsError, match="needs a corpus"):
         simulate(tmp_path / "r", scale="small", corpus_part=(0, 2))
     assert not (tmp_path / "q").exists() and not (tmp_path / "r").exists()
+    from forensics.lab.simulate import parse_corpus_part
+
+    assert [parse_corpus_part(x) for x in (" 2/7", "2/ 7", "02/07", "\uff12/\uff17")] == [(1, 7)] * 4
 
 
 def _run_in_memory(seed: int, corpus: Path | None = None, scale: Scale = SCALES["small"]) -> tuple[Simulation, dict[str, dict[str, Any]]]:

@@ -132,9 +132,10 @@ def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str,
 
 def parse_corpus_part(text: str) -> tuple[int, int]:
     """``K/N`` (part K of N, from 1) as the simulator's (part, parts) from 0; a ConfigError saying what to give."""
-    k, sep, n = text.strip().partition("/")
-    if not sep or not k.strip().isdigit() or not n.strip().isdigit() or not 1 <= int(k) <= int(n):
-        raise ConfigError(f"corpus part {text!r} is not K/N with 1 <= K <= N",
+    k, sep, n = (x.strip() for x in text.strip().partition("/"))
+    # (decimal digits only, and few: "²" is a digit int() refuses, and a 5,000-digit number is one it will not read)
+    if not sep or not all(x.isdecimal() and len(x) <= 6 for x in (k, n)) or not 1 <= int(k) <= int(n):
+        raise ConfigError(f"corpus part {text[:40]!r} is not K/N with 1 <= K <= N (at most six digits each)",
                           fix="give --corpus-part as K/N, for example 2/6 for the second of six incidents to merge")
     return int(k) - 1, int(n)
 
