@@ -14,7 +14,7 @@
      its own tenants (Faker names: the rare same name is then the same customer), its own private
      text, leaks and request ids (96 random bits from the seed: unique in practice), and shares the
      public text with the others, as customers of one service do. The corpus's documents are cut
-     into one share per seed (and one to spare; ``forensics simulate --corpus-part K/N``): a seed's
+     into one share per seed the size can take (``corpus_parts``; ``forensics simulate --corpus-part K/N``): a seed's
      tenants own only its share, every seed has the same public passages. (Before, every seed's
      tenants owned the whole corpus among them, so each document was the private text of one
      customer per seed: read as one incident, several customers had sent it, and its leaks were,

@@ -954,7 +954,7 @@ def _at_once(nodes: list[tuple[str, list[dict[str, Any]]]], first: list[int], ot
 def _within(times: list[int], spans: list[tuple[int, int]]) -> bool:
     """Whether half or more of ``times`` fall within one of ``spans`` (first and last times of files)."""
     starts = sorted(spans)
-    ends = [max(hi for _, hi in starts[:i + 1]) for i in range(len(starts))]  # (the furthest end up to each start)
+    ends = list(itertools.accumulate((hi for _, hi in starts), max))  # (the furthest end up to each start)
     inside = 0
     for t in times:
         i = bisect.bisect_right(starts, (t, 2 ** 63)) - 1

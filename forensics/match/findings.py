@@ -608,7 +608,6 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # for the engines' models only: those of the records placed on a node, either column, compared as deployments).
     unplaced: list[tuple[np.ndarray, np.ndarray]] = []
     placed_codes: set[int] = set()  # the deployments the records placed on a node name (deployment_code)
-    placed_unnamed = False  # a record placed on a node names no model
     record_times: list[np.ndarray] = []
     record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
     case_deployments = frozenset(d for d in map(deployment, case_models) if d)
@@ -619,14 +618,13 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         nodes = batch.column("decode_node")
         for nd in pc.unique(nodes.drop_null()).to_pylist():
             per_node.setdefault(nd, []).append(rec.filter(pc.and_(pc.equal(nodes, nd), pc.is_valid(rec))).to_numpy())
+        # Per row, the deployment (deployment_code) each model column names: 0 for none.
         codes = (np.stack([codes_of.of(batch.column(c)) for c in model_cols], axis=1) if model_cols
                  else np.zeros((batch.num_rows, 0), np.uint64))
-        is_placed = pc.is_valid(nodes).to_numpy(zero_copy_only=False)
-        placed_rows = codes[is_placed]
-        placed_codes.update(int(c) for c in np.unique(placed_rows) if c)
-        placed_unnamed = placed_unnamed or bool(len(placed_rows) and not placed_rows.any(axis=1).all())
+        is_placed = pc.is_valid(nodes)
+        placed_codes.update(int(c) for c in np.unique(codes[is_placed.to_numpy(zero_copy_only=False)]) if c)
         if model_cols:
-            placed = pa.table({c: batch.column(c).filter(pc.is_valid(nodes)) for c in model_cols})
+            placed = pa.table({c: batch.column(c).filter(is_placed) for c in model_cols})
             for names_asked in placed.group_by(model_cols).aggregate([]).to_pylist():
                 named = {d for d in map(deployment, names_asked.values()) if d}
                 served |= named
@@ -642,8 +640,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         if model_cols:
             valid = pc.is_valid(rec)
             record_times.append(rec.filter(valid).to_numpy())
-            for parts, c in zip(record_deployments, model_cols):
-                parts.append(codes_of.of(batch.column(c).filter(valid)))
+            valid_codes = codes[valid.to_numpy(zero_copy_only=False)]
+            for i, parts in enumerate(record_deployments):
+                parts.append(valid_codes[:, i])
         if len(wanted):
             sel = batch.filter(pc.is_in(batch.column("request_id"), value_set=wanted))
             dmg = sel.column("damage").to_pylist() if has_damage else [None] * sel.num_rows
@@ -666,9 +665,10 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     node_times = {n: np.sort(np.concatenate(v)) for n, v in sorted(per_node.items())}
     total = sum(len(v) for v in node_times.values())
     # Compared as deployments, either column: a gap's records written "openai/GLM-5.3", or under a model group
-    # with the placed records' model routed, are theirs. One naming no model counts where a placed one names none.
+    # with the placed records' model routed, are theirs. One naming no model counts where a placed one names none
+    # (served_unknown).
     served_codes = np.array(sorted(placed_codes), np.uint64)
-    hidden = [t[np.isin(c, served_codes).any(axis=1) | (placed_unnamed & ~c.any(axis=1))] for t, c in unplaced]
+    hidden = [t[np.isin(c, served_codes).any(axis=1) | (served_unknown & ~c.any(axis=1))] for t, c in unplaced]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)

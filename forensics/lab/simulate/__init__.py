@@ -126,8 +126,13 @@ def command_line(seed: int, scale: str, fmt: str, corpus: Path | None, out: str,
     if corpus is not None:
         cmd += f" --corpus {corpus.name}"
     if corpus_part is not None:
-        cmd += f" --corpus-part {corpus_part[0] + 1}/{corpus_part[1]}"
+        cmd += f" --corpus-part {corpus_part_text(corpus_part)}"
     return cmd + " --force"
+
+
+def corpus_part_text(part: tuple[int, int]) -> str:
+    """(part, parts) from 0 as the ``K/N`` :func:`parse_corpus_part` reads."""
+    return f"{part[0] + 1}/{part[1]}"
 
 
 def parse_corpus_part(text: str) -> tuple[int, int]:
@@ -238,7 +243,7 @@ def simulate(
     if engine_fmt != DEFAULT_ENGINE_FORMAT:  # absent for the default, so earlier simulations keep their bytes
         truth["generator"]["engine_format"] = engine_fmt
     if corpus_part is not None:  # likewise
-        truth["generator"]["corpus_part"] = f"{corpus_part[0] + 1}/{corpus_part[1]}"
+        truth["generator"]["corpus_part"] = corpus_part_text(corpus_part)
     truth_path = out / "truth.json"
     safe.write_text(truth_path, json.dumps(truth, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     safe.write_text(out / "README.md", _readme(cmd, truth, writer, engine_cls))

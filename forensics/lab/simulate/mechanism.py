@@ -274,22 +274,23 @@ class Simulation:
             # only: a leaked passage must be rare. Document 0 is the article everyone sends.
             n_docs = len(self.corpus.documents)
             groups = [g for g in tx.owner_groups(self.corpus) if 0 not in g]
-            # Every eighth group belongs to no tenant (realistic scale): passages groups of tenants paste, and the
-            # natural sentences a model emits when it decodes from garbage.
-            reserve_of = (lambda gs: [g for j, g in enumerate(gs) if j % 8 == 7]) if s.realistic else (lambda gs: [])
+            def reserve_apart(gs: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+                """(reserved, owned): every eighth group belongs to no tenant (realistic scale): passages groups of
+                tenants paste, and the natural sentences a model emits when it decodes from garbage."""
+                reserved = [g for j, g in enumerate(gs) if s.realistic and j % 8 == 7]
+                return reserved, [g for j, g in enumerate(gs) if not (s.realistic and j % 8 == 7)]
+
             others: list[list[int]] = []  # the groups other parts' tenants own (corpus_part)
             if self.corpus_part is None:
                 rng.shuffle(groups)
-                reserve_groups = reserve_of(groups)
-                groups = [g for j, g in enumerate(groups) if not (s.realistic and j % 8 == 7)]
+                reserve_groups, groups = reserve_apart(groups)
             else:
                 # Chosen in the corpus's own order (the same in every incident), so every part has the same reserve
                 # and no two parts' tenants own one text: incidents merged into a bigger one keep their private
                 # text private (read as one incident, a document several seeds' tenants each owned was text
                 # several customers sent, and its leaks could name none of them).
                 part, parts = self.corpus_part
-                reserve_groups = reserve_of(groups)
-                candidates = [g for j, g in enumerate(groups) if not (s.realistic and j % 8 == 7)]
+                reserve_groups, candidates = reserve_apart(groups)
                 groups = candidates[part::parts]
                 others = [g for j, g in enumerate(candidates) if j % parts != part]
                 rng.shuffle(groups)
