@@ -16,6 +16,7 @@ import pytest
 from match_helpers import config, exchange, make_case
 
 import forensics.match.pool as pool_mod
+import forensics.match.spill as spill_mod
 import forensics.match.stream as stream_mod
 from forensics import schema
 from forensics.cli import main
@@ -635,6 +636,33 @@ def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatc
     result = match(case, config(batch_rows=4), tuning=Tuning(compact_entries=1, prune_hits=1))
     assert _outputs(case) == expected
     assert result.report["searched"]["kgram_hits_kept_after_rarity_and_own_context"] > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_path: Path, workers: int) -> None:
+    # A big case's hits go to a file and come back a part at a time: the same findings, nothing left behind.
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    tuning = Tuning(inline_bytes=0, wait_for_workers=True) if workers > 1 else Tuning()
+    whole = match(case, config(workers=workers, batch_rows=8), tuning=tuning)
+    expected = _outputs(case)
+    before = sorted(p.name for p in case.iterdir())
+    opened: list[Any] = []
+    real = spill_mod.tempfile.TemporaryFile
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        fh = real(*args, **kwargs)
+        opened.append(fh)
+        return fh
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spill_mod.tempfile, "TemporaryFile", spy)
+        parts = match(case, config(workers=workers, batch_rows=8),
+                      tuning=dataclasses.replace(tuning, memory_hits=1, prune_hits=1, verify_part_hits=1))
+    assert _outputs(case) == expected
+    assert parts.report["searched"] == whole.report["searched"]
+    assert len(opened) == 1 and opened[0].closed  # the hits went to disk, and the file is gone
+    assert sorted(p.name for p in case.iterdir()) == before
+    assert len(cross(whole.findings)) >= 5
 
 
 def _mixed_rows(rng: np.random.Generator, n: int) -> list[dict]:

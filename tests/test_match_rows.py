@@ -61,3 +61,36 @@ def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> 
     whole = _scorer()
     whole.collect(scored)
     assert whole.rows() == expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_only_the_regions_of_a_source_two_records_hold_are_kept_past_their_task(seed: int) -> None:
+    # A row's hits are all in one verification task: a pair comes back in another task only when two records
+    # hold its source's (request id, tenant). Only those pairs' regions are kept; the rows are the same.
+    rng = random.Random(seed)
+    keys = [(rng.randrange(3), f"r{rng.randrange(4)}", "acme", "prompt", rng.random() < 0.2) for _ in range(12)]
+    scored = [(key, _region(rng, key[1], seed % 2 == 0)) for key in keys for _ in range(rng.randrange(1, 5))]
+    twice = {"r1", "r3"}  # sources two records hold: their pairs may come in any task
+    tasks: list[list[tuple[PairKey, Region]]] = [[] for _ in range(4)]
+    once_task = {key: rng.randrange(4) for key in keys}  # every other pair: all its regions in one task
+    for key, region in scored:
+        tasks[rng.randrange(4) if key[1] in twice else once_task[key]].append((key, region))
+    in_order = [x for task in tasks for x in task]
+    expected = _reference(in_order)
+
+    scorer = _scorer()
+    scorer.sources_held_twice = {(s, "acme") for s in twice}
+    for task in tasks:
+        scorer.collect(task)
+    assert {key[1] for key in scorer.per_pair} <= twice
+    assert scorer.rows() == expected
+
+
+def test_a_pair_found_again_whose_source_one_record_holds_is_an_error_not_a_wrong_row() -> None:
+    rng = random.Random(1)
+    key = (0, "r1", "acme", "prompt", False)
+    scorer = _scorer()
+    scorer.sources_held_twice = set()
+    scorer.collect([(key, _region(rng, "r1", False))])
+    with pytest.raises(ValueError, match="came in two batches"):
+        scorer.collect([(key, _region(rng, "r1", False))])

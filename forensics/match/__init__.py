@@ -62,12 +62,13 @@ from forensics.match.fingerprint import MATCH_TOKENS, SEED, kernels_loading_besi
 from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
 from forensics.match.public import constants_sha256
-from forensics.match.rarity import HolderCounts, without_common
-from forensics.match.stream import HIT_DTYPE, Scanner
+from forensics.match.rarity import HolderCounts
+from forensics.match.spill import HeldHits
+from forensics.match.stream import Scanner
 from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, looser_confirm, params_from
 from forensics.match.tuning import Tuning
-from forensics.match.verification import informative_hits, verify_kept
+from forensics.match.verification import verify_held
 from forensics.memory import fewer_collections, give_back_freed_memory, reusing_freed_memory
 from forensics.progress import Reporter
 
@@ -139,42 +140,46 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             index = TargetIndex(targets, p.k)
             engine_seen = engine_facts_done()
         scanner = Scanner(index, p)
+        # The k-grams this process knows are common, shared with the workers as it learns them (exact: see Scanner).
+        shared = helpers.shared_mask(index.kgram_count)
+        if shared is not None:
+            scanner.known_common_file = shared[0]
         helpers.start(scanner)
         # Building the index freed as much as it keeps (the targets' text tokenized at once): 137 MiB on
         # the 4 GB benchmark incident that the pass, whose peak comes later, would only partly reuse.
         give_back_freed_memory()
         holders = HolderCounts(index, p, tuning.compact_entries)
-        hits: list[np.ndarray] = []
+        scanner.know_common(holders.common)
         n_hits = pending = 0
         sources: dict[int, tuple[str, str | None, int]] = {}
         stats: dict[str, int] = {}
-        for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config),
-                            tuning.pass_in_flight):
-            holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
-            hits.append(res.hits)
-            n_hits += len(res.hits)
-            pending += len(res.hits)
-            sources.update(res.sources)
-            for key, v in res.stats.items():
-                stats[key] = stats.get(key, 0) + v
-            if pending > max(tuning.prune_hits, sum(len(h) for h in hits) // 2):
-                # Hits on k-grams that are already common can never become evidence: drop them now.
-                holders.compact()
-                hits = without_common(hits, index, holders.common)
-                pending = 0
-        held = holders.finish()
-        pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
-        all_hits = np.concatenate(hits) if hits else np.zeros((0, 6), HIT_DTYPE)
-        del hits
-        stats["hits"] = n_hits
-        # Each task's candidates are scored by the process that verified them; only the admissible
-        # regions come back and are kept, not every candidate.
-        scorer = RegionScorer(targets, held, p)
-        pass_jobs = helpers.jobs["workers"]
-        kept = informative_hits(index, p, all_hits, sources, held)
-        del all_hits  # not held while the texts are aligned
-        vstats = verify_kept(index, p, kept, sources, path, helpers, progress, scorer, in_flight=tuning.verify_in_flight)
-        del kept
+        with HeldHits(c.root, tuning.memory_hits) as hits:
+            for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config),
+                                tuning.pass_in_flight):
+                holders.add(res.holder_gid, res.holder_tenant, res.holder_time)
+                hits.add(res.hits)
+                n_hits += len(res.hits)
+                pending += len(res.hits)
+                sources.update(res.sources)
+                for key, v in res.stats.items():
+                    stats[key] = stats.get(key, 0) + v
+                if pending > max(tuning.prune_hits, hits.memory_count // 2):
+                    # Hits on k-grams that are already common can never become evidence: drop them now.
+                    holders.compact()
+                    hits.drop_common(index, holders.common)
+                    pending = 0
+                if shared is not None:
+                    np.logical_or(shared[1], holders.common, out=shared[1])
+                    np.logical_or(shared[1], scanner.common, out=shared[1])
+            shared = None  # (its file goes with the workers)
+            held = holders.finish()
+            pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
+            stats["hits"] = n_hits
+            # Each task's candidates are scored by the process that verified them; only the admissible
+            # regions come back and are kept, not every candidate.
+            scorer = RegionScorer(targets, held, p, held_twice(sources))
+            pass_jobs = helpers.jobs["workers"]
+            vstats = verify_held(index, p, hits, held, sources, path, helpers, progress, scorer, tuning)
     stats.update(vstats)
     rows = scorer.rows()
     del scorer  # its regions: the rows hold what the findings need
@@ -266,6 +271,19 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                                   "jobs_on_workers": helpers.jobs["workers"],
                                   "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,
                                   "workers_failed": helpers.failed})
+
+
+def held_twice(sources: dict[int, tuple[str, str | None, int]]) -> set[tuple[str, str | None]]:
+    """The (request id, tenant) pairs that more than one of the source rows ``sources`` holds: only their
+    candidate pairs can be found in two verification tasks (a row's hits are all in one)."""
+    seen: set[tuple[str, str | None]] = set()
+    twice: set[tuple[str, str | None]] = set()
+    for request_id, tenant, _ in sources.values():
+        key = (request_id, tenant)
+        if key in seen:
+            twice.add(key)
+        seen.add(key)
+    return twice
 
 
 def _finding(row: dict[str, Any]) -> Finding:

@@ -20,6 +20,7 @@ from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 try:
@@ -148,6 +149,23 @@ class Helpers:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
 
+    def shared_mask(self, n: int) -> tuple[str, np.ndarray] | None:
+        """A file of ``n`` bytes, all zero, that this process writes and the workers read as it changes (mapped):
+        its name and this process's writable map. Removed when the pool closes; None without workers, or when
+        the file cannot be written (the workers then work without it)."""
+        if not self.n:
+            return None
+        path: Path | None = None
+        try:
+            path = _payload_file(lambda fh: fh.truncate(n), suffix=MASK_SUFFIX)
+            self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
+            mask = np.memmap(path, dtype=np.bool_, mode="r+", shape=(n,)) if n else np.zeros(0, np.bool_)
+        except (OSError, ValueError):  # no room for the file: the workers learn on their own
+            if path is not None:
+                path.unlink(missing_ok=True)
+            return None
+        return str(path), mask
+
     def share(self, obj: Any) -> str | None:
         """A file the workers can read ``obj`` from (pickled once, not sent with every job), removed
         when the pool closes; None when there are no workers or the file cannot be written (the
@@ -274,6 +292,8 @@ class TextFree:
 
 #: Start of the scanner files' names (the process id follows: which run left one, for a person looking).
 PAYLOAD_PREFIX = "forensics-match-"
+#: The end of the name of a file of :meth:`Helpers.shared_mask` (a scanner file's is ``.pickle``).
+MASK_SUFFIX = ".mask"
 #: A scanner file this recent may be one a stage is still writing, before it holds its lock.
 PAYLOAD_GRACE_SECONDS = 600
 
@@ -290,7 +310,8 @@ def remove_stale_payloads() -> list[Path]:
     if fcntl is None:  # no flock: nothing tells a running stage's file from a dead one's
         return []
     removed = []
-    for path in sorted(Path(tempfile.gettempdir()).glob(f"{PAYLOAD_PREFIX}*.pickle")):
+    for path in sorted(p for suffix in (".pickle", MASK_SUFFIX)
+                       for p in Path(tempfile.gettempdir()).glob(f"{PAYLOAD_PREFIX}*{suffix}")):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:  # a link, gone meanwhile, not readable
@@ -333,10 +354,10 @@ def _worker_payload(scanner: Scanner) -> Path:
     return _payload_file(lambda fh: _dump_without_texts(scanner, fh))
 
 
-def _payload_file(write: Callable[[Any], None]) -> Path:
+def _payload_file(write: Callable[[Any], Any], suffix: str = ".pickle") -> Path:
     """A new private temporary file (``PAYLOAD_PREFIX``, so a later stage can sweep it) filled by ``write``;
     removed again if ``write`` fails in any way."""
-    fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=".pickle")
+    fd, name = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-", suffix=suffix)
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -45,6 +45,12 @@ class Tuning:
     compact_entries: int = 4_000_000
     #: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).
     prune_hits: int = 500_000
+    #: Hits held in memory during the pass before they go to a file in the case folder (bounds memory, not results):
+    #: 2M is 46 MiB.
+    memory_hits: int = 2_000_000
+    #: Held hits verified at a time, whole scan tasks' hits (bounds memory, not results): 4M is 92 MiB, and about
+    #: 4x that while they are filtered and sorted.
+    verify_part_hits: int = 4_000_000
 
 
 #: What ``match`` uses when given none (a test harness driving the CLI may replace it).

@@ -16,6 +16,7 @@ from forensics.match.index import TargetIndex
 from forensics.match.order import lexsort_ints, unique_ints
 from forensics.match.pool import Helpers, WorkerUnfit, ordered
 from forensics.match.rarity import Holders, pair_evidence
+from forensics.match.spill import HeldHits
 from forensics.match.stream import (
     VerifyTask,
     tenant_code,
@@ -53,37 +54,56 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
     return result
 
 
-def verify_kept(index: TargetIndex, p: MatchParams, kept: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
-                path: Path, helpers: Helpers, progress: Reporter | None, scorer: RegionScorer,
-                in_flight: int = Tuning.verify_in_flight) -> dict[str, int]:
-    """Align the hits :func:`informative_hits` kept, reading only those texts, and score the candidates
-    into ``scorer`` (its regions, in row order, whichever process found them). Returns the counts.
+def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Holders,
+                sources: dict[int, tuple[str, str | None, int]], path: Path, helpers: Helpers,
+                progress: Reporter | None, scorer: RegionScorer, tuning: Tuning = Tuning()) -> dict[str, int]:
+    """Align the hits that :func:`informative_hits` keeps of those ``held``, reading only those texts, and score
+    the candidates into ``scorer`` (its regions, in row order, whichever process found them). Returns the counts.
+
+    A part of the held hits at a time (about ``tuning.verify_part_hits``, whole scan tasks): its informative hits
+    are found, verified and dropped before the next part is read, so memory does not grow with the case's hits.
+    Each part's rows come after the last part's, and a row's candidates depend on its hits alone, so the regions
+    are those of one part holding every hit.
 
     The alignment is shared by this process and the workers (tasks of source rows, see
     :func:`_verify_tasks`); each process scores the candidates it found with a :class:`RegionScorer`
     like ``scorer`` (the workers read its holders from a file once) and only the admissible regions
     come back: scoring every task's candidates here kept this process busy while the worker waited,
     and the candidates' k-gram positions crossed between processes for nothing.
-    ``in_flight``: tasks waiting at each worker before this process verifies one itself.
-    Two steps, so that a caller drops the hits before the texts are aligned.
     """
-    if len(kept) == 0:
-        return {"informative_hits": 0, "texts_verified": 0}
-    rows = unique_ints(kept[:, 2])
-    task = reporter(progress).task("match: verifying candidate regions", len(rows))
+    kept_hits = rows_verified = 0
+    total = held.count
+    task = reporter(progress).task("match: verifying candidate regions", total)
+    done = 0
     try:
-        holders_file = helpers.share(scorer.holders)  # None without workers: every task runs here
-        # A list, so that the last jobs stay in this process rather than wait at a busy worker (ordered).
-        jobs = [(job, holders_file) for job in _verify_tasks(path, kept, rows, sources,
-                                                             4 * (helpers.n + 1) if helpers.n else 0)]
-        for found, n in ordered(helpers, verify_and_score_in_worker,
-                                lambda job: (scorer.score(verify_task(index, p, job[0])), len(job[0].rows)),
-                                jobs, per_worker=in_flight):
-            scorer.collect(found)
-            task.advance(n)
+        holders_file: str | None = None
+        for results in held.parts(tuning.verify_part_hits):
+            part = held.load(results, index, holders[3])
+            kept = informative_hits(index, p, part, sources, holders)
+            task.advance(len(part) - len(kept))
+            done += len(part) - len(kept)
+            del part
+            if not len(kept):
+                continue
+            rows = unique_ints(kept[:, 2])
+            if holders_file is None:
+                holders_file = helpers.share(scorer.holders)  # None without workers: every task runs here
+            # A list, so that the last jobs stay in this process rather than wait at a busy worker (ordered).
+            jobs = [(job, holders_file) for job in _verify_tasks(path, kept, rows, sources,
+                                                                 4 * (helpers.n + 1) if helpers.n else 0)]
+            kept_hits += len(kept)
+            rows_verified += len(rows)
+            del kept, rows
+            for found, n in ordered(helpers, verify_and_score_in_worker,
+                                    lambda job: (scorer.score(verify_task(index, p, job[0])), len(job[0].hits)),
+                                    jobs, per_worker=tuning.verify_in_flight):
+                scorer.collect(found)
+                task.advance(n)
+                done += n
+        task.advance(total - done)  # the hits on k-grams found common after they were held
     finally:
         task.close()
-    return {"informative_hits": int(len(kept)), "texts_verified": int(len(rows))}
+    return {"informative_hits": kept_hits, "texts_verified": rows_verified}
 
 
 #: The worker's scorer, for the holders file it was built from (one per stage).
@@ -92,7 +112,7 @@ _SCORER: tuple[str, RegionScorer] | None = None
 
 def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list[tuple[PairKey, Region]], int]:
     """Pool task: verify one task's source rows and score the candidates with this worker's targets
-    and the stage's holders (read once from the file named); returns the regions and the row count."""
+    and the stage's holders (read once from the file named); returns the regions and the task's hit count."""
     global _SCORER
     task, holders_file = job
     scanner = stream._WORKER
@@ -106,7 +126,7 @@ def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list
         _SCORER = (holders_file, RegionScorer(scanner.index.targets, holders, scanner.p))
     found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task))
     give_back_above()
-    return found, len(task.rows)
+    return found, len(task.hits)
 
 
 def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[int, tuple[str, str | None, int]],

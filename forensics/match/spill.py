@@ -1,0 +1,115 @@
+"""The streaming pass's k-gram hits, held in file order: in memory up to a bound, then on disk.
+
+Every hit of the pass must wait for its end (which k-grams are common text is known only then), and a big
+case's hits outgrow memory: 20.6M of them (470 MiB) at the end of the pass on the 4 GB benchmark incident,
+and as much again while they were filtered and sorted at once. Beyond ``memory_hits`` they go to an
+anonymous file in the case folder (unlinked from the start: nothing is left behind, even by a crash), and
+verification reads them back a part at a time (:meth:`HeldHits.parts`, :meth:`HeldHits.load`), each part whole scan tasks' hits,
+so that no source row's hits are split between parts.
+"""
+
+
+import tempfile
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from forensics.errors import CaseError
+from forensics.match.index import TargetIndex
+from forensics.match.rarity import without_common
+from forensics.match.stream import HIT_DTYPE
+
+#: Columns of a hit (see ``stream.BatchResult.hits``).
+HIT_COLUMNS = 6
+EMPTY = np.zeros((0, HIT_COLUMNS), HIT_DTYPE)
+
+
+class HeldHits:
+    """The hits of the pass's results, added in file order (each result a range of rows after the last)."""
+
+    def __init__(self, folder: Path, memory_hits: int) -> None:
+        self.folder = folder
+        self.memory_hits = memory_hits
+        self.in_memory: list[np.ndarray] = []  # the results since the last spill, one array each
+        self.spilled: list[int] = []  # hits per spilled result, in file order
+        self.file: IO[bytes] | None = None
+
+    def __enter__(self) -> "HeldHits":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def count(self) -> int:
+        """Hits held (in memory and on disk)."""
+        return sum(len(h) for h in self.in_memory) + sum(self.spilled)
+
+    @property
+    def memory_count(self) -> int:
+        """Hits held in memory."""
+        return sum(len(h) for h in self.in_memory)
+
+    def add(self, hits: np.ndarray) -> None:
+        """Hold one result's hits (its rows come after every result added before)."""
+        self.in_memory.append(hits)
+
+    def drop_common(self, index: TargetIndex, common: np.ndarray) -> None:
+        """Drop the hits in memory on k-grams marked ``common`` (they can never become evidence), then write
+        them to disk if more than ``memory_hits`` are left."""
+        self.in_memory = without_common(self.in_memory, index, common)
+        if self.memory_count > self.memory_hits:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-hits-")
+            self.file.seek(0, 2)
+            for h in self.in_memory:
+                self.file.write(np.ascontiguousarray(h, dtype=HIT_DTYPE).tobytes())
+                self.spilled.append(len(h))
+            self.in_memory = []
+
+    def parts(self, part_hits: int) -> list[list[int]]:
+        """The held results in file order, grouped into parts of whole results of about ``part_hits`` hits each
+        (one result may hold more): each part a list of result numbers, for :meth:`load`."""
+        sizes = self.spilled + [len(h) for h in self.in_memory]
+        parts: list[list[int]] = []
+        size = 0
+        for i, n in enumerate(sizes):
+            # A part never mixes results on disk and in memory: each is read from one place.
+            if not parts or size + n > part_hits or i == len(self.spilled):
+                parts.append([])
+                size = 0
+            parts[-1].append(i)
+            size += n
+        return parts
+
+    def load(self, part: list[int], index: TargetIndex, common: np.ndarray) -> np.ndarray:
+        """The hits of the results of ``part`` (one of :meth:`parts`), without those on k-grams marked ``common``.
+        A part in memory is let go: each is loaded once."""
+        if not part:
+            return EMPTY
+        if part[0] >= len(self.spilled):
+            first = len(self.spilled)
+            pieces = [self.in_memory[i - first] for i in part]
+            for i in part:
+                self.in_memory[i - first] = EMPTY
+            hits = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            del pieces
+            return without_common([hits], index, common)[0]
+        assert self.file is not None
+        width = HIT_COLUMNS * np.dtype(HIT_DTYPE).itemsize
+        total = sum(self.spilled[i] for i in part)
+        self.file.seek(sum(self.spilled[: part[0]]) * width)
+        raw = self.file.read(total * width)
+        if len(raw) != total * width:
+            raise CaseError(f"the match stage's hits held on disk came back short ({len(raw)} of {total * width} bytes)",
+                            file=self.folder, fix="check the disk holding the case folder, then run the match "
+                                                  "stage again")
+        return without_common([np.frombuffer(raw, dtype=HIT_DTYPE).reshape(total, HIT_COLUMNS)], index, common)[0]
+
+    def close(self) -> None:
+        """Drop the file (and its space) and the hits in memory."""
+        self.in_memory = []
+        if self.file is not None:
+            self.file.close()
+            self.file = None

@@ -1,0 +1,81 @@
+"""The pass's held hits: in memory up to a bound, then in an anonymous file; read back in file order, a part of
+whole results at a time, without the hits on k-grams found common."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from forensics.errors import CaseError
+from forensics.match.index import TargetIndex
+from forensics.match.spill import HeldHits
+from forensics.match.stream import HIT_DTYPE
+
+#: One target of 50 positions, position i on k-gram id i.
+INDEX = cast(TargetIndex, types.SimpleNamespace(gid_flat=np.arange(50, dtype=np.int64),
+                                                gid_offset=np.zeros(1, dtype=np.int64)))
+
+
+def result(first_row: int, n: int) -> np.ndarray:
+    """``n`` hits of one scan result (rows from ``first_row``), target 0, positions 0..n-1."""
+    hits = np.zeros((n, 6), HIT_DTYPE)
+    hits[:, 1] = np.arange(n) % 50
+    hits[:, 2] = first_row + np.arange(n)
+    hits[:, 4] = np.arange(n)
+    return hits
+
+
+@pytest.mark.parametrize("memory_hits", [0, 7, 1000])
+@pytest.mark.parametrize("part_hits", [1, 10, 1000])
+def test_parts_give_every_hit_in_file_order_and_never_split_a_result(tmp_path: Path, memory_hits: int,
+                                                                     part_hits: int) -> None:
+    sizes = [3, 0, 12, 5, 5, 1, 20, 4]
+    results, row = [], 0
+    for n in sizes:
+        results.append(result(row, n))
+        row += n
+    common = np.zeros(50, dtype=bool)
+    with HeldHits(tmp_path, memory_hits) as held:
+        for i, r in enumerate(results):
+            held.add(r)
+            if i % 3 == 2:
+                held.drop_common(INDEX, common)
+        assert held.count == sum(sizes)
+        assert (held.file is not None) == (memory_hits < 1000)
+        parts = held.parts(part_hits)
+        loaded = [held.load(part, INDEX, common) for part in parts]
+    assert [i for part in parts for i in part] == list(range(len(sizes)))
+    for part in parts:  # a part is over the bound only when it is one result
+        assert len(part) == 1 or sum(sizes[i] for i in part) <= part_hits
+    assert np.array_equal(np.concatenate(loaded), np.concatenate(results))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hits_on_common_kgrams_are_dropped_in_memory_on_disk_and_when_read(tmp_path: Path) -> None:
+    common = np.zeros(50, dtype=bool)
+    with HeldHits(tmp_path, 4) as held:
+        held.add(result(0, 10))
+        common[[1, 2]] = True
+        held.drop_common(INDEX, common)  # 8 left: to disk
+        assert held.spilled == [8] and held.memory_count == 0
+        held.add(result(10, 10))
+        common[[3]] = True  # found common after the first result went to disk
+        parts = held.parts(100)
+        got = np.concatenate([held.load(part, INDEX, common) for part in parts])
+    assert sorted(set(range(10)) - set(got[:, 1].tolist())) == [1, 2, 3]
+    assert got[:, 2].tolist() == [r for r in range(20) if r % 10 not in (1, 2, 3)]
+
+
+def test_a_file_cut_short_is_an_error_not_fewer_hits(tmp_path: Path) -> None:
+    common = np.zeros(50, dtype=bool)
+    with HeldHits(tmp_path, 0) as held:
+        held.add(result(0, 10))
+        held.drop_common(INDEX, common)
+        file = cast(Any, held.file)
+        file.truncate(24 * 5)
+        with pytest.raises(CaseError, match="came back short"):
+            held.load(held.parts(100)[0], INDEX, common)
