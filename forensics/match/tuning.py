@@ -48,9 +48,10 @@ class Tuning:
     #: Hits held in memory during the pass before they go to a file in the case folder (bounds memory, not results):
     #: 2M is 46 MiB.
     memory_hits: int = 2_000_000
-    #: Held hits verified at a time, whole scan tasks' hits (bounds memory, not results): 4M is 92 MiB, and about
-    #: 4x that while they are filtered and sorted.
-    verify_part_hits: int = 4_000_000
+    #: Held hits verified at a time, whole scan tasks' hits (bounds memory, not results): 1M is 23 MiB, and about
+    #: 4x that while they are filtered and sorted. The match stage's peak, all processes, on the 1 GB / 4 GB benchmark
+    #: incidents: 4M 1,354 / 2,302-2,312 MiB, 2M - / 2,229 MiB, 1M 1,200 / 2,104-2,144 MiB (the time within noise).
+    verify_part_hits: int = 1_000_000
 
 
 #: What ``match`` uses when given none (a test harness driving the CLI may replace it).
