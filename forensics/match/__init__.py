@@ -7,7 +7,9 @@
    Every k-gram of every target is hashed into a small in-memory index (``index.py``).
 2. One streaming pass over every record's prompt and response (``stream.py``, both cores:
    this process and the workers each read their own row ranges, no text passes between them):
-   hash, probe, count which tenants held each target k-gram and when. Then the hits that
+   hash, probe, count which tenants held each target k-gram and when (the k-grams this process
+   finds common are shared with the workers as it goes, so no process makes hits on them). The hits
+   wait for the pass's end, beyond a bound on disk (``spill.py``); then, a part at a time, those that
    survive rarity and own context are verified with rapidfuzz on token slices (``align.py``),
    shared the same way, each task reading only its own source rows; results are gathered in
    row order, so the outputs are the same whatever the number of processes.
@@ -26,8 +28,8 @@
 Modules, one concern each: ``targets.py`` (step 1's targets and control sample), ``index.py``
 (their k-gram index), ``stream.py`` (the per-batch scan and verification work a process does),
 ``pool.py`` (sharing the pass among this process and the workers, in row order, with a fallback
-when workers fail), ``rarity.py`` (who held each k-gram when), ``verification.py`` (which hits to
-align, in tasks), ``findings.py`` (evidence, null, E-values, tiers: steps 3 and 4), ``chance.py``
+when workers fail), ``rarity.py`` (who held each k-gram when), ``spill.py`` (the pass's hits, held
+until its end), ``verification.py`` (which hits to align, in tasks), ``findings.py`` (evidence, null, E-values, tiers: steps 3 and 4), ``chance.py``
 and ``tiers.py`` (the evidence model and the rules), and this module: the stage entry and match.json.
 """
 
