@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import types
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -663,6 +664,43 @@ def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_pa
     assert len(opened) == 1 and opened[0].closed  # the hits went to disk, and the file is gone
     assert sorted(p.name for p in case.iterdir()) == before
     assert len(cross(whole.findings)) >= 5
+
+
+def test_holding_hits_on_disk_keeps_the_pruning_schedule_and_the_progress_whole(tmp_path: Path) -> None:
+    # Review of the first version: every write to disk emptied the hits in memory, and the holder counts were
+    # compacted again after every prune_hits hits (72 compactions where 8 had done). And the bar's last step
+    # counted every hit dropped on reading back.
+    from forensics.match import rarity
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    calls: list[int] = []
+    real = rarity.HolderCounts.compact
+
+    def counted(self: Any) -> None:
+        calls.append(1)
+        real(self)
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.tasks: dict[str, tuple[float | None, list[float]]] = {}
+
+        def task(self, description: str, total: float | None = None) -> Any:
+            steps: list[float] = []
+            self.tasks[description] = (total, steps)
+            return types.SimpleNamespace(advance=lambda n=1: steps.append(n), close=lambda: None)
+
+    counts = []
+    for memory_hits in (10**9, 1):
+        calls.clear()
+        recorder = Recorder()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(rarity.HolderCounts, "compact", counted)
+            match(case, config(batch_rows=8), recorder, tuning=Tuning(prune_hits=20, memory_hits=memory_hits,
+                                                                      verify_part_hits=50))
+        counts.append(len(calls))
+        total, steps = recorder.tasks["match: verifying candidate regions"]
+        assert total and sum(steps) == total and steps[-1] == 0  # nothing left to count at the end
+    assert counts[0] == counts[1] > 1
 
 
 def _mixed_rows(rng: np.random.Generator, n: int) -> list[dict]:

@@ -384,3 +384,40 @@ def test_a_worker_takes_in_the_kgrams_the_stage_found_common_and_produces_no_hit
     mine = stream.Scanner(index, p)
     mine.know_common(known)  # this process's own mask is not pickled: each process opens its own
     assert pickle.loads(pickle.dumps(mine))._known_common is None
+
+
+
+def test_the_shared_file_has_its_blocks_before_it_is_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Review: a mapped file of no allocated blocks (truncate) on a full disk killed the stage with SIGBUS at its
+    # first write, with no message. Its blocks are reserved when it is made; no room, and there is no file.
+    import errno
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    helpers = pool_mod.Helpers(1)
+    try:
+        shared = helpers.shared_mask(1 << 20)
+        assert shared is not None
+        assert os.stat(shared[0]).st_blocks * 512 >= 1 << 20
+        del shared
+    finally:
+        helpers.close()
+
+    def unsupported(fd: int, offset: int, n: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(pool_mod.os, "posix_fallocate", unsupported)  # a file system without it: zeros written
+    with open(tmp_path / "zeros", "wb") as fh:
+        pool_mod._reserve(fh, (1 << 20) + 3)
+    assert (tmp_path / "zeros").read_bytes() == bytes((1 << 20) + 3)
+    (tmp_path / "zeros").unlink()
+
+    def full(fh: Any, n: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pool_mod, "_reserve", full)
+    helpers = pool_mod.Helpers(1)
+    try:
+        assert helpers.shared_mask(1 << 20) is None  # the workers learn on their own
+    finally:
+        helpers.close()
+    assert list(tmp_path.glob("forensics-match-*")) == []

@@ -44,9 +44,11 @@ def test_parts_give_every_hit_in_file_order_and_never_split_a_result(tmp_path: P
             held.add(r)
             if i % 3 == 2:
                 held.drop_common(INDEX, common)
+            held.spill_above(INDEX, common)
         assert held.count == sum(sizes)
         assert (held.file is not None) == (memory_hits < 1000)
         parts = held.parts(part_hits)
+        assert [held.part_count(part) for part in parts] == [sum(sizes[i] for i in part) for part in parts]
         loaded = [held.load(part, INDEX, common) for part in parts]
     assert [i for part in parts for i in part] == list(range(len(sizes)))
     for part in parts:  # a part is over the bound only when it is one result
@@ -60,7 +62,9 @@ def test_hits_on_common_kgrams_are_dropped_in_memory_on_disk_and_when_read(tmp_p
     with HeldHits(tmp_path, 4) as held:
         held.add(result(0, 10))
         common[[1, 2]] = True
-        held.drop_common(INDEX, common)  # 8 left: to disk
+        held.drop_common(INDEX, common)
+        assert held.memory_count == 8 and not held.spilled
+        held.spill_above(INDEX, common)  # more than 4: to disk
         assert held.spilled == [8] and held.memory_count == 0
         held.add(result(10, 10))
         common[[3]] = True  # found common after the first result went to disk
@@ -74,7 +78,7 @@ def test_a_file_cut_short_is_an_error_not_fewer_hits(tmp_path: Path) -> None:
     common = np.zeros(50, dtype=bool)
     with HeldHits(tmp_path, 0) as held:
         held.add(result(0, 10))
-        held.drop_common(INDEX, common)
+        held.spill_above(INDEX, common)
         file = cast(Any, held.file)
         file.truncate(24 * 5)
         with pytest.raises(CaseError, match="came back short"):

@@ -147,6 +147,9 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         if shared is not None:
             scanner.known_common_file = shared[0]
         helpers.start(scanner)
+        if not helpers.n:  # the workers could not be given the scanner: nobody to share with
+            shared = None
+        shared_now = np.zeros(index.kgram_count, dtype=np.bool_)  # what the file holds
         # Building the index freed as much as it keeps (the targets' text tokenized at once): 137 MiB on
         # the 4 GB benchmark incident that the pass, whose peak comes later, would only partly reuse.
         give_back_freed_memory()
@@ -165,14 +168,17 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                 sources.update(res.sources)
                 for key, v in res.stats.items():
                     stats[key] = stats.get(key, 0) + v
-                if pending > max(tuning.prune_hits, hits.memory_count // 2):
+                if pending > max(tuning.prune_hits, hits.count // 2):
                     # Hits on k-grams that are already common can never become evidence: drop them now.
                     holders.compact()
                     hits.drop_common(index, holders.common)
                     pending = 0
+                hits.spill_above(index, holders.common)
                 if shared is not None:
-                    np.logical_or(shared[1], holders.common, out=shared[1])
-                    np.logical_or(shared[1], scanner.common, out=shared[1])
+                    known = np.flatnonzero((holders.common | scanner.common) & ~shared_now)
+                    if len(known):  # only these bytes are written: the rest of the file is left as it is
+                        shared[1][known] = True
+                        shared_now[known] = True
             shared = None  # (its file goes with the workers)
             held = holders.finish()
             pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again

@@ -157,7 +157,7 @@ class Helpers:
             return None
         path: Path | None = None
         try:
-            path = _payload_file(lambda fh: fh.truncate(n), suffix=MASK_SUFFIX)
+            path = _payload_file(lambda fh: _reserve(fh, n), suffix=MASK_SUFFIX)
             self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
             mask = np.memmap(path, dtype=np.bool_, mode="r+", shape=(n,)) if n else np.zeros(0, np.bool_)
         except (OSError, ValueError):  # no room for the file: the workers learn on their own
@@ -352,6 +352,23 @@ def _worker_payload(scanner: Scanner) -> Path:
     beside the scanner itself (150 MiB each in the parent and the worker on the 4 GB benchmark incident).
     """
     return _payload_file(lambda fh: _dump_without_texts(scanner, fh))
+
+
+def _reserve(fh: Any, n: int) -> None:
+    """Give the open file ``fh`` ``n`` zero bytes, its blocks allocated: a write through a map of a file whose
+    blocks the full disk cannot give is a SIGBUS that kills the process, not an OSError."""
+    fh.flush()
+    try:
+        os.posix_fallocate(fh.fileno(), 0, n)
+        return
+    except (AttributeError, OSError):  # no fallocate here (or on this file system): write the zeros
+        pass
+    block = bytes(min(n, 1 << 20))
+    left = n
+    while left > 0:
+        fh.write(block[: min(left, len(block))])
+        left -= len(block)
+    fh.flush()
 
 
 def _payload_file(write: Callable[[Any], Any], suffix: str = ".pickle") -> Path:

@@ -56,17 +56,27 @@ class HeldHits:
         self.in_memory.append(hits)
 
     def drop_common(self, index: TargetIndex, common: np.ndarray) -> None:
-        """Drop the hits in memory on k-grams marked ``common`` (they can never become evidence), then write
-        them to disk if more than ``memory_hits`` are left."""
+        """Drop the hits in memory on k-grams marked ``common`` (they can never become evidence)."""
         self.in_memory = without_common(self.in_memory, index, common)
-        if self.memory_count > self.memory_hits:
-            if self.file is None:
-                self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-hits-")
-            self.file.seek(0, 2)
-            for h in self.in_memory:
-                self.file.write(np.ascontiguousarray(h, dtype=HIT_DTYPE).tobytes())
-                self.spilled.append(len(h))
-            self.in_memory = []
+
+    def spill_above(self, index: TargetIndex, common: np.ndarray) -> None:
+        """If more than ``memory_hits`` hits are in memory, write them to disk, but for those on k-grams
+        marked ``common``."""
+        if self.memory_count <= self.memory_hits:
+            return
+        self.drop_common(index, common)
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-hits-")
+        self.file.seek(0, 2)
+        for h in self.in_memory:
+            self.file.write(np.ascontiguousarray(h, dtype=HIT_DTYPE).tobytes())
+            self.spilled.append(len(h))
+        self.in_memory = []
+
+    def part_count(self, part: list[int]) -> int:
+        """The hits held for ``part`` (one of :meth:`parts`), before :meth:`load` drops those on common k-grams."""
+        sizes = self.spilled + [len(h) for h in self.in_memory]
+        return sum(sizes[i] for i in part)
 
     def parts(self, part_hits: int) -> list[list[int]]:
         """The held results in file order, grouped into parts of whole results of about ``part_hits`` hits each

@@ -163,7 +163,7 @@ class Scanner:
         # large as the one before, so each pair is merged O(log n) times, not once per chunk.
         self._seen: list[np.ndarray] = []
         # What the stage's process knows is common (a file it writes, mapped here; in that process, its own
-        # mask): taken in at every chunk. Without it, a worker starting with nothing learnt produced hits on
+        # mask): taken in at every task (scan_rows). Without it, a worker starting with nothing learnt produced hits on
         # every k-gram of text other processes had already found common: 17.9M hits (430 MiB, 1.2 GB at the
         # worker's peak) for one task of 683 rows on the 4 GB benchmark incident, 136k for the same task
         # after its neighbour's. Exact: what any process saw held by more than max_tenants tenants is common.
@@ -176,10 +176,11 @@ class Scanner:
         return state
 
     def know_common(self, common: np.ndarray) -> None:
-        """Take in, at every chunk from now on, the k-grams ``common`` marks (a mask this process updates)."""
+        """Take in, at every task from now on, the k-grams ``common`` marks (a mask this process updates)."""
         self._known_common = common
 
-    def _take_known_common(self) -> None:
+    def take_known_common(self) -> None:
+        """Mark common what the stage's process knows is (the file it writes, or its own mask): once a task."""
         if self._known_common is None and self.known_common_file is not None:
             try:
                 self._known_common = np.memmap(self.known_common_file, dtype=np.bool_, mode="r",
@@ -247,7 +248,6 @@ class Scanner:
         """
         rids, tenants = batch["request_id"], batch["tenant_id"]
         n = len(rids)
-        self._take_known_common()
         texts: list[str] = []
         for prompt, response in zip(batch["prompt_text"], batch["response_text"]):
             texts.append(prompt or "")
@@ -852,6 +852,7 @@ _READER: RowReader | None = None
 
 def scan_rows(scanner: Scanner, reader: RowReader, task: ScanTask) -> BatchResult:
     """Read a range of rows from the Parquet file with ``reader`` and scan it."""
+    scanner.take_known_common()
     return first_holdings(merge([scanner.scan_batch(batch_dict(b, task.row0 + a))
                                  for a, b in reader.read(task.path, task.row_group, task.lo, task.hi)]))
 

@@ -45,8 +45,8 @@ class Tuning:
     compact_entries: int = 4_000_000
     #: Hits buffered before those on k-grams already common are dropped (bounds memory, not results).
     prune_hits: int = 500_000
-    #: Hits held in memory during the pass before they go to a file in the case folder (bounds memory, not results):
-    #: 2M is 46 MiB.
+    #: Hits held in memory during the pass: more, after a result, and they go to a file in the case folder (bounds
+    #: memory, not results). 2M is 46 MiB; one result's hits may come on top.
     memory_hits: int = 2_000_000
     #: Held hits verified at a time, whole scan tasks' hits (bounds memory, not results): 1M is 23 MiB, and about
     #: 4x that while they are filtered and sorted. The match stage's peak, all processes, on the 1 GB / 4 GB benchmark

@@ -78,11 +78,12 @@ def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Hol
     try:
         holders_file: str | None = None
         for results in held.parts(tuning.verify_part_hits):
+            count = held.part_count(results)
             part = held.load(results, index, holders[3])
             kept = informative_hits(index, p, part, sources, holders)
-            task.advance(len(part) - len(kept))
-            done += len(part) - len(kept)
             del part
+            task.advance(count - len(kept))  # on k-grams found common since they were held, or not informative
+            done += count - len(kept)
             if not len(kept):
                 continue
             rows = unique_ints(kept[:, 2])
@@ -100,7 +101,7 @@ def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Hol
                 scorer.collect(found)
                 task.advance(n)
                 done += n
-        task.advance(total - done)  # the hits on k-grams found common after they were held
+        task.advance(total - done)  # (none: every part's hits are counted above)
     finally:
         task.close()
     return {"informative_hits": kept_hits, "texts_verified": rows_verified}
