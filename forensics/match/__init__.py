@@ -29,8 +29,9 @@ Modules, one concern each: ``targets.py`` (step 1's targets and control sample),
 (their k-gram index), ``stream.py`` (the per-batch scan and verification work a process does),
 ``pool.py`` (sharing the pass among this process and the workers, in row order, with a fallback
 when workers fail), ``rarity.py`` (who held each k-gram when), ``spill.py`` (the pass's hits, held
-until its end), ``verification.py`` (which hits to align, in tasks), ``findings.py`` (evidence, null, E-values, tiers: steps 3 and 4), ``chance.py``
-and ``tiers.py`` (the evidence model and the rules), and this module: the stage entry and match.json.
+until its end), ``verification.py`` (which hits to align, in tasks), ``findings.py`` (evidence, null,
+E-values, tiers: steps 3 and 4), ``chance.py`` and ``tiers.py`` (the evidence model and the rules), and
+this module: the stage entry and match.json.
 """
 
 from __future__ import annotations

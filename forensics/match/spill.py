@@ -4,8 +4,8 @@ Every hit of the pass must wait for its end (which k-grams are common text is kn
 case's hits outgrow memory: 20.6M of them (470 MiB) at the end of the pass on the 4 GB benchmark incident,
 and as much again while they were filtered and sorted at once. Beyond ``memory_hits`` they go to an
 anonymous file in the case folder (unlinked from the start: nothing is left behind, even by a crash), and
-verification reads them back a part at a time (:meth:`HeldHits.parts`, :meth:`HeldHits.load`), each part whole scan tasks' hits,
-so that no source row's hits are split between parts.
+verification reads them back a part at a time (:meth:`HeldHits.parts`, :meth:`HeldHits.load`), each part
+whole scan tasks' hits, so that no source row's hits are split between parts.
 """
 
 
@@ -33,6 +33,8 @@ class HeldHits:
         self.memory_hits = memory_hits
         self.in_memory: list[np.ndarray] = []  # the results since the last spill, one array each
         self.spilled: list[int] = []  # hits per spilled result, in file order
+        self.spilled_before: list[int] = [0]  # hits spilled before each spilled result (and in all, last)
+        self.memory_count = 0  # hits held in memory
         self.file: IO[bytes] | None = None
 
     def __enter__(self) -> "HeldHits":
@@ -44,20 +46,17 @@ class HeldHits:
     @property
     def count(self) -> int:
         """Hits held (in memory and on disk)."""
-        return sum(len(h) for h in self.in_memory) + sum(self.spilled)
-
-    @property
-    def memory_count(self) -> int:
-        """Hits held in memory."""
-        return sum(len(h) for h in self.in_memory)
+        return self.memory_count + self.spilled_before[-1]
 
     def add(self, hits: np.ndarray) -> None:
         """Hold one result's hits (its rows come after every result added before)."""
         self.in_memory.append(hits)
+        self.memory_count += len(hits)
 
     def drop_common(self, index: TargetIndex, common: np.ndarray) -> None:
         """Drop the hits in memory on k-grams marked ``common`` (they can never become evidence)."""
         self.in_memory = without_common(self.in_memory, index, common)
+        self.memory_count = sum(len(h) for h in self.in_memory)
 
     def spill_above(self, index: TargetIndex, common: np.ndarray) -> None:
         """If more than ``memory_hits`` hits are in memory, write them to disk, but for those on k-grams
@@ -71,7 +70,9 @@ class HeldHits:
         for h in self.in_memory:
             self.file.write(np.ascontiguousarray(h, dtype=HIT_DTYPE).tobytes())
             self.spilled.append(len(h))
+            self.spilled_before.append(self.spilled_before[-1] + len(h))
         self.in_memory = []
+        self.memory_count = 0
 
     def part_count(self, part: list[int]) -> int:
         """The hits held for ``part`` (one of :meth:`parts`), before :meth:`load` drops those on common k-grams."""
@@ -102,14 +103,15 @@ class HeldHits:
             first = len(self.spilled)
             pieces = [self.in_memory[i - first] for i in part]
             for i in part:
+                self.memory_count -= len(self.in_memory[i - first])
                 self.in_memory[i - first] = EMPTY
             hits = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
             del pieces
             return without_common([hits], index, common)[0]
         assert self.file is not None
         width = HIT_COLUMNS * np.dtype(HIT_DTYPE).itemsize
-        total = sum(self.spilled[i] for i in part)
-        self.file.seek(sum(self.spilled[: part[0]]) * width)
+        total = self.spilled_before[part[-1] + 1] - self.spilled_before[part[0]]
+        self.file.seek(self.spilled_before[part[0]] * width)
         raw = self.file.read(total * width)
         if len(raw) != total * width:
             raise CaseError(f"the match stage's hits held on disk came back short ({len(raw)} of {total * width} bytes)",
@@ -120,6 +122,7 @@ class HeldHits:
     def close(self) -> None:
         """Drop the file (and its space) and the hits in memory."""
         self.in_memory = []
+        self.memory_count = 0
         if self.file is not None:
             self.file.close()
             self.file = None
