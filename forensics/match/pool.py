@@ -155,14 +155,10 @@ class Helpers:
         the file cannot be written (the workers then work without it)."""
         if not self.n:
             return None
-        path: Path | None = None
         try:
-            path = _payload_file(lambda fh: _reserve(fh, n), suffix=MASK_SUFFIX)
-            self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
+            path = self._held_file(lambda fh: _reserve(fh, n), MASK_SUFFIX)
             mask = np.memmap(path, dtype=np.bool_, mode="r+", shape=(n,)) if n else np.zeros(0, np.bool_)
         except (OSError, ValueError):  # no room for the file: the workers learn on their own
-            if path is not None:
-                path.unlink(missing_ok=True)
             return None
         return str(path), mask
 
@@ -174,16 +170,23 @@ class Helpers:
             self._thread.join()  # workers still starting would otherwise take jobs without the file
         if self._pool is None:
             return None
-        path: Path | None = None
         try:
-            path = _payload_file(lambda fh: pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL))
-            self._shared.append((path, _hold(path)))  # a sweeping stage sees it in use
-        except OSError as exc:  # no room for the file (a file begun is gone: _payload_file removes it)
-            if path is not None:
-                path.unlink(missing_ok=True)
+            path = self._held_file(lambda fh: pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as exc:  # no room for the file (a file begun is gone)
             self.broke(exc)
             return None
         return str(path)
+
+    def _held_file(self, write: Callable[[Any], Any], suffix: str = ".pickle") -> Path:
+        """A temporary file filled by ``write`` (:func:`_payload_file`), locked (a sweeping stage sees it in use) and
+        removed when the pool closes; on any failure, none is left."""
+        path = _payload_file(write, suffix)
+        try:
+            self._shared.append((path, _hold(path)))
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
 
     @property
     def pool(self) -> concurrent.futures.ProcessPoolExecutor | None:

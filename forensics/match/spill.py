@@ -76,8 +76,10 @@ class HeldHits:
 
     def part_count(self, part: list[int]) -> int:
         """The hits held for ``part`` (one of :meth:`parts`), before :meth:`load` drops those on common k-grams."""
-        sizes = self.spilled + [len(h) for h in self.in_memory]
-        return sum(sizes[i] for i in part)
+        first = len(self.spilled)
+        if not part or part[0] < first:  # a part on disk: its results are consecutive
+            return self.spilled_before[part[-1] + 1] - self.spilled_before[part[0]] if part else 0
+        return sum(len(self.in_memory[i - first]) for i in part)
 
     def parts(self, part_hits: int) -> list[list[int]]:
         """The held results in file order, grouped into parts of whole results of about ``part_hits`` hits each
