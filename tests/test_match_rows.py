@@ -5,20 +5,23 @@ regions come in several tasks (ties on the whole sort key included: the order am
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from forensics.match.findings import PairKey, Region, RegionScorer
+from forensics.match import findings
+from forensics.match.findings import ROW_FIELDS, PairKey, Region, RegionScorer
 from forensics.match.index import Target, TargetIndex
 from forensics.match.tiers import MatchParams
 
 
-def _scorer() -> RegionScorer:
+def _scorer(folder: Path | None = None, memory_rows: int = 20_000) -> RegionScorer:
     targets = [Target(f"s{i}", f"t{i}", 0, 1, "decode-1", True, i == 2, f"response {i} with a few words in it")
                for i in range(3)]
     TargetIndex(targets, 5)  # fills the targets' tokens
-    return RegionScorer(targets, None, MatchParams())  # type: ignore[arg-type]  # the holders are not read here
+    # (the holders are not read here)
+    return RegionScorer(targets, None, MatchParams(), folder=folder, memory_rows=memory_rows)  # type: ignore[arg-type]
 
 
 def _region(rng: random.Random, source: str, tie: bool) -> Region:
@@ -39,11 +42,11 @@ def _reference(scored: list[tuple[PairKey, Region]]) -> list[dict[str, Any]]:
     for key, region in scored:
         per_pair.setdefault(key, []).append(region)
     scorer = _scorer()
-    return [scorer._row(key, regs) for key, regs in per_pair.items()]
+    return [scorer._row(key, regs).as_dict() for key, regs in per_pair.items()]
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> None:
+def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
     keys = [(rng.randrange(3), f"r{rng.randrange(4)}", "acme", "prompt", rng.random() < 0.2) for _ in range(12)]
     tie = seed % 2 == 0
@@ -51,20 +54,21 @@ def test_rows_built_task_by_task_are_those_of_all_regions_at_once(seed: int) -> 
     rng.shuffle(scored)
     expected = _reference(scored)
 
-    by_task = _scorer()
+    # Held in memory, or written to a file every few rows (the same rows must come back, in the same order).
+    by_task = _scorer(tmp_path, memory_rows=[1, 3, 20_000][seed % 3])
     cuts = sorted(rng.sample(range(1, len(scored)), k=min(3, len(scored) - 1)))
     for a, b in zip([0, *cuts], [*cuts, len(scored)]):
         by_task.collect(scored[a:b])
-    assert by_task.rows() == expected
+    assert [r.as_dict() for r in by_task.rows()] == expected
     first_seen = list(dict.fromkeys(key for key, _ in scored))
     assert [(r["_target"], r["source_request_id"], r["_later"]) for r in expected] == [(k[0], k[1], k[4]) for k in first_seen]
     whole = _scorer()
     whole.collect(scored)
-    assert whole.rows() == expected
+    assert [r.as_dict() for r in whole.rows()] == expected
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_only_the_regions_of_a_source_two_records_hold_are_kept_past_their_task(seed: int) -> None:
+def test_only_the_regions_of_a_source_two_records_hold_are_kept_past_their_task(seed: int, tmp_path: Path) -> None:
     # A row's hits are all in one verification task: a pair comes back in another task only when two records
     # hold its source's (request id, tenant). Only those pairs' regions are kept; the rows are the same.
     rng = random.Random(seed)
@@ -78,19 +82,68 @@ def test_only_the_regions_of_a_source_two_records_hold_are_kept_past_their_task(
     in_order = [x for task in tasks for x in task]
     expected = _reference(in_order)
 
-    scorer = _scorer()
+    scorer = _scorer(tmp_path, memory_rows=[2, 20_000][seed % 2])
     scorer.sources_held_twice = {(s, "acme") for s in twice}
     for task in tasks:
         scorer.collect(task)
     assert {key[1] for key in scorer.per_pair} <= twice
-    assert scorer.rows() == expected
+    assert [r.as_dict() for r in scorer.rows()] == expected
 
 
-def test_a_pair_found_again_whose_source_one_record_holds_is_an_error_not_a_wrong_row() -> None:
+@pytest.mark.parametrize("memory_rows", [1, 20_000])
+def test_a_pair_found_again_whose_source_one_record_holds_is_an_error_not_a_wrong_row(
+        tmp_path: Path, memory_rows: int) -> None:
     rng = random.Random(1)
     key = (0, "r1", "acme", "prompt", False)
-    scorer = _scorer()
+    scorer = _scorer(tmp_path, memory_rows)
     scorer.sources_held_twice = set()
     scorer.collect([(key, _region(rng, "r1", False))])
+    scorer.collect([((1, "r2", "acme", "prompt", False), _region(rng, "r2", False))])
+    scorer.collect([(key, _region(rng, "r1", False))])  # (its first row may be on disk by now)
     with pytest.raises(ValueError, match="came in two batches"):
-        scorer.collect([(key, _region(rng, "r1", False))])
+        scorer.rows()
+
+
+@pytest.mark.parametrize("memory_rows", [1, 20_000])
+def test_keys_of_one_hash_are_not_taken_for_a_pair_found_twice(tmp_path: Path, memory_rows: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scorer keeps each key's hash, not the key: two keys of one hash are told apart when read back.
+    monkeypatch.setattr(findings, "_key_hash", lambda key: 7)
+    rng = random.Random(2)
+    keys = [(t, f"r{i}", "acme", "prompt", False) for t in range(3) for i in range(4)]
+    scorer = _scorer(tmp_path, memory_rows)
+    scorer.sources_held_twice = set()
+    for key in keys:
+        scorer.collect([(key, _region(rng, key[1], False))])
+    assert [(r["_target"], r["source_request_id"]) for r in scorer.rows()] == [(k[0], k[1]) for k in keys]
+    again = _scorer(tmp_path, memory_rows)
+    again.sources_held_twice = set()
+    for key in [*keys, keys[5]]:
+        again.collect([(key, _region(rng, key[1], False))])
+    with pytest.raises(ValueError, match="came in two batches"):
+        again.rows()
+
+
+def test_rows_held_on_disk_leave_nothing_in_the_folder_and_come_back_once(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    scorer = _scorer(tmp_path, memory_rows=2)
+    keys = [(t, f"r{i}", "acme", "prompt", False) for t in range(3) for i in range(3)]
+    scorer.sources_held_twice = set()
+    for key in keys:
+        scorer.collect([(key, _region(rng, key[1], False))])
+    assert list(tmp_path.iterdir()) == []  # (an anonymous file: nothing left behind, even by a crash)
+    assert len(scorer.rows()) == len(keys)
+    assert scorer.rows() == []  # handed over once
+
+
+def test_a_candidate_row_reads_and_sets_like_a_dict_and_never_reads_a_field_not_set() -> None:
+    values = tuple(range(len(ROW_FIELDS)))
+    row = findings.CandidateRow(*values)
+    assert [row[name] for name in ROW_FIELDS] == list(values)
+    row["same_decode_node"] = True
+    assert row["same_decode_node"] is True
+    assert row.as_dict() == {**dict(zip(ROW_FIELDS, values, strict=True)), "same_decode_node": True}
+    with pytest.raises(AttributeError):
+        row["_ruled_out"]  # a field the evidence model has not set is an error, not None
+    with pytest.raises(AttributeError):
+        row["finding_id"] = "f-1"  # only the dict it becomes takes the later fields

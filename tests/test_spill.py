@@ -12,7 +12,7 @@ import pytest
 
 from forensics.errors import CaseError
 from forensics.match.index import TargetIndex
-from forensics.match.spill import HeldHits
+from forensics.match.spill import HeldHits, HeldRows
 from forensics.match.stream import HIT_DTYPE
 
 #: One target of 50 positions, position i on k-gram id i.
@@ -83,3 +83,29 @@ def test_a_file_cut_short_is_an_error_not_fewer_hits(tmp_path: Path) -> None:
         file.truncate(24 * 5)
         with pytest.raises(CaseError, match="came back short"):
             held.load(held.parts(100)[0], INDEX, common)
+
+
+@pytest.mark.parametrize("memory_rows", [1, 3, 1000])
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_rows_come_back_in_the_order_added_once(tmp_path: Path, memory_rows: int, on_disk: bool) -> None:
+    rows = [(i, f"request-{i}", [(i, i + 1, 0, 1)]) for i in range(10)]
+    with HeldRows(tmp_path if on_disk else None, memory_rows) as held:
+        for row in rows:
+            held.add(row)
+        assert len(held) == 10
+        assert (held.file is not None) == (on_disk and memory_rows <= 10)
+        assert len(held.in_memory) == (10 % memory_rows if on_disk else 10)
+        assert list(held.drain()) == rows
+        assert len(held) == 0 and held.file is None and list(held.drain()) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_on_a_damaged_file_are_an_error_not_fewer_rows(tmp_path: Path) -> None:
+    with HeldRows(tmp_path, 2) as held:
+        for i in range(6):
+            held.add((i, "x" * 40))
+        file = cast(Any, held.file)
+        file.flush()
+        file.truncate(file.tell() - 20)
+        with pytest.raises(CaseError, match="came back damaged"):
+            list(held.drain())

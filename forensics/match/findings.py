@@ -2,18 +2,20 @@
 passages), the decode-node facts, the null model and E-values, the tiers, and the CSV text."""
 
 
+import array
 import bisect
 import contextlib
 import dataclasses
 import functools
 import itertools
 import math
+import operator
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +32,7 @@ from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target
 from forensics.match.order import lexsort_ints
 from forensics.match.rarity import Holders, holder_entries
+from forensics.match.spill import HeldRows
 from forensics.match.stream import (
     NO_TIME_MAX,
     Candidate,
@@ -41,21 +44,6 @@ from forensics.match.targets import request_key
 from forensics.match.tiers import MatchParams, admissible, assign_tier, evalue_tier, text_stands
 
 _TIER_RANK = {"confirmed": 0, "probable": 1}
-
-
-def score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
-                      p: MatchParams) -> list[dict[str, Any]]:
-    """Every admissible candidate pair (target, source request, kind), with its evidence.
-
-    Per region: rarity, own context, informative tokens and strength (bits, see ``chance.py``);
-    a region that is not admissible (:func:`tiers.admissible`) is dropped. Per pair: every
-    admissible region not overlapping a stronger one is kept as a passage (adjacent passages
-    merged into one span); the pair's strength and informative tokens are their sums, and its
-    score, spans and rarity those of the strongest passage.
-    """
-    scorer = RegionScorer(targets, holders, p)
-    scorer.add(cands)
-    return scorer.rows()
 
 
 class Region(NamedTuple):
@@ -84,8 +72,93 @@ class Region(NamedTuple):
     source_received_us: int
 
 
+class Row(Protocol):
+    """A candidate pair's row: a dict, or a :class:`CandidateRow` (read and set alike)."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+    def __setitem__(self, name: str, value: Any, /) -> None: ...
+
+
+R = TypeVar("R", bound=Row)
+
+
+@dataclasses.dataclass(slots=True, eq=False, repr=False)
+class CandidateRow:
+    """A candidate pair's row as :class:`RegionScorer` builds it, until the evidence model has dropped the
+    copies of each passage (:func:`decide`): read and set as a dict's items (``row["score"]``).
+
+    Not a dict: a third of its size, and 483k rows are held at once on the 4 GB benchmark incident (on disk while
+    the workers verify, see :class:`forensics.match.spill.HeldRows`), of which 1 in 10 is kept, as a dict
+    (:meth:`as_dict`) the evidence model adds to. A field not yet set is an error, not None. Its ``finding_id``
+    comes only then (:func:`finding_id`).
+    """
+
+    recipient_request_id: str
+    recipient_tenant_id: str | None
+    source_request_id: str
+    source_tenant_id: str | None
+    source_kind: str
+    relation: str
+    tier: str | None
+    tier_rule: str | None
+    score: float
+    matched_tokens: int
+    longest_run: int
+    recipient_start: int
+    recipient_end: int
+    source_start: int
+    source_end: int
+    rarity: float
+    _singles_out: float
+    informative_tokens: int
+    regions: int
+    strength_bits: float
+    _main_bits: float
+    passages: list[tuple[int, int, int, int]]
+    control: bool
+    _target: int
+    _source_received_us: int
+    _rule: tuple[str, str] | None
+    _later: bool
+    _null_rules: tuple[str, ...]
+    # What the evidence model sets before it drops the copies (decide).
+    _copy_of: str | None = dataclasses.field(init=False)
+    source_decode_node: str | None = dataclasses.field(init=False)
+    same_decode_node: bool | None = dataclasses.field(init=False)
+    _unserved: frozenset[str] = dataclasses.field(init=False)
+    _ruled_out: str | None = dataclasses.field(init=False)
+    other_source_requests: int = dataclasses.field(init=False)
+
+    # The attribute look-up itself (C code), not a method calling it: rows are read millions of times.
+    __getitem__ = object.__getattribute__
+    __setitem__ = object.__setattr__
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        # The fields it was built with, as one tuple (pickled natively, and read back through __init__).
+        return CandidateRow, _row_values(self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields set, as a dict."""
+        out = {}
+        for name in ALL_ROW_FIELDS:
+            try:
+                out[name] = object.__getattribute__(self, name)
+            except AttributeError:
+                continue
+        return out
+
+
+#: The fields a :class:`CandidateRow` is built with, in order; all its fields.
+ROW_FIELDS = tuple(f.name for f in dataclasses.fields(CandidateRow) if f.init)
+ALL_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(CandidateRow))
+_row_values = operator.attrgetter(*ROW_FIELDS)
+
+
 #: A candidate pair's key: (target, source request id, source tenant, source kind, later text).
 PairKey = tuple[int, str, str | None, str, bool]
+#: The hash :class:`RegionScorer` tells keys found twice by (a test may give every key one hash).
+_key_hash = hash
 
 
 class RegionScorer:
@@ -100,11 +173,14 @@ class RegionScorer:
     A pair's row is built as soon as the batch that holds its regions is collected, not all at the end:
     the match stage collects while the workers still verify, so this work no longer waits in one
     process after them. A pair whose regions come in several batches (two records with one key, which
-    the ingest's one row per request rules out) is built again when :meth:`rows` is called.
+    the ingest's one row per request rules out) is built again when :meth:`rows` is called. The rows
+    built wait in memory up to ``memory_rows``, then in an anonymous file in ``folder`` (see
+    :class:`forensics.match.spill.HeldRows`).
     """
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams,
-                 sources_held_twice: set[tuple[str, str | None]] | None = None) -> None:
+                 sources_held_twice: set[tuple[str, str | None]] | None = None, folder: Path | None = None,
+                 memory_rows: int = 20_000) -> None:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
         self.bits: dict[int, np.ndarray] = {}
@@ -115,8 +191,14 @@ class RegionScorer:
         # every pair's regions held 1.03M regions in the match stage's process (about 400 MiB) to its end.
         self.sources_held_twice = sources_held_twice
         self.per_pair: dict[PairKey, list[Region]] = {}
-        self._rows: dict[PairKey, dict[str, Any]] = {}
+        # Each pair's key and row, in the order found: beyond memory_rows in a file in ``folder``, as the workers
+        # still verify (None: all in memory).
+        self._rows = HeldRows(folder, memory_rows)
+        # The hash of each key whose regions are not kept: a key found twice is told from two keys of one hash
+        # when the rows are read back (a key kept would cost 20 times the memory).
+        self._hashes = array.array("q")
         self._stale: set[PairKey] = set()
+        self._same: dict[Any, Any] = {}
 
     def add(self, cands: list[Candidate]) -> None:
         """Score the regions ``cands`` and keep them (after every earlier batch)."""
@@ -125,7 +207,7 @@ class RegionScorer:
     def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
         """Keep the regions :meth:`score` gave for a batch (after every earlier batch's) and build the rows
         of the pairs first found in it."""
-        per_pair, built, twice = self.per_pair, self._rows, self.sources_held_twice
+        per_pair, held, twice = self.per_pair, self._rows, self.sources_held_twice
         batch: dict[PairKey, list[Region]] = {}
         for key, region in scored:
             regs = batch.get(key)
@@ -134,16 +216,15 @@ class RegionScorer:
             else:
                 regs.append(region)
         for key, regs in batch.items():
-            if key not in built:
-                built[key] = self._row(key, regs)
-                if twice is None or (key[1], key[2]) in twice:
-                    per_pair[key] = regs
-                continue
-            if key not in per_pair:
-                raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
-                                 "was not known to be held by two records")
-            per_pair[key].extend(regs)
-            self._stale.add(key)
+            if twice is None or (key[1], key[2]) in twice:
+                if key in per_pair:
+                    per_pair[key].extend(regs)
+                    self._stale.add(key)
+                    continue
+                per_pair[key] = regs
+            else:
+                self._hashes.append(_key_hash(key))
+            held.add((key, self._row(key, regs)))
 
     def score(self, cands: list[Candidate]) -> list[tuple[PairKey, Region]]:
         """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
@@ -184,16 +265,29 @@ class RegionScorer:
                                   c.source_tenant_id, c.source_kind, c.matched, c.longest_run, c.source_received_us)))
         return scored
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[CandidateRow]:
         """One row per candidate pair with an admissible region (see :func:`score_candidates`), in the
         order the pairs were first found. The rows are handed over, not copied: call it once, after the
         last batch (the match stage changes them as it decides)."""
-        for key in self._stale:
-            self._rows[key] = self._row(key, self.per_pair[key])
+        hashes = np.frombuffer(self._hashes, dtype=np.int64)
+        values, counts = np.unique(hashes, return_counts=True)
+        shared = set(values[counts > 1].tolist())  # (almost always none)
+        self._hashes = array.array("q")
+        seen: set[PairKey] = set()
+        rows = []
+        for key, row in self._rows.drain():
+            if key in self._stale:
+                row = self._row(key, self.per_pair[key])
+            elif shared and _key_hash(key) in shared:
+                if key in seen:
+                    raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
+                                     "was not known to be held by two records")
+                seen.add(key)
+            rows.append(row)
         self._stale.clear()
-        return list(self._rows.values())
+        return rows
 
-    def _row(self, key: PairKey, regs: list[Region]) -> dict[str, Any]:
+    def _row(self, key: PairKey, regs: list[Region]) -> CandidateRow:
         """The row of one candidate pair from all its regions (sorted here, strongest first)."""
         t, later = key[0], key[4]
         tgt = self.targets[t]
@@ -214,48 +308,70 @@ class RegionScorer:
             main = next(x for x in passages if x[0] <= c.recipient_start and c.recipient_end <= x[1])
         if len(kept) == 1:
             rule, informative, strength = c.rule, c.informative, c.strength
-            null_rules = [c.rule_null[1].split(":")[0]] if c.rule_null else []
+            null_rules: tuple[str, ...] = (c.rule_null[1].split(":")[0],) if c.rule_null else ()
         else:
             ranked = [(_TIER_RANK[x.rule[0]], x.rule) for x in kept if x.rule]
             rule = min(ranked)[1] if ranked else None
-            null_rules = sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null})
+            null_rules = tuple(sorted({x.rule_null[1].split(":")[0] for x in kept if x.rule_null}))
             informative = sum(x.informative for x in kept)
             strength = sum(x.strength for x in kept)
-        source_request_id, source_tenant_id, source_kind = c.source_request_id, c.source_tenant_id, c.source_kind
-        # One f-string, not a join over str() of each part (the same text: a row is built per candidate pair).
-        fid_key = (f"{tgt.request_id}\x1f{_tenant_part(tgt.tenant_id)}\x1f{source_request_id}\x1f"
-                   f"{_tenant_part(source_tenant_id)}\x1f{source_kind}\x1f{main[0]}\x1f{main[1]}\x1f{main[2]}\x1f{main[3]}")
-        return {
-            "finding_id": "f-" + xxhash.xxh64_hexdigest(fid_key.encode("utf-8", "surrogatepass"), seed=SEED),
-            "recipient_request_id": tgt.request_id,
-            "recipient_tenant_id": tgt.tenant_id,
-            "source_request_id": source_request_id,
-            "source_tenant_id": source_tenant_id,
-            "source_kind": source_kind,
-            "relation": best.relation,
-            "tier": None,
-            "tier_rule": None,
-            "score": round(c.score, 2),
-            "matched_tokens": c.matched,
-            "longest_run": c.longest_run,
-            "recipient_start": main[0],
-            "recipient_end": main[1],
-            "source_start": main[2],
-            "source_end": main[3],
-            "rarity": round(best.rarity, 4),
-            "_singles_out": best.singles_out,
-            "informative_tokens": informative,
-            "regions": len(regs),
-            "strength_bits": round(strength, 3),
-            "_main_bits": round(best.strength, 3),
-            "passages": passages,
-            "control": tgt.control,
-            "_target": t,
-            "_source_received_us": c.source_received_us,
-            "_rule": rule,
-            "_later": later,
-            "_null_rules": null_rules,
-        }
+        # One object per rule text (they vary with the parameters alone), not one per row: 190 bytes a row.
+        rule, null_rules = self._same.setdefault(rule, rule), self._same.setdefault(null_rules, null_rules)
+        return CandidateRow(
+            recipient_request_id=tgt.request_id,
+            recipient_tenant_id=tgt.tenant_id,
+            source_request_id=c.source_request_id,
+            source_tenant_id=c.source_tenant_id,
+            source_kind=c.source_kind,
+            relation=best.relation,
+            tier=None,
+            tier_rule=None,
+            score=round(c.score, 2),
+            matched_tokens=c.matched,
+            longest_run=c.longest_run,
+            recipient_start=main[0],
+            recipient_end=main[1],
+            source_start=main[2],
+            source_end=main[3],
+            rarity=round(best.rarity, 4),
+            _singles_out=best.singles_out,
+            informative_tokens=informative,
+            regions=len(regs),
+            strength_bits=round(strength, 3),
+            _main_bits=round(best.strength, 3),
+            passages=passages,
+            control=tgt.control,
+            _target=t,
+            _source_received_us=c.source_received_us,
+            _rule=rule,
+            _later=later,
+            _null_rules=null_rules,
+        )
+
+
+def finding_id(row: Mapping[str, Any]) -> str:
+    """A candidate pair's finding id: a hash of both requests (id and tenant), the source's kind and the
+    main passage's spans (the same pair and passage give the same id in every run)."""
+    # One f-string, not a join over str() of each part (the same text).
+    key = (f"{row['recipient_request_id']}\x1f{_tenant_part(row['recipient_tenant_id'])}\x1f{row['source_request_id']}"
+           f"\x1f{_tenant_part(row['source_tenant_id'])}\x1f{row['source_kind']}\x1f{row['recipient_start']}"
+           f"\x1f{row['recipient_end']}\x1f{row['source_start']}\x1f{row['source_end']}")
+    return "f-" + xxhash.xxh64_hexdigest(key.encode("utf-8", "surrogatepass"), seed=SEED)
+
+
+def score_candidates(cands: list[Candidate], targets: list[Target], holders: Holders,
+                      p: MatchParams) -> list[CandidateRow]:
+    """Every admissible candidate pair (target, source request, kind), with its evidence.
+
+    Per region: rarity, own context, informative tokens and strength (bits, see ``chance.py``);
+    a region that is not admissible (:func:`tiers.admissible`) is dropped. Per pair: every
+    admissible region not overlapping a stronger one is kept as a passage (adjacent passages
+    merged into one span); the pair's strength and informative tokens are their sums, and its
+    score, spans and rarity those of the strongest passage.
+    """
+    scorer = RegionScorer(targets, holders, p)
+    scorer.add(cands)
+    return scorer.rows()
 
 
 #: Weights whose sums are exact in any order (see :func:`_region_facts`).
@@ -810,7 +926,7 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
         thread.join()
 
 
-def exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Path,
+def exchange_copies(rows: Sequence[Row], targets: list[Target], path: Path,
                     placed: dict[tuple[str, str | None], str | None],
                     aliases: Iterable[frozenset[str]]) -> tuple[frozenset[tuple[int, str, str | None]],
                                                                 dict[tuple[int, str, str | None], tuple[str, str | None]],
@@ -831,7 +947,7 @@ def exchange_copies(rows: list[dict[str, Any]], targets: list[Target], path: Pat
             held)
 
 
-def _own_copy_candidates(rows: list[dict[str, Any]], targets: list[Target]) -> list[dict[str, Any]]:
+def _own_copy_candidates(rows: Sequence[Row], targets: list[Target]) -> list[Row]:
     """The candidates whose source may be the target's own exchange (:func:`own_exchange_copies`): a source whose
     answer the target's matched, received within :data:`SAME_EXCHANGE_US` of it."""
     return [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
@@ -839,7 +955,7 @@ def _own_copy_candidates(rows: list[dict[str, Any]], targets: list[Target]) -> l
             and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US]
 
 
-def own_exchange_copies(near: list[dict[str, Any]], targets: list[Target],
+def own_exchange_copies(near: list[Row], targets: list[Target],
                         logged: dict[tuple[str, str | None], list[LoggedRow]]) -> set[tuple[int, str, str | None]]:
     """The candidates (target index, source request id, source tenant) of ``near`` (:func:`_own_copy_candidates`)
     whose source record is the target's own exchange logged again under another customer id: :func:`same_exchange`
@@ -884,10 +1000,10 @@ def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
         con.close()
 
 
-def _source_copy_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _source_copy_groups(rows: Sequence[Row]) -> list[list[Row]]:
     """Candidates of one target with the same passages of the response in the same kind of text, from sources of two
     customers or more some two of which were received within :data:`SAME_EXCHANGE_US` (:func:`sources_logged_twice`)."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[Row]] = {}
     for r in rows:
         if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
             # (the response's passages: a copy's own offsets differ where a gateway put a system prompt of its own)
@@ -902,7 +1018,7 @@ def _source_copy_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]
     return near
 
 
-def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[str, str | None], list[LoggedRow]],
+def sources_logged_twice(near: list[list[Row]], logged: dict[tuple[str, str | None], list[LoggedRow]],
                          held: dict[str, int], placed: dict[tuple[str, str | None], str | None]
                          ) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
@@ -919,7 +1035,7 @@ def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[st
         group.sort(key=lambda r: (-held.get(str(r["source_tenant_id"]), 0),
                                   placed.get((r["source_request_id"], r["source_tenant_id"])) is None,
                                   str(r["source_tenant_id"]), r["source_request_id"]))
-        kept: list[dict[str, Any]] = []
+        kept: list[Row] = []
         for r in group:
             mine = logged.get((r["source_request_id"], r["source_tenant_id"]), [])
             same = next((k for k in kept if not same_customer(k["source_tenant_id"], r["source_tenant_id"])
@@ -933,13 +1049,13 @@ def sources_logged_twice(near: list[list[dict[str, Any]]], logged: dict[tuple[st
     return out
 
 
-def _mark_copies(rows: list[dict[str, Any]], facts: RecordFacts) -> None:
+def _mark_copies(rows: Sequence[Row], facts: RecordFacts) -> None:
     """``_copy_of``: why a candidate's source is another candidate's customer under a second id (the reason its
     finding goes to review), else None. A source exchange logged twice (:func:`sources_logged_twice`), and a passage
     whose two senders' ids the ingest found may name one customer (``tenant_aliases``: the records of one id hold
     the other in a later tenant field), each named the customer twice, once under an id not its own (a review):
     the copy under the id the case's logs hold fewer records under, or the alias's, goes to review."""
-    by_target: dict[int, list[dict[str, Any]]] = {}
+    by_target: dict[int, list[Row]] = {}
     for r in rows:
         r["_copy_of"] = None
         twin = facts.logged_twice.get((r["_target"], r["source_request_id"], r["source_tenant_id"]))
@@ -973,19 +1089,22 @@ def _mark_copies(rows: list[dict[str, Any]], facts: RecordFacts) -> None:
                 break
 
 
-def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
-            facts: RecordFacts, holders: Holders | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def decide(candidates: list[CandidateRow], targets: list[Target], p: MatchParams,
+           facts: RecordFacts, holders: Holders | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
 
     Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
-    ``null`` section.
+    ``null`` section. The ``candidates`` are taken over (the list is left empty): most are copies of
+    another's passage, freed as soon as they are dropped.
     """
+    pairs = candidates[:]
+    candidates.clear()
     # A target's own exchange logged again under another id is neither a finding nor a chance match (see
     # own_exchange_copies): left out, counted (and named in the stage's warnings).
-    own = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
+    own = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
     if own:
-        rows = [r for r in rows if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
-    _mark_copies(rows, facts)
+        pairs = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
+    _mark_copies(pairs, facts)
     # Records received before each target completed, once per target (every row of a target reads it), and those
     # of them its search covered (a lookback, the suspect's decode node only).
     records_before = [facts.records_before(t.deadline_us) for t in targets]
@@ -996,21 +1115,34 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
     # same customer also sent that text earlier (a conversation resends itself): those are left out.
     # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
     # the answer): the reverse of a leak, not a chance likeness; those are left out too.
-    earlier = {(r["_target"], customer_key(r["source_tenant_id"])) for r in rows if not r["_later"]}
-    later = [r for r in rows if r["_later"] and r["relation"] == "cross_tenant"
-             and (r["_target"], customer_key(r["source_tenant_id"])) not in earlier]
-    copies = [r for r in later if r["longest_run"] >= 2 * p.min_run]
-    later = [r for r in later if r["longest_run"] < 2 * p.min_run]
-    rows = [r for r in rows if not r["_later"]]
-    # The facts of the rows kept: most rows of a case are matches with later texts, and those left out
-    # above are never read again (on the 1 GB benchmark incident, 93k rows, 14k of them not later).
-    for r in itertools.chain(rows, later):
+    earlier = {(r["_target"], customer_key(r["source_tenant_id"])) for r in pairs if not r["_later"]}
+    later_pairs = [r for r in pairs if r["_later"] and r["relation"] == "cross_tenant"
+                   and (r["_target"], customer_key(r["source_tenant_id"])) not in earlier]
+    copies = sum(1 for r in later_pairs if r["longest_run"] >= 2 * p.min_run)
+    later_pairs = [r for r in later_pairs if r["longest_run"] < 2 * p.min_run]
+    pairs = [r for r in pairs if not r["_later"]]
+    # First what tells a passage's copies apart (_collapse_same_tenant_copies), then the rest for the rows it keeps,
+    # each a dict from then on: most rows are copies of a kept row's passage (on the 1 GB benchmark incident, of 114k
+    # rows 10k are kept).
+    for pair in itertools.chain(pairs, later_pairs):
+        tgt = targets[pair["_target"]]
+        src_node = facts.node.get((pair["source_request_id"], pair["source_tenant_id"]))
+        pair["source_decode_node"] = src_node
+        pair["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
+                                    else tgt.decode_node == src_node)
+    for pair in pairs:
+        tgt = targets[pair["_target"]]
+        pair["_unserved"] = _unserved_models(pair, tgt, facts)
+        pair["_ruled_out"] = _ruled_out_by_engine(pair, tgt, facts)
+    rows = [r.as_dict() for r in _collapse_same_tenant_copies(pairs)]
+    later = [r.as_dict() for r in _collapse_same_tenant_copies(later_pairs, mind_ruled_out=False)]
+    del pairs, later_pairs
+    for r in later:
+        r["finding_id"] = finding_id(r)
+    for r in rows:
         tgt = targets[r["_target"]]
-        src_node = facts.node.get((r["source_request_id"], r["source_tenant_id"]))
+        r["finding_id"] = finding_id(r)
         r["recipient_decode_node"] = tgt.decode_node
-        r["source_decode_node"] = src_node
-        r["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
-                                 else tgt.decode_node == src_node)
         known = tgt.received_us != NO_TIME and r["_source_received_us"] != NO_TIME
         r["seconds_before"] = (round((tgt.received_us - r["_source_received_us"]) / 1e6, 3) if known else None)
         r["recipient_damage"] = facts.damage.get((tgt.request_id, tgt.tenant_id))
@@ -1019,11 +1151,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         # Only a source received before the suspect can have left the pages it decodes from: one received
         # after it (while it was still being answered) is no earlier occupant of the node, however close.
         r["_on_node_before"] = bool(r["same_decode_node"] and known and r["_source_received_us"] < tgt.received_us)
-        r["_unserved"] = _unserved_models(r, tgt, facts)
-        r["_ruled_out"] = _ruled_out_by_engine(r, tgt, facts)
         r["_alias"] = _one_customer(r, facts)
-    rows = _collapse_same_tenant_copies(rows)
-    later = _collapse_same_tenant_copies(later, mind_ruled_out=False)
     _mark_carried_on(rows, targets, p.k, holders)
     _explain_away([r for r in rows if r["_carried_from"] is None])
     for r in rows:
@@ -1225,7 +1353,7 @@ def decide(rows: list[dict[str, Any]], targets: list[Target], p: MatchParams,
         "searches": {"control_responses": len(controls), "suspects_against_later_texts": len(suspects),
                      "chance_matches_from_controls": len(control_null),
                      "chance_matches_from_later_texts": len(null_rows) - len(control_null),
-                     "later_texts_copying_the_suspect_left_out": len(copies),
+                     "later_texts_copying_the_suspect_left_out": copies,
                      "own_exchange_copies_left_out": len(own)},
         # The suspects' own: named, so that the report says which (a warning of the run alone was lost after it).
         "own_exchange_copies_of_suspects": sorted({
@@ -1456,7 +1584,7 @@ def _explain_away(rows: list[dict[str, Any]]) -> None:
                     break
 
 
-def _ruled_out_by_engine(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> str | None:
+def _ruled_out_by_engine(r: Row, tgt: Target, facts: RecordFacts) -> str | None:
     """Why this cross-tenant source copy cannot be the stale pages the suspect decoded from, or None. Each
     reason rests on what the logs show, never on what they lack:
     - a prompt the engine refused as over its limit (the over-limit line ingest took as its count: not one of
@@ -1532,7 +1660,7 @@ def _one_customer(r: dict[str, Any], facts: RecordFacts) -> str | None:
             f"customer's own text is no exposure; if they are different customers, confirm this finding")
 
 
-def _unserved_models(r: dict[str, Any], tgt: Target, facts: RecordFacts) -> frozenset[str]:
+def _unserved_models(r: Row, tgt: Target, facts: RecordFacts) -> frozenset[str]:
     """The models (deployments) a cross-tenant source copy whose node is unknown was sent to, when no engine
     node served them and the suspect, whose node is known, did not ask for them (see
     :func:`_ruled_out_by_engine`); else empty."""
@@ -1555,7 +1683,7 @@ def unserved_in_review(rows: list[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _mostly_inside(r: dict[str, Any], s: dict[str, Any]) -> bool:
+def _mostly_inside(r: Row, s: Row) -> bool:
     """Whether at least half of pair ``r``'s passages (their recipient characters) lie inside ``s``'s."""
     own = sum(b - a for a, b, _, _ in r["passages"])
     shared = sum(max(0, min(b, d) - max(a, c)) for a, b, _, _ in r["passages"] for c, d, _, _ in s["passages"])
@@ -1626,7 +1754,7 @@ def _prefer_the_recent_occupant(rows: list[dict[str, Any]], window: int) -> None
 _NODE_RANK = {True: 0, None: 1, False: 2}
 
 
-def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: bool = True) -> list[dict[str, Any]]:
+def _collapse_same_tenant_copies(rows: list[R], mind_ruled_out: bool = True) -> list[R]:
     """One row per passage and source tenant: a tenant that sent the same text in several requests
     (every turn of a conversation resends it) exposed it once.
 
@@ -1644,11 +1772,11 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
     of this passage than the latest copy, and citing it moved the decode-node evidence (records
     since the source) back to the older request.
     """
-    def rank(r: dict[str, Any]) -> tuple[Any, ...]:
+    def rank(r: Row) -> tuple[Any, ...]:
         return (mind_ruled_out and not r["control"] and r["_ruled_out"] is not None, _NODE_RANK[r["same_decode_node"]],
                 -r["_main_bits"], -r["_source_received_us"], r["source_request_id"], r["source_kind"])
 
-    groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    groups: dict[tuple[int, Any], list[R]] = {}
     for r in rows:
         groups.setdefault((r["_target"], customer_key(r["source_tenant_id"])), []).append(r)
     out = []
@@ -1657,7 +1785,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
             group[0]["other_source_requests"] = 0
             out.append(group[0])
             continue
-        kept: list[dict[str, Any]] = []
+        kept: list[R] = []
         for r in sorted(group, key=rank):
             a, b = r["recipient_start"], r["recipient_end"]
             for k in kept:
@@ -1674,7 +1802,7 @@ def _collapse_same_tenant_copies(rows: list[dict[str, Any]], mind_ruled_out: boo
     return out
 
 
-def _row_order(r: dict[str, Any]) -> tuple[Any, ...]:
+def _row_order(r: Row) -> tuple[Any, ...]:
     """Evidence rows by recipient request id, source request id (outputs.md's order; two customers may send one id:
     then by the recipient's tenant, the source's), kind, start."""
     recipient = request_key(r["recipient_request_id"], r["recipient_tenant_id"])

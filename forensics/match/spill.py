@@ -1,4 +1,5 @@
-"""The streaming pass's k-gram hits, held in file order: in memory up to a bound, then on disk.
+"""What the match stage holds until the case's end, in memory up to a bound, then on disk: the streaming pass's
+k-gram hits (:class:`HeldHits`) and the candidate pairs' rows (:class:`HeldRows`).
 
 Every hit of the pass must wait for its end (which k-grams are common text is known only then), and a big
 case's hits outgrow memory: 20.6M of them (470 MiB) at the end of the pass on the 4 GB benchmark incident,
@@ -6,12 +7,18 @@ and as much again while they were filtered and sorted at once. Beyond ``memory_h
 anonymous file in the case folder (unlinked from the start: nothing is left behind, even by a crash), and
 verification reads them back a part at a time (:meth:`HeldHits.parts`, :meth:`HeldHits.load`), each part
 whole scan tasks' hits, so that no source row's hits are split between parts.
+
+The candidate pairs' rows, built as verification goes, are all read by the evidence model at its end: 483k of
+them (about 800 bytes each as tuples) on the 4 GB benchmark incident, held while the workers verify. Beyond
+``memory_rows`` they go to a file too, and come back once the workers are gone.
 """
 
 
+import pickle
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -125,6 +132,66 @@ class HeldHits:
         """Drop the file (and its space) and the hits in memory."""
         self.in_memory = []
         self.memory_count = 0
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class HeldRows:
+    """Rows (any picklable items), in the order added: in memory up to ``memory_rows``, then pickled to an
+    anonymous file in ``folder`` a batch at a time (``folder`` None: all in memory)."""
+
+    def __init__(self, folder: Path | None, memory_rows: int) -> None:
+        self.folder = folder
+        self.memory_rows = max(memory_rows, 1)
+        self.in_memory: list[Any] = []
+        self.spilled = 0  # rows on disk
+        self.batches = 0  # pickled lists on disk
+        self.file: IO[bytes] | None = None
+
+    def __len__(self) -> int:
+        return self.spilled + len(self.in_memory)
+
+    def __enter__(self) -> "HeldRows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, row: Any) -> None:
+        """Hold ``row`` after every row added before."""
+        self.in_memory.append(row)
+        if self.folder is not None and len(self.in_memory) >= self.memory_rows:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-rows-")
+            pickle.dump(self.in_memory, self.file, protocol=pickle.HIGHEST_PROTOCOL)
+            self.spilled += len(self.in_memory)
+            self.batches += 1
+            self.in_memory = []
+
+    def drain(self) -> Iterator[Any]:
+        """Every row held, in the order added, each batch let go once read; nothing is held after."""
+        if self.file is not None:
+            self.file.flush()
+            self.file.seek(0)
+            for _ in range(self.batches):
+                try:
+                    batch = pickle.load(self.file)
+                except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
+                    raise CaseError(f"the match stage's candidate rows held on disk came back damaged "
+                                    f"({type(exc).__name__}: {exc})", file=self.folder,
+                                    fix="check the disk holding the case folder, then run the match stage again"
+                                    ) from None
+                yield from batch
+                del batch
+        rows, self.in_memory = self.in_memory, []
+        yield from rows
+        self.close()
+
+    def close(self) -> None:
+        """Drop the file (and its space) and the rows in memory."""
+        self.in_memory = []
+        self.spilled = self.batches = 0
         if self.file is not None:
             self.file.close()
             self.file = None

@@ -52,6 +52,9 @@ class Tuning:
     #: 4x that while they are filtered and sorted. The match stage's peak, all processes, on the 1 GB / 4 GB benchmark
     #: incidents: 4M 1,354 / 2,302-2,312 MiB, 2M - / 2,229 MiB, 1M 1,200 / 2,104-2,144 MiB (the time within noise).
     verify_part_hits: int = 1_000_000
+    #: Candidate pairs' rows held in memory as verification builds them: more, and they go to a file in the case
+    #: folder until the workers are gone (bounds memory, not results). 20k rows are about 16 MiB.
+    memory_rows: int = 20_000
 
 
 #: What ``match`` uses when given none (a test harness driving the CLI may replace it).
