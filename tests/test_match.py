@@ -666,6 +666,36 @@ def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_pa
     assert len(cross(whole.findings)) >= 5
 
 
+@pytest.mark.parametrize(("workers", "memory_rows", "row_groups"), [(1, 1, 1), (1, 2, 3), (2, 1, 64), (1, 10**6, 5)])
+def test_holding_candidate_rows_on_disk_in_groups_of_targets_changes_nothing(tmp_path: Path, workers: int,
+                                                                             memory_rows: int, row_groups: int) -> None:
+    # The candidate rows wait in a file while the workers verify and are read back a group of targets at a time (the
+    # copies of a passage dropped group by group): the same findings, review and match.json, nothing left behind.
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    tuning = Tuning(inline_bytes=0, wait_for_workers=True) if workers > 1 else Tuning()
+    whole = match(case, config(workers=workers, batch_rows=8), tuning=dataclasses.replace(tuning, row_groups=1))
+    names = ("evidence.parquet", "evidence.csv", "review.parquet", "review.csv", "match.json")
+    expected = {n: (case / n).read_bytes() for n in names}
+    before = sorted(p.name for p in case.iterdir())
+    opened: list[Any] = []
+    real = spill_mod.tempfile.TemporaryFile
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        fh = real(*args, **kwargs)
+        opened.append(fh)
+        return fh
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spill_mod.tempfile, "TemporaryFile", spy)
+        grouped = match(case, config(workers=workers, batch_rows=8),
+                        tuning=dataclasses.replace(tuning, memory_rows=memory_rows, row_groups=row_groups))
+    assert {n: (case / n).read_bytes() for n in names} == expected
+    assert grouped.report.to_json() == whole.report.to_json()
+    assert len(opened) == (1 if memory_rows <= 2 else 0) and all(fh.closed for fh in opened)
+    assert sorted(p.name for p in case.iterdir()) == before
+    assert len(cross(whole.findings)) >= 5
+
+
 def test_holding_hits_on_disk_keeps_the_pruning_schedule_and_the_progress_whole(tmp_path: Path) -> None:
     # Review of the first version: every write to disk emptied the hits in memory, and the holder counts were
     # compacted again after every prune_hits hits (72 compactions where 8 had done). And the bar's last step

@@ -12,7 +12,7 @@ import pytest
 
 from forensics.match import findings
 from forensics.match.findings import ROW_FIELDS, PairKey, Region, RegionScorer
-from forensics.match.index import Target, TargetIndex
+from forensics.match.index import NO_TIME, Target, TargetIndex
 from forensics.match.tiers import MatchParams
 
 
@@ -147,3 +147,59 @@ def test_a_candidate_row_reads_and_sets_like_a_dict_and_never_reads_a_field_not_
         row["_ruled_out"]  # a field the evidence model has not set is an error, not None
     with pytest.raises(AttributeError):
         row["finding_id"] = "f-1"  # only the dict it becomes takes the later fields
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rows_read_a_group_of_targets_at_a_time_hold_each_targets_rows_in_the_order_found(seed: int,
+                                                                                        tmp_path: Path) -> None:
+    rng = random.Random(seed)
+    keys = [(rng.randrange(3), f"r{rng.randrange(4)}", "acme", "prompt", rng.random() < 0.2) for _ in range(12)]
+    scored = [(key, _region(rng, key[1], seed % 2 == 0)) for key in keys for _ in range(rng.randrange(1, 5))]
+    rng.shuffle(scored)
+    expected = _reference(scored)
+    scorer = RegionScorer(_scorer().targets, None, MatchParams(), folder=tmp_path,  # type: ignore[arg-type]
+                          memory_rows=[1, 4, 100][seed % 3], groups=2)
+    cuts = sorted(rng.sample(range(1, len(scored)), k=min(3, len(scored) - 1)))
+    for a, b in zip([0, *cuts], [*cuts, len(scored)]):
+        scorer.collect(scored[a:b])
+    held = scorer.take()
+    for _ in range(2):  # read twice (the match stage does), each read new rows
+        groups = [[r.as_dict() for r in group] for group in held.groups()]
+        assert groups == [[r for r in expected if r["_target"] % 2 == g] for g in range(2)]
+    first, second = (list(held.groups()) for _ in range(2))
+    assert all(a is not b for ga, gb in zip(first, second, strict=True) for a, b in zip(ga, gb, strict=True))
+    held.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_first_read_reads_every_group_of_targets_that_holds_a_possible_copy(seed: int) -> None:
+    # The groups read for copies of an exchange are chosen from hashes noted as rows are built: every group where
+    # the rows themselves show a possible copy (own exchange, or a source logged twice) must be among them.
+    rng = random.Random(seed)
+    targets = [Target(f"s{i}", f"t{i % 3}", 50_000_000 * (i % 4), 1, "decode-1", True, False, f"response {i} a b c")
+               for i in range(12)]
+    TargetIndex(targets, 5)
+    scorer = RegionScorer(targets, None, MatchParams(), memory_rows=5, groups=5)  # type: ignore[arg-type]
+    scored = []
+    for n in range(rng.randrange(5, 40)):
+        t = rng.randrange(12)
+        tenant = rng.choice(["t0", "t1", "t2", "t3", None])
+        kind = rng.choice(["prompt", "response"])
+        start = rng.choice([0, 8])
+        region = Region(10.0, 95.0, start, start + 8, 0, 8, "cross_tenant" if tenant != targets[t].tenant_id
+                        else "same_tenant", 1.0, 1.0, 6, None, None, f"r{n}", tenant, kind, 6, 5,
+                        rng.choice([NO_TIME, rng.randrange(0, 200_000_000)]))
+        scored.append(((t, f"r{n}", tenant, kind, False), region))
+    for a in range(0, len(scored), 7):
+        scorer.collect(scored[a:a + 7])
+    held = scorer.take()
+    rows = [r for group in held.groups() for r in group]
+    must = {r["_target"] % 5 for r in findings._own_copy_candidates(rows, targets)}
+    must |= {g[0]["_target"] % 5 for g in findings._source_copy_groups(rows)}
+    assert must <= held.survey_groups
+    survey = held.survey(targets)
+    assert {(r["_target"], r["source_request_id"]) for r in survey.own_near} == {
+        (r["_target"], r["source_request_id"]) for r in findings._own_copy_candidates(rows, targets)}
+    assert len(survey.copy_groups) == len(findings._source_copy_groups(rows))
+    assert survey.sources == {(r["source_request_id"], r["source_tenant_id"]) for r in rows}

@@ -87,25 +87,41 @@ def test_a_file_cut_short_is_an_error_not_fewer_hits(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("memory_rows", [1, 3, 1000])
 @pytest.mark.parametrize("on_disk", [True, False])
-def test_rows_come_back_in_the_order_added_once(tmp_path: Path, memory_rows: int, on_disk: bool) -> None:
-    rows = [(i, f"request-{i}", [(i, i + 1, 0, 1)]) for i in range(10)]
-    with HeldRows(tmp_path if on_disk else None, memory_rows) as held:
+def test_rows_come_back_by_group_in_the_order_added_as_often_as_asked(tmp_path: Path, memory_rows: int,
+                                                                      on_disk: bool) -> None:
+    rows = [(i, f"request-{i}", [(i, i + 1, 0, 1)]) for i in range(20)]
+    with HeldRows(tmp_path if on_disk else None, memory_rows, groups=3) as held:
         for row in rows:
-            held.add(row)
-        assert len(held) == 10
-        assert (held.file is not None) == (on_disk and memory_rows <= 10)
-        assert len(held.in_memory) == (10 % memory_rows if on_disk else 10)
-        assert list(held.drain()) == rows
-        assert len(held) == 0 and held.file is None and list(held.drain()) == []
+            held.add(row[0] % 3 if row[0] < 15 else 0, row)
+        assert len(held) == 20 and held.groups == 3
+        assert (held.file is not None) == (on_disk and memory_rows <= 20)
+        assert held.memory_count == (20 % memory_rows if on_disk else 20)
+        for _ in range(2):
+            assert held.group(0) == [r for r in rows if r[0] % 3 == 0 or r[0] >= 15]
+            assert held.group(1) == [r for r in rows if r[0] % 3 == 1 and r[0] < 15]
+            assert held.group(2) == [r for r in rows if r[0] % 3 == 2 and r[0] < 15]
+        held.close()
+        assert len(held) == 0 and held.file is None and held.group(1) == []
     assert list(tmp_path.iterdir()) == []
 
 
-def test_rows_on_a_damaged_file_are_an_error_not_fewer_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", [20, 200])
+def test_rows_on_a_damaged_file_are_an_error_not_fewer_rows(tmp_path: Path, cut: int) -> None:
     with HeldRows(tmp_path, 2) as held:
         for i in range(6):
-            held.add((i, "x" * 40))
+            held.add(0, (i, "x" * 40))
         file = cast(Any, held.file)
         file.flush()
-        file.truncate(file.tell() - 20)
+        file.truncate(max(file.tell() - cut, 0))
         with pytest.raises(CaseError, match="came back damaged"):
-            list(held.drain())
+            held.group(0)
+
+
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_each_read_of_a_group_gives_new_rows(tmp_path: Path, on_disk: bool) -> None:
+    with HeldRows(tmp_path if on_disk else None, 4) as held:
+        for i in range(6):
+            held.add(0, [i])
+        first = held.group(0)
+        first[0].append("changed by the first reader")
+        assert held.group(0) == [[i] for i in range(6)]

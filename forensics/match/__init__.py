@@ -186,21 +186,29 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             stats["hits"] = n_hits
             # Each task's candidates are scored by the process that verified them; only the admissible
             # regions come back and are kept, not every candidate.
-            scorer = RegionScorer(targets, held, p, held_twice(sources), c.root, tuning.memory_rows)
+            scorer = RegionScorer(targets, held, p, held_twice(sources), c.root, tuning.memory_rows,
+                                  tuning.row_groups)
             pass_jobs = helpers.jobs["workers"]
             vstats = verify_held(index, p, hits, held, sources, path, helpers, progress, scorer, tuning)
     stats.update(vstats)
-    candidates = scorer.rows()
+    candidates = scorer.take()
     del scorer  # its regions: the rows hold what the findings need
-    keys: set[tuple[str, str | None]] = {RequestKey(r["source_request_id"], r["source_tenant_id"]) for r in candidates}
-    keys |= {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
-    facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, engine_seen,
-                         tuple(config.models))
-    facts.aliases = {frozenset((tenant, other)): (tenant, field, other)
-                     for tenant, field, other in c.read_manifest().get("tenant_aliases") or ()}
-    facts.own_copies, facts.logged_twice, facts.tenant_records = exchange_copies(candidates, targets, path, facts.node,
-                                                                                facts.aliases)
-    rows, null = decide(candidates, targets, p, facts, held)  # (takes the candidates over: those dropped are freed)
+    try:
+        # The candidates are read a group of targets at a time (most are copies of a passage, dropped as they are
+        # read): first the few groups that may hold copies of an exchange, then all of them for the evidence model.
+        survey = candidates.survey(targets)
+        keys = survey.sources | {RequestKey(t.request_id, t.tenant_id) for t in targets if not t.control}
+        facts = record_facts(path, keys, {RequestKey(t.request_id, t.tenant_id) for t in targets}, engine_seen,
+                             tuple(config.models))
+        del keys
+        facts.aliases = {frozenset((tenant, other)): (tenant, field, other)
+                         for tenant, field, other in c.read_manifest().get("tenant_aliases") or ()}
+        facts.own_copies, facts.logged_twice, facts.tenant_records = exchange_copies(survey, targets, path, facts.node,
+                                                                                    facts.aliases)
+        del survey
+        rows, null = decide(candidates.groups(), targets, p, facts, held)
+    finally:
+        candidates.close()
     evidence = [_finding(r) for r in rows if not r["control"] and r["tier"]]
     review = [_finding(r) for r in rows if not r["control"] and not r["tier"] and r["relation"] == "cross_tenant"]
     control_rows = [_finding(r) for r in rows if r["control"] and r["relation"] == "cross_tenant" and r["tier"]]

@@ -180,7 +180,7 @@ class RegionScorer:
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams,
                  sources_held_twice: set[tuple[str, str | None]] | None = None, folder: Path | None = None,
-                 memory_rows: int = 20_000) -> None:
+                 memory_rows: int = 20_000, groups: int = 1) -> None:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
         self.bits: dict[int, np.ndarray] = {}
@@ -191,14 +191,20 @@ class RegionScorer:
         # every pair's regions held 1.03M regions in the match stage's process (about 400 MiB) to its end.
         self.sources_held_twice = sources_held_twice
         self.per_pair: dict[PairKey, list[Region]] = {}
-        # Each pair's key and row, in the order found: beyond memory_rows in a file in ``folder``, as the workers
-        # still verify (None: all in memory).
-        self._rows = HeldRows(folder, memory_rows)
+        # Each pair's key and row, in the order found, in ``groups`` groups of targets: beyond memory_rows in a file in
+        # ``folder``, as the workers still verify (None: all in memory).
+        self._rows = HeldRows(folder, memory_rows, groups)
         # The hash of each key whose regions are not kept: a key found twice is told from two keys of one hash
         # when the rows are read back (a key kept would cost 20 times the memory).
         self._hashes = array.array("q")
         self._stale: set[PairKey] = set()
         self._same: dict[Any, Any] = {}
+        # What the first read of the rows needs (see _note).
+        self.sources: set[tuple[str, str | None]] = set()
+        self.source_tenants: set[str] = set()
+        self._survey_groups: set[int] = set()
+        self._copy_hash, self._copy_customer = array.array("q"), array.array("q")
+        self._copy_time, self._copy_group = array.array("q"), array.array("q")
 
     def add(self, cands: list[Candidate]) -> None:
         """Score the regions ``cands`` and keep them (after every earlier batch)."""
@@ -216,15 +222,39 @@ class RegionScorer:
             else:
                 regs.append(region)
         for key, regs in batch.items():
+            group = key[0] % held.groups
             if twice is None or (key[1], key[2]) in twice:
                 if key in per_pair:
                     per_pair[key].extend(regs)
                     self._stale.add(key)
+                    self._survey_groups.add(group)  # (its row, built again, may be another's copy)
                     continue
                 per_pair[key] = regs
             else:
                 self._hashes.append(_key_hash(key))
-            held.add((key, self._row(key, regs)))
+            row = self._row(key, regs)
+            self._note(key, row, group)
+            held.add(group, (key, row))
+
+    def _note(self, key: PairKey, row: CandidateRow, group: int) -> None:
+        """Note what the first read of the rows (:meth:`CandidateRows.survey`) needs of a new row: its source and
+        tenant, and whether its group of targets may hold a copy of an exchange (:func:`_own_copy_candidates`,
+        :func:`_source_copy_groups`): only those groups are read for them."""
+        self.sources.add((key[1], key[2]))
+        if key[2] is not None:
+            self.source_tenants.add(str(key[2]))
+        if row.relation != "cross_tenant" or row._source_received_us == NO_TIME:
+            return
+        tgt = self.targets[key[0]]
+        if (row.source_kind == "response" and tgt.received_us != NO_TIME
+                and abs(tgt.received_us - row._source_received_us) <= SAME_EXCHANGE_US):
+            self._survey_groups.add(group)
+        # Rows of one copy group share this hash (two keys of one hash only add a group to read), its customers
+        # theirs (two customers of one 64-bit hash, under the process's random string hash key, are not foreseen).
+        self._copy_hash.append(hash((key[0], row.source_kind, tuple(x[:2] for x in row.passages))))
+        self._copy_customer.append(hash(customer_key(key[2])))
+        self._copy_time.append(row._source_received_us)
+        self._copy_group.append(group)
 
     def score(self, cands: list[Candidate]) -> list[tuple[PairKey, Region]]:
         """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
@@ -267,25 +297,43 @@ class RegionScorer:
 
     def rows(self) -> list[CandidateRow]:
         """One row per candidate pair with an admissible region (see :func:`score_candidates`), in the
-        order the pairs were first found. The rows are handed over, not copied: call it once, after the
-        last batch (the match stage changes them as it decides)."""
+        order the pairs were first found (with one group of targets; else group by group). The rows are
+        handed over, not copied: call it once, after the last batch."""
+        held = self.take()
+        try:
+            return [row for group in held.groups() for row in group]
+        finally:
+            held.close()
+
+    def take(self) -> "CandidateRows":
+        """Every candidate pair's row, handed over (call it once, after the last batch): read back a group of
+        targets at a time, as often as needed, until it is closed."""
         hashes = np.frombuffer(self._hashes, dtype=np.int64)
         values, counts = np.unique(hashes, return_counts=True)
         shared = set(values[counts > 1].tolist())  # (almost always none)
-        self._hashes = array.array("q")
-        seen: set[PairKey] = set()
-        rows = []
-        for key, row in self._rows.drain():
-            if key in self._stale:
-                row = self._row(key, self.per_pair[key])
-            elif shared and _key_hash(key) in shared:
-                if key in seen:
-                    raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
-                                     "was not known to be held by two records")
-                seen.add(key)
-            rows.append(row)
-        self._stale.clear()
-        return rows
+        # A pair found in several batches: its row from all its regions.
+        rebuilt = {key: self._row(key, self.per_pair[key]) for key in self._stale}
+        survey_groups = self._survey_groups | self._copy_groups()
+        out = CandidateRows(self._rows, rebuilt, shared, self.sources, self.source_tenants, survey_groups)
+        self._rows, self._hashes, self._stale = HeldRows(None, 1), array.array("q"), set()
+        self.sources, self.source_tenants, self._survey_groups = set(), set(), set()
+        self._copy_hash, self._copy_customer = array.array("q"), array.array("q")
+        self._copy_time, self._copy_group = array.array("q"), array.array("q")
+        return out
+
+    def _copy_groups(self) -> set[int]:
+        """The groups of targets holding rows that may form a copy group (:func:`_source_copy_groups`): rows of one
+        hash (_note) from two customers or more, two of them received within SAME_EXCHANGE_US."""
+        h, customer = np.frombuffer(self._copy_hash, np.int64), np.frombuffer(self._copy_customer, np.int64)
+        t, group = np.frombuffer(self._copy_time, np.int64), np.frombuffer(self._copy_group, np.int64)
+        by_time = np.lexsort((t, h))
+        hs, ts = h[by_time], t[by_time]
+        close = hs[1:][(hs[1:] == hs[:-1]) & (ts[1:] - ts[:-1] <= SAME_EXCHANGE_US)]
+        by_customer = np.lexsort((customer, h))
+        hs, cs = h[by_customer], customer[by_customer]
+        two_customers = hs[1:][(hs[1:] == hs[:-1]) & (cs[1:] != cs[:-1])]
+        flagged = np.intersect1d(close, two_customers)
+        return set(group[np.isin(h, flagged)].tolist())
 
     def _row(self, key: PairKey, regs: list[Region]) -> CandidateRow:
         """The row of one candidate pair from all its regions (sorted here, strongest first)."""
@@ -347,6 +395,72 @@ class RegionScorer:
             _later=later,
             _null_rules=null_rules,
         )
+
+
+@dataclasses.dataclass
+class CandidateSurvey:
+    """What a first read of the candidate rows gathers (:func:`survey_candidates`), before the records are read."""
+
+    #: Every row's source (request id, tenant).
+    sources: set[tuple[str, str | None]] = dataclasses.field(default_factory=set)
+    #: The rows whose source may be the target's own exchange (:func:`_own_copy_candidates`).
+    own_near: list[CandidateRow] = dataclasses.field(default_factory=list)
+    #: The groups of rows whose sources may be one exchange logged twice (:func:`_source_copy_groups`).
+    copy_groups: list[list[CandidateRow]] = dataclasses.field(default_factory=list)
+    #: Every row's source tenant.
+    source_tenants: set[str] = dataclasses.field(default_factory=set)
+
+
+def survey_candidates(groups: Iterable[list[CandidateRow]], targets: list[Target]) -> CandidateSurvey:
+    """The sources, tenants and possible copies of the rows of ``groups`` (each group every row of its targets:
+    :meth:`CandidateRows.groups`), keeping only the few rows that may be copies."""
+    survey = CandidateSurvey()
+    for rows in groups:
+        survey.sources.update((r["source_request_id"], r["source_tenant_id"]) for r in rows)
+        survey.source_tenants.update(str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None)
+        survey.own_near += _own_copy_candidates(rows, targets)
+        survey.copy_groups += _source_copy_groups(rows)
+    return survey
+
+
+class CandidateRows:
+    """The candidate pairs' rows a :class:`RegionScorer` built (:meth:`RegionScorer.take`), a group of targets at a
+    time: every row of a target in one group, in the order its pairs were first found."""
+
+    def __init__(self, held: HeldRows, rebuilt: dict[PairKey, CandidateRow], shared: set[int],
+                 sources: set[tuple[str, str | None]], source_tenants: set[str], survey_groups: set[int]) -> None:
+        self.held, self.rebuilt, self.shared = held, rebuilt, shared
+        self.sources, self.source_tenants, self.survey_groups = sources, source_tenants, survey_groups
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def survey(self, targets: list[Target]) -> CandidateSurvey:
+        """Every row's source and tenant, and the rows that may be copies of an exchange, read from the few groups
+        of targets that may hold them."""
+        survey = survey_candidates(self.groups(sorted(self.survey_groups)), targets)
+        survey.sources, survey.source_tenants = self.sources, self.source_tenants
+        return survey
+
+    def groups(self, only: Iterable[int] | None = None) -> Iterator[list[CandidateRow]]:
+        """Each group's rows (new rows at every call: the caller may change and drop them); ``only`` those groups."""
+        for g in range(self.held.groups) if only is None else only:
+            seen: set[PairKey] = set()
+            rows = []
+            for key, row in self.held.group(g):
+                if key in self.rebuilt:  # (a copy, as every row read: the caller may change it)
+                    row = CandidateRow(*_row_values(self.rebuilt[key]))
+                elif self.shared and _key_hash(key) in self.shared:
+                    if key in seen:
+                        raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
+                                         "was not known to be held by two records")
+                    seen.add(key)
+                rows.append(row)
+            yield rows
+
+    def close(self) -> None:
+        """Drop the rows (and their file)."""
+        self.held.close()
 
 
 def finding_id(row: Mapping[str, Any]) -> str:
@@ -926,7 +1040,7 @@ def engine_facts_beside(case: Case) -> Iterator[Callable[[], EngineFacts]]:
         thread.join()
 
 
-def exchange_copies(rows: Sequence[Row], targets: list[Target], path: Path,
+def exchange_copies(survey: CandidateSurvey, targets: list[Target], path: Path,
                     placed: dict[tuple[str, str | None], str | None],
                     aliases: Iterable[frozenset[str]]) -> tuple[frozenset[tuple[int, str, str | None]],
                                                                 dict[tuple[int, str, str | None], tuple[str, str | None]],
@@ -934,20 +1048,19 @@ def exchange_copies(rows: Sequence[Row], targets: list[Target], path: Path,
     """The candidates that are one exchange logged twice: :func:`own_exchange_copies`, :func:`sources_logged_twice`,
     and the records the case's logs hold per customer id they and the ``aliases`` name. The few texts and counts
     they need are read in one pass each, for both (they were read three times)."""
-    own_near = _own_copy_candidates(rows, targets)
-    groups = _source_copy_groups(rows)
+    own_near, groups = survey.own_near, survey.copy_groups
     ids = ({r["source_request_id"] for r in own_near} | {targets[r["_target"]].request_id for r in own_near}
            | {r["source_request_id"] for g in groups for r in g})
     logged = logged_rows(path, ids) if ids else {}
     aliased = {t for pair in aliases for t in pair}
     tenants = ({str(r["source_tenant_id"]) for g in groups for r in g if r["source_tenant_id"] is not None}
-               | ({str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None} & aliased))
+               | (survey.source_tenants & aliased))
     held = records_of(path, tenants) if tenants else {}
     return (frozenset(own_exchange_copies(own_near, targets, logged)), sources_logged_twice(groups, logged, held, placed),
             held)
 
 
-def _own_copy_candidates(rows: Sequence[Row], targets: list[Target]) -> list[Row]:
+def _own_copy_candidates(rows: Sequence[R], targets: list[Target]) -> list[R]:
     """The candidates whose source may be the target's own exchange (:func:`own_exchange_copies`): a source whose
     answer the target's matched, received within :data:`SAME_EXCHANGE_US` of it."""
     return [r for r in rows if r["relation"] == "cross_tenant" and r["source_kind"] == "response"
@@ -955,7 +1068,7 @@ def _own_copy_candidates(rows: Sequence[Row], targets: list[Target]) -> list[Row
             and abs(t.received_us - r["_source_received_us"]) <= SAME_EXCHANGE_US]
 
 
-def own_exchange_copies(near: list[Row], targets: list[Target],
+def own_exchange_copies(near: Sequence[Row], targets: list[Target],
                         logged: dict[tuple[str, str | None], list[LoggedRow]]) -> set[tuple[int, str, str | None]]:
     """The candidates (target index, source request id, source tenant) of ``near`` (:func:`_own_copy_candidates`)
     whose source record is the target's own exchange logged again under another customer id: :func:`same_exchange`
@@ -1000,10 +1113,10 @@ def records_of(path: Path, tenants: set[str]) -> dict[str, int]:
         con.close()
 
 
-def _source_copy_groups(rows: Sequence[Row]) -> list[list[Row]]:
+def _source_copy_groups(rows: Sequence[R]) -> list[list[R]]:
     """Candidates of one target with the same passages of the response in the same kind of text, from sources of two
     customers or more some two of which were received within :data:`SAME_EXCHANGE_US` (:func:`sources_logged_twice`)."""
-    groups: dict[tuple[Any, ...], list[Row]] = {}
+    groups: dict[tuple[Any, ...], list[R]] = {}
     for r in rows:
         if r["relation"] == "cross_tenant" and r["_source_received_us"] != NO_TIME:
             # (the response's passages: a copy's own offsets differ where a gateway put a system prompt of its own)
@@ -1018,7 +1131,7 @@ def _source_copy_groups(rows: Sequence[Row]) -> list[list[Row]]:
     return near
 
 
-def sources_logged_twice(near: list[list[Row]], logged: dict[tuple[str, str | None], list[LoggedRow]],
+def sources_logged_twice(near: list[list[R]], logged: dict[tuple[str, str | None], list[LoggedRow]],
                          held: dict[str, int], placed: dict[tuple[str, str | None], str | None]
                          ) -> dict[tuple[int, str, str | None], tuple[str, str | None]]:
     """Candidates of one target whose sources are one exchange logged twice under two customer ids (a spend log
@@ -1035,7 +1148,7 @@ def sources_logged_twice(near: list[list[Row]], logged: dict[tuple[str, str | No
         group.sort(key=lambda r: (-held.get(str(r["source_tenant_id"]), 0),
                                   placed.get((r["source_request_id"], r["source_tenant_id"])) is None,
                                   str(r["source_tenant_id"]), r["source_request_id"]))
-        kept: list[Row] = []
+        kept: list[R] = []
         for r in group:
             mine = logged.get((r["source_request_id"], r["source_tenant_id"]), [])
             same = next((k for k in kept if not same_customer(k["source_tenant_id"], r["source_tenant_id"])
@@ -1089,54 +1202,33 @@ def _mark_copies(rows: Sequence[Row], facts: RecordFacts) -> None:
                 break
 
 
-def decide(candidates: list[CandidateRow], targets: list[Target], p: MatchParams,
+def decide(groups: Iterable[list[CandidateRow]], targets: list[Target], p: MatchParams,
            facts: RecordFacts, holders: Holders | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Mechanism evidence, E-values and tiers of every candidate pair; the null model's record.
 
-    Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's
-    ``null`` section. The ``candidates`` are taken over (the list is left empty): most are copies of
-    another's passage, freed as soon as they are dropped.
+    ``groups``: the candidate rows, each group every row of its targets (:meth:`CandidateRows.groups`). A group at a
+    time, the rows that are copies of another's passage (most of them) are dropped; the rest are decided together.
+    Returns the rows (tier None: not notified, ``why_not_notified`` says why) and match.json's ``null`` section.
     """
-    pairs = candidates[:]
-    candidates.clear()
-    # A target's own exchange logged again under another id is neither a finding nor a chance match (see
-    # own_exchange_copies): left out, counted (and named in the stage's warnings).
-    own = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
-    if own:
-        pairs = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
-    _mark_copies(pairs, facts)
     # Records received before each target completed, once per target (every row of a target reads it), and those
     # of them its search covered (a lookback, the suspect's decode node only).
     records_before = [facts.records_before(t.deadline_us) for t in targets]
     searched = [_records_searched(t, p, facts) for t in targets]
     # A search's size, per target, over the texts it searched (see SIZE_EXPONENT).
     search_before = {i: _search_size(len(t.tokens.hash) - p.k + 1, searched[i]) for i, t in enumerate(targets)}
-    # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
-    # same customer also sent that text earlier (a conversation resends itself): those are left out.
-    # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
-    # the answer): the reverse of a leak, not a chance likeness; those are left out too.
-    earlier = {(r["_target"], customer_key(r["source_tenant_id"])) for r in pairs if not r["_later"]}
-    later_pairs = [r for r in pairs if r["_later"] and r["relation"] == "cross_tenant"
-                   and (r["_target"], customer_key(r["source_tenant_id"])) not in earlier]
-    copies = sum(1 for r in later_pairs if r["longest_run"] >= 2 * p.min_run)
-    later_pairs = [r for r in later_pairs if r["longest_run"] < 2 * p.min_run]
-    pairs = [r for r in pairs if not r["_later"]]
-    # First what tells a passage's copies apart (_collapse_same_tenant_copies), then the rest for the rows it keeps,
-    # each a dict from then on: most rows are copies of a kept row's passage (on the 1 GB benchmark incident, of 114k
-    # rows 10k are kept).
-    for pair in itertools.chain(pairs, later_pairs):
-        tgt = targets[pair["_target"]]
-        src_node = facts.node.get((pair["source_request_id"], pair["source_tenant_id"]))
-        pair["source_decode_node"] = src_node
-        pair["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
-                                    else tgt.decode_node == src_node)
-    for pair in pairs:
-        tgt = targets[pair["_target"]]
-        pair["_unserved"] = _unserved_models(pair, tgt, facts)
-        pair["_ruled_out"] = _ruled_out_by_engine(pair, tgt, facts)
-    rows = [r.as_dict() for r in _collapse_same_tenant_copies(pairs)]
-    later = [r.as_dict() for r in _collapse_same_tenant_copies(later_pairs, mind_ruled_out=False)]
-    del pairs, later_pairs
+    rows: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []
+    own: list[CandidateRow] = []
+    copies = 0
+    for group in groups:
+        kept, kept_later, own_copies, copied_on = _drop_copies(group, targets, p, facts)
+        rows += kept
+        later += kept_later
+        own += own_copies
+        copies += copied_on
+    # As one read of every row gives them (the order among rows of one target is kept: see _drop_copies).
+    rows.sort(key=_row_order)
+    later.sort(key=_row_order)
     for r in later:
         r["finding_id"] = finding_id(r)
     for r in rows:
@@ -1379,6 +1471,45 @@ def decide(candidates: list[CandidateRow], targets: list[Target], p: MatchParams
         "calibration_of_controls_with_mechanism": chance.calibration(points, control_points, window_alone=gateway_only),
     }
     return rows, null
+
+
+def _drop_copies(pairs: list[CandidateRow], targets: list[Target], p: MatchParams, facts: RecordFacts
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[CandidateRow], int]:
+    """Of the candidate rows ``pairs`` (every row of their targets), those :func:`decide` goes on with, as dicts: the
+    rows kept, and the later-text rows of the null, each of them without the copies of one customer's passage
+    (:func:`_collapse_same_tenant_copies`), in :func:`_row_order`; the rows that are a target's own exchange logged
+    again, and how many later texts copy the suspect on (both left out)."""
+    # A target's own exchange logged again under another id is neither a finding nor a chance match (see
+    # own_exchange_copies): left out, counted (and named in the stage's warnings).
+    own = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) in facts.own_copies]
+    if own:
+        pairs = [r for r in pairs if (r["_target"], r["source_request_id"], r["source_tenant_id"]) not in facts.own_copies]
+    _mark_copies(pairs, facts)
+    # Matches of a suspect with texts that arrived after it are chance (they cannot be the cause), unless the
+    # same customer also sent that text earlier (a conversation resends itself): those are left out.
+    # A later text sharing a long exact run with the suspect (2 x min_run tokens) copies it on (someone pasted
+    # the answer): the reverse of a leak, not a chance likeness; those are left out too.
+    earlier = {(r["_target"], customer_key(r["source_tenant_id"])) for r in pairs if not r["_later"]}
+    later_pairs = [r for r in pairs if r["_later"] and r["relation"] == "cross_tenant"
+                   and (r["_target"], customer_key(r["source_tenant_id"])) not in earlier]
+    copies = sum(1 for r in later_pairs if r["longest_run"] >= 2 * p.min_run)
+    later_pairs = [r for r in later_pairs if r["longest_run"] < 2 * p.min_run]
+    pairs = [r for r in pairs if not r["_later"]]
+    # Only what tells a passage's copies apart (_collapse_same_tenant_copies); decide sets the rest for the rows it
+    # keeps, each a dict from then on: most rows are copies of a kept row's passage (on the 1 GB benchmark incident,
+    # of 114k rows 10k are kept).
+    for pair in itertools.chain(pairs, later_pairs):
+        tgt = targets[pair["_target"]]
+        src_node = facts.node.get((pair["source_request_id"], pair["source_tenant_id"]))
+        pair["source_decode_node"] = src_node
+        pair["same_decode_node"] = (None if tgt.decode_node is None or src_node is None
+                                    else tgt.decode_node == src_node)
+    for pair in pairs:
+        tgt = targets[pair["_target"]]
+        pair["_unserved"] = _unserved_models(pair, tgt, facts)
+        pair["_ruled_out"] = _ruled_out_by_engine(pair, tgt, facts)
+    return ([r.as_dict() for r in _collapse_same_tenant_copies(pairs)],
+            [r.as_dict() for r in _collapse_same_tenant_copies(later_pairs, mind_ruled_out=False)], own, copies)
 
 
 def _before_on_models(r: dict[str, Any], tgt: Target, facts: RecordFacts, case_models: frozenset[str]) -> bool:

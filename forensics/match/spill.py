@@ -8,15 +8,15 @@ anonymous file in the case folder (unlinked from the start: nothing is left behi
 verification reads them back a part at a time (:meth:`HeldHits.parts`, :meth:`HeldHits.load`), each part
 whole scan tasks' hits, so that no source row's hits are split between parts.
 
-The candidate pairs' rows, built as verification goes, are all read by the evidence model at its end: 483k of
-them (about 800 bytes each as tuples) on the 4 GB benchmark incident, held while the workers verify. Beyond
-``memory_rows`` they go to a file too, and come back once the workers are gone.
+The candidate pairs' rows, built as verification goes, are read by the evidence model at its end: 483k of them
+(about 900 bytes each) on the 4 GB benchmark incident. Beyond ``memory_rows`` they go to a file too, in groups of
+targets, and the evidence model reads them back a group at a time (every row of a target in one group), keeping
+only the rows it does not drop (1 in 10).
 """
 
 
 import pickle
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -138,19 +138,26 @@ class HeldHits:
 
 
 class HeldRows:
-    """Rows (any picklable items), in the order added: in memory up to ``memory_rows``, then pickled to an
-    anonymous file in ``folder`` a batch at a time (``folder`` None: all in memory)."""
+    """Rows (any picklable items) in ``groups`` groups, each group's in the order added: in memory up to
+    ``memory_rows`` in all, then pickled to an anonymous file in ``folder`` (None: all in memory). A group is read
+    back whole (:meth:`group`), as often as needed, until :meth:`close`."""
 
-    def __init__(self, folder: Path | None, memory_rows: int) -> None:
+    def __init__(self, folder: Path | None, memory_rows: int, groups: int = 1) -> None:
         self.folder = folder
         self.memory_rows = max(memory_rows, 1)
-        self.in_memory: list[Any] = []
+        self.in_memory: list[list[Any]] = [[] for _ in range(max(groups, 1))]
+        self.memory_count = 0  # rows in memory
         self.spilled = 0  # rows on disk
-        self.batches = 0  # pickled lists on disk
+        self.blobs: list[list[tuple[int, int]]] = [[] for _ in self.in_memory]  # (offset, size) per group, in order
         self.file: IO[bytes] | None = None
 
+    @property
+    def groups(self) -> int:
+        """How many groups the rows are held in."""
+        return len(self.in_memory)
+
     def __len__(self) -> int:
-        return self.spilled + len(self.in_memory)
+        return self.spilled + self.memory_count
 
     def __enter__(self) -> "HeldRows":
         return self
@@ -158,40 +165,51 @@ class HeldRows:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def add(self, row: Any) -> None:
-        """Hold ``row`` after every row added before."""
-        self.in_memory.append(row)
-        if self.folder is not None and len(self.in_memory) >= self.memory_rows:
-            if self.file is None:
-                self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-rows-")
-            pickle.dump(self.in_memory, self.file, protocol=pickle.HIGHEST_PROTOCOL)
-            self.spilled += len(self.in_memory)
-            self.batches += 1
-            self.in_memory = []
+    def add(self, group: int, row: Any) -> None:
+        """Hold ``row`` in ``group``, after every row added to it before."""
+        self.in_memory[group].append(row)
+        self.memory_count += 1
+        if self.folder is None or self.memory_count < self.memory_rows:
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.folder, prefix=".match-rows-")
+        self.file.seek(0, 2)
+        for i, rows in enumerate(self.in_memory):
+            if rows:
+                blob = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+                self.blobs[i].append((self.file.tell(), len(blob)))
+                self.file.write(blob)
+                self.in_memory[i] = []
+        self.spilled += self.memory_count
+        self.memory_count = 0
 
-    def drain(self) -> Iterator[Any]:
-        """Every row held, in the order added, each batch let go once read; nothing is held after."""
-        if self.file is not None:
+    def group(self, group: int) -> list[Any]:
+        """The rows of ``group``, in the order added: new copies at every call (the caller may change them)."""
+        rows: list[Any] = []
+        if self.blobs[group]:
+            assert self.file is not None
             self.file.flush()
-            self.file.seek(0)
-            for _ in range(self.batches):
+            for offset, size in self.blobs[group]:
+                self.file.seek(offset)
+                blob = self.file.read(size)
                 try:
-                    batch = pickle.load(self.file)
+                    if len(blob) != size:
+                        raise EOFError(f"{len(blob)} of {size} bytes")
+                    rows.extend(pickle.loads(blob))
                 except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
                     raise CaseError(f"the match stage's candidate rows held on disk came back damaged "
                                     f"({type(exc).__name__}: {exc})", file=self.folder,
                                     fix="check the disk holding the case folder, then run the match stage again"
                                     ) from None
-                yield from batch
-                del batch
-        rows, self.in_memory = self.in_memory, []
-        yield from rows
-        self.close()
+        if self.in_memory[group]:
+            rows.extend(pickle.loads(pickle.dumps(self.in_memory[group], protocol=pickle.HIGHEST_PROTOCOL)))
+        return rows
 
     def close(self) -> None:
         """Drop the file (and its space) and the rows in memory."""
-        self.in_memory = []
-        self.spilled = self.batches = 0
+        self.in_memory = [[] for _ in self.in_memory]
+        self.blobs = [[] for _ in self.in_memory]
+        self.memory_count = self.spilled = 0
         if self.file is not None:
             self.file.close()
             self.file = None

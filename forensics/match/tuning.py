@@ -55,6 +55,9 @@ class Tuning:
     #: Candidate pairs' rows held in memory as verification builds them: more, and they go to a file in the case
     #: folder until the workers are gone (bounds memory, not results). 20k rows are about 16 MiB.
     memory_rows: int = 20_000
+    #: Groups of targets the candidate rows are held in (by target number): the evidence model reads them a group at
+    #: a time, each about 1/64 of the rows (bounds memory, not results).
+    row_groups: int = 64
 
 
 #: What ``match`` uses when given none (a test harness driving the CLI may replace it).
