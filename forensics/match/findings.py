@@ -88,10 +88,9 @@ class CandidateRow:
     """A candidate pair's row as :class:`RegionScorer` builds it, until the evidence model has dropped the
     copies of each passage (:func:`decide`): read and set as a dict's items (``row["score"]``).
 
-    Not a dict: a third of its size, and 483k rows are held at once on the 4 GB benchmark incident (on disk while
-    the workers verify, see :class:`forensics.match.spill.HeldRows`), of which 1 in 10 is kept, as a dict
-    (:meth:`as_dict`) the evidence model adds to. A field not yet set is an error, not None. Its ``finding_id``
-    comes only then (:func:`finding_id`).
+    Not a dict: a third of its size (the evidence model reads a group of targets' rows at once, see
+    :class:`CandidateRows`), and 1 in 10 is kept, as a dict (:meth:`as_dict`) the evidence model adds to. A field
+    not yet set is an error, not None. Its ``finding_id`` comes only then (:func:`finding_id`).
     """
 
     recipient_request_id: str
@@ -133,10 +132,6 @@ class CandidateRow:
     # The attribute look-up itself (C code), not a method calling it: rows are read millions of times.
     __getitem__ = object.__getattribute__
     __setitem__ = object.__setattr__
-
-    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
-        # The fields it was built with, as one tuple (pickled natively, and read back through __init__).
-        return CandidateRow, _row_values(self)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields set, as a dict."""
@@ -234,7 +229,7 @@ class RegionScorer:
                 self._hashes.append(_key_hash(key))
             row = self._row(key, regs)
             self._note(key, row, group)
-            held.add(group, (key, row))
+            held.add(group, (key, _row_values(row)))  # (a tuple pickles in half the time)
 
     def _note(self, key: PairKey, row: CandidateRow, group: int) -> None:
         """Note what the first read of the rows (:meth:`CandidateRows.survey`) needs of a new row: its source and
@@ -447,15 +442,15 @@ class CandidateRows:
         for g in range(self.held.groups) if only is None else only:
             seen: set[PairKey] = set()
             rows = []
-            for key, row in self.held.group(g):
+            for key, values in self.held.group(g):
                 if key in self.rebuilt:  # (a copy, as every row read: the caller may change it)
-                    row = CandidateRow(*_row_values(self.rebuilt[key]))
+                    values = _row_values(self.rebuilt[key])
                 elif self.shared and _key_hash(key) in self.shared:
                     if key in seen:
                         raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
                                          "was not known to be held by two records")
                     seen.add(key)
-                rows.append(row)
+                rows.append(CandidateRow(*values))
             yield rows
 
     def close(self) -> None:
