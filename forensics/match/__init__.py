@@ -23,15 +23,17 @@
    later ones: never written, they are chance matches), the decode-node evidence's factor, and the
    tier from their product; a likeness explained by a stronger source goes to review, and so does a copy
    the engine logs place where the suspect's stale pages cannot come from. Findings go to evidence.*,
-   every other candidate to review.* with why.
+   every other candidate to review.* with why. The candidates wait on disk while the workers verify, in
+   groups of targets, and are read back a group at a time: most are copies of one customer's passage
+   (a conversation resends it), dropped there, so that only the rest are held together.
 
 Modules, one concern each: ``targets.py`` (step 1's targets and control sample), ``index.py``
 (their k-gram index), ``stream.py`` (the per-batch scan and verification work a process does),
 ``pool.py`` (sharing the pass among this process and the workers, in row order, with a fallback
-when workers fail), ``rarity.py`` (who held each k-gram when), ``spill.py`` (the pass's hits, held
-until its end), ``verification.py`` (which hits to align, in tasks), ``findings.py`` (evidence, null,
-E-values, tiers: steps 3 and 4), ``chance.py`` and ``tiers.py`` (the evidence model and the rules), and
-this module: the stage entry and match.json.
+when workers fail), ``rarity.py`` (who held each k-gram when), ``spill.py`` (the pass's hits and the
+candidate rows, held until they are read), ``verification.py`` (which hits to align, in tasks),
+``findings.py`` (evidence, null, E-values, tiers: steps 3 and 4), ``chance.py`` and ``tiers.py`` (the
+evidence model and the rules), and this module: the stage entry and match.json.
 """
 
 from __future__ import annotations
