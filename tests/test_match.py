@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import types
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -639,15 +641,9 @@ def test_retiring_common_kgrams_early_changes_nothing(tmp_path: Path, monkeypatc
     assert result.report["searched"]["kgram_hits_kept_after_rarity_and_own_context"] > 0
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_path: Path, workers: int) -> None:
-    # A big case's hits go to a file and come back a part at a time: the same findings, nothing left behind.
-    case = _mixed_case(tmp_path / "case", row_group_rows=16)
-    tuning = Tuning(inline_bytes=0, wait_for_workers=True) if workers > 1 else Tuning()
-    whole = match(case, config(workers=workers, batch_rows=8), tuning=tuning)
-    expected = _outputs(case)
-    before = sorted(p.name for p in case.iterdir())
-    opened: list[Any] = []
+@contextlib.contextmanager
+def _temp_files_opened(opened: list[Any]) -> Iterator[None]:
+    """Within the block, every anonymous file the match stage's holders open is added to ``opened``."""
     real = spill_mod.tempfile.TemporaryFile
 
     def spy(*args: Any, **kwargs: Any) -> Any:
@@ -657,6 +653,19 @@ def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_pa
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(spill_mod.tempfile, "TemporaryFile", spy)
+        yield
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_holding_hits_on_disk_and_verifying_them_in_parts_changes_nothing(tmp_path: Path, workers: int) -> None:
+    # A big case's hits go to a file and come back a part at a time: the same findings, nothing left behind.
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    tuning = Tuning(inline_bytes=0, wait_for_workers=True) if workers > 1 else Tuning()
+    whole = match(case, config(workers=workers, batch_rows=8), tuning=tuning)
+    expected = _outputs(case)
+    before = sorted(p.name for p in case.iterdir())
+    opened: list[Any] = []
+    with _temp_files_opened(opened):
         parts = match(case, config(workers=workers, batch_rows=8),
                       tuning=dataclasses.replace(tuning, memory_hits=1, prune_hits=1, verify_part_hits=1))
     assert _outputs(case) == expected
@@ -678,15 +687,7 @@ def test_holding_candidate_rows_on_disk_in_groups_of_targets_changes_nothing(tmp
     expected = {n: (case / n).read_bytes() for n in names}
     before = sorted(p.name for p in case.iterdir())
     opened: list[Any] = []
-    real = spill_mod.tempfile.TemporaryFile
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        fh = real(*args, **kwargs)
-        opened.append(fh)
-        return fh
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(spill_mod.tempfile, "TemporaryFile", spy)
+    with _temp_files_opened(opened):
         grouped = match(case, config(workers=workers, batch_rows=8),
                         tuning=dataclasses.replace(tuning, memory_rows=memory_rows, row_groups=row_groups))
     assert {n: (case / n).read_bytes() for n in names} == expected
