@@ -191,7 +191,11 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             scorer = RegionScorer(targets, held, p, held_twice(sources), c.root, tuning.memory_rows,
                                   tuning.row_groups)
             pass_jobs = helpers.jobs["workers"]
-            vstats = verify_held(index, p, hits, held, sources, path, helpers, progress, scorer, tuning)
+            try:
+                vstats = verify_held(index, p, hits, held, sources, path, helpers, progress, scorer, tuning)
+            except BaseException:
+                scorer.close()  # (its file, at once: not when the traceback is let go)
+                raise
     stats.update(vstats)
     candidates = scorer.take()
     del scorer  # its regions: the rows hold what the findings need

@@ -128,6 +128,8 @@ class CandidateRow:
     _unserved: frozenset[str] = dataclasses.field(init=False)
     _ruled_out: str | None = dataclasses.field(init=False)
     other_source_requests: int = dataclasses.field(init=False)
+    # Set as it is read back (CandidateRows.groups): its place in the order the pairs were found.
+    _found: int = dataclasses.field(init=False)
 
     # The attribute look-up itself (C code), not a method calling it: rows are read millions of times.
     __getitem__ = object.__getattribute__
@@ -168,9 +170,9 @@ class RegionScorer:
     A pair's row is built as soon as the batch that holds its regions is collected, not all at the end:
     the match stage collects while the workers still verify, so this work no longer waits in one
     process after them. A pair whose regions come in several batches (two records with one key, which
-    the ingest's one row per request rules out) is built again when :meth:`rows` is called. The rows
-    built wait in memory up to ``memory_rows``, then in an anonymous file in ``folder`` (see
-    :class:`forensics.match.spill.HeldRows`).
+    the ingest's one row per request rules out) is built again when :meth:`take` hands the rows over. The
+    rows built wait in memory up to ``memory_rows``, then in an anonymous file in ``folder`` (see
+    :class:`forensics.match.spill.HeldRows`), until :meth:`take` (or :meth:`close`).
     """
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams,
@@ -193,6 +195,7 @@ class RegionScorer:
         # when the rows are read back (a key kept would cost 20 times the memory).
         self._hashes = array.array("q")
         self._stale: set[PairKey] = set()
+        self._found = 0  # rows built so far: each row's place in the order found
         self._same: dict[Any, Any] = {}
         # What the first read of the rows needs (see _note).
         self.sources: set[tuple[str, str | None]] = set()
@@ -229,7 +232,8 @@ class RegionScorer:
                 self._hashes.append(_key_hash(key))
             row = self._row(key, regs)
             self._note(key, row, group)
-            held.add(group, (key, _row_values(row)))  # (a tuple pickles in half the time)
+            held.add(group, (key, self._found, _row_values(row)))  # (a tuple pickles in half the time)
+            self._found += 1
 
     def _note(self, key: PairKey, row: CandidateRow, group: int) -> None:
         """Note what the first read of the rows (:meth:`CandidateRows.survey`) needs of a new row: its source and
@@ -310,11 +314,15 @@ class RegionScorer:
         rebuilt = {key: self._row(key, self.per_pair[key]) for key in self._stale}
         survey_groups = self._survey_groups | self._copy_groups()
         out = CandidateRows(self._rows, rebuilt, shared, self.sources, self.source_tenants, survey_groups)
-        self._rows, self._hashes, self._stale = HeldRows(None, 1), array.array("q"), set()
+        self._rows, self._hashes, self._stale, self.per_pair = HeldRows(None, 1), array.array("q"), set(), {}
         self.sources, self.source_tenants, self._survey_groups = set(), set(), set()
         self._copy_hash, self._copy_customer = array.array("q"), array.array("q")
         self._copy_time, self._copy_group = array.array("q"), array.array("q")
         return out
+
+    def close(self) -> None:
+        """Drop the rows held (and their file) without handing them over: the stage stopped before :meth:`take`."""
+        self._rows.close()
 
     def _copy_groups(self) -> set[int]:
         """The groups of targets holding rows that may form a copy group (:func:`_source_copy_groups`): rows of one
@@ -394,7 +402,7 @@ class RegionScorer:
 
 @dataclasses.dataclass
 class CandidateSurvey:
-    """What a first read of the candidate rows gathers (:func:`survey_candidates`), before the records are read."""
+    """What the records are read for before the evidence model (:meth:`CandidateRows.survey`)."""
 
     #: Every row's source (request id, tenant).
     sources: set[tuple[str, str | None]] = dataclasses.field(default_factory=set)
@@ -407,12 +415,10 @@ class CandidateSurvey:
 
 
 def survey_candidates(groups: Iterable[list[CandidateRow]], targets: list[Target]) -> CandidateSurvey:
-    """The sources, tenants and possible copies of the rows of ``groups`` (each group every row of its targets:
-    :meth:`CandidateRows.groups`), keeping only the few rows that may be copies."""
+    """The rows of ``groups`` that may be copies of an exchange (each group every row of its targets:
+    :meth:`CandidateRows.groups`), keeping only those; its sources and tenants are left empty."""
     survey = CandidateSurvey()
     for rows in groups:
-        survey.sources.update((r["source_request_id"], r["source_tenant_id"]) for r in rows)
-        survey.source_tenants.update(str(r["source_tenant_id"]) for r in rows if r["source_tenant_id"] is not None)
         survey.own_near += _own_copy_candidates(rows, targets)
         survey.copy_groups += _source_copy_groups(rows)
     return survey
@@ -420,42 +426,46 @@ def survey_candidates(groups: Iterable[list[CandidateRow]], targets: list[Target
 
 class CandidateRows:
     """The candidate pairs' rows a :class:`RegionScorer` built (:meth:`RegionScorer.take`), a group of targets at a
-    time: every row of a target in one group, in the order its pairs were first found."""
+    time: every row of a target in one group, in the order its pairs were first found (``_found``: its place in
+    that order among all rows)."""
 
     def __init__(self, held: HeldRows, rebuilt: dict[PairKey, CandidateRow], shared: set[int],
                  sources: set[tuple[str, str | None]], source_tenants: set[str], survey_groups: set[int]) -> None:
         self.held, self.rebuilt, self.shared = held, rebuilt, shared
         self.sources, self.source_tenants, self.survey_groups = sources, source_tenants, survey_groups
 
-    def __len__(self) -> int:
-        return len(self.held)
-
     def survey(self, targets: list[Target]) -> CandidateSurvey:
-        """Every row's source and tenant, and the rows that may be copies of an exchange, read from the few groups
-        of targets that may hold them."""
+        """Every row's source and tenant (handed over: call it once), and the rows that may be copies of an
+        exchange, read from the few groups of targets that may hold them."""
         survey = survey_candidates(self.groups(sorted(self.survey_groups)), targets)
         survey.sources, survey.source_tenants = self.sources, self.source_tenants
+        self.sources, self.source_tenants = set(), set()
         return survey
 
     def groups(self, only: Iterable[int] | None = None) -> Iterator[list[CandidateRow]]:
-        """Each group's rows (new rows at every call: the caller may change and drop them); ``only`` those groups."""
+        """Each group's rows (new rows at every call, whose fields the caller may set; their ``passages`` lists,
+        which nothing changes, may be shared); ``only`` those groups. A pair found in two batches although no two
+        records hold its source is a ValueError here."""
         for g in range(self.held.groups) if only is None else only:
             seen: set[PairKey] = set()
             rows = []
-            for key, values in self.held.group(g):
-                if key in self.rebuilt:  # (a copy, as every row read: the caller may change it)
+            for key, found, values in self.held.group(g):
+                if key in self.rebuilt:
                     values = _row_values(self.rebuilt[key])
                 elif self.shared and _key_hash(key) in self.shared:
                     if key in seen:
                         raise ValueError(f"the regions of candidate pair {key!r} came in two batches, but its source "
                                          "was not known to be held by two records")
                     seen.add(key)
-                rows.append(CandidateRow(*values))
+                row = CandidateRow(*values)
+                row._found = found
+                rows.append(row)
             yield rows
 
     def close(self) -> None:
-        """Drop the rows (and their file)."""
+        """Drop the rows (and their file) and what was noted of them."""
         self.held.close()
+        self.rebuilt, self.sources, self.source_tenants = {}, set(), set()
 
 
 def finding_id(row: Mapping[str, Any]) -> str:
@@ -1221,9 +1231,9 @@ def decide(groups: Iterable[list[CandidateRow]], targets: list[Target], p: Match
         later += kept_later
         own += own_copies
         copies += copied_on
-    # As one read of every row gives them (the order among rows of one target is kept: see _drop_copies).
-    rows.sort(key=_row_order)
-    later.sort(key=_row_order)
+    # As one read of every row gives them (see _collapsed).
+    rows.sort(key=lambda r: (_row_order(r), r["_first_of_group"]))
+    later.sort(key=lambda r: (_row_order(r), r["_first_of_group"]))
     for r in later:
         r["finding_id"] = finding_id(r)
     for r in rows:
@@ -1503,8 +1513,23 @@ def _drop_copies(pairs: list[CandidateRow], targets: list[Target], p: MatchParam
         tgt = targets[pair["_target"]]
         pair["_unserved"] = _unserved_models(pair, tgt, facts)
         pair["_ruled_out"] = _ruled_out_by_engine(pair, tgt, facts)
-    return ([r.as_dict() for r in _collapse_same_tenant_copies(pairs)],
-            [r.as_dict() for r in _collapse_same_tenant_copies(later_pairs, mind_ruled_out=False)], own, copies)
+    return _collapsed(pairs), _collapsed(later_pairs, mind_ruled_out=False), own, copies
+
+
+def _collapsed(pairs: list[CandidateRow], mind_ruled_out: bool = True) -> list[dict[str, Any]]:
+    """:func:`_collapse_same_tenant_copies` of ``pairs`` (in the order found), each row kept as a dict with
+    ``_first_of_group``: where its (target, customer) first came in the order found, which orders two rows
+    :func:`_row_order` cannot (two targets of one request id and tenant, such as two records of a control) as
+    one read of every row did."""
+    first: dict[tuple[int, Any], int] = {}
+    for r in pairs:
+        first.setdefault((r["_target"], customer_key(r["source_tenant_id"])), r["_found"])
+    out = []
+    for r in _collapse_same_tenant_copies(pairs, mind_ruled_out):
+        row = r.as_dict()
+        row["_first_of_group"] = first[(r["_target"], customer_key(r["source_tenant_id"]))]
+        out.append(row)
+    return out
 
 
 def _before_on_models(r: dict[str, Any], tgt: Target, facts: RecordFacts, case_models: frozenset[str]) -> bool:

@@ -1,4 +1,4 @@
-"""What the match stage holds until the case's end, in memory up to a bound, then on disk: the streaming pass's
+"""What the match stage holds until it reads it again, in memory up to a bound, then on disk: the streaming pass's
 k-gram hits (:class:`HeldHits`) and the candidate pairs' rows (:class:`HeldRows`).
 
 Every hit of the pass must wait for its end (which k-grams are common text is known only then), and a big
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import xxhash
 
 from forensics.errors import CaseError
 from forensics.match.index import TargetIndex
@@ -147,8 +148,9 @@ class HeldRows:
         self.memory_rows = max(memory_rows, 1)
         self.in_memory: list[list[Any]] = [[] for _ in range(max(groups, 1))]
         self.memory_count = 0  # rows in memory
-        self.spilled = 0  # rows on disk
-        self.blobs: list[list[tuple[int, int]]] = [[] for _ in self.in_memory]  # (offset, size) per group, in order
+        self.on_disk = 0  # rows on disk
+        # (offset, size, xxh64) of each pickled list, per group, in order
+        self.blobs: list[list[tuple[int, int, int]]] = [[] for _ in self.in_memory]
         self.file: IO[bytes] | None = None
 
     @property
@@ -157,7 +159,7 @@ class HeldRows:
         return len(self.in_memory)
 
     def __len__(self) -> int:
-        return self.spilled + self.memory_count
+        return self.on_disk + self.memory_count
 
     def __enter__(self) -> "HeldRows":
         return self
@@ -177,10 +179,10 @@ class HeldRows:
         for i, rows in enumerate(self.in_memory):
             if rows:
                 blob = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
-                self.blobs[i].append((self.file.tell(), len(blob)))
+                self.blobs[i].append((self.file.tell(), len(blob), xxhash.xxh64_intdigest(blob)))
                 self.file.write(blob)
                 self.in_memory[i] = []
-        self.spilled += self.memory_count
+        self.on_disk += self.memory_count
         self.memory_count = 0
 
     def group(self, group: int) -> list[Any]:
@@ -189,18 +191,16 @@ class HeldRows:
         if self.blobs[group]:
             assert self.file is not None
             self.file.flush()
-            for offset, size in self.blobs[group]:
+            for offset, size, digest in self.blobs[group]:
                 self.file.seek(offset)
                 blob = self.file.read(size)
-                try:
-                    if len(blob) != size:
-                        raise EOFError(f"{len(blob)} of {size} bytes")
-                    rows.extend(pickle.loads(blob))
-                except (EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
-                    raise CaseError(f"the match stage's candidate rows held on disk came back damaged "
-                                    f"({type(exc).__name__}: {exc})", file=self.folder,
-                                    fix="check the disk holding the case folder, then run the match stage again"
-                                    ) from None
+                # Checked before it is unpickled: a damaged pickle may load as other rows, or fail in any way.
+                if len(blob) != size or xxhash.xxh64_intdigest(blob) != digest:
+                    raise CaseError(f"the match stage's candidate rows held on disk came back damaged ({len(blob)} "
+                                    f"of {size} bytes read, {'another' if len(blob) == size else 'no'} checksum)",
+                                    file=self.folder, fix="check the disk holding the case folder, then run the "
+                                                          "match stage again")
+                rows.extend(pickle.loads(blob))
         if self.in_memory[group]:
             rows.extend(pickle.loads(pickle.dumps(self.in_memory[group], protocol=pickle.HIGHEST_PROTOCOL)))
         return rows
@@ -209,7 +209,7 @@ class HeldRows:
         """Drop the file (and its space) and the rows in memory."""
         self.in_memory = [[] for _ in self.in_memory]
         self.blobs = [[] for _ in self.in_memory]
-        self.memory_count = self.spilled = 0
+        self.memory_count = self.on_disk = 0
         if self.file is not None:
             self.file.close()
             self.file = None

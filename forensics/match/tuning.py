@@ -53,7 +53,8 @@ class Tuning:
     #: incidents: 4M 1,354 / 2,302-2,312 MiB, 2M - / 2,229 MiB, 1M 1,200 / 2,104-2,144 MiB (the time within noise).
     verify_part_hits: int = 1_000_000
     #: Candidate pairs' rows held in memory as verification builds them: more, and they go to a file in the case
-    #: folder until the workers are gone (bounds memory, not results). 20k rows are about 16 MiB.
+    #: folder, read back once verification is done and dropped at the stage's end (bounds memory, not results).
+    #: 20k rows are about 16 MiB.
     memory_rows: int = 20_000
     #: Groups of targets the candidate rows are held in (by target number): the evidence model reads them a group at
     #: a time, each about 1/64 of the rows (bounds memory, not results).
