@@ -414,16 +414,6 @@ class CandidateSurvey:
     source_tenants: set[str] = dataclasses.field(default_factory=set)
 
 
-def survey_candidates(groups: Iterable[list[CandidateRow]], targets: list[Target]) -> CandidateSurvey:
-    """The rows of ``groups`` that may be copies of an exchange (each group every row of its targets:
-    :meth:`CandidateRows.groups`), keeping only those; its sources and tenants are left empty."""
-    survey = CandidateSurvey()
-    for rows in groups:
-        survey.own_near += _own_copy_candidates(rows, targets)
-        survey.copy_groups += _source_copy_groups(rows)
-    return survey
-
-
 class CandidateRows:
     """The candidate pairs' rows a :class:`RegionScorer` built (:meth:`RegionScorer.take`), a group of targets at a
     time: every row of a target in one group, in the order its pairs were first found (``_found``: its place in
@@ -437,9 +427,11 @@ class CandidateRows:
     def survey(self, targets: list[Target]) -> CandidateSurvey:
         """Every row's source and tenant (handed over: call it once), and the rows that may be copies of an
         exchange, read from the few groups of targets that may hold them."""
-        survey = survey_candidates(self.groups(sorted(self.survey_groups)), targets)
-        survey.sources, survey.source_tenants = self.sources, self.source_tenants
+        survey = CandidateSurvey(self.sources, source_tenants=self.source_tenants)
         self.sources, self.source_tenants = set(), set()
+        for rows in self.groups(sorted(self.survey_groups)):
+            survey.own_near += _own_copy_candidates(rows, targets)
+            survey.copy_groups += _source_copy_groups(rows)
         return survey
 
     def groups(self, only: Iterable[int] | None = None) -> Iterator[list[CandidateRow]]:
