@@ -68,6 +68,7 @@ from forensics.match.index import TargetIndex
 from forensics.match.pool import helpers_running, run_pass, workers_to_start
 from forensics.match.public import constants_sha256
 from forensics.match.rarity import HolderCounts
+from forensics.match.sources import SourceRows
 from forensics.match.spill import HeldHits
 from forensics.match.stream import Scanner
 from forensics.match.targets import load_targets
@@ -159,7 +160,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
         holders = HolderCounts(index, p, tuning.compact_entries)
         scanner.know_common(holders.common)
         n_hits = pending = 0
-        sources: dict[int, tuple[str, str | None, int]] = {}
+        sources = SourceRows()
         stats: dict[str, int] = {}
         with HeldHits(c.root, tuning.memory_hits) as hits:
             for res in run_pass(scanner, path, helpers, progress, tuning.task_bytes, engine.executor_for(config),
@@ -168,7 +169,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                 hits.add(res.hits)
                 n_hits += len(res.hits)
                 pending += len(res.hits)
-                sources.update(res.sources)
+                sources.add(res.sources)
                 for key, v in res.stats.items():
                     stats[key] = stats.get(key, 0) + v
                 if pending > max(tuning.prune_hits, hits.count // 2):
@@ -188,7 +189,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             stats["hits"] = n_hits
             # Each task's candidates are scored by the process that verified them; only the admissible
             # regions come back and are kept, not every candidate.
-            scorer = RegionScorer(targets, held, p, held_twice(sources), c.root, tuning.memory_rows,
+            scorer = RegionScorer(targets, held, p, sources.held_twice(), c.root, tuning.memory_rows,
                                   tuning.row_groups)
             pass_jobs = helpers.jobs["workers"]
             try:
@@ -294,19 +295,6 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                                   "jobs_on_workers": helpers.jobs["workers"],
                                   "verification_jobs_on_workers": helpers.jobs["workers"] - pass_jobs,
                                   "workers_failed": helpers.failed})
-
-
-def held_twice(sources: dict[int, tuple[str, str | None, int]]) -> set[tuple[str, str | None]]:
-    """The (request id, tenant) pairs that more than one of the source rows ``sources`` holds: only their
-    candidate pairs can be found in two verification tasks (a row's hits are all in one)."""
-    seen: set[tuple[str, str | None]] = set()
-    twice: set[tuple[str, str | None]] = set()
-    for request_id, tenant, _ in sources.values():
-        key = (request_id, tenant)
-        if key in seen:
-            twice.add(key)
-        seen.add(key)
-    return twice
 
 
 def _finding(row: dict[str, Any]) -> Finding:

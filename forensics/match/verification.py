@@ -16,6 +16,7 @@ from forensics.match.index import TargetIndex
 from forensics.match.order import lexsort_ints, unique_ints
 from forensics.match.pool import Helpers, WorkerUnfit, ordered
 from forensics.match.rarity import Holders, pair_evidence
+from forensics.match.sources import SourceRows
 from forensics.match.spill import HeldHits
 from forensics.match.stream import (
     VerifyTask,
@@ -28,7 +29,7 @@ from forensics.memory import give_back_above
 from forensics.progress import Reporter, reporter
 
 
-def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sources: SourceRows,
                      holders: Holders) -> np.ndarray:
     """The ``hits`` worth aligning (not on common or own-context k-grams), in source row order.
 
@@ -45,7 +46,7 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
     then, own_prompt, tenant_held = pair_evidence(index, holders, pairs // n_gids, pairs % n_gids, p.max_tenants)
     codes = np.array([tenant_code(x.tenant_id) for x in index.targets], dtype=np.int64)
     rows_all = unique_ints(hits[:, 2])
-    row_code = np.array([tenant_code(sources[int(r)][1]) for r in rows_all], dtype=np.int64)
+    row_code = sources.tenant_codes(rows_all)
     same = row_code[np.searchsorted(rows_all, hits[:, 2])] == codes[hits[:, 0]]
     keep = (then[inverse] <= p.max_tenants) & ~own_prompt[inverse] & (~tenant_held[inverse] | same)
     kept = hits[keep]
@@ -55,7 +56,7 @@ def informative_hits(index: TargetIndex, p: MatchParams, hits: np.ndarray, sourc
 
 
 def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Holders,
-                sources: dict[int, tuple[str, str | None, int]], path: Path, helpers: Helpers,
+                sources: SourceRows, path: Path, helpers: Helpers,
                 progress: Reporter | None, scorer: RegionScorer, tuning: Tuning = Tuning()) -> dict[str, int]:
     """Align the hits that :func:`informative_hits` keeps of those ``held``, reading only those texts, and score
     the candidates into ``scorer`` (its regions, in row order, whichever process found them). Returns the counts.
@@ -130,7 +131,7 @@ def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list
     return found, len(task.hits)
 
 
-def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[int, tuple[str, str | None, int]],
+def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: SourceRows,
                   pieces: int) -> Iterator[VerifyTask]:
     """Verification tasks in row order: one per row group, or about ``pieces`` in all when > 0.
 
@@ -148,4 +149,4 @@ def _verify_tasks(path: Path, kept: np.ndarray, rows: np.ndarray, sources: dict[
             part = inside[i : i + per]
             a = int(np.searchsorted(kept[:, 2], part[0], side="left"))
             b = int(np.searchsorted(kept[:, 2], part[-1], side="right"))
-            yield VerifyTask(str(path), rg, lo, part.tolist(), kept[a:b], {int(r): sources[int(r)] for r in part})
+            yield VerifyTask(str(path), rg, lo, part.tolist(), kept[a:b], sources.subset(part.tolist()))
