@@ -421,3 +421,77 @@ def test_the_shared_file_has_its_blocks_before_it_is_mapped(tmp_path: Path, monk
     finally:
         helpers.close()
     assert list(tmp_path.glob("forensics-match-*")) == []
+
+
+def _targets_indexed(n: int = 4) -> tuple[list[Any], Any]:
+    from forensics.match.index import Target, TargetIndex
+
+    targets = [Target(f"r{i}", f"t{i}", 0, 1, None, False, False, f"response {i} with some words in it, {'x ' * i}")
+               for i in range(n)]
+    return targets, TargetIndex(targets, 5)
+
+
+def test_after_the_pass_a_process_lets_go_of_the_index_look_up_and_what_it_learnt() -> None:
+    # Verification reads the targets, their k-gram ids and token counts, not the probe's table, the occurrence lists
+    # or who held what: 28 MiB of each verifying process on the 4 GB benchmark incident, kept to the stage's end.
+    import numpy as np
+
+    from forensics.match.stream import Scanner
+    from forensics.match.tiers import MatchParams
+
+    targets, index = _targets_indexed()
+    scanner = Scanner(index, MatchParams())
+    count, gids, tokens = index.kgram_count, index.gid_flat.copy(), index.token_counts.copy()
+    assert count > 0 and len(index.probe(np.array([index.unique[0]], np.uint64))[0]) == 1
+    scanner.end_pass()
+    assert index.kgram_count == count  # (match.json reports it)
+    assert index.gid_flat.tolist() == gids.tolist() and index.token_counts.tolist() == tokens.tolist()
+    assert all(t.tokens is not None and t.gids is not None for t in targets)
+    lookup = sum(getattr(index, name).nbytes for name in ("unique", "present", "bucket", "occ_start", "occ_target",
+                                                           "occ_pos"))
+    learnt = scanner.min_deadline.nbytes + scanner.common.nbytes + scanner._count.nbytes + len(scanner._seen)
+    assert lookup == 0 and learnt == 0
+    for search in (lambda: index.probe(np.zeros(3, np.uint64)), lambda: index.occurrences(np.zeros(1, np.int64)),
+                   lambda: index.probe_kgrams(np.zeros(3, np.uint64), np.zeros(3, np.int64))):
+        with pytest.raises(RuntimeError, match="forget_lookup"):
+            search()  # not an empty answer: a search after the pass is a defect, said as one
+
+
+def test_a_worker_lets_go_of_the_pass_when_it_takes_its_first_verification_task(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from forensics.match import stream, verification
+    from forensics.match.stream import Scanner, VerifyTask
+    from forensics.match.tiers import MatchParams
+
+    targets, index = _targets_indexed()
+    scanner = Scanner(index, MatchParams())
+    monkeypatch.setattr(stream, "_WORKER", scanner)
+    monkeypatch.setattr(verification, "_SCORER", None)
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    holders = tmp_path / "holders.pickle"
+    holders.write_bytes(pickle.dumps((np.zeros(index.kgram_count + 1, np.int64),) + (np.zeros(0, np.int64),) * 2
+                                     + (np.zeros(index.kgram_count, bool), np.zeros(0, bool))))
+    task = VerifyTask(str(case / "exchanges.parquet"), 0, 0, [], np.zeros((0, 6), np.int32), {})
+    assert index.searchable
+    assert verification.verify_and_score_in_worker((task, str(holders))) == ([], 0)
+    assert not index.searchable and len(scanner.common) == 0
+
+
+def test_the_scorer_and_the_targets_hold_one_copy_of_the_token_hashes() -> None:
+    # Each process that verifies read them two ways (per target, and one after another): 13 MiB twice on the
+    # 4 GB benchmark incident.
+    import numpy as np
+
+    from forensics.match.findings import RegionScorer
+    from forensics.match.tiers import MatchParams
+
+    targets, _ = _targets_indexed()
+    before = [t.tokens.hash.copy() for t in targets]
+    scorer = RegionScorer(targets, None, MatchParams())  # type: ignore[arg-type]  # (the holders are not read)
+    assert scorer.hashes.tolist() == np.concatenate(before).tolist()
+    for i, t in enumerate(targets):
+        assert t.tokens.hash.tolist() == before[i].tolist()
+        assert t.tokens.hash.base is scorer.hashes or t.tokens.hash.base is scorer.hashes.base
+        assert scorer.hashes[scorer.hash_offset[i] : scorer.hash_offset[i + 1]].tolist() == before[i].tolist()

@@ -185,6 +185,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                         shared_now[known] = True
             shared = None  # (its file goes with the workers)
             held = holders.finish()
+            scanner.end_pass()  # (its look-up and what it learnt: verification reads the targets alone)
             pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
             stats["hits"] = n_hits
             # Each task's candidates are scored by the process that verified them; only the admissible

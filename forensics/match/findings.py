@@ -29,7 +29,7 @@ from forensics.errors import first_few, safe_id
 from forensics.logged_twice import SAME_EXCHANGE_US, LoggedRow, logged_rows, same_exchange
 from forensics.match import chance, recent
 from forensics.match.fingerprint import SEED
-from forensics.match.index import NO_TIME, Target
+from forensics.match.index import NO_TIME, Target, pack_token_hashes
 from forensics.match.order import lexsort_ints
 from forensics.match.rarity import Holders, holder_entries
 from forensics.match.spill import HeldRows
@@ -181,8 +181,7 @@ class RegionScorer:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
         self.bits: dict[int, np.ndarray] = {}
-        self.hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
-        self.hash_offset = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
+        self.hashes, self.hash_offset = pack_token_hashes(targets)
         # The regions are kept past their batch only for a pair that can be found again: one whose source
         # (request id, tenant) more than one record holds (None: every pair's). On the 4 GB benchmark incident
         # every pair's regions held 1.03M regions in the match stage's process (about 400 MiB) to its end.

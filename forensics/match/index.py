@@ -46,6 +46,18 @@ class Target:
     gids: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[arg-type]  # filled after indexing
 
 
+def pack_token_hashes(targets: list[Target]) -> tuple[np.ndarray, np.ndarray]:
+    """The targets' token hashes one target after another, and where each target's start (one more at the end).
+
+    Each target's ``tokens.hash`` becomes a view of that array, so a process that needs the hashes both ways holds
+    them once (8 bytes a token: 13 MiB in each process that verifies, on the 4 GB benchmark incident)."""
+    offsets = np.cumsum([0] + [len(t.tokens.hash) for t in targets]).astype(np.int64)
+    hashes = np.concatenate([t.tokens.hash for t in targets]) if targets else np.zeros(0, np.uint64)
+    for i, t in enumerate(targets):
+        t.tokens = dataclasses.replace(t.tokens, hash=hashes[offsets[i] : offsets[i + 1]])
+    return hashes, offsets
+
+
 class TargetIndex:
     """Sorted unique k-gram hashes of the targets, with where each occurs."""
 
@@ -102,6 +114,8 @@ class TargetIndex:
 
     def build_lookup(self) -> None:
         """The presence table and the directory over ``unique`` (what :meth:`probe` reads)."""
+        self._kgram_count = len(self.unique)
+        self.searchable = True  # (until forget_lookup)
         # Presence table: ~16 slots per target k-gram keeps the false-pass rate near 6 %. One bit per slot,
         # not a byte: the table is held by every process of the pass (32 MiB each as bytes on the 4 GB
         # benchmark incident), and the smaller table probes as fast (it stays in cache).
@@ -119,11 +133,22 @@ class TargetIndex:
     @property
     def kgram_count(self) -> int:
         """Distinct target k-grams held in memory."""
-        return len(self.unique)
+        return self._kgram_count
+
+    def forget_lookup(self) -> None:
+        """Let go of what only the streaming pass reads: the probe's table and directory, the sorted k-grams and
+        where each occurs. Verification reads the targets, their k-gram ids and token counts; on the 4 GB benchmark
+        incident this leaves each process that verifies 28 MiB (10 at 1 GB). Probing afterwards is an error."""
+        empty32 = np.zeros(0, np.int32)
+        self.unique, self.present, self.bucket = np.zeros(0, np.uint64), np.zeros(0, np.uint8), empty32
+        self.occ_start, self.occ_target, self.occ_pos = empty32, empty32, empty32
+        self.searchable = False
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions of ``hashes`` that are target k-grams, and their k-gram ids (the array form of :meth:`probe_kgrams`,
         which the match pass runs: the tests and ``benchmarks/probe.py`` hold the two equal)."""
+        if not self.searchable:
+            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
         if len(hashes) == 0 or len(self.unique) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         slot = (hashes >> self.shift).astype(np.int64)
@@ -152,6 +177,8 @@ class TargetIndex:
         """The k-grams over concatenated texts (``token_text``: each token's text) that are target k-grams: their
         positions (a k-gram's first token) and k-gram ids. What :func:`kgrams_many` and :meth:`probe` find
         together, in one compiled pass (``forensics.match.kernels.probe_kgrams``)."""
+        if not self.searchable:
+            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
         if len(self.unique) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return compiled_kernels().probe_kgrams(token_hashes, token_text, self.k, KGRAM_BASE, self.present,
@@ -159,6 +186,8 @@ class TargetIndex:
 
     def occurrences(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (hit number, target, target position) for the k-gram ids ``gids``."""
+        if not self.searchable:
+            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
         lo, hi = self.occ_start[gids], self.occ_start[gids + 1]
         n = hi - lo
         which = np.repeat(np.arange(len(gids), dtype=np.int64), n)

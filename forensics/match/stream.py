@@ -175,6 +175,13 @@ class Scanner:
         state["_known_common"] = None  # a map of a file (or another process's mask): each process opens its own
         return state
 
+    def end_pass(self) -> None:
+        """The streaming pass is over in this process: let go of what only it reads (the index's look-up, what this
+        process learnt of who held each k-gram, the known-common map). Verification reads the targets alone."""
+        self.index.forget_lookup()
+        self.min_deadline, self.common, self._count = np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32)
+        self._seen, self._known_common = [], None
+
     def know_common(self, common: np.ndarray) -> None:
         """Take in, at every task from now on, the k-grams ``common`` marks (a mask this process updates)."""
         self._known_common = common

@@ -125,6 +125,7 @@ def verify_and_score_in_worker(job: tuple[VerifyTask, str | None]) -> tuple[list
                 holders: Holders = pickle.load(fh)
         except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError) as exc:
             raise WorkerUnfit(f"cannot read the holder counts ({type(exc).__name__}: {exc})") from None
+        scanner.end_pass()  # (this stage's pass is over: every result was taken before verification began)
         _SCORER = (holders_file, RegionScorer(scanner.index.targets, holders, scanner.p))
     found = _SCORER[1].score(verify_task(scanner.index, scanner.p, task))
     give_back_above()
