@@ -495,3 +495,21 @@ def test_the_scorer_and_the_targets_hold_one_copy_of_the_token_hashes() -> None:
         assert t.tokens.hash.tolist() == before[i].tolist()
         assert t.tokens.hash.base is scorer.hashes or t.tokens.hash.base is scorer.hashes.base
         assert scorer.hashes[scorer.hash_offset[i] : scorer.hash_offset[i + 1]].tolist() == before[i].tolist()
+
+
+def test_the_holder_counts_let_go_of_what_only_the_counting_reads_once_finished() -> None:
+    import numpy as np
+
+    from forensics.match.rarity import HolderCounts
+    from forensics.match.tiers import MatchParams
+
+    _, index = _targets_indexed()
+    counts = HolderCounts(index, MatchParams(), compact_entries=4)
+    g = np.arange(index.kgram_count, dtype=np.int64)
+    counts.add(g, np.full(len(g), 7, np.int64), np.zeros(len(g), np.int64))
+    counts.add(g[:3], np.full(3, 9, np.int64), np.ones(3, np.int64))
+    start, tenant, when, common, independent = counts.finish()
+    assert start.tolist() == np.searchsorted(np.sort(np.concatenate([g, g[:3]])), np.arange(len(g) + 1)).tolist()
+    assert tenant.tolist() == [t for i in range(len(g)) for t in ([7, 9] if i < 3 else [7])]
+    assert len(common) == len(g) and len(independent) == len(tenant)
+    assert counts.parts == [] and counts.min_deadline.nbytes == 0  # (the entries' k-gram ids, the deadlines)
