@@ -144,11 +144,14 @@ class TargetIndex:
         self.occ_start, self.occ_target, self.occ_pos = empty32, empty32, empty32
         self.searchable = False
 
+    def _require_lookup(self) -> None:
+        if not self.searchable:  # (a search after the pass is a defect: said as one, not answered "no match")
+            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
+
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions of ``hashes`` that are target k-grams, and their k-gram ids (the array form of :meth:`probe_kgrams`,
         which the match pass runs: the tests and ``benchmarks/probe.py`` hold the two equal)."""
-        if not self.searchable:
-            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
+        self._require_lookup()
         if len(hashes) == 0 or len(self.unique) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         slot = (hashes >> self.shift).astype(np.int64)
@@ -177,8 +180,7 @@ class TargetIndex:
         """The k-grams over concatenated texts (``token_text``: each token's text) that are target k-grams: their
         positions (a k-gram's first token) and k-gram ids. What :func:`kgrams_many` and :meth:`probe` find
         together, in one compiled pass (``forensics.match.kernels.probe_kgrams``)."""
-        if not self.searchable:
-            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
+        self._require_lookup()
         if len(self.unique) == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return compiled_kernels().probe_kgrams(token_hashes, token_text, self.k, KGRAM_BASE, self.present,
@@ -186,8 +188,7 @@ class TargetIndex:
 
     def occurrences(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (hit number, target, target position) for the k-gram ids ``gids``."""
-        if not self.searchable:
-            raise RuntimeError("the target index was searched after its look-up was let go (forget_lookup)")
+        self._require_lookup()
         lo, hi = self.occ_start[gids], self.occ_start[gids + 1]
         n = hi - lo
         which = np.repeat(np.arange(len(gids), dtype=np.int64), n)
