@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from forensics import schema
 from forensics.errors import CaseError, LockError, OutputError
+from forensics.memory import release_arrow_memory
 
 if TYPE_CHECKING:
     import duckdb
@@ -477,11 +478,12 @@ def row_group_batches(pf: pq.ParquetFile, columns: list[str], batch_rows: int) -
     over the whole file keeps buffers of the row groups it has read (Arrow's allocations grew
     with the file, 10 MB to 155 MB over a 500 MB table of text); one per row group holds a row
     group's at most. Arrow's allocator keeps what a row group freed unless asked to give it
-    back (resident memory grew by 40 MB over 4 row groups).
+    back (resident memory grew by 40 MB over 4 row groups), and a release reaches only what this
+    thread freed (:func:`forensics.memory.release_arrow_memory`): the row groups are read on it.
     """
     for group in range(pf.num_row_groups):
-        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
-        pa.default_memory_pool().release_unused()
+        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False)
+        release_arrow_memory()
 
 
 #: DuckDB's memory cap where its queries run over a whole case (the finaliser, the scan): beyond
