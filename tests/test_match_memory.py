@@ -549,3 +549,24 @@ def test_the_match_stage_reads_row_groups_on_its_own_thread_and_gives_back_what_
     # Each row group read is released before the next read (the pass's reader, at the next row group).
     assert "rr" not in order and order.endswith("g"), order
 
+
+def test_the_match_stage_lets_go_of_the_targets_text_once_it_is_tokenized(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every process verifies with the targets' tokens alone (the workers never receive the text): the stage's process
+    # held the text to its end, 15 MiB on the 4 GB benchmark incident.
+    import forensics.match as match_mod
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    seen: list[list[str]] = []
+    verify_held = match_mod.verify_held
+
+    def spy(index: Any, *a: Any, **kw: Any) -> Any:
+        seen.append([t.text for t in index.targets])
+        return verify_held(index, *a, **kw)
+
+    monkeypatch.setattr(match_mod, "verify_held", spy)
+    result = match(case, config(workers=0))
+    assert len(cross(result.findings)) >= 5
+    assert seen and seen[0] and all(text == "" for text in seen[0])
+    assert result.findings == match(case, config(workers=0)).findings  # (the same findings, run again)
+
