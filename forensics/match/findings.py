@@ -180,7 +180,10 @@ class RegionScorer:
                  memory_rows: int = 20_000, groups: int = 1) -> None:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
-        self.bits: dict[int, np.ndarray] = {}
+        # Per target, how many other targets hold each token, and the bits that makes (the same float64s as a
+        # per-token array of bits, at a quarter of its memory).
+        self.others: dict[int, np.ndarray] = {}
+        self.bits_by_others = chance.bits_by_others(len(targets))
         self.hashes, self.hash_offset = pack_token_hashes(targets)
         # The regions are kept past their batch only for a pair that can be found again: one whose source
         # (request id, tenant) more than one record holds (None: every pair's). On the 4 GB benchmark incident
@@ -256,7 +259,7 @@ class RegionScorer:
 
     def score(self, cands: list[Candidate]) -> list[tuple[PairKey, Region]]:
         """The admissible regions of ``cands``, each with its pair's key, in candidate order."""
-        targets, p, bits = self.targets, self.p, self.bits
+        targets, p, others, bits = self.targets, self.p, self.others, self.bits_by_others
         vocab, df = self.vocab, self.df
         if not cands:
             return []
@@ -280,9 +283,9 @@ class RegionScorer:
             relation = "same_tenant" if same_customer(c.source_tenant_id, tgt.tenant_id) else "cross_tenant"
             rarity, singles_out = rarities[i], singles[i]
             matched = facts.matched[offset[i] : offset[i + 1]]
-            if c.target not in bits:
-                bits[c.target] = chance.weights_for(tgt.tokens.hash, vocab, df, len(targets))
-            strength = float(add(bits[c.target][c.tok_start : c.tok_end][matched]))
+            if c.target not in others:
+                others[c.target] = chance.others_holding(tgt.tokens.hash, vocab, df, len(targets))
+            strength = float(add(bits[others[c.target][c.tok_start : c.tok_end][matched]]))
             rule = assign_tier(c.score, info_tokens, rarity, c.longest_run, tgt.engine_signature, p, distinct)
             # The old fixed rules, run on the null as on an engine-signature suspect (match.json compares them).
             rule_null = (assign_tier(c.score, info_tokens, rarity, c.longest_run, True, p, distinct)
