@@ -599,10 +599,10 @@ def test_the_last_jobs_stay_here_rather_than_wait_at_a_busy_worker() -> None:
         worker.finish_one()
         return ("here", job)
 
-    def split(jobs: Any) -> list[str]:
+    def split(jobs: Any, left: Any = None) -> list[str]:
         sent.clear()
         helpers = types.SimpleNamespace(pool=worker, n=1, jobs={"here": 0, "workers": 0}, broke=None)
-        results = list(pool_mod.ordered(helpers, None, here, jobs, per_worker=4))  # type: ignore[arg-type]
+        results = list(pool_mod.ordered(helpers, None, here, jobs, per_worker=4, left=left))  # type: ignore[arg-type]
         assert [job for _, job in results] == list(range(8))  # in job order, each once, whoever ran it
         assert helpers.jobs == {"here": sum(who == "here" for who, _ in results),
                                 "workers": sum(who == "worker" for who, _ in results)}
@@ -612,6 +612,18 @@ def test_the_last_jobs_stay_here_rather_than_wait_at_a_busy_worker() -> None:
     assert split(list(range(8))) == ["worker"] * 4 + ["here"] * 4
     # Without a length nothing is known of what is left: a job goes to the worker whenever it holds fewer than 4.
     assert split(iter(range(8))) == ["worker"] * 4 + ["here", "worker", "here", "worker"]
+    # Jobs made as they are taken (the verification's parts, one after another) can tell what is left once it is
+    # known: here from the fifth job on, as for the list.
+    taken = [0]
+
+    def made() -> Any:
+        for job in range(8):
+            taken[0] = job
+            yield job
+
+    assert split(made(), left=lambda: 7 - taken[0] if taken[0] >= 4 else None) == ["worker"] * 4 + ["here"] * 4
+    taken[0] = 0
+    assert split(made(), left=lambda: None) == ["worker"] * 4 + ["here", "worker", "here", "worker"]
 
 
 def test_row_reader_gives_each_range_once_in_order(tmp_path: Path) -> None:

@@ -428,12 +428,14 @@ class WorkerUnfit(Exception):
     stop helping and this process runs the job, as when a worker dies."""
 
 
-def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_worker: int = 2) -> Iterator[Any]:
+def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_worker: int = 2,
+            left: Callable[[], int | None] | None = None) -> Iterator[Any]:
     """Results of every job in job order, whoever ran it.
 
     A job goes to the workers while fewer than ``per_worker`` per worker are waiting there; otherwise
     (workers busy or not started yet) this process runs it with ``local``. When ``jobs`` has a length
-    (a list), a job also stays here once the workers hold at least as many unfinished jobs as are left
+    (a list), or ``left`` tells, as each job is taken, how many are left to start after it (None: not known
+    yet), a job also stays here once the workers hold at least as many unfinished jobs as are left
     to start: they would finish those while this process sat idle (a worker starts what it is sent, so
     it cannot be taken back). Which process ran a job never changes its result, so outputs do not depend
     on the split. Results are yielded in job order as soon as they are ready. If a worker dies, or a job
@@ -443,7 +445,7 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_
     pending: collections.deque[tuple[Any, Any]] = collections.deque()  # (job, future or _Done)
     in_flight = max(per_worker, 1) * helpers.n
     local = _giving_back(local)
-    left = len(jobs) if isinstance(jobs, Sized) else None
+    count = len(jobs) if isinstance(jobs, Sized) else None
 
     def take() -> Any:
         job, fut = pending.popleft()
@@ -458,9 +460,10 @@ def ordered(helpers: Helpers, remote: Any, local: Any, jobs: Iterable[Any], per_
     for job in jobs:
         pool = helpers.pool
         waiting = sum(1 for _, x in pending if not x.done())
-        if left is not None:
-            left -= 1  # jobs still to start after this one
-        if pool is not None and waiting < in_flight and (left is None or waiting <= left):
+        if count is not None:
+            count -= 1  # jobs still to start after this one
+        after = left() if left is not None else count
+        if pool is not None and waiting < in_flight and (after is None or waiting <= after):
             try:
                 pending.append((job, pool.submit(remote, job)))
                 helpers.jobs["workers"] += 1
