@@ -572,7 +572,7 @@ def test_the_match_stage_lets_go_of_the_targets_text_once_it_is_tokenized(tmp_pa
 
 
 @pytest.mark.parametrize("n_texts", [1, 40, 65_536, 70_000])
-def test_a_scorer_holds_two_bytes_a_token_for_its_bits_and_reads_the_same_bits(n_texts: int) -> None:
+def test_a_tokens_bits_read_by_its_count_of_other_texts_are_the_same_floats_at_two_bytes_a_token(n_texts: int) -> None:
     # The bits of each target's tokens were kept as float64s, 8 bytes a token in every process that scores (13 MiB each
     # on the 4 GB benchmark incident). Each token's count of other texts holding it, read through a table of N bits
     # values, gives the same floats at 2 bytes a token (4 beyond 65,536 targets).

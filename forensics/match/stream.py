@@ -673,7 +673,6 @@ def iter_row_group(pf: pq.ParquetFile, row_group: int, minimum_rows: int) -> Ite
     return pf.iter_batches(batch_size=size, row_groups=[row_group], columns=PASS_COLUMNS, use_threads=False)
 
 
-
 class RowReader:
     """Reads row ranges of one row group in increasing order, continuing where the last range ended.
 
