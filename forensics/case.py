@@ -482,7 +482,9 @@ def row_group_batches(pf: pq.ParquetFile, columns: list[str], batch_rows: int) -
     thread freed (:func:`forensics.memory.release_arrow_memory`): the row groups are read on it.
     """
     for group in range(pf.num_row_groups):
-        yield from pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False)
+        batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False)
+        yield from batches
+        batches.close()  # (its reader, before the release)
         release_arrow_memory()
 
 

@@ -219,7 +219,7 @@ class SparkExecutor:
         partitions = max(PARTITIONS_PER_CORE * self.cores, -(-len(tasks) // TASKS_PER_PARTITION))
         from forensics.match.pool import TextFree
 
-        # The executors scan with the targets' tokens; their text stays in the driver's copy, which quotes it.
+        # The executors scan with the targets' tokens, not their text (the driver, too, lets it go once tokenized).
         return self.map_partitions(_scan_tasks, tasks, partitions, shared=TextFree(scanner),
                                    wave=PARTITIONS_PER_CORE * self.cores)
 

@@ -593,3 +593,48 @@ def test_a_tokens_bits_read_by_its_count_of_other_texts_are_the_same_floats_at_t
     assert chance.bits_by_others(n_texts)[others].tobytes() == expected.tobytes()
     assert chance.weights_for(hashes, vocab, df, n_texts).tobytes() == expected.tobytes()
     assert chance.others_holding(hashes[:0], vocab, df, n_texts).dtype == others.dtype
+
+
+def test_a_verification_task_gives_back_its_row_group_once_it_has_let_go_of_the_last_texts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A row group's batches share its buffers: a release while the task still held the last row's texts (or the
+    # reader its last batch) gave back nothing of them; they waited for the next task's release (6 MB of a row group
+    # of texts here).
+    import numpy as np
+    import pyarrow as pa
+
+    from forensics.match import stream
+    from forensics.match.index import Target, TargetIndex
+    from forensics.match.stream import HIT_DTYPE, VerifyTask, verify_task
+    from forensics.match.tiers import MatchParams
+
+    rng = np.random.default_rng(5)
+    texts = [" ".join(f"w{x}" for x in rng.integers(0, 100_000, size=1500)) for _ in range(400)]
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"prompt_text": texts, "response_text": texts}), path, row_group_size=400)
+    targets = [Target("s", "t", 0, 1, None, False, False, texts[7][:3000])]
+    index = TargetIndex(targets, 5)
+    hits = np.array([[0, 0, 7, 0, 0, 0], [0, 0, 399, 0, 0, 0]], dtype=HIT_DTYPE)
+    held: list[int] = []
+    pool = pa.default_memory_pool()
+    monkeypatch.setattr(stream, "release_arrow_memory", lambda: held.append(pool.bytes_allocated()))
+    before = pool.bytes_allocated()
+    verify_task(index, MatchParams(), VerifyTask(str(path), 0, 0, [7, 399], hits, {7: ("a", "u", 0), 399: ("b", "u", 0)}))
+    assert held and held[-1] - before < 1 << 20, (before, held)
+
+
+def test_the_pass_reader_continues_a_row_group_rightly_after_a_read_that_failed(tmp_path: Path) -> None:
+    # Letting go of the last row group's reader before opening the next one must not leave it claiming that row group:
+    # a range continuing it after a failed open gave no rows at all.
+    import pyarrow as pa
+
+    from forensics.match import stream
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({c: [f"{c}{i}" for i in range(200)] for c in stream.PASS_COLUMNS}), path, row_group_size=100)
+    reader = stream.RowReader(16)
+    assert sum(b.num_rows for _, b in reader.read(str(path), 0, 0, 40)) == 40
+    with pytest.raises(ValueError):  # (a row group the file does not have: ArrowInvalid)
+        list(reader.read(str(path), 7, 0, 10))
+    got = [r for _, b in reader.read(str(path), 0, 40, 100) for r in b.column("request_id").to_pylist()]
+    assert got == [f"request_id{i}" for i in range(40, 100)]

@@ -693,7 +693,8 @@ class RowReader:
         if self._key != (path, row_group) or self._pos > lo:
             if self._file is None or self._file[0] != path:  # one footer read per file, not per row group
                 self._file = (path, pq.ParquetFile(path))
-            self._it, self._held = iter(()), None
+            # (No row group until the new one is open: a read that fails here leaves nothing to continue.)
+            self._it, self._held, self._key = iter(()), None, None
             release_arrow_memory()  # (the last row group's buffers, let go just above)
             self._it = iter_row_group(self._file[1], row_group, self.batch_rows)
             self._key, self._pos, self._held = (path, row_group), 0, None
@@ -739,7 +740,8 @@ def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Ite
     """(row, its texts) for the sorted global ``rows`` of one row group starting at ``first_row``.
 
     Reads batches sized like the pass's (:func:`rows_per_batch`: hundreds of short chats, a few
-    megabyte prompts) and stops after the last wanted row.
+    megabyte prompts) and stops after the last wanted row. On the calling thread: once the caller lets go of
+    the last row given, :func:`forensics.memory.release_arrow_memory` gives back what the read kept.
     """
     if not rows:
         return
@@ -749,19 +751,16 @@ def read_rows(path: str, row_group: int, first_row: int, rows: list[int]) -> Ite
     wanted = iter(rows)
     want = next(wanted)
     pos = first_row
-    try:
-        for b in pf.iter_batches(batch_size=size, row_groups=[row_group], columns=["prompt_text", "response_text"],
-                                 use_threads=False):
-            end = pos + b.num_rows
-            while want < end:
-                yield want, RowTexts(b, want - pos)
-                nxt = next(wanted, None)
-                if nxt is None:
-                    return
-                want = nxt
-            pos = end
-    finally:
-        release_arrow_memory()
+    for b in pf.iter_batches(batch_size=size, row_groups=[row_group], columns=["prompt_text", "response_text"],
+                             use_threads=False):
+        end = pos + b.num_rows
+        while want < end:
+            yield want, RowTexts(b, want - pos)
+            nxt = next(wanted, None)
+            if nxt is None:
+                return
+            want = nxt
+        pos = end
 
 
 @dataclasses.dataclass
@@ -814,6 +813,7 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
         short.clear()
 
     waiting = 0
+    texts = None
     for row, texts in read_rows(task.path, task.row_group, task.first_row, task.rows):
         sel = kept[bounds[row][0] : bounds[row][1]]
         if not len(sel):
@@ -835,6 +835,9 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
             waiting = 0
             align_text(row, kind_no, ks, *regions(text, ks[:, 5]))  # a long text: only around its hits
     flush()
+    # The row group's buffers are shared by its batches: given back once the last row's texts are let go too.
+    del texts
+    release_arrow_memory()
     return cands
 
 
