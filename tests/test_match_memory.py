@@ -591,7 +591,6 @@ def test_a_tokens_bits_read_by_its_count_of_other_texts_are_the_same_floats_at_t
     other = np.where(vocab[idx] == hashes, df[idx] - 1, 0)
     expected = np.log2((n_texts + chance.PRIOR_TEXTS) / (1.0 + other))
     assert chance.bits_by_others(n_texts)[others].tobytes() == expected.tobytes()
-    assert chance.weights_for(hashes, vocab, df, n_texts).tobytes() == expected.tobytes()
     assert chance.others_holding(hashes[:0], vocab, df, n_texts).dtype == others.dtype
 
 

@@ -74,12 +74,6 @@ def token_weights(token_hashes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.nd
 PRIOR_TEXTS = 16
 
 
-def weights_for(hashes: np.ndarray, vocab: np.ndarray, df: np.ndarray, n_texts: int) -> np.ndarray:
-    """Bits per token of one target text: ``log2((N + PRIOR_TEXTS) / (1 + df_other))``, df_other
-    excluding this text."""
-    return bits_by_others(n_texts)[others_holding(hashes, vocab, df, n_texts)]
-
-
 def others_holding(hashes: np.ndarray, vocab: np.ndarray, df: np.ndarray, n_texts: int) -> np.ndarray:
     """For each token of one target text, how many other target texts hold it (df_other): what its bits are read
     by from :func:`bits_by_others`. In the smallest unsigned type that holds ``n_texts``: every process that scores
@@ -94,7 +88,7 @@ def others_holding(hashes: np.ndarray, vocab: np.ndarray, df: np.ndarray, n_text
 
 
 def bits_by_others(n_texts: int) -> np.ndarray:
-    """The bits a token weighs when ``d`` other target texts hold it, at index ``d`` (0 to N - 1):
+    """The bits a token of a target text weighs when ``d`` other target texts hold it, at index ``d`` (0 to N - 1):
     ``log2((N + PRIOR_TEXTS) / (1 + d))``."""
     return np.log2((max(n_texts, 1) + PRIOR_TEXTS) / (1.0 + np.arange(max(n_texts, 1))))
 

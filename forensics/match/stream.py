@@ -697,7 +697,7 @@ class RowReader:
             self._it, self._held, self._key = iter(()), None, None
             release_arrow_memory()  # (the last row group's buffers, let go just above)
             self._it = iter_row_group(self._file[1], row_group, self.batch_rows)
-            self._key, self._pos, self._held = (path, row_group), 0, None
+            self._key, self._pos = (path, row_group), 0
         while self._pos < hi:
             b = self._held if self._held is not None else next(self._it, None)
             self._held = None

@@ -79,13 +79,13 @@ def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Hol
     done = 0
     parts = held.parts(tuning.verify_part_hits)
     holders_file: str | None = None
-    last_part_left: list[int | None] = [None]  # jobs still to start after the one just taken, on the last part
+    last_part_left: int | None = None  # jobs still to start after the one just taken, on the last part
 
     def jobs() -> Iterator[tuple[VerifyTask, str | None]]:
         # One stream of jobs over every part: the next part's informative hits are found here while the workers
         # still verify this part's last jobs (they waited for them at each part's start: 1.2 s of the worker's on
         # the 1 GB benchmark incident, 7 s on the 4 GB one).
-        nonlocal holders_file, done
+        nonlocal holders_file, done, last_part_left
         for i, results in enumerate(parts):
             count = held.part_count(results)
             part = held.load(results, index, holders[3])
@@ -105,14 +105,14 @@ def verify_held(index: TargetIndex, p: MatchParams, held: HeldHits, holders: Hol
             for j, job in enumerate(part_jobs):
                 # On the last part, how many are left: the last jobs stay in this process rather than wait at a busy
                 # worker while this one sits idle (ordered).
-                last_part_left[0] = len(part_jobs) - j - 1 if i == len(parts) - 1 else None
+                last_part_left = len(part_jobs) - j - 1 if i == len(parts) - 1 else None
                 yield job, holders_file
             del part_jobs
 
     try:
         for found, n in ordered(helpers, verify_and_score_in_worker,
                                 lambda job: (scorer.score(verify_task(index, p, job[0])), len(job[0].hits)),
-                                jobs(), per_worker=tuning.verify_in_flight, left=lambda: last_part_left[0]):
+                                jobs(), per_worker=tuning.verify_in_flight, left=lambda: last_part_left):
             scorer.collect(found)
             task.advance(n)
             done += n
