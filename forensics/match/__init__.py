@@ -195,7 +195,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             # Each task's candidates are scored by the process that verified them; only the admissible
             # regions come back and are kept, not every candidate.
             scorer = RegionScorer(targets, held, p, sources.held_twice(), c.root, tuning.memory_rows,
-                                  tuning.row_groups)
+                                  tuning.row_groups, sources)
             pass_jobs = helpers.jobs["workers"]
             try:
                 vstats = verify_held(index, p, hits, held, sources, path, helpers, progress, scorer, tuning)

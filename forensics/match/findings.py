@@ -32,6 +32,7 @@ from forensics.match.fingerprint import SEED
 from forensics.match.index import NO_TIME, Target, pack_token_hashes
 from forensics.match.order import lexsort_ints
 from forensics.match.rarity import Holders, holder_entries
+from forensics.match.sources import SourceRows
 from forensics.match.spill import HeldRows
 from forensics.match.stream import (
     NO_TIME_MAX,
@@ -70,6 +71,11 @@ class Region(NamedTuple):
     matched: int
     longest_run: int
     source_received_us: int
+    source_row: int = -1  # the source's row of exchanges.parquet (-1: not read from it)
+    # The target's token span: where a worker's region lies in the text (a worker's targets have no character
+    # offsets, and its regions' recipient_start/end are -1 until collected).
+    tok_start: int = -1
+    tok_end: int = -1
 
 
 class Row(Protocol):
@@ -177,7 +183,7 @@ class RegionScorer:
 
     def __init__(self, targets: list[Target], holders: Holders, p: MatchParams,
                  sources_held_twice: set[tuple[str, str | None]] | None = None, folder: Path | None = None,
-                 memory_rows: int = 20_000, groups: int = 1) -> None:
+                 memory_rows: int = 20_000, groups: int = 1, source_rows: SourceRows | None = None) -> None:
         self.targets, self.holders, self.p = targets, holders, p
         self.vocab, self.df = chance.token_weights([t.tokens.hash for t in targets])
         # Per target, how many other targets hold each token, and the bits that makes (the same float64s as a
@@ -199,12 +205,17 @@ class RegionScorer:
         self._stale: set[PairKey] = set()
         self._found = 0  # rows built so far: each row's place in the order found
         self._same: dict[Any, Any] = {}
-        # What the first read of the rows needs (see _note).
+        # What the first read of the rows needs (see _note). The pairs' sources by their row of exchanges.parquet
+        # where ``source_rows`` names it (8 bytes a pair; named by :meth:`take`), else by (request id, tenant): a set
+        # of those took 23 MiB of the match stage's process while the workers verified the 4 GB benchmark incident.
+        self.source_rows = source_rows
         self.sources: set[tuple[str, str | None]] = set()
+        self._source_row = array.array("q")
         self.source_tenants: set[str] = set()
         self._survey_groups: set[int] = set()
-        self._copy_hash, self._copy_customer = array.array("q"), array.array("q")
-        self._copy_time, self._copy_group = array.array("q"), array.array("q")
+        self._customers: dict[Any, int] = {}
+        self._copy_hash, self._copy_customer = array.array("q"), array.array("i")
+        self._copy_time, self._copy_group = array.array("q"), array.array("i")
 
     def add(self, cands: list[Candidate]) -> None:
         """Score the regions ``cands`` and keep them (after every earlier batch)."""
@@ -213,9 +224,13 @@ class RegionScorer:
     def collect(self, scored: list[tuple[PairKey, Region]]) -> None:
         """Keep the regions :meth:`score` gave for a batch (after every earlier batch's) and build the rows
         of the pairs first found in it."""
-        per_pair, held, twice = self.per_pair, self._rows, self.sources_held_twice
+        per_pair, held, twice, targets = self.per_pair, self._rows, self.sources_held_twice, self.targets
         batch: dict[PairKey, list[Region]] = {}
         for key, region in scored:
+            if region.recipient_start < 0:  # a worker's: placed here, where the targets' tokens have their offsets
+                tokens = targets[key[0]].tokens
+                region = region._replace(recipient_start=int(tokens.start[region.tok_start]),
+                                         recipient_end=int(tokens.end[region.tok_end - 1]))
             regs = batch.get(key)
             if regs is None:
                 batch[key] = [region]
@@ -233,15 +248,18 @@ class RegionScorer:
             else:
                 self._hashes.append(_key_hash(key))
             row = self._row(key, regs)
-            self._note(key, row, group)
+            self._note(key, row, group, regs[0].source_row)
             held.add(group, (key, self._found, _row_values(row)))  # (a tuple pickles in half the time)
             self._found += 1
 
-    def _note(self, key: PairKey, row: CandidateRow, group: int) -> None:
+    def _note(self, key: PairKey, row: CandidateRow, group: int, source_row: int = -1) -> None:
         """Note what the first read of the rows (:meth:`CandidateRows.survey`) needs of a new row: its source and
         tenant, and whether its group of targets may hold a copy of an exchange (:func:`_own_copy_candidates`,
         :func:`_source_copy_groups`): only those groups are read for them."""
-        self.sources.add((key[1], key[2]))
+        if source_row >= 0 and self.source_rows is not None:
+            self._source_row.append(source_row)
+        else:
+            self.sources.add((key[1], key[2]))
         if key[2] is not None:
             self.source_tenants.add(str(key[2]))
         if row.relation != "cross_tenant" or row._source_received_us == NO_TIME:
@@ -250,10 +268,14 @@ class RegionScorer:
         if (row.source_kind == "response" and tgt.received_us != NO_TIME
                 and abs(tgt.received_us - row._source_received_us) <= SAME_EXCHANGE_US):
             self._survey_groups.add(group)
-        # Rows of one copy group share this hash (two keys of one hash only add a group to read), its customers
-        # theirs (two customers of one 64-bit hash, under the process's random string hash key, are not foreseen).
+        # Rows of one copy group share this hash (two keys of one hash only add a group to read); a customer is a
+        # number (4 bytes a row, as the group's).
         self._copy_hash.append(hash((key[0], row.source_kind, tuple(x[:2] for x in row.passages))))
-        self._copy_customer.append(hash(customer_key(key[2])))
+        customer = customer_key(key[2])
+        number = self._customers.get(customer)
+        if number is None:
+            number = self._customers[customer] = len(self._customers)
+        self._copy_customer.append(number)
         self._copy_time.append(row._source_received_us)
         self._copy_group.append(group)
 
@@ -293,7 +315,8 @@ class RegionScorer:
             scored.append(((c.target, c.source_request_id, c.source_tenant_id, c.source_kind, c.later),
                            Region(strength, c.score, c.recipient_start, c.recipient_end, c.source_start, c.source_end,
                                   relation, rarity, singles_out, info_tokens, rule, rule_null, c.source_request_id,
-                                  c.source_tenant_id, c.source_kind, c.matched, c.longest_run, c.source_received_us)))
+                                  c.source_tenant_id, c.source_kind, c.matched, c.longest_run, c.source_received_us,
+                                  c.source_row, c.tok_start, c.tok_end)))
         return scored
 
     def rows(self) -> list[CandidateRow]:
@@ -315,11 +338,17 @@ class RegionScorer:
         # A pair found in several batches: its row from all its regions.
         rebuilt = {key: self._row(key, self.per_pair[key]) for key in self._stale}
         survey_groups = self._survey_groups | self._copy_groups()
-        out = CandidateRows(self._rows, rebuilt, shared, self.sources, self.source_tenants, survey_groups)
+        sources = self.sources
+        if self.source_rows is not None:
+            for r in np.unique(np.frombuffer(self._source_row, np.int64)).tolist():
+                request_id, tenant, _ = self.source_rows[r]
+                sources.add((request_id, tenant))
+        out = CandidateRows(self._rows, rebuilt, shared, sources, self.source_tenants, survey_groups)
         self._rows, self._hashes, self._stale, self.per_pair = HeldRows(None, 1), array.array("q"), set(), {}
         self.sources, self.source_tenants, self._survey_groups = set(), set(), set()
-        self._copy_hash, self._copy_customer = array.array("q"), array.array("q")
-        self._copy_time, self._copy_group = array.array("q"), array.array("q")
+        self._source_row, self._customers = array.array("q"), {}
+        self._copy_hash, self._copy_customer = array.array("q"), array.array("i")
+        self._copy_time, self._copy_group = array.array("q"), array.array("i")
         return out
 
     def close(self) -> None:
@@ -329,8 +358,8 @@ class RegionScorer:
     def _copy_groups(self) -> set[int]:
         """The groups of targets holding rows that may form a copy group (:func:`_source_copy_groups`): rows of one
         hash (_note) from two customers or more, two of them received within SAME_EXCHANGE_US."""
-        h, customer = np.frombuffer(self._copy_hash, np.int64), np.frombuffer(self._copy_customer, np.int64)
-        t, group = np.frombuffer(self._copy_time, np.int64), np.frombuffer(self._copy_group, np.int64)
+        h, customer = np.frombuffer(self._copy_hash, np.int64), np.frombuffer(self._copy_customer, np.int32)
+        t, group = np.frombuffer(self._copy_time, np.int64), np.frombuffer(self._copy_group, np.int32)
         by_time = np.lexsort((t, h))
         hs, ts = h[by_time], t[by_time]
         close = hs[1:][(hs[1:] == hs[:-1]) & (ts[1:] - ts[:-1] <= SAME_EXCHANGE_US)]

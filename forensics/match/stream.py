@@ -75,7 +75,7 @@ class Candidate:
     source_received_us: int
     tok_start: int  # target token span, end exclusive
     tok_end: int
-    recipient_start: int  # character offsets
+    recipient_start: int  # character offsets (-1: the target's tokens have none, in a worker: see tok_start)
     recipient_end: int
     source_start: int
     source_end: int
@@ -85,6 +85,9 @@ class Candidate:
     # Matching blocks as (target token index, size); the matched k-grams are those inside blocks of k or more.
     blocks: tuple[tuple[int, int], ...] = ()
     later: bool = False  # the source arrived after the target completed: it cannot be the cause (null)
+    # The source's row of exchanges.parquet (-1: not read from it): the match stage's process names the pairs'
+    # sources by row number while the workers verify, not by their ids (see findings.RegionScorer).
+    source_row: int = -1
 
 
 @dataclasses.dataclass
@@ -514,27 +517,27 @@ def _tokenize_spans(texts: list[str], spans: list[tuple[int, int, int]]) -> tupl
 
 def verify(index: TargetIndex, p: MatchParams, t: int | np.ndarray, source: tuple[str, str | None, int],
            kind: str, tk: Tokens, bounds: np.ndarray, q: np.ndarray, s: np.ndarray,
-           c: np.ndarray, later: bool = False) -> list[Candidate]:
+           c: np.ndarray, later: bool = False, row: int = -1) -> list[Candidate]:
     """Cluster the hits of one source text on target ``t`` and align each cluster.
 
     ``q``/``s`` are the hits' token positions in the target and the source, ``c`` their source
     character offsets; ``tk`` holds the source's tokens (the whole text, or the regions around
     its hits, see :func:`regions`) and ``bounds`` the first token of each region. ``t`` may also
     be an array (the target of each hit): the targets are then taken in increasing order, each
-    as if verified alone.
+    as if verified alone. ``row``: the source's row of exchanges.parquet (-1: unknown).
     """
     n = len(q)
     tt = np.full(n, t, dtype=np.int64) if np.ndim(t) == 0 else np.asarray(t, dtype=np.int64)
     loc = np.searchsorted(tk.start, c.astype(np.int64))
-    return _verify_groups(index, p, [(source, kind, later)], np.zeros(n, np.int64), tt, q, s, loc, tk, bounds)
+    return _verify_groups(index, p, [(source, kind, later, row)], np.zeros(n, np.int64), tt, q, s, loc, tk, bounds)
 
 
-def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[str, str | None, int], str, bool]],
+def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[str, str | None, int], str, bool, int]],
                    grp: np.ndarray, t: np.ndarray, q: np.ndarray, s: np.ndarray, loc: np.ndarray, tk: Tokens,
                    bounds: np.ndarray, clusters: tuple[np.ndarray, np.ndarray] | None = None) -> list[Candidate]:
     """Cluster and align the hits of several source texts at once (one set of array passes).
 
-    Hit ``i`` belongs to text ``grp[i]`` (``meta``: its source, kind and whether it is later),
+    Hit ``i`` belongs to text ``grp[i]`` (``meta``: its source, kind, whether it is later and its row),
     target ``t[i]``, at target position ``q[i]``, source position ``s[i]`` and source token
     ``loc[i]`` of ``tk`` (the texts' tokens one after another, offsets relative to each text).
     ``bounds``: the first token of every region of ``tk`` (plus the total); no alignment crosses
@@ -571,7 +574,10 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
             last = key_
             ttok = index.targets[t_].tokens
             thash, tstart, tend = ttok.hash.view(np.int64), ttok.start, ttok.end
-            source, kind, later = meta[key_ // n_t]
+            # A worker's targets have no character offsets (pool._WithoutTexts): the stage's process places the
+            # passage from the token span.
+            placed = len(tstart) == len(thash)
+            source, kind, later, row = meta[key_ // n_t]
         al = align_ints(thash[qa_:qb_].tolist(), shash[sa_:sb_].tolist(), min_score=p.probable_score,
                         min_matched=p.min_tokens)
         if al is None:
@@ -585,10 +591,10 @@ def _verify_groups(index: TargetIndex, p: MatchParams, meta: list[tuple[tuple[st
             target=t_, source_request_id=source[0], source_tenant_id=source[1], source_received_us=source[2],
             source_kind=kind,
             tok_start=a0, tok_end=a1,
-            recipient_start=int(tstart[a0]), recipient_end=int(tend[a1 - 1]),
+            recipient_start=int(tstart[a0]) if placed else -1, recipient_end=int(tend[a1 - 1]) if placed else -1,
             source_start=span[2], source_end=span[3],
             score=al[6], matched=al[4], longest_run=al[5],
-            blocks=tuple([(qa_ + a, size) for a, _, size in al[7]]), later=later,
+            blocks=tuple([(qa_ + a, size) for a, _, size in al[7]]), later=later, source_row=row,
         ))
     return out
 
@@ -793,7 +799,7 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
 
     def align_text(row: int, kind_no: int, ks: np.ndarray, tk: Tokens, spans: np.ndarray) -> None:
         cands.extend(verify(index, p, ks[:, 0], task.sources[row], KINDS[kind_no % 2], tk, spans, ks[:, 1],
-                            ks[:, 4], ks[:, 5], later=kind_no >= 2))
+                            ks[:, 4], ks[:, 5], later=kind_no >= 2, row=row))
 
     def flush() -> None:
         # The waiting texts' hits, clustered and aligned in one go: a text of short chats has a few
@@ -808,7 +814,7 @@ def verify_task(index: TargetIndex, p: MatchParams, task: VerifyTask) -> list[Ca
         tk, owner, bounds = cluster_windows(index, p, [x[3] for x in short], grp, t, q, s, c, clusters)
         # Each hit's token in its own text, by one search over (text, character) keys.
         loc = np.searchsorted((owner << 32) | tk.start, (grp << 32) | c)
-        meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2) for row, kind_no, _, _ in short]
+        meta = [(task.sources[row], KINDS[kind_no % 2], kind_no >= 2, row) for row, kind_no, _, _ in short]
         cands.extend(_verify_groups(index, p, meta, grp, t, q, s, loc, tk, bounds, clusters))
         short.clear()
 
