@@ -513,6 +513,7 @@ def test_the_holder_counts_let_go_of_what_only_the_counting_reads_once_finished(
     counts.add(g[:3], np.full(3, 9, np.int64), np.ones(3, np.int64))
     start, tenant, when, common, independent = counts.finish()
     assert start.tolist() == np.searchsorted(np.sort(np.concatenate([g, g[:3]])), np.arange(len(g) + 1)).tolist()
+    assert start.dtype == np.int32  # (each process that verifies holds it: 4 bytes a k-gram, not 8)
     assert tenant.tolist() == [t for i in range(len(g)) for t in ([7, 9] if i < 3 else [7])]
     assert len(common) == len(g) and len(independent) == len(tenant)
     assert counts.parts == [] and counts.min_deadline.nbytes == 0  # (the entries' k-gram ids, the deadlines)

@@ -75,7 +75,7 @@ from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, looser_confirm, params_from
 from forensics.match.tuning import Tuning
 from forensics.match.verification import verify_held
-from forensics.memory import fewer_collections, give_back_freed_memory, reusing_freed_memory
+from forensics.memory import fewer_collections, give_back_above, give_back_freed_memory, reusing_freed_memory
 from forensics.progress import Reporter
 
 
@@ -181,6 +181,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
                     holders.compact()
                     hits.drop_common(index, holders.common)
                     pending = 0
+                    give_back_above()  # what the compaction's and the prune's arrays left behind
                 hits.spill_above(index, holders.common)
                 if shared is not None:
                     known = np.flatnonzero((holders.common | scanner.common) & ~shared_now)
@@ -191,6 +192,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             held = holders.finish()
             scanner.end_pass()  # (its look-up and what it learnt: verification reads the targets alone)
             pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
+            give_back_freed_memory()
             stats["hits"] = n_hits
             # Each task's candidates are scored by the process that verified them; only the admissible
             # regions come back and are kept, not every candidate.

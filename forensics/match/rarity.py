@@ -77,6 +77,8 @@ class HolderCounts:
         self.compact()
         g, t, w = self.parts[0] if self.parts else (np.zeros(0, np.int64),) * 3
         start = np.searchsorted(g, np.arange(self.n + 1))
+        if len(g) < 2**31:  # 32-bit places: every process that verifies holds them (6 MiB each as 64-bit at 4 GB)
+            start = start.astype(np.int32)
         self.parts, self.min_deadline = [], np.zeros(0, np.int64)
         return start, t, w, self.common, independent_entries(self.index, start, t, w)
 
