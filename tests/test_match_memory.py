@@ -685,3 +685,30 @@ def test_the_stage_names_the_pairs_sources_by_row_until_the_rows_are_handed_over
     held = scorer.take()
     assert held.survey(targets).sources == {("src-a", "tX"), ("src-b", None), ("src-c", "tY")}
     held.close()
+
+
+def test_the_match_stage_gives_back_what_the_pass_left_of_its_heap_before_verification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pass's compactions of the holder counts and prunes of the hits run in this process, between its tasks: what
+    # their arrays left stayed in its heap (360 MiB on the 4 GB benchmark incident as verification began).
+    import dataclasses
+
+    import forensics.match as match_mod
+    from forensics.match.rarity import HolderCounts
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    events: list[str] = []
+    for name, mark in (("give_back_above", "a"), ("give_back_freed_memory", "g")):
+        real = getattr(match_mod, name)
+        monkeypatch.setattr(match_mod, name, lambda *a, _real=real, _mark=mark, **k: events.append(_mark) or _real(*a, **k))
+    for cls, name, mark in ((HolderCounts, "compact", "c"), (HolderCounts, "finish", "f")):
+        real = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *a, _real=real, _mark=mark, **k: events.append(_mark) or _real(self, *a, **k))
+    real_verify = match_mod.verify_held
+    monkeypatch.setattr(match_mod, "verify_held", lambda *a, **k: events.append("v") or real_verify(*a, **k))
+    tuning = dataclasses.replace(Tuning(), prune_hits=1)  # a compaction and a prune after every result
+    result = match(case, config(workers=0), tuning=tuning)
+    assert len(cross(result.findings)) >= 5
+    order = "".join(events)
+    assert "ca" in order, order  # after a compaction in the pass's loop
+    assert order.count("f") == 1 and "g" in order[order.index("f"):order.index("v")], order  # all of it, before verifying
