@@ -88,20 +88,27 @@ def test_a_worker_gets_the_targets_tokens_but_not_their_text_or_offsets(tmp_path
 
     targets = [Target(f"r{i}", "t", 0, 1, None, False, False, f"response {i} with some words in it") for i in range(3)]
     scanner = Scanner(TargetIndex(targets, 5), MatchParams())
-    path = pool_mod._worker_payload(scanner)
-    try:
-        with path.open("rb") as fh:
-            copy = pickle.load(fh)
-    finally:
-        path.unlink()
-    assert [t.text for t in copy.index.targets] == ["", "", ""]
+
+    def worker_copy() -> Any:
+        path = pool_mod._worker_payload(scanner)
+        try:
+            with path.open("rb") as fh:
+                return pickle.load(fh)
+        finally:
+            path.unlink()
+
+    first = worker_copy()
+    assert [t.text for t in first.index.targets] == ["", "", ""]
     assert [t.text for t in targets] == [f"response {i} with some words in it" for i in range(3)]  # the parent's
-    for mine, theirs in zip(targets, copy.index.targets):
-        assert mine.tokens.start.dtype == np.int32 and mine.tokens.end.dtype == np.int32
-        assert len(mine.tokens.start) == len(mine.tokens.hash) > 0
-        assert (mine.tokens.hash == theirs.tokens.hash).all()
-        assert len(theirs.tokens.start) == len(theirs.tokens.end) == 0
-        assert (mine.gids == theirs.gids).all()
+    for t in targets:
+        t.text = ""  # as the stage leaves them before the workers start
+    for copy in (first, worker_copy()):
+        for mine, theirs in zip(targets, copy.index.targets):
+            assert mine.tokens.start.dtype == np.int32 and mine.tokens.end.dtype == np.int32
+            assert len(mine.tokens.start) == len(mine.tokens.hash) > 0
+            assert (mine.tokens.hash == theirs.tokens.hash).all()
+            assert len(theirs.tokens.start) == len(theirs.tokens.end) == 0
+            assert (mine.gids == theirs.gids).all()
 
 
 def test_dropping_hits_on_common_kgrams_holds_one_part_at_a_time() -> None:
@@ -652,15 +659,21 @@ def test_the_stage_places_the_passages_a_worker_found_by_their_token_span() -> N
 
     targets, _ = _targets_indexed()
     tokens = targets[1].tokens
+    spans = [(0, 2), (3, 6)]  # two passages of one pair, in one batch
     rows = []
-    for start, end in ((-1, -1), (int(tokens.start[2]), int(tokens.end[4]))):  # a worker's region, then this process's
+    for worker in (True, False):  # a worker's regions, then this process's
         scorer = RegionScorer(targets, None, MatchParams())  # type: ignore[arg-type]  # (the holders are not read)
-        region = Region(10.0, 95.0, start, end, 0, 8, "cross_tenant", 1.0, 1.0, 6, None, None, "src", "tX", "prompt",
-                        6, 5, NO_TIME, 7, 2, 5)
-        scorer.collect([((1, "src", "tX", "prompt", False), region)])
+        scored = []
+        for n, (a, b) in enumerate(spans):
+            start, end = (-1, -1) if worker else (int(tokens.start[a]), int(tokens.end[b - 1]))
+            scored.append(((1, "src", "tX", "prompt", False),
+                           Region(10.0 + n, 95.0, start, end, 1000 * n, 1000 * n + 8, "cross_tenant", 1.0, 1.0, 6, None,
+                                  None, "src", "tX", "prompt", 6, 5, NO_TIME, 7, a, b)))
+        scorer.collect(scored)
         rows.append([r.as_dict() for r in scorer.rows()])
     assert rows[0] == rows[1]
-    assert (rows[0][0]["recipient_start"], rows[0][0]["recipient_end"]) == (tokens.start[2], tokens.end[4])
+    assert len(rows[0]) == 1 and [p[:2] for p in sorted(rows[0][0]["passages"])] == [
+        (tokens.start[a], tokens.end[b - 1]) for a, b in spans]
 
 
 def test_the_stage_names_the_pairs_sources_by_row_until_the_rows_are_handed_over() -> None:
@@ -712,3 +725,23 @@ def test_the_match_stage_gives_back_what_the_pass_left_of_its_heap_before_verifi
     order = "".join(events)
     assert "ca" in order, order  # after a compaction in the pass's loop
     assert order.count("f") == 1 and "g" in order[order.index("f"):order.index("v")], order  # all of it, before verifying
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_pair_reaches_the_scorer_with_its_source_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          workers: int) -> None:
+    # The memory saved holds only if every region, verified here or by a worker, names its source's row: a region
+    # without one falls back to a (request id, tenant) in a set, with the same files.
+    from test_match import POOL
+
+    from forensics.match.findings import RegionScorer
+
+    case = _mixed_case(tmp_path / "case", row_group_rows=16)
+    rows: list[int] = []
+    real = RegionScorer._note
+    monkeypatch.setattr(RegionScorer, "_note",
+                        lambda self, key, row, group, source_row=-1: rows.append(source_row) or real(self, key, row, group,
+                                                                                                    source_row))
+    result = match(case, config(workers=workers), tuning=POOL if workers else None)
+    assert len(cross(result.findings)) >= 5 and (not workers or result.run_stats["jobs_on_workers"] > 0)
+    assert rows and min(rows) >= 0
