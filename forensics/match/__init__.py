@@ -75,7 +75,13 @@ from forensics.match.targets import load_targets
 from forensics.match.tiers import MatchParams, looser_confirm, params_from
 from forensics.match.tuning import Tuning
 from forensics.match.verification import verify_held
-from forensics.memory import fewer_collections, give_back_above, give_back_freed_memory, reusing_freed_memory
+from forensics.memory import (
+    fewer_collections,
+    give_back_above,
+    give_back_freed_memory,
+    release_arrow_memory,
+    reusing_freed_memory,
+)
 from forensics.progress import Reporter
 
 
@@ -128,7 +134,7 @@ def match(case: Path, config: CaseConfig, progress: Reporter | None = None,
     # In `forensics run` this process has just ingested and scanned: malloc and Arrow still hold what those
     # stages freed (37 MiB on the 1 GB benchmark incident), on top of which this stage reaches the run's peak.
     give_back_freed_memory()
-    pa.default_memory_pool().release_unused()
+    release_arrow_memory()
     with reusing_freed_memory(), fewer_collections():
         return _match(Case(case), params_from(config.section("match"), overrides, file=config.file), config,
                       progress, overrides, tuning or tuning_defaults.DEFAULT)
@@ -191,7 +197,7 @@ def _match(c: Case, p: MatchParams, config: CaseConfig, progress: Reporter | Non
             shared = None  # (its file goes with the workers)
             held = holders.finish()
             scanner.end_pass()  # (its look-up and what it learnt: verification reads the targets alone)
-            pa.default_memory_pool().release_unused()  # the pass's Arrow buffers are not needed again
+            release_arrow_memory()  # the pass's Arrow buffers are not needed again
             give_back_freed_memory()  # and what its steps here left of the heap (363 MiB free on the 4 GB incident)
             stats["hits"] = n_hits
             # Each task's candidates are scored by the process that verified them; only the admissible
