@@ -4,6 +4,7 @@ suspect's decode node, the window placed by the case's own confirmed findings, h
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from match_helpers import config, exchange, make_case
 import forensics.match as fm
 from forensics.match import match, recent
 from forensics.match.chance import WINDOW_SHARE, calibration, either_test, with_mechanism
+from forensics.match.findings import RecordFacts
 from forensics.match.tiers import NODE_TEXT_EVALUE_CEILING, TEXT_EVALUE_CEILING, MatchParams, evalue_tier
 
 VOCAB = [f"w{i:04d}x" for i in range(5000)]
@@ -334,6 +336,81 @@ def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path,
     at_most, _ = _node_records(root, "b12", "decode-0", unplaced=True)
     assert at_most > 1.4 * placed
     assert _on_node(why) == pytest.approx(e_text * (at_most / searched) ** 0.5, rel=0.01)
+
+
+def _facts(node_times: dict[str, list[float]], unplaced: list[float]) -> RecordFacts:
+    """Facts of a deployment whose engine logs place records on ``node_times`` (minutes) and none of ``unplaced``."""
+    us = (lambda xs: np.array(sorted(int(x * 60e6) for x in xs), np.int64))  # noqa: E731
+    times = us([x for v in node_times.values() for x in v] + unplaced)
+    total = sum(len(v) for v in node_times.values())
+    return RecordFacts({}, {}, times, {n: len(v) / total for n, v in node_times.items()}, False,
+                       {n: us(v) for n, v in node_times.items()}, us(unplaced))
+
+
+def _between(facts: RecordFacts, node: str, since: float, until: float) -> tuple[int, float, int]:
+    """(records placed on ``node``, expected there, at most there) received in [since, until) minutes."""
+    a, b = int(since * 60e6), int(until * 60e6)
+    return (facts.records_on_node_since(node, a, b), facts.records_on_node_expected(node, a, b),
+            facts.records_since_on_node_at_most(node, a, b))
+
+
+def test_failed_calls_placed_nowhere_count_for_a_node_by_its_share_while_its_log_runs() -> None:
+    # Four decode nodes, a record a minute on each; a call placed on no node every other minute (a failure before
+    # any node decoded it). Each may have run on any node: a quarter of them are expected on decode-0, not all.
+    minutes = [float(m) for m in range(200)]
+    facts = _facts({f"decode-{n}": [m + n / 10 for m in minutes] for n in range(4)}, [m + 0.5 for m in minutes[::2]])
+    placed, expected, at_most = _between(facts, "decode-0", 50, 150)
+    assert placed == 100 and at_most == 150
+    assert expected == pytest.approx(100 + 50 / 4)
+    # A node whose log shows nothing of those hours: every one may be its own.
+    assert facts.records_on_node_expected("decode-9", int(50 * 60e6), int(150 * 60e6)) == 50
+
+
+def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
+    # decode-0's log misses minutes 80-120 (the others run on): the calls placed nowhere then may all be its own,
+    # and so may those before its first record and after its last. The rest count by its share.
+    minutes = [float(m) for m in range(200)]
+    nodes = {f"decode-{n}": [m + n / 10 for m in minutes] for n in range(4)}
+    nodes["decode-0"] = [m for m in minutes if not 80 <= m <= 120 and 20 <= m <= 180]
+    facts = _facts(nodes, [m + 0.5 for m in minutes[::2]])
+    placed, expected, at_most = _between(facts, "decode-0", 0, 200)
+    in_gaps = sum(1 for m in minutes[::2] if m + 0.5 < 20 or 79 < m + 0.5 < 121 or m + 0.5 > 180)
+    share = placed / (placed + 3 * 200)
+    assert expected == pytest.approx(placed + in_gaps + (100 - in_gaps) * share)
+    assert placed + in_gaps < expected < at_most == placed + 100
+    # A quiet stretch within ten of its usual spacings is no gap: only by its share.
+    nodes["decode-0"] = [m for m in minutes if m % 5 == 0]
+    placed, expected, _ = _between(_facts(nodes, [m + 0.5 for m in minutes[::2]]), "decode-0", 0, 196)
+    assert expected == pytest.approx(placed + 98 * placed / (placed + 3 * 196))
+
+
+def test_a_node_of_a_big_deployment_is_not_charged_every_failed_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Eight decode nodes, and a failed call placed on no node after every record since decode-0's first. Read as all decode-0's (the bound
+    # the recency count keeps), they more than doubled its records, and the weak passage its source decoded there
+    # went to review; the node can be expected to have served an eighth of them, and the passage is named. (24 seeds
+    # of the realistic scenario merged, 75 nodes: 238 true pairs more on the list, 2 wrong ones.)
+    from forensics.match import tiers
+
+    root = _case(tmp_path / "failed", True, weak_since=3, other_nodes=6)
+    table = pq.read_table(root / "exchanges.parquet")
+    first = min(r["received_at"] for r in table.to_pylist() if r["decode_node"] == "decode-0")
+    failed = [{"request_id": f"z{i}", "tenant_id": f"u{i % 50}", "received_at": r["received_at"] + dt.timedelta(seconds=30),
+               "completed_at": r["received_at"] + dt.timedelta(seconds=31), "model": "glm-5.3", "status": "failure",
+               "prompt_text": "", "response_text": ""} for i, r in enumerate(table.to_pylist()) if r["received_at"] >= first]
+    rows = table.to_pylist() + failed
+    pq.write_table(pa.Table.from_pylist(sorted(rows, key=lambda r: r["received_at"]), schema=table.schema),
+                   root / "exchanges.parquet")
+    e_text = float(_weak(root)[0]["expected_by_chance"])
+    monkeypatch.setattr(tiers, "TEXT_EVALUE_CEILING", e_text / 2)
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", 0.0)
+    on_node = _on_node(_weak(root)[0]["why_not_notified"])
+    placed, searched = _node_records(root, "b12", "decode-0")
+    at_most, _ = _node_records(root, "b12", "decode-0", unplaced=True)
+    assert at_most > 2 * placed
+    assert e_text * (placed / searched) ** 0.5 < on_node < e_text * (at_most / searched) ** 0.5 / 1.25
+    monkeypatch.setattr(tiers, "NODE_TEXT_EVALUE_CEILING", e_text * (at_most / searched) ** 0.5 / 1.2)
+    named = _weak(root)[0]
+    assert named["tier"] in ("confirmed", "probable"), named["why_not_notified"]
 
 
 def _controls_case(root: Path, control_model: str) -> Path:

@@ -695,6 +695,12 @@ def _merge_passages(spans: list[tuple[int, int, int, int]]) -> list[tuple[int, i
 EngineFacts = tuple[dict[tuple[str, str | None], frozenset[str]], set[tuple[str, str | None]]]
 
 
+#: A node's log has a gap where two records it places lie further apart than this many times its median spacing
+#: (:meth:`RecordFacts.records_on_node_expected`). At a steady rate the spacings are exponential, and one in about a
+#: thousand exceeds ten medians: a quiet stretch read as a gap only counts what it holds as the node's, as before.
+LOG_GAP_SPACINGS = 10.0
+
+
 @dataclasses.dataclass
 class RecordFacts:
     """What the engine and the ingest recorded about the requests of the findings (no text)."""
@@ -738,6 +744,10 @@ class RecordFacts:
     logged_twice: dict[tuple[int, str, str | None], tuple[str, str | None]] = dataclasses.field(default_factory=dict)
     #: Records the case's logs hold per customer id, for the ids of ``aliases`` the candidates' sources name.
     tenant_records: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Worked out when first asked (see records_on_node_expected).
+    _gaps: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, init=False, repr=False,
+                                                                        compare=False)
+    _all_placed: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
         """Received times (sorted) of the records that asked for or were routed to any of ``deployments``."""
@@ -767,6 +777,64 @@ class RecordFacts:
         t = self.unplaced_times
         unplaced = int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
         return self.records_on_node_since(node, since_us, until_us) + unplaced
+
+    def records_on_node_expected(self, node: str, since_us: int, until_us: int) -> float:
+        """The records ``node`` can be expected to have served of those received in [since, until): the records the
+        engine logs place there; of the records of the engine's models they place nowhere (see
+        :meth:`records_since_on_node_at_most`), every one received while the node's log shows a gap (before its
+        first record, after its last, or between two records further apart than :data:`LOG_GAP_SPACINGS` times its
+        usual spacing: any of them may be its own), and of the rest, received while its log ran, the node's share of
+        the records the logs place on some node in that time (a call that failed before any node decoded it is in
+        no node's log; one a running log lost a line of counts where the node's share says).
+
+        Counting every record placed nowhere as the node's (the :meth:`records_since_on_node_at_most` bound) grew a
+        node's count with the deployment: on 24 seeds of the realistic scenario merged (75 decode nodes), the
+        failed calls of every node's hours more than tripled each node's own records.
+        """
+        placed = self.records_on_node_since(node, since_us, until_us)
+        t = self.unplaced_times
+        if until_us <= since_us or not len(t):
+            return float(placed)
+        lo, hi = np.searchsorted(t, [since_us, until_us], side="left").tolist()
+        unplaced = hi - lo
+        if not unplaced:
+            return float(placed)
+        starts, ends = self._log_gaps(node)
+        # Per gap (a, b): the records placed nowhere received strictly between its two records, within the bounds.
+        a = np.maximum(starts + 1, since_us)
+        b = np.minimum(ends, until_us)
+        inside = np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
+        in_gaps = int(inside[b > a].sum())
+        all_placed = self._placed_between(since_us, until_us)
+        share = placed / all_placed if all_placed else 1.0
+        return placed + in_gaps + (unplaced - in_gaps) * share
+
+    def _log_gaps(self, node: str) -> tuple[np.ndarray, np.ndarray]:
+        """The gaps of ``node``'s log, as (after, before) received times of the records either side of each (open
+        intervals; the first opens at -inf, the last closes at +inf)."""
+        found = self._gaps.get(node)
+        if found is not None:
+            return found
+        t = self.node_times.get(node, np.zeros(0, np.int64))
+        low, high = np.iinfo(np.int64).min // 2, np.iinfo(np.int64).max // 2
+        if len(t) < 2:
+            found = (np.array([low], np.int64), np.array([high], np.int64))  # the node's log shows nothing of its hours
+        else:
+            spacing = np.diff(t)
+            usual = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
+            wide = np.flatnonzero(spacing > LOG_GAP_SPACINGS * usual)
+            found = (np.concatenate(([low], t[wide], [t[-1]])).astype(np.int64),
+                     np.concatenate(([t[0]], t[wide + 1], [high])).astype(np.int64))
+        self._gaps[node] = found
+        return found
+
+    def _placed_between(self, since_us: int, until_us: int) -> int:
+        """Records the engine logs place on any decode node received in [since, until)."""
+        if self._all_placed is None:
+            self._all_placed = (np.sort(np.concatenate(list(self.node_times.values()))) if self.node_times
+                                else np.zeros(0, np.int64))
+        lo, hi = np.searchsorted(self._all_placed, [since_us, until_us], side="left").tolist()
+        return int(hi - lo)
 
     def records_before(self, when_us: int) -> int:
         """Records received before ``when_us`` (the corpus a target's search covered)."""
@@ -1325,9 +1393,10 @@ def decide(groups: Iterable[list[CandidateRow]], targets: list[Target], p: Match
     served_before = {i: facts.records_on_node_since(t.decode_node, search_start(t, p.lookback_us), t.received_us)
                      if t.decode_node else 0 for i, t in enumerate(targets)}
     # The size of each search had it covered only what the suspect's node can have served in it: the records the
-    # logs place there and those of the engines' models they place nowhere (a gap in its log hides its own among
-    # them), in the same bounds as the search (see _records_searched).
-    node_search = {i: _search_size(len(t.tokens.hash) - p.k + 1, min(searched[i], facts.records_since_on_node_at_most(
+    # logs place there and, of those of the engines' models they place nowhere, the ones it can be expected to have
+    # served (all of them in a gap in its log, which hides its own among them), in the same bounds as the search (see
+    # _records_searched). An E-value counts the chance matches expected, so the records expected, not the most.
+    node_search = {i: _search_size(len(t.tokens.hash) - p.k + 1, min(searched[i], facts.records_on_node_expected(
                        t.decode_node, search_start(t, p.lookback_us), t.deadline_us)))
                    for i, t in enumerate(targets) if t.decode_node is not None}
     for r in rows:
@@ -1647,7 +1716,7 @@ def _node_share(t: Target, p: MatchParams, facts: RecordFacts) -> float:
     return facts.node_share.get(t.decode_node or "", 0.0)
 
 
-def _search_size(positions: int, records: int) -> float:
+def _search_size(positions: int, records: float) -> float:
     """The size of one search: sqrt(response k-gram positions x records searched), see SIZE_EXPONENT."""
     return float(max(positions, 0) * max(records, 0)) ** SIZE_EXPONENT
 
