@@ -338,13 +338,15 @@ def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path,
     assert _on_node(why) == pytest.approx(e_text * (at_most / searched) ** 0.5, rel=0.01)
 
 
-def _facts(node_times: dict[str, list[float]], unplaced: list[float]) -> RecordFacts:
-    """Facts of a deployment whose engine logs place records on ``node_times`` (minutes) and none of ``unplaced``."""
+def _facts(node_times: dict[str, list[float]], failed: list[float], answered: tuple[float, ...] = ()) -> RecordFacts:
+    """Facts of a deployment whose engine logs place records on ``node_times`` (minutes) and none of the calls the
+    gateway logged as ``failed`` or ``answered``."""
     us = (lambda xs: np.array(sorted(int(x * 60e6) for x in xs), np.int64))  # noqa: E731
-    times = us([x for v in node_times.values() for x in v] + unplaced)
+    times = us([x for v in node_times.values() for x in v] + failed + list(answered))
     total = sum(len(v) for v in node_times.values())
     return RecordFacts({}, {}, times, {n: len(v) / total for n, v in node_times.items()}, False,
-                       {n: us(v) for n, v in node_times.items()}, us(unplaced))
+                       {n: us(v) for n, v in node_times.items()}, us(failed + list(answered)),
+                       unplaced_failed_times=us(failed))
 
 
 def _between(facts: RecordFacts, node: str, since: float, until: float) -> tuple[int, float, int]:
@@ -364,6 +366,11 @@ def test_failed_calls_placed_nowhere_count_for_a_node_by_its_share_while_its_log
     assert expected == pytest.approx(100 + 50 / 4)
     # A node whose log shows nothing of those hours: every one may be its own.
     assert facts.records_on_node_expected("decode-9", int(50 * 60e6), int(150 * 60e6)) == 50
+    # An answered call placed nowhere decoded on some node whose log lost its line: any node's, so each counts whole.
+    answered = _facts({f"decode-{n}": [m + n / 10 for m in minutes] for n in range(4)}, [m + 0.5 for m in minutes[::2]],
+                      tuple(m + 0.7 for m in minutes[::10]))
+    placed, expected, at_most = _between(answered, "decode-0", 50, 150)
+    assert at_most == 160 and expected == pytest.approx(100 + 10 + 50 / 4)
 
 
 def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
