@@ -744,9 +744,6 @@ class RecordFacts:
     logged_twice: dict[tuple[int, str, str | None], tuple[str, str | None]] = dataclasses.field(default_factory=dict)
     #: Records the case's logs hold per customer id, for the ids of ``aliases`` the candidates' sources name.
     tenant_records: dict[str, int] = dataclasses.field(default_factory=dict)
-    # Those of ``unplaced_times`` the gateway logged as failed (sorted): a call that failed before any node decoded
-    # it is in no node's log, where one that was answered decoded on some node whose log lost it.
-    unplaced_failed_times: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     # Worked out when first asked (see records_on_node_expected).
     _gaps: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, init=False, repr=False,
                                                                         compare=False)
@@ -777,42 +774,43 @@ class RecordFacts:
         whose node the engine logs do not show: any of them may have run on ``node``. With a day of one
         node's log missing, the node's count since a day-old source would read a few records, as if the
         source were its latest occupant; this count stays where the logs cannot tell."""
-        return self.records_on_node_since(node, since_us, until_us) + self._between(self.unplaced_times, since_us, until_us)
+        t = self.unplaced_times
+        unplaced = int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
+        return self.records_on_node_since(node, since_us, until_us) + unplaced
 
     def records_on_node_expected(self, node: str, since_us: int, until_us: int) -> float:
         """The records ``node`` can be expected to have served of those received in [since, until): the records the
-        engine logs place there, and of the records of the engine's models they place nowhere (see
-        :meth:`records_since_on_node_at_most`) every one received while the node's log shows a gap (before its first
-        record, after its last, or between two records further apart than :data:`LOG_GAP_SPACINGS` times its usual
-        spacing) and every answered one (it decoded on some node, whose log lost its line), but of the failed ones
-        received while its log ran only the node's share of the records the logs place on some node in that time: a
-        call that failed before any node decoded it is in no node's log, and the node that would have decoded it is
-        any one of them.
+        engine logs place there; of the records of the engine's models they place nowhere (see
+        :meth:`records_since_on_node_at_most`), every one received while the node's log shows a gap (before its
+        first record, after its last, or between two records further apart than :data:`LOG_GAP_SPACINGS` times its
+        usual spacing: any of them may be its own), and of the rest, received while its log ran, the node's share of
+        the records the logs place on some node in that time. A call that failed before any node decoded it is in no
+        node's log; an answered one is in the log of the one node that served it, and a log that ends or stops hides
+        it there (a gap of that node's), while a node whose log runs on served it only as often as its share says.
 
         Counting every record placed nowhere as the node's (the :meth:`records_since_on_node_at_most` bound) grew a
-        node's count with the deployment: on 24 seeds of the realistic scenario merged (75 decode nodes), the failed
-        calls of every node's hours more than tripled each node's own records.
+        node's count with the deployment: on 24 seeds of the realistic scenario merged (75 decode nodes), the
+        failed calls of every node's hours more than tripled each node's own records. What this does not see: a log
+        that loses lines here and there, not in a stretch, under-counts its node by the share it lost (its E-value by
+        the square root of that).
         """
         placed = self.records_on_node_since(node, since_us, until_us)
-        failed = self.unplaced_failed_times
-        at_most = placed + self._between(self.unplaced_times, since_us, until_us)
-        if until_us <= since_us or not self._between(failed, since_us, until_us):
-            return float(at_most)
+        t = self.unplaced_times
+        if until_us <= since_us or not len(t):
+            return float(placed)
+        lo, hi = np.searchsorted(t, [since_us, until_us], side="left").tolist()
+        unplaced = hi - lo
+        if not unplaced:
+            return float(placed)
         starts, ends = self._log_gaps(node)
-        # The failed calls received strictly between the two records of each gap, within the bounds.
+        # Per gap (a, b): the records placed nowhere received strictly between its two records, within the bounds.
         a = np.maximum(starts + 1, since_us)
         b = np.minimum(ends, until_us)
-        inside = np.searchsorted(failed, b, side="left") - np.searchsorted(failed, a, side="left")
-        while_logging = self._between(failed, since_us, until_us) - int(inside[b > a].sum())
+        inside = np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
+        in_gaps = int(inside[b > a].sum())
         all_placed = self._placed_between(since_us, until_us)
         share = placed / all_placed if all_placed else 1.0
-        return at_most - while_logging * (1.0 - share)
-
-    @staticmethod
-    def _between(times: np.ndarray, since_us: int, until_us: int) -> int:
-        """How many of the sorted ``times`` lie in [since, until)."""
-        lo, hi = np.searchsorted(times, [since_us, until_us], side="left").tolist()
-        return int(hi - lo)
+        return placed + in_gaps + (unplaced - in_gaps) * share
 
     def _log_gaps(self, node: str) -> tuple[np.ndarray, np.ndarray]:
         """The gaps of ``node``'s log, as (after, before) received times of the records either side of each (open
@@ -948,7 +946,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     per_node: dict[str, list[np.ndarray]] = {}
     # The received times of the records with no decode node, with the deployments their model columns name (kept
     # for the engines' models only: those of the records placed on a node, either column, compared as deployments).
-    unplaced: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (and whether the gateway logged it failed)
+    unplaced: list[tuple[np.ndarray, np.ndarray]] = []
     placed_codes: set[int] = set()  # the deployments the records placed on a node name (deployment_code)
     record_times: list[np.ndarray] = []
     record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
@@ -978,10 +976,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        nowhere = no_node.to_numpy(zero_copy_only=False)
-        failed_call = (pc.fill_null(pc.equal(batch.column("status"), "failure"), False).to_numpy(zero_copy_only=False)[nowhere]
-                       if has_status else np.zeros(int(nowhere.sum()), bool))
-        unplaced.append((rec.filter(no_node).to_numpy(), codes[nowhere], failed_call))
+        unplaced.append((rec.filter(no_node).to_numpy(), codes[no_node.to_numpy(zero_copy_only=False)]))
         if model_cols:
             valid = pc.is_valid(rec)
             record_times.append(rec.filter(valid).to_numpy())
@@ -1013,9 +1008,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # with the placed records' model routed, are theirs. One naming no model counts where a placed one names none
     # (served_unknown).
     served_codes = np.array(sorted(placed_codes), np.uint64)
-    served_of = [np.isin(c, served_codes).any(axis=1) | (served_unknown & ~c.any(axis=1)) for _, c, _ in unplaced]
-    hidden = [t[ok] for (t, _, _), ok in zip(unplaced, served_of)]
-    hidden_failed = [t[ok & failed_call] for (t, _, failed_call), ok in zip(unplaced, served_of)]
+    hidden = [t[np.isin(c, served_codes).any(axis=1) | (served_unknown & ~c.any(axis=1))] for t, c in unplaced]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
@@ -1030,8 +1023,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         case_deployments,
                         np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments),
-                        failed=frozenset(failed), engine_refused=frozenset(refused & keys),
-                        unplaced_failed_times=np.sort(np.concatenate(hidden_failed)) if hidden_failed else np.zeros(0, np.int64))
+                        failed=frozenset(failed), engine_refused=frozenset(refused & keys))
 
 
 class QueryStopped(Exception):
