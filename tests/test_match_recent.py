@@ -338,13 +338,16 @@ def test_a_gap_in_the_suspects_node_log_makes_its_texts_no_fewer(tmp_path: Path,
     assert _on_node(why) == pytest.approx(e_text * (at_most / searched) ** 0.5, rel=0.01)
 
 
-def _facts(node_times: dict[str, list[float]], unplaced: list[float]) -> RecordFacts:
-    """Facts of a deployment whose engine logs place records on ``node_times`` (minutes) and none of ``unplaced``."""
-    us = (lambda xs: np.array(sorted(int(x * 60e6) for x in xs), np.int64))  # noqa: E731
-    times = us([x for v in node_times.values() for x in v] + unplaced)
+def _facts(node_times: dict[str, list[float]], failed: list[float], answered: tuple[float, ...] = (),
+           unit: float = 60e6) -> RecordFacts:
+    """Facts of a deployment whose engine logs place records on ``node_times`` (minutes; ``unit`` microseconds each) and
+    none of the calls the gateway logged as ``failed`` or as ``answered``."""
+    us = (lambda xs: np.array(sorted(int(x * unit) for x in xs), np.int64))  # noqa: E731
+    times = us([x for v in node_times.values() for x in v] + failed + list(answered))
     total = sum(len(v) for v in node_times.values())
     return RecordFacts({}, {}, times, {n: len(v) / total for n, v in node_times.items()}, False,
-                       {n: us(v) for n, v in node_times.items()}, us(unplaced))
+                       {n: us(v) for n, v in node_times.items()}, us(failed + list(answered)),
+                       unplaced_answered_times=us(list(answered)))
 
 
 def _between(facts: RecordFacts, node: str, since: float, until: float) -> tuple[int, float, int]:
@@ -364,6 +367,47 @@ def test_failed_calls_placed_nowhere_count_for_a_node_by_its_share_while_its_log
     assert expected == pytest.approx(100 + 50 / 4)
     # A node whose log shows nothing of those hours: every one may be its own.
     assert facts.records_on_node_expected("decode-9", int(50 * 60e6), int(150 * 60e6)) == 50
+    # A call at the very time of one of decode-0's records is not in a gap of its log: by share too.
+    on_a_record = _facts({f"decode-{n}": [m + n / 10 for m in minutes] for n in range(4)}, [100.0])
+    assert _between(on_a_record, "decode-0", 50, 150)[1] == pytest.approx(100 + 1 / 4)
+
+
+def test_answered_calls_placed_nowhere_count_whole_unless_a_log_shows_a_gap_then() -> None:
+    # decode-0's log loses every other line (here and there, no stretch): its answered calls are placed nowhere. No
+    # node's log shows a gap, so any running log may have lost them, decode-0's among them: each counts whole for every
+    # node (counted by share, decode-0 read as about half the node it is). A failed call still counts by share.
+    minutes = [float(m) for m in range(200)]
+    nodes = {f"decode-{n}": [m + n / 10 for m in minutes] for n in range(4)}
+    lost = tuple(m for m in nodes["decode-0"] if int(m) % 2)
+    nodes["decode-0"] = [m for m in nodes["decode-0"] if not int(m) % 2]
+    facts = _facts(nodes, [150.5], lost)
+    placed, expected, at_most = _between(facts, "decode-0", 50, 150)
+    assert placed == 50 and at_most == 100
+    assert expected == pytest.approx(100)
+    placed, expected, at_most = _between(facts, "decode-0", 50, 160)
+    assert expected == pytest.approx(at_most - 1 + placed / (placed + 3 * 110))
+
+
+def test_a_gap_is_ten_of_the_logs_usual_spacings() -> None:
+    # decode-0 places a record a minute, but for one quiet stretch: of 5 minutes (under ten spacings: no gap, the failed
+    # calls in it by share) or of 15 (a gap: whole). Receipt times in whole seconds, ten records a second and a quiet
+    # 5 s: the usual spacing is a tenth of a second, not the one second between the times that differ, so a gap.
+    for quiet, gap in ((5, False), (15, True)):
+        others = {f"decode-{n}": [m + n / 10 for m in range(100)] for n in range(1, 4)}
+        mine = [float(m) for m in range(100) if not 40 < m < 40 + quiet]
+        failed = [40.5 + i for i in range(quiet - 1)]
+        facts = _facts({"decode-0": mine, **others}, failed)
+        placed, expected, _ = _between(facts, "decode-0", 10, 90)
+        share = placed / (placed + 3 * 80)
+        assert expected == pytest.approx(placed + len(failed) * (1.0 if gap else share)), (quiet, gap)
+    seconds = [float(s) for s in range(60) if not 20 < s < 26 for _ in range(10)]
+    others = {f"decode-{n}": [float(s) for s in range(60) for _ in range(10)] for n in range(1, 4)}
+    facts = _facts({"decode-0": seconds, **others}, [21.5, 23.5], unit=1e6)
+    assert _between(facts, "decode-0", 0, 60)[1] - _between(facts, "decode-0", 0, 60)[0] == pytest.approx(2)
+    # Bursts a second apart, then a pause of ten minutes: the pauses are gaps (the median spacing is the burst's).
+    bursty = [b * 600 + i for b in range(6) for i in range(10)]
+    facts = _facts({"decode-0": [x / 60 for x in bursty], **others}, [(b * 600 + 300) / 60 for b in range(5)])
+    assert facts.records_on_node_expected("decode-0", 0, int(3000e6)) == pytest.approx(50 + 5)
 
 
 def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
@@ -380,8 +424,8 @@ def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
     assert placed + in_gaps < expected < at_most == placed + 100
     # Answered calls placed nowhere after decode-0's log ends (the cut-short seed of the benchmark's merged incidents):
     # its lines, lost. They count whole for decode-0; for decode-1, whose log runs on, by its share.
-    late = [m + 0.7 for m in minutes if m > 180]
-    facts = _facts(nodes, [m + 0.5 for m in minutes[::2]] + late)
+    late = tuple(m + 0.7 for m in minutes if m > 180)
+    facts = _facts(nodes, [m + 0.5 for m in minutes[::2]], late)
     assert _between(facts, "decode-0", 181, 199)[1] == pytest.approx(_between(facts, "decode-0", 181, 199)[2])
     placed1, expected1, at_most1 = _between(facts, "decode-1", 181, 199)
     assert at_most1 - placed1 == 9 + 18 and expected1 == pytest.approx(placed1 + 27 / 3)

@@ -744,9 +744,13 @@ class RecordFacts:
     logged_twice: dict[tuple[int, str, str | None], tuple[str, str | None]] = dataclasses.field(default_factory=dict)
     #: Records the case's logs hold per customer id, for the ids of ``aliases`` the candidates' sources name.
     tenant_records: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Those of ``unplaced_times`` the gateway did not log as failed (sorted; all of them without a status column): an
+    # answered call decoded on some node, whose log lost it.
+    unplaced_answered_times: np.ndarray | None = None
     # Worked out when first asked (see records_on_node_expected).
-    _gaps: dict[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, init=False, repr=False,
-                                                                        compare=False)
+    _gaps: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict, init=False,
+                                                                                    repr=False, compare=False)
+    _answered_alone: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _all_placed: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def times_of(self, deployments: frozenset[str]) -> np.ndarray:
@@ -780,54 +784,97 @@ class RecordFacts:
 
     def records_on_node_expected(self, node: str, since_us: int, until_us: int) -> float:
         """The records ``node`` can be expected to have served of those received in [since, until): the records the
-        engine logs place there; of the records of the engine's models they place nowhere (see
-        :meth:`records_since_on_node_at_most`), every one received while the node's log shows a gap (before its
-        first record, after its last, or between two records further apart than :data:`LOG_GAP_SPACINGS` times its
-        usual spacing: any of them may be its own), and of the rest, received while its log ran, the node's share of
-        the records the logs place on some node in that time. A call that failed before any node decoded it is in no
-        node's log; an answered one is in the log of the one node that served it, and a log that ends or stops hides
-        it there (a gap of that node's), while a node whose log runs on served it only as often as its share says.
+        engine logs place there, and of the records of the engine's models they place nowhere (see
+        :meth:`records_since_on_node_at_most`)
+        - every one received while the node's log shows a gap (before its first record, after its last, or between
+          two records further apart than :data:`LOG_GAP_SPACINGS` times its usual spacing): any may be its own;
+        - every answered one (not logged as failed) received while no node's log shows a gap: it decoded on a node
+          whose running log lost its line, which may be this one;
+        - of the rest, the node's share of the records the logs place on some node in that time: a call that failed
+          before any node decoded it is in no node's log, and an answered one received while another node's log shows a
+          gap is most likely in that gap.
 
         Counting every record placed nowhere as the node's (the :meth:`records_since_on_node_at_most` bound) grew a
-        node's count with the deployment: on 24 seeds of the realistic scenario merged (75 decode nodes), the
-        failed calls of every node's hours more than tripled each node's own records. What this does not see: a log
-        that loses lines here and there, not in a stretch, under-counts its node by the share it lost (its E-value by
-        the square root of that).
+        node's count with the deployment: on 24 seeds of the realistic scenario merged (75 decode nodes), the failed
+        calls of every node's hours more than tripled each node's own records. What this does not see: a node's log
+        that loses lines here and there while another node's shows a gap under-counts it by the share it lost.
         """
         placed = self.records_on_node_since(node, since_us, until_us)
         t = self.unplaced_times
         if until_us <= since_us or not len(t):
             return float(placed)
-        lo, hi = np.searchsorted(t, [since_us, until_us], side="left").tolist()
-        unplaced = hi - lo
+        unplaced = self._between(t, since_us, until_us)
         if not unplaced:
             return float(placed)
-        starts, ends = self._log_gaps(node)
-        # Per gap (a, b): the records placed nowhere received strictly between its two records, within the bounds.
-        a = np.maximum(starts + 1, since_us)
-        b = np.minimum(ends, until_us)
-        inside = np.searchsorted(t, b, side="left") - np.searchsorted(t, a, side="left")
-        in_gaps = int(inside[b > a].sum())
+        in_gaps = self._in_gaps(node, since_us, until_us)
+        answered = self._between(self._answered_outside_gaps(), since_us, until_us)
         all_placed = self._placed_between(since_us, until_us)
         share = placed / all_placed if all_placed else 1.0
-        return placed + in_gaps + (unplaced - in_gaps) * share
+        return placed + in_gaps + answered + (unplaced - in_gaps - answered) * share
 
-    def _log_gaps(self, node: str) -> tuple[np.ndarray, np.ndarray]:
+    @staticmethod
+    def _between(times: np.ndarray, since_us: int, until_us: int) -> int:
+        """How many of the sorted ``times`` lie in [since, until)."""
+        lo, hi = np.searchsorted(times, [since_us, until_us], side="left").tolist()
+        return int(hi - lo)
+
+    def _in_gaps(self, node: str, since_us: int, until_us: int) -> int:
+        """The records placed nowhere received in [since, until) inside a gap of ``node``'s log (strictly between the
+        two records either side of it): the gaps wholly inside the bounds from a running sum, the two at the ends
+        counted (a bursty log has thousands of gaps)."""
+        starts, ends, cumulative = self._log_gaps(node)
+        t = self.unplaced_times
+        first = int(np.searchsorted(ends, since_us, side="right"))  # the first gap ending after since
+        last = int(np.searchsorted(starts, until_us - 1, side="left"))  # gaps before it open before until - 1
+        if last <= first:
+            return 0
+
+        def clipped(g: int) -> int:
+            a, b = max(int(starts[g]) + 1, since_us), min(int(ends[g]), until_us)
+            return self._between(t, a, b) if b > a else 0
+
+        if last - first == 1:
+            return clipped(first)
+        whole = int(cumulative[last] - cumulative[first])
+        return (whole - int(cumulative[first + 1] - cumulative[first]) - int(cumulative[last] - cumulative[last - 1])
+                + clipped(first) + clipped(last - 1))
+
+    def _answered_outside_gaps(self) -> np.ndarray:
+        """The answered records placed nowhere (sorted) received while no node's log shows a gap."""
+        if self._answered_alone is None:
+            t = self.unplaced_times if self.unplaced_answered_times is None else self.unplaced_answered_times
+            covered = np.zeros(len(t), bool)
+            for node in self.node_times:
+                starts, ends, _ = self._log_gaps(node)
+                g = np.searchsorted(starts, t, side="left") - 1  # the last gap opening strictly before each
+                ok = g >= 0
+                covered[ok] |= t[ok] < ends[g[ok]]
+            self._answered_alone = t[~covered]
+        return self._answered_alone
+
+    def _log_gaps(self, node: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The gaps of ``node``'s log, as (after, before) received times of the records either side of each (open
-        intervals; the first opens at -inf, the last closes at +inf)."""
+        intervals; the first opens at the earliest time, the last closes at the latest), and the running sum of the
+        records placed nowhere inside them (one more element: 0 first)."""
         found = self._gaps.get(node)
         if found is not None:
             return found
         t = self.node_times.get(node, np.zeros(0, np.int64))
-        low, high = np.iinfo(np.int64).min // 2, np.iinfo(np.int64).max // 2
+        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
         if len(t) < 2:
-            found = (np.array([low], np.int64), np.array([high], np.int64))  # the node's log shows nothing of its hours
+            starts, ends = np.array([low], np.int64), np.array([high], np.int64)  # its log shows nothing of its hours
         else:
             spacing = np.diff(t)
-            usual = float(np.median(spacing[spacing > 0])) if (spacing > 0).any() else 1.0
+            positive = spacing[spacing > 0]
+            # The median spacing, over the records that share a time too: with receipt times in whole seconds, most
+            # spacings of a busy node are 0 and the median of the rest would be a second whatever its rate.
+            usual = float(np.median(positive)) * len(positive) / len(spacing) if len(positive) else 1.0
             wide = np.flatnonzero(spacing > LOG_GAP_SPACINGS * usual)
-            found = (np.concatenate(([low], t[wide], [t[-1]])).astype(np.int64),
-                     np.concatenate(([t[0]], t[wide + 1], [high])).astype(np.int64))
+            starts = np.concatenate(([low], t[wide], [t[-1]])).astype(np.int64)
+            ends = np.concatenate(([t[0]], t[wide + 1], [high])).astype(np.int64)
+        u = self.unplaced_times
+        inside = np.searchsorted(u, ends, side="left") - np.searchsorted(u, starts, side="right")
+        found = (starts, ends, np.concatenate(([0], np.cumsum(np.maximum(inside, 0)))).astype(np.int64))
         self._gaps[node] = found
         return found
 
@@ -946,7 +993,7 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     per_node: dict[str, list[np.ndarray]] = {}
     # The received times of the records with no decode node, with the deployments their model columns name (kept
     # for the engines' models only: those of the records placed on a node, either column, compared as deployments).
-    unplaced: list[tuple[np.ndarray, np.ndarray]] = []
+    unplaced: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (and whether the gateway logged it failed)
     placed_codes: set[int] = set()  # the deployments the records placed on a node name (deployment_code)
     record_times: list[np.ndarray] = []
     record_deployments: list[list[np.ndarray]] = [[] for _ in model_cols]
@@ -976,7 +1023,10 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         # Failed calls count too: one refused before any node ran it cannot be told from one a node ran and
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
-        unplaced.append((rec.filter(no_node).to_numpy(), codes[no_node.to_numpy(zero_copy_only=False)]))
+        nowhere = no_node.to_numpy(zero_copy_only=False)
+        failed_call = (pc.fill_null(pc.equal(batch.column("status"), "failure"), False).to_numpy(zero_copy_only=False)[nowhere]
+                       if has_status else np.zeros(int(nowhere.sum()), bool))
+        unplaced.append((rec.filter(no_node).to_numpy(), codes[nowhere], failed_call))
         if model_cols:
             valid = pc.is_valid(rec)
             record_times.append(rec.filter(valid).to_numpy())
@@ -1008,7 +1058,9 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
     # with the placed records' model routed, are theirs. One naming no model counts where a placed one names none
     # (served_unknown).
     served_codes = np.array(sorted(placed_codes), np.uint64)
-    hidden = [t[np.isin(c, served_codes).any(axis=1) | (served_unknown & ~c.any(axis=1))] for t, c in unplaced]
+    served_of = [np.isin(c, served_codes).any(axis=1) | (served_unknown & ~c.any(axis=1)) for _, c, _ in unplaced]
+    hidden = [t[ok] for (t, _, _), ok in zip(unplaced, served_of)]
+    answered = [t[ok & ~failed_call] for (t, _, failed_call), ok in zip(unplaced, served_of)]
     # Refused: ingest took the over-limit line's count as this prompt's (a line of another request under the id, a
     # count its text cannot have, is not taken), and no line shows the prompt prefilled after all.
     unprefilled = frozenset(refused & counted_by_engine & keys)
@@ -1023,7 +1075,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         case_deployments,
                         np.concatenate(record_times) if record_times else np.zeros(0, np.int64),
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments),
-                        failed=frozenset(failed), engine_refused=frozenset(refused & keys))
+                        failed=frozenset(failed), engine_refused=frozenset(refused & keys),
+                        unplaced_answered_times=np.sort(np.concatenate(answered)) if answered else np.zeros(0, np.int64))
 
 
 class QueryStopped(Exception):
