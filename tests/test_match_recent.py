@@ -392,7 +392,7 @@ def test_a_gap_is_ten_of_the_logs_usual_spacings() -> None:
     # decode-0 places a record a minute, but for one quiet stretch: of 5 minutes (under ten spacings: no gap, the failed
     # calls in it by share) or of 15 (a gap: whole). Receipt times in whole seconds, ten records a second and a quiet
     # 5 s: the usual spacing is a tenth of a second, not the one second between the times that differ, so a gap.
-    for quiet, gap in ((5, False), (15, True)):
+    for quiet, gap in ((5, False), (10, False), (11, True), (15, True)):
         others = {f"decode-{n}": [m + n / 10 for m in range(100)] for n in range(1, 4)}
         mine = [float(m) for m in range(100) if not 40 < m < 40 + quiet]
         failed = [40.5 + i for i in range(quiet - 1)]
@@ -404,6 +404,14 @@ def test_a_gap_is_ten_of_the_logs_usual_spacings() -> None:
     others = {f"decode-{n}": [float(s) for s in range(60) for _ in range(10)] for n in range(1, 4)}
     facts = _facts({"decode-0": seconds, **others}, [21.5, 23.5], unit=1e6)
     assert _between(facts, "decode-0", 0, 60)[1] - _between(facts, "decode-0", 0, 60)[0] == pytest.approx(2)
+    # Three records a second, a second without: the usual spacing is a third of a second, and a quiet 2 s no gap.
+    thrice = [float(s) for s in range(60) if s != 30 for _ in range(3)]
+    facts = _facts({"decode-0": thrice, **others}, [30.5], unit=1e6)
+    placed, expected, _ = _between(facts, "decode-0", 0, 60)
+    assert expected == pytest.approx(placed + placed / (placed + 3 * 600))
+    # A stretch in which no node places a record: the call placed nowhere there may be any node's, this one's too.
+    assert _facts({"decode-0": [float(m) for m in range(100)], **others}, [40.5]).records_on_node_expected(
+        "decode-0", int(40.2 * 60e6), int(40.8 * 60e6)) == pytest.approx(1)
     # Bursts a second apart, then a pause of ten minutes: the pauses are gaps (the median spacing is the burst's).
     bursty = [b * 600 + i for b in range(6) for i in range(10)]
     facts = _facts({"decode-0": [x / 60 for x in bursty], **others}, [(b * 600 + 300) / 60 for b in range(5)])
@@ -429,6 +437,10 @@ def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
     assert _between(facts, "decode-0", 181, 199)[1] == pytest.approx(_between(facts, "decode-0", 181, 199)[2])
     placed1, expected1, at_most1 = _between(facts, "decode-1", 181, 199)
     assert at_most1 - placed1 == 9 + 18 and expected1 == pytest.approx(placed1 + 27 / 3)
+    # The records either side of a gap are no part of it: a call at the very time of one counts by share.
+    at_edges = _facts(nodes, [79.0, 121.0, 100.0])
+    placed, expected, _ = _between(at_edges, "decode-0", 30, 170)
+    assert expected == pytest.approx(placed + 1 + 2 * placed / (placed + 3 * 140))
     # A quiet stretch within ten of its usual spacings is no gap: only by its share.
     nodes["decode-0"] = [m for m in minutes if m % 5 == 0]
     placed, expected, _ = _between(_facts(nodes, [m + 0.5 for m in minutes[::2]]), "decode-0", 0, 196)
