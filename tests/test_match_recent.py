@@ -447,6 +447,30 @@ def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
     assert expected == pytest.approx(placed + 98 * placed / (placed + 3 * 196))
 
 
+@pytest.mark.parametrize("kind", ["text", "dictionary", "integer"])
+def test_the_status_of_calls_placed_nowhere_is_read_whatever_its_column_type(tmp_path: Path, kind: str) -> None:
+    # A case table another tool wrote may hold the status as dictionary-encoded text, or not as text at all: the stage
+    # runs, and where the column is not text every call placed nowhere counts as answered (whole), as if unlogged.
+    from forensics.match.findings import record_facts
+
+    doc = text(np.random.default_rng(3), 120).split()
+    rows = [exchange("a0", "src", 0, prompt=" ".join(doc), decode_node="decode-0"),
+            exchange("f0", "t1", 1, prompt="x", status="failure"), exchange("f1", "t1", 2, prompt="y"),
+            exchange("b0", "rcp", 3, prompt="q", response=" ".join(doc[40:70]), decode_node="decode-0")]
+    root = make_case(tmp_path / kind, rows, ["b0"])
+    table = pq.read_table(root / "exchanges.parquet")
+    status = table.column("status")
+    column = {"text": status, "dictionary": status.dictionary_encode(),
+              "integer": pa.array([0, 1, 0, 0], pa.int64())}[kind]
+    table = table.set_column(table.schema.get_field_index("status"), "status", column)
+    pq.write_table(table, root / "exchanges.parquet")
+    facts = record_facts(root / "exchanges.parquet", set())
+    assert len(facts.unplaced_times) == 2
+    assert facts.unplaced_answered_times is not None
+    assert len(facts.unplaced_answered_times) == (2 if kind == "integer" else 1)
+    assert match(root, config()).findings
+
+
 def test_a_node_of_a_big_deployment_is_not_charged_every_failed_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Eight decode nodes, and a failed call placed on no node after every record since decode-0's first. Read as all decode-0's (the bound
     # the recency count keeps), they more than doubled its records, and the weak passage its source decoded there

@@ -1024,8 +1024,8 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
         # that then failed (a 504 after streaming) when the node's log is missing.
         no_node = pc.and_(pc.is_null(nodes), pc.is_valid(rec))
         nowhere = no_node.to_numpy(zero_copy_only=False)
-        failed_call = (pc.fill_null(pc.equal(batch.column("status"), "failure"), False).to_numpy(zero_copy_only=False)[nowhere]
-                       if has_status else np.zeros(int(nowhere.sum()), bool))
+        failed_call = (_logged_failed(batch.column("status"))[nowhere] if has_status
+                       else np.zeros(int(nowhere.sum()), bool))
         unplaced.append((rec.filter(no_node).to_numpy(), codes[nowhere], failed_call))
         if model_cols:
             valid = pc.is_valid(rec)
@@ -1077,6 +1077,18 @@ def record_facts(path: Path, keys: set[tuple[str, str | None]], target_keys: set
                         tuple(np.concatenate(parts) if parts else np.zeros(0, np.uint64) for parts in record_deployments),
                         failed=frozenset(failed), engine_refused=frozenset(refused & keys),
                         unplaced_answered_times=np.sort(np.concatenate(answered)) if answered else np.zeros(0, np.int64))
+
+
+def _logged_failed(status: pa.Array) -> np.ndarray:
+    """Per row, whether the gateway logged the call as failed (``status`` "failure"); none where the column is not
+    text (a case table another tool wrote): every call is then read as answered, which counts it whole."""
+    import pyarrow.compute as pc  # (as in record_facts: worker processes never load it)
+
+    if pa.types.is_dictionary(status.type):
+        status = status.cast(status.type.value_type)
+    if not (pa.types.is_string(status.type) or pa.types.is_large_string(status.type)):
+        return np.zeros(len(status), bool)
+    return np.asarray(pc.fill_null(pc.equal(status, "failure"), False).to_numpy(zero_copy_only=False), bool)
 
 
 class QueryStopped(Exception):
