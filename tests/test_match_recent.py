@@ -3,6 +3,7 @@ suspect's decode node, the window placed by the case's own confirmed findings, h
 
 from __future__ import annotations
 
+import collections
 import csv
 import datetime as dt
 import math
@@ -445,6 +446,64 @@ def test_failed_calls_in_a_gap_of_the_nodes_log_all_count_for_it() -> None:
     nodes["decode-0"] = [m for m in minutes if m % 5 == 0]
     placed, expected, _ = _between(_facts(nodes, [m + 0.5 for m in minutes[::2]]), "decode-0", 0, 196)
     assert expected == pytest.approx(placed + 98 * placed / (placed + 3 * 196))
+
+
+def _expected_by_hand(facts: RecordFacts, node: str, since: int, until: int) -> float:
+    """records_on_node_expected worked out call by call, from the definition (its gaps found the same way)."""
+    def gaps(times: np.ndarray) -> list[tuple[float, float]]:
+        if len(times) < 2:
+            return [(-math.inf, math.inf)]
+        spacing = np.diff(times)
+        positive = spacing[spacing > 0]
+        usual = float(np.median(positive)) * len(positive) / len(spacing) if len(positive) else 1.0
+        inner = [(float(a), float(b)) for a, b, d in zip(times[:-1], times[1:], spacing) if d > 10 * usual]
+        return [(-math.inf, float(times[0])), *inner, (float(times[-1]), math.inf)]
+
+    def in_gap(u: int, found: list[tuple[float, float]]) -> bool:
+        return any(a < u < b for a, b in found)
+
+    mine = facts.node_times.get(node, np.zeros(0, np.int64))
+    placed = int(((mine >= since) & (mine < until)).sum())
+    everyone = np.concatenate(list(facts.node_times.values())) if facts.node_times else np.zeros(0, np.int64)
+    every_placed = int(((everyone >= since) & (everyone < until)).sum())
+    share = placed / every_placed if every_placed else 1.0
+    all_gaps = [gaps(np.sort(t)) for t in facts.node_times.values()]
+    answered = collections.Counter((facts.unplaced_answered_times if facts.unplaced_answered_times is not None
+                                    else facts.unplaced_times).tolist())
+    total = float(placed)
+    for u in facts.unplaced_times.tolist():
+        was_answered = answered[u] > 0  # (two calls at one time: one answered, one failed)
+        answered[u] -= 1
+        if not since <= u < until:
+            continue
+        if in_gap(u, gaps(mine)) or (was_answered and not any(in_gap(u, g) for g in all_gaps)):
+            total += 1
+        else:
+            total += share
+    return total
+
+
+def test_the_expected_count_is_its_definition_on_random_logs() -> None:
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        nodes = {}
+        for n in range(int(rng.integers(1, 5))):
+            times = np.sort(rng.integers(0, 2000, size=int(rng.integers(0, 60))))
+            if rng.random() < 0.5:  # a stretch lost
+                a = int(rng.integers(0, 2000))
+                times = times[(times < a) | (times > a + int(rng.integers(50, 600)))]
+            if rng.random() < 0.3:  # ties
+                times = np.sort(np.concatenate([times, times[: len(times) // 2]]))
+            nodes[f"d{n}"] = times.astype(np.int64)
+        unplaced = np.sort(rng.integers(0, 2000, size=int(rng.integers(0, 80)))).astype(np.int64)
+        answered = np.sort(unplaced[rng.random(len(unplaced)) < 0.5])
+        facts = RecordFacts({}, {}, np.sort(np.concatenate([*nodes.values(), unplaced])), {}, False, nodes, unplaced,
+                            unplaced_answered_times=answered)
+        for _ in range(5):
+            since, until = sorted(int(x) for x in rng.integers(-100, 2100, size=2))
+            for node in [*nodes, "elsewhere"]:
+                got = facts.records_on_node_expected(node, since, until)
+                assert got == pytest.approx(_expected_by_hand(facts, node, since, until)), (trial, node, since, until)
 
 
 @pytest.mark.parametrize("kind", ["text", "dictionary", "integer"])

@@ -806,6 +806,9 @@ class RecordFacts:
         unplaced = self._between(t, since_us, until_us)
         if not unplaced:
             return float(placed)
+        if node not in self.node_times:  # its log shows nothing: every one may be its own
+            return float(placed + unplaced)
+        # (An answered call outside every node's gaps is outside this node's: counted once.)
         in_gaps = self._in_gaps(node, since_us, until_us)
         answered = self._between(self._answered_outside_gaps(), since_us, until_us)
         all_placed = self._placed_between(since_us, until_us)
