@@ -769,18 +769,14 @@ class RecordFacts:
     def records_on_node_since(self, node: str, since_us: int, until_us: int) -> int:
         """Records decoded on ``node`` received in [since, until): the source and every later one."""
         t = self.node_times.get(node)
-        if t is None:
-            return 0
-        return int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
+        return 0 if t is None else self._between(t, since_us, until_us)
 
     def records_since_on_node_at_most(self, node: str, since_us: int, until_us: int) -> int:
         """:meth:`records_on_node_since` plus the records of the engine's models received in [since, until)
         whose node the engine logs do not show: any of them may have run on ``node``. With a day of one
         node's log missing, the node's count since a day-old source would read a few records, as if the
         source were its latest occupant; this count stays where the logs cannot tell."""
-        t = self.unplaced_times
-        unplaced = int(np.searchsorted(t, until_us, side="left") - np.searchsorted(t, since_us, side="left"))
-        return self.records_on_node_since(node, since_us, until_us) + unplaced
+        return self.records_on_node_since(node, since_us, until_us) + self._between(self.unplaced_times, since_us, until_us)
 
     def records_on_node_expected(self, node: str, since_us: int, until_us: int) -> float:
         """The records ``node`` can be expected to have served of those received in [since, until): the records the
@@ -800,11 +796,8 @@ class RecordFacts:
         that loses lines here and there while another node's shows a gap under-counts it by the share it lost.
         """
         placed = self.records_on_node_since(node, since_us, until_us)
-        t = self.unplaced_times
-        if until_us <= since_us or not len(t):
-            return float(placed)
-        unplaced = self._between(t, since_us, until_us)
-        if not unplaced:
+        unplaced = self._between(self.unplaced_times, since_us, until_us)
+        if until_us <= since_us or not unplaced:
             return float(placed)
         if node not in self.node_times:  # its log shows nothing: every one may be its own
             return float(placed + unplaced)
@@ -886,8 +879,7 @@ class RecordFacts:
         if self._all_placed is None:
             self._all_placed = (np.sort(np.concatenate(list(self.node_times.values()))) if self.node_times
                                 else np.zeros(0, np.int64))
-        lo, hi = np.searchsorted(self._all_placed, [since_us, until_us], side="left").tolist()
-        return int(hi - lo)
+        return self._between(self._all_placed, since_us, until_us)
 
     def records_before(self, when_us: int) -> int:
         """Records received before ``when_us`` (the corpus a target's search covered)."""
